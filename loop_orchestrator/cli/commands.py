@@ -1,0 +1,7 @@
+"""Imports every command module so that each registers itself on the group."""
+
+from __future__ import annotations
+
+from loop_orchestrator.cli import (  # noqa: F401  imported for registration
+    plan_cmds,
+)

@@ -1,0 +1,28 @@
+"""Options and helpers shared by the commands (no git or tmux calls here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def repo_option(fn: F) -> F:
+    """``--repo PATH``: default is the git root of the current directory."""
+    return click.option(
+        "--repo",
+        "repo",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="The repository (default: the git root of the current directory).",
+    )(fn)
+
+
+def resolve_repo(repo: Path | None) -> Path:
+    from loop_orchestrator.workspace import repo_root
+
+    return repo_root(repo if repo is not None else Path.cwd())

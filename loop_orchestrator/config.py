@@ -1,0 +1,259 @@
+"""Layered settings and the seed-compatible tool profile.
+
+Settings: built-in defaults < ``~/.config/loop-orchestrator/config.toml`` <
+``<repo>/.loop-orchestrator/config.toml`` < ``LO_ORCH_<SECTION>_<KEY>`` environment < flags.
+Tool profile: ``~/.claude/loop-orchestrator/tools.json`` <
+``<repo>/.loop-orchestrator/tools.json``, merged per role and per field; ``null`` drops a
+field (or a whole role). An invalid tool profile is reported and ignored, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from loop_orchestrator.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: permission modes Claude Code 2.1.332 accepts (``default`` is an older alias of manual)
+PERMISSION_MODES = (
+    "acceptEdits", "auto", "bypassPermissions", "manual", "default", "dontAsk", "plan",
+)
+
+#: LO_ORCH_* variables that are part of the agent environment contract, not settings
+RESERVED_ENV = frozenset(
+    {"LO_ORCH_TASK", "LO_ORCH_RUN_DIR", "LO_ORCH_BRIEF", "LO_ORCH_BIN", "LO_ORCH_TMUX_SOCKET"}
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class AgentConfig(_Section):
+    kind: Literal["claude", "command", "scripted"] = "claude"
+    command: str = "claude"
+    args: list[str] = Field(default_factory=list)
+    permission_mode: Literal[
+        "acceptEdits", "auto", "bypassPermissions", "manual", "default", "dontAsk", "plan"
+    ] = "bypassPermissions"
+    env: dict[str, str] = Field(default_factory=dict)
+    ready_pattern: str = ""
+    ready_timeout: float = 60.0
+    delivery: Literal["paste", "type"] = "paste"
+    pretrust: bool = True
+    #: the scripted agent's YAML script (kind = "scripted"); relative to the repo
+    script: str | None = None
+    model: str | None = None
+
+
+class RunConfig(_Section):
+    concurrency: int = Field(default=4, ge=1, le=64)
+    max_rework: int = Field(default=3, ge=0, le=20)
+    stall_minutes: float = Field(default=20, gt=0)
+    strict_waves: bool = False
+    #: seconds between prompt deliveries to different panes
+    stagger_seconds: float = Field(default=0.3, ge=0)
+
+
+class AuditorConfig(_Section):
+    #: "agent" (Claude Code headless), "off", or a command line
+    llm: str = "agent"
+    timeout: float = 600.0
+
+
+class WorkspaceConfig(_Section):
+    author_name: str = "lo-orch"
+    author_email: str = "lo-orch@localhost"
+    #: command run in each new worktree (e.g. copy .env.example, install dependencies)
+    setup_command: str | None = None
+    setup_timeout: float = 600.0
+    allow_dirty: bool = False
+
+
+class VerifyConfig(_Section):
+    #: integration command; default from the tool profile's `verify` role
+    command: str | None = None
+    check_timeout: float = 600.0
+    integration_timeout: float = 1800.0
+
+
+class Settings(_Section):
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+    auditor: AuditorConfig = Field(default_factory=AuditorConfig)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
+
+
+def user_config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
+    return Path(base) / "loop-orchestrator" / "config.toml"
+
+
+def repo_config_path(repo: Path) -> Path:
+    return repo / ".loop-orchestrator" / "config.toml"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}", hint="Fix the file or remove it.") from exc
+
+
+def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict) and key != "env":
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _env_layer(env: Mapping[str, str]) -> dict[str, Any]:
+    """``LO_ORCH_RUN_CONCURRENCY=2`` -> ``{"run": {"concurrency": 2}}``.
+
+    Only keys that name a known section field are taken, so contract variables such as
+    ``LO_ORCH_RUN_DIR`` never collide with settings.
+    """
+    layer: dict[str, Any] = {}
+    sections = Settings.model_fields
+    for name, raw in env.items():
+        if not name.startswith("LO_ORCH_") or name in RESERVED_ENV:
+            continue
+        rest = name[len("LO_ORCH_") :].lower()
+        section, _, key = rest.partition("_")
+        field = sections.get(section)
+        if field is None or field.annotation is None:
+            continue
+        section_fields = field.annotation.model_fields
+        if key not in section_fields:
+            continue
+        layer.setdefault(section, {})[key] = _parse_env_value(raw)
+    return layer
+
+
+def _parse_env_value(raw: str) -> Any:
+    text = raw.strip()
+    if text[:1] in "[{" or text in ("true", "false"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def load_settings(
+    repo: Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge every layer into validated ``Settings``; a bad layer names its file."""
+    env = os.environ if env is None else env
+    layers: list[tuple[str, dict[str, Any]]] = []
+    user = user_config_path(env)
+    if user.is_file():
+        layers.append((str(user), _read_toml(user)))
+    if repo is not None:
+        repo_file = repo_config_path(repo)
+        if repo_file.is_file():
+            layers.append((str(repo_file), _read_toml(repo_file)))
+    layers.append(("environment (LO_ORCH_*)", _env_layer(env)))
+    if overrides:
+        layers.append(("command-line flags", dict(overrides)))
+
+    merged: dict[str, Any] = {}
+    for source, data in layers:
+        candidate = _deep_merge(merged, data)
+        try:
+            Settings.model_validate(candidate)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+            )
+            raise ConfigError(
+                f"invalid settings from {source}: {problems}",
+                hint="See the [agent], [run], [auditor], [workspace] and [verify] keys in README.",
+            ) from exc
+        merged = candidate
+    return Settings.model_validate(merged)
+
+
+# tool profile -------------------------------------------------------------------------
+
+TOOL_ROLES = ("intake", "knowledge", "tacit", "plan", "verify", "explore", "design")
+
+
+def user_tools_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME", "~")).expanduser()
+    return home / ".claude" / "loop-orchestrator" / "tools.json"
+
+
+def repo_tools_path(repo: Path) -> Path:
+    return repo / ".loop-orchestrator" / "tools.json"
+
+
+def _merge_profile(base: dict[str, dict[str, Any]], top: Mapping[str, Any]) -> None:
+    for role, fields in top.items():
+        if fields is None:
+            base.pop(role, None)
+            continue
+        current = base.setdefault(role, {})
+        for key, value in fields.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
+        if not current:
+            base.pop(role, None)
+
+
+def load_tool_profile(
+    repo: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    warnings: list[str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The merged tool profile: role -> fields (kind, ref, how, when, command...).
+
+    A file that is not a JSON object of objects is reported (to ``warnings`` and the log)
+    and ignored; the run goes on with the other layers.
+    """
+    paths = [user_tools_path(env)]
+    if repo is not None:
+        paths.append(repo_tools_path(repo))
+    profile: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        if not path.is_file():
+            continue
+        problem = None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            problem = f"{path}: not valid JSON ({exc}); ignored"
+        else:
+            if not isinstance(data, dict) or not all(
+                v is None or isinstance(v, dict) for v in data.values()
+            ):
+                problem = f"{path}: must map each role to an object (or null); ignored"
+        if problem:
+            log.warning("tool profile ignored: %s", problem)
+            if warnings is not None:
+                warnings.append(problem)
+            continue
+        _merge_profile(profile, data)
+    return profile

@@ -1,0 +1,140 @@
+"""The one exception root and its families.
+
+Every error a user can cause or fix is a ``LoOrchError``; the CLI maps it to exit code 1 and
+prints ``Error: <message>`` (plus the hint). Anything else that escapes is a bug: exit 3 with
+a log file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class LoOrchError(Exception):
+    """Root of every error lo-orch raises on purpose.
+
+    ``message`` says what happened; ``hint`` says what to do next.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        text = self.message
+        if self.hint:
+            text += f"\n{self.hint}"
+        return text
+
+
+class UsageError(LoOrchError):
+    """Bad combination of options, caught after click parsed them."""
+
+    exit_code = 2
+
+
+class ConfigError(LoOrchError):
+    """A configuration or tool-profile file is invalid."""
+
+
+class PlanError(LoOrchError):
+    """A plan file is invalid; carries every problem found, not just the first."""
+
+    def __init__(self, source: str, problems: Sequence[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        count = len(self.problems)
+        lines = [f"{source}: {count} problem{'s' if count != 1 else ''} in the plan"]
+        lines += [f"  - {p}" for p in self.problems]
+        super().__init__(
+            "\n".join(lines),
+            hint="Fix the plan file and run `lo-orch plan` again; nothing was written.",
+        )
+
+
+class StateError(LoOrchError):
+    """Run state on disk is missing, inconsistent or does not allow the operation."""
+
+
+class LockHeldError(StateError):
+    """Another supervisor holds the repository's lock."""
+
+
+class GateError(StateError):
+    """A human gate has not been passed (plan not approved, review missing or stale)."""
+
+
+class GitError(LoOrchError):
+    """A git operation failed or was refused for safety."""
+
+
+class MergeConflictError(GitError):
+    """A merge would conflict; ``paths`` are the conflicting files."""
+
+    def __init__(self, message: str, paths: Sequence[str], *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.paths = list(paths)
+
+
+class TmuxError(LoOrchError):
+    """tmux is missing or a tmux operation failed."""
+
+
+class AgentError(LoOrchError):
+    """An agent session could not be launched, reached or talked to."""
+
+
+class DeliveryError(AgentError):
+    """A prompt could not be delivered; carries the pane's last screen."""
+
+    def __init__(self, message: str, screen: str = "", *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.screen = screen
+
+    def render(self) -> str:
+        text = super().render()
+        if self.screen.strip():
+            text += "\nLast screen of the pane:\n" + self.screen.rstrip()
+        return text
+
+
+class NotLoggedInError(AgentError):
+    """Claude Code reported that it is not logged in."""
+
+
+class CommandError(LoOrchError):
+    """An external command failed; carries the command, exit code and output."""
+
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        returncode: int | None,
+        stdout: str = "",
+        stderr: str = "",
+        *,
+        message: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.cmd = list(cmd)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        shown = " ".join(self.cmd)
+        if message is None:
+            status = "timed out" if returncode is None else f"exited {returncode}"
+            message = f"`{shown}` {status}"
+            detail = (stderr or stdout).strip()
+            if detail:
+                message += ":\n" + "\n".join(detail.splitlines()[-20:])
+        super().__init__(message, hint=hint)
+
+
+class IntakeError(LoOrchError):
+    """An issue tracker or the planning agent could not produce a plan."""
+
+
+class VerifyError(LoOrchError):
+    """Verification could not run (not: verification found problems)."""

@@ -1,0 +1,102 @@
+"""The one gateway for subprocesses: argument lists, never a shell."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from loop_orchestrator.errors import CommandError, LoOrchError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Result:
+    cmd: list[str]
+    returncode: int | None  # None: timed out
+    stdout: str
+    stderr: str
+    duration: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def no_git_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment without leaked ``GIT_*`` variables.
+
+    A hook or an outer git (``GIT_DIR``, ``GIT_INDEX_FILE``...) would otherwise redirect git
+    commands meant for a worktree. Identity and config variables that tests pin are kept.
+    """
+    env = dict(os.environ if base is None else base)
+    keep = {
+        "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+        "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM", "GIT_SSH",
+        "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_TERMINAL_PROMPT", "GIT_EXEC_PATH",
+    }
+    for key in list(env):
+        if key.startswith("GIT_") and key not in keep:
+            del env[key]
+    return env
+
+
+def run(
+    cmd: Sequence[str],
+    *,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,  # noqa: A002  mirrors subprocess
+    timeout: float | None = None,
+    check: bool = True,
+) -> Result:
+    """Run ``cmd`` (an argument list) and capture its output as text.
+
+    With ``check`` a non-zero exit or a timeout raises ``CommandError`` carrying the
+    command, exit code, stdout and stderr; without it the caller reads ``Result``.
+    """
+    args = [str(c) for c in cmd]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(  # noqa: S603  argument list, no shell
+            args,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            input=input,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise LoOrchError(
+            f"{args[0]} not found",
+            hint=f"Install {args[0]} or put it on PATH.",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        out = _text(exc.stdout)
+        err = _text(exc.stderr)
+        result = Result(args, None, out, err, time.monotonic() - start)
+        log.debug("command timed out", extra={"cmd": args, "timeout": timeout})
+        if check:
+            raise CommandError(args, None, out, err) from exc
+        return result
+    result = Result(args, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+    if check and proc.returncode != 0:
+        raise CommandError(args, proc.returncode, proc.stdout, proc.stderr)
+    return result
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return data

@@ -1,0 +1,312 @@
+"""Run state on disk: the ``.orchestration/`` layout, atomic writes, the ledger.
+
+Every JSON state file is written atomically (temp file in the same folder, fsync,
+``os.replace``, fsync of the folder) under a ``filelock`` lock, so a reader never sees a
+half-written file and a crash leaves either the old or the new content. The ledger is
+append-only, one JSON object per line, each append fsynced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from loop_orchestrator.errors import StateError
+
+M = TypeVar("M", bound=BaseModel)
+
+ORCH_DIR = ".orchestration"
+WORKTREES_DIR = ".worktrees"
+
+
+class Phase(StrEnum):
+    """A task's phase (contract, DESIGN.md section 3)."""
+
+    PENDING = "pending"
+    LAUNCHING = "launching"
+    PLANNING = "planning"
+    PLAN_READY = "plan_ready"
+    IMPLEMENTING = "implementing"
+    IMPL_DONE = "impl_done"
+    VERIFYING = "verifying"
+    APPROVED = "approved"
+    INTEGRATED = "integrated"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+
+
+#: phases in which a task holds a live session (counts against the concurrency cap)
+ACTIVE_PHASES = frozenset(
+    {
+        Phase.LAUNCHING,
+        Phase.PLANNING,
+        Phase.PLAN_READY,
+        Phase.IMPLEMENTING,
+        Phase.IMPL_DONE,
+        Phase.VERIFYING,
+        Phase.APPROVED,
+    }
+)
+#: phases after which nothing more happens to a task without a human
+TERMINAL_PHASES = frozenset({Phase.INTEGRATED, Phase.BLOCKED, Phase.FAILED})
+
+
+class RunPhase(StrEnum):
+    """A run's state (contract, DESIGN.md section 3)."""
+
+    AWAITING_PLAN_APPROVAL = "awaiting_plan_approval"
+    RUNNING = "running"
+    AWAITING_MERGE_REVIEW = "awaiting_merge_review"
+    MERGED = "merged"
+    STOPPED = "stopped"
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601 with microseconds (sortable, parseable)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class TaskStatus(BaseModel):
+    """``status/<task>.json`` (contract). Extra keys are kept for forward compatibility."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task: str
+    phase: Phase = Phase.PENDING
+    wave: int = 0
+    updated_at: str = ""
+    worktree: str | None = None
+    branch: str | None = None
+    pane_id: str | None = None
+    session_id: str | None = None
+    rework_count: int = 0
+    last_event: str | None = None
+    note: str | None = None
+    error: str | None = None
+    commit: str | None = None
+    # extensions (optional, additive)
+    last_event_at: str | None = None
+    relaunches: int = 0
+    nudged: bool = False
+
+
+class RunState(BaseModel):
+    """``run.json``: the run's identity, its git anchors and the gate approvals."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    phase: RunPhase = RunPhase.AWAITING_PLAN_APPROVAL
+    repo: str
+    base_ref: str
+    base_sha: str
+    staging_branch: str
+    feature_branch: str
+    plan_sha256: str
+    plan_source: str | None = None
+    plan_source_sha256: str | None = None
+    approved_plan_sha256: str | None = None
+    approved_at: str | None = None
+    integration: dict[str, Any] | None = None
+    reviewed_commit: str | None = None
+    merged_commit: str | None = None
+    merged_at: str | None = None
+    created_at: str = ""
+    updated_at: str = ""
+
+
+class RunDir:
+    """Paths of one repository's ``.orchestration/`` folder."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo.resolve()
+        self.root = self.repo / ORCH_DIR
+
+    plan_json = property(lambda self: self.root / "plan.json")
+    run_json = property(lambda self: self.root / "run.json")
+    conflict_matrix = property(lambda self: self.root / "conflict-matrix.md")
+    status_dir = property(lambda self: self.root / "status")
+    briefs_dir = property(lambda self: self.root / "briefs")
+    plans_dir = property(lambda self: self.root / "plans")
+    reviews_dir = property(lambda self: self.root / "reviews")
+    evidence_dir = property(lambda self: self.root / "evidence")
+    ledger = property(lambda self: self.root / "ledger.jsonl")
+    supervisor_lock = property(lambda self: self.root / "supervisor.lock")
+    locks_dir = property(lambda self: self.root / "locks")
+    logs_dir = property(lambda self: self.root / "logs")
+    worktrees = property(lambda self: self.repo / WORKTREES_DIR)
+
+    def status_path(self, task: str) -> Path:
+        return self.status_dir / f"{task}.json"
+
+    def brief_path(self, task: str) -> Path:
+        return self.briefs_dir / f"{task}.md"
+
+    def agent_plan_path(self, task: str) -> Path:
+        return self.plans_dir / f"{task}.md"
+
+    def review_path(self, task: str, round_no: int) -> Path:
+        return self.reviews_dir / f"{task}-r{round_no}.md"
+
+    def task_evidence_dir(self, task: str) -> Path:
+        return self.evidence_dir / task
+
+    def worktree_path(self, task: str) -> Path:
+        return self.worktrees / task
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            Path(tmp).unlink()
+        raise
+    _fsync_dir(path.parent)
+
+
+class Store:
+    """Reads and writes one repository's run state."""
+
+    def __init__(self, rundir: RunDir) -> None:
+        self.dirs = rundir
+
+    @classmethod
+    def for_repo(cls, repo: Path) -> Store:
+        return cls(RunDir(repo))
+
+    # locking -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self, name: str) -> Iterator[None]:
+        """Hold the inter-process lock ``name`` (one per state file)."""
+        self.dirs.locks_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.dirs.locks_dir / f"{name}.lock"), timeout=30):
+            yield
+
+    # run.json ----------------------------------------------------------------------
+    def has_run(self) -> bool:
+        return self.dirs.run_json.exists()
+
+    def read_run(self) -> RunState:
+        path = self.dirs.run_json
+        if not path.exists():
+            raise StateError(
+                f"no run in {self.dirs.repo}",
+                hint="Create one with `lo-orch plan FILE` (or `lo-orch plan --goal TEXT`).",
+            )
+        return _load(RunState, path)
+
+    def write_run(self, state: RunState) -> None:
+        state.updated_at = now_iso()
+        with self.locked("run"):
+            atomic_write_text(self.dirs.run_json, state.model_dump_json(indent=2) + "\n")
+
+    def update_run(self, fn: Callable[[RunState], None]) -> RunState:
+        """Read, change with ``fn`` and write run.json under its lock."""
+        with self.locked("run"):
+            state = self.read_run()
+            fn(state)
+            state.updated_at = now_iso()
+            atomic_write_text(self.dirs.run_json, state.model_dump_json(indent=2) + "\n")
+        return state
+
+    # status/<task>.json ------------------------------------------------------------
+    def read_status(self, task: str) -> TaskStatus:
+        path = self.dirs.status_path(task)
+        if not path.exists():
+            raise StateError(
+                f"no status for task {task!r}",
+                hint="Check the task id with `lo-orch status`.",
+            )
+        return _load(TaskStatus, path)
+
+    def write_status(self, status: TaskStatus) -> None:
+        status.updated_at = now_iso()
+        with self.locked(f"status-{status.task}"):
+            self._write_status(status)
+
+    def _write_status(self, status: TaskStatus) -> None:
+        text = status.model_dump_json(indent=2) + "\n"
+        atomic_write_text(self.dirs.status_path(status.task), text)
+
+    def update_status(self, task: str, **changes: Any) -> TaskStatus:
+        """Read-modify-write one task's status under its lock; returns the new status."""
+        with self.locked(f"status-{task}"):
+            status = self.read_status(task)
+            data = status.model_dump()
+            data.update(changes)
+            data["updated_at"] = now_iso()
+            new = TaskStatus.model_validate(data)
+            self._write_status(new)
+        return new
+
+    def list_statuses(self) -> list[TaskStatus]:
+        folder = self.dirs.status_dir
+        if not folder.is_dir():
+            return []
+        return [_load(TaskStatus, p) for p in sorted(folder.glob("*.json"))]
+
+    # ledger.jsonl ------------------------------------------------------------------
+    def append_ledger(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Append one event to the ledger (never rewritten) and fsync it."""
+        record: dict[str, Any] = {"ts": now_iso(), "event": event, **fields}
+        line = json.dumps(record, sort_keys=False, default=str) + "\n"
+        self.dirs.root.mkdir(parents=True, exist_ok=True)
+        with self.locked("ledger"):
+            fd = os.open(self.dirs.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode("utf-8"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return record
+
+    def read_ledger(self) -> list[dict[str, Any]]:
+        path = self.dirs.ledger
+        if not path.exists():
+            return []
+        records = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                # a torn last line after a power cut: everything before it still counts
+                continue
+        return records
+
+
+def _load(model: type[M], path: Path) -> M:
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise StateError(
+            f"{path} is not a valid {model.__name__}: {exc.errors()[0]['msg']}",
+            hint="It was changed by hand or by another version; restore it or start a new run.",
+        ) from exc
