@@ -1,0 +1,127 @@
+"""`lo-orch plan`, `approve` and `status`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from loop_orchestrator.cli.common import repo_option, resolve_repo
+from loop_orchestrator.cli.main import cli
+from loop_orchestrator.cli.render import table
+from loop_orchestrator.errors import UsageError
+
+
+@cli.command("plan")
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--goal", help="Ask the agent (headless) to write a plan for this goal.")
+@click.option("--issue", help="Build the plan from a parent issue (GitHub, Jira, Linear).")
+@click.option("--concurrency", type=click.IntRange(1, 64), help="Override the session cap.")
+@repo_option
+def plan_command(
+    file: Path | None, goal: str | None, issue: str | None, concurrency: int | None,
+    repo: Path | None,
+) -> None:
+    """Validate a plan, schedule it and show the Gate 1 summary.
+
+    Nothing is written when the plan is invalid; every problem is listed.
+    """
+    from loop_orchestrator import config, core
+
+    given = [x for x in (file, goal, issue) if x]
+    if len(given) != 1:
+        raise UsageError(
+            "give exactly one of FILE, --goal TEXT or --issue KEY",
+            hint="For example: `lo-orch plan examples/plan.yaml`.",
+        )
+    root = resolve_repo(repo)
+    overrides = {"run": {"concurrency": concurrency}} if concurrency else None
+    settings = config.load_settings(root, overrides=overrides)
+    if file is not None:
+        summary = core.plan_from_file(root, file, settings)
+    elif goal is not None:
+        summary = core.plan_from_goal(root, goal, settings)
+    else:
+        assert issue is not None
+        summary = core.plan_from_issue(root, issue, settings)
+    show_summary(summary)
+
+
+def show_summary(summary: object) -> None:
+    from loop_orchestrator.runs import PlanSummary
+
+    assert isinstance(summary, PlanSummary)
+    plan, run = summary.plan, summary.run
+    wave_of = {tid: n for n, w in enumerate(summary.waves, start=1) for tid in w}
+    click.echo(f"Run {run.name}: {plan.goal}")
+    click.echo(f"Base {run.base_ref} @ {run.base_sha[:12]}; plan sha256 {run.plan_sha256[:12]}")
+    if summary.replaced_previous:
+        click.echo("(replaces the previous, unstarted or finished, run)")
+    click.echo("")
+    table(
+        ["task", "wave", "owns", "depends on", "done checks"],
+        [
+            [t.id, wave_of[t.id], ", ".join(t.owns), ", ".join(summary.deps[t.id]) or "-",
+             len(t.done)]
+            for t in plan.tasks
+        ],
+        title="Tasks",
+    )
+    click.echo("")
+    for n, wave in enumerate(summary.waves, start=1):
+        click.echo(f"Wave {n}: {', '.join(wave)}")
+    if plan.done_tasks:
+        click.echo("Already done (no session): " + ", ".join(d.id for d in plan.done_tasks))
+    sessions = len(plan.tasks)
+    click.echo(
+        f"\n{sessions} session{'s' if sessions != 1 else ''}, at most {summary.concurrency} "
+        f"at once, in {len(summary.waves)} wave{'s' if len(summary.waves) != 1 else ''}."
+    )
+    click.echo(f"Ownership matrix: {summary.matrix_path}")
+    click.echo("\nGate 1: review the split, then `lo-orch approve` and `lo-orch run`.")
+
+
+@cli.command("approve")
+@repo_option
+def approve_command(repo: Path | None) -> None:
+    """Gate 1: approve the current plan (bound to its sha256)."""
+    from loop_orchestrator import runs
+
+    state, plan = runs.approve_plan(resolve_repo(repo))
+    click.echo(
+        f"Approved plan {state.approved_plan_sha256 and state.approved_plan_sha256[:12]} of run "
+        f"{state.name} ({len(plan.tasks)} tasks). Next: `lo-orch run`."
+    )
+
+
+@cli.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print {run, tasks} as JSON.")
+@click.option("--watch", is_flag=True, help="A live table, refreshed every second.")
+@repo_option
+def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
+    """One row per task: wave, phase, rework count, last event, age."""
+    from loop_orchestrator import core
+
+    root = resolve_repo(repo)
+    if as_json:
+        click.echo(json.dumps(core.status_document(root), indent=2))
+        return
+    if watch:
+        core.watch_status(root)
+        return
+    doc = core.status_document(root)
+    run = doc["run"]
+    click.echo(f"Run {run['name']}: {run['phase']}" + (
+        " (plan approved)" if run.get("approved_plan_sha256") == run.get("plan_sha256") else
+        " (plan NOT approved: `lo-orch approve`)"))
+    now = time.time()
+    table(
+        ["task", "wave", "phase", "rework", "last event", "age", "note"],
+        [
+            [t["task"], t["wave"], t["phase"], t["rework_count"], t.get("last_event") or "-",
+             core.age(t.get("updated_at"), now), t.get("error") or t.get("note") or ""]
+            for t in doc["tasks"]
+        ],
+    )

@@ -1,0 +1,628 @@
+"""The plan file (contract, DESIGN.md section 4): model, validation, waves, the ready queue.
+
+Validation collects *every* problem before reporting, each naming the task and field and
+saying how to fix it. Scheduling is deterministic: waves are topological levels split by
+the concurrency cap; the ready queue releases a task once everything it depends on is
+integrated (or, with ``strict_waves``, once every earlier wave is).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from loop_orchestrator.errors import PlanError
+from loop_orchestrator.state import ACTIVE_PHASES, Phase
+
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+#: ids that would collide with the run's own branch names (lo/<run>/staging)
+RESERVED_IDS = frozenset({"staging"})
+#: folders a task may never own
+FORBIDDEN_ROOTS = (".orchestration", ".worktrees", ".git")
+#: shell syntax that has no meaning in an argument list; `cmd || true` must not pass
+SHELL_TOKENS = ("||", "&&", ";", "|", ">", "<", "`", "$(", "&")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DoneCheck(_Model):
+    criterion: str
+    check: str | None = None
+
+    def argv(self) -> list[str]:
+        """The check as an argument list (run without a shell)."""
+        return shlex.split(self.check or "")
+
+
+class Task(_Model):
+    id: str
+    title: str = ""
+    objective: str
+    owns: list[str]
+    produces: list[str] = Field(default_factory=list)
+    consumes: list[str] = Field(default_factory=list)
+    depends_on: list[str] = Field(default_factory=list)
+    done: list[DoneCheck]
+    complexity: Literal["simple", "medium", "complex"] = "medium"
+
+    @property
+    def label(self) -> str:
+        return self.title or self.id
+
+
+class DoneTask(_Model):
+    id: str
+    title: str = ""
+    produces: list[str] = Field(default_factory=list)
+    signatures: dict[str, str] = Field(default_factory=dict)
+
+
+class Plan(_Model):
+    goal: str
+    name: str | None = None
+    base: str | None = None
+    concurrency: int | None = Field(default=None, ge=1, le=64)
+    verify: str | None = None
+    tasks: list[Task]
+    done_tasks: list[DoneTask] = Field(default_factory=list)
+
+    def task(self, task_id: str) -> Task:
+        for t in self.tasks:
+            if t.id == task_id:
+                return t
+        raise KeyError(task_id)
+
+    @property
+    def run_name(self) -> str:
+        return self.name or slugify(self.goal)
+
+    def sha256(self) -> str:
+        return plan_hash(self)
+
+
+def slugify(text: str, limit: int = 40) -> str:
+    """A run name from free text: lower case, [a-z0-9-], at most ``limit`` characters."""
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    slug = slug[:limit].rstrip("-")
+    return slug or "run"
+
+
+def plan_hash(plan: Plan) -> str:
+    """sha256 of the canonical JSON of the plan: what Gate 1 approves."""
+    canonical = json.dumps(plan.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+# loading ------------------------------------------------------------------------------
+
+def parse_plan_text(text: str, source: str) -> Any:
+    """YAML or JSON text to plain data (JSON is YAML, but its errors read better as JSON)."""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("{"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(source, [f"not valid JSON: {exc}"]) from exc
+    except yaml.YAMLError as exc:
+        raise PlanError(source, [f"not valid YAML: {exc}"]) from exc
+
+
+def load_plan(path: Path) -> Plan:
+    """Read and fully validate a plan file; raise PlanError listing every problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise PlanError(str(path), ["file not found"]) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(str(path), [f"cannot be read: {exc}"]) from exc
+    return validate_plan_data(parse_plan_text(text, str(path)), str(path))
+
+
+def _where(raw_tasks: list[Any], loc: Sequence[int | str], kind: str = "tasks") -> str:
+    """A human location for a pydantic error: ``task 'x' field owns`` rather than tasks.2.owns."""
+    if len(loc) >= 2 and loc[0] == kind and isinstance(loc[1], int):
+        idx = loc[1]
+        raw = raw_tasks[idx] if idx < len(raw_tasks) else None
+        tid = raw.get("id") if isinstance(raw, dict) else None
+        who = f"task {tid!r}" if isinstance(tid, str) else f"{kind}[{idx}]"
+        if kind == "done_tasks":
+            who = "done " + who
+        rest = ".".join(str(p) for p in loc[2:])
+        return f"{who}, field {rest}" if rest else who
+    return "field " + ".".join(str(p) for p in loc)
+
+
+def _pydantic_problems(exc: ValidationError, raw: dict[str, Any]) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = err["loc"]
+        kind = str(loc[0]) if loc else ""
+        raw_list = raw.get(kind) if kind in ("tasks", "done_tasks") else None
+        where = _where(raw_list if isinstance(raw_list, list) else [], loc, kind)
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (a typo? see the plan format in README)"
+        elif err["type"] == "missing":
+            msg = "required but missing"
+        problems.append(f"{where}: {msg}")
+    return problems
+
+
+def validate_plan_data(raw: Any, source: str = "plan") -> Plan:
+    """Validate plain data as a plan; every structural and semantic problem at once."""
+    if not isinstance(raw, dict):
+        raise PlanError(source, ["the plan must be a mapping with `goal` and `tasks`"])
+    try:
+        plan = Plan.model_validate(raw)
+    except ValidationError as exc:
+        problems = _pydantic_problems(exc, raw)
+        # Still run the semantic checks on the tasks that did parse, so one run of
+        # `lo-orch plan` lists everything wrong, not just the first layer.
+        problems += _semantic_problems_partial(raw)
+        raise PlanError(source, problems) from exc
+    problems = semantic_problems(plan)
+    if problems:
+        raise PlanError(source, problems)
+    return plan
+
+
+def _semantic_problems_partial(raw: dict[str, Any]) -> list[str]:
+    tasks: list[Task] = []
+    for item in raw.get("tasks") or []:
+        try:
+            tasks.append(Task.model_validate(item))
+        except ValidationError:
+            continue
+    done: list[DoneTask] = []
+    for item in raw.get("done_tasks") or []:
+        try:
+            done.append(DoneTask.model_validate(item))
+        except ValidationError:
+            continue
+    if not tasks:
+        return []
+    name = raw.get("name")
+    stub = Plan.model_construct(
+        goal=str(raw.get("goal") or "x"),
+        name=name if isinstance(name, str) else None,
+        tasks=tasks,
+        done_tasks=done,
+    )
+    return semantic_problems(stub)
+
+
+# semantic validation -------------------------------------------------------------------
+
+def _path_problem(path: str) -> str | None:
+    if not path or not path.strip():
+        return "is empty"
+    if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", path):
+        return "is absolute; use a path relative to the repository root"
+    parts = PurePosixPath(path.replace("\\", "/")).parts
+    if ".." in parts:
+        return "contains `..`; paths must stay inside the repository"
+    if parts and parts[0] in FORBIDDEN_ROOTS:
+        return f"is under {parts[0]}/, which lo-orch manages; own project files only"
+    return None
+
+
+def _check_problem(check: str) -> str | None:
+    try:
+        argv = shlex.split(check)
+    except ValueError as exc:
+        return f"cannot be parsed as a command line ({exc})"
+    if not argv:
+        return "is empty; give a runnable command such as `pytest -q tests/test_x.py`"
+    for token in argv:
+        for bad in SHELL_TOKENS:
+            if token == bad or (bad in ("||", "&&", "`", "$(") and bad in token):
+                return (
+                    f"uses shell syntax `{bad}`; done-checks run as an argument list without "
+                    "a shell, so `|| true` and pipes would hide failures: give one command "
+                    "whose exit code is the verdict"
+                )
+    return None
+
+
+def _find_cycle(graph: Mapping[str, Sequence[str]]) -> list[str] | None:
+    """A dependency cycle as a path (first node repeated at the end), or None."""
+    white, grey, black = 0, 1, 2
+    color = dict.fromkeys(graph, white)
+    for start in graph:
+        if color[start] != white:
+            continue
+        stack: list[tuple[str, Iterable[str]]] = [(start, iter(graph[start]))]
+        path = [start]
+        color[start] = grey
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                color[node] = black
+                stack.pop()
+                path.pop()
+                continue
+            if nxt not in color:
+                continue
+            if color[nxt] == grey:
+                return [*path[path.index(nxt) :], nxt]
+            if color[nxt] == white:
+                color[nxt] = grey
+                stack.append((nxt, iter(graph[nxt])))
+                path.append(nxt)
+    return None
+
+
+def dependencies(plan: Plan) -> dict[str, list[str]]:
+    """Task id -> the task ids it depends on (explicit and through ``consumes``).
+
+    Outputs of ``done_tasks`` add no edge: they are already on the base.
+    """
+    producer = {out: t.id for t in plan.tasks for out in t.produces}
+    deps: dict[str, list[str]] = {}
+    for t in plan.tasks:
+        seen: list[str] = []
+        for d in [*t.depends_on, *(producer[c] for c in t.consumes if c in producer)]:
+            if d != t.id and d not in seen and any(x.id == d for x in plan.tasks):
+                seen.append(d)
+        deps[t.id] = seen
+    return deps
+
+
+def semantic_problems(plan: Plan) -> list[str]:
+    problems: list[str] = []
+    if plan.name is not None and not NAME_RE.match(plan.name):
+        problems.append(
+            f"field name: {plan.name!r} is not a valid run name; use 1-40 characters of "
+            "a-z, 0-9 and -, starting with a letter or digit"
+        )
+    if not plan.goal.strip():
+        problems.append("field goal: is empty; say in one sentence what the run builds")
+    if not plan.tasks:
+        problems.append("field tasks: the plan has no tasks; add at least one")
+
+    seen_ids: dict[str, str] = {}
+    for kind, items in (("task", plan.tasks), ("done task", plan.done_tasks)):
+        for item in items:
+            tid = item.id
+            if not ID_RE.match(tid):
+                problems.append(
+                    f"{kind} {tid!r}, field id: invalid id; use 1-40 characters of a-z, 0-9 "
+                    "and -, starting with a letter or digit (e.g. `user-model`)"
+                )
+            elif tid in RESERVED_IDS:
+                problems.append(
+                    f"{kind} {tid!r}, field id: {tid!r} is reserved (branch lo/<run>/{tid}); "
+                    "choose another id"
+                )
+            if tid in seen_ids:
+                problems.append(
+                    f"{kind} {tid!r}, field id: duplicate id (also a {seen_ids[tid]}); "
+                    "every id must be unique"
+                )
+            else:
+                seen_ids[tid] = kind
+
+    task_ids = {t.id for t in plan.tasks}
+    done_ids = {d.id for d in plan.done_tasks}
+    outputs: dict[str, str] = {}
+    for kind, items in (("task", plan.tasks), ("done task", plan.done_tasks)):
+        for item in items:
+            for out in item.produces:
+                if out in outputs and outputs[out] != item.id:
+                    problems.append(
+                        f"{kind} {item.id!r}, field produces: output {out!r} is also produced "
+                        f"by {outputs[out]!r}; each output has one producer"
+                    )
+                else:
+                    outputs.setdefault(out, item.id)
+
+    for t in plan.tasks:
+        for dep in t.depends_on:
+            if dep == t.id:
+                problems.append(f"task {t.id!r}, field depends_on: a task cannot depend on itself")
+            elif dep not in task_ids and dep not in done_ids:
+                problems.append(
+                    f"task {t.id!r}, field depends_on: unknown task {dep!r}; "
+                    f"known tasks: {', '.join(sorted(task_ids | done_ids)) or 'none'}"
+                )
+        for out in t.consumes:
+            if out not in outputs:
+                problems.append(
+                    f"task {t.id!r}, field consumes: no task produces {out!r}; add it to a "
+                    "task's `produces` (or to a done task's) or remove it"
+                )
+            elif outputs[out] == t.id:
+                problems.append(f"task {t.id!r}, field consumes: consumes its own output {out!r}")
+        if not t.owns:
+            problems.append(
+                f"task {t.id!r}, field owns: is empty; list the files (or globs) the task may change"
+            )
+        for i, path in enumerate(t.owns):
+            why = _path_problem(path)
+            if why:
+                problems.append(f"task {t.id!r}, field owns[{i}]: {path!r} {why}")
+        if not t.done:
+            problems.append(
+                f"task {t.id!r}, field done: no done criteria; add at least one "
+                "`{criterion, check}` with a runnable check"
+            )
+        for i, dc in enumerate(t.done):
+            if not dc.criterion.strip():
+                problems.append(f"task {t.id!r}, field done[{i}].criterion: is empty")
+            if dc.check is not None:
+                why = _check_problem(dc.check)
+                if why:
+                    problems.append(f"task {t.id!r}, field done[{i}].check: {dc.check!r} {why}")
+        if not t.objective.strip():
+            problems.append(f"task {t.id!r}, field objective: is empty; say what the task delivers")
+
+    deps = dependencies(plan)
+    cycle = _find_cycle(deps)
+    if cycle:
+        problems.append(
+            "dependency cycle: " + " -> ".join(cycle)
+            + "; break it by removing one depends_on/consumes edge"
+        )
+    else:
+        problems += ownership_problems(plan, deps)
+    return problems
+
+
+# ownership ----------------------------------------------------------------------------
+
+def _norm(pattern: str) -> str:
+    p = pattern.replace("\\", "/").strip()
+    if p.startswith("./"):
+        p = p[2:]
+    if p.endswith("/"):
+        p += "**"
+    return p
+
+
+def path_matches(path: str, patterns: Sequence[str]) -> bool:
+    """Whether a repo-relative path is matched by any owns pattern (``**`` spans folders)."""
+    segs = _norm(path).split("/")
+    return any(_match_segs(segs, _norm(p).split("/")) for p in patterns)
+
+
+def _match_segs(path: Sequence[str], pat: Sequence[str]) -> bool:
+    if not pat:
+        return not path
+    head = pat[0]
+    if head == "**":
+        return any(_match_segs(path[i:], pat[1:]) for i in range(len(path) + 1))
+    if not path:
+        return False
+    return fnmatch.fnmatchcase(path[0], head) and _match_segs(path[1:], pat[1:])
+
+
+_WILD = re.compile(r"[*?\[]")
+
+
+def _seg_overlap(a: str, b: str) -> bool:
+    """Whether some single path segment matches both segment patterns (conservative)."""
+    a_wild, b_wild = bool(_WILD.search(a)), bool(_WILD.search(b))
+    if not a_wild and not b_wild:
+        return a == b
+    if not a_wild:
+        return fnmatch.fnmatchcase(a, b)
+    if not b_wild:
+        return fnmatch.fnmatchcase(b, a)
+    # Both wild: compatible literal prefixes and suffixes (may over-report, never miss
+    # the common cases like `*.py` vs `test_*`).
+    pa, pb = _WILD.split(a)[0], _WILD.split(b)[0]
+    sa, sb = _WILD.split(a)[-1], _WILD.split(b)[-1]
+    return (pa.startswith(pb) or pb.startswith(pa)) and (sa.endswith(sb) or sb.endswith(sa))
+
+
+def patterns_overlap(a: str, b: str) -> bool:
+    """Whether some path could be matched by both owns patterns."""
+    return _overlap(tuple(_norm(a).split("/")), tuple(_norm(b).split("/")), {})
+
+
+def _overlap(
+    a: tuple[str, ...], b: tuple[str, ...], memo: dict[tuple[tuple[str, ...], tuple[str, ...]], bool]
+) -> bool:
+    key = (a, b)
+    if key in memo:
+        return memo[key]
+    if not a or not b:
+        result = (not a or all(s == "**" for s in a)) and (not b or all(s == "**" for s in b))
+    elif a[0] == "**":
+        result = _overlap(a[1:], b, memo) or _overlap(a, b[1:], memo)
+    elif b[0] == "**":
+        result = _overlap(a, b[1:], memo) or _overlap(a[1:], b, memo)
+    else:
+        result = _seg_overlap(a[0], b[0]) and _overlap(a[1:], b[1:], memo)
+    memo[key] = result
+    return result
+
+
+def ancestors(plan: Plan, deps: Mapping[str, Sequence[str]] | None = None) -> dict[str, int]:
+    """Task id -> bitset of its transitive dependencies (bit i = plan.tasks[i])."""
+    deps = dependencies(plan) if deps is None else deps
+    index = {t.id: i for i, t in enumerate(plan.tasks)}
+    result: dict[str, int] = {}
+    for tid in topological_order(plan, deps):
+        bits = 0
+        for d in deps[tid]:
+            bits |= result[d] | (1 << index[d])
+        result[tid] = bits
+    return result
+
+
+def ownership_problems(plan: Plan, deps: Mapping[str, Sequence[str]]) -> list[str]:
+    """Owned paths held by two tasks that could run at the same time."""
+    index = {t.id: i for i, t in enumerate(plan.tasks)}
+    anc = ancestors(plan, deps)
+    # Bucket patterns by their first literal segment; a wild first segment meets everyone.
+    buckets: dict[str, list[tuple[str, str]]] = {}
+    wild: list[tuple[str, str]] = []
+    for t in plan.tasks:
+        for p in t.owns:
+            if _path_problem(p):
+                continue
+            first = _norm(p).split("/")[0]
+            (wild if _WILD.search(first) else buckets.setdefault(first, [])).append((t.id, p))
+    problems: list[str] = []
+    reported: set[tuple[str, str]] = set()
+
+    def consider(x: tuple[str, str], y: tuple[str, str]) -> None:
+        (ta, pa), (tb, pb) = x, y
+        if ta == tb:
+            return
+        pair = (min(ta, tb), max(ta, tb))
+        if pair in reported:
+            return
+        ordered = (anc[ta] >> index[tb]) & 1 or (anc[tb] >> index[ta]) & 1
+        if ordered or not patterns_overlap(pa, pb):
+            return
+        reported.add(pair)
+        problems.append(
+            f"tasks {pair[0]!r} and {pair[1]!r}, field owns: {pa!r} and {pb!r} overlap and the "
+            "tasks could run at the same time; give the files to one task or make one "
+            "depend on the other"
+        )
+
+    groups = list(buckets.values())
+    for group in groups:
+        for i, x in enumerate(group):
+            for y in group[i + 1 :]:
+                consider(x, y)
+            for y in wild:
+                consider(x, y)
+    for i, x in enumerate(wild):
+        for y in wild[i + 1 :]:
+            consider(x, y)
+    return problems
+
+
+# scheduling ---------------------------------------------------------------------------
+
+def topological_order(plan: Plan, deps: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """Task ids with every dependency before its dependents, plan order otherwise."""
+    deps = dependencies(plan) if deps is None else deps
+    order: list[str] = []
+    placed: set[str] = set()
+    pending = [t.id for t in plan.tasks]
+    remaining = {tid: len(deps[tid]) for tid in pending}
+    dependents: dict[str, list[str]] = {tid: [] for tid in pending}
+    for tid in pending:
+        for d in deps[tid]:
+            dependents[d].append(tid)
+    queue = [tid for tid in pending if remaining[tid] == 0]
+    head = 0
+    while head < len(queue):
+        tid = queue[head]
+        head += 1
+        order.append(tid)
+        placed.add(tid)
+        for nxt in dependents[tid]:
+            remaining[nxt] -= 1
+            if remaining[nxt] == 0:
+                queue.append(nxt)
+    if len(order) != len(pending):
+        raise PlanError("plan", ["dependency cycle among: " + ", ".join(
+            t for t in pending if t not in placed)])
+    return order
+
+
+def levels(plan: Plan, deps: Mapping[str, Sequence[str]] | None = None) -> dict[str, int]:
+    """Task id -> topological level (0 = depends on nothing)."""
+    deps = dependencies(plan) if deps is None else deps
+    level: dict[str, int] = {}
+    for tid in topological_order(plan, deps):
+        level[tid] = 1 + max((level[d] for d in deps[tid]), default=-1)
+    return level
+
+
+def waves(plan: Plan, cap: int) -> list[list[str]]:
+    """Topological levels, each split into chunks of at most ``cap`` tasks (plan order)."""
+    if cap < 1:
+        raise ValueError("cap must be at least 1")
+    level = levels(plan)
+    by_level: dict[int, list[str]] = {}
+    for t in plan.tasks:
+        by_level.setdefault(level[t.id], []).append(t.id)
+    result: list[list[str]] = []
+    for lvl in sorted(by_level):
+        ids = by_level[lvl]
+        result += [ids[i : i + cap] for i in range(0, len(ids), cap)]
+    return result
+
+
+def wave_of(plan: Plan, cap: int) -> dict[str, int]:
+    """Task id -> its wave number, counting from 1."""
+    return {tid: n for n, wave in enumerate(waves(plan, cap), start=1) for tid in wave}
+
+
+def ready_tasks(
+    plan: Plan,
+    phases: Mapping[str, Phase],
+    cap: int,
+    *,
+    strict_waves: bool = False,
+    wave_numbers: Mapping[str, int] | None = None,
+) -> list[str]:
+    """The pending tasks that may start now, in start order, respecting ``cap``.
+
+    A task is ready when every dependency is ``integrated``; with ``strict_waves`` also
+    every task of every earlier wave. Tasks whose dependency is blocked or failed never
+    become ready (the rest of the run goes on).
+    """
+    deps = dependencies(plan)
+    active = sum(1 for p in phases.values() if p in ACTIVE_PHASES)
+    room = cap - active
+    if room <= 0:
+        return []
+    waves_by_id = dict(wave_numbers) if wave_numbers is not None else wave_of(plan, cap)
+    barrier = None
+    if strict_waves:
+        unfinished = [
+            waves_by_id[t.id] for t in plan.tasks
+            if phases.get(t.id, Phase.PENDING) != Phase.INTEGRATED
+        ]
+        barrier = min(unfinished, default=None)
+    ready: list[str] = []
+    for t in sorted(plan.tasks, key=lambda t: waves_by_id[t.id]):
+        if phases.get(t.id, Phase.PENDING) != Phase.PENDING:
+            continue
+        if barrier is not None and waves_by_id[t.id] != barrier:
+            continue
+        if all(phases.get(d) == Phase.INTEGRATED for d in deps[t.id]):
+            ready.append(t.id)
+            if len(ready) == room:
+                break
+    return ready
+
+
+def waiting_on(plan: Plan, phases: Mapping[str, Phase]) -> dict[str, list[str]]:
+    """Pending task -> the blocked/failed tasks (transitively) that keep it from starting."""
+    deps = dependencies(plan)
+    stuck: dict[str, list[str]] = {}
+    for tid in topological_order(plan, deps):
+        if phases.get(tid) in (Phase.BLOCKED, Phase.FAILED):
+            stuck[tid] = [tid]
+            continue
+        causes: list[str] = []
+        for d in deps[tid]:
+            for c in stuck.get(d, []):
+                if c not in causes:
+                    causes.append(c)
+        if causes and phases.get(tid, Phase.PENDING) == Phase.PENDING:
+            stuck[tid] = causes
+    return {k: v for k, v in stuck.items() if phases.get(k, Phase.PENDING) == Phase.PENDING}

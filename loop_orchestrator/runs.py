@@ -1,0 +1,221 @@
+"""A run's life on disk before and around the supervisor: create from a plan, Gate 1.
+
+``create_run`` is `lo-orch plan`: everything is validated and computed first, then written
+(plan.json, conflict matrix, run.json, one pending status per task). ``approve_plan`` is
+Gate 1, bound to the plan's sha256; ``load_approved`` is what `lo-orch run` checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator import briefs, plan as planmod
+from loop_orchestrator.config import Settings
+from loop_orchestrator.errors import GateError, StateError
+from loop_orchestrator.plan import Plan
+from loop_orchestrator.state import (
+    Phase,
+    RunDir,
+    RunPhase,
+    RunState,
+    Store,
+    TaskStatus,
+    atomic_write_text,
+    now_iso,
+)
+
+
+@dataclass
+class PlanSummary:
+    """What Gate 1 shows a person: the split, the waves, the ownership matrix."""
+
+    run: RunState
+    plan: Plan
+    waves: list[list[str]]
+    deps: dict[str, list[str]]
+    concurrency: int
+    matrix_path: Path
+    replaced_previous: bool = False
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def effective_concurrency(plan: Plan, settings: Settings) -> int:
+    return plan.concurrency or settings.run.concurrency
+
+
+def _shared_paths(plan: Plan) -> list[dict[str, Any]]:
+    owners: dict[str, list[str]] = {}
+    for t in plan.tasks:
+        for p in t.owns:
+            owners.setdefault(p, []).append(t.id)
+    return [{"path": p, "tasks": ts} for p, ts in owners.items() if len(ts) > 1]
+
+
+def _write_plan_json(rundir: RunDir, plan: Plan, source: Path | None, waves: list[list[str]]) -> str:
+    sha = planmod.plan_hash(plan)
+    doc = {
+        "sha256": sha,
+        "source": str(source) if source else None,
+        "source_sha256": file_sha256(source) if source and source.exists() else None,
+        "waves": waves,
+        "plan": plan.model_dump(mode="json"),
+    }
+    atomic_write_text(rundir.plan_json, json.dumps(doc, indent=2) + "\n")
+    return sha
+
+
+def read_plan(rundir: RunDir) -> tuple[Plan, dict[str, Any]]:
+    """The plan in plan.json (re-validated) and the document around it."""
+    path = rundir.plan_json
+    if not path.exists():
+        raise StateError(
+            f"no plan in {rundir.root}",
+            hint="Create one with `lo-orch plan FILE`.",
+        )
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise StateError(f"{path} is not valid JSON: {exc}", hint="Run `lo-orch plan FILE` again.") from exc
+    plan = planmod.validate_plan_data(doc.get("plan"), str(path))
+    return plan, doc
+
+
+def _in_progress(store: Store) -> list[TaskStatus]:
+    return [s for s in store.list_statuses() if s.phase != Phase.PENDING]
+
+
+def create_run(
+    repo: Path,
+    plan: Plan,
+    *,
+    source: Path | None,
+    settings: Settings,
+    base_sha: str,
+    base_ref: str,
+) -> PlanSummary:
+    """Record a validated plan as the repository's current run (awaiting Gate 1)."""
+    rundir = RunDir(repo)
+    store = Store(rundir)
+    cap = effective_concurrency(plan, settings)
+    deps = planmod.dependencies(plan)
+    waves = planmod.waves(plan, cap)
+    wave_of = {tid: n for n, w in enumerate(waves, start=1) for tid in w}
+
+    replaced = False
+    if store.has_run():
+        previous = store.read_run()
+        started = _in_progress(store)
+        if previous.phase not in (RunPhase.MERGED, RunPhase.STOPPED) and started:
+            raise StateError(
+                f"run {previous.name!r} is in progress ({len(started)} task(s) started)",
+                hint="Finish it with `lo-orch run` and `lo-orch merge`, or abandon it with "
+                "`lo-orch cleanup --abandon`, before planning a new run.",
+            )
+        replaced = True
+
+    run_name = plan.run_name
+    now = now_iso()
+    state = RunState(
+        name=run_name,
+        repo=str(rundir.repo),
+        base_ref=base_ref,
+        base_sha=base_sha,
+        staging_branch=f"lo/{run_name}/staging",
+        feature_branch=f"feat/{run_name}",
+        plan_sha256=planmod.plan_hash(plan),
+        plan_source=str(source.resolve()) if source else None,
+        plan_source_sha256=file_sha256(source) if source and source.exists() else None,
+        created_at=now,
+    )
+    matrix = briefs.render(
+        "conflict_matrix.md.j2",
+        run=run_name,
+        goal=plan.goal,
+        sha256=state.plan_sha256,
+        waves=waves,
+        tasks=plan.tasks,
+        wave_of=wave_of,
+        deps=deps,
+        done_tasks=plan.done_tasks,
+        shared=_shared_paths(plan),
+    )
+
+    # Everything is computed: now write. A previous (finished or unstarted) run's
+    # per-task files are cleared so `status` shows exactly this plan.
+    if replaced:
+        for folder in (rundir.status_dir, rundir.briefs_dir, rundir.plans_dir):
+            if folder.is_dir():
+                shutil.rmtree(folder)
+    rundir.root.mkdir(parents=True, exist_ok=True)
+    _write_plan_json(rundir, plan, source, waves)
+    atomic_write_text(rundir.conflict_matrix, matrix)
+    for t in plan.tasks:
+        store.write_status(TaskStatus(task=t.id, wave=wave_of[t.id]))
+    store.write_run(state)
+    store.append_ledger(
+        "plan_recorded",
+        run=run_name,
+        plan_sha256=state.plan_sha256,
+        tasks=len(plan.tasks),
+        waves=len(waves),
+        base_sha=base_sha,
+    )
+    return PlanSummary(state, plan, waves, deps, cap, rundir.conflict_matrix, replaced)
+
+
+def approve_plan(repo: Path) -> tuple[RunState, Plan]:
+    """Gate 1: approve the current plan, bound to its sha256."""
+    store = Store.for_repo(repo)
+    state = store.read_run()
+    plan, _ = read_plan(store.dirs)
+    check_plan_unchanged(state, plan)
+    sha = planmod.plan_hash(plan)
+
+    def approve(s: RunState) -> None:
+        s.approved_plan_sha256 = sha
+        s.approved_at = now_iso()
+
+    state = store.update_run(approve)
+    store.append_ledger("gate1_approved", run=state.name, plan_sha256=sha)
+    return state, plan
+
+
+def check_plan_unchanged(state: RunState, plan: Plan) -> None:
+    """Refuse when plan.json or its source file changed since `lo-orch plan`."""
+    sha = planmod.plan_hash(plan)
+    if sha != state.plan_sha256:
+        raise GateError(
+            "the recorded plan changed since `lo-orch plan` (its sha256 differs)",
+            hint="Run `lo-orch plan FILE` again and approve the result.",
+        )
+    if state.plan_source and state.plan_source_sha256:
+        source = Path(state.plan_source)
+        if source.exists() and file_sha256(source) != state.plan_source_sha256:
+            raise GateError(
+                f"{source} was edited after `lo-orch plan`",
+                hint=f"Run `lo-orch plan {source}` again, review it and `lo-orch approve`.",
+            )
+
+
+def load_approved(repo: Path) -> tuple[RunState, Plan]:
+    """The run and plan, only if Gate 1 approved exactly this plan."""
+    store = Store.for_repo(repo)
+    state = store.read_run()
+    plan, _ = read_plan(store.dirs)
+    check_plan_unchanged(state, plan)
+    if state.approved_plan_sha256 != planmod.plan_hash(plan):
+        what = "has not been approved" if not state.approved_plan_sha256 else (
+            "changed after it was approved")
+        raise GateError(
+            f"the plan of run {state.name!r} {what} (Gate 1)",
+            hint="Review it with `lo-orch status` and the conflict matrix, then `lo-orch approve`.",
+        )
+    return state, plan
