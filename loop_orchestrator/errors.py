@@ -79,6 +79,18 @@ class MergeConflictError(GitError):
         self.paths = list(paths)
 
 
+class SecretFileError(GitError):
+    """Files matching secret patterns were about to be committed; ``paths`` names them."""
+
+    def __init__(self, message: str, paths: Sequence[str], *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.paths = list(paths)
+
+
+class StaleReviewError(GitError, GateError):
+    """Staging moved after the Gate 2 review: the reviewed commit is no longer its tip."""
+
+
 class TmuxError(LoOrchError):
     """tmux is missing or a tmux operation failed."""
 
@@ -89,6 +101,20 @@ class AgentError(LoOrchError):
 
 class DeliveryError(AgentError):
     """A prompt could not be delivered; carries the pane's last screen."""
+
+    def __init__(self, message: str, screen: str = "", *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.screen = screen
+
+    def render(self) -> str:
+        text = super().render()
+        if self.screen.strip():
+            text += "\nLast screen of the pane:\n" + self.screen.rstrip()
+        return text
+
+
+class AgentStartError(AgentError):
+    """An agent session did not reach its ready prompt; carries the pane's last screen."""
 
     def __init__(self, message: str, screen: str = "", *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)

@@ -1,28 +1,36 @@
 """Plumbing for ``workspace``: running git, parsing its machine output, secret patterns.
 
-Nothing here decides policy; ``workspace`` does. Every git call goes through ``git()``:
+Nothing here decides policy; ``workspace`` does (and re-exports the revision and diff
+functions, which verification imports from there). Every git call goes through ``git()``:
 an argument list via ``proc.run`` with leaked ``GIT_*`` variables removed, English
 messages, and a ``GitError`` that carries the command's stderr on failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from loop_orchestrator import proc
 from loop_orchestrator.errors import GitError
+
+if TYPE_CHECKING:
+    from git import Repo as GitRepo
+
+    from loop_orchestrator.config import WorkspaceConfig
 
 #: basenames that look like secrets (DESIGN.md section 9, issue 3); matched case-insensitively
 SECRET_PATTERNS = (".env*", "*.pem", "*credential*", "id_rsa*", "*.key")
 #: ``git merge-tree --write-tree`` appeared in git 2.38
 MIN_GIT = (2, 38)
-ZERO_SHA = "0" * 40
+_DIFF = ("-c", "core.quotepath=false", "diff", "--no-renames", "--no-ext-diff", "--no-color")
 
 
 def git(
@@ -295,3 +303,125 @@ def quote_list(items: Sequence[str], limit: int = 10) -> str:
     if len(items) > limit:
         shown += f" and {len(items) - limit} more"
     return shown
+
+
+# revisions and diffs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One changed path; ``status`` is A, M, D or T. A rename is a ``D`` plus an ``A``."""
+
+    status: str
+    path: str
+    old_mode: str
+    new_mode: str
+
+
+def _rev_arg(ref: str) -> str:
+    if not ref or ref.startswith("-") or "\0" in ref:
+        msg = f"invalid revision {ref!r}"
+        raise GitError(msg, hint="Pass a branch name, tag or commit sha.")
+    return ref
+
+
+def rev_parse(repo: Path, ref: str) -> str:
+    """The commit sha ``ref`` names; ``GitError`` if there is no such commit."""
+    res = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
+              f"{_rev_arg(ref)}^{{commit}}", check=False)
+    if not res.ok:
+        msg = f"unknown revision {ref!r} in {repo}: no branch, tag or commit has that name"
+        raise GitError(msg, hint="Check the name with `git branch` or `git log --oneline`.")
+    return res.stdout.strip()
+
+
+def is_ancestor(repo: Path, a: str, b: str) -> bool:
+    """Whether commit ``a`` is ``b`` or one of its ancestors."""
+    res = git(repo, "merge-base", "--is-ancestor", _rev_arg(a), _rev_arg(b), check=False)
+    if res.returncode in (0, 1):
+        return res.returncode == 0
+    raise git_failure(res)
+
+
+def changed_paths(repo: Path, base: str, commit: str) -> list[Change]:
+    """Paths changed from ``base`` to ``commit`` with modes (symlink and mode changes show)."""
+    out = git(repo, *_DIFF, "--raw", "-z", "--no-abbrev", _rev_arg(base), _rev_arg(commit),
+              "--").stdout
+    return [Change(c.status, c.path, c.old_mode, c.new_mode) for c in parse_raw_diff(out)]
+
+
+def added_lines(repo: Path, base: str, commit: str) -> dict[str, list[tuple[int, str]]]:
+    """Added lines per file with their line numbers in ``commit``."""
+    out = git(repo, *_DIFF, "-U0", "--src-prefix=a/", "--dst-prefix=b/", _rev_arg(base),
+              _rev_arg(commit), "--").stdout
+    return parse_added_lines(out)
+
+
+def diff_text(repo: Path, base: str, commit: str, paths: Sequence[str] | None = None) -> str:
+    """The unified diff from ``base`` to ``commit``, optionally limited to ``paths``."""
+    if paths is not None and not paths:
+        return ""
+    return git(repo, "--literal-pathspecs", *_DIFF, "--src-prefix=a/", "--dst-prefix=b/",
+               _rev_arg(base), _rev_arg(commit), "--", *(paths or ())).stdout
+
+
+def diff_stat(repo: Path, base: str, commit: str) -> str:
+    """``git diff --stat`` from ``base`` to ``commit``."""
+    return git(repo, *_DIFF, "--stat=120", _rev_arg(base), _rev_arg(commit), "--").stdout
+
+
+@contextlib.contextmanager
+def _gitpython(repo: Path) -> Iterator[GitRepo]:
+    # Imported here: gitpython costs ~100 ms and `lo-orch hook` must stay fast.
+    import git as gitpython
+
+    handle = gitpython.Repo(repo)
+    # Its cat-file processes inherit os.environ: pin them to this repository.
+    common = Path(handle.common_dir)
+    handle.git.update_environment(GIT_DIR=str(common), GIT_OBJECT_DIRECTORY=str(common / "objects"))
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+def file_at(repo: Path, commit: str, relpath: str) -> str | None:
+    """The text of ``relpath`` in ``commit``; None when it is absent or not a file."""
+    sha = rev_parse(repo, commit)
+    with _gitpython(repo) as handle:
+        try:
+            obj = handle.commit(sha).tree / relpath.strip("/")
+        except KeyError:
+            return None
+        if obj.type != "blob":
+            return None
+        data: bytes = obj.data_stream.read()
+    return data.decode("utf-8", "replace")
+
+
+def update_ref(repo: Path, branch: str, new: str, old: str, reason: str) -> None:
+    """Move ``branch`` from ``old`` to ``new`` only if it still points at ``old``."""
+    res = git(repo, "update-ref", "-m", reason, f"refs/heads/{branch}", new, old, check=False)
+    if not res.ok:
+        msg = f"{branch} moved while lo-orch was updating it (expected {old[:12]}); nothing changed"
+        raise GitError(msg, hint="Something else changed the branch; run again to retry.")
+
+
+def merge_tree(repo: Path, ours: str, theirs: str) -> tuple[str | None, list[str]]:
+    """(tree, []) for a clean merge, (None, conflicting paths) otherwise. No checkout."""
+    res = git(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z",
+              _rev_arg(ours), _rev_arg(theirs), check=False)
+    if res.returncode == 0:
+        return split_z(res.stdout)[0], []
+    if res.returncode == 1:
+        return None, sorted(dict.fromkeys(split_z(res.stdout)[1:]))
+    raise git_failure(res, hint="The two commits may have no common history.")
+
+
+def identity(settings: WorkspaceConfig) -> dict[str, str]:
+    return {
+        "GIT_AUTHOR_NAME": settings.author_name,
+        "GIT_AUTHOR_EMAIL": settings.author_email,
+        "GIT_COMMITTER_NAME": settings.author_name,
+        "GIT_COMMITTER_EMAIL": settings.author_email,
+    }

@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -23,14 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from loop_orchestrator.errors import PlanError
 from loop_orchestrator.state import ACTIVE_PHASES, Phase
 
-ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")  # \Z: `$` would accept "id\n"
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
 #: ids that would collide with the run's own branch names (lo/<run>/staging)
 RESERVED_IDS = frozenset({"staging"})
 #: folders a task may never own
 FORBIDDEN_ROOTS = (".orchestration", ".worktrees", ".git")
 #: shell syntax that has no meaning in an argument list; `cmd || true` must not pass
 SHELL_TOKENS = ("||", "&&", ";", "|", ">", "<", "`", "$(", "&")
+_SHELL_PUNCT = frozenset("();<>|&")
 
 
 class _Model(BaseModel):
@@ -107,15 +108,68 @@ def plan_hash(plan: Plan) -> str:
 
 # loading ------------------------------------------------------------------------------
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *anchor` merges; an explicit key may override a merged one
+        key = loader.construct_object(key_node)
+        try:
+            duplicate = key in seen
+        except TypeError:  # an unhashable key: the model check reports it
+            continue
+        if duplicate:
+            msg = (
+                f"key {key!r} is given twice (line {key_node.start_mark.line + 1}); "
+                "keep one of them"
+            )
+            raise _DuplicateKey(msg)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            msg = f"key {key!r} is given twice; keep one of them"
+            raise _DuplicateKey(msg)
+        out[key] = value
+    return out
+
+
 def parse_plan_text(text: str, source: str) -> Any:
-    """YAML or JSON text to plain data (JSON is YAML, but its errors read better as JSON)."""
+    """YAML or JSON text to plain data (JSON is YAML, but its errors read better as JSON).
+
+    A key given twice is an error in both: the second would silently replace the first.
+    """
     stripped = text.lstrip()
     try:
         if stripped.startswith("{"):
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise PlanError(source, [f"not valid JSON: {exc}"]) from exc
+            try:
+                return json.loads(text, object_pairs_hook=_json_pairs)
+            except json.JSONDecodeError as exc:
+                # `{goal: x, tasks: [...]}` is YAML flow style, not JSON.
+                try:
+                    return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+                except yaml.YAMLError:
+                    raise PlanError(source, [f"not valid JSON: {exc}"]) from exc
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except _DuplicateKey as exc:
+        raise PlanError(source, [str(exc)]) from exc
     except yaml.YAMLError as exc:
         raise PlanError(source, [f"not valid YAML: {exc}"]) from exc
 
@@ -180,18 +234,29 @@ def validate_plan_data(raw: Any, source: str = "plan") -> Plan:
 
 
 def _semantic_problems_partial(raw: dict[str, Any]) -> list[str]:
+    raw_tasks = raw.get("tasks")
+    raw_done = raw.get("done_tasks")
     tasks: list[Task] = []
-    for item in raw.get("tasks") or []:
+    # Tasks that did not parse are still known by id and outputs, so a task depending on
+    # one with a typo is not also reported as depending on an "unknown task".
+    unparsed: dict[str, list[str]] = {}
+    for item in raw_tasks if isinstance(raw_tasks, list) else []:
         try:
             tasks.append(Task.model_validate(item))
         except ValidationError:
-            continue
+            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                produces = item.get("produces")
+                unparsed[item["id"]] = [
+                    o for o in (produces if isinstance(produces, list) else [])
+                    if isinstance(o, str)
+                ]
     done: list[DoneTask] = []
-    for item in raw.get("done_tasks") or []:
+    for item in raw_done if isinstance(raw_done, list) else []:
         try:
             done.append(DoneTask.model_validate(item))
         except ValidationError:
-            continue
+            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                unparsed.setdefault(item["id"], [])
     if not tasks:
         return []
     name = raw.get("name")
@@ -201,10 +266,18 @@ def _semantic_problems_partial(raw: dict[str, Any]) -> list[str]:
         tasks=tasks,
         done_tasks=done,
     )
-    return semantic_problems(stub)
+    return semantic_problems(stub, unparsed=unparsed)
 
 
 # semantic validation -------------------------------------------------------------------
+
+def _some(items: Sequence[str], limit: int = 12) -> str:
+    """A short list for a message: the first ``limit`` items and how many more."""
+    if not items:
+        return "none"
+    shown = ", ".join(items[:limit])
+    return shown if len(items) <= limit else f"{shown} (and {len(items) - limit} more)"
+
 
 def _path_problem(path: str) -> str | None:
     if not path or not path.strip():
@@ -226,14 +299,23 @@ def _check_problem(check: str) -> str | None:
         return f"cannot be parsed as a command line ({exc})"
     if not argv:
         return "is empty; give a runnable command such as `pytest -q tests/test_x.py`"
-    for token in argv:
-        for bad in SHELL_TOKENS:
-            if token == bad or (bad in ("||", "&&", "`", "$(") and bad in token):
-                return (
-                    f"uses shell syntax `{bad}`; done-checks run as an argument list without "
-                    "a shell, so `|| true` and pipes would hide failures: give one command "
-                    "whose exit code is the verdict"
-                )
+    # shlex.split alone keeps `-q;` or `a|b` as one word, so `pytest -q; rm x` would pass:
+    # split again with punctuation_chars, which makes unquoted ; | & < > ( ) words of their own.
+    lexer = shlex.shlex(check, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError as exc:  # pragma: no cover - shlex.split above raised already
+        return f"cannot be parsed as a command line ({exc})"
+    bad = next((w for w in words if w and all(c in _SHELL_PUNCT for c in w)), None)
+    if bad is None:
+        bad = next((tok for tok in ("`", "$(") for w in argv if tok in w), None)
+    if bad is not None:
+        return (
+            f"uses shell syntax `{bad}`; done-checks run as an argument list without "
+            "a shell, so `|| true` and pipes would hide failures: give one command "
+            "whose exit code is the verdict"
+        )
     return None
 
 
@@ -244,7 +326,7 @@ def _find_cycle(graph: Mapping[str, Sequence[str]]) -> list[str] | None:
     for start in graph:
         if color[start] != white:
             continue
-        stack: list[tuple[str, Iterable[str]]] = [(start, iter(graph[start]))]
+        stack: list[tuple[str, Iterator[str]]] = [(start, iter(graph[start]))]
         path = [start]
         color[start] = grey
         while stack:
@@ -272,19 +354,28 @@ def dependencies(plan: Plan) -> dict[str, list[str]]:
     Outputs of ``done_tasks`` add no edge: they are already on the base.
     """
     producer = {out: t.id for t in plan.tasks for out in t.produces}
+    ids = {t.id for t in plan.tasks}
     deps: dict[str, list[str]] = {}
     for t in plan.tasks:
-        seen: list[str] = []
+        seen: dict[str, None] = {}  # ordered set: plan order of the edges, no repeats
         for d in [*t.depends_on, *(producer[c] for c in t.consumes if c in producer)]:
-            if d != t.id and d not in seen and any(x.id == d for x in plan.tasks):
-                seen.append(d)
-        deps[t.id] = seen
+            if d != t.id and d in ids:
+                seen[d] = None
+        deps[t.id] = list(seen)
     return deps
 
 
-def semantic_problems(plan: Plan) -> list[str]:
+def semantic_problems(
+    plan: Plan, *, unparsed: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
+    """Every problem beyond the shape of the data: ids, references, cycles, ownership.
+
+    ``unparsed`` (id -> outputs) names tasks that exist in the file but failed to parse;
+    references to them are not reported again.
+    """
+    unparsed = unparsed or {}
     problems: list[str] = []
-    if plan.name is not None and not NAME_RE.match(plan.name):
+    if plan.name is not None and not NAME_RE.fullmatch(plan.name):
         problems.append(
             f"field name: {plan.name!r} is not a valid run name; use 1-40 characters of "
             "a-z, 0-9 and -, starting with a letter or digit"
@@ -298,7 +389,7 @@ def semantic_problems(plan: Plan) -> list[str]:
     for kind, items in (("task", plan.tasks), ("done task", plan.done_tasks)):
         for item in items:
             tid = item.id
-            if not ID_RE.match(tid):
+            if not ID_RE.fullmatch(tid):
                 problems.append(
                     f"{kind} {tid!r}, field id: invalid id; use 1-40 characters of a-z, 0-9 "
                     "and -, starting with a letter or digit (e.g. `user-model`)"
@@ -316,9 +407,9 @@ def semantic_problems(plan: Plan) -> list[str]:
             else:
                 seen_ids[tid] = kind
 
-    task_ids = {t.id for t in plan.tasks}
+    task_ids = {t.id for t in plan.tasks} | set(unparsed)
     done_ids = {d.id for d in plan.done_tasks}
-    outputs: dict[str, str] = {}
+    outputs: dict[str, str] = {out: tid for tid, outs in unparsed.items() for out in outs}
     for kind, items in (("task", plan.tasks), ("done task", plan.done_tasks)):
         for item in items:
             for out in item.produces:
@@ -337,7 +428,7 @@ def semantic_problems(plan: Plan) -> list[str]:
             elif dep not in task_ids and dep not in done_ids:
                 problems.append(
                     f"task {t.id!r}, field depends_on: unknown task {dep!r}; "
-                    f"known tasks: {', '.join(sorted(task_ids | done_ids)) or 'none'}"
+                    f"known tasks: {_some(sorted(task_ids | done_ids))}"
                 )
         for out in t.consumes:
             if out not in outputs:
@@ -349,7 +440,8 @@ def semantic_problems(plan: Plan) -> list[str]:
                 problems.append(f"task {t.id!r}, field consumes: consumes its own output {out!r}")
         if not t.owns:
             problems.append(
-                f"task {t.id!r}, field owns: is empty; list the files (or globs) the task may change"
+                f"task {t.id!r}, field owns: is empty; list the files (or globs) the task "
+                "may change"
             )
         for i, path in enumerate(t.owns):
             why = _path_problem(path)
@@ -434,9 +526,10 @@ def patterns_overlap(a: str, b: str) -> bool:
     return _overlap(tuple(_norm(a).split("/")), tuple(_norm(b).split("/")), {})
 
 
-def _overlap(
-    a: tuple[str, ...], b: tuple[str, ...], memo: dict[tuple[tuple[str, ...], tuple[str, ...]], bool]
-) -> bool:
+_Memo = dict[tuple[tuple[str, ...], tuple[str, ...]], bool]
+
+
+def _overlap(a: tuple[str, ...], b: tuple[str, ...], memo: _Memo) -> bool:
     key = (a, b)
     if key in memo:
         return memo[key]
@@ -465,24 +558,52 @@ def ancestors(plan: Plan, deps: Mapping[str, Sequence[str]] | None = None) -> di
     return result
 
 
+def _literal_prefix(pattern: str) -> tuple[str, ...]:
+    """The path segments of an owns pattern before its first wildcard segment."""
+    prefix: list[str] = []
+    for seg in _norm(pattern).split("/"):
+        if _WILD.search(seg):
+            break
+        prefix.append(seg)
+    return tuple(prefix)
+
+
+class _PrefixNode:
+    __slots__ = ("items", "kids")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, str, str]] = []  # (order, task id, pattern)
+        self.kids: dict[str, _PrefixNode] = {}
+
+
 def ownership_problems(plan: Plan, deps: Mapping[str, Sequence[str]]) -> list[str]:
-    """Owned paths held by two tasks that could run at the same time."""
+    """Owned paths held by two tasks that could run at the same time.
+
+    Two patterns can only match a common path when the literal prefix of one (its segments
+    before the first wildcard) is a prefix of the other's. Patterns are kept in a trie of
+    those prefixes and each is compared only with the patterns on its own trie path, so a
+    plan where every task owns files in its own folder costs about linear time.
+    """
     index = {t.id: i for i, t in enumerate(plan.tasks)}
     anc = ancestors(plan, deps)
-    # Bucket patterns by their first literal segment; a wild first segment meets everyone.
-    buckets: dict[str, list[tuple[str, str]]] = {}
-    wild: list[tuple[str, str]] = []
+    root = _PrefixNode()
+    entries: list[tuple[int, str, str, tuple[str, ...]]] = []
     for t in plan.tasks:
         for p in t.owns:
             if _path_problem(p):
                 continue
-            first = _norm(p).split("/")[0]
-            (wild if _WILD.search(first) else buckets.setdefault(first, [])).append((t.id, p))
+            prefix = _literal_prefix(p)
+            node = root
+            for seg in prefix:
+                node = node.kids.setdefault(seg, _PrefixNode())
+            order = len(entries)
+            node.items.append((order, t.id, p))
+            entries.append((order, t.id, p, prefix))
+
     problems: list[str] = []
     reported: set[tuple[str, str]] = set()
 
-    def consider(x: tuple[str, str], y: tuple[str, str]) -> None:
-        (ta, pa), (tb, pb) = x, y
+    def consider(ta: str, pa: str, tb: str, pb: str) -> None:
         if ta == tb:
             return
         pair = (min(ta, tb), max(ta, tb))
@@ -492,22 +613,25 @@ def ownership_problems(plan: Plan, deps: Mapping[str, Sequence[str]]) -> list[st
         if ordered or not patterns_overlap(pa, pb):
             return
         reported.add(pair)
+        first, second = (pa, pb) if pair[0] == ta else (pb, pa)
         problems.append(
-            f"tasks {pair[0]!r} and {pair[1]!r}, field owns: {pa!r} and {pb!r} overlap and the "
-            "tasks could run at the same time; give the files to one task or make one "
-            "depend on the other"
+            f"tasks {pair[0]!r} and {pair[1]!r}, field owns: {first!r} and {second!r} overlap "
+            "and the tasks could run at the same time; give the files to one task or make "
+            "one depend on the other"
         )
 
-    groups = list(buckets.values())
-    for group in groups:
-        for i, x in enumerate(group):
-            for y in group[i + 1 :]:
-                consider(x, y)
-            for y in wild:
-                consider(x, y)
-    for i, x in enumerate(wild):
-        for y in wild[i + 1 :]:
-            consider(x, y)
+    for order, tid, pattern, prefix in entries:
+        node = root
+        path_nodes = [root]
+        for seg in prefix:
+            node = node.kids[seg]
+            path_nodes.append(node)
+        for depth, at in enumerate(path_nodes):
+            own_node = depth == len(path_nodes) - 1
+            for other_order, other_tid, other_pattern in at.items:
+                if own_node and other_order >= order:
+                    break  # same node: each pair once, the earlier pattern first
+                consider(other_tid, other_pattern, tid, pattern)
     return problems
 
 
@@ -536,8 +660,8 @@ def topological_order(plan: Plan, deps: Mapping[str, Sequence[str]] | None = Non
             if remaining[nxt] == 0:
                 queue.append(nxt)
     if len(order) != len(pending):
-        raise PlanError("plan", ["dependency cycle among: " + ", ".join(
-            t for t in pending if t not in placed)])
+        stuck = ", ".join(t for t in pending if t not in placed)
+        raise PlanError(plan.run_name, [f"dependency cycle among: {stuck}"])
     return order
 
 
@@ -553,7 +677,8 @@ def levels(plan: Plan, deps: Mapping[str, Sequence[str]] | None = None) -> dict[
 def waves(plan: Plan, cap: int) -> list[list[str]]:
     """Topological levels, each split into chunks of at most ``cap`` tasks (plan order)."""
     if cap < 1:
-        raise ValueError("cap must be at least 1")
+        msg = f"cap must be at least 1, not {cap}"
+        raise ValueError(msg)
     level = levels(plan)
     by_level: dict[int, list[str]] = {}
     for t in plan.tasks:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from filelock import FileLock
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loop_orchestrator.errors import StateError
 
@@ -98,6 +98,11 @@ class TaskStatus(BaseModel):
     last_event_at: str | None = None
     relaunches: int = 0
     nudged: bool = False
+    #: "<phase>:<rework_count>" of the last prompt whose delivery was confirmed
+    delivered: str | None = None
+    #: when the UserPromptSubmit hook last fired for this task
+    prompt_submitted_at: str | None = None
+    stop_blocks: int = 0
 
 
 class RunState(BaseModel):
@@ -121,6 +126,10 @@ class RunState(BaseModel):
     reviewed_commit: str | None = None
     merged_commit: str | None = None
     merged_at: str | None = None
+    #: tmux server (``-L`` socket name) the run's sessions live on; None = default server
+    tmux_socket: str | None = None
+    #: tasks left out of the reviewed result (blocked or failed, run continued without them)
+    skipped_tasks: list[str] = Field(default_factory=list)
     created_at: str = ""
     updated_at: str = ""
 
@@ -132,19 +141,57 @@ class RunDir:
         self.repo = repo.resolve()
         self.root = self.repo / ORCH_DIR
 
-    plan_json = property(lambda self: self.root / "plan.json")
-    run_json = property(lambda self: self.root / "run.json")
-    conflict_matrix = property(lambda self: self.root / "conflict-matrix.md")
-    status_dir = property(lambda self: self.root / "status")
-    briefs_dir = property(lambda self: self.root / "briefs")
-    plans_dir = property(lambda self: self.root / "plans")
-    reviews_dir = property(lambda self: self.root / "reviews")
-    evidence_dir = property(lambda self: self.root / "evidence")
-    ledger = property(lambda self: self.root / "ledger.jsonl")
-    supervisor_lock = property(lambda self: self.root / "supervisor.lock")
-    locks_dir = property(lambda self: self.root / "locks")
-    logs_dir = property(lambda self: self.root / "logs")
-    worktrees = property(lambda self: self.repo / WORKTREES_DIR)
+    @property
+    def plan_json(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def conflict_matrix(self) -> Path:
+        return self.root / "conflict-matrix.md"
+
+    @property
+    def status_dir(self) -> Path:
+        return self.root / "status"
+
+    @property
+    def briefs_dir(self) -> Path:
+        return self.root / "briefs"
+
+    @property
+    def plans_dir(self) -> Path:
+        return self.root / "plans"
+
+    @property
+    def reviews_dir(self) -> Path:
+        return self.root / "reviews"
+
+    @property
+    def evidence_dir(self) -> Path:
+        return self.root / "evidence"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.jsonl"
+
+    @property
+    def supervisor_lock(self) -> Path:
+        return self.root / "supervisor.lock"
+
+    @property
+    def locks_dir(self) -> Path:
+        return self.root / "locks"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def worktrees(self) -> Path:
+        return self.repo / WORKTREES_DIR
 
     def status_path(self, task: str) -> Path:
         return self.status_dir / f"{task}.json"
@@ -262,6 +309,20 @@ class Store:
             data.update(changes)
             data["updated_at"] = now_iso()
             new = TaskStatus.model_validate(data)
+            self._write_status(new)
+        return new
+
+    def modify_status(self, task: str, fn: Callable[[TaskStatus], None]) -> TaskStatus:
+        """Read, change with ``fn`` and write one task's status under its lock.
+
+        ``fn`` sees the current status and may raise to refuse the change (nothing is
+        written), so a check and its write are one atomic step (e.g. `lo-orch signal`).
+        """
+        with self.locked(f"status-{task}"):
+            status = self.read_status(task)
+            fn(status)
+            status.updated_at = now_iso()
+            new = TaskStatus.model_validate(status.model_dump())
             self._write_status(new)
         return new
 

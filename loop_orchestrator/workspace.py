@@ -1,17 +1,88 @@
-"""Everything that touches git: branches, worktrees, commits, diffs, merges, cleanup."""
+"""Everything that touches git: branches, worktrees, commits, diffs, merges, cleanup.
+
+Safety (DESIGN.md section 9): nothing is pushed and nothing is forced. Every branch this
+module creates carries a marker in the repository config (``branch.<name>.lo-orch-run``),
+so a user's branch that happens to have the same name is refused, never reused or moved.
+Merges into staging never touch a working tree: ``git merge-tree --write-tree``,
+``git commit-tree`` and a compare-and-swap ``git update-ref``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loop_orchestrator import proc
-from loop_orchestrator.errors import GitError
+from loop_orchestrator.errors import (
+    CommandError,
+    ConfigError,
+    GitError,
+    MergeConflictError,
+    SecretFileError,
+    StaleReviewError,
+)
+from loop_orchestrator.gitutil import (
+    Change,
+    WorktreeInfo,
+    added_lines,
+    changed_paths,
+    diff_stat,
+    diff_text,
+    file_at,
+    git,
+    git_failure,
+    identity,
+    is_ancestor,
+    is_secret_path,
+    merge_tree,
+    parse_status,
+    parse_worktrees,
+    quote_list,
+    require_git,
+    rev_parse,
+    scan_tree,
+    split_z,
+    update_ref,
+)
+
+if TYPE_CHECKING:
+    from loop_orchestrator.config import WorkspaceConfig
+
+__all__ = [
+    "Change", "CleanupReport", "Workspace", "added_lines", "changed_paths", "diff_stat",
+    "diff_text", "ensure_excludes", "file_at", "init_repo", "is_ancestor", "repo_root",
+    "rev_parse", "update_ref",
+]
+
+log = logging.getLogger(__name__)
+
+TASK_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+RUN_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+RESERVED_TASKS = frozenset({"staging"})
+# Same values as state.ORCH_DIR/WORKTREES_DIR (DESIGN.md section 3); not imported, because
+# state pulls in pydantic and `repo_root` is on the path of the 150 ms `lo-orch hook`.
+ORCH_DIR = ".orchestration"
+WORKTREES_DIR = ".worktrees"
+#: lines lo-orch keeps in ``.git/info/exclude`` (never in the user's ``.gitignore``)
+EXCLUDES = (f"/{ORCH_DIR}/", f"/{WORKTREES_DIR}/")
+#: paths of the main checkout that are lo-orch's own, not the user's uncommitted work
+_OWN_PREFIXES = (f"{ORCH_DIR}/", f"{WORKTREES_DIR}/", ".loop-orchestrator/")
+_MARK = "lo-orch-run"
+_LAUNCH = "lo-orch-base"
 
 
 def repo_root(path: Path) -> Path:
     """The top of the git work tree containing ``path`` (the main checkout for a worktree)."""
     if not path.exists():
-        raise GitError(f"{path} does not exist", hint="Pass an existing folder with --repo.")
+        msg = f"{path} does not exist"
+        raise GitError(msg, hint="Pass an existing folder with --repo.")
     result = proc.run(
         ["git", "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel"],
         cwd=path,
@@ -19,9 +90,9 @@ def repo_root(path: Path) -> Path:
         check=False,
     )
     if not result.ok:
+        msg = f"{path.resolve()} is not inside a git repository"
         raise GitError(
-            f"{path.resolve()} is not inside a git repository",
-            hint="Run lo-orch inside your project's git checkout, or pass --repo PATH.",
+            msg, hint="Run lo-orch inside your project's git checkout, or pass --repo PATH."
         )
     common, top = result.stdout.strip().splitlines()[:2]
     common_path = Path(common)
@@ -29,3 +100,600 @@ def repo_root(path: Path) -> Path:
     if common_path.name == ".git":
         return common_path.parent.resolve()
     return Path(top).resolve()
+
+
+def ensure_excludes(repo: Path) -> None:
+    """Add ``.orchestration/`` and ``.worktrees/`` to ``.git/info/exclude`` if missing."""
+    common = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
+    exclude = Path(common) / "info" / "exclude"
+    text = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+    present = {line.strip() for line in text.splitlines()}
+    missing = [line for line in EXCLUDES if line not in present]
+    if not missing:
+        return
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    prefix = "" if not text or text.endswith("\n") else "\n"
+    with exclude.open("a", encoding="utf-8") as fh:
+        fh.write(prefix + "# loop-orchestrator\n" + "".join(f"{m}\n" for m in missing))
+    log.info("excludes added", extra={"path": str(exclude), "lines": missing})
+
+
+def init_repo(path: Path, settings: WorkspaceConfig | None = None) -> Path:
+    """Make ``path`` a repository with a first commit; refuse nested folders and secrets."""
+    require_git()
+    path = path.resolve()
+    if not path.is_dir():
+        msg = f"{path} is not a folder"
+        raise GitError(msg, hint="Create it first, or pass an existing folder.")
+    inside = git(path, "rev-parse", "--absolute-git-dir", check=False)
+    if inside.ok:
+        top = git(path, "rev-parse", "--show-toplevel", check=False)
+        if top.ok and Path(top.stdout.strip()).resolve() == path:
+            return path
+        where = top.stdout.strip() if top.ok else inside.stdout.strip()
+        msg = f"{path} is inside the git repository {where}; refusing to nest a new one in it"
+        raise GitError(msg, hint=f"Run lo-orch in {where}, or move the folder out of it.")
+    secrets, nested = scan_tree(path)
+    if nested:
+        msg = f"{path} holds other git repositories ({quote_list(nested)}); refusing `git init`"
+        raise GitError(msg, hint="Run lo-orch inside one of them, or move them out.")
+    if secrets:
+        msg = (f"{path} holds secret-like files ({quote_list(secrets)}); refusing `git init` "
+               "so they cannot end up in a commit")
+        raise GitError(msg, hint="Move them out of the folder (or create the repository "
+                       "yourself and ignore them), then run again. Nothing was changed.")
+    if settings is None:
+        from loop_orchestrator.config import WorkspaceConfig
+
+        settings = WorkspaceConfig()
+    git(path, "init", "--quiet")
+    ensure_excludes(path)
+    git(path, "add", "--all")
+    git(path, "commit", "--quiet", "--no-verify", "--no-gpg-sign", "--allow-empty",
+        "-m", "lo-orch: initial commit", env=identity(settings))
+    log.info("repository initialised", extra={"path": str(path)})
+    return path
+
+
+# the workspace of one run ---------------------------------------------------------------
+
+
+@dataclass
+class CleanupReport:
+    """What ``Workspace.cleanup`` did; ``details`` says why a task or branch was kept."""
+
+    removed: list[str] = field(default_factory=list)
+    kept_dirty: list[str] = field(default_factory=list)
+    branches_deleted: list[str] = field(default_factory=list)
+    branches_kept: list[str] = field(default_factory=list)
+    details: dict[str, str] = field(default_factory=dict)
+
+
+class Workspace:
+    """The branches and worktrees of one run in one repository."""
+
+    def __init__(self, repo: Path, run: str, settings: WorkspaceConfig) -> None:
+        if not RUN_RE.match(run):
+            msg = f"invalid run name {run!r}"
+            raise GitError(msg, hint="Use 1-40 of a-z, 0-9 and '-', starting with a letter or "
+                           "digit (plan field `name`).")
+        self.repo = repo.resolve()
+        self.run = run
+        self.settings = settings
+
+    # names --------------------------------------------------------------------------
+
+    @property
+    def staging_branch(self) -> str:
+        return f"lo/{self.run}/staging"
+
+    @property
+    def feature_branch(self) -> str:
+        return f"feat/{self.run}"
+
+    def task_branch(self, task: str) -> str:
+        return f"lo/{self.run}/{self._check_task(task)}"
+
+    def worktree_path(self, task: str) -> Path:
+        return self.repo / WORKTREES_DIR / self._check_task(task)
+
+    @staticmethod
+    def _check_task(task: str) -> str:
+        if not TASK_RE.match(task) or task in RESERVED_TASKS:
+            msg = f"invalid task id {task!r}"
+            raise GitError(msg, hint="Task ids are 1-40 of a-z, 0-9 and '-' and not 'staging'.")
+        return task
+
+    def _check_branch_name(self, name: str) -> str:
+        bad = (not name or name.startswith(("-", "lo/")) or "@{" in name
+               or not git(self.repo, "check-ref-format", f"refs/heads/{name}", check=False).ok)
+        if bad:
+            msg = f"invalid branch name {name!r}"
+            raise GitError(msg, hint="Use a valid git branch name outside lo/ (e.g. feat/x).")
+        return name
+
+    # small git helpers --------------------------------------------------------------
+
+    def _git(self, *args: str, check: bool = True, input: str | None = None,
+             env: Mapping[str, str] | None = None) -> proc.Result:
+        return git(self.repo, *args, check=check, input=input, env=env)
+
+    def _branches(self) -> dict[str, str]:
+        out = self._git("for-each-ref", "--format=%(refname)%00%(objectname)", "refs/heads/")
+        pairs = (line.split("\0") for line in out.stdout.splitlines() if line)
+        return {ref[len("refs/heads/"):]: sha for ref, sha in pairs}
+
+    def _tip(self, branch: str) -> str | None:
+        return self._branches().get(branch)
+
+    def _owner(self, branch: str) -> str | None:
+        res = self._git("config", "--local", "--get", f"branch.{branch}.{_MARK}", check=False)
+        return res.stdout.strip() if res.ok else None
+
+    def _is_ours(self, branch: str) -> bool:
+        return self._owner(branch) == self.run
+
+    def _create_branch(self, name: str, sha: str) -> None:
+        # Mark first: a crash between the two steps leaves a marker without a branch
+        # (harmless), never a branch of ours that looks like a user's.
+        self._git("config", "--local", f"branch.{name}.{_MARK}", self.run)
+        self._git("config", "--local", f"branch.{name}.{_LAUNCH}", sha)
+        res = self._git("branch", "--no-track", name, sha, check=False)
+        if not res.ok:
+            for key in (_MARK, _LAUNCH):
+                self._git("config", "--local", "--unset", f"branch.{name}.{key}", check=False)
+            raise git_failure(res)
+        log.info("branch created", extra={"branch": name, "sha": sha})
+
+    def _delete_branch(self, name: str, sha: str) -> None:
+        # update-ref -d with the expected sha: deletes only what was checked to be merged.
+        self._git("update-ref", "-d", f"refs/heads/{name}", sha)
+        self._git("config", "--local", "--remove-section", f"branch.{name}", check=False)
+        log.info("branch deleted", extra={"branch": name, "sha": sha})
+
+    def _clash(self, wanted: str, branches: Mapping[str, str]) -> str | None:
+        if wanted in branches and not self._is_ours(wanted):
+            return f"branch {wanted} already exists and was not created by run {self.run}"
+        for name in branches:
+            if wanted.startswith(name + "/") or name.startswith(wanted + "/"):
+                return f"branch {name} exists, so git cannot also hold a branch {wanted}"
+        return None
+
+    def _raise_clashes(self, problems: Sequence[str]) -> None:
+        if problems:
+            msg = "branch names clash with existing branches:\n" + "\n".join(
+                f"  - {p}" for p in problems)
+            raise GitError(msg, hint="lo-orch never overwrites a branch it did not create: "
+                           "rename or delete those branches, or choose another run name "
+                           "(plan `name:`) or feature branch (`--branch`).")
+
+    def _worktrees(self) -> list[WorktreeInfo]:
+        out = self._git("worktree", "list", "--porcelain", "-z").stdout
+        infos = parse_worktrees(out)
+        if any(w.prunable for w in infos):
+            self._git("worktree", "prune")
+            infos = parse_worktrees(self._git("worktree", "list", "--porcelain", "-z").stdout)
+        return infos
+
+    def _worktree_at(self, path: Path) -> WorktreeInfo | None:
+        target = path.resolve()
+        return next((w for w in self._worktrees() if w.path.resolve() == target), None)
+
+    def _refuse_checked_out(self, branch: str) -> None:
+        for w in self._worktrees():
+            if w.branch == branch:
+                msg = (f"{branch} is checked out at {w.path}; moving it without that checkout "
+                       "would leave the checkout out of date")
+                raise GitError(msg, hint="Switch that checkout to another branch, then retry.")
+
+    def _rel(self, path: Path) -> str:
+        with contextlib.suppress(ValueError):
+            return path.relative_to(self.repo).as_posix()
+        return str(path)
+
+    # preflight ------------------------------------------------------------------------
+
+    def preflight(self, allow_dirty: bool = False) -> None:
+        """Refuse a run from outside the repository top, without commits, or a dirty checkout."""
+        require_git()
+        root = repo_root(self.repo)
+        if root != self.repo:
+            msg = f"{self.repo} is not the top of its git checkout ({root})"
+            raise GitError(msg, hint=f"Pass --repo {root}.")
+        head = self._git("rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
+        if not head.ok:
+            msg = f"{self.repo} has no commits yet"
+            raise GitError(msg, hint="Commit your files first: every run starts from a commit.")
+        self.ensure_excludes()
+        dirty = [p for p in self.worktree_dirty(self.repo) if not p.startswith(_OWN_PREFIXES)]
+        if not dirty:
+            return
+        if allow_dirty or self.settings.allow_dirty:
+            log.warning("dirty checkout allowed", extra={"paths": dirty[:20]})
+            return
+        msg = f"the main checkout {self.repo} has uncommitted changes: {quote_list(dirty)}"
+        raise GitError(msg, hint="Commit or stash them first: a run starts from a commit and "
+                       "never takes uncommitted work. To start anyway (your changes stay "
+                       "where they are, outside the run), pass --allow-dirty.")
+
+    def ensure_excludes(self) -> None:
+        """Keep ``.orchestration/`` and ``.worktrees/`` out of git through info/exclude."""
+        ensure_excludes(self.repo)
+
+    def resolve_base(self, ref: str | None) -> str:
+        """The sha of the run's base: ``ref`` (plan ``base``) or HEAD."""
+        return rev_parse(self.repo, ref or "HEAD")
+
+    # branches ---------------------------------------------------------------------------
+
+    def check_branch_names(self, tasks: Sequence[str], feature: str | None = None) -> None:
+        """Refuse task ids or branch names that clash with branches that are not this run's."""
+        for task in tasks:
+            self._check_task(task)
+        wanted = [self.staging_branch, *(self.task_branch(t) for t in tasks),
+                  self._check_branch_name(feature or self.feature_branch)]
+        branches = self._branches()
+        self._raise_clashes([p for w in wanted if (p := self._clash(w, branches))])
+
+    def create_staging(self, base_sha: str) -> str:
+        """Create the staging branch at ``base_sha``; an existing one of this run is kept."""
+        base = rev_parse(self.repo, base_sha)
+        name = self.staging_branch
+        branches = self._branches()
+        tip = branches.get(name)
+        if tip is not None and self._is_ours(name):
+            if not is_ancestor(self.repo, base, tip):
+                msg = f"{name} exists but does not contain the base commit {base[:12]}"
+                raise GitError(msg, hint="It belongs to an earlier run with the same name: "
+                               "clean that run up or choose another run name.")
+            return tip
+        problem = self._clash(name, branches)
+        self._raise_clashes([problem] if problem else [])
+        self._create_branch(name, base)
+        return base
+
+    # worktrees ------------------------------------------------------------------------
+
+    def ensure_worktree(self, task: str) -> Path:
+        """``.worktrees/<task>`` on ``lo/<run>/<task>`` from the staging tip; reused if there."""
+        branch = self.task_branch(task)
+        path = self.worktree_path(task)
+        rel = self._rel(path)
+        branches = self._branches()
+        staging = branches.get(self.staging_branch)
+        if staging is None:
+            msg = f"{self.staging_branch} does not exist"
+            raise GitError(msg, hint="Create the run's staging branch before its worktrees.")
+        worktrees = self._worktrees()
+        here = next((w for w in worktrees if w.path.resolve() == path.resolve()), None)
+        if here is not None:
+            if here.branch != branch:
+                msg = (f"{rel} is a worktree on {here.branch or 'a detached HEAD'}, not on "
+                       f"{branch}; it was left as it is and will not be used")
+                raise GitError(msg, hint=f"Remove it yourself (`git worktree remove {rel}`) "
+                               "if you no longer need it, then run again.")
+            self._check_launch(branch, branches[branch], staging)
+            log.info("worktree reused", extra={"task": task, "path": str(path)})
+            return path
+        other = next((w for w in worktrees if w.branch == branch), None)
+        if other is not None:
+            msg = f"{branch} is already checked out at {other.path}"
+            raise GitError(msg, hint="Remove that worktree, or move it back to " + rel + ".")
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            msg = f"{rel} exists and is not a worktree of this repository; it was left as it is"
+            raise GitError(msg, hint="Move it away or delete it, then run again.")
+        if branch in branches:
+            problem = self._clash(branch, branches)
+            self._raise_clashes([problem] if problem else [])
+            self._check_launch(branch, branches[branch], staging)
+        else:
+            problem = self._clash(branch, branches)
+            self._raise_clashes([problem] if problem else [])
+            self._create_branch(branch, staging)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._git("worktree", "add", "--quiet", str(path), branch)
+        log.info("worktree created", extra={"task": task, "path": str(path), "branch": branch})
+        return path
+
+    def _check_launch(self, branch: str, tip: str, staging: str) -> None:
+        """Trust a task branch only if it still grows from the staging commit it began at."""
+        launch = self._git("config", "--local", "--get", f"branch.{branch}.{_LAUNCH}",
+                           check=False).stdout.strip()
+        ok = (self._is_ours(branch) and bool(launch)
+              and self._git("cat-file", "-e", f"{launch}^{{commit}}", check=False).ok
+              and is_ancestor(self.repo, launch, staging) and is_ancestor(self.repo, launch, tip))
+        if not ok:
+            msg = (f"{branch} is not based on {self.staging_branch} (it no longer contains the "
+                   "commit it was started from); it was left as it is and will not be used")
+            raise GitError(msg, hint=f"Inspect it with `git log {branch}`; delete or rename it "
+                           "to start the task afresh.")
+
+    def run_setup(self, worktree: Path) -> proc.Result | None:
+        """Run the configured setup command in a new worktree (no shell, with a timeout)."""
+        command = (self.settings.setup_command or "").strip()
+        if not command:
+            return None
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            msg = f"[workspace] setup_command cannot be parsed: {exc}"
+            raise ConfigError(msg, hint="Fix the quoting in your config.") from exc
+        result = proc.run(argv, cwd=worktree, env=proc.no_git_env(),
+                          timeout=self.settings.setup_timeout, check=False)
+        if not result.ok:
+            status = (f"timed out after {self.settings.setup_timeout:g}s"
+                      if result.returncode is None else f"exited {result.returncode}")
+            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
+            msg = f"worktree setup `{command}` {status} in {self._rel(worktree)}"
+            raise CommandError(argv, result.returncode, result.stdout, result.stderr,
+                               message=msg + (f":\n{tail}" if tail else ""),
+                               hint="Fix [workspace] setup_command (it runs without a shell; "
+                               "use `sh -c '...'` for shell syntax) or its timeout.")
+        log.info("worktree setup ran", extra={"worktree": str(worktree), "cmd": argv})
+        return result
+
+    def worktree_dirty(self, path: Path) -> list[str]:
+        """Uncommitted and untracked paths of a checkout (ignored files do not count)."""
+        res = git(path, "status", "--porcelain=v1", "-z", "--no-renames",
+                  "--untracked-files=all", check=False)
+        if not res.ok:
+            raise git_failure(res, hint=f"{path} is not a usable git checkout.")
+        return [e.path for e in parse_status(res.stdout)]
+
+    # commits ----------------------------------------------------------------------------
+
+    def commit_task(self, task: str, message: str) -> str:
+        """Commit everything in the task's worktree as the configured author; return HEAD.
+
+        Secret-like files are refused before anything is staged, also when the agent
+        committed one itself. Work the agent already committed is accepted as it is.
+        """
+        branch = self.task_branch(task)
+        path = self.worktree_path(task)
+        info = self._worktree_at(path)
+        if info is None:
+            msg = f"task {task} has no worktree at {self._rel(path)}"
+            raise GitError(msg, hint="Launch the task (its worktree is created then).")
+        if info.branch != branch:
+            msg = (f"{self._rel(path)} is on {info.branch or 'a detached HEAD'}, not {branch}; "
+                   "the task's work must be on its branch")
+            raise GitError(msg, hint=f"In the worktree run `git switch {branch}`, then retry.")
+        if split_z(git(path, "ls-files", "--unmerged", "-z").stdout):
+            msg = f"task {task} has unresolved merge conflicts in {self._rel(path)}"
+            raise GitError(msg, hint="Resolve or abort the merge in the worktree, then retry.")
+        entries = parse_status(git(path, "status", "--porcelain=v1", "-z", "--no-renames",
+                                   "--untracked-files=all").stdout)
+        present = [e.path for e in entries if os.path.lexists(path / e.path)]
+        bad = sorted({p for p in [*present, *self._committed_paths(branch)] if is_secret_path(p)})
+        if bad:
+            self._refuse_secrets(task, bad)
+        if entries:
+            git(path, "add", "--all")
+            staged = split_z(git(path, "diff", "--cached", "--no-renames", "--name-only", "-z",
+                                 "--diff-filter=AMT").stdout)
+            leaked = [p for p in staged if is_secret_path(p)]
+            if leaked:
+                git(path, "reset", "--quiet")
+                self._refuse_secrets(task, leaked)
+            if git(path, "diff", "--cached", "--quiet", check=False).returncode == 1:
+                text = message.strip() or f"lo-orch: task {task}"
+                git(path, "commit", "--quiet", "--no-verify", "--no-gpg-sign", "-F", "-",
+                    input=text + "\n", env=identity(self.settings))
+        head = git(path, "rev-parse", "HEAD").stdout.strip()
+        log.info("task committed", extra={"task": task, "commit": head})
+        return head
+
+    def _committed_paths(self, branch: str) -> list[str]:
+        """Paths added or modified by the branch's own commits (since it left staging)."""
+        staging = self._tip(self.staging_branch)
+        fork = self._git("merge-base", staging, branch, check=False).stdout.strip() if (
+            staging) else ""
+        if not fork:
+            return []
+        out = self._git("log", "--format=", "--name-only", "--no-renames", "--diff-filter=AMT",
+                        "-z", f"{fork}..{branch}").stdout
+        return [p.strip("\n") for p in split_z(out) if p.strip("\n")]
+
+    def _refuse_secrets(self, task: str, paths: Sequence[str]) -> None:
+        msg = f"task {task}: refusing to commit secret-like files: {quote_list(paths)}"
+        raise SecretFileError(msg, paths, hint="Nothing was committed. Delete them from the "
+                              "worktree or ignore them (.gitignore); if the agent committed one, "
+                              "its branch must be rewritten without it.")
+
+    # merges -------------------------------------------------------------------------------
+
+    def merge_precheck(self, commit: str, onto: str | None = None) -> list[str]:
+        """Paths that would conflict merging ``commit`` onto ``onto`` (default staging)."""
+        ours = rev_parse(self.repo, onto or self.staging_branch)
+        return merge_tree(self.repo, ours, rev_parse(self.repo, commit))[1]
+
+    def pairwise_precheck(self, commits: Mapping[str, str]) -> list[tuple[str, str, list[str]]]:
+        """``(task_a, task_b, paths)`` for every pair of task commits that would conflict."""
+        items = [(task, rev_parse(self.repo, c)) for task, c in commits.items()]
+        found = []
+        for i, (task_a, sha_a) in enumerate(items):
+            for task_b, sha_b in items[i + 1:]:
+                paths = merge_tree(self.repo, sha_a, sha_b)[1]
+                if paths:
+                    found.append((task_a, task_b, paths))
+        return found
+
+    def merge_into_staging(self, task: str, commit: str, title: str) -> str:
+        """Merge a task commit into staging (``--no-ff``, no checkout); return staging's sha.
+
+        A conflict raises ``MergeConflictError`` and changes nothing; an already merged
+        commit returns the current staging sha (crash-resume).
+        """
+        self._check_task(task)
+        name = self.staging_branch
+        theirs = rev_parse(self.repo, commit)
+        old = self._tip(name)
+        if old is None or not self._is_ours(name):
+            msg = f"{name} does not exist or is not this run's staging branch"
+            raise GitError(msg, hint="Start the run with `lo-orch run`, which creates it.")
+        if is_ancestor(self.repo, theirs, old):
+            log.info("task already merged", extra={"task": task, "staging": old})
+            return old
+        self._refuse_checked_out(name)
+        tree, conflicts = merge_tree(self.repo, old, theirs)
+        if tree is None:
+            msg = f"task {task} conflicts with {name} in: {quote_list(conflicts)}"
+            raise MergeConflictError(msg, conflicts, hint=f"Nothing was changed; {name} is "
+                                     "as it was. The task must be reworked on top of staging.")
+        text = f"lo-orch: merge task {task}: {title}"
+        new = self._git("commit-tree", "--no-gpg-sign", "-p", old, "-p", theirs, "-F", "-", tree,
+                        input=text + "\n", env=identity(self.settings)).stdout.strip()
+        try:
+            update_ref(self.repo, name, new, old, text)
+        except GitError:
+            current = self._tip(name)
+            if current is not None and is_ancestor(self.repo, theirs, current):
+                return current
+            raise
+        log.info("task merged into staging", extra={"task": task, "staging": new})
+        return new
+
+    # Gate 2 -------------------------------------------------------------------------------
+
+    def finish(self, reviewed_commit: str, feature: str | None = None,
+               merge_into: str | None = None) -> str:
+        """Set the feature branch to exactly the reviewed staging commit; return its sha.
+
+        Refuses when staging moved since the review. ``merge_into`` also merges the
+        feature branch into that local branch (never pushed).
+        """
+        staging = self.staging_branch
+        reviewed = rev_parse(self.repo, reviewed_commit)
+        tip = self._tip(staging)
+        if tip != reviewed:
+            now = tip[:12] if tip else "missing"
+            msg = (f"{staging} moved since the review (reviewed {reviewed[:12]}, now {now}); "
+                   "nothing was changed")
+            raise StaleReviewError(msg, hint="Review the new diff and confirm again.")
+        name = self._check_branch_name(feature or self.feature_branch)
+        branches = self._branches()
+        current = branches.get(name)
+        if current is None:
+            problem = self._clash(name, branches)
+            self._raise_clashes([problem] if problem else [])
+            self._create_branch(name, reviewed)
+        elif current != reviewed:
+            if not self._is_ours(name):
+                msg = f"branch {name} already exists and was not created by run {self.run}"
+                raise GitError(msg, hint="Nothing was changed. Pass another name with "
+                               "`--branch`, or rename or delete that branch.")
+            self._refuse_checked_out(name)
+            update_ref(self.repo, name, reviewed, current, f"lo-orch: gate 2 of run {self.run}")
+        log.info("feature branch set", extra={"branch": name, "sha": reviewed})
+        if merge_into:
+            self._merge_into_local(name, reviewed, self._check_branch_name(merge_into))
+        return reviewed
+
+    def _merge_into_local(self, source: str, sha: str, target: str) -> str:
+        target_tip = self._tip(target)
+        if target_tip is None or target == source:
+            msg = f"cannot merge {source} into {target!r}: no such other local branch"
+            raise GitError(msg, hint=f"{source} is ready; name an existing branch or merge it "
+                           "yourself.")
+        if is_ancestor(self.repo, sha, target_tip):
+            return target_tip
+        tree, conflicts = merge_tree(self.repo, target_tip, sha)
+        if tree is None:
+            msg = f"{source} conflicts with {target} in: {quote_list(conflicts)}; nothing merged"
+            raise MergeConflictError(msg, conflicts, hint=f"{source} is ready at {sha[:12]}; "
+                                     f"merge it into {target} yourself and resolve them.")
+        text = f"lo-orch: merge {source} into {target}"
+        checkout = next((w for w in self._worktrees() if w.branch == target), None)
+        if checkout is None:
+            new = sha if is_ancestor(self.repo, target_tip, sha) else self._git(
+                "commit-tree", "--no-gpg-sign", "-p", target_tip, "-p", sha, "-F", "-", tree,
+                input=text + "\n", env=identity(self.settings)).stdout.strip()
+            update_ref(self.repo, target, new, target_tip, text)
+            return new
+        dirty = [p for p in self.worktree_dirty(checkout.path) if not p.startswith(_OWN_PREFIXES)]
+        if dirty:
+            msg = (f"{target} is checked out at {checkout.path} with uncommitted changes "
+                   f"({quote_list(dirty)}); nothing was merged")
+            raise GitError(msg, hint=f"Commit or stash them, then `git merge {source}`.")
+        res = git(checkout.path, "merge", "--no-edit", "--no-verify", "-m", text, sha,
+                  env=identity(self.settings), check=False)
+        if not res.ok:
+            merging = git(checkout.path, "rev-parse", "--verify", "--quiet", "MERGE_HEAD",
+                          check=False)
+            if merging.ok:
+                git(checkout.path, "merge", "--abort")
+            raise git_failure(res, hint=f"{source} is ready; merge it into {target} yourself.")
+        return git(checkout.path, "rev-parse", "HEAD").stdout.strip()
+
+    # cleanup -----------------------------------------------------------------------------
+
+    def remove_worktree(self, task: str) -> bool:
+        """Remove the task's worktree if it is clean (never forced); False when kept."""
+        return self._remove(task) is None
+
+    def _remove(self, task: str) -> str | None:
+        """None when no worktree remains, otherwise why it was kept."""
+        path = self.worktree_path(task)
+        rel = self._rel(path)
+        info = self._worktree_at(path)
+        if info is None:
+            if path.exists():
+                return f"{rel} is not a worktree of this repository; left as it is"
+            return None
+        if info.locked:
+            return f"{rel} is locked (`git worktree unlock` it to allow removal)"
+        dirty = self.worktree_dirty(path)
+        if dirty:
+            return f"{rel} has uncommitted changes: {quote_list(dirty)}"
+        if info.branch is None and info.head and not self._git(
+                "for-each-ref", "--contains", info.head, "--format=x", "refs/heads/").stdout:
+            return f"{rel} is on a detached HEAD with commits no branch holds"
+        res = self._git("worktree", "remove", str(path), check=False)
+        if not res.ok:
+            return f"{rel} was kept: {res.stderr.strip()}"
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # only when empty
+        log.info("worktree removed", extra={"task": task, "path": str(path)})
+        return None
+
+    def cleanup(self, tasks: Sequence[str], *, delete_staging: bool = False) -> CleanupReport:
+        """Remove clean worktrees and merged task branches; keep and list everything else."""
+        report = CleanupReport()
+        self._git("worktree", "prune")
+        for task in tasks:
+            existed = self._worktree_at(self.worktree_path(task)) is not None
+            kept = self._remove(task)
+            if kept is not None:
+                report.kept_dirty.append(task)
+                report.details[task] = kept
+            elif existed:
+                report.removed.append(task)
+        branches = self._branches()
+        targets = [t for n in (self.staging_branch, self.feature_branch)
+                   if (t := branches.get(n)) is not None]
+        checked_out = {w.branch for w in self._worktrees()}
+        for task in tasks:
+            name = self.task_branch(task)
+            tip = branches.get(name)
+            if tip is None or not self._is_ours(name):
+                continue  # a user's branch is never touched
+            reason = None
+            if name in checked_out:
+                reason = "its worktree was kept"
+            elif not any(is_ancestor(self.repo, tip, t) for t in targets):
+                reason = f"not merged into {self.staging_branch}"
+            if reason is None:
+                self._delete_branch(name, tip)
+                report.branches_deleted.append(name)
+            else:
+                report.branches_kept.append(name)
+                report.details[name] = reason
+        staging, feat = branches.get(self.staging_branch), branches.get(self.feature_branch)
+        if delete_staging and staging and feat and self.staging_branch not in checked_out:
+            if is_ancestor(self.repo, staging, feat):
+                self._delete_branch(self.staging_branch, staging)
+                report.branches_deleted.append(self.staging_branch)
+            else:
+                report.branches_kept.append(self.staging_branch)
+                report.details[self.staging_branch] = f"not merged into {self.feature_branch}"
+        return report

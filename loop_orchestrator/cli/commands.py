@@ -3,5 +3,7 @@
 from __future__ import annotations
 
 from loop_orchestrator.cli import (  # noqa: F401  imported for registration
+    hook_cmds,
     plan_cmds,
+    run_cmds,
 )

@@ -98,4 +98,12 @@ def run_cli(args: list[str] | None = None) -> int:
 
 
 def main() -> None:
+    argv = sys.argv[1:]
+    if len(argv) == 2 and argv[0] == "hook" and not argv[1].startswith("-"):
+        # Claude Code runs `lo-orch hook EVENT` on every prompt, stop and notification of
+        # every managed session: answer without registering the other commands (budget
+        # 150 ms; see hooks.py). `lo-orch hook --help` still goes through click.
+        from loop_orchestrator.hooks import hook_main
+
+        sys.exit(hook_main(argv[1]))
     sys.exit(run_cli())

@@ -1,0 +1,78 @@
+"""`lo-orch hook EVENT` and `lo-orch signal PHASE`: what managed sessions report."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from loop_orchestrator.cli.common import repo_option, resolve_repo
+from loop_orchestrator.cli.main import cli
+
+# Kept in step with hooks.SIGNAL_PHASES (a test checks); importing hooks here would put its
+# work on the import path of every command.
+SIGNAL_CHOICES = ("plan_ready", "impl_done", "blocked")
+
+
+@cli.command("hook")
+@click.argument("event")
+def hook_command(event: str) -> None:
+    """Entry point for Claude Code hooks: reads the hook JSON on stdin.
+
+    The plugin's hooks/hooks.json runs it for SessionStart, UserPromptSubmit, Stop,
+    StopFailure, Notification and SessionEnd. It records the event in the task's status and
+    the ledger; in a session lo-orch does not manage it prints nothing and exits 0. A
+    planning or implementing session that stops without signalling is answered with exit
+    code 2 and the reason on stderr (at most a few times).
+    """
+    from loop_orchestrator import hooks
+
+    stdin = sys.stdin
+    raw = "" if stdin is None or stdin.isatty() else stdin.read()
+    outcome = hooks.run_hook(event, raw, os.environ)
+    if outcome.stdout:
+        click.echo(outcome.stdout, nl=False)
+    if outcome.stderr:
+        click.echo(outcome.stderr, nl=False, err=True)
+    if outcome.exit_code:
+        raise click.exceptions.Exit(outcome.exit_code)
+
+
+@cli.command("signal")
+@click.argument("phase", type=click.Choice(SIGNAL_CHOICES))
+@click.option("--task", "task", help="The task (default: $LO_ORCH_TASK).")
+@click.option("--note", help="What happened; required for `blocked` (what is missing).")
+@repo_option
+def signal_command(phase: str, task: str | None, note: str | None, repo: Path | None) -> None:
+    """Report a task's progress from its session: plan_ready, impl_done or blocked.
+
+    \b
+    Examples (inside a managed session):
+      $LO_ORCH_BIN signal plan_ready
+      $LO_ORCH_BIN signal impl_done
+      $LO_ORCH_BIN signal blocked --note "needs ownership of app/db.py"
+    """
+    from loop_orchestrator import hooks
+    from loop_orchestrator.errors import UsageError
+
+    task = task or os.environ.get("LO_ORCH_TASK")
+    if not task:
+        msg = "no task given and LO_ORCH_TASK is not set"
+        raise UsageError(
+            msg,
+            hint="Pass --task TASK (the task ids are listed by `lo-orch status`).",
+        )
+    run_dir_env = os.environ.get("LO_ORCH_RUN_DIR")
+    if repo is None and run_dir_env:
+        run_dir = Path(run_dir_env)
+    else:
+        from loop_orchestrator.state import RunDir
+
+        run_dir = RunDir(resolve_repo(repo)).root
+    result = hooks.signal_task(run_dir, phase, task=task, note=note)
+    if result.changed:
+        click.echo(f"{task}: {result.previous} -> {phase}")
+    else:
+        click.echo(f"{task}: already {phase}; nothing changed")

@@ -1,0 +1,127 @@
+"""`lo-orch run`, `merge`, `cleanup` and `demo`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from loop_orchestrator.cli.common import repo_option, resolve_repo
+from loop_orchestrator.cli.main import cli
+from loop_orchestrator.errors import GateError, LoOrchError
+
+
+def _printer() -> object:
+    """A progress line printer: rich on a terminal, plain stable text otherwise."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console()
+
+        def show(msg: str) -> None:
+            console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {msg}", highlight=False)
+
+        return show
+
+    def plain(msg: str) -> None:
+        click.echo(f"{time.strftime('%H:%M:%S')} {msg}")
+
+    return plain
+
+
+@cli.command("run")
+@click.option("--detach", is_flag=True, help="Run the supervisor in a window of the run's tmux session.")
+@click.option("--continue-blocked", is_flag=True,
+              help="Go on to integration and Gate 2 without the blocked or failed tasks.")
+@repo_option
+def run_command(detach: bool, continue_blocked: bool, repo: Path | None) -> None:
+    """Supervise the approved plan until Gate 2 (or until only blocked tasks remain).
+
+    Ctrl-C stops the supervisor, not the sessions; `lo-orch run` again resumes.
+    """
+    from loop_orchestrator import config, supervisor
+
+    root = resolve_repo(repo)
+    settings = config.load_settings(root)
+    if detach:
+        where = supervisor.detach(root, continue_blocked=continue_blocked)
+        click.echo(f"Supervisor started in {where}.")
+        click.echo("Follow with `lo-orch status --watch`; see the sessions with `lo-orch attach`.")
+        return
+    progress = _printer()
+    sup = supervisor.Supervisor(
+        root, settings, continue_blocked=continue_blocked, progress=progress,  # type: ignore[arg-type]
+    )
+    outcome = sup.run()
+    if outcome.state in ("review", "merged"):
+        click.echo(f"\n{outcome.message}")
+        if outcome.state == "review":
+            click.echo("Gate 2: review the whole diff and land it with `lo-orch merge`.")
+        return
+    if outcome.state == "blocked":
+        raise LoOrchError(
+            "the run stopped with tasks that need a human:\n" + outcome.message,
+            hint="Attach with `lo-orch attach TASK` to help, then `lo-orch run` again; or "
+            "`lo-orch run --continue-blocked` to review and merge without them.",
+        )
+    raise LoOrchError(outcome.message, hint="Fix staging's failure, then `lo-orch run` again.")
+
+
+@cli.command("merge")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
+@click.option("--branch", help="The feature branch to set (default: feat/<run>).")
+@click.option("--into", "merge_into", help="Also merge the feature branch into this local branch.")
+@repo_option
+def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: Path | None) -> None:
+    """Gate 2: show the whole diff, confirm, move the feature branch to the reviewed commit."""
+    from loop_orchestrator import gate2
+
+    root = resolve_repo(repo)
+    rev = gate2.review(root, branch=branch)
+    header = (f"Run {rev.state.name}: {rev.state.base_sha[:12]}..{rev.commit[:12]} "
+              f"-> {rev.feature}\n\n{rev.stat}\n")
+    if sys.stdout.isatty():
+        click.echo_via_pager(header + "\n" + rev.diff)
+    else:
+        click.echo(header)
+        click.echo(rev.diff)
+    if rev.state.skipped_tasks:
+        click.echo("Left out (blocked or failed): " + ", ".join(rev.state.skipped_tasks))
+    if not yes:
+        if not sys.stdin.isatty():
+            raise GateError("Gate 2 needs a confirmation", hint="Run `lo-orch merge --yes` to confirm "
+                            "without a terminal.")
+        click.confirm(f"Set {rev.feature} to {rev.commit[:12]}?", abort=True)
+    state = gate2.merge(root, rev, merge_into=merge_into)
+    click.echo(f"{rev.feature} is now {rev.commit[:12]} (run {state.name} merged); "
+               "worktrees and sessions cleaned up. Nothing was pushed.")
+
+
+@cli.command("cleanup")
+@click.option("--abandon", is_flag=True, help="Also mark an unfinished run as stopped.")
+@repo_option
+def cleanup_command(abandon: bool, repo: Path | None) -> None:
+    """Remove clean worktrees and kill this run's sessions; dirty worktrees are kept."""
+    from loop_orchestrator import gate2
+
+    result = gate2.cleanup(resolve_repo(repo), abandon=abandon)
+    click.echo(f"session killed: {'yes' if result.session_killed else 'no (none running)'}")
+    click.echo(f"worktrees removed: {', '.join(result.removed) or 'none'}")
+    if result.kept_dirty:
+        click.echo("kept (uncommitted changes): " + ", ".join(result.kept_dirty))
+    click.echo(f"branches deleted: {', '.join(result.branches_deleted) or 'none'}")
+    if result.branches_kept:
+        click.echo("branches kept (not merged): " + ", ".join(result.branches_kept))
+
+
+@cli.command("demo")
+@click.option("--keep", is_flag=True, help="Leave the throwaway repository and tmux server.")
+def demo_command(keep: bool) -> None:
+    """The whole flow on a throwaway repo with the scripted agent (no Claude login)."""
+    from loop_orchestrator import demo
+
+    result = demo.run_demo(keep=keep, progress=_printer())  # type: ignore[arg-type]
+    for line in result.report:
+        click.echo(line)

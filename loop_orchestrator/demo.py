@@ -1,0 +1,132 @@
+"""`lo-orch demo`: the whole flow on a throwaway repository with the scripted agent.
+
+It builds a small real Python project from ``examples/demo/``, plans four tasks in three
+waves, passes Gate 1, supervises scripted sessions in tmux (one task fails a done-check
+first and is reworked), integrates, passes Gate 2, and runs the merged project's tests.
+No Claude login is needed: the scripted agent stands in for the model's work only; tmux,
+git, hooks, verification and merging are the real ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loop_orchestrator import core, gate2, proc, resources, runs, workspace
+from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
+from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.state import RunDir, Store
+
+
+@dataclass
+class DemoResult:
+    repo: Path
+    seconds: float
+    report: list[str] = field(default_factory=list)
+
+
+def _render(src: Path, dest: Path, python: str) -> None:
+    text = src.read_text(encoding="utf-8").replace("{python}", python)
+    dest.write_text(text, encoding="utf-8")
+
+
+def run_demo(
+    *, keep: bool = False, progress: Callable[[str], None] | None = None,
+    workdir: Path | None = None,
+) -> DemoResult:
+    """Run the demo end to end; raise LoOrchError naming the step that failed."""
+    say = progress or (lambda _m: None)
+    started = time.monotonic()
+    source = resources.examples_dir() / "demo"
+    root = Path(tempfile.mkdtemp(prefix="lo-orch-demo-", dir=workdir))
+    repo = root / "textstats"
+    shutil.copytree(source / "project", repo)
+    workspace.init_repo(repo)
+    python = shlex.quote(sys.executable)
+    _render(source / "plan.yaml", root / "plan.yaml", python)
+    _render(source / "script.yaml", root / "script.yaml", sys.executable)
+
+    own_socket = "LO_ORCH_TMUX_SOCKET" not in os.environ
+    socket = os.environ.get("LO_ORCH_TMUX_SOCKET") or f"lo-demo-{os.getpid()}"
+    os.environ["LO_ORCH_TMUX_SOCKET"] = socket
+    settings = Settings(
+        agent=AgentConfig(kind="scripted", script=str(root / "script.yaml"), ready_timeout=20),
+        auditor=AuditorConfig(llm="off"),
+        run=RunConfig(concurrency=4, stall_minutes=5, stagger_seconds=0.1),
+    )
+    say(f"demo repository: {repo}")
+    say(f"watch the sessions: LO_ORCH_TMUX_SOCKET={socket} lo-orch attach --repo {repo}")
+    try:
+        summary = core.plan_from_file(repo, root / "plan.yaml", settings)
+        say(f"plan: {len(summary.plan.tasks)} tasks in {len(summary.waves)} waves "
+            + " | ".join(", ".join(w) for w in summary.waves))
+        runs.approve_plan(repo)
+        say("Gate 1 approved (auto, demo)")
+        from loop_orchestrator.supervisor import Supervisor
+
+        outcome = Supervisor(repo, settings, progress=say).run()
+        if outcome.state != "review":
+            raise LoOrchError(f"the demo run ended in {outcome.state}: {outcome.message}",
+                              hint=f"Inspect {repo}/.orchestration (kept).")
+        review = gate2.review(repo)
+        gate2.merge(repo, review)
+        say(f"Gate 2 approved (auto, demo): {review.feature} -> {review.commit[:12]}")
+        with workspace.temp_checkout(repo, review.feature) as tree:
+            tests = proc.run(
+                [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
+                cwd=tree, check=False, timeout=120,
+            )
+        if not tests.ok:
+            raise LoOrchError("the merged project's tests failed:\n" + tests.stderr[-2000:])
+        ran = next((ln for ln in tests.stderr.splitlines() if ln.startswith("Ran ")), "")
+        elapsed = time.monotonic() - started
+        result = DemoResult(repo=repo, seconds=elapsed)
+        result.report = _report(repo, review.feature, ran, elapsed, keep, socket)
+        return result
+    except BaseException:
+        keep = True  # leave everything for inspection when anything went wrong
+        raise
+    finally:
+        if own_socket:
+            os.environ.pop("LO_ORCH_TMUX_SOCKET", None)
+            if not keep:
+                proc.run(["tmux", "-L", socket, "kill-server"], check=False)
+        if not keep:
+            with contextlib.suppress(OSError):
+                _remove_tree(root)
+
+
+def _remove_tree(root: Path) -> None:
+    # git worktree metadata lives inside the repo; the whole folder is ours to remove
+    shutil.rmtree(root)
+
+
+def _report(repo: Path, feature: str, ran: str, elapsed: float, keep: bool, socket: str) -> list[str]:
+    store = Store(RunDir(repo))
+    ledger = store.read_ledger()
+    reworks = [e for e in ledger if e.get("event") == "rework"]
+    lines = [
+        "",
+        f"Demo finished in {elapsed:.1f}s: 4 tasks, 3 waves, "
+        f"{len(reworks)} rework round(s), merged into {feature}.",
+        f"Merged project's tests: {ran or 'passed'} - OK",
+    ]
+    for e in reworks:
+        lines.append(f"  rework: {e.get('task')} round {e.get('round')} - review {e.get('review')}")
+    if keep:
+        lines += [
+            f"Repository:   {repo}  (git log --graph {feature})",
+            f"Run state:    {store.dirs.root}  (ledger.jsonl, status/, reviews/, evidence/)",
+            f"tmux server:  tmux -L {socket} ls",
+        ]
+    else:
+        lines.append("The throwaway repository was removed (use --keep to inspect it).")
+    return lines

@@ -1,0 +1,190 @@
+"""Integration and Gate 2: test staging as a whole, show the whole diff, land it, clean up.
+
+Nothing reaches the feature branch except through ``merge``: it moves the branch to exactly
+the staging commit the person reviewed, without a new merge commit, and refuses when
+staging moved since the review.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from loop_orchestrator import proc, runs, workspace
+from loop_orchestrator.config import Settings, load_tool_profile
+from loop_orchestrator.errors import GateError, LoOrchError
+from loop_orchestrator.plan import Plan
+from loop_orchestrator.state import Phase, RunPhase, RunState, Store, atomic_write_text, now_iso
+
+
+@dataclass
+class IntegrationResult:
+    passed: bool
+    commit: str
+    command: str | None
+    exit_code: int | None
+    summary: str
+    evidence: Path | None
+
+
+def integration_command(plan: Plan, settings: Settings, repo: Path) -> str | None:
+    """Plan `verify` > settings [verify] command > the tool profile's `verify` role."""
+    if plan.verify:
+        return plan.verify
+    if settings.verify.command:
+        return settings.verify.command
+    role = load_tool_profile(repo).get("verify", {})
+    cmd = role.get("command") or (role.get("ref") if role.get("kind") == "cli" else None)
+    return str(cmd) if cmd else None
+
+
+def integrate(repo: Path, settings: Settings, plan: Plan, *, skipped: list[str]) -> IntegrationResult:
+    """Run the integration command on staging in a clean checkout; on success the run
+    waits for Gate 2 (``awaiting_merge_review``)."""
+    store = Store.for_repo(repo)
+    state = store.read_run()
+    commit = workspace.rev_parse(repo, state.staging_branch)
+    command = integration_command(plan, settings, repo)
+    evidence = store.dirs.task_evidence_dir("_integration")
+    evidence.mkdir(parents=True, exist_ok=True)
+    exit_code: int | None = 0
+    if command:
+        argv = shlex.split(command)
+        with workspace.temp_checkout(repo, commit) as tree:
+            result = proc.run(argv, cwd=tree, check=False,
+                              timeout=settings.verify.integration_timeout)
+        exit_code = result.returncode
+        stem = f"integration-{commit[:12]}"
+        atomic_write_text(evidence / f"{stem}.stdout.txt", result.stdout)
+        atomic_write_text(evidence / f"{stem}.stderr.txt", result.stderr)
+        atomic_write_text(evidence / f"{stem}.json", json.dumps({
+            "command": argv, "exit_code": exit_code, "duration": result.duration,
+            "commit": commit, "at": now_iso()}, indent=2) + "\n")
+        if not result.ok:
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
+            summary = (
+                f"integration command `{command}` "
+                + ("timed out" if exit_code is None else f"exited {exit_code}")
+                + f" on staging {commit[:12]}; output in {evidence}\n{tail}"
+            )
+            store.update_run(lambda s: setattr(s, "integration", {
+                "command": command, "exit_code": exit_code, "commit": commit, "passed": False}))
+            return IntegrationResult(False, commit, command, exit_code, summary, evidence)
+        summary = f"integration command `{command}` passed on staging {commit[:12]}"
+    else:
+        summary = (f"no integration command configured (plan `verify`, [verify] command or the "
+                   f"tool profile's verify role); staging is {commit[:12]}")
+
+    def done(s: RunState) -> None:
+        s.integration = {"command": command, "exit_code": exit_code, "commit": commit,
+                         "passed": True}
+        s.skipped_tasks = skipped
+        s.phase = RunPhase.AWAITING_MERGE_REVIEW
+
+    store.update_run(done)
+    return IntegrationResult(True, commit, command, exit_code, summary, evidence)
+
+
+@dataclass
+class Review:
+    """What Gate 2 shows: bound to one staging commit."""
+
+    state: RunState
+    commit: str
+    stat: str
+    diff: str
+    feature: str
+
+
+def review(repo: Path, *, branch: str | None = None) -> Review:
+    store = Store.for_repo(repo)
+    state = store.read_run()
+    if state.phase != RunPhase.AWAITING_MERGE_REVIEW:
+        raise GateError(
+            f"run {state.name!r} is {state.phase.value}, not waiting for the merge review",
+            hint="`lo-orch run` first; it stops at Gate 2 when every task is integrated and "
+            "the integration command passed.",
+        )
+    commit = workspace.rev_parse(repo, state.staging_branch)
+    integration = state.integration or {}
+    if integration.get("commit") != commit:
+        raise GateError(
+            "staging moved since the integration tests ran",
+            hint="Run `lo-orch run` again to re-test it before the review.",
+        )
+    return Review(
+        state=state,
+        commit=commit,
+        stat=workspace.diff_stat(repo, state.base_sha, commit),
+        diff=workspace.diff_text(repo, state.base_sha, commit),
+        feature=branch or state.feature_branch,
+    )
+
+
+def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> RunState:
+    """Gate 2 passed: move the feature branch to exactly the reviewed commit, clean up."""
+    store = Store.for_repo(repo)
+    state = reviewed.state
+    ws = workspace.Workspace(repo, state.name, _settings(repo).workspace)
+    ws.finish(reviewed.commit, feature=reviewed.feature, merge_into=merge_into)
+    store.append_ledger("gate2_merged", run=state.name, commit=reviewed.commit,
+                        feature=reviewed.feature)
+
+    def merged(s: RunState) -> None:
+        s.phase = RunPhase.MERGED
+        s.reviewed_commit = reviewed.commit
+        s.merged_commit = reviewed.commit
+        s.merged_at = now_iso()
+
+    state = store.update_run(merged)
+    cleanup(repo)
+    return state
+
+
+def _settings(repo: Path) -> Settings:
+    from loop_orchestrator.config import load_settings
+
+    return load_settings(repo)
+
+
+@dataclass
+class CleanupResult:
+    session_killed: bool
+    removed: list[str]
+    kept_dirty: list[str]
+    branches_deleted: list[str]
+    branches_kept: list[str]
+
+
+def cleanup(repo: Path, *, abandon: bool = False) -> CleanupResult:
+    """Kill the run's tmux session by exact name; remove clean worktrees; delete merged
+    task branches. Dirty worktrees and unmerged branches are kept and listed."""
+    from loop_orchestrator.sessions import TmuxBackend
+    from loop_orchestrator.supervisor import socket_for
+
+    store = Store.for_repo(repo)
+    state = store.read_run()
+    plan, _ = runs.read_plan(store.dirs)
+    backend = TmuxBackend(state.name, socket=socket_for(state))
+    killed = False
+    with contextlib.suppress(LoOrchError):
+        if backend.session_exists():
+            backend.kill_session()
+            killed = True
+    ws = workspace.Workspace(repo, state.name, _settings(repo).workspace)
+    report = ws.cleanup([t.id for t in plan.tasks])
+    if abandon and state.phase not in (RunPhase.MERGED,):
+        store.update_run(lambda s: setattr(s, "phase", RunPhase.STOPPED))
+        store.append_ledger("run_abandoned", run=state.name)
+    for st in store.list_statuses():
+        if st.phase in (Phase.INTEGRATED,) and st.pane_id:
+            store.update_status(st.task, pane_id=None)
+    store.append_ledger(
+        "cleanup", removed=report.removed, kept_dirty=report.kept_dirty,
+        branches_deleted=report.branches_deleted, session_killed=killed,
+    )
+    return CleanupResult(killed, report.removed, report.kept_dirty,
+                         report.branches_deleted, report.branches_kept)

@@ -1,0 +1,740 @@
+"""Agent sessions: the backend interface, the local tmux backend and prompt delivery.
+
+The supervisor talks only to a ``SessionBackend`` (create the place for a task's session,
+launch, deliver, read the screen, alive?, kill, the command a user runs to attach), so a
+backend that runs sessions elsewhere can come later without touching it.
+
+Module API
+----------
+``tmux_socket() -> str | None``
+    ``LO_ORCH_TMUX_SOCKET`` (a ``tmux -L`` name); every tmux call goes to that server.
+``session_name(run_name) -> str``
+    ``lo-<run>``.
+``LaunchSpec(task, cwd, argv, env)`` / ``PaneState(pane_id, alive, dead_status, pid, exists)``
+``SessionBackend``
+    Protocol: ``ensure_session()``, ``launch(spec) -> pane_id``, ``respawn(pane_id, spec)``,
+    ``state(pane_id)``, ``capture(pane_id, lines=200)`` (``lines=0``: the visible screen only),
+    ``paste(pane_id, text, *, bracketed=True)``, ``send_keys(pane_id, *keys)``,
+    ``kill_pane(pane_id)``, ``kill_session()``, ``attach_argv(pane_id)``, ``session_exists()``,
+    ``list_panes() -> {pane_id: task}``.
+``TmuxBackend(run_name, socket=None)``
+    The local tmux implementation.
+``Deliverer(stagger=0.3).deliver(backend, pane_id, text, *, confirmed=None, timeout=15,
+enter_retries=3, bracketed=True)``
+    Reliable prompt delivery; raises ``DeliveryError`` with the last screen, never hangs.
+``sanitize_prompt(text) -> str``, ``wait_until(predicate, timeout, interval) -> bool``
+``attach_command(repo, task) -> list[str]``
+    The argv that attaches (or switches) to a run's session, focused on a task's pane.
+
+tmux facts this relies on (tmux 3.3a): a shell command given as several arguments is
+executed directly (no ``default-shell``), so the user's shell never parses agent argv;
+``remain-on-exit`` is inherited by panes split from a window that has it, which avoids the
+race of setting it after a fast-dying process already exited; pane ids (``%N``) are unique
+per server but reused after a server restart, so every pane operation first checks that the
+pane belongs to this run's session.
+
+libtmux is used for the exact session lookup; everything else goes through ``proc.run``
+with plain tmux argument lists, because delivery needs stdin (``load-buffer -``), options
+libtmux does not expose (``-e`` on respawn-pane, pane user options) and timeouts (libtmux
+calls have none, and a supervisor must never hang on a wedged tmux server).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import libtmux
+from libtmux import exc as libtmux_exc
+
+from loop_orchestrator import proc
+from loop_orchestrator.errors import DeliveryError, TmuxError
+
+log = logging.getLogger(__name__)
+
+SOCKET_ENV = "LO_ORCH_TMUX_SOCKET"
+#: agent panes per window before a new window is opened
+PANES_PER_WINDOW = 4
+#: size of a detached session's windows (tmux's default 80x24 is too small for 4 panes)
+DEFAULT_SIZE = ("240", "60")
+#: how long one tmux client call may take before it counts as a failure
+TMUX_TIMEOUT = 20.0
+
+_INSTALL_HINT = "Install it with `apt-get install tmux` (Debian/Ubuntu) or `brew install tmux`."
+_RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_PANE_ID_RE = re.compile(r"^%[0-9]+$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: keys ``send_keys`` accepts: tmux key names, C-/M- chords and single visible characters
+_NAMED_KEYS = frozenset(
+    {
+        "Enter", "Escape", "Tab", "BTab", "BSpace", "Space", "Up", "Down", "Left", "Right",
+        "Home", "End", "PageUp", "PageDown", "PPage", "NPage", "DC", "IC",
+    }
+)
+_KEY_RE = re.compile(r"^(?:[CMS]-(?:[A-Za-z0-9\[\]\\]|Space|Enter|Up|Down|Left|Right)|F[0-9]{1,2}|\S)$")
+#: a process on the placeholder pane of an empty window (never an agent)
+_KEEPER_ARGV = (
+    "/bin/sh",
+    "-c",
+    "printf '%s\\n' 'loop-orchestrator: agent panes open here'; exec sleep 2147483647",
+)
+_PANE_FIELDS = (
+    "#{pane_id}\t#{session_name}\t#{window_id}\t#{pane_dead}\t#{pane_dead_status}"
+    "\t#{pane_dead_signal}\t#{pane_pid}\t#{@lo_task}\t#{@lo_keeper}"
+)
+
+
+def tmux_socket() -> str | None:
+    """The private tmux server name from ``LO_ORCH_TMUX_SOCKET`` (``tmux -L``), if set."""
+    value = os.environ.get(SOCKET_ENV, "").strip()
+    return value or None
+
+
+def session_name(run_name: str) -> str:
+    return f"lo-{run_name}"
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds passed; returns the outcome."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+@dataclass
+class LaunchSpec:
+    """What to run in a task's pane: ``argv`` is executed as is, ``env`` is added to it."""
+
+    task: str
+    cwd: Path
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class PaneState:
+    pane_id: str
+    alive: bool
+    dead_status: int | None
+    pid: int | None
+    exists: bool
+
+
+class SessionBackend(Protocol):
+    """Where agent sessions run. The supervisor talks only to this."""
+
+    def ensure_session(self) -> None: ...
+
+    def launch(self, spec: LaunchSpec) -> str: ...
+
+    def respawn(self, pane_id: str, spec: LaunchSpec) -> None: ...
+
+    def state(self, pane_id: str) -> PaneState: ...
+
+    def capture(self, pane_id: str, lines: int = 200) -> str: ...
+
+    def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None: ...
+
+    def send_keys(self, pane_id: str, *keys: str) -> None: ...
+
+    def kill_pane(self, pane_id: str) -> None: ...
+
+    def kill_session(self) -> None: ...
+
+    def attach_argv(self, pane_id: str | None) -> list[str]: ...
+
+    def session_exists(self) -> bool: ...
+
+    def list_panes(self) -> dict[str, str]: ...
+
+
+@dataclass(frozen=True)
+class _PaneInfo:
+    pane_id: str
+    session: str
+    window_id: str
+    dead: bool
+    dead_status: int | None
+    pid: int | None
+    task: str
+    keeper: bool
+
+
+def _parse_pane_line(line: str) -> _PaneInfo | None:
+    parts = line.split("\t")
+    if len(parts) != 9:
+        return None
+    pane_id, session, window_id, dead, status, signal, pid, task, keeper = parts
+    is_dead = dead == "1"
+    dead_status: int | None = None
+    if is_dead:
+        if status.strip().lstrip("-").isdigit():
+            dead_status = int(status)
+        elif signal.strip().isdigit():
+            dead_status = 128 + int(signal)  # killed by a signal: the shell's convention
+    return _PaneInfo(
+        pane_id=pane_id,
+        session=session,
+        window_id=window_id,
+        dead=is_dead,
+        dead_status=dead_status,
+        pid=int(pid) if pid.isdigit() and not is_dead else None,
+        task=task,
+        keeper=keeper == "1",
+    )
+
+
+def _check_pane_id(pane_id: str) -> None:
+    if not _PANE_ID_RE.match(pane_id):
+        raise TmuxError(
+            f"{pane_id!r} is not a tmux pane id",
+            hint="Pane ids look like %3; the status file may have been edited by hand.",
+        )
+
+
+def _check_spec(spec: LaunchSpec) -> None:
+    if not spec.argv:
+        raise TmuxError(f"nothing to run for task {spec.task}: the command is empty")
+    if not spec.task:
+        raise TmuxError("a session needs a task id")
+    for key, value in spec.env.items():
+        if not _ENV_KEY_RE.match(key) or "\0" in value:
+            raise TmuxError(
+                f"invalid environment variable for task {spec.task}: {key!r}",
+                hint="Names are letters, digits and underscores; values cannot hold NUL.",
+            )
+    if not Path(spec.cwd).is_dir():
+        raise TmuxError(
+            f"the working folder of task {spec.task} does not exist: {spec.cwd}",
+        )
+
+
+def _pane_command(argv: list[str]) -> list[str]:
+    """The pane's command: ``/bin/sh -c "exec <argv quoted>"`` as separate tmux arguments.
+
+    ``shlex.join`` makes every piece of ``argv`` a literal word for ``sh``, and handing tmux
+    three arguments makes it exec ``/bin/sh`` itself rather than the user's default-shell
+    (fish and others quote differently). ``exec`` keeps the agent as the pane's process.
+    """
+    return ["/bin/sh", "-c", "exec " + shlex.join(argv)]
+
+
+def _env_options(env: dict[str, str]) -> list[str]:
+    options: list[str] = []
+    for key, value in env.items():
+        options += ["-e", f"{key}={value}"]
+    return options
+
+
+class TmuxBackend:
+    """Agent sessions as panes of the tmux session ``lo-<run>``.
+
+    Agent panes are tiled, at most four per window; a window is opened with a placeholder
+    ("keeper") pane that is removed once the first agent pane is split from it. Panes keep
+    ``remain-on-exit on`` so an exit is seen with its status. Panes carry the user option
+    ``@lo_task`` so a restarted supervisor finds them again.
+    """
+
+    def __init__(self, run_name: str, socket: str | None = None) -> None:
+        if not _RUN_NAME_RE.match(run_name):
+            raise TmuxError(
+                f"{run_name!r} cannot name a tmux session",
+                hint="Run names use letters, digits, '-' and '_' only.",
+            )
+        self.run_name = run_name
+        self.session = session_name(run_name)
+        self.socket = socket if socket is not None else tmux_socket()
+        self._lock = threading.RLock()
+        self._server: libtmux.Server | None = None
+
+    # plumbing ----------------------------------------------------------------------
+    def _tmux_bin(self) -> str:
+        found = shutil.which("tmux")
+        if not found:
+            raise TmuxError("tmux not found", hint=_INSTALL_HINT)
+        return found
+
+    def _server_args(self) -> list[str]:
+        return ["-L", self.socket] if self.socket else []
+
+    def _tmux(
+        self, *args: str, input: str | None = None, check: bool = True  # noqa: A002
+    ) -> proc.Result:
+        argv = [self._tmux_bin(), *self._server_args(), *args]
+        result = proc.run(argv, input=input, timeout=TMUX_TIMEOUT, check=False)
+        if check and not result.ok:
+            detail = result.stderr.strip() or (
+                "timed out" if result.returncode is None else f"exit {result.returncode}"
+            )
+            raise TmuxError(
+                f"tmux {args[0]} failed for session {self.session}: {detail}",
+                hint="Check the tmux server with `tmux"
+                + (f" -L {self.socket}" if self.socket else "")
+                + " ls`.",
+            )
+        return result
+
+    def _libtmux_server(self) -> libtmux.Server:
+        if self._server is None:
+            self._server = libtmux.Server(socket_name=self.socket)
+        return self._server
+
+    def _panes(self) -> list[_PaneInfo]:
+        """Every pane of this run's session (empty when there is no session)."""
+        result = self._tmux("list-panes", "-s", "-t", f"={self.session}", "-F", _PANE_FIELDS,
+                            check=False)
+        if not result.ok:
+            return []
+        infos = [_parse_pane_line(line) for line in result.stdout.splitlines()]
+        return [i for i in infos if i is not None and i.session == self.session]
+
+    def _pane_info(self, pane_id: str) -> _PaneInfo | None:
+        """The pane if it exists *in this run's session*; another session's pane is None."""
+        _check_pane_id(pane_id)
+        result = self._tmux("list-panes", "-t", pane_id, "-F", _PANE_FIELDS, check=False)
+        if not result.ok:
+            return None
+        for line in result.stdout.splitlines():
+            info = _parse_pane_line(line)
+            if info is not None and info.pane_id == pane_id:
+                return info if info.session == self.session else None
+        return None
+
+    def _own_pane(self, pane_id: str, action: str) -> _PaneInfo:
+        info = self._pane_info(pane_id)
+        if info is None:
+            raise TmuxError(
+                f"cannot {action} pane {pane_id}: it is not a pane of session {self.session}",
+                hint="The session may have ended; `lo-orch status` shows the task's state.",
+            )
+        return info
+
+    # sessions ----------------------------------------------------------------------
+    def session_exists(self) -> bool:
+        self._tmux_bin()
+        try:
+            return bool(self._libtmux_server().has_session(self.session, exact=True))
+        except libtmux_exc.TmuxCommandNotFound as exc:
+            raise TmuxError("tmux not found", hint=_INSTALL_HINT) from exc
+
+    def ensure_session(self) -> None:
+        """Create ``lo-<run>`` (detached) unless it exists."""
+        with self._lock:
+            if self.session_exists():
+                return
+            result = self._tmux(
+                "new-session", "-d", "-s", self.session, "-n", "agents",
+                "-x", DEFAULT_SIZE[0], "-y", DEFAULT_SIZE[1],
+                "-P", "-F", "#{window_id}\t#{pane_id}", *_KEEPER_ARGV,
+                check=False,
+            )
+            if not result.ok:
+                if self.session_exists():  # created by someone else meanwhile
+                    return
+                raise TmuxError(
+                    f"could not create tmux session {self.session}: {result.stderr.strip()}",
+                    hint=_INSTALL_HINT if "not found" in result.stderr else None,
+                )
+            window_id, pane_id = result.stdout.strip().split("\t")
+            self._prepare_window(window_id, pane_id)
+            log.info("tmux session created", extra={"session": self.session})
+
+    def _prepare_window(self, window_id: str, keeper_pane: str) -> None:
+        self._tmux("set-option", "-w", "-t", window_id, "remain-on-exit", "on")
+        self._tmux("set-option", "-p", "-t", keeper_pane, "@lo_keeper", "1")
+
+    def kill_session(self) -> None:
+        """Kill ``lo-<run>`` by its exact name (never a prefix match)."""
+        with self._lock:
+            if not self.session_exists():
+                return
+            self._tmux("kill-session", "-t", f"={self.session}")
+            log.info("tmux session killed", extra={"session": self.session})
+
+    # panes -------------------------------------------------------------------------
+    def launch(self, spec: LaunchSpec) -> str:
+        """Start ``spec`` in a new tiled pane (a new window when the last one has 4)."""
+        _check_spec(spec)
+        with self._lock:
+            self.ensure_session()
+            window_id = self._window_with_room()
+            if window_id is None:
+                result = self._tmux(
+                    "new-window", "-d", "-t", f"={self.session}:", "-n", "agents",
+                    "-P", "-F", "#{window_id}\t#{pane_id}", *_KEEPER_ARGV,
+                )
+                window_id, keeper = result.stdout.strip().split("\t")
+                self._prepare_window(window_id, keeper)
+            # Splitting from a window with remain-on-exit makes the pane inherit it before
+            # the agent runs, so even an instant exit leaves a dead pane with its status.
+            self._tmux("select-layout", "-t", window_id, "tiled")
+            result = self._tmux(
+                "split-window", "-d", "-t", window_id, "-c", str(spec.cwd),
+                *_env_options(spec.env), "-P", "-F", "#{pane_id}", *_pane_command(spec.argv),
+            )
+            pane_id = result.stdout.strip()
+            self._tmux("set-option", "-p", "-t", pane_id, "@lo_task", spec.task)
+            for info in self._panes():
+                if info.window_id == window_id and info.keeper:
+                    self._tmux("kill-pane", "-t", info.pane_id)
+            self._tmux("select-layout", "-t", window_id, "tiled")
+        log.info("agent pane launched", extra={"task": spec.task, "pane": pane_id})
+        return pane_id
+
+    def _window_with_room(self) -> str | None:
+        counts: dict[str, int] = {}
+        for info in self._panes():  # in window order
+            counts.setdefault(info.window_id, 0)
+            if not info.keeper:
+                counts[info.window_id] += 1
+        for window_id, count in counts.items():
+            if count < PANES_PER_WINDOW:
+                return window_id
+        return None
+
+    def respawn(self, pane_id: str, spec: LaunchSpec) -> None:
+        """Run ``spec`` again in the same pane (``respawn-pane -k``), dead or alive."""
+        _check_spec(spec)
+        with self._lock:
+            self._own_pane(pane_id, "respawn")
+            self._tmux(
+                "respawn-pane", "-k", "-t", pane_id, "-c", str(spec.cwd),
+                *_env_options(spec.env), *_pane_command(spec.argv),
+            )
+            self._tmux("set-option", "-p", "-t", pane_id, "@lo_task", spec.task)
+        log.info("agent pane respawned", extra={"task": spec.task, "pane": pane_id})
+
+    def state(self, pane_id: str) -> PaneState:
+        info = self._pane_info(pane_id)
+        if info is None:
+            return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
+        return PaneState(
+            pane_id, alive=not info.dead, dead_status=info.dead_status, pid=info.pid, exists=True
+        )
+
+    def capture(self, pane_id: str, lines: int = 200) -> str:
+        """The pane's text: the visible screen plus ``lines`` lines of history (0: none)."""
+        self._own_pane(pane_id, "read")
+        start = str(-max(lines, 0))
+        return self._tmux("capture-pane", "-p", "-t", pane_id, "-S", start).stdout
+
+    def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
+        """Paste ``text`` through a uniquely named tmux buffer (deleted after the paste).
+
+        ``bracketed`` sends it as a bracketed paste (``-p``; only when the program asked
+        for it, as a terminal would). Without it every line break becomes a space, so a
+        line-oriented program receives one line.
+        """
+        self._own_pane(pane_id, "paste into")
+        name = f"lo-{uuid.uuid4().hex}"
+        self._tmux("load-buffer", "-b", name, "-", input=text)
+        mode = ["-p"] if bracketed else ["-s", " "]
+        try:
+            self._tmux("paste-buffer", "-d", *mode, "-b", name, "-t", pane_id)
+        except TmuxError:
+            self._tmux("delete-buffer", "-b", name, check=False)
+            raise
+
+    def send_keys(self, pane_id: str, *keys: str) -> None:
+        """Send named keys ("Enter", "Down", "C-c", a single character), never text."""
+        for key in keys:
+            if key not in _NAMED_KEYS and not _KEY_RE.match(key):
+                raise TmuxError(
+                    f"send_keys takes key names, not text: {key[:40]!r}",
+                    hint="Deliver text with paste(); send Enter separately.",
+                )
+        self._own_pane(pane_id, "send keys to")
+        self._tmux("send-keys", "-t", pane_id, *keys)
+
+    def kill_pane(self, pane_id: str) -> None:
+        """Kill one of this session's panes by id; a pane of another session is refused."""
+        _check_pane_id(pane_id)
+        with self._lock:
+            result = self._tmux("list-panes", "-t", pane_id, "-F", _PANE_FIELDS, check=False)
+            if not result.ok:
+                return  # already gone
+            self._own_pane(pane_id, "kill")
+            self._tmux("kill-pane", "-t", pane_id)
+        log.info("agent pane killed", extra={"pane": pane_id})
+
+    def list_panes(self) -> dict[str, str]:
+        """pane id -> task for every agent pane of the session (found by ``@lo_task``)."""
+        return {info.pane_id: info.task for info in self._panes() if info.task}
+
+    def windows(self) -> dict[str, list[str]]:
+        """window id -> its pane ids, in window order (for tests and `doctor`)."""
+        out: dict[str, list[str]] = {}
+        for info in self._panes():
+            out.setdefault(info.window_id, []).append(info.pane_id)
+        return out
+
+    # attach ------------------------------------------------------------------------
+    def attach_argv(self, pane_id: str | None) -> list[str]:
+        """The command a user runs to see the session, focused on ``pane_id`` if given.
+
+        Inside tmux (``$TMUX``) on the same server it switches the client; inside another
+        tmux server it attaches a nested client (``TMUX`` unset, as tmux requires).
+        """
+        if not self.session_exists():
+            raise TmuxError(
+                f"run {self.run_name} has no tmux session ({self.session})",
+                hint="Sessions exist while tasks run; start them with `lo-orch run`.",
+            )
+        base = [self._tmux_bin(), *self._server_args()]
+        focus: list[str] = []
+        if pane_id is not None:
+            self._own_pane(pane_id, "attach to")
+            focus = ["select-window", "-t", pane_id, ";", "select-pane", "-t", pane_id, ";"]
+        target = f"={self.session}"
+        inside = os.environ.get("TMUX", "")
+        if inside and self._same_server(inside):
+            return [*base, *focus, "switch-client", "-t", target]
+        prefix = ["env", "-u", "TMUX"] if inside else []
+        return [*prefix, *base, *focus, "attach-session", "-t", target]
+
+    def _same_server(self, tmux_env: str) -> bool:
+        socket_path = tmux_env.split(",")[0]
+        result = self._tmux("display-message", "-p", "#{socket_path}", check=False)
+        return result.ok and result.stdout.strip() == socket_path
+
+
+# delivery ------------------------------------------------------------------------------
+
+_C0_DROP = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Claude Code's (and the scripted agent's) stand-in for a long paste on the input line
+_PLACEHOLDER_RE = re.compile(r"\[Pasted text #\d+(?: \+\d+ lines?)?\]")
+
+
+def sanitize_prompt(text: str) -> str:
+    """Line breaks to ``\\n``; control characters other than newline and tab removed.
+
+    An ESC inside a prompt could end the bracketed paste early (``ESC[201~``) and turn the
+    rest into keystrokes, so no escape sequence reaches the pane.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _C0_DROP.sub("", text)
+
+
+def _input_row(screen: str, text: str) -> int | None:
+    """The row of the pasted prompt on the input line: its placeholder or its last line."""
+    lines = screen.split("\n")
+    for index in range(len(lines) - 1, -1, -1):
+        if _PLACEHOLDER_RE.search(lines[index]):
+            return index
+    tail_lines = [line.strip() for line in text.split("\n") if line.strip()]
+    if not tail_lines:
+        return None
+    tail = tail_lines[-1][-20:]
+    for index in range(len(lines) - 1, -1, -1):
+        if tail in lines[index]:
+            return index
+    return None
+
+
+def _screen_submitted(pasted: str, text: str) -> Callable[[str], bool]:
+    """A test of a later screen: did the pasted prompt leave the input line?
+
+    From the input row down, the screen must differ from the screen right after the
+    paste: the input line was cleared, output appeared below it, or the screen scrolled.
+    A swallowed Enter leaves all of that unchanged.
+    """
+    row = _input_row(pasted, text)
+    before = pasted.split("\n")
+
+    def check(screen: str) -> bool:
+        now = screen.split("\n")
+        if row is None:
+            return now != before
+        return now[row:] != before[row:]
+
+    return check
+
+
+class Deliverer:
+    """Delivers prompts: serialized per pane, staggered across panes, confirmed or failed.
+
+    One instance is shared by every delivery of a supervisor (it holds the locks).
+    """
+
+    def __init__(
+        self,
+        stagger: float = 0.3,
+        *,
+        settle: float = 0.25,
+        poll: float = 0.05,
+        paste_wait: float = 3.0,
+    ) -> None:
+        self.stagger = stagger
+        self.settle = settle
+        self.poll = poll
+        self.paste_wait = paste_wait
+        self._guard = threading.Lock()
+        self._pane_locks: dict[str, threading.Lock] = {}
+        self._gap_lock = threading.Lock()
+        self._last_send = 0.0
+
+    def _lock_for(self, pane_id: str) -> threading.Lock:
+        with self._guard:
+            return self._pane_locks.setdefault(pane_id, threading.Lock())
+
+    def _wait_gap(self) -> None:
+        with self._gap_lock:
+            pause = self._last_send + self.stagger - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            self._last_send = time.monotonic()
+
+    def deliver(
+        self,
+        backend: SessionBackend,
+        pane_id: str,
+        text: str,
+        *,
+        confirmed: Callable[[], bool] | None = None,
+        timeout: float = 15,
+        enter_retries: int = 3,
+        bracketed: bool = True,
+    ) -> None:
+        """Paste ``text`` into the pane, press Enter, and make sure it was submitted.
+
+        ``confirmed`` (for Claude Code: a UserPromptSubmit hook recorded after the send)
+        decides; without it the screen must show that the prompt left the input line.
+        Enter is pressed again up to ``enter_retries`` times. Raises ``DeliveryError``
+        with the last screen when the pane is gone or died, or nothing confirms in time.
+        """
+        text = sanitize_prompt(text)
+        if not text.strip():
+            raise DeliveryError(f"refused to deliver an empty prompt to pane {pane_id}")
+        with self._lock_for(pane_id):
+            deadline = time.monotonic() + timeout
+            self._require_alive(backend, pane_id)
+            before = backend.capture(pane_id, 0)
+            self._wait_gap()
+            backend.paste(pane_id, text, bracketed=bracketed)
+            pasted = self._settled(backend, pane_id, before, deadline)
+            if confirmed is not None:
+                check: Callable[[], bool] = confirmed
+            else:
+                on_screen = _screen_submitted(pasted, text)
+
+                def check() -> bool:
+                    return on_screen(backend.capture(pane_id, 0))
+
+            per_attempt = max(timeout / (enter_retries + 1), 0.5)
+            for attempt in range(enter_retries + 1):
+                if time.monotonic() >= deadline:
+                    break
+                backend.send_keys(pane_id, "Enter")
+                until = min(deadline, time.monotonic() + per_attempt)
+                if self._wait_confirmed(backend, pane_id, check, until):
+                    log.info(
+                        "prompt delivered",
+                        extra={"pane": pane_id, "chars": len(text), "enters": attempt + 1},
+                    )
+                    return
+                log.info("prompt not confirmed, pressing Enter again", extra={"pane": pane_id})
+            screen = self._last_screen(backend, pane_id)
+            raise DeliveryError(
+                f"prompt to pane {pane_id} was not confirmed after {timeout:g}s "
+                f"and {enter_retries + 1} Enter presses",
+                screen,
+                hint="Look at the pane (`lo-orch attach TASK`): a dialog or a busy agent "
+                "may be holding the input.",
+            )
+
+    def _require_alive(self, backend: SessionBackend, pane_id: str) -> None:
+        state = backend.state(pane_id)
+        if not state.exists:
+            raise DeliveryError(f"pane {pane_id} does not exist; the prompt was not sent")
+        if not state.alive:
+            raise DeliveryError(
+                f"the agent in pane {pane_id} has exited (status {state.dead_status}); "
+                "the prompt was not sent",
+                self._last_screen(backend, pane_id),
+            )
+
+    def _settled(
+        self, backend: SessionBackend, pane_id: str, before: str, deadline: float
+    ) -> str:
+        """Wait for the paste to show (bounded), then for the screen to stop changing."""
+        limit = min(deadline, time.monotonic() + self.paste_wait)
+        screen = backend.capture(pane_id, 0)
+        while screen == before and time.monotonic() < limit:
+            time.sleep(self.poll)
+            screen = backend.capture(pane_id, 0)
+        while time.monotonic() < limit:
+            time.sleep(self.settle)
+            again = backend.capture(pane_id, 0)
+            if again == screen:
+                break
+            screen = again
+        return screen
+
+    def _wait_confirmed(
+        self, backend: SessionBackend, pane_id: str, check: Callable[[], bool], until: float
+    ) -> bool:
+        next_liveness = time.monotonic() + 0.5
+        while True:
+            if check():
+                return True
+            now = time.monotonic()
+            if now >= until:
+                return False
+            if now >= next_liveness:
+                next_liveness = now + 0.5
+                state = backend.state(pane_id)
+                if not state.alive:
+                    raise DeliveryError(
+                        f"the agent in pane {pane_id} exited (status {state.dead_status}) "
+                        "while a prompt was being delivered",
+                        self._last_screen(backend, pane_id),
+                    )
+            time.sleep(self.poll)
+
+    @staticmethod
+    def _last_screen(backend: SessionBackend, pane_id: str) -> str:
+        try:
+            return backend.capture(pane_id, 0)
+        except TmuxError:
+            return ""
+
+
+# attach --------------------------------------------------------------------------------
+
+
+def attach_command(repo: Path, task: str | None = None) -> list[str]:
+    """The argv of ``lo-orch attach [TASK]``: attach/switch to the run, focused on TASK."""
+    from loop_orchestrator.state import Store
+
+    store = Store.for_repo(repo)
+    run = store.read_run()
+    backend = TmuxBackend(run.name)
+    pane_id: str | None = None
+    if task is not None:
+        status = store.read_status(task)
+        if not status.pane_id:
+            raise TmuxError(
+                f"task {task} has no session (phase {status.phase.value})",
+                hint="A task gets a pane when it starts; `lo-orch status` shows which run.",
+            )
+        pane_id = status.pane_id
+        if backend.session_exists() and pane_id not in backend.list_panes():
+            raise TmuxError(
+                f"the pane of task {task} ({pane_id}) no longer exists",
+                hint="`lo-orch run` relaunches it; `lo-orch attach` without TASK shows the rest.",
+            )
+    return backend.attach_argv(pane_id)

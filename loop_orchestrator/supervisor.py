@@ -1,0 +1,644 @@
+"""The supervisor: drives every task from ``pending`` to ``integrated``; no model keeps books.
+
+One supervisor per repository (``supervisor.lock``). The main loop is event-driven: status
+files (written by ``lo-orch signal`` and ``lo-orch hook``) are watched with watchdog, with
+a short tick for pane liveness and stalls. Work that blocks — launching a session,
+delivering a prompt, verifying, merging — runs in a small thread pool, at most one job per
+task. Every decision goes to the ledger. A supervisor killed at any moment is resumed by
+running it again: state on disk, git and tmux are reconciled (``_reconcile``), panes are
+found again by their task tag, a verdict is bound to its commit and a merge into staging is
+idempotent, so nothing is launched, verified or merged twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from loop_orchestrator import briefs, plan as planmod, runs, signatures, workspace
+from loop_orchestrator.config import Settings, load_tool_profile
+from loop_orchestrator.errors import (
+    AgentError,
+    GitError,
+    LockHeldError,
+    LoOrchError,
+    MergeConflictError,
+    NotLoggedInError,
+)
+from loop_orchestrator.plan import Plan, Task
+from loop_orchestrator.state import (
+    ACTIVE_PHASES,
+    Phase,
+    RunDir,
+    RunPhase,
+    RunState,
+    Store,
+    TaskStatus,
+    atomic_write_text,
+    now_iso,
+)
+
+log = logging.getLogger(__name__)
+
+#: phases in which the session is expected to be alive and working
+WORKING_PHASES = frozenset({Phase.LAUNCHING, Phase.PLANNING, Phase.IMPLEMENTING})
+TICK_SECONDS = 0.5
+SCREEN_SAMPLE_SECONDS = 15.0
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Outcome:
+    """How a supervisor run ended."""
+
+    state: str  # "review" | "blocked" | "integration_failed" | "merged" | "stopped"
+    message: str
+    blocked: dict[str, str] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def supervisor_lock(rundir: RunDir) -> Iterator[None]:
+    """Hold the repository's supervisor lock; name the holder when it is taken."""
+    rundir.root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(rundir.supervisor_lock), timeout=0)
+    info = rundir.root / "supervisor.json"
+    try:
+        lock.acquire()
+    except Timeout:
+        holder = "another process"
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads(info.read_text(encoding="utf-8"))
+            holder = f"pid {data['pid']} (started {data['started_at']})"
+        raise LockHeldError(
+            f"another supervisor is running for this repository: {holder}",
+            hint="Watch it with `lo-orch status --watch`, or stop it (Ctrl-C in its window) "
+            "before starting another.",
+        ) from None
+    try:
+        atomic_write_text(info, json.dumps({"pid": os.getpid(), "started_at": now_iso()}) + "\n")
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            info.unlink()
+        lock.release()
+
+
+def socket_for(state: RunState) -> str | None:
+    """The tmux server of a run: the environment wins (tests), else what the run recorded."""
+    return os.environ.get("LO_ORCH_TMUX_SOCKET") or state.tmux_socket
+
+
+class Supervisor:
+    def __init__(
+        self,
+        repo: Path,
+        settings: Settings,
+        *,
+        continue_blocked: bool = False,
+        progress: Progress | None = None,
+    ) -> None:
+        from loop_orchestrator.agents.base import make_adapter
+        from loop_orchestrator.sessions import Deliverer, TmuxBackend
+
+        self.repo = repo
+        self.settings = settings
+        self.rundir = RunDir(repo)
+        self.store = Store(self.rundir)
+        self.state, self.plan = runs.load_approved(repo)
+        self.continue_blocked = continue_blocked
+        self.progress = progress or (lambda _msg: None)
+        self.cap = runs.effective_concurrency(self.plan, settings)
+        self.waves = planmod.wave_of(self.plan, self.cap)
+        self.deps = planmod.dependencies(self.plan)
+        self.ws = workspace.Workspace(repo, self.state.name, settings.workspace)
+        socket = socket_for(self.state)
+        self.backend = TmuxBackend(self.state.name, socket=socket)
+        self.adapter = make_adapter(settings, repo)
+        self.deliverer = Deliverer(stagger=settings.run.stagger_seconds)
+        self.tools = load_tool_profile(repo)
+        self.pool = ThreadPoolExecutor(max_workers=self.cap + 2, thread_name_prefix="lo-task")
+        self.jobs: dict[str, Future[None]] = {}
+        self.wake = threading.Event()
+        self.merge_lock = threading.Lock()
+        self.screens: dict[str, tuple[int, float]] = {}
+        self.last_liveness = 0.0
+        if socket != self.state.tmux_socket:
+            self.state = self.store.update_run(lambda s: setattr(s, "tmux_socket", socket))
+
+    # ledger and progress --------------------------------------------------------------
+    def _event(self, event: str, task: str | None = None, **fields: Any) -> None:
+        self.store.append_ledger(event, task=task, **fields) if task else self.store.append_ledger(
+            event, **fields
+        )
+        text = fields.get("message") or ", ".join(f"{k}={v}" for k, v in fields.items())
+        self.progress(f"{task + ': ' if task else ''}{event}{' — ' + str(text) if text else ''}")
+
+    def _set(self, task: str, **changes: Any) -> TaskStatus:
+        return self.store.update_status(task, **changes)
+
+    # entry ----------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        with supervisor_lock(self.rundir):
+            if self.state.phase == RunPhase.AWAITING_MERGE_REVIEW:
+                return Outcome("review", "the run is waiting for Gate 2: `lo-orch merge`")
+            if self.state.phase == RunPhase.MERGED:
+                return Outcome("merged", "the run is already merged")
+            self._start_run()
+            observer = self._watch()
+            try:
+                self._reconcile()
+                self._loop()
+            finally:
+                with contextlib.suppress(Exception):
+                    observer.stop()
+                self.pool.shutdown(wait=True, cancel_futures=True)
+            return self._finish()
+
+    def _start_run(self) -> None:
+        first = self.state.phase == RunPhase.AWAITING_PLAN_APPROVAL
+        if first:
+            self.ws.preflight(allow_dirty=self.settings.workspace.allow_dirty)
+        self.ws.ensure_excludes()
+        self.ws.create_staging(self.state.base_sha)
+        self.backend.ensure_session()
+        if self.state.phase != RunPhase.RUNNING:
+            self.state = self.store.update_run(lambda s: setattr(s, "phase", RunPhase.RUNNING))
+        self._event(
+            "supervisor_started", run=self.state.name, pid=os.getpid(), resumed=not first,
+            message=f"run {self.state.name}, {len(self.plan.tasks)} tasks, cap {self.cap}",
+        )
+
+    def _watch(self) -> Any:
+        """Wake the loop on any change in status/ (atomic renames included)."""
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+        from watchdog.observers.polling import PollingObserver
+
+        wake = self.wake
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                # An atomic write shows up as a move whose dest_path is the status file.
+                path = str(getattr(event, "dest_path", "") or event.src_path)
+                if path.endswith(".json"):
+                    wake.set()
+
+        folder = str(self.rundir.status_dir)
+        observer: Any = Observer()
+        try:
+            observer.schedule(Handler(), folder, recursive=False)
+            observer.start()
+        except OSError:
+            log.warning("inotify unavailable; polling status files")
+            observer = PollingObserver(timeout=0.5)
+            observer.schedule(Handler(), folder, recursive=False)
+            observer.start()
+        return observer
+
+    # reconciliation after a restart ---------------------------------------------------
+    def _reconcile(self) -> None:
+        panes = self.backend.list_panes()  # pane id -> task, from the pane's @lo_task tag
+        by_task = {task: pane for pane, task in panes.items()}
+        for st in self.store.list_statuses():
+            pane = by_task.get(st.task)
+            if pane and pane != st.pane_id:
+                # launched, then killed before the pane id was saved: adopt it
+                self._set(st.task, pane_id=pane)
+                self._event("pane_adopted", st.task, pane_id=pane)
+            if st.phase in (Phase.INTEGRATED,) and pane:
+                self.backend.kill_pane(pane)
+            if st.phase == Phase.LAUNCHING and not pane:
+                # nothing was started: launch again from the top
+                self._set(st.task, phase=Phase.PENDING)
+                self._event("relaunch_pending", st.task, message="launch was interrupted")
+
+    # main loop --------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            self._collect_jobs()
+            statuses = {s.task: s for s in self.store.list_statuses()}
+            self._dispatch(statuses)
+            self._check_sessions(statuses)
+            phases = {s.task: s.phase for s in self.store.list_statuses()}
+            for tid in planmod.ready_tasks(
+                self.plan, phases, self.cap,
+                strict_waves=self.settings.run.strict_waves, wave_numbers=self.waves,
+            ):
+                if tid in self.jobs:
+                    continue
+                self._set(tid, phase=Phase.LAUNCHING, error=None)
+                self._event("task_released", tid, wave=self.waves[tid])
+                self._submit(tid, self._start_task)
+                phases[tid] = Phase.LAUNCHING
+            if not self.jobs and self._settled(phases):
+                return
+            self.wake.wait(TICK_SECONDS)
+            self.wake.clear()
+
+    def _settled(self, phases: dict[str, Phase]) -> bool:
+        """Nothing is running and nothing can start: all integrated, or the rest is stuck."""
+        if any(p in ACTIVE_PHASES for p in phases.values()):
+            return False
+        ready = planmod.ready_tasks(
+            self.plan, phases, self.cap,
+            strict_waves=self.settings.run.strict_waves, wave_numbers=self.waves,
+        )
+        return not ready
+
+    def _submit(self, task: str, fn: Callable[[str], None]) -> None:
+        self.jobs[task] = self.pool.submit(self._guarded, task, fn)
+
+    def _guarded(self, task: str, fn: Callable[[str], None]) -> None:
+        try:
+            fn(task)
+        except NotLoggedInError as exc:
+            self._block(task, exc.render())
+        except LoOrchError as exc:
+            self._block(task, exc.render())
+        finally:
+            self.wake.set()
+
+    def _collect_jobs(self) -> None:
+        for task, fut in list(self.jobs.items()):
+            if not fut.done():
+                continue
+            del self.jobs[task]
+            exc = fut.exception()
+            if exc is not None:
+                # a bug, not a user error: keep the run going, mark the task failed
+                log.error("task job crashed", exc_info=exc, extra={"task": task})
+                self._set(task, phase=Phase.FAILED, error=f"internal error: {exc!r}")
+                self._event("task_failed", task, message=f"internal error: {exc!r}")
+
+    def _dispatch(self, statuses: dict[str, TaskStatus]) -> None:
+        for tid, st in statuses.items():
+            if tid in self.jobs:
+                continue
+            if st.phase == Phase.LAUNCHING:
+                # a launch interrupted by a restart: the pane (if any) is reused
+                self._submit(tid, self._start_task)
+            elif st.phase == Phase.PLAN_READY:
+                self._event("reacted", tid, to=st.phase.value)
+                self._submit(tid, self._to_implement)
+            elif st.phase == Phase.IMPL_DONE:
+                self._event("reacted", tid, to=st.phase.value)
+                self._submit(tid, self._verify)
+            elif st.phase == Phase.VERIFYING:
+                self._submit(tid, self._verify)  # interrupted verification: run it again
+            elif st.phase == Phase.APPROVED:
+                self._submit(tid, self._integrate)
+            elif st.phase in (Phase.PLANNING, Phase.IMPLEMENTING) and st.delivered != (
+                f"{st.phase.value}:{st.rework_count}"
+            ):
+                # the prompt for this phase was never confirmed (crash mid-delivery)
+                self._submit(tid, self._redeliver)
+            elif st.phase == Phase.BLOCKED and st.last_event != "blocked_seen":
+                self._set(tid, last_event="blocked_seen")
+                self._event("task_blocked", tid, message=st.error or st.note or "blocked")
+
+    # liveness and stalls ----------------------------------------------------------------
+    def _check_sessions(self, statuses: dict[str, TaskStatus]) -> None:
+        now = time.monotonic()
+        if now - self.last_liveness < TICK_SECONDS:
+            return
+        self.last_liveness = now
+        for tid, st in statuses.items():
+            if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
+                continue
+            pane = self.backend.state(st.pane_id)
+            if not pane.exists or not pane.alive:
+                self._submit(tid, lambda t, s=pane.dead_status: self._pane_died(t, s))
+                continue
+            self._check_stall(st)
+
+    def _check_stall(self, st: TaskStatus) -> None:
+        assert st.pane_id is not None
+        now = time.time()
+        last_seen = self.screens.get(st.task)
+        if last_seen is None or now - last_seen[1] >= SCREEN_SAMPLE_SECONDS:
+            screen_hash = hash(self.backend.capture(st.pane_id, lines=50))
+            if last_seen is None or screen_hash != last_seen[0]:
+                self.screens[st.task] = (screen_hash, now)
+        activity = max(
+            _ts(st.last_event_at), _ts(st.updated_at), self.screens.get(st.task, (0, 0.0))[1]
+        )
+        limit = self.settings.run.stall_minutes * 60
+        if now - activity < limit:
+            return
+        if not st.nudged:
+            self._submit(st.task, self._nudge)
+        else:
+            self._block(st.task, f"no activity for {self.settings.run.stall_minutes:g} minutes "
+                        "after a nudge; attach with `lo-orch attach` to see why")
+
+    # task jobs ------------------------------------------------------------------------
+    def _context(self, task: Task, st: TaskStatus) -> Any:
+        from loop_orchestrator.agents.base import AgentContext, agent_env
+
+        worktree = self.rundir.worktree_path(task.id)
+        brief = self.rundir.brief_path(task.id)
+        env = agent_env(
+            task=task.id, run_dir=self.rundir.root, brief=brief, settings=self.settings
+        )
+        return AgentContext(
+            task=task.id, run_name=self.state.name, repo=self.repo, worktree=worktree,
+            run_dir=self.rundir.root, brief_path=brief, session_id=st.session_id, env=env,
+        )
+
+    def _start_task(self, tid: str) -> None:
+        task = self.plan.task(tid)
+        st = self.store.read_status(tid)
+        worktree = self.ws.ensure_worktree(tid)
+        if not st.worktree:
+            self.ws.run_setup(worktree)
+        brief = self.render_brief(task)
+        atomic_write_text(self.rundir.brief_path(tid), brief)
+        session_id = st.session_id or str(uuid.uuid4())
+        st = self._set(
+            tid, worktree=str(worktree), branch=self.ws.task_branch(tid), session_id=session_id
+        )
+        ctx = self._context(task, st)
+        self.adapter.prepare(ctx)
+        pane = st.pane_id if st.pane_id and self.backend.state(st.pane_id).alive else None
+        if pane is None:
+            pane = self.backend.launch(self.adapter.launch_spec(ctx, resume=False))
+            self._set(tid, pane_id=pane)
+            self._event("session_launched", tid, pane_id=pane, session_id=session_id)
+        self.adapter.wait_ready(self.backend, pane, timeout=self.settings.agent.ready_timeout)
+        self._set(tid, phase=Phase.PLANNING)
+        self._deliver(tid, "prompt_plan.md.j2")
+
+    def _to_implement(self, tid: str) -> None:
+        self._set(tid, phase=Phase.IMPLEMENTING)
+        self._deliver(tid, "prompt_implement.md.j2")
+
+    def _redeliver(self, tid: str) -> None:
+        st = self.store.read_status(tid)
+        if st.pane_id is None or not self.backend.state(st.pane_id).alive:
+            self._pane_died(tid, None)
+            return
+        self._deliver(tid, self._prompt_for(st))
+
+    def _prompt_for(self, st: TaskStatus) -> str:
+        if st.phase == Phase.PLANNING:
+            return "prompt_plan.md.j2"
+        if st.rework_count > 0:
+            return "prompt_rework.md.j2"
+        return "prompt_implement.md.j2"
+
+    def _deliver(self, tid: str, template: str, **extra: Any) -> None:
+        st = self.store.read_status(tid)
+        assert st.pane_id is not None
+        text = self._render_prompt(tid, template, st, **extra).strip()
+        sent_at = now_iso()
+        confirmed: Callable[[], bool] | None = None
+        if self.adapter.uses_hooks:
+            def confirmed() -> bool:
+                cur = self.store.read_status(tid)
+                return (cur.prompt_submitted_at or "") >= sent_at or cur.phase != st.phase
+        self.deliverer.deliver(self.backend, st.pane_id, text, confirmed=confirmed)
+        self._set(tid, delivered=f"{st.phase.value}:{st.rework_count}")
+        self._event(
+            "prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count, chars=len(text)
+        )
+
+    def _render_prompt(self, tid: str, template: str, st: TaskStatus, **extra: Any) -> str:
+        ctx: dict[str, Any] = {
+            "task": tid, "run": self.state.name, "brief": str(self.rundir.brief_path(tid)),
+            "plan_path": str(self.rundir.agent_plan_path(tid)), "phase": st.phase.value,
+        }
+        if template == "prompt_rework.md.j2" and "review" not in extra:
+            review = self.rundir.review_path(tid, st.rework_count)
+            extra = {"review": str(review), "round": st.rework_count,
+                     "max_rounds": self.settings.run.max_rework,
+                     "summary": st.note or "", **extra}
+        ctx.update(extra)
+        return briefs.render(template, **ctx)
+
+    def _nudge(self, tid: str) -> None:
+        st = self._set(tid, nudged=True)
+        expected = "plan_ready" if st.phase == Phase.PLANNING else "impl_done"
+        self._event("nudged", tid, phase=st.phase.value)
+        self._deliver_raw(tid, briefs.render(
+            "prompt_nudge.md.j2", task=tid, phase=st.phase.value, expected=expected,
+            minutes=f"{self.settings.run.stall_minutes:g}",
+        ))
+
+    def _deliver_raw(self, tid: str, text: str) -> None:
+        st = self.store.read_status(tid)
+        if st.pane_id:
+            self.deliverer.deliver(self.backend, st.pane_id, text.strip())
+
+    def _pane_died(self, tid: str, dead_status: int | None) -> None:
+        st = self.store.read_status(tid)
+        screen = self.backend.capture(st.pane_id) if st.pane_id else ""
+        evidence = self.rundir.task_evidence_dir(tid)
+        evidence.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(evidence / f"last-screen-{st.relaunches}.txt", screen)
+        if st.relaunches >= 1 or st.pane_id is None:
+            error = (
+                f"the session exited (status {dead_status}) again after a relaunch; "
+                f"last screen in {evidence}/last-screen-{st.relaunches}.txt"
+            )
+            self._set(tid, phase=Phase.FAILED, error=error)
+            self._event("task_failed", tid, exit_status=dead_status, message=error)
+            return
+        self._event("session_died", tid, exit_status=dead_status, message="relaunching once")
+        st = self._set(tid, relaunches=st.relaunches + 1, delivered=None)
+        ctx = self._context(self.plan.task(tid), st)
+        self.backend.respawn(st.pane_id, self.adapter.launch_spec(ctx, resume=True))
+        self.adapter.wait_ready(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
+        if st.phase == Phase.LAUNCHING:
+            st = self._set(tid, phase=Phase.PLANNING)
+        self._deliver(tid, self._prompt_for(st))
+
+    def _block(self, tid: str, reason: str) -> None:
+        self._set(tid, phase=Phase.BLOCKED, error=reason, last_event="blocked_seen")
+        self._event("task_blocked", tid, message=reason)
+
+    # verification and integration ----------------------------------------------------------
+    def _verify(self, tid: str) -> None:
+        from loop_orchestrator import verify
+
+        task = self.plan.task(tid)
+        self._set(tid, phase=Phase.VERIFYING)
+        try:
+            commit = self.ws.commit_task(tid, f"{tid}: {task.label}\n\n{task.objective}\n")
+        except GitError as exc:
+            self._rework(tid, f"the work could not be committed: {exc.render()}", None)
+            return
+        self._set(tid, commit=commit)
+        cached = self._cached_verdict(tid, commit)
+        if cached is not None:
+            passed, summary = cached
+        else:
+            brief = self.rundir.brief_path(tid).read_text(encoding="utf-8")
+            verdict = verify.verify_task(
+                self.repo, self.rundir, task, self.state.base_sha, commit,
+                brief=brief, settings=self.settings, all_tasks=self.plan.tasks,
+            )
+            passed, summary = verdict.passed, verdict.summary()
+            self._save_verdict(tid, commit, passed, summary)
+            if not passed:
+                st = self.store.read_status(tid)
+                round_no = st.rework_count + 1
+                if round_no <= self.settings.run.max_rework:
+                    verify.write_review(self.rundir, task, round_no, verdict)
+        self._event("verdict", tid, commit=commit, passed=passed, message=summary.splitlines()[0]
+                    if summary else "")
+        if passed:
+            self._set(tid, phase=Phase.APPROVED, commit=commit, error=None)
+            self._integrate(tid)
+        else:
+            self._rework(tid, summary, commit)
+
+    def _verdict_path(self, tid: str, commit: str) -> Path:
+        return self.rundir.task_evidence_dir(tid) / f"verdict-{commit[:12]}.json"
+
+    def _cached_verdict(self, tid: str, commit: str) -> tuple[bool, str] | None:
+        path = self._verdict_path(tid, commit)
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data["commit"] == commit:
+                return bool(data["passed"]), str(data["summary"])
+        return None
+
+    def _save_verdict(self, tid: str, commit: str, passed: bool, summary: str) -> None:
+        doc = {"task": tid, "commit": commit, "passed": passed, "summary": summary,
+               "at": now_iso()}
+        atomic_write_text(self._verdict_path(tid, commit), json.dumps(doc, indent=2) + "\n")
+
+    def _rework(self, tid: str, summary: str, commit: str | None) -> None:
+        st = self.store.read_status(tid)
+        round_no = st.rework_count + 1
+        if round_no > self.settings.run.max_rework:
+            self._block(
+                tid, f"verification failed after {st.rework_count} rework round(s): "
+                + (summary.splitlines()[0] if summary else "see the reviews"),
+            )
+            return
+        review = self.rundir.review_path(tid, round_no)
+        if not review.exists():
+            atomic_write_text(review, f"# Review of {tid}, round {round_no}\n\n{summary}\n\n"
+                              "Never weaken, skip or delete tests to pass a check.\n")
+        self._set(tid, phase=Phase.IMPLEMENTING, rework_count=round_no,
+                  note=summary.splitlines()[0] if summary else None)
+        self._event("rework", tid, round=round_no, review=str(review))
+        self._deliver(tid, "prompt_rework.md.j2", review=str(review), round=round_no,
+                      max_rounds=self.settings.run.max_rework, summary=summary[:2000])
+
+    def _integrate(self, tid: str) -> None:
+        st = self.store.read_status(tid)
+        assert st.commit is not None
+        task = self.plan.task(tid)
+        with self.merge_lock:
+            try:
+                merged = self.ws.merge_into_staging(tid, st.commit, task.label)
+            except MergeConflictError as exc:
+                self._block(tid, f"conflicts with staging on {', '.join(exc.paths)}")
+                return
+        self._set(tid, phase=Phase.INTEGRATED, error=None)
+        self._event("task_integrated", tid, commit=st.commit, staging=merged)
+        if st.pane_id:
+            with contextlib.suppress(LoOrchError):
+                self.backend.kill_pane(st.pane_id)
+
+    # briefs --------------------------------------------------------------------------------
+    def render_brief(self, task: Task) -> str:
+        by_id = {t.id: t for t in self.plan.tasks}
+        dependents = [t for t in self.plan.tasks if task.id in self.deps[t.id]]
+        others = [t for t in self.plan.tasks if t.id != task.id]
+        return briefs.render(
+            "brief.md.j2",
+            task=task, run=self.state.name, goal=self.plan.goal,
+            total_tasks=len(self.plan.tasks), wave=self.waves[task.id],
+            worktree=str(self.rundir.worktree_path(task.id)),
+            branch=self.ws.task_branch(task.id),
+            dependencies=[by_id[d] for d in self.deps[task.id]],
+            dependents=dependents,
+            signatures=self.consumed_signatures(task),
+            others_owns=others,
+            tools=self.tools,
+            plan_path=str(self.rundir.agent_plan_path(task.id)),
+        )
+
+    def consumed_signatures(self, task: Task) -> list[signatures.Signature]:
+        """Exact signatures of what ``task`` consumes: from done tasks and from staging."""
+        found: list[signatures.Signature] = []
+        producers = {out: t for t in self.plan.tasks for out in t.produces}
+        wanted_from_code: list[str] = []
+        for name in task.consumes:
+            done = next((d for d in self.plan.done_tasks if name in d.produces), None)
+            if done is not None and name in done.signatures:
+                found.append(signatures.Signature(name, f"done task {done.id}",
+                                                  done.signatures[name]))
+            else:
+                wanted_from_code.append(name)
+        if not wanted_from_code:
+            return found
+        staging = workspace.rev_parse(self.repo, self.ws.staging_branch)
+        files: dict[str, str] = {}
+        for change in workspace.changed_paths(self.repo, self.state.base_sha, staging):
+            if change.status == "D":
+                continue
+            owners = [producers[n] for n in wanted_from_code if n in producers]
+            if owners and not any(planmod.path_matches(change.path, p.owns) for p in owners):
+                continue
+            text = workspace.file_at(self.repo, staging, change.path)
+            if text is not None:
+                files[change.path] = text
+        if len(files) < 1 or any(n not in producers for n in wanted_from_code):
+            # done tasks without given signatures: read them from the base tree
+            for path in workspace.list_files(self.repo, self.state.base_sha):
+                if path.endswith((".py", ".ts", ".tsx", ".js")) and path not in files:
+                    text = workspace.file_at(self.repo, self.state.base_sha, path)
+                    if text is not None:
+                        files[path] = text
+        found += signatures.find(wanted_from_code, files)
+        return found
+
+    # the end of a supervisor run --------------------------------------------------------
+    def _finish(self) -> Outcome:
+        from loop_orchestrator import gate2
+
+        statuses = {s.task: s for s in self.store.list_statuses()}
+        stuck = {t: (s.error or s.note or s.phase.value) for t, s in statuses.items()
+                 if s.phase in (Phase.BLOCKED, Phase.FAILED)}
+        waiting = planmod.waiting_on(self.plan, {t: s.phase for t, s in statuses.items()})
+        if stuck and not self.continue_blocked:
+            lines = [f"{t}: {why}" for t, why in stuck.items()]
+            lines += [f"{t}: waiting on {', '.join(c)}" for t, c in waiting.items()]
+            self._event("run_paused", message=f"{len(stuck)} task(s) need a human")
+            return Outcome("blocked", "\n".join(lines), stuck)
+        skipped = sorted(set(stuck) | set(waiting))
+        result = gate2.integrate(self.repo, self.settings, self.plan, skipped=skipped)
+        if not result.passed:
+            self._event("integration_failed", exit_code=result.exit_code,
+                        message=result.summary)
+            return Outcome("integration_failed", result.summary)
+        self._event("awaiting_merge_review", staging=result.commit, skipped=skipped)
+        return Outcome("review", result.summary)
+
+
+def _ts(iso: str | None) -> float:
+    if not iso:
+        return 0.0
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return 0.0

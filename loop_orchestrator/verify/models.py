@@ -1,0 +1,154 @@
+"""What verification produces: findings, check runs, the auditor's answer and the verdict.
+
+A ``Verdict`` is bound to one commit sha: it is stored next to that commit's evidence and
+never reused for another sha (issue 6; DESIGN.md section 7).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loop_orchestrator.errors import LoOrchError
+
+
+class Severity(StrEnum):
+    #: the task cannot pass while this finding stands
+    BLOCKING = "blocking"
+    #: shown to the agent, the auditor and the human; does not fail the task by itself
+    WARNING = "warning"
+
+
+class Finding(BaseModel):
+    """One problem a check found, with a place, a reason and what to change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check: str  # stable id, e.g. "tests.no-assertion"
+    severity: Severity
+    message: str  # the reason, in words a person understands
+    path: str | None = None
+    line: int | None = None
+    fix: str | None = None  # what to change
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity is Severity.BLOCKING
+
+    @property
+    def location(self) -> str:
+        if self.path is None:
+            return "-"
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+    def render(self) -> str:
+        text = f"[{self.severity.value}] {self.check} {self.location}: {self.message}"
+        if self.fix:
+            text += f" Fix: {self.fix}"
+        return text
+
+
+def blocking(message: str, check: str, path: str | None = None, line: int | None = None,
+             fix: str | None = None) -> Finding:
+    return Finding(check=check, severity=Severity.BLOCKING, message=message, path=path,
+                   line=line, fix=fix)
+
+
+def warning(message: str, check: str, path: str | None = None, line: int | None = None,
+            fix: str | None = None) -> Finding:
+    return Finding(check=check, severity=Severity.WARNING, message=message, path=path,
+                   line=line, fix=fix)
+
+
+class CheckRun(BaseModel):
+    """One command run for evidence (a done-check, or a red/green test run)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str  # "check-1", "red", "green", "setup"
+    criterion: str | None = None
+    argv: list[str]
+    cwd_kind: Literal["commit", "base"] = "commit"
+    exit_code: int | None  # None: timed out or could not start
+    timed_out: bool = False
+    duration: float = 0.0
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+    junit_path: str | None = None
+    error: str | None = None  # could not start (command not found...)
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class AuditorResult(BaseModel):
+    """The LLM test-quality auditor's answer (or why it was not asked)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str  # "agent", "off", "command"
+    status: Literal["pass", "fail", "skipped"]
+    reasons: list[str] = Field(default_factory=list)
+    command: list[str] = Field(default_factory=list)
+    exit_code: int | None = None
+    duration: float = 0.0
+    output_path: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status != "fail"
+
+
+class Verdict(BaseModel):
+    """The supervisor's decision about one task at one commit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str
+    commit: str
+    base: str
+    passed: bool
+    findings: list[Finding] = Field(default_factory=list)
+    checks: list[CheckRun] = Field(default_factory=list)
+    auditor: AuditorResult | None = None
+    evidence_dir: str | None = None
+    evidence: list[str] = Field(default_factory=list)  # files worth opening, absolute
+    created_at: str = ""
+
+    @property
+    def blocking(self) -> list[Finding]:
+        return [f for f in self.findings if f.blocking]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if not f.blocking]
+
+    def summary(self) -> str:
+        """One line: the outcome and its main reasons."""
+        head = f"task {self.task} @ {self.commit[:12]}: "
+        if self.passed:
+            extra = f" ({len(self.warnings)} warning(s))" if self.warnings else ""
+            auditor = "" if self.auditor is None else f"; auditor {self.auditor.status}"
+            return head + "PASSED" + extra + auditor
+        parts = []
+        if self.blocking:
+            checks = sorted({f.check for f in self.blocking})
+            parts.append(f"{len(self.blocking)} blocking finding(s): {', '.join(checks)}")
+        if self.auditor is not None and self.auditor.status == "fail":
+            first = self.auditor.reasons[0] if self.auditor.reasons else "no reason given"
+            parts.append(f"auditor FAIL: {first}")
+        return head + "FAILED: " + "; ".join(parts or ["no reason recorded"])
+
+
+class VerificationFailed(LoOrchError):
+    """A task did not pass verification (raised by `lo-orch audit` for exit code 1)."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(
+            verdict.summary(),
+            hint="Every blocking finding and the auditor's reasons are listed above.",
+        )
+        self.verdict = verdict

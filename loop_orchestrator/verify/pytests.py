@@ -1,0 +1,441 @@
+"""Python tests read by AST: which tests a module defines and what each one asserts.
+
+Knows pytest (``test*`` functions, ``Test*`` classes) and unittest (``TestCase``
+subclasses). Pure functions of source text; ``testquality`` turns the facts into findings.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+#: dotted call names that assert (besides anything whose last part starts with "assert")
+_ASSERT_CALLS = frozenset({
+    "pytest.raises", "pytest.warns", "pytest.deprecated_call", "pytest.fail", "raises",
+    "warns", "self.fail", "expect",
+})
+#: calls that prove an error case
+_ERROR_CALLS = ("raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp")
+#: decorators and calls that skip or expect failure (matched on the dotted name's end)
+_SKIP_SUFFIXES = (
+    "mark.skip", "mark.skipif", "mark.xfail", "pytest.skip", "pytest.xfail",
+    "pytest.importorskip", "unittest.skip", "unittest.skipIf", "unittest.skipUnless",
+    "unittest.expectedFailure", "self.skipTest", "SkipTest",
+)
+_SKIP_BARE = frozenset({
+    "skip", "skipIf", "skipUnless", "expectedFailure", "xfail", "importorskip", "skipTest",
+})
+_BROAD = frozenset({"Exception", "BaseException"})
+#: words in a test name that announce a boundary case
+BOUNDARY_WORDS = frozenset({
+    "edge", "edges", "boundary", "boundaries", "empty", "zero", "limit", "limits", "negative",
+    "none", "null", "max", "min", "maximum", "minimum", "overflow", "underflow", "blank",
+    "huge", "bound", "bounds", "extreme", "extremes", "nan", "inf", "infinity",
+})
+#: words in a name (sys.maxsize, MAX_LEN, math.inf) that make a value a boundary value
+_BOUNDARY_NAMES = frozenset({"max", "min", "maxsize", "inf", "nan", "infinity", "maximum",
+                             "minimum", "epsilon", "eps"})
+
+
+def words(identifier: str) -> set[str]:
+    """``test_MaxLen_empty`` -> {"test", "max", "len", "empty"}."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", identifier)
+    return {w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w}
+
+
+@dataclass
+class PyTest:
+    path: str
+    qualname: str  # "TestUser::test_email" or "test_email"
+    name: str
+    lineno: int
+    end_lineno: int
+    assertions: int
+    body_dump: str
+    node: ast.FunctionDef | ast.AsyncFunctionDef = field(repr=False, compare=False)
+
+
+@dataclass
+class PyModule:
+    path: str
+    tree: ast.Module = field(repr=False)
+    tests: list[PyTest]
+    #: (qualname, first line, shadowing line): a later def hides the earlier test
+    duplicates: list[tuple[str, int, int]]
+
+
+def dotted(node: ast.AST) -> str:
+    """``pytest.mark.skip`` for an Attribute chain, the function's name for a Call."""
+    if isinstance(node, ast.Call):
+        return dotted(node.func)
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else node.attr
+    return ""
+
+
+def parse_module(path: str, source: str) -> PyModule:
+    """The tests in ``source``; raises SyntaxError when it does not parse."""
+    tree = ast.parse(source, filename=path)
+    tests: list[PyTest] = []
+    dups: list[tuple[str, int, int]] = []
+    _collect(path, tree.body, "", is_test_scope=True, tests=tests, dups=dups)
+    return PyModule(path=path, tree=tree, tests=tests, duplicates=dups)
+
+
+def _is_unittest_class(cls: ast.ClassDef) -> bool:
+    return any(dotted(b).endswith("TestCase") for b in cls.bases)
+
+
+def _collect(path: str, body: list[ast.stmt], prefix: str, *, is_test_scope: bool,
+             tests: list[PyTest], dups: list[tuple[str, int, int]]) -> None:
+    seen: dict[str, int] = {}
+    for stmt in body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            if not (is_test_scope and stmt.name.startswith("test")):
+                continue
+            qual = prefix + stmt.name
+            if stmt.name in seen:
+                dups.append((qual, seen[stmt.name], stmt.lineno))
+                # the later definition replaces the earlier one at import time
+                tests[:] = [t for t in tests if t.qualname != qual]
+            seen[stmt.name] = stmt.lineno
+            tests.append(PyTest(
+                path=path, qualname=qual, name=stmt.name, lineno=stmt.lineno,
+                end_lineno=stmt.end_lineno or stmt.lineno,
+                assertions=count_assertions(stmt),
+                body_dump="\n".join(ast.dump(s) for s in stmt.body), node=stmt,
+            ))
+        elif isinstance(stmt, ast.ClassDef):
+            collects = stmt.name.startswith("Test") or _is_unittest_class(stmt)
+            if collects:
+                _collect(path, stmt.body, f"{prefix}{stmt.name}::", is_test_scope=True,
+                         tests=tests, dups=dups)
+
+
+def walk_shallow(node: ast.AST) -> Iterator[ast.AST]:
+    """Like ast.walk, without entering nested functions, lambdas or classes."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        child = stack.pop()
+        yield child
+        if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+                          | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(child))
+
+
+def is_assertion(node: ast.AST) -> bool:
+    if isinstance(node, ast.Assert):
+        return True
+    if isinstance(node, ast.Call):
+        name = dotted(node.func)
+        last = name.rsplit(".", 1)[-1]
+        return last.startswith("assert") or name in _ASSERT_CALLS
+    return False
+
+
+def count_assertions(fn: ast.AST) -> int:
+    return sum(1 for n in ast.walk(fn) if is_assertion(n))
+
+
+def assertion_lines(fn: ast.AST) -> list[int]:
+    return sorted(n.lineno for n in walk_shallow(fn) if is_assertion(n)
+                  and isinstance(n, ast.stmt | ast.expr))
+
+
+# tautologies ----------------------------------------------------------------------------
+
+def _const(node: ast.AST) -> tuple[bool, object]:
+    """(is a constant expression, its value)."""
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _has_call(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) for n in ast.walk(node))
+
+
+def _always_true(expr: ast.expr) -> str | None:
+    is_const, value = _const(expr)
+    if is_const:
+        if isinstance(expr, ast.Tuple) and value:
+            return "asserts a non-empty tuple, which is always true (a misplaced comma?)"
+        return f"asserts the constant {ast.unparse(expr)}" if value else None
+    if isinstance(expr, ast.Compare):
+        operands = [expr.left, *expr.comparators]
+        if all(_const(o)[0] for o in operands):
+            return f"compares constants: `{ast.unparse(expr)}`"
+        if (len(expr.ops) == 1 and isinstance(expr.ops[0], ast.Eq | ast.Is | ast.LtE | ast.GtE)
+                and ast.dump(expr.left) == ast.dump(expr.comparators[0])
+                and not _has_call(expr.left)):
+            return f"compares a value with itself: `{ast.unparse(expr)}`"
+    if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or):
+        for v in expr.values:
+            ok, val = _const(v)
+            if ok and val:
+                return f"`or {ast.unparse(v)}` makes `{ast.unparse(expr)}` always true"
+    if (isinstance(expr, ast.Call) and dotted(expr.func) == "isinstance"
+            and len(expr.args) == 2 and dotted(expr.args[1]) == "object"):
+        return "isinstance(x, object) is always true"
+    return None
+
+
+def _unittest_tautology(call: ast.Call) -> str | None:
+    last = dotted(call.func).rsplit(".", 1)[-1]
+    args = call.args
+    if last in ("assertTrue", "assert_") and args:
+        ok, value = _const(args[0])
+        if ok and value:
+            return f"{last}({ast.unparse(args[0])}) is always true"
+    if last == "assertFalse" and args:
+        ok, value = _const(args[0])
+        if ok and not value:
+            return f"assertFalse({ast.unparse(args[0])}) is always true"
+    if last == "assertIsNotNone" and args:
+        ok, value = _const(args[0])
+        if ok and value is not None:
+            return f"assertIsNotNone({ast.unparse(args[0])}) is always true"
+    if last in ("assertEqual", "assertEquals", "assertIs", "assertCountEqual",
+                "assertListEqual", "assertDictEqual", "assertAlmostEqual") and len(args) >= 2:
+        a, b = args[0], args[1]
+        (ca, va), (cb, vb) = _const(a), _const(b)
+        if ca and cb and va == vb:
+            return f"{last} compares two equal constants"
+        if ast.dump(a) == ast.dump(b) and not _has_call(a):
+            return f"{last}({ast.unparse(a)}, {ast.unparse(b)}) compares a value with itself"
+    return None
+
+
+def tautologies(fn: ast.AST) -> list[tuple[int, str]]:
+    out: list[tuple[int, str]] = []
+    for node in walk_shallow(fn):
+        if isinstance(node, ast.Assert):
+            reason = _always_true(node.test)
+            if reason:
+                out.append((node.lineno, reason))
+        elif isinstance(node, ast.Call):
+            reason = _unittest_tautology(node)
+            if reason:
+                out.append((node.lineno, reason))
+    return out
+
+
+# control flow that hides assertions ------------------------------------------------------
+
+def early_returns(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[int, bool]]:
+    """``return`` statements before the first assertion: (line, at the top level?).
+
+    Only reported when assertions follow, i.e. when the return keeps them from running.
+    """
+    lines = assertion_lines(fn)
+    if not lines:
+        return []
+    first = lines[0]
+    top = {id(s) for s in fn.body}
+    return [
+        (n.lineno, id(n) in top)
+        for n in walk_shallow(fn)
+        if isinstance(n, ast.Return) and n.lineno < first
+    ]
+
+
+def dead_branches(fn: ast.AST) -> list[tuple[int, str]]:
+    """``if False:`` / ``while 0:`` blocks that contain assertions."""
+    out = []
+    for node in walk_shallow(fn):
+        if isinstance(node, ast.If | ast.While):
+            ok, value = _const(node.test)
+            if ok and not value and any(is_assertion(n) for s in node.body for n in ast.walk(s)):
+                out.append((node.lineno, f"`{type(node).__name__.lower()} "
+                                         f"{ast.unparse(node.test)}:`"))
+    return out
+
+
+def _catches_assertion(handler: ast.ExceptHandler) -> str | None:
+    if handler.type is None:
+        return "a bare `except:`"
+    names = ([dotted(e) for e in handler.type.elts] if isinstance(handler.type, ast.Tuple)
+             else [dotted(handler.type)])
+    for name in names:
+        last = name.rsplit(".", 1)[-1]
+        if last in ("AssertionError", *_BROAD):
+            return f"`except {last}`"
+    return None
+
+
+def swallowed_assertions(fn: ast.AST) -> list[tuple[int, str]]:
+    """try blocks whose handler catches the assertion's failure and does not re-raise."""
+    out = []
+    for node in walk_shallow(fn):
+        if isinstance(node, ast.Try | ast.TryStar):
+            if not any(is_assertion(n) for s in node.body for n in ast.walk(s)):
+                continue
+            for handler in node.handlers:
+                what = _catches_assertion(handler)
+                reraises = any(isinstance(n, ast.Raise) for s in handler.body
+                               for n in ast.walk(s))
+                fails = any(is_assertion(n) for s in handler.body for n in ast.walk(s))
+                if what and not reraises and not fails:
+                    out.append((handler.lineno, what))
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                expr = item.context_expr
+                if (isinstance(expr, ast.Call) and dotted(expr.func).endswith("suppress")
+                        and any(dotted(a).rsplit(".", 1)[-1] in ("AssertionError", *_BROAD)
+                                for a in expr.args)
+                        and any(is_assertion(n) for s in node.body for n in ast.walk(s))):
+                    out.append((node.lineno, f"`{ast.unparse(expr)}`"))
+    return out
+
+
+def broad_raises(fn: ast.AST) -> list[tuple[int, str]]:
+    """``pytest.raises(Exception)`` / ``assertRaises(Exception)`` without ``match=``."""
+    out = []
+    for node in walk_shallow(fn):
+        if isinstance(node, ast.Call) and node.args:
+            last = dotted(node.func).rsplit(".", 1)[-1]
+            if last in ("raises", "assertRaises") and dotted(node.args[0]) in _BROAD:
+                if any(k.arg == "match" for k in node.keywords):
+                    continue
+                out.append((node.lineno, ast.unparse(node)))
+    return out
+
+
+def _is_skip_name(name: str, *, bare_ok: bool) -> bool:
+    if bare_ok and name in _SKIP_BARE:
+        return True
+    return any(name == s or name.endswith("." + s) for s in _SKIP_SUFFIXES)
+
+
+def skip_markers(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every skip / xfail / importorskip / skipTest in a module: (line, what), one per line."""
+    found: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = dotted(node.func)
+            if _is_skip_name(name, bare_ok=True):
+                found.setdefault(node.lineno, name)
+        elif isinstance(node, ast.Attribute):
+            name = dotted(node)
+            if _is_skip_name(name, bare_ok=False):
+                found.setdefault(node.lineno, name)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for deco in node.decorator_list:
+                if isinstance(deco, ast.Name) and deco.id in _SKIP_BARE:
+                    found.setdefault(deco.lineno, deco.id)
+        elif (isinstance(node, ast.Raise) and node.exc is not None
+              and dotted(node.exc).endswith("SkipTest")):
+            found.setdefault(node.lineno, "raise SkipTest")
+    return sorted(found.items())
+
+
+# file-level heuristics ---------------------------------------------------------------
+
+def has_error_case(mod: PyModule) -> bool:
+    for test in mod.tests:
+        for node in ast.walk(test.node):
+            if isinstance(node, ast.Call):
+                last = dotted(node.func).rsplit(".", 1)[-1]
+                if last in _ERROR_CALLS:
+                    return True
+    return False
+
+
+def _is_boundary_value(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        v = node.value
+        if v is None or v == "" or v == b"":
+            return True
+        if isinstance(v, int | float) and not isinstance(v, bool) and v == 0:
+            return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return isinstance(node.operand, ast.Constant)
+    if isinstance(node, ast.List | ast.Tuple | ast.Set) and not node.elts:
+        return True
+    if isinstance(node, ast.Dict) and not node.keys:
+        return True
+    if isinstance(node, ast.Call) and not node.args and dotted(node.func) in (
+            "set", "list", "dict", "tuple", "frozenset", "str", "bytes"):
+        return True
+    name = dotted(node)
+    if name and words(name.rsplit(".", 1)[-1]) & _BOUNDARY_NAMES:
+        return True
+    if isinstance(node, ast.Call) and dotted(node.func) == "float" and node.args:
+        ok, value = _const(node.args[0])
+        return ok and isinstance(value, str) and value.strip("+-").lower() in ("inf", "nan")
+    return False
+
+
+def has_boundary_case(mod: PyModule) -> bool:
+    """Heuristic: a test named like a boundary case, or one using a boundary value.
+
+    Boundary values: 0, 0.0, negative numbers, "", b"", None, empty list/tuple/set/dict,
+    inf/nan, names containing max/min (sys.maxsize, MAX_LEN...).
+    """
+    for test in mod.tests:
+        if words(test.name) & BOUNDARY_WORDS:
+            return True
+        if any(_is_boundary_value(n) for n in ast.walk(test.node)):
+            return True
+        # parametrize values count too
+        for deco in test.node.decorator_list:
+            if any(_is_boundary_value(n) for n in ast.walk(deco)):
+                return True
+    return False
+
+
+# expectations, for the hard-coded-return check ------------------------------------------
+
+@dataclass(frozen=True)
+class Expectation:
+    """A test asserting that ``func(*args) == expected`` (args None when not literal)."""
+
+    func: str
+    args: tuple[object, ...] | None
+    expected: object
+    path: str
+    line: int
+
+
+def _call_side(call: ast.AST, other: ast.AST, path: str, line: int) -> Expectation | None:
+    if not isinstance(call, ast.Call):
+        return None
+    ok, expected = _const(other)
+    if not ok:
+        return None
+    name = dotted(call.func).rsplit(".", 1)[-1]
+    if not name:
+        return None
+    literal_args: list[object] = []
+    for a in call.args:
+        is_c, v = _const(a)
+        if not is_c:
+            return Expectation(name, None, expected, path, line)
+        literal_args.append(v)
+    return Expectation(name, tuple(literal_args), expected, path, line)
+
+
+def expectations(path: str, tree: ast.AST) -> list[Expectation]:
+    """``assert f(3) == 42``, ``assertEqual(f(3), 42)`` and the mirrored forms."""
+    out: list[Expectation] = []
+    for node in ast.walk(tree):
+        pairs: list[tuple[ast.AST, ast.AST]] = []
+        if (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)
+                and len(node.test.ops) == 1
+                and isinstance(node.test.ops[0], ast.Eq | ast.Is)):
+            pairs = [(node.test.left, node.test.comparators[0])]
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 and dotted(
+                node.func).rsplit(".", 1)[-1] in ("assertEqual", "assertEquals", "assertIs"):
+            pairs = [(node.args[0], node.args[1])]
+        for a, b in pairs:
+            line = node.lineno  # type: ignore[attr-defined]
+            exp = _call_side(a, b, path, line) or _call_side(b, a, path, line)
+            if exp is not None:
+                out.append(exp)
+    return out

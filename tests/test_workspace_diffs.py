@@ -1,0 +1,177 @@
+"""Revisions and diffs on real repositories, and the parsers behind them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import git
+
+from loop_orchestrator.errors import GitError
+from loop_orchestrator.gitutil import (
+    is_secret_path,
+    parse_added_lines,
+    parse_worktrees,
+    scan_tree,
+    unquote_path,
+)
+from loop_orchestrator.workspace import (
+    Change,
+    added_lines,
+    changed_paths,
+    diff_stat,
+    diff_text,
+    file_at,
+    is_ancestor,
+    rev_parse,
+)
+
+
+def commit_all(repo: Path, message: str = "change") -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-gpg-sign", "-m", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def head(repo: Path) -> str:
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_rename_shows_both_sides(git_repo: Path) -> None:
+    (git_repo / "app" / "models.py").write_text("x = 1\n" * 20, encoding="utf-8")
+    base = commit_all(git_repo)
+    git(git_repo, "mv", "app/models.py", "app/renamed.py")
+    # diff.renames in the user's config must not hide the deletion either.
+    git(git_repo, "config", "diff.renames", "copies")
+    commit = commit_all(git_repo)
+    changes = changed_paths(git_repo, base, commit)
+    assert sorted((c.status, c.path) for c in changes) == [
+        ("A", "app/renamed.py"), ("D", "app/models.py")]
+
+
+def test_mode_symlink_and_delete_changes(git_repo: Path) -> None:
+    (git_repo / "run.sh").write_text("echo hi\n", encoding="utf-8")
+    (git_repo / "link").write_text("plain file\n", encoding="utf-8")
+    base = commit_all(git_repo)
+    (git_repo / "run.sh").chmod(0o755)
+    (git_repo / "link").unlink()
+    os.symlink("README.md", git_repo / "link")
+    (git_repo / "app" / "__init__.py").unlink()
+    commit = commit_all(git_repo)
+    by_path = {c.path: c for c in changed_paths(git_repo, base, commit)}
+    assert by_path["run.sh"] == Change("M", "run.sh", "100644", "100755")
+    assert by_path["link"] == Change("T", "link", "100644", "120000")
+    assert by_path["app/__init__.py"] == Change("D", "app/__init__.py", "100644", "000000")
+    assert set(by_path) == {"run.sh", "link", "app/__init__.py"}
+
+
+def test_added_lines_numbers_and_odd_names(git_repo: Path) -> None:
+    (git_repo / "a.py").write_text("one\ntwo\nthree\nfour\n", encoding="utf-8")
+    base = commit_all(git_repo)
+    (git_repo / "a.py").write_text("zero\none\ntwo\nTHREE\nfour\n++ plus\n", encoding="utf-8")
+    (git_repo / "with space.txt").write_text("hello\nworld", encoding="utf-8")
+    (git_repo / "ünï\tcode.txt").write_text("x\n", encoding="utf-8")
+    git(git_repo, "rm", "-q", "README.md")
+    commit = commit_all(git_repo)
+    lines = added_lines(git_repo, base, commit)
+    assert lines["a.py"] == [(1, "zero"), (4, "THREE"), (6, "++ plus")]
+    assert lines["with space.txt"] == [(1, "hello"), (2, "world")]
+    assert lines["ünï\tcode.txt"] == [(1, "x")]
+    assert "README.md" not in lines
+    assert set(lines) == {"a.py", "with space.txt", "ünï\tcode.txt"}
+
+
+def test_parse_added_lines_does_not_mistake_content_for_headers() -> None:
+    patch = (
+        "diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,2 +1,3 @@\n"
+        "-old\n+++ not a header\n+--- nor this\n+@@ -1 +1 @@ nor this\n"
+        "\\ No newline at end of file\n"
+        "diff --git a/g b/g\n--- a/g\n+++ \"b/q\\\"uote\"\n@@ -0,0 +7 @@\n+seven\n"
+    )
+    assert parse_added_lines(patch) == {
+        "f": [(1, "++ not a header"), (2, "--- nor this"), (3, "@@ -1 +1 @@ nor this")],
+        'q"uote': [(7, "seven")],
+    }
+
+
+def test_diff_text_limited_to_literal_paths(git_repo: Path) -> None:
+    base = head(git_repo)
+    (git_repo / "README.md").write_text("# changed\n", encoding="utf-8")
+    (git_repo / "app" / "[x].py").write_text("y = 2\n", encoding="utf-8")
+    (git_repo / "app" / "x.py").write_text("z = 3\n", encoding="utf-8")
+    commit = commit_all(git_repo)
+    full = diff_text(git_repo, base, commit)
+    assert "+# changed" in full and "+y = 2" in full and "+z = 3" in full
+    only = diff_text(git_repo, base, commit, ["app/[x].py"])
+    assert "+y = 2" in only and "+z = 3" not in only and "README" not in only
+    assert diff_text(git_repo, base, commit, []) == ""
+    stat = diff_stat(git_repo, base, commit)
+    assert "README.md" in stat and "3 files changed" in stat
+
+
+def test_file_at(git_repo: Path) -> None:
+    first = head(git_repo)
+    (git_repo / "README.md").write_text("# second\n", encoding="utf-8")
+    second = commit_all(git_repo)
+    assert file_at(git_repo, first, "README.md") == "# sample\n"
+    assert file_at(git_repo, second, "README.md") == "# second\n"
+    assert file_at(git_repo, second, "missing.txt") is None
+    assert file_at(git_repo, second, "app") is None  # a folder is not a file
+    with pytest.raises(GitError, match="unknown revision 'nope'"):
+        file_at(git_repo, "nope", "README.md")
+
+
+def test_rev_parse_and_is_ancestor(git_repo: Path) -> None:
+    first = head(git_repo)
+    assert rev_parse(git_repo, "main") == first
+    assert len(first) == 40
+    (git_repo / "f").write_text("f\n", encoding="utf-8")
+    second = commit_all(git_repo)
+    git(git_repo, "tag", "-a", "-m", "t", "v1", second)
+    assert rev_parse(git_repo, "v1") == second  # annotated tag peeled to its commit
+    assert is_ancestor(git_repo, first, second)
+    assert is_ancestor(git_repo, second, second)
+    assert not is_ancestor(git_repo, second, first)
+    with pytest.raises(GitError, match="unknown revision 'no-such-branch'"):
+        rev_parse(git_repo, "no-such-branch")
+    with pytest.raises(GitError, match="invalid revision"):
+        rev_parse(git_repo, "--all")
+    with pytest.raises(GitError):
+        is_ancestor(git_repo, "no-such-branch", first)
+
+
+@pytest.mark.parametrize(
+    ("path", "secret"),
+    [
+        (".env", True), (".env.local", True), ("config/.ENV.production", True),
+        ("certs/server.pem", True), ("aws_credentials.json", True), ("id_rsa", True),
+        ("home/.ssh/id_rsa.pub", True), ("tls.key", True), (".env/lib/site.py", True),
+        ("README.md", False), ("src/keyboard.py", False), ("environment.py", False),
+        ("docs/key.md", False), ("app/.envy/x", True), ("pem.txt", False),
+    ],
+)
+def test_secret_patterns(path: str, secret: bool) -> None:
+    assert is_secret_path(path) is secret
+
+
+def test_scan_tree_finds_secrets_and_nested_repos(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "id_rsa").write_text("k", encoding="utf-8")
+    (tmp_path / "ok.txt").write_text("k", encoding="utf-8")
+    (tmp_path / "inner" / ".git").mkdir(parents=True)
+    (tmp_path / "inner" / ".env").write_text("k", encoding="utf-8")  # not ours to scan
+    (tmp_path / ".env").mkdir()
+    (tmp_path / ".env" / "bin").mkdir()
+    assert scan_tree(tmp_path) == ([".env/", "a/b/id_rsa"], ["inner"])
+
+
+def test_unquote_and_worktree_parsing() -> None:
+    assert unquote_path("plain name") == "plain name"
+    assert unquote_path('"a\\tb\\\\c\\"d"') == 'a\tb\\c"d'
+    assert unquote_path('"\\303\\274"') == "ü"
+    text = ("worktree /r\0HEAD abc\0branch refs/heads/main\0\0"
+            "worktree /r/.worktrees/a\0HEAD def\0detached\0locked why\0\0")
+    main, wt = parse_worktrees(text)
+    assert (main.path, main.branch, main.locked) == (Path("/r"), "main", False)
+    assert (wt.path, wt.branch, wt.head, wt.locked) == (Path("/r/.worktrees/a"), None, "def", True)
