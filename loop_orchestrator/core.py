@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,17 +33,28 @@ def record_plan(repo: Path, plan: planmod.Plan, settings: Settings, *, source: P
 
 
 def plan_from_goal(repo: Path, goal: str, settings: Settings) -> PlanSummary:
-    raise LoOrchError(
-        "`lo-orch plan --goal` is not available in this build",
-        hint="Write a plan file (see examples/) and run `lo-orch plan FILE`.",
-    )
+    """`lo-orch plan --goal`: the planning agent drafts a plan file, then as `plan FILE`."""
+    from loop_orchestrator.intake import goal as intake_goal
+
+    draft = intake_goal.draft_from_goal(repo, goal, settings)
+    summary = plan_from_file(repo, draft.path, settings)
+    summary.notes.extend(draft.notes)
+    return summary
 
 
-def plan_from_issue(repo: Path, key: str, settings: Settings) -> PlanSummary:
-    raise LoOrchError(
-        "`lo-orch plan --issue` is not available in this build",
-        hint="Write a plan file (see examples/) and run `lo-orch plan FILE`.",
-    )
+def plan_from_issue(
+    repo: Path, key: str, settings: Settings, *, done: Sequence[str] = ()
+) -> PlanSummary:
+    """`lo-orch plan --issue`: parent and children from the tracker, drafted, recorded.
+
+    ``done`` names child keys to treat as done (partial resume) besides the tracker's own.
+    """
+    from loop_orchestrator.intake import issue as intake_issue
+
+    draft = intake_issue.draft_from_issue(repo, key, settings, done_keys=done)
+    summary = plan_from_file(repo, draft.path, settings)
+    summary.notes.extend(draft.notes)
+    return summary
 
 
 def status_document(repo: Path) -> dict[str, Any]:

@@ -13,6 +13,8 @@ import fnmatch
 import functools
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -375,10 +377,8 @@ def _gitpython(repo: Path) -> Iterator[GitRepo]:
     # Imported here: gitpython costs ~100 ms and `lo-orch hook` must stay fast.
     import git as gitpython
 
+    # gitpython pins GIT_DIR for its own git processes, so a leaked one cannot redirect it.
     handle = gitpython.Repo(repo)
-    # Its cat-file processes inherit os.environ: pin them to this repository.
-    common = Path(handle.common_dir)
-    handle.git.update_environment(GIT_DIR=str(common), GIT_OBJECT_DIRECTORY=str(common / "objects"))
     try:
         yield handle
     finally:
@@ -425,3 +425,32 @@ def identity(settings: WorkspaceConfig) -> dict[str, str]:
         "GIT_COMMITTER_NAME": settings.author_name,
         "GIT_COMMITTER_EMAIL": settings.author_email,
     }
+
+
+def list_files(repo: Path, commit: str) -> list[str]:
+    """Every file path (blobs, symlinks included) in ``commit``'s tree."""
+    out = git(repo, "ls-tree", "-r", "-z", "--full-tree", rev_parse(repo, commit)).stdout
+    files = []
+    for rec in split_z(out):
+        meta, _, path = rec.partition("\t")
+        if meta.split(" ")[1:2] == ["blob"]:
+            files.append(path)
+    return files
+
+
+@contextlib.contextmanager
+def temp_checkout(repo: Path, commit: str) -> Iterator[Path]:
+    """A clean, detached checkout of ``commit`` in a temporary folder, gone afterwards.
+
+    Checks run here may leave build output behind; the folder is ours alone, so it is
+    deleted as a whole and its worktree record pruned (no user work can live in it).
+    """
+    sha = rev_parse(repo, commit)
+    holder = Path(tempfile.mkdtemp(prefix="lo-orch-checkout-"))
+    tree = holder / "tree"
+    try:
+        git(repo, "worktree", "add", "--quiet", "--detach", str(tree), sha)
+        yield tree
+    finally:
+        shutil.rmtree(holder, ignore_errors=True)
+        git(repo, "worktree", "prune", check=False)

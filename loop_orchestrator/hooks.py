@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 # so this module imports no pydantic (tests assert they agree).
 ORCH_DIR = ".orchestration"
 WORKTREES_DIR = ".worktrees"
-TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
 EVENT_RE = re.compile(r"^[A-Za-z]{1,40}$")
 
 #: phases in which a session owes a signal before it stops, and the signal it owes
@@ -186,7 +186,7 @@ def _handle(
             if isinstance(prompt, str):
                 digest = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
                 ledger.update(prompt_chars=len(prompt), prompt_sha256=digest)
-                status.update(last_prompt_at=now, last_prompt_sha256=digest)
+                status.update(prompt_submitted_at=now, last_prompt_sha256=digest)
         elif event == "StopFailure":
             error = payload.get("error")
             ledger["error"] = error
@@ -398,7 +398,7 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
         if phase == "blocked":
             status.error = note
         # a signal settles the Stop gate's count for the next phase
-        setattr(status, "stop_blocks", 0)  # noqa: B010  an extension key (extra="allow")
+        status.stop_blocks = 0
 
     if not store.dirs.status_path(task).is_file():
         msg = f"no task {task!r} in the run at {store.dirs.root}"

@@ -14,7 +14,7 @@ import json
 import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -233,6 +233,17 @@ def validate_plan_data(raw: Any, source: str = "plan") -> Plan:
     return plan
 
 
+def _known_keys(item: Any, model: type[BaseModel] = Task) -> Any:
+    """``item`` without unknown keys (already reported), so its other fields still get
+    checked: a typo in one key must not hide the task's other problems."""
+    if not isinstance(item, dict):
+        return item
+    out = {k: v for k, v in item.items() if k in model.model_fields}
+    if model is Task and isinstance(out.get("done"), list):
+        out["done"] = [_known_keys(d, DoneCheck) for d in out["done"]]
+    return out
+
+
 def _semantic_problems_partial(raw: dict[str, Any]) -> list[str]:
     raw_tasks = raw.get("tasks")
     raw_done = raw.get("done_tasks")
@@ -242,7 +253,7 @@ def _semantic_problems_partial(raw: dict[str, Any]) -> list[str]:
     unparsed: dict[str, list[str]] = {}
     for item in raw_tasks if isinstance(raw_tasks, list) else []:
         try:
-            tasks.append(Task.model_validate(item))
+            tasks.append(Task.model_validate(_known_keys(item)))
         except ValidationError:
             if isinstance(item, dict) and isinstance(item.get("id"), str):
                 produces = item.get("produces")
@@ -253,7 +264,7 @@ def _semantic_problems_partial(raw: dict[str, Any]) -> list[str]:
     done: list[DoneTask] = []
     for item in raw_done if isinstance(raw_done, list) else []:
         try:
-            done.append(DoneTask.model_validate(item))
+            done.append(DoneTask.model_validate(_known_keys(item, DoneTask)))
         except ValidationError:
             if isinstance(item, dict) and isinstance(item.get("id"), str):
                 unparsed.setdefault(item["id"], [])
@@ -284,7 +295,8 @@ def _path_problem(path: str) -> str | None:
         return "is empty"
     if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", path):
         return "is absolute; use a path relative to the repository root"
-    parts = PurePosixPath(path.replace("\\", "/")).parts
+    # the parts PurePosixPath would give, without its cost (this runs for every owns entry)
+    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
     if ".." in parts:
         return "contains `..`; paths must stay inside the repository"
     if parts and parts[0] in FORBIDDEN_ROOTS:
@@ -299,6 +311,8 @@ def _check_problem(check: str) -> str | None:
         return f"cannot be parsed as a command line ({exc})"
     if not argv:
         return "is empty; give a runnable command such as `pytest -q tests/test_x.py`"
+    if not any(c in check for c in _SHELL_PUNCT) and "`" not in check:
+        return None
     # shlex.split alone keeps `-q;` or `a|b` as one word, so `pytest -q; rm x` would pass:
     # split again with punctuation_chars, which makes unquoted ; | & < > ( ) words of their own.
     lexer = shlex.shlex(check, posix=True, punctuation_chars=True)
@@ -702,14 +716,16 @@ def ready_tasks(
     *,
     strict_waves: bool = False,
     wave_numbers: Mapping[str, int] | None = None,
+    deps: Mapping[str, Sequence[str]] | None = None,
 ) -> list[str]:
     """The pending tasks that may start now, in start order, respecting ``cap``.
 
     A task is ready when every dependency is ``integrated``; with ``strict_waves`` also
     every task of every earlier wave. Tasks whose dependency is blocked or failed never
-    become ready (the rest of the run goes on).
+    become ready (the rest of the run goes on). ``wave_numbers`` and ``deps`` may be passed
+    in when the caller already has them (they cost O(tasks) to compute).
     """
-    deps = dependencies(plan)
+    deps = dependencies(plan) if deps is None else deps
     active = sum(1 for p in phases.values() if p in ACTIVE_PHASES)
     room = cap - active
     if room <= 0:

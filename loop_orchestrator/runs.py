@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ class PlanSummary:
     concurrency: int
     matrix_path: Path
     replaced_previous: bool = False
+    #: extra lines for the person (where a drafted plan was saved, what the agent cost)
+    notes: list[str] = field(default_factory=list)
 
 
 def file_sha256(path: Path) -> str:

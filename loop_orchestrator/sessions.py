@@ -81,7 +81,9 @@ _NAMED_KEYS = frozenset(
         "Home", "End", "PageUp", "PageDown", "PPage", "NPage", "DC", "IC",
     }
 )
-_KEY_RE = re.compile(r"^(?:[CMS]-(?:[A-Za-z0-9\[\]\\]|Space|Enter|Up|Down|Left|Right)|F[0-9]{1,2}|\S)$")
+_KEY_RE = re.compile(
+    r"^(?:[CMS]-(?:[A-Za-z0-9\[\]\\]|Space|Enter|Up|Down|Left|Right)|F[0-9]{1,2}|\S)$"
+)
 #: a process on the placeholder pane of an empty window (never an agent)
 _KEEPER_ARGV = (
     "/bin/sh",
@@ -200,26 +202,31 @@ def _parse_pane_line(line: str) -> _PaneInfo | None:
 
 def _check_pane_id(pane_id: str) -> None:
     if not _PANE_ID_RE.match(pane_id):
+        msg = f"{pane_id!r} is not a tmux pane id"
         raise TmuxError(
-            f"{pane_id!r} is not a tmux pane id",
+            msg,
             hint="Pane ids look like %3; the status file may have been edited by hand.",
         )
 
 
 def _check_spec(spec: LaunchSpec) -> None:
     if not spec.argv:
-        raise TmuxError(f"nothing to run for task {spec.task}: the command is empty")
+        msg = f"nothing to run for task {spec.task}: the command is empty"
+        raise TmuxError(msg)
     if not spec.task:
-        raise TmuxError("a session needs a task id")
+        msg = "a session needs a task id"
+        raise TmuxError(msg)
     for key, value in spec.env.items():
         if not _ENV_KEY_RE.match(key) or "\0" in value:
+            msg = f"invalid environment variable for task {spec.task}: {key!r}"
             raise TmuxError(
-                f"invalid environment variable for task {spec.task}: {key!r}",
+                msg,
                 hint="Names are letters, digits and underscores; values cannot hold NUL.",
             )
     if not Path(spec.cwd).is_dir():
+        msg = f"the working folder of task {spec.task} does not exist: {spec.cwd}"
         raise TmuxError(
-            f"the working folder of task {spec.task} does not exist: {spec.cwd}",
+            msg,
         )
 
 
@@ -251,8 +258,9 @@ class TmuxBackend:
 
     def __init__(self, run_name: str, socket: str | None = None) -> None:
         if not _RUN_NAME_RE.match(run_name):
+            msg = f"{run_name!r} cannot name a tmux session"
             raise TmuxError(
-                f"{run_name!r} cannot name a tmux session",
+                msg,
                 hint="Run names use letters, digits, '-' and '_' only.",
             )
         self.run_name = run_name
@@ -265,14 +273,15 @@ class TmuxBackend:
     def _tmux_bin(self) -> str:
         found = shutil.which("tmux")
         if not found:
-            raise TmuxError("tmux not found", hint=_INSTALL_HINT)
+            msg = "tmux not found"
+            raise TmuxError(msg, hint=_INSTALL_HINT)
         return found
 
     def _server_args(self) -> list[str]:
         return ["-L", self.socket] if self.socket else []
 
     def _tmux(
-        self, *args: str, input: str | None = None, check: bool = True  # noqa: A002
+        self, *args: str, input: str | None = None, check: bool = True
     ) -> proc.Result:
         argv = [self._tmux_bin(), *self._server_args(), *args]
         result = proc.run(argv, input=input, timeout=TMUX_TIMEOUT, check=False)
@@ -280,8 +289,9 @@ class TmuxBackend:
             detail = result.stderr.strip() or (
                 "timed out" if result.returncode is None else f"exit {result.returncode}"
             )
+            msg = f"tmux {args[0]} failed for session {self.session}: {detail}"
             raise TmuxError(
-                f"tmux {args[0]} failed for session {self.session}: {detail}",
+                msg,
                 hint="Check the tmux server with `tmux"
                 + (f" -L {self.socket}" if self.socket else "")
                 + " ls`.",
@@ -317,8 +327,9 @@ class TmuxBackend:
     def _own_pane(self, pane_id: str, action: str) -> _PaneInfo:
         info = self._pane_info(pane_id)
         if info is None:
+            msg = f"cannot {action} pane {pane_id}: it is not a pane of session {self.session}"
             raise TmuxError(
-                f"cannot {action} pane {pane_id}: it is not a pane of session {self.session}",
+                msg,
                 hint="The session may have ended; `lo-orch status` shows the task's state.",
             )
         return info
@@ -329,7 +340,8 @@ class TmuxBackend:
         try:
             return bool(self._libtmux_server().has_session(self.session, exact=True))
         except libtmux_exc.TmuxCommandNotFound as exc:
-            raise TmuxError("tmux not found", hint=_INSTALL_HINT) from exc
+            msg = "tmux not found"
+            raise TmuxError(msg, hint=_INSTALL_HINT) from exc
 
     def ensure_session(self) -> None:
         """Create ``lo-<run>`` (detached) unless it exists."""
@@ -345,8 +357,9 @@ class TmuxBackend:
             if not result.ok:
                 if self.session_exists():  # created by someone else meanwhile
                     return
+                msg = f"could not create tmux session {self.session}: {result.stderr.strip()}"
                 raise TmuxError(
-                    f"could not create tmux session {self.session}: {result.stderr.strip()}",
+                    msg,
                     hint=_INSTALL_HINT if "not found" in result.stderr else None,
                 )
             window_id, pane_id = result.stdout.strip().split("\t")
@@ -420,6 +433,14 @@ class TmuxBackend:
 
     def state(self, pane_id: str) -> PaneState:
         info = self._pane_info(pane_id)
+        # tmux marks a pane dead when its pty closes, which can come a moment before the
+        # child's exit status is collected: wait (briefly) for the status too.
+        deadline = time.monotonic() + 0.5
+        while info is not None and info.dead and info.dead_status is None:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+            info = self._pane_info(pane_id)
         if info is None:
             return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
         return PaneState(
@@ -453,8 +474,9 @@ class TmuxBackend:
         """Send named keys ("Enter", "Down", "C-c", a single character), never text."""
         for key in keys:
             if key not in _NAMED_KEYS and not _KEY_RE.match(key):
+                msg = f"send_keys takes key names, not text: {key[:40]!r}"
                 raise TmuxError(
-                    f"send_keys takes key names, not text: {key[:40]!r}",
+                    msg,
                     hint="Deliver text with paste(); send Enter separately.",
                 )
         self._own_pane(pane_id, "send keys to")
@@ -490,8 +512,9 @@ class TmuxBackend:
         tmux server it attaches a nested client (``TMUX`` unset, as tmux requires).
         """
         if not self.session_exists():
+            msg = f"run {self.run_name} has no tmux session ({self.session})"
             raise TmuxError(
-                f"run {self.run_name} has no tmux session ({self.session})",
+                msg,
                 hint="Sessions exist while tasks run; start them with `lo-orch run`.",
             )
         base = [self._tmux_bin(), *self._server_args()]
@@ -618,7 +641,8 @@ class Deliverer:
         """
         text = sanitize_prompt(text)
         if not text.strip():
-            raise DeliveryError(f"refused to deliver an empty prompt to pane {pane_id}")
+            msg = f"refused to deliver an empty prompt to pane {pane_id}"
+            raise DeliveryError(msg)
         with self._lock_for(pane_id):
             deadline = time.monotonic() + timeout
             self._require_alive(backend, pane_id)
@@ -648,9 +672,12 @@ class Deliverer:
                     return
                 log.info("prompt not confirmed, pressing Enter again", extra={"pane": pane_id})
             screen = self._last_screen(backend, pane_id)
-            raise DeliveryError(
+            msg = (
                 f"prompt to pane {pane_id} was not confirmed after {timeout:g}s "
-                f"and {enter_retries + 1} Enter presses",
+                f"and {enter_retries + 1} Enter presses"
+            )
+            raise DeliveryError(
+                msg,
                 screen,
                 hint="Look at the pane (`lo-orch attach TASK`): a dialog or a busy agent "
                 "may be holding the input.",
@@ -659,11 +686,15 @@ class Deliverer:
     def _require_alive(self, backend: SessionBackend, pane_id: str) -> None:
         state = backend.state(pane_id)
         if not state.exists:
-            raise DeliveryError(f"pane {pane_id} does not exist; the prompt was not sent")
+            msg = f"pane {pane_id} does not exist; the prompt was not sent"
+            raise DeliveryError(msg)
         if not state.alive:
-            raise DeliveryError(
+            msg = (
                 f"the agent in pane {pane_id} has exited (status {state.dead_status}); "
-                "the prompt was not sent",
+                "the prompt was not sent"
+            )
+            raise DeliveryError(
+                msg,
                 self._last_screen(backend, pane_id),
             )
 
@@ -698,9 +729,12 @@ class Deliverer:
                 next_liveness = now + 0.5
                 state = backend.state(pane_id)
                 if not state.alive:
-                    raise DeliveryError(
+                    msg = (
                         f"the agent in pane {pane_id} exited (status {state.dead_status}) "
-                        "while a prompt was being delivered",
+                        "while a prompt was being delivered"
+                    )
+                    raise DeliveryError(
+                        msg,
                         self._last_screen(backend, pane_id),
                     )
             time.sleep(self.poll)
@@ -727,14 +761,16 @@ def attach_command(repo: Path, task: str | None = None) -> list[str]:
     if task is not None:
         status = store.read_status(task)
         if not status.pane_id:
+            msg = f"task {task} has no session (phase {status.phase.value})"
             raise TmuxError(
-                f"task {task} has no session (phase {status.phase.value})",
+                msg,
                 hint="A task gets a pane when it starts; `lo-orch status` shows which run.",
             )
         pane_id = status.pane_id
         if backend.session_exists() and pane_id not in backend.list_panes():
+            msg = f"the pane of task {task} ({pane_id}) no longer exists"
             raise TmuxError(
-                f"the pane of task {task} ({pane_id}) no longer exists",
+                msg,
                 hint="`lo-orch run` relaunches it; `lo-orch attach` without TASK shows the rest.",
             )
     return backend.attach_argv(pane_id)

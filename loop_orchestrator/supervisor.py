@@ -132,7 +132,8 @@ class Supervisor:
         self.pool = ThreadPoolExecutor(max_workers=self.cap + 2, thread_name_prefix="lo-task")
         self.jobs: dict[str, Future[None]] = {}
         self.wake = threading.Event()
-        self.merge_lock = threading.Lock()
+        # Workspace is not thread-safe (branch creation writes .git/config): one git writer.
+        self.git_lock = threading.Lock()
         self.screens: dict[str, tuple[int, float]] = {}
         self.last_liveness = 0.0
         if socket != self.state.tmux_socket:
@@ -361,7 +362,8 @@ class Supervisor:
     def _start_task(self, tid: str) -> None:
         task = self.plan.task(tid)
         st = self.store.read_status(tid)
-        worktree = self.ws.ensure_worktree(tid)
+        with self.git_lock:
+            worktree = self.ws.ensure_worktree(tid)
         if not st.worktree:
             self.ws.run_setup(worktree)
         brief = self.render_brief(task)
@@ -476,7 +478,8 @@ class Supervisor:
         task = self.plan.task(tid)
         self._set(tid, phase=Phase.VERIFYING)
         try:
-            commit = self.ws.commit_task(tid, f"{tid}: {task.label}\n\n{task.objective}\n")
+            with self.git_lock:
+                commit = self.ws.commit_task(tid, f"{tid}: {task.label}\n\n{task.objective}\n")
         except GitError as exc:
             self._rework(tid, f"the work could not be committed: {exc.render()}", None)
             return
@@ -544,7 +547,7 @@ class Supervisor:
         st = self.store.read_status(tid)
         assert st.commit is not None
         task = self.plan.task(tid)
-        with self.merge_lock:
+        with self.git_lock:
             try:
                 merged = self.ws.merge_into_staging(tid, st.commit, task.label)
             except MergeConflictError as exc:

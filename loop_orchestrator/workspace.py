@@ -41,6 +41,7 @@ from loop_orchestrator.gitutil import (
     identity,
     is_ancestor,
     is_secret_path,
+    list_files,
     merge_tree,
     parse_status,
     parse_worktrees,
@@ -49,6 +50,7 @@ from loop_orchestrator.gitutil import (
     rev_parse,
     scan_tree,
     split_z,
+    temp_checkout,
     update_ref,
 )
 
@@ -57,8 +59,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Change", "CleanupReport", "Workspace", "added_lines", "changed_paths", "diff_stat",
-    "diff_text", "ensure_excludes", "file_at", "init_repo", "is_ancestor", "repo_root",
-    "rev_parse", "update_ref",
+    "diff_text", "ensure_excludes", "file_at", "init_repo", "is_ancestor", "list_files",
+    "repo_root", "rev_parse", "temp_checkout", "update_ref",
 ]
 
 log = logging.getLogger(__name__)
@@ -382,14 +384,13 @@ class Workspace:
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             msg = f"{rel} exists and is not a worktree of this repository; it was left as it is"
             raise GitError(msg, hint="Move it away or delete it, then run again.")
-        if branch in branches:
-            problem = self._clash(branch, branches)
-            self._raise_clashes([problem] if problem else [])
+        problem = self._clash(branch, branches)
+        self._raise_clashes([problem] if problem else [])
+        if branch in branches:  # crash-resume: the branch outlived its worktree
             self._check_launch(branch, branches[branch], staging)
         else:
-            problem = self._clash(branch, branches)
-            self._raise_clashes([problem] if problem else [])
             self._create_branch(branch, staging)
+        self.ensure_excludes()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._git("worktree", "add", "--quiet", str(path), branch)
         log.info("worktree created", extra={"task": task, "path": str(path), "branch": branch})
@@ -486,17 +487,18 @@ class Workspace:
     def _committed_paths(self, branch: str) -> list[str]:
         """Paths added or modified by the branch's own commits (since it left staging)."""
         staging = self._tip(self.staging_branch)
-        fork = self._git("merge-base", staging, branch, check=False).stdout.strip() if (
-            staging) else ""
+        if staging is None:
+            return []
+        fork = self._git("merge-base", staging, branch, check=False).stdout.strip()
         if not fork:
             return []
         out = self._git("log", "--format=", "--name-only", "--no-renames", "--diff-filter=AMT",
                         "-z", f"{fork}..{branch}").stdout
         return [p.strip("\n") for p in split_z(out) if p.strip("\n")]
 
-    def _refuse_secrets(self, task: str, paths: Sequence[str]) -> None:
-        msg = f"task {task}: refusing to commit secret-like files: {quote_list(paths)}"
-        raise SecretFileError(msg, paths, hint="Nothing was committed. Delete them from the "
+    def _refuse_secrets(self, task: str, paths: Sequence[str], verb: str = "commit") -> None:
+        msg = f"task {task}: refusing to {verb} secret-like files: {quote_list(paths)}"
+        raise SecretFileError(msg, paths, hint="Nothing was changed. Delete them from the "
                               "worktree or ignore them (.gitignore); if the agent committed one, "
                               "its branch must be rewritten without it.")
 
@@ -540,6 +542,12 @@ class Workspace:
             msg = f"task {task} conflicts with {name} in: {quote_list(conflicts)}"
             raise MergeConflictError(msg, conflicts, hint=f"Nothing was changed; {name} is "
                                      "as it was. The task must be reworked on top of staging.")
+        # Defence in depth: staging never receives a secret-like file, whoever committed it.
+        added = split_z(self._git("diff-tree", "-r", "--no-renames", "--name-only", "-z",
+                                  "--diff-filter=AMT", old, tree).stdout)
+        secrets = [p for p in added if is_secret_path(p)]
+        if secrets:
+            self._refuse_secrets(task, secrets, "merge")
         text = f"lo-orch: merge task {task}: {title}"
         new = self._git("commit-tree", "--no-gpg-sign", "-p", old, "-p", theirs, "-F", "-", tree,
                         input=text + "\n", env=identity(self.settings)).stdout.strip()
@@ -640,6 +648,8 @@ class Workspace:
             if path.exists():
                 return f"{rel} is not a worktree of this repository; left as it is"
             return None
+        if info.branch is not None and info.branch != self.task_branch(task):
+            return f"{rel} is on {info.branch}, not this run's {self.task_branch(task)}"
         if info.locked:
             return f"{rel} is locked (`git worktree unlock` it to allow removal)"
         dirty = self.worktree_dirty(path)

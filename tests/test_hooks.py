@@ -80,15 +80,24 @@ def test_mirrored_constants_agree_with_state_and_plan() -> None:
     assert tuple(hook_cmds.SIGNAL_CHOICES) == hooks.SIGNAL_PHASES
 
 
-def test_hook_module_imports_no_pydantic_or_filelock() -> None:
+def test_hook_path_imports_no_heavy_module(git_repo: Path) -> None:
+    """The real `lo-orch hook` entry, managed session, Stop block: no pydantic, filelock..."""
+    run_dir = make_task(git_repo, phase=Phase.PLANNING)
     code = (
-        "import sys, loop_orchestrator.hooks, loop_orchestrator.cli.main;"
-        "heavy = [m for m in ('pydantic', 'filelock', 'libtmux', 'rich', 'jinja2', 'git')"
-        " if m in sys.modules]; print(heavy)"
+        "import sys\n"
+        "from loop_orchestrator.cli.main import main\n"
+        "sys.argv = ['lo-orch', 'hook', 'Stop']\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "heavy = [m for m in ('pydantic', 'filelock', 'libtmux', 'rich', 'jinja2', 'git',"
+        " 'yaml', 'watchdog', 'loop_orchestrator.state') if m in sys.modules]\n"
+        "print(code, heavy, file=sys.stderr)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=sub_env())
-    assert out.stdout.strip() == "[]"
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=payload("Stop", git_repo), capture_output=True,
+        text=True, check=True, env=sub_env(**env_for(run_dir)),
+    )
+    assert out.stderr.strip().splitlines()[-1] == "2 []"
+    assert status_of(git_repo)["last_event"] == "Stop"
 
 
 # locating the task -------------------------------------------------------------------------
@@ -203,6 +212,7 @@ def test_prompt_text_is_not_logged_only_its_size_and_digest(git_repo: Path) -> N
     status = status_of(git_repo)
     assert status["last_event"] == "UserPromptSubmit"
     assert status["last_prompt_sha256"] == digest
+    assert status["prompt_submitted_at"] == status["last_event_at"]
     assert "hunter2" not in json.dumps(status)
 
 

@@ -413,11 +413,28 @@ def test_semantic_problems_still_reported_next_to_structural_ones() -> None:
     assert any(p.startswith("task 'c', field owns[0]: '/abs' is absolute") for p in problems)
 
 
+def test_a_typo_does_not_hide_the_other_problems_of_its_task() -> None:
+    problems = problems_of(plan_data(
+        task("a", typo=1, owns=["/abs.py"], depends_on=["ghost"],
+             done=[{"criterion": "c", "check": "pytest || true", "chek": "x"}]),
+    ))
+    assert "task 'a', field typo: unknown key (a typo? see the plan format in README)" in problems
+    assert "task 'a', field done.0.chek: unknown key (a typo? see the plan format in README)" in (
+        problems)
+    assert any(p.startswith("task 'a', field owns[0]: '/abs.py' is absolute") for p in problems)
+    assert any(p.startswith("task 'a', field depends_on: unknown task 'ghost'") for p in problems)
+    assert any(p.startswith("task 'a', field done[0].check: 'pytest || true' uses shell")
+               for p in problems)
+    assert len(problems) == 5, problems
+
+
 def test_a_task_that_failed_to_parse_is_still_a_known_dependency() -> None:
     problems = problems_of(plan_data(
-        task("a", typo=1, produces=["A"]), task("b", depends_on=["a"]), task("c", consumes=["A"]),
+        task("a", owns="not-a-list", produces=["A"]), task("b", depends_on=["a"]),
+        task("c", consumes=["A"]),
     ))
-    assert problems == ["task 'a', field typo: unknown key (a typo? see the plan format in README)"]
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("task 'a', field owns:")
 
 
 def test_every_problem_is_reported_at_once() -> None:

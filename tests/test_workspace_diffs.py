@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,9 @@ from loop_orchestrator.workspace import (
     diff_text,
     file_at,
     is_ancestor,
+    list_files,
     rev_parse,
+    temp_checkout,
 )
 
 
@@ -56,7 +57,7 @@ def test_mode_symlink_and_delete_changes(git_repo: Path) -> None:
     base = commit_all(git_repo)
     (git_repo / "run.sh").chmod(0o755)
     (git_repo / "link").unlink()
-    os.symlink("README.md", git_repo / "link")
+    (git_repo / "link").symlink_to("README.md")
     (git_repo / "app" / "__init__.py").unlink()
     commit = commit_all(git_repo)
     by_path = {c.path: c for c in changed_paths(git_repo, base, commit)}
@@ -175,3 +176,46 @@ def test_unquote_and_worktree_parsing() -> None:
     main, wt = parse_worktrees(text)
     assert (main.path, main.branch, main.locked) == (Path("/r"), "main", False)
     assert (wt.path, wt.branch, wt.head, wt.locked) == (Path("/r/.worktrees/a"), None, "def", True)
+
+
+def test_list_files(git_repo: Path) -> None:
+    first = head(git_repo)
+    (git_repo / "deep" / "er").mkdir(parents=True)
+    (git_repo / "deep" / "er" / "x y.txt").write_text("x\n", encoding="utf-8")
+    (git_repo / "link").symlink_to("README.md")
+    second = commit_all(git_repo)
+    assert list_files(git_repo, first) == ["README.md", "app/__init__.py"]
+    assert sorted(list_files(git_repo, second)) == [
+        "README.md", "app/__init__.py", "deep/er/x y.txt", "link"]
+
+
+def test_temp_checkout_is_clean_and_gone_afterwards(git_repo: Path) -> None:
+    first = head(git_repo)
+    (git_repo / "README.md").write_text("# second\n", encoding="utf-8")
+    commit_all(git_repo)
+    (git_repo / "README.md").write_text("# uncommitted\n", encoding="utf-8")
+    with temp_checkout(git_repo, first) as tree:
+        assert (tree / "README.md").read_text(encoding="utf-8") == "# sample\n"
+        assert git(tree, "rev-parse", "HEAD").strip() == first
+        (tree / "build-output.txt").write_text("made by a check\n", encoding="utf-8")
+        assert str(tree) in git(git_repo, "worktree", "list")
+    assert not tree.exists()
+    assert len(git(git_repo, "worktree", "list").splitlines()) == 1
+    assert (git_repo / "README.md").read_text(encoding="utf-8") == "# uncommitted\n"
+
+
+def test_leaked_git_variables_do_not_redirect(git_repo: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    (other / "README.md").write_text("# other\n", encoding="utf-8")
+    git(other, "add", "-A")
+    git(other, "commit", "-q", "--no-gpg-sign", "-m", "other")
+    first = head(git_repo)
+    # As inside a git hook: GIT_DIR/GIT_INDEX_FILE point at another repository.
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    assert rev_parse(git_repo, "HEAD") == first
+    assert file_at(git_repo, first, "README.md") == "# sample\n"
+    assert list_files(git_repo, first) == ["README.md", "app/__init__.py"]

@@ -18,11 +18,13 @@ from loop_orchestrator.errors import UsageError
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--goal", help="Ask the agent (headless) to write a plan for this goal.")
 @click.option("--issue", help="Build the plan from a parent issue (GitHub, Jira, Linear).")
+@click.option("--done", "done", multiple=True, metavar="KEY",
+              help="With --issue: a child issue that is already done (repeatable).")
 @click.option("--concurrency", type=click.IntRange(1, 64), help="Override the session cap.")
 @repo_option
 def plan_command(
-    file: Path | None, goal: str | None, issue: str | None, concurrency: int | None,
-    repo: Path | None,
+    file: Path | None, goal: str | None, issue: str | None, done: tuple[str, ...],
+    concurrency: int | None, repo: Path | None,
 ) -> None:
     """Validate a plan, schedule it and show the Gate 1 summary.
 
@@ -36,6 +38,9 @@ def plan_command(
             "give exactly one of FILE, --goal TEXT or --issue KEY",
             hint="For example: `lo-orch plan examples/plan.yaml`.",
         )
+    if done and issue is None:
+        raise UsageError("--done only goes with --issue KEY",
+                         hint="For example: `lo-orch plan --issue ABC-1 --done ABC-3`.")
     root = resolve_repo(repo)
     overrides = {"run": {"concurrency": concurrency}} if concurrency else None
     settings = config.load_settings(root, overrides=overrides)
@@ -45,7 +50,7 @@ def plan_command(
         summary = core.plan_from_goal(root, goal, settings)
     else:
         assert issue is not None
-        summary = core.plan_from_issue(root, issue, settings)
+        summary = core.plan_from_issue(root, issue, settings, done=done)
     show_summary(summary)
 
 
@@ -80,6 +85,8 @@ def show_summary(summary: object) -> None:
         f"at once, in {len(summary.waves)} wave{'s' if len(summary.waves) != 1 else ''}."
     )
     click.echo(f"Ownership matrix: {summary.matrix_path}")
+    for note in summary.notes:
+        click.echo(note)
     click.echo("\nGate 1: review the split, then `lo-orch approve` and `lo-orch run`.")
 
 

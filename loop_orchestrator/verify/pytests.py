@@ -162,10 +162,10 @@ def _has_call(node: ast.AST) -> bool:
 
 
 def _always_true(expr: ast.expr) -> str | None:
+    if isinstance(expr, ast.Tuple) and expr.elts:
+        return "asserts a non-empty tuple, which is always true (a misplaced comma?)"
     is_const, value = _const(expr)
     if is_const:
-        if isinstance(expr, ast.Tuple) and value:
-            return "asserts a non-empty tuple, which is always true (a misplaced comma?)"
         return f"asserts the constant {ast.unparse(expr)}" if value else None
     if isinstance(expr, ast.Compare):
         operands = [expr.left, *expr.comparators]

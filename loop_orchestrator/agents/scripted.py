@@ -1,0 +1,784 @@
+"""The scripted agent: a terminal program that imitates Claude Code's surface, and its adapter.
+
+Run as ``python -m loop_orchestrator.agents.scripted --script FILE [--trust-dialog]
+[--plugin-dir DIR] [--session-id ID | --resume ID] [--record-dir DIR] [--task T]``.
+It is a stand-in for a model, for tests and the demo, and says so on screen. It exercises
+the real session path: an optional trust dialog worded like Claude Code 2.1.332 ("No, exit"
+preselected, so Enter alone exits with status 1), a ready prompt box with the prompt
+character (U+276F), bracketed paste read from a raw tty (a multi-line paste shows
+``[Pasted text #N +K lines]`` and does not submit; a separate Enter does), and the plugin's
+hooks run through ``sh -c`` with Claude-shaped JSON on stdin (SessionStart,
+UserPromptSubmit, Stop, SessionEnd).
+
+After each prompt it performs the actions of its YAML script (scripted_script.py) chosen
+by the task's phase in ``$LO_ORCH_RUN_DIR/status/$LO_ORCH_TASK.json`` (planning -> ``plan``;
+implementing -> ``implement`` round ``rework_count``), else by keywords in the prompt.
+Every submitted prompt is saved to ``<record-dir>/<task>-<N>.txt`` (default record dir:
+``$LO_ORCH_RUN_DIR/received``), and notable input events are appended to
+``<record-dir>/<task>.events``.
+
+Module API: ``ScriptedAdapter(settings: AgentConfig, repo: Path)`` (kind ``scripted``),
+``READY_RE``, ``LABEL``, ``InputParser``, ``main(argv) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import json
+import os
+import re
+import select
+import shlex
+import signal
+import sys
+import tempfile
+import termios
+import textwrap
+import time
+import tty
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from loop_orchestrator import proc, resources
+from loop_orchestrator.agents.base import (
+    AgentContext,
+    find_dialog,
+    python_module_argv,
+    wait_until_ready,
+)
+from loop_orchestrator.agents.scripted_script import (
+    DeleteAction,
+    ExitAction,
+    HangAction,
+    PatchAction,
+    RunAction,
+    SayAction,
+    SignalAction,
+    SleepAction,
+    TaskScript,
+    WriteAction,
+    load_script,
+)
+from loop_orchestrator.config import AgentConfig
+from loop_orchestrator.errors import ConfigError, LoOrchError
+from loop_orchestrator.sessions import LaunchSpec, SessionBackend
+from loop_orchestrator.state import atomic_write_text
+
+LABEL = "scripted agent (not a real model)"
+#: Claude Code's prompt and menu cursor character (HEAVY RIGHT-POINTING ANGLE ...)
+PROMPT = "\u276f"
+#: the ready prompt box's input line (the trust dialog's cursor has no box border)
+READY_RE = re.compile("^│ " + PROMPT, re.MULTILINE)
+#: pastes longer than this, or with a line break, show as a placeholder (as Claude Code)
+PLACEHOLDER_CHARS = 800
+PASTE_START = b"\x1b[200~"
+PASTE_END = b"\x1b[201~"
+_CSI_RE = re.compile(rb"\x1b[\[O]([0-9;]*)([\x40-\x7e])")
+_CSI_KEYS = {
+    b"A": "Up", b"B": "Down", b"C": "Right", b"D": "Left", b"Z": "BTab",
+    b"H": "Home", b"F": "End",
+}
+TRUST_OPTIONS = ("No, exit", "Yes, I trust this folder")
+
+
+# adapter -------------------------------------------------------------------------------
+
+
+class ScriptedAdapter:
+    """``[agent] kind = "scripted"``: runs this module in the pane with the YAML script."""
+
+    name = "scripted"
+    uses_hooks = True  # it fires the same plugin hooks as Claude Code
+    bracketed_paste = True
+
+    def __init__(self, settings: AgentConfig, repo: Path) -> None:
+        if not settings.script:
+            msg = "[agent] kind = 'scripted' needs [agent] script"
+            raise ConfigError(
+                msg,
+                hint="Set script to a YAML file (relative to the repository); "
+                "see loop_orchestrator/agents/scripted_script.py.",
+            )
+        path = Path(settings.script).expanduser()
+        self.script_path = (path if path.is_absolute() else repo / path).absolute()
+        self.settings = settings
+        self.repo = repo
+
+    def prepare(self, ctx: AgentContext) -> None:
+        """Validate the script now, so a typo fails the launch with the field named."""
+        load_script(self.script_path)
+
+    def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
+        argv = [
+            *python_module_argv("loop_orchestrator.agents.scripted"),
+            "--script", str(self.script_path),
+        ]
+        if ctx.session_id:
+            argv += ["--resume" if resume else "--session-id", ctx.session_id]
+        argv += list(self.settings.args)
+        return LaunchSpec(task=ctx.task, cwd=ctx.worktree, argv=argv, env=dict(ctx.env))
+
+    def is_ready(self, screen: str) -> bool:
+        return bool(READY_RE.search(screen)) and find_dialog(screen) is None
+
+    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        wait_until_ready(
+            backend, pane_id, is_ready=self.is_ready, timeout=timeout, what="the scripted agent"
+        )
+
+
+# input ---------------------------------------------------------------------------------
+
+
+def _partial_suffix(data: bytes, marker: bytes) -> int:
+    """Length of the longest end of ``data`` that could start ``marker``."""
+    for size in range(min(len(marker) - 1, len(data)), 0, -1):
+        if marker.startswith(data[-size:]):
+            return size
+    return 0
+
+
+def _utf8_length(lead: int) -> int:
+    if lead >= 0xF0:
+        return 4
+    if lead >= 0xE0:
+        return 3
+    if lead >= 0xC0:
+        return 2
+    return 1
+
+
+class InputParser:
+    """Raw terminal bytes -> events ``("paste", text)``, ``("text", s)``, ``("key", name)``.
+
+    Keeps incomplete sequences (a paste split across reads, half an escape sequence, half
+    a UTF-8 character) until the rest arrives.
+    """
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.in_paste = False
+        self.paste = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        self.buf += data
+        events: list[tuple[str, str]] = []
+        while self.buf:
+            if self.in_paste:
+                end = self.buf.find(PASTE_END)
+                if end < 0:
+                    keep = _partial_suffix(self.buf, PASTE_END)
+                    self.paste += self.buf[: len(self.buf) - keep]
+                    self.buf = self.buf[len(self.buf) - keep :]
+                    break
+                self.paste += self.buf[:end]
+                self.buf = self.buf[end + len(PASTE_END) :]
+                self.in_paste = False
+                events.append(("paste", bytes(self.paste).decode("utf-8", "replace")))
+                self.paste = bytearray()
+                continue
+            first = self.buf[0]
+            if first == 0x1B:
+                if self.buf.startswith(PASTE_START):
+                    self.in_paste = True
+                    self.buf = self.buf[len(PASTE_START) :]
+                    continue
+                if len(self.buf) == 1 or PASTE_START.startswith(self.buf):
+                    break  # the rest may follow; flush() turns a lone ESC into Escape
+                if self.buf[1:2] in (b"[", b"O"):
+                    match = _CSI_RE.match(self.buf)
+                    if match is None and len(self.buf) < 16:
+                        break
+                    if match is not None:
+                        self.buf = self.buf[match.end() :]
+                        name = _CSI_KEYS.get(match.group(2))
+                        if name:
+                            events.append(("key", name))
+                        continue
+                self.buf = self.buf[1:]
+                events.append(("key", "Escape"))
+                continue
+            if first in (0x0D, 0x0A):
+                events.append(("key", "Enter"))
+            elif first in (0x7F, 0x08):
+                events.append(("key", "BSpace"))
+            elif first == 0x03:
+                events.append(("key", "C-c"))
+            elif first == 0x04:
+                events.append(("key", "C-d"))
+            elif first == 0x09:
+                self._text(events, " ")
+            elif first < 0x20:
+                pass
+            else:
+                size = _utf8_length(first)
+                if len(self.buf) < size:
+                    break
+                self._text(events, self.buf[:size].decode("utf-8", "replace"))
+                self.buf = self.buf[size:]
+                continue
+            self.buf = self.buf[1:]
+        return events
+
+    @staticmethod
+    def _text(events: list[tuple[str, str]], text: str) -> None:
+        if events and events[-1][0] == "text":
+            events[-1] = ("text", events[-1][1] + text)
+        else:
+            events.append(("text", text))
+
+    def flush(self) -> list[tuple[str, str]]:
+        """Called when no more input came for a moment: a lone ESC was the Escape key."""
+        if not self.in_paste and self.buf == b"\x1b":
+            self.buf = b""
+            return [("key", "Escape")]
+        return []
+
+
+# the program ---------------------------------------------------------------------------
+
+
+class _Exit(Exception):
+    def __init__(self, code: int, reason: str | None) -> None:
+        super().__init__(code)
+        self.code = code
+        self.reason = reason  # None: a crash, no SessionEnd hook
+
+
+class _ActionFailed(Exception):
+    pass
+
+
+@dataclass
+class _Paste:
+    number: int
+    text: str
+
+    @property
+    def placeholder(self) -> str:
+        return f"[Pasted text #{self.number} +{len(self.text.splitlines())} lines]"
+
+
+@dataclass
+class HookOutcome:
+    blocked: bool = False
+    reason: str = ""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+@contextlib.contextmanager
+def _raw_terminal(fd_in: int, fd_out: int) -> Iterator[None]:
+    saved = termios.tcgetattr(fd_in)
+    tty.setraw(fd_in)
+    _write_all(fd_out, b"\x1b[?2004h\x1b[2J")  # bracketed paste on, like Claude Code
+    try:
+        yield
+    finally:
+        _write_all(fd_out, b"\x1b[?2004l\r\n")
+        termios.tcsetattr(fd_in, termios.TCSADRAIN, saved)
+
+
+class Hooks:
+    """The plugin's ``hooks/hooks.json``, run as Claude Code runs them."""
+
+    def __init__(self, agent: ScriptedAgent, plugin_dir: Path) -> None:
+        self.agent = agent
+        self.plugin_dir = plugin_dir
+        self.config: dict[str, Any] = {}
+        path = plugin_dir / "hooks" / "hooks.json"
+        if path.is_file():  # absent: no hooks (as Claude Code with a plugin without hooks)
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                self.config = data.get("hooks", {}) if isinstance(data, dict) else {}
+            except (OSError, json.JSONDecodeError) as exc:
+                agent.say(f"  ✗ {path} is not valid JSON ({exc}); hooks disabled")
+
+    def _commands(self, event: str, subject: str | None) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        groups = self.config.get(event, [])
+        for group in groups if isinstance(groups, list) else []:
+            if not isinstance(group, dict):
+                continue
+            matcher = str(group.get("matcher") or "")
+            if matcher not in ("", "*") and subject is not None:
+                try:
+                    if not re.fullmatch(matcher, subject):
+                        continue
+                except re.error:
+                    if matcher != subject:
+                        continue
+            for hook in group.get("hooks", []):
+                if isinstance(hook, dict) and hook.get("type") == "command" and hook.get("command"):
+                    out.append((str(hook["command"]), float(hook.get("timeout", 60))))
+        return out
+
+    def fire(self, event: str, subject: str | None = None, **fields: Any) -> HookOutcome:
+        agent = self.agent
+        payload = {
+            "session_id": agent.session_id,
+            "transcript_path": str(agent.transcript),
+            "cwd": str(agent.cwd),
+            "hook_event_name": event,
+            "permission_mode": agent.permission_mode,
+            **fields,
+        }
+        commands = self._commands(event, subject)
+        if not commands:
+            return HookOutcome()
+        env = dict(os.environ)
+        env["CLAUDE_PROJECT_DIR"] = str(agent.cwd)
+        env["CLAUDE_PLUGIN_ROOT"] = str(self.plugin_dir)
+        outcome = HookOutcome()
+        for command, timeout in commands:
+            line = command.replace("${CLAUDE_PLUGIN_ROOT}", str(self.plugin_dir))
+            result = proc.run(
+                ["sh", "-c", line], cwd=agent.cwd, env=env, input=json.dumps(payload),
+                timeout=timeout, check=False,
+            )
+            if result.returncode == 0:
+                text = result.stdout.strip()
+                if text.startswith("{"):
+                    with contextlib.suppress(json.JSONDecodeError):
+                        answer = json.loads(text)
+                        if isinstance(answer, dict) and answer.get("decision") == "block":
+                            outcome = HookOutcome(True, str(answer.get("reason", "")))
+                continue
+            if result.returncode == 2:
+                outcome = HookOutcome(True, result.stderr.strip())
+            else:
+                status = "timed out" if result.returncode is None else f"exit {result.returncode}"
+                detail = (result.stderr.strip().splitlines() or [""])[-1]
+                agent.say(f"  ⎿ {event} hook error ({status}) {detail}".rstrip())
+        agent.say(f"  ⎿ {event} hook" + (f": blocked: {outcome.reason}" if outcome.blocked else ""))
+        return outcome
+
+
+class ScriptedAgent:
+    def __init__(self, args: argparse.Namespace, fd_in: int = 0, fd_out: int = 1) -> None:
+        self.fd_in = fd_in
+        self.fd_out = fd_out
+        self.script_path = Path(args.script)
+        self.task = args.task or os.environ.get("LO_ORCH_TASK") or "default"
+        self.cwd = Path.cwd()
+        run_dir = os.environ.get("LO_ORCH_RUN_DIR")
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.session_id = args.resume or args.session_id or str(uuid.uuid4())
+        self.source = "resume" if args.resume else "startup"
+        self.permission_mode = args.permission_mode
+        self.force_trust_dialog = bool(args.trust_dialog)
+        if args.record_dir:
+            self.record_dir: Path | None = Path(args.record_dir)
+        else:
+            self.record_dir = self.run_dir / "received" if self.run_dir else None
+        self.transcript = Path(tempfile.gettempdir()) / "lo-scripted" / f"{self.session_id}.jsonl"
+        self.log_lines: list[str] = []
+        self.segments: list[str | _Paste] = []
+        self.paste_count = 0
+        self.swallowed = False
+        self.done: set[tuple[str, int]] = set()
+        self.implement_prompts = 0
+        self.mode = "prompt"
+        self.selection = 0
+        self.dirty = True
+        self.resized = False
+        self.script = TaskScript()
+        self.parser = InputParser()
+        plugin_dir = Path(args.plugin_dir) if args.plugin_dir else resources.plugin_dir()
+        self.hooks = Hooks(self, plugin_dir)
+
+    # screen --------------------------------------------------------------------------
+    def say(self, text: str) -> None:
+        self.log_lines.extend(text.split("\n"))
+        del self.log_lines[:-500]
+        self.dirty = True
+        self.draw()
+
+    def _size(self) -> tuple[int, int]:
+        try:
+            size = os.get_terminal_size(self.fd_out)
+        except OSError:
+            return 80, 24
+        return max(size.columns, 24), max(size.lines, 10)
+
+    def input_display(self) -> str:
+        return "".join(s.placeholder if isinstance(s, _Paste) else s for s in self.segments)
+
+    def _wrapped(self, lines: list[str], cols: int) -> list[str]:
+        out: list[str] = []
+        for line in lines:
+            out.extend(textwrap.wrap(line, cols, drop_whitespace=False) or [""])
+        return out
+
+    def draw(self) -> None:
+        cols, rows = self._size()
+        width = cols - 1  # never the last column: writing there arms the terminal's wrap
+        header = [f"✻ {LABEL} · task {self.task}", f"  cwd: {self.cwd}"]
+        cursor = (1, 1)
+        if self.mode == "trust":
+            lines = header + self._wrapped(self._trust_lines(), width)
+        else:
+            inner = width - 4
+            content = f"{PROMPT} " + self.input_display()
+            if len(content) > inner:
+                content = f"{PROMPT} …" + content[-(inner - 3) :]
+            box = [
+                "╭" + "─" * (width - 2) + "╮",
+                "│ " + content.ljust(inner) + " │",
+                "╰" + "─" * (width - 2) + "╯",
+                f"  ⏵⏵ {self.permission_mode} · {LABEL}",
+            ]
+            room = rows - len(header) - len(box)
+            log_rows = self._wrapped(self.log_lines, width)[-room:] if room > 0 else []
+            body = log_rows + [""] * (room - len(log_rows))
+            lines = header + body + box
+            cursor = (len(header) + len(body) + 2, min(3 + len(content), width))
+        lines = lines[:rows]
+        frame = "\x1b[H" + "\r\n".join(line[:width] + "\x1b[K" for line in lines) + "\x1b[J"
+        frame += f"\x1b[{cursor[0]};{cursor[1]}H"
+        _write_all(self.fd_out, frame.encode("utf-8"))
+        self.dirty = False
+
+    def _trust_lines(self) -> list[str]:
+        options = []
+        for index, option in enumerate(TRUST_OPTIONS):
+            mark = PROMPT if index == self.selection else " "
+            options.append(f" {mark} {index + 1}. {option}")
+        return [
+            "",
+            " Accessing workspace:",
+            "",
+            f" {self.cwd}",
+            "",
+            " Quick safety check: Is this a project you created or one you trust?",
+            " (Like your own code, a well-known open source project, or work from your team).",
+            " If not, take a moment to review what's in this folder first.",
+            "",
+            f" The {LABEL} will read, edit, and execute files here.",
+            "",
+            *options,
+            "",
+            " Enter to confirm · Esc to cancel",
+        ]
+
+    # events --------------------------------------------------------------------------
+    def _event(self, name: str) -> None:
+        if self.record_dir is None:
+            return
+        self.record_dir.mkdir(parents=True, exist_ok=True)
+        with (self.record_dir / f"{self.task}.events").open("a", encoding="utf-8") as fh:
+            fh.write(f"{time.time():.3f} {name}\n")
+
+    def _read_events(self) -> Iterator[tuple[str, str]]:
+        """Input events as they come; redraws on resize and once a second."""
+        last_draw = 0.0
+        while True:
+            now = time.monotonic()
+            if self.dirty or self.resized or now - last_draw > 1.0:
+                self.resized = False
+                self.draw()
+                last_draw = now
+            ready, _, _ = select.select([self.fd_in], [], [], 0.25)
+            if not ready:
+                yield from self.parser.flush()
+                continue
+            data = os.read(self.fd_in, 65536)
+            if not data:
+                raise _Exit(0, "other")
+            yield from self.parser.feed(data)
+
+    def trust_dialog(self) -> bool:
+        self.mode, self.selection = "trust", 0
+        for kind, value in self._read_events():
+            self.dirty = True
+            if kind == "key" and value in ("Up", "Down"):
+                self.selection = (self.selection + (1 if value == "Down" else -1)) % 2
+            elif kind == "text" and value.strip() in ("1", "2"):
+                self.selection = int(value.strip()) - 1
+                return self.selection == 1
+            elif kind == "key" and value == "Enter":
+                return self.selection == 1
+            elif kind == "key" and value in ("Escape", "C-c"):
+                return False
+        return False  # pragma: no cover  _read_events never ends without raising
+
+    def handle(self, kind: str, value: str) -> None:
+        self.dirty = True
+        if kind == "paste":
+            text = value.replace("\r\n", "\n").replace("\r", "\n")
+            if "\n" in text or len(text) > PLACEHOLDER_CHARS:
+                self.paste_count += 1
+                self.segments.append(_Paste(self.paste_count, text))
+                self._event(f"paste #{self.paste_count}")
+            else:
+                self._type(text)
+        elif kind == "text":
+            self._type(value)
+        elif value == "Enter":
+            self.on_enter()
+        elif value == "BSpace" and self.segments:
+            last = self.segments[-1]
+            if isinstance(last, _Paste) or len(last) <= 1:
+                self.segments.pop()
+            else:
+                self.segments[-1] = last[:-1]
+        elif value == "C-c":
+            if not self.segments:
+                raise _Exit(0, "other")
+            self.segments = []
+        elif value == "C-d" and not self.segments:
+            raise _Exit(0, "other")
+
+    def _type(self, text: str) -> None:
+        if self.segments and isinstance(self.segments[-1], str):
+            self.segments[-1] += text
+        else:
+            self.segments.append(text)
+
+    def on_enter(self) -> None:
+        has_paste = any(isinstance(s, _Paste) for s in self.segments)
+        if has_paste and self.script.swallow_first_enter and not self.swallowed:
+            self.swallowed = True  # scripted misbehaviour: nothing shows on screen
+            self._event("swallowed-enter")
+            return
+        prompt = "".join(s.text if isinstance(s, _Paste) else s for s in self.segments)
+        display = self.input_display()
+        self.segments = []
+        if not prompt.strip():
+            return
+        if prompt.strip() in ("/exit", "/quit"):
+            raise _Exit(0, "prompt_input_exit")
+        self.submit(prompt, display)
+
+    # a prompt ------------------------------------------------------------------------
+    def submit(self, prompt: str, display: str) -> None:
+        self.say(f"{PROMPT} {display}")
+        outcome = self.hooks.fire("UserPromptSubmit", prompt=prompt)
+        if outcome.blocked:
+            self.say(f"  ⎿ prompt blocked by a hook: {outcome.reason}")
+            return
+        self._record(prompt)
+        self._transcript("user", prompt)
+        actions, why = self._choose(prompt)
+        self.say(f"● {why}")
+        last = self.perform(actions)
+        self._transcript("assistant", last)
+        for attempt in range(4):
+            outcome = self.hooks.fire(
+                "Stop", stop_hook_active=attempt > 0, last_assistant_message=last
+            )
+            if not outcome.blocked:
+                break
+            self.say(f"  ⎿ Stop hook asked to continue: {outcome.reason}")
+
+    def _record(self, prompt: str) -> None:
+        self._event("submit")
+        if self.record_dir is None:
+            return
+        self.record_dir.mkdir(parents=True, exist_ok=True)
+        count = len(list(self.record_dir.glob(f"{glob.escape(self.task)}-*.txt")))
+        atomic_write_text(self.record_dir / f"{self.task}-{count + 1}.txt", prompt)
+
+    def _transcript(self, role: str, text: str) -> None:
+        self.transcript.parent.mkdir(parents=True, exist_ok=True)
+        with self.transcript.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"type": role, "message": {"role": role, "content": text}}) + "\n")
+
+    def _status(self) -> dict[str, Any] | None:
+        if self.run_dir is None:
+            return None
+        path = self.run_dir / "status" / f"{self.task}.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _choose(self, prompt: str) -> tuple[list[Any], str]:
+        status = self._status()
+        key: tuple[str, int]
+        if status is not None:
+            phase = str(status.get("phase"))
+            rework = int(status.get("rework_count") or 0)
+            if phase == "planning":
+                key = ("plan", 0)
+            elif phase == "implementing":
+                key = ("implement", rework)
+            else:
+                return [], f"phase {phase}: nothing scripted for it"
+            source = f"phase {phase}"
+        else:
+            lowered = prompt.lower()
+            if any(word in lowered for word in ("rework", "review", "implement")):
+                key = ("implement", self.implement_prompts)
+            elif "plan" in lowered:
+                key = ("plan", 0)
+            else:
+                return [], "no phase known and no keyword in the prompt: nothing to do"
+            source = "keywords in the prompt"
+        if key in self.done:
+            return [], f"{key[0]} round {key[1]} was already done in this session"
+        self.done.add(key)
+        if key[0] == "implement" and status is None:
+            self.implement_prompts += 1
+        actions = self.script.actions_for("plan" if key[0] == "plan" else "implement", key[1])
+        label = "plan" if key[0] == "plan" else f"implement round {key[1]}"
+        return actions, f"{label} ({source}): {len(actions)} scripted actions"
+
+    def perform(self, actions: list[Any]) -> str:
+        last = "Done."
+        for action in actions:
+            try:
+                said = self._do(action)
+            except _ActionFailed as exc:
+                self.say(f"  ✗ {exc}")
+                return f"Stopped: {exc}"
+            if said is not None:
+                last = said
+        self.say("● Done.")
+        return last
+
+    def _path(self, rel: str) -> Path:
+        return self.cwd / rel
+
+    def _do(self, action: Any) -> str | None:
+        if isinstance(action, WriteAction):
+            path = self._path(action.write.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(action.write.content, encoding="utf-8")
+            self.say(f"● Write({action.write.path}) {len(action.write.content)} chars")
+        elif isinstance(action, PatchAction):
+            path = self._path(action.patch.path)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                msg = f"patch {action.patch.path}: {exc.strerror}"
+                raise _ActionFailed(msg) from exc
+            if action.patch.old not in text:
+                msg = f"patch {action.patch.path}: text to replace not found"
+                raise _ActionFailed(msg)
+            path.write_text(text.replace(action.patch.old, action.patch.new, 1), encoding="utf-8")
+            self.say(f"● Update({action.patch.path})")
+        elif isinstance(action, DeleteAction):
+            try:
+                self._path(action.delete.path).unlink()
+            except OSError as exc:
+                msg = f"delete {action.delete.path}: {exc.strerror}"
+                raise _ActionFailed(msg) from exc
+            self.say(f"● Delete({action.delete.path})")
+        elif isinstance(action, RunAction):
+            self._run(action)
+        elif isinstance(action, SignalAction):
+            self._signal(action)
+        elif isinstance(action, SleepAction):
+            self.say(f"● Sleep {action.sleep.seconds:g}s")
+            time.sleep(action.sleep.seconds)
+        elif isinstance(action, SayAction):
+            self.say(f"● {action.say.text}")
+            return action.say.text
+        elif isinstance(action, ExitAction):
+            self.say(f"✗ exiting with status {action.exit.code} (scripted crash)")
+            raise _Exit(action.exit.code, None)
+        elif isinstance(action, HangAction):
+            self.say("… hanging: no more output, no input read (scripted misbehaviour)")
+            while True:
+                time.sleep(3600)
+        return None
+
+    def _run(self, action: RunAction) -> None:
+        shown = shlex.join(action.run.argv)
+        self.say(f"● Bash({shown})")
+        try:
+            result = proc.run(action.run.argv, cwd=self.cwd, timeout=action.run.timeout,
+                              check=False)
+        except LoOrchError as exc:
+            msg = f"{shown}: {exc.message}"
+            raise _ActionFailed(msg) from exc
+        status = "timed out" if result.returncode is None else f"exit {result.returncode}"
+        tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
+        self.say("\n".join([f"  ⎿ {status}", *(f"    {line}" for line in tail)]))
+        if action.run.check and not result.ok:
+            msg = f"{shown} failed ({status})"
+            raise _ActionFailed(msg)
+
+    def _signal(self, action: SignalAction) -> None:
+        lo_bin = os.environ.get("LO_ORCH_BIN")
+        if not lo_bin:
+            msg = "cannot signal: LO_ORCH_BIN is not set"
+            raise _ActionFailed(msg)
+        command = f"{lo_bin} signal {shlex.quote(action.signal.phase)}"
+        if action.signal.note is not None:
+            command += f" --note {shlex.quote(action.signal.note)}"
+        self.say(f"● Bash(lo-orch signal {action.signal.phase})")
+        result = proc.run(["sh", "-c", command], cwd=self.cwd, timeout=120, check=False)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            msg = f"signal {action.signal.phase} failed: {detail}"
+            raise _ActionFailed(msg)
+        self.say("  ⎿ signalled")
+
+    # main ----------------------------------------------------------------------------
+    def run(self) -> int:
+        try:
+            self.script = load_script(self.script_path).for_task(self.task)
+        except ConfigError as exc:
+            sys.stdout.write(f"{LABEL}\nError: {exc.render()}\n")
+            sys.stdout.flush()
+            return 2
+        if not os.isatty(self.fd_in):
+            sys.stderr.write(f"{LABEL}: needs a terminal (run it in a tmux pane)\n")
+            return 2
+        signal.signal(signal.SIGWINCH, self._on_resize)
+        with _raw_terminal(self.fd_in, self.fd_out):
+            try:
+                if self.force_trust_dialog or self.script.trust_dialog:
+                    if not self.trust_dialog():
+                        self.mode = "exiting"
+                        return 1
+                    self.mode = "prompt"
+                self.say(f"{LABEL} — session {self.session_id}")
+                self.hooks.fire("SessionStart", subject=self.source, source=self.source,
+                                model="scripted")
+                self.say("Paste a prompt and press Enter; /exit quits.")
+                for kind, value in self._read_events():
+                    self.handle(kind, value)
+            except _Exit as stop:
+                if stop.reason is not None:
+                    self.hooks.fire("SessionEnd", subject=stop.reason, reason=stop.reason)
+                return stop.code
+        return 0  # pragma: no cover  the loop only ends by _Exit
+
+    def _on_resize(self, signum: int, frame: FrameType | None) -> None:
+        self.resized = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m loop_orchestrator.agents.scripted",
+        description=f"The {LABEL}: imitates Claude Code's terminal and runs a YAML script.",
+    )
+    parser.add_argument("--script", required=True, help="the YAML script")
+    parser.add_argument("--trust-dialog", action="store_true", help="show the trust dialog")
+    parser.add_argument("--plugin-dir", help="plugin folder whose hooks/hooks.json is run")
+    parser.add_argument("--session-id", help="session id (default: a new UUID)")
+    parser.add_argument("--resume", metavar="ID", help="resume this session id")
+    parser.add_argument("--permission-mode", default="bypassPermissions")
+    parser.add_argument("--record-dir", help="where submitted prompts are saved")
+    parser.add_argument("--task", help="task id (default: $LO_ORCH_TASK)")
+    args = parser.parse_args(argv)
+    return ScriptedAgent(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

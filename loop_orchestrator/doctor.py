@@ -1,0 +1,245 @@
+"""`lo-orch doctor`: is this machine ready to run lo-orch, and what state is the repository in?
+
+Checks git and tmux (present, versions), the agent CLI (found, ``--version``), Claude Code's
+login state (best effort and offline: credential files and config keys, never the API),
+whether the Claude Code plugin is installed for the user's own sessions, where the bundled
+plugin folder is, and the repository (root, branch, uncommitted files, an existing run).
+Only missing or unusable *required* pieces fail; everything else informs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from loop_orchestrator import proc, resources
+from loop_orchestrator.config import Settings
+
+Status = Literal["ok", "warn", "fail", "info"]
+
+#: `git merge-tree --write-tree` (the merge pre-check) appeared in git 2.38
+MIN_GIT = (2, 38)
+#: `split-window -e VAR=value` (the pane environment) appeared in tmux 3.0
+MIN_TMUX = (3, 0)
+PLUGIN_NAME = "loop-orchestrator"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    hint: str = ""
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not found:
+        return None
+    return tuple(int(p) for p in found.groups() if p is not None)
+
+
+def _tool_version(argv: list[str]) -> tuple[str | None, str]:
+    """(first line of the output, or None when the program is missing/broken; detail)."""
+    exe = shutil.which(argv[0]) if "/" not in argv[0] else argv[0]
+    if not exe or not Path(exe).exists():
+        return None, f"{argv[0]} not found on PATH"
+    result = proc.run([exe, *argv[1:]], timeout=30, check=False)
+    out = (result.stdout or result.stderr).strip()
+    if not result.ok or not out:
+        status = "timed out" if result.returncode is None else f"exit {result.returncode}"
+        return None, f"`{' '.join(argv)}` failed ({status}): {out[:200]}"
+    return out.splitlines()[0], exe
+
+
+def check_git() -> Check:
+    line, detail = _tool_version(["git", "--version"])
+    hint = "Install git 2.38 or newer (`apt-get install git`, `brew install git`)."
+    if line is None:
+        return Check("git", "fail", detail, hint)
+    version = _version(line)
+    if version is None or version[:2] < MIN_GIT:
+        return Check("git", "fail", f"{line}: lo-orch needs 2.38+ (merge-tree --write-tree)",
+                     hint)
+    return Check("git", "ok", line)
+
+
+def check_tmux() -> Check:
+    line, detail = _tool_version(["tmux", "-V"])
+    hint = "Install tmux 3.0 or newer (`apt-get install tmux`, `brew install tmux`)."
+    if line is None:
+        return Check("tmux", "fail", detail, hint)
+    version = _version(line)
+    if version is None or version[:2] < MIN_TMUX:
+        return Check("tmux", "fail", f"{line}: lo-orch needs 3.0+", hint)
+    return Check("tmux", "ok", line)
+
+
+def check_agent(settings: Settings) -> Check:
+    agent = settings.agent
+    if agent.kind == "scripted":
+        return Check("agent CLI", "ok", "scripted agent (built in)")
+    try:
+        argv = [agent.command] if Path(agent.command).is_file() else shlex.split(agent.command)
+    except ValueError as exc:
+        return Check("agent CLI", "fail", f"[agent] command cannot be parsed: {exc}",
+                     "Fix [agent] command in your config.")
+    if not argv:
+        return Check("agent CLI", "fail", "[agent] command is empty", "Set [agent] command.")
+    if agent.kind == "command":
+        exe = argv[0] if "/" in argv[0] else shutil.which(argv[0])
+        if not exe or not Path(exe).exists():
+            return Check("agent CLI", "fail", f"{argv[0]} not found",
+                         "Install it or fix [agent] command.")
+        return Check("agent CLI", "ok", f"{exe} (kind = command)")
+    line, detail = _tool_version([*argv, "--version"])
+    if line is None:
+        return Check("agent CLI", "fail", detail,
+                     "Install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set "
+                     "[agent] command to its path.")
+    return Check("agent CLI", "ok", f"{line} ({detail})")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def claude_dir(env: Mapping[str, str]) -> Path:
+    """``$CLAUDE_CONFIG_DIR`` or ``~/.claude`` (settings, plugins, credentials)."""
+    configured = env.get("CLAUDE_CONFIG_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    home = env.get("HOME")
+    return (Path(home) if home else Path.home()) / ".claude"
+
+
+def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Best effort, offline: where Claude Code would find credentials. Never calls the API."""
+    from loop_orchestrator.agents.claude import claude_config_path
+
+    name = "claude login"
+    if settings.agent.kind != "claude":
+        return Check(name, "info", f"not needed for [agent] kind = {settings.agent.kind}")
+    merged = {**env, **settings.agent.env}
+    if merged.get("ANTHROPIC_API_KEY") or merged.get("CLAUDE_CODE_OAUTH_TOKEN"):
+        return Check(name, "ok", "credentials in the environment")
+    creds = _read_json(claude_dir(merged) / ".credentials.json")
+    if creds and (creds.get("claudeAiOauth") or creds.get("apiKey")):
+        return Check(name, "ok", f"credentials in {claude_dir(merged) / '.credentials.json'}")
+    config = _read_json(claude_config_path(merged)) or {}
+    account = config.get("oauthAccount")
+    if isinstance(account, dict) and account.get("emailAddress"):
+        # macOS keeps the token in the Keychain; the account entry is what we can see
+        return Check(name, "ok", f"account {account['emailAddress']} (token not checked)")
+    if config.get("primaryApiKey"):
+        return Check(name, "ok", "API key in Claude Code's config")
+    return Check(name, "warn", "unknown: no credentials found (checked offline)",
+                 "If sessions report \"Not logged in\": run `claude` and type /login.")
+
+
+def check_plugin_installed(env: Mapping[str, str]) -> Check:
+    """Is the plugin installed for the user's own Claude Code sessions (skills, agent)?"""
+    base = claude_dir(env)
+    found: list[str] = []
+    installed = _read_json(base / "plugins" / "installed_plugins.json") or {}
+    plugins = installed.get("plugins", installed)
+    if isinstance(plugins, dict):
+        found += [k for k in plugins if k.split("@", 1)[0] == PLUGIN_NAME]
+    settings = _read_json(base / "settings.json") or {}
+    enabled = settings.get("enabledPlugins")
+    enabled_keys = (
+        [k for k, on in enabled.items() if on and k.split("@", 1)[0] == PLUGIN_NAME]
+        if isinstance(enabled, dict) else []
+    )
+    if found or enabled_keys:
+        keys = sorted(set(found) | set(enabled_keys))
+        state = "enabled" if enabled_keys else "installed, not enabled"
+        return Check("plugin (your sessions)", "ok", f"{', '.join(keys)} ({state})")
+    source = resources.plugin_dir()
+    return Check(
+        "plugin (your sessions)", "info",
+        "not installed: managed sessions load it anyway (--plugin-dir); install it to ask "
+        "for the orchestrator in your own Claude Code sessions",
+        f"claude plugin marketplace add {source} && "
+        f"claude plugin install {PLUGIN_NAME}@{PLUGIN_NAME}",
+    )
+
+
+def check_bundled_plugin() -> Check:
+    folder = resources.plugin_dir()
+    manifest = folder / ".claude-plugin" / "plugin.json"
+    launcher = folder / "hooks" / "lo-hook"
+    problems = []
+    if not manifest.is_file():
+        problems.append(f"{manifest} is missing")
+    if not (folder / "hooks" / "hooks.json").is_file():
+        problems.append("hooks/hooks.json is missing")
+    if not os.access(launcher, os.X_OK):
+        problems.append(f"{launcher} is missing or not executable")
+    if problems:
+        return Check("bundled plugin", "fail", "; ".join(problems),
+                     "Reinstall loop-orchestrator; managed sessions need its hooks.")
+    return Check("bundled plugin", "ok", str(folder))
+
+
+def check_sandbox(settings: Settings, env: Mapping[str, str]) -> Check | None:
+    agent = settings.agent
+    if agent.kind != "claude" or agent.permission_mode != "bypassPermissions":
+        return None
+    if os.geteuid() != 0:
+        return None
+    if (agent.env.get("IS_SANDBOX") or env.get("IS_SANDBOX")) == "1":
+        return Check("root + bypass", "ok", "IS_SANDBOX=1 is set")
+    from loop_orchestrator.agents.claude import ROOT_HINT
+
+    return Check("root + bypass", "fail",
+                 "running as root: Claude Code refuses bypassPermissions without IS_SANDBOX=1",
+                 ROOT_HINT)
+
+
+def check_repository(repo: Path | None) -> Check:
+    if repo is None:
+        return Check("repository", "info", "not inside a git repository",
+                     "Run lo-orch in your project's checkout, or pass --repo PATH.")
+    env = proc.no_git_env()
+    branch = proc.run(["git", "branch", "--show-current"], cwd=repo, env=env, check=False)
+    dirty = proc.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                     env=env, check=False)
+    head = proc.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, env=env,
+                    check=False)
+    parts = [str(repo)]
+    parts.append(f"branch {branch.stdout.strip() or '(detached)'}")
+    if not head.ok:
+        parts.append("no commits yet")
+    changed = len([line for line in dirty.stdout.splitlines() if line.strip()])
+    parts.append(f"{changed} uncommitted change{'s' if changed != 1 else ''}" if changed
+                 else "clean")
+    run_json = _read_json(repo / ".orchestration" / "run.json")
+    if run_json is not None:
+        parts.append(f"run {run_json.get('name')} ({run_json.get('phase')})")
+    else:
+        parts.append("no run yet")
+    return Check("repository", "info", "; ".join(parts))
+
+
+def run_checks(repo: Path | None, settings: Settings,
+               env: Mapping[str, str] | None = None) -> list[Check]:
+    """Every check, in display order."""
+    env = os.environ if env is None else env
+    checks = [check_git(), check_tmux(), check_agent(settings), check_login(settings, env)]
+    sandbox = check_sandbox(settings, env)
+    if sandbox is not None:
+        checks.append(sandbox)
+    checks += [check_bundled_plugin(), check_plugin_installed(env), check_repository(repo)]
+    return checks

@@ -1,0 +1,68 @@
+"""Read-only views of the base commit for signature lookup: list, grep, read.
+
+These three git reads go through ``gitutil.git`` (the one git gateway). They live here
+rather than in ``workspace`` because only intake needs them; ``file_at`` is workspace's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from functools import cached_property
+from pathlib import Path
+
+from loop_orchestrator import workspace
+from loop_orchestrator.gitutil import git, split_z
+from loop_orchestrator.signatures import SOURCE_SUFFIXES
+
+log = logging.getLogger(__name__)
+
+#: files read at most when searching the tree for names
+MAX_GREP_FILES = 200
+
+
+class BaseTree:
+    """The files of one commit, read lazily and cached."""
+
+    def __init__(self, repo: Path, sha: str) -> None:
+        self.repo = repo
+        self.sha = sha
+        self._texts: dict[str, str | None] = {}
+
+    @cached_property
+    def paths(self) -> frozenset[str]:
+        out = git(self.repo, "-c", "core.quotepath=false", "ls-tree", "-r", "-z",
+                  "--name-only", "--full-tree", self.sha).stdout
+        return frozenset(split_z(out))
+
+    def read(self, path: str) -> str | None:
+        if path not in self._texts:
+            self._texts[path] = (workspace.file_at(self.repo, self.sha, path)
+                                 if path in self.paths else None)
+        return self._texts[path]
+
+    def sources(self, paths: Iterable[str]) -> dict[str, str]:
+        """path -> text for the readable files among ``paths``."""
+        out: dict[str, str] = {}
+        for p in paths:
+            text = self.read(p)
+            if text is not None:
+                out[p] = text
+        return out
+
+    def files_naming(self, names: Iterable[str]) -> list[str]:
+        """Python/TS/JS files of the commit in which any of ``names`` occurs as a word."""
+        wanted = [n for n in dict.fromkeys(names) if n]
+        if not wanted:
+            return []
+        args = ["-c", "core.quotepath=false", "grep", "-l", "-z", "-w", "-F", "-I"]
+        for n in wanted:
+            args += ["-e", n]
+        args += [self.sha, "--", *(f"*{s}" for s in SOURCE_SUFFIXES)]
+        res = git(self.repo, *args, check=False)
+        if res.returncode not in (0, 1):  # 1: no match
+            log.warning("git grep failed", extra={"stderr": res.stderr})
+            return []
+        prefix = f"{self.sha}:"
+        found = [p[len(prefix):] if p.startswith(prefix) else p for p in split_z(res.stdout)]
+        return sorted(found)[:MAX_GREP_FILES]

@@ -1,0 +1,137 @@
+"""GitHub issues: the parent issue and its sub-issues (REST, api.github.com or GHES).
+
+``GET /repos/{o}/{r}/issues/{n}`` and ``GET /repos/{o}/{r}/issues/{n}/sub_issues``
+(paginated with the ``Link`` header). An issue without sub-issues may still list its
+children as a task list in its body (``- [ ] #12``, ``- [x] owner/repo#13`` or issue URLs):
+those are read one by one, a ticked box or a closed issue counting as done.
+
+Token: ``GITHUB_TOKEN`` or ``GH_TOKEN`` (optional for public repositories; without one
+GitHub allows 60 requests an hour). Base URL: ``GITHUB_API_URL``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from loop_orchestrator.errors import IntakeError
+from loop_orchestrator.intake.http import MAX_PAGES, HttpClient, Service, next_link
+from loop_orchestrator.intake.trackers import Issue, IssueRef, IssueTree
+
+DEFAULT_API = "https://api.github.com"
+SERVICE = Service("GitHub", "GITHUB_TOKEN (or GH_TOKEN)", "GITHUB_API_URL")
+
+_TASK_ITEM = re.compile(
+    r"^\s*[-*+]\s+\[(?P<box>[ xX])\]\s+"
+    r"(?:(?P<slug>[\w.-]+/[\w.-]+)#(?P<num>\d+)"
+    r"|#(?P<local>\d+)"
+    r"|https?://[^/\s]+/(?P<uslug>[\w.-]+/[\w.-]+)/issues/(?P<unum>\d+))\b",
+    re.MULTILINE,
+)
+
+
+def client(env: Mapping[str, str]) -> HttpClient:
+    headers = {
+        "Accept": "application/vnd.github+json",
+        "X-GitHub-Api-Version": "2022-11-28",
+    }
+    token = env.get("GITHUB_TOKEN") or env.get("GH_TOKEN")
+    if token:
+        headers["Authorization"] = f"Bearer {token.strip()}"
+    return HttpClient(SERVICE, headers=headers)
+
+
+def _slug_of(data: Mapping[str, Any], fallback: str) -> str:
+    """``owner/repo`` of an issue object, from ``repository_url`` or ``html_url``."""
+    repo_url = data.get("repository_url")
+    if isinstance(repo_url, str) and "/repos/" in repo_url:
+        return repo_url.split("/repos/", 1)[1].strip("/")
+    html = data.get("html_url")
+    if isinstance(html, str):
+        m = re.search(r"https?://[^/]+/([^/]+/[^/]+)/issues/\d+", html)
+        if m:
+            return m.group(1)
+    return fallback
+
+
+def to_issue(data: Any, fallback_slug: str) -> Issue:
+    """A tracker-neutral ``Issue`` from a GitHub issue object."""
+    if not isinstance(data, dict) or not isinstance(data.get("number"), int):
+        msg = "GitHub answered with something that is not an issue"
+        raise IntakeError(
+            msg,
+            hint="Check GITHUB_API_URL: it must point at the GitHub REST API.",
+        )
+    slug = _slug_of(data, fallback_slug)
+    state = str(data.get("state") or "")
+    return Issue(
+        key=f"{slug}#{data['number']}",
+        title=str(data.get("title") or ""),
+        body=str(data.get("body") or ""),
+        done=state == "closed",
+        url=str(data.get("html_url") or ""),
+        state=state,
+    )
+
+
+def _list_pages(http: HttpClient, url: str, what: str) -> list[Any]:
+    items: list[Any] = []
+    next_url: str | None = url
+    params: dict[str, str | int] | None = {"per_page": 100}
+    for _ in range(MAX_PAGES):
+        if next_url is None:
+            break
+        resp = http.get(next_url, params=params, what=what)
+        params = None  # the next link carries its own query
+        if not isinstance(resp.data, list):
+            msg = f"GitHub answered {what} with something that is not a list"
+            raise IntakeError(
+                msg,
+                hint="Check GITHUB_API_URL: it must point at the GitHub REST API.",
+            )
+        items += resp.data
+        next_url = next_link(resp.headers)
+    return items
+
+
+def fetch(ref: IssueRef, env: Mapping[str, str]) -> IssueTree:
+    """The parent issue and its sub-issues (or the issues its task list names)."""
+    api = (env.get("GITHUB_API_URL") or DEFAULT_API).rstrip("/")
+    http = client(env)
+    slug = f"{ref.owner}/{ref.repo}"
+    issue_url = f"{api}/repos/{slug}/issues/{ref.number}"
+    data = http.get(issue_url, what=f"issue {ref.key}").data
+    if isinstance(data, dict) and data.get("pull_request"):
+        msg = f"{ref.key} is a pull request, not an issue"
+        raise IntakeError(msg,
+                          hint="Give the parent issue that lists the work as sub-issues.")
+    parent = to_issue(data, slug)
+    raw_children = _list_pages(http, f"{issue_url}/sub_issues", f"the sub-issues of {ref.key}")
+    children = [to_issue(c, slug) for c in raw_children]
+    if not children:
+        children = _task_list_children(http, api, parent, slug)
+    return IssueTree("github", parent, children)
+
+
+def _task_list_children(http: HttpClient, api: str, parent: Issue, slug: str) -> list[Issue]:
+    """Issues named in the parent's task list, in order; a ticked box counts as done."""
+    children: list[Issue] = []
+    seen: set[str] = set()
+    for m in _TASK_ITEM.finditer(parent.body):
+        if m["local"]:
+            child_slug, num = slug, m["local"]
+        elif m["slug"]:
+            child_slug, num = m["slug"], m["num"]
+        else:
+            child_slug, num = m["uslug"], m["unum"]
+        key = f"{child_slug}#{int(num)}"
+        if key in seen or key == parent.key:
+            continue
+        seen.add(key)
+        data = http.get(f"{api}/repos/{child_slug}/issues/{int(num)}", what=f"issue {key}").data
+        child = to_issue(data, child_slug)
+        if m["box"] in "xX" and not child.done:
+            child = Issue(child.key, child.title, child.body, True, child.url, "ticked")
+        children.append(child)
+    return children

@@ -1,0 +1,293 @@
+"""Issue keys, the tracker-neutral issue tree, and the dispatch to one tracker adapter.
+
+A key's form picks the tracker:
+
+- ``owner/repo#N`` or a ``github.com/<owner>/<repo>/issues/N`` URL: GitHub;
+- a ``linear.app/<team>/issue/ABC-12/...`` URL: Linear;
+- an ``.../browse/PROJ-123`` (or ``?selectedIssue=PROJ-123``) URL: Jira;
+- a bare ``ABC-12``: Jira when ``JIRA_URL`` is set, else Linear when ``LINEAR_API_KEY`` is
+  set, else an error saying which variables to set.
+
+A tool profile whose ``intake`` role is ``{"kind": "cli", "command": "..."}`` replaces all of
+this: the command is run with the key as its last argument and prints
+``{"parent": {key, title, body}, "children": [{key, title, body, done}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from loop_orchestrator import proc
+from loop_orchestrator.errors import IntakeError
+
+log = logging.getLogger(__name__)
+
+TrackerName = Literal["github", "jira", "linear", "cli"]
+
+#: how long an ``intake`` command may take
+CLI_TIMEOUT = 120.0
+
+_GH_SHORT = re.compile(r"^(?P<owner>[A-Za-z0-9][\w.-]*)/(?P<repo>[\w.-]+)#(?P<num>\d+)\Z")
+_GH_PATH = re.compile(r"^/(?P<owner>[^/]+)/(?P<repo>[^/]+)/issues/(?P<num>\d+)/?\Z")
+_LINEAR_PATH = re.compile(r"^/[^/]+/issue/(?P<key>[A-Za-z][A-Za-z0-9]*-\d+)(?:/.*)?\Z")
+_JIRA_BROWSE = re.compile(r"/browse/(?P<key>[A-Za-z][A-Za-z0-9_]*-\d+)/?\Z")
+_TRACKER_KEY = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9_]*-\d+)\Z")
+
+KEY_FORMS = (
+    "owner/repo#N or https://github.com/owner/repo/issues/N (GitHub), "
+    "PROJ-123 or https://<site>.atlassian.net/browse/PROJ-123 (Jira), "
+    "ABC-12 or https://linear.app/<team>/issue/ABC-12 (Linear)"
+)
+
+
+@dataclass(frozen=True)
+class Issue:
+    key: str
+    title: str
+    body: str = ""
+    done: bool = False
+    url: str = ""
+    state: str = ""  # the tracker's own state name, for messages
+
+
+@dataclass(frozen=True)
+class IssueTree:
+    tracker: str
+    parent: Issue
+    children: list[Issue] = field(default_factory=list)
+
+    @property
+    def open_children(self) -> list[Issue]:
+        return [c for c in self.children if not c.done]
+
+    @property
+    def done_children(self) -> list[Issue]:
+        return [c for c in self.children if c.done]
+
+
+@dataclass(frozen=True)
+class IssueRef:
+    """A parsed key: which tracker, the canonical key, and what the URL told us."""
+
+    tracker: TrackerName
+    key: str  # "owner/repo#N", "PROJ-123", "ABC-12"
+    owner: str = ""
+    repo: str = ""
+    number: int = 0
+    base_url: str = ""  # Jira: the site, when the key was a browse URL
+
+
+def parse_key(key: str, env: Mapping[str, str] | None = None) -> IssueRef:
+    """Recognise an issue key or URL; an ``IntakeError`` lists the accepted forms."""
+    env = os.environ if env is None else env
+    text = key.strip()
+    if not text:
+        msg = "the issue key is empty"
+        raise IntakeError(msg, hint=f"Give one of: {KEY_FORMS}.")
+    m = _GH_SHORT.match(text)
+    if m:
+        return IssueRef("github", f"{m['owner']}/{m['repo']}#{int(m['num'])}",
+                        m["owner"], m["repo"], int(m["num"]))
+    if "://" in text:
+        return _parse_url(text, env)
+    m = _TRACKER_KEY.match(text)
+    if m:
+        canonical = m["key"].upper()
+        if env.get("JIRA_URL"):
+            return IssueRef("jira", canonical)
+        if env.get("LINEAR_API_KEY"):
+            return IssueRef("linear", canonical)
+        msg = f"{canonical} could be a Jira or a Linear key, and neither is configured"
+        raise IntakeError(
+            msg,
+            hint="For Jira set JIRA_URL (e.g. https://<site>.atlassian.net), JIRA_EMAIL and "
+            "JIRA_API_TOKEN; for Linear set LINEAR_API_KEY. A GitHub issue is written "
+            "owner/repo#N.",
+        )
+    msg = f"{key!r} is not an issue key this version understands"
+    raise IntakeError(msg,
+                      hint=f"Give one of: {KEY_FORMS}.")
+
+
+def _parse_url(text: str, env: Mapping[str, str]) -> IssueRef:
+    parts = urllib.parse.urlsplit(text)
+    host = parts.netloc.lower()
+    if parts.scheme not in ("http", "https") or not host:
+        msg = f"{text!r} is not an http(s) URL"
+        raise IntakeError(msg, hint=f"Give one of: {KEY_FORMS}.")
+    if host.endswith("linear.app"):
+        m = _LINEAR_PATH.match(parts.path)
+        if m:
+            return IssueRef("linear", m["key"].upper())
+    elif "github" in host:
+        m = _GH_PATH.match(parts.path)
+        if m:
+            return IssueRef("github", f"{m['owner']}/{m['repo']}#{int(m['num'])}",
+                            m["owner"], m["repo"], int(m["num"]))
+    else:
+        selected = urllib.parse.parse_qs(parts.query).get("selectedIssue", [])
+        m = _JIRA_BROWSE.search(parts.path)
+        jira_key = m["key"] if m else next(
+            (s for s in selected if _TRACKER_KEY.match(s)), None)
+        if jira_key:
+            base = env.get("JIRA_URL") or f"{parts.scheme}://{parts.netloc}"
+            return IssueRef("jira", jira_key.upper(), base_url=base)
+    msg = f"{text!r} is not an issue URL this version understands"
+    raise IntakeError(msg,
+                      hint=f"Give one of: {KEY_FORMS}.")
+
+
+def task_id_for(key: str) -> str:
+    """A plan task id from an issue key: ``ABC-12`` -> ``abc-12``, ``o/r#5`` -> ``r-5``."""
+    m = _GH_SHORT.match(key)
+    if m:
+        suffix = f"-{int(m['num'])}"
+        stem = re.sub(r"[^a-z0-9]+", "-", m["repo"].lower()).strip("-") or "issue"
+        stem = stem[: 40 - len(suffix)].rstrip("-") or "issue"
+        return stem + suffix
+    slug = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
+    return slug[:40].rstrip("-") or "issue"
+
+
+# the intake tool role (kind = "cli") ------------------------------------------------------
+
+class _CliIssue(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    key: str
+    title: str
+    body: str | None = ""
+    done: bool = False
+    url: str = ""
+
+
+class _CliTree(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    parent: _CliIssue
+    children: list[_CliIssue]
+
+
+def fetch_with_command(command: str, key: str, repo: Path) -> IssueTree:
+    """Run the tool profile's intake command with ``key`` last and read its JSON tree."""
+    try:
+        argv = [*shlex.split(command), key]
+    except ValueError as exc:
+        msg = f"the intake command {command!r} cannot be parsed: {exc}"
+        raise IntakeError(
+            msg,
+            hint="Fix `intake.command` in .loop-orchestrator/tools.json.",
+        ) from exc
+    if len(argv) < 2:
+        msg = "the tool profile's intake role has an empty `command`"
+        raise IntakeError(msg,
+                          hint="Set `intake.command` in .loop-orchestrator/tools.json.")
+    exe = argv[0]
+    if not executable_exists(exe, repo):
+        msg = f"the intake command {exe!r} was not found (or is not executable)"
+        raise IntakeError(
+            msg,
+            hint="Install it, or fix `intake.command` in .loop-orchestrator/tools.json.",
+        )
+    result = proc.run(argv, cwd=repo, timeout=CLI_TIMEOUT, check=False)
+    shown = shlex.join(argv)
+    if result.returncode is None:
+        msg = f"the intake command `{shown}` timed out after {CLI_TIMEOUT:g} s"
+        raise IntakeError(msg)
+    if result.returncode != 0:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-10:])
+        raise IntakeError(
+            f"the intake command `{shown}` exited {result.returncode}"
+            + (f":\n{tail}" if tail else ""),
+            hint="Run it yourself to see what it needs.",
+        )
+    try:
+        data: Any = json.loads(result.stdout)
+        tree = _CliTree.model_validate(data)
+    except json.JSONDecodeError as exc:
+        msg = f"the intake command `{shown}` did not print JSON: {exc}"
+        raise IntakeError(
+            msg,
+            hint='It must print {"parent": {key, title, body}, '
+            '"children": [{key, title, body, done}]}.',
+        ) from exc
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:8])
+        msg = f"the intake command `{shown}` printed JSON of the wrong shape: {problems}"
+        raise IntakeError(
+            msg,
+            hint='It must print {"parent": {key, title, body}, '
+            '"children": [{key, title, body, done}]}.',
+        ) from exc
+
+    def issue(c: _CliIssue) -> Issue:
+        return Issue(c.key, c.title, c.body or "", c.done, c.url, "done" if c.done else "open")
+
+    return IssueTree("cli", issue(tree.parent), [issue(c) for c in tree.children])
+
+
+def executable_exists(exe: str, cwd: Path) -> bool:
+    """Whether ``exe`` (a name on PATH, or a path relative to ``cwd``) can be run."""
+    if "/" in exe:
+        path = Path(exe) if Path(exe).is_absolute() else cwd / exe
+        return path.is_file() and os.access(path, os.X_OK)
+    return shutil.which(exe) is not None
+
+
+def intake_command(profile: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The tool profile's intake command when its kind is ``cli``, else None."""
+    role = profile.get("intake")
+    if not role or role.get("kind") != "cli":
+        return None
+    command = role.get("command")
+    if not isinstance(command, str) or not command.strip():
+        msg = "the tool profile's intake role has kind `cli` but no `command`"
+        raise IntakeError(
+            msg,
+            hint='Set it, e.g. {"intake": {"kind": "cli", "command": "my-issues --json"}}.',
+        )
+    return command
+
+
+def fetch_tree(
+    key: str,
+    repo: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    profile: Mapping[str, Mapping[str, Any]] | None = None,
+) -> IssueTree:
+    """The parent issue and its children, from the tracker the key (or profile) names."""
+    env = os.environ if env is None else env
+    if profile is None:
+        from loop_orchestrator.config import load_tool_profile
+
+        profile = load_tool_profile(repo, env=env)
+    command = intake_command(profile)
+    if command is not None:
+        log.info("issue read with the intake command", extra={"command": command})
+        return fetch_with_command(command, key, repo)
+    ref = parse_key(key, env)
+    if ref.tracker == "github":
+        from loop_orchestrator.intake import github
+
+        return github.fetch(ref, env)
+    if ref.tracker == "jira":
+        from loop_orchestrator.intake import jira
+
+        return jira.fetch(ref, env)
+    from loop_orchestrator.intake import linear
+
+    return linear.fetch(ref, env)

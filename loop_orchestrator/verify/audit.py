@@ -1,0 +1,53 @@
+"""``lo-orch audit TASK``: verification on demand, on the task's current commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loop_orchestrator.config import Settings
+from loop_orchestrator.errors import GitError, StateError
+from loop_orchestrator.state import Store
+from loop_orchestrator.verify.models import Verdict
+
+
+def task_commit(repo: Path, run_name: str, task_id: str, status_commit: str | None) -> str:
+    """The commit to audit: the one in the task's status, else its branch tip."""
+    from loop_orchestrator import workspace
+
+    if status_commit:
+        return workspace.rev_parse(repo, status_commit)
+    branch = f"lo/{run_name}/{task_id}"
+    try:
+        return workspace.rev_parse(repo, branch)
+    except GitError as exc:
+        msg = f"task {task_id!r} has no commit yet (no commit in its status, no branch {branch})"
+        raise StateError(
+            msg,
+            hint="Audit it after its session signals impl_done and the supervisor commits it.",
+        ) from exc
+
+
+def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = True) -> Verdict:
+    """Run every check on ``task_id``'s current commit against the run's base."""
+    from loop_orchestrator import runs
+    from loop_orchestrator.verify.verdict import verify_task
+
+    store = Store.for_repo(repo)
+    state, plan = runs.load_approved(repo)
+    try:
+        task = plan.task(task_id)
+    except KeyError:
+        known = ", ".join(t.id for t in plan.tasks) or "none"
+        msg = f"no task {task_id!r} in the plan of run {state.name!r}"
+        raise StateError(msg, hint=f"Known tasks: {known}.") from None
+    status_commit = None
+    if store.dirs.status_path(task_id).exists():
+        status_commit = store.read_status(task_id).commit
+    commit = task_commit(repo, state.name, task_id, status_commit)
+    brief_path = store.dirs.brief_path(task_id)
+    brief = brief_path.read_text(encoding="utf-8") if brief_path.exists() else ""
+    if not use_llm:
+        settings = settings.model_copy(deep=True)
+        settings.auditor.llm = "off"
+    return verify_task(repo, store.dirs, task, state.base_sha, commit, brief=brief,
+                       settings=settings, all_tasks=plan.tasks)

@@ -1,0 +1,184 @@
+"""The task's done-checks, from the approved plan, run in a clean checkout of the commit.
+
+Each check is an argument list run without a shell (``proc.run``): ``echo a && false`` is
+three arguments to echo, never a pipeline; ``sh -c "..."`` runs only when the approved plan
+literally says so. A pytest check gets ``--junitxml`` (and no cache provider) so the
+report proves which tests ran. Output, exit code and duration of every run are kept in the
+evidence folder, with a JSON summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Literal
+
+from loop_orchestrator import proc
+from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.state import atomic_write_text
+from loop_orchestrator.verify import junit
+from loop_orchestrator.verify.models import CheckRun, Finding, blocking
+from loop_orchestrator.verify.testquality import TestRef
+
+log = logging.getLogger(__name__)
+
+_PYTEST_NAMES = ("pytest", "py.test")
+
+
+@dataclass(frozen=True)
+class DoneSpec:
+    """A done criterion and its command (None: judged by the auditor, not run)."""
+
+    criterion: str
+    argv: list[str] | None
+
+
+def pytest_index(argv: Sequence[str]) -> int | None:
+    """Index of the token that *is* pytest: ``pytest``, ``.venv/bin/pytest``, ``-m pytest``."""
+    for i, token in enumerate(argv):
+        if PurePath(token).name in _PYTEST_NAMES:
+            return i
+        if token == "-m" and i + 1 < len(argv) and argv[i + 1] in _PYTEST_NAMES:
+            return i + 1
+    return None
+
+
+def is_pytest(argv: Sequence[str]) -> bool:
+    return pytest_index(argv) is not None
+
+
+def with_junit(argv: Sequence[str], junit_path: Path) -> list[str]:
+    """``argv`` plus a JUnit report and no cache (nothing written into the checkout)."""
+    return [*argv, f"--junitxml={junit_path}", "-p", "no:cacheprovider"]
+
+
+def run_one(name: str, argv: Sequence[str], cwd: Path, evidence: Path, *,
+            env: Mapping[str, str], timeout: float, criterion: str | None = None,
+            cwd_kind: Literal["commit", "base"] = "commit",
+            junit_path: Path | None = None) -> CheckRun:
+    """Run one command and keep its output in ``evidence/<name>.stdout.txt`` etc."""
+    evidence.mkdir(parents=True, exist_ok=True)
+    out_path = evidence / f"{name}.stdout.txt"
+    err_path = evidence / f"{name}.stderr.txt"
+    error = None
+    try:
+        result = proc.run(list(argv), cwd=cwd, env=env, timeout=timeout, check=False)
+        code, stdout, stderr, duration = (result.returncode, result.stdout, result.stderr,
+                                          result.duration)
+    except LoOrchError as exc:  # the program does not exist
+        code, stdout, stderr, duration = None, "", exc.render(), 0.0
+        error = exc.message
+    except OSError as exc:  # not executable, bad interpreter line...
+        code, stdout, stderr, duration = None, "", str(exc), 0.0
+        error = f"{argv[0]}: {exc.strerror or exc}"
+    atomic_write_text(out_path, stdout)
+    atomic_write_text(err_path, stderr)
+    run = CheckRun(
+        name=name, criterion=criterion, argv=list(argv), cwd_kind=cwd_kind,
+        exit_code=code, timed_out=code is None and error is None, duration=round(duration, 3),
+        stdout_path=str(out_path), stderr_path=str(err_path),
+        junit_path=str(junit_path) if junit_path is not None and junit_path.exists() else None,
+        error=error,
+    )
+    log.info("check ran", extra={"check": name, "argv": run.argv, "exit": code})
+    return run
+
+
+def run_done_checks(specs: Sequence[DoneSpec], tree: Path, evidence: Path, *,
+                    env: Mapping[str, str], timeout: float) -> list[CheckRun]:
+    """Run every done-check that has a command, in order, in ``tree``."""
+    runs = []
+    for n, spec in enumerate(specs, start=1):
+        if not spec.argv:
+            continue
+        name = f"check-{n}"
+        argv = list(spec.argv)
+        junit_path = None
+        if is_pytest(argv):
+            junit_path = evidence / f"{name}.junit.xml"
+            argv = with_junit(argv, junit_path)
+        runs.append(run_one(name, argv, tree, evidence, env=env, timeout=timeout,
+                            criterion=spec.criterion, junit_path=junit_path))
+    return runs
+
+
+def _tail(path: str | None, lines: int = 8) -> str:
+    if not path:
+        return ""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def check_findings(runs: Sequence[CheckRun], timeout: float) -> list[Finding]:
+    """A blocking finding for every done-check that did not pass."""
+    out = []
+    for run in runs:
+        if not run.name.startswith("check-"):
+            continue
+        shown = " ".join(run.argv)
+        what = f"done-check {run.name} ({run.criterion or shown})"
+        if run.error:
+            out.append(blocking(
+                f"{what} could not start: {run.error}. It ran in a clean checkout of the "
+                "commit, where untracked files of your worktree do not exist.",
+                "done.error", None, None,
+                fix="Make the check runnable from a fresh checkout (commit what it needs)."))
+        elif run.timed_out:
+            out.append(blocking(
+                f"{what} did not finish within {timeout:.0f} s.", "done.timeout",
+                fix="Find what hangs (a prompt, a server, an endless loop) and fix it."))
+        elif run.exit_code != 0:
+            tail = _tail(run.stdout_path) or _tail(run.stderr_path)
+            out.append(blocking(
+                f"{what} failed with exit code {run.exit_code}: `{shown}`."
+                + (f"\nLast lines of its output:\n{tail}" if tail else ""),
+                "done.failed", fix=f"Run `{shown}` yourself and make it pass; the full "
+                f"output is in {run.stdout_path}."))
+    return out
+
+
+def new_test_findings(new_tests: Sequence[TestRef], runs: Sequence[CheckRun]) -> list[Finding]:
+    """New Python tests must appear in a JUnit report as passed, never skipped or missing.
+
+    ``runs`` are every run with a JUnit report (done-checks and the green run).
+    """
+    reports = [junit.parse(Path(r.junit_path)) for r in runs if r.junit_path]
+    if not reports:
+        return []
+    cases = [c for report in reports for c in report]
+    out = []
+    for ref in new_tests:
+        if ref.language != "python":
+            continue
+        hits = junit.results_for(cases, ref)
+        where = f"{ref.path}::{ref.qualname}"
+        if not hits:
+            out.append(blocking(
+                f"new test {where} did not run in any check (not collected, deselected or "
+                "not in the checked paths).", "done.new-test-missing", ref.path,
+                fix="Make sure pytest collects it (file and function names start with test_, "
+                    "no deselecting marker) and that the done-checks cover it."))
+        elif any(c.outcome == "skipped" for c in hits):
+            out.append(blocking(
+                f"new test {where} was skipped: a skipped test proves nothing.",
+                "done.new-test-skipped", ref.path,
+                fix="Remove the skip condition and make the test pass."))
+        elif any(c.outcome in ("failed", "error") for c in hits):
+            first = next(c for c in hits if c.outcome in ("failed", "error"))
+            out.append(blocking(
+                f"new test {where} {first.outcome}: {first.message[:200]}",
+                "done.new-test-failed", ref.path, fix="Make the test pass."))
+    return out
+
+
+def write_summary(evidence: Path, runs: Sequence[CheckRun], **extra: object) -> Path:
+    path = evidence / "checks.json"
+    doc = {"runs": [r.model_dump(mode="json") for r in runs], **extra}
+    atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+    return path

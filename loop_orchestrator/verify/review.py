@@ -1,0 +1,95 @@
+"""Turning a failed verdict into work: the review file, the rework prompt, and routing
+integration failures back to the tasks that own the failing files."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loop_orchestrator.state import RunDir, atomic_write_text
+from loop_orchestrator.verify.models import Verdict
+
+if TYPE_CHECKING:
+    from loop_orchestrator.plan import Task
+
+#: how many findings the rework prompt repeats inline (the review file has all of them)
+PROMPT_FINDINGS = 8
+
+
+def write_review(rundir: RunDir, task: Task, round_no: int, verdict: Verdict, *,
+                 max_rounds: int | None = None) -> Path:
+    """Render ``reviews/<task>-rN.md`` from templates/review.md.j2 and return its path."""
+    from loop_orchestrator import briefs
+
+    path = rundir.review_path(task.id, round_no)
+    text = briefs.render(
+        "review.md.j2", task=task, round_no=round_no, max_rounds=max_rounds, verdict=verdict,
+        blocking=verdict.blocking, warnings=verdict.warnings, summary=verdict.summary(),
+        evidence_dir=verdict.evidence_dir, evidence=verdict.evidence,
+    )
+    atomic_write_text(path, text)
+    return path
+
+
+def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds: int,
+                  verdict: Verdict | None = None) -> str:
+    """The prompt sent to the session for rework round ``round_no`` (prompt_rework.md.j2)."""
+    from loop_orchestrator import briefs
+
+    lines: list[str] = []
+    if verdict is not None:
+        lines.append(verdict.summary())
+        for f in verdict.blocking[:PROMPT_FINDINGS]:
+            lines.append(f"- {f.location}: {f.message.splitlines()[0]}")
+        more = len(verdict.blocking) - PROMPT_FINDINGS
+        if more > 0:
+            lines.append(f"- ... and {more} more in the review")
+        if verdict.auditor is not None and verdict.auditor.status == "fail":
+            lines += [f"- auditor: {r}" for r in verdict.auditor.reasons[:3]]
+    return briefs.render(
+        "prompt_rework.md.j2", task=task_id, round=round_no, max_rounds=max_rounds,
+        review=str(review_path), summary="\n".join(lines),
+    )
+
+
+def route_integration_failure(
+    failing_files: Sequence[str], tasks: Sequence[Task],
+    *, depends: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str | None, list[str]]:
+    """Map each failing file to the task that owns it; unowned files go under ``None``.
+
+    When several tasks own a file (tasks that run one after the other may share paths),
+    the last writer gets it: an owner no other owner depends on. ``depends`` (task ->
+    transitive or direct dependencies) defaults to each task's ``depends_on``. A ``None``
+    key means a human must look: the run waits.
+    """
+    from loop_orchestrator.plan import path_matches
+
+    deps = {t.id: set(t.depends_on) for t in tasks}
+    if depends is not None:
+        deps = {k: set(v) for k, v in depends.items()}
+    closure = {tid: _closure(tid, deps) for tid in deps}
+    routed: dict[str | None, list[str]] = {}
+    for path in failing_files:
+        owners = [t.id for t in tasks if path_matches(path, t.owns)]
+        if not owners:
+            routed.setdefault(None, []).append(path)
+            continue
+        # drop an owner when another owner builds on it (that one wrote last)
+        last = [o for o in owners
+                if not any(o in closure.get(other, set()) for other in owners if other != o)]
+        for owner in last or owners:
+            routed.setdefault(owner, []).append(path)
+    return routed
+
+
+def _closure(tid: str, deps: Mapping[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(deps.get(tid, ()))
+    while stack:
+        d = stack.pop()
+        if d not in seen:
+            seen.add(d)
+            stack.extend(deps.get(d, ()))
+    return seen

@@ -1,0 +1,165 @@
+"""Secrets and merge-conflict markers in added lines.
+
+Provider patterns (AWS, private key blocks, GitHub, Slack, OpenAI, Anthropic, Google,
+Stripe) block everywhere, test files included: a real-looking key in a fixture is still a
+leak. Values that announce themselves as examples (``...EXAMPLE``, ``dummy``, ``fake``)
+or are one repeated character are skipped. Generic ``password = "..."`` assignments block
+in code and warn in tests. Long random-looking quoted strings (Shannon entropy) warn.
+
+Conflict markers block. ``=======`` alone is also a Markdown/reST heading underline, so in
+documentation files it counts only when ``<<<<<<<`` or ``>>>>>>>`` lines were added too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from loop_orchestrator.verify import classify
+from loop_orchestrator.verify.models import Finding, blocking, warning
+
+#: (check id suffix, what it is, pattern); group "key" is the secret when present
+_PROVIDERS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("private-key", "a private key block",
+     re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
+    ("aws", "an AWS access key id",
+     re.compile(r"(?<![A-Z0-9])(?P<key>(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16})(?![A-Z0-9])")),
+    ("aws", "an AWS secret access key",
+     re.compile(r"(?i)aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?"
+                r"(?P<key>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])")),
+    ("github", "a GitHub token",
+     re.compile(r"(?<![\w])(?P<key>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})")),
+    ("slack", "a Slack token",
+     re.compile(r"(?<![\w])(?P<key>xox[baprse]-[A-Za-z0-9-]{10,})")),
+    ("slack", "a Slack webhook URL",
+     re.compile(r"(?P<key>https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/"
+                r"[A-Za-z0-9_]+)")),
+    ("anthropic", "an Anthropic API key",
+     re.compile(r"(?<![\w-])(?P<key>sk-ant-[A-Za-z0-9_-]{20,})")),
+    ("openai", "an OpenAI API key",
+     re.compile(r"(?<![\w-])(?P<key>sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,})")),
+    ("google", "a Google API key",
+     re.compile(r"(?<![\w-])(?P<key>AIza[0-9A-Za-z_-]{35})")),
+    ("stripe", "a Stripe live key",
+     re.compile(r"(?<![\w])(?P<key>(?:sk|rk)_live_[0-9a-zA-Z]{20,})")),
+)
+
+_ASSIGNMENT = re.compile(
+    r"(?i)(?P<name>[\w.-]*(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?token"
+    r"|auth[_-]?token|client[_-]?secret|private[_-]?key|secret[_-]?key|token))\b[\"']?"
+    r"(?:\s*:\s*[\w\[\]|, .]+?)?\s*(?:=|:|:=|=>)\s*(?P<q>[\"'])(?P<value>[^\"'\s]{4,})(?P=q)")
+_URL_CREDENTIALS = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@'\"]+:(?P<value>[^/\s:@'\"]+)@")
+_QUOTED = re.compile(r"([\"'])(?P<value>[A-Za-z0-9+/=_\-]{24,})\1")
+_PLACEHOLDER_VALUE = re.compile(
+    r"(?i)^(?:<.*>|\$\{.*\}|\{\{.*\}\}|%\(?\w*\)?s|\*+|x+|\.+|your[_-].*|changeme|example.*"
+    r"|dummy.*|fake.*|placeholder|redacted|none|null|password|secret|test|testing)$")
+_EXAMPLE = re.compile(r"(?i)example|dummy|fake|sample|placeholder")
+
+_CONFLICT = re.compile(r"^(?:<{7}|>{7}|\|{7})(?: |$)")
+_CONFLICT_MID = re.compile(r"^={7}\s*$")
+
+ENTROPY_MIN_LENGTH = 24
+ENTROPY_THRESHOLD = 4.3  # bits per character; random base64 of this length is ~4.5+
+
+
+def shannon_entropy(text: str) -> float:
+    if not text:
+        return 0.0
+    counts = Counter(text)
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def _looks_fake(value: str) -> bool:
+    return bool(_EXAMPLE.search(value)) or len(set(value.split("_")[-1])) <= 2
+
+
+def _mask(value: str) -> str:
+    return value[:4] + "…" if len(value) > 6 else "…"
+
+
+def check_secrets(added: Mapping[str, Sequence[tuple[int, str]]]) -> list[Finding]:
+    """Secrets in the added lines of every changed file (``path -> [(line, text)]``)."""
+    findings: list[Finding] = []
+    for path, lines in added.items():
+        test = classify.is_test_code(path)
+        lock = classify.is_lock_file(path)
+        for ln, text in lines:
+            hit = _provider(path, ln, text)
+            if hit:
+                findings.append(hit)
+                continue
+            hit = _assignment(path, ln, text, test)
+            if hit:
+                findings.append(hit)
+                continue
+            if not lock and len(text) < 2000:
+                hit = _entropy(path, ln, text)
+                if hit:
+                    findings.append(hit)
+    return findings
+
+
+_FIX = ("Remove it from the change, load it from the environment or a secret store, and "
+        "rotate it if it was real.")
+
+
+def _provider(path: str, ln: int, text: str) -> Finding | None:
+    for kind, what, pattern in _PROVIDERS:
+        m = pattern.search(text)
+        if not m:
+            continue
+        key = m.groupdict().get("key")
+        if key is not None and _looks_fake(key):
+            continue
+        shown = f" ({_mask(key)})" if key else ""
+        return blocking(f"adds {what}{shown}.", f"secrets.{kind}", path, ln, fix=_FIX)
+    return None
+
+
+def _assignment(path: str, ln: int, text: str, test: bool) -> Finding | None:
+    m = _ASSIGNMENT.search(text)
+    if m:
+        value = m.group("value")
+        if not _PLACEHOLDER_VALUE.match(value) and not value.startswith(("$", "%")):
+            make = warning if test else blocking
+            return make(f"assigns a literal to {m.group('name')} ({_mask(value)}): a "
+                        "hard-coded credential.", "secrets.assignment", path, ln, fix=_FIX)
+    u = _URL_CREDENTIALS.search(text)
+    if u and not _PLACEHOLDER_VALUE.match(u.group("value")):
+        return warning("adds a URL with a password in it.", "secrets.url-credentials",
+                       path, ln, fix=_FIX)
+    return None
+
+
+def _entropy(path: str, ln: int, text: str) -> Finding | None:
+    for m in _QUOTED.finditer(text):
+        value = m.group("value")
+        if not (re.search(r"[A-Za-z]", value) and re.search(r"\d", value)):
+            continue
+        if _EXAMPLE.search(value):
+            continue
+        entropy = shannon_entropy(value)
+        if entropy >= ENTROPY_THRESHOLD:
+            return warning(
+                f"adds a random-looking string ({_mask(value)}, {len(value)} characters, "
+                f"entropy {entropy:.1f} bits/char); it may be a secret.",
+                "secrets.high-entropy", path, ln,
+                fix="If it is a credential, remove it and load it from the environment.")
+    return None
+
+
+def check_conflict_markers(added: Mapping[str, Sequence[tuple[int, str]]]) -> list[Finding]:
+    findings: list[Finding] = []
+    for path, lines in added.items():
+        outer = any(_CONFLICT.match(t) for _, t in lines)
+        strict = outer or not classify.is_doc(path)
+        for ln, text in lines:
+            if _CONFLICT.match(text) or (strict and _CONFLICT_MID.match(text)):
+                findings.append(blocking(
+                    f"adds a merge-conflict marker `{text.strip()[:20]}`: a conflict was "
+                    "left unresolved.", "conflict-marker", path, ln,
+                    fix="Resolve the conflict and remove the markers."))
+    return findings

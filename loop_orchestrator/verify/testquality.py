@@ -1,0 +1,316 @@
+"""Test quality: compare the tests at the base and at the task's commit.
+
+Pure: works on ``FileChange`` records (path, status, text at base, text at commit, added
+line numbers). Only tests the task touched (new, or with an added line) are judged for
+assertions, tautologies and control flow, so a task is never blamed for old tests; every
+test that existed at the base is checked for deletion, renaming and lost assertions.
+Check ids and severities are listed in README (verification section).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from loop_orchestrator.verify import classify, jstests, pytests
+from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
+from loop_orchestrator.verify.pytests import Expectation
+
+Lang = Literal["python", "js"]
+
+_NEVER_WEAKEN = "Never weaken, skip or delete a test to pass a check."
+
+
+@dataclass
+class FileChange:
+    """One changed file as the checks see it."""
+
+    path: str
+    status: str  # "A" | "M" | "D" | "T"
+    old: str | None  # text at the base (None: absent or binary)
+    new: str | None  # text at the commit
+    added: set[int] = field(default_factory=set)  # line numbers added (commit side)
+
+
+@dataclass(frozen=True)
+class TestRef:
+    """A test function the task added or changed."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    path: str
+    qualname: str  # Python "TestX::test_y"; JS "suite > title"
+    language: Lang
+    new: bool  # absent at the base (by path and name)
+
+    @property
+    def name(self) -> str:
+        return self.qualname.rsplit("::", 1)[-1]
+
+
+@dataclass
+class TestReport:
+    __test__ = False  # not a pytest test class, despite the name
+    findings: list[Finding] = field(default_factory=list)
+    touched: list[TestRef] = field(default_factory=list)
+    expectations: list[Expectation] = field(default_factory=list)
+
+    @property
+    def new_tests(self) -> list[TestRef]:
+        return [t for t in self.touched if t.new]
+
+
+@dataclass
+class _Test:
+    """What comparing needs from a Python or JS test."""
+
+    path: str
+    qualname: str
+    name: str
+    lineno: int
+    end_lineno: int
+    assertions: int
+    fingerprint: str
+    language: Lang
+
+
+def _py_tests(mod: pytests.PyModule) -> list[_Test]:
+    return [_Test(t.path, t.qualname, t.name, t.lineno, t.end_lineno, t.assertions,
+                  t.body_dump, "python") for t in mod.tests]
+
+
+def _js_tests(mod: jstests.JsModule) -> list[_Test]:
+    return [_Test(t.path, t.qualname, t.title, t.lineno, t.end_lineno, t.assertions,
+                  re.sub(r"\s+", "", t.body), "js") for t in mod.tests]
+
+
+def _parse(path: str, text: str | None) -> tuple[object | None, str | None]:
+    """(module, error) for a Python or JS test module."""
+    if text is None:
+        return None, None
+    if classify.is_python(path):
+        try:
+            return pytests.parse_module(path, text), None
+        except SyntaxError as exc:
+            return None, f"line {exc.lineno}: {exc.msg}"
+    return jstests.parse_module(path, text), None
+
+
+def _tests_of(mod: object | None) -> list[_Test]:
+    if isinstance(mod, pytests.PyModule):
+        return _py_tests(mod)
+    if isinstance(mod, jstests.JsModule):
+        return _js_tests(mod)
+    return []
+
+
+def check_tests(files: Sequence[FileChange]) -> TestReport:
+    """Findings about the tests in ``files`` and the list of tests the task touched."""
+    report = TestReport()
+    base: dict[tuple[str, str], _Test] = {}
+    head: dict[tuple[str, str], _Test] = {}
+    head_modules: list[tuple[FileChange, object]] = []
+    for f in files:
+        if not classify.is_test_module(f.path):
+            continue
+        old_mod, _ = _parse(f.path, f.old)
+        for t in _tests_of(old_mod):
+            base[(t.path, t.qualname)] = t
+        new_mod, error = _parse(f.path, f.new)
+        if error:
+            report.findings.append(blocking(
+                f"the test module does not parse ({error}), so none of its tests can run.",
+                "tests.unparsable", f.path,
+                fix="Fix the syntax error."))
+        if new_mod is not None:
+            head_modules.append((f, new_mod))
+            for t in _tests_of(new_mod):
+                head[(t.path, t.qualname)] = t
+
+    for f, mod in head_modules:
+        if isinstance(mod, pytests.PyModule):
+            _judge_python(f, mod, base, report)
+        elif isinstance(mod, jstests.JsModule):
+            _judge_js(f, mod, base, report)
+    _compare(base, head, report)
+    return report
+
+
+def _touched(f: FileChange, t: _Test, base: dict[tuple[str, str], _Test]) -> bool:
+    return (t.path, t.qualname) not in base or any(
+        ln in f.added for ln in range(t.lineno, t.end_lineno + 1))
+
+
+def _where(t: _Test) -> str:
+    return f"test {t.qualname}"
+
+
+def _common(f: FileChange, mod_tests: list[_Test], duplicates: list[tuple[str, int, int]],
+            base: dict[tuple[str, str], _Test], report: TestReport,
+            cases: tuple[bool, bool]) -> list[_Test]:
+    """Findings every language shares; returns the touched tests."""
+    touched = []
+    for qual, first, second in duplicates:
+        if first in f.added or second in f.added:
+            report.findings.append(blocking(
+                f"test {qual} is defined twice (lines {first} and {second}); only the later "
+                "definition runs, so the earlier one silently disappears.",
+                "tests.duplicate-name", f.path, second,
+                fix="Give each test its own name."))
+    for t in mod_tests:
+        if not _touched(f, t, base):
+            continue
+        touched.append(t)
+        new = (t.path, t.qualname) not in base
+        report.touched.append(TestRef(t.path, t.qualname, t.language, new))
+        if t.assertions == 0:
+            report.findings.append(blocking(
+                f"{_where(t)} has no assertion: it passes whatever the code does.",
+                "tests.no-assertion", t.path, t.lineno,
+                fix="Assert on the result (assert / self.assert* / expect). A helper that "
+                    "asserts must be named assert_* to be counted."))
+    if (f.status == "A" or f.old is None) and mod_tests:
+        report.findings += _new_file_findings(f, *cases)
+    return touched
+
+
+def _new_file_findings(f: FileChange, has_error: bool, has_boundary: bool) -> list[Finding]:
+    """Heuristics for a new test module: an error case and a boundary case."""
+    out = []
+    if not has_error:
+        out.append(warning(
+            "the new test module has no error case (pytest.raises / assertRaises / toThrow "
+            "/ rejects): nothing shows that invalid input is refused.",
+            "tests.no-error-case", f.path,
+            fix="Add a test that passes invalid input and expects the documented error."))
+    if not has_boundary:
+        out.append(warning(
+            "the new test module has no boundary case (no test named edge/boundary/empty/"
+            "zero/limit/... and none using 0, '', None/null, an empty collection, a "
+            "negative number or a max/min value).",
+            "tests.no-boundary-case", f.path,
+            fix="Add a test at the edge of the input range (empty, zero, the limit)."))
+    return out
+
+
+def _skips(f: FileChange, markers: list[tuple[int, str]], report: TestReport) -> None:
+    for line, what in markers:
+        if line in f.added:
+            report.findings.append(blocking(
+                f"adds `{what}`: a skipped, expected-to-fail or focused test hides "
+                "failures (or, with `.only`, every other test).",
+                "tests.skip", f.path, line,
+                fix=f"Remove `{what}` and make the test pass for real. {_NEVER_WEAKEN}"))
+
+
+def _judge_python(f: FileChange, mod: pytests.PyModule, base: dict[tuple[str, str], _Test],
+                  report: TestReport) -> None:
+    cases = (pytests.has_error_case(mod), pytests.has_boundary_case(mod))
+    touched = {t.qualname
+               for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
+    _skips(f, pytests.skip_markers(mod.tree), report)
+    report.expectations += pytests.expectations(f.path, mod.tree)
+    for t in mod.tests:
+        if t.qualname not in touched:
+            continue
+        for line, reason in pytests.tautologies(t.node):
+            report.findings.append(blocking(
+                f"test {t.qualname} {reason}; it cannot fail.", "tests.tautology", f.path, line,
+                fix="Compare the code's result with an independently known expected value."))
+        for line, top in pytests.early_returns(t.node):
+            report.findings.append(Finding(
+                check="tests.early-exit", severity=Severity.BLOCKING if top else Severity.WARNING,
+                path=f.path, line=line,
+                message=(f"test {t.qualname} returns before its first assertion"
+                         + ("; the assertions after it never run." if top else
+                            " on some path; on that path nothing is checked.")),
+                fix="Remove the return; use pytest.mark.parametrize for variants."))
+        for line, what in pytests.dead_branches(t.node):
+            report.findings.append(blocking(
+                f"test {t.qualname} puts assertions under {what}, so they never run.",
+                "tests.dead-code", f.path, line, fix="Remove the dead branch."))
+        for line, what in pytests.swallowed_assertions(t.node):
+            report.findings.append(blocking(
+                f"test {t.qualname} catches its own assertion failures with {what} and "
+                "does not re-raise, so it cannot fail.",
+                "tests.swallowed-assertion", f.path, line,
+                fix="Let assertion errors propagate; use pytest.raises for expected errors."))
+        for line, text in pytests.broad_raises(t.node):
+            report.findings.append(warning(
+                f"test {t.qualname} expects any exception (`{text}`): a TypeError from a "
+                "typo would pass too.", "tests.broad-raises", f.path, line,
+                fix="Expect the specific exception (and a match= on its message)."))
+
+
+def _judge_js(f: FileChange, mod: jstests.JsModule, base: dict[tuple[str, str], _Test],
+              report: TestReport) -> None:
+    cases = (jstests.has_error_case(mod), jstests.has_boundary_case(mod))
+    touched = {t.qualname
+               for t in _common(f, _js_tests(mod), mod.duplicates, base, report, cases)}
+    source = f.new or ""
+    lines = jstests.Lines(source)
+    _skips(f, jstests.skip_markers(source), report)
+    report.expectations += jstests.expectations(f.path, source)
+    for t in mod.tests:
+        if t.qualname not in touched:
+            continue
+        for line, reason in jstests.tautologies(t, lines):
+            report.findings.append(blocking(
+                f"test '{t.qualname}' {reason}; it cannot fail.", "tests.tautology",
+                f.path, line,
+                fix="Compare the code's result with an independently known expected value."))
+        for line in jstests.early_returns(t, lines):
+            report.findings.append(blocking(
+                f"test '{t.qualname}' returns before its first assertion; the assertions "
+                "after it never run.", "tests.early-exit", f.path, line,
+                fix="Remove the return."))
+        for line in jstests.swallowed_assertions(t, lines):
+            report.findings.append(blocking(
+                f"test '{t.qualname}' catches its own assertion failures and neither "
+                "rethrows nor asserts in the catch, so it cannot fail.",
+                "tests.swallowed-assertion", f.path, line,
+                fix="Let the failure propagate; use expect(...).toThrow for expected errors."))
+        for line in jstests.broad_throws(t, lines):
+            report.findings.append(warning(
+                f"test '{t.qualname}' expects any error (`.toThrow()`): a TypeError from a "
+                "typo would pass too.", "tests.broad-raises", f.path, line,
+                fix="Pass the expected error class or message to toThrow."))
+
+
+def _compare(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Test],
+             report: TestReport) -> None:
+    """Deleted, renamed, moved and weakened tests."""
+    new_heads = [t for key, t in head.items() if key not in base]
+    for key, old in sorted(base.items()):
+        now = head.get(key)
+        if now is None:
+            moved = [t for t in new_heads
+                     if t.language == old.language and (t.qualname == old.qualname
+                                                        or t.name == old.name)
+                     and t.path != old.path]
+            if moved:
+                now = max(moved, key=lambda t: t.assertions)
+            else:
+                twins = [t for t in new_heads
+                         if t.language == old.language and t.fingerprint == old.fingerprint]
+                if twins:
+                    report.findings.append(warning(
+                        f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
+                        f"renamed to {twins[0].qualname} with the same body.",
+                        "tests.renamed", twins[0].path, twins[0].lineno,
+                        fix="Keep the original name unless the rename is part of the task."))
+                    continue
+                report.findings.append(blocking(
+                    f"test {old.qualname} ({old.path}:{old.lineno} at the base) was deleted "
+                    "or renamed and changed; the behaviour it checked is no longer checked.",
+                    "tests.deleted", old.path, None,
+                    fix=f"Restore the test. {_NEVER_WEAKEN}"))
+                continue
+        if now.assertions < old.assertions:
+            report.findings.append(blocking(
+                f"test {old.qualname} has {now.assertions} assertion(s), {old.assertions} at "
+                "the base: checks were removed.",
+                "tests.fewer-assertions", now.path, now.lineno,
+                fix=f"Restore the removed assertions. {_NEVER_WEAKEN}"))

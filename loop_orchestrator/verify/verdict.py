@@ -1,0 +1,196 @@
+"""``verify_task``: every check on one task's commit, and the verdict bound to that commit.
+
+Order: scope, test quality, stubs, secrets and conflict markers (pure, from git objects);
+then, in a clean checkout of the commit, the plan's done-checks and red-green; then the
+LLM auditor — only when nothing blocking was found (a failing task goes to rework anyway,
+and the auditor costs time and money; it judges the next round). The task passes only when
+no blocking finding stands and the auditor says PASS or is off.
+
+Evidence lives in ``.orchestration/evidence/<task>/<sha12>/`` (one folder per commit, so
+rework rounds keep their history); ``verdict.json`` there is bound to the full sha and is
+never used for another commit (``load_verdict``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loop_orchestrator import workspace
+from loop_orchestrator.state import RunDir, atomic_write_text, now_iso
+from loop_orchestrator.verify import classify, scope, secrets, stubs
+from loop_orchestrator.verify.auditor import AuditInput, run_auditor
+from loop_orchestrator.verify.checkout import check_env, clean_checkout
+from loop_orchestrator.verify.donechecks import (
+    DoneSpec,
+    check_findings,
+    new_test_findings,
+    run_done_checks,
+    write_summary,
+)
+from loop_orchestrator.verify.models import AuditorResult, Finding, Verdict
+from loop_orchestrator.verify.redgreen import pytest_prefix, red_green
+from loop_orchestrator.verify.testquality import FileChange, check_tests
+
+if TYPE_CHECKING:
+    from loop_orchestrator.config import Settings
+    from loop_orchestrator.plan import Task
+
+log = logging.getLogger(__name__)
+
+#: files larger than this are not read for the source checks (generated, vendored, data)
+MAX_TEXT_BYTES = 2_000_000
+
+
+def evidence_dir(rundir: RunDir, task_id: str, commit: str) -> Path:
+    return rundir.task_evidence_dir(task_id) / commit[:12]
+
+
+def load_verdict(rundir: RunDir, task_id: str, commit: str) -> Verdict | None:
+    """The stored verdict for exactly ``commit`` (full sha), or None."""
+    path = evidence_dir(rundir, task_id, commit) / "verdict.json"
+    try:
+        verdict = Verdict.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return verdict if verdict.commit == commit and verdict.task == task_id else None
+
+
+def task_data(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id, "title": task.title, "objective": task.objective,
+        "owns": list(task.owns),
+        "done": [{"criterion": d.criterion, "check": d.check} for d in task.done],
+    }
+
+
+class _Texts:
+    """File texts at the base and the commit, read once."""
+
+    def __init__(self, repo: Path, base: str, commit: str) -> None:
+        self.repo, self.base, self.commit = repo, base, commit
+        self._cache: dict[tuple[str, str], str | None] = {}
+
+    def at(self, rev: str, path: str) -> str | None:
+        """The text of ``path`` at ``rev``; None when absent, binary or huge."""
+        key = (rev, path)
+        if key not in self._cache:
+            text = workspace.file_at(self.repo, rev, path)
+            if text is not None and (len(text) > MAX_TEXT_BYTES or "\0" in text):
+                text = None
+            self._cache[key] = text
+        return self._cache[key]
+
+    def pair(self, path: str) -> tuple[str | None, str | None]:
+        return self.at(self.base, path), self.at(self.commit, path)
+
+
+def collect_files(changes: Sequence[workspace.Change], added: dict[str, list[tuple[int, str]]],
+                  texts: _Texts) -> list[FileChange]:
+    files = []
+    for ch in changes:
+        special = ch.new_mode in (scope.SYMLINK_MODE, scope.GITLINK_MODE)
+        if special or classify.is_lock_file(ch.path):
+            continue
+        old, new = texts.pair(ch.path)
+        files.append(FileChange(
+            path=ch.path, status=ch.status, old=old, new=new,
+            added={ln for ln, _ in added.get(ch.path, [])},
+        ))
+    return files
+
+
+def _module_created(texts: _Texts) -> Any:
+    def created(module: str) -> bool:
+        rel = module.replace(".", "/")
+        for cand in (f"{rel}.py", f"{rel}/__init__.py", f"src/{rel}.py", f"src/{rel}/__init__.py"):
+            old, new = texts.pair(cand)
+            if old is None and new is not None:
+                return True
+        return False
+    return created
+
+
+def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
+                           all_tasks: Sequence[Task] | None = None
+                           ) -> tuple[list[Finding], Any, list[FileChange], _Texts]:
+    """Scope, test quality, stubs, secrets, conflict markers: no command is run."""
+    from loop_orchestrator.plan import path_matches
+
+    texts = _Texts(repo, base, commit)
+    changes = workspace.changed_paths(repo, base, commit)
+    added = workspace.added_lines(repo, base, commit)
+    others = {t.id: list(t.owns) for t in (all_tasks or []) if t.id != task.id}
+    findings = scope.check_scope(changes, task.owns, matches=path_matches,
+                                 contents=texts.pair, other_owners=others)
+    files = collect_files(changes, added, texts)
+    report = check_tests(files)
+    findings += report.findings
+    findings += stubs.check_stubs(files, report.expectations)
+    findings += secrets.check_secrets(added)
+    findings += secrets.check_conflict_markers(added)
+    return findings, report, files, texts
+
+
+def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, *, brief: str,
+                settings: Settings, all_tasks: Sequence[Task] | None = None) -> Verdict:
+    """Verify ``task`` at ``commit`` against ``base``; store and return the verdict."""
+    repo = repo.resolve()
+    base_sha = workspace.rev_parse(repo, base)
+    commit_sha = workspace.rev_parse(repo, commit)
+    evidence = evidence_dir(rundir, task.id, commit_sha)
+    shutil.rmtree(evidence, ignore_errors=True)
+    evidence.mkdir(parents=True, exist_ok=True)
+    log.info("verification started", extra={"task": task.id, "commit": commit_sha})
+
+    findings, report, files, texts = deterministic_findings(
+        repo, task, base_sha, commit_sha, all_tasks)
+    specs = [DoneSpec(d.criterion, d.argv() if d.check else None) for d in task.done]
+    timeout = settings.verify.check_timeout
+    test_files = {f.path: f.new for f in files
+                  if f.new is not None and classify.is_test_code(f.path)
+                  and classify.is_python(f.path) and not classify.is_test_config_path(f.path)}
+
+    with clean_checkout(repo, commit_sha) as tree:
+        runs = run_done_checks(specs, tree, evidence, env=check_env(tree), timeout=timeout)
+        findings += check_findings(runs, timeout)
+        rg = red_green(repo, base_sha, tree,
+                       prefix=pytest_prefix([s.argv for s in specs if s.argv]),
+                       touched=report.touched, test_files=test_files, evidence=evidence,
+                       timeout=timeout, module_created=_module_created(texts))
+        runs += rg.runs
+        findings += rg.findings
+        findings += new_test_findings(report.touched, [r for r in runs if r.cwd_kind == "commit"])
+        clean = not any(f.blocking for f in findings)
+        if clean:
+            diff = workspace.diff_text(repo, base_sha, commit_sha)
+            auditor = run_auditor(
+                AuditInput(task=task_data(task), commit=commit_sha, base=base_sha, brief=brief,
+                           diff=diff, findings=findings, checks=runs),
+                settings, cwd=tree, evidence=evidence)
+        else:
+            auditor = AuditorResult(
+                mode=settings.auditor.llm if settings.auditor.llm in ("agent", "off")
+                else "command",
+                status="skipped",
+                reasons=["not asked: the deterministic checks found blocking problems"])
+
+    summary_path = write_summary(evidence, runs, task=task.id, commit=commit_sha, base=base_sha)
+    files_kept = [str(summary_path)]
+    for r in runs:
+        files_kept += [p for p in (r.stdout_path, r.stderr_path, r.junit_path) if p]
+    if auditor.output_path:
+        files_kept.append(auditor.output_path)
+    verdict = Verdict(
+        task=task.id, commit=commit_sha, base=base_sha,
+        passed=clean and auditor.status != "fail",
+        findings=findings, checks=runs, auditor=auditor, evidence_dir=str(evidence),
+        evidence=[*files_kept, str(evidence / "verdict.json")], created_at=now_iso(),
+    )
+    atomic_write_text(evidence / "verdict.json", verdict.model_dump_json(indent=2) + "\n")
+    log.info("verification finished", extra={"task": task.id, "commit": commit_sha,
+                                               "passed": verdict.passed})
+    return verdict

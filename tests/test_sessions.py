@@ -1,0 +1,370 @@
+"""The tmux backend and prompt delivery, on a private tmux server with real programs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from loop_orchestrator.agents.base import AgentContext
+from loop_orchestrator.agents.scripted import ScriptedAdapter
+from loop_orchestrator.config import AgentConfig
+from loop_orchestrator.errors import DeliveryError, TmuxError
+from loop_orchestrator.sessions import (
+    Deliverer,
+    LaunchSpec,
+    TmuxBackend,
+    sanitize_prompt,
+    wait_until,
+)
+
+
+def tmux(socket: str, *args: str) -> str:
+    out = subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True,
+                         check=True)
+    return out.stdout
+
+
+class Agents:
+    """Launches scripted agents for a test (real program, real tmux)."""
+
+    def __init__(self, tmp: Path, backend: TmuxBackend, script_text: str = "default: {}\n"):
+        self.tmp = tmp
+        self.backend = backend
+        self.run_dir = tmp / "run" / ".orchestration"
+        self.record = tmp / "received"
+        self.script = tmp / "script.yaml"
+        self.script.write_text(script_text, encoding="utf-8")
+        plugin = tmp / "plugin"
+        plugin.mkdir(exist_ok=True)  # no hooks/hooks.json: the agent runs no hooks
+        self.adapter = ScriptedAdapter(
+            AgentConfig(kind="scripted", script=str(self.script),
+                        args=["--plugin-dir", str(plugin), "--record-dir", str(self.record)]),
+            tmp,
+        )
+
+    def spec(self, task: str) -> LaunchSpec:
+        worktree = self.tmp / "wt" / task
+        worktree.mkdir(parents=True, exist_ok=True)
+        ctx = AgentContext.create(
+            task=task, run_name="t", repo=self.tmp, worktree=worktree, run_dir=self.run_dir,
+            brief_path=self.run_dir / "briefs" / f"{task}.md",
+            settings=self.adapter.settings,
+        )
+        return self.adapter.launch_spec(ctx, resume=False)
+
+    def start(self, task: str) -> str:
+        pane = self.backend.launch(self.spec(task))
+        self.adapter.wait_ready(self.backend, pane, timeout=30)
+        return pane
+
+    def received(self, task: str) -> list[Path]:
+        return sorted(self.record.glob(f"{task}-*.txt"))
+
+    def events(self, task: str) -> list[str]:
+        path = self.record / f"{task}.events"
+        if not path.exists():
+            return []
+        return [line.split(" ", 1)[1] for line in path.read_text().splitlines()]
+
+
+def big_prompt(task: str, size: int = 10_000) -> str:
+    """A prompt full of what breaks naive delivery: quotes, $(), backticks, non-ASCII, lines."""
+    line = (
+        f"[{task}] echo \"$(rm -rf /)\" and `whoami`; it's 'quoted' \\n \\\\ $HOME ${{X}} "
+        "naïve café 日本語 ✓ — Ünïcödé; tab\there % %% #{pane_id} ;\n"
+    )
+    text = f"Task {task}: implement it.\n"
+    while len(text) < size:
+        text += line
+    return text[:size]
+
+
+@pytest.fixture
+def backend(tmux_socket: str) -> TmuxBackend:
+    return TmuxBackend("t")
+
+
+def test_eight_agents_each_receive_their_10k_prompt_once_whole(
+    backend: TmuxBackend, tmux_socket: str, tmp_path: Path
+) -> None:
+    agents = Agents(tmp_path, backend)
+    tasks = [f"task-{i}" for i in range(8)]
+    panes = {task: backend.launch(agents.spec(task)) for task in tasks}
+    for task in tasks:  # launched all at once, then waited for
+        agents.adapter.wait_ready(backend, panes[task], timeout=40)
+
+    paste_times: list[float] = []
+
+    class Recording(TmuxBackend):
+        def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
+            paste_times.append(time.monotonic())
+            super().paste(pane_id, text, bracketed=bracketed)
+
+    recording = Recording("t")
+    deliverer = Deliverer(stagger=0.3)
+    prompts = {task: big_prompt(task) for task in tasks}
+
+    def deliver(task: str) -> None:
+        deliverer.deliver(
+            recording, panes[task], prompts[task],
+            confirmed=lambda: bool(agents.received(task)), timeout=40,
+        )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(deliver, tasks))
+
+    for task in tasks:
+        files = agents.received(task)
+        assert len(files) == 1, f"{task} received {len(files)} prompts"
+        assert files[0].read_bytes() == prompts[task].encode("utf-8"), f"{task} prompt differs"
+    # staggered: no two pastes closer than the configured gap
+    gaps = [b - a for a, b in zip(sorted(paste_times), sorted(paste_times)[1:], strict=False)]
+    assert len(paste_times) == 8
+    assert min(gaps) >= 0.29
+    # the delivery buffers were deleted after pasting
+    assert tmux(tmux_socket, "list-buffers").strip() == ""
+    # tiled, at most four agent panes per window, and every pane found by its task tag
+    windows = backend.windows()
+    assert sorted(len(p) for p in windows.values()) == [4, 4]
+    assert backend.list_panes() == {pane: task for task, pane in panes.items()}
+
+
+def test_at_most_four_panes_per_window_and_tiled(backend: TmuxBackend, tmp_path: Path,
+                                                 tmux_socket: str) -> None:
+    panes = [backend.launch(LaunchSpec(f"s{i}", tmp_path, ["sleep", "60"])) for i in range(5)]
+    windows = backend.windows()
+    assert [len(p) for p in windows.values()] == [4, 1]
+    assert set(backend.list_panes()) == set(panes)
+    first = next(iter(windows))
+    sizes = tmux(tmux_socket, "list-panes", "-t", first, "-F", "#{pane_width} #{pane_height}")
+    # tiled: a 2x2 grid of the 240x60 window, not four slices of one column
+    for line in sizes.split("\n")[:-1]:
+        width, height = map(int, line.split())
+        assert 110 <= width <= 120 and 25 <= height <= 30, sizes
+
+
+def test_dead_pane_is_seen_within_a_second_with_its_status(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    trigger = tmp_path / "go"
+    code = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(trigger)!r}): time.sleep(0.01)\n"
+        "sys.exit(7)\n"
+    )
+    pane = backend.launch(LaunchSpec("dies", tmp_path, [sys.executable, "-c", code]))
+    state = backend.state(pane)
+    assert state.exists and state.alive and state.pid is not None and state.dead_status is None
+    trigger.touch()
+    start = time.monotonic()
+    assert wait_until(lambda: not backend.state(pane).alive, timeout=5, interval=0.02)
+    assert time.monotonic() - start < 1.0
+    state = backend.state(pane)
+    assert state.exists and state.dead_status == 7 and state.pid is None
+    assert "Pane is dead" in backend.capture(pane, 0)  # remain-on-exit kept it
+
+
+def test_instant_exit_keeps_the_pane_and_status(backend: TmuxBackend, tmp_path: Path) -> None:
+    pane = backend.launch(LaunchSpec("fast", tmp_path, ["sh", "-c", "exit 5"]))
+    assert wait_until(lambda: not backend.state(pane).alive, timeout=5)
+    assert backend.state(pane).dead_status == 5
+
+
+def test_killed_by_signal_reports_128_plus_signal(backend: TmuxBackend, tmp_path: Path) -> None:
+    pane = backend.launch(LaunchSpec("sig", tmp_path, ["sleep", "60"]))
+    pid = backend.state(pane).pid
+    assert pid is not None
+    os.kill(pid, 9)
+    assert wait_until(lambda: not backend.state(pane).alive, timeout=5)
+    assert backend.state(pane).dead_status == 137
+
+
+def test_argv_and_env_reach_the_program_literally(backend: TmuxBackend, tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    tricky = ["a b", "$(touch pwned)", "`id`", "'single'", '"double"', "semi;colon", "*", "ü日"]
+    env = {"LO_X": "$HOME `id` 'q' \"d\" ;|&", "LO_EMPTY": ""}
+    code = (
+        "import json, os, sys\n"
+        f"json.dump({{'argv': sys.argv[1:], 'x': os.environ.get('LO_X'), "
+        f"'empty': os.environ.get('LO_EMPTY'), 'cwd': os.getcwd()}}, "
+        f"open({str(out)!r}, 'w'))\n"
+    )
+    work = tmp_path / "dir with space"
+    work.mkdir()
+    backend.launch(LaunchSpec("argv", work, [sys.executable, "-c", code, *tricky], env))
+    assert wait_until(out.exists, timeout=10)
+    assert wait_until(lambda: out.read_text().endswith("}"), timeout=5)
+    data = json.loads(out.read_text())
+    assert data == {"argv": tricky, "x": env["LO_X"], "empty": "", "cwd": str(work)}
+    assert not (work / "pwned").exists()
+
+
+def test_panes_are_found_again_by_a_new_backend_and_respawned_in_place(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    first = backend.launch(LaunchSpec("alpha", tmp_path, ["sleep", "60"]))
+    second = backend.launch(LaunchSpec("beta", tmp_path, ["sh", "-c", "exit 3"]))
+    again = TmuxBackend("t")  # a restarted supervisor
+    assert again.list_panes() == {first: "alpha", second: "beta"}
+    assert wait_until(lambda: not again.state(second).alive, timeout=5)
+    again.respawn(second, LaunchSpec("beta", tmp_path, ["sleep", "60"]))
+    assert wait_until(lambda: again.state(second).alive, timeout=5)
+    assert again.list_panes() == {first: "alpha", second: "beta"}
+
+
+def test_kill_session_uses_the_exact_name(tmux_socket: str, tmp_path: Path) -> None:
+    mine = TmuxBackend("demo")
+    other = TmuxBackend("demox")  # session lo-demox: a prefix match of lo-demo would hit it
+    mine.launch(LaunchSpec("a", tmp_path, ["sleep", "60"]))
+    other.launch(LaunchSpec("b", tmp_path, ["sleep", "60"]))
+    mine.kill_session()
+    assert not mine.session_exists()
+    assert other.session_exists()
+    assert tmux(tmux_socket, "list-sessions", "-F", "#{session_name}").split() == ["lo-demox"]
+    mine.kill_session()  # no session: nothing to do, no error
+
+
+def test_session_exists_is_exact(tmux_socket: str, tmp_path: Path) -> None:
+    TmuxBackend("demox").ensure_session()
+    assert not TmuxBackend("demo").session_exists()
+
+
+def test_pane_of_another_session_is_not_ours(tmux_socket: str, tmp_path: Path) -> None:
+    mine = TmuxBackend("demo")
+    other = TmuxBackend("other")
+    mine.ensure_session()
+    foreign = other.launch(LaunchSpec("b", tmp_path, ["sleep", "60"]))
+    assert mine.state(foreign).exists is False
+    with pytest.raises(TmuxError, match="not a pane of session lo-demo"):
+        mine.kill_pane(foreign)
+    with pytest.raises(TmuxError, match="not a pane of session lo-demo"):
+        mine.paste(foreign, "x")
+    assert other.state(foreign).alive
+    other.kill_pane(foreign)
+    assert not other.state(foreign).exists
+    other.kill_pane(foreign)  # already gone: no error
+
+
+def test_send_keys_takes_key_names_only(backend: TmuxBackend, tmp_path: Path) -> None:
+    pane = backend.launch(LaunchSpec("k", tmp_path, ["sleep", "60"]))
+    for text in ("hello world", "line\nbreak", "ab"):
+        with pytest.raises(TmuxError, match="key names"):
+            backend.send_keys(pane, text)
+    backend.send_keys(pane, "Down", "Enter", "C-c", "1")
+
+
+def test_bad_names_and_ids_are_refused(tmux_socket: str, tmp_path: Path) -> None:
+    with pytest.raises(TmuxError, match="cannot name a tmux session"):
+        TmuxBackend("bad:name")
+    backend = TmuxBackend("t")
+    with pytest.raises(TmuxError, match="not a tmux pane id"):
+        backend.state("=lo-t")
+    with pytest.raises(TmuxError, match="invalid environment variable"):
+        backend.launch(LaunchSpec("x", tmp_path, ["true"], {"BAD-NAME": "1"}))
+    with pytest.raises(TmuxError, match="does not exist"):
+        backend.launch(LaunchSpec("x", tmp_path / "missing", ["true"]))
+
+
+def test_tmux_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(TmuxError) as info:
+        TmuxBackend("t").ensure_session()
+    assert info.value.message == "tmux not found"
+    assert info.value.hint is not None and "apt-get install tmux" in info.value.hint
+
+
+# delivery -----------------------------------------------------------------------------
+
+
+def test_swallowed_enter_is_overcome_by_the_enter_retry(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    agents = Agents(tmp_path, backend, "default: {swallow_first_enter: true}\n")
+    pane = agents.start("sw")
+    prompt = "first line\nsecond line with $(x)\n"
+    Deliverer().deliver(backend, pane, prompt, timeout=12, enter_retries=3)  # screen-confirmed
+    assert agents.events("sw") == ["paste #1", "swallowed-enter", "submit"]
+    assert [p.read_text() for p in agents.received("sw")] == [prompt]
+
+
+def test_swallowed_enter_without_retries_fails_with_the_screen(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    agents = Agents(tmp_path, backend, "default: {swallow_first_enter: true}\n")
+    pane = agents.start("sw")
+    with pytest.raises(DeliveryError) as info:
+        Deliverer().deliver(backend, pane, "a\nb\n", timeout=3, enter_retries=0)
+    assert "[Pasted text #1 +2 lines]" in info.value.screen
+    assert agents.received("sw") == []
+
+
+def test_never_confirmed_delivery_raises_with_the_screen(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    agents = Agents(tmp_path, backend)
+    pane = agents.start("nc")
+    start = time.monotonic()
+    with pytest.raises(DeliveryError) as info:
+        Deliverer().deliver(backend, pane, "hello\nthere", confirmed=lambda: False,
+                            timeout=3, enter_retries=2)
+    assert time.monotonic() - start < 8
+    assert "scripted agent (not a real model)" in info.value.screen
+    assert "not confirmed" in info.value.message
+    assert "Last screen of the pane" in info.value.render()
+
+
+def test_delivery_to_a_dead_pane_fails_fast(backend: TmuxBackend, tmp_path: Path) -> None:
+    pane = backend.launch(LaunchSpec("d", tmp_path, ["sh", "-c", "echo bye; exit 4"]))
+    assert wait_until(lambda: not backend.state(pane).alive, timeout=5)
+    with pytest.raises(DeliveryError, match="status 4"):
+        Deliverer().deliver(backend, pane, "x", timeout=10)
+    with pytest.raises(DeliveryError, match="does not exist"):
+        Deliverer().deliver(backend, "%999", "x", timeout=10)
+
+
+def test_agent_dying_during_delivery_is_reported(backend: TmuxBackend, tmp_path: Path) -> None:
+    agents = Agents(tmp_path, backend, "default: {implement: [[{exit: 9}]]}\n")
+    pane = agents.start("crash")
+    with pytest.raises(DeliveryError, match="status 9"):
+        Deliverer().deliver(backend, pane, "implement it\n", confirmed=lambda: False,
+                            timeout=10)
+
+
+def test_escape_sequences_cannot_break_out_of_the_paste(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    agents = Agents(tmp_path, backend)
+    pane = agents.start("esc")
+    hostile = "before\x1b[201~\rafter\r\nend\x07\x9b"
+    Deliverer().deliver(backend, pane, hostile, confirmed=lambda: bool(agents.received("esc")))
+    assert [p.read_text() for p in agents.received("esc")] == ["before[201~\nafter\nend"]
+    assert sanitize_prompt(hostile) == "before[201~\nafter\nend"
+
+
+def test_deliveries_to_one_pane_are_serialized(backend: TmuxBackend, tmp_path: Path) -> None:
+    agents = Agents(tmp_path, backend)
+    pane = agents.start("ser")
+    deliverer = Deliverer(stagger=0)
+    texts = [f"prompt {i}\nsecond line {i}\n" for i in range(3)]
+
+    def send(text: str) -> None:
+        deliverer.deliver(
+            backend, pane, text,
+            confirmed=lambda: any(p.read_text() == text for p in agents.received("ser")),
+        )
+
+    threads = [threading.Thread(target=send, args=(t,)) for t in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    got = sorted(p.read_text() for p in agents.received("ser"))
+    assert got == sorted(texts)  # three prompts, none merged into another

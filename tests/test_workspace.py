@@ -1,0 +1,629 @@
+"""The git workspace layer on real repositories: preflight, branches, worktrees, commits,
+merges, Gate 2 and cleanup, including every "checked by" case of issue 3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import git
+
+from loop_orchestrator.config import WorkspaceConfig
+from loop_orchestrator.errors import (
+    CommandError,
+    GateError,
+    GitError,
+    MergeConflictError,
+    SecretFileError,
+    StaleReviewError,
+)
+from loop_orchestrator.workspace import (
+    Workspace,
+    changed_paths,
+    init_repo,
+    update_ref,
+)
+
+AUTHOR = {"author_name": "Lo Bot", "author_email": "bot@example.org"}
+
+
+def make_ws(repo: Path, run: str = "r1", **settings: object) -> Workspace:
+    return Workspace(repo, run, WorkspaceConfig.model_validate({**AUTHOR, **settings}))
+
+
+def started(repo: Path, run: str = "r1", **settings: object) -> Workspace:
+    ws = make_ws(repo, run, **settings)
+    ws.preflight()
+    ws.create_staging(ws.resolve_base(None))
+    return ws
+
+
+def work(ws: Workspace, task: str, files: dict[str, str], delete: tuple[str, ...] = ()) -> str:
+    path = ws.ensure_worktree(task)
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text, encoding="utf-8")
+    for rel in delete:
+        (path / rel).unlink()
+    return ws.commit_task(task, f"task {task}")
+
+
+def branches(repo: Path) -> dict[str, str]:
+    out = git(repo, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
+    return dict(line.split(" ") for line in out.splitlines())
+
+
+def snapshot(repo: Path) -> tuple[dict[str, str], dict[str, bytes], str]:
+    """Every branch, every file outside .git and the status: to prove nothing changed."""
+    files = {
+        p.relative_to(repo).as_posix(): p.read_bytes()
+        for p in sorted(repo.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(repo).parts
+    }
+    return branches(repo), files, git(repo, "status", "--porcelain", "-uall")
+
+
+def parents(repo: Path, sha: str) -> list[str]:
+    return git(repo, "rev-list", "--parents", "-n1", sha).split()[1:]
+
+
+# preflight ---------------------------------------------------------------------------
+
+
+def test_dirty_main_checkout_is_refused_and_left_alone(git_repo: Path) -> None:
+    (git_repo / "README.md").write_text("# my unsaved work\n", encoding="utf-8")
+    (git_repo / "notes.txt").write_text("draft\n", encoding="utf-8")
+    before = snapshot(git_repo)
+    ws = make_ws(git_repo)
+    with pytest.raises(GitError, match="uncommitted changes") as err:
+        ws.preflight()
+    assert "README.md" in err.value.message and "notes.txt" in err.value.message
+    assert "--allow-dirty" in (err.value.hint or "")
+    assert snapshot(git_repo) == before
+    ws.preflight(allow_dirty=True)
+    make_ws(git_repo, allow_dirty=True).preflight()
+    base = ws.resolve_base(None)
+    ws.create_staging(base)
+    path = ws.ensure_worktree("a")
+    # The run starts from the commit: the uncommitted edit is not swept into it.
+    assert (path / "README.md").read_text(encoding="utf-8") == "# sample\n"
+    assert not (path / "notes.txt").exists()
+    assert (git_repo / "README.md").read_text(encoding="utf-8") == "# my unsaved work\n"
+
+
+def test_preflight_writes_excludes_once_and_ignores_own_folders(git_repo: Path) -> None:
+    (git_repo / ".orchestration").mkdir()
+    (git_repo / ".orchestration" / "plan.json").write_text("{}", encoding="utf-8")
+    ws = make_ws(git_repo)
+    ws.preflight()
+    ws.preflight()
+    exclude = (git_repo / ".git" / "info" / "exclude").read_text(encoding="utf-8")
+    assert exclude.count("/.orchestration/\n") == 1 and exclude.count("/.worktrees/\n") == 1
+    assert git(git_repo, "status", "--porcelain", "-uall") == ""
+    assert not (git_repo / ".gitignore").exists()  # the user's .gitignore is never edited
+
+
+def test_preflight_refuses_subfolder_and_empty_repo(git_repo: Path, tmp_path: Path) -> None:
+    with pytest.raises(GitError, match="not the top of its git checkout"):
+        make_ws(git_repo / "app").preflight()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    git(empty, "init", "-q")
+    with pytest.raises(GitError, match="has no commits yet"):
+        make_ws(empty).preflight()
+    with pytest.raises(GitError, match="is not inside a git repository"):
+        make_ws(tmp_path).preflight()
+
+
+def test_resolve_base(git_repo: Path) -> None:
+    ws = make_ws(git_repo)
+    head = git(git_repo, "rev-parse", "HEAD").strip()
+    assert ws.resolve_base(None) == head
+    assert ws.resolve_base("main") == head
+    with pytest.raises(GitError, match="unknown revision 'develop'"):
+        ws.resolve_base("develop")
+
+
+def test_invalid_run_and_task_names(git_repo: Path) -> None:
+    with pytest.raises(GitError, match="invalid run name"):
+        make_ws(git_repo, run="Bad Name")
+    ws = make_ws(git_repo)
+    for bad in ("staging", "Upper", "-x", "a/b", ""):
+        with pytest.raises(GitError, match="invalid task id"):
+            ws.task_branch(bad)
+    assert ws.task_branch("a-1") == "lo/r1/a-1"
+    assert ws.staging_branch == "lo/r1/staging"
+    assert ws.feature_branch == "feat/r1"
+
+
+# init outside a repository -----------------------------------------------------------
+
+
+def test_init_refuses_nested_directory(git_repo: Path) -> None:
+    nested = git_repo / "sub"
+    nested.mkdir()
+    (nested / "code.py").write_text("x = 1\n", encoding="utf-8")
+    before = snapshot(git_repo)
+    with pytest.raises(GitError, match="inside the git repository") as err:
+        init_repo(nested)
+    assert str(git_repo) in err.value.message
+    assert not (nested / ".git").exists()
+    assert snapshot(git_repo) == before
+
+
+@pytest.mark.parametrize(
+    "secret", [".env", ".env.local", "deploy/server.pem", "my_credentials.json", "id_rsa",
+               "tls.key"],
+)
+def test_init_refuses_folder_with_secrets(tmp_path: Path, secret: str) -> None:
+    folder = tmp_path / "project"
+    (folder / secret).parent.mkdir(parents=True, exist_ok=True)
+    (folder / secret).write_text("TOKEN=abc\n", encoding="utf-8")
+    (folder / "main.py").write_text("print(1)\n", encoding="utf-8")
+    with pytest.raises(GitError, match="secret-like files") as err:
+        init_repo(folder)
+    assert secret in err.value.message
+    assert not (folder / ".git").exists()
+    assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == sorted(
+        ["main.py", Path(secret).name])
+
+
+def test_init_refuses_folder_holding_a_repository(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    (folder / "vendor" / "lib").mkdir(parents=True)
+    git(folder / "vendor" / "lib", "init", "-q")
+    with pytest.raises(GitError, match="holds other git repositories"):
+        init_repo(folder)
+    assert not (folder / ".git").exists()
+
+
+def test_init_creates_first_commit(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    (folder / "src").mkdir(parents=True)
+    (folder / "src" / "main.py").write_text("print(1)\n", encoding="utf-8")
+    (folder / ".orchestration").mkdir()
+    (folder / ".orchestration" / "plan.json").write_text("{}", encoding="utf-8")
+    root = init_repo(folder, WorkspaceConfig.model_validate(AUTHOR))
+    assert root == folder.resolve()
+    assert git(folder, "ls-files").split() == ["src/main.py"]
+    assert git(folder, "log", "--format=%an <%ae>|%s").strip() == (
+        "Lo Bot <bot@example.org>|lo-orch: initial commit")
+    assert "/.worktrees/" in (folder / ".git" / "info" / "exclude").read_text(encoding="utf-8")
+    assert init_repo(folder) == root  # already a repository: nothing new
+    assert git(folder, "rev-list", "--count", "HEAD").strip() == "1"
+
+
+# branches ------------------------------------------------------------------------------
+
+
+def test_branch_name_clashes_are_refused(git_repo: Path) -> None:
+    main = git(git_repo, "rev-parse", "HEAD").strip()
+    git(git_repo, "branch", "lo/r1/api")
+    git(git_repo, "branch", "feat/r2")
+    git(git_repo, "branch", "lo/r3")
+    before = snapshot(git_repo)
+    with pytest.raises(GitError, match="lo/r1/api already exists") as err:
+        make_ws(git_repo).check_branch_names(["api", "ui"])
+    assert "never overwrites" in (err.value.hint or "")
+    with pytest.raises(GitError, match="feat/r2 already exists"):
+        make_ws(git_repo, "r2").check_branch_names(["api"])
+    with pytest.raises(GitError, match="branch lo/r3 exists, so git cannot also hold"):
+        make_ws(git_repo, "r3").check_branch_names(["api"])
+    git(git_repo, "branch", "feat/custom")
+    with pytest.raises(GitError, match="feat/custom already exists"):
+        make_ws(git_repo, "r4").check_branch_names(["api"], feature="feat/custom")
+    git(git_repo, "branch", "-D", "feat/custom")
+    with pytest.raises(GitError, match="invalid task id"):
+        make_ws(git_repo, "r4").check_branch_names(["staging"])
+    with pytest.raises(GitError, match="invalid branch name"):
+        make_ws(git_repo, "r4").check_branch_names(["api"], feature="bad..name")
+    with pytest.raises(GitError, match="already exists"):
+        started(git_repo).ensure_worktree("api")
+    assert branches(git_repo)["lo/r1/api"] == main
+    assert not (git_repo / ".worktrees" / "api").exists()
+    assert snapshot(git_repo)[1] == before[1]
+    ws = make_ws(git_repo, "r5")
+    ws.check_branch_names(["api"])  # nothing of r5 exists yet: fine
+    ws.create_staging(main)
+    ws.ensure_worktree("api")
+    ws.check_branch_names(["api"])  # its own branches are not clashes
+
+
+def test_user_staging_branch_is_never_taken_over(git_repo: Path) -> None:
+    git(git_repo, "branch", "lo/r1/staging")
+    before = snapshot(git_repo)
+    ws = make_ws(git_repo)
+    with pytest.raises(GitError, match="lo/r1/staging already exists"):
+        ws.create_staging(ws.resolve_base(None))
+    assert snapshot(git_repo) == before
+
+
+def test_create_staging_is_idempotent(git_repo: Path) -> None:
+    ws = started(git_repo)
+    base = ws.resolve_base(None)
+    assert ws.create_staging(base) == base
+    commit = work(ws, "a", {"a.txt": "a\n"})
+    merged = ws.merge_into_staging("a", commit, "A")
+    assert ws.create_staging(base) == merged  # resume keeps what staging already holds
+
+
+# worktrees ----------------------------------------------------------------------------
+
+
+def test_ensure_worktree_is_idempotent(git_repo: Path) -> None:
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    assert path == git_repo / ".worktrees" / "a"
+    assert git(path, "rev-parse", "--abbrev-ref", "HEAD").strip() == "lo/r1/a"
+    assert git(path, "rev-parse", "HEAD") == git(git_repo, "rev-parse", "lo/r1/staging")
+    (path / "wip.txt").write_text("agent work\n", encoding="utf-8")
+    assert ws.ensure_worktree("a") == path
+    assert (path / "wip.txt").read_text(encoding="utf-8") == "agent work\n"
+    assert len(git(git_repo, "worktree", "list").splitlines()) == 2
+
+
+def test_dependents_start_from_staging(git_repo: Path) -> None:
+    ws = started(git_repo)
+    commit = work(ws, "producer", {"app/models.py": "class User: ...\n"})
+    staging = ws.merge_into_staging("producer", commit, "Producer")
+    path = ws.ensure_worktree("consumer")
+    assert git(path, "rev-parse", "HEAD").strip() == staging
+    assert (path / "app" / "models.py").exists()
+
+
+def test_worktree_on_foreign_branch_is_reported(git_repo: Path) -> None:
+    ws = started(git_repo)
+    git(git_repo, "worktree", "add", "-q", "-b", "mine", str(git_repo / ".worktrees" / "a"))
+    before = snapshot(git_repo)
+    with pytest.raises(GitError, match="on mine, not on lo/r1/a"):
+        ws.ensure_worktree("a")
+    assert snapshot(git_repo) == before
+
+
+def test_task_branch_not_based_on_staging_is_not_trusted(git_repo: Path) -> None:
+    ws = started(git_repo)
+    base = ws.resolve_base(None)
+    ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")
+    path = ws.ensure_worktree("b")
+    git(path, "reset", "-q", "--hard", base)  # the branch no longer holds its launch commit
+    with pytest.raises(GitError, match="lo/r1/b is not based on lo/r1/staging"):
+        ws.ensure_worktree("b")
+    git(git_repo, "worktree", "remove", str(path))
+    with pytest.raises(GitError, match="not based on"):
+        ws.ensure_worktree("b")  # also when only the branch is left
+    assert not path.exists()
+
+
+def test_stray_folder_is_kept_and_stale_record_is_pruned(git_repo: Path) -> None:
+    ws = started(git_repo)
+    stray = git_repo / ".worktrees" / "a"
+    stray.mkdir(parents=True)
+    (stray / "keep.txt").write_text("mine\n", encoding="utf-8")
+    with pytest.raises(GitError, match="is not a worktree of this repository"):
+        ws.ensure_worktree("a")
+    assert (stray / "keep.txt").read_text(encoding="utf-8") == "mine\n"
+    path = ws.ensure_worktree("b")
+    for child in sorted(path.rglob("*"), reverse=True):  # user deletes the folder by hand
+        child.unlink() if child.is_file() or child.is_symlink() else child.rmdir()
+    path.rmdir()
+    assert ws.ensure_worktree("b") == path
+    assert (path / "README.md").exists()
+
+
+def test_run_setup(git_repo: Path) -> None:
+    assert make_ws(git_repo).run_setup(git_repo) is None
+    ws = started(git_repo, setup_command="cp README.md 'copied file.md'")
+    path = ws.ensure_worktree("a")
+    result = ws.run_setup(path)
+    assert result is not None and result.ok
+    assert (path / "copied file.md").read_text(encoding="utf-8") == "# sample\n"
+    with pytest.raises(CommandError, match="exited 1"):
+        make_ws(git_repo, setup_command="false").run_setup(path)
+    with pytest.raises(CommandError, match=r"timed out after 0.3s"):
+        make_ws(git_repo, setup_command="sleep 5", setup_timeout=0.3).run_setup(path)
+
+
+# commits ---------------------------------------------------------------------------------
+
+
+def test_commit_task_takes_everything_as_configured_author(git_repo: Path) -> None:
+    ws = started(git_repo)
+    base = ws.resolve_base(None)
+    commit = work(ws, "a", {"README.md": "# new\n", "app/new.py": "x = 1\n"},
+                  delete=("app/__init__.py",))
+    path = ws.worktree_path("a")
+    assert commit == git(git_repo, "rev-parse", "lo/r1/a").strip()
+    assert sorted((c.status, c.path) for c in changed_paths(git_repo, base, commit)) == [
+        ("A", "app/new.py"), ("D", "app/__init__.py"), ("M", "README.md")]
+    assert git(git_repo, "log", "-1", "--format=%an <%ae>|%cn|%s", commit).strip() == (
+        "Lo Bot <bot@example.org>|Lo Bot|task a")
+    assert git(path, "status", "--porcelain") == ""
+    assert ws.commit_task("a", "again") == commit  # nothing left: no empty commit
+
+
+def test_commit_task_accepts_agent_commits(git_repo: Path) -> None:
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    (path / "a.txt").write_text("a\n", encoding="utf-8")
+    git(path, "add", "a.txt")
+    git(path, "commit", "-q", "--no-gpg-sign", "-m", "agent did it")
+    agent_commit = git(path, "rev-parse", "HEAD").strip()
+    assert ws.commit_task("a", "task a") == agent_commit
+    (path / "b.txt").write_text("b\n", encoding="utf-8")
+    on_top = ws.commit_task("a", "task a")
+    assert parents(git_repo, on_top) == [agent_commit]
+
+
+@pytest.mark.parametrize("secret", [".env", "config/server.pem", "keys/id_rsa", "app/.env.prod"])
+def test_commit_task_refuses_secret_files(git_repo: Path, secret: str) -> None:
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    tip = git(git_repo, "rev-parse", "lo/r1/a")
+    (path / "ok.py").write_text("x = 1\n", encoding="utf-8")
+    (path / secret).parent.mkdir(parents=True, exist_ok=True)
+    (path / secret).write_text("SECRET=1\n", encoding="utf-8")
+    status = git(path, "status", "--porcelain", "-uall")
+    with pytest.raises(SecretFileError, match="secret-like") as err:
+        ws.commit_task("a", "task a")
+    assert err.value.paths == [secret]
+    assert git(git_repo, "rev-parse", "lo/r1/a") == tip
+    assert git(path, "status", "--porcelain", "-uall") == status  # nothing staged
+    assert (path / secret).exists()
+
+
+def test_commit_task_refuses_secret_the_agent_committed(git_repo: Path) -> None:
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    (path / "prod.key").write_text("k\n", encoding="utf-8")
+    git(path, "add", "prod.key")
+    git(path, "commit", "-q", "--no-gpg-sign", "-m", "oops")
+    git(path, "rm", "-q", "prod.key")
+    git(path, "commit", "-q", "--no-gpg-sign", "-m", "hide it")
+    with pytest.raises(SecretFileError, match=r"prod\.key"):
+        ws.commit_task("a", "task a")
+
+
+def test_ignored_secret_is_not_committed_and_deleting_one_is_fine(git_repo: Path) -> None:
+    (git_repo / ".gitignore").write_text(".env\n", encoding="utf-8")
+    (git_repo / "old.pem").write_text("old\n", encoding="utf-8")
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "ignore env")
+    ws = started(git_repo, setup_command="cp README.md .env")
+    path = ws.ensure_worktree("a")
+    ws.run_setup(path)
+    commit = work(ws, "a", {"a.txt": "a\n"}, delete=("old.pem",))
+    tree = git(git_repo, "ls-tree", "-r", "--name-only", commit).split()
+    assert ".env" not in tree and "old.pem" not in tree and "a.txt" in tree
+
+
+def test_commit_task_refuses_wrong_branch(git_repo: Path) -> None:
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    git(path, "switch", "-q", "-c", "elsewhere")
+    with pytest.raises(GitError, match="is on elsewhere, not lo/r1/a"):
+        ws.commit_task("a", "task a")
+    with pytest.raises(GitError, match="has no worktree"):
+        ws.commit_task("b", "task b")
+
+
+# merges -----------------------------------------------------------------------------------
+
+
+def test_merge_into_staging_no_ff_without_checkout(git_repo: Path) -> None:
+    ws = started(git_repo)
+    before = snapshot(git_repo)
+    old = git(git_repo, "rev-parse", "lo/r1/staging").strip()
+    commit = work(ws, "a", {"a.txt": "a\n"})
+    assert ws.merge_precheck(commit) == []
+    new = ws.merge_into_staging("a", commit, "Add a")
+    assert new == git(git_repo, "rev-parse", "lo/r1/staging").strip()
+    assert parents(git_repo, new) == [old, commit]  # a merge commit even when ff was possible
+    assert git(git_repo, "log", "-1", "--format=%an|%s", new).strip() == (
+        "Lo Bot|lo-orch: merge task a: Add a")
+    assert ws.merge_into_staging("a", commit, "Add a") == new  # crash-resume: no second merge
+    assert git(git_repo, "rev-parse", "lo/r1/staging").strip() == new
+    after = snapshot(git_repo)
+    main_files = {k: v for k, v in after[1].items() if not k.startswith(".worktrees/")}
+    assert main_files == before[1] and after[2] == before[2]  # main checkout untouched
+    assert git(git_repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+
+
+def test_conflicting_pair_is_reported_and_staging_kept(git_repo: Path) -> None:
+    ws = started(git_repo)
+    a = work(ws, "a", {"README.md": "# from a\n"})
+    b = work(ws, "b", {"README.md": "# from b\n", "b.txt": "b\n"})
+    c = work(ws, "c", {"c.txt": "c\n"})
+    assert ws.pairwise_precheck({"a": a, "b": b, "c": c}) == [("a", "b", ["README.md"])]
+    staging = ws.merge_into_staging("a", a, "A")
+    assert ws.merge_precheck(b) == ["README.md"]
+    before = snapshot(git_repo)
+    with pytest.raises(MergeConflictError, match="task b conflicts with lo/r1/staging") as err:
+        ws.merge_into_staging("b", b, "B")
+    assert err.value.paths == ["README.md"]
+    assert "Nothing was changed" in (err.value.hint or "")
+    assert git(git_repo, "rev-parse", "lo/r1/staging").strip() == staging
+    assert snapshot(git_repo) == before
+    check = git_repo.parent / "staging-check"
+    git(git_repo, "worktree", "add", "-q", "--detach", str(check), "lo/r1/staging")
+    assert git(check, "status", "--porcelain", "-uall") == ""
+    assert (check / "README.md").read_text(encoding="utf-8") == "# from a\n"
+    assert not (git_repo / ".git" / "MERGE_HEAD").exists()
+    assert ws.merge_into_staging("c", c, "C") != staging  # the run goes on
+
+
+def test_staging_update_is_compare_and_swap(git_repo: Path) -> None:
+    ws = started(git_repo)
+    old = git(git_repo, "rev-parse", "lo/r1/staging").strip()
+    commit = work(ws, "a", {"a.txt": "a\n"})
+    moved = ws.merge_into_staging("a", commit, "A")
+    with pytest.raises(GitError, match="moved while lo-orch was updating it"):
+        update_ref(git_repo, "lo/r1/staging", commit, old, "stale writer")
+    assert git(git_repo, "rev-parse", "lo/r1/staging").strip() == moved
+
+
+def test_merge_refused_while_staging_is_checked_out(git_repo: Path) -> None:
+    ws = started(git_repo)
+    commit = work(ws, "a", {"a.txt": "a\n"})
+    git(git_repo, "worktree", "add", "-q", str(git_repo.parent / "st"), "lo/r1/staging")
+    with pytest.raises(GitError, match="is checked out at"):
+        ws.merge_into_staging("a", commit, "A")
+
+
+# Gate 2 --------------------------------------------------------------------------------------
+
+
+def test_finish_sets_feature_to_reviewed_commit(git_repo: Path) -> None:
+    ws = started(git_repo)
+    reviewed = ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")
+    assert ws.finish(reviewed) == reviewed
+    assert branches(git_repo)["feat/r1"] == reviewed  # exactly, no new merge commit
+    newer = ws.merge_into_staging("b", work(ws, "b", {"b.txt": "b\n"}), "B")
+    with pytest.raises(StaleReviewError, match="moved since the review") as err:
+        ws.finish(reviewed)
+    assert isinstance(err.value, GateError) and isinstance(err.value, GitError)
+    assert branches(git_repo)["feat/r1"] == reviewed
+    assert ws.finish(newer) == newer  # its own feature branch moves to a new review
+    assert branches(git_repo)["feat/r1"] == newer
+
+
+def test_finish_refuses_user_feature_branch(git_repo: Path) -> None:
+    git(git_repo, "branch", "release")
+    ws = started(git_repo)
+    reviewed = ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")
+    before = branches(git_repo)
+    with pytest.raises(GitError, match="release already exists and was not created"):
+        ws.finish(reviewed, feature="release")
+    assert branches(git_repo) == before
+    assert ws.finish(reviewed, feature="topic/profile") == reviewed
+    assert branches(git_repo)["topic/profile"] == reviewed
+
+
+def test_finish_merges_into_checked_out_branch(git_repo: Path) -> None:
+    ws = started(git_repo)
+    reviewed = ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")
+    ws.finish(reviewed, merge_into="main")
+    assert git(git_repo, "rev-parse", "main").strip() == reviewed  # fast-forward
+    assert (git_repo / "a.txt").read_text(encoding="utf-8") == "a\n"
+    assert git(git_repo, "status", "--porcelain") == ""
+
+
+def test_finish_merge_into_refuses_dirty_or_conflicting_target(git_repo: Path) -> None:
+    ws = started(git_repo)
+    reviewed = ws.merge_into_staging("a", work(ws, "a", {"README.md": "# a\n"}), "A")
+    (git_repo / "README.md").write_text("# local edit\n", encoding="utf-8")
+    main = git(git_repo, "rev-parse", "main").strip()
+    with pytest.raises(GitError, match="uncommitted changes"):
+        ws.finish(reviewed, merge_into="main")
+    assert git(git_repo, "rev-parse", "main").strip() == main
+    assert (git_repo / "README.md").read_text(encoding="utf-8") == "# local edit\n"
+    git(git_repo, "commit", "-q", "--no-gpg-sign", "-am", "user moves on")
+    main = git(git_repo, "rev-parse", "main").strip()
+    with pytest.raises(MergeConflictError, match="conflicts with main") as err:
+        ws.finish(reviewed, merge_into="main")
+    assert err.value.paths == ["README.md"]
+    assert git(git_repo, "rev-parse", "main").strip() == main
+    assert git(git_repo, "status", "--porcelain") == ""
+
+
+def test_finish_merge_into_branch_not_checked_out(git_repo: Path) -> None:
+    git(git_repo, "branch", "develop")
+    (git_repo / "user.txt").write_text("u\n", encoding="utf-8")
+    git(git_repo, "add", "user.txt")
+    git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "user work on main")
+    git(git_repo, "switch", "-q", "develop")
+    git(git_repo, "switch", "-q", "-c", "other")
+    ws = started(git_repo, run="r2")
+    reviewed = ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")
+    main_before = git(git_repo, "rev-parse", "main").strip()
+    ws.finish(reviewed, merge_into="main")
+    main_after = git(git_repo, "rev-parse", "main").strip()
+    assert parents(git_repo, main_after) == [main_before, reviewed]
+    assert git(git_repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "other"
+    assert not (git_repo / "a.txt").exists()
+
+
+# cleanup -------------------------------------------------------------------------------------
+
+
+def test_cleanup_keeps_dirty_worktree_and_unmerged_branch(git_repo: Path) -> None:
+    git(git_repo, "branch", "lo-user-branch")
+    ws = started(git_repo)
+    ws.merge_into_staging("done", work(ws, "done", {"d.txt": "d\n"}), "Done")
+    ws.merge_into_staging("dirty", work(ws, "dirty", {"x.txt": "x\n"}), "Dirty")
+    (ws.worktree_path("dirty") / "unsaved.txt").write_text("keep me\n", encoding="utf-8")
+    work(ws, "unmerged", {"u.txt": "u\n"})
+    ws.ensure_worktree("gone")
+    for p in sorted(ws.worktree_path("gone").rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    ws.worktree_path("gone").rmdir()  # deleted by hand: a stale record
+    assert ws.remove_worktree("dirty") is False
+    report = ws.cleanup(["done", "dirty", "unmerged", "gone"])
+    assert report.removed == ["done", "unmerged"]
+    assert report.kept_dirty == ["dirty"]
+    assert "unsaved.txt" in report.details["dirty"]
+    assert (ws.worktree_path("dirty") / "unsaved.txt").read_text(encoding="utf-8") == "keep me\n"
+    assert sorted(report.branches_deleted) == ["lo/r1/done", "lo/r1/gone"]
+    assert sorted(report.branches_kept) == ["lo/r1/dirty", "lo/r1/unmerged"]
+    assert "not merged" in report.details["lo/r1/unmerged"]
+    left = branches(git_repo)
+    assert {"lo/r1/dirty", "lo/r1/unmerged", "lo-user-branch", "main", "lo/r1/staging"} <= set(
+        left)
+    assert "lo/r1/done" not in left
+    assert "gone" not in git(git_repo, "worktree", "list")
+    assert "lo/r1/done" not in git(git_repo, "config", "--list")
+    (ws.worktree_path("dirty") / "unsaved.txt").unlink()
+    assert ws.remove_worktree("dirty") is True
+    assert ws.remove_worktree("dirty") is True  # nothing left to remove
+
+
+def test_cleanup_after_finish_deletes_staging_only_when_asked(git_repo: Path) -> None:
+    ws = started(git_repo)
+    reviewed = ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")
+    ws.finish(reviewed)
+    report = ws.cleanup(["a"])
+    assert report.branches_deleted == ["lo/r1/a"] and "lo/r1/staging" in branches(git_repo)
+    report = ws.cleanup(["a"], delete_staging=True)
+    assert report.branches_deleted == ["lo/r1/staging"]
+    assert branches(git_repo)["feat/r1"] == reviewed
+    assert not (git_repo / ".worktrees").exists()
+
+
+def test_cleanup_keeps_untracked_and_foreign_owned(git_repo: Path) -> None:
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    (path / "new-untracked.txt").write_text("u\n", encoding="utf-8")
+    assert ws.worktree_dirty(path) == ["new-untracked.txt"]
+    other = started(git_repo, run="r2")
+    with pytest.raises(GitError, match=r"\.worktrees/a is a worktree on lo/r1/a, not on lo/r2/a"):
+        other.ensure_worktree("a")
+    other.ensure_worktree("b")
+    report = ws.cleanup(["a", "b"])
+    assert report.kept_dirty == ["a", "b"] and path.exists()
+    assert "lo/r1/a is" not in report.details["b"] and "lo/r2/b" in report.details["b"]
+    assert "lo/r2/b" in branches(git_repo)  # another run's branch is not this cleanup's
+    assert other.worktree_path("b").exists()
+
+
+def test_detached_worktree_with_unreachable_commit_is_kept(git_repo: Path) -> None:
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    git(path, "switch", "-q", "--detach")
+    (path / "lost.txt").write_text("l\n", encoding="utf-8")
+    git(path, "add", "lost.txt")
+    git(path, "commit", "-q", "--no-gpg-sign", "-m", "only here")
+    assert ws.remove_worktree("a") is False
+    assert (path / "lost.txt").exists()
+    assert path.is_dir()
+
+
+def test_staging_never_receives_a_secret_file(git_repo: Path) -> None:
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    (path / "deploy.pem").write_text("k\n", encoding="utf-8")
+    git(path, "add", "deploy.pem")
+    git(path, "commit", "-q", "--no-gpg-sign", "-m", "agent commits a key, bypassing commit_task")
+    commit = git(path, "rev-parse", "HEAD").strip()
+    staging = git(git_repo, "rev-parse", "lo/r1/staging")
+    with pytest.raises(SecretFileError, match=r"deploy\.pem"):
+        ws.merge_into_staging("a", commit, "A")
+    assert git(git_repo, "rev-parse", "lo/r1/staging") == staging
