@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from loop_orchestrator import proc, resources
 from loop_orchestrator.config import Settings
+from loop_orchestrator.errors import LoOrchError
 
 Status = Literal["ok", "warn", "fail", "info"]
 
@@ -213,11 +214,14 @@ def check_repository(repo: Path | None) -> Check:
         return Check("repository", "info", "not inside a git repository",
                      "Run lo-orch in your project's checkout, or pass --repo PATH.")
     env = proc.no_git_env()
-    branch = proc.run(["git", "branch", "--show-current"], cwd=repo, env=env, check=False)
-    dirty = proc.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                     env=env, check=False)
-    head = proc.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, env=env,
-                    check=False)
+    try:
+        branch = proc.run(["git", "branch", "--show-current"], cwd=repo, env=env, check=False)
+        dirty = proc.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                         env=env, check=False)
+        head = proc.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, env=env,
+                        check=False)
+    except LoOrchError as exc:  # git itself is missing: the git row says so
+        return Check("repository", "info", f"{repo}: {exc.message}")
     parts = [str(repo)]
     parts.append(f"branch {branch.stdout.strip() or '(detached)'}")
     if not head.ok:

@@ -46,6 +46,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import threading
 import time
 import uuid
@@ -268,6 +269,7 @@ class TmuxBackend:
         self.socket = socket if socket is not None else tmux_socket()
         self._lock = threading.RLock()
         self._server: libtmux.Server | None = None
+        self._version_ok = False
 
     # plumbing ----------------------------------------------------------------------
     def _tmux_bin(self) -> str:
@@ -343,9 +345,21 @@ class TmuxBackend:
             msg = "tmux not found"
             raise TmuxError(msg, hint=_INSTALL_HINT) from exc
 
+    def _check_version(self) -> None:
+        """tmux 3.0 or newer: ``-e`` on split-window/respawn-pane and pane options."""
+        if self._version_ok:
+            return
+        result = self._tmux("-V", check=False)
+        match = re.search(r"(\d+)\.(\d+)", result.stdout)
+        if match and (int(match.group(1)), int(match.group(2))) < (3, 0):
+            msg = f"{result.stdout.strip()} is too old: lo-orch needs tmux 3.0 or newer"
+            raise TmuxError(msg, hint=_INSTALL_HINT)
+        self._version_ok = True
+
     def ensure_session(self) -> None:
         """Create ``lo-<run>`` (detached) unless it exists."""
         with self._lock:
+            self._check_version()
             if self.session_exists():
                 return
             result = self._tmux(
@@ -433,13 +447,19 @@ class TmuxBackend:
 
     def state(self, pane_id: str) -> PaneState:
         info = self._pane_info(pane_id)
-        # tmux marks a pane dead when its pty closes, which can come a moment before the
-        # child's exit status is collected: wait (briefly) for the status too.
-        deadline = time.monotonic() + 0.5
+        # tmux marks a pane dead when its pty closes, a moment before it collects the exit
+        # status on SIGCHLD. With libutempter (Debian's tmux) that SIGCHLD can be lost for
+        # good: utempter's own handler is installed while tmux removes the utmp record of
+        # the closing pane (tmux/tmux#311), leaving a zombie and no status. The fix the
+        # tmux author suggests is to send tmux a SIGCHLD, which only makes it reap.
+        nudged = False
+        deadline = time.monotonic() + 1.0
         while info is not None and info.dead and info.dead_status is None:
             if time.monotonic() >= deadline:
                 break
-            time.sleep(0.02)
+            time.sleep(0.05)
+            if not nudged:
+                nudged = self._nudge_server()
             info = self._pane_info(pane_id)
         if info is None:
             return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
@@ -447,11 +467,28 @@ class TmuxBackend:
             pane_id, alive=not info.dead, dead_status=info.dead_status, pid=info.pid, exists=True
         )
 
+    def _nudge_server(self) -> bool:
+        """Send this tmux server a SIGCHLD so it reaps exited panes (see ``state``)."""
+        result = self._tmux("display-message", "-p", "#{pid}", check=False)
+        pid = result.stdout.strip()
+        if not result.ok or not pid.isdigit():
+            return False
+        try:
+            os.kill(int(pid), signal.SIGCHLD)
+        except OSError:
+            return False
+        log.debug("tmux server nudged to reap", extra={"server_pid": pid})
+        return True
+
     def capture(self, pane_id: str, lines: int = 200) -> str:
-        """The pane's text: the visible screen plus ``lines`` lines of history (0: none)."""
+        """The pane's text: the visible screen plus ``lines`` lines of history (0: none).
+
+        Spaces the program wrote at a line's end are kept (``-N``), so a ready pattern such
+        as ``^> `` can match a prompt that ends in a space.
+        """
         self._own_pane(pane_id, "read")
         start = str(-max(lines, 0))
-        return self._tmux("capture-pane", "-p", "-t", pane_id, "-S", start).stdout
+        return self._tmux("capture-pane", "-p", "-N", "-t", pane_id, "-S", start).stdout
 
     def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
         """Paste ``text`` through a uniquely named tmux buffer (deleted after the paste).
@@ -658,6 +695,10 @@ class Deliverer:
                 def check() -> bool:
                     return on_screen(backend.capture(pane_id, 0))
 
+            if confirmed is not None and confirmed():
+                # the program submitted on its own (it took the paste as typed lines)
+                log.info("prompt delivered", extra={"pane": pane_id, "chars": len(text)})
+                return
             per_attempt = max(timeout / (enter_retries + 1), 0.5)
             for attempt in range(enter_retries + 1):
                 if time.monotonic() >= deadline:

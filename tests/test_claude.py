@@ -5,6 +5,7 @@ server: never logged in, so a submitted prompt ends in "Not logged in", which is
 adapter must turn into a clear error. No test logs in or reaches the API.
 """
 
+# ruff: noqa: RUF001, RUF003  "❯" is Claude Code's own prompt glyph, not a typo for ">"
 from __future__ import annotations
 
 import hashlib
@@ -193,7 +194,9 @@ def test_bypass_as_root_needs_is_sandbox(git_repo: Path, monkeypatch: pytest.Mon
     ClaudeAdapter(manual, git_repo).launch_spec(context(git_repo, manual), resume=False)
 
 
-def test_bypass_as_normal_user_needs_nothing(git_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bypass_as_normal_user_needs_nothing(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.delenv("IS_SANDBOX", raising=False)
     config = agent(env={})
@@ -351,7 +354,7 @@ def test_check_session_reports_not_logged_in(git_repo: Path) -> None:
         adapter.check_session("❯ hi\n  ⎿  Not logged in · Please run /login\n")
 
 
-# the real Claude Code in tmux ----------------------------------------------------------------------
+# the real Claude Code in tmux -----------------------------------------------------------------
 
 
 def launch(backend: TmuxBackend, adapter: ClaudeAdapter, ctx: AgentContext, *,

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import REPO_ROOT, git
+
 from loop_orchestrator import hooks, plan
 from loop_orchestrator.cli import hook_cmds
 from loop_orchestrator.cli.main import cli, run_cli
@@ -34,7 +34,9 @@ def sub_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **extra}
 
 
-def make_task(repo: Path, task: str = "alpha", phase: Phase = Phase.PLANNING, **fields: Any) -> Path:
+def make_task(
+    repo: Path, task: str = "alpha", phase: Phase = Phase.PLANNING, **fields: Any
+) -> Path:
     """A run dir with one task status; returns the absolute .orchestration folder."""
     store = Store.for_repo(repo)
     store.write_status(TaskStatus(task=task, phase=phase, **fields))
@@ -322,7 +324,8 @@ def test_hook_waits_for_the_store_lock(git_repo: Path) -> None:
             stdin=subprocess.PIPE, env=env, cwd=git_repo,
         )
         assert proc.stdin is not None
-        proc.stdin.write(payload("Notification", git_repo, notification_type="idle_prompt").encode())
+        data = payload("Notification", git_repo, notification_type="idle_prompt")
+        proc.stdin.write(data.encode())
         proc.stdin.close()
         time.sleep(0.8)  # the hook must still be waiting: nothing to poll for but its absence
         assert proc.poll() is None
@@ -406,7 +409,7 @@ def test_signal_from_a_worktree_finds_the_main_checkout(
     wt = git_repo / WORKTREES_DIR / "alpha"
     git(git_repo, "worktree", "add", "-q", "-b", "lo/r/alpha", str(wt))
     monkeypatch.chdir(wt)
-    code, out, err = run_main(["signal", "impl_done"], monkeypatch, capsys,
+    code, _out, err = run_main(["signal", "impl_done"], monkeypatch, capsys,
                               {"LO_ORCH_TASK": "alpha"})
     assert code == 0, err
     assert Store.for_repo(git_repo).read_status("alpha").phase is Phase.IMPL_DONE
@@ -441,7 +444,7 @@ def test_signal_blocked_needs_a_note_and_an_active_task(
     code, _, err = run_main(["signal", "blocked"], monkeypatch, capsys, env_for(run_dir))
     assert code == 2
     assert "needs a note" in err
-    code, out, err = run_main(
+    code, _out, err = run_main(
         ["signal", "blocked", "--note", "needs app/db.py"], monkeypatch, capsys, env_for(run_dir)
     )
     assert code == 0, err

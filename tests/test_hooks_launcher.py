@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -53,9 +54,25 @@ def stop_payload(cwd: Path, active: bool = False) -> bytes:
 
 def run(argv: list[str], *, cwd: Path, env: dict[str, str], data: bytes) -> tuple[
         subprocess.CompletedProcess[bytes], float]:
+    """Run one hook process; returns it and its wall time."""
+    proc, wall, _ = timed(argv, cwd=cwd, env=env, data=data)
+    return proc, wall
+
+
+def timed(argv: list[str], *, cwd: Path, env: dict[str, str], data: bytes) -> tuple[
+        subprocess.CompletedProcess[bytes], float, float]:
+    """Run one process; returns it, its wall time and its CPU time (user + system).
+
+    CPU time is what the hook costs whatever else the machine is doing (the test box runs
+    other suites at the same time); wall time is what Claude Code waits.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=cwd, env=env, input=data, capture_output=True, timeout=30)
-    return proc, time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return proc, wall, cpu
 
 
 def spy(folder: Path) -> Path:
@@ -135,35 +152,37 @@ def test_managed_stop_block_keeps_exit_code_2_through_the_launcher(
 def test_managed_hook_is_fast(git_repo: Path) -> None:
     """`lo-orch hook` in a managed session, the real process: budget 150 ms.
 
-    The bound is generous (the machine runs other test suites at the same time); what it
-    catches is a heavy import (pydantic, filelock, rich...) creeping onto the hook path,
-    which alone costs more than the budget.
+    Asserted on CPU time (robust on a busy test box) with a generous wall-time bound; what
+    they catch is a heavy import (pydantic, filelock, rich...) creeping onto the hook path,
+    which alone costs about the whole budget.
     """
     store = Store.for_repo(git_repo)
     store.write_status(TaskStatus(task="alpha", phase=Phase.PLAN_READY))
     env = clean_env(LO_ORCH_TASK="alpha", LO_ORCH_RUN_DIR=str(store.dirs.root),
                     LO_ORCH_BIN=lo_orch_bin())
     argv = ["sh", "-c", f'{lo_orch_bin()} hook "$1"', "sh", "UserPromptSubmit"]
-    times = []
+    walls, cpus = [], []
     for i in range(10):
         data = json.dumps({"session_id": SID, "cwd": str(git_repo), "prompt": f"go {i}",
                            "hook_event_name": "UserPromptSubmit"}).encode()
-        proc, took = run(argv, cwd=git_repo, env=env, data=data)
+        proc, wall, cpu = timed(argv, cwd=git_repo, env=env, data=data)
         assert proc.returncode == 0, proc.stderr
-        times.append(took)
-    times = times[1:]  # the first run may compile byte code
+        walls.append(wall)
+        cpus.append(cpu)
     assert store.read_status("alpha").last_event == "UserPromptSubmit"
     assert len([r for r in store.read_ledger() if r["event"] == "hook"]) == 10
-    median = statistics.median(times)
-    print(f"lo-orch hook median {median * 1000:.0f} ms over {len(times)} runs")
-    assert median < 0.25, [round(t * 1000) for t in times]
+    # the first run may compile byte code
+    cpu, wall = statistics.median(cpus[1:]), statistics.median(walls[1:])
+    print(f"lo-orch hook: median cpu {cpu * 1000:.0f} ms, wall {wall * 1000:.0f} ms")
+    assert cpu < 0.15, [round(t * 1000) for t in cpus]
+    assert wall < 0.6, [round(t * 1000) for t in walls]
 
 
 def test_unmanaged_lo_orch_hook_is_silent_and_fast(tmp_path: Path) -> None:
     argv = ["sh", "-c", f'{lo_orch_bin()} hook "$1"', "sh", "Stop"]
-    times = []
+    cpus = []
     for _ in range(6):
-        proc, took = run(argv, cwd=tmp_path, env=clean_env(), data=stop_payload(tmp_path))
+        proc, _, cpu = timed(argv, cwd=tmp_path, env=clean_env(), data=stop_payload(tmp_path))
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
-        times.append(took)
-    assert statistics.median(times[1:]) < 0.25, times
+        cpus.append(cpu)
+    assert statistics.median(cpus[1:]) < 0.15, cpus

@@ -291,6 +291,7 @@ def test_swallowed_enter_is_overcome_by_the_enter_retry(
     pane = agents.start("sw")
     prompt = "first line\nsecond line with $(x)\n"
     Deliverer().deliver(backend, pane, prompt, timeout=12, enter_retries=3)  # screen-confirmed
+    assert wait_until(lambda: bool(agents.received("sw")), timeout=10)
     assert agents.events("sw") == ["paste #1", "swallowed-enter", "submit"]
     assert [p.read_text() for p in agents.received("sw")] == [prompt]
 

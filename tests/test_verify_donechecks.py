@@ -87,7 +87,8 @@ def test_evidence_files_and_summary(git_repo: Path, tmp_path: Path) -> None:
     evidence = tmp_path / "ev"
     with clean_checkout(git_repo, head(git_repo)) as tree:
         runs = run_done_checks(
-            [DoneSpec("prints", [PY, "-c", "import sys; print('out'); print('err', file=sys.stderr)"])],
+            [DoneSpec("prints",
+                      [PY, "-c", "import sys; print('out'); print('err', file=sys.stderr)"])],
             tree, evidence, env=check_env(tree), timeout=30)
     path = write_summary(evidence, runs, task="t")
     doc = json.loads(path.read_text())
@@ -131,7 +132,8 @@ def test_new_tests_must_be_in_the_junit_report_and_pass(git_repo: Path, tmp_path
     source = (
         "import pytest\n\n"
         "def test_real():\n    assert 2 + 2 == 4\n\n"
-        "def test_dynamic_skip():\n    getattr(pytest, 'sk' + 'ip')('hidden')\n    assert 1 + 1 == 2\n\n"
+        "def test_dynamic_skip():\n"
+        "    getattr(pytest, 'sk' + 'ip')('hidden')\n    assert 1 + 1 == 2\n\n"
         "def test_hidden():\n    assert 3 + 3 == 6\n\n"
         "test_hidden.__test__ = False\n"
     )

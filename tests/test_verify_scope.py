@@ -6,7 +6,6 @@ Git-level cases run on real repositories and read the change list through
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,7 +97,8 @@ def test_embedded_pytest_settings_block_even_in_an_owned_pyproject() -> None:
 
 def test_embedded_settings_in_setup_cfg_and_package_json() -> None:
     assert classify.embedded_test_config_changed(
-        "setup.cfg", "[metadata]\nname = x\n", "[metadata]\nname = x\n[tool:pytest]\naddopts = -x\n")
+        "setup.cfg", "[metadata]\nname = x\n",
+        "[metadata]\nname = x\n[tool:pytest]\naddopts = -x\n")
     assert classify.embedded_test_config_changed(
         "package.json", '{"name": "x", "jest": {"bail": 1}}', '{"name": "x", "jest": {}}')
     assert classify.embedded_test_config_changed(
@@ -136,7 +136,7 @@ def test_rename_hiding_a_deletion_is_caught(git_repo: Path) -> None:
 
 def test_mode_change_of_an_unowned_file_is_caught(git_repo: Path) -> None:
     base = git(git_repo, "rev-parse", "HEAD").strip()
-    os.chmod(git_repo / "README.md", 0o755)
+    (git_repo / "README.md").chmod(0o755)
     head = commit_all(git_repo)
     findings = git_scope(git_repo, base, head, ["app/**"])
     assert [(f.check, f.path) for f in findings] == [("scope.unowned", "README.md")]

@@ -114,7 +114,8 @@ def test_special_casing_the_test_input_is_blocking() -> None:
 
 
 def test_constant_function_without_parameters_is_legitimate() -> None:
-    exps = _expectations("from app import version\n\ndef test_v():\n    assert version() == '1.0'\n")
+    exps = _expectations(
+        "from app import version\n\ndef test_v():\n    assert version() == '1.0'\n")
     assert stub_checks("app/__init__.py", "def version():\n    return '1.0'\n", exps) == []
 
 

@@ -94,7 +94,8 @@ def test_gamed_python_test_bodies_are_blocking(body: str, expected: str) -> None
     "@skip('x')",
 ])
 def test_added_skip_decorators_are_caught(decorator: str) -> None:
-    base = "import pytest\nimport unittest\nfrom unittest import skip\n\ndef test_a():\n    assert 1 + 1 == 2\n"
+    base = ("import pytest\nimport unittest\nfrom unittest import skip\n\n"
+            "def test_a():\n    assert 1 + 1 == 2\n")
     new = base.replace("def test_a", f"{decorator}\ndef test_a")
     report = run("tests/test_a.py", base, new)
     blocking = [f for f in report.findings if f.check == "tests.skip"]

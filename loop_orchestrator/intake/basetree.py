@@ -1,7 +1,8 @@
 """Read-only views of the base commit for signature lookup: list, grep, read.
 
-These three git reads go through ``gitutil.git`` (the one git gateway). They live here
-rather than in ``workspace`` because only intake needs them; ``file_at`` is workspace's.
+Listing and reading are workspace's (``list_files``, ``file_at``); the ``git grep`` that
+narrows a name search to the files mentioning it goes through ``gitutil.git`` (the one git
+gateway) and lives here because only intake needs it.
 """
 
 from __future__ import annotations
@@ -31,9 +32,7 @@ class BaseTree:
 
     @cached_property
     def paths(self) -> frozenset[str]:
-        out = git(self.repo, "-c", "core.quotepath=false", "ls-tree", "-r", "-z",
-                  "--name-only", "--full-tree", self.sha).stdout
-        return frozenset(split_z(out))
+        return frozenset(workspace.list_files(self.repo, self.sha))
 
     def read(self, path: str) -> str | None:
         if path not in self._texts:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
-from http.client import HTTPMessage
+from http.client import HTTPException, HTTPMessage
 from typing import Any
 
 from loop_orchestrator import __version__
@@ -241,7 +241,7 @@ class HttpClient:
                 msg,
                 hint="Check the network, then run the command again.",
             ) from exc
-        except (OSError, ValueError) as exc:  # a reset connection, a malformed answer
+        except (OSError, ValueError, HTTPException) as exc:  # reset, cut short, malformed
             msg = f"talking to {svc.name} at {parts.netloc} failed: {exc}"
             raise UnreachableError(
                 msg,

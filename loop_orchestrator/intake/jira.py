@@ -97,13 +97,17 @@ def _walk(node: Any, out: list[str], list_prefix: str) -> None:
         for n, item in enumerate(content, start=1):
             marker = "- " if kind == "bulletList" else f"{n}. "
             out.append(list_prefix + marker)
-            _walk((item or {}).get("content") or [], out, list_prefix + "  ")
+            _walk(as_dict(item).get("content") or [], out, list_prefix + "  ")
+            if not "".join(out[-1:]).endswith("\n"):
+                out.append("\n")
+        if not list_prefix:
             out.append("\n")
     elif kind == "taskItem":
         done = attrs.get("state") == "DONE"
         out.append(list_prefix + ("- [x] " if done else "- [ ] "))
         _walk(content, out, list_prefix + "  ")
-        out.append("\n")
+        if not "".join(out[-1:]).endswith("\n"):
+            out.append("\n")
     elif kind == "codeBlock":
         lang = str(attrs.get("language") or "")
         out.append(f"```{lang}\n")

@@ -2,6 +2,30 @@
 the verdict, reviews and rework prompts (issue 6; DESIGN.md section 7).
 
 Importing this package pulls in pydantic and git helpers only; never tmux.
+
+Check ids (B = blocking, W = warning):
+
+scope.unowned B (a path outside ``owns``; deletions and both sides of renames count; lock
+files and .gitattributes need ownership too) · scope.ci B / scope.test-config B (CI files,
+conftest/pytest.ini/tox.ini/jest/vitest config, test settings inside pyproject.toml,
+setup.cfg or package.json; W when the plan names the exact file) · scope.orchestration B ·
+scope.symlink B out of the repo, W inside · scope.submodule W · scope.no-change B
+
+tests.no-assertion B · tests.tautology B · tests.skip B (skip/xfail/only/importorskip/
+skipTest/todo added) · tests.early-exit B (W when conditional) · tests.dead-code B ·
+tests.swallowed-assertion B · tests.deleted B · tests.fewer-assertions B ·
+tests.duplicate-name B · tests.unparsable B · tests.renamed W (same body) ·
+tests.broad-raises W · tests.no-error-case W · tests.no-boundary-case W · tests.none-added W
+
+stubs.not-implemented B · stubs.empty-body B · stubs.hardcoded-return B · stubs.todo B (W
+with an issue reference or in docs) · stubs.placeholder B (W in docs) · stubs.unparsable W
+
+secrets.<provider> B · secrets.assignment B (W in tests) · secrets.url-credentials W ·
+secrets.high-entropy W · conflict-marker B
+
+done.failed B · done.timeout B · done.error B · done.new-test-missing B ·
+done.new-test-skipped B · done.new-test-failed B · redgreen.not-red W ·
+redgreen.unprovable W · redgreen.not-run W
 """
 
 from __future__ import annotations

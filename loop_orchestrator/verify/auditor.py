@@ -118,7 +118,7 @@ def run_auditor(inp: AuditInput, settings: Settings, *, cwd: Path, evidence: Pat
     mode = settings.auditor.llm.strip()
     if mode == "off":
         return AuditorResult(mode="off", status="skipped",
-                             reasons=["the auditor is off ([auditor] llm = \"off\")"])
+                             reasons=["[auditor] llm is \"off\""])
     evidence.mkdir(parents=True, exist_ok=True)
     if mode == "agent":
         return _run_agent(inp, settings, cwd=cwd, evidence=evidence)

@@ -101,6 +101,10 @@ def judge_red(run: CheckRun, refs: Sequence[TestRef],
         c.outcome == "failed" and not c.is_assertion_failure)]
     text = "\n".join(f"{c.message}\n{c.text}" for c in problems)
     m = _NO_NAME.search(text)
+    if m and module_created(f"{m.group(2)}.{m.group(1)}"):
+        return [warning(
+            f"red could not be shown (the module under test does not exist at base: "
+            f"{m.group(2)}.{m.group(1)}).", "redgreen.unprovable", refs[0].path if refs else None)]
     if m:
         return [warning(
             f"red could not be shown: {m.group(1)} does not exist in {m.group(2)} at the "
@@ -121,10 +125,25 @@ def judge_red(run: CheckRun, refs: Sequence[TestRef],
         "failing assertion.", "redgreen.unprovable", refs[0].path if refs else None)]
 
 
+def all_passed(refs: Sequence[TestRef], runs: Sequence[CheckRun]) -> bool:
+    """Whether every test in ``refs`` passed (and none skipped) in the runs' JUnit reports."""
+    cases = [c for r in runs if r.junit_path for c in junit.parse(Path(r.junit_path))]
+    for ref in refs:
+        hits = junit.results_for(cases, ref)
+        if not hits or any(c.outcome != "passed" for c in hits):
+            return False
+    return True
+
+
 def red_green(repo: Path, base: str, commit_tree: Path, *, prefix: Sequence[str] | None,
               touched: Sequence[TestRef], test_files: Mapping[str, str], evidence: Path,
-              timeout: float, module_created: Callable[[str], bool]) -> RedGreen:
-    """Run green at the commit and red at the base for the task's Python tests."""
+              timeout: float, module_created: Callable[[str], bool],
+              done_runs: Sequence[CheckRun] = ()) -> RedGreen:
+    """Run green at the commit and red at the base for the task's Python tests.
+
+    Green is skipped when the done-checks' reports already show every one of these tests
+    passing (the same proof, one pytest run less).
+    """
     refs = [t for t in touched if t.language == "python"]
     result = RedGreen()
     if not refs:
@@ -136,7 +155,8 @@ def red_green(repo: Path, base: str, commit_tree: Path, *, prefix: Sequence[str]
             fix="(For the plan's author) add a pytest done-check to the task."))
         return result
     modules = sorted({r.path for r in refs})
-    result.runs.append(run_green(prefix, modules, commit_tree, evidence, timeout=timeout))
+    if not all_passed(refs, done_runs):
+        result.runs.append(run_green(prefix, modules, commit_tree, evidence, timeout=timeout))
     red = run_red(repo, base, prefix, modules, test_files, evidence, timeout=timeout)
     result.runs.append(red)
     result.findings += judge_red(red, refs, module_created)

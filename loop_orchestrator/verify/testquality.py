@@ -4,7 +4,7 @@ Pure: works on ``FileChange`` records (path, status, text at base, text at commi
 line numbers). Only tests the task touched (new, or with an added line) are judged for
 assertions, tautologies and control flow, so a task is never blamed for old tests; every
 test that existed at the base is checked for deletion, renaming and lost assertions.
-Check ids and severities are listed in README (verification section).
+Check ids and severities are listed in ``loop_orchestrator.verify`` (package docstring).
 """
 
 from __future__ import annotations

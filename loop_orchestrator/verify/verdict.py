@@ -31,7 +31,7 @@ from loop_orchestrator.verify.donechecks import (
     run_done_checks,
     write_summary,
 )
-from loop_orchestrator.verify.models import AuditorResult, Finding, Verdict
+from loop_orchestrator.verify.models import AuditorResult, Finding, Verdict, blocking, warning
 from loop_orchestrator.verify.redgreen import pytest_prefix, red_green
 from loop_orchestrator.verify.testquality import FileChange, check_tests
 
@@ -126,9 +126,20 @@ def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
     others = {t.id: list(t.owns) for t in (all_tasks or []) if t.id != task.id}
     findings = scope.check_scope(changes, task.owns, matches=path_matches,
                                  contents=texts.pair, other_owners=others)
+    if not changes:
+        findings.append(blocking(
+            "the commit changes nothing compared with the base.", "scope.no-change",
+            fix="Implement the task; the commit must contain the work."))
     files = collect_files(changes, added, texts)
     report = check_tests(files)
     findings += report.findings
+    code = [f.path for f in files if (classify.is_python(f.path) or classify.is_js(f.path))
+            and not classify.is_test_code(f.path) and f.added]
+    if code and not report.touched:
+        findings.append(warning(
+            f"the task changes code ({', '.join(code[:3])}{', ...' if len(code) > 3 else ''}) "
+            "but adds or changes no test.", "tests.none-added",
+            fix="Add tests that prove the done criteria."))
     findings += stubs.check_stubs(files, report.expectations)
     findings += secrets.check_secrets(added)
     findings += secrets.check_conflict_markers(added)
@@ -150,9 +161,10 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
         repo, task, base_sha, commit_sha, all_tasks)
     specs = [DoneSpec(d.criterion, d.argv() if d.check else None) for d in task.done]
     timeout = settings.verify.check_timeout
+    # what red copies onto the base: the commit's test code and test data, not test config
     test_files = {f.path: f.new for f in files
                   if f.new is not None and classify.is_test_code(f.path)
-                  and classify.is_python(f.path) and not classify.is_test_config_path(f.path)}
+                  and not classify.is_test_config_path(f.path)}
 
     with clean_checkout(repo, commit_sha) as tree:
         runs = run_done_checks(specs, tree, evidence, env=check_env(tree), timeout=timeout)
@@ -160,7 +172,8 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
         rg = red_green(repo, base_sha, tree,
                        prefix=pytest_prefix([s.argv for s in specs if s.argv]),
                        touched=report.touched, test_files=test_files, evidence=evidence,
-                       timeout=timeout, module_created=_module_created(texts))
+                       timeout=timeout, module_created=_module_created(texts),
+                       done_runs=runs)
         runs += rg.runs
         findings += rg.findings
         findings += new_test_findings(report.touched, [r for r in runs if r.cwd_kind == "commit"])
@@ -176,7 +189,8 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
                 mode=settings.auditor.llm if settings.auditor.llm in ("agent", "off")
                 else "command",
                 status="skipped",
-                reasons=["not asked: the deterministic checks found blocking problems"])
+                reasons=["the deterministic checks found blocking problems; the auditor "
+                         "judges the next round"])
 
     summary_path = write_summary(evidence, runs, task=task.id, commit=commit_sha, base=base_sha)
     files_kept = [str(summary_path)]
