@@ -18,7 +18,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        autoescape=False,  # noqa: S701  markdown and prompts, never HTML
+        autoescape=False,
     )
 
 

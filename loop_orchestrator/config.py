@@ -25,7 +25,13 @@ log = logging.getLogger(__name__)
 
 #: permission modes Claude Code 2.1.332 accepts (``default`` is an older alias of manual)
 PERMISSION_MODES = (
-    "acceptEdits", "auto", "bypassPermissions", "manual", "default", "dontAsk", "plan",
+    "acceptEdits",
+    "auto",
+    "bypassPermissions",
+    "manual",
+    "default",
+    "dontAsk",
+    "plan",
 )
 
 #: LO_ORCH_* variables that are part of the agent environment contract, not settings
@@ -109,7 +115,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}", hint="Fix the file or remove it.") from exc
+        msg = f"{path}: invalid TOML: {exc}"
+        raise ConfigError(msg, hint="Fix the file or remove it.") from exc
 
 
 def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
@@ -184,8 +191,9 @@ def load_settings(
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
             )
+            msg = f"invalid settings from {source}: {problems}"
             raise ConfigError(
-                f"invalid settings from {source}: {problems}",
+                msg,
                 hint="See the [agent], [run], [auditor], [workspace] and [verify] keys in README.",
             ) from exc
         merged = candidate

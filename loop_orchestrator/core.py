@@ -8,7 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import plan as planmod, runs, workspace
+from loop_orchestrator import plan as planmod
+from loop_orchestrator import runs, workspace
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.runs import PlanSummary
@@ -21,7 +22,9 @@ def plan_from_file(repo: Path, file: Path, settings: Settings) -> PlanSummary:
     return record_plan(repo, plan, settings, source=file)
 
 
-def record_plan(repo: Path, plan: planmod.Plan, settings: Settings, *, source: Path | None) -> PlanSummary:
+def record_plan(
+    repo: Path, plan: planmod.Plan, settings: Settings, *, source: Path | None
+) -> PlanSummary:
     base_ref = plan.base or "HEAD"
     base_sha = workspace.rev_parse(repo, base_ref)
     ws = workspace.Workspace(repo, plan.run_name, settings.workspace)
@@ -104,8 +107,12 @@ def watch_status(repo: Path) -> None:
         now = time.time()
         for t in doc["tasks"]:
             table.add_row(
-                t["task"], str(t["wave"]), t["phase"], str(t["rework_count"]),
-                t.get("last_event") or "-", age(t.get("updated_at"), now),
+                t["task"],
+                str(t["wave"]),
+                t["phase"],
+                str(t["rework_count"]),
+                t.get("last_event") or "-",
+                age(t.get("updated_at"), now),
                 (t.get("error") or t.get("note") or "")[:60],
             )
         return table

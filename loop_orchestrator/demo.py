@@ -39,7 +39,9 @@ def _render(src: Path, dest: Path, python: str) -> None:
 
 
 def run_demo(
-    *, keep: bool = False, progress: Callable[[str], None] | None = None,
+    *,
+    keep: bool = False,
+    progress: Callable[[str], None] | None = None,
     workdir: Path | None = None,
 ) -> DemoResult:
     """Run the demo end to end; raise LoOrchError naming the step that failed."""
@@ -66,23 +68,27 @@ def run_demo(
     say(f"watch the sessions: LO_ORCH_TMUX_SOCKET={socket} lo-orch attach --repo {repo}")
     try:
         summary = core.plan_from_file(repo, root / "plan.yaml", settings)
-        say(f"plan: {len(summary.plan.tasks)} tasks in {len(summary.waves)} waves "
-            + " | ".join(", ".join(w) for w in summary.waves))
+        say(
+            f"plan: {len(summary.plan.tasks)} tasks in {len(summary.waves)} waves "
+            + " | ".join(", ".join(w) for w in summary.waves)
+        )
         runs.approve_plan(repo)
         say("Gate 1 approved (auto, demo)")
         from loop_orchestrator.supervisor import Supervisor
 
         outcome = Supervisor(repo, settings, progress=say).run()
         if outcome.state != "review":
-            raise LoOrchError(f"the demo run ended in {outcome.state}: {outcome.message}",
-                              hint=f"Inspect {repo}/.orchestration (kept).")
+            msg = f"the demo run ended in {outcome.state}: {outcome.message}"
+            raise LoOrchError(msg, hint=f"Inspect {repo}/.orchestration (kept).")
         review = gate2.review(repo)
         gate2.merge(repo, review)
         say(f"Gate 2 approved (auto, demo): {review.feature} -> {review.commit[:12]}")
         with workspace.temp_checkout(repo, review.feature) as tree:
             tests = proc.run(
                 [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
-                cwd=tree, check=False, timeout=120,
+                cwd=tree,
+                check=False,
+                timeout=120,
             )
         if not tests.ok:
             raise LoOrchError("the merged project's tests failed:\n" + tests.stderr[-2000:])
@@ -109,7 +115,9 @@ def _remove_tree(root: Path) -> None:
     shutil.rmtree(root)
 
 
-def _report(repo: Path, feature: str, ran: str, elapsed: float, keep: bool, socket: str) -> list[str]:
+def _report(
+    repo: Path, feature: str, ran: str, elapsed: float, keep: bool, socket: str
+) -> list[str]:
     store = Store(RunDir(repo))
     ledger = store.read_ledger()
     reworks = [e for e in ledger if e.get("event") == "rework"]

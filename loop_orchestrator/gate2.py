@@ -41,7 +41,9 @@ def integration_command(plan: Plan, settings: Settings, repo: Path) -> str | Non
     return str(cmd) if cmd else None
 
 
-def integrate(repo: Path, settings: Settings, plan: Plan, *, skipped: list[str]) -> IntegrationResult:
+def integrate(
+    repo: Path, settings: Settings, plan: Plan, *, skipped: list[str]
+) -> IntegrationResult:
     """Run the integration command on staging in a clean checkout; on success the run
     waits for Gate 2 (``awaiting_merge_review``)."""
     store = Store.for_repo(repo)
@@ -54,15 +56,27 @@ def integrate(repo: Path, settings: Settings, plan: Plan, *, skipped: list[str])
     if command:
         argv = shlex.split(command)
         with workspace.temp_checkout(repo, commit) as tree:
-            result = proc.run(argv, cwd=tree, check=False,
-                              timeout=settings.verify.integration_timeout)
+            result = proc.run(
+                argv, cwd=tree, check=False, timeout=settings.verify.integration_timeout
+            )
         exit_code = result.returncode
         stem = f"integration-{commit[:12]}"
         atomic_write_text(evidence / f"{stem}.stdout.txt", result.stdout)
         atomic_write_text(evidence / f"{stem}.stderr.txt", result.stderr)
-        atomic_write_text(evidence / f"{stem}.json", json.dumps({
-            "command": argv, "exit_code": exit_code, "duration": result.duration,
-            "commit": commit, "at": now_iso()}, indent=2) + "\n")
+        atomic_write_text(
+            evidence / f"{stem}.json",
+            json.dumps(
+                {
+                    "command": argv,
+                    "exit_code": exit_code,
+                    "duration": result.duration,
+                    "commit": commit,
+                    "at": now_iso(),
+                },
+                indent=2,
+            )
+            + "\n",
+        )
         if not result.ok:
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
             summary = (
@@ -70,17 +84,28 @@ def integrate(repo: Path, settings: Settings, plan: Plan, *, skipped: list[str])
                 + ("timed out" if exit_code is None else f"exited {exit_code}")
                 + f" on staging {commit[:12]}; output in {evidence}\n{tail}"
             )
-            store.update_run(lambda s: setattr(s, "integration", {
-                "command": command, "exit_code": exit_code, "commit": commit, "passed": False}))
+            store.update_run(
+                lambda s: setattr(
+                    s,
+                    "integration",
+                    {"command": command, "exit_code": exit_code, "commit": commit, "passed": False},
+                )
+            )
             return IntegrationResult(False, commit, command, exit_code, summary, evidence)
         summary = f"integration command `{command}` passed on staging {commit[:12]}"
     else:
-        summary = (f"no integration command configured (plan `verify`, [verify] command or the "
-                   f"tool profile's verify role); staging is {commit[:12]}")
+        summary = (
+            f"no integration command configured (plan `verify`, [verify] command or the "
+            f"tool profile's verify role); staging is {commit[:12]}"
+        )
 
     def done(s: RunState) -> None:
-        s.integration = {"command": command, "exit_code": exit_code, "commit": commit,
-                         "passed": True}
+        s.integration = {
+            "command": command,
+            "exit_code": exit_code,
+            "commit": commit,
+            "passed": True,
+        }
         s.skipped_tasks = skipped
         s.phase = RunPhase.AWAITING_MERGE_REVIEW
 
@@ -103,16 +128,18 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
     store = Store.for_repo(repo)
     state = store.read_run()
     if state.phase != RunPhase.AWAITING_MERGE_REVIEW:
+        msg = f"run {state.name!r} is {state.phase.value}, not waiting for the merge review"
         raise GateError(
-            f"run {state.name!r} is {state.phase.value}, not waiting for the merge review",
+            msg,
             hint="`lo-orch run` first; it stops at Gate 2 when every task is integrated and "
             "the integration command passed.",
         )
     commit = workspace.rev_parse(repo, state.staging_branch)
     integration = state.integration or {}
     if integration.get("commit") != commit:
+        msg = "staging moved since the integration tests ran"
         raise GateError(
-            "staging moved since the integration tests ran",
+            msg,
             hint="Run `lo-orch run` again to re-test it before the review.",
         )
     return Review(
@@ -130,8 +157,9 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Run
     state = reviewed.state
     ws = workspace.Workspace(repo, state.name, _settings(repo).workspace)
     ws.finish(reviewed.commit, feature=reviewed.feature, merge_into=merge_into)
-    store.append_ledger("gate2_merged", run=state.name, commit=reviewed.commit,
-                        feature=reviewed.feature)
+    store.append_ledger(
+        "gate2_merged", run=state.name, commit=reviewed.commit, feature=reviewed.feature
+    )
 
     def merged(s: RunState) -> None:
         s.phase = RunPhase.MERGED
@@ -183,8 +211,12 @@ def cleanup(repo: Path, *, abandon: bool = False) -> CleanupResult:
         if st.phase in (Phase.INTEGRATED,) and st.pane_id:
             store.update_status(st.task, pane_id=None)
     store.append_ledger(
-        "cleanup", removed=report.removed, kept_dirty=report.kept_dirty,
-        branches_deleted=report.branches_deleted, session_killed=killed,
+        "cleanup",
+        removed=report.removed,
+        kept_dirty=report.kept_dirty,
+        branches_deleted=report.branches_deleted,
+        session_killed=killed,
     )
-    return CleanupResult(killed, report.removed, report.kept_dirty,
-                         report.branches_deleted, report.branches_kept)
+    return CleanupResult(
+        killed, report.removed, report.kept_dirty, report.branches_deleted, report.branches_kept
+    )

@@ -108,6 +108,7 @@ def plan_hash(plan: Plan) -> str:
 
 # loading ------------------------------------------------------------------------------
 
+
 class _DuplicateKey(ValueError):
     pass
 
@@ -136,9 +137,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
     return loader.construct_mapping(node)
 
 
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
-)
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -258,7 +257,8 @@ def _semantic_problems_partial(raw: dict[str, Any]) -> list[str]:
             if isinstance(item, dict) and isinstance(item.get("id"), str):
                 produces = item.get("produces")
                 unparsed[item["id"]] = [
-                    o for o in (produces if isinstance(produces, list) else [])
+                    o
+                    for o in (produces if isinstance(produces, list) else [])
                     if isinstance(o, str)
                 ]
     done: list[DoneTask] = []
@@ -281,6 +281,7 @@ def _semantic_problems_partial(raw: dict[str, Any]) -> list[str]:
 
 
 # semantic validation -------------------------------------------------------------------
+
 
 def _some(items: Sequence[str], limit: int = 12) -> str:
     """A short list for a message: the first ``limit`` items and how many more."""
@@ -480,7 +481,8 @@ def semantic_problems(
     cycle = _find_cycle(deps)
     if cycle:
         problems.append(
-            "dependency cycle: " + " -> ".join(cycle)
+            "dependency cycle: "
+            + " -> ".join(cycle)
             + "; break it by removing one depends_on/consumes edge"
         )
     else:
@@ -489,6 +491,7 @@ def semantic_problems(
 
 
 # ownership ----------------------------------------------------------------------------
+
 
 def _norm(pattern: str) -> str:
     p = pattern.replace("\\", "/").strip()
@@ -651,6 +654,7 @@ def ownership_problems(plan: Plan, deps: Mapping[str, Sequence[str]]) -> list[st
 
 # scheduling ---------------------------------------------------------------------------
 
+
 def topological_order(plan: Plan, deps: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """Task ids with every dependency before its dependents, plan order otherwise."""
     deps = dependencies(plan) if deps is None else deps
@@ -734,7 +738,8 @@ def ready_tasks(
     barrier = None
     if strict_waves:
         unfinished = [
-            waves_by_id[t.id] for t in plan.tasks
+            waves_by_id[t.id]
+            for t in plan.tasks
             if phases.get(t.id, Phase.PENDING) != Phase.INTEGRATED
         ]
         barrier = min(unfinished, default=None)

@@ -51,7 +51,7 @@ def run(
     *,
     cwd: str | Path | None = None,
     env: Mapping[str, str] | None = None,
-    input: str | None = None,  # noqa: A002  mirrors subprocess
+    input: str | None = None,
     timeout: float | None = None,
     check: bool = True,
 ) -> Result:
@@ -63,7 +63,7 @@ def run(
     args = [str(c) for c in cmd]
     start = time.monotonic()
     try:
-        proc = subprocess.run(  # noqa: S603  argument list, no shell
+        proc = subprocess.run(
             args,
             cwd=cwd,
             env=dict(env) if env is not None else None,
@@ -76,8 +76,9 @@ def run(
             check=False,
         )
     except FileNotFoundError as exc:
+        msg = f"{args[0]} not found"
         raise LoOrchError(
-            f"{args[0]} not found",
+            msg,
             hint=f"Install {args[0]} or put it on PATH.",
         ) from exc
     except subprocess.TimeoutExpired as exc:

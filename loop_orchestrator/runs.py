@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import briefs, plan as planmod
+from loop_orchestrator import briefs
+from loop_orchestrator import plan as planmod
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GateError, StateError
 from loop_orchestrator.plan import Plan
@@ -61,7 +62,9 @@ def _shared_paths(plan: Plan) -> list[dict[str, Any]]:
     return [{"path": p, "tasks": ts} for p, ts in owners.items() if len(ts) > 1]
 
 
-def _write_plan_json(rundir: RunDir, plan: Plan, source: Path | None, waves: list[list[str]]) -> str:
+def _write_plan_json(
+    rundir: RunDir, plan: Plan, source: Path | None, waves: list[list[str]]
+) -> str:
     sha = planmod.plan_hash(plan)
     doc = {
         "sha256": sha,
@@ -78,14 +81,16 @@ def read_plan(rundir: RunDir) -> tuple[Plan, dict[str, Any]]:
     """The plan in plan.json (re-validated) and the document around it."""
     path = rundir.plan_json
     if not path.exists():
+        msg = f"no plan in {rundir.root}"
         raise StateError(
-            f"no plan in {rundir.root}",
+            msg,
             hint="Create one with `lo-orch plan FILE`.",
         )
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise StateError(f"{path} is not valid JSON: {exc}", hint="Run `lo-orch plan FILE` again.") from exc
+        msg = f"{path} is not valid JSON: {exc}"
+        raise StateError(msg, hint="Run `lo-orch plan FILE` again.") from exc
     plan = planmod.validate_plan_data(doc.get("plan"), str(path))
     return plan, doc
 
@@ -116,8 +121,9 @@ def create_run(
         previous = store.read_run()
         started = _in_progress(store)
         if previous.phase not in (RunPhase.MERGED, RunPhase.STOPPED) and started:
+            msg = f"run {previous.name!r} is in progress ({len(started)} task(s) started)"
             raise StateError(
-                f"run {previous.name!r} is in progress ({len(started)} task(s) started)",
+                msg,
                 hint="Finish it with `lo-orch run` and `lo-orch merge`, or abandon it with "
                 "`lo-orch cleanup --abandon`, before planning a new run.",
             )
@@ -194,15 +200,17 @@ def check_plan_unchanged(state: RunState, plan: Plan) -> None:
     """Refuse when plan.json or its source file changed since `lo-orch plan`."""
     sha = planmod.plan_hash(plan)
     if sha != state.plan_sha256:
+        msg = "the recorded plan changed since `lo-orch plan` (its sha256 differs)"
         raise GateError(
-            "the recorded plan changed since `lo-orch plan` (its sha256 differs)",
+            msg,
             hint="Run `lo-orch plan FILE` again and approve the result.",
         )
     if state.plan_source and state.plan_source_sha256:
         source = Path(state.plan_source)
         if source.exists() and file_sha256(source) != state.plan_source_sha256:
+            msg = f"{source} was edited after `lo-orch plan`"
             raise GateError(
-                f"{source} was edited after `lo-orch plan`",
+                msg,
                 hint=f"Run `lo-orch plan {source}` again, review it and `lo-orch approve`.",
             )
 
@@ -214,10 +222,14 @@ def load_approved(repo: Path) -> tuple[RunState, Plan]:
     plan, _ = read_plan(store.dirs)
     check_plan_unchanged(state, plan)
     if state.approved_plan_sha256 != planmod.plan_hash(plan):
-        what = "has not been approved" if not state.approved_plan_sha256 else (
-            "changed after it was approved")
+        what = (
+            "has not been approved"
+            if not state.approved_plan_sha256
+            else ("changed after it was approved")
+        )
+        msg = f"the plan of run {state.name!r} {what} (Gate 1)"
         raise GateError(
-            f"the plan of run {state.name!r} {what} (Gate 1)",
+            msg,
             hint="Review it with `lo-orch status` and the conflict matrix, then `lo-orch approve`.",
         )
     return state, plan

@@ -22,7 +22,8 @@ Module API
 ``Deliverer(stagger=0.3).deliver(backend, pane_id, text, *, confirmed=None, timeout=15,
 enter_retries=3, bracketed=True)``
     Reliable prompt delivery; raises ``DeliveryError`` with the last screen, never hangs.
-``sanitize_prompt(text) -> str``, ``wait_until(predicate, timeout, interval) -> bool``
+``sanitize_prompt(text) -> str``, ``wait_until(predicate, timeout, interval) -> bool``,
+``error_screen(backend, pane_id, *, dead=False) -> str`` (a tidy screen for error messages)
 ``attach_command(repo, task) -> list[str]``
     The argv that attaches (or switches) to a run's session, focused on a task's pane.
 
@@ -398,22 +399,15 @@ class TmuxBackend:
         _check_spec(spec)
         with self._lock:
             self.ensure_session()
-            window_id = self._window_with_room()
-            if window_id is None:
-                result = self._tmux(
-                    "new-window", "-d", "-t", f"={self.session}:", "-n", "agents",
-                    "-P", "-F", "#{window_id}\t#{pane_id}", *_KEEPER_ARGV,
-                )
-                window_id, keeper = result.stdout.strip().split("\t")
-                self._prepare_window(window_id, keeper)
-            # Splitting from a window with remain-on-exit makes the pane inherit it before
-            # the agent runs, so even an instant exit leaves a dead pane with its status.
-            self._tmux("select-layout", "-t", window_id, "tiled")
-            result = self._tmux(
-                "split-window", "-d", "-t", window_id, "-c", str(spec.cwd),
-                *_env_options(spec.env), "-P", "-F", "#{pane_id}", *_pane_command(spec.argv),
-            )
-            pane_id = result.stdout.strip()
+            window_id = self._window_with_room() or self._new_window()
+            try:
+                pane_id = self._split(window_id, spec)
+            except TmuxError as exc:
+                if "no space for new pane" not in exc.message:
+                    raise
+                # a small attached client shrank the window: open another one
+                window_id = self._new_window()
+                pane_id = self._split(window_id, spec)
             self._tmux("set-option", "-p", "-t", pane_id, "@lo_task", spec.task)
             for info in self._panes():
                 if info.window_id == window_id and info.keeper:
@@ -421,6 +415,25 @@ class TmuxBackend:
             self._tmux("select-layout", "-t", window_id, "tiled")
         log.info("agent pane launched", extra={"task": spec.task, "pane": pane_id})
         return pane_id
+
+    def _new_window(self) -> str:
+        result = self._tmux(
+            "new-window", "-d", "-t", f"={self.session}:", "-n", "agents",
+            "-P", "-F", "#{window_id}\t#{pane_id}", *_KEEPER_ARGV,
+        )
+        window_id, keeper = result.stdout.strip().split("\t")
+        self._prepare_window(window_id, keeper)
+        return window_id
+
+    def _split(self, window_id: str, spec: LaunchSpec) -> str:
+        # Splitting from a window with remain-on-exit makes the pane inherit it before the
+        # agent runs, so even an instant exit leaves a dead pane with its status.
+        self._tmux("select-layout", "-t", window_id, "tiled")
+        result = self._tmux(
+            "split-window", "-d", "-t", window_id, "-c", str(spec.cwd),
+            *_env_options(spec.env), "-P", "-F", "#{pane_id}", *_pane_command(spec.argv),
+        )
+        return result.stdout.strip()
 
     def _window_with_room(self) -> str | None:
         counts: dict[str, int] = {}
@@ -577,6 +590,28 @@ class TmuxBackend:
 _C0_DROP = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: Claude Code's (and the scripted agent's) stand-in for a long paste on the input line
 _PLACEHOLDER_RE = re.compile(r"\[Pasted text #\d+(?: \+\d+ lines?)?\]")
+
+
+def tidy_screen(text: str) -> str:
+    """A screen for an error message: runs of blank lines collapsed, ends trimmed."""
+    lines = [line.rstrip() for line in text.split("\n")]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    return "\n".join(out).strip("\n")
+
+
+def error_screen(backend: SessionBackend, pane_id: str, *, dead: bool = False) -> str:
+    """The pane's screen for an error, never raising; with history when the pane is dead.
+
+    tmux prints "Pane is dead" on the last row of a dead pane, which can scroll the
+    program's last words into the history.
+    """
+    try:
+        return tidy_screen(backend.capture(pane_id, 200 if dead else 0))
+    except TmuxError:
+        return ""
 
 
 def sanitize_prompt(text: str) -> str:
@@ -736,7 +771,7 @@ class Deliverer:
             )
             raise DeliveryError(
                 msg,
-                self._last_screen(backend, pane_id),
+                self._last_screen(backend, pane_id, dead=True),
             )
 
     def _settled(
@@ -776,16 +811,13 @@ class Deliverer:
                     )
                     raise DeliveryError(
                         msg,
-                        self._last_screen(backend, pane_id),
+                        self._last_screen(backend, pane_id, dead=True),
                     )
             time.sleep(self.poll)
 
     @staticmethod
-    def _last_screen(backend: SessionBackend, pane_id: str) -> str:
-        try:
-            return backend.capture(pane_id, 0)
-        except TmuxError:
-            return ""
+    def _last_screen(backend: SessionBackend, pane_id: str, *, dead: bool = False) -> str:
+        return error_screen(backend, pane_id, dead=dead)
 
 
 # attach --------------------------------------------------------------------------------

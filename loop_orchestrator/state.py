@@ -229,7 +229,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             Path(tmp).unlink()
@@ -262,8 +262,9 @@ class Store:
     def read_run(self) -> RunState:
         path = self.dirs.run_json
         if not path.exists():
+            msg = f"no run in {self.dirs.repo}"
             raise StateError(
-                f"no run in {self.dirs.repo}",
+                msg,
                 hint="Create one with `lo-orch plan FILE` (or `lo-orch plan --goal TEXT`).",
             )
         return _load(RunState, path)
@@ -286,8 +287,9 @@ class Store:
     def read_status(self, task: str) -> TaskStatus:
         path = self.dirs.status_path(task)
         if not path.exists():
+            msg = f"no status for task {task!r}"
             raise StateError(
-                f"no status for task {task!r}",
+                msg,
                 hint="Check the task id with `lo-orch status`.",
             )
         return _load(TaskStatus, path)
@@ -367,7 +369,8 @@ def _load(model: type[M], path: Path) -> M:
     try:
         return model.model_validate_json(path.read_bytes())
     except ValidationError as exc:
+        msg = f"{path} is not a valid {model.__name__}: {exc.errors()[0]['msg']}"
         raise StateError(
-            f"{path} is not a valid {model.__name__}: {exc.errors()[0]['msg']}",
+            msg,
             hint="It was changed by hand or by another version; restore it or start a new run.",
         ) from exc

@@ -13,6 +13,7 @@ idempotent, so nothing is launched, verified or merged twice.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -27,17 +28,18 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from loop_orchestrator import briefs, plan as planmod, runs, signatures, workspace
+from loop_orchestrator import briefs, runs, signatures, workspace
+from loop_orchestrator import plan as planmod
+from loop_orchestrator.agents.base import AgentContext, bracketed_paste
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import (
-    AgentError,
     GitError,
     LockHeldError,
     LoOrchError,
     MergeConflictError,
     NotLoggedInError,
 )
-from loop_orchestrator.plan import Plan, Task
+from loop_orchestrator.plan import Task
 from loop_orchestrator.state import (
     ACTIVE_PHASES,
     Phase,
@@ -82,8 +84,9 @@ def supervisor_lock(rundir: RunDir) -> Iterator[None]:
         with contextlib.suppress(OSError, ValueError):
             data = json.loads(info.read_text(encoding="utf-8"))
             holder = f"pid {data['pid']} (started {data['started_at']})"
+        msg = f"another supervisor is running for this repository: {holder}"
         raise LockHeldError(
-            f"another supervisor is running for this repository: {holder}",
+            msg,
             hint="Watch it with `lo-orch status --watch`, or stop it (Ctrl-C in its window) "
             "before starting another.",
         ) from None
@@ -178,7 +181,10 @@ class Supervisor:
         if self.state.phase != RunPhase.RUNNING:
             self.state = self.store.update_run(lambda s: setattr(s, "phase", RunPhase.RUNNING))
         self._event(
-            "supervisor_started", run=self.state.name, pid=os.getpid(), resumed=not first,
+            "supervisor_started",
+            run=self.state.name,
+            pid=os.getpid(),
+            resumed=not first,
             message=f"run {self.state.name}, {len(self.plan.tasks)} tasks, cap {self.cap}",
         )
 
@@ -235,8 +241,11 @@ class Supervisor:
             self._check_sessions(statuses)
             phases = {s.task: s.phase for s in self.store.list_statuses()}
             for tid in planmod.ready_tasks(
-                self.plan, phases, self.cap,
-                strict_waves=self.settings.run.strict_waves, wave_numbers=self.waves,
+                self.plan,
+                phases,
+                self.cap,
+                strict_waves=self.settings.run.strict_waves,
+                wave_numbers=self.waves,
             ):
                 if tid in self.jobs:
                     continue
@@ -254,8 +263,11 @@ class Supervisor:
         if any(p in ACTIVE_PHASES for p in phases.values()):
             return False
         ready = planmod.ready_tasks(
-            self.plan, phases, self.cap,
-            strict_waves=self.settings.run.strict_waves, wave_numbers=self.waves,
+            self.plan,
+            phases,
+            self.cap,
+            strict_waves=self.settings.run.strict_waves,
+            wave_numbers=self.waves,
         )
         return not ready
 
@@ -321,7 +333,7 @@ class Supervisor:
                 continue
             pane = self.backend.state(st.pane_id)
             if not pane.exists or not pane.alive:
-                self._submit(tid, lambda t, s=pane.dead_status: self._pane_died(t, s))
+                self._submit(tid, functools.partial(self._pane_died, dead_status=pane.dead_status))
                 continue
             self._check_stall(st)
 
@@ -342,21 +354,23 @@ class Supervisor:
         if not st.nudged:
             self._submit(st.task, self._nudge)
         else:
-            self._block(st.task, f"no activity for {self.settings.run.stall_minutes:g} minutes "
-                        "after a nudge; attach with `lo-orch attach` to see why")
+            self._block(
+                st.task,
+                f"no activity for {self.settings.run.stall_minutes:g} minutes "
+                "after a nudge; attach with `lo-orch attach` to see why",
+            )
 
     # task jobs ------------------------------------------------------------------------
-    def _context(self, task: Task, st: TaskStatus) -> Any:
-        from loop_orchestrator.agents.base import AgentContext, agent_env
-
-        worktree = self.rundir.worktree_path(task.id)
-        brief = self.rundir.brief_path(task.id)
-        env = agent_env(
-            task=task.id, run_dir=self.rundir.root, brief=brief, settings=self.settings
-        )
-        return AgentContext(
-            task=task.id, run_name=self.state.name, repo=self.repo, worktree=worktree,
-            run_dir=self.rundir.root, brief_path=brief, session_id=st.session_id, env=env,
+    def _context(self, task: Task, st: TaskStatus) -> AgentContext:
+        return AgentContext.create(
+            task=task.id,
+            run_name=self.state.name,
+            repo=self.repo,
+            worktree=self.rundir.worktree_path(task.id),
+            run_dir=self.rundir.root,
+            brief_path=self.rundir.brief_path(task.id),
+            settings=self.settings,
+            session_id=st.session_id,
         )
 
     def _start_task(self, tid: str) -> None:
@@ -401,68 +415,100 @@ class Supervisor:
             return "prompt_rework.md.j2"
         return "prompt_implement.md.j2"
 
-    def _deliver(self, tid: str, template: str, **extra: Any) -> None:
+    def _deliver(self, tid: str, template: str) -> None:
         st = self.store.read_status(tid)
         assert st.pane_id is not None
-        text = self._render_prompt(tid, template, st, **extra).strip()
+        text = self._render_prompt(tid, template, st).strip()
         sent_at = now_iso()
         confirmed: Callable[[], bool] | None = None
         if self.adapter.uses_hooks:
+
             def confirmed() -> bool:
                 cur = self.store.read_status(tid)
                 return (cur.prompt_submitted_at or "") >= sent_at or cur.phase != st.phase
-        self.deliverer.deliver(self.backend, st.pane_id, text, confirmed=confirmed)
+
+        self.deliverer.deliver(
+            self.backend,
+            st.pane_id,
+            text,
+            confirmed=confirmed,
+            bracketed=bracketed_paste(self.adapter),
+        )
         self._set(tid, delivered=f"{st.phase.value}:{st.rework_count}")
         self._event(
             "prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count, chars=len(text)
         )
 
-    def _render_prompt(self, tid: str, template: str, st: TaskStatus, **extra: Any) -> str:
-        ctx: dict[str, Any] = {
-            "task": tid, "run": self.state.name, "brief": str(self.rundir.brief_path(tid)),
-            "plan_path": str(self.rundir.agent_plan_path(tid)), "phase": st.phase.value,
-        }
-        if template == "prompt_rework.md.j2" and "review" not in extra:
-            review = self.rundir.review_path(tid, st.rework_count)
-            extra = {"review": str(review), "round": st.rework_count,
-                     "max_rounds": self.settings.run.max_rework,
-                     "summary": st.note or "", **extra}
-        ctx.update(extra)
-        return briefs.render(template, **ctx)
+    def _render_prompt(self, tid: str, template: str, st: TaskStatus) -> str:
+        if template == "prompt_rework.md.j2":
+            from loop_orchestrator import verify
+
+            verdict = verify.load_verdict(self.rundir, tid, st.commit) if st.commit else None
+            return verify.rework_prompt(
+                self.rundir.review_path(tid, st.rework_count),
+                task_id=tid,
+                round_no=st.rework_count,
+                max_rounds=self.settings.run.max_rework,
+                verdict=verdict,
+            )
+        return briefs.render(
+            template,
+            task=tid,
+            run=self.state.name,
+            brief=str(self.rundir.brief_path(tid)),
+            plan_path=str(self.rundir.agent_plan_path(tid)),
+            phase=st.phase.value,
+        )
 
     def _nudge(self, tid: str) -> None:
         st = self._set(tid, nudged=True)
         expected = "plan_ready" if st.phase == Phase.PLANNING else "impl_done"
         self._event("nudged", tid, phase=st.phase.value)
-        self._deliver_raw(tid, briefs.render(
-            "prompt_nudge.md.j2", task=tid, phase=st.phase.value, expected=expected,
-            minutes=f"{self.settings.run.stall_minutes:g}",
-        ))
+        self._deliver_raw(
+            tid,
+            briefs.render(
+                "prompt_nudge.md.j2",
+                task=tid,
+                phase=st.phase.value,
+                expected=expected,
+                minutes=f"{self.settings.run.stall_minutes:g}",
+            ),
+        )
 
     def _deliver_raw(self, tid: str, text: str) -> None:
         st = self.store.read_status(tid)
         if st.pane_id:
-            self.deliverer.deliver(self.backend, st.pane_id, text.strip())
+            self.deliverer.deliver(
+                self.backend, st.pane_id, text.strip(), bracketed=bracketed_paste(self.adapter)
+            )
 
-    def _pane_died(self, tid: str, dead_status: int | None) -> None:
+    def _pane_died(self, tid: str, dead_status: int | None = None) -> None:
+        """Relaunch a dead session once (resuming it), then fail the task."""
         st = self.store.read_status(tid)
-        screen = self.backend.capture(st.pane_id) if st.pane_id else ""
+        pane = self.backend.state(st.pane_id) if st.pane_id else None
+        screen = self.backend.capture(st.pane_id) if pane and pane.exists and st.pane_id else ""
         evidence = self.rundir.task_evidence_dir(tid)
         evidence.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(evidence / f"last-screen-{st.relaunches}.txt", screen)
-        if st.relaunches >= 1 or st.pane_id is None:
+        screen_file = evidence / f"last-screen-{st.relaunches}.txt"
+        atomic_write_text(screen_file, screen)
+        if st.relaunches >= 1:
             error = (
                 f"the session exited (status {dead_status}) again after a relaunch; "
-                f"last screen in {evidence}/last-screen-{st.relaunches}.txt"
+                f"last screen in {screen_file}"
             )
             self._set(tid, phase=Phase.FAILED, error=error)
             self._event("task_failed", tid, exit_status=dead_status, message=error)
             return
         self._event("session_died", tid, exit_status=dead_status, message="relaunching once")
         st = self._set(tid, relaunches=st.relaunches + 1, delivered=None)
-        ctx = self._context(self.plan.task(tid), st)
-        self.backend.respawn(st.pane_id, self.adapter.launch_spec(ctx, resume=True))
-        self.adapter.wait_ready(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
+        spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st), resume=True)
+        if pane is not None and pane.exists and st.pane_id:
+            pane_id = st.pane_id
+            self.backend.respawn(pane_id, spec)
+        else:
+            pane_id = self.backend.launch(spec)
+            st = self._set(tid, pane_id=pane_id)
+        self.adapter.wait_ready(self.backend, pane_id, timeout=self.settings.agent.ready_timeout)
         if st.phase == Phase.LAUNCHING:
             st = self._set(tid, phase=Phase.PLANNING)
         self._deliver(tid, self._prompt_for(st))
@@ -481,67 +527,65 @@ class Supervisor:
             with self.git_lock:
                 commit = self.ws.commit_task(tid, f"{tid}: {task.label}\n\n{task.objective}\n")
         except GitError as exc:
-            self._rework(tid, f"the work could not be committed: {exc.render()}", None)
+            self._rework(tid, None, f"the work could not be committed: {exc.render()}")
             return
         self._set(tid, commit=commit)
-        cached = self._cached_verdict(tid, commit)
-        if cached is not None:
-            passed, summary = cached
-        else:
+        # A verdict is bound to its commit: after a restart it is reused, never redone.
+        verdict = verify.load_verdict(self.rundir, tid, commit)
+        if verdict is None:
             brief = self.rundir.brief_path(tid).read_text(encoding="utf-8")
             verdict = verify.verify_task(
-                self.repo, self.rundir, task, self.state.base_sha, commit,
-                brief=brief, settings=self.settings, all_tasks=self.plan.tasks,
+                self.repo,
+                self.rundir,
+                task,
+                self.state.base_sha,
+                commit,
+                brief=brief,
+                settings=self.settings,
+                all_tasks=self.plan.tasks,
             )
-            passed, summary = verdict.passed, verdict.summary()
-            self._save_verdict(tid, commit, passed, summary)
-            if not passed:
-                st = self.store.read_status(tid)
-                round_no = st.rework_count + 1
-                if round_no <= self.settings.run.max_rework:
-                    verify.write_review(self.rundir, task, round_no, verdict)
-        self._event("verdict", tid, commit=commit, passed=passed, message=summary.splitlines()[0]
-                    if summary else "")
-        if passed:
+        summary = verdict.summary()
+        self._event(
+            "verdict",
+            tid,
+            commit=commit,
+            passed=verdict.passed,
+            message=summary.splitlines()[0] if summary else "",
+        )
+        if verdict.passed:
             self._set(tid, phase=Phase.APPROVED, commit=commit, error=None)
             self._integrate(tid)
         else:
-            self._rework(tid, summary, commit)
+            self._rework(tid, verdict, summary)
 
-    def _verdict_path(self, tid: str, commit: str) -> Path:
-        return self.rundir.task_evidence_dir(tid) / f"verdict-{commit[:12]}.json"
+    def _rework(self, tid: str, verdict: Any, summary: str) -> None:
+        """Send the task back with a review, or block it after ``max_rework`` rounds."""
+        from loop_orchestrator import verify
 
-    def _cached_verdict(self, tid: str, commit: str) -> tuple[bool, str] | None:
-        path = self._verdict_path(tid, commit)
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if data["commit"] == commit:
-                return bool(data["passed"]), str(data["summary"])
-        return None
-
-    def _save_verdict(self, tid: str, commit: str, passed: bool, summary: str) -> None:
-        doc = {"task": tid, "commit": commit, "passed": passed, "summary": summary,
-               "at": now_iso()}
-        atomic_write_text(self._verdict_path(tid, commit), json.dumps(doc, indent=2) + "\n")
-
-    def _rework(self, tid: str, summary: str, commit: str | None) -> None:
         st = self.store.read_status(tid)
         round_no = st.rework_count + 1
-        if round_no > self.settings.run.max_rework:
+        max_rounds = self.settings.run.max_rework
+        first_line = summary.splitlines()[0] if summary else "see the reviews"
+        if round_no > max_rounds:
             self._block(
-                tid, f"verification failed after {st.rework_count} rework round(s): "
-                + (summary.splitlines()[0] if summary else "see the reviews"),
+                tid, f"verification failed after {st.rework_count} rework round(s): {first_line}"
             )
             return
-        review = self.rundir.review_path(tid, round_no)
-        if not review.exists():
-            atomic_write_text(review, f"# Review of {tid}, round {round_no}\n\n{summary}\n\n"
-                              "Never weaken, skip or delete tests to pass a check.\n")
-        self._set(tid, phase=Phase.IMPLEMENTING, rework_count=round_no,
-                  note=summary.splitlines()[0] if summary else None)
+        task = self.plan.task(tid)
+        if verdict is not None:
+            review = verify.write_review(
+                self.rundir, task, round_no, verdict, max_rounds=max_rounds
+            )
+        else:
+            review = self.rundir.review_path(tid, round_no)
+            atomic_write_text(
+                review,
+                f"# Review of {tid}, round {round_no}\n\n{summary}\n\n"
+                "Never weaken, skip or delete tests to pass a check.\n",
+            )
+        self._set(tid, phase=Phase.IMPLEMENTING, rework_count=round_no, note=first_line)
         self._event("rework", tid, round=round_no, review=str(review))
-        self._deliver(tid, "prompt_rework.md.j2", review=str(review), round=round_no,
-                      max_rounds=self.settings.run.max_rework, summary=summary[:2000])
+        self._deliver(tid, "prompt_rework.md.j2")
 
     def _integrate(self, tid: str) -> None:
         st = self.store.read_status(tid)
@@ -566,8 +610,11 @@ class Supervisor:
         others = [t for t in self.plan.tasks if t.id != task.id]
         return briefs.render(
             "brief.md.j2",
-            task=task, run=self.state.name, goal=self.plan.goal,
-            total_tasks=len(self.plan.tasks), wave=self.waves[task.id],
+            task=task,
+            run=self.state.name,
+            goal=self.plan.goal,
+            total_tasks=len(self.plan.tasks),
+            wave=self.waves[task.id],
             worktree=str(self.rundir.worktree_path(task.id)),
             branch=self.ws.task_branch(task.id),
             dependencies=[by_id[d] for d in self.deps[task.id]],
@@ -586,8 +633,9 @@ class Supervisor:
         for name in task.consumes:
             done = next((d for d in self.plan.done_tasks if name in d.produces), None)
             if done is not None and name in done.signatures:
-                found.append(signatures.Signature(name, f"done task {done.id}",
-                                                  done.signatures[name]))
+                found.append(
+                    signatures.Signature(name, f"done task {done.id}", done.signatures[name])
+                )
             else:
                 wanted_from_code.append(name)
         if not wanted_from_code:
@@ -618,8 +666,11 @@ class Supervisor:
         from loop_orchestrator import gate2
 
         statuses = {s.task: s for s in self.store.list_statuses()}
-        stuck = {t: (s.error or s.note or s.phase.value) for t, s in statuses.items()
-                 if s.phase in (Phase.BLOCKED, Phase.FAILED)}
+        stuck = {
+            t: (s.error or s.note or s.phase.value)
+            for t, s in statuses.items()
+            if s.phase in (Phase.BLOCKED, Phase.FAILED)
+        }
         waiting = planmod.waiting_on(self.plan, {t: s.phase for t, s in statuses.items()})
         if stuck and not self.continue_blocked:
             lines = [f"{t}: {why}" for t, why in stuck.items()]
@@ -629,8 +680,7 @@ class Supervisor:
         skipped = sorted(set(stuck) | set(waiting))
         result = gate2.integrate(self.repo, self.settings, self.plan, skipped=skipped)
         if not result.passed:
-            self._event("integration_failed", exit_code=result.exit_code,
-                        message=result.summary)
+            self._event("integration_failed", exit_code=result.exit_code, message=result.summary)
             return Outcome("integration_failed", result.summary)
         self._event("awaiting_merge_review", staging=result.commit, skipped=skipped)
         return Outcome("review", result.summary)

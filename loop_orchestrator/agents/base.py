@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from loop_orchestrator.errors import AgentStartError, ConfigError, TmuxError
-from loop_orchestrator.sessions import LaunchSpec, SessionBackend
+from loop_orchestrator.sessions import LaunchSpec, SessionBackend, error_screen, tidy_screen
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import AgentConfig, Settings
@@ -248,7 +248,7 @@ def answer_dialog(
         msg = f"the agent is waiting on a dialog lo-orch does not answer: {dialog.name}"
         raise AgentStartError(
             msg,
-            backend.capture(pane_id, 0),
+            error_screen(backend, pane_id),
             hint="Answer it yourself (`lo-orch attach TASK`) or remove its cause.",
         )
     target = dialog.options.index(dialog.choose)
@@ -307,27 +307,24 @@ def wait_until_ready(
         if not state.exists:
             msg = f"{what}'s pane {pane_id} disappeared before it was ready"
             raise AgentStartError(msg)
-        try:
-            screen = backend.capture(pane_id, 0)
-        except TmuxError:
-            screen = ""
         if not state.alive:
             msg = f"{what} exited with status {state.dead_status} before it was ready"
             raise AgentStartError(
                 msg,
-                screen,
+                error_screen(backend, pane_id, dead=True),
                 hint="The last screen above usually says why.",
             )
+        try:
+            screen = backend.capture(pane_id, 0)
+        except TmuxError:
+            screen = ""
         dialog = find_dialog(screen, dialogs)
         if dialog is not None:
             ready_since = None
             count = answered.get(dialog.name, 0)
             if count >= 3:
                 msg = f"the {dialog.name} dialog came back after being answered {count} times"
-                raise AgentStartError(
-                    msg,
-                    screen,
-                )
+                raise AgentStartError(msg, tidy_screen(screen))
             answered[dialog.name] = count + 1
             log.info("start-up dialog answered", extra={"pane": pane_id, "dialog": dialog.name})
             answer_dialog(backend, pane_id, dialog)
@@ -347,7 +344,7 @@ def wait_until_ready(
             msg = f"{what} was not ready after {timeout:g}s"
             raise AgentStartError(
                 msg,
-                screen,
+                tidy_screen(screen),
                 hint="Attach to the session to see what it is waiting for.",
             )
         time.sleep(0.1)

@@ -34,12 +34,14 @@ def plan_command(
 
     given = [x for x in (file, goal, issue) if x]
     if len(given) != 1:
+        msg = "give exactly one of FILE, --goal TEXT or --issue KEY"
         raise UsageError(
-            "give exactly one of FILE, --goal TEXT or --issue KEY",
+            msg,
             hint="For example: `lo-orch plan examples/plan.yaml`.",
         )
     if done and issue is None:
-        raise UsageError("--done only goes with --issue KEY",
+        msg = "--done only goes with --issue KEY"
+        raise UsageError(msg,
                          hint="For example: `lo-orch plan --issue ABC-1 --done ABC-3`.")
     root = resolve_repo(repo)
     overrides = {"run": {"concurrency": concurrency}} if concurrency else None

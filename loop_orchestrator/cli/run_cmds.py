@@ -32,9 +32,14 @@ def _printer() -> object:
 
 
 @cli.command("run")
-@click.option("--detach", is_flag=True, help="Run the supervisor in a window of the run's tmux session.")
-@click.option("--continue-blocked", is_flag=True,
-              help="Go on to integration and Gate 2 without the blocked or failed tasks.")
+@click.option(
+    "--detach", is_flag=True, help="Run the supervisor in a window of the run's tmux session."
+)
+@click.option(
+    "--continue-blocked",
+    is_flag=True,
+    help="Go on to integration and Gate 2 without the blocked or failed tasks.",
+)
 @repo_option
 def run_command(detach: bool, continue_blocked: bool, repo: Path | None) -> None:
     """Supervise the approved plan until Gate 2 (or until only blocked tasks remain).
@@ -52,7 +57,10 @@ def run_command(detach: bool, continue_blocked: bool, repo: Path | None) -> None
         return
     progress = _printer()
     sup = supervisor.Supervisor(
-        root, settings, continue_blocked=continue_blocked, progress=progress,  # type: ignore[arg-type]
+        root,
+        settings,
+        continue_blocked=continue_blocked,
+        progress=progress,  # type: ignore[arg-type]
     )
     outcome = sup.run()
     if outcome.state in ("review", "merged"):
@@ -80,8 +88,10 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
 
     root = resolve_repo(repo)
     rev = gate2.review(root, branch=branch)
-    header = (f"Run {rev.state.name}: {rev.state.base_sha[:12]}..{rev.commit[:12]} "
-              f"-> {rev.feature}\n\n{rev.stat}\n")
+    header = (
+        f"Run {rev.state.name}: {rev.state.base_sha[:12]}..{rev.commit[:12]} "
+        f"-> {rev.feature}\n\n{rev.stat}\n"
+    )
     if sys.stdout.isatty():
         click.echo_via_pager(header + "\n" + rev.diff)
     else:
@@ -91,12 +101,14 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
         click.echo("Left out (blocked or failed): " + ", ".join(rev.state.skipped_tasks))
     if not yes:
         if not sys.stdin.isatty():
-            raise GateError("Gate 2 needs a confirmation", hint="Run `lo-orch merge --yes` to confirm "
-                            "without a terminal.")
+            msg = "Gate 2 needs a confirmation"
+            raise GateError(msg, hint="Run `lo-orch merge --yes` to confirm without a terminal.")
         click.confirm(f"Set {rev.feature} to {rev.commit[:12]}?", abort=True)
     state = gate2.merge(root, rev, merge_into=merge_into)
-    click.echo(f"{rev.feature} is now {rev.commit[:12]} (run {state.name} merged); "
-               "worktrees and sessions cleaned up. Nothing was pushed.")
+    click.echo(
+        f"{rev.feature} is now {rev.commit[:12]} (run {state.name} merged); "
+        "worktrees and sessions cleaned up. Nothing was pushed."
+    )
 
 
 @cli.command("cleanup")
