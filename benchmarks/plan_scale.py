@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loop_orchestrator.plan import (  # noqa: E402  after the path tweak for source checkouts
+from loop_orchestrator.plan import (
     Plan,
     dependencies,
     ready_tasks,
@@ -39,7 +39,7 @@ from loop_orchestrator.plan import (  # noqa: E402  after the path tweak for sou
     wave_of,
     waves,
 )
-from loop_orchestrator.state import Phase  # noqa: E402
+from loop_orchestrator.state import Phase
 
 T = TypeVar("T")
 
@@ -105,8 +105,9 @@ def makespan(plan: Plan, cap: int, durations: dict[str, float], *, strict: bool)
     now = 0.0
     done = 0
     while done < len(phases):
-        for tid in ready_tasks(plan, phases, cap, strict_waves=strict, wave_numbers=numbers,
-                               deps=deps):
+        for tid in ready_tasks(
+            plan, phases, cap, strict_waves=strict, wave_numbers=numbers, deps=deps
+        ):
             phases[tid] = Phase.IMPLEMENTING
             heapq.heappush(running, (now + durations[tid], tid))
         if not running:
@@ -133,8 +134,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,1000,5000")
     parser.add_argument(
-        "--makespan-sizes", default="100,1000",
-        help="sizes to simulate (ready_tasks is O(tasks) per call, the simulation O(tasks^2))")
+        "--makespan-sizes",
+        default="100,1000",
+        help="sizes to simulate (ready_tasks is O(tasks) per call, the simulation O(tasks^2))",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--caps", default="4,8")
     parser.add_argument("--trials", type=int, default=3, help="duration draws per size and cap")
@@ -145,25 +148,30 @@ def main() -> None:
     began = time.perf_counter()
 
     print("validation and scheduling")
-    print(f"{'tasks':>6} {'owns':>6} {'edges':>6} {'levels':>6} | {'validate s':>10} "
-          f"{'peak MiB':>8} | {'waves s':>8} {'topo s':>8} {'peak MiB':>8}")
+    print(
+        f"{'tasks':>6} {'owns':>6} {'edges':>6} {'levels':>6} | {'validate s':>10} "
+        f"{'peak MiB':>8} | {'waves s':>8} {'topo s':>8} {'peak MiB':>8}"
+    )
     plans: dict[int, Plan] = {}
     for n in sizes:
         raw = random_plan(n, rng)
         plan, v_secs, v_peak = measured(lambda raw=raw: validate_plan_data(raw, "bench"))
         plans[n] = plan
-        result, w_secs, w_peak = measured(lambda plan=plan: waves(plan, 8))
+        _, w_secs, w_peak = measured(lambda plan=plan: waves(plan, 8))
         _, t_secs = timed(lambda plan=plan: topological_order(plan))
         owns = sum(len(t.owns) for t in plan.tasks)
         edges = sum(len(d) for d in dependencies(plan).values())
-        levels = len({tuple(w) for w in result}) and len(
-            {n_ for n_ in wave_of(plan, len(plan.tasks)).values()})
-        print(f"{n:>6} {owns:>6} {edges:>6} {levels:>6} | {v_secs:>10.3f} {v_peak:>8.1f} | "
-              f"{w_secs:>8.3f} {t_secs:>8.3f} {w_peak:>8.1f}")
+        levels = len(set(wave_of(plan, len(plan.tasks)).values()))
+        print(
+            f"{n:>6} {owns:>6} {edges:>6} {levels:>6} | {v_secs:>10.3f} {v_peak:>8.1f} | "
+            f"{w_secs:>8.3f} {t_secs:>8.3f} {w_peak:>8.1f}"
+        )
 
     print("\nmakespan with random durations (lognormal, median 1): ratio to the lower bound")
-    print(f"{'tasks':>6} {'cap':>4} | {'bound':>8} {'(path)':>8} {'(work)':>8} | "
-          f"{'ready q':>8} {'strict':>8} | {'sim s':>6}")
+    print(
+        f"{'tasks':>6} {'cap':>4} | {'bound':>8} {'(path)':>8} {'(work)':>8} | "
+        f"{'ready q':>8} {'strict':>8} | {'sim s':>6}"
+    )
     for n in [int(s) for s in args.makespan_sizes.split(",")]:
         plan = plans.get(n) or validate_plan_data(random_plan(n, rng))
         for cap in caps:
@@ -178,9 +186,11 @@ def main() -> None:
                 ratios_ready.append(makespan(plan, cap, durations, strict=False) / bound)
                 ratios_strict.append(makespan(plan, cap, durations, strict=True) / bound)
             sim = time.perf_counter() - start
-            print(f"{n:>6} {cap:>4} | {max(bounds):>8.1f} {bounds[0]:>8.1f} {bounds[1]:>8.1f} | "
-                  f"{sum(ratios_ready) / len(ratios_ready):>8.3f} "
-                  f"{sum(ratios_strict) / len(ratios_strict):>8.3f} | {sim:>6.1f}")
+            print(
+                f"{n:>6} {cap:>4} | {max(bounds):>8.1f} {bounds[0]:>8.1f} {bounds[1]:>8.1f} | "
+                f"{sum(ratios_ready) / len(ratios_ready):>8.3f} "
+                f"{sum(ratios_strict) / len(ratios_strict):>8.3f} | {sim:>6.1f}"
+            )
     print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 

@@ -337,6 +337,15 @@ def rev_parse(repo: Path, ref: str) -> str:
     return res.stdout.strip()
 
 
+def merge_base(repo: Path, a: str, b: str) -> str:
+    """The best common ancestor of ``a`` and ``b`` (``GitError`` when they share none)."""
+    res = git(repo, "merge-base", _rev_arg(a), _rev_arg(b), check=False)
+    if not res.ok or not res.stdout.strip():
+        msg = f"{a!r} and {b!r} have no common ancestor in {repo}"
+        raise GitError(msg, hint="Was the branch rewritten? Start the task again.")
+    return res.stdout.strip()
+
+
 def is_ancestor(repo: Path, a: str, b: str) -> bool:
     """Whether commit ``a`` is ``b`` or one of its ancestors."""
     res = git(repo, "merge-base", "--is-ancestor", _rev_arg(a), _rev_arg(b), check=False)

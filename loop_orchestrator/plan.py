@@ -435,11 +435,20 @@ def semantic_problems(
                     )
                 else:
                     outputs.setdefault(out, item.id)
+    for d in plan.done_tasks:
+        for name in d.signatures:
+            if name not in d.produces:
+                problems.append(
+                    f"done task {d.id!r}, field signatures: {name!r} is not in its produces; "
+                    "add it there or fix the name"
+                )
 
     for t in plan.tasks:
         for dep in t.depends_on:
             if dep == t.id:
-                problems.append(f"task {t.id!r}, field depends_on: a task cannot depend on itself")
+                problems.append(
+                    f"task {t.id!r}, field depends_on: a task cannot depend on itself; remove it"
+                )
             elif dep not in task_ids and dep not in done_ids:
                 problems.append(
                     f"task {t.id!r}, field depends_on: unknown task {dep!r}; "
@@ -452,7 +461,9 @@ def semantic_problems(
                     "task's `produces` (or to a done task's) or remove it"
                 )
             elif outputs[out] == t.id:
-                problems.append(f"task {t.id!r}, field consumes: consumes its own output {out!r}")
+                problems.append(
+                    f"task {t.id!r}, field consumes: consumes its own output {out!r}; remove it"
+                )
         if not t.owns:
             problems.append(
                 f"task {t.id!r}, field owns: is empty; list the files (or globs) the task "

@@ -42,6 +42,7 @@ from loop_orchestrator.gitutil import (
     is_ancestor,
     is_secret_path,
     list_files,
+    merge_base,
     merge_tree,
     parse_status,
     parse_worktrees,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Change", "CleanupReport", "Workspace", "added_lines", "changed_paths", "diff_stat",
-    "diff_text", "ensure_excludes", "file_at", "init_repo", "is_ancestor", "list_files",
+    "diff_text", "ensure_excludes", "file_at", "init_repo", "is_ancestor", "list_files", "merge_base",
     "repo_root", "rev_parse", "temp_checkout", "update_ref",
 ]
 
@@ -395,6 +396,16 @@ class Workspace:
         self._git("worktree", "add", "--quiet", str(path), branch)
         log.info("worktree created", extra={"task": task, "path": str(path), "branch": branch})
         return path
+
+    def task_start(self, task: str) -> str:
+        """The staging commit a task's branch began at: what its own changes are measured
+        against (its producers' work, already on staging, is not its change)."""
+        branch = self.task_branch(task)
+        launch = self._git("config", "--local", "--get", f"branch.{branch}.{_LAUNCH}",
+                           check=False).stdout.strip()
+        if launch and self._git("cat-file", "-e", f"{launch}^{{commit}}", check=False).ok:
+            return launch
+        return merge_base(self.repo, branch, self.staging_branch)
 
     def _check_launch(self, branch: str, tip: str, staging: str) -> None:
         """Trust a task branch only if it still grows from the staging commit it began at."""

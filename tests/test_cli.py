@@ -16,8 +16,8 @@ import click
 import pytest
 import yaml
 from click.testing import CliRunner
-
 from conftest import git
+
 from loop_orchestrator import runs
 from loop_orchestrator.cli.main import cli, run_cli
 from loop_orchestrator.errors import GateError
@@ -51,7 +51,12 @@ def lo_orch(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedP
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", *map(str, args)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -83,8 +88,10 @@ def planned(git_repo: Path, plan_file: Path) -> Path:
 
 # help ----------------------------------------------------------------------------------
 
-def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[
-        tuple[tuple[str, ...], click.Command]]:
+
+def all_commands(
+    group: click.Group, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     ctx = click.Context(group)
     for name in group.list_commands(ctx):
         cmd = group.get_command(ctx, name)
@@ -120,6 +127,7 @@ def test_top_level_help_and_version() -> None:
 
 # usage errors (exit 2) -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -141,20 +149,33 @@ def test_usage_errors_exit_2(git_repo: Path, args: list[str]) -> None:
 
 # invalid plans (exit 1, nothing written) -------------------------------------------------
 
+
 def test_invalid_plan_lists_every_problem_and_writes_nothing(
     git_repo: Path, tmp_path: Path
 ) -> None:
     exclude_before = exclude_file(git_repo).read_bytes()
-    bad = write_plan(tmp_path, {
-        "goal": "broken",
-        "tasks": [
-            {"id": "; rm -rf /", "objective": "o", "owns": ["a.py"],
-             "done": [{"criterion": "c", "check": "pytest || true"}]},
-            {"id": "b", "objective": "o", "owns": ["/etc/passwd", ".orchestration/x"],
-             "depends_on": ["ghost"], "done": [{"criterion": "c", "check": "pytest"}],
-             "ownz": []},
-        ],
-    })
+    bad = write_plan(
+        tmp_path,
+        {
+            "goal": "broken",
+            "tasks": [
+                {
+                    "id": "; rm -rf /",
+                    "objective": "o",
+                    "owns": ["a.py"],
+                    "done": [{"criterion": "c", "check": "pytest || true"}],
+                },
+                {
+                    "id": "b",
+                    "objective": "o",
+                    "owns": ["/etc/passwd", ".orchestration/x"],
+                    "depends_on": ["ghost"],
+                    "done": [{"criterion": "c", "check": "pytest"}],
+                    "ownz": [],
+                },
+            ],
+        },
+    )
     result = invoke("plan", bad, "--repo", git_repo)
     assert result.code == 1, result
     assert result.stderr.startswith(f"Error: {bad}: ")
@@ -217,8 +238,10 @@ def test_unknown_base_is_an_error(git_repo: Path, tmp_path: Path, plan_file: Pat
 
 # outside a repository --------------------------------------------------------------------
 
-def test_outside_a_git_repo(tmp_path: Path, plan_file: Path, monkeypatch: pytest.MonkeyPatch
-                            ) -> None:
+
+def test_outside_a_git_repo(
+    tmp_path: Path, plan_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plain = tmp_path / "not-a-repo"
     plain.mkdir()
     for args in (["plan", plan_file, "--repo", plain], ["status", "--repo", plain]):
@@ -236,6 +259,7 @@ def test_outside_a_git_repo(tmp_path: Path, plan_file: Path, monkeypatch: pytest
 
 
 # a valid plan ----------------------------------------------------------------------------
+
 
 def test_plan_writes_the_run(git_repo: Path, plan_file: Path) -> None:
     result = invoke("plan", plan_file, "--repo", git_repo)
@@ -286,6 +310,34 @@ def test_plan_writes_the_run(git_repo: Path, plan_file: Path) -> None:
     assert ledger[-1]["event"] == "plan_recorded" and ledger[-1]["plan_sha256"] == sha
 
 
+def test_done_tasks_get_no_status_but_reach_the_matrix(
+    git_repo: Path, tmp_path: Path, plan_file: Path
+) -> None:
+    data = yaml.safe_load(plan_file.read_text())
+    model = data["tasks"].pop(0)  # note-model is already done: its output seeds the graph
+    data["done_tasks"] = [
+        {
+            "id": model["id"],
+            "produces": model["produces"],
+            "signatures": {"Note": "class Note:   # app/models.py"},
+        }
+    ]
+    result = invoke("plan", write_plan(tmp_path, data, "resume.yaml"), "--repo", git_repo)
+    assert result.code == 0, result
+    assert "Already done (no session): note-model" in result.stdout
+    orch = git_repo / ".orchestration"
+    assert sorted(p.stem for p in (orch / "status").glob("*.json")) == [
+        "note-search",
+        "note-store",
+        "notes-cli",
+    ]
+    doc = json.loads((orch / "plan.json").read_text())
+    assert doc["waves"] == [["note-store", "note-search"], ["notes-cli"]]
+    matrix = (orch / "conflict-matrix.md").read_text()
+    assert "## Already done (no session)" in matrix
+    assert "class Note:   # app/models.py" in matrix
+
+
 def test_state_is_excluded_through_git_info_exclude_only(git_repo: Path, plan_file: Path) -> None:
     assert invoke("plan", plan_file, "--repo", git_repo).code == 0
     lines = [x.strip("/") for x in exclude_file(git_repo).read_text().splitlines()]
@@ -310,8 +362,9 @@ def test_an_existing_gitignore_is_left_alone(git_repo: Path, plan_file: Path) ->
     assert (git_repo / ".gitignore").read_text() == "*.pyc\n"
 
 
-def test_concurrency_flag_changes_the_waves(git_repo: Path, tmp_path: Path, plan_file: Path
-                                            ) -> None:
+def test_concurrency_flag_changes_the_waves(
+    git_repo: Path, tmp_path: Path, plan_file: Path
+) -> None:
     data = yaml.safe_load(plan_file.read_text())
     del data["concurrency"]
     path = write_plan(tmp_path, data, "noconc.yaml")
@@ -340,12 +393,29 @@ def test_status_json_right_after_plan(planned: Path) -> None:
     assert doc["run"]["name"] == "notes"
     assert doc["run"]["phase"] == "awaiting_plan_approval"
     assert [t["task"] for t in doc["tasks"]] == [
-        "note-model", "note-store", "note-search", "notes-cli"]  # wave, then plan order
+        "note-model",
+        "note-store",
+        "note-search",
+        "notes-cli",
+    ]  # wave, then plan order
     for t in doc["tasks"]:
         assert t["phase"] == "pending"
         assert t["wave"] == EXAMPLE_WAVES[t["task"]]
-        for key in ("task", "phase", "wave", "updated_at", "worktree", "branch", "pane_id",
-                    "session_id", "rework_count", "last_event", "note", "error", "commit"):
+        for key in (
+            "task",
+            "phase",
+            "wave",
+            "updated_at",
+            "worktree",
+            "branch",
+            "pane_id",
+            "session_id",
+            "rework_count",
+            "last_event",
+            "note",
+            "error",
+            "commit",
+        ):
             assert key in t, key
 
 
@@ -368,6 +438,7 @@ def test_status_and_approve_without_a_run(git_repo: Path) -> None:
 
 
 # Gate 1 --------------------------------------------------------------------------------
+
 
 def test_approve_binds_the_plan_hash(planned: Path) -> None:
     with pytest.raises(GateError, match="has not been approved"):
@@ -410,8 +481,9 @@ def test_editing_plan_json_after_approval_is_refused(planned: Path) -> None:
     assert result.code == 1 and result.stderr.startswith("Error: the recorded plan changed")
 
 
-def test_approval_of_an_older_plan_does_not_carry_over(planned: Path, plan_file: Path,
-                                                       tmp_path: Path) -> None:
+def test_approval_of_an_older_plan_does_not_carry_over(
+    planned: Path, plan_file: Path, tmp_path: Path
+) -> None:
     assert invoke("approve", "--repo", planned).code == 0
     data = yaml.safe_load(plan_file.read_text())
     data["tasks"][0]["objective"] += " Also add __repr__."
@@ -435,9 +507,18 @@ def test_a_started_run_is_not_replaced(planned: Path, plan_file: Path) -> None:
 
 
 def test_a_replanned_run_lists_only_the_new_tasks(planned: Path, tmp_path: Path) -> None:
-    data = {"goal": "Tiny", "name": "tiny", "tasks": [
-        {"id": "only", "objective": "o", "owns": ["app/x.py"],
-         "done": [{"criterion": "c", "check": "pytest -q"}]}]}
+    data = {
+        "goal": "Tiny",
+        "name": "tiny",
+        "tasks": [
+            {
+                "id": "only",
+                "objective": "o",
+                "owns": ["app/x.py"],
+                "done": [{"criterion": "c", "check": "pytest -q"}],
+            }
+        ],
+    }
     assert invoke("plan", write_plan(tmp_path, data, "tiny.yaml"), "--repo", planned).code == 0
     doc = json.loads(invoke("status", "--json", "--repo", planned).stdout)
     assert doc["run"]["name"] == "tiny"
@@ -453,6 +534,7 @@ def test_corrupt_state_is_a_user_error(planned: Path) -> None:
 
 # unexpected errors and interrupts ---------------------------------------------------------
 
+
 @pytest.fixture
 def extra_commands() -> Iterator[click.Group]:
     """Commands registered on the real group for one test, removed afterwards."""
@@ -466,9 +548,15 @@ def extra_commands() -> Iterator[click.Group]:
     def interrupt() -> None:
         raise KeyboardInterrupt
 
+    @cli.command("test-exit", hidden=True)
+    @click.argument("code", type=int)
+    @click.pass_context
+    def exit_with(ctx: click.Context, code: int) -> None:
+        ctx.exit(code)
+
     yield cli
-    cli.commands.pop("test-boom")
-    cli.commands.pop("test-interrupt")
+    for name in ("test-boom", "test-interrupt", "test-exit"):
+        cli.commands.pop(name)
 
 
 def test_unexpected_exception_exits_3_with_a_crash_log(
@@ -486,6 +574,12 @@ def test_unexpected_exception_exits_3_with_a_crash_log(
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("code", [0, 2, 5])
+def test_a_commands_own_exit_code_is_kept(extra_commands: click.Group, code: int) -> None:
+    # `lo-orch hook Stop` exits 2 to block; run_cli must not turn that into 0
+    assert invoke("test-exit", str(code)).code == code
+
+
 def test_interrupt_exits_130(extra_commands: click.Group) -> None:
     result = invoke("test-interrupt")
     assert result.code == 130, result
@@ -493,6 +587,7 @@ def test_interrupt_exits_130(extra_commands: click.Group) -> None:
 
 
 # the real process: sys.exit codes -------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_real_exit_codes(git_repo: Path, plan_file: Path, tmp_path: Path) -> None:
@@ -503,8 +598,10 @@ def test_real_exit_codes(git_repo: Path, plan_file: Path, tmp_path: Path) -> Non
     assert status.returncode == 0, status.stderr
     assert len(json.loads(status.stdout)["tasks"]) == 4
 
-    bad = write_plan(tmp_path, {"goal": "g", "tasks": [{"id": "A", "objective": "o",
-                                                         "owns": ["/x"], "done": []}]})
+    bad = write_plan(
+        tmp_path,
+        {"goal": "g", "tasks": [{"id": "A", "objective": "o", "owns": ["/x"], "done": []}]},
+    )
     fail = lo_orch("plan", bad, "--repo", git_repo)
     assert fail.returncode == 1
     assert fail.stderr.startswith("Error: ")
@@ -539,8 +636,14 @@ main()
 def test_real_exit_codes_for_crashes(exc: str, code: int) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run([sys.executable, "-c", CRASHER.format(exc=exc)], env=env,
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", CRASHER.format(exc=exc)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == code, result.stderr
     assert "Traceback" not in result.stderr
     if code == 3:

@@ -55,15 +55,18 @@ def test_paths_follow_xdg_and_home(_isolated_home: Path, repo: Path) -> None:
     assert user_config_path() == _isolated_home / ".config" / "loop-orchestrator" / "config.toml"
     assert user_config_path({"HOME": "/h"}) == Path("/h/.config/loop-orchestrator/config.toml")
     assert user_config_path({"HOME": "/h", "XDG_CONFIG_HOME": "/x"}) == Path(
-        "/x/loop-orchestrator/config.toml")
+        "/x/loop-orchestrator/config.toml"
+    )
     assert repo_config_path(repo) == repo / ".loop-orchestrator" / "config.toml"
 
 
 def test_every_layer_overrides_the_one_below(
     user_file: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write(user_file, "[run]\nconcurrency = 2\nmax_rework = 5\nstall_minutes = 7\n"
-                     "[auditor]\nllm = 'off'\n")
+    write(
+        user_file,
+        "[run]\nconcurrency = 2\nmax_rework = 5\nstall_minutes = 7\n[auditor]\nllm = 'off'\n",
+    )
     s = load_settings(repo)
     assert (s.run.concurrency, s.run.max_rework, s.run.stall_minutes) == (2, 5, 7)
 
@@ -87,12 +90,11 @@ def test_the_repo_layer_needs_a_repo(user_file: Path, repo: Path) -> None:
     assert load_settings(repo).run.concurrency == 3
 
 
-def test_home_is_used_without_xdg(
-    _isolated_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_home_is_used_without_xdg(_isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("XDG_CONFIG_HOME")
-    write(_isolated_home / ".config" / "loop-orchestrator" / "config.toml",
-          "[run]\nmax_rework = 0\n")
+    write(
+        _isolated_home / ".config" / "loop-orchestrator" / "config.toml", "[run]\nmax_rework = 0\n"
+    )
     assert load_settings(None).run.max_rework == 0
 
 
@@ -103,8 +105,7 @@ def test_home_is_used_without_xdg(
         ("LO_ORCH_RUN_STRICT_WAVES", "true", "run", "strict_waves", True),
         ("LO_ORCH_RUN_STALL_MINUTES", "0.5", "run", "stall_minutes", 0.5),
         ("LO_ORCH_AGENT_KIND", "scripted", "agent", "kind", "scripted"),
-        ("LO_ORCH_AGENT_PERMISSION_MODE", "acceptEdits", "agent", "permission_mode",
-         "acceptEdits"),
+        ("LO_ORCH_AGENT_PERMISSION_MODE", "acceptEdits", "agent", "permission_mode", "acceptEdits"),
         ("LO_ORCH_AGENT_ARGS", '["--model", "x"]', "agent", "args", ["--model", "x"]),
         ("LO_ORCH_AGENT_ENV", '{"A": "1"}', "agent", "env", {"A": "1"}),
         ("LO_ORCH_AUDITOR_LLM", "off", "auditor", "llm", "off"),
@@ -113,7 +114,11 @@ def test_home_is_used_without_xdg(
     ],
 )
 def test_environment_variables(
-    monkeypatch: pytest.MonkeyPatch, name: str, value: str, section: str, key: str,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    value: str,
+    section: str,
+    key: str,
     expected: object,
 ) -> None:
     monkeypatch.setenv(name, value)
@@ -195,6 +200,7 @@ def test_agent_env_is_replaced_not_merged(user_file: Path, repo: Path) -> None:
 
 # tool profile ---------------------------------------------------------------------------
 
+
 def user_tools(home: Path) -> Path:
     return home / ".claude" / "loop-orchestrator" / "tools.json"
 
@@ -210,18 +216,33 @@ def test_no_profile_is_empty(repo: Path) -> None:
 
 
 def test_profile_merges_per_role_and_per_field(_isolated_home: Path, repo: Path) -> None:
-    write(user_tools(_isolated_home), json.dumps({
-        "knowledge": {"kind": "mcp", "ref": "wiki-rag", "how": "wiki_search", "when": "terms"},
-        "tacit": {"kind": "mcp", "ref": "lore"},
-        "plan": {"kind": "skill", "ref": "rtb:plan"},
-        "verify": {"kind": "command", "command": "make test"},
-    }))
-    write(repo_tools(repo), json.dumps({
-        "knowledge": {"ref": "team-wiki", "how": None},   # override one field, drop one
-        "tacit": None,                                    # drop the whole role
-        "verify": {"command": "pytest -q"},
-        "explore": {"kind": "builtin", "ref": "Grep"},
-    }))
+    write(
+        user_tools(_isolated_home),
+        json.dumps(
+            {
+                "knowledge": {
+                    "kind": "mcp",
+                    "ref": "wiki-rag",
+                    "how": "wiki_search",
+                    "when": "terms",
+                },
+                "tacit": {"kind": "mcp", "ref": "lore"},
+                "plan": {"kind": "skill", "ref": "rtb:plan"},
+                "verify": {"kind": "command", "command": "make test"},
+            }
+        ),
+    )
+    write(
+        repo_tools(repo),
+        json.dumps(
+            {
+                "knowledge": {"ref": "team-wiki", "how": None},  # override one field, drop one
+                "tacit": None,  # drop the whole role
+                "verify": {"command": "pytest -q"},
+                "explore": {"kind": "builtin", "ref": "Grep"},
+            }
+        ),
+    )
     profile = load_tool_profile(repo)
     assert profile == {
         "knowledge": {"kind": "mcp", "ref": "team-wiki", "when": "terms"},
@@ -273,5 +294,6 @@ def test_profile_env_argument_selects_home(tmp_path: Path, repo: Path) -> None:
     write(user_tools(other), json.dumps({"design": {"kind": "skill", "ref": "d"}}))
     assert load_tool_profile(None) == {}
     assert load_tool_profile(None, env={"HOME": str(other)}) == {
-        "design": {"kind": "skill", "ref": "d"}}
+        "design": {"kind": "skill", "ref": "d"}
+    }
     assert os.environ["HOME"] != str(other)

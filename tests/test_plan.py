@@ -62,6 +62,7 @@ def only_problem(raw: Any) -> str:
 
 # valid plans ----------------------------------------------------------------------------
 
+
 def test_valid_plan_loads_with_defaults() -> None:
     plan = validate_plan_data(plan_data(task("a"), task("b", depends_on=["a"])))
     assert [t.id for t in plan.tasks] == ["a", "b"]
@@ -78,13 +79,16 @@ def test_example_plan_is_valid_and_has_three_waves() -> None:
     plan = load_plan(REPO_ROOT / "examples" / "plan.yaml")
     assert len(plan.tasks) == 4
     assert waves(plan, plan.concurrency or 4) == [
-        ["note-model"], ["note-store", "note-search"], ["notes-cli"],
+        ["note-model"],
+        ["note-store", "note-search"],
+        ["notes-cli"],
     ]
     # a consumes edge, not only depends_on
     assert dependencies(plan)["note-store"] == ["note-model"]
     assert any(t.consumes for t in plan.tasks)
-    assert all(dc.check and dc.argv()[0] == "pytest" for t in plan.tasks for dc in t.done
-               if dc.check)
+    assert all(
+        dc.check and dc.argv()[0] == "pytest" for t in plan.tasks for dc in t.done if dc.check
+    )
 
 
 def test_example_tool_profile_is_seed_shaped() -> None:
@@ -103,9 +107,17 @@ def test_valid_ids(tid: str) -> None:
 
 
 def test_check_may_be_omitted_for_a_prose_criterion() -> None:
-    plan = validate_plan_data(plan_data(task("a", done=[
-        {"criterion": "runs", "check": "pytest -q"}, {"criterion": "reads well"},
-    ])))
+    plan = validate_plan_data(
+        plan_data(
+            task(
+                "a",
+                done=[
+                    {"criterion": "runs", "check": "pytest -q"},
+                    {"criterion": "reads well"},
+                ],
+            )
+        )
+    )
     assert plan.tasks[0].done[1].check is None
 
 
@@ -125,19 +137,24 @@ def test_checks_with_quoted_punctuation_are_accepted(check: str) -> None:
 
 def test_done_check_argv_is_an_argument_list() -> None:
     assert DoneCheck(criterion="c", check="pytest -k 'a or b' -q").argv() == [
-        "pytest", "-k", "a or b", "-q",
+        "pytest",
+        "-k",
+        "a or b",
+        "-q",
     ]
     assert DoneCheck(criterion="c").argv() == []
 
 
 # ids ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "tid", ["; rm -rf /", "../x", "User-Model", "a" * 41, "-lead", "a_b", "a b", "a\n", "", "é"]
 )
 def test_malformed_ids_are_reported_with_field_and_fix(tid: str) -> None:
-    problems = problems_of(plan_data(task(
-        tid, owns=["src/only.py"], done=[{"criterion": "c", "check": "pytest -q"}])))
+    problems = problems_of(
+        plan_data(task(tid, owns=["src/only.py"], done=[{"criterion": "c", "check": "pytest -q"}]))
+    )
     assert problems == [
         f"task {tid!r}, field id: invalid id; use 1-40 characters of a-z, 0-9 and -, "
         "starting with a letter or digit (e.g. `user-model`)"
@@ -151,10 +168,14 @@ def test_reserved_id_staging() -> None:
 
 
 def test_duplicate_ids_among_tasks_and_done_tasks() -> None:
-    problems = problems_of(plan_data(
-        task("a"), task("a", owns=["src/other.py"]), task("b"),
-        done_tasks=[{"id": "b", "produces": ["B"]}],
-    ))
+    problems = problems_of(
+        plan_data(
+            task("a"),
+            task("a", owns=["src/other.py"]),
+            task("b"),
+            done_tasks=[{"id": "b", "produces": ["B"]}],
+        )
+    )
     assert any(p.startswith("task 'a', field id: duplicate id") for p in problems), problems
     assert any(p.startswith("done task 'b', field id: duplicate id") for p in problems), problems
     assert all("unique" in p for p in problems if "duplicate id" in p)
@@ -167,10 +188,14 @@ def test_invalid_run_name() -> None:
 
 # references and cycles ------------------------------------------------------------------
 
+
 def test_unknown_depends_on_and_consumes() -> None:
-    problems = problems_of(plan_data(
-        task("a", depends_on=["ghost"]), task("b", consumes=["Nothing"]),
-    ))
+    problems = problems_of(
+        plan_data(
+            task("a", depends_on=["ghost"]),
+            task("b", consumes=["Nothing"]),
+        )
+    )
     assert len(problems) == 2, problems
     assert problems[0].startswith("task 'a', field depends_on: unknown task 'ghost'")
     assert "known tasks: a, b" in problems[0]
@@ -179,21 +204,26 @@ def test_unknown_depends_on_and_consumes() -> None:
 
 
 def test_self_dependency_and_own_output() -> None:
-    problems = problems_of(plan_data(
-        task("a", depends_on=["a"]), task("b", produces=["B"], consumes=["B"]),
-    ))
-    assert "task 'a', field depends_on: a task cannot depend on itself" in problems
-    assert "task 'b', field consumes: consumes its own output 'B'" in problems
+    problems = problems_of(
+        plan_data(
+            task("a", depends_on=["a"]),
+            task("b", produces=["B"], consumes=["B"]),
+        )
+    )
+    assert "task 'a', field depends_on: a task cannot depend on itself; remove it" in problems
+    assert "task 'b', field consumes: consumes its own output 'B'; remove it" in problems
 
 
 def test_cycle_path_is_printed() -> None:
-    problems = problems_of(plan_data(
-        task("a", depends_on=["c"]),
-        task("b", depends_on=["a"], produces=["B"]),
-        task("c", consumes=["B"]),  # the cycle closes through a consumes edge
-        task("d", depends_on=["e"]),
-        task("e"),
-    ))
+    problems = problems_of(
+        plan_data(
+            task("a", depends_on=["c"]),
+            task("b", depends_on=["a"], produces=["B"]),
+            task("c", consumes=["B"]),  # the cycle closes through a consumes edge
+            task("d", depends_on=["e"]),
+            task("e"),
+        )
+    )
     assert problems == [
         "dependency cycle: a -> c -> b -> a; break it by removing one depends_on/consumes edge"
     ]
@@ -207,21 +237,26 @@ def test_long_known_task_list_is_shortened() -> None:
 
 
 def test_output_produced_twice() -> None:
-    problems = problems_of(plan_data(
-        task("a", produces=["User"]),
-        task("b", produces=["User"]),
-        task("c", produces=["get_db"]),
-        done_tasks=[{"id": "db", "produces": ["get_db"]}],
-    ))
+    problems = problems_of(
+        plan_data(
+            task("a", produces=["User"]),
+            task("b", produces=["User"]),
+            task("c", produces=["get_db"]),
+            done_tasks=[{"id": "db", "produces": ["get_db"]}],
+        )
+    )
     assert len(problems) == 2, problems
     assert problems[0].startswith(
         "task 'b', field produces: output 'User' is also produced by 'a'; each output has one "
-        "producer")
+        "producer"
+    )
     assert problems[1].startswith(
-        "done task 'db', field produces: output 'get_db' is also produced by 'c'")
+        "done task 'db', field produces: output 'get_db' is also produced by 'c'"
+    )
 
 
 # paths ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("path", "why"),
@@ -249,6 +284,7 @@ def test_empty_owns() -> None:
 
 
 # ownership between tasks that could run at the same time ---------------------------------
+
 
 @pytest.mark.parametrize(
     ("a_owns", "b_owns"),
@@ -298,7 +334,7 @@ def test_disjoint_ownership_is_accepted(a_owns: list[str], b_owns: list[str]) ->
     ],
 )
 def test_shared_paths_are_allowed_when_one_depends_on_the_other(
-    edges: dict[str, dict[str, Any]]
+    edges: dict[str, dict[str, Any]],
 ) -> None:
     tasks = [
         task(tid, owns=["app/shared.py", f"app/{tid}.py"], **edges.get(tid, {}))
@@ -312,14 +348,18 @@ def test_shared_paths_are_allowed_when_one_depends_on_the_other(
 
 
 def test_each_conflicting_pair_is_reported_once() -> None:
-    problems = problems_of(plan_data(
-        task("a", owns=["x/1.py", "x/2.py"]), task("b", owns=["x/*.py", "x/2.py"]),
-        task("c", owns=["y.py"]),
-    ))
+    problems = problems_of(
+        plan_data(
+            task("a", owns=["x/1.py", "x/2.py"]),
+            task("b", owns=["x/*.py", "x/2.py"]),
+            task("c", owns=["y.py"]),
+        )
+    )
     assert len(problems) == 1, problems
 
 
 # done-checks ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("check", "token"),
@@ -340,22 +380,28 @@ def test_each_conflicting_pair_is_reported_once() -> None:
 def test_shell_syntax_in_checks_is_refused(check: str, token: str) -> None:
     problem = only_problem(plan_data(task("a", done=[{"criterion": "c", "check": check}])))
     assert problem.startswith(f"task 'a', field done[0].check: {check!r} uses shell syntax"), (
-        problem)
+        problem
+    )
     assert "argument list" in problem
 
 
-@pytest.mark.parametrize(("check", "why"), [("", "is empty"), ("   ", "is empty"),
-                                            ("pytest 'unterminated", "cannot be parsed")])
+@pytest.mark.parametrize(
+    ("check", "why"),
+    [("", "is empty"), ("   ", "is empty"), ("pytest 'unterminated", "cannot be parsed")],
+)
 def test_empty_or_unparsable_checks(check: str, why: str) -> None:
     problem = only_problem(plan_data(task("a", done=[{"criterion": "c", "check": check}])))
     assert problem.startswith(f"task 'a', field done[0].check: {check!r} {why}"), problem
 
 
 def test_no_done_criteria_and_empty_fields() -> None:
-    problems = problems_of(plan_data(
-        task("a", done=[]), task("b", objective=" ", done=[{"criterion": " ", "check": "x"}]),
-        goal="  ",
-    ))
+    problems = problems_of(
+        plan_data(
+            task("a", done=[]),
+            task("b", objective=" ", done=[{"criterion": " ", "check": "x"}]),
+            goal="  ",
+        )
+    )
     assert "field goal: is empty; say in one sentence what the run builds" in problems
     assert any(p.startswith("task 'a', field done: no done criteria") for p in problems)
     assert "task 'b', field done[0].criterion: is empty" in problems
@@ -367,6 +413,7 @@ def test_no_tasks() -> None:
 
 
 # unknown keys and wrong types ------------------------------------------------------------
+
 
 def test_unknown_keys_anywhere_are_errors() -> None:
     raw = plan_data(
@@ -384,8 +431,7 @@ def test_unknown_keys_anywhere_are_errors() -> None:
 
 
 def test_wrong_types_are_reported_with_location() -> None:
-    problems = problems_of(plan_data(task("a", owns="app.py", complexity="huge"),
-                                     concurrency=0))
+    problems = problems_of(plan_data(task("a", owns="app.py", complexity="huge"), concurrency=0))
     assert any(p.startswith("task 'a', field owns:") for p in problems), problems
     assert any(p.startswith("task 'a', field complexity:") for p in problems), problems
     assert any(p.startswith("field concurrency:") for p in problems), problems
@@ -405,34 +451,50 @@ def test_tasks_of_the_wrong_type_do_not_crash(tasks: Any) -> None:
 
 
 def test_semantic_problems_still_reported_next_to_structural_ones() -> None:
-    problems = problems_of(plan_data(
-        task("a", typo=1), task("b", depends_on=["ghost"]), task("c", owns=["/abs"]),
-    ))
+    problems = problems_of(
+        plan_data(
+            task("a", typo=1),
+            task("b", depends_on=["ghost"]),
+            task("c", owns=["/abs"]),
+        )
+    )
     assert "task 'a', field typo: unknown key (a typo? see the plan format in README)" in problems
     assert any(p.startswith("task 'b', field depends_on: unknown task 'ghost'") for p in problems)
     assert any(p.startswith("task 'c', field owns[0]: '/abs' is absolute") for p in problems)
 
 
 def test_a_typo_does_not_hide_the_other_problems_of_its_task() -> None:
-    problems = problems_of(plan_data(
-        task("a", typo=1, owns=["/abs.py"], depends_on=["ghost"],
-             done=[{"criterion": "c", "check": "pytest || true", "chek": "x"}]),
-    ))
+    problems = problems_of(
+        plan_data(
+            task(
+                "a",
+                typo=1,
+                owns=["/abs.py"],
+                depends_on=["ghost"],
+                done=[{"criterion": "c", "check": "pytest || true", "chek": "x"}],
+            ),
+        )
+    )
     assert "task 'a', field typo: unknown key (a typo? see the plan format in README)" in problems
     assert "task 'a', field done.0.chek: unknown key (a typo? see the plan format in README)" in (
-        problems)
+        problems
+    )
     assert any(p.startswith("task 'a', field owns[0]: '/abs.py' is absolute") for p in problems)
     assert any(p.startswith("task 'a', field depends_on: unknown task 'ghost'") for p in problems)
-    assert any(p.startswith("task 'a', field done[0].check: 'pytest || true' uses shell")
-               for p in problems)
+    assert any(
+        p.startswith("task 'a', field done[0].check: 'pytest || true' uses shell") for p in problems
+    )
     assert len(problems) == 5, problems
 
 
 def test_a_task_that_failed_to_parse_is_still_a_known_dependency() -> None:
-    problems = problems_of(plan_data(
-        task("a", owns="not-a-list", produces=["A"]), task("b", depends_on=["a"]),
-        task("c", consumes=["A"]),
-    ))
+    problems = problems_of(
+        plan_data(
+            task("a", owns="not-a-list", produces=["A"]),
+            task("b", depends_on=["a"]),
+            task("c", consumes=["A"]),
+        )
+    )
     assert len(problems) == 1, problems
     assert problems[0].startswith("task 'a', field owns:")
 
@@ -440,13 +502,18 @@ def test_a_task_that_failed_to_parse_is_still_a_known_dependency() -> None:
 def test_every_problem_is_reported_at_once() -> None:
     raw = plan_data(
         task("Bad_Id"),
-        task("dup"), task("dup", owns=["src/dup2.py"]),
+        task("dup"),
+        task("dup", owns=["src/dup2.py"]),
         task("refs", depends_on=["ghost"], consumes=["Nope"]),
-        task("p1", produces=["Out"]), task("p2", produces=["Out"]),
+        task("p1", produces=["Out"]),
+        task("p2", produces=["Out"]),
         task("paths", owns=["/abs.py", "../up.py", ".orchestration/x", ".worktrees/y"]),
-        task("own1", owns=["shared/x.py"]), task("own2", owns=["shared/*.py"]),
-        task("chk", done=[{"criterion": "c", "check": "pytest || true"},
-                          {"criterion": "d", "check": ""}]),
+        task("own1", owns=["shared/x.py"]),
+        task("own2", owns=["shared/*.py"]),
+        task(
+            "chk",
+            done=[{"criterion": "c", "check": "pytest || true"}, {"criterion": "d", "check": ""}],
+        ),
     )
     problems = problems_of(raw)
     expected_starts = [
@@ -477,18 +544,36 @@ def test_every_problem_is_reported_at_once() -> None:
 
 # done tasks -----------------------------------------------------------------------------
 
+
 def test_done_tasks_seed_outputs_without_edges_or_sessions() -> None:
-    plan = validate_plan_data(plan_data(
-        task("api", consumes=["get_db"], depends_on=["db"]),
-        task("ui", depends_on=["api"]),
-        done_tasks=[{"id": "db", "produces": ["get_db"],
-                     "signatures": {"get_db": "def get_db() -> Connection   # app/db.py"}}],
-    ))
+    plan = validate_plan_data(
+        plan_data(
+            task("api", consumes=["get_db"], depends_on=["db"]),
+            task("ui", depends_on=["api"]),
+            done_tasks=[
+                {
+                    "id": "db",
+                    "produces": ["get_db"],
+                    "signatures": {"get_db": "def get_db() -> Connection   # app/db.py"},
+                }
+            ],
+        )
+    )
     assert dependencies(plan) == {"api": [], "ui": ["api"]}
     assert waves(plan, 4) == [["api"], ["ui"]]
     assert [d.id for d in plan.done_tasks] == ["db"]
     assert plan.done_tasks[0].signatures["get_db"].startswith("def get_db()")
     assert all("db" not in w for w in waves(plan, 4))
+
+
+def test_done_task_signatures_must_name_its_outputs() -> None:
+    problem = only_problem(
+        plan_data(
+            task("api"),
+            done_tasks=[{"id": "db", "produces": ["get_db"], "signatures": {"get_dbb": "x"}}],
+        )
+    )
+    assert problem.startswith("done task 'db', field signatures: 'get_dbb' is not in its produces")
 
 
 # files ----------------------------------------------------------------------------------
@@ -532,7 +617,9 @@ def test_duplicate_key_inside_a_task(tmp_path: Path) -> None:
     path = tmp_path / "plan.yaml"
     path.write_text(
         "goal: g\ntasks:\n  - id: a\n    objective: o\n    owns: [a.py]\n    owns: [b.py]\n"
-        "    done: [{criterion: c, check: pytest}]\n", encoding="utf-8")
+        "    done: [{criterion: c, check: pytest}]\n",
+        encoding="utf-8",
+    )
     with pytest.raises(PlanError) as info:
         load_plan(path)
     assert info.value.problems == ["key 'owns' is given twice (line 6); keep one of them"]
@@ -542,12 +629,15 @@ def test_yaml_merge_keys_still_work(tmp_path: Path) -> None:
     path = tmp_path / "plan.yaml"
     path.write_text(
         "goal: g\ndefaults: &d {objective: o, done: [{criterion: c, check: pytest}]}\n"
-        "tasks:\n  - <<: *d\n    id: a\n    owns: [a.py]\n", encoding="utf-8")
+        "tasks:\n  - <<: *d\n    id: a\n    owns: [a.py]\n",
+        encoding="utf-8",
+    )
     # `defaults` is itself an unknown key: the merge worked, the typo check still runs
     with pytest.raises(PlanError) as info:
         load_plan(path)
     assert info.value.problems == [
-        "field defaults: unknown key (a typo? see the plan format in README)"]
+        "field defaults: unknown key (a typo? see the plan format in README)"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -580,6 +670,7 @@ def test_missing_file_and_unreadable_paths(tmp_path: Path) -> None:
 
 # hashing and helpers --------------------------------------------------------------------
 
+
 def test_plan_hash_is_canonical_and_sensitive() -> None:
     a = validate_plan_data(VALID)
     reordered = validate_plan_data(json.loads(json.dumps(VALID, sort_keys=True)))
@@ -592,8 +683,12 @@ def test_plan_hash_is_canonical_and_sensitive() -> None:
 
 @pytest.mark.parametrize(
     ("goal", "slug"),
-    [("Add a User model!", "add-a-user-model"), ("???", "run"),
-     ("x" * 60, "x" * 40), ("Über straße", "ber-stra-e")],
+    [
+        ("Add a User model!", "add-a-user-model"),
+        ("???", "run"),
+        ("x" * 60, "x" * 40),
+        ("Über straße", "ber-stra-e"),
+    ],
 )
 def test_run_name_slug(goal: str, slug: str) -> None:
     plan = validate_plan_data(plan_data(task("a"), goal=goal))
@@ -642,14 +737,21 @@ def test_patterns_overlap(a: str, b: str, expected: bool) -> None:
 
 def test_semantic_problems_on_a_constructed_plan_with_a_cycle() -> None:
     plan = Plan.model_construct(
-        goal="g", name=None, tasks=[
-            validate_plan_data(plan_data(task("a"))).tasks[0].model_copy(
-                update={"depends_on": ["b"]}),
-            validate_plan_data(plan_data(task("b"))).tasks[0].model_copy(
-                update={"depends_on": ["a"]}),
-        ], done_tasks=[])
+        goal="g",
+        name=None,
+        tasks=[
+            validate_plan_data(plan_data(task("a")))
+            .tasks[0]
+            .model_copy(update={"depends_on": ["b"]}),
+            validate_plan_data(plan_data(task("b")))
+            .tasks[0]
+            .model_copy(update={"depends_on": ["a"]}),
+        ],
+        done_tasks=[],
+    )
     problems = semantic_problems(plan)
     assert problems == [
-        "dependency cycle: a -> b -> a; break it by removing one depends_on/consumes edge"]
+        "dependency cycle: a -> b -> a; break it by removing one depends_on/consumes edge"
+    ]
     with pytest.raises(PlanError):
         planmod.topological_order(plan)

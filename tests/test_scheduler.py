@@ -34,12 +34,22 @@ def diamond() -> Plan:
     #     d     e        level 1
     #      \   /
     #        f           level 2
-    return validate_plan_data({"goal": "g", "tasks": [
-        task("a"), task("b"), task("c"), task("d", "a", "b"), task("e", "c"), task("f", "d", "e"),
-    ]})
+    return validate_plan_data(
+        {
+            "goal": "g",
+            "tasks": [
+                task("a"),
+                task("b"),
+                task("c"),
+                task("d", "a", "b"),
+                task("e", "c"),
+                task("f", "d", "e"),
+            ],
+        }
+    )
 
 
-P, L, I, B = Phase.PENDING, Phase.LAUNCHING, Phase.INTEGRATED, Phase.BLOCKED
+P, L, INT, B = Phase.PENDING, Phase.LAUNCHING, Phase.INTEGRATED, Phase.BLOCKED
 
 
 def test_waves_split_levels_by_the_cap(diamond: Plan) -> None:
@@ -58,18 +68,18 @@ def test_ready_queue_starts_a_task_as_soon_as_its_dependencies_are_integrated(
     assert ready_tasks(diamond, phases, 2) == ["a", "b"]
     phases |= {"a": L, "b": L}
     assert ready_tasks(diamond, phases, 2) == []
-    phases |= {"a": I, "b": I}
+    phases |= {"a": INT, "b": INT}
     # d's producers are integrated: it may start before c (wave 2) has even started
     assert ready_tasks(diamond, phases, 2) == ["c", "d"]
     assert ready_tasks(diamond, phases, 1) == ["c"]
 
 
 def test_strict_waves_wait_for_the_whole_previous_wave(diamond: Plan) -> None:
-    phases = dict.fromkeys("abcdef", P) | {"a": I, "b": I}
+    phases = dict.fromkeys("abcdef", P) | {"a": INT, "b": INT}
     assert ready_tasks(diamond, phases, 2, strict_waves=True) == ["c"]
     phases |= {"c": Phase.VERIFYING}
     assert ready_tasks(diamond, phases, 2, strict_waves=True) == []
-    phases |= {"c": I}
+    phases |= {"c": INT}
     assert ready_tasks(diamond, phases, 2, strict_waves=True) == ["d", "e"]
 
 
@@ -81,8 +91,15 @@ def test_given_wave_numbers_are_used(diamond: Plan) -> None:
 
 
 def test_sessions_in_any_active_phase_count_against_the_cap(diamond: Plan) -> None:
-    for phase in (Phase.LAUNCHING, Phase.PLANNING, Phase.PLAN_READY, Phase.IMPLEMENTING,
-                  Phase.IMPL_DONE, Phase.VERIFYING, Phase.APPROVED):
+    for phase in (
+        Phase.LAUNCHING,
+        Phase.PLANNING,
+        Phase.PLAN_READY,
+        Phase.IMPLEMENTING,
+        Phase.IMPL_DONE,
+        Phase.VERIFYING,
+        Phase.APPROVED,
+    ):
         phases = dict.fromkeys("abcdef", P) | {"a": phase}
         assert ready_tasks(diamond, phases, 2) == ["b"], phase
     for phase in (Phase.BLOCKED, Phase.FAILED, Phase.INTEGRATED):
@@ -91,7 +108,7 @@ def test_sessions_in_any_active_phase_count_against_the_cap(diamond: Plan) -> No
 
 
 def test_blocked_producers_hold_back_their_dependents_only(diamond: Plan) -> None:
-    phases = dict.fromkeys("abcdef", P) | {"a": B, "b": I, "c": I}
+    phases = dict.fromkeys("abcdef", P) | {"a": B, "b": INT, "c": INT}
     assert ready_tasks(diamond, phases, 4) == ["e"]
     assert waiting_on(diamond, phases) == {"d": ["a"], "f": ["a"]}
     phases |= {"e": Phase.FAILED}

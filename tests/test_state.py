@@ -87,7 +87,9 @@ def hammer(repo: Path, mode: str, count: int) -> tuple[int, int, list[str]]:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, str(repo), str(w), str(count), mode],
-            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         for w in range(1, WRITERS + 1)
     ]
@@ -141,7 +143,9 @@ def test_ledger_appends_from_many_processes(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", LEDGER_WRITER, str(tmp_path), str(w), str(count)],
-            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         for w in range(WRITERS)
     ]
@@ -216,8 +220,21 @@ def test_status_contract_keys(tmp_path: Path) -> None:
     store = Store(RunDir(tmp_path))
     store.write_status(TaskStatus(task="a"))
     data = json.loads(store.dirs.status_path("a").read_text())
-    for key in ("task", "phase", "wave", "updated_at", "worktree", "branch", "pane_id",
-                "session_id", "rework_count", "last_event", "note", "error", "commit"):
+    for key in (
+        "task",
+        "phase",
+        "wave",
+        "updated_at",
+        "worktree",
+        "branch",
+        "pane_id",
+        "session_id",
+        "rework_count",
+        "last_event",
+        "note",
+        "error",
+        "commit",
+    ):
         assert key in data, key
 
 
@@ -248,8 +265,13 @@ def test_missing_and_corrupt_state_are_clear_errors(tmp_path: Path) -> None:
 
 def run_state(tmp_path: Path) -> RunState:
     return RunState(
-        name="r", repo=str(tmp_path), base_ref="main", base_sha="0" * 40,
-        staging_branch="lo/r/staging", feature_branch="feat/r", plan_sha256="f" * 64,
+        name="r",
+        repo=str(tmp_path),
+        base_ref="main",
+        base_sha="0" * 40,
+        staging_branch="lo/r/staging",
+        feature_branch="feat/r",
+        plan_sha256="f" * 64,
     )
 
 

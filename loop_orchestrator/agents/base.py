@@ -265,7 +265,7 @@ def answer_dialog(
             msg = f"could not select {dialog.choose!r} in the {dialog.name} dialog"
             raise AgentStartError(
                 msg,
-                screen,
+                tidy_screen(screen),
                 hint="The dialog's wording may have changed; see STARTUP_DIALOGS.",
             )
         key = "Up" if current is not None and current > target else "Down"

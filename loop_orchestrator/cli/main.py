@@ -58,8 +58,7 @@ def _crash_log(exc: BaseException) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     path = folder / f"lo-orch-crash-{stamp}-{os.getpid()}.log"
     path.write_text(
-        f"lo-orch {__version__}\nargv: {sys.argv}\n\n"
-        + "".join(traceback.format_exception(exc)),
+        f"lo-orch {__version__}\nargv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc)),
         encoding="utf-8",
     )
     return path
@@ -69,7 +68,9 @@ def run_cli(args: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; never lets a traceback reach the user."""
     _register()
     try:
-        cli.main(args=args, prog_name="lo-orch", standalone_mode=False)
+        # Without standalone mode click *returns* the code of a `ctx.exit(n)` / `Exit(n)`
+        # (e.g. `lo-orch hook Stop` blocking with 2) instead of raising it: keep it.
+        code = cli.main(args=args, prog_name="lo-orch", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Interrupted.", err=True)
         return EXIT_INTERRUPTED
@@ -94,6 +95,8 @@ def run_cli(args: list[str] | None = None) -> int:
             err=True,
         )
         return EXIT_UNEXPECTED
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
     return EXIT_OK
 
 

@@ -28,7 +28,7 @@ def task_commit(repo: Path, run_name: str, task_id: str, status_commit: str | No
 
 
 def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = True) -> Verdict:
-    """Run every check on ``task_id``'s current commit against the run's base."""
+    """Run every check on ``task_id``'s current commit against where the task began."""
     from loop_orchestrator import runs
     from loop_orchestrator.verify.verdict import verify_task
 
@@ -49,5 +49,13 @@ def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = 
     if not use_llm:
         settings = settings.model_copy(deep=True)
         settings.auditor.llm = "off"
-    return verify_task(repo, store.dirs, task, state.base_sha, commit, brief=brief,
+    from loop_orchestrator import workspace
+
+    # measured from where the task began (staging at launch), not from the run's base,
+    # which lacks the producers' work the task started from
+    try:
+        start = workspace.Workspace(repo, state.name, settings.workspace).task_start(task_id)
+    except GitError:
+        start = state.base_sha
+    return verify_task(repo, store.dirs, task, start, commit, brief=brief,
                        settings=settings, all_tasks=plan.tasks)
