@@ -534,11 +534,14 @@ class Supervisor:
         verdict = verify.load_verdict(self.rundir, tid, commit)
         if verdict is None:
             brief = self.rundir.brief_path(tid).read_text(encoding="utf-8")
+            with self.git_lock:
+                # the task's own change: from the staging commit it began at
+                start = self.ws.task_start(tid)
             verdict = verify.verify_task(
                 self.repo,
                 self.rundir,
                 task,
-                self.state.base_sha,
+                start,
                 commit,
                 brief=brief,
                 settings=self.settings,
