@@ -437,14 +437,32 @@ class TmuxBackend:
 
     def _window_with_room(self) -> str | None:
         counts: dict[str, int] = {}
+        other: set[str] = set()  # windows holding a pane that is no agent (the supervisor)
         for info in self._panes():  # in window order
             counts.setdefault(info.window_id, 0)
-            if not info.keeper:
+            if info.task:
                 counts[info.window_id] += 1
+            elif not info.keeper:
+                other.add(info.window_id)
         for window_id, count in counts.items():
-            if count < PANES_PER_WINDOW:
+            if count < PANES_PER_WINDOW and window_id not in other:
                 return window_id
         return None
+
+    def open_window(self, name: str, spec: LaunchSpec) -> str:
+        """Run ``spec`` in a window of its own named ``name`` (not an agent pane: it is not
+        tagged with a task and agents are never tiled into it); returns its pane id."""
+        _check_spec(spec)
+        with self._lock:
+            self.ensure_session()
+            result = self._tmux(
+                "new-window", "-d", "-t", f"={self.session}:", "-n", name, "-c", str(spec.cwd),
+                *_env_options(spec.env), "-P", "-F", "#{pane_id}", *_pane_command(spec.argv),
+            )
+            pane_id = result.stdout.strip()
+            self._tmux("set-option", "-p", "-t", pane_id, "remain-on-exit", "on")
+        log.info("window opened", extra={"window": name, "pane": pane_id})
+        return pane_id
 
     def respawn(self, pane_id: str, spec: LaunchSpec) -> None:
         """Run ``spec`` again in the same pane (``respawn-pane -k``), dead or alive."""

@@ -39,6 +39,7 @@ from loop_orchestrator.errors import (
     MergeConflictError,
     NotLoggedInError,
 )
+from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR
 from loop_orchestrator.plan import Task
 from loop_orchestrator.state import (
     ACTIVE_PHASES,
@@ -97,6 +98,30 @@ def supervisor_lock(rundir: RunDir) -> Iterator[None]:
         with contextlib.suppress(OSError):
             info.unlink()
         lock.release()
+
+
+def detach(repo: Path, *, continue_blocked: bool = False) -> str:
+    """Start ``lo-orch run`` in a window of the run's tmux session; where it runs."""
+    import shlex
+
+    from loop_orchestrator.agents.base import lo_orch_bin
+    from loop_orchestrator.sessions import LaunchSpec, TmuxBackend
+
+    state, _plan = runs.load_approved(repo)  # refuse before starting anything
+    rundir = RunDir(repo)
+    with supervisor_lock(rundir):
+        pass  # only a check: the supervisor in the window takes the lock itself
+    socket = socket_for(state)
+    backend = TmuxBackend(state.name, socket=socket)
+    argv = [*shlex.split(lo_orch_bin()), "run", "--repo", str(repo)]
+    if continue_blocked:
+        argv.append("--continue-blocked")
+    env = {"LO_ORCH_TMUX_SOCKET": socket} if socket else {}
+    if "PATH" in os.environ:
+        env["PATH"] = os.environ["PATH"]
+    pane = backend.open_window("supervisor", LaunchSpec("supervisor", repo, argv, env))
+    Store(rundir).append_ledger("supervisor_detached", pane_id=pane)
+    return f"tmux session lo-{state.name}, window 'supervisor' ({pane})"
 
 
 def socket_for(state: RunState) -> str | None:
@@ -318,6 +343,15 @@ class Supervisor:
             ):
                 # the prompt for this phase was never confirmed (crash mid-delivery)
                 self._submit(tid, self._redeliver)
+            elif st.phase in WORKING_PHASES and st.error == NOT_LOGGED_IN_ERROR:
+                # StopFailure(authentication_failed), recorded by `lo-orch hook`
+                self._block(
+                    tid,
+                    NotLoggedInError(
+                        "Claude Code is not logged in",
+                        hint="Run `claude` and type /login, then `lo-orch run` again.",
+                    ).render(),
+                )
             elif st.phase == Phase.BLOCKED and st.last_event != "blocked_seen":
                 self._set(tid, last_event="blocked_seen")
                 self._event("task_blocked", tid, message=st.error or st.note or "blocked")

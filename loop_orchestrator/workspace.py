@@ -60,7 +60,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Change", "CleanupReport", "Workspace", "added_lines", "changed_paths", "diff_stat",
-    "diff_text", "ensure_excludes", "file_at", "init_repo", "is_ancestor", "list_files", "merge_base",
+    "diff_text", "ensure_excludes", "file_at", "init_repo", "is_ancestor", "list_files",
+    "merge_base",
     "repo_root", "rev_parse", "temp_checkout", "update_ref",
 ]
 
