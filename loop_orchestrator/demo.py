@@ -38,6 +38,35 @@ def _render(src: Path, dest: Path, python: str) -> None:
     dest.write_text(text, encoding="utf-8")
 
 
+@dataclass
+class DemoFiles:
+    root: Path
+    repo: Path
+    plan: Path
+    script: Path
+
+
+def prepare_demo(root: Path) -> DemoFiles:
+    """Lay out the demo under ``root``: the project as a fresh git repository, and the plan
+    and the scripted agent's script beside it (outside the repo, so its checkout is clean)."""
+    source = resources.examples_dir() / "demo"
+    repo = root / "textstats"
+    shutil.copytree(source / "project", repo)
+    workspace.init_repo(repo)
+    _render(source / "plan.yaml", root / "plan.yaml", shlex.quote(sys.executable))
+    _render(source / "script.yaml", root / "script.yaml", sys.executable)
+    return DemoFiles(root, repo, root / "plan.yaml", root / "script.yaml")
+
+
+def demo_settings(script: Path) -> Settings:
+    """The scripted agent, no LLM auditor (no Claude login in the demo)."""
+    return Settings(
+        agent=AgentConfig(kind="scripted", script=str(script), ready_timeout=20),
+        auditor=AuditorConfig(llm="off"),
+        run=RunConfig(concurrency=4, stall_minutes=5, stagger_seconds=0.1),
+    )
+
+
 def run_demo(
     *,
     keep: bool = False,
@@ -47,27 +76,18 @@ def run_demo(
     """Run the demo end to end; raise LoOrchError naming the step that failed."""
     say = progress or (lambda _m: None)
     started = time.monotonic()
-    source = resources.examples_dir() / "demo"
     root = Path(tempfile.mkdtemp(prefix="lo-orch-demo-", dir=workdir))
-    repo = root / "textstats"
-    shutil.copytree(source / "project", repo)
-    workspace.init_repo(repo)
-    python = shlex.quote(sys.executable)
-    _render(source / "plan.yaml", root / "plan.yaml", python)
-    _render(source / "script.yaml", root / "script.yaml", sys.executable)
+    files = prepare_demo(root)
+    repo = files.repo
 
     own_socket = "LO_ORCH_TMUX_SOCKET" not in os.environ
     socket = os.environ.get("LO_ORCH_TMUX_SOCKET") or f"lo-demo-{os.getpid()}"
     os.environ["LO_ORCH_TMUX_SOCKET"] = socket
-    settings = Settings(
-        agent=AgentConfig(kind="scripted", script=str(root / "script.yaml"), ready_timeout=20),
-        auditor=AuditorConfig(llm="off"),
-        run=RunConfig(concurrency=4, stall_minutes=5, stagger_seconds=0.1),
-    )
+    settings = demo_settings(files.script)
     say(f"demo repository: {repo}")
     say(f"watch the sessions: LO_ORCH_TMUX_SOCKET={socket} lo-orch attach --repo {repo}")
     try:
-        summary = core.plan_from_file(repo, root / "plan.yaml", settings)
+        summary = core.plan_from_file(repo, files.plan, settings)
         say(
             f"plan: {len(summary.plan.tasks)} tasks in {len(summary.waves)} waves "
             + " | ".join(", ".join(w) for w in summary.waves)

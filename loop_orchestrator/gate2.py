@@ -168,7 +168,9 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Run
         s.merged_at = now_iso()
 
     state = store.update_run(merged)
-    cleanup(repo)
+    # staging is now the feature branch's history: keeping it would only invite a stale
+    # staging for the next run of the same name
+    cleanup(repo, delete_staging=True)
     return state
 
 
@@ -187,7 +189,7 @@ class CleanupResult:
     branches_kept: list[str]
 
 
-def cleanup(repo: Path, *, abandon: bool = False) -> CleanupResult:
+def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) -> CleanupResult:
     """Kill the run's tmux session by exact name; remove clean worktrees; delete merged
     task branches. Dirty worktrees and unmerged branches are kept and listed."""
     from loop_orchestrator.sessions import TmuxBackend
@@ -203,7 +205,7 @@ def cleanup(repo: Path, *, abandon: bool = False) -> CleanupResult:
             backend.kill_session()
             killed = True
     ws = workspace.Workspace(repo, state.name, _settings(repo).workspace)
-    report = ws.cleanup([t.id for t in plan.tasks])
+    report = ws.cleanup([t.id for t in plan.tasks], delete_staging=delete_staging)
     if abandon and state.phase not in (RunPhase.MERGED,):
         store.update_run(lambda s: setattr(s, "phase", RunPhase.STOPPED))
         store.append_ledger("run_abandoned", run=state.name)

@@ -21,7 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     home = tmp_path_factory.mktemp("home")
     gitconfig = home / ".gitconfig-test"
     gitconfig.write_text(
@@ -58,8 +60,14 @@ def tmux_socket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 def git(cwd: Path, *args: str) -> str:
     """Run git in ``cwd`` for a test and return stdout (raises on failure)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k.startswith("GIT_CONFIG")}
-    out = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GIT_") or k.startswith("GIT_CONFIG")
+    }
+    out = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
     if out.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {out.stderr}")
     return out.stdout

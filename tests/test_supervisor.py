@@ -1,0 +1,366 @@
+"""The supervisor end to end: real tmux (private socket), real git, the scripted agent.
+
+The demo project (examples/demo: four tasks in three waves, `counts` reworked once) is the
+fixture; scripts are varied per test to make sessions misbehave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import git
+
+from loop_orchestrator import core, demo, gate2, runs, workspace
+from loop_orchestrator.config import Settings
+from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.supervisor import Supervisor
+
+TASKS = ("tokenize", "slug", "counts", "report")
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
+    return demo.prepare_demo(tmp_path)
+
+
+def edit_script(files: demo.DemoFiles, change: Callable[[dict[str, Any]], None]) -> None:
+    data = yaml.safe_load(files.script.read_text(encoding="utf-8"))
+    change(data)
+    files.script.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def plan_and_approve(files: demo.DemoFiles, settings: Settings) -> None:
+    core.plan_from_file(files.repo, files.plan, settings)
+    runs.approve_plan(files.repo)
+
+
+def ledger(repo: Path) -> list[dict[str, Any]]:
+    return Store(RunDir(repo)).read_ledger()
+
+
+def phases(repo: Path) -> dict[str, Phase]:
+    return {s.task: s.phase for s in Store(RunDir(repo)).list_statuses()}
+
+
+def merges_per_task(repo: Path, branch: str) -> Counter[str]:
+    subjects = git(repo, "log", "--merges", "--format=%s", branch).splitlines()
+    counts: Counter[str] = Counter()
+    for subject in subjects:
+        for task in TASKS:
+            if f"task {task}:" in subject or f"task {task} " in subject:
+                counts[task] += 1
+    return counts
+
+
+def tmux_has_session(socket: str, name: str) -> bool:
+    result = subprocess.run(
+        ["tmux", "-L", socket, "has-session", "-t", f"={name}"], capture_output=True, check=False
+    )
+    return result.returncode == 0
+
+
+def test_four_tasks_run_gate2_and_merge(demo_files: demo.DemoFiles, tmux_socket: str) -> None:
+    repo = demo_files.repo
+    settings = demo.demo_settings(demo_files.script)
+    plan_and_approve(demo_files, settings)
+    messages: list[str] = []
+
+    outcome = Supervisor(repo, settings, progress=messages.append).run()
+
+    assert outcome.state == "review", outcome.message
+    assert set(phases(repo).values()) == {Phase.INTEGRATED}
+    state = Store(RunDir(repo)).read_run()
+    assert state.phase == RunPhase.AWAITING_MERGE_REVIEW
+    assert state.integration is not None
+    assert state.integration["passed"] is True
+    assert state.integration["exit_code"] == 0
+    events = ledger(repo)
+    integrated = Counter(e["task"] for e in events if e["event"] == "task_integrated")
+    assert integrated == dict.fromkeys(TASKS, 1)
+    # counts failed its done-check once and was reworked with a review
+    reworks = [e for e in events if e["event"] == "rework"]
+    assert [(e["task"], e["round"]) for e in reworks] == [("counts", 1)]
+    review = Path(reworks[0]["review"]).read_text(encoding="utf-8")
+    assert "done.failed" in review
+    # dependents started only after their producers were integrated
+    order = [e["task"] for e in events if e["event"] == "task_integrated"]
+    released = {e["task"]: i for i, e in enumerate(events) if e["event"] == "task_released"}
+    done_at = {e["task"]: i for i, e in enumerate(events) if e["event"] == "task_integrated"}
+    assert released["counts"] > done_at["tokenize"]
+    assert released["report"] > max(done_at["counts"], done_at["slug"])
+    assert order.index("report") == 3
+
+    review_obj = gate2.review(repo)
+    assert "textstats/report.py" in review_obj.stat
+    gate2.merge(repo, review_obj)
+
+    feature = git(repo, "rev-parse", "feat/demo").strip()
+    assert feature == review_obj.commit  # exactly the reviewed commit, no new merge commit
+    assert merges_per_task(repo, "feat/demo") == dict.fromkeys(TASKS, 1)
+    counts_py = git(repo, "show", "feat/demo:textstats/counts.py")
+    assert "return ranked[:n]" in counts_py
+    with workspace.temp_checkout(repo, "feat/demo") as tree:
+        tests = subprocess.run(
+            [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
+            cwd=tree, capture_output=True, text=True, check=False,
+        )
+    assert tests.returncode == 0, tests.stderr
+    assert "Ran 18 tests" in tests.stderr
+    # the main checkout is still on main: the merged code is on the feature branch only
+    assert not (repo / "textstats" / "report.py").exists()
+    # nothing of the run is left behind
+    assert not tmux_has_session(tmux_socket, "lo-demo")
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert git(repo, "branch", "--list", "lo/demo/*").strip() == ""
+    assert Store(RunDir(repo)).read_run().phase == RunPhase.MERGED
+    assert git(repo, "status", "--porcelain").strip() == ""
+
+
+def _write_config(files: demo.DemoFiles, **run: Any) -> None:
+    folder = files.repo / ".loop-orchestrator"
+    folder.mkdir(exist_ok=True)
+    run_lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in run.items())
+    (folder / "config.toml").write_text(
+        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
+        f'[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n{run_lines}',
+        encoding="utf-8",
+    )
+
+
+def _run_cmd(repo: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo), *extra]
+
+
+def test_sigkill_at_random_moments_then_resume(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    repo = demo_files.repo
+    _write_config(demo_files)
+    settings = demo.demo_settings(demo_files.script)
+    plan_and_approve(demo_files, settings)
+    rng = random.Random(20261129)
+    store = Store(RunDir(repo))
+    kills = 0
+    for _ in range(12):
+        proc = subprocess.Popen(
+            _run_cmd(repo), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(rng.uniform(0.4, 2.5))
+        if proc.poll() is not None:
+            break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        if store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW:
+            break
+    final = subprocess.run(
+        _run_cmd(repo), capture_output=True, text=True, timeout=240, check=False
+    )
+    assert final.returncode == 0, final.stderr
+    assert kills >= 3  # the run really was interrupted several times
+    assert store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
+    assert set(phases(repo).values()) == {Phase.INTEGRATED}
+    # each task merged into staging exactly once, in spite of the restarts
+    assert merges_per_task(repo, "lo/demo/staging") == dict.fromkeys(TASKS, 1)
+    launched = Counter(e["task"] for e in ledger(repo) if e["event"] == "session_launched")
+    assert all(n <= 1 for n in launched.values()), launched
+    # no orphan pane: every integrated task's pane is gone
+    panes = subprocess.run(
+        ["tmux", "-L", tmux_socket, "list-panes", "-s", "-t", "=lo-demo", "-F", "#{@lo_task}"],
+        capture_output=True, text=True, check=False,
+    ).stdout.split()
+    assert [p for p in panes if p] == []
+    review = gate2.review(repo)
+    gate2.merge(repo, review)
+    assert "return ranked[:n]" in git(repo, "show", "feat/demo:textstats/counts.py")
+    for task in TASKS:
+        assert git(repo, "ls-tree", "--name-only", "feat/demo", f"textstats/{task}.py").strip()
+
+
+def test_second_supervisor_is_refused_naming_the_holder(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    repo = demo_files.repo
+    edit_script(demo_files, lambda d: d["tokenize"].update(plan=["hang"]))
+    _write_config(demo_files)
+    plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
+    first = subprocess.Popen(
+        _run_cmd(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        info = repo / ".orchestration" / "supervisor.json"
+        wait_for(info.exists, 20, "the first supervisor to take the lock")
+        second = subprocess.run(_run_cmd(repo), capture_output=True, text=True, timeout=60,
+                                check=False)
+        assert second.returncode == 1
+        assert second.stderr.startswith("Error: another supervisor is running")
+        assert f"pid {first.pid}" in second.stderr
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(timeout=30)
+    # Ctrl-C stops the supervisor, not the sessions
+    assert tmux_has_session(tmux_socket, "lo-demo")
+
+
+def test_review_then_fix_and_blocked_after_three_rounds(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    repo = demo_files.repo
+
+    def change(d: dict[str, Any]) -> None:
+        good_slug_round = d["slug"]["implement"][0]
+        # slug: first an assertion-less test, then the real one
+        lazy = [
+            {"write": {"path": "tests/test_slug.py", "content": (
+                "import unittest\n\nfrom textstats.slug import slugify\n\n\n"
+                "class SlugifyTest(unittest.TestCase):\n"
+                "    def test_it_runs(self):\n        slugify('Hello World')\n"
+            )}},
+            *[
+                a for a in good_slug_round
+                if "write" in a and a["write"]["path"] != "tests/test_slug.py"
+            ],
+            {"signal": {"phase": "impl_done"}},
+        ]
+        d["slug"]["implement"] = [lazy, good_slug_round]
+        # tokenize: a tautological test every time
+        bad = [a for a in d["tokenize"]["implement"][0] if "write" in a]
+        bad[0] = {"write": {"path": "tests/test_tokenize.py", "content": (
+            "import unittest\n\nfrom textstats.tokenize import tokenize\n\n\n"
+            "class TokenizeTest(unittest.TestCase):\n"
+            "    def test_true(self):\n        tokenize('a')\n        self.assertTrue(True)\n"
+        )}}
+        d["tokenize"]["implement"] = [[*bad, {"signal": {"phase": "impl_done"}}]]
+
+    edit_script(demo_files, change)
+    settings = demo.demo_settings(demo_files.script)
+    plan_and_approve(demo_files, settings)
+
+    outcome = Supervisor(repo, settings).run()
+
+    assert outcome.state == "blocked"
+    got = phases(repo)
+    assert got["slug"] == Phase.INTEGRATED
+    assert got["tokenize"] == Phase.BLOCKED
+    assert got["counts"] == Phase.PENDING  # waits on the blocked producer
+    assert got["report"] == Phase.PENDING
+    status = Store(RunDir(repo)).read_status("tokenize")
+    assert status.rework_count == 3
+    assert status.error is not None
+    assert "after 3 rework round(s)" in status.error
+    reviews = RunDir(repo).reviews_dir
+    assert sorted(p.name for p in reviews.glob("tokenize-r*.md")) == [
+        "tokenize-r1.md", "tokenize-r2.md", "tokenize-r3.md"]
+    slug_review = (reviews / "slug-r1.md").read_text(encoding="utf-8")
+    assert "tests.no-assertion" in slug_review
+    assert "never weaken" in slug_review.lower() or "Never weaken" in slug_review
+    assert "tokenize: " in outcome.message
+    assert "counts: waiting on tokenize" in outcome.message
+
+
+def test_dead_session_is_relaunched_once_then_failed(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    repo = demo_files.repo
+    edit_script(demo_files, lambda d: d["slug"].update(implement=[[{"exit": 3}]]))
+    settings = demo.demo_settings(demo_files.script)
+    plan_and_approve(demo_files, settings)
+
+    outcome = Supervisor(repo, settings).run()
+
+    assert outcome.state == "blocked"
+    status = Store(RunDir(repo)).read_status("slug")
+    assert status.phase == Phase.FAILED
+    assert status.relaunches == 1
+    assert status.error is not None
+    assert "status 3" in status.error
+    events = [e["event"] for e in ledger(repo) if e.get("task") == "slug"]
+    assert events.count("session_died") == 1
+    assert events.count("task_failed") == 1
+    assert phases(repo)["tokenize"] == Phase.INTEGRATED
+    assert phases(repo)["counts"] == Phase.INTEGRATED
+
+
+def test_silent_session_is_nudged_then_blocked(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    repo = demo_files.repo
+    edit_script(demo_files, lambda d: d["slug"].update(plan=[{"say": "thinking"}]))
+    settings = demo.demo_settings(demo_files.script)
+    settings.run.stall_minutes = 0.04  # 2.4 s
+    plan_and_approve(demo_files, settings)
+
+    outcome = Supervisor(repo, settings).run()
+
+    assert outcome.state == "blocked"
+    status = Store(RunDir(repo)).read_status("slug")
+    assert status.phase == Phase.BLOCKED
+    assert status.nudged is True
+    assert status.error is not None
+    assert "no activity" in status.error
+    events = [e["event"] for e in ledger(repo) if e.get("task") == "slug"]
+    assert events.index("nudged") < events.index("task_blocked")
+
+
+def test_run_refuses_a_plan_that_is_not_approved(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    repo = demo_files.repo
+    _write_config(demo_files)
+    core.plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
+    result = subprocess.run(_run_cmd(repo), capture_output=True, text=True, check=False)
+    assert result.returncode == 1
+    assert "has not been approved" in result.stderr
+    assert not tmux_has_session(tmux_socket, "lo-demo")
+    runs.approve_plan(repo)
+    demo_files.plan.write_text(
+        demo_files.plan.read_text(encoding="utf-8").replace("concurrency: 4", "concurrency: 3"),
+        encoding="utf-8",
+    )
+    result = subprocess.run(_run_cmd(repo), capture_output=True, text=True, check=False)
+    assert result.returncode == 1
+    assert "edited after `lo-orch plan`" in result.stderr
+
+
+def test_detached_supervisor_runs_in_a_tmux_window(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    repo = demo_files.repo
+    _write_config(demo_files)
+    plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
+    result = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "run", "--detach", "--repo", str(repo)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "window 'supervisor'" in result.stdout
+    windows = subprocess.run(
+        ["tmux", "-L", tmux_socket, "list-windows", "-t", "=lo-demo", "-F", "#{window_name}"],
+        capture_output=True, text=True, check=False,
+    ).stdout.split()
+    assert "supervisor" in windows
+    store = Store(RunDir(repo))
+    wait_for(lambda: store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW, 120,
+             "the detached supervisor to reach Gate 2")
+    assert set(phases(repo).values()) == {Phase.INTEGRATED}
