@@ -28,6 +28,7 @@ class IntegrationResult:
     exit_code: int | None
     summary: str
     evidence: Path | None
+    output: str = ""
 
 
 def integration_command(plan: Plan, settings: Settings, repo: Path) -> str | None:
@@ -91,7 +92,10 @@ def integrate(
                     {"command": command, "exit_code": exit_code, "commit": commit, "passed": False},
                 )
             )
-            return IntegrationResult(False, commit, command, exit_code, summary, evidence)
+            return IntegrationResult(
+                False, commit, command, exit_code, summary, evidence,
+                output=result.stdout + "\n" + result.stderr,
+            )
         summary = f"integration command `{command}` passed on staging {commit[:12]}"
     else:
         summary = (

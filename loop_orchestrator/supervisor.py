@@ -163,6 +163,7 @@ class Supervisor:
         # Workspace is not thread-safe (branch creation writes .git/config): one git writer.
         self.git_lock = threading.Lock()
         self.screens: dict[str, tuple[int, float]] = {}
+        self.integration: Any = None  # the last gate2.IntegrationResult
         self.last_liveness = 0.0
         if socket != self.state.tmux_socket:
             self.state = self.store.update_run(lambda s: setattr(s, "tmux_socket", socket))
@@ -189,12 +190,15 @@ class Supervisor:
             observer = self._watch()
             try:
                 self._reconcile()
-                self._loop()
+                while True:
+                    self._loop()
+                    outcome = self._finish()
+                    if outcome.state != "integration_failed" or not self._route_integration():
+                        return outcome
             finally:
                 with contextlib.suppress(Exception):
                     observer.stop()
                 self.pool.shutdown(wait=True, cancel_futures=True)
-            return self._finish()
 
     def _start_run(self) -> None:
         first = self.state.phase == RunPhase.AWAITING_PLAN_APPROVAL
@@ -640,6 +644,64 @@ class Supervisor:
             with contextlib.suppress(LoOrchError):
                 self.backend.kill_pane(st.pane_id)
 
+    def _route_integration(self) -> bool:
+        """Send an integration failure back to the tasks owning the files it blames.
+
+        True when at least one task was reopened (the run goes on); False when nothing
+        could be routed, and the run waits for a human with the output.
+        """
+        from loop_orchestrator import verify
+
+        result = self.integration
+        if result is None or not result.output:
+            return False
+        files = workspace.list_files(self.repo, result.commit)
+        blamed = verify.failing_files(result.output, files)
+        routed = verify.route_integration_failure(blamed, self.plan.tasks, depends=self.deps)
+        reopened = False
+        for tid, paths in routed.items():
+            if tid is None:
+                continue
+            st = self.store.read_status(tid)
+            if st.phase != Phase.INTEGRATED:
+                continue
+            round_no = st.rework_count + 1
+            if round_no > self.settings.run.max_rework:
+                self._block(tid, f"the integration tests still fail on {', '.join(paths)} "
+                            f"after {st.rework_count} rework round(s)")
+                continue
+            review = self.rundir.review_path(tid, round_no)
+            tail = "\n".join(result.output.strip().splitlines()[-80:])
+            atomic_write_text(review, briefs.render(
+                "review_integration.md.j2", task=tid, round_no=round_no,
+                max_rounds=self.settings.run.max_rework, command=result.command,
+                commit=result.commit, paths=paths, output=tail,
+                evidence=str(result.evidence) if result.evidence else "",
+            ))
+            self._set(tid, phase=Phase.IMPLEMENTING, rework_count=round_no, delivered=None,
+                      note=f"integration tests fail on {', '.join(paths)}", error=None)
+            self._event("integration_routed", tid, round=round_no, files=paths,
+                        review=str(review))
+            self._submit(tid, self._reopen)
+            reopened = True
+        if reopened:
+            self.state = self.store.update_run(lambda s: setattr(s, "phase", RunPhase.RUNNING))
+        return reopened
+
+    def _reopen(self, tid: str) -> None:
+        """Relaunch an integrated task's session on its worktree, with staging merged in."""
+        with self.git_lock:
+            self.ws.refresh_task(tid)
+        st = self.store.read_status(tid)
+        spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st),
+                                        resume=bool(st.session_id))
+        pane = self.backend.launch(spec)
+        self._set(tid, pane_id=pane)
+        self._event("session_launched", tid, pane_id=pane, session_id=st.session_id,
+                    reopened=True)
+        self.adapter.wait_ready(self.backend, pane, timeout=self.settings.agent.ready_timeout)
+        self._deliver(tid, "prompt_rework.md.j2")
+
     # briefs --------------------------------------------------------------------------------
     def render_brief(self, task: Task) -> str:
         by_id = {t.id: t for t in self.plan.tasks}
@@ -716,6 +778,7 @@ class Supervisor:
             return Outcome("blocked", "\n".join(lines), stuck)
         skipped = sorted(set(stuck) | set(waiting))
         result = gate2.integrate(self.repo, self.settings, self.plan, skipped=skipped)
+        self.integration = result
         if not result.passed:
             self._event("integration_failed", exit_code=result.exit_code, message=result.summary)
             return Outcome("integration_failed", result.summary)

@@ -496,6 +496,34 @@ class Workspace:
         log.info("task committed", extra={"task": task, "commit": head})
         return head
 
+    def refresh_task(self, task: str) -> str:
+        """Bring staging into a task's branch (a merge commit in its worktree) before the
+        task is reopened; the merge becomes the task's new start, so verification still
+        measures only the task's own change. Returns the new start commit."""
+        branch = self.task_branch(task)
+        path = self.worktree_path(task)
+        staging = self._tip(self.staging_branch)
+        if staging is None or is_ancestor(self.repo, staging, branch):
+            return self.task_start(task)
+        if self.worktree_dirty(path):
+            msg = f"task {task}'s worktree has uncommitted changes; staging cannot be merged in"
+            raise GitError(msg, hint=f"Commit or discard them in {self._rel(path)}.")
+        res = git(path, "merge", "--no-ff", "--no-edit", "--no-verify", "--no-gpg-sign", "-m",
+                  f"lo-orch: bring {self.staging_branch} into {task}", staging,
+                  check=False, env=identity(self.settings))
+        if not res.ok:
+            git(path, "merge", "--abort", check=False)
+            conflicts = self.merge_precheck(branch, onto=staging)
+            msg = f"staging does not merge into task {task}"
+            raise MergeConflictError(
+                msg, conflicts,
+                hint="Resolve it by hand in the worktree, then `lo-orch run` again.",
+            )
+        head = git(path, "rev-parse", "HEAD").stdout.strip()
+        self._git("config", "--local", f"branch.{branch}.{_LAUNCH}", head)
+        log.info("staging merged into task", extra={"task": task, "commit": head})
+        return head
+
     def _committed_paths(self, branch: str) -> list[str]:
         """Paths added or modified by the branch's own commits (since it left staging)."""
         staging = self._tip(self.staging_branch)

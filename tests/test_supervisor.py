@@ -364,3 +364,53 @@ def test_detached_supervisor_runs_in_a_tmux_window(
     wait_for(lambda: store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW, 120,
              "the detached supervisor to reach Gate 2")
     assert set(phases(repo).values()) == {Phase.INTEGRATED}
+
+
+def test_integration_failure_goes_back_to_the_owning_task(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    """slug's done-check runs one test only, so a slug that keeps a trailing dash passes
+    verification; the integration command (every test) catches it, and the failure goes
+    back to slug, which fixes it in its second round."""
+    repo = demo_files.repo
+    plan_text = demo_files.plan.read_text(encoding="utf-8")
+    demo_files.plan.write_text(
+        plan_text.replace(
+            "-m unittest -q tests.test_slug",
+            "-m unittest -q tests.test_slug.SlugifyTest.test_words_are_joined_with_dashes",
+        ),
+        encoding="utf-8",
+    )
+
+    def buggy_first(d: dict[str, Any]) -> None:
+        good = d["slug"]["implement"][0]
+        bad = json.loads(json.dumps(good))
+        for action in bad:
+            if "write" in action and action["write"]["path"] == "textstats/slug.py":
+                content = action["write"]["content"]
+                assert '.rstrip("-")' in content
+                action["write"]["content"] = content.replace('.rstrip("-")', "")
+        d["slug"]["implement"] = [bad, good]
+
+    edit_script(demo_files, buggy_first)
+    settings = demo.demo_settings(demo_files.script)
+    plan_and_approve(demo_files, settings)
+
+    outcome = Supervisor(repo, settings).run()
+
+    assert outcome.state == "review", outcome.message
+    events = ledger(repo)
+    names = [e["event"] for e in events]
+    assert names.count("integration_failed") == 1
+    routed = [e for e in events if e["event"] == "integration_routed"]
+    assert [(e["task"], e["round"]) for e in routed] == [("slug", 1)]
+    assert "tests/test_slug.py" in routed[0]["files"]
+    review = Path(routed[0]["review"]).read_text(encoding="utf-8")
+    assert "test_length_is_capped_without_a_trailing_dash" in review
+    # slug was merged twice (first with the bug, then the fix), everyone else once
+    assert merges_per_task(repo, "lo/demo/staging") == {
+        "tokenize": 1, "slug": 2, "counts": 1, "report": 1}
+    assert '.rstrip("-")' in git(repo, "show", "lo/demo/staging:textstats/slug.py")
+    state = Store(RunDir(repo)).read_run()
+    assert state.integration is not None
+    assert state.integration["passed"] is True

@@ -38,7 +38,12 @@ from loop_orchestrator.verify.models import (
     Verdict,
     VerificationFailed,
 )
-from loop_orchestrator.verify.review import rework_prompt, route_integration_failure, write_review
+from loop_orchestrator.verify.review import (
+    failing_files,
+    rework_prompt,
+    route_integration_failure,
+    write_review,
+)
 from loop_orchestrator.verify.verdict import load_verdict, verify_task
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "Severity",
     "Verdict",
     "VerificationFailed",
+    "failing_files",
     "load_verdict",
     "rework_prompt",
     "route_integration_failure",

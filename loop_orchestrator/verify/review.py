@@ -3,6 +3,7 @@ integration failures back to the tasks that own the failing files."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +52,44 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
         "prompt_rework.md.j2", task=task_id, round=round_no, max_rounds=max_rounds,
         review=str(review_path), summary="\n".join(lines),
     )
+
+
+_UNITTEST_FAIL = re.compile(r"^(?:FAIL|ERROR): \S+ \(([\w.]+?)\.\w+(?:\.\w+)?\)", re.M)
+_PYTEST_FAIL = re.compile(r"^(?:FAILED|ERROR) ([^\s:]+)(?:::|\s|$)", re.M)
+_TRACE_FILE = re.compile(r'File "([^"]+)", line \d+')
+_PATH_TOKEN = re.compile(r"[\w./-]+\.[A-Za-z0-9]+")
+
+
+def failing_files(output: str, files: Sequence[str]) -> list[str]:
+    """Files of the tree that an integration command's output blames, most specific first:
+    failing test modules (pytest ``FAILED path::test``, unittest ``FAIL: t (pkg.mod.Class)``),
+    then files in tracebacks (matched by their path suffix, since the command ran in a
+    temporary checkout), then any other mention of a tracked path."""
+    known = set(files)
+    found: list[str] = []
+
+    def add(path: str) -> None:
+        if path in known and path not in found:
+            found.append(path)
+
+    for m in _PYTEST_FAIL.finditer(output):
+        add(m.group(1))
+    for m in _UNITTEST_FAIL.finditer(output):
+        module = m.group(1)
+        for cut in range(module.count(".") + 1):
+            parts = module.split(".")
+            add("/".join(parts[: len(parts) - cut]) + ".py")
+    by_suffix = sorted(known, key=len, reverse=True)
+    for m in _TRACE_FILE.finditer(output):
+        raw = m.group(1).replace("\\", "/")
+        for path in by_suffix:
+            if raw == path or raw.endswith("/" + path):
+                add(path)
+                break
+    if not found:
+        for m in _PATH_TOKEN.finditer(output):
+            add(m.group(0).lstrip("./"))
+    return found
 
 
 def route_integration_failure(
