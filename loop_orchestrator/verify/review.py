@@ -54,7 +54,7 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
     )
 
 
-_UNITTEST_FAIL = re.compile(r"^(?:FAIL|ERROR): \S+ \(([\w.]+?)\.\w+(?:\.\w+)?\)", re.M)
+_UNITTEST_FAIL = re.compile(r"^(?:FAIL|ERROR): \S+ \(([\w.]+)\)", re.M)
 _PYTEST_FAIL = re.compile(r"^(?:FAILED|ERROR) ([^\s:]+)(?:::|\s|$)", re.M)
 _TRACE_FILE = re.compile(r'File "([^"]+)", line \d+')
 _PATH_TOKEN = re.compile(r"[\w./-]+\.[A-Za-z0-9]+")
@@ -75,10 +75,14 @@ def failing_files(output: str, files: Sequence[str]) -> list[str]:
     for m in _PYTEST_FAIL.finditer(output):
         add(m.group(1))
     for m in _UNITTEST_FAIL.finditer(output):
-        module = m.group(1)
-        for cut in range(module.count(".") + 1):
-            parts = module.split(".")
-            add("/".join(parts[: len(parts) - cut]) + ".py")
+        # `pkg.test_mod.Class.test` (3.11+) or `pkg.test_mod.Class`: the longest prefix that
+        # is a file of the tree is the module
+        parts = m.group(1).split(".")
+        for end in range(len(parts), 0, -1):
+            candidate = "/".join(parts[:end]) + ".py"
+            if candidate in known:
+                add(candidate)
+                break
     by_suffix = sorted(known, key=len, reverse=True)
     for m in _TRACE_FILE.finditer(output):
         raw = m.group(1).replace("\\", "/")
