@@ -748,10 +748,15 @@ def ready_tasks(
     waves_by_id = dict(wave_numbers) if wave_numbers is not None else wave_of(plan, cap)
     barrier = None
     if strict_waves:
+        # A blocked or failed task, and what waits on it, will not finish without a human:
+        # it does not hold the barrier, so the rest of the run goes on (as without it).
+        stuck = set(waiting_on(plan, phases))
         unfinished = [
             waves_by_id[t.id]
             for t in plan.tasks
-            if phases.get(t.id, Phase.PENDING) != Phase.INTEGRATED
+            if phases.get(t.id, Phase.PENDING) not in (Phase.INTEGRATED, Phase.BLOCKED,
+                                                       Phase.FAILED)
+            and t.id not in stuck
         ]
         barrier = min(unfinished, default=None)
     ready: list[str] = []

@@ -83,6 +83,17 @@ def test_strict_waves_wait_for_the_whole_previous_wave(diamond: Plan) -> None:
     assert ready_tasks(diamond, phases, 2, strict_waves=True) == ["d", "e"]
 
 
+def test_strict_waves_pass_a_blocked_task_and_what_waits_on_it(diamond: Plan) -> None:
+    # a is blocked: d and f can never start; c and e must not wait for them
+    phases = dict.fromkeys("abcdef", P) | {"a": B, "b": INT}
+    assert ready_tasks(diamond, phases, 2, strict_waves=True) == ["c"]
+    phases |= {"c": INT}
+    assert ready_tasks(diamond, phases, 2, strict_waves=True) == ["e"]
+    phases |= {"e": INT}
+    assert ready_tasks(diamond, phases, 2, strict_waves=True) == []
+    assert waiting_on(diamond, phases) == {"d": ["a"], "f": ["a"]}
+
+
 def test_given_wave_numbers_are_used(diamond: Plan) -> None:
     phases = dict.fromkeys("abcdef", P)
     numbers = {"a": 2, "b": 1, "c": 1, "d": 3, "e": 3, "f": 4}
