@@ -99,6 +99,25 @@ def _in_progress(store: Store) -> list[TaskStatus]:
     return [s for s in store.list_statuses() if s.phase != Phase.PENDING]
 
 
+def refuse_run_in_progress(store: Store) -> bool:
+    """Refuse to plan over a run whose tasks started and that is not merged or stopped.
+
+    Returns whether a previous (unstarted or finished) run exists and will be replaced.
+    """
+    if not store.has_run():
+        return False
+    previous = store.read_run()
+    started = _in_progress(store)
+    if previous.phase not in (RunPhase.MERGED, RunPhase.STOPPED) and started:
+        msg = f"run {previous.name!r} is in progress ({len(started)} task(s) started)"
+        raise StateError(
+            msg,
+            hint="Finish it with `lo-orch run` and `lo-orch merge`, or abandon it with "
+            "`lo-orch cleanup --abandon`, before planning a new run.",
+        )
+    return True
+
+
 def create_run(
     repo: Path,
     plan: Plan,
@@ -116,18 +135,7 @@ def create_run(
     waves = planmod.waves(plan, cap)
     wave_of = {tid: n for n, w in enumerate(waves, start=1) for tid in w}
 
-    replaced = False
-    if store.has_run():
-        previous = store.read_run()
-        started = _in_progress(store)
-        if previous.phase not in (RunPhase.MERGED, RunPhase.STOPPED) and started:
-            msg = f"run {previous.name!r} is in progress ({len(started)} task(s) started)"
-            raise StateError(
-                msg,
-                hint="Finish it with `lo-orch run` and `lo-orch merge`, or abandon it with "
-                "`lo-orch cleanup --abandon`, before planning a new run.",
-            )
-        replaced = True
+    replaced = refuse_run_in_progress(store)
 
     run_name = plan.run_name
     now = now_iso()

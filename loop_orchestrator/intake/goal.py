@@ -22,12 +22,12 @@ from typing import Any
 
 import yaml
 
-from loop_orchestrator import briefs, workspace
+from loop_orchestrator import briefs, runs, workspace
 from loop_orchestrator.config import Settings, load_tool_profile
-from loop_orchestrator.errors import IntakeError, PlanError, StateError
+from loop_orchestrator.errors import IntakeError, PlanError
 from loop_orchestrator.intake import agent
 from loop_orchestrator.plan import Plan, parse_plan_text, validate_plan_data
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store, atomic_write_text
+from loop_orchestrator.state import RunDir, Store, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +64,7 @@ def ensure_can_plan(repo: Path) -> str:
     in-progress rule is the one ``runs.create_run`` applies.
     """
     head = workspace.rev_parse(repo, "HEAD")
-    store = Store.for_repo(repo)
-    if store.has_run():
-        previous = store.read_run()
-        started = [s for s in store.list_statuses() if s.phase != Phase.PENDING]
-        if previous.phase not in (RunPhase.MERGED, RunPhase.STOPPED) and started:
-            msg = f"run {previous.name!r} is in progress ({len(started)} task(s) started)"
-            raise StateError(
-                msg,
-                hint="Finish it with `lo-orch run` and `lo-orch merge`, or abandon it with "
-                "`lo-orch cleanup --abandon`, before planning a new run.",
-            )
+    runs.refuse_run_in_progress(Store.for_repo(repo))
     return head
 
 
