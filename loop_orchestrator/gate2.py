@@ -56,7 +56,7 @@ def integrate(
     exit_code: int | None = 0
     if command:
         argv = shlex.split(command)
-        with workspace.temp_checkout(repo, commit) as tree:
+        with workspace.temp_checkout(repo, commit, link_dependencies=True) as tree:
             result = proc.run(
                 argv, cwd=tree, check=False, timeout=settings.verify.integration_timeout
             )

@@ -447,19 +447,39 @@ def list_files(repo: Path, commit: str) -> list[str]:
     return files
 
 
+#: untracked folders of the main checkout that ``temp_checkout`` can link into its tree
+DEPENDENCY_DIRS = (".venv", "venv", "node_modules")
+
+
 @contextlib.contextmanager
-def temp_checkout(repo: Path, commit: str) -> Iterator[Path]:
+def temp_checkout(
+    repo: Path, commit: str, *, link_dependencies: bool = False
+) -> Iterator[Path]:
     """A clean, detached checkout of ``commit`` in a temporary folder, gone afterwards.
 
     Checks run here may leave build output behind; the folder is ours alone, so it is
-    deleted as a whole and its worktree record pruned (no user work can live in it).
+    deleted as a whole and its worktree record pruned (no user work can live in it). With
+    ``link_dependencies`` the main checkout's installed dependencies (``.venv``,
+    ``node_modules``...) are linked in, so the project's own test command runs there.
     """
     sha = rev_parse(repo, commit)
     holder = Path(tempfile.mkdtemp(prefix="lo-orch-checkout-"))
     tree = holder / "tree"
+    links: list[Path] = []
     try:
-        git(repo, "worktree", "add", "--quiet", "--detach", str(tree), sha)
+        git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet", "--detach",
+            str(tree), sha)
+        if link_dependencies:
+            for name in DEPENDENCY_DIRS:
+                source, target = repo / name, tree / name
+                if source.is_dir() and not target.exists() and not target.is_symlink():
+                    target.symlink_to(source, target_is_directory=True)
+                    links.append(target)
         yield tree
     finally:
+        # Unlink our links first, so removing the folder can never walk into the user's.
+        for link in links:
+            with contextlib.suppress(OSError):
+                link.unlink()
         shutil.rmtree(holder, ignore_errors=True)
         git(repo, "worktree", "prune", check=False)

@@ -12,50 +12,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from loop_orchestrator import proc
-from loop_orchestrator.gitutil import git
+from loop_orchestrator.gitutil import temp_checkout
 
 log = logging.getLogger(__name__)
 
-#: untracked folders of the main checkout linked into a verification checkout
-DEPENDENCY_DIRS = (".venv", "venv", "node_modules")
-
-
-@contextlib.contextmanager
-def clean_checkout(repo: Path, commit: str, *, link_dependencies: bool = True) -> Iterator[Path]:
-    """A detached worktree of ``commit`` in a temporary folder, removed on exit."""
-    holder = Path(tempfile.mkdtemp(prefix="lo-verify-"))
-    tree = holder / "tree"
-    links: list[Path] = []
-    try:
-        git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", "--quiet",
-            str(tree), commit)
-        if link_dependencies:
-            for name in DEPENDENCY_DIRS:
-                source = repo / name
-                target = tree / name
-                if source.is_dir() and not target.exists() and not target.is_symlink():
-                    target.symlink_to(source, target_is_directory=True)
-                    links.append(target)
-        yield tree
-    finally:
-        # Unlink our links first, so nothing below can ever walk into the user's folders.
-        for link in links:
-            with contextlib.suppress(OSError):
-                link.unlink()
-        # --force: the folder is ours and holds only build output and caches of the run.
-        result = git(repo, "worktree", "remove", "--force", str(tree), check=False)
-        if not result.ok and tree.exists():
-            log.warning("verification checkout not removed by git",
-                        extra={"path": str(tree), "stderr": result.stderr})
-        shutil.rmtree(holder, ignore_errors=True)
-        if not result.ok:
-            git(repo, "worktree", "prune", check=False)
+def clean_checkout(
+    repo: Path, commit: str, *, link_dependencies: bool = True
+) -> contextlib.AbstractContextManager[Path]:
+    """A detached worktree of ``commit`` in a temporary folder with the main checkout's
+    dependencies linked in, removed on exit (``workspace.temp_checkout``)."""
+    return temp_checkout(repo, commit, link_dependencies=link_dependencies)
 
 
 def check_env(tree: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
