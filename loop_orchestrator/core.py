@@ -78,6 +78,26 @@ def status_document(repo: Path) -> dict[str, Any]:
     }
 
 
+def panes_alive(repo: Path) -> dict[str, bool]:
+    """pane id -> alive for the run's tmux session ({} when there is none)."""
+    from loop_orchestrator.sessions import TmuxBackend
+    from loop_orchestrator.supervisor import socket_for
+
+    state = Store.for_repo(repo).read_run()
+    try:
+        return TmuxBackend(state.name, socket=socket_for(state)).alive_panes()
+    except LoOrchError:
+        return {}
+
+
+def alive_cell(pane_id: str | None, alive: dict[str, bool]) -> str:
+    if not pane_id:
+        return "-"
+    if pane_id not in alive:
+        return "gone"
+    return "yes" if alive[pane_id] else "dead"
+
+
 def age(iso: str | None, now: float | None = None) -> str:
     """``12s``, ``5m``, ``3h`` since an ISO timestamp; ``-`` when unknown."""
     if not iso:
@@ -102,9 +122,10 @@ def watch_status(repo: Path) -> None:
     def build() -> Table:
         doc = status_document(repo)
         table = Table(title=f"Run {doc['run']['name']}: {doc['run']['phase']}")
-        for h in ("task", "wave", "phase", "rework", "last event", "age", "note"):
+        for h in ("task", "wave", "phase", "rework", "last event", "age", "pane", "note"):
             table.add_column(h)
         now = time.time()
+        alive = panes_alive(repo)
         for t in doc["tasks"]:
             table.add_row(
                 t["task"],
@@ -113,6 +134,7 @@ def watch_status(repo: Path) -> None:
                 str(t["rework_count"]),
                 t.get("last_event") or "-",
                 age(t.get("updated_at"), now),
+                alive_cell(t.get("pane_id"), alive),
                 (t.get("error") or t.get("note") or "")[:60],
             )
         return table

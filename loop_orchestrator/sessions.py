@@ -16,7 +16,7 @@ Module API
     ``state(pane_id)``, ``capture(pane_id, lines=200)`` (``lines=0``: the visible screen only),
     ``paste(pane_id, text, *, bracketed=True)``, ``send_keys(pane_id, *keys)``,
     ``kill_pane(pane_id)``, ``kill_session()``, ``attach_argv(pane_id)``, ``session_exists()``,
-    ``list_panes() -> {pane_id: task}``.
+    ``list_panes() -> {pane_id: task}``, ``alive_panes() -> {pane_id: alive}`` (one call).
 ``TmuxBackend(run_name, socket=None)``
     The local tmux implementation.
 ``Deliverer(stagger=0.3).deliver(backend, pane_id, text, *, confirmed=None, timeout=15,
@@ -164,6 +164,8 @@ class SessionBackend(Protocol):
     def session_exists(self) -> bool: ...
 
     def list_panes(self) -> dict[str, str]: ...
+
+    def alive_panes(self) -> dict[str, bool]: ...
 
 
 @dataclass(frozen=True)
@@ -564,6 +566,10 @@ class TmuxBackend:
     def list_panes(self) -> dict[str, str]:
         """pane id -> task for every agent pane of the session (found by ``@lo_task``)."""
         return {info.pane_id: info.task for info in self._panes() if info.task}
+
+    def alive_panes(self) -> dict[str, bool]:
+        """pane id -> alive, for every pane of the session, in one tmux call."""
+        return {info.pane_id: not info.dead for info in self._panes()}
 
     def windows(self) -> dict[str, list[str]]:
         """window id -> its pane ids, in window order (for tests and `doctor`)."""

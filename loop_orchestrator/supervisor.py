@@ -366,10 +366,14 @@ class Supervisor:
         if now - self.last_liveness < TICK_SECONDS:
             return
         self.last_liveness = now
+        alive = self.backend.alive_panes()  # one tmux call for every pane
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
                 continue
-            pane = self.backend.state(st.pane_id)
+            if alive.get(st.pane_id):
+                self._check_stall(st)
+                continue
+            pane = self.backend.state(st.pane_id)  # dead or gone: the details
             if not pane.exists or not pane.alive:
                 self._submit(tid, functools.partial(self._pane_died, dead_status=pane.dead_status))
                 continue

@@ -277,6 +277,15 @@ def test_review_then_fix_and_blocked_after_three_rounds(
     assert "never weaken" in slug_review.lower() or "Never weaken" in slug_review
     assert "tokenize: " in outcome.message
     assert "counts: waiting on tokenize" in outcome.message
+    # the blocked task's session is left for a person to attach to; status shows it alive
+    shown = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "status", "--repo", str(repo)],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    rows = {line.split()[0]: line.split() for line in shown.splitlines()[2:] if line.strip()}
+    assert rows["tokenize"][2] == "blocked"
+    assert "yes" in rows["tokenize"]
+    assert "gone" in rows["slug"]  # integrated: its pane was closed
 
 
 def test_dead_session_is_relaunched_once_then_failed(

@@ -126,11 +126,13 @@ def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
         " (plan approved)" if run.get("approved_plan_sha256") == run.get("plan_sha256") else
         " (plan NOT approved: `lo-orch approve`)"))
     now = time.time()
+    alive = core.panes_alive(root)
     table(
-        ["task", "wave", "phase", "rework", "last event", "age", "note"],
+        ["task", "wave", "phase", "rework", "last event", "age", "pane", "note"],
         [
             [t["task"], t["wave"], t["phase"], t["rework_count"], t.get("last_event") or "-",
-             core.age(t.get("updated_at"), now), t.get("error") or t.get("note") or ""]
+             core.age(t.get("updated_at"), now), core.alive_cell(t.get("pane_id"), alive),
+             t.get("error") or t.get("note") or ""]
             for t in doc["tasks"]
         ],
     )
