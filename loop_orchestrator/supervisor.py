@@ -162,17 +162,20 @@ class Supervisor:
         self.wake = threading.Event()
         # Workspace is not thread-safe (branch creation writes .git/config): one git writer.
         self.git_lock = threading.Lock()
-        self.screens: dict[str, tuple[int, float]] = {}
+        self.screens: dict[str, tuple[int, float, float]] = {}
         self.integration: Any = None  # the last gate2.IntegrationResult
         self.last_liveness = 0.0
+        self.reported_blocked: set[str] = set()
+        self.plan_ids = [t.id for t in self.plan.tasks]
+        self.status_cache: dict[str, tuple[tuple[int, int, int], TaskStatus]] = {}
         if socket != self.state.tmux_socket:
             self.state = self.store.update_run(lambda s: setattr(s, "tmux_socket", socket))
 
     # ledger and progress --------------------------------------------------------------
     def _event(self, event: str, task: str | None = None, **fields: Any) -> None:
-        self.store.append_ledger(event, task=task, **fields) if task else self.store.append_ledger(
-            event, **fields
-        )
+        if task:
+            fields = {"task": task, **fields}
+        self.store.append_ledger(event, **fields)
         text = fields.get("message") or ", ".join(f"{k}={v}" for k, v in fields.items())
         self.progress(f"{task + ': ' if task else ''}{event}{' — ' + str(text) if text else ''}")
 
@@ -265,16 +268,17 @@ class Supervisor:
     def _loop(self) -> None:
         while True:
             self._collect_jobs()
-            statuses = {s.task: s for s in self.store.list_statuses()}
+            statuses = self._statuses()
             self._dispatch(statuses)
             self._check_sessions(statuses)
-            phases = {s.task: s.phase for s in self.store.list_statuses()}
+            phases = {t: s.phase for t, s in self._statuses().items()}
             for tid in planmod.ready_tasks(
                 self.plan,
                 phases,
                 self.cap,
                 strict_waves=self.settings.run.strict_waves,
                 wave_numbers=self.waves,
+                deps=self.deps,
             ):
                 if tid in self.jobs:
                     continue
@@ -287,6 +291,24 @@ class Supervisor:
             self.wake.wait(TICK_SECONDS)
             self.wake.clear()
 
+    def _statuses(self) -> dict[str, TaskStatus]:
+        """Every task's status, re-reading only the files that changed since the last call
+        (the loop wakes on every write; parsing 64 unchanged files each time is waste)."""
+        result: dict[str, TaskStatus] = {}
+        for task in self.plan_ids:
+            path = self.rundir.status_path(task)
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+            cached = self.status_cache.get(task)
+            if cached is None or cached[0] != key:
+                cached = (key, self.store.read_status(task))
+                self.status_cache[task] = cached
+            result[task] = cached[1]
+        return result
+
     def _settled(self, phases: dict[str, Phase]) -> bool:
         """Nothing is running and nothing can start: all integrated, or the rest is stuck."""
         if any(p in ACTIVE_PHASES for p in phases.values()):
@@ -297,6 +319,7 @@ class Supervisor:
             self.cap,
             strict_waves=self.settings.run.strict_waves,
             wave_numbers=self.waves,
+            deps=self.deps,
         )
         return not ready
 
@@ -306,9 +329,8 @@ class Supervisor:
     def _guarded(self, task: str, fn: Callable[[str], None]) -> None:
         try:
             fn(task)
-        except NotLoggedInError as exc:
-            self._block(task, exc.render())
         except LoOrchError as exc:
+            # an error a person can act on (not logged in, a dialog, a conflict...)
             self._block(task, exc.render())
         finally:
             self.wake.set()
@@ -356,8 +378,9 @@ class Supervisor:
                         hint="Run `claude` and type /login, then `lo-orch run` again.",
                     ).render(),
                 )
-            elif st.phase == Phase.BLOCKED and st.last_event != "blocked_seen":
-                self._set(tid, last_event="blocked_seen")
+            elif st.phase == Phase.BLOCKED and tid not in self.reported_blocked:
+                # blocked by the session itself (`lo-orch signal blocked --note ...`)
+                self.reported_blocked.add(tid)
                 self._event("task_blocked", tid, message=st.error or st.note or "blocked")
 
     # liveness and stalls ----------------------------------------------------------------
@@ -382,14 +405,14 @@ class Supervisor:
     def _check_stall(self, st: TaskStatus) -> None:
         assert st.pane_id is not None
         now = time.time()
-        last_seen = self.screens.get(st.task)
-        if last_seen is None or now - last_seen[1] >= SCREEN_SAMPLE_SECONDS:
+        # (screen hash, when it last changed, when it was last sampled)
+        seen = self.screens.get(st.task)
+        if seen is None or now - seen[2] >= SCREEN_SAMPLE_SECONDS:
             screen_hash = hash(self.backend.capture(st.pane_id, lines=50))
-            if last_seen is None or screen_hash != last_seen[0]:
-                self.screens[st.task] = (screen_hash, now)
-        activity = max(
-            _ts(st.last_event_at), _ts(st.updated_at), self.screens.get(st.task, (0, 0.0))[1]
-        )
+            changed = now if seen is None or screen_hash != seen[0] else seen[1]
+            seen = (screen_hash, changed, now)
+            self.screens[st.task] = seen
+        activity = max(_ts(st.last_event_at), _ts(st.updated_at), seen[1])
         limit = self.settings.run.stall_minutes * 60
         if now - activity < limit:
             return
@@ -556,7 +579,8 @@ class Supervisor:
         self._deliver(tid, self._prompt_for(st))
 
     def _block(self, tid: str, reason: str) -> None:
-        self._set(tid, phase=Phase.BLOCKED, error=reason, last_event="blocked_seen")
+        self.reported_blocked.add(tid)
+        self._set(tid, phase=Phase.BLOCKED, error=reason)
         self._event("task_blocked", tid, message=reason)
 
     # verification and integration ----------------------------------------------------------
