@@ -85,7 +85,7 @@ def run_demo(
     os.environ["LO_ORCH_TMUX_SOCKET"] = socket
     settings = demo_settings(files.script)
     say(f"demo repository: {repo}")
-    say(f"watch the sessions: LO_ORCH_TMUX_SOCKET={socket} lo-orch attach --repo {repo}")
+    say(f"watch the sessions from another terminal: lo-orch attach --repo {repo}")
     try:
         summary = core.plan_from_file(repo, files.plan, settings)
         say(

@@ -853,7 +853,8 @@ def attach_command(repo: Path, task: str | None = None) -> list[str]:
 
     store = Store.for_repo(repo)
     run = store.read_run()
-    backend = TmuxBackend(run.name)
+    # the run's own tmux server (recorded by `lo-orch run`) unless the environment says
+    backend = TmuxBackend(run.name, socket=tmux_socket() or run.tmux_socket)
     pane_id: str | None = None
     if task is not None:
         status = store.read_status(task)

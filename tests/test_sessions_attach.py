@@ -105,3 +105,22 @@ def test_attach_unknown_task(tmux_socket: str, git_repo: Path,
     TmuxBackend("demo").ensure_session()
     assert run_cli(["attach", "nope", "--repo", str(git_repo)]) == 1
     assert "no status for task 'nope'" in capsys.readouterr().err
+
+
+def test_attach_finds_the_server_the_run_recorded(
+    tmux_socket: str, git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From another terminal (no LO_ORCH_TMUX_SOCKET) attach uses the run's own server."""
+    backend = TmuxBackend("demo", socket=tmux_socket)
+    pane = backend.launch(LaunchSpec("t1", git_repo, ["sleep", "60"]))
+    make_run(git_repo, panes={"t1": pane})
+    store = Store.for_repo(git_repo)
+    state = store.read_run()
+    state.tmux_socket = tmux_socket
+    store.write_run(state)
+    monkeypatch.delenv("LO_ORCH_TMUX_SOCKET")
+
+    argv = attach_command(git_repo, "t1")
+
+    assert argv[1:3] == ["-L", tmux_socket]
+    assert argv[-3:] == ["attach-session", "-t", "=lo-demo"]
