@@ -147,8 +147,11 @@ def _report(
         f"{len(reworks)} rework round(s), merged into {feature}.",
         f"Merged project's tests: {ran or 'passed'} - OK",
     ]
+    verdicts = [e for e in ledger if e.get("event") == "verdict" and not e.get("passed")]
     for e in reworks:
-        lines.append(f"  rework: {e.get('task')} round {e.get('round')} - review {e.get('review')}")
+        why = next((v.get("message", "") for v in verdicts if v.get("task") == e.get("task")), "")
+        where = f" (review: {e.get('review')})" if keep else ""
+        lines.append(f"  rework: {e.get('task')} round {e.get('round')}: {why}{where}")
     if keep:
         lines += [
             f"Repository:   {repo}  (git log --graph {feature})",

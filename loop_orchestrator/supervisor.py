@@ -173,9 +173,7 @@ class Supervisor:
 
     # ledger and progress --------------------------------------------------------------
     def _event(self, event: str, task: str | None = None, **fields: Any) -> None:
-        if task:
-            fields = {"task": task, **fields}
-        self.store.append_ledger(event, **fields)
+        self.store.append_ledger(event, **({"task": task} if task else {}), **fields)
         text = fields.get("message") or ", ".join(f"{k}={v}" for k, v in fields.items())
         self.progress(f"{task + ': ' if task else ''}{event}{' — ' + str(text) if text else ''}")
 
