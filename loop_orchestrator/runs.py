@@ -241,3 +241,52 @@ def load_approved(repo: Path) -> tuple[RunState, Plan]:
             hint="Review it with `lo-orch status` and the conflict matrix, then `lo-orch approve`.",
         )
     return state, plan
+
+
+def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
+    """A person unblocks a blocked or failed task: it goes back to work with a fresh rework
+    budget and relaunch, through a new rework round whose review carries ``note``.
+
+    A task that never got a worktree starts from the top; one that was planning plans
+    again; anything further gets a rework prompt. The supervisor (running, or the next
+    `lo-orch run`) delivers the prompt, relaunching the session if it is gone.
+    """
+    from loop_orchestrator.state import Phase
+
+    store = Store.for_repo(repo)
+    state = store.read_run()
+    st = store.read_status(task)
+    if st.phase not in (Phase.BLOCKED, Phase.FAILED):
+        msg = f"task {task!r} is {st.phase.value}; only a blocked or failed task can be retried"
+        raise StateError(msg, hint="`lo-orch status` shows every task's phase.")
+    reason = st.error or st.note or st.phase.value
+    who = note or "a person asked to try again"
+    changes: dict[str, Any] = {
+        "error": None, "relaunches": 0, "nudged": False, "delivered": None, "stop_blocks": 0,
+        "note": f"retried: {who}",
+    }
+    plan_written = store.dirs.agent_plan_path(task).exists()
+    if not st.worktree:
+        changes["phase"] = Phase.PENDING
+    elif st.rework_count == 0 and not st.commit and not plan_written:
+        changes["phase"] = Phase.PLANNING
+    else:
+        round_no = st.rework_count + 1
+        review = store.dirs.review_path(task, round_no)
+        atomic_write_text(review, (
+            f"# Review of task `{task}`, round {round_no}: retried by a person\n\n"
+            f"The task was {st.phase.value}: {reason}\n\n"
+            f"What the person says: {who}\n\n"
+            "Pick up from where the work stands in your worktree, run every check of the "
+            "definition of done yourself, then signal `impl_done`. Never weaken, skip or "
+            "delete a test to pass a check.\n"
+        ))
+        changes |= {"phase": Phase.IMPLEMENTING, "rework_count": round_no,
+                    "extra_rounds": round_no}
+    new = store.update_status(task, **changes)
+    store.append_ledger("task_retried", task=task, run=state.name, phase=new.phase.value,
+                        previous=st.phase.value, reason=reason, note=note)
+    if state.phase in (RunPhase.AWAITING_MERGE_REVIEW,):
+        # the reviewed result left this task out: it must be integrated and tested again
+        store.update_run(lambda s: setattr(s, "phase", RunPhase.RUNNING))
+    return new

@@ -103,6 +103,8 @@ class TaskStatus(BaseModel):
     #: when the UserPromptSubmit hook last fired for this task
     prompt_submitted_at: str | None = None
     stop_blocks: int = 0
+    #: rework rounds a person granted on top of ``max_rework`` (`lo-orch retry`)
+    extra_rounds: int = 0
 
 
 class RunState(BaseModel):

@@ -347,6 +347,8 @@ class Supervisor:
 
     def _dispatch(self, statuses: dict[str, TaskStatus]) -> None:
         for tid, st in statuses.items():
+            if st.phase != Phase.BLOCKED:
+                self.reported_blocked.discard(tid)  # retried by a person (`lo-orch retry`)
             if tid in self.jobs:
                 continue
             if st.phase == Phase.LAUNCHING:
@@ -631,7 +633,7 @@ class Supervisor:
 
         st = self.store.read_status(tid)
         round_no = st.rework_count + 1
-        max_rounds = self.settings.run.max_rework
+        max_rounds = self.settings.run.max_rework + st.extra_rounds
         first_line = summary.splitlines()[0] if summary else "see the reviews"
         if round_no > max_rounds:
             self._block(
@@ -692,7 +694,7 @@ class Supervisor:
             if st.phase != Phase.INTEGRATED:
                 continue
             round_no = st.rework_count + 1
-            if round_no > self.settings.run.max_rework:
+            if round_no > self.settings.run.max_rework + st.extra_rounds:
                 self._block(tid, f"the integration tests still fail on {', '.join(paths)} "
                             f"after {st.rework_count} rework round(s)")
                 continue

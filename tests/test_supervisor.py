@@ -423,3 +423,49 @@ def test_integration_failure_goes_back_to_the_owning_task(
     state = Store(RunDir(repo)).read_run()
     assert state.integration is not None
     assert state.integration["passed"] is True
+
+
+def test_a_person_retries_a_blocked_task(demo_files: demo.DemoFiles, tmux_socket: str) -> None:
+    repo = demo_files.repo
+
+    def change(d: dict[str, Any]) -> None:
+        good = d["tokenize"]["implement"][0]
+        bad = [a for a in good if "write" in a]
+        bad[0] = {"write": {"path": "tests/test_tokenize.py", "content": (
+            "import unittest\n\nfrom textstats.tokenize import tokenize\n\n\n"
+            "class TokenizeTest(unittest.TestCase):\n"
+            "    def test_runs(self):\n        tokenize('a')\n"
+        )}}
+        bad.append({"signal": {"phase": "impl_done"}})
+        d["tokenize"]["implement"] = [bad, bad, good]  # two lazy rounds, then the real one
+
+    edit_script(demo_files, change)
+    settings = demo.demo_settings(demo_files.script)
+    settings.run.max_rework = 1
+    plan_and_approve(demo_files, settings)
+    assert Supervisor(repo, settings).run().state == "blocked"
+    assert Store(RunDir(repo)).read_status("tokenize").phase == Phase.BLOCKED
+
+    result = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "retry", "tokenize", "--repo", str(repo),
+         "--note", "tests need real assertions"],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    status = Store(RunDir(repo)).read_status("tokenize")
+    assert status.phase == Phase.IMPLEMENTING
+    assert status.rework_count == 2
+    assert "tests need real assertions" in RunDir(repo).review_path("tokenize", 2).read_text(
+        encoding="utf-8")
+    again = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "retry", "tokenize", "--repo", str(repo)],
+        capture_output=True, text=True, check=False,
+    )
+    assert again.returncode == 1
+    assert "only a blocked or failed task can be retried" in again.stderr
+
+    outcome = Supervisor(repo, settings).run()
+
+    assert outcome.state == "review", outcome.message
+    assert set(phases(repo).values()) == {Phase.INTEGRATED}
+    assert [e["event"] for e in ledger(repo)].count("task_retried") == 1

@@ -77,6 +77,19 @@ def run_command(detach: bool, continue_blocked: bool, repo: Path | None) -> None
     raise LoOrchError(outcome.message, hint="Fix staging's failure, then `lo-orch run` again.")
 
 
+@cli.command("retry")
+@click.argument("task")
+@click.option("--note", help="What changed, or what the session should do now (for its review).")
+@repo_option
+def retry_command(task: str, note: str | None, repo: Path | None) -> None:
+    """Send a blocked or failed task back to work after you helped it."""
+    from loop_orchestrator import runs
+
+    status = runs.retry_task(resolve_repo(repo), task, note=note)
+    click.echo(f"Task {task} is {status.phase.value} again (rework round {status.rework_count}).")
+    click.echo("A running supervisor picks it up now; otherwise run `lo-orch run`.")
+
+
 @cli.command("merge")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
 @click.option("--branch", help="The feature branch to set (default: feat/<run>).")
