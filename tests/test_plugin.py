@@ -25,7 +25,8 @@ HOOK_EVENTS = {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "Notif
 SKILLS = ("orchestrate", "loop-implement")
 #: DESIGN.md section 5 (plus `audit`): what skills may tell a model to run
 CONTRACT_COMMANDS = {"plan", "approve", "run", "status", "attach", "signal", "hook", "merge",
-                     "cleanup", "demo", "doctor", "audit"}
+                     "cleanup", "demo", "doctor", "audit",
+                     "retry"}  # retry: a compatible extension of DESIGN.md section 5
 
 
 def claude() -> Path:
