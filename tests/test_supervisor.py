@@ -469,3 +469,26 @@ def test_a_person_retries_a_blocked_task(demo_files: demo.DemoFiles, tmux_socket
     assert outcome.state == "review", outcome.message
     assert set(phases(repo).values()) == {Phase.INTEGRATED}
     assert [e["event"] for e in ledger(repo)].count("task_retried") == 1
+
+
+def test_continue_without_blocked_tasks_reviews_and_merges_the_rest(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    repo = demo_files.repo
+    edit_script(demo_files, lambda d: d["slug"].update(implement=[[{"exit": 3}]]))
+    settings = demo.demo_settings(demo_files.script)
+    plan_and_approve(demo_files, settings)
+    assert Supervisor(repo, settings).run().state == "blocked"
+
+    outcome = Supervisor(repo, settings, continue_blocked=True).run()
+
+    assert outcome.state == "review", outcome.message
+    state = Store(RunDir(repo)).read_run()
+    assert state.skipped_tasks == ["report", "slug"]  # slug failed, report waits on it
+    review = gate2.review(repo)
+    assert "textstats/counts.py" in review.stat
+    assert "textstats/slug.py" not in review.stat
+    gate2.merge(repo, review)
+    files = git(repo, "ls-tree", "-r", "--name-only", "feat/demo").split()
+    assert "textstats/tokenize.py" in files and "textstats/counts.py" in files
+    assert "textstats/slug.py" not in files and "textstats/report.py" not in files
