@@ -337,6 +337,19 @@ def rev_parse(repo: Path, ref: str) -> str:
     return res.stdout.strip()
 
 
+def grep_files(repo: Path, commit: str, words: Sequence[str]) -> list[str]:
+    """Paths in ``commit``'s tree that contain any of ``words`` as a whole word."""
+    if not words:
+        return []
+    patterns = [arg for w in words for arg in ("-e", w)]
+    res = git(repo, "grep", "-l", "-z", "-w", "-F", *patterns, _rev_arg(commit), "--",
+              check=False)
+    if res.returncode not in (0, 1):
+        raise git_failure(res)
+    prefix = f"{_rev_arg(commit)}:"
+    return [p.removeprefix(prefix) for p in split_z(res.stdout)]
+
+
 def merge_base(repo: Path, a: str, b: str) -> str:
     """The best common ancestor of ``a`` and ``b`` (``GitError`` when they share none)."""
     res = git(repo, "merge-base", _rev_arg(a), _rev_arg(b), check=False)

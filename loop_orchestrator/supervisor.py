@@ -196,10 +196,28 @@ class Supervisor:
                     outcome = self._finish()
                     if outcome.state != "integration_failed" or not self._route_integration():
                         return outcome
+            except KeyboardInterrupt:
+                self._interrupted()
+                raise
             finally:
                 with contextlib.suppress(Exception):
                     observer.stop()
                 self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _interrupted(self) -> None:
+        """Ctrl-C: stop supervising, leave the sessions running; a second Ctrl-C quits at
+        once (state on disk is crash-safe: `lo-orch run` resumes either way)."""
+        running = sorted(t for t, f in self.jobs.items() if not f.done())
+        self.store.append_ledger("supervisor_interrupted", running=running)
+        if running:
+            self.progress(
+                f"stopping: letting {', '.join(running)} finish the current step "
+                "(Ctrl-C again to quit now); the sessions keep running"
+            )
+        try:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        except KeyboardInterrupt:
+            os._exit(130)
 
     def _start_run(self) -> None:
         first = self.state.phase == RunPhase.AWAITING_PLAN_APPROVAL
@@ -513,7 +531,7 @@ class Supervisor:
                 self.rundir.review_path(tid, st.rework_count),
                 task_id=tid,
                 round_no=st.rework_count,
-                max_rounds=self.settings.run.max_rework,
+                max_rounds=self.settings.run.max_rework + st.extra_rounds,
                 verdict=verdict,
             )
         return briefs.render(
@@ -767,21 +785,20 @@ class Supervisor:
                 wanted_from_code.append(name)
         if not wanted_from_code:
             return found
+        # Only files that mention a wanted name are read: producers' files on staging first
+        # (their code is integrated), then the base tree for done tasks without signatures.
         staging = workspace.rev_parse(self.repo, self.ws.staging_branch)
+        owners = [producers[n] for n in wanted_from_code if n in producers]
         files: dict[str, str] = {}
-        for change in workspace.changed_paths(self.repo, self.state.base_sha, staging):
-            if change.status == "D":
+        for path in workspace.grep_files(self.repo, staging, wanted_from_code):
+            if owners and not any(planmod.path_matches(path, p.owns) for p in owners):
                 continue
-            owners = [producers[n] for n in wanted_from_code if n in producers]
-            if owners and not any(planmod.path_matches(change.path, p.owns) for p in owners):
-                continue
-            text = workspace.file_at(self.repo, staging, change.path)
+            text = workspace.file_at(self.repo, staging, path)
             if text is not None:
-                files[change.path] = text
-        if len(files) < 1 or any(n not in producers for n in wanted_from_code):
-            # done tasks without given signatures: read them from the base tree
-            for path in workspace.list_files(self.repo, self.state.base_sha):
-                if path.endswith((".py", ".ts", ".tsx", ".js")) and path not in files:
+                files[path] = text
+        if any(n not in producers for n in wanted_from_code):
+            for path in workspace.grep_files(self.repo, self.state.base_sha, wanted_from_code):
+                if path not in files:
                     text = workspace.file_at(self.repo, self.state.base_sha, path)
                     if text is not None:
                         files[path] = text

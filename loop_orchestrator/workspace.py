@@ -38,6 +38,7 @@ from loop_orchestrator.gitutil import (
     file_at,
     git,
     git_failure,
+    grep_files,
     identity,
     is_ancestor,
     is_secret_path,
@@ -60,7 +61,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Change", "CleanupReport", "Workspace", "added_lines", "changed_paths", "diff_stat",
-    "diff_text", "ensure_excludes", "file_at", "init_repo", "is_ancestor", "list_files",
+    "diff_text", "ensure_excludes", "file_at", "grep_files", "init_repo", "is_ancestor",
+    "list_files",
     "merge_base",
     "repo_root", "rev_parse", "temp_checkout", "update_ref",
 ]

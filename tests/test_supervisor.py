@@ -111,6 +111,16 @@ def test_four_tasks_run_gate2_and_merge(demo_files: demo.DemoFiles, tmux_socket:
     assert released["report"] > max(done_at["counts"], done_at["slug"])
     assert order.index("report") == 3
 
+    # dependents' briefs carry their producers' exact signatures, read from staging
+    briefs = RunDir(repo).briefs_dir
+    counts_brief = (briefs / "counts.md").read_text(encoding="utf-8")
+    assert "def tokenize(text: str) -> list[str]:" in counts_brief
+    assert "textstats/tokenize.py" in counts_brief
+    report_brief = (briefs / "report.md").read_text(encoding="utf-8")
+    assert "def top_words(text: str, n: int) -> list[tuple[str, int]]:" in report_brief
+    assert "def slugify(text: str, max_length: int = 40) -> str:" in report_brief
+    assert "def tokenize" not in report_brief  # report consumes no tokenize
+
     review_obj = gate2.review(repo)
     assert "textstats/report.py" in review_obj.stat
     gate2.merge(repo, review_obj)
