@@ -640,7 +640,7 @@ class Supervisor:
             message=summary.splitlines()[0] if summary else "",
         )
         if verdict.passed:
-            self._set(tid, phase=Phase.APPROVED, commit=commit, error=None)
+            self._set(tid, phase=Phase.APPROVED, commit=commit, error=None, note=None)
             self._integrate(tid)
         else:
             self._rework(tid, verdict, summary)
