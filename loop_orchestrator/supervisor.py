@@ -288,14 +288,7 @@ class Supervisor:
             self._dispatch(statuses)
             self._check_sessions(statuses)
             phases = {t: s.phase for t, s in self._statuses().items()}
-            for tid in planmod.ready_tasks(
-                self.plan,
-                phases,
-                self.cap,
-                strict_waves=self.settings.run.strict_waves,
-                wave_numbers=self.waves,
-                deps=self.deps,
-            ):
+            for tid in self._ready(phases):
                 if tid in self.jobs:
                     continue
                 self._set(tid, phase=Phase.LAUNCHING, error=None)
@@ -329,7 +322,10 @@ class Supervisor:
         """Nothing is running and nothing can start: all integrated, or the rest is stuck."""
         if any(p in ACTIVE_PHASES for p in phases.values()):
             return False
-        ready = planmod.ready_tasks(
+        return not self._ready(phases)
+
+    def _ready(self, phases: dict[str, Phase]) -> list[str]:
+        return planmod.ready_tasks(
             self.plan,
             phases,
             self.cap,
@@ -337,7 +333,6 @@ class Supervisor:
             wave_numbers=self.waves,
             deps=self.deps,
         )
-        return not ready
 
     def _submit(self, task: str, fn: Callable[[str], None]) -> None:
         self.jobs[task] = self.pool.submit(self._guarded, task, fn)
