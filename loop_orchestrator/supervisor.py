@@ -139,7 +139,8 @@ class Supervisor:
         progress: Progress | None = None,
     ) -> None:
         from loop_orchestrator.agents.base import make_adapter
-        from loop_orchestrator.sessions import Deliverer, TmuxBackend
+        from loop_orchestrator.delivery import Deliverer
+        from loop_orchestrator.sessions import TmuxBackend
 
         self.repo = repo
         self.settings = settings

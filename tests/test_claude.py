@@ -33,9 +33,10 @@ from loop_orchestrator.agents.claude import (
     prompt_confirmation,
 )
 from loop_orchestrator.config import AgentConfig, Settings
+from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentError, AgentStartError, NotLoggedInError
 from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR
-from loop_orchestrator.sessions import Deliverer, TmuxBackend
+from loop_orchestrator.sessions import TmuxBackend
 from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
 
 # Screens as Claude Code 2.1.332 draws them in a 200-column tmux pane (captured by hand).

@@ -16,8 +16,9 @@ from loop_orchestrator.agents.base import (
 )
 from loop_orchestrator.agents.command import CommandAdapter, render_command
 from loop_orchestrator.config import AgentConfig, Settings
+from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
-from loop_orchestrator.sessions import Deliverer, TmuxBackend, wait_until
+from loop_orchestrator.sessions import TmuxBackend, wait_until
 
 LINE_AGENT = """\
 import sys

@@ -22,8 +22,9 @@ from loop_orchestrator.agents.scripted_script import (
     parse_script,
 )
 from loop_orchestrator.config import AgentConfig, Settings
+from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
-from loop_orchestrator.sessions import Deliverer, TmuxBackend, wait_until
+from loop_orchestrator.sessions import TmuxBackend, wait_until
 
 # script format --------------------------------------------------------------------------
 

@@ -16,14 +16,9 @@ import pytest
 from loop_orchestrator.agents.base import AgentContext
 from loop_orchestrator.agents.scripted import ScriptedAdapter
 from loop_orchestrator.config import AgentConfig
+from loop_orchestrator.delivery import Deliverer, sanitize_prompt
 from loop_orchestrator.errors import DeliveryError, TmuxError
-from loop_orchestrator.sessions import (
-    Deliverer,
-    LaunchSpec,
-    TmuxBackend,
-    sanitize_prompt,
-    wait_until,
-)
+from loop_orchestrator.sessions import LaunchSpec, TmuxBackend, wait_until
 
 
 def tmux(socket: str, *args: str) -> str:

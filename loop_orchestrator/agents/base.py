@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from loop_orchestrator.delivery import error_screen, tidy_screen
 from loop_orchestrator.errors import AgentStartError, ConfigError, TmuxError
-from loop_orchestrator.sessions import LaunchSpec, SessionBackend, error_screen, tidy_screen
+from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import AgentConfig, Settings
