@@ -245,7 +245,9 @@ def load_approved(repo: Path) -> tuple[RunState, Plan]:
 
 def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     """A person unblocks a blocked or failed task: it goes back to work with a fresh rework
-    budget and relaunch, through a new rework round whose review carries ``note``.
+    budget and relaunch, through a new rework round whose review carries ``note``. After
+    the integration command failed in a way lo-orch could not route, a person can also
+    send an integrated task back (its branch gets staging merged in first).
 
     A task that never got a worktree starts from the top; one that was planning plans
     again; anything further gets a rework prompt. The supervisor (running, or the next
@@ -256,10 +258,17 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     store = Store.for_repo(repo)
     state = store.read_run()
     st = store.read_status(task)
-    if st.phase not in (Phase.BLOCKED, Phase.FAILED):
-        msg = f"task {task!r} is {st.phase.value}; only a blocked or failed task can be retried"
+    failed_integration = bool(state.integration) and not (state.integration or {}).get("passed")
+    reopen = st.phase == Phase.INTEGRATED and failed_integration
+    if st.phase not in (Phase.BLOCKED, Phase.FAILED) and not reopen:
+        msg = (f"task {task!r} is {st.phase.value}; only a blocked or failed task (or, after "
+               "the integration command failed, an integrated one) can be retried")
         raise StateError(msg, hint="`lo-orch status` shows every task's phase.")
     reason = st.error or st.note or st.phase.value
+    if reopen:
+        reason = (f"its work is merged, but the integration command "
+                  f"`{(state.integration or {}).get('command')}` fails on staging "
+                  f"(output under {store.dirs.task_evidence_dir('_integration')})")
     who = note or "a person asked to try again"
     changes: dict[str, Any] = {
         "error": None, "relaunches": 0, "nudged": False, "delivered": None, "stop_blocks": 0,
@@ -286,7 +295,7 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     new = store.update_status(task, **changes)
     store.append_ledger("task_retried", task=task, run=state.name, phase=new.phase.value,
                         previous=st.phase.value, reason=reason, note=note)
-    if state.phase in (RunPhase.AWAITING_MERGE_REVIEW,):
+    if state.phase in (RunPhase.AWAITING_MERGE_REVIEW,) or reopen:
         # the reviewed result left this task out: it must be integrated and tested again
         store.update_run(lambda s: setattr(s, "phase", RunPhase.RUNNING))
     return new

@@ -531,3 +531,62 @@ def test_a_generic_command_agent_without_hooks_runs_the_whole_flow(
     events = ledger(repo)
     assert not [e for e in events if e["event"] == "hook"]  # nothing came through hooks
     assert [e["event"] for e in events].count("prompt_delivered") == 9  # 4 plans, 5 implements
+
+
+def test_a_person_sends_an_integrated_task_back_after_an_unrouted_failure(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    """The integration command fails in a test nobody owns: the run stops with the output;
+    the person names the task to fix with `lo-orch retry`, and the run finishes."""
+    repo = demo_files.repo
+    (repo / "tests" / "test_legacy.py").write_text(
+        "import unittest\n\nfrom textstats.slug import slugify\n\n\n"
+        "class LegacyTest(unittest.TestCase):\n"
+        "    def test_capped_slugs_have_no_trailing_dash(self):\n"
+        "        self.assertEqual(slugify('hello world', max_length=6), 'hello')\n",
+        encoding="utf-8",
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-gpg-sign", "-m", "a legacy test")
+
+    def trailing_dash_first(d: dict[str, Any]) -> None:
+        good = d["slug"]["implement"][0]
+        bad = json.loads(json.dumps(good))
+        for action in bad:
+            if "write" not in action:
+                continue
+            if action["write"]["path"] == "textstats/slug.py":
+                action["write"]["content"] = action["write"]["content"].replace(
+                    '.rstrip("-")', "")
+            if action["write"]["path"] == "tests/test_slug.py":  # no test for the cap
+                action["write"]["content"] = action["write"]["content"].replace(
+                    "def test_length_is_capped_without_a_trailing_dash",
+                    "def _unused_cap_case")
+        d["slug"]["implement"] = [bad, good]
+
+    edit_script(demo_files, trailing_dash_first)
+    settings = demo.demo_settings(demo_files.script)
+    plan_and_approve(demo_files, settings)
+
+    first = Supervisor(repo, settings).run()
+
+    assert first.state == "integration_failed"
+    assert "test_capped_slugs_have_no_trailing_dash" in first.message
+    assert not [e for e in ledger(repo) if e["event"] == "integration_routed"]
+    retried = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "retry", "slug", "--repo", str(repo),
+         "--note", "tests/test_legacy.py: capped slugs must not end with a dash"],
+        capture_output=True, text=True, check=False,
+    )
+    assert retried.returncode == 0, retried.stderr
+    review = RunDir(repo).review_path("slug", 1).read_text(encoding="utf-8")
+    assert "capped slugs must not end with a dash" in review
+
+    second = Supervisor(repo, settings).run()
+
+    assert second.state == "review", second.message
+    assert merges_per_task(repo, "lo/demo/staging")["slug"] == 2
+    assert '.rstrip("-")' in git(repo, "show", "lo/demo/staging:textstats/slug.py")
+    reopened = [e for e in ledger(repo) if e["event"] == "session_launched"
+                and e.get("task") == "slug" and e.get("reopened")]
+    assert len(reopened) == 1

@@ -74,7 +74,11 @@ def run_command(detach: bool, continue_blocked: bool, repo: Path | None) -> None
             hint="Attach with `lo-orch attach TASK` to help, then `lo-orch run` again; or "
             "`lo-orch run --continue-blocked` to review and merge without them.",
         )
-    raise LoOrchError(outcome.message, hint="Fix staging's failure, then `lo-orch run` again.")
+    raise LoOrchError(
+        outcome.message,
+        hint="The failure names no file a task owns, so it waits for you: send the task that "
+        "should fix it back with `lo-orch retry TASK --note \"...\"`, then `lo-orch run`.",
+    )
 
 
 @cli.command("retry")
