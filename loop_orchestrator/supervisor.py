@@ -28,7 +28,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from loop_orchestrator import briefs, runs, signatures, workspace
+from loop_orchestrator import briefs, runs, workspace
 from loop_orchestrator import plan as planmod
 from loop_orchestrator.agents.base import AgentContext, bracketed_paste
 from loop_orchestrator.config import Settings, load_tool_profile
@@ -751,60 +751,16 @@ class Supervisor:
 
     # briefs --------------------------------------------------------------------------------
     def render_brief(self, task: Task) -> str:
-        by_id = {t.id: t for t in self.plan.tasks}
-        dependents = [t for t in self.plan.tasks if task.id in self.deps[t.id]]
-        others = [t for t in self.plan.tasks if t.id != task.id]
-        return briefs.render(
-            "brief.md.j2",
-            task=task,
-            run=self.state.name,
-            goal=self.plan.goal,
-            total_tasks=len(self.plan.tasks),
-            wave=self.waves[task.id],
-            worktree=str(self.rundir.worktree_path(task.id)),
-            branch=self.ws.task_branch(task.id),
-            dependencies=[by_id[d] for d in self.deps[task.id]],
-            dependents=dependents,
-            signatures=self.consumed_signatures(task),
-            others_owns=others,
+        try:
+            staging = workspace.rev_parse(self.repo, self.ws.staging_branch)
+        except GitError:  # before the first `run` there is no staging: the base it will be
+            staging = self.state.base_sha
+        return briefs.task_brief(
+            self.plan, task, run=self.state.name, repo=self.repo, rundir=self.rundir,
+            base_sha=self.state.base_sha, staging_sha=staging,
+            branch=self.ws.task_branch(task.id), waves=self.waves, deps=self.deps,
             tools=self.tools,
-            plan_path=str(self.rundir.agent_plan_path(task.id)),
         )
-
-    def consumed_signatures(self, task: Task) -> list[signatures.Signature]:
-        """Exact signatures of what ``task`` consumes: from done tasks and from staging."""
-        found: list[signatures.Signature] = []
-        producers = {out: t for t in self.plan.tasks for out in t.produces}
-        wanted_from_code: list[str] = []
-        for name in task.consumes:
-            done = next((d for d in self.plan.done_tasks if name in d.produces), None)
-            if done is not None and name in done.signatures:
-                found.append(
-                    signatures.Signature(name, f"done task {done.id}", done.signatures[name])
-                )
-            else:
-                wanted_from_code.append(name)
-        if not wanted_from_code:
-            return found
-        # Only files that mention a wanted name are read: producers' files on staging first
-        # (their code is integrated), then the base tree for done tasks without signatures.
-        staging = workspace.rev_parse(self.repo, self.ws.staging_branch)
-        owners = [producers[n] for n in wanted_from_code if n in producers]
-        files: dict[str, str] = {}
-        for path in workspace.grep_files(self.repo, staging, wanted_from_code):
-            if owners and not any(planmod.path_matches(path, p.owns) for p in owners):
-                continue
-            text = workspace.file_at(self.repo, staging, path)
-            if text is not None:
-                files[path] = text
-        if any(n not in producers for n in wanted_from_code):
-            for path in workspace.grep_files(self.repo, self.state.base_sha, wanted_from_code):
-                if path not in files:
-                    text = workspace.file_at(self.repo, self.state.base_sha, path)
-                    if text is not None:
-                        files[path] = text
-        found += signatures.find(wanted_from_code, files)
-        return found
 
     # the end of a supervisor run --------------------------------------------------------
     def _finish(self) -> Outcome:

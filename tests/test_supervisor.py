@@ -474,7 +474,7 @@ def test_a_person_retries_a_blocked_task(demo_files: demo.DemoFiles, tmux_socket
         capture_output=True, text=True, check=False,
     )
     assert again.returncode == 1
-    assert "only a blocked or failed task can be retried" in again.stderr
+    assert "is implementing; only a blocked or failed task" in again.stderr
 
     outcome = Supervisor(repo, settings).run()
 
