@@ -11,7 +11,7 @@ import pytest
 
 from loop_orchestrator import proc
 from loop_orchestrator.agents.base import AgentContext, make_adapter
-from loop_orchestrator.agents.scripted import READY_RE, InputParser, ScriptedAdapter
+from loop_orchestrator.agents.scripted import READY_RE, ScriptedAdapter
 from loop_orchestrator.agents.scripted_script import (
     ExitAction,
     HangAction,
@@ -21,6 +21,7 @@ from loop_orchestrator.agents.scripted_script import (
     load_script,
     parse_script,
 )
+from loop_orchestrator.agents.terminal import InputParser
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
