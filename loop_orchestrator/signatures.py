@@ -16,6 +16,8 @@ import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from loop_orchestrator.verify.jstests import mask
+
 
 @dataclass(frozen=True)
 class Signature:
@@ -150,47 +152,6 @@ _TS_EXPORT = re.compile(
 )
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = frozenset(")]}")
-
-
-def _mask(source: str) -> str:
-    """``source`` with comments and string/template literals blanked (same offsets).
-
-    Newlines are kept so line structure survives; quotes stay so the text still reads as a
-    literal. Regular expression literals are not recognised (rare in declarations).
-    """
-    out = list(source)
-    i, n = 0, len(source)
-    while i < n:
-        ch = source[i]
-        nxt = source[i + 1] if i + 1 < n else ""
-        if ch == "/" and nxt == "/":
-            j = source.find("\n", i)
-            j = n if j < 0 else j
-            for k in range(i, j):
-                out[k] = " "
-            i = j
-        elif ch == "/" and nxt == "*":
-            j = source.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            for k in range(i, j):
-                if source[k] != "\n":
-                    out[k] = " "
-            i = j
-        elif ch in "'\"`":
-            j = i + 1
-            while j < n and source[j] != ch:
-                if source[j] == "\\":
-                    j += 1
-                elif source[j] == "\n" and ch != "`":
-                    break  # an unterminated string ends at the line
-                j += 1
-            for k in range(i + 1, min(j, n)):
-                if source[k] != "\n":
-                    out[k] = " "
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
 
 
 def _prev_significant(masked: str, pos: int) -> str:
@@ -335,7 +296,8 @@ def ts_signatures(source: str, path: str) -> dict[str, Signature]:
     Interfaces, enums and type aliases are given whole (they are the contract); functions
     and consts up to their body; classes as their header with public member signatures.
     """
-    masked = _mask(source)
+    # comments, strings and regex literals blanked, offsets kept (shared with verify)
+    masked = mask(source)
     found: dict[str, Signature] = {}
     for m in _TS_EXPORT.finditer(masked):
         start = m.start()
