@@ -99,32 +99,26 @@ class AgentError(LoOrchError):
     """An agent session could not be launched, reached or talked to."""
 
 
-class DeliveryError(AgentError):
+class _ScreenError(AgentError):
+    """An agent error that carries the pane's last screen, shown with the message."""
+
+    def __init__(self, message: str, screen: str = "", *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.screen = screen
+
+    def render(self) -> str:
+        text = super().render()
+        if self.screen.strip():
+            text += "\nLast screen of the pane:\n" + self.screen.rstrip()
+        return text
+
+
+class DeliveryError(_ScreenError):
     """A prompt could not be delivered; carries the pane's last screen."""
 
-    def __init__(self, message: str, screen: str = "", *, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.screen = screen
 
-    def render(self) -> str:
-        text = super().render()
-        if self.screen.strip():
-            text += "\nLast screen of the pane:\n" + self.screen.rstrip()
-        return text
-
-
-class AgentStartError(AgentError):
+class AgentStartError(_ScreenError):
     """An agent session did not reach its ready prompt; carries the pane's last screen."""
-
-    def __init__(self, message: str, screen: str = "", *, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.screen = screen
-
-    def render(self) -> str:
-        text = super().render()
-        if self.screen.strip():
-            text += "\nLast screen of the pane:\n" + self.screen.rstrip()
-        return text
 
 
 class NotLoggedInError(AgentError):
