@@ -685,8 +685,11 @@ class Supervisor:
             except MergeConflictError as exc:
                 self._block(tid, f"conflicts with staging on {', '.join(exc.paths)}")
                 return
-        self._set(tid, phase=Phase.INTEGRATED, error=None)
+        # The ledger line comes first: the status change releases dependents at once, and
+        # the ledger must show the cause before its effects (a crash in between only logs
+        # the idempotent merge again on resume).
         self._event("task_integrated", tid, commit=st.commit, staging=merged)
+        self._set(tid, phase=Phase.INTEGRATED, error=None)
         if st.pane_id:
             with contextlib.suppress(LoOrchError):
                 self.backend.kill_pane(st.pane_id)
