@@ -202,7 +202,6 @@ def load_settings(
 
 # tool profile -------------------------------------------------------------------------
 
-TOOL_ROLES = ("intake", "knowledge", "tacit", "plan", "verify", "explore", "design")
 
 
 def user_tools_path(env: Mapping[str, str] | None = None) -> Path:

@@ -80,12 +80,11 @@ def status_document(repo: Path) -> dict[str, Any]:
 
 def panes_alive(repo: Path) -> dict[str, bool]:
     """pane id -> alive for the run's tmux session ({} when there is none)."""
-    from loop_orchestrator.sessions import TmuxBackend
-    from loop_orchestrator.supervisor import socket_for
+    from loop_orchestrator.sessions import TmuxBackend, run_socket
 
     state = Store.for_repo(repo).read_run()
     try:
-        return TmuxBackend(state.name, socket=socket_for(state)).alive_panes()
+        return TmuxBackend(state.name, socket=run_socket(state.tmux_socket)).alive_panes()
     except LoOrchError:
         return {}
 

@@ -9,7 +9,8 @@ delivered raises ``DeliveryError`` with the pane's last screen; nothing hangs.
 
 Module API: ``Deliverer(stagger=0.3).deliver(backend, pane_id, text, *, confirmed=None,
 timeout=15, enter_retries=3, bracketed=True)``, ``sanitize_prompt(text)``,
-``tidy_screen(text)``, ``error_screen(backend, pane_id, *, dead=False)``.
+``tidy_screen(text)``, ``error_screen(backend, pane_id, *, dead=False)``,
+``prompt_confirmation(store, task)`` (the ``confirmed`` check for agents with hooks).
 """
 
 from __future__ import annotations
@@ -19,11 +20,27 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from loop_orchestrator.errors import DeliveryError, TmuxError
 from loop_orchestrator.sessions import SessionBackend
 
+if TYPE_CHECKING:
+    from loop_orchestrator.state import Store
+
 log = logging.getLogger(__name__)
+
+
+def prompt_confirmation(store: Store, task: str) -> Callable[[], bool]:
+    """For ``Deliverer.deliver(confirmed=...)``: true once the UserPromptSubmit hook fired
+    again for ``task`` (``lo-orch hook`` records ``prompt_submitted_at``). Take it before
+    pasting, so the snapshot precedes the submit."""
+    before = store.read_status(task).prompt_submitted_at
+
+    def confirmed() -> bool:
+        return store.read_status(task).prompt_submitted_at != before
+
+    return confirmed
 
 
 _C0_DROP = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -204,14 +221,7 @@ class Deliverer:
             msg = f"pane {pane_id} does not exist; the prompt was not sent"
             raise DeliveryError(msg)
         if not state.alive:
-            msg = (
-                f"the agent in pane {pane_id} has exited (status {state.dead_status}); "
-                "the prompt was not sent"
-            )
-            raise DeliveryError(
-                msg,
-                self._last_screen(backend, pane_id, dead=True),
-            )
+            raise self._exited(backend, pane_id, state.dead_status, "before the prompt was sent")
 
     def _settled(
         self, backend: SessionBackend, pane_id: str, before: str, deadline: float
@@ -244,15 +254,16 @@ class Deliverer:
                 next_liveness = now + 0.5
                 state = backend.state(pane_id)
                 if not state.alive:
-                    msg = (
-                        f"the agent in pane {pane_id} exited (status {state.dead_status}) "
-                        "while a prompt was being delivered"
-                    )
-                    raise DeliveryError(
-                        msg,
-                        self._last_screen(backend, pane_id, dead=True),
-                    )
+                    raise self._exited(backend, pane_id, state.dead_status,
+                                       "while a prompt was being delivered")
             time.sleep(self.poll)
+
+    @classmethod
+    def _exited(
+        cls, backend: SessionBackend, pane_id: str, status: int | None, when: str
+    ) -> DeliveryError:
+        msg = f"the agent in pane {pane_id} exited (status {status}) {when}"
+        return DeliveryError(msg, cls._last_screen(backend, pane_id, dead=True))
 
     @staticmethod
     def _last_screen(backend: SessionBackend, pane_id: str, *, dead: bool = False) -> str:

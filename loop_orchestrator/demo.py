@@ -126,13 +126,9 @@ def run_demo(
             if not keep:
                 proc.run(["tmux", "-L", socket, "kill-server"], check=False)
         if not keep:
+            # worktrees and git metadata all live inside; the whole folder is ours
             with contextlib.suppress(OSError):
-                _remove_tree(root)
-
-
-def _remove_tree(root: Path) -> None:
-    # git worktree metadata lives inside the repo; the whole folder is ours to remove
-    shutil.rmtree(root)
+                shutil.rmtree(root)
 
 
 def _report(

@@ -196,13 +196,12 @@ class CleanupResult:
 def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) -> CleanupResult:
     """Kill the run's tmux session by exact name; remove clean worktrees; delete merged
     task branches. Dirty worktrees and unmerged branches are kept and listed."""
-    from loop_orchestrator.sessions import TmuxBackend
-    from loop_orchestrator.supervisor import socket_for
+    from loop_orchestrator.sessions import TmuxBackend, run_socket
 
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = runs.read_plan(store.dirs)
-    backend = TmuxBackend(state.name, socket=socket_for(state))
+    backend = TmuxBackend(state.name, socket=run_socket(state.tmux_socket))
     killed = False
     with contextlib.suppress(LoOrchError):
         if backend.session_exists():

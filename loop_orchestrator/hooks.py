@@ -49,6 +49,7 @@ MAX_STOP_BLOCKS = 3
 #: `StopFailure.error` when Claude Code has no credentials (seen with 2.1.332, never logged in)
 AUTH_FAILED = "authentication_failed"
 NOT_LOGGED_IN_ERROR = "not logged in: run `claude` and /login"
+NOT_LOGGED_IN_HINT = "Run `claude` and type /login, then `lo-orch run` again."
 
 SIGNAL_PHASES = ("plan_ready", "impl_done", "blocked")
 #: the phase a signal must follow (``blocked`` may follow any active phase)

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loop_orchestrator.errors import PlanError
-from loop_orchestrator.state import ACTIVE_PHASES, Phase
+from loop_orchestrator.state import ACTIVE_PHASES, TERMINAL_PHASES, Phase
 
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")  # \Z: `$` would accept "id\n"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
@@ -30,7 +30,6 @@ RESERVED_IDS = frozenset({"staging"})
 #: folders a task may never own
 FORBIDDEN_ROOTS = (".orchestration", ".worktrees", ".git")
 #: shell syntax that has no meaning in an argument list; `cmd || true` must not pass
-SHELL_TOKENS = ("||", "&&", ";", "|", ">", "<", "`", "$(", "&")
 _SHELL_PUNCT = frozenset("();<>|&")
 
 
@@ -754,9 +753,7 @@ def ready_tasks(
         unfinished = [
             waves_by_id[t.id]
             for t in plan.tasks
-            if phases.get(t.id, Phase.PENDING) not in (Phase.INTEGRATED, Phase.BLOCKED,
-                                                       Phase.FAILED)
-            and t.id not in stuck
+            if phases.get(t.id, Phase.PENDING) not in TERMINAL_PHASES and t.id not in stuck
         ]
         barrier = min(unfinished, default=None)
     ready: list[str] = []

@@ -101,6 +101,12 @@ def tmux_socket() -> str | None:
     return value or None
 
 
+def run_socket(recorded: str | None) -> str | None:
+    """The tmux server of a run: ``LO_ORCH_TMUX_SOCKET`` wins (tests, a user's choice),
+    else the one the run recorded when it started (so any terminal finds it)."""
+    return tmux_socket() or recorded
+
+
 def session_name(run_name: str) -> str:
     return f"lo-{run_name}"
 
@@ -616,7 +622,7 @@ def attach_command(repo: Path, task: str | None = None) -> list[str]:
     store = Store.for_repo(repo)
     run = store.read_run()
     # the run's own tmux server (recorded by `lo-orch run`) unless the environment says
-    backend = TmuxBackend(run.name, socket=tmux_socket() or run.tmux_socket)
+    backend = TmuxBackend(run.name, socket=run_socket(run.tmux_socket))
     pane_id: str | None = None
     if task is not None:
         status = store.read_status(task)

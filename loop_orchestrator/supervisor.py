@@ -30,8 +30,14 @@ from filelock import FileLock, Timeout
 
 from loop_orchestrator import briefs, runs, workspace
 from loop_orchestrator import plan as planmod
-from loop_orchestrator.agents.base import AgentContext, bracketed_paste
+from loop_orchestrator.agents.base import (
+    AgentContext,
+    bracketed_paste,
+    lo_orch_bin,
+    make_adapter,
+)
 from loop_orchestrator.config import Settings, load_tool_profile
+from loop_orchestrator.delivery import Deliverer, prompt_confirmation
 from loop_orchestrator.errors import (
     GitError,
     LockHeldError,
@@ -39,14 +45,14 @@ from loop_orchestrator.errors import (
     MergeConflictError,
     NotLoggedInError,
 )
-from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR
+from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR, NOT_LOGGED_IN_HINT
 from loop_orchestrator.plan import Task
+from loop_orchestrator.sessions import LaunchSpec, TmuxBackend, run_socket
 from loop_orchestrator.state import (
     ACTIVE_PHASES,
     Phase,
     RunDir,
     RunPhase,
-    RunState,
     Store,
     TaskStatus,
     atomic_write_text,
@@ -104,14 +110,11 @@ def detach(repo: Path, *, continue_blocked: bool = False) -> str:
     """Start ``lo-orch run`` in a window of the run's tmux session; where it runs."""
     import shlex
 
-    from loop_orchestrator.agents.base import lo_orch_bin
-    from loop_orchestrator.sessions import LaunchSpec, TmuxBackend
-
     state, _plan = runs.load_approved(repo)  # refuse before starting anything
     rundir = RunDir(repo)
     with supervisor_lock(rundir):
         pass  # only a check: the supervisor in the window takes the lock itself
-    socket = socket_for(state)
+    socket = run_socket(state.tmux_socket)
     backend = TmuxBackend(state.name, socket=socket)
     argv = [*shlex.split(lo_orch_bin()), "run", "--repo", str(repo)]
     if continue_blocked:
@@ -124,11 +127,6 @@ def detach(repo: Path, *, continue_blocked: bool = False) -> str:
     return f"tmux session lo-{state.name}, window 'supervisor' ({pane})"
 
 
-def socket_for(state: RunState) -> str | None:
-    """The tmux server of a run: the environment wins (tests), else what the run recorded."""
-    return os.environ.get("LO_ORCH_TMUX_SOCKET") or state.tmux_socket
-
-
 class Supervisor:
     def __init__(
         self,
@@ -138,10 +136,6 @@ class Supervisor:
         continue_blocked: bool = False,
         progress: Progress | None = None,
     ) -> None:
-        from loop_orchestrator.agents.base import make_adapter
-        from loop_orchestrator.delivery import Deliverer
-        from loop_orchestrator.sessions import TmuxBackend
-
         self.repo = repo
         self.settings = settings
         self.rundir = RunDir(repo)
@@ -153,7 +147,7 @@ class Supervisor:
         self.waves = planmod.wave_of(self.plan, self.cap)
         self.deps = planmod.dependencies(self.plan)
         self.ws = workspace.Workspace(repo, self.state.name, settings.workspace)
-        socket = socket_for(self.state)
+        socket = run_socket(self.state.tmux_socket)
         self.backend = TmuxBackend(self.state.name, socket=socket)
         self.adapter = make_adapter(settings, repo)
         self.deliverer = Deliverer(stagger=settings.run.stagger_seconds)
@@ -385,13 +379,8 @@ class Supervisor:
                 self._submit(tid, self._redeliver)
             elif st.phase in WORKING_PHASES and st.error == NOT_LOGGED_IN_ERROR:
                 # StopFailure(authentication_failed), recorded by `lo-orch hook`
-                self._block(
-                    tid,
-                    NotLoggedInError(
-                        "Claude Code is not logged in",
-                        hint="Run `claude` and type /login, then `lo-orch run` again.",
-                    ).render(),
-                )
+                error = NotLoggedInError("Claude Code is not logged in", hint=NOT_LOGGED_IN_HINT)
+                self._block(tid, error.render())
             elif st.phase == Phase.BLOCKED and tid not in self.reported_blocked:
                 # blocked by the session itself (`lo-orch signal blocked --note ...`)
                 self.reported_blocked.add(tid)
@@ -503,14 +492,7 @@ class Supervisor:
         st = self.store.read_status(tid)
         assert st.pane_id is not None
         text = self._render_prompt(tid, template, st).strip()
-        sent_at = now_iso()
-        confirmed: Callable[[], bool] | None = None
-        if self.adapter.uses_hooks:
-
-            def confirmed() -> bool:
-                cur = self.store.read_status(tid)
-                return (cur.prompt_submitted_at or "") >= sent_at or cur.phase != st.phase
-
+        confirmed = prompt_confirmation(self.store, tid) if self.adapter.uses_hooks else None
         self.deliverer.deliver(
             self.backend,
             st.pane_id,

@@ -19,6 +19,11 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+#: the keys of status/<task>.json (contract, DESIGN.md section 3), written out by hand so a
+#: renamed model field fails the tests
+STATUS_KEYS = ("task", "phase", "wave", "updated_at", "worktree", "branch", "pane_id",
+               "session_id", "rework_count", "last_event", "note", "error", "commit")
+
 
 @pytest.fixture(autouse=True)
 def _isolated_home(

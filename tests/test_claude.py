@@ -30,10 +30,9 @@ from loop_orchestrator.agents.claude import (
     claude_config_path,
     match_screen,
     pretrust,
-    prompt_confirmation,
 )
 from loop_orchestrator.config import AgentConfig, Settings
-from loop_orchestrator.delivery import Deliverer
+from loop_orchestrator.delivery import Deliverer, prompt_confirmation
 from loop_orchestrator.errors import AgentError, AgentStartError, NotLoggedInError
 from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR
 from loop_orchestrator.sessions import TmuxBackend

@@ -16,7 +16,7 @@ import click
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import git
+from conftest import STATUS_KEYS, git
 
 from loop_orchestrator import runs
 from loop_orchestrator.cli.main import cli, run_cli
@@ -401,21 +401,7 @@ def test_status_json_right_after_plan(planned: Path) -> None:
     for t in doc["tasks"]:
         assert t["phase"] == "pending"
         assert t["wave"] == EXAMPLE_WAVES[t["task"]]
-        for key in (
-            "task",
-            "phase",
-            "wave",
-            "updated_at",
-            "worktree",
-            "branch",
-            "pane_id",
-            "session_id",
-            "rework_count",
-            "last_event",
-            "note",
-            "error",
-            "commit",
-        ):
+        for key in STATUS_KEYS:
             assert key in t, key
 
 

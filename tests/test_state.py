@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import STATUS_KEYS
 from pydantic import ValidationError
 
 from loop_orchestrator.errors import StateError
@@ -220,21 +221,7 @@ def test_status_contract_keys(tmp_path: Path) -> None:
     store = Store(RunDir(tmp_path))
     store.write_status(TaskStatus(task="a"))
     data = json.loads(store.dirs.status_path("a").read_text())
-    for key in (
-        "task",
-        "phase",
-        "wave",
-        "updated_at",
-        "worktree",
-        "branch",
-        "pane_id",
-        "session_id",
-        "rework_count",
-        "last_event",
-        "note",
-        "error",
-        "commit",
-    ):
+    for key in STATUS_KEYS:
         assert key in data, key
 
 

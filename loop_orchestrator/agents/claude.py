@@ -12,8 +12,6 @@ Module API
     dialogs of agents/base.py, not logged in, unknown dialogs, fatal start errors).
 ``claude_config_path(env)``, ``pretrust(config, roots)``
     Where Claude Code keeps its global config, and the trust pre-acceptance itself.
-``prompt_confirmation(store, task)``
-    A ``confirmed`` callable for ``Deliverer.deliver``: the UserPromptSubmit hook fired.
 
 Facts are from Claude Code 2.1.332 run in tmux with a throwaway HOME, offline (see the
 shared reference): with ``hasCompletedOnboarding`` missing it tries to reach the API and
@@ -33,7 +31,7 @@ import shlex
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -47,19 +45,18 @@ from loop_orchestrator.agents.base import (
 )
 from loop_orchestrator.config import PERMISSION_MODES, AgentConfig
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError, NotLoggedInError
-from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR
+from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR, NOT_LOGGED_IN_HINT
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 from loop_orchestrator.state import atomic_write_text
 
 if TYPE_CHECKING:
-    from loop_orchestrator.state import Store, TaskStatus
+    from loop_orchestrator.state import TaskStatus
 
 log = logging.getLogger(__name__)
 
 BYPASS = "bypassPermissions"
 #: skips the "running in Bypass Permissions mode" warning (a user setting, per session here)
 BYPASS_SETTINGS = json.dumps({"skipDangerousModePermissionPrompt": True})
-NOT_LOGGED_IN_HINT = "Run `claude` and type /login, then `lo-orch run` again."
 ROOT_HINT = (
     "Claude Code refuses --permission-mode bypassPermissions as root unless the machine is "
     "a sandbox. In a container or VM set it in the agent environment:\n"
@@ -370,16 +367,6 @@ class ClaudeAdapter:
         if screen and match_screen(screen, ("not_logged_in",)) is not None:
             msg = "Claude Code is not logged in"
             raise NotLoggedInError(msg, hint=NOT_LOGGED_IN_HINT)
-
-
-def prompt_confirmation(store: Store, task: str) -> Callable[[], bool]:
-    """For ``Deliverer.deliver(confirmed=...)``: true once UserPromptSubmit fired again."""
-    before = store.read_status(task).prompt_submitted_at
-
-    def confirmed() -> bool:
-        return store.read_status(task).prompt_submitted_at != before
-
-    return confirmed
 
 
 def _trust_roots(repo: Path) -> list[Path]:

@@ -26,7 +26,6 @@ from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import AgentError, ConfigError
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 
-PLACEHOLDERS = ("{task}", "{brief}", "{worktree}")
 #: without a ready pattern, the screen must stay unchanged this long
 STABLE_SECONDS = 1.0
 
