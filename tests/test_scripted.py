@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loop_orchestrator import proc
-from loop_orchestrator.agents.base import AgentContext, make_adapter
+from loop_orchestrator.agents.base import AgentContext, answer_dialog, find_dialog, make_adapter
 from loop_orchestrator.agents.scripted import READY_RE, ScriptedAdapter
 from loop_orchestrator.agents.scripted_script import (
     ExitAction,
@@ -339,6 +340,48 @@ def test_trust_dialog_is_answered_with_yes_by_wait_ready(
     h.adapter.wait_ready(h.backend, h.pane, timeout=20)
     assert h.backend.state(h.pane).alive
     assert wait_until(lambda: [x["hook_event_name"] for x in h.hooks()] == ["SessionStart"], 10)
+
+
+def test_trust_dialog_mounted_again_while_answering_is_answered_again(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """Claude Code 2.1.332 mounts its trust dialog twice, resetting the cursor to "No".
+
+    Enter goes only after the cursor has stayed on "Yes" for ``hold`` seconds; here the
+    second mount lands inside that hold, so the answerer must see it and press Down again.
+    Pressing Enter as soon as "Yes" shows would have answered the first mount only.
+    """
+    h = Harness(tmp_path, "api: {}\n", args=("--trust-dialog", "--trust-remount-after", "1.5"))
+    h.launch()
+    assert wait_until(lambda: "Quick safety check" in h.backend.capture(h.pane, 0), 20)
+    dialog = find_dialog(h.backend.capture(h.pane, 0))
+    assert dialog is not None
+    answer_dialog(h.backend, h.pane, dialog, settle=0, hold=2.5)
+    assert wait_until(lambda: [x["hook_event_name"] for x in h.hooks()] == ["SessionStart"], 10)
+    events = (h.run_dir / "received" / "api.events").read_text(encoding="utf-8")
+    names = [line.split(" ", 1)[1] for line in events.splitlines()]
+    assert names == [
+        "trust dialog key Down", "trust dialog mounted again", "trust dialog key Down",
+        "trust dialog key Enter",
+    ]
+
+
+def test_an_agent_exiting_during_a_dialog_fails_at_once_with_its_screen(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    h = Harness(tmp_path, "api: {}\n", args=("--trust-dialog",))
+    h.launch()
+    assert wait_until(lambda: "Quick safety check" in h.backend.capture(h.pane, 0), 20)
+    dialog = find_dialog(h.backend.capture(h.pane, 0))
+    assert dialog is not None
+    h.backend.send_keys(h.pane, "Escape")  # the user (or a stray key) said no
+    assert wait_until(lambda: not h.backend.state(h.pane).alive, 10)
+    started = time.monotonic()
+    with pytest.raises(AgentStartError) as info:
+        answer_dialog(h.backend, h.pane, dialog, settle=0, timeout=30)
+    assert time.monotonic() - started < 5  # not after the 30 s timeout
+    assert "exited" in info.value.message
+    assert "Quick safety check" in info.value.screen
 
 
 def test_crash_is_seen_with_its_status_and_a_hang_fails_the_next_delivery(

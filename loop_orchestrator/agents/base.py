@@ -238,12 +238,22 @@ def _selected(screen: str, dialog: Dialog) -> int | None:
 
 
 def answer_dialog(
-    backend: SessionBackend, pane_id: str, dialog: Dialog, *, timeout: float = 5.0
+    backend: SessionBackend,
+    pane_id: str,
+    dialog: Dialog,
+    *,
+    timeout: float = 5.0,
+    settle: float = 0.5,
+    hold: float = 0.3,
 ) -> None:
     """Move the cursor to ``dialog.choose`` (checking the screen) and press Enter.
 
     Choosing explicitly, never "Enter on whatever is preselected": in Claude Code 2.1.332
-    Enter alone on the trust dialog means "No, exit".
+    Enter alone on the trust dialog means "No, exit". The dialog is also drawn twice: about
+    0.1 s after it first appears it is mounted again with the default selected, throwing
+    away a key pressed in between (seen under load). So keys wait until the dialog has been
+    up for ``settle`` seconds, and Enter only goes once the cursor has stayed on the choice
+    for ``hold`` seconds.
     """
     if dialog.choose is None:
         msg = f"the agent is waiting on a dialog lo-orch does not answer: {dialog.name}"
@@ -253,16 +263,33 @@ def answer_dialog(
             hint="Answer it yourself (`lo-orch attach TASK`) or remove its cause.",
         )
     target = dialog.options.index(dialog.choose)
-    deadline = time.monotonic() + timeout
+    time.sleep(settle)
+    deadline = time.monotonic() + timeout + settle
+    on_target_since: float | None = None
     while True:
+        state = backend.state(pane_id)
+        if not state.alive:
+            msg = f"the agent exited while lo-orch was answering the {dialog.name} dialog"
+            raise AgentStartError(
+                msg,
+                error_screen(backend, pane_id, dead=state.exists),
+                hint="The last screen above usually says why.",
+            )
         screen = backend.capture(pane_id, 0)
         if not dialog.detect.search(screen):
             return  # answered meanwhile
         current = _selected(screen, dialog)
+        now = time.monotonic()
         if current == target:
-            backend.send_keys(pane_id, "Enter")
-            return
-        if time.monotonic() >= deadline:
+            if on_target_since is None:
+                on_target_since = now
+            if now - on_target_since >= hold:
+                backend.send_keys(pane_id, "Enter")
+                return
+            time.sleep(0.05)
+            continue
+        on_target_since = None
+        if now >= deadline:
             msg = f"could not select {dialog.choose!r} in the {dialog.name} dialog"
             raise AgentStartError(
                 msg,

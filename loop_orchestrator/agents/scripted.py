@@ -79,6 +79,8 @@ READY_RE = re.compile("^│ " + PROMPT, re.MULTILINE)
 #: pastes longer than this, or with a line break, show as a placeholder (as Claude Code)
 PLACEHOLDER_CHARS = 800
 TRUST_OPTIONS = ("No, exit", "Yes, I trust this folder")
+#: seconds after it first appears that the trust dialog is mounted again (2.1.332, measured)
+TRUST_REMOUNT_AFTER = 0.15
 
 
 # adapter -------------------------------------------------------------------------------
@@ -264,6 +266,7 @@ class ScriptedAgent:
         self.source = "resume" if args.resume else "startup"
         self.permission_mode = args.permission_mode
         self.force_trust_dialog = bool(args.trust_dialog)
+        self.trust_remount_after = float(args.trust_remount_after)
         if args.record_dir:
             self.record_dir: Path | None = Path(args.record_dir)
         else:
@@ -366,8 +369,11 @@ class ScriptedAgent:
         with (self.record_dir / f"{self.task}.events").open("a", encoding="utf-8") as fh:
             fh.write(f"{time.time():.3f} {name}\n")
 
-    def _read_events(self) -> Iterator[tuple[str, str]]:
-        """Input events as they come; redraws on resize and once a second."""
+    def _read_events(self, *, ticks: bool = False) -> Iterator[tuple[str, str]]:
+        """Input events as they come; redraws on resize and once a second.
+
+        With ``ticks`` a ``("tick", "")`` event comes at least every 50 ms without input.
+        """
         last_draw = 0.0
         while True:
             now = time.monotonic()
@@ -375,9 +381,11 @@ class ScriptedAgent:
                 self.resized = False
                 self.draw()
                 last_draw = now
-            ready, _, _ = select.select([self.fd_in], [], [], 0.25)
+            ready, _, _ = select.select([self.fd_in], [], [], 0.05 if ticks else 0.25)
             if not ready:
                 yield from self.parser.flush()
+                if ticks:
+                    yield "tick", ""
                 continue
             data = os.read(self.fd_in, 65536)
             if not data:
@@ -385,9 +393,21 @@ class ScriptedAgent:
             yield from self.parser.feed(data)
 
     def trust_dialog(self) -> bool:
+        """Claude Code 2.1.332's trust dialog, including its second mount.
+
+        The real dialog is mounted again about 0.1 s after it first appears, with "No, exit"
+        selected afresh: a Down pressed before that is lost, and an Enter after it exits.
+        """
         self.mode, self.selection = "trust", 0
-        for kind, value in self._read_events():
+        mounted, remounted = time.monotonic(), False
+        for kind, value in self._read_events(ticks=True):
+            if not remounted and time.monotonic() - mounted >= self.trust_remount_after:
+                remounted, self.selection, self.dirty = True, 0, True
+                self._event("trust dialog mounted again")
+            if kind == "tick":
+                continue
             self.dirty = True
+            self._event(f"trust dialog {kind} {value}")
             if kind == "key" and value in ("Up", "Down"):
                 self.selection = (self.selection + (1 if value == "Down" else -1)) % 2
             elif kind == "text" and value.strip() in ("1", "2"):
@@ -656,6 +676,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--script", required=True, help="the YAML script")
     parser.add_argument("--trust-dialog", action="store_true", help="show the trust dialog")
+    parser.add_argument(
+        "--trust-remount-after", type=float, default=TRUST_REMOUNT_AFTER, metavar="SECONDS",
+        help="when the trust dialog is mounted again, resetting its selection",
+    )
     parser.add_argument("--plugin-dir", help="plugin folder whose hooks/hooks.json is run")
     parser.add_argument("--session-id", help="session id (default: a new UUID)")
     parser.add_argument("--resume", metavar="ID", help="resume this session id")
