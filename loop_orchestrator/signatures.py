@@ -16,6 +16,7 @@ import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from loop_orchestrator import pyast
 from loop_orchestrator.verify.jstests import mask
 
 
@@ -112,7 +113,7 @@ def python_signatures(source: str, path: str) -> dict[str, Signature]:
     and (Python 3.12+) ``type`` aliases are given by their first line.
     """
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source, path)
     except SyntaxError:
         return {}
     lines = source.splitlines(keepends=True)

@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from loop_orchestrator import pyast
+
 #: dotted call names that assert (besides anything whose last part starts with "assert")
 _ASSERT_CALLS = frozenset({
     "pytest.raises", "pytest.warns", "pytest.deprecated_call", "pytest.fail", "raises",
@@ -80,7 +82,7 @@ def dotted(node: ast.AST) -> str:
 
 def parse_module(path: str, source: str) -> PyModule:
     """The tests in ``source``; raises SyntaxError when it does not parse."""
-    tree = ast.parse(source, filename=path)
+    tree = pyast.parse(source, path)
     tests: list[PyTest] = []
     dups: list[tuple[str, int, int]] = []
     _collect(path, tree.body, "", is_test_scope=True, tests=tests, dups=dups)

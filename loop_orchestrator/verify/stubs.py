@@ -17,6 +17,7 @@ import ast
 import re
 from collections.abc import Iterator, Sequence
 
+from loop_orchestrator import pyast
 from loop_orchestrator.verify import classify, jstests
 from loop_orchestrator.verify.models import Finding, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation, dotted, walk_shallow
@@ -146,7 +147,7 @@ def _literal(node: ast.AST | None) -> tuple[bool, object]:
 
 def _python(f: FileChange, expectations: Sequence[Expectation]) -> list[Finding]:
     try:
-        tree = ast.parse(f.new or "", filename=f.path)
+        tree = pyast.parse(f.new or "", f.path)
     except SyntaxError as exc:
         return [warning(f"could not be parsed ({exc.msg}, line {exc.lineno}); stubs not "
                         "checked.", "stubs.unparsable", f.path, exc.lineno)]
