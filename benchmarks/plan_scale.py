@@ -30,12 +30,11 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loop_orchestrator.plan import (
-    Plan,
+from loop_orchestrator.plan import Plan, validate_plan_data
+from loop_orchestrator.schedule import (
     dependencies,
     ready_tasks,
     topological_order,
-    validate_plan_data,
     wave_of,
     waves,
 )

@@ -76,7 +76,7 @@ def consumed_signatures(
     """Exact signatures of what ``task`` consumes: given by done tasks, else read from the
     code (producers' files on staging; the base tree for done tasks without signatures)."""
     from loop_orchestrator import signatures, workspace
-    from loop_orchestrator.plan import path_matches
+    from loop_orchestrator.globs import path_matches
 
     found: list[Signature] = []
     producers = {out: t for t in plan.tasks for out in t.produces}

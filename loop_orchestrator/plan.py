@@ -1,14 +1,12 @@
-"""The plan file (contract, DESIGN.md section 4): model, validation, waves, the ready queue.
+"""The plan file (contract, DESIGN.md section 4): model, loading and validation.
 
 Validation collects *every* problem before reporting, each naming the task and field and
-saying how to fix it. Scheduling is deterministic: waves are topological levels split by
-the concurrency cap; the ready queue releases a task once everything it depends on is
-integrated (or, with ``strict_waves``, once every earlier wave is).
+saying how to fix it. Scheduling (waves, the ready queue) is in ``schedule``, owned-path
+patterns in ``globs``.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import re
@@ -21,7 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loop_orchestrator.errors import PlanError
-from loop_orchestrator.state import ACTIVE_PHASES, TERMINAL_PHASES, Phase
+from loop_orchestrator.globs import literal_prefix, patterns_overlap
+from loop_orchestrator.schedule import ancestors, dependencies
 
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")  # \Z: `$` would accept "id\n"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
@@ -362,23 +361,6 @@ def _find_cycle(graph: Mapping[str, Sequence[str]]) -> list[str] | None:
     return None
 
 
-def dependencies(plan: Plan) -> dict[str, list[str]]:
-    """Task id -> the task ids it depends on (explicit and through ``consumes``).
-
-    Outputs of ``done_tasks`` add no edge: they are already on the base.
-    """
-    producer = {out: t.id for t in plan.tasks for out in t.produces}
-    ids = {t.id for t in plan.tasks}
-    deps: dict[str, list[str]] = {}
-    for t in plan.tasks:
-        seen: dict[str, None] = {}  # ordered set: plan order of the edges, no repeats
-        for d in [*t.depends_on, *(producer[c] for c in t.consumes if c in producer)]:
-            if d != t.id and d in ids:
-                seen[d] = None
-        deps[t.id] = list(seen)
-    return deps
-
-
 def semantic_problems(
     plan: Plan, *, unparsed: Mapping[str, Sequence[str]] | None = None
 ) -> list[str]:
@@ -503,98 +485,6 @@ def semantic_problems(
 # ownership ----------------------------------------------------------------------------
 
 
-def _norm(pattern: str) -> str:
-    p = pattern.replace("\\", "/").strip()
-    if p.startswith("./"):
-        p = p[2:]
-    if p.endswith("/"):
-        p += "**"
-    return p
-
-
-def path_matches(path: str, patterns: Sequence[str]) -> bool:
-    """Whether a repo-relative path is matched by any owns pattern (``**`` spans folders)."""
-    segs = _norm(path).split("/")
-    return any(_match_segs(segs, _norm(p).split("/")) for p in patterns)
-
-
-def _match_segs(path: Sequence[str], pat: Sequence[str]) -> bool:
-    if not pat:
-        return not path
-    head = pat[0]
-    if head == "**":
-        return any(_match_segs(path[i:], pat[1:]) for i in range(len(path) + 1))
-    if not path:
-        return False
-    return fnmatch.fnmatchcase(path[0], head) and _match_segs(path[1:], pat[1:])
-
-
-_WILD = re.compile(r"[*?\[]")
-
-
-def _seg_overlap(a: str, b: str) -> bool:
-    """Whether some single path segment matches both segment patterns (conservative)."""
-    a_wild, b_wild = bool(_WILD.search(a)), bool(_WILD.search(b))
-    if not a_wild and not b_wild:
-        return a == b
-    if not a_wild:
-        return fnmatch.fnmatchcase(a, b)
-    if not b_wild:
-        return fnmatch.fnmatchcase(b, a)
-    # Both wild: compatible literal prefixes and suffixes (may over-report, never miss
-    # the common cases like `*.py` vs `test_*`).
-    pa, pb = _WILD.split(a)[0], _WILD.split(b)[0]
-    sa, sb = _WILD.split(a)[-1], _WILD.split(b)[-1]
-    return (pa.startswith(pb) or pb.startswith(pa)) and (sa.endswith(sb) or sb.endswith(sa))
-
-
-def patterns_overlap(a: str, b: str) -> bool:
-    """Whether some path could be matched by both owns patterns."""
-    return _overlap(tuple(_norm(a).split("/")), tuple(_norm(b).split("/")), {})
-
-
-_Memo = dict[tuple[tuple[str, ...], tuple[str, ...]], bool]
-
-
-def _overlap(a: tuple[str, ...], b: tuple[str, ...], memo: _Memo) -> bool:
-    key = (a, b)
-    if key in memo:
-        return memo[key]
-    if not a or not b:
-        result = (not a or all(s == "**" for s in a)) and (not b or all(s == "**" for s in b))
-    elif a[0] == "**":
-        result = _overlap(a[1:], b, memo) or _overlap(a, b[1:], memo)
-    elif b[0] == "**":
-        result = _overlap(a, b[1:], memo) or _overlap(a[1:], b, memo)
-    else:
-        result = _seg_overlap(a[0], b[0]) and _overlap(a[1:], b[1:], memo)
-    memo[key] = result
-    return result
-
-
-def ancestors(plan: Plan, deps: Mapping[str, Sequence[str]] | None = None) -> dict[str, int]:
-    """Task id -> bitset of its transitive dependencies (bit i = plan.tasks[i])."""
-    deps = dependencies(plan) if deps is None else deps
-    index = {t.id: i for i, t in enumerate(plan.tasks)}
-    result: dict[str, int] = {}
-    for tid in topological_order(plan, deps):
-        bits = 0
-        for d in deps[tid]:
-            bits |= result[d] | (1 << index[d])
-        result[tid] = bits
-    return result
-
-
-def _literal_prefix(pattern: str) -> tuple[str, ...]:
-    """The path segments of an owns pattern before its first wildcard segment."""
-    prefix: list[str] = []
-    for seg in _norm(pattern).split("/"):
-        if _WILD.search(seg):
-            break
-        prefix.append(seg)
-    return tuple(prefix)
-
-
 class _PrefixNode:
     __slots__ = ("items", "kids")
 
@@ -619,7 +509,7 @@ def ownership_problems(plan: Plan, deps: Mapping[str, Sequence[str]]) -> list[st
         for p in t.owns:
             if _path_problem(p):
                 continue
-            prefix = _literal_prefix(p)
+            prefix = literal_prefix(p)
             node = root
             for seg in prefix:
                 node = node.kids.setdefault(seg, _PrefixNode())
@@ -660,128 +550,3 @@ def ownership_problems(plan: Plan, deps: Mapping[str, Sequence[str]]) -> list[st
                     break  # same node: each pair once, the earlier pattern first
                 consider(other_tid, other_pattern, tid, pattern)
     return problems
-
-
-# scheduling ---------------------------------------------------------------------------
-
-
-def topological_order(plan: Plan, deps: Mapping[str, Sequence[str]] | None = None) -> list[str]:
-    """Task ids with every dependency before its dependents, plan order otherwise."""
-    deps = dependencies(plan) if deps is None else deps
-    order: list[str] = []
-    placed: set[str] = set()
-    pending = [t.id for t in plan.tasks]
-    remaining = {tid: len(deps[tid]) for tid in pending}
-    dependents: dict[str, list[str]] = {tid: [] for tid in pending}
-    for tid in pending:
-        for d in deps[tid]:
-            dependents[d].append(tid)
-    queue = [tid for tid in pending if remaining[tid] == 0]
-    head = 0
-    while head < len(queue):
-        tid = queue[head]
-        head += 1
-        order.append(tid)
-        placed.add(tid)
-        for nxt in dependents[tid]:
-            remaining[nxt] -= 1
-            if remaining[nxt] == 0:
-                queue.append(nxt)
-    if len(order) != len(pending):
-        stuck = ", ".join(t for t in pending if t not in placed)
-        raise PlanError(plan.run_name, [f"dependency cycle among: {stuck}"])
-    return order
-
-
-def levels(plan: Plan, deps: Mapping[str, Sequence[str]] | None = None) -> dict[str, int]:
-    """Task id -> topological level (0 = depends on nothing)."""
-    deps = dependencies(plan) if deps is None else deps
-    level: dict[str, int] = {}
-    for tid in topological_order(plan, deps):
-        level[tid] = 1 + max((level[d] for d in deps[tid]), default=-1)
-    return level
-
-
-def waves(plan: Plan, cap: int) -> list[list[str]]:
-    """Topological levels, each split into chunks of at most ``cap`` tasks (plan order)."""
-    if cap < 1:
-        msg = f"cap must be at least 1, not {cap}"
-        raise ValueError(msg)
-    level = levels(plan)
-    by_level: dict[int, list[str]] = {}
-    for t in plan.tasks:
-        by_level.setdefault(level[t.id], []).append(t.id)
-    result: list[list[str]] = []
-    for lvl in sorted(by_level):
-        ids = by_level[lvl]
-        result += [ids[i : i + cap] for i in range(0, len(ids), cap)]
-    return result
-
-
-def wave_of(plan: Plan, cap: int) -> dict[str, int]:
-    """Task id -> its wave number, counting from 1."""
-    return {tid: n for n, wave in enumerate(waves(plan, cap), start=1) for tid in wave}
-
-
-def ready_tasks(
-    plan: Plan,
-    phases: Mapping[str, Phase],
-    cap: int,
-    *,
-    strict_waves: bool = False,
-    wave_numbers: Mapping[str, int] | None = None,
-    deps: Mapping[str, Sequence[str]] | None = None,
-) -> list[str]:
-    """The pending tasks that may start now, in start order, respecting ``cap``.
-
-    A task is ready when every dependency is ``integrated``; with ``strict_waves`` also
-    every task of every earlier wave. Tasks whose dependency is blocked or failed never
-    become ready (the rest of the run goes on). ``wave_numbers`` and ``deps`` may be passed
-    in when the caller already has them (they cost O(tasks) to compute).
-    """
-    deps = dependencies(plan) if deps is None else deps
-    active = sum(1 for p in phases.values() if p in ACTIVE_PHASES)
-    room = cap - active
-    if room <= 0:
-        return []
-    waves_by_id = dict(wave_numbers) if wave_numbers is not None else wave_of(plan, cap)
-    barrier = None
-    if strict_waves:
-        # A blocked or failed task, and what waits on it, will not finish without a human:
-        # it does not hold the barrier, so the rest of the run goes on (as without it).
-        stuck = set(waiting_on(plan, phases))
-        unfinished = [
-            waves_by_id[t.id]
-            for t in plan.tasks
-            if phases.get(t.id, Phase.PENDING) not in TERMINAL_PHASES and t.id not in stuck
-        ]
-        barrier = min(unfinished, default=None)
-    ready: list[str] = []
-    for t in sorted(plan.tasks, key=lambda t: waves_by_id[t.id]):
-        if phases.get(t.id, Phase.PENDING) != Phase.PENDING:
-            continue
-        if barrier is not None and waves_by_id[t.id] != barrier:
-            continue
-        if all(phases.get(d) == Phase.INTEGRATED for d in deps[t.id]):
-            ready.append(t.id)
-            if len(ready) == room:
-                break
-    return ready
-
-
-def waiting_on(plan: Plan, phases: Mapping[str, Phase]) -> dict[str, list[str]]:
-    """Pending task -> the blocked/failed tasks (transitively) that keep it from starting."""
-    deps = dependencies(plan)
-    stuck: dict[str, list[str]] = {}
-    for tid in topological_order(plan, deps):
-        if phases.get(tid) in (Phase.BLOCKED, Phase.FAILED):
-            stuck[tid] = [tid]
-            continue
-        causes: list[str] = []
-        for d in deps[tid]:
-            for c in stuck.get(d, []):
-                if c not in causes:
-                    causes.append(c)
-        if causes and phases.get(tid, Phase.PENDING) == Phase.PENDING:
-            stuck[tid] = causes
-    return {k: v for k, v in stuck.items() if phases.get(k, Phase.PENDING) == Phase.PENDING}

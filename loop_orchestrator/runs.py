@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import briefs
+from loop_orchestrator import briefs, schedule
 from loop_orchestrator import plan as planmod
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GateError, StateError
@@ -131,8 +131,8 @@ def create_run(
     rundir = RunDir(repo)
     store = Store(rundir)
     cap = effective_concurrency(plan, settings)
-    deps = planmod.dependencies(plan)
-    waves = planmod.waves(plan, cap)
+    deps = schedule.dependencies(plan)
+    waves = schedule.waves(plan, cap)
     wave_of = {tid: n for n, w in enumerate(waves, start=1) for tid in w}
 
     replaced = refuse_run_in_progress(store)

@@ -28,8 +28,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from loop_orchestrator import briefs, runs, workspace
-from loop_orchestrator import plan as planmod
+from loop_orchestrator import briefs, runs, schedule, workspace
 from loop_orchestrator.agents.base import (
     AgentContext,
     bracketed_paste,
@@ -144,8 +143,8 @@ class Supervisor:
         self.continue_blocked = continue_blocked
         self.progress = progress or (lambda _msg: None)
         self.cap = runs.effective_concurrency(self.plan, settings)
-        self.waves = planmod.wave_of(self.plan, self.cap)
-        self.deps = planmod.dependencies(self.plan)
+        self.waves = schedule.wave_of(self.plan, self.cap)
+        self.deps = schedule.dependencies(self.plan)
         self.ws = workspace.Workspace(repo, self.state.name, settings.workspace)
         socket = run_socket(self.state.tmux_socket)
         self.backend = TmuxBackend(self.state.name, socket=socket)
@@ -320,7 +319,7 @@ class Supervisor:
         return not self._ready(phases)
 
     def _ready(self, phases: dict[str, Phase]) -> list[str]:
-        return planmod.ready_tasks(
+        return schedule.ready_tasks(
             self.plan,
             phases,
             self.cap,
@@ -757,7 +756,7 @@ class Supervisor:
             for t, s in statuses.items()
             if s.phase in (Phase.BLOCKED, Phase.FAILED)
         }
-        waiting = planmod.waiting_on(self.plan, {t: s.phase for t, s in statuses.items()})
+        waiting = schedule.waiting_on(self.plan, {t: s.phase for t, s in statuses.items()})
         if stuck and not self.continue_blocked:
             lines = [f"{t}: {why}" for t, why in stuck.items()]
             lines += [f"{t}: waiting on {', '.join(c)}" for t, c in waiting.items()]

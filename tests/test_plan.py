@@ -10,19 +10,18 @@ import pytest
 import yaml
 
 from loop_orchestrator import plan as planmod
+from loop_orchestrator import schedule
 from loop_orchestrator.errors import PlanError
+from loop_orchestrator.globs import path_matches, patterns_overlap
 from loop_orchestrator.plan import (
     DoneCheck,
     Plan,
-    dependencies,
     load_plan,
-    path_matches,
-    patterns_overlap,
     plan_hash,
     semantic_problems,
     validate_plan_data,
-    waves,
 )
+from loop_orchestrator.schedule import dependencies, waves
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -754,4 +753,4 @@ def test_semantic_problems_on_a_constructed_plan_with_a_cycle() -> None:
         "dependency cycle: a -> b -> a; break it by removing one depends_on/consumes edge"
     ]
     with pytest.raises(PlanError):
-        planmod.topological_order(plan)
+        schedule.topological_order(plan)

@@ -6,10 +6,9 @@ from typing import Any
 
 import pytest
 
-from loop_orchestrator.plan import (
-    Plan,
+from loop_orchestrator.plan import Plan, validate_plan_data
+from loop_orchestrator.schedule import (
     ready_tasks,
-    validate_plan_data,
     waiting_on,
     wave_of,
     waves,

@@ -16,14 +16,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from loop_orchestrator.errors import PlanError
-from loop_orchestrator.plan import (
-    Plan,
+from loop_orchestrator.globs import patterns_overlap
+from loop_orchestrator.plan import Plan, validate_plan_data
+from loop_orchestrator.schedule import (
     dependencies,
     levels,
-    patterns_overlap,
     ready_tasks,
     topological_order,
-    validate_plan_data,
     waiting_on,
     wave_of,
     waves,
@@ -374,7 +373,7 @@ PATH = st.lists(
 @settings(max_examples=400, deadline=None)
 @given(PATTERN, PATTERN, PATH)
 def test_patterns_overlap_never_misses_a_common_path(a: str, b: str, path: str) -> None:
-    from loop_orchestrator.plan import path_matches
+    from loop_orchestrator.globs import path_matches
 
     if path_matches(path, [a]) and path_matches(path, [b]):
         assert patterns_overlap(a, b), (a, b, path)

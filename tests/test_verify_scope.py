@@ -13,7 +13,7 @@ import pytest
 from conftest import git
 
 from loop_orchestrator import workspace
-from loop_orchestrator.plan import path_matches
+from loop_orchestrator.globs import path_matches
 from loop_orchestrator.verify import classify
 from loop_orchestrator.verify.models import Finding
 from loop_orchestrator.verify.scope import check_scope, literally_owned

@@ -107,7 +107,7 @@ def route_integration_failure(
     transitive or direct dependencies) defaults to each task's ``depends_on``. A ``None``
     key means a human must look: the run waits.
     """
-    from loop_orchestrator.plan import path_matches
+    from loop_orchestrator.globs import path_matches
 
     deps = {t.id: set(t.depends_on) for t in tasks}
     if depends is not None:

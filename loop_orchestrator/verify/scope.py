@@ -33,7 +33,7 @@ SYMLINK_MODE = "120000"
 GITLINK_MODE = "160000"
 _WILDCARD = re.compile(r"[*?\[]")
 
-#: (path, patterns) -> owned?  ``plan.path_matches`` in production
+#: (path, patterns) -> owned?  ``globs.path_matches`` in production
 Matcher = Callable[[str, Sequence[str]], bool]
 #: path -> (text at base, text at commit); None for a side where the file is absent
 Contents = Callable[[str], tuple[str | None, str | None]]

@@ -118,7 +118,7 @@ def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
                            all_tasks: Sequence[Task] | None = None
                            ) -> tuple[list[Finding], Any, list[FileChange], _Texts]:
     """Scope, test quality, stubs, secrets, conflict markers: no command is run."""
-    from loop_orchestrator.plan import path_matches
+    from loop_orchestrator.globs import path_matches
 
     texts = _Texts(repo, base, commit)
     changes = workspace.changed_paths(repo, base, commit)
