@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from loop_orchestrator import proc
-from loop_orchestrator.agents.base import AgentContext, answer_dialog, find_dialog, make_adapter
+from loop_orchestrator.agents.base import (
+    AgentContext,
+    Dialog,
+    answer_dialog,
+    find_dialog,
+    make_adapter,
+)
 from loop_orchestrator.agents.scripted import READY_RE, ScriptedAdapter
 from loop_orchestrator.agents.scripted_script import (
     ExitAction,
@@ -316,6 +322,16 @@ def test_a_blocking_stop_hook_is_honoured_a_bounded_number_of_times(
     assert "signal first" in h.backend.capture(h.pane, 0)
 
 
+def at_trust_dialog(tmp_path: Path, *args: str) -> tuple[Harness, Dialog]:
+    """A scripted agent showing its trust dialog (extra ``args`` for the agent)."""
+    h = Harness(tmp_path, "api: {}\n", args=("--trust-dialog", *args))
+    h.launch()
+    assert wait_until(lambda: "Quick safety check" in h.backend.capture(h.pane, 0), 20)
+    dialog = find_dialog(h.backend.capture(h.pane, 0))
+    assert dialog is not None
+    return h, dialog
+
+
 def test_trust_dialog_enter_alone_exits_with_status_1(tmux_socket: str, tmp_path: Path) -> None:
     h = Harness(tmp_path, "api: {trust_dialog: true}\n")
     h.launch()
@@ -334,9 +350,7 @@ def test_trust_dialog_enter_alone_exits_with_status_1(tmux_socket: str, tmp_path
 def test_trust_dialog_is_answered_with_yes_by_wait_ready(
     tmux_socket: str, tmp_path: Path
 ) -> None:
-    h = Harness(tmp_path, "api: {}\n", args=("--trust-dialog",))
-    h.launch()
-    assert wait_until(lambda: "Quick safety check" in h.backend.capture(h.pane, 0), 20)
+    h, _ = at_trust_dialog(tmp_path)
     h.adapter.wait_ready(h.backend, h.pane, timeout=20)
     assert h.backend.state(h.pane).alive
     assert wait_until(lambda: [x["hook_event_name"] for x in h.hooks()] == ["SessionStart"], 10)
@@ -351,11 +365,7 @@ def test_trust_dialog_mounted_again_while_answering_is_answered_again(
     second mount lands inside that hold, so the answerer must see it and press Down again.
     Pressing Enter as soon as "Yes" shows would have answered the first mount only.
     """
-    h = Harness(tmp_path, "api: {}\n", args=("--trust-dialog", "--trust-remount-after", "1.5"))
-    h.launch()
-    assert wait_until(lambda: "Quick safety check" in h.backend.capture(h.pane, 0), 20)
-    dialog = find_dialog(h.backend.capture(h.pane, 0))
-    assert dialog is not None
+    h, dialog = at_trust_dialog(tmp_path, "--trust-remount-after", "1.5")
     answer_dialog(h.backend, h.pane, dialog, settle=0, hold=2.5)
     assert wait_until(lambda: [x["hook_event_name"] for x in h.hooks()] == ["SessionStart"], 10)
     events = (h.run_dir / "received" / "api.events").read_text(encoding="utf-8")
@@ -369,11 +379,7 @@ def test_trust_dialog_mounted_again_while_answering_is_answered_again(
 def test_an_agent_exiting_during_a_dialog_fails_at_once_with_its_screen(
     tmux_socket: str, tmp_path: Path
 ) -> None:
-    h = Harness(tmp_path, "api: {}\n", args=("--trust-dialog",))
-    h.launch()
-    assert wait_until(lambda: "Quick safety check" in h.backend.capture(h.pane, 0), 20)
-    dialog = find_dialog(h.backend.capture(h.pane, 0))
-    assert dialog is not None
+    h, dialog = at_trust_dialog(tmp_path)
     h.backend.send_keys(h.pane, "Escape")  # the user (or a stray key) said no
     assert wait_until(lambda: not h.backend.state(h.pane).alive, 10)
     started = time.monotonic()
