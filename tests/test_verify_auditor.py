@@ -91,7 +91,7 @@ def test_command_auditor_fail_verdict(tmp_path: Path) -> None:
     ('time.sleep(30)\nprint("VERDICT: PASS")\n', "timed out"),
 ])
 def test_anything_but_a_clean_verdict_is_fail(tmp_path: Path, body: str, why: str) -> None:
-    result = audit(tmp_path, script(tmp_path, body), timeout=2)
+    result = audit(tmp_path, script(tmp_path, body), timeout=5)
     assert result.status == "fail"
     assert why in result.reasons[0]
 
