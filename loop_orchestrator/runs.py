@@ -271,7 +271,8 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
                   f"(output under {store.dirs.task_evidence_dir('_integration')})")
     who = note or "a person asked to try again"
     changes: dict[str, Any] = {
-        "error": None, "relaunches": 0, "nudged": False, "delivered": None, "stop_blocks": 0,
+        "error": None, "relaunches": 0, "nudged": False, "delivered": None, "delivering": None,
+        "stop_blocks": 0,
         "note": f"retried: {who}",
     }
     plan_written = store.dirs.agent_plan_path(task).exists()

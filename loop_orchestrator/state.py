@@ -100,6 +100,10 @@ class TaskStatus(BaseModel):
     nudged: bool = False
     #: "<phase>:<rework_count>" of the last prompt whose delivery was confirmed
     delivered: str | None = None
+    #: "<phase>:<rework_count>" of a prompt being delivered, and when that began: after a
+    #: crash, a UserPromptSubmit hook later than that shows the prompt arrived
+    delivering: str | None = None
+    delivery_started_at: str | None = None
     #: when the UserPromptSubmit hook last fired for this task
     prompt_submitted_at: str | None = None
     stop_blocks: int = 0

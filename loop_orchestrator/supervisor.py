@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 WORKING_PHASES = frozenset({Phase.LAUNCHING, Phase.PLANNING, Phase.IMPLEMENTING})
 TICK_SECONDS = 0.5
 SCREEN_SAMPLE_SECONDS = 15.0
+#: how long after an interrupted delivery began its UserPromptSubmit hook may still come
+DELIVERY_GRACE_SECONDS = 5.0
 
 Progress = Callable[[str], None]
 
@@ -371,8 +373,8 @@ class Supervisor:
                 self._submit(tid, self._verify)  # interrupted verification: run it again
             elif st.phase == Phase.APPROVED:
                 self._submit(tid, self._integrate)
-            elif st.phase in (Phase.PLANNING, Phase.IMPLEMENTING) and st.delivered != (
-                f"{st.phase.value}:{st.rework_count}"
+            elif st.phase in (Phase.PLANNING, Phase.IMPLEMENTING) and (
+                st.delivered != _delivery_key(st)
             ):
                 # the prompt for this phase was never confirmed (crash mid-delivery)
                 self._submit(tid, self._redeliver)
@@ -478,6 +480,11 @@ class Supervisor:
             else:
                 self._pane_died(tid, None)
             return
+        if self._arrived_before_restart(tid):
+            self._set(tid, delivered=_delivery_key(st), delivering=None)
+            self._event("prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count,
+                        message="confirmed by the session's hook after a restart; not resent")
+            return
         self._deliver(tid, self._prompt_for(st))
 
     def _prompt_for(self, st: TaskStatus) -> str:
@@ -490,8 +497,12 @@ class Supervisor:
     def _deliver(self, tid: str, template: str) -> None:
         st = self.store.read_status(tid)
         assert st.pane_id is not None
+        key = _delivery_key(st)
         text = self._render_prompt(tid, template, st).strip()
-        confirmed = prompt_confirmation(self.store, tid) if self.adapter.uses_hooks else None
+        confirmed = None
+        if self.adapter.uses_hooks:
+            confirmed = prompt_confirmation(self.store, tid)
+            self._set(tid, delivering=key, delivery_started_at=now_iso())
         self.deliverer.deliver(
             self.backend,
             st.pane_id,
@@ -499,10 +510,32 @@ class Supervisor:
             confirmed=confirmed,
             bracketed=bracketed_paste(self.adapter),
         )
-        self._set(tid, delivered=f"{st.phase.value}:{st.rework_count}")
+        self._set(tid, delivered=key, delivering=None)
         self._event(
             "prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count, chars=len(text)
         )
+
+    def _arrived_before_restart(self, tid: str) -> bool:
+        """Whether an interrupted delivery's prompt reached the session after all.
+
+        A supervisor killed after pasting but before recording the delivery would otherwise
+        send the same prompt twice. The UserPromptSubmit hook (recorded by `lo-orch hook`,
+        not by the supervisor) tells: a submit later than the start of that delivery. A
+        restart within ``DELIVERY_GRACE_SECONDS`` of the start waits that long for the hook.
+        Agents without hooks cannot tell, and get the prompt again.
+        """
+        st = self.store.read_status(tid)
+        if not self.adapter.uses_hooks or st.delivering != _delivery_key(st):
+            return False
+        started = _ts(st.delivery_started_at)
+        deadline = started + DELIVERY_GRACE_SECONDS
+        while True:
+            if _ts(st.prompt_submitted_at) >= started > 0:
+                return True
+            if time.time() >= deadline:
+                return False
+            time.sleep(0.1)
+            st = self.store.read_status(tid)
 
     def _render_prompt(self, tid: str, template: str, st: TaskStatus) -> str:
         if template == "prompt_rework.md.j2":
@@ -565,7 +598,7 @@ class Supervisor:
             self._event("task_failed", tid, exit_status=dead_status, message=error)
             return
         self._event("session_died", tid, exit_status=dead_status, message="relaunching once")
-        st = self._set(tid, relaunches=st.relaunches + 1, delivered=None)
+        st = self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None)
         spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st), resume=True)
         if pane is not None and pane.exists and st.pane_id:
             pane_id = st.pane_id
@@ -710,7 +743,8 @@ class Supervisor:
                 evidence=str(result.evidence) if result.evidence else "",
             ))
             self._set(tid, phase=Phase.IMPLEMENTING, rework_count=round_no, delivered=None,
-                      note=f"integration tests fail on {', '.join(paths)}", error=None)
+                      delivering=None, note=f"integration tests fail on {', '.join(paths)}",
+                      error=None)
             self._event("integration_routed", tid, round=round_no, files=paths,
                         review=str(review))
             self._submit(tid, self._reopen)
@@ -770,6 +804,11 @@ class Supervisor:
             return Outcome("integration_failed", result.summary)
         self._event("awaiting_merge_review", staging=result.commit, skipped=skipped)
         return Outcome("review", result.summary)
+
+
+def _delivery_key(st: TaskStatus) -> str:
+    """Which prompt a task is due: its phase and rework round."""
+    return f"{st.phase.value}:{st.rework_count}"
 
 
 def _ts(iso: str | None) -> float:

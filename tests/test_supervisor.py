@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -590,3 +591,62 @@ def test_a_person_sends_an_integrated_task_back_after_an_unrouted_failure(
     reopened = [e for e in ledger(repo) if e["event"] == "session_launched"
                 and e.get("task") == "slug" and e.get("reopened")]
     assert len(reopened) == 1
+
+
+def test_a_prompt_that_arrived_just_before_a_crash_is_not_sent_again(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    """The supervisor dies between pasting a prompt and recording it (the status says
+    "delivering"). On restart the session's UserPromptSubmit hook decides: submitted after
+    the delivery began means it arrived, and it is not sent twice; no such submit means it
+    never arrived, and it is sent (after a short wait for a late hook)."""
+    repo = demo_files.repo
+
+    def change(d: dict[str, Any]) -> None:  # tokenize keeps implementing: no impl_done
+        d["tokenize"]["implement"] = [[{"say": {"text": "still working"}}]]
+
+    edit_script(demo_files, change)
+    _write_config(demo_files)
+    plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
+    store = Store(RunDir(repo))
+    key = "implementing:0"
+
+    def prompts() -> int:  # what the scripted agent received, one file per submitted prompt
+        return len(list((store.dirs.root / "received").glob("tokenize-*.txt")))
+
+    def supervise_until(pred: Callable[[], bool], what: str) -> None:
+        proc = subprocess.Popen(
+            _run_cmd(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            wait_for(pred, 90, what)
+        finally:
+            proc.kill()  # SIGKILL: no clean shutdown, like a crash
+            proc.wait()
+
+    supervise_until(lambda: store.read_status("tokenize").delivered == key,
+                    "the implement prompt to be delivered")
+    before = prompts()
+    submitted = store.read_status("tokenize").prompt_submitted_at
+    assert before == 2 and submitted  # the plan prompt, then the implement prompt
+
+    # 1. killed after the paste, before the record: the hook fired after the delivery began
+    began = datetime.fromisoformat(submitted) - timedelta(seconds=0.5)
+    store.update_status("tokenize", delivered=None, delivering=key,
+                        delivery_started_at=began.isoformat())
+    supervise_until(lambda: store.read_status("tokenize").delivered == key,
+                    "the interrupted delivery to be recognised")
+    assert prompts() == before
+    recovered = [e for e in ledger(repo)
+                 if e["event"] == "prompt_delivered" and e.get("task") == "tokenize"
+                 and "not resent" in str(e.get("message"))]
+    assert len(recovered) == 1
+    assert store.read_status("tokenize").delivering is None
+
+    # 2. killed before the paste: no submit since the delivery began, so it is sent now
+    store.update_status("tokenize", delivered=None, delivering=key,
+                        delivery_started_at=datetime.now(UTC).isoformat())
+    supervise_until(lambda: store.read_status("tokenize").delivered == key,
+                    "the prompt to be sent again")
+    assert prompts() == before + 1
+    assert store.read_status("tokenize").prompt_submitted_at != submitted
