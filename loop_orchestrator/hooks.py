@@ -220,9 +220,11 @@ def _handle(
                 status["stop_blocks"] = _int(status.get("stop_blocks")) + 1
 
         status["updated_at"] = now
+        # the ledger line first: whoever sees the status change (the supervisor confirming
+        # a delivery) finds its cause already logged
+        _append_ledger(target.run_dir, "hook", ledger)
         _write_json_atomic(target.status_path, status)
 
-    _append_ledger(target.run_dir, "hook", ledger)
     if reason:
         return HookOutcome(exit_code=2, stderr=reason + "\n")
     return QUIET
@@ -406,6 +408,8 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
             status.error = note
         # a signal settles the Stop gate's count for the next phase
         status.stop_blocks = 0
+        # logged before the status is written: the supervisor reacts to the status at once
+        store.append_ledger("signal", task=task, phase=phase, previous=current, note=note)
 
     if not store.dirs.status_path(task).is_file():
         msg = f"no task {task!r} in the run at {store.dirs.root}"
@@ -416,7 +420,6 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
     status = store.modify_status(task, apply)
     if seen.get("repeat"):
         return SignalResult(status, seen["previous"], changed=False)
-    store.append_ledger("signal", task=task, phase=phase, previous=seen["previous"], note=note)
     return SignalResult(status, seen["previous"], changed=True)
 
 

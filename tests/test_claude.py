@@ -389,7 +389,8 @@ def test_real_claude_session_end_to_end(git_repo: Path, tmux_socket: str) -> Non
         start = hooks_seen(store, "SessionStart")[0]
         assert start["source"] == "startup"
         assert start["session_id"] == ctx.session_id
-        assert store.read_status("alpha").session_id == ctx.session_id
+        wait_for("the session id in the status",
+                 lambda: store.read_status("alpha").session_id == ctx.session_id)
 
         brief = ("Task alpha: implement the parser.\nRead the brief at .orchestration/briefs.\n"
                  "Then run `$LO_ORCH_BIN signal plan_ready`.")
@@ -418,7 +419,8 @@ def test_real_claude_session_end_to_end(git_repo: Path, tmux_socket: str) -> Non
         wait_for("SessionEnd", lambda: bool(hooks_seen(store, "SessionEnd")))
         assert hooks_seen(store, "SessionEnd")[0]["reason"] == "prompt_input_exit"
         wait_for("the pane to die", lambda: not backend.state(pane).alive)
-        assert store.read_status("alpha").last_event == "SessionEnd"
+        wait_for("SessionEnd in the status",
+                 lambda: store.read_status("alpha").last_event == "SessionEnd")
 
         # relaunch in the same pane resumes the same conversation
         backend.respawn(pane, adapter.launch_spec(ctx, resume=True))

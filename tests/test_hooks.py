@@ -495,3 +495,41 @@ def test_hook_command_via_click_keeps_exit_code_and_stderr(git_repo: Path) -> No
     unmanaged = CliRunner().invoke(cli, ["hook", "Stop"], input="{}", env={})
     assert unmanaged.exit_code == 0
     assert unmanaged.output == ""
+
+
+def test_a_hook_is_logged_before_the_status_shows_it(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor confirms a delivery the moment the status changes: by then the
+    ledger must already hold the hook's line (cause before effect)."""
+    run_dir = make_task(git_repo)
+    logged_at_write: list[int] = []
+    real_write = hooks._write_json_atomic
+
+    def write(path: Path, data: Any) -> None:
+        logged_at_write.append(len(hook_records(git_repo)))
+        real_write(path, data)
+
+    monkeypatch.setattr(hooks, "_write_json_atomic", write)
+    hooks.run_hook("UserPromptSubmit", payload("UserPromptSubmit", git_repo, prompt="go"),
+                   env_for(run_dir))
+    assert logged_at_write == [1]
+    assert status_of(git_repo)["last_event"] == "UserPromptSubmit"
+
+
+def test_a_signal_is_logged_before_the_status_shows_it(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = make_task(git_repo, phase=Phase.IMPLEMENTING)
+    store = Store.for_repo(git_repo)
+    logged_at_write: list[int] = []
+    real_write = Store._write_status
+
+    def write(self: Store, status: TaskStatus) -> None:
+        logged_at_write.append(sum(r["event"] == "signal" for r in store.read_ledger()))
+        real_write(self, status)
+
+    monkeypatch.setattr(Store, "_write_status", write)
+    hooks.signal_task(run_dir, "impl_done", task="alpha")
+    assert logged_at_write == [1]
+    assert store.read_status("alpha").phase is Phase.IMPL_DONE

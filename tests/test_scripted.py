@@ -403,9 +403,12 @@ def test_crash_is_seen_with_its_status_and_a_hang_fails_the_next_delivery(
 
     h.backend.respawn(h.pane, h.adapter.launch_spec(h.ctx, resume=True))
     h.adapter.wait_ready(h.backend, h.pane, timeout=30)
-    assert [x.get("source") for x in h.hooks() if x["hook_event_name"] == "SessionStart"] == [
-        "startup", "resume",
-    ]
+    # the hook runs after the ready screen is drawn: wait for it, do not race it
+    assert wait_until(
+        lambda: [x.get("source") for x in h.hooks() if x["hook_event_name"] == "SessionStart"]
+        == ["startup", "resume"],
+        10,
+    )
     h.set_phase("implementing")
     h.prompt("implement\nit")
     assert wait_until(lambda: "hanging" in h.backend.capture(h.pane, 0), 20)
