@@ -351,8 +351,8 @@ class Supervisor:
             if exc is not None:
                 # a bug, not a user error: keep the run going, mark the task failed
                 log.error("task job crashed", exc_info=exc, extra={"task": task})
-                self._set(task, phase=Phase.FAILED, error=f"internal error: {exc!r}")
                 self._event("task_failed", task, message=f"internal error: {exc!r}")
+                self._set(task, phase=Phase.FAILED, error=f"internal error: {exc!r}")
 
     def _dispatch(self, statuses: dict[str, TaskStatus]) -> None:
         for tid, st in statuses.items():
@@ -481,9 +481,9 @@ class Supervisor:
                 self._pane_died(tid, None)
             return
         if self._arrived_before_restart(tid):
-            self._set(tid, delivered=_delivery_key(st), delivering=None)
             self._event("prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count,
                         message="confirmed by the session's hook after a restart; not resent")
+            self._set(tid, delivered=_delivery_key(st), delivering=None)
             return
         self._deliver(tid, self._prompt_for(st))
 
@@ -510,10 +510,10 @@ class Supervisor:
             confirmed=confirmed,
             bracketed=bracketed_paste(self.adapter),
         )
-        self._set(tid, delivered=key, delivering=None)
         self._event(
             "prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count, chars=len(text)
         )
+        self._set(tid, delivered=key, delivering=None)
 
     def _arrived_before_restart(self, tid: str) -> bool:
         """Whether an interrupted delivery's prompt reached the session after all.
@@ -594,8 +594,8 @@ class Supervisor:
                 f"the session exited (status {dead_status}) again after a relaunch; "
                 f"last screen in {screen_file}"
             )
-            self._set(tid, phase=Phase.FAILED, error=error)
             self._event("task_failed", tid, exit_status=dead_status, message=error)
+            self._set(tid, phase=Phase.FAILED, error=error)
             return
         self._event("session_died", tid, exit_status=dead_status, message="relaunching once")
         st = self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None)
@@ -613,8 +613,8 @@ class Supervisor:
 
     def _block(self, tid: str, reason: str) -> None:
         self.reported_blocked.add(tid)
-        self._set(tid, phase=Phase.BLOCKED, error=reason)
         self._event("task_blocked", tid, message=reason)
+        self._set(tid, phase=Phase.BLOCKED, error=reason)
 
     # verification and integration ----------------------------------------------------------
     def _verify(self, tid: str) -> None:
