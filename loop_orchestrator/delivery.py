@@ -203,7 +203,7 @@ class Deliverer:
                     )
                     return
                 log.info("prompt not confirmed, pressing Enter again", extra={"pane": pane_id})
-            screen = self._last_screen(backend, pane_id)
+            screen = error_screen(backend, pane_id)
             msg = (
                 f"prompt to pane {pane_id} was not confirmed after {timeout:g}s "
                 f"and {enter_retries + 1} Enter presses"
@@ -258,13 +258,9 @@ class Deliverer:
                                        "while a prompt was being delivered")
             time.sleep(self.poll)
 
-    @classmethod
+    @staticmethod
     def _exited(
-        cls, backend: SessionBackend, pane_id: str, status: int | None, when: str
+        backend: SessionBackend, pane_id: str, status: int | None, when: str
     ) -> DeliveryError:
         msg = f"the agent in pane {pane_id} exited (status {status}) {when}"
-        return DeliveryError(msg, cls._last_screen(backend, pane_id, dead=True))
-
-    @staticmethod
-    def _last_screen(backend: SessionBackend, pane_id: str, *, dead: bool = False) -> str:
-        return error_screen(backend, pane_id, dead=dead)
+        return DeliveryError(msg, error_screen(backend, pane_id, dead=True))

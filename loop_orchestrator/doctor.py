@@ -22,11 +22,10 @@ from typing import Any, Literal
 from loop_orchestrator import proc, resources
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.gitutil import MIN_GIT
 
 Status = Literal["ok", "warn", "fail", "info"]
 
-#: `git merge-tree --write-tree` (the merge pre-check) appeared in git 2.38
-MIN_GIT = (2, 38)
 #: `split-window -e VAR=value` (the pane environment) appeared in tmux 3.0
 MIN_TMUX = (3, 0)
 PLUGIN_NAME = "loop-orchestrator"
@@ -60,27 +59,27 @@ def _tool_version(argv: list[str]) -> tuple[str | None, str]:
     return out.splitlines()[0], exe
 
 
-def check_git() -> Check:
-    line, detail = _tool_version(["git", "--version"])
-    hint = "Install git 2.38 or newer (`apt-get install git`, `brew install git`)."
+def _check_min_version(argv: list[str], minimum: tuple[int, int], why: str = "") -> Check:
+    """``argv[0]`` runs and reports at least ``minimum``; ``why`` names the feature needed."""
+    name = argv[0]
+    wanted = f"{minimum[0]}.{minimum[1]}"
+    hint = (f"Install {name} {wanted} or newer (`apt-get install {name}`, "
+            f"`brew install {name}`).")
+    line, detail = _tool_version(argv)
     if line is None:
-        return Check("git", "fail", detail, hint)
+        return Check(name, "fail", detail, hint)
     version = _version(line)
-    if version is None or version[:2] < MIN_GIT:
-        return Check("git", "fail", f"{line}: lo-orch needs 2.38+ (merge-tree --write-tree)",
-                     hint)
-    return Check("git", "ok", line)
+    if version is None or version[:2] < minimum:
+        return Check(name, "fail", f"{line}: lo-orch needs {wanted}+{why}", hint)
+    return Check(name, "ok", line)
+
+
+def check_git() -> Check:
+    return _check_min_version(["git", "--version"], MIN_GIT, " (merge-tree --write-tree)")
 
 
 def check_tmux() -> Check:
-    line, detail = _tool_version(["tmux", "-V"])
-    hint = "Install tmux 3.0 or newer (`apt-get install tmux`, `brew install tmux`)."
-    if line is None:
-        return Check("tmux", "fail", detail, hint)
-    version = _version(line)
-    if version is None or version[:2] < MIN_TMUX:
-        return Check("tmux", "fail", f"{line}: lo-orch needs 3.0+", hint)
-    return Check("tmux", "ok", line)
+    return _check_min_version(["tmux", "-V"], MIN_TMUX)
 
 
 def check_agent(settings: Settings) -> Check:

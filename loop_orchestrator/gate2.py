@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loop_orchestrator import proc, runs, workspace
-from loop_orchestrator.config import Settings, load_tool_profile
+from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.errors import GateError, LoOrchError
 from loop_orchestrator.plan import Plan
 from loop_orchestrator.state import Phase, RunPhase, RunState, Store, atomic_write_text, now_iso
@@ -159,7 +159,7 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Run
     """Gate 2 passed: move the feature branch to exactly the reviewed commit, clean up."""
     store = Store.for_repo(repo)
     state = reviewed.state
-    ws = workspace.Workspace(repo, state.name, _settings(repo).workspace)
+    ws = workspace.Workspace(repo, state.name, load_settings(repo).workspace)
     ws.finish(reviewed.commit, feature=reviewed.feature, merge_into=merge_into)
     store.append_ledger(
         "gate2_merged", run=state.name, commit=reviewed.commit, feature=reviewed.feature
@@ -176,12 +176,6 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Run
     # staging for the next run of the same name
     cleanup(repo, delete_staging=True)
     return state
-
-
-def _settings(repo: Path) -> Settings:
-    from loop_orchestrator.config import load_settings
-
-    return load_settings(repo)
 
 
 @dataclass
@@ -207,7 +201,7 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
         if backend.session_exists():
             backend.kill_session()
             killed = True
-    ws = workspace.Workspace(repo, state.name, _settings(repo).workspace)
+    ws = workspace.Workspace(repo, state.name, load_settings(repo).workspace)
     report = ws.cleanup([t.id for t in plan.tasks], delete_staging=delete_staging)
     if abandon and state.phase not in (RunPhase.MERGED,):
         store.update_run(lambda s: setattr(s, "phase", RunPhase.STOPPED))

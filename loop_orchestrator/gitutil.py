@@ -111,20 +111,22 @@ def split_z(text: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class RawChange:
+class Change:
+    """One changed path; ``status`` is A, M, D or T. A rename is a ``D`` plus an ``A``."""
+
     status: str
     path: str
     old_mode: str
     new_mode: str
 
 
-def parse_raw_diff(text: str) -> list[RawChange]:
+def parse_raw_diff(text: str) -> list[Change]:
     """``git diff --raw -z --no-renames`` output into changes.
 
     Each record is ``:<old mode> <new mode> <old sha> <new sha> <status>\\0<path>\\0``.
     """
     fields = text.split("\0")
-    changes: list[RawChange] = []
+    changes: list[Change] = []
     i = 0
     while i < len(fields) - 1:
         meta = fields[i]
@@ -132,7 +134,7 @@ def parse_raw_diff(text: str) -> list[RawChange]:
             i += 1
             continue
         old_mode, new_mode, _old, _new, status = meta[1:].split(" ")
-        changes.append(RawChange(status[:1], fields[i + 1], old_mode, new_mode))
+        changes.append(Change(status[:1], fields[i + 1], old_mode, new_mode))
         i += 2
     return changes
 
@@ -310,16 +312,6 @@ def quote_list(items: Sequence[str], limit: int = 10) -> str:
 # revisions and diffs ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Change:
-    """One changed path; ``status`` is A, M, D or T. A rename is a ``D`` plus an ``A``."""
-
-    status: str
-    path: str
-    old_mode: str
-    new_mode: str
-
-
 def _rev_arg(ref: str) -> str:
     if not ref or ref.startswith("-") or "\0" in ref:
         msg = f"invalid revision {ref!r}"
@@ -371,7 +363,7 @@ def changed_paths(repo: Path, base: str, commit: str) -> list[Change]:
     """Paths changed from ``base`` to ``commit`` with modes (symlink and mode changes show)."""
     out = git(repo, *_DIFF, "--raw", "-z", "--no-abbrev", _rev_arg(base), _rev_arg(commit),
               "--").stdout
-    return [Change(c.status, c.path, c.old_mode, c.new_mode) for c in parse_raw_diff(out)]
+    return parse_raw_diff(out)
 
 
 def added_lines(repo: Path, base: str, commit: str) -> dict[str, list[tuple[int, str]]]:

@@ -418,9 +418,7 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
             hint="Check the task id with `lo-orch status`; inside a session it is $LO_ORCH_TASK.",
         )
     status = store.modify_status(task, apply)
-    if seen.get("repeat"):
-        return SignalResult(status, seen["previous"], changed=False)
-    return SignalResult(status, seen["previous"], changed=True)
+    return SignalResult(status, seen["previous"], changed="repeat" not in seen)
 
 
 def _signal_hint(current: str) -> str:

@@ -253,8 +253,6 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     again; anything further gets a rework prompt. The supervisor (running, or the next
     `lo-orch run`) delivers the prompt, relaunching the session if it is gone.
     """
-    from loop_orchestrator.state import Phase
-
     store = Store.for_repo(repo)
     state = store.read_run()
     st = store.read_status(task)

@@ -192,13 +192,9 @@ def _declaration_end(masked: str, start: int, kind: str) -> tuple[int, bool]:
                 return i, True
             i += 2
             continue
-        if ch in "([":
+        if ch in "([<":
             depth += 1
-        elif ch in ")]":
-            depth = max(0, depth - 1)
-        elif ch == "<":
-            depth += 1
-        elif ch == ">":
+        elif ch in ")]>":
             depth = max(0, depth - 1)
         elif ch == "{":
             prev = _prev_significant(masked, i)

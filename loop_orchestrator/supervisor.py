@@ -269,7 +269,7 @@ class Supervisor:
                 # launched, then killed before the pane id was saved: adopt it
                 self._set(st.task, pane_id=pane)
                 self._event("pane_adopted", st.task, pane_id=pane)
-            if st.phase in (Phase.INTEGRATED,) and pane:
+            if st.phase == Phase.INTEGRATED and pane:
                 self.backend.kill_pane(pane)
             if st.phase == Phase.LAUNCHING and not pane:
                 # nothing was started: launch again from the top

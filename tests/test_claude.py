@@ -35,7 +35,7 @@ from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer, prompt_confirmation
 from loop_orchestrator.errors import AgentError, AgentStartError, NotLoggedInError
 from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR
-from loop_orchestrator.sessions import TmuxBackend
+from loop_orchestrator.sessions import TmuxBackend, wait_until
 from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
 
 # Screens as Claude Code 2.1.332 draws them in a 200-column tmux pane (captured by hand).
@@ -101,11 +101,8 @@ def context(repo: Path, config: AgentConfig, task: str = "alpha",
 
 
 def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.1)
+    if not wait_until(predicate, timeout, interval=0.1):
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 # argv ---------------------------------------------------------------------------------------

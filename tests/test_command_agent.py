@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from loop_orchestrator.agents.base import (
     make_adapter,
     python_module_argv,
 )
-from loop_orchestrator.agents.command import CommandAdapter, render_command
+from loop_orchestrator.agents.command import STABLE_SECONDS, CommandAdapter, render_command
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
@@ -43,6 +44,14 @@ def context(tmp: Path, settings: AgentConfig, task: str = "api") -> AgentContext
         task=task, run_name="c", repo=tmp, worktree=worktree, run_dir=tmp / ".orchestration",
         brief_path=tmp / ".orchestration" / "briefs" / f"{task}.md", settings=settings,
     )
+
+
+def launched(tmp: Path, settings: AgentConfig) -> tuple[CommandAdapter, TmuxBackend, str]:
+    """The adapter and backend for ``settings`` and the pane it launched for task ``api``."""
+    adapter = CommandAdapter(settings, tmp)
+    backend = TmuxBackend("c")
+    pane = backend.launch(adapter.launch_spec(context(tmp, settings), resume=False))
+    return adapter, backend, pane
 
 
 def test_template_is_split_then_filled_per_word(tmp_path: Path) -> None:
@@ -145,10 +154,11 @@ def test_without_ready_pattern_a_stable_screen_counts_as_ready(
     tmux_socket: str, tmp_path: Path
 ) -> None:
     settings = AgentConfig(kind="command", command="sh -c 'echo hello from {task}; exec cat'")
-    adapter = CommandAdapter(settings, tmp_path)
-    backend = TmuxBackend("c")
-    pane = backend.launch(adapter.launch_spec(context(tmp_path, settings), resume=False))
+    adapter, backend, pane = launched(tmp_path, settings)
+    started = time.monotonic()
     adapter.wait_ready(backend, pane, timeout=20)
+    # ready only after the screen held still for STABLE_SECONDS, not at its first text
+    assert time.monotonic() - started >= STABLE_SECONDS
     assert "hello from api" in backend.capture(pane, 0)
 
 
@@ -157,9 +167,7 @@ def test_an_agent_that_exits_at_start_fails_loudly(tmux_socket: str, tmp_path: P
         kind="command", command="sh -c 'echo cannot start: no API key >&2; exit 42'",
         ready_pattern="never",
     )
-    adapter = CommandAdapter(settings, tmp_path)
-    backend = TmuxBackend("c")
-    pane = backend.launch(adapter.launch_spec(context(tmp_path, settings), resume=False))
+    adapter, backend, pane = launched(tmp_path, settings)
     with pytest.raises(AgentStartError) as info:
         adapter.wait_ready(backend, pane, timeout=20)
     assert "exited with status 42" in info.value.message
@@ -171,9 +179,7 @@ def test_an_agent_that_never_gets_ready_times_out_with_its_screen(
 ) -> None:
     settings = AgentConfig(kind="command", command="sh -c 'echo Choose a model:; exec cat'",
                            ready_pattern="^> $")
-    adapter = CommandAdapter(settings, tmp_path)
-    backend = TmuxBackend("c")
-    pane = backend.launch(adapter.launch_spec(context(tmp_path, settings), resume=False))
+    adapter, backend, pane = launched(tmp_path, settings)
     with pytest.raises(AgentStartError) as info:
         adapter.wait_ready(backend, pane, timeout=2)
     assert "not ready after 2s" in info.value.message

@@ -26,13 +26,15 @@ def claude() -> Path:
     return found
 
 
-def configure(repo: Path, extra: str = "") -> None:
+def write_config(repo: Path, text: str) -> None:
+    """The repository's own ``.loop-orchestrator/config.toml``."""
     folder = repo / ".loop-orchestrator"
     folder.mkdir(exist_ok=True)
-    (folder / "config.toml").write_text(
-        f'[agent]\ncommand = "{claude()}"\nenv = {{ IS_SANDBOX = "1" }}\n{extra}',
-        encoding="utf-8",
-    )
+    (folder / "config.toml").write_text(text, encoding="utf-8")
+
+
+def configure(repo: Path, extra: str = "") -> None:
+    write_config(repo, f'[agent]\ncommand = "{claude()}"\nenv = {{ IS_SANDBOX = "1" }}\n{extra}')
 
 
 @dataclass
@@ -120,9 +122,7 @@ def test_doctor_fails_when_a_required_tool_is_missing(
 
 
 def test_doctor_fails_without_the_agent_cli(git_repo: Path, doctor: Callable[..., Run]) -> None:
-    folder = git_repo / ".loop-orchestrator"
-    folder.mkdir()
-    (folder / "config.toml").write_text('[agent]\ncommand = "/nowhere/claude"\n')
+    write_config(git_repo, '[agent]\ncommand = "/nowhere/claude"\n')
     result = doctor("--repo", str(git_repo))
     assert result.exit_code == 1
     assert rows(result.stdout)["agent CLI"] == ("FAIL", "/nowhere/claude not found on PATH")
@@ -132,9 +132,7 @@ def test_doctor_fails_without_the_agent_cli(git_repo: Path, doctor: Callable[...
 def test_doctor_flags_bypass_as_root_without_sandbox(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch, doctor: Callable[..., Run]
 ) -> None:
-    folder = git_repo / ".loop-orchestrator"
-    folder.mkdir()
-    (folder / "config.toml").write_text(f'[agent]\ncommand = "{claude()}"\n')
+    write_config(git_repo, f'[agent]\ncommand = "{claude()}"\n')
     monkeypatch.delenv("IS_SANDBOX", raising=False)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     result = doctor("--repo", str(git_repo))
@@ -160,9 +158,7 @@ def test_doctor_outside_a_repository(
 
 
 def test_doctor_reports_a_broken_config(git_repo: Path, doctor: Callable[..., Run]) -> None:
-    folder = git_repo / ".loop-orchestrator"
-    folder.mkdir()
-    (folder / "config.toml").write_text("[agent\n")
+    write_config(git_repo, "[agent\n")
     result = doctor("--repo", str(git_repo))
     assert result.exit_code == 1
     assert rows(result.stdout)["config"][0] == "FAIL"

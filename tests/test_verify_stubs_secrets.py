@@ -10,6 +10,7 @@ import pytest
 
 from loop_orchestrator.verify.pytests import Expectation
 from loop_orchestrator.verify.secrets import (
+    ENTROPY_MIN_LENGTH,
     check_conflict_markers,
     check_secrets,
     shannon_entropy,
@@ -193,6 +194,15 @@ def test_high_entropy_string_is_a_warning() -> None:
     findings = check_secrets({"app/x.py": [(2, f'SIGNING = "{value}"')]})
     assert [(f.check, f.severity.value) for f in findings] == [("secrets.high-entropy", "warning")]
     assert value not in findings[0].message
+
+
+def test_high_entropy_needs_the_minimum_length() -> None:
+    value = "aB3dE5gH7jK9mN1pQ2rS4tU6"  # all distinct: entropy log2(24) = 4.58 bits/char
+    assert len(value) == ENTROPY_MIN_LENGTH
+    assert shannon_entropy(value[:-1]) > 4.3
+    assert check_secrets({"app/x.py": [(2, f'SIGNING = "{value[:-1]}"')]}) == []
+    findings = check_secrets({"app/x.py": [(2, f'SIGNING = "{value}"')]})
+    assert [f.check for f in findings] == ["secrets.high-entropy"]
 
 
 def test_lock_files_are_not_scanned_for_entropy() -> None:

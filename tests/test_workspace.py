@@ -67,6 +67,14 @@ def parents(repo: Path, sha: str) -> list[str]:
     return git(repo, "rev-list", "--parents", "-n1", sha).split()[1:]
 
 
+def agent_commit(path: Path, name: str, text: str, message: str) -> str:
+    """Write, add and commit one file in a worktree, as an agent would; the new sha."""
+    (path / name).write_text(text, encoding="utf-8")
+    git(path, "add", name)
+    git(path, "commit", "-q", "--no-gpg-sign", "-m", message)
+    return git(path, "rev-parse", "HEAD").strip()
+
+
 # preflight ---------------------------------------------------------------------------
 
 
@@ -344,14 +352,11 @@ def test_commit_task_takes_everything_as_configured_author(git_repo: Path) -> No
 def test_commit_task_accepts_agent_commits(git_repo: Path) -> None:
     ws = started(git_repo)
     path = ws.ensure_worktree("a")
-    (path / "a.txt").write_text("a\n", encoding="utf-8")
-    git(path, "add", "a.txt")
-    git(path, "commit", "-q", "--no-gpg-sign", "-m", "agent did it")
-    agent_commit = git(path, "rev-parse", "HEAD").strip()
-    assert ws.commit_task("a", "task a") == agent_commit
+    by_agent = agent_commit(path, "a.txt", "a\n", "agent did it")
+    assert ws.commit_task("a", "task a") == by_agent
     (path / "b.txt").write_text("b\n", encoding="utf-8")
     on_top = ws.commit_task("a", "task a")
-    assert parents(git_repo, on_top) == [agent_commit]
+    assert parents(git_repo, on_top) == [by_agent]
 
 
 @pytest.mark.parametrize("secret", [".env", "config/server.pem", "keys/id_rsa", "app/.env.prod"])
@@ -374,9 +379,7 @@ def test_commit_task_refuses_secret_files(git_repo: Path, secret: str) -> None:
 def test_commit_task_refuses_secret_the_agent_committed(git_repo: Path) -> None:
     ws = started(git_repo)
     path = ws.ensure_worktree("a")
-    (path / "prod.key").write_text("k\n", encoding="utf-8")
-    git(path, "add", "prod.key")
-    git(path, "commit", "-q", "--no-gpg-sign", "-m", "oops")
+    agent_commit(path, "prod.key", "k\n", "oops")
     git(path, "rm", "-q", "prod.key")
     git(path, "commit", "-q", "--no-gpg-sign", "-m", "hide it")
     with pytest.raises(SecretFileError, match=r"prod\.key"):
@@ -608,9 +611,7 @@ def test_detached_worktree_with_unreachable_commit_is_kept(git_repo: Path) -> No
     ws = started(git_repo)
     path = ws.ensure_worktree("a")
     git(path, "switch", "-q", "--detach")
-    (path / "lost.txt").write_text("l\n", encoding="utf-8")
-    git(path, "add", "lost.txt")
-    git(path, "commit", "-q", "--no-gpg-sign", "-m", "only here")
+    agent_commit(path, "lost.txt", "l\n", "only here")
     assert ws.remove_worktree("a") is False
     assert (path / "lost.txt").exists()
     assert path.is_dir()
@@ -619,10 +620,7 @@ def test_detached_worktree_with_unreachable_commit_is_kept(git_repo: Path) -> No
 def test_staging_never_receives_a_secret_file(git_repo: Path) -> None:
     ws = started(git_repo)
     path = ws.ensure_worktree("a")
-    (path / "deploy.pem").write_text("k\n", encoding="utf-8")
-    git(path, "add", "deploy.pem")
-    git(path, "commit", "-q", "--no-gpg-sign", "-m", "agent commits a key, bypassing commit_task")
-    commit = git(path, "rev-parse", "HEAD").strip()
+    commit = agent_commit(path, "deploy.pem", "k\n", "agent commits a key, bypassing commit_task")
     staging = git(git_repo, "rev-parse", "lo/r1/staging")
     with pytest.raises(SecretFileError, match=r"deploy\.pem"):
         ws.merge_into_staging("a", commit, "A")

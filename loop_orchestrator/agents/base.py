@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from loop_orchestrator.delivery import error_screen, tidy_screen
 from loop_orchestrator.errors import AgentStartError, ConfigError, TmuxError
-from loop_orchestrator.sessions import LaunchSpec, SessionBackend
+from loop_orchestrator.sessions import LaunchSpec, SessionBackend, wait_until
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import AgentConfig, Settings
@@ -304,11 +304,7 @@ def answer_dialog(
 def _wait_screen_change(
     backend: SessionBackend, pane_id: str, screen: str, timeout: float
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if backend.capture(pane_id, 0) != screen:
-            return
-        time.sleep(0.05)
+    wait_until(lambda: backend.capture(pane_id, 0) != screen, timeout)
 
 
 def wait_until_ready(

@@ -143,21 +143,31 @@ def _fail(mode: str, reason: str, **kw: Any) -> AuditorResult:
     return AuditorResult(mode=mode, status="fail", reasons=[reason], **kw)
 
 
-def _execute(argv: list[str], stdin: str, cwd: Path, timeout: float, evidence: Path
-             ) -> tuple[proc.Result | None, str | None, str]:
+def _execute(mode: str, argv: list[str], stdin: str, settings: Settings, *, cwd: Path,
+             evidence: Path) -> tuple[proc.Result, dict[str, Any]] | AuditorResult:
+    """Run the auditor, keeping its output as evidence.
+
+    A failing ``AuditorResult`` when it could not start or timed out; else its result and
+    the fields every ``AuditorResult`` of this run carries.
+    """
     out_path = evidence / "auditor.stdout.txt"
+    common: dict[str, Any] = {"command": argv, "output_path": str(out_path)}
     try:
-        result = proc.run(argv, cwd=cwd, env=proc.no_git_env(), input=stdin, timeout=timeout,
-                          check=False)
+        result = proc.run(argv, cwd=cwd, env=proc.no_git_env(), input=stdin,
+                          timeout=settings.auditor.timeout, check=False)
     except LoOrchError as exc:
         atomic_write_text(out_path, "")
-        return None, f"the auditor could not start: {exc.message}", str(out_path)
+        return _fail(mode, f"the auditor could not start: {exc.message}", **common)
     except OSError as exc:
         atomic_write_text(out_path, "")
-        return None, f"the auditor could not start: {exc}", str(out_path)
+        return _fail(mode, f"the auditor could not start: {exc}", **common)
     atomic_write_text(out_path, result.stdout)
     atomic_write_text(evidence / "auditor.stderr.txt", result.stderr)
-    return result, None, str(out_path)
+    common |= {"exit_code": result.returncode, "duration": round(result.duration, 3)}
+    if result.returncode is None:
+        return _fail(mode, f"the auditor timed out after {settings.auditor.timeout:.0f} s",
+                     **common)
+    return result, common
 
 
 def _run_agent(inp: AuditInput, settings: Settings, *, cwd: Path, evidence: Path
@@ -165,14 +175,10 @@ def _run_agent(inp: AuditInput, settings: Settings, *, cwd: Path, evidence: Path
     prompt = build_prompt(inp, structured=True)
     atomic_write_text(evidence / "auditor.prompt.md", prompt)
     argv = agent_argv(settings)
-    result, error, out = _execute(argv, prompt, cwd, settings.auditor.timeout, evidence)
-    common: dict[str, Any] = {"command": argv, "output_path": out}
-    if result is None:
-        return _fail("agent", error or "the auditor did not run", **common)
-    common |= {"exit_code": result.returncode, "duration": round(result.duration, 3)}
-    if result.returncode is None:
-        return _fail("agent", f"the auditor timed out after {settings.auditor.timeout:.0f} s",
-                     **common)
+    ran = _execute("agent", argv, prompt, settings, cwd=cwd, evidence=evidence)
+    if isinstance(ran, AuditorResult):
+        return ran
+    result, common = ran
     try:
         doc = json.loads(result.stdout)
     except json.JSONDecodeError:
@@ -229,14 +235,10 @@ def _run_command(inp: AuditInput, line: str, settings: Settings, *, cwd: Path, e
         prompt = None
     payload = json.dumps(command_input(inp, prompt))
     atomic_write_text(evidence / "auditor.input.json", payload + "\n")
-    result, error, out = _execute(argv, payload, cwd, settings.auditor.timeout, evidence)
-    common: dict[str, Any] = {"command": argv, "output_path": out}
-    if result is None:
-        return _fail("command", error or "the auditor did not run", **common)
-    common |= {"exit_code": result.returncode, "duration": round(result.duration, 3)}
-    if result.returncode is None:
-        return _fail("command",
-                     f"the auditor timed out after {settings.auditor.timeout:.0f} s", **common)
+    ran = _execute("command", argv, payload, settings, cwd=cwd, evidence=evidence)
+    if isinstance(ran, AuditorResult):
+        return ran
+    result, common = ran
     status, reasons = parse_verdict_text(result.stdout)
     if result.returncode != 0:
         return _fail("command", f"the auditor exited with code {result.returncode}"

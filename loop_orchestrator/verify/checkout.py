@@ -10,7 +10,6 @@ linked in, so a done-check such as ``.venv/bin/pytest`` or ``npx jest`` finds it
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,13 +17,12 @@ from pathlib import Path
 from loop_orchestrator import proc
 from loop_orchestrator.gitutil import temp_checkout
 
-log = logging.getLogger(__name__)
 
 def clean_checkout(
     repo: Path, commit: str, *, link_dependencies: bool = True
 ) -> contextlib.AbstractContextManager[Path]:
     """A detached worktree of ``commit`` in a temporary folder with the main checkout's
-    dependencies linked in, removed on exit (``workspace.temp_checkout``)."""
+    dependencies linked in, removed on exit (``gitutil.temp_checkout``)."""
     return temp_checkout(repo, commit, link_dependencies=link_dependencies)
 
 

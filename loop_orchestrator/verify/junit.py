@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -89,23 +89,6 @@ def matches(case: Case, ref: TestRef) -> bool:
         return False
     cn = case.classname
     return bool(cn) and (full == cn or full.endswith("." + cn))
-
-
-def collection_errors(cases: Iterable[Case]) -> list[Case]:
-    """Module-level errors (a test module that could not be imported)."""
-    return [c for c in cases if c.outcome == "error" and (
-        not c.classname or "collection" in c.message.lower())]
-
-
-def module_of_error(case: Case, refs: Sequence[TestRef]) -> list[TestRef]:
-    """The tests a module-level collection error stands for."""
-    hit = []
-    for ref in refs:
-        dotted = _dotted_module(ref.path)
-        if case.name and (dotted == case.name or dotted.endswith("." + case.name)
-                          or case.name.endswith(dotted) or ref.path in case.text):
-            hit.append(ref)
-    return hit
 
 
 def results_for(cases: Sequence[Case], ref: TestRef) -> list[Case]:

@@ -40,10 +40,6 @@ class RedGreen:
     runs: list[CheckRun] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
-    @property
-    def green(self) -> CheckRun | None:
-        return next((r for r in self.runs if r.name == "green"), None)
-
 
 def pytest_prefix(argvs: Sequence[Sequence[str]]) -> list[str] | None:
     """The pytest runner of the first pytest done-check (``argv`` up to ``pytest``)."""

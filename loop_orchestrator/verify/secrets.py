@@ -51,7 +51,8 @@ _ASSIGNMENT = re.compile(
     r"|auth[_-]?token|client[_-]?secret|private[_-]?key|secret[_-]?key|token))\b[\"']?"
     r"(?:\s*:\s*[\w\[\]|, .]+?)?\s*(?:=|:|:=|=>)\s*(?P<q>[\"'])(?P<value>[^\"'\s]{4,})(?P=q)")
 _URL_CREDENTIALS = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@'\"]+:(?P<value>[^/\s:@'\"]+)@")
-_QUOTED = re.compile(r"([\"'])(?P<value>[A-Za-z0-9+/=_\-]{24,})\1")
+ENTROPY_MIN_LENGTH = 24  # characters of a quoted string before its entropy is judged
+_QUOTED = re.compile(rf"([\"'])(?P<value>[A-Za-z0-9+/=_\-]{{{ENTROPY_MIN_LENGTH},}})\1")
 _PLACEHOLDER_VALUE = re.compile(
     r"(?i)^(?:<.*>|\$\{.*\}|\{\{.*\}\}|%\(?\w*\)?s|\*+|x+|\.+|your[_-].*|changeme|example.*"
     r"|dummy.*|fake.*|placeholder|redacted|none|null|password|secret|test|testing)$")
@@ -60,7 +61,6 @@ _EXAMPLE = re.compile(r"(?i)example|dummy|fake|sample|placeholder")
 _CONFLICT = re.compile(r"^(?:<{7}|>{7}|\|{7})(?: |$)")
 _CONFLICT_MID = re.compile(r"^={7}\s*$")
 
-ENTROPY_MIN_LENGTH = 24
 ENTROPY_THRESHOLD = 4.3  # bits per character; random base64 of this length is ~4.5+
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +103,7 @@ def collect_files(changes: Sequence[workspace.Change], added: dict[str, list[tup
     return files
 
 
-def _module_created(texts: _Texts) -> Any:
+def _module_created(texts: _Texts) -> Callable[[str], bool]:
     def created(module: str) -> bool:
         rel = module.replace(".", "/")
         for cand in (f"{rel}.py", f"{rel}/__init__.py", f"src/{rel}.py", f"src/{rel}/__init__.py"):
