@@ -19,8 +19,7 @@ Module API
     ``list_panes() -> {pane_id: task}``, ``alive_panes() -> {pane_id: alive}`` (one call).
 ``TmuxBackend(run_name, socket=None)``
     The local tmux implementation.
-``wait_until(predicate, timeout, interval) -> bool``,
-``error_screen(backend, pane_id, *, dead=False) -> str`` (a tidy screen for error messages)
+``wait_until(predicate, timeout, interval) -> bool``
 ``attach_command(repo, task) -> list[str]``
     The argv that attaches (or switches) to a run's session, focused on a task's pane.
 
@@ -563,6 +562,11 @@ class TmuxBackend:
             if not result.ok:
                 return  # already gone
             self._own_pane(pane_id, "kill")
+            if all(info.pane_id == pane_id for info in self._panes()):
+                # The session's last pane: without it the session ends, the tmux server
+                # exits, and a new server numbers panes from %0 again, so a task's recorded
+                # pane id could name another task's pane. A keeper window keeps it alive.
+                self._new_window()
             self._tmux("kill-pane", "-t", pane_id)
         log.info("agent pane killed", extra={"pane": pane_id})
 

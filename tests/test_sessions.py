@@ -215,6 +215,22 @@ def test_panes_are_found_again_by_a_new_backend_and_respawned_in_place(
     assert again.list_panes() == {first: "alpha", second: "beta"}
 
 
+def test_killing_the_last_agent_pane_keeps_pane_ids_unique(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    """The run's session outlives its last agent pane: if it ended, the tmux server would
+    exit and a new one would hand out the same pane ids again (a stale id in a status file
+    would then name another task's pane)."""
+    first = backend.launch(LaunchSpec("alpha", tmp_path, ["sleep", "60"]))
+    backend.kill_pane(first)
+    assert backend.session_exists()
+    assert backend.list_panes() == {}  # only the keeper is left, and it is no agent
+    second = backend.launch(LaunchSpec("beta", tmp_path, ["sleep", "60"]))
+    assert second != first
+    assert backend.list_panes() == {second: "beta"}
+    assert not backend.state(first).exists
+
+
 def test_kill_session_uses_the_exact_name(tmux_socket: str, tmp_path: Path) -> None:
     mine = TmuxBackend("demo")
     other = TmuxBackend("demox")  # session lo-demox: a prefix match of lo-demo would hit it
