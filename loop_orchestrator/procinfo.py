@@ -1,0 +1,72 @@
+"""What the kernel says about a process: its parent chain and its start environment.
+
+Used where lo-orch must know *who* is asking, in a way the asker cannot talk its way past:
+an agent can unset ``LO_ORCH_TASK`` in its own shell, but it cannot change the parent chain
+the kernel keeps, nor the environment its ancestors were started with
+(``/proc/<pid>/environ`` is the environment a process was exec'd with). Linux only; on a
+system without ``/proc`` every answer is "unknown" (empty), and callers decide what that
+means.
+
+Standard library only: ``lo-orch hook`` and ``lo-orch signal`` import it on their fast path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROC = Path("/proc")
+#: how far up the parent chain to look (a chain is a handful of processes in practice)
+MAX_DEPTH = 64
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid``, or None when it is gone (or there is no /proc)."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after
+    # the last ")".
+    try:
+        return int(stat[stat.rindex(")") + 2 :].split()[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def ancestors(pid: int | None = None) -> list[int]:
+    """``pid`` (default: this process) and its parents, nearest first, ending before 0."""
+    chain: list[int] = []
+    current: int | None = os.getpid() if pid is None else pid
+    while current and current > 0 and len(chain) < MAX_DEPTH and current not in chain:
+        chain.append(current)
+        current = parent_pid(current)
+    return chain
+
+
+def start_environ(pid: int) -> dict[str, str]:
+    """The environment ``pid`` was started with ({} when unreadable)."""
+    try:
+        raw = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return {}
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def managed_ancestor(pid: int | None = None) -> tuple[int, str] | None:
+    """The nearest process in ``pid``'s chain that lo-orch started as an agent session.
+
+    lo-orch starts every agent pane with ``LO_ORCH_TASK`` in its environment (DESIGN.md
+    section 6); ``(pid, task)`` of the first ancestor (``pid`` included) whose start
+    environment has it, else None.
+    """
+    for ancestor in ancestors(pid):
+        task = start_environ(ancestor).get("LO_ORCH_TASK")
+        if task:
+            return ancestor, task
+    return None
