@@ -17,6 +17,7 @@ from loop_orchestrator import proc, runs, workspace
 from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.errors import GateError, LoOrchError
 from loop_orchestrator.plan import Plan
+from loop_orchestrator.record import Record
 from loop_orchestrator.state import Phase, RunPhase, RunState, Store, atomic_write_text, now_iso
 
 
@@ -43,12 +44,12 @@ def integration_command(plan: Plan, settings: Settings, repo: Path) -> str | Non
 
 
 def integrate(
-    repo: Path, settings: Settings, plan: Plan, *, skipped: list[str]
+    repo: Path, settings: Settings, plan: Plan, *, skipped: list[str], record: Record
 ) -> IntegrationResult:
     """Run the integration command on staging in a clean checkout; on success the run
-    waits for Gate 2 (``awaiting_merge_review``)."""
+    waits for Gate 2 (``awaiting_merge_review``), as the supervisor's record says."""
     store = Store.for_repo(repo)
-    state = store.read_run()
+    state = record.run
     commit = workspace.rev_parse(repo, state.staging_branch)
     command = integration_command(plan, settings, repo)
     evidence = store.dirs.task_evidence_dir("_integration")
@@ -85,13 +86,9 @@ def integrate(
                 + ("timed out" if exit_code is None else f"exited {exit_code}")
                 + f" on staging {commit[:12]}; output in {evidence}\n{tail}"
             )
-            store.update_run(
-                lambda s: setattr(
-                    s,
-                    "integration",
-                    {"command": command, "exit_code": exit_code, "commit": commit, "passed": False},
-                )
-            )
+            record.update_run(integration={
+                "command": command, "exit_code": exit_code, "commit": commit, "passed": False,
+            })
             return IntegrationResult(
                 False, commit, command, exit_code, summary, evidence,
                 output=result.stdout + "\n" + result.stderr,
@@ -103,17 +100,12 @@ def integrate(
             f"tool profile's verify role); staging is {commit[:12]}"
         )
 
-    def done(s: RunState) -> None:
-        s.integration = {
-            "command": command,
-            "exit_code": exit_code,
-            "commit": commit,
-            "passed": True,
-        }
-        s.skipped_tasks = skipped
-        s.phase = RunPhase.AWAITING_MERGE_REVIEW
-
-    store.update_run(done)
+    record.update_run(
+        integration={"command": command, "exit_code": exit_code, "commit": commit,
+                     "passed": True},
+        skipped_tasks=skipped,
+        phase=RunPhase.AWAITING_MERGE_REVIEW,
+    )
     return IntegrationResult(True, commit, command, exit_code, summary, evidence)
 
 
@@ -129,8 +121,8 @@ class Review:
 
 
 def review(repo: Path, *, branch: str | None = None) -> Review:
-    store = Store.for_repo(repo)
-    state = store.read_run()
+    """What Gate 2 shows, from the supervisor's record (``run.json`` is only its view)."""
+    state = runs.open_record(repo).run
     if state.phase != RunPhase.AWAITING_MERGE_REVIEW:
         msg = f"run {state.name!r} is {state.phase.value}, not waiting for the merge review"
         raise GateError(
@@ -158,20 +150,25 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
 def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> RunState:
     """Gate 2 passed: move the feature branch to exactly the reviewed commit, clean up."""
     store = Store.for_repo(repo)
-    state = reviewed.state
+    rec = runs.open_record(repo)
+    state = rec.run
+    if state.phase != RunPhase.AWAITING_MERGE_REVIEW or (state.integration or {}).get(
+        "commit"
+    ) != reviewed.commit:
+        msg = f"run {state.name!r} changed since the review was shown"
+        raise GateError(msg, hint="Run `lo-orch merge` again to review the current result.")
     ws = workspace.Workspace(repo, state.name, load_settings(repo).workspace)
     ws.finish(reviewed.commit, feature=reviewed.feature, merge_into=merge_into)
     store.append_ledger(
         "gate2_merged", run=state.name, commit=reviewed.commit, feature=reviewed.feature
     )
 
-    def merged(s: RunState) -> None:
-        s.phase = RunPhase.MERGED
-        s.reviewed_commit = reviewed.commit
-        s.merged_commit = reviewed.commit
-        s.merged_at = now_iso()
-
-    state = store.update_run(merged)
+    state = rec.update_run(
+        phase=RunPhase.MERGED,
+        reviewed_commit=reviewed.commit,
+        merged_commit=reviewed.commit,
+        merged_at=now_iso(),
+    )
     # staging is now the feature branch's history: keeping it would only invite a stale
     # staging for the next run of the same name
     cleanup(repo, delete_staging=True)
@@ -203,12 +200,14 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
             killed = True
     ws = workspace.Workspace(repo, state.name, load_settings(repo).workspace)
     report = ws.cleanup([t.id for t in plan.tasks], delete_staging=delete_staging)
-    if abandon and state.phase not in (RunPhase.MERGED,):
-        store.update_run(lambda s: setattr(s, "phase", RunPhase.STOPPED))
-        store.append_ledger("run_abandoned", run=state.name)
-    for st in store.list_statuses():
-        if st.phase in (Phase.INTEGRATED,) and st.pane_id:
-            store.update_status(st.task, pane_id=None)
+    rec = runs.open_record(repo) if Record.exists(repo, state.name) else None
+    if rec is not None:
+        if abandon and rec.run.phase not in (RunPhase.MERGED,):
+            store.append_ledger("run_abandoned", run=state.name)
+            rec.update_run(phase=RunPhase.STOPPED)
+        for st in rec.tasks().values():
+            if st.phase in (Phase.INTEGRATED,) and st.pane_id:
+                rec.update_task(st.task, pane_id=None)
     store.append_ledger(
         "cleanup",
         removed=report.removed,

@@ -1,14 +1,13 @@
 """What managed sessions report: Claude Code hook events and `lo-orch signal`.
 
+Both only *carry* a report: `lo-orch hook EVENT` and `lo-orch signal PHASE` send it to the
+running supervisor over its socket (``inbox``), which decides what it means (``lifecycle``)
+and answers. Neither writes a status file or the ledger: those are the supervisor's
+published view (DESIGN.md section 10).
+
 `lo-orch hook EVENT` runs for every hook event of every Claude Code session that loads the
 plugin (each prompt, each stop, each notification), so its path stays light: the standard
-library only (about 60 ms of CPU for a whole `python -m loop_orchestrator hook` run).
-Importing ``state`` (pydantic models, filelock) alone costs about 200 ms, more than the whole
-budget of 150 ms, which is why status and ledger are updated here as plain JSON, under the
-same ``flock`` lock files and with the same atomic temp-file-and-rename as ``state.Store``
-(filelock's Unix lock is ``flock`` on a file that stays in place, so both sides exclude each
-other; tests/test_hooks.py checks it). ``signal_task`` is not on a hot path and goes through
-``Store``.
+library only (importing ``state``'s pydantic models alone would cost about 200 ms).
 
 Contract of a hook: in a session lo-orch does not manage, or when anything is missing or
 broken, print nothing and exit 0, never disturbing the user's session. The one answer that
@@ -18,44 +17,29 @@ is not silence is the Stop gate: exit 2 with the reason on stderr (Claude keeps 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from loop_orchestrator.errors import StateError, UsageError
 
-if TYPE_CHECKING:
-    from loop_orchestrator.state import TaskStatus
-
-# Mirrors of state.ORCH_DIR / WORKTREES_DIR / the status lock name and plan.ID_RE, kept here
-# so this module imports no pydantic (tests assert they agree).
+# Mirrors of state.ORCH_DIR / WORKTREES_DIR and plan.ID_RE, kept here so this module
+# imports no pydantic (tests assert they agree).
 ORCH_DIR = ".orchestration"
 WORKTREES_DIR = ".worktrees"
 TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
 EVENT_RE = re.compile(r"^[A-Za-z]{1,40}$")
 
-#: phases in which a session owes a signal before it stops, and the signal it owes
-GATED_PHASES: Mapping[str, str] = {"planning": "plan_ready", "implementing": "impl_done"}
-#: Stop blocks per task between two signals; Claude Code itself overrides after 8 in a row
-MAX_STOP_BLOCKS = 3
-#: `StopFailure.error` when Claude Code has no credentials (seen with 2.1.332, never logged in)
-AUTH_FAILED = "authentication_failed"
-NOT_LOGGED_IN_ERROR = "not logged in: run `claude` and /login"
-NOT_LOGGED_IN_HINT = "Run `claude` and type /login, then `lo-orch run` again."
-
 SIGNAL_PHASES = ("plan_ready", "impl_done", "blocked")
-#: the phase a signal must follow (``blocked`` may follow any active phase)
-SIGNAL_FROM = {"plan_ready": "planning", "impl_done": "implementing"}
-
-_LOCK_TIMEOUT = 5.0
+#: how long `lo-orch signal` waits for a supervisor that is not listening
+SIGNAL_WAIT = 30.0
 
 
 class HookTarget(NamedTuple):
@@ -165,169 +149,47 @@ def hook_main(event: str) -> int:
 def _handle(
     event: str, payload: dict[str, Any], target: HookTarget, env: Mapping[str, str]
 ) -> HookOutcome:
-    sid = payload.get("session_id")
-    sid = sid if isinstance(sid, str) and sid else None
-    now = now_iso()
-    ledger: dict[str, Any] = {"hook_event": event, "task": target.task, "session_id": sid}
-    reason: str | None = None
+    """Hand the event to the supervisor and give Claude Code its answer.
 
-    with _flock(target.run_dir / "locks" / f"status-{target.task}.lock"):
-        status = json.loads(target.status_path.read_text(encoding="utf-8"))
-        if not isinstance(status, dict):
-            return QUIET
-        known = status.get("session_id")
-        if not target.by_env and (sid is None or known != sid):
-            # Found by cwd only: answer only the session lo-orch launched (--session-id),
-            # never a user's own `claude` opened in the same worktree.
-            return QUIET
-        status["last_event"] = event
-        status["last_event_at"] = now
-        if known is None and sid is not None:
-            status["session_id"] = sid
+    The supervisor decides (it records the event and, for Stop, answers the loop gate);
+    this process only carries the message. The prompt's text is never sent, only its size
+    and a digest. With no supervisor listening the event is left in the task's inbox for
+    the next one, and the session is never held up.
+    """
+    from loop_orchestrator import inbox
 
-        if event == "UserPromptSubmit":
-            # the delivery confirmation the supervisor waits for; the text itself is never
-            # stored (a prompt can hold anything), only its size and a digest
-            status["prompt_submitted_at"] = now
-            prompt = payload.get("prompt")
-            if isinstance(prompt, str):
-                digest = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
-                ledger.update(prompt_chars=len(prompt), prompt_sha256=digest)
-                status["last_prompt_sha256"] = digest
-        elif event == "StopFailure":
-            error = payload.get("error")
-            ledger["error"] = error
-            if error == AUTH_FAILED:
-                status["error"] = NOT_LOGGED_IN_ERROR
-        elif event == "Notification":
-            ntype = payload.get("notification_type")
-            ledger["notification_type"] = ntype
-            message = payload.get("message")
-            if isinstance(message, str):
-                ledger["message"] = message[:200]
-            if isinstance(ntype, str):
-                status["last_notification"] = ntype
-        elif event == "SessionEnd":
-            ledger["reason"] = payload.get("reason")
-        elif event == "SessionStart":
-            ledger["source"] = payload.get("source")
-        elif event == "Stop":
-            active = payload.get("stop_hook_active") is True
-            ledger["stop_hook_active"] = active
-            reason = _stop_reason(status, active, target, env)
-            ledger["decision"] = "block" if reason else "allow"
-            if reason:
-                status["stop_blocks"] = _int(status.get("stop_blocks")) + 1
-
-        status["updated_at"] = now
-        # the ledger line first: whoever sees the status change (the supervisor confirming
-        # a delivery) finds its cause already logged
-        _append_ledger(target.run_dir, "hook", ledger)
-        _write_json_atomic(target.status_path, status)
-
-    if reason:
-        return HookOutcome(exit_code=2, stderr=reason + "\n")
+    message = {
+        "type": "hook",
+        "event": event,
+        "task": target.task,
+        "payload": _trim(payload),
+        "bin": "$LO_ORCH_BIN" if env.get("LO_ORCH_BIN") else "lo-orch",
+    }
+    reply = inbox.send(target.run_dir, message)
+    if reply is None:
+        inbox.leave(target.run_dir, target.task, message)
+        return QUIET
+    if isinstance(reply, dict) and reply.get("exit_code") == 2 and reply.get("stderr"):
+        return HookOutcome(exit_code=2, stderr=str(reply["stderr"]))
     return QUIET
 
 
-def _stop_reason(
-    status: Mapping[str, Any], active: bool, target: HookTarget, env: Mapping[str, str]
-) -> str | None:
-    """The loop gate: why this session may not stop yet, or None to let it stop.
-
-    A session asked to plan or implement that stops without signalling is sent back, once
-    per stop (never while ``stop_hook_active``: it is already continuing because of a
-    block) and at most ``MAX_STOP_BLOCKS`` times until it signals.
-    """
-    phase = status.get("phase")
-    owed = GATED_PHASES.get(phase) if isinstance(phase, str) else None
-    if owed is None or active:
-        return None
-    blocks = _int(status.get("stop_blocks"))
-    if blocks >= MAX_STOP_BLOCKS:
-        return None
-    if env.get("LO_ORCH_BIN"):
-        cmd, task_opt = "$LO_ORCH_BIN", ""
-    else:
-        cmd, task_opt = "lo-orch", f" --task {target.task}"
-    work = (
-        "write the plan the brief asks for"
-        if owed == "plan_ready"
-        else "finish the implementation and run the task's done-checks and tests"
-    )
-    return (
-        f"loop-orchestrator: task {target.task} is in phase {phase} and has not reported "
-        f"yet. Do not stop here: {work}, then run `{cmd} signal {owed}{task_opt}`. If you "
-        f"cannot finish, run `{cmd} signal blocked{task_opt} --note \"<what is missing and "
-        f"what you need>\"` instead. (Stop reminder {blocks + 1} of {MAX_STOP_BLOCKS}.)"
-    )
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-# light-weight state writes (see the module docstring for why not state.Store) ----------
-
-
-@contextlib.contextmanager
-def _flock(path: Path, timeout: float = _LOCK_TIMEOUT) -> Iterator[None]:
-    """Hold ``flock`` on ``path`` (the lock files ``Store.locked`` uses)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    msg = f"{path} is held by another process"
-                    raise TimeoutError(msg) from None
-                time.sleep(0.01)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Temp file in the same folder, fsync, rename over, fsync the folder."""
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.hook.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, text.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        tmp.replace(path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _append_ledger(run_dir: Path, event: str, fields: Mapping[str, Any]) -> None:
-    """One line in ledger.jsonl, as ``Store.append_ledger`` writes it."""
-    record = {"ts": now_iso(), "event": event, **fields}
-    line = json.dumps(record, default=str) + "\n"
-    with _flock(run_dir / "locks" / "ledger.lock"):
-        fd = os.open(run_dir / "ledger.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a hook payload the supervisor uses, bounded in size."""
+    out: dict[str, Any] = {}
+    for key in ("session_id", "error", "notification_type", "reason", "source"):
+        value = payload.get(key)
+        if isinstance(value, str):
+            out[key] = value[:200]
+    message = payload.get("message")
+    if isinstance(message, str):
+        out["message"] = message[:200]
+    out["stop_hook_active"] = payload.get("stop_hook_active") is True
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        out["prompt_chars"] = len(prompt)
+        out["prompt_sha256"] = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
+    return out
 
 
 def _log_failure(target: HookTarget, event: str) -> None:
@@ -341,37 +203,29 @@ def _log_failure(target: HookTarget, event: str) -> None:
             fh.write(traceback.format_exc())
 
 
-# signals ------------------------------------------------------------------------------
-
-
 class SignalResult(NamedTuple):
-    status: TaskStatus
-    previous: str  # the phase before the signal
-    changed: bool  # False: the task was already in that phase (a repeated signal)
+    previous: str  # the phase before the signal ("" when the supervisor did not answer)
+    phase: str  # the phase after it
+    changed: bool  # False: repeated, or left for the next supervisor
+    message: str
 
 
 def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None) -> SignalResult:
-    """Record a session's report (`lo-orch signal`): check the transition, update, log.
+    """Send a session's report (`lo-orch signal`) to the supervisor, which decides.
 
-    ``plan_ready`` follows ``planning``, ``impl_done`` follows ``implementing``, and
-    ``blocked`` (which needs a note) may follow any active phase. Repeating the signal a
-    task is already in changes nothing. The check and the write are one step under the
-    status lock.
+    The supervisor accepts it only from the session of ``task`` (by the caller's process
+    ancestry) and only where the lifecycle allows it (``lifecycle.decide_signal``); a
+    refusal is a StateError with the supervisor's reason. With no supervisor running the
+    report is left in the task's inbox and the next supervisor asks for it again.
     """
-    from loop_orchestrator.state import ACTIVE_PHASES, Phase, RunDir, Store
+    from loop_orchestrator import inbox
 
     if phase not in SIGNAL_PHASES:
         msg = f"unknown signal {phase!r}"
-        raise UsageError(
-            msg,
-            hint=f"Signal one of: {', '.join(SIGNAL_PHASES)}.",
-        )
+        raise UsageError(msg, hint=f"Signal one of: {', '.join(SIGNAL_PHASES)}.")
     if not TASK_ID_RE.match(task):
         msg = f"{task!r} is not a task id"
-        raise UsageError(
-            msg,
-            hint="Pass --task with the task's id (see `lo-orch status`).",
-        )
+        raise UsageError(msg, hint="Pass --task with the task's id (see `lo-orch status`).")
     note = note.strip() if note else None
     if phase == "blocked" and not note:
         msg = "`signal blocked` needs a note saying what is missing"
@@ -379,46 +233,38 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
             msg,
             hint='For example: lo-orch signal blocked --note "needs ownership of app/db.py"',
         )
-    store = Store(RunDir(run_dir.parent))
-    seen: dict[str, str] = {}
-
-    def apply(status: TaskStatus) -> None:
-        current = status.phase.value
-        seen["previous"] = current
-        if current == phase:
-            seen["repeat"] = "yes"
-            return
-        allowed = (
-            status.phase in ACTIVE_PHASES if phase == "blocked" else current == SIGNAL_FROM[phase]
-        )
-        if not allowed:
-            raise StateError(
-                f"task {task} is in phase {current}; `signal {phase}` "
-                + (
-                    "needs a task with a live session"
-                    if phase == "blocked"
-                    else f"only follows phase {SIGNAL_FROM[phase]}"
-                ),
-                hint=_signal_hint(current),
-            )
-        status.phase = Phase(phase)
-        if note:
-            status.note = note
-        if phase == "blocked":
-            status.error = note
-        # a signal settles the Stop gate's count for the next phase
-        status.stop_blocks = 0
-        # logged before the status is written: the supervisor reacts to the status at once
-        store.append_ledger("signal", task=task, phase=phase, previous=current, note=note)
-
-    if not store.dirs.status_path(task).is_file():
-        msg = f"no task {task!r} in the run at {store.dirs.root}"
+    if not (run_dir / "status" / f"{task}.json").is_file():
+        msg = f"no task {task!r} in the run at {run_dir}"
         raise StateError(
             msg,
             hint="Check the task id with `lo-orch status`; inside a session it is $LO_ORCH_TASK.",
         )
-    status = store.modify_status(task, apply)
-    return SignalResult(status, seen["previous"], changed="repeat" not in seen)
+    message = {"type": "signal", "task": task, "phase": phase, "note": note}
+    # a supervisor being restarted is back within seconds: wait for it rather than leave
+    # an unattested report that it can only ask about again
+    deadline = time.monotonic() + SIGNAL_WAIT
+    while True:
+        reply = inbox.send(run_dir, message, wait=max(0.0, deadline - time.monotonic()))
+        if reply is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)  # it went away before answering: ask the next one
+    if reply is None:
+        inbox.leave(run_dir, task, message)
+        return SignalResult(
+            "", phase, False,
+            "the supervisor is not running: your report is kept, and when `lo-orch run` "
+            "resumes it will ask you to signal again",
+        )
+    if not isinstance(reply, dict) or not reply.get("ok"):
+        reason = reply.get("message") if isinstance(reply, dict) else None
+        raise StateError(
+            str(reason or "the supervisor refused the signal"),
+            hint=_signal_hint(str(reply.get("previous", "")) if isinstance(reply, dict) else ""),
+        )
+    return SignalResult(
+        str(reply.get("previous", "")), str(reply.get("phase", phase)),
+        not reply.get("repeated"), str(reply.get("message", "")),
+    )
 
 
 def _signal_hint(current: str) -> str:

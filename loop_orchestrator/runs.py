@@ -12,7 +12,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loop_orchestrator import briefs, schedule
 from loop_orchestrator import plan as planmod
@@ -29,6 +29,9 @@ from loop_orchestrator.state import (
     atomic_write_text,
     now_iso,
 )
+
+if TYPE_CHECKING:
+    from loop_orchestrator.record import Record
 
 
 @dataclass
@@ -188,7 +191,12 @@ def create_run(
 
 
 def approve_plan(repo: Path) -> tuple[RunState, Plan]:
-    """Gate 1: approve the current plan, bound to its sha256."""
+    """Gate 1: approve the current plan, bound to its sha256, and begin the run's record.
+
+    The approval is kept in the supervisor's own record (``record.start``), not only in
+    ``run.json``: an agent that edits ``run.json`` approves nothing.
+    """
+    from loop_orchestrator import record
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = read_plan(store.dirs)
@@ -200,8 +208,28 @@ def approve_plan(repo: Path) -> tuple[RunState, Plan]:
         s.approved_at = now_iso()
 
     state = store.update_run(approve)
+    waves = _waves_of(store)
+    record.start(
+        repo, state, [TaskStatus(task=t.id, wave=waves.get(t.id, 0)) for t in plan.tasks]
+    )
     store.append_ledger("gate1_approved", run=state.name, plan_sha256=sha)
     return state, plan
+
+
+def _waves_of(store: Store) -> dict[str, int]:
+    """Each task's wave as `lo-orch plan` published it (display only)."""
+    waves = {}
+    for st in store.list_statuses_lenient():
+        waves[st.task] = st.wave
+    return waves
+
+
+def open_record(repo: Path) -> Record:
+    """The supervisor's record of the repository's current run (raises if none)."""
+    from loop_orchestrator.record import Record
+
+    store = Store.for_repo(repo)
+    return Record.open(repo, store.read_run().name)
 
 
 def check_plan_unchanged(state: RunState, plan: Plan) -> None:
@@ -223,24 +251,33 @@ def check_plan_unchanged(state: RunState, plan: Plan) -> None:
             )
 
 
-def load_approved(repo: Path) -> tuple[RunState, Plan]:
-    """The run and plan, only if Gate 1 approved exactly this plan."""
+def load_approved(repo: Path) -> tuple[Record, Plan]:
+    """The run's record and plan, only if Gate 1 approved exactly this plan.
+
+    The approval is the one in the supervisor's record; ``plan.json`` must still hash to
+    it (an edited plan is refused, whatever ``run.json`` says).
+    """
+    from loop_orchestrator.record import NoRecordError
+
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = read_plan(store.dirs)
-    check_plan_unchanged(state, plan)
-    if state.approved_plan_sha256 != planmod.plan_hash(plan):
-        what = (
-            "has not been approved"
-            if not state.approved_plan_sha256
-            else ("changed after it was approved")
-        )
+    try:
+        rec = open_record(repo)
+    except NoRecordError:
+        rec = None
+    approved = rec.state.approved_plan_sha256 if rec else None
+    sha = planmod.plan_hash(plan)
+    if approved != sha:
+        what = "has not been approved" if not approved else "changed after it was approved"
         msg = f"the plan of run {state.name!r} {what} (Gate 1)"
         raise GateError(
             msg,
             hint="Review it with `lo-orch status` and the conflict matrix, then `lo-orch approve`.",
         )
-    return state, plan
+    assert rec is not None
+    check_plan_unchanged(rec.run, plan)
+    return rec, plan
 
 
 def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
@@ -253,9 +290,11 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     again; anything further gets a rework prompt. The supervisor (running, or the next
     `lo-orch run`) delivers the prompt, relaunching the session if it is gone.
     """
+    from loop_orchestrator import lifecycle
     store = Store.for_repo(repo)
-    state = store.read_run()
-    st = store.read_status(task)
+    rec, _plan = load_approved(repo)
+    state = rec.run
+    st = rec.task(task)
     failed_integration = bool(state.integration) and not (state.integration or {}).get("passed")
     reopen = st.phase == Phase.INTEGRATED and failed_integration
     if st.phase not in (Phase.BLOCKED, Phase.FAILED) and not reopen:
@@ -275,10 +314,11 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     }
     plan_written = store.dirs.agent_plan_path(task).exists()
     if not st.worktree:
-        changes["phase"] = Phase.PENDING
+        event = lifecycle.Event.RETRY_START
     elif st.rework_count == 0 and not st.commit and not plan_written:
-        changes["phase"] = Phase.PLANNING
+        event = lifecycle.Event.RETRY_PLAN
     else:
+        event = lifecycle.Event.RETRY_IMPLEMENT
         round_no = st.rework_count + 1
         review = store.dirs.review_path(task, round_no)
         atomic_write_text(review, (
@@ -289,12 +329,13 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
             "definition of done yourself, then signal `impl_done`. Never weaken, skip or "
             "delete a test to pass a check.\n"
         ))
-        changes |= {"phase": Phase.IMPLEMENTING, "rework_count": round_no,
-                    "extra_rounds": round_no}
-    new = store.update_status(task, **changes)
-    store.append_ledger("task_retried", task=task, run=state.name, phase=new.phase.value,
-                        previous=st.phase.value, reason=reason, note=note)
+        changes |= {"rework_count": round_no, "extra_rounds": round_no}
+    changes["phase"] = lifecycle.next_phase(st.phase, event)
+    store.append_ledger("task_retried", task=task, run=state.name,
+                        phase=changes["phase"].value, previous=st.phase.value, reason=reason,
+                        note=note)
+    new = rec.update_task(task, **changes)
     if state.phase in (RunPhase.AWAITING_MERGE_REVIEW,) or reopen:
         # the reviewed result left this task out: it must be integrated and tested again
-        store.update_run(lambda s: setattr(s, "phase", RunPhase.RUNNING))
+        rec.update_run(phase=RunPhase.RUNNING)
     return new

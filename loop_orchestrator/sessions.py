@@ -169,6 +169,8 @@ class SessionBackend(Protocol):
 
     def alive_panes(self) -> dict[str, bool]: ...
 
+    def task_pids(self) -> dict[int, str]: ...
+
 
 @dataclass(frozen=True)
 class _PaneInfo:
@@ -577,6 +579,14 @@ class TmuxBackend:
     def alive_panes(self) -> dict[str, bool]:
         """pane id -> alive, for every pane of the session, in one tmux call."""
         return {info.pane_id: not info.dead for info in self._panes()}
+
+    def task_pids(self) -> dict[int, str]:
+        """The process id of every live agent pane -> its task (``@lo_task``).
+
+        tmux starts the pane's process and reports its pid: the root of everything the
+        session runs, which no process inside the pane can change.
+        """
+        return {info.pid: info.task for info in self._panes() if info.task and info.pid}
 
     def windows(self) -> dict[str, list[str]]:
         """window id -> its pane ids, in window order (for tests and `doctor`)."""

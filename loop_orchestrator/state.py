@@ -109,6 +109,10 @@ class TaskStatus(BaseModel):
     stop_blocks: int = 0
     #: rework rounds a person granted on top of ``max_rework`` (`lo-orch retry`)
     extra_rounds: int = 0
+    #: the last Notification hook's type (``permission_prompt``, ``idle_prompt``)
+    last_notification: str | None = None
+    #: when the session's last turn ended (Stop hook); None while it works on a prompt
+    turn_ended_at: str | None = None
 
 
 class RunState(BaseModel):
@@ -339,6 +343,15 @@ class Store:
         if not folder.is_dir():
             return []
         return [_load(TaskStatus, p) for p in sorted(folder.glob("*.json"))]
+
+    def list_statuses_lenient(self) -> list[TaskStatus]:
+        """Every status file that reads as one (a garbled file is left out, not fatal)."""
+        folder = self.dirs.status_dir
+        found = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            with contextlib.suppress(StateError, OSError):
+                found.append(_load(TaskStatus, path))
+        return found
 
     # ledger.jsonl ------------------------------------------------------------------
     def append_ledger(self, event: str, **fields: Any) -> dict[str, Any]:

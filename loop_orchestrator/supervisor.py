@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
@@ -28,7 +29,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from loop_orchestrator import briefs, runs, schedule, workspace
+from loop_orchestrator import briefs, inbox, lifecycle, procinfo, runs, schedule, workspace
 from loop_orchestrator.agents.base import (
     AgentContext,
     bracketed_paste,
@@ -44,14 +45,21 @@ from loop_orchestrator.errors import (
     MergeConflictError,
     NotLoggedInError,
 )
-from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR, NOT_LOGGED_IN_HINT
+from loop_orchestrator.lifecycle import (
+    NOT_LOGGED_IN_ERROR,
+    NOT_LOGGED_IN_HINT,
+    Event,
+    delivery_key,
+)
 from loop_orchestrator.plan import Task
+from loop_orchestrator.reports import Reports
 from loop_orchestrator.sessions import LaunchSpec, TmuxBackend, run_socket
 from loop_orchestrator.state import (
     ACTIVE_PHASES,
     Phase,
     RunDir,
     RunPhase,
+    RunState,
     Store,
     TaskStatus,
     atomic_write_text,
@@ -111,7 +119,8 @@ def detach(repo: Path, *, continue_blocked: bool = False) -> str:
     """Start ``lo-orch run`` in a window of the run's tmux session; where it runs."""
     import shlex
 
-    state, _plan = runs.load_approved(repo)  # refuse before starting anything
+    rec, _plan = runs.load_approved(repo)  # refuse before starting anything
+    state = rec.run
     rundir = RunDir(repo)
     with supervisor_lock(rundir):
         pass  # only a check: the supervisor in the window takes the lock itself
@@ -141,7 +150,7 @@ class Supervisor:
         self.settings = settings
         self.rundir = RunDir(repo)
         self.store = Store(self.rundir)
-        self.state, self.plan = runs.load_approved(repo)
+        self.record, self.plan = runs.load_approved(repo)
         self.continue_blocked = continue_blocked
         self.progress = progress or (lambda _msg: None)
         self.cap = runs.effective_concurrency(self.plan, settings)
@@ -156,6 +165,12 @@ class Supervisor:
         self.pool = ThreadPoolExecutor(max_workers=self.cap + 2, thread_name_prefix="lo-task")
         self.jobs: dict[str, Future[None]] = {}
         self.wake = threading.Event()
+        #: sessions' messages (signals, hooks) waiting for the loop, attested by the inbox
+        self.requests: queue.Queue[inbox.Request] = queue.Queue()
+        #: pane process id -> task, to tell which session a message comes from
+        self.pane_pids: dict[int, str] = {}
+        self.pane_pids_lock = threading.Lock()
+        self.last_view_check = 0.0
         # Workspace is not thread-safe (branch creation writes .git/config): one git writer.
         self.git_lock = threading.Lock()
         self.screens: dict[str, tuple[int, float, float]] = {}
@@ -163,9 +178,15 @@ class Supervisor:
         self.last_liveness = 0.0
         self.reported_blocked: set[str] = set()
         self.plan_ids = [t.id for t in self.plan.tasks]
-        self.status_cache: dict[str, tuple[tuple[int, int, int], TaskStatus]] = {}
+        self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
+                               self._ask_again)
         if socket != self.state.tmux_socket:
-            self.state = self.store.update_run(lambda s: setattr(s, "tmux_socket", socket))
+            self.record.update_run(tmux_socket=socket)
+
+    @property
+    def state(self) -> RunState:
+        """The run as the supervisor's record has it (never read back from run.json)."""
+        return self.record.run
 
     # ledger and progress --------------------------------------------------------------
     def _event(self, event: str, task: str | None = None, **fields: Any) -> None:
@@ -174,7 +195,14 @@ class Supervisor:
         self.progress(f"{task + ': ' if task else ''}{event}{' — ' + str(text) if text else ''}")
 
     def _set(self, task: str, **changes: Any) -> TaskStatus:
-        return self.store.update_status(task, **changes)
+        """Record a change of a task (not its phase: that is ``_move``) and publish it."""
+        assert "phase" not in changes, "phase changes go through the lifecycle (_move)"
+        return self.record.update_task(task, **changes)
+
+    def _move(self, task: str, event: Event, **changes: Any) -> TaskStatus:
+        """Move a task by the lifecycle's table (an illegal move is a bug: it raises)."""
+        phase = lifecycle.next_phase(self.record.task(task).phase, event)
+        return self.record.update_task(task, phase=phase, **changes)
 
     # entry ----------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -184,7 +212,8 @@ class Supervisor:
             if self.state.phase == RunPhase.MERGED:
                 return Outcome("merged", "the run is already merged")
             self._start_run()
-            observer = self._watch()
+            server = inbox.Server(self.rundir.root, self._identify, self._enqueue)
+            server.start()
             try:
                 self._reconcile()
                 while True:
@@ -196,8 +225,7 @@ class Supervisor:
                 self._interrupted()
                 raise
             finally:
-                with contextlib.suppress(Exception):
-                    observer.stop()
+                server.close()
                 self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _interrupted(self) -> None:
@@ -222,8 +250,13 @@ class Supervisor:
         self.ws.ensure_excludes()
         self.ws.create_staging(self.state.base_sha)
         self.backend.ensure_session()
+        edited = self.record.publish_all()
+        if edited:
+            self._event("view_edited", files=edited,
+                        message=f"{', '.join(edited)} changed outside lo-orch: ignored, "
+                        "rewritten from the supervisor's record")
         if self.state.phase != RunPhase.RUNNING:
-            self.state = self.store.update_run(lambda s: setattr(s, "phase", RunPhase.RUNNING))
+            self.record.update_run(phase=RunPhase.RUNNING)
         self._event(
             "supervisor_started",
             run=self.state.name,
@@ -232,38 +265,11 @@ class Supervisor:
             message=f"run {self.state.name}, {len(self.plan.tasks)} tasks, cap {self.cap}",
         )
 
-    def _watch(self) -> Any:
-        """Wake the loop on any change in status/ (atomic renames included)."""
-        from watchdog.events import FileSystemEvent, FileSystemEventHandler
-        from watchdog.observers import Observer
-        from watchdog.observers.polling import PollingObserver
-
-        wake = self.wake
-
-        class Handler(FileSystemEventHandler):
-            def on_any_event(self, event: FileSystemEvent) -> None:
-                # An atomic write shows up as a move whose dest_path is the status file.
-                path = str(getattr(event, "dest_path", "") or event.src_path)
-                if path.endswith(".json"):
-                    wake.set()
-
-        folder = str(self.rundir.status_dir)
-        observer: Any = Observer()
-        try:
-            observer.schedule(Handler(), folder, recursive=False)
-            observer.start()
-        except OSError:
-            log.warning("inotify unavailable; polling status files")
-            observer = PollingObserver(timeout=0.5)
-            observer.schedule(Handler(), folder, recursive=False)
-            observer.start()
-        return observer
-
     # reconciliation after a restart ---------------------------------------------------
     def _reconcile(self) -> None:
         panes = self.backend.list_panes()  # pane id -> task, from the pane's @lo_task tag
         by_task = {task: pane for pane, task in panes.items()}
-        for st in self.store.list_statuses():
+        for st in self.record.tasks().values():
             pane = by_task.get(st.task)
             if pane and pane != st.pane_id:
                 # launched, then killed before the pane id was saved: adopt it
@@ -273,13 +279,19 @@ class Supervisor:
                 self.backend.kill_pane(pane)
             if st.phase == Phase.LAUNCHING and not pane:
                 # nothing was started: launch again from the top
-                self._set(st.task, phase=Phase.PENDING)
                 self._event("relaunch_pending", st.task, message="launch was interrupted")
+                self._move(st.task, Event.RELAUNCH)
+        # what sessions left while no supervisor listened: hints, never decisions
+        for request in inbox.drain(self.rundir.root, self.plan_ids):
+            self.reports.handle(request)
 
     # main loop --------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
+            self.record.refresh()  # a person's `lo-orch retry` is appended by another process
+            self._process_requests()
             self._collect_jobs()
+            self._check_view()
             statuses = self._statuses()
             self._dispatch(statuses)
             self._check_sessions(statuses)
@@ -287,8 +299,8 @@ class Supervisor:
             for tid in self._ready(phases):
                 if tid in self.jobs:
                     continue
-                self._set(tid, phase=Phase.LAUNCHING, error=None)
                 self._event("task_released", tid, wave=self.waves[tid])
+                self._move(tid, Event.RELEASE, error=None)
                 self._submit(tid, self._start_task)
                 phases[tid] = Phase.LAUNCHING
             if not self.jobs and self._settled(phases):
@@ -297,22 +309,9 @@ class Supervisor:
             self.wake.clear()
 
     def _statuses(self) -> dict[str, TaskStatus]:
-        """Every task's status, re-reading only the files that changed since the last call
-        (the loop wakes on every write; parsing 64 unchanged files each time is waste)."""
-        result: dict[str, TaskStatus] = {}
-        for task in self.plan_ids:
-            path = self.rundir.status_path(task)
-            try:
-                stat = path.stat()
-            except FileNotFoundError:
-                continue
-            key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-            cached = self.status_cache.get(task)
-            if cached is None or cached[0] != key:
-                cached = (key, self.store.read_status(task))
-                self.status_cache[task] = cached
-            result[task] = cached[1]
-        return result
+        """Every task's status, from the record (in memory; the files are only the view)."""
+        tasks = self.record.tasks()
+        return {t: tasks[t] for t in self.plan_ids if t in tasks}
 
     def _settled(self, phases: dict[str, Phase]) -> bool:
         """Nothing is running and nothing can start: all integrated, or the rest is stuck."""
@@ -352,7 +351,7 @@ class Supervisor:
                 # a bug, not a user error: keep the run going, mark the task failed
                 log.error("task job crashed", exc_info=exc, extra={"task": task})
                 self._event("task_failed", task, message=f"internal error: {exc!r}")
-                self._set(task, phase=Phase.FAILED, error=f"internal error: {exc!r}")
+                self._move(task, Event.FAIL, error=f"internal error: {exc!r}")
 
     def _dispatch(self, statuses: dict[str, TaskStatus]) -> None:
         for tid, st in statuses.items():
@@ -374,7 +373,7 @@ class Supervisor:
             elif st.phase == Phase.APPROVED:
                 self._submit(tid, self._integrate)
             elif st.phase in (Phase.PLANNING, Phase.IMPLEMENTING) and (
-                st.delivered != _delivery_key(st)
+                st.delivered != delivery_key(st.phase, st.rework_count)
             ):
                 # the prompt for this phase was never confirmed (crash mid-delivery)
                 self._submit(tid, self._redeliver)
@@ -386,6 +385,76 @@ class Supervisor:
                 # blocked by the session itself (`lo-orch signal blocked --note ...`)
                 self.reported_blocked.add(tid)
                 self._event("task_blocked", tid, message=st.error or st.note or "blocked")
+
+    # what sessions report ------------------------------------------------------------------
+    def _identify(self, pid: int) -> str | None:
+        """The task whose session ``pid`` descends from (the kernel's parent chain), or None.
+
+        Called by the inbox's threads for every message: only the pane's process id, which
+        tmux reports and no agent can choose, ties a message to a task.
+        """
+        chain = procinfo.ancestors(pid)
+        for attempt in range(2):
+            with self.pane_pids_lock:
+                known = dict(self.pane_pids)
+            for ancestor in chain:
+                if ancestor in known:
+                    return known[ancestor]
+            if attempt == 0:
+                fresh = self.backend.task_pids()
+                with self.pane_pids_lock:
+                    self.pane_pids = fresh
+        return None
+
+    def _enqueue(self, request: inbox.Request) -> None:
+        self.requests.put(request)
+        self.wake.set()
+
+    def _process_requests(self) -> None:
+        while True:
+            try:
+                request = self.requests.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                request.answer(self.reports.handle(request))
+            except Exception:
+                request.answer(None)
+                raise
+
+    def _ask_again(self, tid: str, signal: str) -> None:
+        """A signal arrived unattested (no supervisor listened): ask for it once more."""
+        if tid in self.jobs:
+            return
+        self._submit(tid, lambda t: self._deliver_raw(
+            t, briefs.render("prompt_signal_again.md.j2", task=t, signal=signal)))
+
+    def _check_view(self) -> None:
+        """Report (and undo) edits of the published view by anyone but the supervisor."""
+        now = time.monotonic()
+        if now - self.last_view_check < TICK_SECONDS:
+            return
+        self.last_view_check = now
+        edited = self.record.check_view()
+        if edited:
+            self._event("view_edited", files=edited,
+                        message=f"{', '.join(edited)} changed outside lo-orch: ignored, "
+                        "rewritten from the supervisor's record")
+
+    def _recorded_verdict(self, tid: str, commit: str) -> Any:
+        """The verdict of ``commit`` if the supervisor recorded exactly it, else None."""
+        from loop_orchestrator import verify
+
+        if self.record.verdict(tid, commit) is None:
+            return None
+        verdict = verify.load_verdict(self.rundir, tid, commit)
+        if verdict is None or not self.record.verdict_matches(
+            tid, commit, verdict.model_dump_json()
+        ):
+            self._event("verdict_untrusted", tid, commit=commit,
+                        message="the verdict file differs from the recorded one; verifying again")
+            return None
+        return verdict
 
     # liveness and stalls ----------------------------------------------------------------
     def _check_sessions(self, statuses: dict[str, TaskStatus]) -> None:
@@ -444,7 +513,7 @@ class Supervisor:
 
     def _start_task(self, tid: str) -> None:
         task = self.plan.task(tid)
-        st = self.store.read_status(tid)
+        st = self.record.task(tid)
         with self.git_lock:
             worktree = self.ws.ensure_worktree(tid)
         if not st.worktree:
@@ -463,15 +532,15 @@ class Supervisor:
             self._set(tid, pane_id=pane)
             self._event("session_launched", tid, pane_id=pane, session_id=session_id)
         self.adapter.wait_ready(self.backend, pane, timeout=self.settings.agent.ready_timeout)
-        self._set(tid, phase=Phase.PLANNING)
+        self._move(tid, Event.READY)
         self._deliver(tid, "prompt_plan.md.j2")
 
     def _to_implement(self, tid: str) -> None:
-        self._set(tid, phase=Phase.IMPLEMENTING)
+        self._move(tid, Event.IMPLEMENT)
         self._deliver(tid, "prompt_implement.md.j2")
 
     def _redeliver(self, tid: str) -> None:
-        st = self.store.read_status(tid)
+        st = self.record.task(tid)
         if st.pane_id is None or not self.backend.state(st.pane_id).alive:
             staging = workspace.rev_parse(self.repo, self.ws.staging_branch)
             if st.commit and workspace.is_ancestor(self.repo, st.commit, staging):
@@ -483,7 +552,7 @@ class Supervisor:
         if self._arrived_before_restart(tid):
             self._event("prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count,
                         message="confirmed by the session's hook after a restart; not resent")
-            self._set(tid, delivered=_delivery_key(st), delivering=None)
+            self._set(tid, delivered=delivery_key(st.phase, st.rework_count), delivering=None)
             return
         self._deliver(tid, self._prompt_for(st))
 
@@ -495,9 +564,9 @@ class Supervisor:
         return "prompt_implement.md.j2"
 
     def _deliver(self, tid: str, template: str) -> None:
-        st = self.store.read_status(tid)
+        st = self.record.task(tid)
         assert st.pane_id is not None
-        key = _delivery_key(st)
+        key = delivery_key(st.phase, st.rework_count)
         text = self._render_prompt(tid, template, st).strip()
         confirmed = None
         if self.adapter.uses_hooks:
@@ -524,8 +593,8 @@ class Supervisor:
         restart within ``DELIVERY_GRACE_SECONDS`` of the start waits that long for the hook.
         Agents without hooks cannot tell, and get the prompt again.
         """
-        st = self.store.read_status(tid)
-        if not self.adapter.uses_hooks or st.delivering != _delivery_key(st):
+        st = self.record.task(tid)
+        if not self.adapter.uses_hooks or st.delivering != delivery_key(st.phase, st.rework_count):
             return False
         started = _ts(st.delivery_started_at)
         deadline = started + DELIVERY_GRACE_SECONDS
@@ -535,13 +604,13 @@ class Supervisor:
             if time.time() >= deadline:
                 return False
             time.sleep(0.1)
-            st = self.store.read_status(tid)
+            st = self.record.task(tid)
 
     def _render_prompt(self, tid: str, template: str, st: TaskStatus) -> str:
         if template == "prompt_rework.md.j2":
             from loop_orchestrator import verify
 
-            verdict = verify.load_verdict(self.rundir, tid, st.commit) if st.commit else None
+            verdict = self._recorded_verdict(tid, st.commit) if st.commit else None
             return verify.rework_prompt(
                 self.rundir.review_path(tid, st.rework_count),
                 task_id=tid,
@@ -574,7 +643,7 @@ class Supervisor:
         )
 
     def _deliver_raw(self, tid: str, text: str) -> None:
-        st = self.store.read_status(tid)
+        st = self.record.task(tid)
         if st.pane_id:
             self.deliverer.deliver(
                 self.backend, st.pane_id, text.strip(), bracketed=bracketed_paste(self.adapter)
@@ -582,7 +651,7 @@ class Supervisor:
 
     def _pane_died(self, tid: str, dead_status: int | None = None) -> None:
         """Relaunch a dead session once (resuming it), then fail the task."""
-        st = self.store.read_status(tid)
+        st = self.record.task(tid)
         pane = self.backend.state(st.pane_id) if st.pane_id else None
         screen = self.backend.capture(st.pane_id) if pane and pane.exists and st.pane_id else ""
         evidence = self.rundir.task_evidence_dir(tid)
@@ -595,7 +664,7 @@ class Supervisor:
                 f"last screen in {screen_file}"
             )
             self._event("task_failed", tid, exit_status=dead_status, message=error)
-            self._set(tid, phase=Phase.FAILED, error=error)
+            self._move(tid, Event.FAIL, error=error)
             return
         self._event("session_died", tid, exit_status=dead_status, message="relaunching once")
         st = self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None)
@@ -608,20 +677,20 @@ class Supervisor:
             st = self._set(tid, pane_id=pane_id)
         self.adapter.wait_ready(self.backend, pane_id, timeout=self.settings.agent.ready_timeout)
         if st.phase == Phase.LAUNCHING:
-            st = self._set(tid, phase=Phase.PLANNING)
+            st = self._move(tid, Event.READY)
         self._deliver(tid, self._prompt_for(st))
 
     def _block(self, tid: str, reason: str) -> None:
         self.reported_blocked.add(tid)
         self._event("task_blocked", tid, message=reason)
-        self._set(tid, phase=Phase.BLOCKED, error=reason)
+        self._move(tid, Event.BLOCK, error=reason)
 
     # verification and integration ----------------------------------------------------------
     def _verify(self, tid: str) -> None:
         from loop_orchestrator import verify
 
         task = self.plan.task(tid)
-        self._set(tid, phase=Phase.VERIFYING)
+        self._move(tid, Event.VERIFY)
         try:
             with self.git_lock:
                 commit = self.ws.commit_task(tid, f"{tid}: {task.label}\n\n{task.objective}\n")
@@ -629,8 +698,10 @@ class Supervisor:
             self._rework(tid, None, f"the work could not be committed: {exc.render()}")
             return
         self._set(tid, commit=commit)
-        # A verdict is bound to its commit: after a restart it is reused, never redone.
-        verdict = verify.load_verdict(self.rundir, tid, commit)
+        # A verdict is bound to its commit and recorded by the supervisor: after a restart
+        # the recorded one is reused; anything else (a verdict file nobody recorded, or one
+        # edited since) is not evidence, and the commit is verified again.
+        verdict = self._recorded_verdict(tid, commit)
         if verdict is None:
             brief = self.rundir.brief_path(tid).read_text(encoding="utf-8")
             with self.git_lock:
@@ -646,6 +717,7 @@ class Supervisor:
                 settings=self.settings,
                 all_tasks=self.plan.tasks,
             )
+            self.record.record_verdict(tid, commit, verdict.passed, verdict.model_dump_json())
         summary = verdict.summary()
         self._event(
             "verdict",
@@ -655,7 +727,7 @@ class Supervisor:
             message=summary.splitlines()[0] if summary else "",
         )
         if verdict.passed:
-            self._set(tid, phase=Phase.APPROVED, commit=commit, error=None, note=None)
+            self._move(tid, Event.PASS, commit=commit, error=None, note=None)
             self._integrate(tid)
         else:
             self._rework(tid, verdict, summary)
@@ -664,7 +736,7 @@ class Supervisor:
         """Send the task back with a review, or block it after ``max_rework`` rounds."""
         from loop_orchestrator import verify
 
-        st = self.store.read_status(tid)
+        st = self.record.task(tid)
         round_no = st.rework_count + 1
         max_rounds = self.settings.run.max_rework + st.extra_rounds
         first_line = summary.splitlines()[0] if summary else "see the reviews"
@@ -685,12 +757,12 @@ class Supervisor:
                 f"# Review of {tid}, round {round_no}\n\n{summary}\n\n"
                 "Never weaken, skip or delete tests to pass a check.\n",
             )
-        self._set(tid, phase=Phase.IMPLEMENTING, rework_count=round_no, note=first_line)
+        self._move(tid, Event.REWORK, rework_count=round_no, note=first_line)
         self._event("rework", tid, round=round_no, review=str(review))
         self._deliver(tid, "prompt_rework.md.j2")
 
     def _integrate(self, tid: str) -> None:
-        st = self.store.read_status(tid)
+        st = self.record.task(tid)
         assert st.commit is not None
         task = self.plan.task(tid)
         with self.git_lock:
@@ -703,7 +775,7 @@ class Supervisor:
         # the ledger must show the cause before its effects (a crash in between only logs
         # the idempotent merge again on resume).
         self._event("task_integrated", tid, commit=st.commit, staging=merged)
-        self._set(tid, phase=Phase.INTEGRATED, error=None)
+        self._move(tid, Event.INTEGRATED, error=None)
         if st.pane_id:
             with contextlib.suppress(LoOrchError):
                 self.backend.kill_pane(st.pane_id)
@@ -726,7 +798,7 @@ class Supervisor:
         for tid, paths in routed.items():
             if tid is None:
                 continue
-            st = self.store.read_status(tid)
+            st = self.record.task(tid)
             if st.phase != Phase.INTEGRATED:
                 continue
             round_no = st.rework_count + 1
@@ -742,7 +814,7 @@ class Supervisor:
                 commit=result.commit, paths=paths, output=tail,
                 evidence=str(result.evidence) if result.evidence else "",
             ))
-            self._set(tid, phase=Phase.IMPLEMENTING, rework_count=round_no, delivered=None,
+            self._move(tid, Event.REOPEN, rework_count=round_no, delivered=None,
                       delivering=None, note=f"integration tests fail on {', '.join(paths)}",
                       error=None)
             self._event("integration_routed", tid, round=round_no, files=paths,
@@ -750,14 +822,14 @@ class Supervisor:
             self._submit(tid, self._reopen)
             reopened = True
         if reopened:
-            self.state = self.store.update_run(lambda s: setattr(s, "phase", RunPhase.RUNNING))
+            self.record.update_run(phase=RunPhase.RUNNING)
         return reopened
 
     def _reopen(self, tid: str) -> None:
         """Relaunch an integrated task's session on its worktree, with staging merged in."""
         with self.git_lock:
             self.ws.refresh_task(tid)
-        st = self.store.read_status(tid)
+        st = self.record.task(tid)
         spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st),
                                         resume=bool(st.session_id))
         pane = self.backend.launch(spec)
@@ -784,7 +856,7 @@ class Supervisor:
     def _finish(self) -> Outcome:
         from loop_orchestrator import gate2
 
-        statuses = {s.task: s for s in self.store.list_statuses()}
+        statuses = self._statuses()
         stuck = {
             t: (s.error or s.note or s.phase.value)
             for t, s in statuses.items()
@@ -797,18 +869,15 @@ class Supervisor:
             self._event("run_paused", message=f"{len(stuck)} task(s) need a human")
             return Outcome("blocked", "\n".join(lines), stuck)
         skipped = sorted(set(stuck) | set(waiting))
-        result = gate2.integrate(self.repo, self.settings, self.plan, skipped=skipped)
+        result = gate2.integrate(
+            self.repo, self.settings, self.plan, skipped=skipped, record=self.record
+        )
         self.integration = result
         if not result.passed:
             self._event("integration_failed", exit_code=result.exit_code, message=result.summary)
             return Outcome("integration_failed", result.summary)
         self._event("awaiting_merge_review", staging=result.commit, skipped=skipped)
         return Outcome("review", result.summary)
-
-
-def _delivery_key(st: TaskStatus) -> str:
-    """Which prompt a task is due: its phase and rework round."""
-    return f"{st.phase.value}:{st.rework_count}"
 
 
 def _ts(iso: str | None) -> float:

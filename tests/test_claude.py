@@ -34,7 +34,7 @@ from loop_orchestrator.agents.claude import (
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer, prompt_confirmation
 from loop_orchestrator.errors import AgentError, AgentStartError, NotLoggedInError
-from loop_orchestrator.hooks import NOT_LOGGED_IN_ERROR
+from loop_orchestrator.lifecycle import NOT_LOGGED_IN_ERROR
 from loop_orchestrator.sessions import TmuxBackend, wait_until
 from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
 

@@ -634,8 +634,9 @@ def test_a_prompt_that_arrived_just_before_a_crash_is_not_sent_again(
 
     # 1. killed after the paste, before the record: the hook fired after the delivery began
     began = datetime.fromisoformat(submitted) - timedelta(seconds=0.5)
-    store.update_status("tokenize", delivered=None, delivering=key,
-                        delivery_started_at=began.isoformat())
+    # the crash state is set in the supervisor's record: the status file is only its view
+    runs.open_record(repo).update_task("tokenize", delivered=None, delivering=key,
+                                       delivery_started_at=began.isoformat())
     supervise_until(lambda: store.read_status("tokenize").delivered == key,
                     "the interrupted delivery to be recognised")
     assert prompts() == before
@@ -646,8 +647,8 @@ def test_a_prompt_that_arrived_just_before_a_crash_is_not_sent_again(
     assert store.read_status("tokenize").delivering is None
 
     # 2. killed before the paste: no submit since the delivery began, so it is sent now
-    store.update_status("tokenize", delivered=None, delivering=key,
-                        delivery_started_at=datetime.now(UTC).isoformat())
+    runs.open_record(repo).update_task("tokenize", delivered=None, delivering=key,
+                                       delivery_started_at=datetime.now(UTC).isoformat())
     supervise_until(lambda: store.read_status("tokenize").delivered == key,
                     "the prompt to be sent again")
     wait_for(lambda: prompts() == before + 1, 10, "the agent to record the resent prompt")

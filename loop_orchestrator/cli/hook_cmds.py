@@ -73,6 +73,6 @@ def signal_command(phase: str, task: str | None, note: str | None, repo: Path | 
         run_dir = RunDir(resolve_repo(repo)).root
     result = hooks.signal_task(run_dir, phase, task=task, note=note)
     if result.changed:
-        click.echo(f"{task}: {result.previous} -> {phase}")
+        click.echo(f"{task}: {result.previous} -> {result.phase}")
     else:
-        click.echo(f"{task}: already {phase}; nothing changed")
+        click.echo(f"{task}: {result.message}")

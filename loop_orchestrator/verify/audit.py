@@ -33,16 +33,15 @@ def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = 
     from loop_orchestrator.verify.verdict import verify_task
 
     store = Store.for_repo(repo)
-    state, plan = runs.load_approved(repo)
+    rec, plan = runs.load_approved(repo)
+    state = rec.run
     try:
         task = plan.task(task_id)
     except KeyError:
         known = ", ".join(t.id for t in plan.tasks) or "none"
         msg = f"no task {task_id!r} in the plan of run {state.name!r}"
         raise StateError(msg, hint=f"Known tasks: {known}.") from None
-    status_commit = None
-    if store.dirs.status_path(task_id).exists():
-        status_commit = store.read_status(task_id).commit
+    status_commit = rec.task(task_id).commit
     commit = task_commit(repo, state.name, task_id, status_commit)
     brief_path = store.dirs.brief_path(task_id)
     brief = brief_path.read_text(encoding="utf-8") if brief_path.exists() else ""

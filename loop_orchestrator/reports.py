@@ -1,0 +1,132 @@
+"""What the supervisor makes of a session's report (a signal or a hook event).
+
+The inbox (``inbox.Server``) says which task's session a message really comes from; this
+module judges it against the supervisor's record through the lifecycle, records what it
+changes (ledger line first, then the record, then the published status) and returns the
+answer the sender gets: ``{"ok", "message", "previous", "phase", "repeated"}`` for a
+signal, ``{"exit_code", "stderr"}`` for a hook (exit 2 = the Stop gate holds the session).
+
+A message claiming another task than the session it comes from, or coming from no session,
+is refused and logged (``event_rejected``). A message left while no supervisor listened is
+*unattested*: it is logged, and only ever used as a hint (an unattested signal makes the
+supervisor ask the session for it again; an unattested UserPromptSubmit keeps a prompt that
+did arrive from being sent twice; an unattested Stop says the turn ended).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from loop_orchestrator import lifecycle
+from loop_orchestrator.inbox import Request
+from loop_orchestrator.record import Record
+from loop_orchestrator.state import Store, now_iso
+
+Reply = dict[str, Any]
+#: the fields of a hook payload that go to the ledger
+LEDGER_FIELDS = ("session_id", "error", "notification_type", "reason", "source",
+                 "prompt_chars", "prompt_sha256")
+
+
+class Reports:
+    """Judges sessions' messages for one run."""
+
+    def __init__(
+        self,
+        record: Record,
+        store: Store,
+        task_ids: list[str],
+        event: Callable[..., None],
+        ask_again: Callable[[str, str], None],
+    ) -> None:
+        self.record = record
+        self.store = store
+        self.task_ids = set(task_ids)
+        self.event = event  # the supervisor's ledger-and-progress call
+        self.ask_again = ask_again
+
+    def handle(self, request: Request) -> Reply | None:
+        """Judge one message; the answer its sender gets (None: nobody waits for it)."""
+        msg = request.message
+        kind, claimed = msg.get("type"), msg.get("task")
+        if claimed not in self.task_ids or kind not in ("signal", "hook"):
+            return self._reject(request, f"no task {claimed!r} in this run")
+        if request.attested and request.task != claimed:
+            why = (
+                f"a message for task {claimed} came from the session of task {request.task}"
+                if request.task
+                else f"a message for task {claimed} came from outside any session "
+                f"lo-orch runs (pid {request.pid})"
+            )
+            return self._reject(request, why)
+        if kind == "signal":
+            return self._signal(str(claimed), request)
+        return self._hook(str(claimed), request)
+
+    def _reject(self, request: Request, why: str) -> Reply:
+        claimed = request.message.get("task")
+        self.event("event_rejected", claimed if isinstance(claimed, str) else None,
+                   kind=request.message.get("type"), pid=request.pid, message=why)
+        return {"ok": False, "exit_code": 0, "message": f"refused: {why}"}
+
+    def _signal(self, tid: str, request: Request) -> Reply | None:
+        signal, note = str(request.message.get("phase")), request.message.get("note")
+        note = note if isinstance(note, str) else None
+        st = self.record.task(tid)
+        if not request.attested:
+            # anyone could have left it: ask the session to say it again, now that
+            # someone listens
+            self.event("signal_unattested", tid, phase=signal)
+            if st.phase.value == lifecycle.SIGNAL_FROM.get(signal):
+                self.ask_again(tid, signal)
+            return None
+        decision = lifecycle.decide_signal(st, signal, note)
+        reply = {"ok": decision.accepted, "message": decision.message,
+                 "previous": st.phase.value, "phase": signal, "repeated": decision.repeated}
+        if not decision.accepted:
+            self.event("signal_rejected", tid, phase=signal, current=st.phase.value,
+                       message=decision.message)
+        elif decision.changes:
+            # logged before the status changes: the ledger shows cause before effect
+            self.store.append_ledger("signal", task=tid, phase=signal,
+                                     previous=st.phase.value, note=note)
+            self.record.update_task(tid, **decision.changes)
+        return reply
+
+    def _hook(self, tid: str, request: Request) -> Reply:
+        event = str(request.message.get("event"))
+        raw = request.message.get("payload")
+        payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        st = self.record.task(tid)
+        fields = {k: payload[k] for k in LEDGER_FIELDS if k in payload}
+        if not request.attested:
+            self.store.append_ledger("hook", task=tid, hook_event=event, attested=False,
+                                     **fields)
+            left = request.message.get("left_at")
+            at = _iso(left) if isinstance(left, (int, float)) else now_iso()
+            if event == "UserPromptSubmit":
+                self.record.update_task(tid, prompt_submitted_at=at, turn_ended_at=None)
+            elif event == "Stop":
+                self.record.update_task(tid, turn_ended_at=at)
+            return {"exit_code": 0}
+        changes = lifecycle.hook_changes(st, event, payload, now_iso())
+        reply: Reply = {"exit_code": 0}
+        if event == "Stop":
+            active = payload.get("stop_hook_active") is True
+            cmd = request.message.get("bin")
+            reason = lifecycle.stop_decision(st, active, cmd if isinstance(cmd, str) else "lo-orch")
+            fields["stop_hook_active"] = active
+            fields["decision"] = "block" if reason else "allow"
+            if reason:
+                changes["stop_blocks"] = st.stop_blocks + 1
+                changes["turn_ended_at"] = None
+                reply = {"exit_code": 2, "stderr": reason + "\n"}
+        self.store.append_ledger("hook", task=tid, hook_event=event, **fields)
+        self.record.update_task(tid, **changes)
+        return reply
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
