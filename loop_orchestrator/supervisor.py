@@ -615,7 +615,7 @@ class Supervisor:
                 self.rundir.review_path(tid, st.rework_count),
                 task_id=tid,
                 round_no=st.rework_count,
-                max_rounds=self.settings.run.max_rework + st.extra_rounds,
+                max_rounds=lifecycle.rework_limit(st, self.settings.run.max_rework),
                 verdict=verdict,
             )
         return briefs.render(
@@ -738,7 +738,7 @@ class Supervisor:
 
         st = self.record.task(tid)
         round_no = st.rework_count + 1
-        max_rounds = self.settings.run.max_rework + st.extra_rounds
+        max_rounds = lifecycle.rework_limit(st, self.settings.run.max_rework)
         first_line = summary.splitlines()[0] if summary else "see the reviews"
         if round_no > max_rounds:
             self._block(
@@ -802,7 +802,7 @@ class Supervisor:
             if st.phase != Phase.INTEGRATED:
                 continue
             round_no = st.rework_count + 1
-            if round_no > self.settings.run.max_rework + st.extra_rounds:
+            if round_no > lifecycle.rework_limit(st, self.settings.run.max_rework):
                 self._block(tid, f"the integration tests still fail on {', '.join(paths)} "
                             f"after {st.rework_count} rework round(s)")
                 continue
@@ -810,7 +810,8 @@ class Supervisor:
             tail = "\n".join(result.output.strip().splitlines()[-80:])
             atomic_write_text(review, briefs.render(
                 "review_integration.md.j2", task=tid, round_no=round_no,
-                max_rounds=self.settings.run.max_rework, command=result.command,
+                max_rounds=lifecycle.rework_limit(st, self.settings.run.max_rework),
+                command=result.command,
                 commit=result.commit, paths=paths, output=tail,
                 evidence=str(result.evidence) if result.evidence else "",
             ))

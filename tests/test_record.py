@@ -1,0 +1,154 @@
+"""The supervisor's record: a journal that detects tampering, and a view that cannot steer it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loop_orchestrator import core, private, record, runs
+from loop_orchestrator.config import Settings
+from loop_orchestrator.record import NoRecordError, Record, RecordTamperedError
+from loop_orchestrator.state import Phase, RunDir, RunPhase, RunState, TaskStatus
+
+
+def make_record(repo: Path, run: str = "demo", tasks: tuple[str, ...] = ("alpha", "beta")
+                ) -> Record:
+    state = RunState(name=run, repo=str(repo), base_ref="main", base_sha="a" * 40,
+                     staging_branch=f"lo/{run}/staging", feature_branch=f"feat/{run}",
+                     plan_sha256="p" * 64, approved_plan_sha256="p" * 64, created_at="t0")
+    return record.start(repo, state, [TaskStatus(task=t) for t in tasks])
+
+
+def lines(rec: Record) -> list[str]:
+    return rec.path.read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+def test_the_record_lives_outside_the_repository_private_to_the_user(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    rec = make_record(repo)
+    assert not rec.path.resolve().is_relative_to(repo.resolve())
+    assert rec.folder == private.run_dir(repo, "demo")
+    assert rec.folder.stat().st_mode & 0o777 == 0o700
+    assert (rec.folder / record.KEY_FILE).stat().st_mode & 0o777 == 0o600
+
+
+def test_changes_survive_a_new_process_and_publish_the_view(tmp_path: Path) -> None:
+    rec = make_record(tmp_path)
+    rec.update_task("alpha", phase=Phase.LAUNCHING, pane_id="%3")
+    rec.update_run(phase=RunPhase.RUNNING)
+    again = Record.open(tmp_path, "demo")
+    assert again.task("alpha").phase == Phase.LAUNCHING
+    assert again.task("alpha").pane_id == "%3"
+    assert again.run.phase == RunPhase.RUNNING
+    view = json.loads(RunDir(tmp_path).status_path("alpha").read_text(encoding="utf-8"))
+    assert view["phase"] == "launching"
+
+
+def test_a_misspelt_field_is_an_error_not_a_new_key(tmp_path: Path) -> None:
+    rec = make_record(tmp_path)
+    with pytest.raises(TypeError, match="phse"):
+        rec.update_task("alpha", phse=Phase.APPROVED)
+    with pytest.raises(ValueError, match="phase"):
+        rec.update_task("alpha", phase="shipped")
+    assert Record.open(tmp_path, "demo").task("alpha").phase == Phase.PENDING
+
+
+@pytest.mark.parametrize("attack", ["edit", "drop", "swap", "append", "truncate_mac"])
+def test_any_change_to_the_journal_is_detected(tmp_path: Path, attack: str) -> None:
+    rec = make_record(tmp_path)
+    rec.update_task("alpha", phase=Phase.LAUNCHING)
+    rec.update_task("alpha", phase=Phase.PLANNING)
+    rec.update_task("beta", phase=Phase.LAUNCHING)
+    text = lines(rec)
+    if attack == "edit":  # an agent promotes its task, keeping the old mac
+        text[2] = text[2].replace('"planning"', '"approved"')
+    elif attack == "drop":
+        del text[2]
+    elif attack == "swap":
+        text[2], text[3] = text[3], text[2]
+    elif attack == "append":  # a forged entry continuing the chain without the key
+        forged = json.loads(text[-1])
+        forged["seq"] += 1
+        forged["data"] = {"task": "alpha", "set": {"phase": "approved"}}
+        text.append(json.dumps(forged) + "\n")
+    else:
+        entry = json.loads(text[1])
+        entry["mac"] = entry["mac"][:-1] + ("0" if entry["mac"][-1] != "0" else "1")
+        text[1] = json.dumps(entry) + "\n"
+    rec.path.write_text("".join(text), encoding="utf-8")
+    with pytest.raises(RecordTamperedError, match="entry"):
+        Record.open(tmp_path, "demo")
+
+
+def test_a_torn_last_line_is_left_for_later_not_fatal(tmp_path: Path) -> None:
+    rec = make_record(tmp_path)
+    rec.update_task("alpha", phase=Phase.LAUNCHING)
+    with rec.path.open("a", encoding="utf-8") as fh:
+        fh.write('{"seq": 3, "kind": "task", "da')  # a crash mid-append
+    assert Record.open(tmp_path, "demo").task("alpha").phase == Phase.LAUNCHING
+
+
+def test_an_edited_status_file_changes_nothing_and_is_reported(tmp_path: Path) -> None:
+    rec = make_record(tmp_path)
+    rec.update_task("alpha", phase=Phase.IMPLEMENTING, delivered="implementing:0")
+    path = RunDir(tmp_path).status_path("alpha")
+    forged = json.loads(path.read_text(encoding="utf-8"))
+    forged.update(phase="approved", commit="f" * 40)
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    assert rec.check_view() == ["status/alpha.json"]
+    assert rec.task("alpha").phase == Phase.IMPLEMENTING
+    assert json.loads(path.read_text(encoding="utf-8"))["phase"] == "implementing"
+    assert rec.check_view() == []
+    # and a new process publishing everything says which files were edited
+    RunDir(tmp_path).run_json.write_text('{"name": "demo", "phase": "awaiting_merge_review"}',
+                                         encoding="utf-8")
+    assert Record.open(tmp_path, "demo").publish_all() == ["run.json"]
+    assert json.loads(RunDir(tmp_path).run_json.read_text(encoding="utf-8"))["phase"] == (
+        "awaiting_plan_approval")
+
+
+def test_a_verdict_counts_only_for_its_commit_and_its_exact_text(tmp_path: Path) -> None:
+    rec = make_record(tmp_path)
+    rec.record_verdict("alpha", "c" * 40, True, '{"passed": true}')
+    assert rec.verdict_matches("alpha", "c" * 40, '{"passed": true}')
+    assert not rec.verdict_matches("alpha", "c" * 40, '{"passed": true }')
+    assert not rec.verdict_matches("alpha", "d" * 40, '{"passed": true}')
+    assert not rec.verdict_matches("beta", "c" * 40, '{"passed": true}')
+
+
+def test_approving_another_plan_archives_the_old_journal(tmp_path: Path) -> None:
+    rec = make_record(tmp_path)
+    rec.update_task("alpha", phase=Phase.LAUNCHING)
+    same = make_record(tmp_path)  # approving the same plan again: nothing changes
+    assert same.task("alpha").phase == Phase.LAUNCHING
+    state = rec.run.model_copy(update={"approved_plan_sha256": "q" * 64, "created_at": "t1"})
+    fresh = record.start(tmp_path, state, [TaskStatus(task="alpha")])
+    assert fresh.task("alpha").phase == Phase.PENDING
+    assert len(list(fresh.folder.glob("journal-*.jsonl"))) == 1
+
+
+def test_no_record_no_run(git_repo: Path) -> None:
+    with pytest.raises(NoRecordError):
+        Record.open(git_repo, "nothing")
+
+
+def test_editing_run_json_does_not_approve_a_plan(git_repo: Path) -> None:
+    """An agent writes the approval into run.json itself: `lo-orch run` still refuses."""
+    plan = git_repo / "plan.yaml"
+    plan.write_text(
+        "goal: g\nname: demo\ntasks:\n  - id: alpha\n    title: A\n    objective: o\n"
+        "    owns: [a.py]\n    done:\n      - criterion: c\n        check: pytest -q\n",
+        encoding="utf-8")
+    core.plan_from_file(git_repo, plan, Settings())
+    path = RunDir(git_repo).run_json
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["approved_plan_sha256"] = data["plan_sha256"]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(Exception, match="has not been approved"):
+        runs.load_approved(git_repo)
+    runs.approve_plan(git_repo)
+    rec, _ = runs.load_approved(git_repo)
+    assert rec.run.approved_plan_sha256 == data["plan_sha256"]
