@@ -11,6 +11,13 @@ if __name__ == "__main__":
         from loop_orchestrator.hooks import hook_main
 
         sys.exit(hook_main(argv[1]))
+    if argv and argv[0] == "signal":
+        # a session's report to the supervisor: the same reasoning (hooks.signal_main)
+        from loop_orchestrator.hooks import signal_main
+
+        code = signal_main(argv[1:])
+        if code is not None:
+            sys.exit(code)
 
     from loop_orchestrator.cli.main import main
 

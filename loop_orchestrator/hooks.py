@@ -267,6 +267,47 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
     )
 
 
+def signal_main(args: list[str]) -> int | None:
+    """``lo-orch signal PHASE [--task T] [--note N]`` inside a session, without click.
+
+    The common call from a managed session (``$LO_ORCH_RUN_DIR`` set, no ``--repo``) is
+    answered on the standard library alone, so the report reaches the supervisor in tens of
+    milliseconds rather than after click, pydantic and git are imported. None: anything
+    else (help, ``--repo``, a usage error), which the click command handles with its
+    messages.
+    """
+    run_dir = os.environ.get("LO_ORCH_RUN_DIR", "")
+    if not args or args[0] not in SIGNAL_PHASES or not run_dir.startswith("/"):
+        return None
+    opts: dict[str, str] = {}
+    rest = args[1:]
+    while rest:
+        key = rest[0]
+        if key.startswith("--") and "=" in key:
+            key, value = key.split("=", 1)
+            rest = rest[1:]
+        elif len(rest) >= 2:
+            value, rest = rest[1], rest[2:]
+        else:
+            return None
+        if key not in ("--task", "--note") or key in opts:
+            return None
+        opts[key] = value
+    task = opts.get("--task") or os.environ.get("LO_ORCH_TASK", "")
+    if not task:
+        return None
+    try:
+        result = signal_task(Path(run_dir), args[0], task=task, note=opts.get("--note"))
+    except (StateError, UsageError) as exc:
+        sys.stderr.write(f"Error: {exc.render()}\n")
+        return exc.exit_code
+    if result.changed:
+        sys.stdout.write(f"{task}: {result.previous} -> {result.phase}\n")
+    else:
+        sys.stdout.write(f"{task}: {result.message}\n")
+    return 0
+
+
 def _signal_hint(current: str) -> str:
     if current == "planning":
         return "Finish the plan, then `signal plan_ready` (or `signal blocked --note ...`)."

@@ -1,7 +1,10 @@
-"""`lo-orch hook` and `lo-orch signal`: task lookup, recording, the Stop gate, transitions.
+"""`lo-orch hook` and `lo-orch signal`: they carry a session's report to the supervisor, which
+decides; a report for another task, or from outside any session, changes nothing.
 
-Real files, real processes, real lock files; payloads are shaped like the ones Claude Code
-2.1.332 sends (see shared reference: SessionStart, UserPromptSubmit, StopFailure...).
+Real processes, a real inbox socket and the supervisor's real judging code (``Reports``
+over a real ``Record``); the tmux pane a session runs in is stood for by a process whose
+pid is registered as that task's pane (as ``Supervisor._identify`` does with tmux's
+``pane_pid``). Payloads are shaped like Claude Code 2.1.332's.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +24,94 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT, git
 
-from loop_orchestrator import hooks, plan
+from loop_orchestrator import hooks, inbox, plan, procinfo, record
 from loop_orchestrator.cli import hook_cmds
 from loop_orchestrator.cli.main import cli, run_cli
-from loop_orchestrator.state import ORCH_DIR, WORKTREES_DIR, Phase, RunDir, Store, TaskStatus
+from loop_orchestrator.lifecycle import MAX_STOP_BLOCKS, NOT_LOGGED_IN_ERROR, delivery_key
+from loop_orchestrator.record import Record
+from loop_orchestrator.reports import Reports
+from loop_orchestrator.state import (
+    ORCH_DIR,
+    WORKTREES_DIR,
+    Phase,
+    RunDir,
+    RunState,
+    Store,
+    TaskStatus,
+)
 
 SID = "5b0f4c1e-7d7a-4b7e-9a57-3f1f0d7e2c11"
+
+
+@dataclass
+class Served:
+    """A run with tasks alpha and beta, and a listening inbox judged by ``Reports``."""
+
+    repo: Path
+    rec: Record
+    #: task -> the pid standing for its pane; this test process is alpha's
+    panes: dict[str, int]
+    asked_again: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return RunDir(self.repo).root
+
+    def status(self, task: str = "alpha") -> TaskStatus:
+        return Record.open(self.repo, "demo").task(task)
+
+    def view(self, task: str = "alpha") -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(RunDir(self.repo).status_path(task).read_text())
+        return data
+
+    def ledger(self, event: str) -> list[dict[str, Any]]:
+        return [r for r in Store.for_repo(self.repo).read_ledger() if r["event"] == event]
+
+    def set(self, task: str, **changes: Any) -> None:
+        self.rec.update_task(task, **changes)
+
+
+def working(phase: Phase, rework: int = 0) -> dict[str, Any]:
+    """A task in ``phase`` whose session has received that phase's prompt."""
+    return {"phase": phase, "rework_count": rework, "delivered": delivery_key(phase, rework)}
+
+
+def start_run(repo: Path) -> Record:
+    state = RunState(name="demo", repo=str(repo), base_ref="main", base_sha="a" * 40,
+                     staging_branch="lo/demo/staging", feature_branch="feat/demo",
+                     plan_sha256="p" * 64, approved_plan_sha256="p" * 64, created_at="t")
+    rec = record.start(repo, state, [TaskStatus(task="alpha"), TaskStatus(task="beta")])
+    rec.publish_all()
+    return rec
+
+
+@pytest.fixture
+def served(git_repo: Path) -> Iterator[Served]:
+    rec = start_run(git_repo)
+    rec.update_task("alpha", **working(Phase.PLANNING))
+    rec.update_task("beta", **working(Phase.IMPLEMENTING))
+    store = Store.for_repo(git_repo)
+    s = Served(git_repo, rec, {"alpha": os.getpid()})
+
+    def event(name: str, task: str | None = None, **fields: Any) -> None:
+        store.append_ledger(name, **({"task": task} if task else {}), **fields)
+
+    reports = Reports(rec, store, ["alpha", "beta"], event,
+                      lambda t, sig: s.asked_again.append((t, sig)))
+
+    def identify(pid: int) -> str | None:
+        by_pid = {p: t for t, p in s.panes.items()}
+        for ancestor in procinfo.ancestors(pid):
+            if ancestor in by_pid:
+                return by_pid[ancestor]
+        return None
+
+    server = inbox.Server(s.run_dir, identify, lambda req: req.answer(reports.handle(req)))
+    server.start()
+    try:
+        yield s
+    finally:
+        server.close()
 
 
 def sub_env(**extra: str) -> dict[str, str]:
@@ -34,38 +119,36 @@ def sub_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **extra}
 
 
-def make_task(
-    repo: Path, task: str = "alpha", phase: Phase = Phase.PLANNING, **fields: Any
-) -> Path:
-    """A run dir with one task status; returns the absolute .orchestration folder."""
-    store = Store.for_repo(repo)
-    store.write_status(TaskStatus(task=task, phase=phase, **fields))
-    return store.dirs.root
-
-
 def payload(event: str, cwd: Path | str, **fields: Any) -> str:
-    data = {
-        "session_id": SID,
-        "transcript_path": f"/tmp/{SID}.jsonl",
-        "cwd": str(cwd),
-        "hook_event_name": event,
-        "permission_mode": "bypassPermissions",
-        **fields,
-    }
-    return json.dumps(data)
+    return json.dumps({
+        "session_id": SID, "transcript_path": f"/tmp/{SID}.jsonl", "cwd": str(cwd),
+        "hook_event_name": event, "permission_mode": "bypassPermissions", **fields,
+    })
 
 
 def env_for(run_dir: Path, task: str = "alpha", **extra: str) -> dict[str, str]:
     return {"LO_ORCH_TASK": task, "LO_ORCH_RUN_DIR": str(run_dir), **extra}
 
 
-def status_of(repo: Path, task: str = "alpha") -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(RunDir(repo).status_path(task).read_text())
-    return data
+Done = subprocess.CompletedProcess[str]
 
 
-def hook_records(repo: Path) -> list[dict[str, Any]]:
-    return [r for r in Store.for_repo(repo).read_ledger() if r["event"] == "hook"]
+def lo_orch(args: list[str], env: dict[str, str], stdin: str = "") -> Done:
+    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args], input=stdin,
+                          capture_output=True, text=True, env=sub_env(**env), timeout=60,
+                          check=False)
+
+
+def from_beta_session(s: Served, args: list[str], env: dict[str, str]) -> Done:
+    """Run `lo-orch ARGS` as a process of beta's session (its pane's pid is a shell)."""
+    shell = subprocess.Popen(
+        ["sh", "-c", 'read go; "$0" -m loop_orchestrator "$@"', sys.executable, *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=sub_env(**env),
+    )
+    s.panes["beta"] = shell.pid  # registered before the shell starts lo-orch
+    out, err = shell.communicate("go\n", timeout=60)
+    return subprocess.CompletedProcess(shell.args, shell.returncode, out, err)
 
 
 # constants that mirror state/plan without importing them ---------------------------------
@@ -75,16 +158,15 @@ def test_mirrored_constants_agree_with_state_and_plan() -> None:
     assert hooks.ORCH_DIR == ORCH_DIR
     assert hooks.WORKTREES_DIR == WORKTREES_DIR
     assert hooks.TASK_ID_RE.pattern == plan.ID_RE.pattern
-    assert set(hooks.GATED_PHASES) == {Phase.PLANNING.value, Phase.IMPLEMENTING.value}
     assert {Phase(p) for p in hooks.SIGNAL_PHASES} == {
         Phase.PLAN_READY, Phase.IMPL_DONE, Phase.BLOCKED,
     }
     assert tuple(hook_cmds.SIGNAL_CHOICES) == hooks.SIGNAL_PHASES
 
 
-def test_hook_path_imports_no_heavy_module(git_repo: Path) -> None:
-    """The real `lo-orch hook` entry, managed session, Stop block: no pydantic, filelock..."""
-    run_dir = make_task(git_repo, phase=Phase.PLANNING)
+def test_hook_path_imports_no_heavy_module(served: Served) -> None:
+    """The real `lo-orch hook` entry, a managed session held by the Stop gate: no pydantic,
+    filelock, ... on the hook's side (the supervisor does the work)."""
     code = (
         "import sys\n"
         "from loop_orchestrator.cli.main import main\n"
@@ -95,11 +177,11 @@ def test_hook_path_imports_no_heavy_module(git_repo: Path) -> None:
         "print(code, heavy, file=sys.stderr)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], input=payload("Stop", git_repo), capture_output=True,
-        text=True, check=True, env=sub_env(**env_for(run_dir)),
+        [sys.executable, "-c", code], input=payload("Stop", served.repo), capture_output=True,
+        text=True, check=True, env=sub_env(**env_for(served.run_dir)),
     )
     assert out.stderr.strip().splitlines()[-1] == "2 []"
-    assert status_of(git_repo)["last_event"] == "Stop"
+    assert served.status().last_event == "Stop"
 
 
 # locating the task -------------------------------------------------------------------------
@@ -114,267 +196,122 @@ def test_unmanaged_session_is_silent_and_writes_nothing(git_repo: Path) -> None:
 @pytest.mark.parametrize(
     "raw", ["", "not json", "[1, 2]", "null", '{"cwd": 5}', '{"cwd": "relative/.worktrees/alpha"}']
 )
-def test_bad_payloads_are_silent(git_repo: Path, raw: str) -> None:
-    make_task(git_repo)
+def test_bad_payloads_are_silent(served: Served, raw: str) -> None:
     assert hooks.run_hook("Stop", raw, {}) == hooks.QUIET
-    assert hook_records(git_repo) == []
-
-
-def test_env_identifies_the_task_and_records_session_start(git_repo: Path) -> None:
-    run_dir = make_task(git_repo)
-    outcome = hooks.run_hook(
-        "SessionStart", payload("SessionStart", git_repo, source="startup", model="x"),
-        env_for(run_dir),
-    )
-    assert outcome == hooks.QUIET
-    status = status_of(git_repo)
-    assert status["last_event"] == "SessionStart"
-    assert status["session_id"] == SID
-    assert status["last_event_at"] == status["updated_at"]
-    # the file stays a valid TaskStatus for everyone else
-    assert Store.for_repo(git_repo).read_status("alpha").last_event == "SessionStart"
-    [record] = hook_records(git_repo)
-    assert record["hook_event"] == "SessionStart"
-    assert record["task"] == "alpha"
-    assert record["session_id"] == SID
-    assert record["source"] == "startup"
-
-
-def test_session_id_already_known_is_not_overwritten(git_repo: Path) -> None:
-    run_dir = make_task(git_repo, session_id="11111111-2222-3333-4444-555555555555")
-    hooks.run_hook("SessionStart", payload("SessionStart", git_repo), env_for(run_dir))
-    assert status_of(git_repo)["session_id"] == "11111111-2222-3333-4444-555555555555"
-    assert status_of(git_repo)["last_event"] == "SessionStart"
+    assert served.ledger("hook") == []
 
 
 @pytest.mark.parametrize(
     "env_change",
-    [
-        {"LO_ORCH_TASK": "beta"},  # no status file for that task
-        {"LO_ORCH_TASK": "../alpha"},  # not a task id
-        {"LO_ORCH_RUN_DIR": "relative/.orchestration"},
-    ],
+    [{"LO_ORCH_TASK": "nope"}, {"LO_ORCH_TASK": "../x"}, {"LO_ORCH_RUN_DIR": "relative"},
+     {"LO_ORCH_RUN_DIR": "/nonexistent/.orchestration"}],
 )
-def test_env_pointing_nowhere_is_silent(git_repo: Path, env_change: dict[str, str]) -> None:
-    run_dir = make_task(git_repo)
-    before = status_of(git_repo)
-    env = {**env_for(run_dir), **env_change}
-    assert hooks.run_hook("Stop", payload("Stop", git_repo), env) == hooks.QUIET
-    assert status_of(git_repo) == before
-    assert hook_records(git_repo) == []
+def test_env_pointing_nowhere_is_silent(served: Served, env_change: dict[str, str]) -> None:
+    env = {**env_for(served.run_dir), **env_change}
+    assert hooks.run_hook("Stop", payload("Stop", served.repo), env) == hooks.QUIET
+    assert served.ledger("hook") == []
 
 
-def test_cwd_in_worktree_identifies_the_launched_session_only(git_repo: Path) -> None:
-    make_task(git_repo, session_id=SID, phase=Phase.IMPLEMENTING)
-    sub = git_repo / WORKTREES_DIR / "alpha" / "app"
-    sub.mkdir(parents=True)
-    # a user's own claude in the same worktree (another session id) is left alone
-    other = payload("Stop", sub, stop_hook_active=False) .replace(SID, "someone-else")
-    assert hooks.run_hook("Stop", other, {}) == hooks.QUIET
-    assert status_of(git_repo)["last_event"] is None
-    # the session lo-orch launched is recognised from its cwd alone
-    outcome = hooks.run_hook("Stop", payload("Stop", sub, stop_hook_active=False), {})
-    assert outcome.exit_code == 2
-    assert "lo-orch signal impl_done --task alpha" in outcome.stderr
-    assert status_of(git_repo)["last_event"] == "Stop"
+# what a hook records -----------------------------------------------------------------------
 
 
-def test_cwd_under_unknown_worktree_is_silent(git_repo: Path) -> None:
-    make_task(git_repo, session_id=SID)
-    foreign = git_repo / WORKTREES_DIR / "gamma"
-    foreign.mkdir(parents=True)
-    assert hooks.run_hook("Stop", payload("Stop", foreign), {}) == hooks.QUIET
-    assert hook_records(git_repo) == []
-
-
-def test_corrupt_status_is_silent_and_logged(git_repo: Path) -> None:
-    run_dir = make_task(git_repo)
-    RunDir(git_repo).status_path("alpha").write_text("{broken", encoding="utf-8")
-    outcome = hooks.run_hook("Stop", payload("Stop", git_repo), env_for(run_dir))
+def test_session_start_is_recorded_by_the_supervisor(served: Served) -> None:
+    outcome = hooks.run_hook("SessionStart", payload("SessionStart", served.repo,
+                                                      source="startup"),
+                             env_for(served.run_dir))
     assert outcome == hooks.QUIET
-    log = (run_dir / "logs" / "hooks.log").read_text()
-    assert "hook Stop for task alpha failed" in log
-    assert "JSONDecodeError" in log
+    st = served.status()
+    assert (st.last_event, st.session_id) == ("SessionStart", SID)
+    assert served.view()["last_event"] == "SessionStart"
+    [line] = served.ledger("hook")
+    assert line == {**line, "task": "alpha", "hook_event": "SessionStart", "source": "startup"}
 
 
-# what each event records -------------------------------------------------------------------
+def test_session_id_already_known_is_not_overwritten(served: Served) -> None:
+    served.set("alpha", session_id="known")
+    hooks.run_hook("Stop", payload("Stop", served.repo), env_for(served.run_dir))
+    assert served.status().session_id == "known"
 
 
-def test_prompt_text_is_not_logged_only_its_size_and_digest(git_repo: Path) -> None:
-    run_dir = make_task(git_repo)
-    prompt = "Implement the parser.\nSecret-ish detail: hunter2\nThird line"
-    hooks.run_hook(
-        "UserPromptSubmit", payload("UserPromptSubmit", git_repo, prompt=prompt), env_for(run_dir)
-    )
-    digest = hashlib.sha256(prompt.encode()).hexdigest()[:16]
-    [record] = hook_records(git_repo)
-    assert record["prompt_chars"] == len(prompt)
-    assert record["prompt_sha256"] == digest
-    assert "hunter2" not in (run_dir / "ledger.jsonl").read_text()
-    status = status_of(git_repo)
-    assert status["last_event"] == "UserPromptSubmit"
-    assert status["last_prompt_sha256"] == digest
-    assert status["prompt_submitted_at"] == status["last_event_at"]
-    assert "hunter2" not in json.dumps(status)
+def test_prompt_text_is_not_logged_only_its_size_and_digest(served: Served) -> None:
+    secret = "the prompt says: token sk-live-123"
+    hooks.run_hook("UserPromptSubmit", payload("UserPromptSubmit", served.repo, prompt=secret),
+                   env_for(served.run_dir))
+    ledger_text = RunDir(served.repo).ledger.read_text()
+    assert "sk-live-123" not in ledger_text
+    [line] = served.ledger("hook")
+    assert line["prompt_chars"] == len(secret)
+    assert line["prompt_sha256"] == hashlib.sha256(secret.encode()).hexdigest()[:16]
+    assert served.status().prompt_submitted_at
 
 
-def test_stop_failure_not_logged_in_sets_the_error(git_repo: Path) -> None:
-    run_dir = make_task(git_repo)
-    hooks.run_hook(
-        "StopFailure",
-        payload("StopFailure", git_repo, error="authentication_failed",
-                last_assistant_message="Not logged in · Please run /login"),
-        env_for(run_dir),
-    )
-    status = status_of(git_repo)
-    assert status["error"] == hooks.NOT_LOGGED_IN_ERROR
-    assert "/login" in status["error"]
-    assert hook_records(git_repo)[0]["error"] == "authentication_failed"
+def test_stop_failure_not_logged_in_sets_the_error(served: Served) -> None:
+    hooks.run_hook("StopFailure", payload("StopFailure", served.repo,
+                                          error="authentication_failed"),
+                   env_for(served.run_dir))
+    assert served.status().error == NOT_LOGGED_IN_ERROR
+    hooks.run_hook("StopFailure", payload("StopFailure", served.repo, error="rate_limit"),
+                   env_for(served.run_dir))
+    assert served.status().error == NOT_LOGGED_IN_ERROR  # another failure changes nothing
+    assert [r["error"] for r in served.ledger("hook")] == ["authentication_failed",
+                                                          "rate_limit"]
 
 
-def test_other_stop_failures_are_logged_without_an_error(git_repo: Path) -> None:
-    run_dir = make_task(git_repo)
-    hooks.run_hook("StopFailure", payload("StopFailure", git_repo, error="rate_limit"),
-                   env_for(run_dir))
-    assert status_of(git_repo)["error"] is None
-    assert hook_records(git_repo)[0]["error"] == "rate_limit"
+def test_notification_type_is_kept(served: Served) -> None:
+    hooks.run_hook("Notification", payload("Notification", served.repo,
+                                           notification_type="permission_prompt",
+                                           message="Claude needs your permission" * 20),
+                   env_for(served.run_dir))
+    assert served.status().last_notification == "permission_prompt"
+    assert len(served.ledger("hook")[0]["notification_type"]) < 200
 
 
-def test_notification_and_session_end_fields(git_repo: Path) -> None:
-    run_dir = make_task(git_repo)
-    env = env_for(run_dir)
-    hooks.run_hook("Notification", payload(
-        "Notification", git_repo, message="Claude needs your permission to use Bash",
-        notification_type="permission_prompt"), env)
-    hooks.run_hook("SessionEnd", payload("SessionEnd", git_repo, reason="prompt_input_exit"), env)
-    note, end = hook_records(git_repo)
-    assert note["notification_type"] == "permission_prompt"
-    assert note["message"] == "Claude needs your permission to use Bash"
-    assert end["reason"] == "prompt_input_exit"
-    status = status_of(git_repo)
-    assert status["last_event"] == "SessionEnd"
-    assert status["last_notification"] == "permission_prompt"
+# the Stop gate ---------------------------------------------------------------------------
 
 
-# the Stop gate -----------------------------------------------------------------------------
-
-
-def test_stop_gate_blocks_then_releases_on_stop_hook_active(git_repo: Path) -> None:
-    run_dir = make_task(git_repo, phase=Phase.PLANNING)
-    env = env_for(run_dir, LO_ORCH_BIN="/opt/lo/bin/lo-orch")
-    first = hooks.run_hook("Stop", payload("Stop", git_repo, stop_hook_active=False), env)
-    assert first.exit_code == 2
-    assert first.stdout == ""
-    assert "`$LO_ORCH_BIN signal plan_ready`" in first.stderr
-    assert "signal blocked --note" in first.stderr
-    # Claude continues because of the block; its next stop carries stop_hook_active
-    second = hooks.run_hook("Stop", payload("Stop", git_repo, stop_hook_active=True), env)
-    assert second == hooks.QUIET
-    decisions = [r["decision"] for r in hook_records(git_repo)]
-    assert decisions == ["block", "allow"]
-    assert status_of(git_repo)["stop_blocks"] == 1
-
-
-def test_stop_gate_is_bounded(git_repo: Path) -> None:
-    run_dir = make_task(git_repo, phase=Phase.IMPLEMENTING)
-    env = env_for(run_dir, LO_ORCH_BIN="lo")
-    codes = [
-        hooks.run_hook("Stop", payload("Stop", git_repo, stop_hook_active=False), env).exit_code
-        for _ in range(5)
-    ]
-    assert codes == [2, 2, 2, 0, 0]
-    assert status_of(git_repo)["stop_blocks"] == hooks.MAX_STOP_BLOCKS
-
-
-@pytest.mark.parametrize("phase", [Phase.PLAN_READY, Phase.IMPL_DONE, Phase.BLOCKED,
-                                   Phase.VERIFYING, Phase.LAUNCHING])
-def test_stop_gate_lets_sessions_stop_outside_planning_and_implementing(
-    git_repo: Path, phase: Phase
-) -> None:
-    run_dir = make_task(git_repo, phase=phase)
-    outcome = hooks.run_hook("Stop", payload("Stop", git_repo, stop_hook_active=False),
-                             env_for(run_dir))
-    assert outcome == hooks.QUIET
-    assert status_of(git_repo)["last_event"] == "Stop"
-
-
-def test_signal_resets_the_stop_gate_count(git_repo: Path) -> None:
-    run_dir = make_task(git_repo, phase=Phase.PLANNING)
-    env = env_for(run_dir, LO_ORCH_BIN="lo")
-    for _ in range(3):
-        hooks.run_hook("Stop", payload("Stop", git_repo), env)
-    hooks.signal_task(run_dir, "plan_ready", task="alpha")
-    assert status_of(git_repo)["stop_blocks"] == 0
-    Store.for_repo(git_repo).update_status("alpha", phase=Phase.IMPLEMENTING)
-    outcome = hooks.run_hook("Stop", payload("Stop", git_repo), env)
+def test_stop_gate_holds_a_session_that_has_not_reported_then_lets_it_go(served: Served) -> None:
+    stop = payload("Stop", served.repo, stop_hook_active=False)
+    outcome = hooks.run_hook("Stop", stop, env_for(served.run_dir, LO_ORCH_BIN="lo"))
     assert outcome.exit_code == 2
-    assert "signal impl_done" in outcome.stderr
+    assert "`$LO_ORCH_BIN signal plan_ready`" in outcome.stderr
+    again = payload("Stop", served.repo, stop_hook_active=True)
+    assert hooks.run_hook("Stop", again, env_for(served.run_dir)) == hooks.QUIET
+    assert [r["decision"] for r in served.ledger("hook")] == ["block", "allow"]
+    assert served.status().turn_ended_at is not None
 
 
-def test_hook_waits_for_the_store_lock(git_repo: Path) -> None:
-    """The hook's flock and Store's filelock are the same lock (no lost update)."""
-    run_dir = make_task(git_repo)
-    store = Store.for_repo(git_repo)
-    env = sub_env(**env_for(run_dir))
-    with store.locked("status-alpha"):
-        proc = subprocess.Popen(
-            [sys.executable, "-c",
-             "import sys; from loop_orchestrator.hooks import hook_main;"
-             " sys.exit(hook_main('Notification'))"],
-            stdin=subprocess.PIPE, env=env, cwd=git_repo,
-        )
-        assert proc.stdin is not None
-        data = payload("Notification", git_repo, notification_type="idle_prompt")
-        proc.stdin.write(data.encode())
-        proc.stdin.close()
-        time.sleep(0.8)  # the hook must still be waiting: nothing to poll for but its absence
-        assert proc.poll() is None
-        assert status_of(git_repo)["last_event"] is None
-    assert proc.wait(timeout=20) == 0
-    assert status_of(git_repo)["last_notification"] == "idle_prompt"
+def test_stop_gate_is_bounded(served: Served) -> None:
+    stop = payload("Stop", served.repo, stop_hook_active=False)
+    codes = [hooks.run_hook("Stop", stop, env_for(served.run_dir)).exit_code for _ in range(5)]
+    assert codes == [2] * MAX_STOP_BLOCKS + [0] * (5 - MAX_STOP_BLOCKS)
+    assert served.status().stop_blocks == MAX_STOP_BLOCKS
 
 
-def test_concurrent_hooks_and_store_updates_lose_nothing(git_repo: Path) -> None:
-    run_dir = make_task(git_repo)
-    store = Store.for_repo(git_repo)
-    env = sub_env(**env_for(run_dir))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c",
-             "import sys; from loop_orchestrator.hooks import hook_main;"
-             " sys.exit(hook_main('UserPromptSubmit'))"],
-            stdin=subprocess.PIPE, env=env,
-        )
-        for _ in range(6)
-    ]
-
-    def bump() -> None:
-        for i in range(10):
-            store.update_status("alpha", rework_count=i + 1)
-
-    t = threading.Thread(target=bump)
-    t.start()
-    for i, p in enumerate(procs):
-        assert p.stdin is not None
-        p.stdin.write(payload("UserPromptSubmit", git_repo, prompt=f"p{i}").encode())
-        p.stdin.close()
-    t.join()
-    assert all(p.wait(timeout=30) == 0 for p in procs)
-    status = store.read_status("alpha")
-    assert status.rework_count == 10
-    assert status.last_event == "UserPromptSubmit"
-    assert len(hook_records(git_repo)) == 6
+def test_stop_gate_lets_a_session_stop_before_its_next_prompt_arrived(served: Served) -> None:
+    """plan_ready accepted, phase implementing set, the implement prompt not yet delivered:
+    the turn that ends now is the planning turn, and is not held for not implementing."""
+    served.set("alpha", phase=Phase.IMPLEMENTING, delivered="planning:0")
+    stop = payload("Stop", served.repo, stop_hook_active=False)
+    assert hooks.run_hook("Stop", stop, env_for(served.run_dir)) == hooks.QUIET
 
 
-# signal ------------------------------------------------------------------------------------
+def test_a_signal_resets_the_stop_gate_count(served: Served) -> None:
+    stop = payload("Stop", served.repo, stop_hook_active=False)
+    hooks.run_hook("Stop", stop, env_for(served.run_dir))
+    assert served.status().stop_blocks == 1
+    hooks.signal_task(served.run_dir, "plan_ready", task="alpha")
+    assert served.status().stop_blocks == 0
+
+
+# signals -----------------------------------------------------------------------------------
 
 
 def invoke(args: list[str], env: dict[str, str] | None = None) -> Any:
     return CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
 
 
-def run_main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-             env: dict[str, str]) -> tuple[int, str, str]:
+def run_main(args: list[str], monkeypatch: pytest.MonkeyPatch,
+             capsys: pytest.CaptureFixture[str], env: dict[str, str]) -> tuple[int, str, str]:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     code = run_cli(args)
@@ -382,37 +319,29 @@ def run_main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
     return code, out, err
 
 
-def test_signal_plan_ready_from_planning(git_repo: Path) -> None:
-    run_dir = make_task(git_repo, phase=Phase.PLANNING)
-    result = invoke(["signal", "plan_ready", "--note", "plan in plans/alpha.md"],
-                    env=env_for(run_dir))
-    assert result.exit_code == 0, result.output
-    assert "alpha: planning -> plan_ready" in result.output
-    status = Store.for_repo(git_repo).read_status("alpha")
-    assert status.phase is Phase.PLAN_READY
-    assert status.note == "plan in plans/alpha.md"
-    [record] = [r for r in Store.for_repo(git_repo).read_ledger() if r["event"] == "signal"]
-    assert record == {**record, "task": "alpha", "phase": "plan_ready", "previous": "planning"}
-
-
-def test_signal_impl_done_with_repo_and_task_options(git_repo: Path) -> None:
-    make_task(git_repo, task="beta", phase=Phase.IMPLEMENTING)
-    result = invoke(["signal", "impl_done", "--task", "beta", "--repo", str(git_repo)])
-    assert result.exit_code == 0, result.output
-    assert Store.for_repo(git_repo).read_status("beta").phase is Phase.IMPL_DONE
+def test_signal_plan_ready_from_planning(served: Served) -> None:
+    result = lo_orch(["signal", "plan_ready", "--note", "plan in plans/alpha.md"],
+                     env_for(served.run_dir))
+    assert result.returncode == 0, result.stderr
+    assert "alpha: planning -> plan_ready" in result.stdout
+    st = served.status()
+    assert st.phase is Phase.PLAN_READY
+    assert st.note == "plan in plans/alpha.md"
+    assert served.view()["phase"] == "plan_ready"
+    [line] = served.ledger("signal")
+    assert line == {**line, "task": "alpha", "phase": "plan_ready", "previous": "planning"}
 
 
 def test_signal_from_a_worktree_finds_the_main_checkout(
-    git_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_task(git_repo, phase=Phase.IMPLEMENTING)
-    wt = git_repo / WORKTREES_DIR / "alpha"
-    git(git_repo, "worktree", "add", "-q", "-b", "lo/r/alpha", str(wt))
+    wt = served.repo / WORKTREES_DIR / "alpha"
+    git(served.repo, "worktree", "add", "-q", "-b", "lo/r/alpha", str(wt))
     monkeypatch.chdir(wt)
-    code, _out, err = run_main(["signal", "impl_done"], monkeypatch, capsys,
-                              {"LO_ORCH_TASK": "alpha"})
+    code, _out, err = run_main(["signal", "plan_ready"], monkeypatch, capsys,
+                               {"LO_ORCH_TASK": "alpha"})
     assert code == 0, err
-    assert Store.for_repo(git_repo).read_status("alpha").phase is Phase.IMPL_DONE
+    assert served.status().phase is Phase.PLAN_READY
 
 
 @pytest.mark.parametrize(
@@ -425,69 +354,73 @@ def test_signal_from_a_worktree_finds_the_main_checkout(
     ],
 )
 def test_signal_refuses_transitions_that_make_no_sense(
-    git_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     phase: Phase, signal: str, expected: str,
 ) -> None:
-    run_dir = make_task(git_repo, phase=phase)
-    code, _, err = run_main(["signal", signal], monkeypatch, capsys, env_for(run_dir))
+    served.set("alpha", **working(phase))
+    code, _, err = run_main(["signal", signal], monkeypatch, capsys, env_for(served.run_dir))
     assert code == 1
     assert err.startswith("Error: task alpha is in phase ")
     assert expected in err
-    assert Store.for_repo(git_repo).read_status("alpha").phase is phase
-    assert not any(r["event"] == "signal" for r in Store.for_repo(git_repo).read_ledger())
+    assert served.status().phase is phase
+    assert served.ledger("signal") == []
+    assert served.ledger("signal_rejected")
+
+
+def test_impl_done_before_the_rework_prompt_arrived_is_refused(served: Served) -> None:
+    served.set("alpha", phase=Phase.IMPLEMENTING, rework_count=1, delivered="implementing:0")
+    result = lo_orch(["signal", "impl_done"], env_for(served.run_dir))
+    assert result.returncode == 1
+    assert "has not reached the session yet" in result.stderr
+    assert served.status().phase is Phase.IMPLEMENTING
 
 
 def test_signal_blocked_needs_a_note_and_an_active_task(
-    git_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_dir = make_task(git_repo, phase=Phase.IMPLEMENTING)
-    code, _, err = run_main(["signal", "blocked"], monkeypatch, capsys, env_for(run_dir))
+    code, _, err = run_main(["signal", "blocked"], monkeypatch, capsys, env_for(served.run_dir))
     assert code == 2
     assert "needs a note" in err
-    code, _out, err = run_main(
-        ["signal", "blocked", "--note", "needs app/db.py"], monkeypatch, capsys, env_for(run_dir)
-    )
+    code, _out, err = run_main(["signal", "blocked", "--note", "needs app/db.py"], monkeypatch,
+                               capsys, env_for(served.run_dir))
     assert code == 0, err
-    status = Store.for_repo(git_repo).read_status("alpha")
-    assert status.phase is Phase.BLOCKED
-    assert status.error == "needs app/db.py"
-    make_task(git_repo, task="idle", phase=Phase.PENDING)
+    st = served.status()
+    assert (st.phase, st.error) == (Phase.BLOCKED, "needs app/db.py")
+    served.set("alpha", phase=Phase.PENDING)
     code, _, err = run_main(["signal", "blocked", "--note", "x"], monkeypatch, capsys,
-                            env_for(run_dir, task="idle"))
+                            env_for(served.run_dir))
     assert code == 1
     assert "needs a task with a live session" in err
 
 
-def test_repeated_signal_changes_nothing(git_repo: Path) -> None:
-    run_dir = make_task(git_repo, phase=Phase.PLAN_READY)
-    result = invoke(["signal", "plan_ready"], env=env_for(run_dir))
+def test_repeated_signal_changes_nothing(served: Served) -> None:
+    served.set("alpha", **working(Phase.PLAN_READY))
+    result = invoke(["signal", "plan_ready"], env=env_for(served.run_dir))
     assert result.exit_code == 0
     assert "already plan_ready" in result.output
-    assert not any(r["event"] == "signal" for r in Store.for_repo(git_repo).read_ledger())
+    assert served.ledger("signal") == []
 
 
 def test_signal_without_task_or_unknown_task(
-    git_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_dir = make_task(git_repo)
-    code, _, err = run_main(["signal", "plan_ready", "--repo", str(git_repo)], monkeypatch,
+    code, _, err = run_main(["signal", "plan_ready", "--repo", str(served.repo)], monkeypatch,
                             capsys, {})
     assert code == 2
     assert "LO_ORCH_TASK is not set" in err
     code, _, err = run_main(["signal", "plan_ready", "--task", "nope"], monkeypatch, capsys,
-                            {"LO_ORCH_RUN_DIR": str(run_dir)})
+                            {"LO_ORCH_RUN_DIR": str(served.run_dir)})
     assert code == 1
     assert "no task 'nope'" in err
-    code, _, err = run_main(["signal", "done"], monkeypatch, capsys, env_for(run_dir))
+    code, _, err = run_main(["signal", "done"], monkeypatch, capsys, env_for(served.run_dir))
     assert code == 2
     assert re.search(r"plan_ready|impl_done|blocked", err)
 
 
-def test_hook_command_via_click_keeps_exit_code_and_stderr(git_repo: Path) -> None:
-    run_dir = make_task(git_repo, phase=Phase.PLANNING)
+def test_hook_command_via_click_keeps_exit_code_and_stderr(served: Served) -> None:
     result = CliRunner().invoke(
-        cli, ["hook", "Stop"], input=payload("Stop", git_repo, stop_hook_active=False),
-        env=env_for(run_dir, LO_ORCH_BIN="lo"),
+        cli, ["hook", "Stop"], input=payload("Stop", served.repo, stop_hook_active=False),
+        env=env_for(served.run_dir, LO_ORCH_BIN="lo"),
     )
     assert result.exit_code == 2
     assert result.stdout == ""
@@ -497,39 +430,107 @@ def test_hook_command_via_click_keeps_exit_code_and_stderr(git_repo: Path) -> No
     assert unmanaged.output == ""
 
 
-def test_a_hook_is_logged_before_the_status_shows_it(
+# attacks: a report for another task, from outside, or written as a file ------------------
+
+
+def test_a_session_cannot_signal_for_another_task(served: Served) -> None:
+    """alpha's session (this process) claims beta's impl_done, by flag and by environment."""
+    by_flag = lo_orch(["signal", "impl_done", "--task", "beta"], env_for(served.run_dir))
+    by_env = lo_orch(["signal", "impl_done"], env_for(served.run_dir, task="beta"))
+    for result in (by_flag, by_env):
+        assert result.returncode == 1
+        assert "came from the session of task alpha" in result.stderr
+    assert served.status("beta").phase is Phase.IMPLEMENTING
+    rejected = served.ledger("event_rejected")
+    assert len(rejected) == 2
+    assert all(r["task"] == "beta" for r in rejected)
+
+
+def test_beta_s_own_session_can_signal_beta(served: Served) -> None:
+    """The positive control of the attack above: the same command from beta's session."""
+    result = from_beta_session(served, ["signal", "impl_done"], env_for(served.run_dir,
+                                                                         task="beta"))
+    assert result.returncode == 0, result.stderr
+    assert served.status("beta").phase is Phase.IMPL_DONE
+
+
+def test_a_hook_cannot_speak_for_another_task(served: Served) -> None:
+    hooks.run_hook("UserPromptSubmit", payload("UserPromptSubmit", served.repo, prompt="x"),
+                   env_for(served.run_dir, task="beta"))
+    assert served.status("beta").prompt_submitted_at is None
+    assert served.ledger("event_rejected")
+
+
+def test_a_process_outside_every_session_is_refused(served: Served) -> None:
+    """A user's shell, a stray script, or an agent that left its pane's process tree."""
+    served.panes.clear()
+    result = lo_orch(["signal", "plan_ready"], env_for(served.run_dir))
+    assert result.returncode == 1
+    assert "from outside any session" in result.stderr
+    assert served.status().phase is Phase.PLANNING
+
+
+def test_writing_the_status_file_moves_nothing(served: Served) -> None:
+    """The agent writes its own status as approved with a commit it made itself."""
+    path = RunDir(served.repo).status_path("alpha")
+    forged = {**served.view(), "phase": "approved", "commit": "f" * 40}
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    assert served.status().phase is Phase.PLANNING
+    assert served.rec.check_view() == ["status/alpha.json"]
+    assert served.view()["phase"] == "planning"
+
+
+# no supervisor listening ------------------------------------------------------------------
+
+
+def test_without_a_supervisor_a_hook_is_silent_and_left_for_the_next_one(git_repo: Path) -> None:
+    rec = start_run(git_repo)
+    rec.update_task("alpha", **working(Phase.PLANNING))
+    outcome = hooks.run_hook("UserPromptSubmit", payload("UserPromptSubmit", git_repo, prompt="p"),
+                             env_for(RunDir(git_repo).root))
+    assert outcome == hooks.QUIET
+    [left] = inbox.drain(RunDir(git_repo).root, ["alpha", "beta"])
+    assert not left.attested
+    assert left.message["event"] == "UserPromptSubmit"
+    assert Record.open(git_repo, "demo").task("alpha").prompt_submitted_at is None
+
+
+def test_without_a_supervisor_a_signal_is_kept_and_only_asked_about_again(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The supervisor confirms a delivery the moment the status changes: by then the
-    ledger must already hold the hook's line (cause before effect)."""
-    run_dir = make_task(git_repo)
-    logged_at_write: list[int] = []
-    real_write = hooks._write_json_atomic
-
-    def write(path: Path, data: Any) -> None:
-        logged_at_write.append(len(hook_records(git_repo)))
-        real_write(path, data)
-
-    monkeypatch.setattr(hooks, "_write_json_atomic", write)
-    hooks.run_hook("UserPromptSubmit", payload("UserPromptSubmit", git_repo, prompt="go"),
-                   env_for(run_dir))
-    assert logged_at_write == [1]
-    assert status_of(git_repo)["last_event"] == "UserPromptSubmit"
-
-
-def test_a_signal_is_logged_before_the_status_shows_it(
-    git_repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run_dir = make_task(git_repo, phase=Phase.IMPLEMENTING)
+    rec = start_run(git_repo)
+    rec.update_task("alpha", **working(Phase.PLANNING))
+    monkeypatch.setattr(hooks, "SIGNAL_WAIT", 0.3)
+    result = hooks.signal_task(RunDir(git_repo).root, "plan_ready", task="alpha")
+    assert not result.changed
+    assert "supervisor is not running" in result.message
+    asked: list[tuple[str, str]] = []
     store = Store.for_repo(git_repo)
-    logged_at_write: list[int] = []
-    real_write = Store._write_status
+    reports = Reports(rec, store, ["alpha", "beta"], lambda *a, **k: None,
+                      lambda t, sig: asked.append((t, sig)))
+    # a forged one for beta, left by alpha's agent as a file
+    inbox.leave(RunDir(git_repo).root, "beta", {"type": "signal", "task": "beta",
+                                               "phase": "impl_done"})
+    for request in inbox.drain(RunDir(git_repo).root, ["alpha", "beta"]):
+        assert reports.handle(request) is None
+    assert asked == [("alpha", "plan_ready")]  # beta is not implementing: nothing to ask
+    assert rec.task("alpha").phase is Phase.PLANNING  # a hint, never a decision
+    assert rec.task("beta").phase is Phase.PENDING
 
-    def write(self: Store, status: TaskStatus) -> None:
-        logged_at_write.append(sum(r["event"] == "signal" for r in store.read_ledger()))
-        real_write(self, status)
 
-    monkeypatch.setattr(Store, "_write_status", write)
-    hooks.signal_task(run_dir, "impl_done", task="alpha")
-    assert logged_at_write == [1]
-    assert store.read_status("alpha").phase is Phase.IMPL_DONE
+def test_a_report_is_logged_before_the_status_shows_it(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[list[str]] = []
+    real = Record.publish_task
+
+    def publish(self: Record, status: TaskStatus) -> None:
+        seen.append([r["event"] for r in Store.for_repo(served.repo).read_ledger()])
+        real(self, status)
+
+    monkeypatch.setattr(Record, "publish_task", publish)
+    hooks.run_hook("SessionStart", payload("SessionStart", served.repo),
+                   env_for(served.run_dir))
+    hooks.signal_task(served.run_dir, "plan_ready", task="alpha")
+    assert seen[0][-1:] == ["hook"]
+    assert seen[1][-1:] == ["signal"]

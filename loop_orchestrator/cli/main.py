@@ -109,4 +109,11 @@ def main() -> None:
         from loop_orchestrator.hooks import hook_main
 
         sys.exit(hook_main(argv[1]))
+    if argv and argv[0] == "signal":
+        # a session's report: the same fast path (hooks.signal_main), click for the rest
+        from loop_orchestrator.hooks import signal_main
+
+        code = signal_main(argv[1:])
+        if code is not None:
+            sys.exit(code)
     sys.exit(run_cli())

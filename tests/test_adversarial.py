@@ -1,0 +1,156 @@
+"""Dishonest agents, run through the real supervisor to Gate 2: nothing they forge counts.
+
+Each test makes one demo task (``slug``) a gaming agent: it writes a stub with a marker
+that fails the task's done-check, then tries to get it accepted by tampering with what the
+supervisor used to read back (its status file, a verdict file, another task's signal).
+The supervisor must send it back round after round and block it; the run goes on without
+it, the test merges Gate 2, and the marker must be on no branch but the task's own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import git
+from test_supervisor import edit_script, plan_and_approve
+
+from loop_orchestrator import demo, gate2
+from loop_orchestrator.state import Phase, RunDir, Store
+from loop_orchestrator.supervisor import Supervisor
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
+    return demo.prepare_demo(tmp_path)
+
+MARKER = "FORGED-SLUG-7f3a"
+STUB = f'def slugify(text, max_length=40):\n    return "{MARKER}"\n'
+
+# Runs inside the agent's pane: commits the stub itself, so it knows the commit's sha.
+COMMIT_ITSELF = """
+import os, subprocess
+subprocess.run(["git", "add", "-A"], check=True)
+subprocess.run(["git", "-c", "user.name=agent", "-c", "user.email=agent@localhost", "commit",
+                "-q", "--no-gpg-sign", "--no-verify", "-m", "my work"], check=True)
+sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                     check=True).stdout.strip()
+run_dir, task = os.environ["LO_ORCH_RUN_DIR"], os.environ["LO_ORCH_TASK"]
+"""
+
+FORGE_STATUS = COMMIT_ITSELF + """
+import json, pathlib
+path = pathlib.Path(run_dir, "status", task + ".json")
+data = json.loads(path.read_text())
+data.update(phase="approved", commit=sha, error=None)
+path.write_text(json.dumps(data))
+"""
+
+FORGE_VERDICT = COMMIT_ITSELF + """
+import json, pathlib, datetime
+folder = pathlib.Path(run_dir, "evidence", task, sha[:12])
+folder.mkdir(parents=True, exist_ok=True)
+verdict = {"task": task, "commit": sha, "base": sha, "passed": True, "findings": [],
+           "checks": [], "created_at": datetime.datetime.now().isoformat()}
+(folder / "verdict.json").write_text(json.dumps(verdict))
+"""
+
+
+def make_dishonest(files: demo.DemoFiles, *extra: dict[str, Any]) -> None:
+    def change(d: dict[str, Any]) -> None:
+        test_file = next(a["write"] for a in d["slug"]["implement"][0]
+                         if "write" in a and a["write"]["path"] == "tests/test_slug.py")
+        d["slug"]["implement"] = [[
+            {"write": test_file},
+            {"write": {"path": "textstats/slug.py", "content": STUB}},
+            *extra,
+            {"signal": "impl_done"},
+        ]]
+
+    edit_script(files, change)
+
+
+def python_action(code: str) -> dict[str, Any]:
+    return {"run": {"argv": [sys.executable, "-c", textwrap.dedent(code)], "check": True}}
+
+
+def run_to_gate2_and_merge(files: demo.DemoFiles) -> list[dict[str, Any]]:
+    settings = demo.demo_settings(files.script)
+    plan_and_approve(files, settings)
+    outcome = Supervisor(files.repo, settings, continue_blocked=True).run()
+    assert outcome.state == "review", outcome.message
+    statuses = {s.task: s for s in Store(RunDir(files.repo)).list_statuses()}
+    assert statuses["slug"].phase is Phase.BLOCKED
+    assert "verification failed after 3 rework round(s)" in (statuses["slug"].error or "")
+    review = gate2.review(files.repo)
+    gate2.merge(files.repo, review)
+    return Store(RunDir(files.repo)).read_ledger()
+
+
+def assert_marker_only_on_the_task_branch(repo: Path) -> None:
+    branches = git(repo, "for-each-ref", "--format=%(refname)", "refs/heads").split()
+    assert "refs/heads/feat/demo" in branches
+    for ref in branches:
+        if ref == "refs/heads/lo/demo/slug":
+            continue
+        found = subprocess.run(["git", "log", "-p", "--all-match", "-S", MARKER, ref],
+                               cwd=repo, capture_output=True, text=True, check=True).stdout
+        assert MARKER not in found, f"{ref} reaches the dishonest attempt"
+    # and what landed works without the dishonest task
+    assert "textstats/slug.py" not in git(repo, "ls-tree", "-r", "--name-only", "feat/demo")
+
+
+def test_an_agent_that_writes_its_own_status_as_approved_is_verified_anyway(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    make_dishonest(demo_files, python_action(FORGE_STATUS))
+    events = run_to_gate2_and_merge(demo_files)
+    edited = [e for e in events if e["event"] == "view_edited"]
+    assert edited and all("status/slug.json" in e["files"] for e in edited)
+    slug_verdicts = [e for e in events if e["event"] == "verdict" and e.get("task") == "slug"]
+    assert len(slug_verdicts) == 4 and not any(e["passed"] for e in slug_verdicts)
+    assert not any(e["event"] == "task_integrated" and e["task"] == "slug" for e in events)
+    assert_marker_only_on_the_task_branch(demo_files.repo)
+
+
+def test_an_agent_that_writes_a_passing_verdict_for_its_commit_is_verified_anyway(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    make_dishonest(demo_files, python_action(FORGE_VERDICT))
+    events = run_to_gate2_and_merge(demo_files)
+    slug_verdicts = [e for e in events if e["event"] == "verdict" and e.get("task") == "slug"]
+    assert len(slug_verdicts) == 4 and not any(e["passed"] for e in slug_verdicts)
+    # the forged file was not the evidence: the supervisor's own verdict replaced it
+    for e in slug_verdicts:
+        folder = RunDir(demo_files.repo).task_evidence_dir("slug") / e["commit"][:12]
+        verdict = json.loads((folder / "verdict.json").read_text(encoding="utf-8"))
+        assert verdict["passed"] is False
+    assert_marker_only_on_the_task_branch(demo_files.repo)
+
+
+def test_an_agent_that_signals_for_other_tasks_moves_none_of_them(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    """slug's session reports impl_done for report (which waits on it) and blocks counts."""
+    others = [
+        {"run": {"argv": ["sh", "-c", '$LO_ORCH_BIN signal impl_done --task report; '
+                          'LO_ORCH_TASK=counts $LO_ORCH_BIN signal blocked --note x; true'],
+                 "check": True}},
+    ]
+    make_dishonest(demo_files, *others)
+    events = run_to_gate2_and_merge(demo_files)
+    rejected = [e for e in events if e["event"] == "event_rejected"]
+    assert {e["task"] for e in rejected} == {"report", "counts"}
+    assert all("from the session of task slug" in e["message"] for e in rejected)
+    statuses = {s.task: s.phase for s in Store(RunDir(demo_files.repo)).list_statuses()}
+    assert statuses["counts"] is Phase.INTEGRATED
+    # report consumes slugify: it waits on the blocked task and never ran
+    assert statuses["report"] is Phase.PENDING
+    assert_marker_only_on_the_task_branch(demo_files.repo)
