@@ -44,5 +44,5 @@ def run_dir(repo: Path, run: str, *, create: bool = True) -> Path:
     path = state_home() / repo_key(repo) / run
     if create:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
+        path.chmod(0o700)
     return path
