@@ -18,6 +18,7 @@ from loop_orchestrator import briefs, schedule
 from loop_orchestrator import plan as planmod
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GateError, StateError
+from loop_orchestrator.guard import refuse_in_session
 from loop_orchestrator.plan import Plan
 from loop_orchestrator.state import (
     Phase,
@@ -189,6 +190,7 @@ def create_run(
 
 def approve_plan(repo: Path) -> tuple[RunState, Plan]:
     """Gate 1: approve the current plan, bound to its sha256."""
+    refuse_in_session("lo-orch approve")
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = read_plan(store.dirs)
@@ -253,6 +255,7 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     again; anything further gets a rework prompt. The supervisor (running, or the next
     `lo-orch run`) delivers the prompt, relaunching the session if it is gone.
     """
+    refuse_in_session("lo-orch retry")
     store = Store.for_repo(repo)
     state = store.read_run()
     st = store.read_status(task)
