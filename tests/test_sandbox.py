@@ -51,6 +51,8 @@ WRITES = {
     "plan_file": "plan_file",
     "inbox": "inbox_file",
     "tmp": "tmp_file",
+    "worktree_gitfile": "worktree_gitfile",
+    "commondir": "commondir",
 }
 
 PROBE = r'''
@@ -67,10 +69,6 @@ def write(path):
     with open(path, "a") as fh:
         fh.write("# written by the agent\n")
     return path
-for name, key in json.loads(sys.argv[2]).items():
-    attempt(name, lambda key=key: write(targets[key]))
-attempt("private_list", lambda: sorted(os.listdir(targets["private_dir"])))
-attempt("private_read", lambda: open(targets["private_key"]).read())
 def run(*argv):
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if out.returncode:
@@ -82,6 +80,11 @@ attempt("git_update_ref", lambda: run("git", "update-ref", "refs/heads/evil", "H
 attempt("pytest",
         lambda: run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_p.py"))
 attempt("tmux", lambda: run("tmux", "-L", os.environ["LO_ORCH_TMUX_SOCKET"], "list-panes", "-a"))
+# the writes last: with the sandbox off they break the worktree's own .git link
+for name, key in json.loads(sys.argv[2]).items():
+    attempt(name, lambda key=key: write(targets[key]))
+attempt("private_list", lambda: sorted(os.listdir(targets["private_dir"])))
+attempt("private_read", lambda: open(targets["private_key"]).read())
 json.dump(report, open(targets["report"], "w"), indent=1)
 '''
 
@@ -134,6 +137,10 @@ def prepare(tmp_path: Path, git_repo: Path, mode: str) -> tuple[Settings, dict[s
         "plan_file": str(rundir.agent_plan_path("alpha")),
         "inbox_file": str(rundir.root / "inbox" / "alpha" / "event.json"),
         "tmp_file": str(tmp_path / "agent-tmp.txt"),
+        # redirecting these would point the supervisor's git in the worktree elsewhere
+        "worktree_gitfile": str(own / ".git"),
+        "commondir": str(Path((own / ".git").read_text().split(":", 1)[1].strip())
+                         / "commondir"),
         "report": str(tmp_path / "report.json"),
     }
     targets_file.write_text(json.dumps(targets), encoding="utf-8")
@@ -176,7 +183,7 @@ def ok(report: dict[str, str], name: str) -> bool:
 
 
 DENIED = ("git_config", "git_hook", "run_json", "other_worktree", "venv_pth", "private_write",
-          "git_update_ref", "tmux")
+          "git_update_ref", "tmux", "worktree_gitfile", "commondir")
 ALLOWED = ("own_worktree", "plan_file", "inbox", "tmp", "git_add_status", "pytest")
 
 
