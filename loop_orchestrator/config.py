@@ -92,12 +92,19 @@ class VerifyConfig(_Section):
     integration_timeout: float = 1800.0
 
 
+class SandboxConfig(_Section):
+    #: the OS sandbox around each agent session (sandbox.py): "auto" = on where bubblewrap
+    #: works (off with a warning elsewhere), "bwrap" = required, "off"
+    mode: Literal["auto", "bwrap", "off"] = "auto"
+
+
 class Settings(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     run: RunConfig = Field(default_factory=RunConfig)
     auditor: AuditorConfig = Field(default_factory=AuditorConfig)
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
 
 def user_config_path(env: Mapping[str, str] | None = None) -> Path:

@@ -2,6 +2,7 @@
 
 Checks git and tmux (present, versions), the agent CLI (found, ``--version``), Claude Code's
 login state (best effort and offline: credential files and config keys, never the API),
+whether agent sessions run inside the OS sandbox (``[sandbox] mode``, bubblewrap),
 whether the Claude Code plugin is installed for the user's own sessions, where the bundled
 plugin folder is, and the repository (root, branch, uncommitted files, an existing run).
 Only missing or unusable *required* pieces fail; everything else informs.
@@ -208,6 +209,22 @@ def check_sandbox(settings: Settings, env: Mapping[str, str]) -> Check | None:
                  ROOT_HINT)
 
 
+def check_agent_sandbox(settings: Settings) -> Check:
+    """Will agent sessions run inside the OS sandbox (sandbox.py), and if not, why not."""
+    from loop_orchestrator import sandbox
+
+    name = "agent sandbox"
+    active, reason = sandbox.status(settings)
+    if active:
+        return Check(name, "ok", f"on: {reason}")
+    mode = settings.sandbox.mode
+    if mode == "off":
+        return Check(name, "warn", reason,
+                     "Agents can write anything you can; set [sandbox] mode = \"auto\".")
+    return Check(name, "fail" if mode == "bwrap" else "warn", f"off: {reason}",
+                 f"{sandbox.INSTALL_HINT} so agents cannot write outside their worktree.")
+
+
 def check_repository(repo: Path | None) -> Check:
     if repo is None:
         return Check("repository", "info", "not inside a git repository",
@@ -244,5 +261,6 @@ def run_checks(repo: Path | None, settings: Settings,
     sandbox = check_sandbox(settings, env)
     if sandbox is not None:
         checks.append(sandbox)
-    checks += [check_bundled_plugin(), check_plugin_installed(env), check_repository(repo)]
+    checks += [check_agent_sandbox(settings), check_bundled_plugin(),
+               check_plugin_installed(env), check_repository(repo)]
     return checks

@@ -16,6 +16,7 @@ from pathlib import Path
 from loop_orchestrator import proc, runs, workspace
 from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.errors import GateError, LoOrchError
+from loop_orchestrator.guard import refuse_in_session
 from loop_orchestrator.plan import Plan
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Phase, RunPhase, RunState, Store, atomic_write_text, now_iso
@@ -121,6 +122,7 @@ class Review:
 
 
 def review(repo: Path, *, branch: str | None = None) -> Review:
+    refuse_in_session("lo-orch merge")
     """What Gate 2 shows, from the supervisor's record (``run.json`` is only its view)."""
     state = runs.open_record(repo).run
     if state.phase != RunPhase.AWAITING_MERGE_REVIEW:
@@ -149,6 +151,7 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
 
 def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> RunState:
     """Gate 2 passed: move the feature branch to exactly the reviewed commit, clean up."""
+    refuse_in_session("lo-orch merge")
     store = Store.for_repo(repo)
     rec = runs.open_record(repo)
     state = rec.run
@@ -189,6 +192,8 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
     task branches. Dirty worktrees and unmerged branches are kept and listed."""
     from loop_orchestrator.sessions import TmuxBackend, run_socket
 
+    if abandon:
+        refuse_in_session("lo-orch cleanup --abandon")
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = runs.read_plan(store.dirs)

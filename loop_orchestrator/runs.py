@@ -18,6 +18,7 @@ from loop_orchestrator import briefs, schedule
 from loop_orchestrator import plan as planmod
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GateError, StateError
+from loop_orchestrator.guard import refuse_in_session
 from loop_orchestrator.plan import Plan
 from loop_orchestrator.state import (
     Phase,
@@ -197,6 +198,8 @@ def approve_plan(repo: Path) -> tuple[RunState, Plan]:
     ``run.json``: an agent that edits ``run.json`` approves nothing.
     """
     from loop_orchestrator import record
+
+    refuse_in_session("lo-orch approve")
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = read_plan(store.dirs)
@@ -291,6 +294,8 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     `lo-orch run`) delivers the prompt, relaunching the session if it is gone.
     """
     from loop_orchestrator import lifecycle
+
+    refuse_in_session("lo-orch retry")
     store = Store.for_repo(repo)
     rec, _plan = load_approved(repo)
     state = rec.run

@@ -2,9 +2,14 @@
 
 Module API
 ----------
-``AgentContext(task, run_name, repo, worktree, run_dir, brief_path, session_id, env)``
+``AgentContext(task, run_name, repo, worktree, run_dir, brief_path, session_id, env,
+sandbox)``
     Everything an adapter needs to launch one task's session; ``AgentContext.create(...)``
-    fills ``env`` with ``agent_env``.
+    fills ``env`` with ``agent_env`` and, given the full ``Settings`` with the sandbox on
+    (``[sandbox] mode``), ``sandbox`` with the task's ``sandbox.Policy``.
+``launch_spec_for(ctx, argv, env) -> LaunchSpec``
+    How every adapter ends ``launch_spec``: the one place where an agent's argv is put
+    inside the sandbox.
 ``agent_env(*, task, run_dir, brief, settings) -> dict[str, str]``
     The pane environment: ``settings.agent.env`` plus the contract variables
     ``LO_ORCH_TASK``, ``LO_ORCH_RUN_DIR``, ``LO_ORCH_BRIEF``, ``LO_ORCH_BIN`` (which win), and
@@ -41,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from loop_orchestrator import sandbox
 from loop_orchestrator.delivery import error_screen, tidy_screen
 from loop_orchestrator.errors import AgentStartError, ConfigError, TmuxError
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend, wait_until
@@ -134,6 +140,8 @@ class AgentContext:
     brief_path: Path
     session_id: str | None
     env: dict[str, str] = field(default_factory=dict)
+    #: what the session may write (None: not sandboxed)
+    sandbox: sandbox.Policy | None = None
 
     @classmethod
     def create(
@@ -148,8 +156,21 @@ class AgentContext:
         settings: Settings | AgentConfig,
         session_id: str | None = None,
     ) -> AgentContext:
+        from loop_orchestrator.config import Settings
+
         env = agent_env(task=task, run_dir=run_dir, brief=brief_path, settings=settings)
-        return cls(task, run_name, repo, worktree, run_dir, brief_path, session_id, env)
+        policy = None
+        if isinstance(settings, Settings) and sandbox.require(settings):
+            policy = sandbox.Policy.for_task(
+                repo=repo, run_dir=run_dir, worktree=worktree, task=task
+            )
+        return cls(task, run_name, repo, worktree, run_dir, brief_path, session_id, env, policy)
+
+
+def launch_spec_for(ctx: AgentContext, argv: list[str], env: dict[str, str]) -> LaunchSpec:
+    """The launch of ``argv`` in ``ctx``'s worktree, inside its sandbox when it has one."""
+    spec = LaunchSpec(task=ctx.task, cwd=ctx.worktree, argv=argv, env=env)
+    return sandbox.confine(spec, ctx.sandbox) if ctx.sandbox is not None else spec
 
 
 class AgentAdapter(Protocol):
@@ -378,7 +399,11 @@ def wait_until_ready(
 
 
 def make_adapter(settings: Settings, repo: Path) -> AgentAdapter:
-    """The adapter for ``[agent] kind``; each kind's module is imported only when used."""
+    """The adapter for ``[agent] kind``; each kind's module is imported only when used.
+
+    Fails here, before any session starts, when ``[sandbox] mode = "bwrap"`` cannot be met.
+    """
+    sandbox.require(settings)
     kind = settings.agent.kind
     if kind == "claude":
         from loop_orchestrator.agents.claude import ClaudeAdapter

@@ -41,6 +41,7 @@ from loop_orchestrator.agents.base import (
     STARTUP_DIALOGS,
     AgentContext,
     Dialog,
+    launch_spec_for,
     wait_until_ready,
 )
 from loop_orchestrator.config import PERMISSION_MODES, AgentConfig
@@ -314,7 +315,7 @@ class ClaudeAdapter:
             # the check passed through the supervisor's own environment: the pane's comes
             # from a tmux server that may be older, so pass it on explicitly
             env.setdefault("IS_SANDBOX", "1")
-        return LaunchSpec(task=ctx.task, cwd=ctx.worktree, argv=argv, env=env)
+        return launch_spec_for(ctx, argv, env)
 
     # screens -------------------------------------------------------------------------------
     def is_ready(self, screen: str) -> bool:

@@ -21,7 +21,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from loop_orchestrator.agents.base import AgentContext, wait_until_ready
+from loop_orchestrator.agents.base import AgentContext, launch_spec_for, wait_until_ready
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import AgentError, ConfigError
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
@@ -103,8 +103,7 @@ class CommandAdapter:
     def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
         # A generic CLI has no resume flag we know of: a relaunch starts it afresh and the
         # supervisor sends the phase's prompt again.
-        return LaunchSpec(task=ctx.task, cwd=ctx.worktree, argv=self._argv(ctx),
-                          env=dict(ctx.env))
+        return launch_spec_for(ctx, self._argv(ctx), dict(ctx.env))
 
     def is_ready(self, screen: str) -> bool:
         if self.ready_re is not None:

@@ -49,6 +49,7 @@ from loop_orchestrator import proc, resources
 from loop_orchestrator.agents.base import (
     AgentContext,
     find_dialog,
+    launch_spec_for,
     python_module_argv,
     wait_until_ready,
 )
@@ -118,7 +119,7 @@ class ScriptedAdapter:
         if ctx.session_id:
             argv += ["--resume" if resume else "--session-id", ctx.session_id]
         argv += list(self.settings.args)
-        return LaunchSpec(task=ctx.task, cwd=ctx.worktree, argv=argv, env=dict(ctx.env))
+        return launch_spec_for(ctx, argv, dict(ctx.env))
 
     def is_ready(self, screen: str) -> bool:
         return bool(READY_RE.search(screen)) and find_dialog(screen) is None
