@@ -206,6 +206,10 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
     ws = workspace.Workspace(repo, state.name, load_settings(repo).workspace)
     report = ws.cleanup([t.id for t in plan.tasks], delete_staging=delete_staging)
     rec = runs.open_record(repo) if Record.exists(repo, state.name) else None
+    if rec is None and abandon and state.phase == RunPhase.AWAITING_PLAN_APPROVAL:
+        # never approved: there is no record, run.json is all there is
+        store.append_ledger("run_abandoned", run=state.name)
+        store.update_run(lambda s: setattr(s, "phase", RunPhase.STOPPED))
     if rec is not None:
         if abandon and rec.run.phase not in (RunPhase.MERGED,):
             store.append_ledger("run_abandoned", run=state.name)

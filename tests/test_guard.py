@@ -22,7 +22,7 @@ from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import Settings
 from loop_orchestrator.guard import SessionGateError
 from loop_orchestrator.sessions import LaunchSpec, TmuxBackend
-from loop_orchestrator.state import Phase, RunDir, RunPhase, RunState, Store
+from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 
 RUN = "gates"
 PLAN = {
@@ -49,18 +49,17 @@ def at_gate2(repo: Path, tmp_path: Path) -> None:
     state = store.read_run()
     sha = workspace.Workspace(repo, RUN, SETTINGS.workspace).create_staging(state.base_sha)
 
-    def review(s: RunState) -> None:
-        s.phase = RunPhase.AWAITING_MERGE_REVIEW
-        s.integration = {"commit": sha, "passed": True, "exit_code": 0}
-
-    store.update_run(review)
-    store.update_status("alpha", phase=Phase.INTEGRATED)
+    # what the supervisor would have recorded (the files are only its published view)
+    rec = runs.open_record(repo)
+    rec.update_run(phase=RunPhase.AWAITING_MERGE_REVIEW,
+                   integration={"commit": sha, "passed": True, "exit_code": 0})
+    rec.update_task("alpha", phase=Phase.INTEGRATED)
 
 
 def blocked(repo: Path, tmp_path: Path) -> None:
     record(repo, tmp_path)
     runs.approve_plan(repo)
-    Store(RunDir(repo)).update_status("alpha", phase=Phase.BLOCKED, error="needs a person")
+    runs.open_record(repo).update_task("alpha", phase=Phase.BLOCKED, error="needs a person")
 
 
 def unapproved(repo: Path, tmp_path: Path) -> None:
