@@ -265,11 +265,14 @@ def load_approved(repo: Path) -> tuple[Record, Plan]:
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = read_plan(store.dirs)
+    check_plan_unchanged(state, plan)  # the clearest message when a file was edited
     try:
         rec = open_record(repo)
     except NoRecordError:
         rec = None
-    approved = rec.state.approved_plan_sha256 if rec else None
+    # an approval recorded for an earlier plan of the same run name is no approval
+    approved = (rec.state.approved_plan_sha256
+                if rec and rec.run.created_at == state.created_at else None)
     sha = planmod.plan_hash(plan)
     if approved != sha:
         what = "has not been approved" if not approved else "changed after it was approved"

@@ -8,6 +8,7 @@ its socket name, never by a prefix.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -52,6 +53,13 @@ def _isolated_home(
         if var.startswith("LO_ORCH_") and var not in ("LO_ORCH_LOG_DIR", "LO_ORCH_TEST_CLAUDE"):
             monkeypatch.delenv(var, raising=False)
     return home
+
+
+@pytest.fixture
+def stack() -> Iterator[contextlib.ExitStack]:
+    """Context managers entered by a test, exited at its teardown (servers, processes)."""
+    with contextlib.ExitStack() as st:
+        yield st
 
 
 @pytest.fixture

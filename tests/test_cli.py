@@ -435,8 +435,8 @@ def test_approve_binds_the_plan_hash(planned: Path) -> None:
     assert run["approved_plan_sha256"] == run["plan_sha256"]
     assert run["approved_at"]
     assert f"Approved plan {run['plan_sha256'][:12]}" in result.stdout
-    state, plan = runs.load_approved(planned)
-    assert state.name == "notes" and len(plan.tasks) == 4
+    rec, plan = runs.load_approved(planned)
+    assert rec.run.name == "notes" and len(plan.tasks) == 4
 
 
 def test_editing_the_plan_file_after_approval_is_refused(planned: Path, plan_file: Path) -> None:

@@ -16,18 +16,18 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT, git
+from served import Served, serve, start_run, working
 
-from loop_orchestrator import hooks, inbox, plan, procinfo, record
+from loop_orchestrator import hooks, inbox, plan
 from loop_orchestrator.cli import hook_cmds
 from loop_orchestrator.cli.main import cli, run_cli
-from loop_orchestrator.lifecycle import MAX_STOP_BLOCKS, NOT_LOGGED_IN_ERROR, delivery_key
+from loop_orchestrator.lifecycle import MAX_STOP_BLOCKS, NOT_LOGGED_IN_ERROR
 from loop_orchestrator.record import Record
 from loop_orchestrator.reports import Reports
 from loop_orchestrator.state import (
@@ -35,7 +35,6 @@ from loop_orchestrator.state import (
     WORKTREES_DIR,
     Phase,
     RunDir,
-    RunState,
     Store,
     TaskStatus,
 )
@@ -43,75 +42,11 @@ from loop_orchestrator.state import (
 SID = "5b0f4c1e-7d7a-4b7e-9a57-3f1f0d7e2c11"
 
 
-@dataclass
-class Served:
-    """A run with tasks alpha and beta, and a listening inbox judged by ``Reports``."""
-
-    repo: Path
-    rec: Record
-    #: task -> the pid standing for its pane; this test process is alpha's
-    panes: dict[str, int]
-    asked_again: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def run_dir(self) -> Path:
-        return RunDir(self.repo).root
-
-    def status(self, task: str = "alpha") -> TaskStatus:
-        return Record.open(self.repo, "demo").task(task)
-
-    def view(self, task: str = "alpha") -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(RunDir(self.repo).status_path(task).read_text())
-        return data
-
-    def ledger(self, event: str) -> list[dict[str, Any]]:
-        return [r for r in Store.for_repo(self.repo).read_ledger() if r["event"] == event]
-
-    def set(self, task: str, **changes: Any) -> None:
-        self.rec.update_task(task, **changes)
-
-
-def working(phase: Phase, rework: int = 0) -> dict[str, Any]:
-    """A task in ``phase`` whose session has received that phase's prompt."""
-    return {"phase": phase, "rework_count": rework, "delivered": delivery_key(phase, rework)}
-
-
-def start_run(repo: Path) -> Record:
-    state = RunState(name="demo", repo=str(repo), base_ref="main", base_sha="a" * 40,
-                     staging_branch="lo/demo/staging", feature_branch="feat/demo",
-                     plan_sha256="p" * 64, approved_plan_sha256="p" * 64, created_at="t")
-    rec = record.start(repo, state, [TaskStatus(task="alpha"), TaskStatus(task="beta")])
-    rec.publish_all()
-    return rec
-
-
 @pytest.fixture
 def served(git_repo: Path) -> Iterator[Served]:
-    rec = start_run(git_repo)
-    rec.update_task("alpha", **working(Phase.PLANNING))
-    rec.update_task("beta", **working(Phase.IMPLEMENTING))
-    store = Store.for_repo(git_repo)
-    s = Served(git_repo, rec, {"alpha": os.getpid()})
-
-    def event(name: str, task: str | None = None, **fields: Any) -> None:
-        store.append_ledger(name, **({"task": task} if task else {}), **fields)
-
-    reports = Reports(rec, store, ["alpha", "beta"], event,
-                      lambda t, sig: s.asked_again.append((t, sig)))
-
-    def identify(pid: int) -> str | None:
-        by_pid = {p: t for t, p in s.panes.items()}
-        for ancestor in procinfo.ancestors(pid):
-            if ancestor in by_pid:
-                return by_pid[ancestor]
-        return None
-
-    server = inbox.Server(s.run_dir, identify, lambda req: req.answer(reports.handle(req)))
-    server.start()
-    try:
+    with serve(git_repo, {"alpha": working(Phase.PLANNING),
+                          "beta": working(Phase.IMPLEMENTING)}) as s:
         yield s
-    finally:
-        server.close()
 
 
 def sub_env(**extra: str) -> dict[str, str]:

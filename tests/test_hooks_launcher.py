@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -14,8 +15,9 @@ import time
 from pathlib import Path
 
 from conftest import REPO_ROOT
+from served import serve, working
 
-from loop_orchestrator.state import Phase, Store, TaskStatus
+from loop_orchestrator.state import Phase, Store
 
 LO_HOOK = REPO_ROOT / "hooks" / "lo-hook"
 SID = "0d7e2c11-5b0f-4c1e-7d7a-4b7e9a573f1f"
@@ -127,10 +129,10 @@ def test_worktree_cwd_without_any_lo_orch_is_silent(tmp_path: Path) -> None:
 
 
 def test_managed_stop_block_keeps_exit_code_2_through_the_launcher(
-    git_repo: Path, tmp_path: Path
+    git_repo: Path, tmp_path: Path, stack: contextlib.ExitStack
 ) -> None:
+    served = stack.enter_context(serve(git_repo, {"alpha": working(Phase.PLANNING)}))
     store = Store.for_repo(git_repo)
-    store.write_status(TaskStatus(task="alpha", phase=Phase.PLANNING))
     # a LO_ORCH_BIN whose path has a space: the launcher must keep it one word
     odd = tmp_path / "lo orch"
     odd.mkdir()
@@ -143,21 +145,21 @@ def test_managed_stop_block_keeps_exit_code_2_through_the_launcher(
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == b""
     assert b"$LO_ORCH_BIN signal plan_ready" in proc.stderr
-    assert store.read_status("alpha").last_event == "Stop"
+    assert served.status().last_event == "Stop"
     again, _ = run([str(LO_HOOK), "Stop"], cwd=git_repo, env=env,
                    data=stop_payload(git_repo, active=True))
     assert (again.returncode, again.stderr) == (0, b"")
 
 
-def test_managed_hook_is_fast(git_repo: Path) -> None:
+def test_managed_hook_is_fast(git_repo: Path, stack: contextlib.ExitStack) -> None:
     """`lo-orch hook` in a managed session, the real process: budget 150 ms.
 
     Asserted on CPU time (robust on a busy test box) with a generous wall-time bound; what
     they catch is a heavy import (pydantic, filelock, rich...) creeping onto the hook path,
     which alone costs about the whole budget.
     """
+    served = stack.enter_context(serve(git_repo, {"alpha": working(Phase.PLAN_READY)}))
     store = Store.for_repo(git_repo)
-    store.write_status(TaskStatus(task="alpha", phase=Phase.PLAN_READY))
     env = clean_env(LO_ORCH_TASK="alpha", LO_ORCH_RUN_DIR=str(store.dirs.root),
                     LO_ORCH_BIN=lo_orch_bin())
     argv = ["sh", "-c", f'{lo_orch_bin()} hook "$1"', "sh", "UserPromptSubmit"]
@@ -169,7 +171,7 @@ def test_managed_hook_is_fast(git_repo: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         walls.append(wall)
         cpus.append(cpu)
-    assert store.read_status("alpha").last_event == "UserPromptSubmit"
+    assert served.status().last_event == "UserPromptSubmit"
     assert len([r for r in store.read_ledger() if r["event"] == "hook"]) == 10
     # the first run may compile byte code
     cpu, wall = statistics.median(cpus[1:]), statistics.median(walls[1:])

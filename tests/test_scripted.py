@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from served import serve, working
 
 from loop_orchestrator import proc
 from loop_orchestrator.agents.base import (
@@ -460,14 +462,19 @@ def test_adapter_launch_spec_and_factory(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_with_the_real_plugin_hooks_and_lo_orch_signal(
-    tmux_socket: str, git_repo: Path
+    tmux_socket: str, git_repo: Path, stack: contextlib.ExitStack
 ) -> None:
-    """The whole path the supervisor relies on: real hooks.json, `lo-orch hook`/`signal`."""
-    from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
+    """The whole path the supervisor relies on: real hooks.json, `lo-orch hook`/`signal`
+    through the inbox, the pane's process tree telling which task reports."""
+    from loop_orchestrator.state import Phase, RunDir, Store
 
+    backend = TmuxBackend("r")
+    served = stack.enter_context(serve(
+        git_repo, {"api": {**working(Phase.PLANNING), "session_id": "sid-1"}},
+        extra_panes=backend.task_pids))
+    served.panes.clear()  # only the real pane speaks for the task
     rundir = RunDir(git_repo)
     store = Store(rundir)
-    store.write_status(TaskStatus(task="api", phase=Phase.PLANNING, session_id="sid-1"))
     worktree = rundir.worktree_path("api")
     worktree.mkdir(parents=True)
     (git_repo / "script.yaml").write_text(
@@ -481,13 +488,12 @@ def test_with_the_real_plugin_hooks_and_lo_orch_signal(
         task="api", run_name="r", repo=git_repo, worktree=worktree, run_dir=rundir.root,
         brief_path=rundir.brief_path("api"), settings=settings, session_id="sid-1",
     )
-    backend = TmuxBackend("r")
     pane = backend.launch(adapter.launch_spec(ctx, resume=False))
     adapter.wait_ready(backend, pane, timeout=30)
-    assert wait_until(lambda: store.read_status("api").last_event == "SessionStart", 20)
+    assert wait_until(lambda: served.status("api").last_event == "SessionStart", 20)
 
     def submitted() -> bool:
-        return getattr(store.read_status("api"), "prompt_submitted_at", None) is not None
+        return served.status("api").prompt_submitted_at is not None
 
     Deliverer().deliver(backend, pane, "Plan it.\nThen signal.", confirmed=submitted,
                         timeout=30)

@@ -1,0 +1,105 @@
+"""A run whose sessions' reports are heard: a real inbox socket judged by the supervisor's
+real ``Reports`` over a real ``Record``, without the rest of the supervisor.
+
+A task's session is identified as the supervisor does it: the sender's parent chain must
+reach the pid registered as that task's pane (``Served.panes``; by default this test
+process stands for the first task's pane), or a pane that ``extra_panes()`` reports (a
+real tmux backend's ``task_pids``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator import inbox, procinfo, record
+from loop_orchestrator.lifecycle import delivery_key
+from loop_orchestrator.record import Record
+from loop_orchestrator.reports import Reports
+from loop_orchestrator.state import Phase, RunDir, RunState, Store, TaskStatus
+
+RUN = "demo"
+
+
+@dataclass
+class Served:
+    """A run with a listening inbox judged by ``Reports``."""
+
+    repo: Path
+    rec: Record
+    #: task -> the pid standing for its pane
+    panes: dict[str, int]
+    asked_again: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return RunDir(self.repo).root
+
+    def status(self, task: str = "alpha") -> TaskStatus:
+        return Record.open(self.repo, RUN).task(task)
+
+    def view(self, task: str = "alpha") -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(RunDir(self.repo).status_path(task).read_text())
+        return data
+
+    def ledger(self, event: str) -> list[dict[str, Any]]:
+        return [r for r in Store.for_repo(self.repo).read_ledger() if r["event"] == event]
+
+    def set(self, task: str, **changes: Any) -> None:
+        self.rec.update_task(task, **changes)
+
+
+def working(phase: Phase, rework: int = 0) -> dict[str, Any]:
+    """A task in ``phase`` whose session has received that phase's prompt."""
+    return {"phase": phase, "rework_count": rework, "delivered": delivery_key(phase, rework)}
+
+
+def start_run(repo: Path, tasks: tuple[str, ...] = ("alpha", "beta")) -> Record:
+    """An approved run's record (no plan file: only what the inbox needs)."""
+    state = RunState(name=RUN, repo=str(repo), base_ref="main", base_sha="a" * 40,
+                     staging_branch=f"lo/{RUN}/staging", feature_branch=f"feat/{RUN}",
+                     plan_sha256="p" * 64, approved_plan_sha256="p" * 64, created_at="t")
+    rec = record.start(repo, state, [TaskStatus(task=t) for t in tasks])
+    rec.publish_all()
+    return rec
+
+
+@contextlib.contextmanager
+def serve(
+    repo: Path,
+    tasks: dict[str, dict[str, Any]],
+    extra_panes: Callable[[], dict[int, str]] = dict,
+) -> Iterator[Served]:
+    """Record a run with ``tasks`` (task -> initial changes) and listen for its sessions."""
+    names = tuple(tasks)
+    rec = start_run(repo, names)
+    for task, changes in tasks.items():
+        if changes:
+            rec.update_task(task, **changes)
+    store = Store.for_repo(repo)
+    s = Served(repo, rec, {names[0]: os.getpid()})
+
+    def event(name: str, task: str | None = None, **fields: Any) -> None:
+        store.append_ledger(name, **({"task": task} if task else {}), **fields)
+
+    reports = Reports(rec, store, list(names), event,
+                      lambda t, sig: s.asked_again.append((t, sig)))
+
+    def identify(pid: int) -> str | None:
+        by_pid = {**{p: t for t, p in s.panes.items()}, **extra_panes()}
+        for ancestor in procinfo.ancestors(pid):
+            if ancestor in by_pid:
+                return by_pid[ancestor]
+        return None
+
+    server = inbox.Server(s.run_dir, identify, lambda req: req.answer(reports.handle(req)))
+    server.start()
+    try:
+        yield s
+    finally:
+        server.close()
