@@ -10,7 +10,7 @@ delivered raises ``DeliveryError`` with the pane's last screen; nothing hangs.
 Module API: ``Deliverer(stagger=0.3).deliver(backend, pane_id, text, *, confirmed=None,
 timeout=15, enter_retries=3, bracketed=True)``, ``sanitize_prompt(text)``,
 ``tidy_screen(text)``, ``error_screen(backend, pane_id, *, dead=False)``,
-``prompt_confirmation(store, task)`` (the ``confirmed`` check for agents with hooks).
+``prompt_confirmation(read, task)`` (the ``confirmed`` check for agents with hooks).
 """
 
 from __future__ import annotations
@@ -26,19 +26,20 @@ from loop_orchestrator.errors import DeliveryError, TmuxError
 from loop_orchestrator.sessions import SessionBackend
 
 if TYPE_CHECKING:
-    from loop_orchestrator.state import Store
+    from loop_orchestrator.state import TaskStatus
 
 log = logging.getLogger(__name__)
 
 
-def prompt_confirmation(store: Store, task: str) -> Callable[[], bool]:
+def prompt_confirmation(read: Callable[[str], TaskStatus], task: str) -> Callable[[], bool]:
     """For ``Deliverer.deliver(confirmed=...)``: true once the UserPromptSubmit hook fired
-    again for ``task`` (``lo-orch hook`` records ``prompt_submitted_at``). Take it before
-    pasting, so the snapshot precedes the submit."""
-    before = store.read_status(task).prompt_submitted_at
+    again for ``task`` (recorded as ``prompt_submitted_at``; the supervisor passes its
+    record's ``task``, never the status file an agent can write). Take it before pasting,
+    so the snapshot precedes the submit."""
+    before = read(task).prompt_submitted_at
 
     def confirmed() -> bool:
-        return store.read_status(task).prompt_submitted_at != before
+        return read(task).prompt_submitted_at != before
 
     return confirmed
 

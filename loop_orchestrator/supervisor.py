@@ -570,7 +570,7 @@ class Supervisor:
         text = self._render_prompt(tid, template, st).strip()
         confirmed = None
         if self.adapter.uses_hooks:
-            confirmed = prompt_confirmation(self.store, tid)
+            confirmed = prompt_confirmation(self.record.task, tid)
             self._set(tid, delivering=key, delivery_started_at=now_iso())
         self.deliverer.deliver(
             self.backend,

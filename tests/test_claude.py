@@ -8,6 +8,7 @@ adapter must turn into a clear error. No test logs in or reaches the API.
 # ruff: noqa: RUF001, RUF003  "❯" is Claude Code's own prompt glyph, not a typo for ">"
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,8 +21,9 @@ from pathlib import Path
 
 import pytest
 from conftest import claude_binary, git
+from served import serve
 
-from loop_orchestrator import resources
+from loop_orchestrator import resources, runs
 from loop_orchestrator.agents.base import AgentContext, make_adapter
 from loop_orchestrator.agents.claude import (
     BYPASS_SETTINGS,
@@ -35,6 +37,7 @@ from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer, prompt_confirmation
 from loop_orchestrator.errors import AgentError, AgentStartError, NotLoggedInError
 from loop_orchestrator.lifecycle import NOT_LOGGED_IN_ERROR
+from loop_orchestrator.record import Record
 from loop_orchestrator.sessions import TmuxBackend, wait_until
 from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
 
@@ -89,8 +92,11 @@ def context(repo: Path, config: AgentConfig, task: str = "alpha",
     worktree = rundir.worktree_path(task)
     if not worktree.exists():
         git(repo, "worktree", "add", "-q", "-b", f"lo/t/{task}", str(worktree))
-    Store(rundir).write_status(TaskStatus(task=task, phase=Phase.PLANNING,
-                                          worktree=str(worktree)))
+    if Record.exists(repo, "demo"):  # a served run: the record publishes the status
+        runs.open_record(repo).update_task(task, worktree=str(worktree))
+    else:
+        Store(rundir).write_status(TaskStatus(task=task, phase=Phase.PLANNING,
+                                              worktree=str(worktree)))
     brief = rundir.brief_path(task)
     brief.parent.mkdir(parents=True, exist_ok=True)
     brief.write_text("# Brief\n", encoding="utf-8")
@@ -360,18 +366,28 @@ def launch(backend: TmuxBackend, adapter: ClaudeAdapter, ctx: AgentContext, *,
     return backend.launch(adapter.launch_spec(ctx, resume=resume))
 
 
+def hear_hooks(stack: contextlib.ExitStack, repo: Path, backend: TmuxBackend) -> None:
+    """Listen to the session's hooks as the supervisor does (its pane's process tree)."""
+    served = stack.enter_context(serve(repo, {"alpha": {"phase": Phase.PLANNING}},
+                                       extra_panes=backend.task_pids))
+    served.panes.clear()
+
+
 def hooks_seen(store: Store, hook: str) -> list[dict[str, object]]:
     return [r for r in store.read_ledger() if r["event"] == "hook" and r["hook_event"] == hook]
 
 
 @pytest.mark.claude
 @pytest.mark.slow
-def test_real_claude_session_end_to_end(git_repo: Path, tmux_socket: str) -> None:
+def test_real_claude_session_end_to_end(
+    git_repo: Path, tmux_socket: str, stack: contextlib.ExitStack
+) -> None:
     config = agent()
     adapter = ClaudeAdapter(config, git_repo)
+    backend = TmuxBackend("t", socket=tmux_socket)
+    hear_hooks(stack, git_repo, backend)
     ctx = context(git_repo, config)
     store = Store.for_repo(git_repo)
-    backend = TmuxBackend("t", socket=tmux_socket)
     pane = launch(backend, adapter, ctx)
     try:
         data = json.loads((Path(os.environ["HOME"]) / ".claude.json").read_text())
@@ -392,7 +408,8 @@ def test_real_claude_session_end_to_end(git_repo: Path, tmux_socket: str) -> Non
         brief = ("Task alpha: implement the parser.\nRead the brief at .orchestration/briefs.\n"
                  "Then run `$LO_ORCH_BIN signal plan_ready`.")
         Deliverer(stagger=0).deliver(
-            backend, pane, brief, confirmed=prompt_confirmation(store, "alpha"), timeout=30
+            backend, pane, brief, confirmed=prompt_confirmation(store.read_status, "alpha"),
+            timeout=30,
         )
         status = store.read_status("alpha")
         assert status.last_event in ("UserPromptSubmit", "StopFailure", "Stop")
@@ -432,14 +449,17 @@ def test_real_claude_session_end_to_end(git_repo: Path, tmux_socket: str) -> Non
 
 @pytest.mark.claude
 @pytest.mark.slow
-def test_real_claude_trust_dialog_is_answered_on_screen(git_repo: Path, tmux_socket: str) -> None:
+def test_real_claude_trust_dialog_is_answered_on_screen(
+    git_repo: Path, tmux_socket: str, stack: contextlib.ExitStack
+) -> None:
     # a user who has used Claude Code before, but never in this repository
     config_file = Path(os.environ["HOME"]) / ".claude.json"
     config_file.write_text(json.dumps({"hasCompletedOnboarding": True}))
     config = agent(pretrust=False)
     adapter = ClaudeAdapter(config, git_repo)
-    ctx = context(git_repo, config)
     backend = TmuxBackend("t", socket=tmux_socket)
+    hear_hooks(stack, git_repo, backend)
+    ctx = context(git_repo, config)
     pane = launch(backend, adapter, ctx)
     try:
         wait_for("the trust dialog", lambda: "Yes, I trust this folder" in backend.capture(pane, 0),
