@@ -62,9 +62,20 @@ def plan_from_issue(
 
 def status_document(repo: Path) -> dict[str, Any]:
     """``{"run": {...}, "tasks": [status objects]}`` (contract of `status --json`)."""
+    from loop_orchestrator.record import Record
+
     store = Store.for_repo(repo)
     state = store.read_run()
-    statuses = store.list_statuses()
+    if Record.exists(repo, state.name) and state.approved_plan_sha256:
+        # an approved run: what the supervisor recorded, not files anyone can edit
+        rec = Record.open(repo, state.name)
+        if rec.run.created_at == state.created_at:
+            state = rec.run
+            statuses = list(rec.tasks().values())
+        else:
+            statuses = store.list_statuses_lenient()
+    else:
+        statuses = store.list_statuses_lenient()
     order: dict[str, int] = {}
     try:
         plan, _ = runs.read_plan(store.dirs)

@@ -152,3 +152,23 @@ def test_editing_run_json_does_not_approve_a_plan(git_repo: Path) -> None:
     runs.approve_plan(git_repo)
     rec, _ = runs.load_approved(git_repo)
     assert rec.run.approved_plan_sha256 == data["plan_sha256"]
+
+
+def test_status_shows_the_record_whatever_the_files_say(git_repo: Path) -> None:
+    plan = git_repo / "plan.yaml"
+    plan.write_text(
+        "goal: g\nname: demo\ntasks:\n  - id: alpha\n    title: A\n    objective: o\n"
+        "    owns: [a.py]\n    done:\n      - criterion: c\n        check: pytest -q\n",
+        encoding="utf-8")
+    core.plan_from_file(git_repo, plan, Settings())
+    status = RunDir(git_repo).status_path("alpha")
+    status.write_text("{garbled", encoding="utf-8")
+    # before approval the files are all there is: a garbled one is left out, not fatal
+    assert core.status_document(git_repo)["tasks"] == []
+    runs.approve_plan(git_repo)
+    runs.open_record(git_repo).update_task("alpha", phase=Phase.IMPLEMENTING)
+    forged = json.loads(status.read_text(encoding="utf-8"))
+    forged["phase"] = "integrated"
+    status.write_text(json.dumps(forged), encoding="utf-8")
+    [task] = core.status_document(git_repo)["tasks"]
+    assert task["phase"] == "implementing"
