@@ -164,6 +164,11 @@ class Supervisor:
         self.reported_blocked: set[str] = set()
         self.plan_ids = [t.id for t in self.plan.tasks]
         self.status_cache: dict[str, tuple[tuple[int, int, int], TaskStatus]] = {}
+        # the checks' Python environments as they are before any agent runs
+        from loop_orchestrator.verify import pyenv
+
+        self.site_baseline = pyenv.take_baseline(
+            repo, [d.argv() for t in self.plan.tasks for d in t.done if d.check])
         if socket != self.state.tmux_socket:
             self.state = self.store.update_run(lambda s: setattr(s, "tmux_socket", socket))
 
@@ -645,6 +650,7 @@ class Supervisor:
                 brief=brief,
                 settings=self.settings,
                 all_tasks=self.plan.tasks,
+                site_baseline=self.site_baseline,
             )
         summary = verdict.summary()
         self._event(

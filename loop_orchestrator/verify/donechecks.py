@@ -3,8 +3,10 @@
 Each check is an argument list run without a shell (``proc.run``): ``echo a && false`` is
 three arguments to echo, never a pipeline; ``sh -c "..."`` runs only when the approved plan
 literally says so. A pytest check gets ``--junitxml`` (and no cache provider) so the
-report proves which tests ran. Output, exit code and duration of every run are kept in the
-evidence folder, with a JSON summary.
+report proves which tests ran: a pytest check passes only when its report exists, shows at
+least one test that ran, and no failure or error, whatever the exit code says (code under
+test can end the interpreter with ``os._exit(0)`` before pytest writes anything). Output,
+exit code and duration of every run are kept in the evidence folder, with a JSON summary.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ def run_one(name: str, argv: Sequence[str], cwd: Path, evidence: Path, *,
     out_path = evidence / f"{name}.stdout.txt"
     err_path = evidence / f"{name}.stderr.txt"
     error = None
+    if junit_path is not None:
+        junit_path.unlink(missing_ok=True)  # only a report this run wrote counts
     try:
         result = proc.run(list(argv), cwd=cwd, env=env, timeout=timeout, check=False)
         code, stdout, stderr, duration = (result.returncode, result.stdout, result.stderr,
@@ -143,14 +147,48 @@ def check_findings(runs: Sequence[CheckRun], timeout: float) -> list[Finding]:
     return out
 
 
+def report_findings(runs: Sequence[CheckRun]) -> list[Finding]:
+    """A blocking finding for every pytest done-check that exited 0 without a JUnit report
+    that proves it: no report, no test that ran (all skipped or deselected), or a failure."""
+    out = []
+    for run in runs:
+        if (not run.name.startswith("check-") or not is_pytest(run.argv) or run.error
+                or run.timed_out or run.exit_code != 0):
+            continue  # not pytest, or check_findings already blocks it
+        what = f"done-check {run.name} ({run.criterion or ' '.join(run.argv)})"
+        cases = junit.parse(Path(run.junit_path)) if run.junit_path else []
+        if not run.junit_path:
+            out.append(blocking(
+                f"{what} exited 0 but pytest wrote no JUnit report: the process ended before "
+                "pytest finished (os._exit, sys.exit or a crash in the code under test), so "
+                "nothing proves that a test ran.", "done.no-report",
+                fix="Find what ends the process early (code that exits when imported or when "
+                    "pytest is loaded) and remove it."))
+        elif not any(c.outcome != "skipped" for c in cases):
+            out.append(blocking(
+                f"{what} ran no test: its JUnit report has {len(cases)} test(s), none of them "
+                "run (all skipped, deselected or not collected).", "done.no-tests",
+                fix="Make the tests the check names run and pass; do not skip or deselect them."))
+        elif bad := [c for c in cases if c.outcome in ("failed", "error")]:
+            first = bad[0]
+            out.append(blocking(
+                f"{what} exited 0, but its JUnit report shows {len(bad)} failed test(s), "
+                f"first {first.classname}::{first.name}: {first.message[:200]}",
+                "done.report-failed", fix="Make every test pass; the exit code alone does "
+                "not count."))
+    return out
+
+
 def new_test_findings(new_tests: Sequence[TestRef], runs: Sequence[CheckRun]) -> list[Finding]:
     """New Python tests must appear in a JUnit report as passed, never skipped or missing.
 
-    ``runs`` are every run with a JUnit report (done-checks and the green run).
+    ``runs`` are the runs at the commit (done-checks and the green run). When none of them
+    ran pytest there is nothing to look in (red-green warns about that); when pytest ran
+    but left no report, every new test is missing.
     """
-    reports = [junit.parse(Path(r.junit_path)) for r in runs if r.junit_path]
-    if not reports:
+    if not any(is_pytest(r.argv) for r in runs):
         return []
+    reports = [junit.parse(Path(r.junit_path)) for r in runs if r.junit_path]
     cases = [c for report in reports for c in report]
     out = []
     for ref in new_tests:

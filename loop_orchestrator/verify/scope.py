@@ -6,6 +6,8 @@ submodules) are seen too.
 
 Rules (issue 6; DESIGN.md section 7.1):
 - ``.orchestration/``, ``.worktrees/``, ``.git/``: always out of scope.
+- Interpreter start-up code (``*.pth``, ``sitecustomize``, ``usercustomize``): always out of
+  scope, whatever ``owns`` says; it runs inside every check before any test.
 - CI files and test configuration (conftest.py, pytest.ini, tox.ini, jest/vitest config...):
   out of scope even when a glob in ``owns`` covers them. Only an exact, literal path in
   ``owns`` (no wildcard), which a human approved at Gate 1, allows one; the change is then
@@ -100,6 +102,14 @@ def _check_one(
         return [blocking(
             f"{verb} {path}, which belongs to lo-orch itself (.orchestration/, .worktrees/, "
             ".git/); a task never touches it.", "scope.orchestration", path, fix=revert,
+        )]
+    if classify.is_interpreter_hook(path):
+        return [blocking(
+            f"{verb} {path}, code the Python interpreter runs at start-up (a .pth file, "
+            "sitecustomize or usercustomize). It would run inside every check before any "
+            "test, so no task may add or change one, whatever its owns say.",
+            "scope.interpreter-hook", path,
+            fix=revert + " Put the code in a normal module that your code imports.",
         )]
     for kind, test, what in (
         ("scope.ci", classify.is_ci, "a CI file"),
