@@ -69,7 +69,10 @@ def run_one(name: str, argv: Sequence[str], cwd: Path, evidence: Path, *,
     if junit_path is not None:
         junit_path.unlink(missing_ok=True)  # only a report this run wrote counts
     try:
-        result = proc.run(list(argv), cwd=cwd, env=env, timeout=timeout, check=False)
+        # stdin empty: a check that prompts ends instead of waiting on the supervisor's
+        # terminal, and never reads from it
+        result = proc.run(list(argv), cwd=cwd, env=env, timeout=timeout, check=False,
+                          input="")
         code, stdout, stderr, duration = (result.returncode, result.stdout, result.stderr,
                                           result.duration)
     except LoOrchError as exc:  # the program does not exist
