@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import git
 from test_verify_task import FIXED_CALC, HONEST_TESTS, calc_task, commit, off
 
 from loop_orchestrator.plan import DoneCheck, Task
@@ -57,7 +56,8 @@ def verify(repo: Path, base: str, head: str, task: Task | None = None,
 
 def test_module_that_exits_0_once_pytest_is_loaded_fails(project: tuple[Path, str]) -> None:
     repo, base = project
-    exits = BROKEN_CALC + '\nimport os\nimport sys\n\nif "pytest" in sys.modules:\n    os._exit(0)\n'
+    exits = BROKEN_CALC + (
+        '\nimport os\nimport sys\n\nif "pytest" in sys.modules:\n    os._exit(0)\n')
     head = commit(repo, {"app/calc.py": exits, "tests/test_calc.py": HONEST_TESTS})
     verdict = verify(repo, base, head)
     assert verdict.checks[0].exit_code == 0  # pytest "passed": the exit code alone lies
