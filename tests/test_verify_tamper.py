@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,37 @@ def test_sys_path_shim_keeps_an_honest_src_layout_working(git_repo: Path, tmp_pa
                                tmp_path / "ev", env=check_env(tree), timeout=60)
     assert runs[0].exit_code == 0, Path(runs[0].stdout_path or "").read_text()
     assert report_findings(runs) == []
+
+
+def test_config_and_conftest_above_the_checkout_are_never_read(
+        project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # checkouts live in the temp folder, which any process can write: plant both there
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    marker = tmp_path / "conftest-ran"
+    (shared / "conftest.py").write_text(marker_code(marker))
+    (shared / "pytest.ini").write_text("[pytest]\naddopts = -k no_such_test\n")
+    repo, base = project
+    head = commit(repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": HONEST_TESTS})
+    verdict = verify(repo, base, head)
+    assert not marker.exists(), "a conftest.py above the checkout ran"
+    assert verdict.passed, [f.render() for f in verdict.findings]
+    rootdir = next(a for a in verdict.checks[0].argv if a.startswith("--rootdir="))
+    assert Path(rootdir.split("=", 1)[1]).is_relative_to(shared)  # made under the plant
+
+
+def test_project_config_inside_the_checkout_is_still_used(git_repo: Path, tmp_path: Path) -> None:
+    commit(git_repo, {
+        "pyproject.toml": '[project]\nname = "x"\n\n[tool.pytest.ini_options]\n'
+                          'markers = ["slow: slow tests"]\naddopts = "--strict-markers"\n',
+        "tests/test_m.py": "import pytest\n\n\n@pytest.mark.slow\ndef test_m():\n"
+                           "    assert 1 + 1 == 2\n\n\n@pytest.mark.unknown\ndef test_u():\n"
+                           "    assert 2 + 2 == 4\n"})
+    with clean_checkout(git_repo, "HEAD") as tree:
+        runs = run_done_checks([DoneSpec("t", [PY, "-m", "pytest", "-q", "tests/test_m.py"])],
+                               tree, tmp_path / "ev", env=check_env(tree), timeout=60)
+        assert runs[0].argv[runs[0].argv.index("-c") + 1] == str(tree / "pyproject.toml")
+    out = Path(runs[0].stdout_path or "").read_text()
+    # --strict-markers from the project's own pyproject.toml rejected the unknown marker
+    assert runs[0].exit_code != 0 and "'unknown' not found in `markers`" in out

@@ -11,8 +11,11 @@ exit code and duration of every run are kept in the evidence folder, with a JSON
 
 from __future__ import annotations
 
+import configparser
 import json
 import logging
+import os
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -55,6 +58,68 @@ def is_pytest(argv: Sequence[str]) -> bool:
 def with_junit(argv: Sequence[str], junit_path: Path) -> list[str]:
     """``argv`` plus a JUnit report and no cache (nothing written into the checkout)."""
     return [*argv, f"--junitxml={junit_path}", "-p", "no:cacheprovider"]
+
+
+#: the files pytest reads its configuration from, in its order (pytest 9,
+#: ``_pytest.config.findpaths.CONFIG_LOADERS_BY_NAME``)
+CONFIG_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml",
+                "tox.ini", "setup.cfg")
+_PINNING = ("-c", "--config-file", "--rootdir", "--confcutdir", "--inifile")
+
+
+def _holds_pytest_config(path: Path) -> bool:
+    """Whether pytest would take ``path`` as its configuration file."""
+    if path.name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"):
+        return True  # always, even when empty
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    if path.name == "pyproject.toml":
+        try:
+            tool = tomllib.loads(text).get("tool", {})
+        except tomllib.TOMLDecodeError:
+            return False
+        return isinstance(tool, dict) and "pytest" in tool
+    parser = configparser.RawConfigParser()
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return False
+    return parser.has_section("pytest" if path.name == "tox.ini" else "tool:pytest")
+
+
+def project_config(argv: Sequence[str], tree: Path) -> Path | None:
+    """The configuration file pytest would pick for ``argv`` inside ``tree``: from the
+    common folder of the path arguments up to ``tree``, never above it."""
+    start = pytest_index(argv)
+    dirs = []
+    for arg in argv[(start or 0) + 1:]:
+        if arg.startswith("-"):
+            continue
+        path = (tree / arg.split("::", 1)[0]).resolve()
+        if path.exists() and path.is_relative_to(tree.resolve()):
+            dirs.append(path if path.is_dir() else path.parent)
+    here = Path(os.path.commonpath(dirs)) if dirs else tree.resolve()
+    for folder in (here, *here.parents):
+        for name in CONFIG_NAMES:
+            if (folder / name).is_file() and _holds_pytest_config(folder / name):
+                return folder / name
+        if folder == tree.resolve():
+            break
+    return None
+
+
+def pinned(argv: Sequence[str], tree: Path) -> list[str]:
+    """``argv`` with pytest's configuration, rootdir and conftest search held inside
+    ``tree``. Unpinned, pytest looks for pytest.ini, tox.ini... and conftest.py in the
+    folders *above* the checkout too (a temp folder any process can write). An approved
+    plan that sets these options itself is left as it is."""
+    if any(a.split("=", 1)[0] in _PINNING for a in argv):
+        return list(argv)
+    config = project_config(argv, tree)
+    # /dev/null: pytest's way of saying "no configuration file" (it is not a regular file)
+    return [*argv, "-c", str(config or os.devnull), f"--rootdir={tree}", f"--confcutdir={tree}"]
 
 
 def run_one(name: str, argv: Sequence[str], cwd: Path, evidence: Path, *,
@@ -106,7 +171,7 @@ def run_done_checks(specs: Sequence[DoneSpec], tree: Path, evidence: Path, *,
         junit_path = None
         if is_pytest(argv):
             junit_path = evidence / f"{name}.junit.xml"
-            argv = with_junit(argv, junit_path)
+            argv = with_junit(pinned(argv, tree), junit_path)
         runs.append(run_one(name, argv, tree, evidence, env=env, timeout=timeout,
                             criterion=spec.criterion, junit_path=junit_path))
     return runs
