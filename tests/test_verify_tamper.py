@@ -283,3 +283,55 @@ def test_project_config_inside_the_checkout_is_still_used(git_repo: Path, tmp_pa
     out = Path(runs[0].stdout_path or "").read_text()
     # --strict-markers from the project's own pyproject.toml rejected the unknown marker
     assert runs[0].exit_code != 0 and "'unknown' not found in `markers`" in out
+
+
+def test_new_test_file_that_no_check_ran_blocks(project: tuple[Path, str]) -> None:
+    repo, base = project
+    # tests the AST does not see as functions: only the JUnit report can show they ran
+    dynamic = ("from app import calc\n\n\ndef _make(a, b, want):\n    def check():\n"
+               "        assert calc.add(a, b) == want\n    return check\n\n\n"
+               "test_zero = _make(0, 0, 0)\ntest_raises = _make(-1, 1, 0)\n")
+    head = commit(repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": HONEST_TESTS,
+                         "tests/test_more.py": dynamic})
+    task = Task(id="calc", objective="o", owns=["app/calc.py", "tests/*.py"],
+                done=calc_task().done)  # runs tests/test_calc.py only
+    verdict = verify(repo, base, head, task)
+    assert ("done.new-test-missing", "tests/test_more.py") in {
+        (f.check, f.path) for f in verdict.blocking}
+    assert not verdict.passed
+
+
+def test_new_test_file_that_ran_and_passed_is_accepted(tmp_path: Path) -> None:
+    report = tmp_path / "check-1.junit.xml"
+    report.write_text('<testsuites><testsuite><testcase classname="tests.test_more" '
+                      'name="test_zero"/></testsuite></testsuites>', encoding="utf-8")
+    run = CheckRun(name="check-1", argv=[PY, "-m", "pytest"], exit_code=0,
+                   junit_path=str(report))
+    assert new_test_findings([], [run], ["tests/test_more.py"]) == []
+    assert [f.path for f in new_test_findings([], [run], ["tests/test_other.py"])] == [
+        "tests/test_other.py"]
+
+
+def test_a_committed_virtual_environment_is_out_of_scope(project: tuple[Path, str]) -> None:
+    repo, base = project
+    head = commit(repo, {".venv/bin/python": "#!/bin/sh\necho 1 passed\n",
+                         "venv/pyvenv.cfg": "home = /usr/bin\n", "app/calc.py": FIXED_CALC})
+    task = Task(id="calc", objective="o", owns=["**"], done=[])
+    findings = deterministic_findings(repo, task, base, head)[0]
+    assert {(f.check, f.path) for f in findings if f.blocking} == {
+        ("scope.interpreter-hook", ".venv/bin/python"),
+        ("scope.interpreter-hook", "venv/pyvenv.cfg")}
+
+
+def test_edited_check_script_and_retargeted_interpreter_are_changes(git_repo: Path) -> None:
+    site = honest_venv(git_repo)
+    venv = site.parents[2]
+    script = venv / "bin" / "pytest"
+    script.write_text(f"#!{venv / 'bin' / 'python'}\nimport pytest\npytest.console_main()\n")
+    baseline = pyenv.take_baseline(git_repo, [[".venv/bin/pytest", "-q"]])
+    assert pyenv.changes(baseline) == []
+    script.write_text(f"#!{venv / 'bin' / 'python'}\nprint('1 passed')\n")
+    python = venv / "bin" / "python"
+    python.unlink()
+    python.symlink_to("/bin/true")
+    assert pyenv.changes(baseline) == sorted([f"changed {python}", f"changed {script}"])

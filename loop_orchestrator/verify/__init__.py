@@ -9,7 +9,8 @@ scope.unowned B (a path outside ``owns``; deletions and both sides of renames co
 files and .gitattributes need ownership too) · scope.ci B / scope.test-config B (CI files,
 conftest/pytest.ini/tox.ini/jest/vitest config, test settings inside pyproject.toml,
 setup.cfg or package.json; W when the plan names the exact file) · scope.orchestration B ·
-scope.interpreter-hook B (*.pth, sitecustomize, usercustomize: never, whatever owns says) ·
+scope.interpreter-hook B (*.pth, sitecustomize, usercustomize, .venv/, venv/,
+pyvenv.cfg: never, whatever owns says) ·
 scope.symlink B out of the repo, W inside · scope.submodule W · scope.no-change B
 
 tests.no-assertion B · tests.tautology B · tests.skip B (skip/xfail/only/importorskip/

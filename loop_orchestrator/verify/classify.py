@@ -100,6 +100,18 @@ def is_interpreter_hook(path: str) -> bool:
     return name.split(".", 1)[0] in _START_MODULES and not is_doc(name)
 
 
+#: folders a virtual environment lives in; checkouts link the user's own one in by name
+ENV_DIRS = frozenset({".venv", "venv"})
+
+
+def is_environment_path(path: str) -> bool:
+    """A file of a Python virtual environment: anything under a top-level ``.venv``/``venv``
+    folder, or a ``pyvenv.cfg``. Committed, it would replace the environment the checks
+    run in (``.venv/bin/python`` could be any program)."""
+    p = PurePosixPath(_norm(path))
+    return (len(p.parts) > 1 and p.parts[0] in ENV_DIRS) or p.name == "pyvenv.cfg"
+
+
 def is_lock_file(path: str) -> bool:
     return _match(path, LOCK_PATTERNS)
 

@@ -247,8 +247,11 @@ def report_findings(runs: Sequence[CheckRun]) -> list[Finding]:
     return out
 
 
-def new_test_findings(new_tests: Sequence[TestRef], runs: Sequence[CheckRun]) -> list[Finding]:
-    """New Python tests must appear in a JUnit report as passed, never skipped or missing.
+def new_test_findings(new_tests: Sequence[TestRef], runs: Sequence[CheckRun],
+                      new_files: Sequence[str] = ()) -> list[Finding]:
+    """New Python tests must appear in a JUnit report as passed, never skipped or missing;
+    every new test module (``new_files``) must show at least one test that passed, also
+    when its tests are not plain functions the AST can see.
 
     ``runs`` are the runs at the commit (done-checks and the green run). When none of them
     ran pytest there is nothing to look in (red-green warns about that); when pytest ran
@@ -280,6 +283,17 @@ def new_test_findings(new_tests: Sequence[TestRef], runs: Sequence[CheckRun]) ->
             out.append(blocking(
                 f"new test {where} {first.outcome}: {first.message[:200]}",
                 "done.new-test-failed", ref.path, fix="Make the test pass."))
+    named = {f.path for f in out}
+    for path in new_files:
+        if path in named or any(c.outcome == "passed" and junit.in_module(c, path)
+                                for c in cases):
+            continue
+        out.append(blocking(
+            f"new test file {path} did not run in any check: no test of it passed in a JUnit "
+            "report (not collected, deselected, skipped or not in the checked paths).",
+            "done.new-test-missing", path,
+            fix="Make sure pytest collects and runs its tests, and that the done-checks "
+                "cover it."))
     return out
 
 

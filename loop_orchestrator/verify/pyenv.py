@@ -7,7 +7,8 @@ report anything. ``checkout.check_env`` keeps out what the environment variables
 checkout could add; this module covers the site folders themselves.
 
 ``take_baseline`` records every file under the site folders of the interpreters the plan's
-checks use and of the project's virtual environments, when a run starts. ``changes``
+checks use and of the project's virtual environments (with their ``bin/`` scripts,
+``pyvenv.cfg`` and the interpreter and check programs themselves), when a run starts. ``changes``
 compares the same folders later: any file added, removed or changed (size, mtime, ctime,
 mode, inode) is reported by name. The
 ctime cannot be set back by an unprivileged process, so an edit cannot hide behind a
@@ -93,12 +94,13 @@ def _which(name: str, cwd: Path, env: Mapping[str, str]) -> Path | None:
 def site_roots(python: Path) -> list[Path]:
     """The folders ``python`` loads start-up code and libraries from, without running
     anything from them."""
-    roots: list[Path] = []
+    roots: list[Path] = [python]
     for cfg in (python.parent / "pyvenv.cfg", python.parent.parent / "pyvenv.cfg"):
-        if cfg.is_file():  # a virtual environment: its own site-packages
+        if cfg.is_file():  # a virtual environment: its own site-packages, scripts, config
             venv = cfg.parent
             roots += sorted(venv.glob("lib*/python*/site-packages"))
             roots += sorted(venv.glob("Lib/site-packages"))
+            roots += [cfg, *(d for d in (venv / "bin", venv / "Scripts") if d.is_dir())]
             break
     try:
         res = proc.run([str(python), "-I", "-S", "-c", _ASK], timeout=30, check=False,
@@ -120,11 +122,15 @@ def check_roots(repo: Path, argvs: Iterable[Sequence[str]],
         for candidate in (repo / name / "bin" / "python", repo / name / "Scripts" / "python.exe"):
             if candidate.exists():
                 pythons.append(candidate)
+    programs: list[Path] = []
     for argv in argvs:
         found = interpreter_of(argv, repo, env)
         if found is not None:
             pythons.append(found)
-    roots: dict[str, Path] = {}
+        program = _which(argv[0], repo, env) if argv else None
+        if program is not None:  # the script itself (.venv/bin/pytest, ~/.local/bin/pytest)
+            programs.append(program.absolute())
+    roots: dict[str, Path] = {str(p): p for p in programs}
     seen: set[str] = set()
     for python in pythons:
         key = str(python.absolute())
@@ -132,8 +138,11 @@ def check_roots(repo: Path, argvs: Iterable[Sequence[str]],
             continue
         seen.add(key)
         for root in site_roots(python):
-            if root.is_dir():
-                roots.setdefault(str(root.resolve()), root.resolve())
+            # symlinks are kept as they are (a retargeted .venv/bin/python is a change);
+            # folders are walked where they really are
+            real = root.resolve() if root.is_dir() else root.absolute()
+            if root.exists():
+                roots.setdefault(str(real), real)
     # a folder inside another one is walked once
     ordered = sorted(roots.values(), key=lambda p: len(p.parts))
     kept: list[Path] = []
@@ -144,9 +153,19 @@ def check_roots(repo: Path, argvs: Iterable[Sequence[str]],
 
 
 def fingerprint(roots: Iterable[Path]) -> dict[str, FileStat]:
-    """Every file (and symlink) under ``roots`` except ``__pycache__`` folders."""
+    """Every file (and symlink) under ``roots`` except ``__pycache__`` folders; a root that
+    is a file or a symlink stands for itself."""
     files: dict[str, FileStat] = {}
-    stack = [str(root) for root in roots]
+    stack = []
+    for root in roots:
+        if root.is_dir() and not root.is_symlink():
+            stack.append(str(root))
+            continue
+        try:
+            st = root.lstat()
+        except OSError:
+            continue
+        files[str(root)] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_ino)
     while stack:
         try:
             entries = list(os.scandir(stack.pop()))

@@ -208,8 +208,10 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
         if rg is not None:
             runs += rg.runs
             findings += rg.findings
+            new_files = [f.path for f in files
+                         if f.status == "A" and classify.is_python_test_module(f.path)]
             findings += new_test_findings(report.touched,
-                                          [r for r in runs if r.cwd_kind == "commit"])
+                                          [r for r in runs if r.cwd_kind == "commit"], new_files)
             # the checks ran code of the task: it must not have changed their interpreter
             findings += pyenv.findings(pyenv.changes(site_baseline),
                                        when="while the checks ran")
