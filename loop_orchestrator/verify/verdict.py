@@ -32,7 +32,14 @@ from loop_orchestrator.verify.donechecks import (
     run_done_checks,
     write_summary,
 )
-from loop_orchestrator.verify.models import AuditorResult, Finding, Verdict, blocking, warning
+from loop_orchestrator.verify.models import (
+    AuditorResult,
+    CheckRun,
+    Finding,
+    Verdict,
+    blocking,
+    warning,
+)
 from loop_orchestrator.verify.redgreen import pytest_prefix, red_green
 from loop_orchestrator.verify.testquality import FileChange, check_tests
 
@@ -195,24 +202,22 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
     findings += tampered
 
     with clean_checkout(repo, commit_sha) as tree:
-        # in a changed environment no check result means anything: run none
-        runs = [] if tampered else run_done_checks(specs, tree, evidence,
-                                                   env=check_env(tree), timeout=timeout)
-        findings += check_findings(runs, timeout)
-        findings += report_findings(runs)
-        rg = red_green(repo, base_sha, tree,
-                       prefix=pytest_prefix([s.argv for s in specs if s.argv]),
-                       touched=report.touched, test_files=test_files, evidence=evidence,
-                       timeout=timeout, module_created=_module_created(texts),
-                       done_runs=runs) if not tampered else None
-        if rg is not None:
+        runs: list[CheckRun] = []
+        if not tampered:  # in a changed environment no check result means anything
+            runs = run_done_checks(specs, tree, evidence, env=check_env(tree), timeout=timeout)
+            findings += check_findings(runs, timeout)
+            findings += report_findings(runs)
+            rg = red_green(repo, base_sha, tree, prefix=pytest_prefix(argvs),
+                           touched=report.touched, test_files=test_files, evidence=evidence,
+                           timeout=timeout, module_created=_module_created(texts),
+                           done_runs=runs)
             runs += rg.runs
             findings += rg.findings
             new_files = [f.path for f in files
                          if f.status == "A" and classify.is_python_test_module(f.path)]
-            findings += new_test_findings(report.touched,
-                                          [r for r in runs if r.cwd_kind == "commit"], new_files)
-            # the checks ran code of the task: it must not have changed their interpreter
+            findings += new_test_findings(
+                report.touched, [r for r in runs if r.cwd_kind == "commit"], new_files)
+            # the checks ran the task's code: it must not have changed their interpreter
             findings += pyenv.findings(pyenv.changes(site_baseline),
                                        when="while the checks ran")
         clean = not any(f.blocking for f in findings)
