@@ -335,3 +335,19 @@ def test_edited_check_script_and_retargeted_interpreter_are_changes(git_repo: Pa
     python.unlink()
     python.symlink_to("/bin/true")
     assert pyenv.changes(baseline) == sorted([f"changed {python}", f"changed {script}"])
+
+
+def test_config_in_a_subfolder_keeps_its_rootdir_and_testpaths(git_repo: Path,
+                                                                tmp_path: Path) -> None:
+    commit(git_repo, {
+        # node ids in the user's own configuration are relative to its folder (the rootdir)
+        "backend/pytest.ini": "[pytest]\npythonpath = lib\n"
+                              "addopts = --deselect checks/test_mod.py::test_later\n",
+        "backend/lib/mod.py": "X = 3\n",
+        "backend/checks/test_mod.py": "import mod\n\n\ndef test_x():\n    assert mod.X == 3\n"
+                                      "\n\ndef test_later():\n    assert mod.X == 4\n"})
+    with clean_checkout(git_repo, "HEAD") as tree:
+        runs = run_done_checks([DoneSpec("t", [PY, "-m", "pytest", "-q", "backend"])], tree,
+                               tmp_path / "ev", env=check_env(tree), timeout=60)
+    assert runs[0].exit_code == 0, Path(runs[0].stdout_path or "").read_text()
+    assert report_findings(runs) == []

@@ -118,8 +118,13 @@ def pinned(argv: Sequence[str], tree: Path) -> list[str]:
     if any(a.split("=", 1)[0] in _PINNING for a in argv):
         return list(argv)
     config = project_config(argv, tree)
-    # /dev/null: pytest's way of saying "no configuration file" (it is not a regular file)
-    return [*argv, "-c", str(config or os.devnull), f"--rootdir={tree}", f"--confcutdir={tree}"]
+    if config is None:
+        # /dev/null: pytest's way of saying "no configuration file" (not a regular file)
+        return [*argv, "-c", os.devnull, f"--rootdir={tree}", f"--confcutdir={tree}"]
+    # as pytest itself does: the configuration file's folder is the rootdir (testpaths and
+    # pythonpath are relative to it) and where the conftest search stops
+    root = config.parent
+    return [*argv, "-c", str(config), f"--rootdir={root}", f"--confcutdir={root}"]
 
 
 def run_one(name: str, argv: Sequence[str], cwd: Path, evidence: Path, *,
