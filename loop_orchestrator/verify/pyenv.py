@@ -103,8 +103,10 @@ def site_roots(python: Path) -> list[Path]:
             roots += [cfg, *(d for d in (venv / "bin", venv / "Scripts") if d.is_dir())]
             break
     try:
-        res = proc.run([str(python), "-I", "-S", "-c", _ASK], timeout=30, check=False,
-                       env={"PATH": os.defpath})
+        # -I ignores PYTHON* variables anyway; the rest is kept for launchers such as
+        # pyenv's shims, which need their own variables to find the interpreter
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        res = proc.run([str(python), "-I", "-S", "-c", _ASK], timeout=30, check=False, env=env)
         doc = json.loads(res.stdout) if res.ok else {}
     except (LoOrchError, OSError, ValueError):
         doc = {}
