@@ -28,8 +28,22 @@ if TYPE_CHECKING:
 
     from loop_orchestrator.config import WorkspaceConfig
 
-#: basenames that look like secrets (DESIGN.md section 9, issue 3); matched case-insensitively
-SECRET_PATTERNS = (".env*", "*.pem", "*credential*", "id_rsa*", "*.key")
+#: basenames that look like secrets (DESIGN.md section 9, issue 3, and "Tamper-proof
+#: supervision" item 10); matched case-insensitively against every part of a path
+SECRET_PATTERNS = (
+    ".env*", "*.env", "*.pem", "*credential*", "*.key",
+    # SSH private keys of every type (and the *_sk hardware-token variants), PuTTY keys
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "id_xmss*", "*.ppk",
+    # tokens of network tools and package registries
+    ".netrc", "_netrc", ".npmrc", ".pypirc", ".pgpass", ".htpasswd",
+    # key stores
+    "*.p12", "*.pfx", "*.jks", "*.keystore", "*.bks",
+    # Kubernetes cluster credentials
+    "kubeconfig", "kubeconfig.yaml", "kubeconfig.yml", "*.kubeconfig",
+)
+#: secret files known by their folder as well as their name (matched as a path suffix)
+SECRET_PATH_PATTERNS = (".kube/config", ".docker/config.json", ".aws/credentials",
+                        ".config/gcloud/*.json", ".config/gh/hosts.yml")
 #: ``git merge-tree --write-tree`` appeared in git 2.38
 MIN_GIT = (2, 38)
 _DIFF = ("-c", "core.quotepath=false", "diff", "--no-renames", "--no-ext-diff", "--no-color")
@@ -102,7 +116,15 @@ def is_secret_name(name: str) -> bool:
 
 def is_secret_path(path: str) -> bool:
     """Whether a repo-relative path, or a folder on it, matches a secret pattern."""
-    return any(is_secret_name(part) for part in PurePosixPath(path).parts)
+    parts = [part.lower() for part in PurePosixPath(path).parts]
+    if any(is_secret_name(part) for part in parts):
+        return True
+    for pattern in SECRET_PATH_PATTERNS:
+        n = pattern.count("/") + 1
+        if any(fnmatch.fnmatchcase("/".join(parts[i:i + n]), pattern)
+               for i in range(len(parts) - n + 1)):
+            return True
+    return False
 
 
 def split_z(text: str) -> list[str]:
@@ -288,7 +310,8 @@ def scan_tree(root: Path) -> tuple[list[str], list[str]]:
             nested.append(here.relative_to(root).as_posix())
             dirnames.clear()
             continue
-        secrets += [(here / n).relative_to(root).as_posix() for n in filenames if is_secret_name(n)]
+        found = [(here / n).relative_to(root).as_posix() for n in filenames]
+        secrets += [rel for rel in found if is_secret_path(rel)]
         keep = []
         for name in dirnames:
             if name == ".git":

@@ -180,6 +180,11 @@ class Supervisor:
         self.plan_ids = [t.id for t in self.plan.tasks]
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
                                self._ask_again)
+        # the checks' Python environments as they are before any agent runs
+        from loop_orchestrator.verify import pyenv
+
+        self.site_baseline = pyenv.take_baseline(
+            repo, [d.argv() for t in self.plan.tasks for d in t.done if d.check])
         if socket != self.state.tmux_socket:
             self.record.update_run(tmux_socket=socket)
 
@@ -716,6 +721,7 @@ class Supervisor:
                 brief=brief,
                 settings=self.settings,
                 all_tasks=self.plan.tasks,
+                site_baseline=self.site_baseline,
             )
             self.record.record_verdict(tid, commit, verdict.passed, verdict.model_dump_json())
         summary = verdict.summary()

@@ -9,6 +9,8 @@ scope.unowned B (a path outside ``owns``; deletions and both sides of renames co
 files and .gitattributes need ownership too) · scope.ci B / scope.test-config B (CI files,
 conftest/pytest.ini/tox.ini/jest/vitest config, test settings inside pyproject.toml,
 setup.cfg or package.json; W when the plan names the exact file) · scope.orchestration B ·
+scope.interpreter-hook B (*.pth, sitecustomize, usercustomize, .venv/, venv/,
+pyvenv.cfg: never, whatever owns says) ·
 scope.symlink B out of the repo, W inside · scope.submodule W · scope.no-change B
 
 tests.no-assertion B · tests.tautology B · tests.skip B (skip/xfail/only/importorskip/
@@ -20,11 +22,16 @@ tests.broad-raises W · tests.no-error-case W · tests.no-boundary-case W · tes
 stubs.not-implemented B · stubs.empty-body B · stubs.hardcoded-return B · stubs.todo B (W
 with an issue reference or in docs) · stubs.placeholder B (W in docs) · stubs.unparsable W
 
-secrets.<provider> B · secrets.assignment B (W in tests) · secrets.url-credentials W ·
-secrets.high-entropy W · conflict-marker B
+secrets.<provider> B (also in the printable text of binary files) · secrets.file B (a
+secret file by name: SSH keys, .netrc, .npmrc, .pypirc, keystores, kubeconfig, .env...) ·
+secrets.cloud-credentials B · secrets.assignment B (W in tests) · secrets.url-credentials W ·
+secrets.high-entropy W · secrets.unscanned W (binary file too large to read) ·
+conflict-marker B
 
-done.failed B · done.timeout B · done.error B · done.new-test-missing B ·
-done.new-test-skipped B · done.new-test-failed B · redgreen.not-red W ·
+done.failed B · done.timeout B · done.error B · done.no-report B / done.no-tests B /
+done.report-failed B (a pytest check that exited 0 without a JUnit report showing tests
+that ran and passed) · done.environment-changed B (the checks' site folders changed) ·
+done.new-test-missing B · done.new-test-skipped B · done.new-test-failed B · redgreen.not-red W ·
 redgreen.unprovable W · redgreen.not-run W
 """
 

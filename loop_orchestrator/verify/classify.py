@@ -29,9 +29,12 @@ CI_PATTERNS = (
     ".woodpecker/**", ".pre-commit-config.yaml", ".pre-commit-hooks.yaml",
 )
 
-#: test configuration: decides which tests run and how they are judged
+#: test configuration: decides which tests run and how they are judged (every file pytest
+#: reads its configuration from, by name: pytest 9's ``CONFIG_LOADERS_BY_NAME``; setup.cfg
+#: and pyproject.toml hold other settings too and are judged by content)
 TEST_CONFIG_PATTERNS = (
-    "**/conftest.py", "**/pytest.ini", "**/tox.ini", "**/noxfile.py", "**/.coveragerc",
+    "**/conftest.py", "**/pytest.ini", "**/.pytest.ini", "**/pytest.toml", "**/.pytest.toml",
+    "**/tox.ini", "**/noxfile.py", "**/.coveragerc",
     "**/jest.config.*", "**/jest.setup.*", "**/vitest.config.*", "**/vitest.workspace.*",
     "**/vitest.setup.*", "**/.mocharc*", "**/karma.conf.*", "**/playwright.config.*",
     "**/cypress.config.*", "**/ava.config.*", "**/.nycrc*",
@@ -80,6 +83,33 @@ def is_ci(path: str) -> bool:
 def is_test_config_path(path: str) -> bool:
     """Test configuration by name alone (pyproject/setup.cfg/package.json need content)."""
     return _match(path, TEST_CONFIG_PATTERNS)
+
+
+#: module names the interpreter's ``site`` runs at start-up, from whatever folder of the
+#: path holds them
+_START_MODULES = frozenset({"sitecustomize", "usercustomize"})
+
+
+def is_interpreter_hook(path: str) -> bool:
+    """Start-up code for the interpreter: a ``.pth`` file, or a ``sitecustomize`` /
+    ``usercustomize`` module or package (any suffix: .py, .pyc, .so). No task adds one."""
+    p = PurePosixPath(_norm(path))
+    name = p.name.lower()
+    if name.endswith(".pth") or any(part.lower() in _START_MODULES for part in p.parts[:-1]):
+        return True
+    return name.split(".", 1)[0] in _START_MODULES and not is_doc(name)
+
+
+#: folders a virtual environment lives in; checkouts link the user's own one in by name
+ENV_DIRS = frozenset({".venv", "venv"})
+
+
+def is_environment_path(path: str) -> bool:
+    """A file of a Python virtual environment: anything under a top-level ``.venv``/``venv``
+    folder, or a ``pyvenv.cfg``. Committed, it would replace the environment the checks
+    run in (``.venv/bin/python`` could be any program)."""
+    p = PurePosixPath(_norm(path))
+    return (len(p.parts) > 1 and p.parts[0] in ENV_DIRS) or p.name == "pyvenv.cfg"
 
 
 def is_lock_file(path: str) -> bool:

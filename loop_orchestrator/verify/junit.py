@@ -93,3 +93,15 @@ def matches(case: Case, ref: TestRef) -> bool:
 
 def results_for(cases: Sequence[Case], ref: TestRef) -> list[Case]:
     return [c for c in cases if matches(c, ref)]
+
+
+def in_module(case: Case, path: str) -> bool:
+    """Whether a junit case comes from the Python test module ``path`` (its classname is
+    the module's dotted path, or a rootdir-relative tail of it, maybe plus a class)."""
+    parts = _dotted_module(path).split(".")
+    cn = case.classname
+    for k in range(len(parts)):
+        tail = ".".join(parts[k:])
+        if cn == tail or cn.startswith(tail + "."):
+            return True
+    return False

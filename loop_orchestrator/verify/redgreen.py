@@ -27,7 +27,7 @@ from pathlib import Path
 
 from loop_orchestrator.verify import junit
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
-from loop_orchestrator.verify.donechecks import pytest_index, run_one, with_junit
+from loop_orchestrator.verify.donechecks import pinned, pytest_index, run_one, with_junit
 from loop_orchestrator.verify.models import CheckRun, Finding, warning
 from loop_orchestrator.verify.testquality import TestRef
 
@@ -53,7 +53,7 @@ def pytest_prefix(argvs: Sequence[Sequence[str]]) -> list[str] | None:
 def run_green(prefix: Sequence[str], modules: Sequence[str], tree: Path, evidence: Path, *,
               timeout: float) -> CheckRun:
     junit_path = evidence / "green.junit.xml"
-    argv = with_junit([*prefix, *modules], junit_path)
+    argv = with_junit(pinned([*prefix, *modules], tree), junit_path)
     return run_one("green", argv, tree, evidence, env=check_env(tree), timeout=timeout,
                    criterion="the task's new and changed tests pass at the commit",
                    junit_path=junit_path)
@@ -68,7 +68,8 @@ def run_red(repo: Path, base: str, prefix: Sequence[str], modules: Sequence[str]
             target = tree / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-        argv = with_junit([*prefix, "--continue-on-collection-errors", *modules], junit_path)
+        argv = with_junit(
+            pinned([*prefix, "--continue-on-collection-errors", *modules], tree), junit_path)
         return run_one("red", argv, tree, evidence, env=check_env(tree), timeout=timeout,
                        criterion="the task's new and changed tests fail at the base",
                        cwd_kind="base", junit_path=junit_path)

@@ -6,6 +6,9 @@ submodules) are seen too.
 
 Rules (issue 6; DESIGN.md section 7.1):
 - ``.orchestration/``, ``.worktrees/``, ``.git/``: always out of scope.
+- Interpreter start-up code (``*.pth``, ``sitecustomize``, ``usercustomize``) and virtual
+  environments (``.venv/``, ``venv/``, ``pyvenv.cfg``): always out of scope, whatever
+  ``owns`` says; they decide what runs inside every check before any test.
 - CI files and test configuration (conftest.py, pytest.ini, tox.ini, jest/vitest config...):
   out of scope even when a glob in ``owns`` covers them. Only an exact, literal path in
   ``owns`` (no wildcard), which a human approved at Gate 1, allows one; the change is then
@@ -100,6 +103,22 @@ def _check_one(
         return [blocking(
             f"{verb} {path}, which belongs to lo-orch itself (.orchestration/, .worktrees/, "
             ".git/); a task never touches it.", "scope.orchestration", path, fix=revert,
+        )]
+    if classify.is_interpreter_hook(path):
+        return [blocking(
+            f"{verb} {path}, code the Python interpreter runs at start-up (a .pth file, "
+            "sitecustomize or usercustomize). It would run inside every check before any "
+            "test, so no task may add or change one, whatever its owns say.",
+            "scope.interpreter-hook", path,
+            fix=revert + " Put the code in a normal module that your code imports.",
+        )]
+    if classify.is_environment_path(path):
+        return [blocking(
+            f"{verb} {path}, part of a Python virtual environment. Checks run with the "
+            "user's own environment; a committed one would replace it (its python could be "
+            "any program), so no task may add or change one, whatever its owns say.",
+            "scope.interpreter-hook", path,
+            fix=revert + " Keep virtual environments out of the repository (.gitignore).",
         )]
     for kind, test, what in (
         ("scope.ci", classify.is_ci, "a CI file"),

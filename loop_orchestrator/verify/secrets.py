@@ -6,17 +6,27 @@ leak. Values that announce themselves as examples (``...EXAMPLE``, ``dummy``, ``
 or are one repeated character are skipped. Generic ``password = "..."`` assignments block
 in code and warn in tests. Long random-looking quoted strings (Shannon entropy) warn.
 
+Secret *files* block by name (``gitutil.is_secret_path``: SSH and PuTTY keys, .netrc,
+.npmrc, .pypirc, key stores, kubeconfig, docker and AWS credentials, .env files...) and by
+content (a cloud service-account JSON with its private key). Files git shows as binary (a
+NUL byte, or ``binary`` in .gitattributes) have no added lines: their printable runs
+(ASCII, and UTF-16LE as Windows tools write) are scanned with the provider patterns, so a
+token cannot hide behind one NUL byte.
+
 Conflict markers block. ``=======`` alone is also a Markdown/reST heading underline, so in
 documentation files it counts only when ``<<<<<<<`` or ``>>>>>>>`` lines were added too.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
+from loop_orchestrator.gitutil import is_secret_path
 from loop_orchestrator.verify import classify
 from loop_orchestrator.verify.models import Finding, blocking, warning
 
@@ -44,6 +54,11 @@ _PROVIDERS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
      re.compile(r"(?<![\w-])(?P<key>AIza[0-9A-Za-z_-]{35})")),
     ("stripe", "a Stripe live key",
      re.compile(r"(?<![\w])(?P<key>(?:sk|rk)_live_[0-9a-zA-Z]{20,})")),
+    ("private-key", "a PuTTY private key", re.compile(r"PuTTY-User-Key-File-\d+:")),
+    ("npm", "an npm registry token",
+     re.compile(r"_authToken\s*=\s*(?P<key>[A-Za-z0-9_\-.]{20,})")),
+    ("kubeconfig", "a Kubernetes client key",
+     re.compile(r"client-key-data:\s*(?P<key>[A-Za-z0-9+/=]{40,})")),
 )
 
 _ASSIGNMENT = re.compile(
@@ -162,4 +177,89 @@ def check_conflict_markers(added: Mapping[str, Sequence[tuple[int, str]]]) -> li
                     f"adds a merge-conflict marker `{text.strip()[:20]}`: a conflict was "
                     "left unresolved.", "conflict-marker", path, ln,
                     fix="Resolve the conflict and remove the markers."))
+    return findings
+
+
+# secret files -----------------------------------------------------------------------------
+
+class _ChangeLike(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+
+
+def check_secret_files(changes: Iterable[_ChangeLike]) -> list[Finding]:
+    """Files that are secrets by their name or folder, added or changed."""
+    return [
+        blocking(f"adds {ch.path}, a file that holds credentials (SSH or PuTTY key, .netrc, "
+                 ".npmrc, .pypirc, key store, kubeconfig, cloud credentials, .env...).",
+                 "secrets.file", ch.path,
+                 fix="Remove it from the change (and from the branch's history); keep "
+                     "credentials out of the repository and rotate them if they were real.")
+        for ch in changes if ch.status != "D" and is_secret_path(ch.path)
+    ]
+
+
+def check_credential_documents(texts: Mapping[str, str]) -> list[Finding]:
+    """Whole-file credentials: a cloud service-account key (``"type": "service_account"``
+    with a ``private_key``), whatever the file is called."""
+    out = []
+    for path, text in texts.items():
+        if '"service_account"' not in text or "private_key" not in text:
+            continue
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(doc, dict) or doc.get("type") != "service_account":
+            continue
+        key = doc.get("private_key")
+        if isinstance(key, str) and len(key) >= 40 and not _EXAMPLE.search(key):
+            out.append(blocking(
+                f"adds a cloud service-account key file ({path}): it carries a private key "
+                "that signs in as that account.", "secrets.cloud-credentials", path, fix=_FIX))
+    return out
+
+
+#: printable runs, as ``strings`` finds them: ASCII, and UTF-16LE (text with NULs between)
+_ASCII_RUN = re.compile(r"[\x20-\x7e\t]{8,}")
+_UTF16_RUN = re.compile(r"(?:[\x20-\x7e]\x00){8,}")
+#: binary files larger than this are not read (and a warning says so)
+MAX_BINARY_CHARS = 64_000_000
+
+
+def printable_runs(data: str) -> set[str]:
+    """The printable text inside binary content."""
+    runs = set(_ASCII_RUN.findall(data))
+    runs.update(m.replace("\0", "") for m in _UTF16_RUN.findall(data))
+    return runs
+
+
+def check_binary_secrets(paths: Iterable[str],
+                         content: Callable[[str], tuple[str | None, str | None]]
+                         ) -> list[Finding]:
+    """Secrets in the printable text of binary files (``content``: path -> (old, new)).
+
+    Only runs that were not in the old version count, so an unchanged asset does not block.
+    """
+    findings: list[Finding] = []
+    for path in paths:
+        old, new = content(path)
+        if new is None:
+            continue
+        if len(new) > MAX_BINARY_CHARS:
+            findings.append(warning(
+                f"{path} is a binary file too large to scan for secrets "
+                f"({len(new) // 1_000_000} MB).", "secrets.unscanned", path,
+                fix="Keep large binaries out of the change, or check them by hand."))
+            continue
+        seen = printable_runs(old) if old else set()
+        for run in sorted(printable_runs(new) - seen):
+            hit = _provider(path, 0, run) or _assignment(path, 0, run, False)
+            if hit is not None and hit.blocking:
+                findings.append(hit.model_copy(update={
+                    "line": None, "message": hit.message.rstrip(".") + " (in the printable "
+                    "text of a binary file)."}))
+                break
     return findings

@@ -21,17 +21,25 @@ from typing import TYPE_CHECKING, Any
 
 from loop_orchestrator import workspace
 from loop_orchestrator.state import RunDir, atomic_write_text, now_iso
-from loop_orchestrator.verify import classify, scope, secrets, stubs
+from loop_orchestrator.verify import classify, pyenv, scope, secrets, stubs
 from loop_orchestrator.verify.auditor import AuditInput, run_auditor
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
 from loop_orchestrator.verify.donechecks import (
     DoneSpec,
     check_findings,
     new_test_findings,
+    report_findings,
     run_done_checks,
     write_summary,
 )
-from loop_orchestrator.verify.models import AuditorResult, Finding, Verdict, blocking, warning
+from loop_orchestrator.verify.models import (
+    AuditorResult,
+    CheckRun,
+    Finding,
+    Verdict,
+    blocking,
+    warning,
+)
 from loop_orchestrator.verify.redgreen import pytest_prefix, red_green
 from loop_orchestrator.verify.testquality import FileChange, check_tests
 
@@ -86,6 +94,11 @@ class _Texts:
 
     def pair(self, path: str) -> tuple[str | None, str | None]:
         return self.at(self.base, path), self.at(self.commit, path)
+
+    def raw_pair(self, path: str) -> tuple[str | None, str | None]:
+        """Both versions as they are stored, binary and huge files included (not cached)."""
+        return (workspace.file_at(self.repo, self.base, path),
+                workspace.file_at(self.repo, self.commit, path))
 
 
 def collect_files(changes: Sequence[workspace.Change], added: dict[str, list[tuple[int, str]]],
@@ -142,13 +155,28 @@ def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
             fix="Add tests that prove the done criteria."))
     findings += stubs.check_stubs(files, report.expectations)
     findings += secrets.check_secrets(added)
+    findings += secrets.check_secret_files(changes)
+    findings += secrets.check_credential_documents(
+        {f.path: f.new for f in files if f.new is not None and f.status != "D"})
+    # files git shows as binary (a NUL byte, `binary` in .gitattributes) have no added lines
+    regular = [ch.path for ch in changes if ch.status != "D"
+               and ch.new_mode not in (scope.SYMLINK_MODE, scope.GITLINK_MODE)]
+    findings += secrets.check_binary_secrets(
+        [path for path in regular if path not in added or texts.at(commit, path) is None],
+        texts.raw_pair)
     findings += secrets.check_conflict_markers(added)
     return findings, report, files, texts
 
 
 def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, *, brief: str,
-                settings: Settings, all_tasks: Sequence[Task] | None = None) -> Verdict:
-    """Verify ``task`` at ``commit`` against ``base``; store and return the verdict."""
+                settings: Settings, all_tasks: Sequence[Task] | None = None,
+                site_baseline: pyenv.SiteBaseline | None = None) -> Verdict:
+    """Verify ``task`` at ``commit`` against ``base``; store and return the verdict.
+
+    ``site_baseline`` is the fingerprint of the checks' Python environments taken when the
+    run started (``pyenv.take_baseline``): a difference blocks the task and no check runs.
+    Without it (``lo-orch audit``), only changes made while the checks ran are seen.
+    """
     repo = repo.resolve()
     base_sha = workspace.rev_parse(repo, base)
     commit_sha = workspace.rev_parse(repo, commit)
@@ -166,17 +194,32 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
                   if f.new is not None and classify.is_test_code(f.path)
                   and not classify.is_test_config_path(f.path)}
 
+    argvs = [s.argv for s in specs if s.argv]
+    if site_baseline is not None:
+        tampered = pyenv.findings(pyenv.changes(site_baseline), when="since the run started")
+    else:
+        site_baseline, tampered = pyenv.take_baseline(repo, argvs), []
+    findings += tampered
+
     with clean_checkout(repo, commit_sha) as tree:
-        runs = run_done_checks(specs, tree, evidence, env=check_env(tree), timeout=timeout)
-        findings += check_findings(runs, timeout)
-        rg = red_green(repo, base_sha, tree,
-                       prefix=pytest_prefix([s.argv for s in specs if s.argv]),
-                       touched=report.touched, test_files=test_files, evidence=evidence,
-                       timeout=timeout, module_created=_module_created(texts),
-                       done_runs=runs)
-        runs += rg.runs
-        findings += rg.findings
-        findings += new_test_findings(report.touched, [r for r in runs if r.cwd_kind == "commit"])
+        runs: list[CheckRun] = []
+        if not tampered:  # in a changed environment no check result means anything
+            runs = run_done_checks(specs, tree, evidence, env=check_env(tree), timeout=timeout)
+            findings += check_findings(runs, timeout)
+            findings += report_findings(runs)
+            rg = red_green(repo, base_sha, tree, prefix=pytest_prefix(argvs),
+                           touched=report.touched, test_files=test_files, evidence=evidence,
+                           timeout=timeout, module_created=_module_created(texts),
+                           done_runs=runs)
+            runs += rg.runs
+            findings += rg.findings
+            new_files = [f.path for f in files
+                         if f.status == "A" and classify.is_python_test_module(f.path)]
+            findings += new_test_findings(
+                report.touched, [r for r in runs if r.cwd_kind == "commit"], new_files)
+            # the checks ran the task's code: it must not have changed their interpreter
+            findings += pyenv.findings(pyenv.changes(site_baseline),
+                                       when="while the checks ran")
         clean = not any(f.blocking for f in findings)
         if clean:
             diff = workspace.diff_text(repo, base_sha, commit_sha)

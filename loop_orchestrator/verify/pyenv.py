@@ -1,0 +1,220 @@
+"""The Python environments the done-checks run in, fingerprinted so a change is seen.
+
+A task's agent runs as the same user as lo-orch and can write into the project's ``.venv``
+(linked into every verification checkout) and into a user-installed interpreter: a ``.pth``
+file or a ``sitecustomize`` there runs before pytest, and an edited ``_pytest`` module can
+report anything. ``checkout.check_env`` keeps out what the environment variables and the
+checkout could add; this module covers the site folders themselves.
+
+``take_baseline`` records every file under the site folders of the interpreters the plan's
+checks use and of the project's virtual environments (with their ``bin/`` scripts,
+``pyvenv.cfg`` and the interpreter and check programs themselves), when a run starts. ``changes``
+compares the same folders later: any file added, removed or changed (size, mtime, ctime,
+mode, inode) is reported by name. The
+ctime cannot be set back by an unprivileged process, so an edit cannot hide behind a
+restored mtime. ``__pycache__`` folders are left out: the checks never read them
+(``PYTHONPYCACHEPREFIX``), and honest runs of the interpreter write them.
+
+Finding the folders never runs anything from them: a virtual environment is recognised by
+its ``pyvenv.cfg``; the base interpreter is asked with ``-I -S`` (no site module, no
+environment variables, no user folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from loop_orchestrator import proc
+from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.verify.models import Finding, blocking
+
+#: names of Python interpreters (python, python3, python3.12, pypy3...)
+_PYTHON_NAME = re.compile(r"^(?:python|pypy)[0-9.]*$")
+#: project virtual environments, as ``gitutil.DEPENDENCY_DIRS`` links them into checkouts
+VENV_DIRS = (".venv", "venv")
+#: the names whose change matters most; listed first in messages
+_HOOK_NAME = re.compile(r"(?:^|/)(?:[^/]+\.pth|(?:site|user)customize(?:[./][^/]*)?|"
+                        r"[^/]+\.dist-info/entry_points\.txt)$")
+_ASK = "import json, site; print(json.dumps({'site': site.getsitepackages()}))"
+MAX_SHOWN = 8
+
+#: (size, mtime_ns, ctime_ns, mode, inode)
+FileStat = tuple[int, int, int, int, int]
+
+
+class SiteBaseline(BaseModel):
+    """Every file under the checks' site folders when the run started."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    roots: list[str]
+    files: dict[str, FileStat]
+
+
+def interpreter_of(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Path | None:
+    """The Python interpreter ``argv`` starts, if it is one or a script with a Python
+    ``#!`` line (``.venv/bin/pytest``, ``pytest`` on PATH, ``python3 -m pytest``)."""
+    if not argv:
+        return None
+    program = _which(argv[0], cwd, env)
+    if program is None:
+        return None
+    if _PYTHON_NAME.match(program.name):
+        return program
+    try:
+        with program.open("rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    if words and Path(words[0]).name == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]
+    if not words or not _PYTHON_NAME.match(Path(words[0]).name):
+        return None
+    return _which(words[0], cwd, env)
+
+
+def _which(name: str, cwd: Path, env: Mapping[str, str]) -> Path | None:
+    if "/" in name:
+        path = Path(name) if Path(name).is_absolute() else cwd / name
+        return path if path.is_file() else None
+    found = shutil.which(name, path=env.get("PATH", os.defpath))
+    return Path(found) if found else None
+
+
+def site_roots(python: Path) -> list[Path]:
+    """The folders ``python`` loads start-up code and libraries from, without running
+    anything from them."""
+    roots: list[Path] = [python]
+    for cfg in (python.parent / "pyvenv.cfg", python.parent.parent / "pyvenv.cfg"):
+        if cfg.is_file():  # a virtual environment: its own site-packages, scripts, config
+            venv = cfg.parent
+            roots += sorted(venv.glob("lib*/python*/site-packages"))
+            roots += sorted(venv.glob("Lib/site-packages"))
+            roots += [cfg, *(d for d in (venv / "bin", venv / "Scripts") if d.is_dir())]
+            break
+    try:
+        # -I ignores PYTHON* variables anyway; the rest is kept for launchers such as
+        # pyenv's shims, which need their own variables to find the interpreter
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        res = proc.run([str(python), "-I", "-S", "-c", _ASK], timeout=30, check=False, env=env)
+        doc = json.loads(res.stdout) if res.ok else {}
+    except (LoOrchError, OSError, ValueError):
+        doc = {}
+    roots += [Path(p) for p in doc.get("site", [])]
+    return roots
+
+
+def check_roots(repo: Path, argvs: Iterable[Sequence[str]],
+                env: Mapping[str, str] | None = None) -> list[Path]:
+    """Site folders of the project's virtual environments and of every interpreter the
+    checks ``argvs`` start (resolved from ``repo``, which checkouts link ``.venv`` from)."""
+    env = os.environ if env is None else env
+    pythons: list[Path] = []
+    for name in VENV_DIRS:
+        for candidate in (repo / name / "bin" / "python", repo / name / "Scripts" / "python.exe"):
+            if candidate.exists():
+                pythons.append(candidate)
+    programs: list[Path] = []
+    for argv in argvs:
+        found = interpreter_of(argv, repo, env)
+        if found is not None:
+            pythons.append(found)
+        program = _which(argv[0], repo, env) if argv else None
+        if program is not None:  # the script itself (.venv/bin/pytest, ~/.local/bin/pytest)
+            programs.append(program.absolute())
+    roots: dict[str, Path] = {str(p): p for p in programs}
+    seen: set[str] = set()
+    for python in pythons:
+        key = str(python.absolute())
+        if key in seen:
+            continue
+        seen.add(key)
+        for root in site_roots(python):
+            # symlinks are kept as they are (a retargeted .venv/bin/python is a change);
+            # folders are walked where they really are
+            real = root.resolve() if root.is_dir() else root.absolute()
+            if root.exists():
+                roots.setdefault(str(real), real)
+    # a folder inside another one is walked once
+    ordered = sorted(roots.values(), key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for root in ordered:
+        if not any(root.is_relative_to(k) for k in kept):
+            kept.append(root)
+    return sorted(kept)
+
+
+def fingerprint(roots: Iterable[Path]) -> dict[str, FileStat]:
+    """Every file (and symlink) under ``roots`` except ``__pycache__`` folders; a root that
+    is a file or a symlink stands for itself."""
+    files: dict[str, FileStat] = {}
+    stack = []
+    for root in roots:
+        if root.is_dir() and not root.is_symlink():
+            stack.append(str(root))
+            continue
+        try:
+            st = root.lstat()
+        except OSError:
+            continue
+        files[str(root)] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_ino)
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        stack.append(entry.path)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            files[entry.path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode,
+                                 st.st_ino)
+    return files
+
+
+def take_baseline(repo: Path, argvs: Iterable[Sequence[str]],
+                  env: Mapping[str, str] | None = None) -> SiteBaseline:
+    """Fingerprint the checks' site folders now (when a run starts, before any agent)."""
+    roots = check_roots(repo, argvs, env)
+    return SiteBaseline(roots=[str(r) for r in roots], files=fingerprint(roots))
+
+
+def changes(baseline: SiteBaseline) -> list[str]:
+    """What differs from ``baseline`` now: ``"added <path>"``, ``"changed <path>"``,
+    ``"removed <path>"``; start-up hooks (.pth, sitecustomize, entry points) first."""
+    now = fingerprint(Path(r) for r in baseline.roots)
+    out = [f"added {p}" for p in now.keys() - baseline.files.keys()]
+    out += [f"removed {p}" for p in baseline.files.keys() - now.keys()]
+    out += [f"changed {p}" for p in now.keys() & baseline.files.keys()
+            if tuple(now[p]) != tuple(baseline.files[p])]
+    return sorted(out, key=lambda s: (not _HOOK_NAME.search(s), s))
+
+
+def findings(diff: Sequence[str], *, when: str) -> list[Finding]:
+    """One blocking finding naming the changed files (none when ``diff`` is empty)."""
+    if not diff:
+        return []
+    shown = "; ".join(diff[:MAX_SHOWN]) + (f"; and {len(diff) - MAX_SHOWN} more"
+                                           if len(diff) > MAX_SHOWN else "")
+    return [blocking(
+        f"the Python environment the checks run in changed {when}: {shown}. A file in an "
+        "interpreter's site folder (a .pth file, sitecustomize, an installed package) runs "
+        "inside every check, so the checks cannot be trusted.", "done.environment-changed",
+        fix="Do not install, edit or add anything in the project's .venv or the "
+            "interpreter's folders; undo the change. If the task needs a new dependency, say "
+            "so with `signal blocked`: a person installs it and restarts `lo-orch run`.")]
