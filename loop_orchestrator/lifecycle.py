@@ -83,6 +83,39 @@ OWED: Mapping[Phase, str] = {Phase.PLANNING: "plan_ready", Phase.IMPLEMENTING: "
 MAX_STOP_BLOCKS = 3
 
 
+class Action(StrEnum):
+    """What the supervisor does next for a task, decided from its recorded state alone."""
+
+    START = "start"  # create the worktree, launch the session, ask it to plan
+    IMPLEMENT = "implement"  # plan_ready: ask for the implementation
+    VERIFY = "verify"  # impl_done (or a verification a restart interrupted)
+    INTEGRATE = "integrate"  # approved: merge into staging
+    REDELIVER = "redeliver"  # the prompt of this phase and round never arrived
+    NOT_LOGGED_IN = "not_logged_in"  # the session's StopFailure said so: block the task
+
+
+def action(st: TaskStatus) -> Action | None:
+    """The supervisor's next step for a task no job is working on (None: nothing to do).
+
+    Pure: the same recorded state always gives the same step, so a supervisor restarted at
+    any moment picks up exactly where the record stands.
+    """
+    simple = {
+        Phase.LAUNCHING: Action.START,  # a launch a restart interrupted reuses its pane
+        Phase.PLAN_READY: Action.IMPLEMENT,
+        Phase.IMPL_DONE: Action.VERIFY,
+        Phase.VERIFYING: Action.VERIFY,
+        Phase.APPROVED: Action.INTEGRATE,
+    }
+    if st.phase in simple:
+        return simple[st.phase]
+    if st.phase in OWED and not prompt_received(st):
+        return Action.REDELIVER
+    if st.phase in (Phase.LAUNCHING, *OWED) and st.error == NOT_LOGGED_IN_ERROR:
+        return Action.NOT_LOGGED_IN
+    return None
+
+
 class IllegalTransition(ValueError):
     """An event that the lifecycle does not allow in the task's phase (a bug, or a forger)."""
 

@@ -46,8 +46,8 @@ from loop_orchestrator.errors import (
     NotLoggedInError,
 )
 from loop_orchestrator.lifecycle import (
-    NOT_LOGGED_IN_ERROR,
     NOT_LOGGED_IN_HINT,
+    Action,
     Event,
     delivery_key,
 )
@@ -364,29 +364,24 @@ class Supervisor:
                 self.reported_blocked.discard(tid)  # retried by a person (`lo-orch retry`)
             if tid in self.jobs:
                 continue
-            if st.phase == Phase.LAUNCHING:
-                # a launch interrupted by a restart: the pane (if any) is reused
+            step = lifecycle.action(st)
+            if step is Action.START:
                 self._submit(tid, self._start_task)
-            elif st.phase == Phase.PLAN_READY:
+            elif step is Action.IMPLEMENT:
                 self._event("reacted", tid, to=st.phase.value)
                 self._submit(tid, self._to_implement)
-            elif st.phase == Phase.IMPL_DONE:
-                self._event("reacted", tid, to=st.phase.value)
+            elif step is Action.VERIFY:
+                if st.phase == Phase.IMPL_DONE:
+                    self._event("reacted", tid, to=st.phase.value)
                 self._submit(tid, self._verify)
-            elif st.phase == Phase.VERIFYING:
-                self._submit(tid, self._verify)  # interrupted verification: run it again
-            elif st.phase == Phase.APPROVED:
+            elif step is Action.INTEGRATE:
                 self._submit(tid, self._integrate)
-            elif st.phase in (Phase.PLANNING, Phase.IMPLEMENTING) and (
-                st.delivered != delivery_key(st.phase, st.rework_count)
-            ):
-                # the prompt for this phase was never confirmed (crash mid-delivery)
+            elif step is Action.REDELIVER:
                 self._submit(tid, self._redeliver)
-            elif st.phase in WORKING_PHASES and st.error == NOT_LOGGED_IN_ERROR:
-                # StopFailure(authentication_failed), recorded by `lo-orch hook`
+            elif step is Action.NOT_LOGGED_IN:
                 error = NotLoggedInError("Claude Code is not logged in", hint=NOT_LOGGED_IN_HINT)
                 self._block(tid, error.render())
-            elif st.phase == Phase.BLOCKED and tid not in self.reported_blocked:
+            if st.phase == Phase.BLOCKED and tid not in self.reported_blocked:
                 # blocked by the session itself (`lo-orch signal blocked --note ...`)
                 self.reported_blocked.add(tid)
                 self._event("task_blocked", tid, message=st.error or st.note or "blocked")

@@ -148,3 +148,28 @@ def test_hook_changes() -> None:
 
 def test_rework_limit_counts_rounds_a_person_granted() -> None:
     assert lifecycle.rework_limit(status(Phase.BLOCKED, extra_rounds=2), 3) == 5
+
+
+@pytest.mark.parametrize(("st", "expected"), [
+    (status(Phase.PENDING, delivered=None), None),
+    (status(Phase.LAUNCHING, delivered=None), lifecycle.Action.START),
+    (status(Phase.PLANNING), None),
+    (status(Phase.PLANNING, delivered=None), lifecycle.Action.REDELIVER),
+    (status(Phase.PLAN_READY, delivered="planning:0"), lifecycle.Action.IMPLEMENT),
+    (status(Phase.IMPLEMENTING, delivered="planning:0"), lifecycle.Action.REDELIVER),
+    (status(Phase.IMPLEMENTING, rework=2, delivered="implementing:1"),
+     lifecycle.Action.REDELIVER),
+    (status(Phase.IMPLEMENTING), None),
+    (status(Phase.IMPLEMENTING, error=lifecycle.NOT_LOGGED_IN_ERROR),
+     lifecycle.Action.NOT_LOGGED_IN),
+    (status(Phase.IMPL_DONE, delivered="implementing:0"), lifecycle.Action.VERIFY),
+    (status(Phase.VERIFYING, delivered="implementing:0"), lifecycle.Action.VERIFY),
+    (status(Phase.APPROVED, delivered="implementing:0"), lifecycle.Action.INTEGRATE),
+    (status(Phase.INTEGRATED), None),
+    (status(Phase.BLOCKED), None),
+    (status(Phase.FAILED), None),
+])
+def test_the_next_step_follows_from_the_recorded_state(
+    st: TaskStatus, expected: lifecycle.Action | None
+) -> None:
+    assert lifecycle.action(st) == expected
