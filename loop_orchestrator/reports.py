@@ -112,6 +112,11 @@ class Reports:
                 self.record.update_task(tid, turn_ended_at=at)
             return {"exit_code": 0}
         changes = lifecycle.hook_changes(st, event, payload, now_iso())
+        if event == "UserPromptSubmit" and st.delivering and st.delivered != st.delivering:
+            # the session's own word that the prompt being delivered arrived: record it
+            # now, not when the deliverer next looks, so that the signal a fast session
+            # sends right after is judged against the prompt it really has
+            changes["delivered"] = st.delivering
         reply: Reply = {"exit_code": 0}
         if event == "Stop":
             active = payload.get("stop_hook_active") is True
