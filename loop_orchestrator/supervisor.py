@@ -473,8 +473,7 @@ class Supervisor:
     def _redeliver(self, tid: str) -> None:
         st = self.store.read_status(tid)
         if st.pane_id is None or not self.backend.state(st.pane_id).alive:
-            staging = workspace.rev_parse(self.repo, self.ws.staging_branch)
-            if st.commit and workspace.is_ancestor(self.repo, st.commit, staging):
+            if st.commit and self.ws.is_merged(st.commit):
                 # merged already and sent back (`lo-orch retry` after a failed integration)
                 self._reopen(tid)
             else:
