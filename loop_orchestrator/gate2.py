@@ -182,7 +182,8 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Run
     cleanup(repo, delete_staging=True)
     # checked once more (nothing may have moved it during the clean-up), then it is the
     # user's: lo-orch no longer watches or moves it
-    if ws.recorded(reviewed.feature) != reviewed.commit:
+    ws.check_refs()
+    if workspace.rev_parse(repo, reviewed.feature) != reviewed.commit:
         msg = f"{reviewed.feature} is not at the reviewed commit {reviewed.commit[:12]}"
         raise GateError(msg, hint="Inspect it with `git log`; nothing else was changed.")
     ws.hand_over(reviewed.feature)
