@@ -394,3 +394,76 @@ def test_cleanup_keeps_a_task_branch_with_work_after_verification(git_repo: Path
     report = ws.cleanup(["a"])
     assert "lo/r1/a" in report.branches_kept
     assert head(git_repo, "lo/r1/a") == later
+
+
+# integration and Gate 2 -----------------------------------------------------------------
+
+
+def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
+    """A run of one task, integrated, waiting for Gate 2: (workspace, staging, task commit).
+
+    The task carries a token that a textconv driver of the repository hides from plain git.
+    """
+    from loop_orchestrator import core, gate2, runs
+    from loop_orchestrator.config import load_settings
+
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text("goal: g\nname: r1\ntasks:\n  - id: a\n    title: A\n"
+                         "    objective: o\n    owns: ['app/**', '.gitattributes']\n"
+                         "    done:\n      - criterion: c\n        check: 'true'\n",
+                         encoding="utf-8")
+    settings = load_settings(repo)
+    core.plan_from_file(repo, plan_file, settings)
+    runs.approve_plan(repo)
+    git(repo, "config", "diff.hide.textconv", "sed -e /ghp_/d")
+    ws = Workspace(repo, "r1", settings.workspace)
+    ws.create_staging(head(repo))
+    commit = work(ws, "a", {".gitattributes": "*.py diff=hide\n",
+                            "app/config.py": f'TOKEN = "{TOKEN}"\n'})
+    staging = ws.merge_into_staging("a", commit, "A")
+    plan, _ = runs.read_plan(runs.RunDir(repo))
+    assert gate2.integrate(repo, settings, plan, skipped=[]).passed
+    return ws, staging, commit
+
+
+def test_gate2_shows_raw_content_and_lands_the_reviewed_commit(
+        git_repo: Path, tmp_path: Path, tmux_socket: str) -> None:
+    from loop_orchestrator import gate2
+
+    ws, staging, _ = _awaiting_review(git_repo, tmp_path)
+    # after the review, a hook would move the feature branch: it never runs
+    script(git_repo / ".git" / "hooks" / "reference-transaction",
+           '[ -n "$IN_HOOK" ] && exit 0; export IN_HOOK=1\n'
+           f'git update-ref refs/heads/feat/r1 {head(git_repo, "main")} 2>/dev/null; exit 0')
+    review = gate2.review(git_repo)
+    assert review.commit == staging
+    assert TOKEN in review.diff
+    # control: plain git where the task's attributes are on disk hides it
+    assert TOKEN not in git(ws.worktree_path("a"), "diff", review.state.base_sha, staging)
+    gate2.merge(git_repo, review)
+    assert head(git_repo, "feat/r1") == staging
+    assert ws.refs.get("refs/heads/feat/r1") is None  # handed over to the user
+
+
+def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
+        git_repo: Path, tmp_path: Path) -> None:
+    from loop_orchestrator import gate2, runs
+    from loop_orchestrator.config import load_settings
+    from loop_orchestrator.state import Store
+
+    _ws, staging, commit = _awaiting_review(git_repo, tmp_path)
+    store = Store.for_repo(git_repo)
+    base = store.read_run().base_sha
+    # run.json is agent-writable: a base next to the staging tip would hide the task's diff
+    store.update_run(lambda s: setattr(s, "base_sha", commit))
+    with pytest.raises(RefTamperedError, match=f"the base of run r1.*expected {base}"):
+        gate2.review(git_repo)
+    store.update_run(lambda s: setattr(s, "base_sha", base))
+    assert gate2.review(git_repo).commit == staging
+    git(git_repo, "update-ref", "refs/heads/lo/r1/staging", commit)
+    with pytest.raises(RefTamperedError, match=f"lo/r1/staging.*expected {staging}"):
+        gate2.review(git_repo)
+    plan, _ = runs.read_plan(runs.RunDir(git_repo))
+    with pytest.raises(RefTamperedError, match="lo/r1/staging"):
+        gate2.integrate(git_repo, load_settings(git_repo), plan, skipped=[])
+    assert "feat/r1" not in git(git_repo, "branch", "--list", "feat/r1")
