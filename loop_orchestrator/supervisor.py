@@ -156,7 +156,7 @@ class Supervisor:
         self.pool = ThreadPoolExecutor(max_workers=self.cap + 2, thread_name_prefix="lo-task")
         self.jobs: dict[str, Future[None]] = {}
         self.wake = threading.Event()
-        # Workspace is not thread-safe (branch creation writes .git/config): one git writer.
+        # Workspace is not thread-safe (ref moves and the refs book go together): one writer.
         self.git_lock = threading.Lock()
         self.screens: dict[str, tuple[int, float, float]] = {}
         self.integration: Any = None  # the last gate2.IntegrationResult
