@@ -467,3 +467,20 @@ def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
     with pytest.raises(RefTamperedError, match="lo/r1/staging"):
         gate2.integrate(git_repo, load_settings(git_repo), plan, skipped=[])
     assert "feat/r1" not in git(git_repo, "branch", "--list", "feat/r1")
+
+
+def test_grafts_do_not_fake_history(git_repo: Path) -> None:
+    from loop_orchestrator.workspace import is_ancestor
+
+    ws = started(git_repo)
+    staging = ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")
+    unverified = work(ws, "b", {"b.txt": "never verified\n"})
+    # a graft claims the unverified commit is part of staging's history
+    write(git_repo / ".git" / "info", {"grafts": f"{staging} {unverified}\n"})
+    control = git(git_repo, "rev-list", "lo/r1/staging")
+    assert unverified in control  # plain git believes the graft
+    assert not is_ancestor(git_repo, unverified, staging)
+    assert not ws.is_merged(unverified)
+    merged = ws.merge_into_staging("b", unverified, "B")  # merged for real, not skipped
+    assert merged != staging
+    assert file_at(git_repo, merged, "b.txt") == "never verified\n"
