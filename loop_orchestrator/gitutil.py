@@ -129,7 +129,9 @@ def _driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
 
     Which driver a path uses comes from ``.gitattributes`` and ``.git/info/attributes``
     (agent-writable, no option ignores them in git 2.39); the command a driver runs comes
-    from the config, so every name found there (includes followed) is overridden.
+    from the config, so every name found there (includes followed) is overridden. A driver
+    planted between this read and the command it guards would still run: the commands that
+    matter most (diffs, merges, checkouts for checks) run in the object view instead.
     """
     res = proc.run(["git", "config", "--list", "--name-only", "-z"], cwd=cwd, env=env,
                    check=False)
