@@ -23,7 +23,7 @@ from typing import Any, Literal
 from loop_orchestrator import proc, resources
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
-from loop_orchestrator.gitutil import MIN_GIT
+from loop_orchestrator.gitutil import MIN_GIT, git
 
 Status = Literal["ok", "warn", "fail", "info"]
 
@@ -229,13 +229,10 @@ def check_repository(repo: Path | None) -> Check:
     if repo is None:
         return Check("repository", "info", "not inside a git repository",
                      "Run lo-orch in your project's checkout, or pass --repo PATH.")
-    env = proc.no_git_env()
     try:
-        branch = proc.run(["git", "branch", "--show-current"], cwd=repo, env=env, check=False)
-        dirty = proc.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                         env=env, check=False)
-        head = proc.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, env=env,
-                        check=False)
+        branch = git(repo, "branch", "--show-current", check=False)
+        dirty = git(repo, "status", "--porcelain", "--untracked-files=no", check=False)
+        head = git(repo, "rev-parse", "--verify", "-q", "HEAD", check=False)
     except LoOrchError as exc:  # git itself is missing: the git row says so
         return Check("repository", "info", f"{repo}: {exc.message}")
     parts = [str(repo)]

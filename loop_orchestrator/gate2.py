@@ -2,7 +2,9 @@
 
 Nothing reaches the feature branch except through ``merge``: it moves the branch to exactly
 the staging commit the person reviewed, without a new merge commit, and refuses when
-staging moved since the review.
+staging moved since the review. Integration, the review and the merge first compare the
+run's refs with what lo-orch recorded (``Workspace.check_refs``) and work on the recorded
+shas only, so a ref an agent moved is never tested, shown or landed.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def integrate(
     waits for Gate 2 (``awaiting_merge_review``), as the supervisor's record says."""
     store = Store.for_repo(repo)
     state = record.run
-    commit = workspace.rev_parse(repo, state.staging_branch)
+    ws = workspace.Workspace(repo, state.name, settings.workspace)
+    commit = ws.recorded(ws.staging_branch)
     command = integration_command(plan, settings, repo)
     evidence = store.dirs.task_evidence_dir("_integration")
     evidence.mkdir(parents=True, exist_ok=True)
@@ -122,8 +125,8 @@ class Review:
 
 
 def review(repo: Path, *, branch: str | None = None) -> Review:
-    refuse_in_session("lo-orch merge")
     """What Gate 2 shows, from the supervisor's record (``run.json`` is only its view)."""
+    refuse_in_session("lo-orch merge")
     state = runs.open_record(repo).run
     if state.phase != RunPhase.AWAITING_MERGE_REVIEW:
         msg = f"run {state.name!r} is {state.phase.value}, not waiting for the merge review"
@@ -132,7 +135,9 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
             hint="`lo-orch run` first; it stops at Gate 2 when every task is integrated and "
             "the integration command passed.",
         )
-    commit = workspace.rev_parse(repo, state.staging_branch)
+    ws = workspace.Workspace(repo, state.name, load_settings(repo).workspace)
+    commit = ws.recorded(ws.staging_branch)
+    base = ws.base(state.base_sha)
     integration = state.integration or {}
     if integration.get("commit") != commit:
         msg = "staging moved since the integration tests ran"
@@ -143,8 +148,8 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
     return Review(
         state=state,
         commit=commit,
-        stat=workspace.diff_stat(repo, state.base_sha, commit),
-        diff=workspace.diff_text(repo, state.base_sha, commit),
+        stat=workspace.diff_stat(repo, base, commit),
+        diff=workspace.diff_text(repo, base, commit),
         feature=branch or state.feature_branch,
     )
 
@@ -175,6 +180,13 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Run
     # staging is now the feature branch's history: keeping it would only invite a stale
     # staging for the next run of the same name
     cleanup(repo, delete_staging=True)
+    # checked once more (nothing may have moved it during the clean-up), then it is the
+    # user's: lo-orch no longer watches or moves it
+    ws.check_refs()
+    if workspace.rev_parse(repo, reviewed.feature) != reviewed.commit:
+        msg = f"{reviewed.feature} is not at the reviewed commit {reviewed.commit[:12]}"
+        raise GateError(msg, hint="Inspect it with `git log`; nothing else was changed.")
+    ws.hand_over(reviewed.feature)
     return state
 
 

@@ -1,9 +1,20 @@
-"""Plumbing for ``workspace``: running git, parsing its machine output, secret patterns.
+"""The one git gateway, and plumbing for ``workspace``: parsing git's machine output,
+secret patterns.
 
 Nothing here decides policy; ``workspace`` does (and re-exports the revision and diff
-functions, which verification imports from there). Every git call goes through ``git()``:
-an argument list via ``proc.run`` with leaked ``GIT_*`` variables removed, English
-messages, and a ``GitError`` that carries the command's stderr on failure.
+functions, which verification imports from there). Every git process lo-orch starts goes
+through ``git()`` (DESIGN.md section 10, "Git"), which agents cannot steer: an argument list
+via ``proc.run``, leaked ``GIT_*`` variables removed, no system or global config (an agent
+runs as the same user and can edit ``~/.gitconfig``), no replace objects, no repository
+hooks, fsmonitor, external diff or global attributes file, English messages, and a
+``GitError`` with the command's stderr on failure. Commands that convert working-tree
+content get every filter and merge driver named in the repository's config neutralised.
+
+Work on objects alone (diffs, merges, commits, reading files) runs in the *object view*: a
+private bare repository that shares only the object store with the user's, so nothing an
+agent writes into ``.git`` (config, ``info/attributes``, ``info/grafts``, replace refs) or
+into a tree (``.gitattributes``: textconv, ``-diff``, merge drivers) changes what the
+supervisor sees. Ref names are resolved in the user's repository, then only shas travel.
 """
 
 from __future__ import annotations
@@ -20,12 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from loop_orchestrator import proc
+from loop_orchestrator import private, proc
 from loop_orchestrator.errors import GitError
 
 if TYPE_CHECKING:
-    from git import Repo as GitRepo
-
     from loop_orchestrator.config import WorkspaceConfig
 
 #: basenames that look like secrets (DESIGN.md section 9, issue 3, and "Tamper-proof
@@ -46,7 +55,40 @@ SECRET_PATH_PATTERNS = (".kube/config", ".docker/config.json", ".aws/credentials
                         ".config/gcloud/*.json", ".config/gh/hosts.yml")
 #: ``git merge-tree --write-tree`` appeared in git 2.38
 MIN_GIT = (2, 38)
-_DIFF = ("-c", "core.quotepath=false", "diff", "--no-renames", "--no-ext-diff", "--no-color")
+#: raw content, never what a diff driver, textconv or a ``binary``/``-diff`` attribute shows
+_DIFF = ("-c", "core.quotepath=false", "diff", "--no-renames", "--no-ext-diff", "--no-textconv",
+         "--text", "--no-color")
+#: settings no repository or user config may override for lo-orch's own git commands
+HARDENING = (
+    "core.hooksPath=/dev/null",  # no hook of the repository (post-commit, reference-transaction)
+    "core.fsmonitor=false",
+    "core.attributesFile=/dev/null",
+    "core.commitGraph=false",  # objects/info/commit-graph is agent-writable: parents could lie
+    "core.pager=cat",
+    "diff.external=",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "protocol.allow=never",  # lo-orch never talks to a remote
+)
+#: environment every git process of lo-orch gets
+_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "LC_ALL": "C",  # messages we show or match must not depend on the user's locale
+}
+#: subcommands that read or write working-tree content, so filter and merge drivers apply
+_CONVERTING = frozenset({"add", "commit", "status", "merge", "worktree", "reset", "checkout",
+                         "switch", "stash", "restore", "rm", "mv", "diff", "apply", "cherry-pick",
+                         "revert", "rebase", "read-tree", "checkout-index", "update-index"})
+_DRIVER_KEY = re.compile(r"^(filter|merge)\.(.+)\.([a-z]+)$")
+#: the built-in text merge, for a merge driver an agent may have named in the config
+_SAFE_MERGE = "git merge-file --quiet -L ours -L base -L theirs %A %O %B"
+_SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
 
 
 def git(
@@ -57,19 +99,99 @@ def git(
     input: str | None = None,
     timeout: float | None = None,
     hint: str | None = None,
+    view: bool = False,
 ) -> proc.Result:
-    """Run ``git *args`` in ``cwd``; with ``check`` a failure raises ``GitError``."""
+    """Run ``git *args`` in ``cwd`` through the gateway; ``check`` raises ``GitError``.
+
+    With ``view`` the command runs in the object view of the repository at ``cwd`` (only
+    shas mean anything there; see the module docstring).
+    """
     full_env = proc.no_git_env()
-    # Messages we show or match must not depend on the user's locale.
-    full_env["LC_ALL"] = "C"
     if env:
         full_env.update(env)
+    full_env.update(_ENV)
+    opts = [arg for item in HARDENING for arg in ("-c", item)]
+    if view:
+        gitdir, objects = object_view(cwd)
+        full_env["GIT_OBJECT_DIRECTORY"] = str(objects)
+        opts += [f"--git-dir={gitdir}"]
+        cwd = gitdir  # nothing of the user's working tree (.gitattributes) is read
+    elif _subcommand(args) in _CONVERTING:
+        opts += _driver_overrides(cwd, full_env)
     result = proc.run(
-        ["git", *args], cwd=cwd, env=full_env, input=input, timeout=timeout, check=False
+        ["git", *opts, *args], cwd=cwd, env=full_env, input=input, timeout=timeout, check=False
     )
     if check and not result.ok:
         raise git_failure(result, hint=hint)
     return result
+
+
+def _subcommand(args: Sequence[str]) -> str | None:
+    i = 0
+    while i < len(args):
+        if args[i] == "-c":
+            i += 2
+        elif args[i].startswith("-"):
+            i += 1
+        else:
+            return args[i]
+    return None
+
+
+def _driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
+    """``-c`` options that turn every filter and merge driver of the config into a no-op.
+
+    Which driver a path uses comes from ``.gitattributes`` and ``.git/info/attributes``
+    (agent-writable, no option ignores them in git 2.39); the command a driver runs comes
+    from the config, so every name found there (includes followed) is overridden. A driver
+    planted between this read and the command it guards would still run: the commands that
+    matter most (diffs, merges, checkouts for checks) run in the object view instead.
+    """
+    res = proc.run(["git", "config", "--list", "--name-only", "-z"], cwd=cwd, env=env,
+                   check=False)
+    opts: list[str] = []
+    for key in sorted(set(split_z(res.stdout))):
+        match = _DRIVER_KEY.match(key)
+        if match is None:
+            continue
+        kind, name = match.group(1), match.group(2)
+        if kind == "filter":
+            sets = [f"filter.{name}.{k}=" for k in ("clean", "smudge", "process")]
+            sets.append(f"filter.{name}.required=false")
+        else:
+            sets = [f"merge.{name}.driver={_SAFE_MERGE}", f"merge.{name}.recursive=text"]
+        opts += [arg for item in sets for arg in ("-c", item)]
+    return opts
+
+
+def _common_dir(repo: Path) -> Path:
+    res = proc.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                   cwd=repo, env={**proc.no_git_env(), **_ENV}, check=False)
+    if not res.ok:
+        raise git_failure(res, hint=f"{repo} is not a usable git repository.")
+    return Path(res.stdout.strip()).resolve()
+
+
+_VIEWS: dict[Path, tuple[Path, Path]] = {}
+
+
+def object_view(repo: Path) -> tuple[Path, Path]:
+    """(private git dir, the user's object store) for ``repo``: created once, ``0700``."""
+    key = repo.resolve()
+    known = _VIEWS.get(key)
+    if known is not None and (known[0] / "HEAD").exists():
+        return known
+    objects = _common_dir(key) / "objects"
+    gitdir = private.repo_dir(_common_dir(key)) / "objects-view.git"
+    if not (gitdir / "HEAD").exists():
+        proc.run(["git", "init", "--quiet", "--bare", str(gitdir)],
+                 env={**proc.no_git_env(), **_ENV})
+    # for git run by checks inside a temp checkout, which do not get our environment
+    alternates = gitdir / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(f"{objects}\n", encoding="utf-8")
+    _VIEWS[key] = (gitdir, objects)
+    return gitdir, objects
 
 
 def git_failure(result: proc.Result, *, hint: str | None = None) -> GitError:
@@ -86,7 +208,7 @@ def git_failure(result: proc.Result, *, hint: str | None = None) -> GitError:
 @functools.cache
 def git_version() -> tuple[int, int]:
     """The installed git's (major, minor)."""
-    out = proc.run(["git", "--version"], env=proc.no_git_env()).stdout
+    out = proc.run(["git", "--version"], env={**proc.no_git_env(), **_ENV}).stdout
     match = re.search(r"(\d+)\.(\d+)", out)
     if match is None:
         msg = f"cannot read the git version from {out.strip()!r}"
@@ -352,22 +474,27 @@ def rev_parse(repo: Path, ref: str) -> str:
     return res.stdout.strip()
 
 
+def oid(repo: Path, rev: str) -> str:
+    """``rev`` as a sha: a full sha is taken as it is, a name is resolved in ``repo``."""
+    return rev if _SHA.match(rev) else rev_parse(repo, rev)
+
+
 def grep_files(repo: Path, commit: str, words: Sequence[str]) -> list[str]:
     """Paths in ``commit``'s tree that contain any of ``words`` as a whole word."""
     if not words:
         return []
+    sha = oid(repo, commit)
     patterns = [arg for w in words for arg in ("-e", w)]
-    res = git(repo, "grep", "-l", "-z", "-w", "-F", *patterns, _rev_arg(commit), "--",
-              check=False)
+    res = git(repo, "grep", "--no-textconv", "-l", "-z", "-w", "-F", *patterns, sha, "--",
+              check=False, view=True)
     if res.returncode not in (0, 1):
         raise git_failure(res)
-    prefix = f"{_rev_arg(commit)}:"
-    return [p.removeprefix(prefix) for p in split_z(res.stdout)]
+    return [p.removeprefix(f"{sha}:") for p in split_z(res.stdout)]
 
 
 def merge_base(repo: Path, a: str, b: str) -> str:
     """The best common ancestor of ``a`` and ``b`` (``GitError`` when they share none)."""
-    res = git(repo, "merge-base", _rev_arg(a), _rev_arg(b), check=False)
+    res = git(repo, "merge-base", oid(repo, a), oid(repo, b), check=False, view=True)
     if not res.ok or not res.stdout.strip():
         msg = f"{a!r} and {b!r} have no common ancestor in {repo}"
         raise GitError(msg, hint="Was the branch rewritten? Start the task again.")
@@ -376,7 +503,8 @@ def merge_base(repo: Path, a: str, b: str) -> str:
 
 def is_ancestor(repo: Path, a: str, b: str) -> bool:
     """Whether commit ``a`` is ``b`` or one of its ancestors."""
-    res = git(repo, "merge-base", "--is-ancestor", _rev_arg(a), _rev_arg(b), check=False)
+    res = git(repo, "merge-base", "--is-ancestor", oid(repo, a), oid(repo, b), check=False,
+              view=True)
     if res.returncode in (0, 1):
         return res.returncode == 0
     raise git_failure(res)
@@ -384,15 +512,15 @@ def is_ancestor(repo: Path, a: str, b: str) -> bool:
 
 def changed_paths(repo: Path, base: str, commit: str) -> list[Change]:
     """Paths changed from ``base`` to ``commit`` with modes (symlink and mode changes show)."""
-    out = git(repo, *_DIFF, "--raw", "-z", "--no-abbrev", _rev_arg(base), _rev_arg(commit),
-              "--").stdout
+    out = git(repo, *_DIFF, "--raw", "-z", "--no-abbrev", oid(repo, base), oid(repo, commit),
+              "--", view=True).stdout
     return parse_raw_diff(out)
 
 
 def added_lines(repo: Path, base: str, commit: str) -> dict[str, list[tuple[int, str]]]:
     """Added lines per file with their line numbers in ``commit``."""
-    out = git(repo, *_DIFF, "-U0", "--src-prefix=a/", "--dst-prefix=b/", _rev_arg(base),
-              _rev_arg(commit), "--").stdout
+    out = git(repo, *_DIFF, "-U0", "--src-prefix=a/", "--dst-prefix=b/", oid(repo, base),
+              oid(repo, commit), "--", view=True).stdout
     return parse_added_lines(out)
 
 
@@ -401,53 +529,50 @@ def diff_text(repo: Path, base: str, commit: str, paths: Sequence[str] | None = 
     if paths is not None and not paths:
         return ""
     return git(repo, "--literal-pathspecs", *_DIFF, "--src-prefix=a/", "--dst-prefix=b/",
-               _rev_arg(base), _rev_arg(commit), "--", *(paths or ())).stdout
+               oid(repo, base), oid(repo, commit), "--", *(paths or ()), view=True).stdout
 
 
 def diff_stat(repo: Path, base: str, commit: str) -> str:
     """``git diff --stat`` from ``base`` to ``commit``."""
-    return git(repo, *_DIFF, "--stat=120", _rev_arg(base), _rev_arg(commit), "--").stdout
-
-
-@contextlib.contextmanager
-def _gitpython(repo: Path) -> Iterator[GitRepo]:
-    # Imported here: gitpython costs ~100 ms and `lo-orch hook` must stay fast.
-    import git as gitpython
-
-    # gitpython pins GIT_DIR for its own git processes, so a leaked one cannot redirect it.
-    handle = gitpython.Repo(repo)
-    try:
-        yield handle
-    finally:
-        handle.close()
+    return git(repo, *_DIFF, "--stat=120", oid(repo, base), oid(repo, commit), "--",
+               view=True).stdout
 
 
 def file_at(repo: Path, commit: str, relpath: str) -> str | None:
-    """The text of ``relpath`` in ``commit``; None when it is absent or not a file."""
-    sha = rev_parse(repo, commit)
-    with _gitpython(repo) as handle:
-        try:
-            obj = handle.commit(sha).tree / relpath.strip("/")
-        except KeyError:
-            return None
-        if obj.type != "blob":
-            return None
-        data: bytes = obj.data_stream.read()
-    return data.decode("utf-8", "replace")
+    """The raw text of ``relpath`` in ``commit``; None when it is absent or not a file."""
+    sha = oid(repo, commit)
+    path = relpath.strip("/")
+    parts = path.split("/")
+    if not path or "\n" in path or any(p in ("", ".", "..") for p in parts):
+        return None
+    # one process: `<oid> <type> <size>` then the content, or `<name> missing`
+    res = git(repo, "cat-file", "--batch", input=f"{sha}:{path}\n", view=True, check=False)
+    head, _, rest = res.stdout.partition("\n")
+    fields = head.split(" ")
+    if not res.ok or len(fields) != 3 or fields[1] != "blob":
+        return None
+    return rest[:-1] if rest.endswith("\n") else rest
 
 
-def update_ref(repo: Path, branch: str, new: str, old: str, reason: str) -> None:
-    """Move ``branch`` from ``old`` to ``new`` only if it still points at ``old``."""
-    res = git(repo, "update-ref", "-m", reason, f"refs/heads/{branch}", new, old, check=False)
-    if not res.ok:
-        msg = f"{branch} moved while lo-orch was updating it (expected {old[:12]}); nothing changed"
+def update_ref(repo: Path, branch: str, new: str | None, old: str | None, reason: str) -> None:
+    """Move ``branch`` from ``old`` to ``new`` only if it still points at ``old`` (None: only
+    if it does not exist; ``new`` None: delete it), then read it back."""
+    ref = f"refs/heads/{branch}"
+    zero = "0" * 40
+    args = ("-d", ref, old or zero) if not new else (ref, new, old or zero)
+    res = git(repo, "update-ref", "-m", reason, *args, check=False)
+    found = git(repo, "rev-parse", "--verify", "--quiet", ref, check=False).stdout.strip()
+    if not res.ok or found != (new or ""):
+        was = old[:12] if old else "absent"
+        msg = (f"{branch} moved while lo-orch was updating it (expected {was}, found "
+               f"{found[:12] or 'absent'}); nothing changed")
         raise GitError(msg, hint="Something else changed the branch; run again to retry.")
 
 
 def merge_tree(repo: Path, ours: str, theirs: str) -> tuple[str | None, list[str]]:
     """(tree, []) for a clean merge, (None, conflicting paths) otherwise. No checkout."""
     res = git(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z",
-              _rev_arg(ours), _rev_arg(theirs), check=False)
+              oid(repo, ours), oid(repo, theirs), check=False, view=True)
     if res.returncode == 0:
         return split_z(res.stdout)[0], []
     if res.returncode == 1:
@@ -466,7 +591,7 @@ def identity(settings: WorkspaceConfig) -> dict[str, str]:
 
 def list_files(repo: Path, commit: str) -> list[str]:
     """Every file path (blobs, symlinks included) in ``commit``'s tree."""
-    out = git(repo, "ls-tree", "-r", "-z", "--full-tree", rev_parse(repo, commit)).stdout
+    out = git(repo, "ls-tree", "-r", "-z", "--full-tree", oid(repo, commit), view=True).stdout
     files = []
     for rec in split_z(out):
         meta, _, path = rec.partition("\t")
@@ -490,13 +615,14 @@ def temp_checkout(
     ``link_dependencies`` the main checkout's installed dependencies (``.venv``,
     ``node_modules``...) are linked in, so the project's own test command runs there.
     """
-    sha = rev_parse(repo, commit)
+    sha = oid(repo, commit)
     holder = Path(tempfile.mkdtemp(prefix="lo-orch-checkout-"))
     tree = holder / "tree"
     links: list[Path] = []
     try:
-        git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet", "--detach",
-            str(tree), sha)
+        # a worktree of the object view: no config, attributes or filters of the user's
+        # repository apply to the files the checks run on
+        git(repo, "worktree", "add", "--quiet", "--detach", str(tree), sha, view=True)
         if link_dependencies:
             for name in DEPENDENCY_DIRS:
                 source, target = repo / name, tree / name
@@ -510,4 +636,4 @@ def temp_checkout(
             with contextlib.suppress(OSError):
                 link.unlink()
         shutil.rmtree(holder, ignore_errors=True)
-        git(repo, "worktree", "prune", check=False)
+        git(repo, "worktree", "prune", check=False, view=True)

@@ -46,3 +46,15 @@ def run_dir(repo: Path, run: str, *, create: bool = True) -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         path.chmod(0o700)
     return path
+
+
+def repo_dir(repo: Path) -> Path:
+    """The private folder of repository ``repo`` (its main checkout or its ``.git``),
+    shared by its runs; created ``0700``."""
+    resolved = repo.resolve()
+    if resolved.name == ".git":
+        resolved = resolved.parent
+    path = state_home() / repo_key(resolved)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path

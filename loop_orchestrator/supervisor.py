@@ -171,7 +171,7 @@ class Supervisor:
         self.pane_pids: dict[int, str] = {}
         self.pane_pids_lock = threading.Lock()
         self.last_view_check = 0.0
-        # Workspace is not thread-safe (branch creation writes .git/config): one git writer.
+        # Workspace is not thread-safe (ref moves and the refs book go together): one writer.
         self.git_lock = threading.Lock()
         self.screens: dict[str, tuple[int, float, float]] = {}
         self.integration: Any = None  # the last gate2.IntegrationResult
@@ -542,8 +542,7 @@ class Supervisor:
     def _redeliver(self, tid: str) -> None:
         st = self.record.task(tid)
         if st.pane_id is None or not self.backend.state(st.pane_id).alive:
-            staging = workspace.rev_parse(self.repo, self.ws.staging_branch)
-            if st.commit and workspace.is_ancestor(self.repo, st.commit, staging):
+            if st.commit and self.ws.is_merged(st.commit):
                 # merged already and sent back (`lo-orch retry` after a failed integration)
                 self._reopen(tid)
             else:

@@ -1,10 +1,16 @@
 """Everything that touches git: branches, worktrees, commits, diffs, merges, cleanup.
 
-Safety (DESIGN.md section 9): nothing is pushed and nothing is forced. Every branch this
-module creates carries a marker in the repository config (``branch.<name>.lo-orch-run``),
-so a user's branch that happens to have the same name is refused, never reused or moved.
-Merges into staging never touch a working tree: ``git merge-tree --write-tree``,
-``git commit-tree`` and a compare-and-swap ``git update-ref``.
+Safety (DESIGN.md sections 9 and 10): nothing is pushed and nothing is forced. Every
+branch this module creates, every value it sets a ref to and each task's start commit are
+recorded in the run's refs book (``refbook``), outside the repository: a user's branch that
+happens to have the same name is refused, never reused or moved, and a ref of the run that
+something else moved stops the run (``RefTamperedError``) before each merge, at integration
+and at Gate 2. Every ref update is a compare-and-swap ``git update-ref``, read back, and
+written ahead in the book so a crash in between is recognised on resume.
+
+Staging holds each task's verified tree, not its history: one commit per task, whose single
+parent is the previous staging commit (``git merge-tree --write-tree``, ``git commit-tree``,
+no checkout). Rejected rounds stay on the task branch until cleanup.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from loop_orchestrator.errors import (
     ConfigError,
     GitError,
     MergeConflictError,
+    RefTamperedError,
     SecretFileError,
     StaleReviewError,
 )
@@ -45,6 +52,7 @@ from loop_orchestrator.gitutil import (
     list_files,
     merge_base,
     merge_tree,
+    oid,
     parse_status,
     parse_worktrees,
     quote_list,
@@ -58,6 +66,7 @@ from loop_orchestrator.gitutil import (
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import WorkspaceConfig
+    from loop_orchestrator.refbook import RefBook
 
 __all__ = [
     "Change", "CleanupReport", "Workspace", "added_lines", "changed_paths", "diff_stat",
@@ -80,8 +89,18 @@ WORKTREES_DIR = ".worktrees"
 EXCLUDES = (f"/{ORCH_DIR}/", f"/{WORKTREES_DIR}/")
 #: paths of the main checkout that are lo-orch's own, not the user's uncommitted work
 _OWN_PREFIXES = (f"{ORCH_DIR}/", f"{WORKTREES_DIR}/", ".loop-orchestrator/")
-_MARK = "lo-orch-run"
-_LAUNCH = "lo-orch-base"
+#: refs-book keys besides full ref names (spelled here only)
+_BASE = "base"
+_START = "start/"
+_NEXT = "next:"
+_ABSENT = "0" * 40
+#: trailers of a staging commit: the task, and the verified commit whose tree it holds
+TASK_TRAILER = "Lo-Orch-Task"
+VERIFIED_TRAILER = "Lo-Orch-Verified"
+
+
+def _is_sha(text: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{40}(?:[0-9a-f]{24})?", text) is not None
 
 
 def repo_root(path: Path) -> Path:
@@ -89,12 +108,8 @@ def repo_root(path: Path) -> Path:
     if not path.exists():
         msg = f"{path} does not exist"
         raise GitError(msg, hint="Pass an existing folder with --repo.")
-    result = proc.run(
-        ["git", "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel"],
-        cwd=path,
-        env=proc.no_git_env(),
-        check=False,
-    )
+    result = git(path, "rev-parse", "--path-format=absolute", "--git-common-dir",
+                 "--show-toplevel", check=False)
     if not result.ok:
         msg = f"{path.resolve()} is not inside a git repository"
         raise GitError(
@@ -178,7 +193,10 @@ class CleanupReport:
 class Workspace:
     """The branches and worktrees of one run in one repository."""
 
-    def __init__(self, repo: Path, run: str, settings: WorkspaceConfig) -> None:
+    def __init__(self, repo: Path, run: str, settings: WorkspaceConfig,
+                 refs: RefBook | None = None) -> None:
+        """``refs`` is where the run records its refs (default: a ``FileRefBook`` in the
+        run's private folder)."""
         if not RUN_RE.match(run):
             msg = f"invalid run name {run!r}"
             raise GitError(msg, hint="Use 1-40 of a-z, 0-9 and '-', starting with a letter or "
@@ -186,6 +204,11 @@ class Workspace:
         self.repo = repo.resolve()
         self.run = run
         self.settings = settings
+        if refs is None:
+            from loop_orchestrator.refbook import FileRefBook
+
+            refs = FileRefBook.for_run(self.repo, run)
+        self.refs: RefBook = refs
 
     # names --------------------------------------------------------------------------
 
@@ -232,30 +255,112 @@ class Workspace:
     def _tip(self, branch: str) -> str | None:
         return self._branches().get(branch)
 
-    def _owner(self, branch: str) -> str | None:
-        res = self._git("config", "--local", "--get", f"branch.{branch}.{_MARK}", check=False)
-        return res.stdout.strip() if res.ok else None
+    def _key(self, branch: str) -> str:
+        """The book key that makes ``branch`` this run's: a task's start, else the ref."""
+        prefix = f"lo/{self.run}/"
+        if branch.startswith(prefix) and branch != self.staging_branch:
+            return _START + branch[len(prefix):]
+        return f"refs/heads/{branch}"
 
     def _is_ours(self, branch: str) -> bool:
-        return self._owner(branch) == self.run
+        return self.refs.get(self._key(branch)) is not None
+
+    def _move(self, branch: str, new: str | None, old: str | None, reason: str) -> None:
+        """Compare-and-swap ``branch`` from ``old`` to ``new`` (None: absent) and record it.
+
+        The new value is written ahead, so ``check_refs`` after a crash between the update
+        and the record recognises lo-orch's own move instead of calling it tampering.
+        """
+        ref = f"refs/heads/{branch}"
+        checked = not self._key(branch).startswith(_START)
+        if checked:
+            self.refs.set(_NEXT + ref, new or _ABSENT)
+        update_ref(self.repo, branch, new, old, reason)
+        if checked:
+            if new:
+                self.refs.set(ref, new)
+            else:
+                self.refs.drop(ref)
+            self.refs.drop(_NEXT + ref)
 
     def _create_branch(self, name: str, sha: str) -> None:
-        # Mark first: a crash between the two steps leaves a marker without a branch
+        # Record first: a crash between the two steps leaves a record without a branch
         # (harmless), never a branch of ours that looks like a user's.
-        self._git("config", "--local", f"branch.{name}.{_MARK}", self.run)
-        self._git("config", "--local", f"branch.{name}.{_LAUNCH}", sha)
-        res = self._git("branch", "--no-track", name, sha, check=False)
-        if not res.ok:
-            for key in (_MARK, _LAUNCH):
-                self._git("config", "--local", "--unset", f"branch.{name}.{key}", check=False)
-            raise git_failure(res)
+        key = self._key(name)
+        if key.startswith(_START):
+            self.refs.set(key, sha)
+        try:
+            self._move(name, sha, None, f"lo-orch: run {self.run} created {name}")
+        except GitError:
+            if key.startswith(_START):
+                self.refs.drop(key)
+            raise
         log.info("branch created", extra={"branch": name, "sha": sha})
 
     def _delete_branch(self, name: str, sha: str) -> None:
-        # update-ref -d with the expected sha: deletes only what was checked to be merged.
-        self._git("update-ref", "-d", f"refs/heads/{name}", sha)
-        self._git("config", "--local", "--remove-section", f"branch.{name}", check=False)
+        # a compare-and-swap delete: only what was checked to be merged goes
+        self._move(name, None, sha, f"lo-orch: run {self.run} deleted {name}")
+        self.refs.drop(self._key(name))
         log.info("branch deleted", extra={"branch": name, "sha": sha})
+
+    # the refs book ----------------------------------------------------------------------
+
+    def check_refs(self) -> None:
+        """Compare every ref the book records with git; ``RefTamperedError`` on a difference.
+
+        A value written ahead (``_move``) that git shows is adopted: lo-orch moved the ref
+        and stopped before recording it.
+        """
+        book = self.refs.items()
+        branches = {f"refs/heads/{b}": sha for b, sha in self._branches().items()}
+        for name, ahead in book.items():
+            if not name.startswith(_NEXT):
+                continue
+            ref = name[len(_NEXT):]
+            found = branches.get(ref, _ABSENT)
+            if found == ahead:
+                if ahead == _ABSENT:
+                    self.refs.drop(ref)
+                else:
+                    self.refs.set(ref, ahead)
+                book[ref] = ahead
+            self.refs.drop(name)
+        for name, expected in sorted(book.items()):
+            if not name.startswith("refs/"):
+                continue
+            now = branches.get(name)
+            if expected != _ABSENT and now != expected:
+                raise RefTamperedError(name, expected, now)
+
+    def recorded(self, branch: str) -> str:
+        """The value lo-orch set ``branch`` (staging, the feature branch) to, checked
+        against git; ``GitError`` when it never set it."""
+        self.check_refs()
+        sha = self.refs.get(f"refs/heads/{branch}")
+        if sha is None:
+            msg = f"{branch} was not created by run {self.run}"
+            raise GitError(msg, hint="Start the run with `lo-orch run`, which creates it.")
+        return sha
+
+    def base(self, fallback: str | None = None) -> str:
+        """The run's base commit as recorded when staging was created (``fallback`` for a
+        run recorded before the book existed)."""
+        sha = self.refs.get(_BASE)
+        if sha is None:
+            if fallback is None:
+                msg = f"run {self.run} has no recorded base commit"
+                raise GitError(msg, hint="Start the run with `lo-orch run`.")
+            return oid(self.repo, fallback)
+        if fallback is not None and _is_sha(fallback) and fallback != sha:
+            what = f"the base of run {self.run}"
+            raise RefTamperedError(what, sha, fallback, hint=(
+                "The run's published state (run.json) names another base than lo-orch "
+                "recorded; nothing was changed. Restore run.json or plan the run afresh."))
+        return sha
+
+    def hand_over(self, branch: str) -> None:
+        """Gate 2 is done: ``branch`` is the user's from now on (no longer checked)."""
+        self.refs.drop(f"refs/heads/{branch}")
 
     def _clash(self, wanted: str, branches: Mapping[str, str]) -> str | None:
         if wanted in branches and not self._is_ours(wanted):
@@ -345,9 +450,11 @@ class Workspace:
         """Create the staging branch at ``base_sha``; an existing one of this run is kept."""
         base = rev_parse(self.repo, base_sha)
         name = self.staging_branch
+        self.check_refs()
         branches = self._branches()
         tip = branches.get(name)
         if tip is not None and self._is_ours(name):
+            self.refs.set(_BASE, self.refs.get(_BASE) or base)
             if not is_ancestor(self.repo, base, tip):
                 msg = f"{name} exists but does not contain the base commit {base[:12]}"
                 raise GitError(msg, hint="It belongs to an earlier run with the same name: "
@@ -355,6 +462,7 @@ class Workspace:
             return tip
         problem = self._clash(name, branches)
         self._raise_clashes([problem] if problem else [])
+        self.refs.set(_BASE, base)
         self._create_branch(name, base)
         return base
 
@@ -401,20 +509,21 @@ class Workspace:
         return path
 
     def task_start(self, task: str) -> str:
-        """The staging commit a task's branch began at: what its own changes are measured
-        against (its producers' work, already on staging, is not its change)."""
-        branch = self.task_branch(task)
-        launch = self._git("config", "--local", "--get", f"branch.{branch}.{_LAUNCH}",
-                           check=False).stdout.strip()
-        if launch and self._git("cat-file", "-e", f"{launch}^{{commit}}", check=False).ok:
-            return launch
-        return merge_base(self.repo, branch, self.staging_branch)
+        """The staging commit a task's branch began at, as recorded: what its own changes
+        are measured against (its producers' work, already on staging, is not its change).
+        Never derived from anything an agent can move."""
+        start = self.refs.get(_START + self._check_task(task))
+        if start is None:
+            msg = f"task {task} has no recorded start commit in run {self.run}"
+            raise GitError(msg, hint="lo-orch did not create its branch; delete the branch "
+                           f"{self.task_branch(task)} to start the task afresh.")
+        return start
 
     def _check_launch(self, branch: str, tip: str, staging: str) -> None:
         """Trust a task branch only if it still grows from the staging commit it began at."""
-        launch = self._git("config", "--local", "--get", f"branch.{branch}.{_LAUNCH}",
-                           check=False).stdout.strip()
-        ok = (self._is_ours(branch) and bool(launch)
+        task = branch[len(f"lo/{self.run}/"):]
+        launch = self.refs.get(_START + task)
+        ok = (launch is not None
               and self._git("cat-file", "-e", f"{launch}^{{commit}}", check=False).ok
               and is_ancestor(self.repo, launch, staging) and is_ancestor(self.repo, launch, tip))
         if not ok:
@@ -505,7 +614,7 @@ class Workspace:
         branch = self.task_branch(task)
         path = self.worktree_path(task)
         staging = self._tip(self.staging_branch)
-        if staging is None or is_ancestor(self.repo, staging, branch):
+        if staging is None or is_ancestor(self.repo, staging, oid(self.repo, branch)):
             return self.task_start(task)
         if self.worktree_dirty(path):
             msg = f"task {task}'s worktree has uncommitted changes; staging cannot be merged in"
@@ -522,20 +631,21 @@ class Workspace:
                 hint="Resolve it by hand in the worktree, then `lo-orch run` again.",
             )
         head = git(path, "rev-parse", "HEAD").stdout.strip()
-        self._git("config", "--local", f"branch.{branch}.{_LAUNCH}", head)
+        self.refs.set(_START + task, head)
         log.info("staging merged into task", extra={"task": task, "commit": head})
         return head
 
     def _committed_paths(self, branch: str) -> list[str]:
         """Paths added or modified by the branch's own commits (since it left staging)."""
-        staging = self._tip(self.staging_branch)
-        if staging is None:
+        staging, tip = self._tip(self.staging_branch), self._tip(branch)
+        if staging is None or tip is None:
             return []
-        fork = self._git("merge-base", staging, branch, check=False).stdout.strip()
-        if not fork:
+        try:
+            fork = merge_base(self.repo, staging, tip)
+        except GitError:
             return []
-        out = self._git("log", "--format=", "--name-only", "--no-renames", "--diff-filter=AMT",
-                        "-z", f"{fork}..{branch}").stdout
+        out = git(self.repo, "log", "--format=", "--name-only", "--no-renames",
+                  "--diff-filter=AMT", "-z", f"{fork}..{tip}", view=True).stdout
         return [p.strip("\n") for p in split_z(out) if p.strip("\n")]
 
     def _refuse_secrets(self, task: str, paths: Sequence[str], verb: str = "commit") -> None:
@@ -562,20 +672,54 @@ class Workspace:
                     found.append((task_a, task_b, paths))
         return found
 
-    def merge_into_staging(self, task: str, commit: str, title: str) -> str:
-        """Merge a task commit into staging (``--no-ff``, no checkout); return staging's sha.
+    def _squashed(self, tip: str) -> dict[str, str]:
+        """``verified commit -> staging commit`` for every task commit squashed onto the
+        first-parent history of ``tip`` since the run's base.
 
-        A conflict raises ``MergeConflictError`` and changes nothing; an already merged
-        commit returns the current staging sha (crash-resume).
+        Trustworthy because every commit on that line was made by lo-orch: the tip was
+        checked against the book, and each staging value lo-orch set has the previous one
+        as its only parent.
+        """
+        base = self.refs.get(_BASE)
+        span = f"{base}..{tip}" if base else tip
+        out = git(self.repo, "log", "--first-parent", "--format=%H%x00%B%x00", span, "--",
+                  view=True).stdout
+        fields = out.split("\0")
+        found: dict[str, str] = {}
+        for i in range(0, len(fields) - 1, 2):
+            sha, body = fields[i].strip(), fields[i + 1]
+            for line in body.splitlines():
+                key, _, value = line.partition(":")
+                if key == VERIFIED_TRAILER and _is_sha(value.strip()):
+                    found.setdefault(value.strip(), sha)
+        return found
+
+    def is_merged(self, commit: str) -> bool:
+        """Whether the task commit ``commit`` is on staging (squashed, or an ancestor)."""
+        tip = self._tip(self.staging_branch)
+        if tip is None:
+            return False
+        sha = oid(self.repo, commit)
+        return sha in self._squashed(tip) or is_ancestor(self.repo, sha, tip)
+
+    def merge_into_staging(self, task: str, commit: str, title: str) -> str:
+        """Put a verified task commit's tree onto staging; return staging's new sha.
+
+        One commit per task, whose single parent is the previous staging commit and whose
+        tree is the merge of staging with ``commit``: the rounds that led to it (a stub, an
+        assertion-free test, a token...) stay on the task branch and never become reachable
+        from staging. The refs are checked against the book first. A conflict raises
+        ``MergeConflictError`` and changes nothing; a commit already on staging returns the
+        current staging sha (crash-resume).
         """
         self._check_task(task)
         name = self.staging_branch
-        theirs = rev_parse(self.repo, commit)
-        old = self._tip(name)
-        if old is None or not self._is_ours(name):
+        theirs = oid(self.repo, commit)
+        if not self._is_ours(name) or self._tip(name) is None:
             msg = f"{name} does not exist or is not this run's staging branch"
             raise GitError(msg, hint="Start the run with `lo-orch run`, which creates it.")
-        if is_ancestor(self.repo, theirs, old):
+        old = self.recorded(name)
+        if theirs in self._squashed(old) or is_ancestor(self.repo, theirs, old):
             log.info("task already merged", extra={"task": task, "staging": old})
             return old
         self._refuse_checked_out(name)
@@ -585,21 +729,16 @@ class Workspace:
             raise MergeConflictError(msg, conflicts, hint=f"Nothing was changed; {name} is "
                                      "as it was. The task must be reworked on top of staging.")
         # Defence in depth: staging never receives a secret-like file, whoever committed it.
-        added = split_z(self._git("diff-tree", "-r", "--no-renames", "--name-only", "-z",
-                                  "--diff-filter=AMT", old, tree).stdout)
+        added = split_z(git(self.repo, "diff-tree", "-r", "--no-renames", "--name-only", "-z",
+                            "--diff-filter=AMT", old, tree, view=True).stdout)
         secrets = [p for p in added if is_secret_path(p)]
         if secrets:
             self._refuse_secrets(task, secrets, "merge")
-        text = f"lo-orch: merge task {task}: {title}"
-        new = self._git("commit-tree", "--no-gpg-sign", "-p", old, "-p", theirs, "-F", "-", tree,
-                        input=text + "\n", env=identity(self.settings)).stdout.strip()
-        try:
-            update_ref(self.repo, name, new, old, text)
-        except GitError:
-            current = self._tip(name)
-            if current is not None and is_ancestor(self.repo, theirs, current):
-                return current
-            raise
+        text = (f"lo-orch: task {task}: {title}\n\n"
+                f"{TASK_TRAILER}: {task}\n{VERIFIED_TRAILER}: {theirs}\n")
+        new = git(self.repo, "commit-tree", "--no-gpg-sign", "-p", old, "-F", "-", tree,
+                  input=text, env=identity(self.settings), view=True).stdout.strip()
+        self._move(name, new, old, f"lo-orch: task {task} onto {name}")
         log.info("task merged into staging", extra={"task": task, "staging": new})
         return new
 
@@ -609,12 +748,13 @@ class Workspace:
                merge_into: str | None = None) -> str:
         """Set the feature branch to exactly the reviewed staging commit; return its sha.
 
-        Refuses when staging moved since the review. ``merge_into`` also merges the
-        feature branch into that local branch (never pushed).
+        Refuses when a ref of the run is not where lo-orch set it, or staging moved since the
+        review. ``merge_into`` also merges the feature branch into that local branch (never
+        pushed).
         """
         staging = self.staging_branch
-        reviewed = rev_parse(self.repo, reviewed_commit)
-        tip = self._tip(staging)
+        reviewed = oid(self.repo, reviewed_commit)
+        tip = self.recorded(staging)
         if tip != reviewed:
             now = tip[:12] if tip else "missing"
             msg = (f"{staging} moved since the review (reviewed {reviewed[:12]}, now {now}); "
@@ -633,10 +773,11 @@ class Workspace:
                 raise GitError(msg, hint="Nothing was changed. Pass another name with "
                                "`--branch`, or rename or delete that branch.")
             self._refuse_checked_out(name)
-            update_ref(self.repo, name, reviewed, current, f"lo-orch: gate 2 of run {self.run}")
+            self._move(name, reviewed, self.recorded(name), f"lo-orch: gate 2 of run {self.run}")
         log.info("feature branch set", extra={"branch": name, "sha": reviewed})
         if merge_into:
             self._merge_into_local(name, reviewed, self._check_branch_name(merge_into))
+        self.check_refs()
         return reviewed
 
     def _merge_into_local(self, source: str, sha: str, target: str) -> str:
@@ -655,9 +796,10 @@ class Workspace:
         text = f"lo-orch: merge {source} into {target}"
         checkout = next((w for w in self._worktrees() if w.branch == target), None)
         if checkout is None:
-            new = sha if is_ancestor(self.repo, target_tip, sha) else self._git(
-                "commit-tree", "--no-gpg-sign", "-p", target_tip, "-p", sha, "-F", "-", tree,
-                input=text + "\n", env=identity(self.settings)).stdout.strip()
+            new = sha if is_ancestor(self.repo, target_tip, sha) else git(
+                self.repo, "commit-tree", "--no-gpg-sign", "-p", target_tip, "-p", sha, "-F",
+                "-", tree, input=text + "\n", env=identity(self.settings), view=True,
+            ).stdout.strip()
             update_ref(self.repo, target, new, target_tip, text)
             return new
         dirty = [p for p in self.worktree_dirty(checkout.path) if not p.startswith(_OWN_PREFIXES)]
@@ -723,6 +865,7 @@ class Workspace:
         branches = self._branches()
         targets = [t for n in (self.staging_branch, self.feature_branch)
                    if (t := branches.get(n)) is not None]
+        squashed = {sha for t in targets for sha in self._squashed(t)}
         checked_out = {w.branch for w in self._worktrees()}
         for task in tasks:
             name = self.task_branch(task)
@@ -732,7 +875,8 @@ class Workspace:
             reason = None
             if name in checked_out:
                 reason = "its worktree was kept"
-            elif not any(is_ancestor(self.repo, tip, t) for t in targets):
+            elif tip not in squashed and not any(is_ancestor(self.repo, tip, t)
+                                                 for t in targets):
                 reason = f"not merged into {self.staging_branch}"
             if reason is None:
                 self._delete_branch(name, tip)

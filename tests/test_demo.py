@@ -40,6 +40,6 @@ def test_demo_keep_leaves_the_repository_for_inspection(
     log = subprocess.run(["git", "log", "--format=%s", "feat/demo"], cwd=repo,
                          capture_output=True, text=True, check=True).stdout
     for task in ("tokenize", "slug", "counts", "report"):
-        assert f"lo-orch: merge task {task}" in log
+        assert f"lo-orch: task {task}" in log
     assert (repo / ".orchestration" / "reviews" / "counts-r1.md").is_file()
     assert f"Repository:   {repo}" in result.stdout

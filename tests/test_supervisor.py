@@ -67,7 +67,9 @@ def phases(repo: Path) -> dict[str, Phase]:
 
 
 def merges_per_task(repo: Path, branch: str) -> Counter[str]:
-    subjects = git(repo, "log", "--merges", "--format=%s", branch).splitlines()
+    """Staging commits per task: one each, single-parent (rejected rounds stay behind)."""
+    assert git(repo, "log", "--merges", "--format=%s", branch) == ""
+    subjects = git(repo, "log", "--first-parent", "--format=%s", branch).splitlines()
     counts: Counter[str] = Counter()
     for subject in subjects:
         for task in TASKS:

@@ -66,7 +66,9 @@ def test_clean_checkout_ignores_untracked_files_and_is_removed(git_repo: Path,
         runs = run_done_checks(
             [DoneSpec("import works", [PY, "-c", "import app.scratch"])], tree,
             tmp_path / "ev", env=check_env(tree), timeout=30)
-        assert len(worktrees(git_repo)) == len(before) + 1
+        # a checkout of lo-orch's private object view, not a worktree of the user's repo
+        assert worktrees(git_repo) == before
+        assert git(tree, "rev-parse", "HEAD").strip() == head(git_repo)
     assert runs[0].exit_code == 1
     assert "No module named 'app.scratch'" in Path(runs[0].stderr_path or "").read_text()
     assert worktrees(git_repo) == before

@@ -412,7 +412,7 @@ def test_commit_task_refuses_wrong_branch(git_repo: Path) -> None:
 # merges -----------------------------------------------------------------------------------
 
 
-def test_merge_into_staging_no_ff_without_checkout(git_repo: Path) -> None:
+def test_merge_into_staging_one_commit_without_checkout(git_repo: Path) -> None:
     ws = started(git_repo)
     before = snapshot(git_repo)
     old = git(git_repo, "rev-parse", "lo/r1/staging").strip()
@@ -420,9 +420,14 @@ def test_merge_into_staging_no_ff_without_checkout(git_repo: Path) -> None:
     assert ws.merge_precheck(commit) == []
     new = ws.merge_into_staging("a", commit, "Add a")
     assert new == git(git_repo, "rev-parse", "lo/r1/staging").strip()
-    assert parents(git_repo, new) == [old, commit]  # a merge commit even when ff was possible
+    # one new commit, even when ff was possible; its tree is the task's, not its history
+    assert parents(git_repo, new) == [old]
+    assert git(git_repo, "rev-parse", f"{new}^{{tree}}") == git(
+        git_repo, "rev-parse", f"{commit}^{{tree}}")
     assert git(git_repo, "log", "-1", "--format=%an|%s", new).strip() == (
-        "Lo Bot|lo-orch: merge task a: Add a")
+        "Lo Bot|lo-orch: task a: Add a")
+    assert f"Lo-Orch-Verified: {commit}" in git(git_repo, "log", "-1", "--format=%B", new)
+    assert ws.is_merged(commit)
     assert ws.merge_into_staging("a", commit, "Add a") == new  # crash-resume: no second merge
     assert git(git_repo, "rev-parse", "lo/r1/staging").strip() == new
     after = snapshot(git_repo)

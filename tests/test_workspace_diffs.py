@@ -198,7 +198,9 @@ def test_temp_checkout_is_clean_and_gone_afterwards(git_repo: Path) -> None:
         assert (tree / "README.md").read_text(encoding="utf-8") == "# sample\n"
         assert git(tree, "rev-parse", "HEAD").strip() == first
         (tree / "build-output.txt").write_text("made by a check\n", encoding="utf-8")
-        assert str(tree) in git(git_repo, "worktree", "list")
+        # a worktree of lo-orch's private object view: the user's repository never lists it
+        assert str(tree) not in git(git_repo, "worktree", "list")
+        assert git(tree, "status", "--porcelain").strip() == "?? build-output.txt"
     assert not tree.exists()
     assert len(git(git_repo, "worktree", "list").splitlines()) == 1
     assert (git_repo / "README.md").read_text(encoding="utf-8") == "# uncommitted\n"

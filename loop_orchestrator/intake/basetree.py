@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 
 from loop_orchestrator import workspace
-from loop_orchestrator.gitutil import git, split_z
+from loop_orchestrator.gitutil import git, oid, split_z
 from loop_orchestrator.signatures import SOURCE_SUFFIXES
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,12 @@ class BaseTree:
         args = ["-c", "core.quotepath=false", "grep", "-l", "-z", "-w", "-F", "-I"]
         for n in wanted:
             args += ["-e", n]
-        args += [self.sha, "--", *(f"*{s}" for s in SOURCE_SUFFIXES)]
-        res = git(self.repo, *args, check=False)
+        sha = oid(self.repo, self.sha)
+        args += [sha, "--", *(f"*{s}" for s in SOURCE_SUFFIXES)]
+        res = git(self.repo, *args, check=False, view=True)
         if res.returncode not in (0, 1):  # 1: no match
             log.warning("git grep failed", extra={"stderr": res.stderr})
             return []
-        prefix = f"{self.sha}:"
+        prefix = f"{sha}:"
         found = [p[len(prefix):] if p.startswith(prefix) else p for p in split_z(res.stdout)]
         return sorted(found)[:MAX_GREP_FILES]
