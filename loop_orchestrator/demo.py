@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import core, gate2, proc, resources, runs, workspace
+from loop_orchestrator import core, gate2, private, proc, resources, runs, workspace
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.state import RunDir, Store
@@ -126,7 +126,10 @@ def run_demo(
             if not keep:
                 proc.run(["tmux", "-L", socket, "kill-server"], check=False)
         if not keep:
-            # worktrees and git metadata all live inside; the whole folder is ours
+            # worktrees and git metadata all live inside; the whole folder is ours, and so
+            # is the throwaway repository's private state (record, refs book, object view)
+            with contextlib.suppress(OSError):
+                shutil.rmtree(private.state_home() / private.repo_key(repo))
             with contextlib.suppress(OSError):
                 shutil.rmtree(root)
 

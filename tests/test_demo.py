@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from loop_orchestrator import private
+
 
 def test_demo_runs_the_whole_flow_and_cleans_up(tmux_socket: str, tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
@@ -22,8 +24,10 @@ def test_demo_runs_the_whole_flow_and_cleans_up(tmux_socket: str, tmp_path: Path
     assert "Merged project's tests: Ran 18 tests" in out
     assert "rework: counts round 1:" in out and "done.failed" in out
     assert "Gate 1 approved" in out and "Gate 2 approved" in out
-    # the throwaway repository is gone without --keep
+    # the throwaway repository is gone without --keep, and so is its private state
     assert not list(tmp_path.glob("lo-orch-demo-*"))
+    state_home = private.state_home()
+    assert not state_home.exists() or not list(state_home.glob("textstats-*"))
 
 
 def test_demo_keep_leaves_the_repository_for_inspection(
