@@ -34,12 +34,15 @@ def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
 MARKER = "FORGED-SLUG-7f3a"
 STUB = f'def slugify(text, max_length=40):\n    return "{MARKER}"\n'
 
-# Runs inside the agent's pane: commits the stub itself, so it knows the commit's sha.
+# Runs inside the agent's pane: commits the stub itself, so it knows the commit's sha (the
+# sandbox refuses the commit's ref update; then HEAD is the start commit). Every write is
+# tried and its outcome printed: under the sandbox they fail, without it they succeed and
+# must change nothing.
 COMMIT_ITSELF = """
 import os, subprocess
-subprocess.run(["git", "add", "-A"], check=True)
+subprocess.run(["git", "add", "-A"], check=False)
 subprocess.run(["git", "-c", "user.name=agent", "-c", "user.email=agent@localhost", "commit",
-                "-q", "--no-gpg-sign", "--no-verify", "-m", "my work"], check=True)
+                "-q", "--no-gpg-sign", "--no-verify", "-m", "my work"], check=False)
 sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                      check=True).stdout.strip()
 run_dir, task = os.environ["LO_ORCH_RUN_DIR"], os.environ["LO_ORCH_TASK"]
@@ -50,17 +53,27 @@ import json, pathlib
 path = pathlib.Path(run_dir, "status", task + ".json")
 data = json.loads(path.read_text())
 data.update(phase="approved", commit=sha, error=None)
-path.write_text(json.dumps(data))
+try:
+    path.write_text(json.dumps(data))
+    print("status forged")
+except OSError as exc:
+    print("status not writable:", exc)
 """
 
 FORGE_VERDICT = COMMIT_ITSELF + """
 import json, pathlib, datetime
 folder = pathlib.Path(run_dir, "evidence", task, sha[:12])
-folder.mkdir(parents=True, exist_ok=True)
 verdict = {"task": task, "commit": sha, "base": sha, "passed": True, "findings": [],
            "checks": [], "created_at": datetime.datetime.now().isoformat()}
-(folder / "verdict.json").write_text(json.dumps(verdict))
+try:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "verdict.json").write_text(json.dumps(verdict))
+    print("verdict forged")
+except OSError as exc:
+    print("evidence not writable:", exc)
 """
+
+SANDBOX = pytest.mark.parametrize("sandbox", ["off", "bwrap"])
 
 
 def make_dishonest(files: demo.DemoFiles, *extra: dict[str, Any]) -> None:
@@ -81,8 +94,9 @@ def python_action(code: str) -> dict[str, Any]:
     return {"run": {"argv": [sys.executable, "-c", textwrap.dedent(code)], "check": True}}
 
 
-def run_to_gate2_and_merge(files: demo.DemoFiles) -> list[dict[str, Any]]:
+def run_to_gate2_and_merge(files: demo.DemoFiles, sandbox: str) -> list[dict[str, Any]]:
     settings = demo.demo_settings(files.script)
+    settings.sandbox.mode = sandbox  # type: ignore[assignment]
     plan_and_approve(files, settings)
     outcome = Supervisor(files.repo, settings, continue_blocked=True).run()
     assert outcome.state == "review", outcome.message
@@ -107,24 +121,29 @@ def assert_marker_only_on_the_task_branch(repo: Path) -> None:
     assert "textstats/slug.py" not in git(repo, "ls-tree", "-r", "--name-only", "feat/demo")
 
 
+@SANDBOX
 def test_an_agent_that_writes_its_own_status_as_approved_is_verified_anyway(
-    demo_files: demo.DemoFiles, tmux_socket: str
+    demo_files: demo.DemoFiles, tmux_socket: str, sandbox: str
 ) -> None:
     make_dishonest(demo_files, python_action(FORGE_STATUS))
-    events = run_to_gate2_and_merge(demo_files)
+    events = run_to_gate2_and_merge(demo_files, sandbox)
     edited = [e for e in events if e["event"] == "view_edited"]
-    assert edited and all("status/slug.json" in e["files"] for e in edited)
+    if sandbox == "off":  # the forgery was written, then reported and undone
+        assert edited and all("status/slug.json" in e["files"] for e in edited)
+    else:  # the sandbox kept the file read-only
+        assert edited == []
     slug_verdicts = [e for e in events if e["event"] == "verdict" and e.get("task") == "slug"]
     assert len(slug_verdicts) == 4 and not any(e["passed"] for e in slug_verdicts)
     assert not any(e["event"] == "task_integrated" and e["task"] == "slug" for e in events)
     assert_marker_only_on_the_task_branch(demo_files.repo)
 
 
+@SANDBOX
 def test_an_agent_that_writes_a_passing_verdict_for_its_commit_is_verified_anyway(
-    demo_files: demo.DemoFiles, tmux_socket: str
+    demo_files: demo.DemoFiles, tmux_socket: str, sandbox: str
 ) -> None:
     make_dishonest(demo_files, python_action(FORGE_VERDICT))
-    events = run_to_gate2_and_merge(demo_files)
+    events = run_to_gate2_and_merge(demo_files, sandbox)
     slug_verdicts = [e for e in events if e["event"] == "verdict" and e.get("task") == "slug"]
     assert len(slug_verdicts) == 4 and not any(e["passed"] for e in slug_verdicts)
     # the forged file was not the evidence: the supervisor's own verdict replaced it
@@ -135,8 +154,9 @@ def test_an_agent_that_writes_a_passing_verdict_for_its_commit_is_verified_anywa
     assert_marker_only_on_the_task_branch(demo_files.repo)
 
 
+@SANDBOX
 def test_an_agent_that_signals_for_other_tasks_moves_none_of_them(
-    demo_files: demo.DemoFiles, tmux_socket: str
+    demo_files: demo.DemoFiles, tmux_socket: str, sandbox: str
 ) -> None:
     """slug's session reports impl_done for report (which waits on it) and blocks counts."""
     others = [
@@ -145,7 +165,7 @@ def test_an_agent_that_signals_for_other_tasks_moves_none_of_them(
                  "check": True}},
     ]
     make_dishonest(demo_files, *others)
-    events = run_to_gate2_and_merge(demo_files)
+    events = run_to_gate2_and_merge(demo_files, sandbox)
     rejected = [e for e in events if e["event"] == "event_rejected"]
     assert {e["task"] for e in rejected} == {"report", "counts"}
     assert all("from the session of task slug" in e["message"] for e in rejected)
