@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -118,12 +119,21 @@ def git(
         cwd = gitdir  # nothing of the user's working tree (.gitattributes) is read
     elif _subcommand(args) in _CONVERTING:
         opts += _driver_overrides(cwd, full_env)
-    result = proc.run(
-        ["git", *opts, *args], cwd=cwd, env=full_env, input=input, timeout=timeout, check=False
-    )
+    # `git worktree add` names the new admin folder after the first free `<name>N` and reads
+    # the others while one may be half-written: two at once in one process failed with
+    # "failed to read .git/worktrees/tree1/commondir" (a 64-task benchmark run, git 2.39)
+    serial = _WORKTREE_LOCK if _subcommand(args) == "worktree" else contextlib.nullcontext()
+    with serial:
+        result = proc.run(
+            ["git", *opts, *args], cwd=cwd, env=full_env, input=input, timeout=timeout,
+            check=False,
+        )
     if check and not result.ok:
         raise git_failure(result, hint=hint)
     return result
+
+
+_WORKTREE_LOCK = threading.Lock()
 
 
 def _subcommand(args: Sequence[str]) -> str | None:

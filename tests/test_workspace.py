@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import git
 
+from loop_orchestrator import gitutil
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import (
     CommandError,
@@ -630,3 +631,27 @@ def test_staging_never_receives_a_secret_file(git_repo: Path) -> None:
     with pytest.raises(SecretFileError, match=r"deploy\.pem"):
         ws.merge_into_staging("a", commit, "A")
     assert git(git_repo, "rev-parse", "lo/r1/staging") == staging
+
+
+def test_parallel_clean_checkouts_do_not_trip_over_each_other(git_repo: Path) -> None:
+    """Two tasks verified at once each take a clean checkout: `git worktree add` run
+    concurrently in one repository failed ("failed to read .git/worktrees/tree1/commondir")
+    in 4 of 48 checkouts without the gateway's worktree lock."""
+    import threading
+
+    errors: list[str] = []
+
+    def work() -> None:
+        for _ in range(6):
+            try:
+                with gitutil.temp_checkout(git_repo, "HEAD") as tree:
+                    assert (tree / "README.md").is_file()
+            except Exception as exc:  # every failure is the finding
+                errors.append(str(exc)[-200:])
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
