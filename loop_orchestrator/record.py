@@ -114,6 +114,8 @@ class Record:
         self._offset = 0
         #: sha256 of the text last published per view file (to see edits by others)
         self._published: dict[Path, str] = {}
+        #: view files found edited by someone else when they were about to be rewritten
+        self._edited: set[str] = set()
         self._key = self._load_key()
 
     # opening --------------------------------------------------------------------------
@@ -296,15 +298,27 @@ class Record:
 
     # the published view ---------------------------------------------------------------
     def publish_task(self, status: TaskStatus) -> None:
-        path = self.dirs.status_path(status.task)
-        text = status.model_dump_json(indent=2) + "\n"
-        atomic_write_text(path, text)
-        self._published[path] = _file_digest(text)
+        self._publish(self.dirs.status_path(status.task), status.model_dump_json(indent=2))
 
     def publish_run(self) -> None:
-        text = self.run.model_dump_json(indent=2) + "\n"
-        atomic_write_text(self.dirs.run_json, text)
-        self._published[self.dirs.run_json] = _file_digest(text)
+        self._publish(self.dirs.run_json, self.run.model_dump_json(indent=2))
+
+    def _publish(self, path: Path, body: str) -> None:
+        """Write one view file; an edit by someone else since our last write is noted
+        first (``check_view`` reports it), so overwriting it never hides it."""
+        text = body + "\n"
+        with self._mutex:
+            if path in self._published and self._on_disk_digest(path) != self._published[path]:
+                self._edited.add(str(path.relative_to(self.dirs.root)))
+            atomic_write_text(path, text)
+            self._published[path] = _file_digest(text)
+
+    @staticmethod
+    def _on_disk_digest(path: Path) -> str:
+        try:
+            return _file_digest(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return ""
 
     def publish_all(self) -> list[str]:
         """Rewrite every view file from the record; the files that differed (edited)."""
@@ -327,18 +341,17 @@ class Record:
         return edited
 
     def check_view(self) -> list[str]:
-        """View files changed by someone else since they were published; republished."""
-        edited = []
-        for path, digest in list(self._published.items()):
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                text = ""
-            if _file_digest(text) != digest:
-                edited.append(str(path.relative_to(self.dirs.root)))
-        if edited:
-            self.publish_all()
-        return edited
+        """View files changed by someone else since they were published (including edits
+        a later publish overwrote); republished."""
+        with self._mutex:
+            edited = set(self._edited)
+            self._edited.clear()
+            for path, digest in list(self._published.items()):
+                if self._on_disk_digest(path) != digest:
+                    edited.add(str(path.relative_to(self.dirs.root)))
+            if edited:
+                self.publish_all()
+            return sorted(edited)
 
 
 def _view_differs(on_disk: str, text: str) -> bool:

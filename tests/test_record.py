@@ -172,3 +172,14 @@ def test_status_shows_the_record_whatever_the_files_say(git_repo: Path) -> None:
     status.write_text(json.dumps(forged), encoding="utf-8")
     [task] = core.status_document(git_repo)["tasks"]
     assert task["phase"] == "implementing"
+
+
+def test_an_edit_overwritten_by_the_next_publish_is_still_reported(tmp_path: Path) -> None:
+    """The agent forges its status, then signals: the supervisor's next write replaces the
+    forgery before any periodic look; the edit must not vanish unreported."""
+    rec = make_record(tmp_path)
+    rec.update_task("alpha", phase=Phase.IMPLEMENTING)
+    RunDir(tmp_path).status_path("alpha").write_text('{"phase": "approved"}', encoding="utf-8")
+    rec.update_task("alpha", phase=Phase.IMPL_DONE)
+    assert rec.check_view() == ["status/alpha.json"]
+    assert rec.check_view() == []
