@@ -246,12 +246,7 @@ class Record:
 
         A field the status model does not have is an error (a typo must not be stored).
         """
-        unknown = sorted(set(changes) - set(TaskStatus.model_fields))
-        if unknown:
-            msg = f"unknown status field(s) {', '.join(unknown)}"
-            raise TypeError(msg)
-        data = {k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()}
-        data["updated_at"] = now_iso()
+        data = _changes(TaskStatus, "status", changes)
         with self._mutex:
             current = self.task(task)
             TaskStatus.model_validate({**current.model_dump(), **data})  # refuse bad values
@@ -261,12 +256,8 @@ class Record:
         return new
 
     def update_run(self, **changes: Any) -> RunState:
-        unknown = sorted(set(changes) - set(RunState.model_fields))
-        if unknown:
-            msg = f"unknown run field(s) {', '.join(unknown)}"
-            raise TypeError(msg)
-        data = {k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()}
-        data["updated_at"] = now_iso()
+        """Record a change of the run and publish run.json; the new run state."""
+        data = _changes(RunState, "run", changes)
         with self._mutex:
             RunState.model_validate({**self.run.model_dump(), **data})
             self.append("run", set=data)
@@ -352,6 +343,19 @@ class Record:
             if edited:
                 self.publish_all()
             return sorted(edited)
+
+
+def _changes(model: type[TaskStatus] | type[RunState], what: str,
+             changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``changes`` as journal data (enums as their values, a new ``updated_at``); a field
+    ``model`` does not have is an error, so a typo is never stored."""
+    unknown = sorted(set(changes) - set(model.model_fields))
+    if unknown:
+        msg = f"unknown {what} field(s) {', '.join(unknown)}"
+        raise TypeError(msg)
+    data = {k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()}
+    data["updated_at"] = now_iso()
+    return data
 
 
 def _view_differs(on_disk: str, text: str) -> bool:

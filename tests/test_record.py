@@ -21,6 +21,15 @@ def make_record(repo: Path, run: str = "demo", tasks: tuple[str, ...] = ("alpha"
     return record.start(repo, state, [TaskStatus(task=t) for t in tasks])
 
 
+def plan_one_task(repo: Path) -> None:
+    plan = repo / "plan.yaml"
+    plan.write_text(
+        "goal: g\nname: demo\ntasks:\n  - id: alpha\n    title: A\n    objective: o\n"
+        "    owns: [a.py]\n    done:\n      - criterion: c\n        check: pytest -q\n",
+        encoding="utf-8")
+    core.plan_from_file(repo, plan, Settings())
+
+
 def lines(rec: Record) -> list[str]:
     return rec.path.read_text(encoding="utf-8").splitlines(keepends=True)
 
@@ -137,12 +146,7 @@ def test_no_record_no_run(git_repo: Path) -> None:
 
 def test_editing_run_json_does_not_approve_a_plan(git_repo: Path) -> None:
     """An agent writes the approval into run.json itself: `lo-orch run` still refuses."""
-    plan = git_repo / "plan.yaml"
-    plan.write_text(
-        "goal: g\nname: demo\ntasks:\n  - id: alpha\n    title: A\n    objective: o\n"
-        "    owns: [a.py]\n    done:\n      - criterion: c\n        check: pytest -q\n",
-        encoding="utf-8")
-    core.plan_from_file(git_repo, plan, Settings())
+    plan_one_task(git_repo)
     path = RunDir(git_repo).run_json
     data = json.loads(path.read_text(encoding="utf-8"))
     data["approved_plan_sha256"] = data["plan_sha256"]
@@ -155,12 +159,7 @@ def test_editing_run_json_does_not_approve_a_plan(git_repo: Path) -> None:
 
 
 def test_status_shows_the_record_whatever_the_files_say(git_repo: Path) -> None:
-    plan = git_repo / "plan.yaml"
-    plan.write_text(
-        "goal: g\nname: demo\ntasks:\n  - id: alpha\n    title: A\n    objective: o\n"
-        "    owns: [a.py]\n    done:\n      - criterion: c\n        check: pytest -q\n",
-        encoding="utf-8")
-    core.plan_from_file(git_repo, plan, Settings())
+    plan_one_task(git_repo)
     status = RunDir(git_repo).status_path("alpha")
     status.write_text("{garbled", encoding="utf-8")
     # before approval the files are all there is: a garbled one is left out, not fatal
