@@ -365,6 +365,8 @@ def analyse(n: int, ledger: list[dict[str, Any]], starts: list[tuple[str, str, f
     failed = sum(1 for *_, rc in hooks if rc not in ("0", "2"))  # 2: a Stop block
     integrated = {e.get("task") for e in ledger if e["event"] == "task_integrated"}
     rejected = sum(1 for e in ledger if e["event"] == "signal_rejected")
+    blocked = [f"{e.get('task')}: {' '.join(str(e.get('message')).split())[:300]}"
+               for e in ledger if e["event"] == "task_blocked"]
     return {
         "tasks": n,
         "latency": latency, "to_phase": to_phase, "expected": 2 * n,
@@ -372,6 +374,7 @@ def analyse(n: int, ledger: list[dict[str, Any]], starts: list[tuple[str, str, f
         "prompt_wall": [w for w, _ in prompt], "prompt_cpu": [c for _, c in prompt],
         "hook_wall": [w for w, _ in every], "hook_cpu": [c for _, c in every],
         "hook_failed": failed, "integrated": len(integrated), "rejected": rejected,
+        "blocked": blocked,
     }
 
 
@@ -439,6 +442,9 @@ def render(sizes: list[int], results: dict[tuple[str, int], dict[str, object]],
             if r["integrated"] != n or r["problem"]:
                 notes.append(f"{label}: {r['integrated']} of {n} tasks integrated"
                              + (f"; {r['problem']}" if r["problem"] else ""))
+            blocked = r["blocked"]
+            assert isinstance(blocked, list)
+            notes.extend(f"{label}: blocked {why}" for why in blocked)
         lines.extend(f"  note: {note}" for note in notes)
     return "\n".join(lines)
 
