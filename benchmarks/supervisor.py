@@ -1,34 +1,87 @@
-"""Supervisor benchmark: scripted sessions in real tmux, 16 and 64 tasks.
+"""Supervisor benchmark, BEFORE and AFTER side by side: scripted sessions in real tmux.
 
-Prints, per size: wall time, launch time per session (released -> pane launched, and
-released -> first prompt delivered), signal-to-reaction latency (p50/p95, from ledger
-timestamps: the `signal` line written by `lo-orch signal` to the supervisor's `reacted`
-line), supervisor CPU seconds and peak RSS (sampled from /proc while it runs). The baseline,
-in the same run and on the same signals: a loop polling the status files every 15 seconds
-(the seed's design) would see each signal at its next tick; its latency is computed from the
-recorded signal times with the poller's phase drawn at random.
+One run measures the same workload (16 and 64 tasks by default, cap 16) twice: BEFORE is a
+baseline revision (default 9b2c2b2: sessions wrote status files under a flock, the
+supervisor watched status/ with watchdog), checked out in a temporary git worktree and
+imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike; checked, and
+removed at the end); AFTER is this tree's code (signals and hooks go to the supervisor's
+inbox socket). Per size and version it prints:
+
+1. signal latency, p50/p95: from the moment a session *starts* ``lo-orch signal`` to the
+   supervisor's reaction (its ``reacted`` ledger line; the task moves to implementing after
+   plan_ready, to verifying after impl_done, in the job submitted right after that line).
+   The start is recorded by the scripted agent itself: its signals are ``run:`` actions,
+   ``sh -c 'date +%s.%N >> LOG; eval "exec $LO_ORCH_BIN signal PHASE"'``, the same
+   ``sh -c "$LO_ORCH_BIN signal PHASE"`` that its ``signal:`` action runs in both versions,
+   with the clock read first. For AFTER a second row ends at the phase change itself, from
+   the supervisor's private journal (BEFORE kept no history of status changes).
+2. supervisor reaction after the record, p50/p95: the ``signal`` ledger line to the
+   ``reacted`` line. BEFORE, ``lo-orch signal`` wrote that line itself after the status file,
+   so the supervisor could react before it existed: such a reaction counts as 0.
+3. hook cost: every hook the scripted agent fires (as Claude Code does, through the plugin's
+   ``hooks/lo-hook`` launcher, i.e. ``sh -c "$LO_ORCH_BIN hook EVENT"``) runs under a timing
+   wrapper (a plugin folder handed to the agent with ``--plugin-dir``) that records the wall
+   time and the CPU time (children's rusage) of the real launcher; UserPromptSubmit is
+   reported on its own and all events together.
+4. supervisor CPU seconds and peak RSS over the run (sampled from /proc while it runs).
+
+Each run gets a private tmux socket (killed at the end), a throwaway HOME, XDG_STATE_HOME
+and XDG_CONFIG_HOME. AFTER runs agents inside its bubblewrap sandbox where bwrap works
+(as shipped); BEFORE has no sandbox.
 
     .venv/bin/python benchmarks/supervisor.py [--sizes 16,64] [--concurrency 16]
+        [--baseline REV | --no-baseline]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import random
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-POLL_SECONDS = 15.0
+BASELINE = "9b2c2b2"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+REACT_PHASES = ("plan_ready", "impl_done")
+#: a run that has not ended by then is stopped (and reported as such)
+RUN_TIMEOUT = 15 * 60.0
+#: the phase the supervisor moves a task to on each signal
+NEXT_PHASE = {"plan_ready": "implementing", "impl_done": "verifying"}
+
+#: the timing wrapper around each hook command (stdlib only, run with ``python -I -S``)
+HOOK_TIMER = """\
+import os, resource, subprocess, sys, time
+log, cmd = sys.argv[1], sys.argv[2:]
+start = time.perf_counter()
+rc = subprocess.call(cmd)
+wall = time.perf_counter() - start
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the one child, and what it waited for
+with open(log, "a", encoding="utf-8") as fh:
+    fh.write(f"{os.environ.get('LO_ORCH_TASK', '-')} {cmd[-1]} {wall:.6f} "
+             f"{ru.ru_utime + ru.ru_stime:.6f} {rc}\\n")
+sys.exit(rc)
+"""
+
+
+@dataclass(frozen=True)
+class Version:
+    label: str
+    #: the source tree whose package runs (its ``hooks/lo-hook`` too)
+    tree: Path
+    #: put on PYTHONPATH (the baseline); None: the installed (editable) package
+    pythonpath: Path | None
 
 
 def _ts(iso: str) -> float:
@@ -42,11 +95,87 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def _git_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=_git_env(),
+                   timeout=120)
 
 
-def build(root: Path, n: int, concurrency: int) -> Path:
+@contextlib.contextmanager
+def baseline_tree(rev: str) -> Iterator[Path]:
+    """A temporary detached worktree of ``rev`` of this repository, removed on exit."""
+    tmp = Path(tempfile.mkdtemp(prefix="lo-bench-baseline-"))
+    tree = tmp / "tree"
+    try:
+        _git(REPO_ROOT, "worktree", "add", "--detach", str(tree), rev)
+        yield tree
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO_ROOT,
+                       capture_output=True, env=_git_env(), check=False, timeout=120)
+        subprocess.run(["git", "worktree", "prune"], cwd=REPO_ROOT, capture_output=True,
+                       env=_git_env(), check=False, timeout=120)
+        with contextlib.suppress(OSError):
+            tmp.rmdir()
+
+
+def run_env(version: Version, root: Path, socket: str) -> dict[str, str]:
+    """The environment of every lo-orch command of one run (panes inherit it)."""
+    env = {k: v for k, v in _git_env().items()
+           if not k.startswith("LO_ORCH_") and k not in ("TMUX", "TMUX_PANE", "PYTHONPATH")}
+    home = root / "home"
+    for sub in ("state", "config", "cache"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    (home / ".gitconfig").write_text("[user]\n\tname = bench\n\temail = bench@localhost\n",
+                                     encoding="utf-8")
+    env.update(HOME=str(home), XDG_STATE_HOME=str(home / "state"),
+               XDG_CONFIG_HOME=str(home / "config"), XDG_CACHE_HOME=str(home / "cache"),
+               SHELL="/bin/sh", LO_ORCH_TMUX_SOCKET=socket)
+    if version.pythonpath is not None:
+        env["PYTHONPATH"] = str(version.pythonpath)
+    return env
+
+
+def check_import(version: Version, env: dict[str, str], cwd: Path) -> None:
+    """Fail unless ``python -m loop_orchestrator`` here imports ``version``'s code."""
+    out = subprocess.run([sys.executable, "-c",
+                          "import loop_orchestrator; print(loop_orchestrator.__file__)"],
+                         env=env, cwd=cwd, capture_output=True, text=True, check=True,
+                         timeout=60).stdout.strip()
+    found = Path(out).resolve().parent
+    if found != (version.tree / "loop_orchestrator").resolve():
+        msg = f"{version.label}: imports {found}, not {version.tree}"
+        raise SystemExit(msg)
+
+
+def _signal_run(phase: str, log_dir: Path) -> dict[str, object]:
+    """A ``run:`` action doing what ``signal:`` does, with its start time recorded first."""
+    log = shlex.quote(str(log_dir)) + '/"$LO_ORCH_TASK"'
+    command = f'date "+%s.%N {phase}" >> {log}; eval "exec $LO_ORCH_BIN signal {phase}"'
+    return {"run": {"argv": ["sh", "-c", command], "timeout": 120}}
+
+
+def _plugin(root: Path, version: Version, hook_log: Path) -> Path:
+    """A plugin folder whose hooks are the version's own, each under the timing wrapper."""
+    plugin = root / "plugin"
+    (plugin / "hooks").mkdir(parents=True)
+    timer = plugin / "hooktime.py"
+    timer.write_text(HOOK_TIMER, encoding="utf-8")
+    config = json.loads((version.tree / "hooks" / "hooks.json").read_text(encoding="utf-8"))
+    launcher = str(version.tree / "hooks" / "lo-hook")
+    prefix = shlex.join([sys.executable, "-I", "-S", str(timer), str(hook_log)])
+    for groups in config["hooks"].values():
+        for group in groups:
+            for hook in group["hooks"]:
+                hook["command"] = hook["command"].replace(
+                    '"${CLAUDE_PLUGIN_ROOT}/hooks/lo-hook"', f"{prefix} {shlex.quote(launcher)}")
+    (plugin / "hooks" / "hooks.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return plugin
+
+
+def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
     repo = root / "bench"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
@@ -57,6 +186,9 @@ def build(root: Path, n: int, concurrency: int) -> Path:
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-q",
          "--no-gpg-sign", "-m", "initial")
+    # outside the repository: the AFTER sandbox makes the repository read-only to agents
+    starts = root / "timing" / "signal-starts"
+    starts.mkdir(parents=True)
     python = shlex.quote(sys.executable)
     tasks = []
     script: dict[str, object] = {}
@@ -80,23 +212,38 @@ def build(root: Path, n: int, concurrency: int) -> Path:
                 f"    def test_zero(self):\n        self.assertEqual(f{i:03d}(0), {i})\n\n"
                 f"    def test_negative_is_rejected(self):\n"
                 f"        with self.assertRaises(ValueError):\n            f{i:03d}(-1)\n")
+        plan_actions: list[object] = []
+        if i == 0:
+            # which code the panes run: LO_ORCH_BIN's interpreter with the pane's environment
+            probe = ('eval "set -- $LO_ORCH_BIN"; "$1" -c "import loop_orchestrator; '
+                     'print(loop_orchestrator.__file__)" > ' + shlex.quote(str(root / "timing"
+                                                                           / "pane-import")))
+            plan_actions.append({"run": {"argv": ["sh", "-c", probe], "timeout": 60}})
+        plan_actions.append(_signal_run("plan_ready", starts))
         script[tid] = {
-            "plan": [{"signal": {"phase": "plan_ready"}}],
+            "plan": plan_actions,
             "implement": [[
                 {"write": {"path": f"pkg/m{i:03d}.py", "content": module}},
                 {"write": {"path": f"tests/test_m{i:03d}.py", "content": test}},
-                {"signal": {"phase": "impl_done"}},
+                _signal_run("impl_done", starts),
             ]],
         }
     plan = {"goal": f"benchmark with {n} tasks", "name": f"bench{n}",
             "concurrency": concurrency, "tasks": tasks}
     (root / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
     (root / "script.yaml").write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+    plugin = _plugin(root, version, root / "timing" / "hooks.log")
+    agent_env = ""
+    if version.pythonpath is not None:  # the pane's own python -m must find the old code too
+        agent_env = f"env = {{ PYTHONPATH = {json.dumps(str(version.pythonpath))} }}\n"
     cfg = repo / ".loop-orchestrator"
     cfg.mkdir()
+    # stall_minutes = 1: a session left waiting (a rejected signal) is nudged, then blocked,
+    # in two minutes instead of holding the whole run
     (cfg / "config.toml").write_text(
-        f'[agent]\nkind = "scripted"\nscript = "{root / "script.yaml"}"\nready_timeout = 60\n'
-        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.05\nstall_minutes = 10\n',
+        f'[agent]\nkind = "scripted"\nscript = {json.dumps(str(root / "script.yaml"))}\n'
+        f"args = {json.dumps(['--plugin-dir', str(plugin)])}\nready_timeout = 60\n{agent_env}"
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.05\nstall_minutes = 1\n',
         encoding="utf-8",
     )
     return repo
@@ -117,95 +264,213 @@ def _proc_sample(pid: int) -> tuple[float, int] | None:
         return None
 
 
-def measure(n: int, concurrency: int, rng: random.Random) -> dict[str, object]:
-    with tempfile.TemporaryDirectory(prefix=f"lo-bench-{n}-") as tmp:
+def _supervise(lo: list[str], repo: Path, env: dict[str, str],
+               cwd: Path) -> tuple[float, float, int, str | None]:
+    """Run the supervisor to its end or ``RUN_TIMEOUT``: (wall seconds, its CPU seconds, its
+    peak RSS KiB, None or what went wrong). It is stopped on any way out."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile("w+") as err:
+        sup = subprocess.Popen([*lo, "run", "--repo", str(repo)], env=env, cwd=cwd,
+                               stdout=subprocess.DEVNULL, stderr=err, text=True)
+        cpu, peak = 0.0, 0
+        try:
+            while sup.poll() is None and time.monotonic() - started < RUN_TIMEOUT:
+                sample = _proc_sample(sup.pid)
+                if sample:  # a zombie's last sample has no VmHWM: keep the largest seen
+                    cpu, peak = max(cpu, sample[0]), max(peak, sample[1])
+                time.sleep(0.1)
+        finally:
+            if sup.poll() is None:
+                sup.terminate()
+                try:
+                    sup.wait(30)
+                except subprocess.TimeoutExpired:
+                    sup.kill()
+                    sup.wait(30)
+        wall = time.monotonic() - started
+        err.seek(0)
+        tail = (err.read().strip().splitlines() or [""])[-1]
+    if wall >= RUN_TIMEOUT:
+        return wall, cpu, peak, f"stopped after {RUN_TIMEOUT:.0f} s"
+    if sup.returncode != 0:
+        return wall, cpu, peak, f"supervisor exit {sup.returncode}: {tail}"
+    return wall, cpu, peak, None
+
+
+def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix=f"lo-bench-{version.label.lower()}-{n}-",
+                                     ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
-        repo = build(root, n, concurrency)
-        socket = f"lo-bench-{os.getpid()}-{n}"
-        env = {**os.environ, "LO_ORCH_TMUX_SOCKET": socket}
+        socket = f"lo-bench-{os.getpid()}-{version.label.lower()}-{n}"
+        env = run_env(version, root, socket)
+        check_import(version, env, root)
+        repo = build(root, n, concurrency, version)
         lo = [sys.executable, "-m", "loop_orchestrator"]
         try:
-            subprocess.run([*lo, "plan", str(root / "plan.yaml"), "--repo", str(repo)],
-                           env=env, check=True, capture_output=True)
-            subprocess.run([*lo, "approve", "--repo", str(repo)], env=env, check=True,
-                           capture_output=True)
-            started = time.monotonic()
-            sup = subprocess.Popen([*lo, "run", "--repo", str(repo)], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            cpu, peak = 0.0, 0
-            while sup.poll() is None:
-                sample = _proc_sample(sup.pid)
-                if sample:
-                    cpu, peak = sample
-                time.sleep(0.2)
-            wall = time.monotonic() - started
-            if sup.returncode != 0:
-                raise SystemExit(f"supervisor failed for {n} tasks: {sup.stderr.read()[-2000:]}")
+            for step in (["plan", str(root / "plan.yaml")], ["approve"]):
+                subprocess.run([*lo, *step, "--repo", str(repo)], env=env, cwd=root,
+                               check=True, capture_output=True, timeout=300)
+            wall, cpu, peak, problem = _supervise(lo, repo, env, root)
         finally:
             subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True,
-                           check=False)
+                           check=False, timeout=30)
+            # the socket file outlives the server
+            tmux_dir = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+            (tmux_dir / socket).unlink(missing_ok=True)
+        pane_import = Path((root / "timing" / "pane-import").read_text().strip()).resolve()
+        if pane_import.parent != (version.tree / "loop_orchestrator").resolve():
+            msg = f"{version.label}: the panes ran {pane_import}, not {version.tree}"
+            raise SystemExit(msg)
         ledger = [json.loads(line) for line in
                   (repo / ".orchestration" / "ledger.jsonl").read_text().splitlines()]
-    released: dict[str, float] = {}
-    launched: list[float] = []
-    first_prompt: list[float] = []
-    seen_prompt: set[str] = set()
-    signals: list[tuple[str, str, float]] = []
-    reacted_at: dict[tuple[str, str], float] = {}
-    start_ts = _ts(ledger[0]["ts"])
+        starts = []
+        for file in (root / "timing" / "signal-starts").iterdir():
+            for line in file.read_text().splitlines():
+                ts, phase = line.split()
+                starts.append((file.name, phase, float(ts)))
+        hooks = [line.split() for line in
+                 (root / "timing" / "hooks.log").read_text().splitlines()]
+        # AFTER keeps a private journal of every phase change (BEFORE has none)
+        journal = [json.loads(line)
+                   for path in sorted((root / "home" / "state").glob("**/journal.jsonl"))
+                   for line in path.read_text().splitlines()]
+    return analyse(n, ledger, starts, hooks, journal) | {
+        "wall": wall, "cpu": cpu, "peak_mib": peak / 1024, "problem": problem}
+
+
+def analyse(n: int, ledger: list[dict[str, Any]], starts: list[tuple[str, str, float]],
+            hooks: list[list[str]], journal: list[dict[str, Any]]) -> dict[str, object]:
+    reacted: dict[tuple[str, str], float] = {}
+    signalled: dict[tuple[str, str], float] = {}
     for e in ledger:
-        t, task, ev = _ts(e["ts"]), e.get("task"), e["event"]
-        if ev == "task_released":
-            released[task] = t
-        elif ev == "session_launched" and task in released:
-            launched.append(t - released[task])
-        elif ev == "prompt_delivered" and task in released and task not in seen_prompt:
-            seen_prompt.add(task)
-            first_prompt.append(t - released[task])
-        elif ev == "signal" and e.get("phase") in ("plan_ready", "impl_done"):
-            signals.append((task, e["phase"], t))
-        elif ev == "reacted":
-            reacted_at.setdefault((task, e.get("to")), t)
-    # `lo-orch signal` writes the status file before its ledger line, so the supervisor can
-    # react before that line exists: such a reaction counts as immediate (0).
-    reactions = [max(0.0, reacted_at[(task, ph)] - t) for task, ph, t in signals
-                 if (task, ph) in reacted_at]
-    phase = rng.uniform(0, POLL_SECONDS)
-    polled = [POLL_SECONDS - ((t - start_ts - phase) % POLL_SECONDS) for _, _, t in signals]
+        key = (str(e.get("task")), str(e.get("to") or e.get("phase")))
+        if e["event"] == "reacted":
+            reacted.setdefault(key, _ts(str(e["ts"])))
+        elif e["event"] == "signal" and key[1] in REACT_PHASES:
+            signalled.setdefault(key, _ts(str(e["ts"])))
+    latency = [reacted[(t, ph)] - ts for t, ph, ts in starts if (t, ph) in reacted]
+    moved: dict[tuple[str, str], float] = {}
+    for entry in journal:
+        changes = entry.get("data", {}).get("set", {})
+        if entry.get("kind") == "task" and changes.get("phase") in NEXT_PHASE.values():
+            moved.setdefault((entry["data"]["task"], changes["phase"]), _ts(entry["ts"]))
+    to_phase = [moved[(t, NEXT_PHASE[ph])] - ts for t, ph, ts in starts
+                if (t, NEXT_PHASE[ph]) in moved]
+    # BEFORE: `lo-orch signal` wrote its ledger line after the status file, so the supervisor
+    # could react before that line existed; such a reaction counts as immediate (0)
+    reaction = [max(0.0, reacted[k] - ts) for k, ts in signalled.items() if k in reacted]
+    early = sum(1 for k, ts in signalled.items() if k in reacted and reacted[k] < ts)
+    prompt = [(float(w), float(c)) for _, ev, w, c, _ in hooks if ev == "UserPromptSubmit"]
+    every = [(float(w), float(c)) for _, _, w, c, _ in hooks]
+    failed = sum(1 for *_, rc in hooks if rc not in ("0", "2"))  # 2: a Stop block
+    integrated = {e.get("task") for e in ledger if e["event"] == "task_integrated"}
+    rejected = sum(1 for e in ledger if e["event"] == "signal_rejected")
+    blocked = [f"{e.get('task')}: {' '.join(str(e.get('message')).split())[:300]}"
+               for e in ledger if e["event"] == "task_blocked"]
     return {
-        "tasks": n, "wall": wall, "cpu": cpu, "peak_rss_mib": peak / 1024,
-        "launch_p50": _pct(launched, 0.5), "launch_p95": _pct(launched, 0.95),
-        "ready_p50": _pct(first_prompt, 0.5), "ready_p95": _pct(first_prompt, 0.95),
-        "react_p50": _pct(reactions, 0.5), "react_p95": _pct(reactions, 0.95),
-        "react_n": len(reactions),
-        "poll_p50": _pct(polled, 0.5), "poll_p95": _pct(polled, 0.95),
-        "poll_mean": statistics.fmean(polled) if polled else float("nan"),
+        "tasks": n,
+        "latency": latency, "to_phase": to_phase, "expected": 2 * n,
+        "reaction": reaction, "early": early,
+        "prompt_wall": [w for w, _ in prompt], "prompt_cpu": [c for _, c in prompt],
+        "hook_wall": [w for w, _ in every], "hook_cpu": [c for _, c in every],
+        "hook_failed": failed, "integrated": len(integrated), "rejected": rejected,
+        "blocked": blocked,
     }
+
+
+def _ms(values: object) -> str:
+    vals = list(values) if isinstance(values, list) else []
+    if not vals:
+        return "-"
+    return f"{1000 * _pct(vals, 0.5):.1f} / {1000 * _pct(vals, 0.95):.1f}"
+
+
+def _mean_ms(values: object) -> str:
+    vals = list(values) if isinstance(values, list) else []
+    return f"{1000 * sum(vals) / len(vals):.1f}" if vals else "-"
+
+
+def render(sizes: list[int], results: dict[tuple[str, int], dict[str, object]],
+           labels: list[str], concurrency: int) -> str:
+    rows: list[tuple[str, str]] = [
+        ("1 signal latency p50/p95 ms", "latency"),
+        ("1 same, to the phase change in the journal", "to_phase"),
+        ("2 supervisor signal->reacted p50/p95 ms", "reaction"),
+        ("3 hook UserPromptSubmit wall p50/p95 ms", "prompt_wall"),
+        ("3 hook UserPromptSubmit CPU p50/p95 ms", "prompt_cpu"),
+        ("3 hook UserPromptSubmit CPU mean ms", "prompt_cpu_mean"),
+        ("3 all hook events wall p50/p95 ms", "hook_wall"),
+        ("3 all hook events CPU mean ms", "hook_cpu_mean"),
+        ("4 supervisor CPU s", "cpu"),
+        ("4 supervisor peak RSS MiB", "peak_mib"),
+        ("  run wall s", "wall"),
+        ("  samples: signals timed/sent, hook calls", "samples"),
+    ]
+
+    def cell(r: dict[str, object], key: str) -> str:
+        if key in ("latency", "to_phase", "reaction", "prompt_wall", "prompt_cpu", "hook_wall"):
+            return _ms(r[key])
+        if key.endswith("_mean"):
+            return _mean_ms(r[key.removesuffix("_mean")])
+        if key == "samples":
+            lat, hw = r["latency"], r["hook_wall"]
+            assert isinstance(lat, list) and isinstance(hw, list)
+            return f"{len(lat)}/{r['expected']}, {len(hw)}"
+        value = r[key]
+        assert isinstance(value, float)
+        return f"{value:.2f}" if key == "cpu" else f"{value:.1f}"
+
+    width = max(len(name) for name, _ in rows)
+    lines = [f"supervisor benchmark: scripted agents, cap {concurrency}, "
+             f"{os.cpu_count()} cores ({', '.join(labels)})"]
+    for n in sizes:
+        lines.append("")
+        lines.append(f"{n} tasks".ljust(width) + "".join(f" {label:>18}" for label in labels))
+        for name, key in rows:
+            lines.append(name.ljust(width) + "".join(
+                f" {cell(results[(label, n)], key):>18}" for label in labels))
+        notes = []
+        for label in labels:
+            r = results[(label, n)]
+            if r["early"]:
+                notes.append(f"{label}: {r['early']} reactions before the signal's ledger line "
+                             "(counted as 0)")
+            if r["hook_failed"]:
+                notes.append(f"{label}: {r['hook_failed']} hook calls failed")
+            if r["rejected"]:
+                notes.append(f"{label}: {r['rejected']} signals rejected (not timed)")
+            if r["integrated"] != n or r["problem"]:
+                notes.append(f"{label}: {r['integrated']} of {n} tasks integrated"
+                             + (f"; {r['problem']}" if r["problem"] else ""))
+            blocked = r["blocked"]
+            assert isinstance(blocked, list)
+            notes.extend(f"{label}: blocked {why}" for why in blocked)
+        lines.extend(f"  note: {note}" for note in notes)
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--baseline", default=BASELINE, metavar="REV",
+                        help=f"the BEFORE revision (default {BASELINE})")
+    parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
     args = parser.parse_args()
-    rng = random.Random(args.seed)
-    rows = [measure(int(s), args.concurrency, rng) for s in args.sizes.split(",")]
-    print(f"supervisor benchmark: scripted agents, cap {args.concurrency}, "
-          f"{os.cpu_count()} cores")
-    print(f"{'tasks':>5} {'wall s':>7} {'sup cpu s':>9} {'peak MiB':>8} "
-          f"{'launch p50/p95 s':>17} {'1st prompt p50/p95 s':>21} "
-          f"{'signal->react p50/p95 s':>24} {'15s poll p50/p95 s':>19}")
-    for r in rows:
-        print(f"{r['tasks']:>5} {r['wall']:>7.1f} {r['cpu']:>9.2f} {r['peak_rss_mib']:>8.1f} "
-              f"{r['launch_p50']:>8.2f}/{r['launch_p95']:<8.2f} "
-              f"{r['ready_p50']:>10.2f}/{r['ready_p95']:<10.2f} "
-              f"{r['react_p50']:>12.3f}/{r['react_p95']:<11.3f} "
-              f"{r['poll_p50']:>9.2f}/{r['poll_p95']:<9.2f}")
-    for r in rows:
-        ratio = r["poll_p50"] / r["react_p50"] if r["react_p50"] else float("nan")
-        print(f"{r['tasks']} tasks: {r['react_n']} signals; event-driven reaction is "
-              f"{ratio:.0f}x faster at the median than 15 s polling")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    after = Version("AFTER", REPO_ROOT, None)
+    results: dict[tuple[str, int], dict[str, object]] = {}
+    with contextlib.ExitStack() as stack:
+        versions = [after]
+        if not args.no_baseline:
+            tree = stack.enter_context(baseline_tree(args.baseline))
+            versions.insert(0, Version("BEFORE", tree, tree))
+        for n in sizes:
+            for version in versions:
+                print(f"measuring {version.label} with {n} tasks...", file=sys.stderr,
+                      flush=True)
+                results[(version.label, n)] = measure(n, args.concurrency, version)
+    print(render(sizes, results, [v.label for v in versions], args.concurrency))
 
 
 if __name__ == "__main__":
