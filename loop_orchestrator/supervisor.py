@@ -44,6 +44,7 @@ from loop_orchestrator.errors import (
     LoOrchError,
     MergeConflictError,
     NotLoggedInError,
+    RefTamperedError,
 )
 from loop_orchestrator.lifecycle import (
     NOT_LOGGED_IN_HINT,
@@ -171,6 +172,8 @@ class Supervisor:
         self.pane_pids: dict[int, str] = {}
         self.pane_pids_lock = threading.Lock()
         self.last_view_check = 0.0
+        #: an error that stops the whole run, raised by the loop (a job cannot raise it)
+        self.fatal: LoOrchError | None = None
         # Workspace is not thread-safe (ref moves and the refs book go together): one writer.
         self.git_lock = threading.Lock()
         self.screens: dict[str, tuple[int, float, float]] = {}
@@ -293,6 +296,8 @@ class Supervisor:
     # main loop --------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
+            if self.fatal is not None:
+                raise self.fatal
             self.record.refresh()  # a person's `lo-orch retry` is appended by another process
             self._process_requests()
             self._collect_jobs()
@@ -340,6 +345,12 @@ class Supervisor:
     def _guarded(self, task: str, fn: Callable[[str], None]) -> None:
         try:
             fn(task)
+        except RefTamperedError as exc:
+            # not this task's problem: a ref of the run moved under it. The whole run
+            # stops (the loop raises it), and no other step starts meanwhile.
+            self._event("refs_tampered", task, ref=exc.ref, expected=exc.expected,
+                        found=exc.found, message=exc.message)
+            self.fatal = exc
         except LoOrchError as exc:
             # an error a person can act on (not logged in, a dialog, a conflict...)
             self._block(task, exc.render())

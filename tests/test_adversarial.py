@@ -21,6 +21,7 @@ from conftest import git
 from test_supervisor import edit_script, plan_and_approve
 
 from loop_orchestrator import demo, gate2
+from loop_orchestrator.errors import GateError, RefTamperedError
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
 
@@ -174,3 +175,80 @@ def test_an_agent_that_signals_for_other_tasks_moves_none_of_them(
     # report consumes slugify: it waits on the blocked task and never ran
     assert statuses["report"] is Phase.PENDING
     assert_marker_only_on_the_task_branch(demo_files.repo)
+
+
+@SANDBOX
+def test_an_agent_that_moves_staging_stops_the_run_naming_the_ref(
+    demo_files: demo.DemoFiles, tmux_socket: str, sandbox: str
+) -> None:
+    """slug commits its stub and points lo/demo/staging at it with `git update-ref`."""
+    move = python_action(COMMIT_ITSELF + """
+subprocess.run(["git", "update-ref", "refs/heads/lo/demo/staging", sha], check=False)
+""")
+    make_dishonest(demo_files, move)
+    if sandbox == "bwrap":  # refs are read-only in the sandbox: nothing moved
+        run_to_gate2_and_merge(demo_files, sandbox)
+        assert_marker_only_on_the_task_branch(demo_files.repo)
+        return
+    settings = demo.demo_settings(demo_files.script)
+    settings.sandbox.mode = "off"
+    plan_and_approve(demo_files, settings)
+    with pytest.raises(RefTamperedError) as info:
+        Supervisor(demo_files.repo, settings, continue_blocked=True).run()
+    assert info.value.ref == "refs/heads/lo/demo/staging"
+    assert "was changed outside lo-orch" in info.value.message
+    events = Store(RunDir(demo_files.repo)).read_ledger()
+    assert any(e["event"] == "refs_tampered" for e in events)
+    # nothing went on to the user's branch, and Gate 2 refuses the moved staging too
+    assert "feat/demo" not in git(demo_files.repo, "branch", "--list", "feat/demo")
+    with pytest.raises((RefTamperedError, GateError)):
+        gate2.review(demo_files.repo)
+
+
+@SANDBOX
+def test_hooks_an_agent_plants_in_the_shared_git_never_run(
+    demo_files: demo.DemoFiles, tmux_socket: str, sandbox: str, tmp_path: Path
+) -> None:
+    """slug plants a reference-transaction and a post-commit hook that would move the
+    feature branch after the review; the supervisor's own git commands never run them."""
+    ran = tmp_path / "hook-ran"
+    plant = python_action(f"""
+import os, pathlib, stat, subprocess
+common = subprocess.run(["git", "rev-parse", "--git-common-dir"], capture_output=True,
+                        text=True, check=True).stdout.strip()
+for name in ("reference-transaction", "post-commit", "pre-commit", "post-checkout"):
+    hook = pathlib.Path(common, "hooks", name)
+    try:
+        hook.write_text("#!/bin/sh\\necho $0 >> {ran}\\n")
+        hook.chmod(0o755)
+        print("planted", hook)
+    except OSError as exc:
+        print("not planted:", exc)
+""")
+    make_dishonest(demo_files, plant)
+    run_to_gate2_and_merge(demo_files, sandbox)
+    assert not ran.exists(), ran.read_text()
+    assert_marker_only_on_the_task_branch(demo_files.repo)
+
+
+@SANDBOX
+def test_an_agent_cannot_pass_the_gates_itself(
+    demo_files: demo.DemoFiles, tmux_socket: str, sandbox: str, tmp_path: Path
+) -> None:
+    """slug edits run.json and runs `lo-orch approve`, `merge --yes` and `retry` for itself,
+    with LO_ORCH_TASK stripped from its environment."""
+    out = tmp_path / "gates.txt"
+    gates = {"run": {"argv": ["sh", "-c", (
+        f'env -u LO_ORCH_TASK -u LO_ORCH_RUN_DIR $LO_ORCH_BIN approve --repo "{demo_files.repo}"'
+        f' >> {out} 2>&1; env -u LO_ORCH_TASK $LO_ORCH_BIN merge --yes --repo'
+        f' "{demo_files.repo}" >> {out} 2>&1; $LO_ORCH_BIN retry slug --repo'
+        f' "{demo_files.repo}" >> {out} 2>&1; true')], "check": True}}
+    make_dishonest(demo_files, gates)
+    events = run_to_gate2_and_merge(demo_files, sandbox)
+    said = out.read_text(encoding="utf-8")
+    for gate in ("approve", "merge", "retry"):
+        assert f"`lo-orch {gate}` is a person's decision" in said
+    assert said.count("Error:") >= 3 * 3  # every round, every gate
+    merged = [e for e in events if e["event"] == "gate2_merged"]
+    assert len(merged) == 1  # the test's own merge, after the run
+    assert not any(e["event"] == "task_retried" for e in events)
