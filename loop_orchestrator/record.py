@@ -224,6 +224,11 @@ class Record:
 
     # tasks ----------------------------------------------------------------------------
     @property
+    def lock(self) -> threading.RLock:
+        """Held across a read and the change it decides (one step for other threads)."""
+        return self._mutex
+
+    @property
     def run(self) -> RunState:
         assert self.state.run is not None
         return self.state.run
@@ -296,12 +301,13 @@ class Record:
 
     def _publish(self, path: Path, body: str) -> None:
         """Write one view file; an edit by someone else since our last write is noted
-        first (``check_view`` reports it), so overwriting it never hides it."""
+        first (``check_view`` reports it), so overwriting it never hides it. Not fsynced:
+        the journal is durable, and the view is rebuilt from it at every start."""
         text = body + "\n"
         with self._mutex:
             if path in self._published and self._on_disk_digest(path) != self._published[path]:
                 self._edited.add(str(path.relative_to(self.dirs.root)))
-            atomic_write_text(path, text)
+            atomic_write_text(path, text, durable=False)
             self._published[path] = _file_digest(text)
 
     @staticmethod
@@ -327,7 +333,7 @@ class Record:
             if on_disk is not None and _view_differs(on_disk, text):
                 edited.append(str(path.relative_to(self.dirs.root)))
             if on_disk != text:
-                atomic_write_text(path, text)
+                atomic_write_text(path, text, durable=False)
             self._published[path] = _file_digest(text)
         return edited
 

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from loop_orchestrator import lifecycle
-from loop_orchestrator.inbox import Request
+from loop_orchestrator.listener import Request
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Store, now_iso
 
@@ -48,7 +48,15 @@ class Reports:
         self.ask_again = ask_again
 
     def handle(self, request: Request) -> Reply | None:
-        """Judge one message; the answer its sender gets (None: nobody waits for it)."""
+        """Judge one message; the answer its sender gets (None: nobody waits for it).
+
+        The judgement and the change it makes are one step under the record's lock, so a
+        supervisor job changing the same task cannot slip in between.
+        """
+        with self.record.lock:
+            return self._handle(request)
+
+    def _handle(self, request: Request) -> Reply | None:
         msg = request.message
         kind, claimed = msg.get("type"), msg.get("task")
         if claimed not in self.task_ids or kind not in ("signal", "hook"):

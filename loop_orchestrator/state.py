@@ -230,21 +230,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never half."""
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never half.
+
+    ``durable=False`` skips the fsyncs: for files that are rebuilt from elsewhere after a
+    crash (the published view of the supervisor's record), where a power cut may lose the
+    last write but never leaves half a file.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         Path(tmp).replace(path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             Path(tmp).unlink()
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 class Store:

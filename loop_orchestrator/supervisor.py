@@ -17,7 +17,6 @@ import functools
 import json
 import logging
 import os
-import queue
 import threading
 import time
 import uuid
@@ -29,7 +28,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from loop_orchestrator import briefs, inbox, lifecycle, procinfo, runs, schedule, workspace
+from loop_orchestrator import briefs, lifecycle, listener, procinfo, runs, schedule, workspace
 from loop_orchestrator.agents.base import (
     AgentContext,
     bracketed_paste,
@@ -166,8 +165,6 @@ class Supervisor:
         self.pool = ThreadPoolExecutor(max_workers=self.cap + 2, thread_name_prefix="lo-task")
         self.jobs: dict[str, Future[None]] = {}
         self.wake = threading.Event()
-        #: sessions' messages (signals, hooks) waiting for the loop, attested by the inbox
-        self.requests: queue.Queue[inbox.Request] = queue.Queue()
         #: pane process id -> task, to tell which session a message comes from
         self.pane_pids: dict[int, str] = {}
         self.pane_pids_lock = threading.Lock()
@@ -220,7 +217,7 @@ class Supervisor:
             if self.state.phase == RunPhase.MERGED:
                 return Outcome("merged", "the run is already merged")
             self._start_run()
-            server = inbox.Server(self.rundir.root, self._identify, self._enqueue)
+            server = listener.Server(self.rundir.root, self._identify, self._receive)
             server.start()
             try:
                 self._reconcile()
@@ -290,7 +287,7 @@ class Supervisor:
                 self._event("relaunch_pending", st.task, message="launch was interrupted")
                 self._move(st.task, Event.RELAUNCH)
         # what sessions left while no supervisor listened: hints, never decisions
-        for request in inbox.drain(self.rundir.root, self.plan_ids):
+        for request in listener.drain(self.rundir.root, self.plan_ids):
             self.reports.handle(request)
 
     # main loop --------------------------------------------------------------------------
@@ -299,7 +296,6 @@ class Supervisor:
             if self.fatal is not None:
                 raise self.fatal
             self.record.refresh()  # a person's `lo-orch retry` is appended by another process
-            self._process_requests()
             self._collect_jobs()
             self._check_view()
             statuses = self._statuses()
@@ -417,21 +413,18 @@ class Supervisor:
                     self.pane_pids = fresh
         return None
 
-    def _enqueue(self, request: inbox.Request) -> None:
-        self.requests.put(request)
-        self.wake.set()
-
-    def _process_requests(self) -> None:
-        while True:
-            try:
-                request = self.requests.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                request.answer(self.reports.handle(request))
-            except Exception:
-                request.answer(None)
-                raise
+    def _receive(self, request: listener.Request) -> None:
+        """Judge a session's message on the listener's thread and answer at once (the
+        record serialises it with the jobs' changes); the loop wakes to act on it."""
+        try:
+            request.answer(self.reports.handle(request))
+        except Exception:
+            # a thread boundary: the sender must get an answer (None: it falls back to the
+            # inbox folder), and the bug must be seen, not kill the listener
+            log.exception("a session's message could not be handled")
+            request.answer(None)
+        finally:
+            self.wake.set()
 
     def _ask_again(self, tid: str, signal: str) -> None:
         """A signal arrived unattested (no supervisor listened): ask for it once more."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import inbox, procinfo, record
+from loop_orchestrator import listener, procinfo, record
 from loop_orchestrator.lifecycle import delivery_key
 from loop_orchestrator.record import Record
 from loop_orchestrator.reports import Reports
@@ -97,7 +97,7 @@ def serve(
                 return by_pid[ancestor]
         return None
 
-    server = inbox.Server(s.run_dir, identify, lambda req: req.answer(reports.handle(req)))
+    server = listener.Server(s.run_dir, identify, lambda req: req.answer(reports.handle(req)))
     server.start()
     try:
         yield s

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from conftest import REPO_ROOT, git
 from served import Served, serve, start_run, working
 
-from loop_orchestrator import hooks, inbox, plan
+from loop_orchestrator import hooks, inbox, listener, plan
 from loop_orchestrator.cli import hook_cmds
 from loop_orchestrator.cli.main import cli, run_cli
 from loop_orchestrator.lifecycle import MAX_STOP_BLOCKS, NOT_LOGGED_IN_ERROR
@@ -100,15 +100,18 @@ def test_mirrored_constants_agree_with_state_and_plan() -> None:
 
 
 def test_hook_path_imports_no_heavy_module(served: Served) -> None:
-    """The real `lo-orch hook` entry, a managed session held by the Stop gate: no pydantic,
-    filelock, ... on the hook's side (the supervisor does the work)."""
+    """`$LO_ORCH_BIN hook Stop` (``python -m loop_orchestrator``), a managed session held by
+    the Stop gate: no pydantic, filelock, threads or logging on the hook's side (the
+    supervisor does the work)."""
     code = (
         "import sys\n"
-        "from loop_orchestrator.cli.main import main\n"
+        "import runpy\n"
         "sys.argv = ['lo-orch', 'hook', 'Stop']\n"
-        "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "try:\n    runpy.run_module('loop_orchestrator', run_name='__main__')\n"
+        "except SystemExit as exc:\n    code = exc.code\n"
         "heavy = [m for m in ('pydantic', 'filelock', 'libtmux', 'rich', 'jinja2', 'git',"
-        " 'yaml', 'watchdog', 'loop_orchestrator.state') if m in sys.modules]\n"
+        " 'yaml', 'watchdog', 'loop_orchestrator.state', 'loop_orchestrator.listener',"
+        " 'threading', 'logging', 'queue', 'dataclasses') if m in sys.modules]\n"
         "print(code, heavy, file=sys.stderr)\n"
     )
     out = subprocess.run(
@@ -424,7 +427,7 @@ def test_without_a_supervisor_a_hook_is_silent_and_left_for_the_next_one(git_rep
     outcome = hooks.run_hook("UserPromptSubmit", payload("UserPromptSubmit", git_repo, prompt="p"),
                              env_for(RunDir(git_repo).root))
     assert outcome == hooks.QUIET
-    [left] = inbox.drain(RunDir(git_repo).root, ["alpha", "beta"])
+    [left] = listener.drain(RunDir(git_repo).root, ["alpha", "beta"])
     assert not left.attested
     assert left.message["event"] == "UserPromptSubmit"
     assert Record.open(git_repo, "demo").task("alpha").prompt_submitted_at is None
@@ -446,7 +449,7 @@ def test_without_a_supervisor_a_signal_is_kept_and_only_asked_about_again(
     # a forged one for beta, left by alpha's agent as a file
     inbox.leave(RunDir(git_repo).root, "beta", {"type": "signal", "task": "beta",
                                                "phase": "impl_done"})
-    for request in inbox.drain(RunDir(git_repo).root, ["alpha", "beta"]):
+    for request in listener.drain(RunDir(git_repo).root, ["alpha", "beta"]):
         assert reports.handle(request) is None
     assert asked == [("alpha", "plan_ready")]  # beta is not implementing: nothing to ask
     assert rec.task("alpha").phase is Phase.PLANNING  # a hint, never a decision
