@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from loop_orchestrator import workspace
 from loop_orchestrator.gitutil import is_secret_path, scan_tree
 from loop_orchestrator.plan import Task
 from loop_orchestrator.verify.models import Finding
@@ -96,7 +95,8 @@ def test_token_after_a_nul_byte_is_found(git_repo: Path) -> None:
     blob = b"\x89PNG\x00\x01\x02" + f"auth={TOKEN}".encode() + b"\x00\xff\xfe"
     wide = b"\xff\xfe" + f"token {TOKEN}".encode("utf-16-le") + b"\x00\x00"
     head = commit(git_repo, {"assets/logo.png": blob, "assets/notes.bin": wide})
-    assert "assets/logo.png" not in workspace.added_lines(git_repo, base, head)
+    # plain git calls both files binary and shows no lines for them
+    assert git(git_repo, "diff", "--numstat", base, head).count("-\t-\t") == 2
     findings = findings_for(git_repo, base, head)
     assert secret_findings(findings) == {("secrets.github", "assets/logo.png"),
                                          ("secrets.github", "assets/notes.bin")}
@@ -108,8 +108,8 @@ def test_token_in_a_file_marked_binary_in_gitattributes_is_found(git_repo: Path)
     commit(git_repo, {".gitattributes": "*.dat binary\n"})
     base = git(git_repo, "rev-parse", "HEAD").strip()
     head = commit(git_repo, {"data/settings.dat": f"github = {TOKEN}\n"})
-    # git shows no lines for it: the line-based scan alone would see nothing
-    assert "data/settings.dat" not in workspace.added_lines(git_repo, base, head)
+    # plain git shows no lines for it (the attribute says binary); lo-orch's diff does
+    assert git(git_repo, "diff", "--numstat", base, head).startswith("-\t-\t")
     assert secret_findings(findings_for(git_repo, base, head)) == {
         ("secrets.github", "data/settings.dat")}
 

@@ -135,7 +135,11 @@ def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
 
     texts = _Texts(repo, base, commit)
     changes = workspace.changed_paths(repo, base, commit)
-    added = workspace.added_lines(repo, base, commit)
+    # The gateway diffs with --text, so a binary file's bytes come out as "lines": keep them
+    # out of the line checks (a one-line binary would report every old token as added);
+    # check_binary_secrets below reads what is new in their printable text instead.
+    added = {path: lines for path, lines in workspace.added_lines(repo, base, commit).items()
+             if texts.at(commit, path) is not None}
     others = {t.id: list(t.owns) for t in (all_tasks or []) if t.id != task.id}
     findings = scope.check_scope(changes, task.owns, matches=path_matches,
                                  contents=texts.pair, other_owners=others)
@@ -158,7 +162,7 @@ def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
     findings += secrets.check_secret_files(changes)
     findings += secrets.check_credential_documents(
         {f.path: f.new for f in files if f.new is not None and f.status != "D"})
-    # files git shows as binary (a NUL byte, `binary` in .gitattributes) have no added lines
+    # binary files (a NUL byte) and files too large to read as text: their printable text
     regular = [ch.path for ch in changes if ch.status != "D"
                and ch.new_mode not in (scope.SYMLINK_MODE, scope.GITLINK_MODE)]
     findings += secrets.check_binary_secrets(
