@@ -422,7 +422,8 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
                             "app/config.py": f'TOKEN = "{TOKEN}"\n'})
     staging = ws.merge_into_staging("a", commit, "A")
     plan, _ = runs.read_plan(runs.RunDir(repo))
-    assert gate2.integrate(repo, settings, plan, skipped=[]).passed
+    assert gate2.integrate(repo, settings, plan, skipped=[],
+                           record=runs.open_record(repo)).passed
     return ws, staging, commit
 
 
@@ -454,18 +455,20 @@ def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
     _ws, staging, commit = _awaiting_review(git_repo, tmp_path)
     store = Store.for_repo(git_repo)
     base = store.read_run().base_sha
-    # run.json is agent-writable: a base next to the staging tip would hide the task's diff
+    # run.json is agent-writable: a base next to the staging tip would hide the task's diff;
+    # Gate 2 reads the supervisor's record, so the forged base is not even looked at
     store.update_run(lambda s: setattr(s, "base_sha", commit))
-    with pytest.raises(RefTamperedError, match=f"the base of run r1.*expected {base}"):
-        gate2.review(git_repo)
-    store.update_run(lambda s: setattr(s, "base_sha", base))
-    assert gate2.review(git_repo).commit == staging
+    review = gate2.review(git_repo)
+    assert review.commit == staging
+    assert review.state.base_sha == base
+    assert TOKEN in review.diff
     git(git_repo, "update-ref", "refs/heads/lo/r1/staging", commit)
     with pytest.raises(RefTamperedError, match=f"lo/r1/staging.*expected {staging}"):
         gate2.review(git_repo)
     plan, _ = runs.read_plan(runs.RunDir(git_repo))
     with pytest.raises(RefTamperedError, match="lo/r1/staging"):
-        gate2.integrate(git_repo, load_settings(git_repo), plan, skipped=[])
+        gate2.integrate(git_repo, load_settings(git_repo), plan, skipped=[],
+                        record=runs.open_record(git_repo))
     assert "feat/r1" not in git(git_repo, "branch", "--list", "feat/r1")
 
 
