@@ -115,7 +115,15 @@ class Reports:
             left = request.message.get("left_at")
             at = _iso(left) if isinstance(left, (int, float)) else now_iso()
             if event == "UserPromptSubmit":
-                self.record.update_task(tid, prompt_submitted_at=at, turn_ended_at=None)
+                changes: dict[str, Any] = {"prompt_submitted_at": at, "turn_ended_at": None}
+                if st.delivering and at >= (st.delivery_started_at or "~"):
+                    # submitted after the interrupted delivery began: that prompt arrived
+                    changes |= {"delivered": st.delivering, "delivering": None}
+                    self.event("prompt_delivered", tid, phase=st.phase.value,
+                               rework=st.rework_count,
+                               message="confirmed by the session's hook, left while no "
+                               "supervisor listened; not resent")
+                self.record.update_task(tid, **changes)
             elif event == "Stop":
                 self.record.update_task(tid, turn_ended_at=at)
             return {"exit_code": 0}
@@ -124,7 +132,7 @@ class Reports:
             # the session's own word that the prompt being delivered arrived: record it
             # now, not when the deliverer next looks, so that the signal a fast session
             # sends right after is judged against the prompt it really has
-            changes["delivered"] = st.delivering
+            changes |= {"delivered": st.delivering, "delivering": None}
         reply: Reply = {"exit_code": 0}
         if event == "Stop":
             active = payload.get("stop_hook_active") is True

@@ -217,10 +217,13 @@ class Supervisor:
             if self.state.phase == RunPhase.MERGED:
                 return Outcome("merged", "the run is already merged")
             self._start_run()
+            # What sessions left while no supervisor listened is read before anyone is
+            # heard: a signal waiting to connect is judged after the prompt-arrival hook
+            # that was left before it (a kill mid-delivery, then a fast session).
+            self._reconcile()
             server = listener.Server(self.rundir.root, self._identify, self._receive)
             server.start()
             try:
-                self._reconcile()
                 while True:
                     self._loop()
                     outcome = self._finish()
@@ -286,7 +289,10 @@ class Supervisor:
                 # nothing was started: launch again from the top
                 self._event("relaunch_pending", st.task, message="launch was interrupted")
                 self._move(st.task, Event.RELAUNCH)
-        # what sessions left while no supervisor listened: hints, never decisions
+        self._drain_inbox()
+
+    def _drain_inbox(self) -> None:
+        """What sessions left while no supervisor listened: hints, never decisions."""
         for request in listener.drain(self.rundir.root, self.plan_ids):
             self.reports.handle(request)
 
@@ -439,6 +445,8 @@ class Supervisor:
         if now - self.last_view_check < TICK_SECONDS:
             return
         self.last_view_check = now
+        # a hook that found no listener in the moment before it started is read here
+        self._drain_inbox()
         edited = self.record.check_view()
         if edited:
             self._event("view_edited", files=edited,

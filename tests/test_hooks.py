@@ -487,3 +487,23 @@ def test_the_prompt_submit_hook_confirms_the_delivery_at_once(served: Served) ->
     served.set("alpha", phase=Phase.IMPLEMENTING, delivered="planning:0", delivering=None)
     hooks.run_hook("UserPromptSubmit", submit, env_for(served.run_dir))
     assert served.status().delivered == "planning:0"
+
+
+def test_a_prompt_arrival_left_while_no_supervisor_listened_lets_the_signal_count(
+    served: Served,
+) -> None:
+    """Killed mid-delivery: the prompt's UserPromptSubmit was left in the inbox, the fast
+    session signalled and waits for a supervisor. The new one reads the inbox first, so the
+    signal is judged against the prompt the session had (a SIGKILL test hung on this)."""
+    served.set("alpha", delivered=None, delivering="planning:0",
+               delivery_started_at="2026-01-01T00:00:00+00:00")
+    inbox.leave(served.run_dir, "alpha", {"type": "hook", "event": "UserPromptSubmit",
+                                          "task": "alpha", "payload": {}})
+    store = Store.for_repo(served.repo)
+    reports = Reports(served.rec, store, ["alpha", "beta"], lambda *a, **k: None,
+                      lambda t, sig: None)
+    for request in listener.drain(served.run_dir, ["alpha", "beta"]):
+        reports.handle(request)
+    st = served.status()
+    assert (st.delivered, st.delivering) == ("planning:0", None)
+    assert hooks.signal_task(served.run_dir, "plan_ready", task="alpha").changed
