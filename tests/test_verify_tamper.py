@@ -351,3 +351,35 @@ def test_config_in_a_subfolder_keeps_its_rootdir_and_testpaths(git_repo: Path,
                                tmp_path / "ev", env=check_env(tree), timeout=60)
     assert runs[0].exit_code == 0, Path(runs[0].stdout_path or "").read_text()
     assert report_findings(runs) == []
+
+
+def test_verifications_asking_at_once_share_a_scan_but_never_an_older_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    for i in range(200):
+        (site / f"mod{i}.py").write_text("x = 1\n", encoding="utf-8")
+    baseline = pyenv.SiteBaseline(roots=[str(site)], files=pyenv.fingerprint([site]))
+    scans = []
+    real = pyenv.fingerprint
+
+    def counted(roots: list[Path]) -> dict[str, pyenv.FileStat]:
+        scans.append(1)
+        return real(roots)
+
+    monkeypatch.setattr(pyenv, "fingerprint", counted)
+    results: list[list[str]] = []
+    threads = [threading.Thread(target=lambda: results.append(pyenv.changes(baseline)))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [[]] * 8
+    assert len(scans) < 8
+    # a change made before a call is always seen: that call never reuses an older scan
+    (site / "evil.pth").write_text("import os\n", encoding="utf-8")
+    assert pyenv.changes(baseline) == [f"added {site / 'evil.pth'}"]
