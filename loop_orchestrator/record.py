@@ -184,7 +184,22 @@ class Record:
             self._apply_line(raw)
             changed = True
         self._offset += consumed
+        if changed:
+            self._expect_foreign_views()
         return changed
+
+    def _expect_foreign_views(self) -> None:
+        """Another process (a person's `lo-orch retry`, `merge`) appended and published: what
+        it wrote is what the record now says, so that is what the view files should hold
+        (not an edit to report)."""
+        for path in list(self._published):
+            if path == self.dirs.run_json and self.state.run is not None:
+                body = self.state.run.model_dump_json(indent=2)
+            elif path.parent == self.dirs.status_dir and path.stem in self.state.tasks:
+                body = self.state.tasks[path.stem].model_dump_json(indent=2)
+            else:
+                continue
+            self._published[path] = _file_digest(body + "\n")
 
     def _apply_line(self, raw: bytes) -> None:
         where = f"{self.path} entry {self._seq + 1}"

@@ -182,3 +182,16 @@ def test_an_edit_overwritten_by_the_next_publish_is_still_reported(tmp_path: Pat
     rec.update_task("alpha", phase=Phase.IMPL_DONE)
     assert rec.check_view() == ["status/alpha.json"]
     assert rec.check_view() == []
+
+
+def test_a_persons_retry_from_another_process_is_not_an_edit(tmp_path: Path) -> None:
+    supervisor = make_record(tmp_path)
+    supervisor.update_task("alpha", phase=Phase.BLOCKED, error="stuck")
+    person = Record.open(tmp_path, "demo")  # `lo-orch retry` in another process
+    person.update_task("alpha", phase=Phase.IMPLEMENTING, error=None)
+    supervisor.refresh()
+    assert supervisor.task("alpha").phase == Phase.IMPLEMENTING
+    assert supervisor.check_view() == []
+    # an agent's edit after it is still seen
+    RunDir(tmp_path).status_path("alpha").write_text('{"phase": "approved"}', encoding="utf-8")
+    assert supervisor.check_view() == ["status/alpha.json"]
