@@ -193,15 +193,33 @@ def object_view(repo: Path) -> tuple[Path, Path]:
         return known
     objects = _common_dir(key) / "objects"
     gitdir = private.repo_dir(_common_dir(key)) / "objects-view.git"
-    if not (gitdir / "HEAD").exists():
-        proc.run(["git", "init", "--quiet", "--bare", str(gitdir)],
-                 env={**proc.no_git_env(), **_ENV})
+    with _VIEW_LOCK:
+        if not (gitdir / "HEAD").exists():
+            _create_view(gitdir, objects)
+        _VIEWS[key] = (gitdir, objects)
+    return gitdir, objects
+
+
+def _create_view(gitdir: Path, objects: Path) -> None:
+    """Make the object view whole in a temporary folder, then rename it into place: two
+    threads or processes creating it at once (parallel verifications) must not meet in a
+    half-made repository ("could not set core.repositoryformatversion")."""
+    tmp = gitdir.with_name(f".{gitdir.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    proc.run(["git", "init", "--quiet", "--bare", str(tmp)], env={**proc.no_git_env(), **_ENV})
     # for git run by checks inside a temp checkout, which do not get our environment
-    alternates = gitdir / "objects" / "info" / "alternates"
+    alternates = tmp / "objects" / "info" / "alternates"
     alternates.parent.mkdir(parents=True, exist_ok=True)
     alternates.write_text(f"{objects}\n", encoding="utf-8")
-    _VIEWS[key] = (gitdir, objects)
-    return gitdir, objects
+    try:
+        tmp.rename(gitdir)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process made it first
+        if not (gitdir / "HEAD").exists():
+            raise
+
+
+_VIEW_LOCK = threading.Lock()
 
 
 def git_failure(result: proc.Result, *, hint: str | None = None) -> GitError:

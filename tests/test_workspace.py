@@ -636,7 +636,8 @@ def test_staging_never_receives_a_secret_file(git_repo: Path) -> None:
 def test_parallel_clean_checkouts_do_not_trip_over_each_other(git_repo: Path) -> None:
     """Two tasks verified at once each take a clean checkout: `git worktree add` run
     concurrently in one repository failed ("failed to read .git/worktrees/tree1/commondir")
-    in 4 of 48 checkouts without the gateway's worktree lock."""
+    in 4 of 48 checkouts without the gateway's worktree lock, and the private object view
+    made by two threads at once failed ("could not set core.repositoryformatversion")."""
     import threading
 
     errors: list[str] = []
