@@ -115,7 +115,7 @@ def supervisor_lock(rundir: RunDir) -> Iterator[None]:
         lock.release()
 
 
-def detach(repo: Path, *, continue_blocked: bool = False) -> str:
+def detach(repo: Path, *, continue_blocked: bool = False, allow_dirty: bool = False) -> str:
     """Start ``lo-orch run`` in a window of the run's tmux session; where it runs."""
     import shlex
 
@@ -129,6 +129,8 @@ def detach(repo: Path, *, continue_blocked: bool = False) -> str:
     argv = [*shlex.split(lo_orch_bin()), "run", "--repo", str(repo)]
     if continue_blocked:
         argv.append("--continue-blocked")
+    if allow_dirty:
+        argv.append("--allow-dirty")
     env = {"LO_ORCH_TMUX_SOCKET": socket} if socket else {}
     if "PATH" in os.environ:
         env["PATH"] = os.environ["PATH"]

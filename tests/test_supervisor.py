@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shlex
 import signal
 import subprocess
@@ -211,6 +212,31 @@ def test_sigkill_at_random_moments_then_resume(
     assert "return ranked[:n]" in git(repo, "show", "feat/demo:textstats/counts.py")
     for task in TASKS:
         assert git(repo, "ls-tree", "--name-only", "feat/demo", f"textstats/{task}.py").strip()
+
+
+def test_a_dirty_checkout_is_refused_and_the_suggested_flag_works(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    """A user with an uncommitted edit runs `lo-orch run`: refused, with a hint naming a
+    flag that exists; following it runs to Gate 2 and leaves the edit byte-identical."""
+    repo = demo_files.repo
+    _write_config(demo_files)
+    plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
+    notes = repo / "NOTES.md"
+    notes.write_bytes(b"my uncommitted thoughts\n\x00binary-ish tail")
+    before = notes.read_bytes()
+    refused = subprocess.run(_run_cmd(repo), capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert refused.returncode == 1
+    assert "uncommitted changes" in refused.stderr and "--allow-dirty" in refused.stderr
+    flag = re.search(r"pass (--[a-z-]+)", refused.stderr)
+    assert flag is not None
+    allowed = subprocess.run(_run_cmd(repo, flag.group(1)), capture_output=True, text=True,
+                             timeout=240, check=False)
+    assert allowed.returncode == 0, allowed.stderr
+    assert Store(RunDir(repo)).read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
+    assert notes.read_bytes() == before
+    assert "NOTES.md" not in git(repo, "ls-tree", "-r", "--name-only", "lo/demo/staging")
 
 
 def test_second_supervisor_is_refused_naming_the_holder(

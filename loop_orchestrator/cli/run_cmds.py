@@ -40,8 +40,16 @@ def _printer() -> object:
     is_flag=True,
     help="Go on to integration and Gate 2 without the blocked or failed tasks.",
 )
+@click.option(
+    "--allow-dirty",
+    is_flag=True,
+    help="Start although the main checkout has uncommitted changes (they stay where they "
+    "are, outside the run; same as [workspace] allow_dirty).",
+)
 @repo_option
-def run_command(detach: bool, continue_blocked: bool, repo: Path | None) -> None:
+def run_command(
+    detach: bool, continue_blocked: bool, allow_dirty: bool, repo: Path | None
+) -> None:
     """Supervise the approved plan until Gate 2 (or until only blocked tasks remain).
 
     Ctrl-C stops the supervisor, not the sessions; `lo-orch run` again resumes.
@@ -50,8 +58,11 @@ def run_command(detach: bool, continue_blocked: bool, repo: Path | None) -> None
 
     root = resolve_repo(repo)
     settings = config.load_settings(root)
+    if allow_dirty:
+        settings.workspace.allow_dirty = True
     if detach:
-        where = supervisor.detach(root, continue_blocked=continue_blocked)
+        where = supervisor.detach(root, continue_blocked=continue_blocked,
+                                  allow_dirty=allow_dirty)
         click.echo(f"Supervisor started in {where}.")
         click.echo("Follow with `lo-orch status --watch`; see the sessions with `lo-orch attach`.")
         return
