@@ -171,6 +171,8 @@ class Supervisor:
         self.pane_pids: dict[int, str] = {}
         self.pane_pids_lock = threading.Lock()
         self.last_view_check = 0.0
+        #: each task's brief as rendered for its session (the file is agent-writable)
+        self.briefs: dict[str, str] = {}
         #: an error that stops the whole run, raised by the loop (a job cannot raise it)
         self.fatal: LoOrchError | None = None
         # Workspace is not thread-safe (ref moves and the refs book go together): one writer.
@@ -533,6 +535,7 @@ class Supervisor:
         if not st.worktree:
             self.ws.run_setup(worktree)
         brief = self.render_brief(task)
+        self.briefs[tid] = brief
         atomic_write_text(self.rundir.brief_path(tid), brief)
         session_id = st.session_id or str(uuid.uuid4())
         st = self._set(
@@ -716,7 +719,9 @@ class Supervisor:
         # edited since) is not evidence, and the commit is verified again.
         verdict = self._recorded_verdict(tid, commit)
         if verdict is None:
-            brief = self.rundir.brief_path(tid).read_text(encoding="utf-8")
+            # the brief as the supervisor wrote it, never the file (the agent can edit that
+            # to talk the auditor round); after a restart it is rendered again
+            brief = self.briefs.get(tid) or self.render_brief(task)
             with self.git_lock:
                 # the task's own change: from the staging commit it began at
                 start = self.ws.task_start(tid)
