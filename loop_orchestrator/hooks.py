@@ -47,7 +47,6 @@ class HookTarget(NamedTuple):
 
     run_dir: Path  # the absolute .orchestration folder
     task: str
-    by_env: bool  # identified by LO_ORCH_TASK/LO_ORCH_RUN_DIR (else by the payload's cwd)
 
     @property
     def status_path(self) -> Path:
@@ -82,7 +81,7 @@ def locate(payload: Mapping[str, Any], env: Mapping[str, str]) -> HookTarget | N
     task = env.get("LO_ORCH_TASK", "")
     run_dir = env.get("LO_ORCH_RUN_DIR", "")
     if task and run_dir:
-        target = HookTarget(Path(run_dir), task, by_env=True)
+        target = HookTarget(Path(run_dir), task)
         if TASK_ID_RE.match(task) and Path(run_dir).is_absolute() and target.status_path.is_file():
             return target
         return None
@@ -93,7 +92,7 @@ def locate(payload: Mapping[str, Any], env: Mapping[str, str]) -> HookTarget | N
     # innermost first: a repository may itself sit in some other tool's .worktrees folder
     for i in range(len(parts) - 2, 0, -1):
         if parts[i] == WORKTREES_DIR and TASK_ID_RE.match(parts[i + 1]):
-            target = HookTarget(Path(*parts[:i]) / ORCH_DIR, parts[i + 1], by_env=False)
+            target = HookTarget(Path(*parts[:i]) / ORCH_DIR, parts[i + 1])
             if target.status_path.is_file():
                 return target
     return None

@@ -1,11 +1,12 @@
 """The supervisor's own record of a run: a hash-chained, authenticated journal.
 
 What a run *is* (the approved plan, every task's phase and round, which prompt each session
-received, the verdicts bound to commits, every ref value lo-orch set, the integration and
-the gates) lives here, not in ``.orchestration/``: that folder is reachable by every agent,
-so ``status/*.json``, ``run.json`` and the ledger are only the *published view* of this
-record. The supervisor writes the view from the record; it never reads the view back as
-truth, and an edit to the view is reported and overwritten (``Record.check_view``).
+received, the verdicts bound to commits, the integration and the gates; the ref values it
+set are in ``refbook``, beside it) lives here, not in ``.orchestration/``: that folder is
+reachable by every agent, so ``status/*.json``, ``run.json`` and the ledger are only the
+*published view* of this record. The supervisor writes the view from the record; it never
+reads the view back as truth, and an edit to the view is reported and overwritten
+(``Record.check_view``).
 
 The journal is kept in the run's private folder (``private.run_dir``: outside the
 repository, ``0700``, named in no agent's environment or brief, hidden by the sandbox).
@@ -80,7 +81,6 @@ class Folded:
     run: RunState | None = None
     tasks: dict[str, TaskStatus] = field(default_factory=dict)
     verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
-    refs: dict[str, str] = field(default_factory=dict)
     approved_plan_sha256: str | None = None
 
 
@@ -284,7 +284,7 @@ class Record:
             self.publish_run()
             return self.run.model_copy(deep=True)
 
-    # verdicts and refs ----------------------------------------------------------------
+    # verdicts ------------------------------------------------------------------------
     def record_verdict(self, task: str, commit: str, passed: bool, evidence_text: str) -> None:
         self.append("verdict", task=task, commit=commit, passed=passed,
                     digest=_file_digest(evidence_text))
@@ -296,16 +296,6 @@ class Record:
         """Whether ``evidence_text`` is exactly the verdict file recorded for ``commit``."""
         v = self.verdict(task, commit)
         return v is not None and hmac.compare_digest(v.digest, _file_digest(evidence_text))
-
-    def ref(self, name: str) -> str | None:
-        return self.state.refs.get(name)
-
-    def set_ref(self, name: str, sha: str | None) -> None:
-        if self.state.refs.get(name) != sha:
-            self.append("ref", name=name, sha=sha)
-
-    def refs(self) -> dict[str, str]:
-        return dict(self.state.refs)
 
     # the published view ---------------------------------------------------------------
     def publish_task(self, status: TaskStatus) -> None:
@@ -400,7 +390,6 @@ def _fold(state: Folded, kind: str, data: Mapping[str, Any]) -> None:
             t["task"]: TaskStatus.model_validate(t) for t in data.get("tasks", [])
         }
         state.verdicts = {}
-        state.refs = {}
     elif kind == "run" and state.run is not None:
         state.run = RunState.model_validate({**state.run.model_dump(), **data["set"]})
     elif kind == "task":
@@ -412,11 +401,6 @@ def _fold(state: Folded, kind: str, data: Mapping[str, Any]) -> None:
         state.verdicts.setdefault(data["task"], {})[data["commit"]] = Verdict(
             data["commit"], bool(data["passed"]), str(data["digest"])
         )
-    elif kind == "ref":
-        if data.get("sha"):
-            state.refs[data["name"]] = data["sha"]
-        else:
-            state.refs.pop(data["name"], None)
     # other kinds (notes) change nothing
 
 

@@ -26,7 +26,7 @@ from loop_orchestrator.state import Store, now_iso
 
 Reply = dict[str, Any]
 #: the fields of a hook payload that go to the ledger
-LEDGER_FIELDS = ("session_id", "error", "notification_type", "reason", "source",
+LEDGER_FIELDS = ("session_id", "error", "notification_type", "message", "reason", "source",
                  "prompt_chars", "prompt_sha256")
 
 

@@ -331,20 +331,6 @@ class Store:
             self._write_status(new)
         return new
 
-    def modify_status(self, task: str, fn: Callable[[TaskStatus], None]) -> TaskStatus:
-        """Read, change with ``fn`` and write one task's status under its lock.
-
-        ``fn`` sees the current status and may raise to refuse the change (nothing is
-        written), so a check and its write are one atomic step (e.g. `lo-orch signal`).
-        """
-        with self.locked(f"status-{task}"):
-            status = self.read_status(task)
-            fn(status)
-            status.updated_at = now_iso()
-            new = TaskStatus.model_validate(status.model_dump())
-            self._write_status(new)
-        return new
-
     def list_statuses(self) -> list[TaskStatus]:
         folder = self.dirs.status_dir
         if not folder.is_dir():

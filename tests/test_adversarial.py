@@ -109,6 +109,13 @@ def run_to_gate2_and_merge(files: demo.DemoFiles, sandbox: str) -> list[dict[str
     return Store(RunDir(files.repo)).read_ledger()
 
 
+def failed_every_round(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """slug's verdicts: one per round (the first and 3 reworks), none of them a pass."""
+    verdicts = [e for e in events if e["event"] == "verdict" and e.get("task") == "slug"]
+    assert len(verdicts) == 4 and not any(e["passed"] for e in verdicts)
+    return verdicts
+
+
 def assert_marker_only_on_the_task_branch(repo: Path) -> None:
     branches = git(repo, "for-each-ref", "--format=%(refname)", "refs/heads").split()
     assert "refs/heads/feat/demo" in branches
@@ -133,8 +140,7 @@ def test_an_agent_that_writes_its_own_status_as_approved_is_verified_anyway(
         assert edited and all("status/slug.json" in e["files"] for e in edited)
     else:  # the sandbox kept the file read-only
         assert edited == []
-    slug_verdicts = [e for e in events if e["event"] == "verdict" and e.get("task") == "slug"]
-    assert len(slug_verdicts) == 4 and not any(e["passed"] for e in slug_verdicts)
+    failed_every_round(events)
     assert not any(e["event"] == "task_integrated" and e["task"] == "slug" for e in events)
     assert_marker_only_on_the_task_branch(demo_files.repo)
 
@@ -145,8 +151,7 @@ def test_an_agent_that_writes_a_passing_verdict_for_its_commit_is_verified_anywa
 ) -> None:
     make_dishonest(demo_files, python_action(FORGE_VERDICT))
     events = run_to_gate2_and_merge(demo_files, sandbox)
-    slug_verdicts = [e for e in events if e["event"] == "verdict" and e.get("task") == "slug"]
-    assert len(slug_verdicts) == 4 and not any(e["passed"] for e in slug_verdicts)
+    slug_verdicts = failed_every_round(events)
     # the forged file was not the evidence: the supervisor's own verdict replaced it
     for e in slug_verdicts:
         folder = RunDir(demo_files.repo).task_evidence_dir("slug") / e["commit"][:12]
