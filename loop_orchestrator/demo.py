@@ -5,6 +5,11 @@ waves, passes Gate 1, supervises scripted sessions in tmux (one task fails a don
 first and is reworked), integrates, passes Gate 2, and runs the merged project's tests.
 No Claude login is needed: the scripted agent stands in for the model's work only; tmux,
 git, hooks, verification and merging are the real ones.
+
+``--agent claude`` runs the same demo with real Claude Code sessions whose model is the
+scripted endpoint (agents/model_endpoint.py) serving the same script: Claude Code's own
+Write and Bash tools do the work, its hooks report, offline, in a throwaway
+``CLAUDE_CONFIG_DIR`` (the user's ``~/.claude*`` is neither read nor written).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop_orchestrator import core, gate2, private, proc, resources, runs, workspace
+from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.state import RunDir, Store
@@ -58,13 +65,41 @@ def prepare_demo(root: Path) -> DemoFiles:
     return DemoFiles(root, repo, root / "plan.yaml", root / "script.yaml")
 
 
-def demo_settings(script: Path) -> Settings:
-    """The scripted agent, no LLM auditor (no Claude login in the demo)."""
+AGENTS = ("scripted", "claude")
+
+
+def demo_settings(script: Path, claude: ClaudeDemo | None = None) -> Settings:
+    """The scripted agent (or Claude Code on the scripted endpoint), no LLM auditor."""
+    agent = AgentConfig(kind="scripted", script=str(script), ready_timeout=20)
+    if claude is not None:
+        agent = AgentConfig(kind="claude", command=claude.command, env=claude.env,
+                            ready_timeout=90)
     return Settings(
-        agent=AgentConfig(kind="scripted", script=str(script), ready_timeout=20),
+        agent=agent,
         auditor=AuditorConfig(llm="off"),
         run=RunConfig(concurrency=4, stall_minutes=5, stagger_seconds=0.1),
     )
+
+
+@dataclass
+class ClaudeDemo:
+    """Real Claude Code for the demo: its executable and the sessions' environment."""
+
+    command: str
+    env: dict[str, str]
+
+
+def find_claude() -> str:
+    """The ``claude`` executable on PATH, or a clear error."""
+    found = shutil.which("claude")
+    if found is None:
+        msg = "`lo-orch demo --agent claude` needs the Claude Code CLI, and `claude` is not on PATH"
+        raise LoOrchError(
+            msg,
+            hint="Install it (`npm install -g @anthropic-ai/claude-code`), or run "
+            "`lo-orch demo` for the same demo with the scripted agent.",
+        )
+    return found
 
 
 def run_demo(
@@ -72,10 +107,15 @@ def run_demo(
     keep: bool = False,
     progress: Callable[[str], None] | None = None,
     workdir: Path | None = None,
+    agent: str = "scripted",
 ) -> DemoResult:
     """Run the demo end to end; raise LoOrchError naming the step that failed."""
     say = progress or (lambda _m: None)
     started = time.monotonic()
+    if agent not in AGENTS:
+        msg = f"unknown demo agent {agent!r}"
+        raise LoOrchError(msg, hint=f"Use one of: {', '.join(AGENTS)}.")
+    claude_command = find_claude() if agent == "claude" else None
     root = Path(tempfile.mkdtemp(prefix="lo-orch-demo-", dir=workdir))
     files = prepare_demo(root)
     repo = files.repo
@@ -83,7 +123,22 @@ def run_demo(
     own_socket = "LO_ORCH_TMUX_SOCKET" not in os.environ
     socket = os.environ.get("LO_ORCH_TMUX_SOCKET") or f"lo-demo-{os.getpid()}"
     os.environ["LO_ORCH_TMUX_SOCKET"] = socket
-    settings = demo_settings(files.script)
+    endpoint: ModelEndpoint | None = None
+    claude = None
+    if claude_command is not None:
+        endpoint = ModelEndpoint(load_script(files.script, model=True),
+                                 log_path=root / "model-requests.jsonl")
+        config_dir = root / "claude-config"
+        config_dir.mkdir()
+        env = {**endpoint.env(), "CLAUDE_CONFIG_DIR": str(config_dir)}
+        if os.geteuid() == 0:
+            # bypass mode as root needs the machine to say it is a sandbox; here the model
+            # is our script and the repository a throwaway, so the demo may say so
+            env["IS_SANDBOX"] = "1"
+        claude = ClaudeDemo(claude_command, env)
+        say(f"Claude Code {claude_command} on the scripted model endpoint {endpoint.url} "
+            "(offline; its config lives in the demo folder)")
+    settings = demo_settings(files.script, claude)
     say(f"demo repository: {repo}")
     say(f"watch the sessions from another terminal: lo-orch attach --repo {repo}")
     try:
@@ -121,6 +176,8 @@ def run_demo(
         keep = True  # leave everything for inspection when anything went wrong
         raise
     finally:
+        if endpoint is not None:
+            endpoint.close()
         if own_socket:
             os.environ.pop("LO_ORCH_TMUX_SOCKET", None)
             if not keep:

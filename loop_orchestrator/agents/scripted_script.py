@@ -27,10 +27,21 @@ Short forms: ``say: text``, ``sleep: 2``, ``exit: 3``, ``signal: impl_done``,
 ``delete: path``, ``hang`` (a bare string). A flat ``implement`` list is one round.
 Misbehaviour is written as actions: crash (``exit``), hang, never signal (no ``signal``),
 a test without assertions or an edit outside ``owns`` (``write``).
+
+Model-only actions, for the scripted model endpoint (agents/model_endpoint.py) that drives
+the real Claude Code CLI; the scripted agent refuses a script that uses them:
+``stop {text}`` (end the turn here; the Stop hook may send the session back),
+``api_error {status, type, message, retry_after}`` (answer the next request with an API
+error), ``drop`` (close the connection without an answer), ``tool {name, input}`` (any
+tool call, e.g. one a permission mode must ask a person about). Model-only fields of an
+entry: ``match`` (a regex: the entry also serves a session whose first prompt matches it)
+and ``turns`` (one list of actions per prompt that is not a lo-orch phase prompt, in order:
+a coordinator session's conversation).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -131,10 +142,52 @@ class HangAction(_Model):
     hang: HangArgs
 
 
-ACTION_KINDS = ("write", "patch", "delete", "run", "signal", "sleep", "say", "exit", "hang")
+class StopArgs(_Model):
+    text: str = "Done."
+
+
+class ApiErrorArgs(_Model):
+    status: int = Field(ge=400, le=599)
+    type: str | None = None  # the Anthropic error type; by default the one of ``status``
+    message: str | None = None
+    retry_after: float | None = Field(default=None, ge=0)
+
+
+class DropArgs(_Model):
+    pass
+
+
+class ToolArgs(_Model):
+    name: str = Field(min_length=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class StopAction(_Model):
+    stop: StopArgs
+
+
+class ApiErrorAction(_Model):
+    api_error: ApiErrorArgs
+
+
+class DropAction(_Model):
+    drop: DropArgs
+
+
+class ToolAction(_Model):
+    tool: ToolArgs
+
+
+ACTION_KINDS = (
+    "write", "patch", "delete", "run", "signal", "sleep", "say", "exit", "hang",
+    "stop", "api_error", "drop", "tool",
+)
+#: actions only a model can take (the scripted model endpoint); the scripted agent refuses
+MODEL_ONLY = ("stop", "api_error", "drop", "tool")
 #: the field a scalar short form fills
 _SHORT_FORMS = {
     "say": "text", "sleep": "seconds", "exit": "code", "signal": "phase", "delete": "path",
+    "stop": "text", "api_error": "status",
 }
 
 
@@ -144,8 +197,8 @@ def _action_kind(value: Any) -> str | None:
             if kind in type(value).model_fields:
                 return kind
         return None
-    if value == "hang":
-        return "hang"
+    if value in ("hang", "drop", "stop"):
+        return str(value)
     if isinstance(value, dict) and len(value) == 1:
         key = next(iter(value))
         return key if key in ACTION_KINDS else None
@@ -153,12 +206,12 @@ def _action_kind(value: Any) -> str | None:
 
 
 def _expand_short_form(value: Any) -> Any:
-    if value == "hang":
-        return {"hang": {}}
+    if value in ("hang", "drop", "stop"):
+        return {value: {}}
     if isinstance(value, dict) and len(value) == 1:
         key, arg = next(iter(value.items()))
-        if key == "hang" and arg in (None, True):
-            return {"hang": {}}
+        if key in ("hang", "drop") and arg in (None, True):
+            return {key: {}}
         if key in _SHORT_FORMS and not isinstance(arg, dict):
             return {key: {_SHORT_FORMS[key]: arg}}
     return value
@@ -173,7 +226,11 @@ Action = Annotated[
     | Annotated[SleepAction, Tag("sleep")]
     | Annotated[SayAction, Tag("say")]
     | Annotated[ExitAction, Tag("exit")]
-    | Annotated[HangAction, Tag("hang")],
+    | Annotated[HangAction, Tag("hang")]
+    | Annotated[StopAction, Tag("stop")]
+    | Annotated[ApiErrorAction, Tag("api_error")]
+    | Annotated[DropAction, Tag("drop")]
+    | Annotated[ToolAction, Tag("tool")],
     Discriminator(
         _action_kind,
         custom_error_type="invalid_action",
@@ -189,6 +246,9 @@ class TaskScript(_Model):
     swallow_first_enter: bool = False
     plan: list[Action] = Field(default_factory=list)
     implement: list[list[Action]] = Field(default_factory=list)
+    # model endpoint only
+    match: str | None = None
+    turns: list[list[Action]] = Field(default_factory=list)
 
     @field_validator("plan", mode="before")
     @classmethod
@@ -196,6 +256,37 @@ class TaskScript(_Model):
         if isinstance(value, list):
             return [_expand_short_form(v) for v in value]
         return value
+
+    @field_validator("turns", mode="before")
+    @classmethod
+    def _turns_short_forms(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [
+                [_expand_short_form(a) for a in r] if isinstance(r, list) else r for r in value
+            ]
+        return value
+
+    @field_validator("match")
+    @classmethod
+    def _match_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                msg = f"not a regular expression: {exc}"
+                raise ValueError(msg) from exc
+        return value
+
+    def model_only(self) -> list[str]:
+        """Where this entry uses what only the model endpoint can do (empty: none)."""
+        used = ["match"] if self.match is not None else []
+        used += ["turns"] if self.turns else []
+        rounds = [("plan", self.plan)] + [
+            (f"implement[{i}]", r) for i, r in enumerate(self.implement)]
+        for where, actions in rounds:
+            used += [f"{where}: {kind}" for a in actions
+                     if (kind := _action_kind(a)) in MODEL_ONLY]
+        return used
 
     @field_validator("implement", mode="before")
     @classmethod
@@ -223,6 +314,13 @@ class Script(RootModel[dict[str, TaskScript]]):
         if task and task in self.root:
             return self.root[task]
         return self.root.get("default", TaskScript())
+
+    def matching(self, prompt: str) -> str | None:
+        """The first entry whose ``match`` regex is found in ``prompt``."""
+        for key, entry in self.root.items():
+            if entry.match is not None and re.search(entry.match, prompt):
+                return key
+        return None
 
 
 def _where(loc: tuple[int | str, ...]) -> str:
@@ -260,7 +358,22 @@ def parse_script(data: Any, source: str) -> Script:
         ) from exc
 
 
-def load_script(path: Path) -> Script:
+def load_script(path: Path, *, model: bool = False) -> Script:
+    """The script in ``path``; unless ``model``, one the scripted agent can perform."""
+    script = _load(path)
+    if not model:
+        used = [f"{key}.{u}" for key, entry in script.root.items() for u in entry.model_only()]
+        if used:
+            msg = f"{path}: only the scripted model endpoint can do: {', '.join(used)}"
+            raise ConfigError(
+                msg,
+                hint="Drive real Claude Code with it ([agent] kind = \"claude\" and the "
+                "scripted endpoint, as `lo-orch demo --agent claude` does), or remove them.",
+            )
+    return script
+
+
+def _load(path: Path) -> Script:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

@@ -158,10 +158,15 @@ def cleanup_command(abandon: bool, repo: Path | None) -> None:
 
 @cli.command("demo")
 @click.option("--keep", is_flag=True, help="Leave the throwaway repository and tmux server.")
-def demo_command(keep: bool) -> None:
+@click.option("--agent", type=click.Choice(["scripted", "claude"]), default="scripted",
+              show_default=True,
+              help="scripted: no install needed; claude: real Claude Code sessions (the "
+              "`claude` on PATH) driven offline by a built-in scripted model.")
+def demo_command(keep: bool, agent: str) -> None:
     """The whole flow on a throwaway repo with the scripted agent (no Claude login)."""
     from loop_orchestrator import demo
 
-    result = demo.run_demo(keep=keep, progress=_printer())  # type: ignore[arg-type]
+    result = demo.run_demo(keep=keep, progress=_printer(),  # type: ignore[arg-type]
+                           agent=agent)
     for line in result.report:
         click.echo(line)

@@ -1,0 +1,607 @@
+"""A scripted model endpoint: the Anthropic Messages API on 127.0.0.1, answering the real
+Claude Code CLI with replies a script decides.
+
+It stands in for the model's judgement only. Everything else is Claude Code's own: its
+tools really run (Write, Edit, Read, Bash in the session's folder), its hooks fire, its
+permission modes ask, its Stop hook sends it back. Tests and ``lo-orch demo --agent
+claude`` use it; no Claude login and no network is needed.
+
+Module API
+----------
+``ModelEndpoint(script, *, token=..., log_path=None)``
+    A context manager; ``url``, ``env()`` (what a Claude Code session needs to talk to it),
+    ``requests`` (every request, logged), ``fail(status, ...)`` (answer the next requests
+    with an API error), ``wait_for(predicate, timeout)``, ``close()``.
+``reply_for(...)``
+    The pure part: which reply a request gets (see "How a reply is chosen").
+``main(argv)``
+    ``python -m loop_orchestrator.agents.model_endpoint --script FILE [--port N]``: serve a
+    script from the command line (prints its URL and the environment to use).
+
+How a reply is chosen
+---------------------
+The script is the scripted agent's (``agents/scripted_script.py``): one entry per task id
+(or ``default``, or an entry whose ``match`` regex the session's first prompt contains).
+A session is known by Claude Code's ``X-Claude-Code-Session-Id`` header. Its task is the
+one its lo-orch prompts name (``task `ID```). Each user prompt of the conversation (a user
+text that is not a ``<system-reminder>`` nor a tool result) selects a list of actions:
+
+- ``Phase: planning`` -> the entry's ``plan``;
+- ``Phase: implementing`` -> ``implement`` round 0, ``(rework N)`` -> round N;
+- lo-orch's "run `... signal X` again" -> a Bash call of that signal;
+- any other prompt -> the entry's ``turns``, in order (a coordinator's conversation).
+
+Each action becomes one reply (``write`` of an existing file and ``patch`` become two: a
+Read first, as Claude Code requires): ``write`` -> Write, ``patch`` -> Edit, ``delete``
+and ``run`` and ``signal`` -> Bash, ``tool`` -> that tool call, ``say`` -> text before the
+next tool call, ``sleep`` -> a delay, ``stop`` -> the turn ends here (what follows is the
+answer to a Stop hook that sends the session back), ``api_error``/``drop``/``hang`` -> a
+fault served once before the next reply. The reply to a request is the action whose index
+is the number of assistant messages since the prompt; when the list is done the turn ends
+with a short text. So a ``--resume``d conversation carries on where it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.server
+import json
+import os
+import re
+import shlex
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator.agents.scripted_script import (
+    ApiErrorAction,
+    DeleteAction,
+    DropAction,
+    ExitAction,
+    HangAction,
+    PatchAction,
+    RunAction,
+    SayAction,
+    Script,
+    SignalAction,
+    SleepAction,
+    StopAction,
+    TaskScript,
+    ToolAction,
+    WriteAction,
+    load_script,
+)
+
+#: what the demo and tests authenticate with (Claude Code sends it as a bearer token)
+DEFAULT_TOKEN = "lo-orch-scripted-model"  # noqa: S105 - a fixed local test credential
+#: the error type Anthropic's API gives with each status
+ERROR_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+    500: "api_error", 529: "overloaded_error",
+}
+#: the longest a ``hang`` holds a request (the endpoint's close releases it sooner)
+HANG_SECONDS = 600.0
+
+_TASK_RE = re.compile(r"\btask `([^`\s]+)`", re.IGNORECASE)
+_REWORK_RE = re.compile(r"Phase: implementing \(rework (\d+)\)")
+_SIGNAL_AGAIN_RE = re.compile(r"run `\$LO_ORCH_BIN signal (\w+)` again")
+_CWD_RE = re.compile(r"Primary working directory: (\S+)")
+_REMINDER = "<system-reminder>"
+
+
+# the pure part: requests in, replies out ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An answer that is not a reply: an API error, a dropped connection or a hang."""
+
+    kind: str  # "error" | "drop" | "hang"
+    status: int = 0
+    type: str = ""
+    message: str = ""
+    retry_after: float | None = None
+
+    @classmethod
+    def error(cls, status: int, type_: str | None = None, message: str | None = None,
+              retry_after: float | None = None) -> Fault:
+        kind = type_ or ERROR_TYPES.get(status, "api_error")
+        return cls("error", status, kind, message or f"scripted {kind}", retry_after)
+
+
+@dataclass
+class Step:
+    """One reply of the model: text and at most one tool call, after ``delay`` seconds."""
+
+    text: str = ""
+    tool: tuple[str, dict[str, Any]] | None = None
+    delay: float = 0.0
+    faults: list[Fault] = field(default_factory=list)
+    served_faults: int = 0
+
+    @property
+    def stop_reason(self) -> str:
+        return "tool_use" if self.tool is not None else "end_turn"
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What a request says about its session: prompts, where the last one is, the folder."""
+
+    prompts: list[str]
+    #: assistant messages since the last prompt
+    replies_since: int
+    cwd: str | None
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> Conversation:
+        prompts: list[str] = []
+        since = 0
+        cwd = None
+        for message in body.get("messages") or []:
+            role = message.get("role")
+            if role == "assistant":
+                since += 1
+                continue
+            texts = _texts(message.get("content"))
+            if role == "system":
+                for text in texts:
+                    found = _CWD_RE.search(text)
+                    cwd = found.group(1) if found else cwd
+                continue
+            spoken = [t for t in texts if not t.lstrip().startswith(_REMINDER)]
+            if role == "user" and spoken:
+                prompts.append("\n".join(spoken))
+                since = 0
+        if cwd is None:
+            found = _CWD_RE.search(json.dumps(body.get("system", "")))
+            cwd = found.group(1) if found else None
+        return cls(prompts, since, cwd)
+
+
+def _texts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [b.get("text", "") for b in content
+            if isinstance(b, dict) and b.get("type") == "text"]
+
+
+def classify(prompt: str) -> tuple[str, int]:
+    """Which list of actions a prompt selects: (``plan``|``implement``|``signal:X``|
+    ``turn``, round)."""
+    if "Phase: planning" in prompt:
+        return "plan", 0
+    rework = _REWORK_RE.search(prompt)
+    if rework:
+        return "implement", int(rework.group(1))
+    if "Phase: implementing" in prompt:
+        return "implement", 0
+    again = _SIGNAL_AGAIN_RE.search(prompt)
+    if again:
+        return f"signal:{again.group(1)}", 0
+    return "turn", 0
+
+
+def steps_for(actions: list[Any], cwd: str | None, exists: Callable[[str], bool]) -> list[Step]:
+    """The replies that carry out ``actions`` in a session whose folder is ``cwd``."""
+    steps: list[Step] = []
+    text: list[str] = []
+    delay = 0.0
+    faults: list[Fault] = []
+
+    def path(rel: str) -> str:
+        return rel if os.path.isabs(rel) or cwd is None else os.path.join(cwd, rel)
+
+    def add(tool: tuple[str, dict[str, Any]] | None, *, say: str | None = None) -> None:
+        nonlocal delay
+        words = [*text, say] if say else text
+        steps.append(Step("\n\n".join(words), tool, delay, list(faults)))
+        text.clear()
+        faults.clear()
+        delay = 0.0
+
+    def bash(command: str, what: str, timeout: float | None = None) -> None:
+        spec: dict[str, Any] = {"command": command, "description": what}
+        if timeout is not None:
+            spec["timeout"] = int(min(timeout, 600) * 1000)
+        add(("Bash", spec))
+
+    for action in actions:
+        if isinstance(action, WriteAction):
+            target = path(action.write.path)
+            if exists(target):
+                add(("Read", {"file_path": target}))
+            add(("Write", {"file_path": target, "content": action.write.content}))
+        elif isinstance(action, PatchAction):
+            target = path(action.patch.path)
+            add(("Read", {"file_path": target}))
+            add(("Edit", {"file_path": target, "old_string": action.patch.old,
+                          "new_string": action.patch.new}))
+        elif isinstance(action, DeleteAction):
+            bash(f"rm -f -- {shlex.quote(action.delete.path)}", "Delete a file")
+        elif isinstance(action, RunAction):
+            bash(shlex.join(action.run.argv), "Run a check", action.run.timeout)
+        elif isinstance(action, SignalAction):
+            command = f"$LO_ORCH_BIN signal {shlex.quote(action.signal.phase)}"
+            if action.signal.note:
+                command += f" --note {shlex.quote(action.signal.note)}"
+            bash(command, "Report to the supervisor")
+        elif isinstance(action, ToolAction):
+            add((action.tool.name, dict(action.tool.input)))
+        elif isinstance(action, SayAction):
+            text.append(action.say.text)
+        elif isinstance(action, SleepAction):
+            delay += action.sleep.seconds
+        elif isinstance(action, StopAction):
+            add(None, say=action.stop.text)
+        elif isinstance(action, ExitAction):
+            # the Bash tool's shell is a child of the claude process: a crash without
+            # SessionEnd, as the scripted agent's `exit`
+            bash("kill -9 $PPID", "Crash (scripted)")
+        elif isinstance(action, ApiErrorAction):
+            a = action.api_error
+            faults.append(Fault.error(a.status, a.type, a.message, a.retry_after))
+        elif isinstance(action, DropAction):
+            faults.append(Fault("drop"))
+        elif isinstance(action, HangAction):
+            faults.append(Fault("hang"))
+    add(None, say="Done." if not text else None)
+    return steps
+
+
+# the server --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Session:
+    id: str
+    key: str | None = None  # the script entry
+    task: str | None = None
+    #: (prompt ordinal) -> its replies, made once (a write's Read depends on the disk then)
+    steps: dict[int, list[Step]] = field(default_factory=dict)
+    turns_used: dict[int, int] = field(default_factory=dict)
+
+
+class ModelEndpoint:
+    """The scripted Messages API on 127.0.0.1 (a thread of this process)."""
+
+    def __init__(
+        self,
+        script: Script,
+        *,
+        token: str | None = DEFAULT_TOKEN,
+        log_path: Path | None = None,
+        port: int = 0,
+    ) -> None:
+        self.script = script
+        self.token = token
+        self.log_path = log_path
+        self.requests: list[dict[str, Any]] = []
+        self._sessions: dict[str, _Session] = {}
+        self._faults: list[tuple[Fault, str | None]] = []
+        self._lock = threading.Condition()
+        self._closing = threading.Event()
+        self._server = _Server(("127.0.0.1", port), _Handler)
+        self._server.endpoint = self
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="model-endpoint", daemon=True)
+        self._thread.start()
+
+    # the outside ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def env(self) -> dict[str, str]:
+        """The environment a Claude Code session needs to use this endpoint, offline."""
+        env = {
+            "ANTHROPIC_BASE_URL": self.url,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        }
+        if self.token is not None:
+            env["ANTHROPIC_AUTH_TOKEN"] = self.token
+        return env
+
+    def fail(self, status: int, *, times: int = 1, task: str | None = None,
+             retry_after: float | None = None, type_: str | None = None) -> None:
+        """Answer the next ``times`` turn requests (of ``task``, or any) with an API error."""
+        with self._lock:
+            self._faults += [(Fault.error(status, type_, None, retry_after), task)] * times
+
+    def logged(self, **match: Any) -> list[dict[str, Any]]:
+        """The logged requests whose fields equal ``match``."""
+        with self._lock:
+            return [r for r in self.requests if all(r.get(k) == v for k, v in match.items())]
+
+    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool],
+                 timeout: float) -> bool:
+        """Wait until ``predicate(requests)`` holds; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not predicate(self.requests):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(min(left, 0.5))
+            return True
+
+    def close(self) -> None:
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ModelEndpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # the inside ----------------------------------------------------------------------------
+    def _log(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            record["n"] = len(self.requests) + 1
+            record["at"] = round(time.time(), 3)
+            self.requests.append(record)
+            self._lock.notify_all()
+        if self.log_path is not None:
+            with self.log_path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+    def authorised(self, headers: Mapping[str, str]) -> bool:
+        if self.token is None:
+            return True
+        bearer = headers.get("authorization", "")
+        return bearer == f"Bearer {self.token}" or headers.get("x-api-key") == self.token
+
+    def answer(self, session_id: str, body: Mapping[str, Any]) -> tuple[Step | Fault, dict[str, Any]]:
+        """The answer to one turn request, and what to log about it."""
+        convo = Conversation.of(body)
+        with self._lock:
+            session = self._sessions.setdefault(session_id, _Session(session_id))
+            if not convo.prompts:
+                return Step("Hello."), {"kind": "empty"}
+            ordinal = len(convo.prompts)
+            prompt = convo.prompts[-1]
+            if session.key is None:
+                session.key = self.script.matching(convo.prompts[0])
+            named = _TASK_RE.search(prompt) or _TASK_RE.search(convo.prompts[0])
+            if named:
+                session.task = named.group(1)
+            entry = self.script.root.get(session.key or "") or self.script.for_task(session.task)
+            kind, round_no = classify(prompt)
+            if ordinal not in session.steps:
+                actions = self._actions(entry, session, kind, round_no, ordinal)
+                session.steps[ordinal] = steps_for(actions, convo.cwd, os.path.exists)
+            steps = session.steps[ordinal]
+            info = {"session": session_id, "task": session.task, "entry": session.key,
+                    "prompt": ordinal, "prompt_kind": kind, "round": round_no,
+                    "step": convo.replies_since}
+            for i, (fault, task) in enumerate(self._faults):
+                if task is None or task == session.task:
+                    del self._faults[i]
+                    return fault, info
+            index = convo.replies_since
+            if index >= len(steps):
+                return Step("Done."), {**info, "extra": True}
+            step = steps[index]
+            if step.served_faults < len(step.faults):
+                step.served_faults += 1
+                return step.faults[step.served_faults - 1], info
+            return step, info
+
+    def _actions(self, entry: TaskScript, session: _Session, kind: str, round_no: int,
+                 ordinal: int) -> list[Any]:
+        if kind == "plan":
+            return entry.actions_for("plan")
+        if kind == "implement":
+            return entry.actions_for("implement", round_no)
+        if kind.startswith("signal:"):
+            return [SignalAction.model_validate({"signal": {"phase": kind[7:]}})]
+        used = len(session.turns_used)
+        session.turns_used[ordinal] = used
+        return list(entry.turns[used]) if used < len(entry.turns) else []
+
+    @property
+    def closing(self) -> threading.Event:
+        return self._closing
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    endpoint: ModelEndpoint
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass
+
+    def do_HEAD(self) -> None:
+        self._plain(404, "")
+
+    def do_GET(self) -> None:
+        self._plain(404, "not found")
+
+    def do_POST(self) -> None:
+        endpoint = self.server.endpoint
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        base = {"path": self.path, "user_agent": headers.get("user-agent", "")}
+        if not self.path.startswith("/v1/messages"):
+            endpoint._log({**base, "kind": "unknown path", "status": 404})
+            self._error(Fault.error(404, message=f"no such endpoint {self.path}"))
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            endpoint._log({**base, "kind": "bad json", "status": 400})
+            self._error(Fault.error(400, message="the body is not JSON"))
+            return
+        session_id = headers.get("x-claude-code-session-id") or _metadata_session(body)
+        base["session"] = session_id
+        if not endpoint.authorised(headers):
+            endpoint._log({**base, "kind": "unauthorised", "status": 401})
+            self._error(Fault.error(401, message="invalid x-api-key"))
+            return
+        if body.get("tools") == [] or not body.get("stream", False):
+            # a side call (a session title, a summary): not a turn of the conversation
+            endpoint._log({**base, "kind": "side call", "status": 200})
+            self._stream(body, Step("Scripted session"))
+            return
+        answer, info = endpoint.answer(session_id, body)
+        record = {**base, **info, "messages": len(body.get("messages") or [])}
+        if isinstance(answer, Fault):
+            endpoint._log({**record, "kind": answer.kind, "status": answer.status or None})
+            self._fault(answer)
+            return
+        record.update(kind="reply", status=200, stop_reason=answer.stop_reason,
+                      tool=answer.tool[0] if answer.tool else None,
+                      tool_input=answer.tool[1] if answer.tool else None,
+                      text=answer.text[:200])
+        if answer.delay:
+            endpoint.closing.wait(answer.delay)
+        usage = self._stream(body, answer)
+        endpoint._log({**record, "usage": usage})
+
+    # answers ---------------------------------------------------------------------------
+    def _plain(self, status: int, text: str) -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("content-type", "text/plain")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _error(self, fault: Fault) -> None:
+        data = json.dumps({"type": "error",
+                           "error": {"type": fault.type, "message": fault.message}}).encode()
+        self.send_response(fault.status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("request-id", f"req_scripted_{time.monotonic_ns()}")
+        if fault.retry_after is not None:
+            self.send_header("retry-after", f"{fault.retry_after:g}")
+        if fault.kind == "error" and fault.status != 529:
+            self.send_header("x-should-retry", "true" if fault.status >= 429 else "false")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _fault(self, fault: Fault) -> None:
+        if fault.kind == "error":
+            self._error(fault)
+        elif fault.kind == "drop":
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+        else:  # hang: hold the request until the endpoint closes
+            self.server.endpoint.closing.wait(HANG_SECONDS)
+            self.close_connection = True
+
+    def _stream(self, body: Mapping[str, Any], step: Step) -> dict[str, int]:
+        """Send ``step`` as Claude Code's accepted SSE stream; the usage reported."""
+        input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
+        blocks: list[dict[str, Any]] = []
+        if step.text:
+            blocks.append({"type": "text", "text": step.text})
+        if step.tool is not None:
+            blocks.append({"type": "tool_use", "name": step.tool[0], "input": step.tool[1]})
+        output_tokens = max(1, len(json.dumps(blocks)) // 4)
+        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        mid = f"msg_scripted_{time.monotonic_ns()}"
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": {
+                "id": mid, "type": "message", "role": "assistant",
+                "model": body.get("model", "scripted"), "content": [], "stop_reason": None,
+                "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}}),
+            ("ping", {"type": "ping"}),
+        ]
+        for i, block in enumerate(blocks):
+            if block["type"] == "text":
+                start = {"type": "text", "text": ""}
+                delta = {"type": "text_delta", "text": block["text"]}
+            else:
+                start = {"type": "tool_use", "id": f"toolu_scripted_{time.monotonic_ns()}",
+                         "name": block["name"], "input": {}}
+                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            events += [
+                ("content_block_start", {"type": "content_block_start", "index": i,
+                                         "content_block": start}),
+                ("content_block_delta", {"type": "content_block_delta", "index": i,
+                                         "delta": delta}),
+                ("content_block_stop", {"type": "content_block_stop", "index": i}),
+            ]
+        events += [
+            ("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": step.stop_reason, "stop_sequence": None},
+                               "usage": {"output_tokens": output_tokens}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        with contextlib.suppress(OSError):
+            for name, data in events:
+                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+        return usage
+
+
+def _metadata_session(body: Mapping[str, Any]) -> str:
+    raw = (body.get("metadata") or {}).get("user_id", "")
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        found = json.loads(raw).get("session_id")
+        if found:
+            return str(found)
+    return "unknown"
+
+
+@contextlib.contextmanager
+def serving(script_path: Path, **kwargs: Any) -> Iterator[ModelEndpoint]:
+    """A ``ModelEndpoint`` for the script in ``script_path`` (ConfigError if invalid)."""
+    endpoint = ModelEndpoint(load_script(script_path, model=True), **kwargs)
+    try:
+        yield endpoint
+    finally:
+        endpoint.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m loop_orchestrator.agents.model_endpoint",
+        description="Serve a scripted model on 127.0.0.1 for the real Claude Code CLI.")
+    parser.add_argument("--script", type=Path, required=True)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--log", type=Path, default=None, help="append requests as JSON lines")
+    args = parser.parse_args(argv)
+    with serving(args.script, port=args.port, log_path=args.log) as endpoint:
+        print(f"scripted model endpoint: {endpoint.url}", flush=True)
+        for key, value in endpoint.env().items():
+            print(f"  export {key}={shlex.quote(value)}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
