@@ -173,6 +173,19 @@ def _handle(
     return QUIET
 
 
+def tool_summary(tool_input: Any) -> str:
+    """What a tool call does, in one line of at most 200 characters: the Bash command, the
+    file a file tool touches, else the input's first string value."""
+    if not isinstance(tool_input, dict):
+        return ""
+    for key in ("command", "file_path", "path", "url", "pattern"):
+        value = tool_input.get(key)
+        if isinstance(value, str) and value:
+            return " ".join(value.split())[:200]
+    first = next((v for v in tool_input.values() if isinstance(v, str)), "")
+    return " ".join(first.split())[:200]
+
+
 def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a hook payload the supervisor uses, bounded in size."""
     out: dict[str, Any] = {}
@@ -183,6 +196,10 @@ def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     message = payload.get("message")
     if isinstance(message, str):
         out["message"] = message[:200]
+    tool = payload.get("tool_name")
+    if isinstance(tool, str):
+        out["tool_name"] = tool[:100]
+        out["tool_summary"] = tool_summary(payload.get("tool_input"))
     out["stop_hook_active"] = payload.get("stop_hook_active") is True
     prompt = payload.get("prompt")
     if isinstance(prompt, str):

@@ -232,16 +232,28 @@ def hook_changes(
     sid = payload.get("session_id")
     if st.session_id is None and isinstance(sid, str) and sid:
         changes["session_id"] = sid
+    if event in ("UserPromptSubmit", "Stop", "SessionStart", "SessionEnd") and st.waiting_for:
+        changes["waiting_for"] = None  # the person answered (or the session moved on)
     if event == "UserPromptSubmit":
         changes["prompt_submitted_at"] = now
         changes["turn_ended_at"] = None
     elif event == "Stop":
         changes["turn_ended_at"] = now
+    elif event == "PermissionRequest":
+        changes["waiting_for"] = permission_wait(payload)
     elif event == "StopFailure" and payload.get("error") == "authentication_failed":
         changes["error"] = NOT_LOGGED_IN_ERROR
     elif event == "Notification" and isinstance(payload.get("notification_type"), str):
         changes["last_notification"] = payload["notification_type"]
     return changes
+
+
+def permission_wait(payload: Mapping[str, Any]) -> str:
+    """What a task waits for when its session shows a permission dialog."""
+    tool = payload.get("tool_name") if isinstance(payload.get("tool_name"), str) else "a tool"
+    summary = payload.get("tool_summary")
+    what = f"{tool}: {summary}" if isinstance(summary, str) and summary else str(tool)
+    return f"a person: Claude Code asks permission to use {what}"
 
 
 #: a task's error after `StopFailure` with ``authentication_failed`` (Claude Code 2.1.332)

@@ -27,7 +27,7 @@ from loop_orchestrator.state import Store, now_iso
 Reply = dict[str, Any]
 #: the fields of a hook payload that go to the ledger
 LEDGER_FIELDS = ("session_id", "error", "notification_type", "message", "reason", "source",
-                 "prompt_chars", "prompt_sha256")
+                 "prompt_chars", "prompt_sha256", "tool_name", "tool_summary")
 
 
 class Reports:
@@ -100,7 +100,8 @@ class Reports:
             # logged before the status changes: the ledger shows cause before effect
             self.store.append_ledger("signal", task=tid, phase=signal,
                                      previous=st.phase.value, note=note)
-            self.record.update_task(tid, **decision.changes)
+            waited = {"waiting_for": None} if st.waiting_for else {}
+            self.record.update_task(tid, **decision.changes, **waited)
         return reply
 
     def _hook(self, tid: str, request: Request) -> Reply:
@@ -146,6 +147,8 @@ class Reports:
                 reply = {"exit_code": 2, "stderr": reason + "\n"}
         self.store.append_ledger("hook", task=tid, hook_event=event, **fields)
         self.record.update_task(tid, **changes)
+        if changes.get("waiting_for"):
+            self.event("waiting_for_person", tid, message=changes["waiting_for"])
         return reply
 
 

@@ -113,6 +113,9 @@ class TaskStatus(BaseModel):
     last_notification: str | None = None
     #: when the session's last turn ended (Stop hook); None while it works on a prompt
     turn_ended_at: str | None = None
+    #: what the session waits for that only a person can give (a permission dialog:
+    #: "a person: Claude Code asks permission to use Bash: <command>"); None otherwise
+    waiting_for: str | None = None
 
 
 class RunState(BaseModel):

@@ -493,6 +493,8 @@ class Supervisor:
 
     def _check_stall(self, st: TaskStatus) -> None:
         assert st.pane_id is not None
+        if st.waiting_for:
+            return  # a permission dialog waits for a person: not a stall (status says so)
         now = time.time()
         # (screen hash, when it last changed, when it was last sampled)
         seen = self.screens.get(st.task)

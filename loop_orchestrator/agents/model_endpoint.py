@@ -79,7 +79,7 @@ from loop_orchestrator.agents.scripted_script import (
 )
 
 #: what the demo and tests authenticate with (Claude Code sends it as a bearer token)
-DEFAULT_TOKEN = "lo-orch-scripted-model"  # noqa: S105 - a fixed local test credential
+DEFAULT_TOKEN = "lo-orch-scripted-model"
 #: the error type Anthropic's API gives with each status
 ERROR_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -199,7 +199,7 @@ def steps_for(actions: list[Any], cwd: str | None, exists: Callable[[str], bool]
     faults: list[Fault] = []
 
     def path(rel: str) -> str:
-        return rel if os.path.isabs(rel) or cwd is None else os.path.join(cwd, rel)
+        return rel if Path(rel).is_absolute() or cwd is None else str(Path(cwd) / rel)
 
     def add(tool: tuple[str, dict[str, Any]] | None, *, say: str | None = None) -> None:
         nonlocal delay
@@ -365,7 +365,9 @@ class ModelEndpoint:
         bearer = headers.get("authorization", "")
         return bearer == f"Bearer {self.token}" or headers.get("x-api-key") == self.token
 
-    def answer(self, session_id: str, body: Mapping[str, Any]) -> tuple[Step | Fault, dict[str, Any]]:
+    def answer(
+        self, session_id: str, body: Mapping[str, Any]
+    ) -> tuple[Step | Fault, dict[str, Any]]:
         """The answer to one turn request, and what to log about it."""
         convo = Conversation.of(body)
         with self._lock:
@@ -428,7 +430,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_HEAD(self) -> None:
@@ -540,6 +542,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             ("ping", {"type": "ping"}),
         ]
         for i, block in enumerate(blocks):
+            start: dict[str, Any]
+            delta: dict[str, Any]
             if block["type"] == "text":
                 start = {"type": "text", "text": ""}
                 delta = {"type": "text_delta", "text": block["text"]}

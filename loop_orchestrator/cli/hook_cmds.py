@@ -22,10 +22,10 @@ def hook_command(event: str) -> None:
     """Entry point for Claude Code hooks: reads the hook JSON on stdin.
 
     The plugin's hooks/hooks.json runs it for SessionStart, UserPromptSubmit, Stop,
-    StopFailure, Notification and SessionEnd. It records the event in the task's status and
-    the ledger; in a session lo-orch does not manage it prints nothing and exits 0. A
-    planning or implementing session that stops without signalling is answered with exit
-    code 2 and the reason on stderr (at most a few times).
+    StopFailure, Notification, PermissionRequest and SessionEnd. It records the event in
+    the task's status and the ledger; in a session lo-orch does not manage it prints
+    nothing and exits 0. A planning or implementing session that stops without signalling
+    is answered with exit code 2 and the reason on stderr (at most a few times).
     """
     from loop_orchestrator import hooks
 

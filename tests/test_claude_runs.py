@@ -1,0 +1,409 @@
+"""Whole runs with the real Claude Code CLI, its model played by the scripted endpoint.
+
+Everything but the model's judgement is real: Claude Code 2.1.332 in tmux panes on a
+private socket, in a throwaway HOME, offline (``ANTHROPIC_BASE_URL`` is the endpoint on
+127.0.0.1, non-essential traffic off); its Write/Edit/Read/Bash tools do the work, its
+hooks report to the supervisor, its Stop hook is lo-orch's. The endpoint's request log is
+what the model saw, so a test can tell which prompt reached which session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import claude_binary, git
+
+from loop_orchestrator import core, demo, procinfo, runs
+from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
+from loop_orchestrator.record import Record
+from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.supervisor import Supervisor
+
+TASKS = ("tokenize", "slug", "counts", "report")
+
+
+def claude() -> Path:
+    found = claude_binary()
+    if found is None or not found.exists():
+        pytest.fail("the Claude Code CLI is missing: `scripts/bootstrap --claude` installs it")
+    return found
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
+    return demo.prepare_demo(tmp_path)
+
+
+def only(files: demo.DemoFiles, *tasks: str) -> None:
+    """Keep only ``tasks`` of the demo plan."""
+    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
+    plan["tasks"] = [t for t in plan["tasks"] if t["id"] in tasks]
+    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+
+
+def edit_script(files: demo.DemoFiles, change: Callable[[dict[str, Any]], None]) -> None:
+    data = yaml.safe_load(files.script.read_text(encoding="utf-8"))
+    change(data)
+    files.script.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def endpoint_for(files: demo.DemoFiles) -> Iterator[ModelEndpoint]:
+    with ModelEndpoint(load_script(files.script, model=True),
+                       log_path=files.root / "requests.jsonl") as endpoint:
+        yield endpoint
+
+
+def settings_for(endpoint: ModelEndpoint, *, token: str | None = None,
+                 stall_minutes: float = 5, **agent: Any) -> Settings:
+    env = {**endpoint.env(), "IS_SANDBOX": "1"}
+    if token is not None:
+        env["ANTHROPIC_AUTH_TOKEN"] = token
+    return Settings(
+        agent=AgentConfig(kind="claude", command=str(claude()), env=env, ready_timeout=90,
+                          **agent),
+        auditor=AuditorConfig(llm="off"),
+        run=RunConfig(concurrency=4, stall_minutes=stall_minutes, stagger_seconds=0.1),
+    )
+
+
+def approve(files: demo.DemoFiles, settings: Settings) -> None:
+    core.plan_from_file(files.repo, files.plan, settings)
+    runs.approve_plan(files.repo)
+
+
+def ledger(repo: Path, event: str | None = None, task: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in Store(RunDir(repo)).read_ledger()
+            if (event is None or e["event"] == event) and (task is None or e.get("task") == task)]
+
+
+def prompts_seen(endpoint: ModelEndpoint) -> dict[str, list[tuple[int, str, int]]]:
+    """Per session: the (ordinal, kind, round) of each prompt it received, in order."""
+    out: dict[str, list[tuple[int, str, int]]] = {}
+    for r in endpoint.logged(kind="reply"):
+        key = (r["prompt"], r["prompt_kind"], r["round"])
+        seen = out.setdefault(r["session"], [])
+        if key not in seen:
+            seen.append(key)
+    return out
+
+
+def lo_phase_prompts(seen: list[tuple[int, str, int]]) -> list[tuple[str, int]]:
+    return [(kind, rnd) for _, kind, rnd in seen if kind in ("plan", "implement")]
+
+
+def test_lo_orch_demo_with_real_claude_code(tmux_socket: str, tmp_path: Path) -> None:
+    """`lo-orch demo --agent claude`: four real sessions, one reworked, merged."""
+    env = {**os.environ, "TMPDIR": str(tmp_path),
+           "PATH": f"{claude().parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "demo", "--agent", "claude", "--keep"],
+        capture_output=True, text=True, env=env, timeout=400, check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"Demo finished in [\d.]+s: 4 tasks, 3 waves, 1 rework round\(s\), "
+                     r"merged into feat/demo\.", result.stdout)
+    assert "Merged project's tests: Ran 18 tests" in result.stdout
+    (root,) = tmp_path.glob("lo-orch-demo-*")
+    repo = root / "textstats"
+    requests = [json.loads(x) for x in (root / "model-requests.jsonl").read_text().splitlines()]
+    replies = [r for r in requests if r["kind"] == "reply"]
+    by_task: dict[str, set[str]] = {}
+    for r in replies:
+        by_task.setdefault(r["task"], set()).add(r["session"])
+    # one Claude Code session per task, and nobody else asked the model anything
+    assert sorted(by_task) == sorted(TASKS)
+    assert all(len(s) == 1 for s in by_task.values()), by_task
+    sessions = {t: next(iter(s)) for t, s in by_task.items()}
+    for task in TASKS:
+        status = Store(RunDir(repo)).read_status(task)
+        assert status.session_id == sessions[task]  # the session lo-orch launched
+    # the work was done by Claude Code's own tools: Write for files, Bash for signals
+    tools = Counter((r["task"], r["tool"]) for r in replies)
+    assert all(tools[(t, "Write")] >= 2 for t in TASKS), tools
+    signals = [r["tool_input"]["command"] for r in replies if r["tool"] == "Bash"
+               and "signal" in r["tool_input"]["command"]]
+    assert signals.count("$LO_ORCH_BIN signal plan_ready") == 4
+    assert signals.count("$LO_ORCH_BIN signal impl_done") == 5  # counts twice
+    # the rework prompt reached the same session as counts' plan, as its third prompt
+    counts = [(r["prompt"], r["prompt_kind"], r["round"]) for r in replies
+              if r["task"] == "counts"]
+    assert (3, "implement", 1) in counts and (1, "plan", 0) in counts
+    # Claude Code's hooks reported each session to the supervisor
+    hooks = Counter((e["task"], e["hook_event"]) for e in ledger(repo, "hook"))
+    for task in TASKS:
+        for event in ("SessionStart", "UserPromptSubmit", "Stop"):
+            assert hooks[(task, event)] >= 1, (task, event, hooks)
+    assert [e["task"] for e in ledger(repo, "rework")] == ["counts"]
+    # Claude Code's config stayed in the demo folder, the user's HOME was not touched
+    assert (root / "claude-config" / ".claude.json").exists()
+    assert not (Path.home() / ".claude.json").exists()
+    assert not (Path.home() / ".claude").exists()
+    assert "return ranked[:n]" in git(repo, "show", "feat/demo:textstats/counts.py")
+
+
+def test_the_stop_hook_keeps_a_session_working_until_it_signals(
+    files: demo.DemoFiles,
+) -> None:
+    only(files, "tokenize")
+
+    def stop_early(data: dict[str, Any]) -> None:
+        # the model thinks it is done before reporting, twice: after planning and after
+        # writing the code; each time the Stop hook sends it back and it signals
+        data["tokenize"]["plan"] = [{"say": "planned"}, {"stop": "The plan is ready."},
+                                    {"signal": "plan_ready"}]
+        rnd = data["tokenize"]["implement"][0]
+        data["tokenize"]["implement"] = [[*rnd[:2], {"stop": "All written."}, *rnd[2:]]]
+
+    edit_script(files, stop_early)
+    with endpoint_for(files) as endpoint:
+        settings = settings_for(endpoint)
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+    assert outcome.state == "review", outcome.message
+    order = [f"stop {e['decision']}" if e["event"] == "hook" else f"signal {e['phase']}"
+             for e in ledger(files.repo)
+             if e["event"] == "signal" or e.get("hook_event") == "Stop"]
+    # each early stop was blocked, the session signalled, and then it was let stop
+    assert order == ["stop block", "signal plan_ready", "stop allow",
+                     "stop block", "signal impl_done", "stop allow"], order
+    replies = endpoint.logged(kind="reply", task="tokenize")
+    plan = [r for r in replies if r["prompt_kind"] == "plan"]
+    # the answer to the Stop hook's reminder was the signal, within the same prompt
+    assert [(r["step"], r["tool"]) for r in plan][:2] == [(0, None), (1, "Bash")]
+    assert plan[1]["tool_input"]["command"] == "$LO_ORCH_BIN signal plan_ready"
+    # and the supervisor heard each signal once, in the right phase
+    assert Store(RunDir(files.repo)).read_status("tokenize").phase == Phase.INTEGRATED
+
+
+def _claude_pid(pane_pid: int, session_id: str) -> int | None:
+    """The Claude Code process of ``session_id`` below a pane's process (or the pane's)."""
+    below = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+             and pane_pid in procinfo.ancestors(int(p.name))]
+    for pid in [pane_pid, *below]:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if session_id.encode() in argv and Path(argv[0].decode()).name != "bwrap":
+                return pid
+    return None
+
+
+def test_a_killed_claude_code_is_resumed_and_carries_on_with_its_conversation(
+    files: demo.DemoFiles, tmux_socket: str,
+) -> None:
+    only(files, "tokenize")
+    # a pause after the first file is written: the test kills Claude Code there
+    edit_script(files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
+    with endpoint_for(files) as endpoint:
+        settings = settings_for(endpoint)
+        approve(files, settings)
+        killed: list[int] = []
+        killed_at: list[float] = []
+
+        def kill_mid_task() -> None:
+            endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
+            st = Record.open(files.repo, "demo").task("tokenize")
+            out = subprocess.run(["tmux", "-L", tmux_socket, "display-message", "-p", "-t",
+                                  str(st.pane_id), "#{pane_pid}"],
+                                 capture_output=True, text=True, check=True)
+            assert st.session_id is not None
+            pid = _claude_pid(int(out.stdout.strip()), st.session_id)
+            if pid is not None:
+                killed.append(pid)
+                os.kill(pid, signal.SIGKILL)  # the Claude Code process this test's run started
+                killed_at.append(time.time())
+
+        killer = threading.Thread(target=kill_mid_task)
+        killer.start()
+        outcome = Supervisor(files.repo, settings).run()
+        killer.join(timeout=5)
+    assert killed, "the Claude Code process was not found"
+    assert outcome.state == "review", outcome.message
+    status = Store(RunDir(files.repo)).read_status("tokenize")
+    assert status.relaunches == 1 and status.phase == Phase.INTEGRATED
+    assert [e["event"] for e in ledger(files.repo, task="tokenize")].count("session_died") == 1
+    replies = endpoint.logged(kind="reply", task="tokenize")
+    assert {r["session"] for r in replies} == {status.session_id}  # one conversation
+    kill_at = next(i for i, r in enumerate(replies) if r["tool"] == "Write")
+    after = [r for r in replies if r["at"] > killed_at[0]]
+    # the relaunched Claude Code resumed the conversation: its first request carried the
+    # history up to the interrupted prompt (a fresh session's first request has one
+    # prompt and two messages), and it went on from there to the signal
+    assert after and min(r["prompt"] for r in after) >= 2
+    assert min(r["messages"] for r in after) >= replies[kill_at]["messages"]
+    assert [r["tool"] for r in after][-2:] == ["Bash", None]  # it signalled, then ended
+
+
+def _user_config(endpoint: ModelEndpoint, files: demo.DemoFiles) -> None:
+    """Settings for a `lo-orch run` subprocess, in the throwaway HOME's user config."""
+    env = {**endpoint.env(), "IS_SANDBOX": "1"}
+    inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+    path = Path(os.environ["XDG_CONFIG_HOME"]) / "loop-orchestrator" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f'[agent]\nkind = "claude"\ncommand = "{claude()}"\nready_timeout = 90\n'
+        f"env = {{ {inline} }}\n"
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n',
+        encoding="utf-8",
+    )
+
+
+def test_a_sigkilled_supervisor_resumes_adopting_sessions_and_sends_no_prompt_twice(
+    files: demo.DemoFiles,
+) -> None:
+    # slow sessions: the supervisor is killed while they work, and while signals are sent
+    edit_script(files, lambda d: [d[t]["implement"][0].insert(0, {"sleep": 2})
+                                  for t in ("tokenize", "slug")])
+    with endpoint_for(files) as endpoint:
+        _user_config(endpoint, files)
+        approve(files, settings_for(endpoint))
+        run = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(files.repo)]
+        kills = 0
+        for wait_until in ("implement", "signal impl_done", "counts"):
+            first = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+            def reached(rs: list[dict[str, Any]], what: str = wait_until) -> bool:
+                if what == "counts":
+                    return any(r.get("task") == "counts" for r in rs)
+                if what == "implement":
+                    return any(r.get("prompt_kind") == "implement" for r in rs)
+                return any("impl_done" in str(r.get("tool_input")) for r in rs)
+
+            if endpoint.wait_for(reached, 180) and first.poll() is None:
+                first.send_signal(signal.SIGKILL)  # the supervisor this test started
+                kills += 1
+            first.wait(timeout=30)
+        final = subprocess.run(run, capture_output=True, text=True, timeout=400, check=False)
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert kills >= 2
+    store = Store(RunDir(files.repo))
+    assert store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
+    assert {s.phase for s in store.list_statuses()} == {Phase.INTEGRATED}
+    launched = Counter(e["task"] for e in ledger(files.repo, "session_launched"))
+    assert all(n == 1 for n in launched.values()), launched  # adopted, never relaunched
+    # no session received a lo-orch prompt twice (by the model's own account)
+    for session, seen in prompts_seen(endpoint).items():
+        phase_prompts = lo_phase_prompts(seen)
+        assert len(phase_prompts) == len(set(phase_prompts)), (session, seen)
+    delivered = Counter((e["task"], e["phase"], e["rework"])
+                        for e in ledger(files.repo, "prompt_delivered"))
+    assert all(n == 1 for n in delivered.values()), delivered
+
+
+def test_an_authentication_failure_blocks_the_task_with_the_login_hint(
+    files: demo.DemoFiles,
+) -> None:
+    only(files, "tokenize")
+    with endpoint_for(files) as endpoint:
+        settings = settings_for(endpoint, token="expired-token")  # the endpoint answers 401
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+    assert outcome.state == "blocked"
+    status = Store(RunDir(files.repo)).read_status("tokenize")
+    assert status.phase == Phase.BLOCKED
+    assert status.error is not None and "/login" in status.error
+    assert "not logged in" in status.error.lower()
+    assert endpoint.logged(kind="unauthorised")
+    assert not endpoint.logged(kind="reply")
+    assert [e.get("error") for e in ledger(files.repo, "hook")
+            if e["hook_event"] == "StopFailure"] == ["authentication_failed"]
+
+
+def test_rate_limits_and_overload_are_neither_a_stall_nor_a_finished_turn(
+    files: demo.DemoFiles,
+) -> None:
+    only(files, "tokenize")
+    # a 429 (retry after 1 s) and a 529 before the first file, then 429 again before the
+    # signal; Claude Code retries by itself. The stall limit is shorter than the retries.
+    edit_script(files, lambda d: d["tokenize"]["implement"][0].insert(
+        0, {"api_error": {"status": 429, "retry_after": 1}}))
+    with endpoint_for(files) as endpoint:
+        settings = settings_for(endpoint, stall_minutes=0.05)  # 3 s
+        approve(files, settings)
+        endpoint.fail(529, times=1, task="tokenize")  # the first turn request of planning
+        outcome = Supervisor(files.repo, settings).run()
+    assert outcome.state == "review", outcome.message
+    errors = [r["status"] for r in endpoint.requests if r["kind"] == "error"]
+    assert sorted(errors) == [429, 529]
+    events = [e["event"] for e in ledger(files.repo, task="tokenize")]
+    assert "nudged" not in events and "task_blocked" not in events
+    assert not [e for e in ledger(files.repo, "hook") if e["hook_event"] == "StopFailure"]
+    assert Store(RunDir(files.repo)).read_status("tokenize").phase == Phase.INTEGRATED
+
+
+def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
+    files: demo.DemoFiles, tmux_socket: str,
+) -> None:
+    only(files, "tokenize")
+    edit_script(files, lambda d: d["tokenize"].update(
+        plan=[{"run": {"argv": ["touch", "PLAN.md"]}}, {"signal": "plan_ready"}],
+        implement=[[{"signal": {"phase": "blocked", "note": "seen enough"}}]]))
+    with endpoint_for(files) as endpoint:
+        settings = settings_for(endpoint, stall_minutes=0.05, permission_mode="default")
+        approve(files, settings)
+        sup = Supervisor(files.repo, settings)
+        result: list[Any] = []
+        runner = threading.Thread(target=lambda: result.append(sup.run()))
+        runner.start()
+        try:
+            def waiting() -> str | None:
+                return Record.open(files.repo, "demo").task("tokenize").waiting_for
+
+            wait_for(lambda: bool(waiting()), 120, "a permission request")
+            assert waiting() == ("a person: Claude Code asks permission to use Bash: "
+                                 "touch PLAN.md")
+            time.sleep(6)  # twice the stall limit: no nudge for a task waiting on a person
+            assert waiting()
+            events = [e["event"] for e in ledger(files.repo, task="tokenize")]
+            assert "nudged" not in events
+            assert [e["message"] for e in ledger(files.repo, "waiting_for_person")] == [
+                "a person: Claude Code asks permission to use Bash: touch PLAN.md"]
+            worktree = files.repo / ".worktrees" / "tokenize"
+            assert not (worktree / "PLAN.md").exists()
+            pane = Record.open(files.repo, "demo").task("tokenize").pane_id
+            # the person answers yes (the preselected option), twice: the command, then
+            # the signal (a command with a variable is always asked about)
+            for _ in range(2):
+                subprocess.run(["tmux", "-L", tmux_socket, "send-keys", "-t", str(pane),
+                                "Enter"], check=True)
+                time.sleep(2)
+            wait_for(lambda: (worktree / "PLAN.md").exists(), 30, "the approved command")
+            wait_for(lambda: Record.open(files.repo, "demo").task("tokenize").phase
+                     != Phase.PLANNING, 60, "the plan_ready signal")
+        finally:
+            # answer whatever else the session asks, so the run can end
+            deadline = time.monotonic() + 120
+            while runner.is_alive() and time.monotonic() < deadline:
+                st = Record.open(files.repo, "demo").task("tokenize")
+                if st.waiting_for and st.pane_id:
+                    subprocess.run(["tmux", "-L", tmux_socket, "send-keys", "-t",
+                                    st.pane_id, "Enter"], check=False)
+                runner.join(timeout=2)
+    assert result and result[0].state == "blocked"
+    status = Store(RunDir(files.repo)).read_status("tokenize")
+    assert status.note == "seen enough" and status.waiting_for is None
