@@ -407,3 +407,43 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
     assert result and result[0].state == "blocked"
     status = Store(RunDir(files.repo)).read_status("tokenize")
     assert status.note == "seen enough" and status.waiting_for is None
+
+
+@pytest.mark.parametrize("case", ["root without IS_SANDBOX", "no claude executable",
+                                  "trust dialog not pre-accepted"])
+def test_launch_problems_end_in_a_clear_outcome(
+    files: demo.DemoFiles, case: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    only(files, "tokenize")
+    with endpoint_for(files) as endpoint:
+        settings = settings_for(endpoint)
+        if case == "root without IS_SANDBOX":
+            settings.agent.env.pop("IS_SANDBOX")
+            monkeypatch.delenv("IS_SANDBOX", raising=False)
+            monkeypatch.setattr(os, "geteuid", lambda: 0)  # root, also where CI is not
+        elif case == "no claude executable":
+            settings.agent.command = str(files.root / "nowhere" / "claude")
+        else:
+            # a user who has used Claude Code before, never in this repository
+            settings.agent.pretrust = False
+            (Path.home() / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+    status = Store(RunDir(files.repo)).read_status("tokenize")
+    if case == "trust dialog not pre-accepted":
+        # lo-orch answered Claude Code's trust dialog on screen ("Yes, I trust this
+        # folder", which Claude Code itself then recorded) and the run went through
+        assert outcome.state == "review", outcome.message
+        assert status.phase == Phase.INTEGRATED
+        config = json.loads((Path.home() / ".claude.json").read_text())
+        assert config["projects"][str(files.repo)]["hasTrustDialogAccepted"] is True
+        return
+    assert outcome.state == "blocked"
+    assert status.phase == Phase.BLOCKED and status.error
+    assert not endpoint.logged(kind="reply")  # no session ever reached the model
+    if case == "root without IS_SANDBOX":
+        assert "cannot run in bypassPermissions mode as root" in status.error
+        assert 'IS_SANDBOX = "1"' in status.error  # the fix, as config to paste
+    else:
+        assert f"{files.root / 'nowhere' / 'claude'} not found" in status.error
+        assert "npm install -g @anthropic-ai/claude-code" in status.error
