@@ -13,6 +13,8 @@ import contextlib
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +27,15 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import claude_binary, git
+from conftest import REPO_ROOT, claude_binary, git
 
 from loop_orchestrator import core, demo, procinfo, runs
+from loop_orchestrator.agents.claude import (
+    BYPASS_SETTINGS,
+    claude_config_path,
+    match_screen,
+    pretrust,
+)
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
@@ -447,3 +455,123 @@ def test_launch_problems_end_in_a_clear_outcome(
     else:
         assert f"{files.root / 'nowhere' / 'claude'} not found" in status.error
         assert "npm install -g @anthropic-ai/claude-code" in status.error
+
+
+def _tracked_copy(dest: Path) -> Path:
+    """The repository's tracked files (what a user's clone holds), as a plugin source."""
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, names):
+        src = REPO_ROOT / name
+        if src.is_file():
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+    return dest
+
+
+def _say(socket: str, pane: str, text: str) -> None:
+    """What a person types into the coordinator's pane, then Enter."""
+    subprocess.run(["tmux", "-L", socket, "send-keys", "-t", pane, "-l", text], check=True)
+    time.sleep(0.5)
+    subprocess.run(["tmux", "-L", socket, "send-keys", "-t", pane, "Enter"], check=True)
+
+
+def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
+    files: demo.DemoFiles, tmux_socket: str, tmp_path: Path,
+) -> None:
+    """The natural-language path: the plugin installed as a user installs it, a Claude
+    Code coordinator asked to "implement this with the orchestrator" runs the skill's
+    commands, and stops at each gate until the person in its pane says yes."""
+    only(files, "tokenize", "slug")
+    binary = str(claude())
+    quiet = {**os.environ, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    source = _tracked_copy(tmp_path / "plugin-source")
+    for argv in (["plugin", "marketplace", "add", str(source)],
+                 ["plugin", "install", "loop-orchestrator@loop-orchestrator"]):
+        done = subprocess.run([binary, *argv], capture_output=True, text=True, env=quiet,
+                              timeout=120, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "lo-orch").write_text(f"#!/bin/sh\nexec {sys.executable} -m loop_orchestrator "
+                                  '"$@"\n')
+    (shim / "lo-orch").chmod(0o755)
+    plan_text = files.plan.read_text(encoding="utf-8")
+    poll = ("for i in $(seq 300); do lo-orch status --json | grep -q awaiting_merge_review "
+            "&& exit 0; sleep 1; done; exit 1")
+    # as the skill says: the run object names the base commit and the staging branch
+    diffstat = ("git diff --stat $(lo-orch status --json | python3 -c 'import json, sys; "
+                'r = json.load(sys.stdin)["run"]; print(r["base_sha"], r["staging_branch"])\')')
+
+    def bash(command: str) -> dict[str, Any]:
+        return {"tool": {"name": "Bash", "input": {"command": command, "timeout": 400000}}}
+
+    def add_coordinator(data: dict[str, Any]) -> None:
+        data["coordinator"] = {"match": "with the orchestrator", "turns": [
+            [{"tool": {"name": "Skill", "input": {"skill": "loop-orchestrator:orchestrate"}}},
+             bash("lo-orch doctor"),
+             {"write": {"path": ".orchestration/plan.yaml", "content": plan_text}},
+             bash("lo-orch plan .orchestration/plan.yaml"),
+             {"stop": "I split it into 2 tasks in 1 wave. Proceed?"}],
+            [bash("lo-orch approve"), bash("lo-orch run --detach"), bash(poll),
+             bash("lo-orch status --json"), bash(diffstat),
+             {"stop": "Both tasks are verified and integrated. Merge into feat/demo?"}],
+            [bash("lo-orch merge --yes"), {"stop": "Merged into feat/demo."}],
+        ]}
+
+    edit_script(files, add_coordinator)
+    with endpoint_for(files) as endpoint:
+        _user_config(endpoint, files)  # the task sessions: real Claude Code as well
+        pretrust(claude_config_path(), [files.repo])
+        env = {**endpoint.env(), "IS_SANDBOX": "1",
+               "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+        command = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), binary,
+                              "--permission-mode", "bypassPermissions",
+                              "--settings", BYPASS_SETTINGS])
+        subprocess.run(["tmux", "-L", tmux_socket, "new-session", "-d", "-s", "coordinator",
+                        "-x", "200", "-y", "50", "-c", str(files.repo), command], check=True)
+        pane = "=coordinator:"
+
+        def screen() -> str:
+            return subprocess.run(["tmux", "-L", tmux_socket, "capture-pane", "-p", "-t",
+                                   pane], capture_output=True, text=True, check=False).stdout
+
+        wait_for(lambda: match_screen(screen(), ("ready",)) is not None, 60, "Claude Code")
+        _say(tmux_socket, pane, "Implement plan.yaml with the orchestrator, please.")
+
+        def said(start: str) -> Callable[[list[dict[str, Any]]], bool]:
+            return lambda rs: any(str(r.get("text", "")).startswith(start) for r in rs)
+
+        assert endpoint.wait_for(said("I split it"), 120), screen()
+        mine = endpoint.logged(entry="coordinator", kind="reply")
+        # the plugin's skill was loaded by Claude Code itself, then each command ran
+        assert mine[1]["result"] == "Launching skill: loop-orchestrator:orchestrate"
+        assert [r["result_error"] for r in mine[2:5]] == [False, False, False], mine
+        assert "Gate 1" in mine[4]["result"] or "wave" in mine[4]["result"].lower()
+        store = Store(RunDir(files.repo))
+        assert store.read_run().phase == RunPhase.AWAITING_PLAN_APPROVAL
+        assert store.read_run().approved_plan_sha256 is None  # waiting for the person
+        time.sleep(2)
+        assert not (files.repo / ".worktrees").exists()
+
+        _say(tmux_socket, pane, "yes")
+        assert endpoint.wait_for(said("Both tasks"), 400), screen()
+        assert store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
+        status = endpoint.logged(entry="coordinator", kind="reply")[-2]
+        assert "awaiting_merge_review" in status["result"]
+        time.sleep(2)
+        # Gate 2 is the person's: nothing has landed on the feature branch
+        assert git(files.repo, "branch", "--list", "feat/demo").strip() == ""
+        reviewed = git(files.repo, "rev-parse", "lo/demo/staging").strip()
+        shown = endpoint.logged(entry="coordinator", kind="reply")[-1]["result"]
+        assert "textstats/slug.py" in shown and "textstats/tokenize.py" in shown
+
+        _say(tmux_socket, pane, "yes")
+        assert endpoint.wait_for(said("Merged into"), 120), screen()
+        merged = endpoint.logged(entry="coordinator", kind="reply")[-1]
+        assert merged["result_error"] is False, merged["result"]
+    assert git(files.repo, "rev-parse", "feat/demo").strip() == reviewed
+    assert git(files.repo, "status", "--porcelain").strip() == ""
+    tasks = {r["task"] for r in endpoint.logged(kind="reply") if r["task"]}
+    assert tasks == {"tokenize", "slug"}  # the sessions the supervisor started

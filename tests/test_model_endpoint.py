@@ -70,11 +70,11 @@ def user(text: str) -> dict[str, Any]:
 
 def assistant(tool: str = "Bash") -> dict[str, Any]:
     return {"role": "assistant",
-            "content": [{"type": "tool_use", "id": "t", "name": tool, "input": {}}]}
+            "content": [{"type": "tool_use", "id": f"t-{tool}", "name": tool, "input": {}}]}
 
 
-def result() -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+def result(tool: str = "Bash") -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t-{tool}",
                                          "content": "ok"}]}
 
 
@@ -183,6 +183,9 @@ def test_implement_rounds_follow_the_prompt_and_tools_get_absolute_paths(
     assert [(r["round"], r["step"], r["tool"]) for r in logged] == [
         (0, 0, "Write"), (0, 1, "Bash"), (1, 0, "Read"), (1, 1, "Edit")]
     assert {r["task"] for r in logged} == {"alpha"}
+    # the log says what each tool call gave back (tests read commands' outcomes there)
+    assert (logged[1]["result"], logged[1]["result_error"]) == ("ok", False)
+    assert "result" not in endpoint.logged(kind="reply", prompt_kind="plan")[0]
 
 
 def test_a_stop_ends_the_turn_and_a_stop_hook_reminder_continues_it(
@@ -315,3 +318,21 @@ def test_the_scripted_agent_refuses_what_only_a_model_can_do(tmp_path: Path) -> 
     assert "alpha.plan: api_error" in str(caught.value)
     assert "lo-orch demo --agent claude" in (caught.value.hint or "")
     assert load_script(path, model=True).for_task("alpha").plan  # the endpoint takes it
+
+
+def test_a_loaded_skill_is_tool_output_not_a_new_prompt() -> None:
+    # Claude Code 2.1.332 puts a loaded skill's text in a user message right after the
+    # Skill tool's result; the user said nothing new
+    skill = {"role": "user", "content": [
+        {"type": "text", "text": "Base directory for this skill: /s\n\n# Orchestrate"}]}
+    convo = Conversation.of(body(user("go with the orchestrator"), assistant("Skill"),
+                                 result("Skill"), skill))
+    assert convo.prompts == ["go with the orchestrator"] and convo.replies_since == 1
+    answered = Conversation.of(body(user("go"), assistant("Skill"), result("Skill"), skill,
+                                    {"role": "assistant", "content": [
+                                        {"type": "text", "text": "Proceed?"}]}, user("yes")))
+    assert answered.prompts == ["go", "yes"] and answered.replies_since == 0
+    # a prompt after another tool's result (a turn cut short by a crash, then resumed) is
+    # a prompt
+    resumed = Conversation.of(body(user("go"), assistant(), result(), user("again")))
+    assert resumed.prompts == ["go", "again"]

@@ -145,21 +145,36 @@ class Conversation:
         prompts: list[str] = []
         since = 0
         cwd = None
+        skill_ids: set[str] = set()
+        # a user text right after a Skill tool's result is the loaded skill (Claude Code
+        # 2.1.332 sends it so), not something the user said
+        after_skill = False
         for message in body.get("messages") or []:
             role = message.get("role")
+            content = message.get("content")
+            blocks = [b for b in content if isinstance(b, dict)] if isinstance(
+                content, list) else []
             if role == "assistant":
                 since += 1
+                skill_ids |= {str(b.get("id")) for b in blocks
+                              if b.get("type") == "tool_use" and b.get("name") == "Skill"}
+                after_skill = False
                 continue
-            texts = _texts(message.get("content"))
+            texts = _texts(content)
             if role == "system":
                 for text in texts:
                     found = _CWD_RE.search(text)
                     cwd = found.group(1) if found else cwd
                 continue
+            results = [b for b in blocks if b.get("type") == "tool_result"]
+            if results:
+                after_skill = any(str(b.get("tool_use_id")) in skill_ids for b in results)
+                continue
             spoken = [t for t in texts if not t.lstrip().startswith(_REMINDER)]
-            if role == "user" and spoken:
+            if role == "user" and spoken and not after_skill:
                 prompts.append("\n".join(spoken))
                 since = 0
+            after_skill = False
         if cwd is None:
             found = _CWD_RE.search(json.dumps(body.get("system", "")))
             cwd = found.group(1) if found else None
@@ -467,7 +482,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._stream(body, Step("Scripted session"))
             return
         answer, info = endpoint.answer(session_id, body)
-        record = {**base, **info, "messages": len(body.get("messages") or [])}
+        record = {**base, **info, "messages": len(body.get("messages") or []),
+                  **_last_result(body)}
         if isinstance(answer, Fault):
             endpoint._log({**record, "kind": answer.kind, "status": answer.status or None})
             self._fault(answer)
@@ -569,6 +585,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
         return usage
+
+
+def _last_result(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The tool result this request answers, if any: its text (cut) and error flag."""
+    for message in reversed(body.get("messages") or []):
+        if not isinstance(message, dict) or message.get("role") == "assistant":
+            break
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                inner = block.get("content")
+                text = inner if isinstance(inner, str) else "\n".join(_texts(inner))
+                return {"result": text[:4000], "result_error": bool(block.get("is_error"))}
+    return {}
 
 
 def _metadata_session(body: Mapping[str, Any]) -> str:
