@@ -598,6 +598,9 @@ def _last_result(body: Mapping[str, Any]) -> dict[str, Any]:
                 inner = block.get("content")
                 text = inner if isinstance(inner, str) else "\n".join(_texts(inner))
                 return {"result": text[:4000], "result_error": bool(block.get("is_error"))}
+        if message.get("role") == "user" and any(
+                not t.lstrip().startswith(_REMINDER) for t in _texts(content)):
+            break  # it answers a prompt (or a loaded skill), not a tool result
     return {}
 
 
