@@ -185,7 +185,7 @@ def test_a_detached_process_is_caught_inside_the_sandbox(
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap does not work here")
     unapproved(git_repo, tmp_path)
-    worktree = RunDir(git_repo).worktree_path("alpha")
+    worktree = RunDir(git_repo).worktree_path(RUN, "alpha")
     worktree.mkdir(parents=True)
     policy = sandbox.Policy.for_task(repo=git_repo, run_dir=RunDir(git_repo).root,
                                      worktree=worktree, task="alpha")
