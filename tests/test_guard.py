@@ -47,7 +47,8 @@ def at_gate2(repo: Path, tmp_path: Path) -> None:
     store = record(repo, tmp_path)
     runs.approve_plan(repo)
     state = store.read_run()
-    sha = workspace.Workspace(repo, RUN, SETTINGS.workspace).create_staging(state.base_sha)
+    ws = workspace.Workspace.for_run(repo, state, SETTINGS.workspace)
+    sha = ws.create_staging(state.base_sha)
 
     # what the supervisor would have recorded (the files are only its published view)
     rec = runs.open_record(repo)
