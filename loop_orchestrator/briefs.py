@@ -59,7 +59,7 @@ def task_brief(
         goal=plan.goal,
         total_tasks=len(plan.tasks),
         wave=waves[task.id],
-        worktree=str(rundir.worktree_path(task.id)),
+        worktree=str(rundir.worktree_path(run, task.id)),
         branch=branch,
         dependencies=[by_id[d] for d in deps[task.id]],
         dependents=[t for t in plan.tasks if task.id in deps[t.id]],

@@ -13,7 +13,7 @@ from loop_orchestrator import runs, workspace
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.runs import PlanSummary
-from loop_orchestrator.state import Store
+from loop_orchestrator.state import Store, now_iso
 
 
 def plan_from_file(repo: Path, file: Path, settings: Settings) -> PlanSummary:
@@ -27,12 +27,21 @@ def record_plan(
 ) -> PlanSummary:
     base_ref = plan.base or "HEAD"
     base_sha = workspace.rev_parse(repo, base_ref)
-    ws = workspace.Workspace(repo, plan.run_name, settings.workspace)
+    runs.refuse_run_in_progress(Store.for_repo(repo))  # the clearest message first
+    # the new run is a new instance: what an earlier run of the same name left is not its
+    created_at = now_iso()
+    ws = workspace.Workspace(repo, plan.run_name, settings.workspace,
+                             instance=workspace.instance_of(created_at))
     ws.check_branch_names([t.id for t in plan.tasks])
     ws.ensure_excludes()
-    return runs.create_run(
-        repo, plan, source=source, settings=settings, base_sha=base_sha, base_ref=base_ref
+    summary = runs.create_run(
+        repo, plan, source=source, settings=settings, base_sha=base_sha, base_ref=base_ref,
+        created_at=created_at,
     )
+    main = workspace.main_checkout(repo)
+    summary.checkout = repo
+    summary.main_checkout = main
+    return summary
 
 
 def plan_from_goal(repo: Path, goal: str, settings: Settings) -> PlanSummary:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop_orchestrator import proc, runs, workspace
@@ -53,7 +53,7 @@ def integrate(
     waits for Gate 2 (``awaiting_merge_review``), as the supervisor's record says."""
     store = Store.for_repo(repo)
     state = record.run
-    ws = workspace.Workspace(repo, state.name, settings.workspace)
+    ws = workspace.Workspace.for_run(repo, state, settings.workspace)
     commit = ws.recorded(ws.staging_branch)
     command = integration_command(plan, settings, repo)
     evidence = store.dirs.task_evidence_dir("_integration")
@@ -135,7 +135,7 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
             hint="`lo-orch run` first; it stops at Gate 2 when every task is integrated and "
             "the integration command passed.",
         )
-    ws = workspace.Workspace(repo, state.name, load_settings(repo).workspace)
+    ws = workspace.Workspace.for_run(repo, state, load_settings(repo).workspace)
     commit = ws.recorded(ws.staging_branch)
     base = ws.base(state.base_sha)
     integration = state.integration or {}
@@ -165,7 +165,7 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Run
     ) != reviewed.commit:
         msg = f"run {state.name!r} changed since the review was shown"
         raise GateError(msg, hint="Run `lo-orch merge` again to review the current result.")
-    ws = workspace.Workspace(repo, state.name, load_settings(repo).workspace)
+    ws = workspace.Workspace.for_run(repo, state, load_settings(repo).workspace)
     ws.finish(reviewed.commit, feature=reviewed.feature, merge_into=merge_into)
     store.append_ledger(
         "gate2_merged", run=state.name, commit=reviewed.commit, feature=reviewed.feature
@@ -197,6 +197,8 @@ class CleanupResult:
     kept_dirty: list[str]
     branches_deleted: list[str]
     branches_kept: list[str]
+    #: why each kept worktree or branch was kept
+    details: dict[str, str] = field(default_factory=dict)
 
 
 def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) -> CleanupResult:
@@ -215,9 +217,11 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
         if backend.session_exists():
             backend.kill_session()
             killed = True
-    ws = workspace.Workspace(repo, state.name, load_settings(repo).workspace)
-    report = ws.cleanup([t.id for t in plan.tasks], delete_staging=delete_staging)
     rec = runs.open_record(repo) if Record.exists(repo, state.name) else None
+    # the record's run when it is this run's (run.json is only its view)
+    owner = rec.run if rec is not None and rec.run.created_at == state.created_at else state
+    ws = workspace.Workspace.for_run(repo, owner, load_settings(repo).workspace)
+    report = ws.cleanup([t.id for t in plan.tasks], delete_staging=delete_staging)
     if rec is None and abandon and state.phase == RunPhase.AWAITING_PLAN_APPROVAL:
         # never approved: there is no record, run.json is all there is
         store.append_ledger("run_abandoned", run=state.name)
@@ -237,5 +241,6 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
         session_killed=killed,
     )
     return CleanupResult(
-        killed, report.removed, report.kept_dirty, report.branches_deleted, report.branches_kept
+        killed, report.removed, report.kept_dirty, report.branches_deleted, report.branches_kept,
+        report.details,
     )

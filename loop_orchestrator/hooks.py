@@ -74,8 +74,8 @@ def locate(payload: Mapping[str, Any], env: Mapping[str, str]) -> HookTarget | N
     """The managed task this event belongs to, or None for a session lo-orch does not run.
 
     ``LO_ORCH_TASK`` + ``LO_ORCH_RUN_DIR`` (the pane's environment) decide when both are
-    set; otherwise the payload's ``cwd`` must lie in ``<repo>/.worktrees/<task>`` of a repo
-    whose ``.orchestration/status/<task>.json`` exists. Either way the status file must
+    set; otherwise the payload's ``cwd`` must lie in ``<repo>/.worktrees/<run>/<task>`` of a
+    repo whose ``.orchestration/status/<task>.json`` exists. Either way the status file must
     exist, so a stale environment or a foreign ``.worktrees`` folder stays silent.
     """
     task = env.get("LO_ORCH_TASK", "")
@@ -90,9 +90,10 @@ def locate(payload: Mapping[str, Any], env: Mapping[str, str]) -> HookTarget | N
         return None
     parts = Path(cwd).parts
     # innermost first: a repository may itself sit in some other tool's .worktrees folder
-    for i in range(len(parts) - 2, 0, -1):
-        if parts[i] == WORKTREES_DIR and TASK_ID_RE.match(parts[i + 1]):
-            target = HookTarget(Path(*parts[:i]) / ORCH_DIR, parts[i + 1])
+    for i in range(len(parts) - 3, 0, -1):
+        if (parts[i] == WORKTREES_DIR and TASK_ID_RE.match(parts[i + 1])
+                and TASK_ID_RE.match(parts[i + 2])):
+            target = HookTarget(Path(*parts[:i]) / ORCH_DIR, parts[i + 2])
             if target.status_path.is_file():
                 return target
     return None

@@ -48,6 +48,9 @@ class PlanSummary:
     replaced_previous: bool = False
     #: extra lines for the person (where a drafted plan was saved, what the agent cost)
     notes: list[str] = field(default_factory=list)
+    #: the checkout the run works on, and its main checkout when that is a linked worktree
+    checkout: Path | None = None
+    main_checkout: Path | None = None
 
 
 def file_sha256(path: Path) -> str:
@@ -130,6 +133,7 @@ def create_run(
     settings: Settings,
     base_sha: str,
     base_ref: str,
+    created_at: str | None = None,
 ) -> PlanSummary:
     """Record a validated plan as the repository's current run (awaiting Gate 1)."""
     rundir = RunDir(repo)
@@ -142,7 +146,7 @@ def create_run(
     replaced = refuse_run_in_progress(store)
 
     run_name = plan.run_name
-    now = now_iso()
+    now = created_at or now_iso()
     state = RunState(
         name=run_name,
         repo=str(rundir.repo),

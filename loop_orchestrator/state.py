@@ -221,8 +221,9 @@ class RunDir:
     def task_evidence_dir(self, task: str) -> Path:
         return self.evidence_dir / task
 
-    def worktree_path(self, task: str) -> Path:
-        return self.worktrees / task
+    def worktree_path(self, run: str, task: str) -> Path:
+        """``.worktrees/<run>/<task>``: one folder per run, so two runs never share one."""
+        return self.worktrees / run / task
 
 
 def _fsync_dir(path: Path) -> None:

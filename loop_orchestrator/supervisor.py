@@ -158,7 +158,7 @@ class Supervisor:
         self.cap = runs.effective_concurrency(self.plan, settings)
         self.waves = schedule.wave_of(self.plan, self.cap)
         self.deps = schedule.dependencies(self.plan)
-        self.ws = workspace.Workspace(repo, self.state.name, settings.workspace)
+        self.ws = workspace.Workspace.for_run(repo, self.state, settings.workspace)
         socket = run_socket(self.state.tmux_socket)
         self.backend = TmuxBackend(self.state.name, socket=socket)
         self.adapter = make_adapter(settings, repo)
@@ -522,7 +522,7 @@ class Supervisor:
             task=task.id,
             run_name=self.state.name,
             repo=self.repo,
-            worktree=self.rundir.worktree_path(task.id),
+            worktree=self.ws.worktree_path(task.id),
             run_dir=self.rundir.root,
             brief_path=self.rundir.brief_path(task.id),
             settings=self.settings,

@@ -8,6 +8,15 @@ something else moved stops the run (``RefTamperedError``) before each merge, at 
 and at Gate 2. Every ref update is a compare-and-swap ``git update-ref``, read back, and
 written ahead in the book so a crash in between is recognised on resume.
 
+Runs never share anything (issue 12): each run's worktrees live in ``.worktrees/<run>/``,
+and the book belongs to one run *instance* (``Workspace.for_run``), so a branch or worktree
+an earlier run of the same name left behind (a worktree its cleanup kept because it held
+uncommitted changes) is not this run's: it is never adopted, reset, committed from or
+removed, and the new run stops at ``lo-orch plan`` naming it. Worktrees are recorded in the
+book like branches; only recorded ones are reused, committed from and removed. Cleanup also
+keeps a worktree holding files git ignores that lo-orch's setup did not create (an
+``.env``, a local config): those are the user's too.
+
 Staging holds each task's verified tree, not its history: one commit per task, whose single
 parent is the previous staging commit (``git merge-tree --write-tree``, ``git commit-tree``,
 no checkout). Rejected rounds stay on the task branch until cleanup.
@@ -16,10 +25,13 @@ no checkout). Rejected rounds stay on the task branch until cleanup.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import re
 import shlex
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +79,7 @@ from loop_orchestrator.gitutil import (
 if TYPE_CHECKING:
     from loop_orchestrator.config import WorkspaceConfig
     from loop_orchestrator.refbook import RefBook
+    from loop_orchestrator.state import RunState
 
 __all__ = [
     "Change", "CleanupReport", "Workspace", "added_lines", "changed_paths", "diff_stat",
@@ -93,10 +106,28 @@ _OWN_PREFIXES = (f"{ORCH_DIR}/", f"{WORKTREES_DIR}/", ".loop-orchestrator/")
 _BASE = "base"
 _START = "start/"
 _NEXT = "next:"
+_WORKTREE = "worktree/"
 _ABSENT = "0" * 40
 #: trailers of a staging commit: the task, and the verified commit whose tree it holds
 TASK_TRAILER = "Lo-Orch-Task"
 VERIFIED_TRAILER = "Lo-Orch-Verified"
+#: folders and files that tools regenerate (caches, builds, environments): ignored files
+#: there are never taken for a user's work when a task's worktree is cleaned up
+DISPOSABLE_DIRS = frozenset({
+    "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox",
+    ".nox", "node_modules", ".venv", "venv", "build", "dist", ".eggs", "htmlcov", ".cache",
+    "target", ".gradle", ".next", ".parcel-cache", ".turbo",
+})
+DISPOSABLE_FILES = re.compile(r".*\.py[co]|\.coverage(\..*)?|coverage\.xml|\.DS_Store|.*\.egg-info")
+#: ignored files listed at most per worktree (beyond that it is kept: too much to judge)
+_IGNORED_CAP = 20000
+
+
+def instance_of(created_at: str) -> str | None:
+    """The id of one run instance, from the time `lo-orch plan` created it (None: unknown)."""
+    if not created_at:
+        return None
+    return hashlib.sha256(created_at.encode("utf-8")).hexdigest()[:16]
 
 
 def _is_sha(text: str) -> bool:
@@ -104,7 +135,12 @@ def _is_sha(text: str) -> bool:
 
 
 def repo_root(path: Path) -> Path:
-    """The top of the git work tree containing ``path`` (the main checkout for a worktree)."""
+    """The checkout a command run in ``path`` works on: the top of its work tree.
+
+    A linked worktree of the user's is a checkout of its own (its HEAD, its run state:
+    issue 12); a task worktree of lo-orch's (``<checkout>/.worktrees/<run>/<task>``) maps
+    to the checkout that runs it, so an agent's `lo-orch status` finds its run.
+    """
     if not path.exists():
         msg = f"{path} does not exist"
         raise GitError(msg, hint="Pass an existing folder with --repo.")
@@ -116,11 +152,32 @@ def repo_root(path: Path) -> Path:
             msg, hint="Run lo-orch inside your project's git checkout, or pass --repo PATH."
         )
     common, top = result.stdout.strip().splitlines()[:2]
-    common_path = Path(common)
-    # In a linked worktree the common dir is <main>/.git: report the main checkout.
-    if common_path.name == ".git":
-        return common_path.parent.resolve()
-    return Path(top).resolve()
+    top_path = Path(top).resolve()
+    parts = top_path.parts
+    if WORKTREES_DIR in parts:  # innermost first: the checkout a task worktree belongs to
+        for i in range(len(parts) - 1, 0, -1):
+            if parts[i] != WORKTREES_DIR:
+                continue
+            owner = Path(*parts[:i])
+            res = git(owner, "rev-parse", "--path-format=absolute", "--git-common-dir",
+                      "--show-toplevel", check=False)
+            found = res.stdout.strip().splitlines()[:2] if res.ok else []
+            if (len(found) == 2 and Path(found[0]).resolve() == Path(common).resolve()
+                    and Path(found[1]).resolve() == owner.resolve()):
+                return owner.resolve()
+    return top_path
+
+
+def main_checkout(repo: Path) -> Path | None:
+    """The main checkout when ``repo`` is a linked worktree (None when it is the main one)."""
+    res = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir",
+              "--git-dir", check=False)
+    if not res.ok:
+        return None
+    common, own = (Path(x).resolve() for x in res.stdout.strip().splitlines()[:2])
+    if common == own:
+        return None
+    return common.parent if common.name == ".git" else common
 
 
 def ensure_excludes(repo: Path) -> None:
@@ -176,6 +233,54 @@ def init_repo(path: Path, settings: WorkspaceConfig | None = None) -> Path:
     return path
 
 
+def _disposable(rel: str) -> bool:
+    parts = rel.rstrip("/").split("/")
+    return (any(p in DISPOSABLE_DIRS or p.endswith(".egg-info") for p in parts)
+            or DISPOSABLE_FILES.fullmatch(parts[-1]) is not None)
+
+
+def ignored_files(checkout: Path) -> list[str]:
+    """Files git ignores in ``checkout`` (relative paths), leaving out what tools regenerate
+    (``DISPOSABLE_DIRS``, ``DISPOSABLE_FILES``) and lo-orch's own folders. Symbolic links
+    count as files and are not followed."""
+    out = git(checkout, "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
+              "--directory", check=False)
+    if not out.ok:
+        raise git_failure(out, hint=f"{checkout} is not a usable git checkout.")
+    found: list[str] = []
+    for entry in split_z(out.stdout):
+        if not entry or _disposable(entry) or entry.startswith(_OWN_PREFIXES):
+            continue
+        if not entry.endswith("/"):
+            found.append(entry)
+            continue
+        for folder, dirs, files in os.walk(checkout / entry):
+            here = Path(folder)
+            rel_dir = here.relative_to(checkout).as_posix()
+            links = [d for d in dirs if (here / d).is_symlink()]  # not followed: a file
+            dirs[:] = sorted(d for d in dirs if d not in DISPOSABLE_DIRS and d not in links
+                             and not d.endswith(".egg-info"))
+            found += [f"{rel_dir}/{f}" for f in sorted([*files, *links])
+                      if DISPOSABLE_FILES.fullmatch(f) is None]
+            if len(found) > _IGNORED_CAP:
+                return found
+    return found
+
+
+def _digest(path: Path) -> str:
+    """sha256 of a file's bytes (of the target's name for a symbolic link)."""
+    if path.is_symlink():
+        return "link:" + hashlib.sha256(str(path.readlink()).encode()).hexdigest()
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return "unreadable"
+    return h.hexdigest()
+
+
 # the workspace of one run ---------------------------------------------------------------
 
 
@@ -194,9 +299,9 @@ class Workspace:
     """The branches and worktrees of one run in one repository."""
 
     def __init__(self, repo: Path, run: str, settings: WorkspaceConfig,
-                 refs: RefBook | None = None) -> None:
+                 refs: RefBook | None = None, *, instance: str | None = None) -> None:
         """``refs`` is where the run records its refs (default: a ``FileRefBook`` in the
-        run's private folder)."""
+        run's private folder, for run instance ``instance``: see ``for_run``)."""
         if not RUN_RE.match(run):
             msg = f"invalid run name {run!r}"
             raise GitError(msg, hint="Use 1-40 of a-z, 0-9 and '-', starting with a letter or "
@@ -204,11 +309,17 @@ class Workspace:
         self.repo = repo.resolve()
         self.run = run
         self.settings = settings
+        self.instance = instance
         if refs is None:
             from loop_orchestrator.refbook import FileRefBook
 
-            refs = FileRefBook.for_run(self.repo, run)
+            refs = FileRefBook.for_run(self.repo, run, instance)
         self.refs: RefBook = refs
+
+    @classmethod
+    def for_run(cls, repo: Path, state: RunState, settings: WorkspaceConfig) -> Workspace:
+        """The workspace of the run ``state`` describes (this instance of its name only)."""
+        return cls(repo, state.name, settings, instance=instance_of(state.created_at))
 
     # names --------------------------------------------------------------------------
 
@@ -224,7 +335,7 @@ class Workspace:
         return f"lo/{self.run}/{self._check_task(task)}"
 
     def worktree_path(self, task: str) -> Path:
-        return self.repo / WORKTREES_DIR / self._check_task(task)
+        return self.repo / WORKTREES_DIR / self.run / self._check_task(task)
 
     @staticmethod
     def _check_task(task: str) -> str:
@@ -372,11 +483,13 @@ class Workspace:
 
     def _raise_clashes(self, problems: Sequence[str]) -> None:
         if problems:
-            msg = "branch names clash with existing branches:\n" + "\n".join(
-                f"  - {p}" for p in problems)
-            raise GitError(msg, hint="lo-orch never overwrites a branch it did not create: "
-                           "rename or delete those branches, or choose another run name "
-                           "(plan `name:`) or feature branch (`--branch`).")
+            msg = (f"run {self.run} would reuse branches or worktrees it did not create:\n"
+                   + "\n".join(f"  - {p}" for p in problems))
+            raise GitError(msg, hint="lo-orch never adopts, resets or removes what it did not "
+                           "create for this run. Choose another run name (plan `name:`), or "
+                           "once you have saved what you need from them, remove those "
+                           "worktrees (`git worktree remove PATH`) and rename or delete those "
+                           "branches yourself.")
 
     def _worktrees(self) -> list[WorktreeInfo]:
         out = self._git("worktree", "list", "--porcelain", "-z").stdout
@@ -438,13 +551,34 @@ class Workspace:
     # branches ---------------------------------------------------------------------------
 
     def check_branch_names(self, tasks: Sequence[str], feature: str | None = None) -> None:
-        """Refuse task ids or branch names that clash with branches that are not this run's."""
+        """Refuse task ids, branch names or worktree folders that clash with what is not
+        this run's (an earlier run's leftovers included: they are the user's now).
+
+        An existing feature branch is no clash: Gate 2 decides whether it may move it.
+        """
         for task in tasks:
             self._check_task(task)
-        wanted = [self.staging_branch, *(self.task_branch(t) for t in tasks),
-                  self._check_branch_name(feature or self.feature_branch)]
+        feature = self._check_branch_name(feature or self.feature_branch)
+        wanted = [self.staging_branch, *(self.task_branch(t) for t in tasks)]
         branches = self._branches()
-        self._raise_clashes([p for w in wanted if (p := self._clash(w, branches))])
+        problems = [p for w in wanted if (p := self._clash(w, branches))]
+        if feature not in branches:
+            problems += [p for p in [self._clash(feature, branches)] if p]
+        worktrees = self._worktrees()
+        for task in tasks:
+            path = self.worktree_path(task)
+            if self._owns_worktree(task) or not (path.exists() or path.is_symlink()):
+                continue
+            rel = self._rel(path)
+            info = next((w for w in worktrees if w.path.resolve() == path.resolve()), None)
+            if info is None:
+                problems.append(f"{rel} exists and is not a worktree this run created")
+                continue
+            dirty = self.worktree_dirty(path)
+            what = f"uncommitted changes ({quote_list(dirty)})" if dirty else "no changes"
+            problems.append(f"{rel} is a worktree an earlier run left (on "
+                            f"{info.branch or 'a detached HEAD'}, {what}); it is yours now")
+        self._raise_clashes(problems)
 
     def create_staging(self, base_sha: str) -> str:
         """Create the staging branch at ``base_sha``; an existing one of this run is kept."""
@@ -481,11 +615,13 @@ class Workspace:
         worktrees = self._worktrees()
         here = next((w for w in worktrees if w.path.resolve() == path.resolve()), None)
         if here is not None:
-            if here.branch != branch:
-                msg = (f"{rel} is a worktree on {here.branch or 'a detached HEAD'}, not on "
-                       f"{branch}; it was left as it is and will not be used")
-                raise GitError(msg, hint=f"Remove it yourself (`git worktree remove {rel}`) "
-                               "if you no longer need it, then run again.")
+            if here.branch != branch or not self._owns_worktree(task):
+                on = here.branch or "a detached HEAD"
+                msg = (f"{rel} is a worktree on {on} that run {self.run} did not create; it "
+                       "was left as it is and will not be used")
+                raise GitError(msg, hint="Choose another run name (plan `name:`), or once "
+                               f"you have saved what you need from it, `git worktree remove "
+                               f"{rel}` and run again.")
             self._check_launch(branch, branches[branch], staging)
             log.info("worktree reused", extra={"task": task, "path": str(path)})
             return path
@@ -504,8 +640,26 @@ class Workspace:
             self._create_branch(branch, staging)
         self.ensure_excludes()
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._git("worktree", "add", "--quiet", str(path), branch)
+        # recorded first: a crash after `worktree add` leaves a worktree known as this run's
+        self.refs.set(_WORKTREE + task, str(path))
+        try:
+            self._git("worktree", "add", "--quiet", str(path), branch)
+        except GitError:
+            self.refs.drop(_WORKTREE + task)
+            raise
         log.info("worktree created", extra={"task": task, "path": str(path), "branch": branch})
+        return path
+
+    def _owns_worktree(self, task: str) -> bool:
+        """Whether this run (instance) created the task's worktree, by its own record."""
+        return self.refs.get(_WORKTREE + task) == str(self.worktree_path(task))
+
+    def _require_own_worktree(self, task: str) -> Path:
+        path = self.worktree_path(task)
+        if not self._owns_worktree(task):
+            msg = f"{self._rel(path)} was not created by run {self.run}; it is left as it is"
+            raise GitError(msg, hint="lo-orch commits and merges only in worktrees it created "
+                           "for this run; relaunch the task (`lo-orch retry TASK`).")
         return path
 
     def task_start(self, task: str) -> str:
@@ -536,6 +690,7 @@ class Workspace:
         """Run the configured setup command in a new worktree (no shell, with a timeout)."""
         command = (self.settings.setup_command or "").strip()
         if not command:
+            self._record_own_files(worktree)
             return None
         try:
             argv = shlex.split(command)
@@ -553,8 +708,46 @@ class Workspace:
                                message=msg + (f":\n{tail}" if tail else ""),
                                hint="Fix [workspace] setup_command (it runs without a shell; "
                                "use `sh -c '...'` for shell syntax) or its timeout.")
+        self._record_own_files(worktree)
         log.info("worktree setup ran", extra={"worktree": str(worktree), "cmd": argv})
         return result
+
+    # ignored files: lo-orch's own, or the user's ---------------------------------------
+
+    def _own_files_path(self, task: str) -> Path:
+        from loop_orchestrator import private
+
+        folder = private.run_dir(self.repo, self.run) / "own-files"
+        return folder / f"{self.instance or 'run'}-{self._check_task(task)}.json"
+
+    def _record_own_files(self, worktree: Path) -> None:
+        """Remember the ignored files lo-orch's setup left in a task's new worktree (their
+        sha256): those, unchanged, are lo-orch's own at cleanup; any other is the user's."""
+        task = worktree.name
+        if not TASK_RE.match(task) or worktree.resolve() != self.worktree_path(task).resolve():
+            return  # not a task worktree of this run: nothing of it is ever removed
+        files = {rel: _digest(worktree / rel) for rel in ignored_files(worktree)}
+        target = self._own_files_path(task)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".own-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(files, indent=1, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(target)
+
+    def user_ignored_files(self, task: str) -> list[str]:
+        """Ignored files in the task's worktree that are neither regenerable (caches,
+        builds) nor left unchanged by lo-orch's setup: the user put or edited them."""
+        path = self.worktree_path(task)
+        try:
+            own = json.loads(self._own_files_path(task).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            own = {}
+        if not isinstance(own, dict):
+            own = {}
+        found = ignored_files(path)
+        return [rel for rel in found if own.get(rel) is None or own[rel] != _digest(path / rel)]
 
     def worktree_dirty(self, path: Path) -> list[str]:
         """Uncommitted and untracked paths of a checkout (ignored files do not count)."""
@@ -575,6 +768,8 @@ class Workspace:
         branch = self.task_branch(task)
         path = self.worktree_path(task)
         info = self._worktree_at(path)
+        if info is not None:
+            self._require_own_worktree(task)
         if info is None:
             msg = f"task {task} has no worktree at {self._rel(path)}"
             raise GitError(msg, hint="Launch the task (its worktree is created then).")
@@ -616,6 +811,7 @@ class Workspace:
         staging = self._tip(self.staging_branch)
         if staging is None or is_ancestor(self.repo, staging, oid(self.repo, branch)):
             return self.task_start(task)
+        self._require_own_worktree(task)
         if self.worktree_dirty(path):
             msg = f"task {task}'s worktree has uncommitted changes; staging cannot be merged in"
             raise GitError(msg, hint=f"Commit or discard them in {self._rel(path)}.")
@@ -761,6 +957,7 @@ class Workspace:
                    "nothing was changed")
             raise StaleReviewError(msg, hint="Review the new diff and confirm again.")
         name = self._check_branch_name(feature or self.feature_branch)
+        target = self._check_branch_name(merge_into) if merge_into else None
         branches = self._branches()
         current = branches.get(name)
         if current is None:
@@ -768,17 +965,34 @@ class Workspace:
             self._raise_clashes([problem] if problem else [])
             self._create_branch(name, reviewed)
         elif current != reviewed:
-            if not self._is_ours(name):
-                msg = f"branch {name} already exists and was not created by run {self.run}"
-                raise GitError(msg, hint="Nothing was changed. Pass another name with "
-                               "`--branch`, or rename or delete that branch.")
+            # Moved only over a value lo-orch set itself, or forward (nothing is dropped):
+            # a commit someone made on the branch is never left on no branch (issue 12).
+            ours = self._is_ours(name) and self.refs.get(f"refs/heads/{name}") == current
+            if not ours and not is_ancestor(self.repo, current, reviewed):
+                self._refuse_moving(name, current, reviewed)
             self._refuse_checked_out(name)
-            self._move(name, reviewed, self.recorded(name), f"lo-orch: gate 2 of run {self.run}")
+            if ours:
+                self._move(name, reviewed, self.recorded(name),
+                           f"lo-orch: gate 2 of run {self.run}")
+            else:
+                self._move(name, reviewed, current, f"lo-orch: gate 2 of run {self.run} "
+                           "(fast-forward)")
         log.info("feature branch set", extra={"branch": name, "sha": reviewed})
-        if merge_into:
-            self._merge_into_local(name, reviewed, self._check_branch_name(merge_into))
+        if target:
+            self._merge_into_local(name, reviewed, target)
         self.check_refs()
         return reviewed
+
+    def _refuse_moving(self, name: str, current: str, reviewed: str) -> None:
+        out = git(self.repo, "log", "--format=%h %s", "--max-count=6", f"{reviewed}..{current}",
+                  view=True).stdout.strip().splitlines()
+        shown = "\n".join(f"    {line}" for line in out[:5]) + ("\n    ..." if len(out) > 5 else "")
+        msg = (f"branch {name} holds commits the reviewed result {reviewed[:12]} does not "
+               f"(lo-orch did not set it there); moving it would leave them on no branch. "
+               f"Nothing was changed:\n{shown}")
+        raise GitError(msg, hint=f"Land the result under another name: `lo-orch merge --branch "
+                       f"{name}-{reviewed[:7]}`; or merge it into {name} yourself: "
+                       f"`git switch {name} && git merge {reviewed[:12]}`.")
 
     def _merge_into_local(self, source: str, sha: str, target: str) -> str:
         target_tip = self._tip(target)
@@ -807,6 +1021,15 @@ class Workspace:
             msg = (f"{target} is checked out at {checkout.path} with uncommitted changes "
                    f"({quote_list(dirty)}); nothing was merged")
             raise GitError(msg, hint=f"Commit or stash them, then `git merge {source}`.")
+        # git merge overwrites ignored files silently (an .env, a local config)
+        added = split_z(git(self.repo, "diff-tree", "-r", "--no-renames", "--name-only", "-z",
+                            "--diff-filter=A", target_tip, tree, view=True).stdout)
+        clobbered = [p for p in added if os.path.lexists(checkout.path / p)]
+        if clobbered:
+            msg = (f"merging {source} into {target} would overwrite files git ignores in "
+                   f"{checkout.path}: {quote_list(clobbered)}; nothing was merged")
+            raise GitError(msg, hint=f"{source} is ready at {sha[:12]}; move those files "
+                           f"aside, then `git merge {source}` yourself.")
         res = git(checkout.path, "merge", "--no-edit", "--no-verify", "-m", text, sha,
                   env=identity(self.settings), check=False)
         if not res.ok:
@@ -832,6 +1055,8 @@ class Workspace:
             if path.exists():
                 return f"{rel} is not a worktree of this repository; left as it is"
             return None
+        if not self._owns_worktree(task):
+            return f"{rel} was not created by run {self.run}; left as it is"
         if info.branch is not None and info.branch != self.task_branch(task):
             return f"{rel} is on {info.branch}, not this run's {self.task_branch(task)}"
         if info.locked:
@@ -839,14 +1064,21 @@ class Workspace:
         dirty = self.worktree_dirty(path)
         if dirty:
             return f"{rel} has uncommitted changes: {quote_list(dirty)}"
+        users = self.user_ignored_files(task)
+        if users:
+            return (f"{rel} holds files git ignores that lo-orch did not create: "
+                    f"{quote_list(users)}")
         if info.branch is None and info.head and not self._git(
                 "for-each-ref", "--contains", info.head, "--format=x", "refs/heads/").stdout:
             return f"{rel} is on a detached HEAD with commits no branch holds"
         res = self._git("worktree", "remove", str(path), check=False)
         if not res.ok:
             return f"{rel} was kept: {res.stderr.strip()}"
-        with contextlib.suppress(OSError):
-            path.parent.rmdir()  # only when empty
+        self.refs.drop(_WORKTREE + task)
+        self._own_files_path(task).unlink(missing_ok=True)
+        for folder in (path.parent, path.parent.parent):  # .worktrees/<run>, .worktrees
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
         log.info("worktree removed", extra={"task": task, "path": str(path)})
         return None
 

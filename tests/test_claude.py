@@ -89,7 +89,7 @@ def agent(**changes: object) -> AgentConfig:
 def context(repo: Path, config: AgentConfig, task: str = "alpha",
             session_id: str | None = None) -> AgentContext:
     rundir = RunDir(repo)
-    worktree = rundir.worktree_path(task)
+    worktree = rundir.worktree_path("t", task)
     if not worktree.exists():
         git(repo, "worktree", "add", "-q", "-b", f"lo/t/{task}", str(worktree))
     if Record.exists(repo, "demo"):  # a served run: the record publishes the status

@@ -349,10 +349,13 @@ def test_forged_start_commit_in_config_has_no_effect(git_repo: Path) -> None:
     # and a config marker does not make a user's branch lo-orch's
     git(git_repo, "branch", "lo-user", "main")
     git(git_repo, "config", "branch.feat/r2.lo-orch-run", "r2")
-    git(git_repo, "branch", "feat/r2", "main")
+    user = git(git_repo, "commit-tree", "-p", "main", "-m", "the user's own", "main^{tree}")
+    git(git_repo, "branch", "feat/r2", user.strip())
     other = started(git_repo, "r2")
-    with pytest.raises(GitError, match="was not created by run r2"):
-        other.check_branch_names([])
+    reviewed = other.merge_into_staging("x", work(other, "x", {"x.txt": "x\n"}), "X")
+    with pytest.raises(GitError, match="feat/r2 holds commits the reviewed result"):
+        other.finish(reviewed)
+    assert head(git_repo, "feat/r2") == user.strip()
 
 
 # item 5: rejected rounds never reach staging or the feature branch ----------------------
@@ -416,7 +419,7 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
     core.plan_from_file(repo, plan_file, settings)
     runs.approve_plan(repo)
     git(repo, "config", "diff.hide.textconv", "sed -e /ghp_/d")
-    ws = Workspace(repo, "r1", settings.workspace)
+    ws = Workspace.for_run(repo, runs.open_record(repo).run, settings.workspace)
     ws.create_staging(head(repo))
     commit = work(ws, "a", {".gitattributes": "*.py diff=hide\n",
                             "app/config.py": f'TOKEN = "{TOKEN}"\n'})

@@ -47,7 +47,8 @@ def at_gate2(repo: Path, tmp_path: Path) -> None:
     store = record(repo, tmp_path)
     runs.approve_plan(repo)
     state = store.read_run()
-    sha = workspace.Workspace(repo, RUN, SETTINGS.workspace).create_staging(state.base_sha)
+    ws = workspace.Workspace.for_run(repo, state, SETTINGS.workspace)
+    sha = ws.create_staging(state.base_sha)
 
     # what the supervisor would have recorded (the files are only its published view)
     rec = runs.open_record(repo)
@@ -185,7 +186,7 @@ def test_a_detached_process_is_caught_inside_the_sandbox(
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap does not work here")
     unapproved(git_repo, tmp_path)
-    worktree = RunDir(git_repo).worktree_path("alpha")
+    worktree = RunDir(git_repo).worktree_path(RUN, "alpha")
     worktree.mkdir(parents=True)
     policy = sandbox.Policy.for_task(repo=git_repo, run_dir=RunDir(git_repo).root,
                                      worktree=worktree, task="alpha")

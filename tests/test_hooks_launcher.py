@@ -110,7 +110,7 @@ def test_unmanaged_session_exits_at_once_without_running_lo_orch(tmp_path: Path)
 
 
 def test_worktree_cwd_without_env_runs_lo_orch_from_path(tmp_path: Path) -> None:
-    wt = tmp_path / "repo" / ".worktrees" / "alpha"
+    wt = tmp_path / "repo" / ".worktrees" / "r" / "alpha"
     wt.mkdir(parents=True)
     spy_dir = spy(tmp_path / "bin")
     env = clean_env(PATH=f"{spy_dir}:/usr/bin:/bin", SPY_OUT=str(tmp_path / "spy"))
@@ -122,7 +122,7 @@ def test_worktree_cwd_without_env_runs_lo_orch_from_path(tmp_path: Path) -> None
 
 
 def test_worktree_cwd_without_any_lo_orch_is_silent(tmp_path: Path) -> None:
-    wt = tmp_path / "repo" / ".worktrees" / "alpha"
+    wt = tmp_path / "repo" / ".worktrees" / "r" / "alpha"
     wt.mkdir(parents=True)
     proc, _ = run([str(LO_HOOK), "Stop"], cwd=wt, env=clean_env(), data=stop_payload(wt))
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")

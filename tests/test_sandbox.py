@@ -154,7 +154,7 @@ def run_probe(settings: Settings, repo: Path, *, strict: bool = False) -> dict[s
     store.update_status("alpha", phase=Phase.PLANNING)
     adapter = make_adapter(settings, repo)
     ctx = AgentContext.create(
-        task="alpha", run_name=RUN, repo=repo, worktree=rundir.worktree_path("alpha"),
+        task="alpha", run_name=RUN, repo=repo, worktree=rundir.worktree_path(RUN, "alpha"),
         run_dir=rundir.root, brief_path=rundir.brief_path("alpha"), settings=settings,
         session_id="0f5e8f1c-1111-4222-8333-444455556666",
     )

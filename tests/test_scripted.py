@@ -475,7 +475,7 @@ def test_with_the_real_plugin_hooks_and_lo_orch_signal(
     served.panes.clear()  # only the real pane speaks for the task
     rundir = RunDir(git_repo)
     store = Store(rundir)
-    worktree = rundir.worktree_path("api")
+    worktree = rundir.worktree_path("r", "api")
     worktree.mkdir(parents=True)
     (git_repo / "script.yaml").write_text(
         "api:\n  plan:\n    - write: {path: PLAN.md, content: plan}\n"

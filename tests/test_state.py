@@ -292,4 +292,4 @@ def test_run_dir_layout(tmp_path: Path) -> None:
     assert d.task_evidence_dir("a") == root / "evidence" / "a"
     assert d.ledger == root / "ledger.jsonl"
     assert d.supervisor_lock == root / "supervisor.lock"
-    assert d.worktree_path("a") == tmp_path.resolve() / ".worktrees" / "a"
+    assert d.worktree_path("r", "a") == tmp_path.resolve() / ".worktrees" / "r" / "a"

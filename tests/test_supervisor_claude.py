@@ -53,7 +53,7 @@ def test_supervisor_launches_real_claude_and_reports_not_logged_in(
     assert "not logged in" in status.error.lower()
     assert "/login" in status.error
     assert status.session_id and status.pane_id
-    assert status.worktree == str(git_repo / ".worktrees" / "greet")
+    assert status.worktree == str(git_repo / ".worktrees" / "hello" / "greet")
     events = Store(RunDir(git_repo)).read_ledger()
     hooks = [e.get("hook_event") for e in events if e["event"] == "hook"]
     assert "SessionStart" in hooks

@@ -213,15 +213,15 @@ def test_branch_name_clashes_are_refused(git_repo: Path) -> None:
     before = snapshot(git_repo)
     with pytest.raises(GitError, match="lo/r1/api already exists") as err:
         make_ws(git_repo).check_branch_names(["api", "ui"])
-    assert "never overwrites" in (err.value.hint or "")
-    with pytest.raises(GitError, match="feat/r2 already exists"):
-        make_ws(git_repo, "r2").check_branch_names(["api"])
+    assert "never adopts" in (err.value.hint or "")
+    # an existing feature branch is Gate 2's to judge (moved only forward), not a clash
+    make_ws(git_repo, "r2").check_branch_names(["api"])
     with pytest.raises(GitError, match="branch lo/r3 exists, so git cannot also hold"):
         make_ws(git_repo, "r3").check_branch_names(["api"])
-    git(git_repo, "branch", "feat/custom")
-    with pytest.raises(GitError, match="feat/custom already exists"):
+    git(git_repo, "branch", "feat/custom/x")
+    with pytest.raises(GitError, match="git cannot also hold a branch feat/custom"):
         make_ws(git_repo, "r4").check_branch_names(["api"], feature="feat/custom")
-    git(git_repo, "branch", "-D", "feat/custom")
+    git(git_repo, "branch", "-D", "feat/custom/x")
     with pytest.raises(GitError, match="invalid task id"):
         make_ws(git_repo, "r4").check_branch_names(["staging"])
     with pytest.raises(GitError, match="invalid branch name"):
@@ -229,7 +229,7 @@ def test_branch_name_clashes_are_refused(git_repo: Path) -> None:
     with pytest.raises(GitError, match="already exists"):
         started(git_repo).ensure_worktree("api")
     assert branches(git_repo)["lo/r1/api"] == main
-    assert not (git_repo / ".worktrees" / "api").exists()
+    assert not (git_repo / ".worktrees" / "r1" / "api").exists()
     assert snapshot(git_repo)[1] == before[1]
     ws = make_ws(git_repo, "r5")
     ws.check_branch_names(["api"])  # nothing of r5 exists yet: fine
@@ -262,7 +262,7 @@ def test_create_staging_is_idempotent(git_repo: Path) -> None:
 def test_ensure_worktree_is_idempotent(git_repo: Path) -> None:
     ws = started(git_repo)
     path = ws.ensure_worktree("a")
-    assert path == git_repo / ".worktrees" / "a"
+    assert path == git_repo / ".worktrees" / "r1" / "a"
     assert git(path, "rev-parse", "--abbrev-ref", "HEAD").strip() == "lo/r1/a"
     assert git(path, "rev-parse", "HEAD") == git(git_repo, "rev-parse", "lo/r1/staging")
     (path / "wip.txt").write_text("agent work\n", encoding="utf-8")
@@ -282,9 +282,9 @@ def test_dependents_start_from_staging(git_repo: Path) -> None:
 
 def test_worktree_on_foreign_branch_is_reported(git_repo: Path) -> None:
     ws = started(git_repo)
-    git(git_repo, "worktree", "add", "-q", "-b", "mine", str(git_repo / ".worktrees" / "a"))
+    git(git_repo, "worktree", "add", "-q", "-b", "mine", str(ws.worktree_path("a")))
     before = snapshot(git_repo)
-    with pytest.raises(GitError, match="on mine, not on lo/r1/a"):
+    with pytest.raises(GitError, match="on mine that run r1 did not create"):
         ws.ensure_worktree("a")
     assert snapshot(git_repo) == before
 
@@ -305,7 +305,7 @@ def test_task_branch_not_based_on_staging_is_not_trusted(git_repo: Path) -> None
 
 def test_stray_folder_is_kept_and_stale_record_is_pruned(git_repo: Path) -> None:
     ws = started(git_repo)
-    stray = git_repo / ".worktrees" / "a"
+    stray = ws.worktree_path("a")
     stray.mkdir(parents=True)
     (stray / "keep.txt").write_text("mine\n", encoding="utf-8")
     with pytest.raises(GitError, match="is not a worktree of this repository"):
@@ -500,8 +500,12 @@ def test_finish_refuses_user_feature_branch(git_repo: Path) -> None:
     ws = started(git_repo)
     reviewed = ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")
     before = branches(git_repo)
-    with pytest.raises(GitError, match="release already exists and was not created"):
+    git(git_repo, "commit", "-q", "--allow-empty", "--no-gpg-sign", "-m", "mine")
+    git(git_repo, "branch", "-f", "release", "main")  # a commit the review does not hold
+    before = branches(git_repo)
+    with pytest.raises(GitError, match="release holds commits the reviewed result") as err:
         ws.finish(reviewed, feature="release")
+    assert "--branch release-" in (err.value.hint or "")
     assert branches(git_repo) == before
     assert ws.finish(reviewed, feature="topic/profile") == reviewed
     assert branches(git_repo)["topic/profile"] == reviewed
@@ -603,14 +607,16 @@ def test_cleanup_keeps_untracked_and_foreign_owned(git_repo: Path) -> None:
     (path / "new-untracked.txt").write_text("u\n", encoding="utf-8")
     assert ws.worktree_dirty(path) == ["new-untracked.txt"]
     other = started(git_repo, run="r2")
-    with pytest.raises(GitError, match=r"\.worktrees/a is a worktree on lo/r1/a, not on lo/r2/a"):
-        other.ensure_worktree("a")
+    assert other.ensure_worktree("a") != path  # one folder per run: never shared
     other.ensure_worktree("b")
+    # a worktree at r1's place for b that r1 did not create: the user's, never removed
+    git(git_repo, "worktree", "add", "-q", "-b", "mine", str(ws.worktree_path("b")))
     report = ws.cleanup(["a", "b"])
     assert report.kept_dirty == ["a", "b"] and path.exists()
-    assert "lo/r1/a is" not in report.details["b"] and "lo/r2/b" in report.details["b"]
+    assert "was not created by run r1" in report.details["b"]
+    assert ws.worktree_path("b").exists() and "mine" in branches(git_repo)
     assert "lo/r2/b" in branches(git_repo)  # another run's branch is not this cleanup's
-    assert other.worktree_path("b").exists()
+    assert other.worktree_path("a").exists() and other.worktree_path("b").exists()
 
 
 def test_detached_worktree_with_unreachable_commit_is_kept(git_repo: Path) -> None:

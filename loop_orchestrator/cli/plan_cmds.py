@@ -64,6 +64,11 @@ def show_summary(summary: object) -> None:
     wave_of = {tid: n for n, w in enumerate(summary.waves, start=1) for tid in w}
     click.echo(f"Run {run.name}: {plan.goal}")
     click.echo(f"Base {run.base_ref} @ {run.base_sha[:12]}; plan sha256 {run.plan_sha256[:12]}")
+    if summary.checkout is not None:
+        where = f"Checkout {summary.checkout}"
+        if summary.main_checkout is not None:
+            where += f" (a linked worktree of {summary.main_checkout}; its own HEAD and run state)"
+        click.echo(where)
     if summary.replaced_previous:
         click.echo("(replaces the previous, unstarted or finished, run)")
     click.echo("")

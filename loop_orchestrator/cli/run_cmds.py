@@ -150,7 +150,10 @@ def cleanup_command(abandon: bool, repo: Path | None) -> None:
     click.echo(f"session killed: {'yes' if result.session_killed else 'no (none running)'}")
     click.echo(f"worktrees removed: {', '.join(result.removed) or 'none'}")
     if result.kept_dirty:
-        click.echo("kept (uncommitted changes): " + ", ".join(result.kept_dirty))
+        click.echo("kept (yours to keep or remove): " + ", ".join(result.kept_dirty))
+        for task in result.kept_dirty:
+            if task in result.details:
+                click.echo(f"  {task}: {result.details[task]}")
     click.echo(f"branches deleted: {', '.join(result.branches_deleted) or 'none'}")
     if result.branches_kept:
         click.echo("branches kept (not merged): " + ", ".join(result.branches_kept))

@@ -53,7 +53,7 @@ def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = 
     # measured from where the task began (staging at launch), not from the run's base,
     # which lacks the producers' work the task started from
     try:
-        start = workspace.Workspace(repo, state.name, settings.workspace).task_start(task_id)
+        start = workspace.Workspace.for_run(repo, state, settings.workspace).task_start(task_id)
     except GitError:
         start = state.base_sha
     return verify_task(repo, store.dirs, task, start, commit, brief=brief,

@@ -1,0 +1,360 @@
+"""Nothing of the user's is ever lost (issue 12, items 1, 2, 3 and 5), on real repositories
+with a user's habits: uncommitted edits, a second run with the same name, commits on the
+feature branch, a linked worktree, ignored local files in a task's worktree.
+
+Every scenario takes checksums of every user file and `git rev-parse` of every user branch
+before, and checks them byte for byte after; advice in a message is followed by running the
+command it names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import git
+
+from loop_orchestrator import core, demo, gate2, runs, workspace
+from loop_orchestrator.config import Settings, WorkspaceConfig
+from loop_orchestrator.errors import GitError
+from loop_orchestrator.state import RunDir, RunPhase, Store
+from loop_orchestrator.supervisor import Supervisor
+
+pytestmark = pytest.mark.slow
+
+AUTHOR = {"author_name": "lo-orch", "author_email": "lo-orch@example.com"}
+
+
+# helpers ----------------------------------------------------------------------------------
+
+
+def checksums(root: Path, skip: tuple[str, ...] = (".git", ".orchestration", ".worktrees")
+              ) -> dict[str, str]:
+    """sha256 of every file under ``root`` (the user's files), lo-orch's folders left out."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.split("/")[0] in skip or not path.is_file():
+            continue
+        found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def user_branches(repo: Path) -> dict[str, str]:
+    """Every branch outside lo-orch's ``lo/`` namespace, with its sha."""
+    out = git(repo, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
+    pairs = (line.split() for line in out.splitlines())
+    return {name: sha for name, sha in pairs if not name.startswith("lo/")}
+
+
+def lo_orch(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, check=False, env=env)
+
+
+def one_task_files(root: Path, name: str = "demo", tasks: tuple[str, ...] = ("tokenize",)
+                   ) -> demo.DemoFiles:
+    """The demo project with a plan of only ``tasks`` (fast: no rework round)."""
+    files = demo.prepare_demo(root)
+    (root / "full.yaml").write_text(files.plan.read_text(encoding="utf-8"), encoding="utf-8")
+    write_plan(files.plan, name, tasks)
+    folder = files.repo / ".loop-orchestrator"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.toml").write_text(
+        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n'
+        '[workspace]\nallow_dirty = true\n', encoding="utf-8")
+    git(files.repo, "add", ".loop-orchestrator")
+    git(files.repo, "commit", "-q", "--no-gpg-sign", "-m", "lo-orch config")
+    return files
+
+
+def write_plan(plan: Path, name: str, tasks: tuple[str, ...]) -> None:
+    """The demo plan (kept beside ``plan`` as full.yaml) cut down to ``tasks``."""
+    full = plan.parent / "full.yaml"
+    data: dict[str, Any] = yaml.safe_load(full.read_text(encoding="utf-8"))
+    data["name"] = name
+    data["tasks"] = [t for t in data["tasks"] if t["id"] in tasks]
+    for t in data["tasks"]:
+        t["consumes"] = []
+    plan.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def settings_for(files: demo.DemoFiles) -> Settings:
+    settings = demo.demo_settings(files.script)
+    settings.workspace.allow_dirty = True
+    return settings
+
+
+def run_to_review(files: demo.DemoFiles) -> None:
+    settings = settings_for(files)
+    core.plan_from_file(files.repo, files.plan, settings)
+    runs.approve_plan(files.repo)
+    outcome = Supervisor(files.repo, settings).run()
+    assert outcome.state == "review", outcome.message
+
+
+# item 1: a second run with the same name never adopts what the first one kept ----------
+
+
+def test_a_second_run_never_adopts_the_worktree_the_first_run_kept(
+    tmp_path: Path, tmux_socket: str
+) -> None:
+    files = one_task_files(tmp_path)
+    repo = files.repo
+    run_to_review(files)
+    kept = repo / ".worktrees" / "demo" / "tokenize"
+    # the user works in the task's worktree before Gate 2: an uncommitted edit and a new file
+    (kept / "textstats" / "tokenize.py").write_bytes(b"# my experiment\n\x00\xff")
+    (kept / "scratch.txt").write_text("my notes\n", encoding="utf-8")
+    gate2.merge(repo, gate2.review(repo))
+    assert kept.is_dir()  # kept: it holds the user's changes
+    before_files, before_kept = checksums(repo), checksums(kept)
+    before_branches = user_branches(repo)
+    kept_head = git(kept, "rev-parse", "HEAD")
+
+    # the same plan again: refused at `lo-orch plan`, naming the worktree and what to do
+    again = lo_orch(repo, "plan", str(files.plan))
+    assert again.returncode == 1, again.stderr
+    assert ".worktrees/demo/tokenize is a worktree an earlier run left" in again.stderr
+    assert "uncommitted changes" in again.stderr and "scratch.txt" in again.stderr
+    assert "Choose another run name (plan `name:`)" in again.stderr
+    # ...and `lo-orch run` of the old, merged run does not touch it either
+    assert Store(RunDir(repo)).read_run().phase == RunPhase.MERGED
+
+    # following the advice: another run name works, and never touches the kept worktree
+    write_plan(files.plan, "demo-2", ("tokenize",))
+    planned = lo_orch(repo, "plan", str(files.plan))
+    assert planned.returncode == 0, planned.stderr
+    assert lo_orch(repo, "approve").returncode == 0
+    ran = lo_orch(repo, "run")
+    assert ran.returncode == 0, ran.stderr
+    merged = lo_orch(repo, "merge", "--yes")
+    assert merged.returncode == 0, merged.stderr
+    assert checksums(kept) == before_kept
+    assert git(kept, "rev-parse", "HEAD") == kept_head
+    assert git(kept, "status", "--porcelain", "--untracked-files=all").splitlines() == [
+        " M textstats/tokenize.py", "?? scratch.txt"]
+    assert checksums(repo) == before_files
+    after = user_branches(repo)
+    assert {k: after[k] for k in before_branches} == before_branches
+    assert "feat/demo-2" in after
+
+
+def test_a_worktree_not_recorded_for_this_run_is_never_used_or_removed(git_repo: Path) -> None:
+    """A user's own worktree where the run's would go (by hand, or by an earlier instance):
+    not committed from, not reused, not removed by cleanup."""
+    ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR),
+                             instance="one")
+    ws.create_staging(git(git_repo, "rev-parse", "HEAD").strip())
+    path = ws.ensure_worktree("a")
+    (path / "mine.txt").write_text("the user's\n", encoding="utf-8")
+    # the same run name, a new instance (a new `lo-orch plan`): nothing of "one" is its own
+    again = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR),
+                                instance="two")
+    before = checksums(path), user_branches(git_repo), git(git_repo, "rev-parse", "lo/r1/a")
+    with pytest.raises(GitError, match="would reuse branches or worktrees it did not create"):
+        again.check_branch_names(["a"])
+    with pytest.raises(GitError, match="was not created by run r1"):
+        again.commit_task("a", "steal")
+    report = again.cleanup(["a"])
+    assert report.kept_dirty == ["a"] and "was not created by run r1" in report.details["a"]
+    assert report.branches_deleted == []
+    assert (checksums(path), user_branches(git_repo),
+            git(git_repo, "rev-parse", "lo/r1/a")) == before
+    # the first instance still knows it as its own
+    assert ws.cleanup(["a"]).kept_dirty == ["a"]
+
+
+# item 2: Gate 2 never moves a branch the user committed on ------------------------------
+
+
+def test_gate2_never_moves_a_feature_branch_the_user_committed_on(
+    tmp_path: Path, tmux_socket: str
+) -> None:
+    files = one_task_files(tmp_path)
+    repo = files.repo
+    run_to_review(files)
+    gate2.merge(repo, gate2.review(repo))
+    # the user builds on feat/demo (in a checkout of their own)
+    side = tmp_path / "side"
+    git(repo, "worktree", "add", "-q", str(side), "feat/demo")
+    (side / "USER.md").write_text("a user's commit\n", encoding="utf-8")
+    git(side, "add", "USER.md")
+    git(side, "commit", "-q", "--no-gpg-sign", "-m", "user work on the feature branch")
+    git(side, "switch", "-q", "--detach")
+    user_commit = git(repo, "rev-parse", "feat/demo").strip()
+
+    # a later run with the same name, from main (which lacks the user's commit)
+    write_plan(files.plan, "demo", ("slug",))
+    run_to_review(files)
+    before_branches, before_files = user_branches(repo), checksums(repo)
+    refused = lo_orch(repo, "merge", "--yes")
+    assert refused.returncode == 1
+    assert "feat/demo holds commits the reviewed result" in refused.stderr
+    assert "user work on the feature branch" in refused.stderr
+    assert user_branches(repo) == before_branches and checksums(repo) == before_files
+    # the advice works as written
+    advice = re.search(r"`lo-orch (merge --branch \S+)`", refused.stderr)
+    assert advice is not None, refused.stderr
+    landed = lo_orch(repo, *advice.group(1).split(), "--yes")
+    assert landed.returncode == 0, landed.stderr
+    assert git(repo, "rev-parse", "feat/demo").strip() == user_commit
+    new = advice.group(1).split()[-1]
+    assert git(repo, "show", f"{new}:textstats/slug.py")
+    assert checksums(repo) == before_files
+    after = user_branches(repo)
+    assert {k: after[k] for k in before_branches} == before_branches
+
+
+def test_gate2_moves_a_user_feature_branch_only_forward(git_repo: Path) -> None:
+    ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR),
+                             instance="one")
+    base = git(git_repo, "rev-parse", "HEAD").strip()
+    git(git_repo, "branch", "feat/r1")  # the user's, at the base: an ancestor of the result
+    ws.create_staging(base)
+    path = ws.ensure_worktree("a")
+    (path / "a.txt").write_text("a\n", encoding="utf-8")
+    reviewed = ws.merge_into_staging("a", ws.commit_task("a", "a"), "A")
+    assert ws.finish(reviewed) == reviewed
+    assert git(git_repo, "rev-parse", "feat/r1").strip() == reviewed  # fast-forward
+    assert git(git_repo, "merge-base", "--is-ancestor", base, "feat/r1") == ""
+
+
+def test_merge_into_keeps_the_users_commits_and_ignored_files(git_repo: Path) -> None:
+    (git_repo / ".gitignore").write_text("local.cfg\n", encoding="utf-8")
+    git(git_repo, "add", ".gitignore")
+    git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "ignore local.cfg")
+    ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR),
+                             instance="one")
+    ws.create_staging(git(git_repo, "rev-parse", "HEAD").strip())
+    path = ws.ensure_worktree("a")
+    (path / "local.cfg").write_text("the task's\n", encoding="utf-8")
+    git(path, "add", "-f", "local.cfg")
+    reviewed = ws.merge_into_staging("a", ws.commit_task("a", "a"), "A")
+    # the user's ignored local config in the checkout of --into, and a commit of theirs
+    (git_repo / "local.cfg").write_bytes(b"password-free but precious\n")
+    (git_repo / "USER.md").write_text("mine\n", encoding="utf-8")
+    git(git_repo, "add", "USER.md")
+    git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "user commit on main")
+    user_commit = git(git_repo, "rev-parse", "main").strip()
+    before = checksums(git_repo)
+    with pytest.raises(GitError, match="would overwrite files git ignores") as err:
+        ws.finish(reviewed, merge_into="main")
+    assert "local.cfg" in str(err.value)
+    assert checksums(git_repo) == before
+    assert git(git_repo, "rev-parse", "main").strip() == user_commit
+    # moved aside, the merge keeps the user's commit (a merge, never a reset)
+    (git_repo / "local.cfg").rename(git_repo.parent / "local.cfg.saved")
+    ws.finish(reviewed, merge_into="main")
+    assert git(git_repo, "merge-base", "--is-ancestor", user_commit, "main") == ""
+    assert git(git_repo, "merge-base", "--is-ancestor", reviewed, "main") == ""
+
+
+# item 3: a linked worktree is a checkout of its own ------------------------------------
+
+
+def test_a_run_from_a_linked_worktree_uses_its_head_and_keeps_its_state_there(
+    tmp_path: Path, tmux_socket: str
+) -> None:
+    files = one_task_files(tmp_path)
+    main = files.repo
+    linked = tmp_path / "linked"
+    git(main, "worktree", "add", "-q", "-b", "side", str(linked))
+    (linked / "SIDE.md").write_text("only on side\n", encoding="utf-8")
+    git(linked, "add", "SIDE.md")
+    git(linked, "commit", "-q", "--no-gpg-sign", "-m", "side work")
+    side_head = git(linked, "rev-parse", "HEAD").strip()
+    main_head = git(main, "rev-parse", "HEAD").strip()
+    (main / "NOTES.md").write_text("uncommitted in main\n", encoding="utf-8")
+    before_main, before_branches = checksums(main), user_branches(main)
+
+    planned = lo_orch(linked / "textstats", "plan", str(files.plan))
+    assert planned.returncode == 0, planned.stderr
+    assert f"@ {side_head[:12]}" in planned.stdout
+    assert f"Checkout {linked.resolve()} (a linked worktree of {main.resolve()}" in planned.stdout
+    assert (linked / ".orchestration" / "run.json").exists()
+    assert not (main / ".orchestration").exists()
+    # every later command from that worktree (any folder of it) finds the run
+    status = lo_orch(linked / "tests", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert '"base_sha": "' + side_head in status.stdout
+    assert lo_orch(linked / "tests", "approve").returncode == 0
+    ran = lo_orch(linked, "run")
+    assert ran.returncode == 0, ran.stderr
+    task_wt = linked / ".worktrees" / "demo" / "tokenize"
+    assert task_wt.is_dir()
+    # from inside the task's worktree, status finds the run of the linked checkout
+    inside = lo_orch(task_wt, "status", "--json")
+    assert inside.returncode == 0 and '"phase": "awaiting_merge_review"' in inside.stdout
+    merged = lo_orch(linked, "merge", "--yes")
+    assert merged.returncode == 0, merged.stderr
+    assert git(main, "merge-base", "--is-ancestor", side_head, "feat/demo") == ""
+    assert git(main, "show", "feat/demo:SIDE.md") == "only on side\n"
+    assert checksums(main) == before_main
+    assert git(main, "rev-parse", "HEAD").strip() == main_head
+    after = user_branches(main)
+    assert {k: after[k] for k in before_branches} == before_branches
+
+
+# item 5: cleanup keeps what git does not see --------------------------------------------
+
+
+def test_cleanup_keeps_ignored_files_the_user_put_in_a_task_worktree(git_repo: Path) -> None:
+    (git_repo / ".gitignore").write_text(".env\n*.local\n__pycache__/\n", encoding="utf-8")
+    (git_repo / "app.local.example").write_text("debug = false\n", encoding="utf-8")
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "ignores")
+    settings = WorkspaceConfig.model_validate(
+        {**AUTHOR, "setup_command": "cp app.local.example app.local"})
+    ws = workspace.Workspace(git_repo, "r1", settings, instance="one")
+    ws.create_staging(git(git_repo, "rev-parse", "HEAD").strip())
+    for task in ("clean", "env", "edited", "cache"):
+        ws.run_setup(ws.ensure_worktree(task))
+        assert (ws.worktree_path(task) / "app.local").exists()
+    (ws.worktree_path("env") / ".env").write_text("API_KEY=mine\n", encoding="utf-8")
+    (ws.worktree_path("edited") / "app.local").write_text("debug = true\n", encoding="utf-8")
+    cache = ws.worktree_path("cache") / "app" / "__pycache__"
+    cache.mkdir()
+    (cache / "x.cpython-312.pyc").write_bytes(b"\x00")
+    kept = {t: checksums(ws.worktree_path(t), skip=(".git",)) for t in ("env", "edited")}
+
+    report = ws.cleanup(["clean", "env", "edited", "cache"])
+    assert sorted(report.removed) == ["cache", "clean"]
+    assert sorted(report.kept_dirty) == ["edited", "env"]
+    assert "holds files git ignores that lo-orch did not create: .env" in report.details["env"]
+    assert "app.local" in report.details["edited"]
+    assert {t: checksums(ws.worktree_path(t), skip=(".git",)) for t in kept} == kept
+    assert "lo/r1/env" in report.branches_kept  # its worktree was kept
+    # once the user removed their file, the next cleanup (their say-so) takes it away
+    (ws.worktree_path("env") / ".env").unlink()
+    assert ws.cleanup(["env"]).removed == ["env"]
+
+
+def test_cleanup_lists_the_kept_ignored_files_on_the_command_line(
+    tmp_path: Path, tmux_socket: str
+) -> None:
+    files = one_task_files(tmp_path)
+    repo = files.repo
+    (repo / ".gitignore").write_text(".env\n", encoding="utf-8")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "--no-gpg-sign", "-m", "ignore .env")
+    run_to_review(files)
+    env = repo / ".worktrees" / "demo" / "tokenize" / ".env"
+    env.write_bytes(b"TOKEN=local-only\n")
+    merged = lo_orch(repo, "merge", "--yes")
+    assert merged.returncode == 0, merged.stderr
+    assert env.read_bytes() == b"TOKEN=local-only\n"
+    out = lo_orch(repo, "cleanup")
+    assert out.returncode == 0, out.stderr
+    assert "tokenize: .worktrees/demo/tokenize holds files git ignores" in out.stdout
+    assert ".env" in out.stdout
+    assert env.read_bytes() == b"TOKEN=local-only\n"
