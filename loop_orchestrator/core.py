@@ -95,7 +95,7 @@ def panes_alive(repo: Path) -> dict[str, bool]:
 
     state = Store.for_repo(repo).read_run()
     try:
-        return TmuxBackend(state.name, socket=run_socket(state.tmux_socket)).alive_panes()
+        return TmuxBackend(state.name, socket=run_socket(state)).alive_panes()
     except LoOrchError:
         return {}
 

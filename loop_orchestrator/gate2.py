@@ -209,7 +209,7 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = runs.read_plan(store.dirs)
-    backend = TmuxBackend(state.name, socket=run_socket(state.tmux_socket))
+    backend = TmuxBackend(state.name, socket=run_socket(state))
     killed = False
     with contextlib.suppress(LoOrchError):
         if backend.session_exists():
