@@ -113,6 +113,8 @@ class TaskStatus(BaseModel):
     last_notification: str | None = None
     #: when the session's last turn ended (Stop hook); None while it works on a prompt
     turn_ended_at: str | None = None
+    #: when the task entered its current phase (the age `lo-orch status` shows)
+    phase_since: str | None = None
 
 
 class RunState(BaseModel):
