@@ -156,7 +156,8 @@ def _not_at_gate2(state: RunState) -> GateError:
         sha = (state.merged_commit or "")[:12]
         msg = f"run {name!r} is already merged: {state.feature_branch} was set to {sha}"
         return GateError(msg, hint=f"Nothing more to do for it (`git log {state.feature_branch}`)."
-                         " A new run starts with `lo-orch plan FILE`.")
+                         f" A new run needs a name of its own ({state.feature_branch} is yours "
+                         "now; plan field `name:`) and starts with `lo-orch plan FILE`.")
     if state.phase == RunPhase.STOPPED:
         msg = f"run {name!r} was abandoned (`lo-orch cleanup --abandon`); nothing to merge"
         return GateError(msg, hint="Plan a new run with `lo-orch plan FILE`.")
