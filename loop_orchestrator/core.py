@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator import plan as planmod
-from loop_orchestrator import runs, workspace
-from loop_orchestrator.config import Settings
+from loop_orchestrator import runs, schedule, workspace
+from loop_orchestrator.config import Settings, load_settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.runs import PlanSummary
-from loop_orchestrator.state import Store, now_iso
+from loop_orchestrator.state import ACTIVE_PHASES, Phase, RunPhase, Store, TaskStatus, now_iso
 
 
 def plan_from_file(repo: Path, file: Path, settings: Settings) -> PlanSummary:
@@ -22,9 +22,39 @@ def plan_from_file(repo: Path, file: Path, settings: Settings) -> PlanSummary:
     return record_plan(repo, plan, settings, source=file)
 
 
+def find_repo(path: Path) -> Path:
+    """The repository a command works on (``workspace.repo_root``), with an error that
+    says what is wrong for a bare repository (no checkout to make worktrees from)."""
+    from loop_orchestrator.errors import GitError
+    from loop_orchestrator.gitutil import git
+
+    try:
+        return workspace.repo_root(path)
+    except GitError:
+        if not path.exists():
+            raise
+        bare = git(path, "rev-parse", "--is-bare-repository", check=False)
+        if bare.ok and bare.stdout.strip() == "true":
+            where = path.resolve()
+            msg = (f"{where} is a bare repository: it has no checkout, and lo-orch works in "
+                   "a checkout (it makes task worktrees from it)")
+            raise GitError(msg, hint=f"Clone it (`git clone {where} <folder>`) and run "
+                           "lo-orch in that folder, or pass --repo with a checkout.") from None
+        raise
+
+
 def record_plan(
     repo: Path, plan: planmod.Plan, settings: Settings, *, source: Path | None
 ) -> PlanSummary:
+    from loop_orchestrator.gitutil import git
+
+    head = git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
+    if not plan.base and not head.ok:
+        from loop_orchestrator.errors import GitError
+
+        msg = f"{repo} has no commits yet: a run starts from a commit (its base)"
+        raise GitError(msg, hint="Commit your files first (`git add -A && git commit -m "
+                       "\"initial\"`), then plan again. Nothing was written.")
     base_ref = plan.base or "HEAD"
     base_sha = workspace.rev_parse(repo, base_ref)
     runs.refuse_run_in_progress(Store.for_repo(repo))  # the clearest message first
@@ -70,8 +100,13 @@ def plan_from_issue(
 
 
 def status_document(repo: Path) -> dict[str, Any]:
-    """``{"run": {...}, "tasks": [status objects]}`` (contract of `status --json`)."""
+    """``{"run": {...}, "tasks": [status objects]}`` (contract of `status --json`).
+
+    Extended (additively): ``run.supervisor = {"alive", "pid"}`` — the process holding the
+    supervisor lock now — and per task ``"waiting_for"``, what it waits for in plain words.
+    """
     from loop_orchestrator.record import Record
+    from loop_orchestrator.supervisor import lock_holder
 
     store = Store.for_repo(repo)
     state = store.read_run()
@@ -86,16 +121,94 @@ def status_document(repo: Path) -> dict[str, Any]:
     else:
         statuses = store.list_statuses_lenient()
     order: dict[str, int] = {}
+    deps: dict[str, list[str]] = {}
+    cap = 0
     try:
         plan, _ = runs.read_plan(store.dirs)
         order = {t.id: i for i, t in enumerate(plan.tasks)}
+        deps = schedule.dependencies(plan)
+        cap = plan.concurrency or load_settings(repo).run.concurrency
     except LoOrchError:
         pass
     statuses.sort(key=lambda s: (s.wave, order.get(s.task, 1 << 30), s.task))
-    return {
-        "run": state.model_dump(mode="json"),
-        "tasks": [s.model_dump(mode="json") for s in statuses],
-    }
+    pid = lock_holder(store.dirs)
+    phases = {s.task: s.phase for s in statuses}
+    active = sum(1 for p in phases.values() if p in ACTIVE_PHASES)
+    tasks = []
+    for st in statuses:
+        doc = st.model_dump(mode="json")
+        doc["waiting_for"] = waiting_for(st, state.phase, alive=pid is not None,
+                                         deps=deps.get(st.task, []), phases=phases,
+                                         full=bool(cap) and active >= cap)
+        tasks.append(doc)
+    run = state.model_dump(mode="json")
+    run["supervisor"] = {"alive": pid is not None, "pid": pid}
+    return {"run": run, "tasks": tasks}
+
+
+#: hook events and signals as a person would say them (the status table's last activity)
+PLAIN_EVENTS = {
+    "SessionStart": "session started",
+    "UserPromptSubmit": "prompt received",
+    "Stop": "finished a turn",
+    "StopFailure": "turn failed",
+    "Notification": "asked for attention",
+    "SessionEnd": "session ended",
+    "PreCompact": "compacting its context",
+    "plan_ready": "signalled plan ready",
+    "impl_done": "signalled work done",
+    "blocked": "signalled blocked",
+}
+_NOTIFICATIONS = {
+    "permission_prompt": "asks for permission",
+    "idle_prompt": "waiting for input",
+}
+
+
+def plain_event(task: dict[str, Any]) -> str:
+    """The task's last session activity in plain words (never a hook name)."""
+    event = task.get("last_event")
+    if not event:
+        return "-"
+    if event == "Notification":
+        return _NOTIFICATIONS.get(task.get("last_notification") or "", PLAIN_EVENTS[event])
+    return PLAIN_EVENTS.get(event, str(event).replace("_", " "))
+
+
+def waiting_for(st: TaskStatus, run_phase: RunPhase, *, alive: bool, deps: list[str],
+                phases: dict[str, Phase], full: bool) -> str:
+    """What a task waits for: its dependencies, a free slot (the limit), the agent,
+    verification, the supervisor, or a person (with the command that person runs)."""
+    task = st.task
+    if st.phase in (Phase.BLOCKED, Phase.FAILED):
+        return f"a person: help it, then `lo-orch retry {task}`"
+    if st.phase == Phase.INTEGRATED:
+        if run_phase == RunPhase.AWAITING_MERGE_REVIEW:
+            return "a person: Gate 2, `lo-orch merge`"
+        return "nothing (merged)" if run_phase == RunPhase.MERGED else "nothing (done)"
+    if run_phase == RunPhase.AWAITING_PLAN_APPROVAL:
+        return "a person: Gate 1, `lo-orch approve`"
+    if run_phase == RunPhase.STOPPED:
+        return "nothing (run stopped)"
+    if st.phase == Phase.PENDING:
+        waiting = [d for d in deps if phases.get(d) != Phase.INTEGRATED]
+        if waiting:
+            return "tasks " + ", ".join(waiting)
+        if full:
+            return "a free session slot (concurrency limit)"
+    if not alive:
+        return "the supervisor: none runs, `lo-orch run`"
+    if st.phase == Phase.PENDING:
+        return "the supervisor to start it"
+    if st.phase in (Phase.PLANNING, Phase.IMPLEMENTING, Phase.LAUNCHING):
+        if st.last_event == "Notification" and st.last_notification == "permission_prompt":
+            return f"a person: a permission prompt, `lo-orch attach {task}`"
+        return "the agent" if st.phase != Phase.LAUNCHING else "the agent to start"
+    if st.phase in (Phase.IMPL_DONE, Phase.VERIFYING):
+        return "verification"
+    if st.phase == Phase.APPROVED:
+        return "merge into staging"
+    return "the supervisor"
 
 
 def panes_alive(repo: Path) -> dict[str, bool]:
@@ -104,17 +217,21 @@ def panes_alive(repo: Path) -> dict[str, bool]:
 
     state = Store.for_repo(repo).read_run()
     try:
-        return TmuxBackend(state.name, socket=run_socket(state.tmux_socket)).alive_panes()
+        return TmuxBackend(state.name, socket=run_socket(state)).alive_panes()
     except LoOrchError:
         return {}
 
 
-def alive_cell(pane_id: str | None, alive: dict[str, bool]) -> str:
+def pane_cell(task: dict[str, Any], alive: dict[str, bool]) -> str:
+    """The task's pane in plain words: a merged task's pane was closed on purpose."""
+    pane_id = task.get("pane_id")
+    if task.get("phase") == Phase.INTEGRATED.value:
+        return "closed (done)"
     if not pane_id:
         return "-"
     if pane_id not in alive:
         return "gone"
-    return "yes" if alive[pane_id] else "dead"
+    return "alive" if alive[pane_id] else "exited"
 
 
 def age(iso: str | None, now: float | None = None) -> str:
@@ -133,6 +250,51 @@ def age(iso: str | None, now: float | None = None) -> str:
     return f"{secs // 3600}h"
 
 
+#: the columns of `lo-orch status` (the last one, the note, is cut to the width)
+STATUS_HEADERS = ("task", "wave", "phase", "in phase", "waiting for", "rework",
+                  "last activity", "pane", "note")
+
+
+def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> list[list[str]]:
+    """One row per task for the status table, in plain words."""
+    now = time.time() if now is None else now
+    alive = panes_alive(repo)
+    rows = []
+    for t in doc["tasks"]:
+        since = t.get("phase_since") or t.get("updated_at")
+        activity = plain_event(t)
+        if activity != "-":
+            activity += f" {age(t.get('last_event_at'), now)} ago"
+        rows.append([
+            t["task"], str(t["wave"]), t["phase"], age(since, now), t.get("waiting_for") or "-",
+            str(t["rework_count"]), activity, pane_cell(t, alive),
+            " ".join((t.get("error") or t.get("note") or "").split()),
+        ])
+    return rows
+
+
+def status_title(doc: dict[str, Any]) -> str:
+    """The status header: the run's phase as it really is (a run whose supervisor is gone
+    is not "running")."""
+    run = doc["run"]
+    sup = run.get("supervisor") or {}
+    phase = run["phase"]
+    title: str = f"Run {run['name']}: "
+    if phase == RunPhase.RUNNING.value:
+        if sup.get("alive"):
+            return title + f"running (supervisor pid {sup.get('pid')})"
+        return title + "started, but no supervisor is running: `lo-orch run` resumes it"
+    if phase == RunPhase.AWAITING_PLAN_APPROVAL.value:
+        if run.get("approved_plan_sha256") == run.get("plan_sha256"):
+            return title + "plan approved; `lo-orch run` starts it"
+        return title + "waiting for Gate 1 (plan NOT approved: `lo-orch approve`)"
+    if phase == RunPhase.AWAITING_MERGE_REVIEW.value:
+        return title + "waiting for Gate 2: review and land it with `lo-orch merge`"
+    if phase == RunPhase.MERGED.value:
+        return title + f"merged ({(run.get('merged_commit') or '')[:12]})"
+    return title + str(phase)
+
+
 def watch_status(repo: Path) -> None:
     """A live status table until Ctrl-C (rich Live)."""
     from rich.live import Live
@@ -140,22 +302,11 @@ def watch_status(repo: Path) -> None:
 
     def build() -> Table:
         doc = status_document(repo)
-        table = Table(title=f"Run {doc['run']['name']}: {doc['run']['phase']}")
-        for h in ("task", "wave", "phase", "rework", "last event", "age", "pane", "note"):
-            table.add_column(h)
-        now = time.time()
-        alive = panes_alive(repo)
-        for t in doc["tasks"]:
-            table.add_row(
-                t["task"],
-                str(t["wave"]),
-                t["phase"],
-                str(t["rework_count"]),
-                t.get("last_event") or "-",
-                age(t.get("updated_at"), now),
-                alive_cell(t.get("pane_id"), alive),
-                (t.get("error") or t.get("note") or "")[:60],
-            )
+        table = Table(title=status_title(doc))
+        for h in STATUS_HEADERS:
+            table.add_column(h, no_wrap=h == "note", overflow="ellipsis")
+        for row in status_rows(repo, doc):
+            table.add_row(*row)
         return table
 
     with Live(build(), refresh_per_second=2) as live:

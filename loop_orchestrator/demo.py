@@ -212,7 +212,8 @@ def _report(
         lines += [
             f"Repository:   {repo}  (git log --graph {feature})",
             f"Run state:    {store.dirs.root}  (ledger.jsonl, status/, reviews/, evidence/)",
-            f"tmux server:  tmux -L {socket} ls",
+            "Sessions and worktrees: closed and removed by Gate 2, as in a real run "
+            f"(the run's tmux server was {socket})",
         ]
     else:
         lines.append("The throwaway repository was removed (use --keep to inspect it).")

@@ -129,12 +129,7 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
     refuse_in_session("lo-orch merge")
     state = runs.open_record(repo).run
     if state.phase != RunPhase.AWAITING_MERGE_REVIEW:
-        msg = f"run {state.name!r} is {state.phase.value}, not waiting for the merge review"
-        raise GateError(
-            msg,
-            hint="`lo-orch run` first; it stops at Gate 2 when every task is integrated and "
-            "the integration command passed.",
-        )
+        raise _not_at_gate2(state)
     ws = workspace.Workspace.for_run(repo, state, load_settings(repo).workspace)
     commit = ws.recorded(ws.staging_branch)
     base = ws.base(state.base_sha)
@@ -154,7 +149,36 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
     )
 
 
-def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> RunState:
+def _not_at_gate2(state: RunState) -> GateError:
+    """Why there is nothing to merge, and the next step that works from here."""
+    name = state.name
+    if state.phase == RunPhase.MERGED:
+        sha = (state.merged_commit or "")[:12]
+        msg = f"run {name!r} is already merged: {state.feature_branch} was set to {sha}"
+        return GateError(msg, hint=f"Nothing more to do for it (`git log {state.feature_branch}`)."
+                         f" A new run needs a name of its own ({state.feature_branch} is yours "
+                         "now; plan field `name:`) and starts with `lo-orch plan FILE`.")
+    if state.phase == RunPhase.STOPPED:
+        msg = f"run {name!r} was abandoned (`lo-orch cleanup --abandon`); nothing to merge"
+        return GateError(msg, hint="Plan a new run with `lo-orch plan FILE`.")
+    if state.phase == RunPhase.AWAITING_PLAN_APPROVAL:
+        msg = f"run {name!r} has not started: its plan waits for Gate 1"
+        return GateError(msg, hint="Approve it with `lo-orch approve`, then `lo-orch run`.")
+    msg = f"run {name!r} is still running, not waiting for the merge review"
+    return GateError(msg, hint="`lo-orch run` supervises it to Gate 2 (it stops there when "
+                     "every task is integrated and the integration command passed); "
+                     "`lo-orch status` shows what each task waits for.")
+
+
+@dataclass
+class Merged:
+    """What Gate 2 did: the run's new state and what the clean-up removed or kept."""
+
+    state: RunState
+    cleanup: CleanupResult
+
+
+def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Merged:
     """Gate 2 passed: move the feature branch to exactly the reviewed commit, clean up."""
     refuse_in_session("lo-orch merge")
     store = Store.for_repo(repo)
@@ -179,7 +203,7 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Run
     )
     # staging is now the feature branch's history: keeping it would only invite a stale
     # staging for the next run of the same name
-    cleanup(repo, delete_staging=True)
+    cleaned = cleanup(repo, delete_staging=True)
     # checked once more (nothing may have moved it during the clean-up), then it is the
     # user's: lo-orch no longer watches or moves it
     ws.check_refs()
@@ -187,7 +211,7 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Run
         msg = f"{reviewed.feature} is not at the reviewed commit {reviewed.commit[:12]}"
         raise GateError(msg, hint="Inspect it with `git log`; nothing else was changed.")
     ws.hand_over(reviewed.feature)
-    return state
+    return Merged(state, cleaned)
 
 
 @dataclass
@@ -211,7 +235,7 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = runs.read_plan(store.dirs)
-    backend = TmuxBackend(state.name, socket=run_socket(state.tmux_socket))
+    backend = TmuxBackend(state.name, socket=run_socket(state))
     killed = False
     with contextlib.suppress(LoOrchError):
         if backend.session_exists():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import json
 import os
 import re
 import shutil
@@ -630,6 +631,20 @@ def list_files(repo: Path, commit: str) -> list[str]:
 
 #: untracked folders of the main checkout that ``temp_checkout`` can link into its tree
 DEPENDENCY_DIRS = (".venv", "venv", "node_modules")
+#: a temporary checkout's folder prefix, and the file in it naming its owner (a process
+#: and a repository), so a later start removes those of a killed process (``recovery``)
+CHECKOUT_PREFIX = "lo-orch-checkout-"
+CHECKOUT_OWNER_FILE = "owner.json"
+
+
+def _write_owner(holder: Path, repo: Path) -> None:
+    start = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        stat = Path(f"/proc/{os.getpid()}/stat").read_text(encoding="utf-8", errors="replace")
+        start = stat[stat.rindex(")") + 2 :].split()[19]
+    (holder / CHECKOUT_OWNER_FILE).write_text(
+        json.dumps({"pid": os.getpid(), "start": start, "repo": str(repo.resolve())}),
+        encoding="utf-8")
 
 
 @contextlib.contextmanager
@@ -644,10 +659,11 @@ def temp_checkout(
     ``node_modules``...) are linked in, so the project's own test command runs there.
     """
     sha = oid(repo, commit)
-    holder = Path(tempfile.mkdtemp(prefix="lo-orch-checkout-"))
+    holder = Path(tempfile.mkdtemp(prefix=CHECKOUT_PREFIX))
     tree = holder / "tree"
     links: list[Path] = []
     try:
+        _write_owner(holder, repo)
         # a worktree of the object view: no config, attributes or filters of the user's
         # repository apply to the files the checks run on
         git(repo, "worktree", "add", "--quiet", "--detach", str(tree), sha, view=True)

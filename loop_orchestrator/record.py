@@ -269,6 +269,8 @@ class Record:
         data = _changes(TaskStatus, "status", changes)
         with self._mutex:
             current = self.task(task)
+            if "phase" in data and data["phase"] != current.phase.value:
+                data["phase_since"] = data["updated_at"]
             TaskStatus.model_validate({**current.model_dump(), **data})  # refuse bad values
             self.append("task", task=task, set=data)
             new = self.task(task)

@@ -8,6 +8,8 @@ Module API
 ----------
 ``tmux_socket() -> str | None``
     ``LO_ORCH_TMUX_SOCKET`` (a ``tmux -L`` name); every tmux call goes to that server.
+``run_socket(run) -> str``
+    A run's own tmux server: the one it recorded, else the environment's, else a new one.
 ``session_name(run_name) -> str``
     ``lo-<run>``.
 ``LaunchSpec(task, cwd, argv, env)`` / ``PaneState(pane_id, alive, dead_status, pid, exists)``
@@ -38,6 +40,7 @@ calls have none, and a supervisor must never hang on a wedged tmux server).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -100,10 +103,34 @@ def tmux_socket() -> str | None:
     return value or None
 
 
-def run_socket(recorded: str | None) -> str | None:
-    """The tmux server of a run: ``LO_ORCH_TMUX_SOCKET`` wins (tests, a user's choice),
-    else the one the run recorded when it started (so any terminal finds it)."""
-    return tmux_socket() or recorded
+class RunLike(Protocol):
+    """What ``run_socket`` reads of a run (``state.RunState``)."""
+
+    name: str
+    repo: str
+    created_at: str
+    tmux_socket: str | None
+
+
+def run_socket(run: RunLike) -> str:
+    """The tmux server (``tmux -L`` name) of a run; never the user's default server unless
+    configured (issue 12, item 6).
+
+    The server a run recorded when its supervisor started wins, so every later command
+    (`attach`, `status`, `merge`, `cleanup`) reaches it from any terminal, whatever ``$TMUX``
+    or ``LO_ORCH_TMUX_SOCKET`` say there (tmux without ``-L`` follows ``$TMUX``: a `merge`
+    typed in a pane of another server once killed nothing and said it had). Before that,
+    ``LO_ORCH_TMUX_SOCKET`` chooses (``default`` is tmux's own default server), else a
+    server of the run's own, named after the repository, the run and when it was planned:
+    a second run of the same name never shares the first one's server.
+    """
+    if run.tmux_socket:
+        return run.tmux_socket
+    chosen = tmux_socket()
+    if chosen:
+        return chosen
+    digest = hashlib.sha256(f"{run.repo}\0{run.name}\0{run.created_at}".encode()).hexdigest()
+    return f"lo-{run.name[:40]}-{digest[:10]}"
 
 
 def session_name(run_name: str) -> str:
@@ -636,7 +663,7 @@ def attach_command(repo: Path, task: str | None = None) -> list[str]:
     store = Store.for_repo(repo)
     run = store.read_run()
     # the run's own tmux server (recorded by `lo-orch run`) unless the environment says
-    backend = TmuxBackend(run.name, socket=run_socket(run.tmux_socket))
+    backend = TmuxBackend(run.name, socket=run_socket(run))
     pane_id: str | None = None
     if task is not None:
         status = store.read_status(task)

@@ -116,6 +116,8 @@ class TaskStatus(BaseModel):
     #: what the session waits for that only a person can give (a permission dialog:
     #: "a person: Claude Code asks permission to use Bash: <command>"); None otherwise
     waiting_for: str | None = None
+    #: when the task entered its current phase (the age `lo-orch status` shows)
+    phase_since: str | None = None
 
 
 class RunState(BaseModel):

@@ -28,7 +28,16 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from loop_orchestrator import briefs, lifecycle, listener, procinfo, runs, schedule, workspace
+from loop_orchestrator import (
+    briefs,
+    lifecycle,
+    listener,
+    procinfo,
+    recovery,
+    runs,
+    schedule,
+    workspace,
+)
 from loop_orchestrator.agents.base import (
     AgentContext,
     bracketed_paste,
@@ -87,6 +96,43 @@ class Outcome:
     blocked: dict[str, str] = field(default_factory=dict)
 
 
+def lock_holder(rundir: RunDir) -> int | None:
+    """The pid of the process holding the supervisor lock now, or None when nobody does.
+
+    Asked of the kernel (``/proc/locks``: the ``flock`` on ``supervisor.lock``), never of
+    what a supervisor last wrote: one killed with SIGKILL leaves its ``supervisor.json``
+    behind, and `lo-orch status` must not call that run alive (issue 12, item 7). Without
+    ``/proc/locks`` the pid in ``supervisor.json`` counts if that process still runs.
+    """
+    try:
+        st = rundir.supervisor_lock.stat()
+    except OSError:
+        return None
+    try:
+        table = Path("/proc/locks").read_text(encoding="utf-8")
+    except OSError:
+        table = None
+    if table is not None:
+        for line in table.splitlines():
+            parts = line.split()
+            if len(parts) < 6 or parts[1] == "->" or parts[1] != "FLOCK":
+                continue
+            try:
+                major, minor, inode = parts[5].split(":")
+                if (int(inode) == st.st_ino and int(major, 16) == os.major(st.st_dev)
+                        and int(minor, 16) == os.minor(st.st_dev)):
+                    return int(parts[4])
+            except ValueError:
+                continue
+        return None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        data = json.loads((rundir.root / "supervisor.json").read_text(encoding="utf-8"))
+        pid = int(data["pid"])
+        os.kill(pid, 0)
+        return pid
+    return None
+
+
 @contextlib.contextmanager
 def supervisor_lock(rundir: RunDir) -> Iterator[None]:
     """Hold the repository's supervisor lock; name the holder when it is taken."""
@@ -96,10 +142,12 @@ def supervisor_lock(rundir: RunDir) -> Iterator[None]:
     try:
         lock.acquire()
     except Timeout:
-        holder = "another process"
-        with contextlib.suppress(OSError, ValueError):
+        pid = lock_holder(rundir)
+        holder = f"pid {pid}" if pid else "another process"
+        with contextlib.suppress(OSError, ValueError, KeyError):
             data = json.loads(info.read_text(encoding="utf-8"))
-            holder = f"pid {data['pid']} (started {data['started_at']})"
+            if pid is None or data["pid"] == pid:
+                holder = f"pid {data['pid']} (started {data['started_at']})"
         msg = f"another supervisor is running for this repository: {holder}"
         raise LockHeldError(
             msg,
@@ -124,14 +172,14 @@ def detach(repo: Path, *, continue_blocked: bool = False, allow_dirty: bool = Fa
     rundir = RunDir(repo)
     with supervisor_lock(rundir):
         pass  # only a check: the supervisor in the window takes the lock itself
-    socket = run_socket(state.tmux_socket)
+    socket = run_socket(state)
     backend = TmuxBackend(state.name, socket=socket)
     argv = [*shlex.split(lo_orch_bin()), "run", "--repo", str(repo)]
     if continue_blocked:
         argv.append("--continue-blocked")
     if allow_dirty:
         argv.append("--allow-dirty")
-    env = {"LO_ORCH_TMUX_SOCKET": socket} if socket else {}
+    env = {"LO_ORCH_TMUX_SOCKET": socket}
     if "PATH" in os.environ:
         env["PATH"] = os.environ["PATH"]
     pane = backend.open_window("supervisor", LaunchSpec("supervisor", repo, argv, env))
@@ -159,7 +207,7 @@ class Supervisor:
         self.waves = schedule.wave_of(self.plan, self.cap)
         self.deps = schedule.dependencies(self.plan)
         self.ws = workspace.Workspace.for_run(repo, self.state, settings.workspace)
-        socket = run_socket(self.state.tmux_socket)
+        socket = run_socket(self.state)
         self.backend = TmuxBackend(self.state.name, socket=socket)
         self.adapter = make_adapter(settings, repo)
         self.deliverer = Deliverer(stagger=settings.run.stagger_seconds)
@@ -261,6 +309,7 @@ class Supervisor:
             self.ws.preflight(allow_dirty=self.settings.workspace.allow_dirty)
         self.ws.ensure_excludes()
         self.ws.create_staging(self.state.base_sha)
+        self._remove_leftovers()
         self.backend.ensure_session()
         edited = self.record.publish_all()
         if edited:
@@ -276,6 +325,63 @@ class Supervisor:
             resumed=not first,
             message=f"run {self.state.name}, {len(self.plan.tasks)} tasks, cap {self.cap}",
         )
+
+    def _remove_leftovers(self) -> None:
+        """What a killed supervisor (or a killed git process) left: its temporary checkouts
+        and stale ``index.lock`` files in task worktrees (issue 12, item 4)."""
+        removed = recovery.remove_orphan_checkouts(self.repo)
+        if removed:
+            self._event("checkouts_removed", paths=[str(p) for p in removed],
+                        message=f"{len(removed)} temporary checkout(s) of a killed "
+                        "supervisor removed")
+        for st in self.record.tasks().values():
+            if st.worktree:
+                self._clear_index_lock(st.task, wait=0.0)
+
+    def _clear_index_lock(self, tid: str, *, wait: float = 10.0) -> recovery.LockOutcome:
+        outcome = recovery.clear_stale_index_lock(self.ws.worktree_path(tid), wait=wait)
+        if outcome.cleared:
+            self._event("index_lock_cleared", tid, path=str(outcome.path),
+                        message=f"stale {outcome.path} removed (no git process held it)")
+        return outcome
+
+    def _heal_worktree(self, tid: str) -> None:
+        """Make a deleted task worktree again from its branch before its session is asked
+        for anything more, and start the session again in it (its working folder was the
+        deleted one). When it cannot be made again, the task is blocked at once with the
+        reason (a ``GitError``: ``_guarded`` blocks), never sent a round it cannot do."""
+        st = self.record.task(tid)
+        path = self.ws.worktree_path(tid)
+        if not st.worktree or path.is_dir():
+            return
+        branch = self.ws.task_branch(tid)
+        with self.git_lock:
+            try:
+                self.ws.ensure_worktree(tid)
+            except GitError as exc:
+                msg = (f"the worktree of task {tid} ({path}) was deleted and cannot be made "
+                       f"again from {branch}: {exc.message}")
+                raise GitError(msg, hint=exc.hint) from exc
+            head = workspace.rev_parse(self.repo, branch)
+        self.ws.run_setup(path)
+        self._event("worktree_recreated", tid, path=str(path), branch=branch, commit=head,
+                    message=f"{path} was deleted: made again from {branch} at {head[:12]} "
+                    "(work that was not committed there is lost)")
+        task = self.plan.task(tid)
+        ctx = self._context(task, st)
+        self.adapter.prepare(ctx)
+        spec = self.adapter.launch_spec(ctx, resume=bool(st.session_id))
+        pane = self.backend.state(st.pane_id) if st.pane_id else None
+        if pane is not None and pane.exists and st.pane_id:
+            pane_id = st.pane_id
+            self.backend.respawn(pane_id, spec)
+        else:
+            pane_id = self.backend.launch(spec)
+            self._set(tid, pane_id=pane_id)
+        self._event("session_relaunched", tid, pane_id=pane_id,
+                    message="started again in the recreated worktree")
+        self.adapter.wait_ready(self.backend, pane_id,
+                                timeout=self.settings.agent.ready_timeout)
 
     # reconciliation after a restart ---------------------------------------------------
     def _reconcile(self) -> None:
@@ -582,6 +688,7 @@ class Supervisor:
         return "prompt_implement.md.j2"
 
     def _deliver(self, tid: str, template: str) -> None:
+        self._heal_worktree(tid)
         st = self.record.task(tid)
         assert st.pane_id is not None
         key = delivery_key(st.phase, st.rework_count)
@@ -661,6 +768,7 @@ class Supervisor:
         )
 
     def _deliver_raw(self, tid: str, text: str) -> None:
+        self._heal_worktree(tid)
         st = self.record.task(tid)
         if st.pane_id:
             self.deliverer.deliver(
@@ -709,10 +817,19 @@ class Supervisor:
 
         task = self.plan.task(tid)
         self._move(tid, Event.VERIFY)
+        self._heal_worktree(tid)
+        lock = self._clear_index_lock(tid)
         try:
             with self.git_lock:
                 commit = self.ws.commit_task(tid, f"{tid}: {task.label}\n\n{task.objective}\n")
         except GitError as exc:
+            if lock.held_by or "index.lock" in exc.render():
+                # not the session's fault: a rework round would only fail the same way
+                who = (f"git process(es) {', '.join(map(str, lock.held_by))} hold it"
+                       if lock.held_by else "it could not be cleared")
+                self._block(tid, f"the worktree's git index is locked ({who}): "
+                            f"{exc.message}; when no git runs there, `lo-orch retry {tid}`")
+                return
             self._rework(tid, None, f"the work could not be committed: {exc.render()}")
             return
         self._set(tid, commit=commit)

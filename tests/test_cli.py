@@ -408,11 +408,13 @@ def test_status_json_right_after_plan(planned: Path) -> None:
 def test_status_table(planned: Path) -> None:
     result = invoke("status", "--repo", planned)
     assert result.code == 0, result
-    assert "Run notes: awaiting_plan_approval (plan NOT approved" in result.stdout
+    assert "Run notes: waiting for Gate 1 (plan NOT approved: `lo-orch approve`)" in (
+        result.stdout)
     for tid, wave in EXAMPLE_WAVES.items():
-        assert re.search(rf"^{tid}\s+{wave}\s+pending\s+0\b", result.stdout, re.M), tid
+        assert re.search(rf"^{tid}\s+{wave}\s+pending\s+\d+s\s+a person: Gate 1", result.stdout,
+                         re.M), tid
     assert invoke("approve", "--repo", planned).code == 0
-    assert "(plan approved)" in invoke("status", "--repo", planned).stdout
+    assert "plan approved; `lo-orch run` starts it" in invoke("status", "--repo", planned).stdout
 
 
 def test_status_and_approve_without_a_run(git_repo: Path) -> None:

@@ -325,8 +325,9 @@ def test_review_then_fix_and_blocked_after_three_rounds(
     ).stdout
     rows = {line.split()[0]: line.split() for line in shown.splitlines()[2:] if line.strip()}
     assert rows["report"][2] == "blocked"
-    assert "yes" in rows["report"]
-    assert "gone" in rows["slug"]  # integrated: its pane was closed
+    assert "alive" in rows["report"]
+    # integrated: its pane was closed on purpose, which is not "gone"
+    assert "closed" in rows["slug"] and "gone" not in rows["slug"]
 
 
 def test_dead_session_is_relaunched_once_then_failed(

@@ -83,7 +83,9 @@ def run_cli(args: list[str] | None = None) -> int:
         exc.show()
         return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
     except LoOrchError as exc:
-        click.echo(f"Error: {exc.render()}", err=True)
+        from loop_orchestrator.cli.common import for_user
+
+        click.echo(for_user(f"Error: {exc.render()}"), err=True)
         return exc.exit_code
     except BrokenPipeError:
         return EXIT_OK

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import click
 
-from loop_orchestrator.cli.common import repo_option, resolve_repo
+from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
 from loop_orchestrator.cli.main import cli
 from loop_orchestrator.cli.render import table
 from loop_orchestrator.errors import UsageError
@@ -94,7 +93,7 @@ def show_summary(summary: object) -> None:
     click.echo(f"Ownership matrix: {summary.matrix_path}")
     for note in summary.notes:
         click.echo(note)
-    click.echo("\nGate 1: review the split, then `lo-orch approve` and `lo-orch run`.")
+    echo("\nGate 1: review the split, then `lo-orch approve` and `lo-orch run`.")
 
 
 @cli.command("approve")
@@ -104,7 +103,7 @@ def approve_command(repo: Path | None) -> None:
     from loop_orchestrator import runs
 
     state, plan = runs.approve_plan(resolve_repo(repo))
-    click.echo(
+    echo(
         f"Approved plan {state.approved_plan_sha256 and state.approved_plan_sha256[:12]} of run "
         f"{state.name} ({len(plan.tasks)} tasks). Next: `lo-orch run`."
     )
@@ -115,7 +114,8 @@ def approve_command(repo: Path | None) -> None:
 @click.option("--watch", is_flag=True, help="A live table, refreshed every second.")
 @repo_option
 def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
-    """One row per task: wave, phase, rework count, last event, age."""
+    """One row per task: phase and how long it has been in it, what it waits for, its
+    last activity, its session's pane and note."""
     from loop_orchestrator import core
 
     root = resolve_repo(repo)
@@ -126,18 +126,5 @@ def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
         core.watch_status(root)
         return
     doc = core.status_document(root)
-    run = doc["run"]
-    click.echo(f"Run {run['name']}: {run['phase']}" + (
-        " (plan approved)" if run.get("approved_plan_sha256") == run.get("plan_sha256") else
-        " (plan NOT approved: `lo-orch approve`)"))
-    now = time.time()
-    alive = core.panes_alive(root)
-    table(
-        ["task", "wave", "phase", "rework", "last event", "age", "pane", "note"],
-        [
-            [t["task"], t["wave"], t["phase"], t["rework_count"], t.get("last_event") or "-",
-             core.age(t.get("updated_at"), now), core.alive_cell(t.get("pane_id"), alive),
-             t.get("error") or t.get("note") or ""]
-            for t in doc["tasks"]
-        ],
-    )
+    echo(core.status_title(doc))
+    table(core.STATUS_HEADERS, core.status_rows(root, doc), cut_last=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from loop_orchestrator.cli.common import repo_option, resolve_repo
+from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
 from loop_orchestrator.cli.main import cli
 from loop_orchestrator.errors import GateError, LoOrchError
 
@@ -63,8 +63,8 @@ def run_command(
     if detach:
         where = supervisor.detach(root, continue_blocked=continue_blocked,
                                   allow_dirty=allow_dirty)
-        click.echo(f"Supervisor started in {where}.")
-        click.echo("Follow with `lo-orch status --watch`; see the sessions with `lo-orch attach`.")
+        echo(f"Supervisor started in {where}.")
+        echo("Follow with `lo-orch status --watch`; see the sessions with `lo-orch attach`.")
         return
     progress = _printer()
     sup = supervisor.Supervisor(
@@ -77,7 +77,7 @@ def run_command(
     if outcome.state in ("review", "merged"):
         click.echo(f"\n{outcome.message}")
         if outcome.state == "review":
-            click.echo("Gate 2: review the whole diff and land it with `lo-orch merge`.")
+            echo("Gate 2: review the whole diff and land it with `lo-orch merge`.")
         return
     if outcome.state == "blocked":
         raise LoOrchError(
@@ -101,8 +101,8 @@ def retry_command(task: str, note: str | None, repo: Path | None) -> None:
     from loop_orchestrator import runs
 
     status = runs.retry_task(resolve_repo(repo), task, note=note)
-    click.echo(f"Task {task} is {status.phase.value} again (rework round {status.rework_count}).")
-    click.echo("A running supervisor picks it up now; otherwise run `lo-orch run`.")
+    echo(f"Task {task} is {status.phase.value} again (rework round {status.rework_count}).")
+    echo("A running supervisor picks it up now; otherwise run `lo-orch run`.")
 
 
 @cli.command("merge")
@@ -132,11 +132,31 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
             msg = "Gate 2 needs a confirmation"
             raise GateError(msg, hint="Run `lo-orch merge --yes` to confirm without a terminal.")
         click.confirm(f"Set {rev.feature} to {rev.commit[:12]}?", abort=True)
-    state = gate2.merge(root, rev, merge_into=merge_into)
-    click.echo(
-        f"{rev.feature} is now {rev.commit[:12]} (run {state.name} merged); "
-        "worktrees and sessions cleaned up. Nothing was pushed."
-    )
+    done = gate2.merge(root, rev, merge_into=merge_into)
+    echo(f"{rev.feature} is now {rev.commit[:12]} (run {done.state.name} merged). "
+         "Nothing was pushed.")
+    _show_cleanup(done.cleanup)
+
+
+def _show_cleanup(result: object) -> None:
+    """What a clean-up did, saying plainly what it kept and how to finish it."""
+    from loop_orchestrator.gate2 import CleanupResult
+
+    assert isinstance(result, CleanupResult)
+    echo(f"session killed: {'yes' if result.session_killed else 'no (none running)'}")
+    echo(f"worktrees removed: {', '.join(result.removed) or 'none'}")
+    if result.kept_dirty:
+        echo("kept, with changes of yours (yours until you say otherwise): "
+             + ", ".join(result.kept_dirty))
+        for task in result.kept_dirty:
+            if task in result.details:
+                echo(f"  {task}: {result.details[task]}")
+    echo(f"branches deleted: {', '.join(result.branches_deleted) or 'none'}")
+    if result.branches_kept:
+        echo("branches kept (not merged): " + ", ".join(result.branches_kept))
+    if result.kept_dirty:
+        echo("Save or discard the changes in the kept worktrees (e.g. `git -C <worktree> "
+             "stash -u`, or move your files elsewhere), then `lo-orch cleanup` removes them.")
 
 
 @cli.command("cleanup")
@@ -146,21 +166,14 @@ def cleanup_command(abandon: bool, repo: Path | None) -> None:
     """Remove clean worktrees and kill this run's sessions; dirty worktrees are kept."""
     from loop_orchestrator import gate2
 
-    result = gate2.cleanup(resolve_repo(repo), abandon=abandon)
-    click.echo(f"session killed: {'yes' if result.session_killed else 'no (none running)'}")
-    click.echo(f"worktrees removed: {', '.join(result.removed) or 'none'}")
-    if result.kept_dirty:
-        click.echo("kept (yours to keep or remove): " + ", ".join(result.kept_dirty))
-        for task in result.kept_dirty:
-            if task in result.details:
-                click.echo(f"  {task}: {result.details[task]}")
-    click.echo(f"branches deleted: {', '.join(result.branches_deleted) or 'none'}")
-    if result.branches_kept:
-        click.echo("branches kept (not merged): " + ", ".join(result.branches_kept))
+    _show_cleanup(gate2.cleanup(resolve_repo(repo), abandon=abandon))
 
 
 @cli.command("demo")
-@click.option("--keep", is_flag=True, help="Leave the throwaway repository and tmux server.")
+@click.option("--keep", is_flag=True,
+              help="Keep the throwaway repository and its run state (ledger, reviews, "
+              "evidence) to inspect; Gate 2 still closes the sessions and removes the "
+              "worktrees, as in a real run.")
 @click.option("--agent", type=click.Choice(["scripted", "claude"]), default="scripted",
               show_default=True,
               help="scripted: no install needed; claude: real Claude Code sessions (the "

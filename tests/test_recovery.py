@@ -1,0 +1,365 @@
+"""Self-healing (issue 12, item 4), on real git repositories, a private tmux server and the
+scripted agent: a deleted task worktree, temporary checkouts of a killed process, a stale
+``index.lock``, a garbled status file. Each test checks the user's files and commits are
+byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import git
+
+from loop_orchestrator import core as core_mod
+from loop_orchestrator import demo, gitutil, recovery, runs
+from loop_orchestrator.record import Record
+from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.supervisor import Supervisor
+
+TASK = "tokenize"
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def user_snapshot(repo: Path) -> dict[str, Any]:
+    """Checksums of every file of the user's (outside lo-orch's own folders) and the sha
+    of every branch that is not lo-orch's."""
+    files = {}
+    for path in sorted(repo.rglob("*")):
+        rel = path.relative_to(repo).as_posix()
+        if rel.split("/")[0] in (".git", ".orchestration", ".worktrees") or not path.is_file():
+            continue
+        files[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    refs = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/")
+    branches = {r: s for r, s in (ln.split() for ln in refs.splitlines())
+                if not r.startswith(("refs/heads/lo/", "refs/heads/feat/"))}
+    return {"files": files, "branches": branches}
+
+
+@pytest.fixture
+def one_task(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
+    """The demo project with a plan of its first task only, the user's uncommitted edit
+    in the main checkout, and a config for `lo-orch run` in a subprocess."""
+    files = demo.prepare_demo(tmp_path)
+    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
+    plan["tasks"] = [t for t in plan["tasks"] if t["id"] == TASK]
+    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+    folder = files.repo / ".loop-orchestrator"
+    folder.mkdir()
+    (folder / "config.toml").write_text(
+        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n'
+        '[workspace]\nallow_dirty = true\n',
+        encoding="utf-8",
+    )
+    git(files.repo, "add", "-A")
+    git(files.repo, "commit", "-q", "--no-gpg-sign", "-m", "lo-orch config")
+    (files.repo / "NOTES.md").write_bytes(b"uncommitted notes of the user\n")
+    return files
+
+
+def set_script(files: demo.DemoFiles, change: Callable[[dict[str, Any]], None]) -> None:
+    data = yaml.safe_load(files.script.read_text(encoding="utf-8"))
+    change(data)
+    files.script.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def plan_and_approve(files: demo.DemoFiles) -> None:
+    from loop_orchestrator import config
+
+    core_mod.plan_from_file(files.repo, files.plan, config.load_settings(files.repo))
+    runs.approve_plan(files.repo)
+
+
+def lo(repo: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args, "--repo", str(repo)],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def events(repo: Path, name: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in Store.for_repo(repo).read_ledger() if name is None or e["event"] == name]
+
+
+def block_after_planning(files: demo.DemoFiles) -> None:
+    """The session plans, then says it is blocked: the run stops with its session alive."""
+    set_script(files, lambda d: d[TASK].update(
+        plan=[{"signal": {"phase": "blocked", "note": "need a decision"}}]))
+
+
+def test_a_deleted_worktree_is_made_again_before_the_next_prompt(
+    one_task: demo.DemoFiles,
+) -> None:
+    repo = one_task.repo
+    good = one_task.script.read_text(encoding="utf-8")
+    block_after_planning(one_task)
+    plan_and_approve(one_task)
+    first = lo(repo, "run")
+    assert first.returncode == 1 and "need a decision" in first.stderr, first.stderr
+    before = user_snapshot(repo)
+    worktree = repo / ".worktrees" / "demo" / TASK
+    assert worktree.is_dir()
+    # the user deletes the task's folder (rm -rf, not `git worktree remove`)
+    subprocess.run(["rm", "-rf", str(worktree)], check=True)
+    one_task.script.write_text(good, encoding="utf-8")  # the next session does the work
+    assert lo(repo, "retry", TASK).returncode == 0
+    retried_at = len(events(repo))
+
+    second = lo(repo, "run")
+
+    assert second.returncode == 0, second.stderr
+    st = Record.open(repo, "demo").task(TASK)
+    assert st.phase == Phase.INTEGRATED
+    assert st.rework_count == 0  # no round was spent on a session without a folder
+    after = events(repo)[retried_at:]
+    names = [e["event"] for e in after]
+    assert "worktree_recreated" in names and "session_relaunched" in names
+    first_prompt = names.index("prompt_delivered")
+    assert names.index("worktree_recreated") < names.index("session_relaunched") < first_prompt
+    assert not [e for e in after if e["event"] in ("rework", "task_blocked", "task_failed")]
+    assert user_snapshot(repo) == before
+
+
+def test_a_worktree_that_cannot_be_made_again_blocks_at_once_with_the_reason(
+    one_task: demo.DemoFiles,
+) -> None:
+    repo = one_task.repo
+    block_after_planning(one_task)
+    plan_and_approve(one_task)
+    assert lo(repo, "run").returncode == 1
+    worktree = repo / ".worktrees" / "demo" / TASK
+    subprocess.run(["rm", "-rf", str(worktree)], check=True)
+    git(repo, "worktree", "prune")
+    # the user checked the task's branch out somewhere else meanwhile
+    elsewhere = repo.parent / "elsewhere"
+    git(repo, "worktree", "add", "-q", str(elsewhere), f"lo/demo/{TASK}")
+    before = user_snapshot(repo)
+    assert lo(repo, "retry", TASK).returncode == 0
+    retried_at = len(events(repo))
+
+    again = lo(repo, "run")
+
+    assert again.returncode == 1
+    assert "was deleted and cannot be made again" in again.stderr
+    assert f"already checked out at {elsewhere}" in again.stderr
+    after = [e["event"] for e in events(repo)[retried_at:]]
+    assert "task_blocked" in after
+    assert "prompt_delivered" not in after and "rework" not in after
+    assert user_snapshot(repo) == before
+    assert git(elsewhere, "status", "--porcelain") == ""
+
+
+def _killed_inside_checkout(repo: Path, commit: str) -> Path:
+    """A child process that dies (SIGKILL) inside `temp_checkout`, leaving its checkout."""
+    code = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from loop_orchestrator import gitutil\n"
+        "with gitutil.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as tree:\n"
+        "    print(tree, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(repo), commit],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == -signal.SIGKILL
+    return Path(out.stdout.strip())
+
+
+def _view_worktrees(repo: Path) -> list[gitutil.WorktreeInfo]:
+    res = gitutil.git(repo, "worktree", "list", "--porcelain", "-z", view=True)
+    return [w for w in gitutil.parse_worktrees(res.stdout) if w.path.name == "tree"]
+
+
+def test_temporary_checkouts_of_a_killed_process_are_removed_locked_ones_too(
+    git_repo: Path,
+) -> None:
+    head = git(git_repo, "rev-parse", "HEAD").strip()
+    tree = _killed_inside_checkout(git_repo, head)
+    locked = _killed_inside_checkout(git_repo, head)
+    # as `git worktree add` leaves it when killed before it finished
+    gitdir = Path((locked / ".git").read_text(encoding="utf-8").split(":", 1)[1].strip())
+    (gitdir / "locked").write_text("initializing", encoding="utf-8")
+    # the user's own checkout whose path merely looks alike is not lo-orch's
+    mine = Path(tempfile.mkdtemp(prefix="lo-orch-checkout-")) / "tree"
+    git(git_repo, "worktree", "add", "-q", "--detach", str(mine), head)
+    # and a live process's checkout is left alone
+    live = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\nfrom pathlib import Path\nfrom loop_orchestrator import gitutil\n"
+         "with gitutil.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as t:\n"
+         "    print(t, flush=True)\n    time.sleep(120)\n", str(git_repo), head],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert live.stdout is not None
+        live_tree = Path(live.stdout.readline().strip())
+        before = user_snapshot(git_repo)
+        assert git(git_repo, "worktree", "prune") == ""
+        assert {w.path for w in _view_worktrees(git_repo)} >= {tree, locked, live_tree}
+        # `git worktree prune` alone keeps the locked one
+        gitutil.git(git_repo, "worktree", "prune", view=True)
+        assert locked in {w.path for w in _view_worktrees(git_repo)}
+
+        removed = recovery.remove_orphan_checkouts(git_repo)
+
+        assert set(removed) == {tree.parent, locked.parent}
+        assert not tree.parent.exists() and not locked.parent.exists()
+        assert {w.path for w in _view_worktrees(git_repo)} == {live_tree}
+        assert live_tree.is_dir()
+        assert mine.is_dir()  # registered in the user's repo, but carries no owner of ours
+        assert str(mine) in git(git_repo, "worktree", "list")
+        assert user_snapshot(git_repo) == before
+    finally:
+        live.kill()
+        live.wait()
+        git(git_repo, "worktree", "remove", "--force", str(mine))
+
+
+def test_a_checkout_registered_in_the_users_repo_by_a_killed_run_is_removed(
+    git_repo: Path,
+) -> None:
+    """A temporary checkout registered in the user's repository (`lo-orch-checkout-*/tree`,
+    locked initializing) with lo-orch's owner file naming this repository and a dead
+    process is removed; the user's own worktrees are not."""
+    head = git(git_repo, "rev-parse", "HEAD").strip()
+    holder = Path(tempfile.mkdtemp(prefix="lo-orch-checkout-"))
+    (holder / "owner.json").write_text(json.dumps(
+        {"pid": 2 ** 22 + 7, "start": "1", "repo": str(git_repo.resolve())}), encoding="utf-8")
+    git(git_repo, "worktree", "add", "-q", "--detach", str(holder / "tree"), head)
+    git(git_repo, "worktree", "lock", "--reason", "initializing", str(holder / "tree"))
+    user_wt = git_repo.parent / "feature-wt"
+    git(git_repo, "worktree", "add", "-q", "-b", "mine", str(user_wt), head)
+    before = user_snapshot(git_repo)
+
+    assert recovery.remove_orphan_checkouts(git_repo) == [holder]
+
+    listing = git(git_repo, "worktree", "list", "--porcelain")
+    assert str(holder) not in listing and str(user_wt) in listing
+    assert not holder.exists()
+    assert user_snapshot(git_repo) == before
+
+
+def test_a_supervisor_start_removes_the_checkouts_a_killed_one_left(
+    one_task: demo.DemoFiles,
+) -> None:
+    repo = one_task.repo
+    plan_and_approve(one_task)
+    head = git(repo, "rev-parse", "HEAD").strip()
+    left = _killed_inside_checkout(repo, head)
+    from loop_orchestrator import config
+
+    sup = Supervisor(repo, config.load_settings(repo))
+    outcome = sup.run()
+
+    assert outcome.state == "review", outcome.message
+    assert not left.parent.exists()
+    assert [e for e in events(repo, "checkouts_removed")
+            if str(left.parent) in e["paths"]]
+
+
+def test_a_stale_index_lock_is_cleared_only_when_no_git_holds_it(
+    git_repo: Path, tmp_path: Path,
+) -> None:
+    head = git(git_repo, "rev-parse", "HEAD").strip()
+    wt = tmp_path / "wt"
+    git(git_repo, "worktree", "add", "-q", "-b", "lo/x/t", str(wt), head)
+    lock = Path(git(wt, "rev-parse", "--absolute-git-dir").strip()) / "index.lock"
+    lock.write_bytes(b"")
+    old = time.time() - 60
+    os.utime(lock, (old, old))
+    # a git process working in that worktree (waits on its stdin): the lock may be its own
+    holder = subprocess.Popen(["git", "hash-object", "--stdin"], cwd=wt,
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: holder.pid in recovery.git_holders(wt), 10, "the git process")
+        outcome = recovery.clear_stale_index_lock(wt, wait=0.5)
+        assert not outcome.cleared and holder.pid in outcome.held_by
+        assert lock.exists()
+    finally:
+        holder.communicate(b"x", timeout=10)
+    # a young lock (a git process may be just starting) is not taken either
+    os.utime(lock, None)
+    assert not recovery.clear_stale_index_lock(wt, wait=0).cleared
+    os.utime(lock, (old, old))
+
+    outcome = recovery.clear_stale_index_lock(wt, wait=0)
+
+    assert outcome.cleared and not lock.exists()
+    (wt / "a.txt").write_text("a\n", encoding="utf-8")
+    git(wt, "add", "a.txt")  # git works in the worktree again
+
+
+def test_a_stale_index_lock_does_not_cost_the_task_a_round(
+    one_task: demo.DemoFiles, tmux_socket: str,
+) -> None:
+    """A git process killed mid-`git add` in the task's worktree left index.lock: the next
+    start clears it, and the task's work is committed and verified in round 0."""
+    repo = one_task.repo
+    good = one_task.script.read_text(encoding="utf-8")
+    block_after_planning(one_task)
+    plan_and_approve(one_task)
+    assert lo(repo, "run").returncode == 1
+    wt = repo / ".worktrees" / "demo" / TASK
+    lock = Path(git(wt, "rev-parse", "--absolute-git-dir").strip()) / "index.lock"
+    lock.write_bytes(b"")
+    old = time.time() - 60
+    os.utime(lock, (old, old))
+    one_task.script.write_text(good, encoding="utf-8")
+    # the session is gone too (the next one reads the new script)
+    subprocess.run(["tmux", "-L", tmux_socket, "kill-server"], check=False)
+    before = user_snapshot(repo)
+    assert lo(repo, "retry", TASK).returncode == 0
+
+    again = lo(repo, "run")
+
+    assert again.returncode == 0, again.stderr
+    st = Record.open(repo, "demo").task(TASK)
+    assert st.phase == Phase.INTEGRATED and st.rework_count == 0
+    assert events(repo, "index_lock_cleared")
+    assert not events(repo, "rework")
+    assert user_snapshot(repo) == before
+
+
+def test_a_garbled_status_file_is_rebuilt_and_reported_never_fatal(
+    one_task: demo.DemoFiles,
+) -> None:
+    repo = one_task.repo
+    block_after_planning(one_task)
+    plan_and_approve(one_task)
+    assert lo(repo, "run").returncode == 1
+    status_file = RunDir(repo).status_path(TASK)
+    status_file.write_bytes(b'{"task": "tokenize", "phase": \x00garbled')
+    # `status` still shows every task, from the supervisor's record
+    shown = lo(repo, "status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert [t["task"] for t in doc["tasks"]] == [TASK]
+    assert doc["tasks"][0]["phase"] == "blocked"
+    table = lo(repo, "status")
+    assert table.returncode == 0 and TASK in table.stdout
+    # the next supervisor start rebuilds it and says so
+    again = lo(repo, "run")
+    assert again.returncode == 1  # still blocked: nobody retried it
+    assert "Traceback" not in again.stderr
+    rebuilt = json.loads(status_file.read_text(encoding="utf-8"))
+    assert rebuilt["phase"] == "blocked" and rebuilt["task"] == TASK
+    edited = events(repo, "view_edited")
+    assert edited and f"status/{TASK}.json" in edited[-1]["files"]
+    assert Store.for_repo(repo).read_run().phase == RunPhase.RUNNING
