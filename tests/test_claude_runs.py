@@ -391,7 +391,7 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
             assert "nudged" not in events
             assert [e["message"] for e in ledger(files.repo, "waiting_for_person")] == [
                 "a person: Claude Code asks permission to use Bash: touch PLAN.md"]
-            worktree = files.repo / ".worktrees" / "tokenize"
+            worktree = Path(str(Record.open(files.repo, "demo").task("tokenize").worktree))
             assert not (worktree / "PLAN.md").exists()
             pane = Record.open(files.repo, "demo").task("tokenize").pane_id
             # the person answers yes (the preselected option), twice: the command, then

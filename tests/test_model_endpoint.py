@@ -325,6 +325,10 @@ def test_a_loaded_skill_is_tool_output_not_a_new_prompt() -> None:
     # Skill tool's result; the user said nothing new
     skill = {"role": "user", "content": [
         {"type": "text", "text": "Base directory for this skill: /s\n\n# Orchestrate"}]}
+    beside = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t-Skill", "content": "Launching skill: x"},
+        *skill["content"]]}
+    assert Conversation.of(body(user("go"), assistant("Skill"), beside)).prompts == ["go"]
     convo = Conversation.of(body(user("go with the orchestrator"), assistant("Skill"),
                                  result("Skill"), skill))
     assert convo.prompts == ["go with the orchestrator"] and convo.replies_since == 1
@@ -336,3 +340,17 @@ def test_a_loaded_skill_is_tool_output_not_a_new_prompt() -> None:
     # a prompt
     resumed = Conversation.of(body(user("go"), assistant(), result(), user("again")))
     assert resumed.prompts == ["go", "again"]
+
+
+def test_a_prompt_sent_mid_turn_arrives_beside_a_tool_result(endpoint: ModelEndpoint) -> None:
+    # Claude Code 2.1.332 queues a prompt pasted while the model works and sends it with
+    # the next tool result, as one message
+    queued = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t-Bash", "content": "planning -> plan_ready"},
+        {"type": "text", "text": "The user sent a new message while you were working:\n"
+                                 f"<pasted_content id=\"e2e7\">\n{IMPL_PROMPT}\n"
+                                 "</pasted_content id=\"e2e7\">"}]}
+    convo = Conversation.of(body(user(PLAN_PROMPT), assistant(), queued))
+    assert len(convo.prompts) == 2 and convo.replies_since == 0
+    write = reply(endpoint, body(user(PLAN_PROMPT), assistant(), queued))["content"][-1]
+    assert write["name"] == "Write"  # implement round 0 begins at once

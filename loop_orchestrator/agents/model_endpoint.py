@@ -146,8 +146,8 @@ class Conversation:
         since = 0
         cwd = None
         skill_ids: set[str] = set()
-        # a user text right after a Skill tool's result is the loaded skill (Claude Code
-        # 2.1.332 sends it so), not something the user said
+        # a user text with or right after a Skill tool's result is the loaded skill
+        # (Claude Code 2.1.332 sends it so), not something the user said
         after_skill = False
         for message in body.get("messages") or []:
             role = message.get("role")
@@ -169,12 +169,14 @@ class Conversation:
             results = [b for b in blocks if b.get("type") == "tool_result"]
             if results:
                 after_skill = any(str(b.get("tool_use_id")) in skill_ids for b in results)
-                continue
             spoken = [t for t in texts if not t.lstrip().startswith(_REMINDER)]
+            # a prompt sent while the model works arrives beside the next tool result
+            # ("The user sent a new message while you were working: ...")
             if role == "user" and spoken and not after_skill:
                 prompts.append("\n".join(spoken))
                 since = 0
-            after_skill = False
+            if not results:
+                after_skill = False
         if cwd is None:
             found = _CWD_RE.search(json.dumps(body.get("system", "")))
             cwd = found.group(1) if found else None
