@@ -387,6 +387,13 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
                                  "touch PLAN.md")
             time.sleep(6)  # twice the stall limit: no nudge for a task waiting on a person
             assert waiting()
+            shown = subprocess.run([sys.executable, "-m", "loop_orchestrator", "status",
+                                    "--json", "--repo", str(files.repo)],
+                                   capture_output=True, text=True, check=True).stdout
+            (task,) = json.loads(shown)["tasks"]
+            assert task["waiting_for"] == (
+                "a person: Claude Code asks permission to use Bash: touch PLAN.md; answer "
+                "it with `lo-orch attach tokenize`")
             events = [e["event"] for e in ledger(files.repo, task="tokenize")]
             assert "nudged" not in events
             assert [e["message"] for e in ledger(files.repo, "waiting_for_person")] == [
