@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -368,12 +369,18 @@ def test_verifications_asking_at_once_share_a_scan_but_never_an_older_one(
 
     def counted(roots: list[Path]) -> dict[str, pyenv.FileStat]:
         scans.append(1)
+        time.sleep(0.3)  # a scan long enough that the others arrive while it runs
         return real(roots)
 
     monkeypatch.setattr(pyenv, "fingerprint", counted)
     results: list[list[str]] = []
-    threads = [threading.Thread(target=lambda: results.append(pyenv.changes(baseline)))
-               for _ in range(8)]
+    together = threading.Barrier(8)
+
+    def ask() -> None:
+        together.wait()  # all at once, however loaded the machine is
+        results.append(pyenv.changes(baseline))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
