@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loop_orchestrator.state import RunDir, atomic_write_text
+from loop_orchestrator.verify import disputes
 from loop_orchestrator.verify.models import Verdict
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ def write_review(rundir: RunDir, task: Task, round_no: int, verdict: Verdict, *,
         "review.md.j2", task=task, round_no=round_no, max_rounds=max_rounds, verdict=verdict,
         blocking=verdict.blocking, warnings=verdict.warnings, summary=verdict.summary(),
         evidence_dir=verdict.evidence_dir, evidence=verdict.evidence,
+        disputable=disputes.disputable(verdict.findings),
     )
     atomic_write_text(path, text)
     return path
@@ -39,7 +41,9 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
     from loop_orchestrator import briefs
 
     lines: list[str] = []
+    disputable: list[str] = []
     if verdict is not None:
+        disputable = disputes.disputable(verdict.findings)
         lines.append(verdict.summary())
         for f in verdict.blocking[:PROMPT_FINDINGS]:
             lines.append(f"- {f.location}: {f.message.splitlines()[0]}")
@@ -50,7 +54,7 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
             lines += [f"- auditor: {r}" for r in verdict.auditor.reasons[:3]]
     return briefs.render(
         "prompt_rework.md.j2", task=task_id, round=round_no, max_rounds=max_rounds,
-        review=str(review_path), summary="\n".join(lines),
+        review=str(review_path), summary="\n".join(lines), disputable=disputable,
     )
 
 

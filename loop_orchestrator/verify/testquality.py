@@ -334,7 +334,8 @@ def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]
             return f"{t.qualname} holds every assertion it had"
         gained = t.evidence.subjects - (before.subjects if before else frozenset())
         words = coverage.name_words(old.name)
-        hit = {s for s in gained if coverage.name_words(s) & words}
+        # what its name says it checked, asserted on by it, and now asserted elsewhere
+        hit = {s for s in gained & ev.subjects if coverage.name_words(s) & words}
         if hit and gained_asserted:
             return (f"{t.qualname} gained assertions on {', '.join(sorted(hit))}, what its "
                     "name says it checked")
