@@ -113,6 +113,9 @@ class TaskStatus(BaseModel):
     last_notification: str | None = None
     #: when the session's last turn ended (Stop hook); None while it works on a prompt
     turn_ended_at: str | None = None
+    #: heuristic findings the session disputes with its last impl_done,
+    #: ``[{"check", "note"}]`` (issue 14; judged by the next verification)
+    disputes: list[dict[str, str]] = Field(default_factory=list)
 
 
 class RunState(BaseModel):

@@ -30,8 +30,8 @@ _STOP = frozenset({
     "isinstance", "type", "range", "should", "with", "and", "the", "not", "equal",
     "subtest", "result", "expected", "actual", "value", "values", "args", "kwargs",
 })
-_JS_TOKEN = re.compile(r"[A-Za-z_$][\w$]*|\d+(?:\.\d+)?|'[^'\n]*'|\"[^\"\n]*\"")
-_TRIVIAL = frozenset({"0", "1", "True", "False", "None", "''", '""', "-1"})
+_JS_TOKEN = re.compile(r"[A-Za-z_$][\w$]*|-?\d+(?:\.\d+)?|'[^'\n]*'|\"[^\"\n]*\"")
+_TRIVIAL = frozenset({"0", "1", "True", "False", "None", "''", '""'})
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,11 @@ def _called(node: ast.AST) -> set[str]:
 def python(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Evidence:
     asserted, subjects = set(), set()
     for node in ast.walk(fn):
-        if isinstance(node, ast.Assert) or (
-                isinstance(node, ast.Expr) and pytests.is_assertion(node.value)):
-            asserted.add(ast.dump(node, include_attributes=False))
-            subjects |= _called(node)
-        elif isinstance(node, ast.With | ast.AsyncWith) and any(
-                pytests.is_assertion(i.context_expr) for i in node.items):
+        statement = isinstance(node, ast.Assert) or (
+            isinstance(node, ast.Expr) and pytests.is_assertion(node.value))
+        context = isinstance(node, ast.With | ast.AsyncWith) and any(
+            pytests.is_assertion(i.context_expr) for i in node.items)
+        if statement or context:
             asserted.add(ast.dump(node, include_attributes=False))
             subjects |= _called(node)
     tokens = set()
@@ -79,6 +78,9 @@ def python(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Evidence:
             text = repr(node.value)
             if text not in _TRIVIAL:
                 tokens.add(text)
+        elif (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+              and isinstance(node.operand, ast.Constant)):
+            tokens.add("-" + repr(node.operand.value))
     parametrized = any("parametrize" in pytests.dotted(d) for d in fn.decorator_list)
     looped = any(isinstance(n, ast.For | ast.AsyncFor | ast.While)
                  and any(pytests.is_assertion(m) for m in ast.walk(n)) for n in ast.walk(fn))
@@ -96,10 +98,15 @@ def js(test: jstests.JsTest) -> Evidence:
                 if name.lower() not in _STOP and not test.assertion_re.match(name + "("):
                     subjects.add(name)
     tokens = {t for t in _JS_TOKEN.findall(test.body)
-              if t not in _TRIVIAL and (len(t) >= 3 or t[0].isdigit())
+              if t not in _TRIVIAL and (len(t) >= 3 or not t[0].isalpha())
               and t.lower() not in _STOP and not test.assertion_re.match(t + "(")}
     looped = bool(re.search(r"\bfor\s*\(|\.forEach\(|\.each\b", test.masked_body))
     return Evidence(frozenset(asserted), frozenset(subjects), frozenset(tokens), looped)
+
+
+def literals(tokens: frozenset[str]) -> set[str]:
+    """The literal values among a test's tokens (numbers, strings)."""
+    return {t for t in tokens if not (t[0].isalpha() or t[0] in "_$")}
 
 
 def name_words(name: str) -> set[str]:

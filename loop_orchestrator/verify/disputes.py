@@ -12,7 +12,8 @@ only for the auditor's judgement: the auditor sees the diff, the evidence and th
 and its verdict settles the dispute (PASS: upheld, the finding stays as a warning; FAIL:
 rejected, it blocks). With no auditor, the finding is carried to Gate 2 as a warning the
 person judges. Hard findings are facts, not guesses, and are never disputable: scope,
-secrets, conflict markers, failed or missing done-checks and test evidence.
+secrets, conflict markers, failed or missing done-checks and test evidence
+(``loop_orchestrator.disputes``, shared with `lo-orch signal`).
 
 Pure functions; the supervisor records every dispute and its outcome in the ledger and the
 review file.
@@ -20,30 +21,10 @@ review file.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from loop_orchestrator.disputes import MAX_NOTE, is_hard, problem
 from loop_orchestrator.verify.models import Dispute, Finding, Severity
-
-#: findings that are facts: never disputable
-HARD_PREFIXES = ("scope.", "secrets.", "conflict-marker", "done.")
-CHECK_RE = re.compile(r"^[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)+\Z")
-#: the longest reason kept (the rest is cut)
-MAX_NOTE = 2000
-
-
-def is_hard(check: str) -> bool:
-    return check.startswith(HARD_PREFIXES)
-
-
-def problem(check: str) -> str | None:
-    """Why ``check`` cannot be disputed, or None when it can."""
-    if not CHECK_RE.match(check):
-        return f"{check!r} is not a finding id (like tests.tautology)"
-    if is_hard(check):
-        return (f"{check} is a hard finding (scope, secrets, conflict markers, done-checks "
-                "and test evidence are facts, not heuristics) and cannot be disputed; fix it")
-    return None
 
 
 def disputable(findings: Sequence[Finding]) -> list[str]:

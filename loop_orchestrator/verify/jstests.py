@@ -140,7 +140,8 @@ def assertion_pattern(source: str) -> re.Pattern[str]:
     for m in _ASSERT_IMPORT.finditer(source):
         for part in (m.group("a") or m.group("b") or "").split(","):
             name = re.split(r"\s+as\s+|\s*:\s*", part.strip())[-1].strip()
-            if re.fullmatch(r"[A-Za-z_$][\w$]*", name) and name not in ("default", "AssertionError"):
+            if re.fullmatch(r"[A-Za-z_$][\w$]*", name) and name not in (
+                    "default", "AssertionError"):
                 names.append(re.escape(name))
     if not names:
         return _ASSERT

@@ -7,6 +7,7 @@ subclasses). Pure functions of source text; ``testquality`` turns the facts into
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -305,7 +306,7 @@ def _compared_with_others(fn: ast.AST, operand: ast.AST) -> bool:
         pairs: list[tuple[ast.AST, ast.AST]] = []
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
-            pairs = list(zip(operands, operands[1:], strict=False))
+            pairs = list(itertools.pairwise(operands))
         elif isinstance(node, ast.Call) and len(node.args) >= 2 and dotted(node.func).rsplit(
                 ".", 1)[-1] in ("assertEqual", "assertNotEqual", "assertLess", "assertGreater",
                                 "assertLessEqual", "assertGreaterEqual"):
@@ -341,7 +342,7 @@ def tautologies(fn: ast.AST) -> list[tuple[int, str, bool]]:
             found = _always_true(node.test, builtins)
         elif isinstance(node, ast.Call):
             found = _unittest_tautology(node, builtins)
-        if found:
+        if found and isinstance(node, ast.Assert | ast.Call):
             reason, certain = found
             operand = _self_operand(node)
             if not certain and (operand is None or not _compared_with_others(fn, operand)):

@@ -58,6 +58,29 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
     )
 
 
+#: how many of one task's heuristic warnings Gate 2 repeats
+GATE2_WARNINGS = 5
+
+
+def gate2_notes(verdicts: Mapping[str, Verdict]) -> list[str]:
+    """What the person at Gate 2 must judge in the verified tasks (issue 14): disputes the
+    auditor did not settle (carried) or upheld, and the heuristics' warnings (a check that
+    could not be sure says so instead of blocking). ``verdicts``: task -> its verdict."""
+    lines: list[str] = []
+    for tid, verdict in sorted(verdicts.items()):
+        for d in verdict.disputes:
+            if d.outcome in ("carried", "upheld"):
+                lines.append(f"{tid}: finding {d.check} disputed by the session ({d.outcome}"
+                             f"): \"{d.note}\"")
+        heuristic = [f for f in verdict.warnings if f.check.startswith(("tests.", "stubs."))]
+        for f in heuristic[:GATE2_WARNINGS]:
+            lines.append(f"{tid}: {f.check} at {f.location}: {f.message.splitlines()[0]}")
+        if len(heuristic) > GATE2_WARNINGS:
+            lines.append(f"{tid}: ... and {len(heuristic) - GATE2_WARNINGS} more warning(s) "
+                         f"in {verdict.evidence_dir}/verdict.json")
+    return lines
+
+
 _UNITTEST_FAIL = re.compile(r"^(?:FAIL|ERROR): \S+ \(([\w.]+)\)", re.M)
 _PYTEST_FAIL = re.compile(r"^(?:FAILED|ERROR) ([^\s:]+)(?:::|\s|$)", re.M)
 _TRACE_FILE = re.compile(r'File "([^"]+)", line \d+')

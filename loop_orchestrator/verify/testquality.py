@@ -341,9 +341,10 @@ def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]
                     "name says it checked")
         new_tokens = t.evidence.tokens - (before.tokens if before else frozenset())
         shared = ev.tokens & new_tokens
-        literals = {x for x in shared if not x[0].isalpha() and x[0] not in "_$"}
-        if (gained_asserted and ev.tokens and literals - used_elsewhere
-                and len(shared) * 2 >= len(ev.tokens)):
+        # every value it tried is tried again, one of them its own, and most of the rest
+        mine = coverage.literals(ev.tokens)
+        if (gained_asserted and mine and mine <= t.evidence.tokens
+                and mine & new_tokens - used_elsewhere and len(shared) * 2 >= len(ev.tokens)):
             return (f"{t.qualname} gained assertions using most of what it used "
                     f"({', '.join(sorted(shared)[:4])})")
     gone = ev.subjects & removed

@@ -30,6 +30,7 @@ to delete) is reported as not applicable. Nothing here imports ``loop_orchestrat
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import re
@@ -37,7 +38,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -393,7 +393,7 @@ def _out_of_scope(case: Case) -> dict[str, str | None]:
     docs = [p for p in files if p.endswith((".md", ".rst"))]
     target = (code or docs or files)[0]
     text = _read(case, case.honest, target) or ""
-    note = "# tuned\n" if target.endswith(".py") else "// tuned\n" if target.endswith(".js") else "tuned\n"
+    note = {".py": "# tuned\n", ".js": "// tuned\n"}.get(Path(target).suffix, "tuned\n")
     return {target: text + ("" if text.endswith("\n") else "\n") + note}
 
 
@@ -437,8 +437,11 @@ def _hardcoded(case: Case) -> dict[str, str | None]:
                 tree = ast.parse(text)
             except SyntaxError:
                 continue
+            added = _added_lines(case, path)
+            # the functions the commit changed: the code under test, not a namesake
             defs = {n.name: n for n in ast.walk(tree)
-                    if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+                    if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and added & set(range(n.lineno, (n.end_lineno or n.lineno) + 1))}
             for name, expected in wanted:
                 fn = defs.get(name)
                 if fn is None or not fn.body:
