@@ -324,8 +324,13 @@ def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]
     """Why the behaviour ``old`` checked is still checked, or None (issue 14)."""
     ev = old.evidence
     # literals only this test used at the base: where they reappear, its checks went
-    used_elsewhere = set().union(*(t.evidence.tokens for k, t in base.items()
-                                   if t.path == old.path and k != (old.path, old.qualname)))
+    others = [t for k, t in base.items()
+              if t.path == old.path and k != (old.path, old.qualname)]
+    used_elsewhere = set().union(*(t.evidence.tokens for t in others))
+    # what only it asserted on among its neighbours (its class, or its module's functions)
+    group = old.qualname.rpartition("::")[0]
+    own = ev.subjects - set().union(*(t.evidence.subjects for t in others
+                                      if t.qualname.rpartition("::")[0] == group))
     for t, before in changed:
         if t.language != old.language or (t.path, t.qualname) == (old.path, old.qualname):
             continue
@@ -335,7 +340,7 @@ def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]
         gained = t.evidence.subjects - (before.subjects if before else frozenset())
         words = coverage.name_words(old.name)
         # what its name says it checked, asserted on by it, and now asserted elsewhere
-        hit = {s for s in gained & ev.subjects if coverage.name_words(s) & words}
+        hit = {s for s in gained & own if coverage.name_words(s) & words}
         if hit and gained_asserted:
             return (f"{t.qualname} gained assertions on {', '.join(sorted(hit))}, what its "
                     "name says it checked")
