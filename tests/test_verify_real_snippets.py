@@ -143,6 +143,35 @@ def test_a_test_deleted_with_nothing_in_its_place_still_blocks() -> None:
     assert found(report, "tests.deleted") == ["blocking"]
 
 
+def test_a_deleted_test_is_not_taken_as_moved_for_a_class_every_test_uses() -> None:
+    # boltons d0a284fc, gamed: test_indexed_set_basic deleted while the commit adds tests
+    # that assert on IndexedSet too (so does every test of the module)
+    base = dedent('''
+        from app import IndexedSet
+
+        def test_indexed_set_basic():
+            x = IndexedSet(range(10))
+            assert list(x) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+            assert x[-1] == IndexedSet([9])[0]
+
+        def test_indexed_set_rsub():
+            assert IndexedSet("abc") - set("b") == IndexedSet("ac")
+    ''')
+    head = dedent('''
+        from app import IndexedSet
+
+        def test_indexed_set_rsub():
+            assert IndexedSet("abc") - set("b") == IndexedSet("ac")
+
+        def test_iset_scalar_index_bounds():
+            x = IndexedSet(range(10))
+            assert x[-9] == 1
+            assert len(IndexedSet()) == 0
+    ''')
+    report = check_tests([change("tests/test_setutils.py", base, head)])
+    assert found(report, "tests.deleted") == ["blocking"]
+
+
 def test_a_test_renamed_and_extended_is_a_warning() -> None:
     # more-itertools 71b46b06: test_negative became test_invalid_n, one more case
     base = dedent('''
