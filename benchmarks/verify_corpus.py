@@ -16,6 +16,11 @@ this tree. Both verify the very same commits (the cases are built once). Printed
 3. seconds per task for each check (scope, tests, stubs, secrets, done-checks, red-green)
    and in all.
 
+Honest changes always go through ``verify_task`` whole. A gamed variant whose source
+checks (scope, test quality, stubs, secrets) already block is not run further: its
+outcome is decided (the done-checks can add findings, never remove one), and on a shared
+2-core machine the full path for every variant took well over an hour per version.
+
     .venv/bin/python benchmarks/verify_corpus.py [--baseline REV | --no-baseline]
         [--only CASE,...] [--jobs 2] [--json OUT]
 """
@@ -100,14 +105,24 @@ def worker(manifest: Path, out: Path) -> None:
                 continue
             spent.clear()
             start = time.perf_counter()
-            verdict = vmod.verify_task(repo, RunDir(repo), task, case["base"], commit,
-                                       brief=case["subject"], settings=settings,
-                                       site_baseline=baseline)
+            findings = None
+            if kind != "honest":
+                # verify_task fails a commit with a blocking source finding whatever its
+                # checks then show (they add findings, never remove one): the outcome is
+                # already known, and the done-checks are run only where they decide it
+                found, *_ = vmod.deterministic_findings(repo, task, case["base"], commit)
+                if any(f.blocking for f in found):
+                    findings, passed, path = found, False, "source"
+            if findings is None:
+                verdict = vmod.verify_task(repo, RunDir(repo), task, case["base"], commit,
+                                           brief=case["subject"], settings=settings,
+                                           site_baseline=baseline)
+                findings, passed, path = verdict.findings, verdict.passed, "full"
             spent["total"] = time.perf_counter() - start
             results.append({
-                "case": case["id"], "kind": kind, "passed": verdict.passed,
-                "blocking": sorted({f.check for f in verdict.findings if f.blocking}),
-                "warnings": sorted({f.check for f in verdict.findings if not f.blocking}),
+                "case": case["id"], "kind": kind, "passed": passed, "path": path,
+                "blocking": sorted({f.check for f in findings if f.blocking}),
+                "warnings": sorted({f.check for f in findings if not f.blocking}),
                 "seconds": dict(spent),
             })
             print(f"  {case['id']:28s} {kind:17s} {'pass' if verdict.passed else 'FAIL'} "
@@ -196,8 +211,11 @@ def summarize(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, Any]:
     seconds = defaultdict(list)
     for r in rows:
         for check in CHECKS:
-            seconds[check].append(r["seconds"].get(check, 0.0))
+            if check in r["seconds"]:
+                seconds[check].append(r["seconds"][check])
+    # mean over the tasks where the check ran (done-checks and red-green: full path only)
     out["seconds"] = {c: sum(v) / len(v) if v else 0.0 for c, v in seconds.items()}
+    out["full_path"] = sum(1 for r in rows if r.get("path") == "full")
     out["honest_failed"] = [(r["case"], r["blocking"]) for r in rows
                             if r["kind"] == "honest" and not r["passed"]]
     out["gamed_passed"] = [(r["case"], r["kind"], r["warnings"]) for r in rows
@@ -219,7 +237,9 @@ def render(summaries: dict[str, dict[str, Any]], kinds: list[str]) -> str:
     for kind in kinds:
         lines.append(f"{'gamed caught: ' + kind:24s}" + "".join(
             f"{pct(summaries[lab][kind]):>{width}s}" for lab in labels))
-    lines.append("seconds per task (mean)")
+    lines.append(f"{'verified in full':24s}" + "".join(
+        f"{summaries[lab]['full_path']:>{width}d}" for lab in labels))
+    lines.append("seconds per task (mean over the tasks where the check ran)")
     for check in CHECKS:
         lines.append(f"{'  ' + check:24s}" + "".join(
             f"{summaries[lab]['seconds'].get(check, 0.0):>{width}.2f}" for lab in labels))
