@@ -125,7 +125,7 @@ def worker(manifest: Path, out: Path) -> None:
                 "warnings": sorted({f.check for f in findings if not f.blocking}),
                 "seconds": dict(spent),
             })
-            print(f"  {case['id']:28s} {kind:17s} {'pass' if verdict.passed else 'FAIL'} "
+            print(f"  {case['id']:28s} {kind:17s} {'pass' if passed else 'FAIL'} "
                   f"{spent['total']:5.1f}s {','.join(results[-1]['blocking'])}",
                   file=sys.stderr, flush=True)
     out.write_text(json.dumps(results, indent=1), encoding="utf-8")
