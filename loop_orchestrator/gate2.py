@@ -122,12 +122,34 @@ class Review:
     stat: str
     diff: str
     feature: str
+    #: disputed findings and heuristic warnings of the integrated tasks, for the person
+    notes: list[str] = field(default_factory=list)
+
+
+def _verdict_notes(repo: Path, rec: Record) -> list[str]:
+    """Disputes and warnings of the verdicts the supervisor recorded (issue 14)."""
+    from loop_orchestrator.state import RunDir
+    from loop_orchestrator.verify import load_verdict
+    from loop_orchestrator.verify.review import gate2_notes
+
+    rundir = RunDir(repo)
+    verdicts = {}
+    for tid, st in rec.tasks().items():
+        if st.phase != Phase.INTEGRATED or not st.commit:
+            continue
+        verdict = load_verdict(rundir, tid, st.commit)
+        # only the file the supervisor recorded: an edited one is not shown as its word
+        if verdict is not None and rec.verdict_matches(tid, st.commit,
+                                                       verdict.model_dump_json()):
+            verdicts[tid] = verdict
+    return gate2_notes(verdicts)
 
 
 def review(repo: Path, *, branch: str | None = None) -> Review:
     """What Gate 2 shows, from the supervisor's record (``run.json`` is only its view)."""
     refuse_in_session("lo-orch merge")
-    state = runs.open_record(repo).run
+    rec = runs.open_record(repo)
+    state = rec.run
     if state.phase != RunPhase.AWAITING_MERGE_REVIEW:
         raise _not_at_gate2(state)
     ws = workspace.Workspace.for_run(repo, state, load_settings(repo).workspace)
@@ -146,6 +168,7 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
         stat=workspace.diff_stat(repo, base, commit),
         diff=workspace.diff_text(repo, base, commit),
         feature=branch or state.feature_branch,
+        notes=_verdict_notes(repo, rec),
     )
 
 

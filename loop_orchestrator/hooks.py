@@ -227,7 +227,8 @@ class SignalResult(NamedTuple):
     message: str
 
 
-def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None) -> SignalResult:
+def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None,
+                disputes: tuple[str, ...] | list[str] = ()) -> SignalResult:
     """Send a session's report (`lo-orch signal`) to the supervisor, which decides.
 
     The supervisor accepts it only from the session of ``task`` (by the caller's process
@@ -256,7 +257,26 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
             msg,
             hint="Check the task id with `lo-orch status`; inside a session it is $LO_ORCH_TASK.",
         )
-    message = {"type": "signal", "task": task, "phase": phase, "note": note}
+    if disputes:
+        from loop_orchestrator import disputes as rules
+
+        if phase != "impl_done":
+            msg = "--dispute goes with `signal impl_done` only"
+            raise UsageError(msg, hint='lo-orch signal impl_done --dispute CODE --note "why"')
+        if not note:
+            msg = "a dispute needs a reason: --note saying why the check is wrong here"
+            raise UsageError(msg, hint=(f'lo-orch signal impl_done --dispute {disputes[0]} '
+                                        '--note "why the check is wrong about this change"'))
+        for code in disputes:
+            why = rules.problem(code)
+            if why:
+                msg = f"cannot dispute {code}: {why}"
+                raise UsageError(msg, hint="Dispute only the heuristic findings the review "
+                                           "lists as disputable (tests.*, stubs.*).")
+    message: dict[str, Any] = {"type": "signal", "task": task, "phase": phase, "note": note}
+    if disputes:
+        # only when given: a message without the key is what older supervisors know
+        message["disputes"] = list(dict.fromkeys(disputes))
     # a supervisor being restarted is back within seconds: wait for it rather than leave
     # an unattested report that it can only ask about again
     deadline = time.monotonic() + SIGNAL_WAIT

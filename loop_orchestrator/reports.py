@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from loop_orchestrator import disputes as rules
 from loop_orchestrator import lifecycle
 from loop_orchestrator.listener import Request
 from loop_orchestrator.record import Record
@@ -90,6 +91,12 @@ class Reports:
             if st.phase.value == lifecycle.SIGNAL_FROM.get(signal):
                 self.ask_again(tid, signal)
             return None
+        claims, refused = _disputes(request.message.get("disputes"), signal, note)
+        if refused:
+            self.event("signal_rejected", tid, phase=signal, current=st.phase.value,
+                       message=refused)
+            return {"ok": False, "message": refused, "previous": st.phase.value,
+                    "phase": signal, "repeated": False}
         decision = lifecycle.decide_signal(st, signal, note)
         reply = {"ok": decision.accepted, "message": decision.message,
                  "previous": st.phase.value, "phase": signal, "repeated": decision.repeated}
@@ -97,11 +104,19 @@ class Reports:
             self.event("signal_rejected", tid, phase=signal, current=st.phase.value,
                        message=decision.message)
         elif decision.changes:
+            changes = dict(decision.changes)
+            extra: dict[str, Any] = {}
+            if signal == "impl_done":
+                # every impl_done replaces the last round's disputes (none: an empty list)
+                changes["disputes"] = claims
+                if claims:
+                    extra["disputes"] = [c["check"] for c in claims]
             # logged before the status changes: the ledger shows cause before effect
             self.store.append_ledger("signal", task=tid, phase=signal,
-                                     previous=st.phase.value, note=note)
-            waited = {"waiting_for": None} if st.waiting_for else {}
-            self.record.update_task(tid, **decision.changes, **waited)
+                                     previous=st.phase.value, note=note, **extra)
+            if st.waiting_for:
+                changes["waiting_for"] = None
+            self.record.update_task(tid, **changes)
         return reply
 
     def _hook(self, tid: str, request: Request) -> Reply:
@@ -150,6 +165,28 @@ class Reports:
         if changes.get("waiting_for"):
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
         return reply
+
+
+def _disputes(raw: object, signal: str, note: str | None
+              ) -> tuple[list[dict[str, str]], str | None]:
+    """The disputes a signal carries (issue 14), or why the signal is refused. A message
+    without the key (every older client) disputes nothing."""
+    if raw is None:
+        return [], None
+    if not isinstance(raw, list) or not all(isinstance(c, str) for c in raw):
+        return [], "disputes must be a list of finding ids"
+    if not raw:
+        return [], None
+    if signal != "impl_done":
+        return [], "a dispute goes with impl_done only"
+    if not note:
+        return [], "a dispute needs a reason (--note)"
+    for code in raw:
+        why = rules.problem(code)
+        if why:
+            return [], f"cannot dispute {code}: {why}"
+    text = note[:rules.MAX_NOTE]
+    return [{"check": c, "note": text} for c in dict.fromkeys(raw)], None
 
 
 def _iso(epoch: float) -> str:

@@ -118,6 +118,9 @@ class TaskStatus(BaseModel):
     waiting_for: str | None = None
     #: when the task entered its current phase (the age `lo-orch status` shows)
     phase_since: str | None = None
+    #: heuristic findings the session disputes with its last impl_done,
+    #: ``[{"check", "note"}]`` (issue 14; judged by the next verification)
+    disputes: list[dict[str, str]] = Field(default_factory=list)
 
 
 class RunState(BaseModel):

@@ -854,8 +854,14 @@ class Supervisor:
                 settings=self.settings,
                 all_tasks=self.plan.tasks,
                 site_baseline=self.site_baseline,
+                claims=[(d.get("check", ""), d.get("note", ""))
+                        for d in self.record.task(tid).disputes],
             )
             self.record.record_verdict(tid, commit, verdict.passed, verdict.model_dump_json())
+            for d in verdict.disputes:
+                # every dispute and how it was settled (issue 14)
+                self._event("dispute", tid, commit=commit, check=d.check, outcome=d.outcome,
+                            note=d.note, message=d.reason)
         summary = verdict.summary()
         self._event(
             "verdict",

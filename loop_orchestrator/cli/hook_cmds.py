@@ -43,15 +43,21 @@ def hook_command(event: str) -> None:
 @cli.command("signal")
 @click.argument("phase", type=click.Choice(SIGNAL_CHOICES))
 @click.option("--task", "task", help="The task (default: $LO_ORCH_TASK).")
-@click.option("--note", help="What happened; required for `blocked` (what is missing).")
+@click.option("--note", help="What happened; required for `blocked` (what is missing) "
+              "and with --dispute (why the check is wrong).")
+@click.option("--dispute", "disputes", multiple=True, metavar="CODE",
+              help="With impl_done: dispute a heuristic finding of the last review (e.g. "
+              "tests.tautology); the auditor or the person at Gate 2 judges it. Repeatable.")
 @repo_option
-def signal_command(phase: str, task: str | None, note: str | None, repo: Path | None) -> None:
+def signal_command(phase: str, task: str | None, note: str | None, disputes: tuple[str, ...],
+                   repo: Path | None) -> None:
     """Report a task's progress from its session: plan_ready, impl_done or blocked.
 
     \b
     Examples (inside a managed session):
       $LO_ORCH_BIN signal plan_ready
       $LO_ORCH_BIN signal impl_done
+      $LO_ORCH_BIN signal impl_done --dispute tests.tautology --note "tests __ge__ itself"
       $LO_ORCH_BIN signal blocked --note "needs ownership of app/db.py"
     """
     from loop_orchestrator import hooks
@@ -71,7 +77,7 @@ def signal_command(phase: str, task: str | None, note: str | None, repo: Path | 
         from loop_orchestrator.state import RunDir
 
         run_dir = RunDir(resolve_repo(repo)).root
-    result = hooks.signal_task(run_dir, phase, task=task, note=note)
+    result = hooks.signal_task(run_dir, phase, task=task, note=note, disputes=disputes)
     if result.changed:
         click.echo(f"{task}: {result.previous} -> {result.phase}")
     else:

@@ -127,6 +127,10 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
         click.echo(rev.diff)
     if rev.state.skipped_tasks:
         click.echo("Left out (blocked or failed): " + ", ".join(rev.state.skipped_tasks))
+    if rev.notes:
+        click.echo("For you to judge (disputed findings, checks that could not be sure):")
+        for line in rev.notes:
+            click.echo(f"  - {line}")
     if not yes:
         if not sys.stdin.isatty():
             msg = "Gate 2 needs a confirmation"

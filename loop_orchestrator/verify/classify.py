@@ -143,12 +143,15 @@ def is_python_test_module(path: str) -> bool:
 
 
 def is_js_test_module(path: str) -> bool:
-    """``*.test.ts``, ``*.spec.js``..., or any script under ``__tests__/``."""
+    """``*.test.ts``, ``*.spec.js``..., any script under ``__tests__/``, and a script right
+    in a top-level ``test/`` or ``tests/`` folder (mocha's default: ``test/parser.js``, as in
+    jshttp/range-parser; deeper folders hold fixtures and helpers)."""
     p = PurePosixPath(path)
     if not is_js(path):
         return False
     stem_parts = p.name.split(".")
-    return "test" in stem_parts[1:-1] or "spec" in stem_parts[1:-1] or "__tests__" in p.parts
+    return ("test" in stem_parts[1:-1] or "spec" in stem_parts[1:-1] or "__tests__" in p.parts
+            or (len(p.parts) == 2 and p.parts[0] in ("test", "tests")))
 
 
 def is_test_module(path: str) -> bool:

@@ -125,6 +125,29 @@ _ASSERT = re.compile(
     r"|\.should\b|(?<![\w$])sinon\.assert\."
     r"|(?<![\w$.])t\.(?:is|not|deepEqual|notDeepEqual|true|false|truthy|falsy|throws"
     r"|throwsAsync|notThrows|regex|snapshot|assert|like)\s*\(")
+#: ``import { equal, throws as t } from 'node:assert'`` and ``const { ok } = require('assert')``:
+#: node's assert functions called by their own names (corpus: ai/nanoid's tests)
+_ASSERT_IMPORT = re.compile(
+    r"import\s*\{(?P<a>[^}]*)\}\s*from\s*['\"](?:node:)?assert(?:/strict)?['\"]"
+    r"|(?:const|let|var)\s*\{(?P<b>[^}]*)\}\s*=\s*require\(\s*['\"](?:node:)?assert"
+    r"(?:/strict)?['\"]\s*\)")
+
+
+def assertion_pattern(source: str) -> re.Pattern[str]:
+    """What counts as an assertion in ``source``: the usual forms, plus the functions it
+    imports from node's ``assert`` module by name."""
+    names = []
+    for m in _ASSERT_IMPORT.finditer(source):
+        for part in (m.group("a") or m.group("b") or "").split(","):
+            name = re.split(r"\s+as\s+|\s*:\s*", part.strip())[-1].strip()
+            if re.fullmatch(r"[A-Za-z_$][\w$]*", name) and name not in (
+                    "default", "AssertionError"):
+                names.append(re.escape(name))
+    if not names:
+        return _ASSERT
+    return re.compile(_ASSERT.pattern + rf"|(?<![\w$.])(?:{'|'.join(sorted(set(names)))})\s*\(")
+
+
 _SKIP = re.compile(
     r"(?<![\w$.])(?:(?:it|test|describe|suite|context|specify|bench)(?:\.\w+)*?"
     r"\.(?:skip|only|todo|skipIf|runIf|fails|fixme)\b"
@@ -166,6 +189,8 @@ class JsTest:
     body: str  # the body, comments removed, strings kept (tautologies, boundary values)
     masked_body: str  # the body with strings blanked too
     body_offset: int
+    #: what counts as an assertion in this test's module (``assertion_pattern``)
+    assertion_re: re.Pattern[str] = _ASSERT
 
 
 @dataclass
@@ -224,6 +249,7 @@ def parse_module(path: str, source: str) -> JsModule:
     tests: list[JsTest] = []
     dups: list[tuple[str, int, int]] = []
     seen: dict[str, int] = {}
+    asserts = assertion_pattern(no_comments)
     for m in _TEST_CALL.finditer(masked):
         open_paren = m.end() - 1
         if ".each" in m.group(2):
@@ -244,8 +270,9 @@ def parse_module(path: str, source: str) -> JsModule:
         masked_body = masked[b0:b1]
         tests.append(JsTest(
             path=path, qualname=qual, title=title, lineno=line,
-            end_lineno=lines.line(close), assertions=len(_ASSERT.findall(masked_body)),
+            end_lineno=lines.line(close), assertions=len(asserts.findall(masked_body)),
             body=no_comments[b0:b1], masked_body=masked_body, body_offset=b0,
+            assertion_re=asserts,
         ))
     return JsModule(path=path, tests=tests, duplicates=dups)
 
@@ -267,7 +294,7 @@ def tautologies(test: JsTest, source_lines: Lines) -> list[tuple[int, str]]:
 
 def early_returns(test: JsTest, source_lines: Lines) -> list[int]:
     """Bare ``return`` statements before the first assertion (when assertions follow)."""
-    first = _ASSERT.search(test.masked_body)
+    first = test.assertion_re.search(test.masked_body)
     if first is None:
         return []
     return [source_lines.line(test.body_offset + m.start())
@@ -282,12 +309,12 @@ def swallowed_assertions(test: JsTest, source_lines: Lines) -> list[int]:
         t0 = m.end() - 1
         t1 = match_close(body, t0)
         c = re.compile(r"\s*catch\s*(?:\([^)]*\))?\s*\{").match(body, t1 + 1)
-        if not c or not _ASSERT.search(body, t0, t1):
+        if not c or not test.assertion_re.search(body, t0, t1):
             continue
         c0 = c.end() - 1
         c1 = match_close(body, c0)
         handler = body[c0:c1]
-        if "throw" not in handler and not _ASSERT.search(handler):
+        if "throw" not in handler and not test.assertion_re.search(handler):
             out.append(source_lines.line(test.body_offset + c.start()))
     return out
 

@@ -32,6 +32,8 @@ class Finding(BaseModel):
     path: str | None = None
     line: int | None = None
     fix: str | None = None  # what to change
+    #: the implementing session's reason when it disputes this finding (issue 14)
+    dispute: str | None = None
 
     @property
     def blocking(self) -> bool:
@@ -47,6 +49,8 @@ class Finding(BaseModel):
         text = f"[{self.severity.value}] {self.check} {self.location}: {self.message}"
         if self.fix:
             text += f" Fix: {self.fix}"
+        if self.dispute:
+            text += f" Disputed by the session: {self.dispute}"
         return text
 
 
@@ -102,6 +106,24 @@ class AuditorResult(BaseModel):
         return self.status != "fail"
 
 
+class Dispute(BaseModel):
+    """A session's dispute of a heuristic finding, and how it was settled (issue 14).
+
+    outcome: ``upheld`` (the auditor agreed: the finding is a warning), ``rejected`` (the
+    auditor did not: it blocks), ``carried`` (no auditor: the finding is a warning the
+    person judges at Gate 2), ``deferred`` (other blocking findings stopped the auditor:
+    it still blocks; dispute it again next round), ``moot`` (no such blocking finding),
+    ``refused`` (a hard finding: never disputable).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    check: str
+    note: str
+    outcome: Literal["upheld", "rejected", "carried", "deferred", "moot", "refused"]
+    reason: str = ""
+
+
 class Verdict(BaseModel):
     """The supervisor's decision about one task at one commit."""
 
@@ -117,6 +139,7 @@ class Verdict(BaseModel):
     evidence_dir: str | None = None
     evidence: list[str] = Field(default_factory=list)  # files worth opening, absolute
     created_at: str = ""
+    disputes: list[Dispute] = Field(default_factory=list)
 
     @property
     def blocking(self) -> list[Finding]:

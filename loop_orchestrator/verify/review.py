@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loop_orchestrator.state import RunDir, atomic_write_text
+from loop_orchestrator.verify import disputes
 from loop_orchestrator.verify.models import Verdict
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ def write_review(rundir: RunDir, task: Task, round_no: int, verdict: Verdict, *,
         "review.md.j2", task=task, round_no=round_no, max_rounds=max_rounds, verdict=verdict,
         blocking=verdict.blocking, warnings=verdict.warnings, summary=verdict.summary(),
         evidence_dir=verdict.evidence_dir, evidence=verdict.evidence,
+        disputable=disputes.disputable(verdict.findings),
     )
     atomic_write_text(path, text)
     return path
@@ -39,7 +41,9 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
     from loop_orchestrator import briefs
 
     lines: list[str] = []
+    disputable: list[str] = []
     if verdict is not None:
+        disputable = disputes.disputable(verdict.findings)
         lines.append(verdict.summary())
         for f in verdict.blocking[:PROMPT_FINDINGS]:
             lines.append(f"- {f.location}: {f.message.splitlines()[0]}")
@@ -50,8 +54,31 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
             lines += [f"- auditor: {r}" for r in verdict.auditor.reasons[:3]]
     return briefs.render(
         "prompt_rework.md.j2", task=task_id, round=round_no, max_rounds=max_rounds,
-        review=str(review_path), summary="\n".join(lines),
+        review=str(review_path), summary="\n".join(lines), disputable=disputable,
     )
+
+
+#: how many of one task's heuristic warnings Gate 2 repeats
+GATE2_WARNINGS = 5
+
+
+def gate2_notes(verdicts: Mapping[str, Verdict]) -> list[str]:
+    """What the person at Gate 2 must judge in the verified tasks (issue 14): disputes the
+    auditor did not settle (carried) or upheld, and the heuristics' warnings (a check that
+    could not be sure says so instead of blocking). ``verdicts``: task -> its verdict."""
+    lines: list[str] = []
+    for tid, verdict in sorted(verdicts.items()):
+        for d in verdict.disputes:
+            if d.outcome in ("carried", "upheld"):
+                lines.append(f"{tid}: finding {d.check} disputed by the session ({d.outcome}"
+                             f"): \"{d.note}\"")
+        heuristic = [f for f in verdict.warnings if f.check.startswith(("tests.", "stubs."))]
+        for f in heuristic[:GATE2_WARNINGS]:
+            lines.append(f"{tid}: {f.check} at {f.location}: {f.message.splitlines()[0]}")
+        if len(heuristic) > GATE2_WARNINGS:
+            lines.append(f"{tid}: ... and {len(heuristic) - GATE2_WARNINGS} more warning(s) "
+                         f"in {verdict.evidence_dir}/verdict.json")
+    return lines
 
 
 _UNITTEST_FAIL = re.compile(r"^(?:FAIL|ERROR): \S+ \(([\w.]+)\)", re.M)

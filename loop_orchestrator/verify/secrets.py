@@ -134,11 +134,22 @@ def _provider(path: str, ln: int, text: str) -> Finding | None:
     return None
 
 
+def _credential_like(name: str, value: str) -> bool:
+    """A bare ``token`` is a lexer's, a parser's or a version's token as often as a
+    credential (python-semver: ``def bump_build(self, token="build")``): a value assigned to
+    one is judged a secret only when it looks generated, not when it is a word."""
+    if re.sub(r"[\W_]", "", name.rsplit(".", 1)[-1]).lower() != "token":
+        return True
+    return len(value) >= 16 and bool(re.search(r"\d", value)) and bool(
+        re.search(r"[A-Za-z]", value))
+
+
 def _assignment(path: str, ln: int, text: str, test: bool) -> Finding | None:
     m = _ASSIGNMENT.search(text)
     if m:
         value = m.group("value")
-        if not _PLACEHOLDER_VALUE.match(value) and not value.startswith(("$", "%")):
+        if (not _PLACEHOLDER_VALUE.match(value) and not value.startswith(("$", "%"))
+                and _credential_like(m.group("name"), value)):
             make = warning if test else blocking
             return make(f"assigns a literal to {m.group('name')} ({_mask(value)}): a "
                         "hard-coded credential.", "secrets.assignment", path, ln, fix=_FIX)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from loop_orchestrator.verify import classify, jstests, pytests
+from loop_orchestrator.verify import classify, coverage, jstests, pytests
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation
 
@@ -74,16 +74,17 @@ class _Test:
     assertions: int
     fingerprint: str
     language: Lang
+    evidence: coverage.Evidence
 
 
 def _py_tests(mod: pytests.PyModule) -> list[_Test]:
     return [_Test(t.path, t.qualname, t.name, t.lineno, t.end_lineno, t.assertions,
-                  t.body_dump, "python") for t in mod.tests]
+                  t.body_dump, "python", coverage.python(t.node)) for t in mod.tests]
 
 
 def _js_tests(mod: jstests.JsModule) -> list[_Test]:
     return [_Test(t.path, t.qualname, t.title, t.lineno, t.end_lineno, t.assertions,
-                  re.sub(r"\s+", "", t.body), "js") for t in mod.tests]
+                  re.sub(r"\s+", "", t.body), "js", coverage.js(t)) for t in mod.tests]
 
 
 def _parse(path: str, text: str | None) -> tuple[object | None, str | None]:
@@ -109,6 +110,14 @@ def _tests_of(mod: object | None) -> list[_Test]:
 def check_tests(files: Sequence[FileChange]) -> TestReport:
     """Findings about the tests in ``files`` and the list of tests the task touched."""
     report = TestReport()
+    removed: set[str] = set()  # functions and classes the change removed from the code
+    for f in files:
+        if classify.is_test_code(f.path) or f.old is None:
+            continue
+        if classify.is_python(f.path):
+            removed |= coverage.defined_names(f.old) - coverage.defined_names(f.new)
+        elif classify.is_js(f.path):
+            removed |= coverage.js_defined_names(f.old) - coverage.js_defined_names(f.new)
     base: dict[tuple[str, str], _Test] = {}
     head: dict[tuple[str, str], _Test] = {}
     head_modules: list[tuple[FileChange, object]] = []
@@ -134,7 +143,7 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
             _judge_python(f, mod, base, report)
         elif isinstance(mod, jstests.JsModule):
             _judge_js(f, mod, base, report)
-    _compare(base, head, report)
+    _compare(base, head, report, removed)
     return report
 
 
@@ -195,9 +204,17 @@ def _new_file_findings(f: FileChange, has_error: bool, has_boundary: bool) -> li
     return out
 
 
-def _skips(f: FileChange, markers: list[tuple[int, str]], report: TestReport) -> None:
+def _skips(f: FileChange, markers: list[tuple[int, str]], report: TestReport,
+           optional: set[int] | None = None) -> None:
     for line, what in markers:
-        if line in f.added:
+        if line in f.added and line in (optional or set()):
+            report.findings.append(warning(
+                f"adds `{what}` for when an optional dependency is missing: the test is "
+                "skipped where that package is not installed.",
+                "tests.skip", f.path, line,
+                fix="Make sure the checks' environment has the dependency; a new test "
+                    "skipped by the done-check blocks the task (done.new-test-skipped)."))
+        elif line in f.added:
             report.findings.append(blocking(
                 f"adds `{what}`: a skipped, expected-to-fail or focused test hides "
                 "failures (or, with `.only`, every other test).",
@@ -210,15 +227,27 @@ def _judge_python(f: FileChange, mod: pytests.PyModule, base: dict[tuple[str, st
     cases = (pytests.has_error_case(mod), pytests.has_boundary_case(mod))
     touched = {t.qualname
                for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
-    _skips(f, pytests.skip_markers(mod.tree), report)
+    _skips(f, pytests.skip_markers(mod.tree), report,
+           pytests.optional_import_skips(mod.tree))
     report.expectations += pytests.expectations(f.path, mod.tree)
     for t in mod.tests:
         if t.qualname not in touched:
             continue
-        for line, reason in pytests.tautologies(t.node):
-            report.findings.append(blocking(
-                f"test {t.qualname} {reason}; it cannot fail.", "tests.tautology", f.path, line,
-                fix="Compare the code's result with an independently known expected value."))
+        for line, reason, certain in pytests.tautologies(t.node):
+            if certain:
+                report.findings.append(blocking(
+                    f"test {t.qualname} {reason}; it cannot fail.", "tests.tautology",
+                    f.path, line,
+                    fix="Compare the code's result with an independently known expected "
+                        "value."))
+            else:
+                report.findings.append(warning(
+                    f"test {t.qualname} {reason}: this checks something only when the "
+                    "value's own type defines the comparison (a reflexivity test of a "
+                    "class's operators); for built-in values it cannot fail.",
+                    "tests.tautology", f.path, line,
+                    fix="If the test is not about the type's own operators, compare with an "
+                        "independently known expected value."))
         for line, top in pytests.early_returns(t.node):
             report.findings.append(Finding(
                 check="tests.early-exit", severity=Severity.BLOCKING if top else Severity.WARNING,
@@ -279,9 +308,69 @@ def _judge_js(f: FileChange, mod: jstests.JsModule, base: dict[tuple[str, str], 
                 fix="Pass the expected error class or message to toThrow."))
 
 
+def _changed(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Test]
+             ) -> list[tuple[_Test, coverage.Evidence | None]]:
+    """Tests of the commit that are new or whose body changed, with their base evidence."""
+    out = []
+    for key, t in head.items():
+        old = base.get(key)
+        if old is None or old.fingerprint != t.fingerprint:
+            out.append((t, old.evidence if old else None))
+    return out
+
+
+def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]],
+                removed: set[str], base: dict[tuple[str, str], _Test]) -> str | None:
+    """Why the behaviour ``old`` checked is still checked, or None (issue 14)."""
+    ev = old.evidence
+    # literals only this test used at the base: where they reappear, its checks went
+    others = [t for k, t in base.items()
+              if t.path == old.path and k != (old.path, old.qualname)]
+    used_elsewhere = set().union(*(t.evidence.tokens for t in others))
+    # what only it asserted on among its neighbours (its class, or its module's functions)
+    group = old.qualname.rpartition("::")[0]
+    own = ev.subjects - set().union(*(t.evidence.subjects for t in others
+                                      if t.qualname.rpartition("::")[0] == group))
+    for t, before in changed:
+        if t.language != old.language or (t.path, t.qualname) == (old.path, old.qualname):
+            continue
+        gained_asserted = t.evidence.asserted - (before.asserted if before else frozenset())
+        if ev.asserted and ev.asserted <= t.evidence.asserted and before is None:
+            return f"{t.qualname} holds every assertion it had"
+        gained = t.evidence.subjects - (before.subjects if before else frozenset())
+        words = coverage.name_words(old.name)
+        # what its name says it checked, asserted on by it, and now asserted elsewhere
+        hit = {s for s in gained & own if coverage.name_words(s) & words}
+        if hit and gained_asserted:
+            return (f"{t.qualname} gained assertions on {', '.join(sorted(hit))}, what its "
+                    "name says it checked")
+        new_tokens = t.evidence.tokens - (before.tokens if before else frozenset())
+        shared = ev.tokens & new_tokens
+        # every value it tried is tried again, one of them its own, and most of the rest
+        mine = coverage.literals(ev.tokens)
+        if (gained_asserted and mine and mine <= t.evidence.tokens
+                and mine & new_tokens - used_elsewhere and len(shared) * 2 >= len(ev.tokens)):
+            return (f"{t.qualname} gained assertions using most of what it used "
+                    f"({', '.join(sorted(shared)[:4])})")
+    gone = ev.subjects & removed
+    if gone:
+        return (f"the change removes or renames {', '.join(sorted(gone))}, the code it "
+                "checked")
+    return None
+
+
 def _compare(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Test],
-             report: TestReport) -> None:
-    """Deleted, renamed, moved and weakened tests."""
+             report: TestReport, removed: set[str] | None = None) -> None:
+    """Deleted, renamed, moved and weakened tests.
+
+    A deleted test blocks unless what it checked is visibly still checked (its assertions
+    moved into a test this change added or changed, or the change removed the code it
+    called): then it is a warning for the auditor and the human (issue 14). The same for
+    fewer assertions: a test turned into a parametrized table, or whose removed
+    assertions reappear in another changed test, is a warning.
+    """
+    removed = removed or set()
+    changed = _changed(base, head)
     new_heads = [t for key, t in head.items() if key not in base]
     for key, old in sorted(base.items()):
         now = head.get(key)
@@ -302,6 +391,15 @@ def _compare(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Te
                         "tests.renamed", twins[0].path, twins[0].lineno,
                         fix="Keep the original name unless the rename is part of the task."))
                     continue
+                why = _moved_into(old, changed, removed, base)
+                if why:
+                    report.findings.append(warning(
+                        f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
+                        f"deleted; what it checked looks still checked: {why}. Not proven: "
+                        "the auditor and the reviewer judge it.",
+                        "tests.deleted", old.path, None,
+                        fix="Make sure every behaviour it checked is still asserted."))
+                    continue
                 report.findings.append(blocking(
                     f"test {old.qualname} ({old.path}:{old.lineno} at the base) was deleted "
                     "or renamed and changed; the behaviour it checked is no longer checked.",
@@ -309,6 +407,24 @@ def _compare(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Te
                     fix=f"Restore the test. {_NEVER_WEAKEN}"))
                 continue
         if now.assertions < old.assertions:
+            why = None
+            if now.evidence.data_driven and not old.evidence.data_driven and now.assertions:
+                why = "it now takes its cases from a table (parametrize or a loop)"
+            else:
+                lost = old.evidence.asserted - now.evidence.asserted
+                elsewhere = set().union(*(t.evidence.asserted for t, _ in changed
+                                          if t is not now)) if changed else set()
+                if lost and lost <= elsewhere:
+                    why = "the removed assertions appear in other tests this change touched"
+            if why:
+                report.findings.append(warning(
+                    f"test {old.qualname} has {now.assertions} assertion(s), "
+                    f"{old.assertions} at the base, but {why}. Not proven: the auditor and "
+                    "the reviewer judge it.",
+                    "tests.fewer-assertions", now.path, now.lineno,
+                    fix="Make sure every case the removed assertions checked is still "
+                        "checked."))
+                continue
             report.findings.append(blocking(
                 f"test {old.qualname} has {now.assertions} assertion(s), {old.assertions} at "
                 "the base: checks were removed.",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from loop_orchestrator import workspace
 from loop_orchestrator.state import RunDir, atomic_write_text, now_iso
-from loop_orchestrator.verify import classify, pyenv, scope, secrets, stubs
+from loop_orchestrator.verify import classify, disputes, pyenv, scope, secrets, stubs
 from loop_orchestrator.verify.auditor import AuditInput, run_auditor
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
 from loop_orchestrator.verify.donechecks import (
@@ -174,12 +174,15 @@ def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
 
 def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, *, brief: str,
                 settings: Settings, all_tasks: Sequence[Task] | None = None,
-                site_baseline: pyenv.SiteBaseline | None = None) -> Verdict:
+                site_baseline: pyenv.SiteBaseline | None = None,
+                claims: Sequence[tuple[str, str]] = ()) -> Verdict:
     """Verify ``task`` at ``commit`` against ``base``; store and return the verdict.
 
     ``site_baseline`` is the fingerprint of the checks' Python environments taken when the
     run started (``pyenv.take_baseline``): a difference blocks the task and no check runs.
     Without it (``lo-orch audit``), only changes made while the checks ran are seen.
+    ``claims``: the session's disputes, (finding id, reason), settled by the auditor or
+    carried to Gate 2 (``verify.disputes``).
     """
     repo = repo.resolve()
     base_sha = workspace.rev_parse(repo, base)
@@ -224,6 +227,7 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
             # the checks ran the task's code: it must not have changed their interpreter
             findings += pyenv.findings(pyenv.changes(site_baseline),
                                        when="while the checks ran")
+        findings, held = disputes.hold(findings, claims)
         clean = not any(f.blocking for f in findings)
         if clean:
             diff = workspace.diff_text(repo, base_sha, commit_sha)
@@ -239,6 +243,10 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
                 reasons=["the deterministic checks found blocking problems; the auditor "
                          "judges the next round"])
 
+    findings, held = disputes.settle(
+        findings, held, auditor_status=auditor.status, auditor_mode=auditor.mode,
+        reasons=auditor.reasons)
+    clean = not any(f.blocking for f in findings)
     summary_path = write_summary(evidence, runs, task=task.id, commit=commit_sha, base=base_sha)
     files_kept = [str(summary_path)]
     for r in runs:
@@ -250,6 +258,7 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
         passed=clean and auditor.status != "fail",
         findings=findings, checks=runs, auditor=auditor, evidence_dir=str(evidence),
         evidence=[*files_kept, str(evidence / "verdict.json")], created_at=now_iso(),
+        disputes=held,
     )
     atomic_write_text(evidence / "verdict.json", verdict.model_dump_json(indent=2) + "\n")
     log.info("verification finished", extra={"task": task.id, "commit": commit_sha,

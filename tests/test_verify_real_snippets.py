@@ -1,0 +1,385 @@
+"""The heuristics the real-history corpus showed wrong (issue 14), each with the pattern of
+the upstream change that was wrongly blocked, and the gamed change it must still block.
+
+The snippets are minimal re-typed reproductions of the upstream pattern (the commit is
+named in each test), not copies of the projects' code.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from loop_orchestrator.verify import classify, secrets
+from loop_orchestrator.verify.testquality import FileChange, TestReport, check_tests
+
+
+def change(path: str, old: str | None, new: str | None) -> FileChange:
+    """A file changed from ``old`` to ``new``; every line of ``new`` that is not in ``old``
+    counts as added (enough for these snippets)."""
+    old_lines = set((old or "").splitlines())
+    added = {i for i, line in enumerate((new or "").splitlines(), 1)
+             if line not in old_lines or old is None}
+    status = "A" if old is None else "D" if new is None else "M"
+    return FileChange(path=path, status=status, old=old, new=new, added=added)
+
+
+def found(report: TestReport, check: str) -> list[str]:
+    """Severities of the findings with id ``check``."""
+    return [f.severity.value for f in report.findings if f.check == check]
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+# tests.tautology: boltons 580a9c2d / ec1ff9f6 (a test of _ComplementSet.__ge__/__le__)
+
+COMPLEMENT_TEST = dedent('''
+    from app.sets import complement
+
+    def test_complement_ordering():
+        cab = complement("ab")
+        ca = complement("a")
+        assert cab <= ca
+        assert not ca <= cab
+        assert cab <= cab
+        assert cab >= cab
+        assert ca >= cab
+''')
+
+
+def test_self_comparison_in_a_test_of_a_class_own_operators_is_a_warning() -> None:
+    report = check_tests([change("tests/test_sets.py", None, COMPLEMENT_TEST)])
+    assert found(report, "tests.tautology") == ["warning", "warning"]
+
+
+@pytest.mark.parametrize("body", [
+    # a lone self-comparison of a project value checks nothing
+    "    result = add(1, 2)\n    assert result == result\n",
+    # built-in values compare equal to themselves whatever the project does
+    "    items = [add(1, 2)]\n    x = [1, 2]\n    assert x == x\n    assert items\n",
+    "    assert add(1, 2)\n    n = 3\n    assert n >= n\n",
+    # identity cannot be overridden
+    "    obj = make()\n    assert obj is obj\n    assert obj != other()\n",
+    "    obj = make()\n    self.assertEqual(obj, obj)\n",
+])
+def test_gamed_self_comparisons_still_block(body: str) -> None:
+    source = "from app import add, make, other\n\ndef test_it():\n" + body
+    report = check_tests([change("tests/test_calc.py", None, source)])
+    assert "blocking" in found(report, "tests.tautology"), report.findings
+
+
+# tests.deleted: more-itertools 069b3000 (test_hash folded into test_eq)
+
+NUMERIC_BASE = dedent('''
+    from unittest import TestCase
+
+    from app import numeric_range
+
+    class NumericRangeTests(TestCase):
+        def test_eq(self):
+            for a, b in [((0, 5, 2), (0, 6, 2))]:
+                self.assertEqual(numeric_range(*a), numeric_range(*b))
+
+        def test_hash(self):
+            for args, expected in [((1.0, 6.0, 1.5), hash((1.0, 5.5, 1.5)))]:
+                self.assertEqual(hash(numeric_range(*args)), expected)
+
+        def test_len(self):
+            self.assertEqual(len(numeric_range(3)), 3)
+''')
+NUMERIC_HEAD = dedent('''
+    from unittest import TestCase
+
+    from app import numeric_range
+
+    class NumericRangeTests(TestCase):
+        def test_eq(self):
+            for a, b in [((0, 5, 2), (0, 6, 2)), ((2, 3, 1), (2, 3, 5))]:
+                range1, range2 = numeric_range(*a), numeric_range(*b)
+                self.assertEqual(range1, range2)
+                self.assertEqual(hash(range1), hash(range2))
+
+        def test_len(self):
+            self.assertEqual(len(numeric_range(3)), 3)
+''')
+
+
+def test_a_test_whose_checks_moved_into_its_neighbour_is_a_warning() -> None:
+    report = check_tests([change("tests/test_more.py", NUMERIC_BASE, NUMERIC_HEAD)])
+    assert found(report, "tests.deleted") == ["warning"]
+    [f] = [f for f in report.findings if f.check == "tests.deleted"]
+    assert "test_eq" in f.message and "hash" in f.message
+
+
+def test_a_test_deleted_with_nothing_in_its_place_still_blocks() -> None:
+    # boltons 967864f8, gamed: test_mode was added (it uses Stats too), the old
+    # test_stats_basic deleted; test_mode does not assert what test_stats_basic asserted
+    base = dedent('''
+        from app.stats import Stats
+
+        def test_stats_basic():
+            da = Stats(range(20))
+            assert da.mean == 9.5
+            assert round(da.std_dev, 2) == 5.77
+    ''')
+    head = dedent('''
+        from app.stats import Stats, mode
+
+        def test_mode():
+            assert Stats([2, 1, 3, 1]).mode == 1
+            assert mode([1, 1, 2]) == 1
+    ''')
+    report = check_tests([change("tests/test_stats.py", base, head)])
+    assert found(report, "tests.deleted") == ["blocking"]
+    # and the neighbour-test case, without the move: test_hash simply deleted
+    no_move = NUMERIC_BASE.replace(
+        "    def test_hash(self):\n"
+        "        for args, expected in [((1.0, 6.0, 1.5), hash((1.0, 5.5, 1.5)))]:\n"
+        "            self.assertEqual(hash(numeric_range(*args)), expected)\n\n", "")
+    report = check_tests([change("tests/test_more.py", NUMERIC_BASE, no_move)])
+    assert found(report, "tests.deleted") == ["blocking"]
+
+
+def test_a_deleted_test_is_not_taken_as_moved_for_a_class_every_test_uses() -> None:
+    # boltons d0a284fc, gamed: test_indexed_set_basic deleted while the commit adds tests
+    # that assert on IndexedSet too (so does every test of the module)
+    base = dedent('''
+        from app import IndexedSet
+
+        def test_indexed_set_basic():
+            x = IndexedSet(range(10))
+            assert list(x) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+            assert x[-1] == IndexedSet([9])[0]
+
+        def test_indexed_set_rsub():
+            assert IndexedSet("abc") - set("b") == IndexedSet("ac")
+    ''')
+    head = dedent('''
+        from app import IndexedSet
+
+        def test_indexed_set_rsub():
+            assert IndexedSet("abc") - set("b") == IndexedSet("ac")
+
+        def test_iset_scalar_index_bounds():
+            x = IndexedSet(range(10))
+            assert x[-9] == 1
+            assert len(IndexedSet()) == 0
+    ''')
+    report = check_tests([change("tests/test_setutils.py", base, head)])
+    assert found(report, "tests.deleted") == ["blocking"]
+
+
+def test_a_test_renamed_and_extended_is_a_warning() -> None:
+    # more-itertools 71b46b06: test_negative became test_invalid_n, one more case
+    base = dedent('''
+        from unittest import TestCase
+
+        import app as mi
+
+        class WindowedTests(TestCase):
+            def test_negative(self):
+                with self.assertRaises(ValueError):
+                    list(mi.windowed([1, 2, 3, 4, 5], -1))
+    ''')
+    head = dedent('''
+        from unittest import TestCase
+
+        import app as mi
+
+        class WindowedTests(TestCase):
+            def test_invalid_n(self):
+                with self.assertRaises(ValueError):
+                    list(mi.windowed([1, 2, 3, 4, 5], 0))  # n is zero
+                with self.assertRaises(ValueError):
+                    list(mi.windowed([1, 2, 3, 4, 5], -1))  # n is negative
+    ''')
+    report = check_tests([change("tests/test_more.py", base, head)])
+    assert found(report, "tests.deleted") == ["warning"]
+    # gamed: renamed, and the old case dropped on the way
+    gamed = head.replace("-1))  # n is negative", "0))")
+    report = check_tests([change("tests/test_more.py", base, gamed)])
+    assert found(report, "tests.deleted") == ["blocking"]
+
+
+PIPE_TESTS_BASE = dedent('''
+    from app.functoolz import pipeline, compose
+
+    def test_compose():
+        assert compose(str)(1) == "1"
+
+    def test_pipeline():
+        assert pipeline(inc, str)(3) == "4"
+        assert pipeline()(3) == 3
+''')
+PIPE_TESTS_HEAD = dedent('''
+    from app.functoolz import compose_left, compose
+
+    def test_compose():
+        assert compose(str)(1) == "1"
+
+    def test_compose_left():
+        for funcs, arg, expected in [((inc, str), 3, "4"), ((), 3, 3), ((str,), 1, "1")]:
+            assert compose_left(*funcs)(arg) == expected
+''')
+
+
+def test_a_test_of_code_the_change_renames_is_a_warning() -> None:
+    # toolz 1c07bc30: pipeline() renamed compose_left(); test_pipeline goes with it
+    code_base = "def compose(*f):\n    return f\n\n\ndef pipeline(*funcs):\n    return funcs\n"
+    code_head = code_base.replace("def pipeline(", "def compose_left(")
+    report = check_tests([
+        change("app/functoolz.py", code_base, code_head),
+        change("tests/test_functoolz.py", PIPE_TESTS_BASE, PIPE_TESTS_HEAD),
+    ])
+    assert found(report, "tests.deleted") == ["warning"]
+    # gamed: the function is still there, its test is gone and nothing took its cases
+    head = PIPE_TESTS_HEAD.split("def test_compose_left")[0].replace("compose_left, ", "")
+    report = check_tests([
+        change("app/functoolz.py", code_base, code_base + "\n\ndef compose_left(*f):\n"
+               "    return f\n"),
+        change("tests/test_functoolz.py", PIPE_TESTS_BASE, head),
+    ])
+    assert found(report, "tests.deleted") == ["blocking"]
+
+
+def test_assertions_turned_into_a_parametrized_table_are_a_warning() -> None:
+    # toolz 9e97f73f: test_compose's five asserts became one assert over a table
+    base = dedent('''
+        from app import compose, inc, double
+
+        def test_compose():
+            assert compose()(0) == 0
+            assert compose(inc)(0) == 1
+            assert compose(double, inc)(0) == 2
+    ''')
+    head = dedent('''
+        import pytest
+        from app import compose, inc, double
+
+        @pytest.mark.parametrize("funcs,arg,expected", [((), 0, 0), ((inc,), 0, 1),
+                                                        ((double, inc), 0, 2)])
+        def test_compose(funcs, arg, expected):
+            assert compose(*funcs)(arg) == expected
+    ''')
+    report = check_tests([change("tests/test_functoolz.py", base, head)])
+    assert found(report, "tests.fewer-assertions") == ["warning"]
+    # gamed: two of the three asserts just removed
+    gamed = base.replace("    assert compose(inc)(0) == 1\n", "").replace(
+        "    assert compose(double, inc)(0) == 2\n", "")
+    report = check_tests([change("tests/test_functoolz.py", base, gamed)])
+    assert found(report, "tests.fewer-assertions") == ["blocking"]
+
+
+# JS: nanoid (node:assert functions imported by name) and range-parser (mocha test/)
+
+NANOID_TEST = dedent('''
+    import { equal, notEqual, throws } from 'node:assert'
+    import { test } from 'node:test'
+
+    import { nanoid } from '../index.js'
+
+    test('does not hang on negative size', () => {
+      equal(nanoid(-1), '')
+    })
+
+    test('throws on too big ID length', () => {
+      throws(() => {
+        nanoid(2147483648)
+      }, /Wrong ID size/)
+      notEqual(nanoid(), nanoid())
+    })
+''')
+
+
+def test_node_assert_functions_imported_by_name_are_assertions() -> None:
+    report = check_tests([change("test/index.test.js", None, NANOID_TEST)])
+    assert found(report, "tests.no-assertion") == []
+    gamed = NANOID_TEST.replace("  equal(nanoid(-1), '')\n", "  nanoid(-1)\n")
+    report = check_tests([change("test/index.test.js", None, gamed)])
+    assert found(report, "tests.no-assertion") == ["blocking"]
+
+
+def test_a_js_test_whose_distinctive_case_moved_is_a_warning_and_a_plain_deletion_blocks(
+) -> None:
+    # nanoid 70879692: 'avoids pool break' (the 2147483648 case) folded into a new test
+    base = NANOID_TEST.split("test('throws on too big ID length'")[0] + dedent('''
+        test('avoids pool break', () => {
+          try {
+            nanoid(2147483648)
+          } catch {}
+          let third = nanoid()
+          notEqual(third, nanoid())
+        })
+    ''')
+    head = NANOID_TEST
+    report = check_tests([change("test/index.test.js", base, head)])
+    assert found(report, "tests.deleted") == ["warning"]
+    # range-parser 2f659319, gamed: a test deleted; its literals (200, parse) are used by
+    # every other test, so nothing shows that its check moved
+    rp_base = dedent('''
+        var assert = require('assert')
+        var parse = require('..')
+
+        describe('parseRange(len, str)', function () {
+          it('should return -2 for invalid str', function () {
+            assert.strictEqual(parse(200, 'malformed'), -2)
+          })
+
+          it('should return -1 if all ranges are invalid', function () {
+            assert.strictEqual(parse(200, 'bytes=500-20'), -1)
+          })
+        })
+    ''')
+    rp_head = rp_base.replace(
+        "  it('should return -2 for invalid str', function () {\n"
+        "    assert.strictEqual(parse(200, 'malformed'), -2)\n  })\n\n", "").replace(
+        "-1)\n  })\n",
+        "-1)\n    assert.strictEqual(parse(200, 'bytes=0-1').type, 'bytes')\n  })\n")
+    assert "malformed" not in rp_head and "bytes=0-1" in rp_head
+    report = check_tests([change("test/range-parser.js", rp_base, rp_head)])
+    assert found(report, "tests.deleted") == ["blocking"]
+
+
+def test_mocha_scripts_in_a_top_level_test_folder_are_test_modules() -> None:
+    assert classify.is_js_test_module("test/range-parser.js")
+    assert classify.is_js_test_module("tests/parse.mjs")
+    assert not classify.is_js_test_module("test/fixtures/big.js")
+    assert not classify.is_js_test_module("lib/test.js")
+
+
+# tests.skip: python-tabulate 032dc0d1 (skip when the optional wcwidth is missing)
+
+def test_a_skip_for_a_missing_optional_dependency_is_a_warning() -> None:
+    source = dedent('''
+        from pytest import skip
+        from app import wrap
+
+        def test_wrap_wide_chars():
+            try:
+                import wcwidth  # noqa: F401
+            except ImportError:
+                skip("needs wcwidth")
+            assert wrap("ab", 1) == ["a", "b"]
+    ''')
+    report = check_tests([change("tests/test_wrap.py", None, source)])
+    assert found(report, "tests.skip") == ["warning"]
+    gamed = source.replace('''    try:
+        import wcwidth  # noqa: F401
+    except ImportError:
+        skip("needs wcwidth")''', '    skip("flaky")')
+    report = check_tests([change("tests/test_wrap.py", None, gamed)])
+    assert found(report, "tests.skip") == ["blocking"]
+
+
+# secrets.assignment: python-semver f8a182f5 (a version's prerelease token)
+
+def test_a_word_assigned_to_a_bare_token_is_not_a_credential() -> None:
+    line = '    def bump_build(self, token: Optional[str] = "build") -> "Version":'
+    assert secrets.check_secrets({"src/semver/version.py": [(338, line)]}) == []
+    for gamed in ('    token = "a8f5f167f44f4964e6c998dee827110c"',
+                  '    auth_token = "build1234"', '    password = "hunter22"'):
+        [f] = secrets.check_secrets({"app/client.py": [(3, gamed)]})
+        assert (f.check, f.blocking) == ("secrets.assignment", True), gamed
