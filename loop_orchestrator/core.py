@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator import plan as planmod
-from loop_orchestrator import runs, schedule, workspace
+from loop_orchestrator import runs, schedule, usage, workspace
 from loop_orchestrator.config import Settings, load_settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.runs import PlanSummary
@@ -103,7 +103,9 @@ def status_document(repo: Path) -> dict[str, Any]:
     """``{"run": {...}, "tasks": [status objects]}`` (contract of `status --json`).
 
     Extended (additively): ``run.supervisor = {"alive", "pid"}`` — the process holding the
-    supervisor lock now — and per task ``"waiting_for"``, what it waits for in plain words.
+    supervisor lock now — and per task ``"waiting_for"``, what it waits for in plain words;
+    ``run.usage``, the tasks' ``usage`` summed (usage.Usage.as_json; ``cost_usd`` None when
+    any task's cost is unknown).
     """
     from loop_orchestrator.record import Record
     from loop_orchestrator.supervisor import lock_holder
@@ -143,6 +145,8 @@ def status_document(repo: Path) -> dict[str, Any]:
         tasks.append(doc)
     run = state.model_dump(mode="json")
     run["supervisor"] = {"alive": pid is not None, "pid": pid}
+    run["usage"] = usage.total(usage.Usage.from_json(t.get("usage")) for t in tasks
+                               if t.get("usage") is not None).as_json()
     return {"run": run, "tasks": tasks}
 
 
@@ -254,7 +258,7 @@ def age(iso: str | None, now: float | None = None) -> str:
 
 #: the columns of `lo-orch status` (the last one, the note, is cut to the width)
 STATUS_HEADERS = ("task", "wave", "phase", "in phase", "waiting for", "rework",
-                  "last activity", "pane", "note")
+                  "last activity", "pane", "cost", "note")
 
 
 def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> list[list[str]]:
@@ -269,7 +273,7 @@ def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> li
             activity += f" {age(t.get('last_event_at'), now)} ago"
         rows.append([
             t["task"], str(t["wave"]), t["phase"], age(since, now), t.get("waiting_for") or "-",
-            str(t["rework_count"]), activity, pane_cell(t, alive),
+            str(t["rework_count"]), activity, pane_cell(t, alive), usage.cell(t.get("usage")),
             " ".join((t.get("error") or t.get("note") or "").split()),
         ])
     return rows

@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import proc, runs, workspace
+from loop_orchestrator import proc, runs, usage, workspace
 from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.errors import GateError, LoOrchError
 from loop_orchestrator.guard import refuse_in_session
@@ -122,6 +122,8 @@ class Review:
     stat: str
     diff: str
     feature: str
+    #: what each task's session cost, and the run's total (usage.summary_lines)
+    costs: list[str] = field(default_factory=list)
 
 
 def review(repo: Path, *, branch: str | None = None) -> Review:
@@ -146,6 +148,8 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
         stat=workspace.diff_stat(repo, base, commit),
         diff=workspace.diff_text(repo, base, commit),
         feature=branch or state.feature_branch,
+        costs=usage.summary_lines({t: st.usage for t, st in
+                                   runs.open_record(repo).tasks().items()}),
     )
 
 

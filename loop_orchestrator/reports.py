@@ -28,6 +28,8 @@ Reply = dict[str, Any]
 #: the fields of a hook payload that go to the ledger
 LEDGER_FIELDS = ("session_id", "error", "notification_type", "message", "reason", "source",
                  "prompt_chars", "prompt_sha256", "tool_name", "tool_summary")
+#: hook events that end a turn: the task's usage is read again there, its budget checked
+TURN_ENDS = ("Stop", "StopFailure", "SessionEnd")
 
 
 class Reports:
@@ -40,12 +42,18 @@ class Reports:
         task_ids: list[str],
         event: Callable[..., None],
         ask_again: Callable[[str, str], None],
+        turn_ended: Callable[[str], str | None] | None = None,
+        block: Callable[[str, str], None] | None = None,
     ) -> None:
         self.record = record
         self.store = store
         self.task_ids = set(task_ids)
         self.event = event  # the supervisor's ledger-and-progress call
         self.ask_again = ask_again
+        #: at a turn boundary (Stop, StopFailure, SessionEnd): refresh the task's usage;
+        #: a reason when the task is over its budget (then ``block`` stops it)
+        self.turn_ended = turn_ended
+        self.block = block
 
     def handle(self, request: Request) -> Reply | None:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
@@ -135,10 +143,14 @@ class Reports:
             # sends right after is judged against the prompt it really has
             changes |= {"delivered": st.delivering, "delivering": None}
         reply: Reply = {"exit_code": 0}
+        over_budget = (self.turn_ended(tid) if self.turn_ended is not None
+                       and event in TURN_ENDS else None)
         if event == "Stop":
             active = payload.get("stop_hook_active") is True
             cmd = request.message.get("bin")
-            reason = lifecycle.stop_decision(st, active, cmd if isinstance(cmd, str) else "lo-orch")
+            # a task over its budget may stop: it is blocked below, not sent back to work
+            reason = None if over_budget else lifecycle.stop_decision(
+                st, active, cmd if isinstance(cmd, str) else "lo-orch")
             fields["stop_hook_active"] = active
             fields["decision"] = "block" if reason else "allow"
             if reason:
@@ -149,6 +161,8 @@ class Reports:
         self.record.update_task(tid, **changes)
         if changes.get("waiting_for"):
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
+        if over_budget and self.block is not None:
+            self.block(tid, over_budget)
         return reply
 
 

@@ -118,6 +118,14 @@ class TaskStatus(BaseModel):
     waiting_for: str | None = None
     #: when the task entered its current phase (the age `lo-orch status` shows)
     phase_since: str | None = None
+    #: tokens and dollars of the task's session so far, from Claude Code's transcript
+    #: (usage.Usage.as_json: the four token counts, cost_usd (None = unknown),
+    #: cost_known, models, notes, measured); None before anything was measured
+    usage: dict[str, Any] | None = None
+    #: the same per rework round (key: the round number as a string)
+    usage_rounds: dict[str, dict[str, Any]] | None = None
+    #: the task's budget in dollars a person set with `lo-orch retry --budget`
+    budget_usd: float | None = None
 
 
 class RunState(BaseModel):

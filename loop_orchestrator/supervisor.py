@@ -36,6 +36,7 @@ from loop_orchestrator import (
     recovery,
     runs,
     schedule,
+    usage,
     workspace,
 )
 from loop_orchestrator.agents.base import (
@@ -230,8 +231,11 @@ class Supervisor:
         self.last_liveness = 0.0
         self.reported_blocked: set[str] = set()
         self.plan_ids = [t.id for t in self.plan.tasks]
+        self.prices = usage.prices_from(settings)
+        self.run_budget_noted = False
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
-                               self._ask_again)
+                               self._ask_again, turn_ended=self._turn_ended,
+                               block=self._block)
         # the checks' Python environments as they are before any agent runs
         from loop_orchestrator.verify import pyenv
 
@@ -420,6 +424,11 @@ class Supervisor:
             phases = {t: s.phase for t, s in self._statuses().items()}
             for tid in self._ready(phases):
                 if tid in self.jobs:
+                    continue
+                spent = self._run_budget_spent(tid)
+                if spent:
+                    self._block(tid, spent)
+                    phases[tid] = Phase.BLOCKED
                     continue
                 self._event("task_released", tid, wave=self.waves[tid])
                 self._move(tid, Event.RELEASE, error=None)
@@ -645,6 +654,11 @@ class Supervisor:
         brief = self.render_brief(task)
         self.briefs[tid] = brief
         atomic_write_text(self.rundir.brief_path(tid), brief)
+        if self.adapter.name != "claude" and st.usage is None:
+            # no transcript to read: its cost is unknown, never $0
+            self._set(tid, usage=usage.unknown(
+                f"the agent (kind {self.settings.agent.kind}) records no token usage"
+            ).as_json())
         session_id = st.session_id or str(uuid.uuid4())
         st = self._set(
             tid, worktree=str(worktree), branch=self.ws.task_branch(tid), session_id=session_id
@@ -810,6 +824,69 @@ class Supervisor:
         self.reported_blocked.add(tid)
         self._event("task_blocked", tid, message=reason)
         self._move(tid, Event.BLOCK, error=reason)
+
+    # usage and budgets ----------------------------------------------------------------------
+    def _refresh_usage(self, tid: str) -> usage.Usage | None:
+        """Read the task's session transcript again; record (and ledger) what changed.
+
+        The path is derived from the session id lo-orch chose, the worktree and the Claude
+        config dir, never taken from the session. Only for Claude Code sessions.
+        """
+        st = self.record.task(tid)
+        if self.adapter.name != "claude" or not st.session_id or not st.worktree:
+            return None
+        env = {**os.environ, **self.settings.agent.env}
+        try:
+            now = usage.session_usage(Path(st.worktree), st.session_id, env, self.prices)
+        except ValueError:  # a session id that is not a UUID: nothing lo-orch launched
+            return None
+        data = now.as_json()
+        if data == st.usage:
+            return now
+        rounds = dict(st.usage_rounds or {})
+        key = str(st.rework_count)
+        earlier = usage.total(usage.Usage.from_json(v) for k, v in rounds.items() if k != key)
+        rounds[key] = _minus(now, earlier).as_json()
+        self._set(tid, usage=data, usage_rounds=rounds)
+        self.store.append_ledger("usage", task=tid, round=st.rework_count, **data)
+        return now
+
+    def _run_usage(self) -> usage.Usage:
+        return usage.total(usage.Usage.from_json(st.usage) for st in self._statuses().values()
+                           if st.usage is not None)
+
+    def _task_budget(self, tid: str) -> float | None:
+        st = self.record.task(tid)
+        if st.budget_usd is not None:
+            return st.budget_usd
+        planned = self.plan.task(tid).max_cost_usd
+        return planned if planned is not None else self.settings.run.task_max_cost_usd
+
+    def _turn_ended(self, tid: str) -> str | None:
+        """At a turn boundary: refresh the usage; why the task must stop, if over budget."""
+        now = self._refresh_usage(tid)
+        st = self.record.task(tid)
+        cap = self._task_budget(tid)
+        if now is None or cap is None or st.phase not in (Phase.PLANNING, Phase.IMPLEMENTING):
+            return None
+        if now.cost_usd is None or now.cost_usd < cap:
+            # (an unknown cost cannot be held against a budget; its notes say why)
+            return None
+        return (f"over its budget: spent {usage.money(now.cost_usd)} of "
+                f"{usage.money(cap)}; give it more with `lo-orch retry {tid} --budget "
+                "DOLLARS` (its new total budget)")
+
+    def _run_budget_spent(self, tid: str) -> str | None:
+        """Why ``tid`` may not start: the run's budget is spent (a person's own budget for
+        the task, `lo-orch retry --budget`, overrides it)."""
+        cap = self.settings.run.max_cost_usd
+        if cap is None or self.record.task(tid).budget_usd is not None:
+            return None
+        spent = self._run_usage().cost_usd
+        if spent is None or spent < cap:
+            return None
+        return (f"not started: the run's budget is spent ({usage.money(spent)} of "
+                f"{usage.money(cap)}); start it with `lo-orch retry {tid} --budget DOLLARS`")
 
     # verification and integration ----------------------------------------------------------
     def _verify(self, tid: str) -> None:
@@ -995,6 +1072,10 @@ class Supervisor:
     def _finish(self) -> Outcome:
         from loop_orchestrator import gate2
 
+        for tid in self.plan_ids:  # the last turns' figures, before anyone reviews them
+            self._refresh_usage(tid)
+        run_usage = self._run_usage()
+        self.store.append_ledger("run_usage", **run_usage.as_json())
         statuses = self._statuses()
         stuck = {
             t: (s.error or s.note or s.phase.value)
@@ -1017,6 +1098,16 @@ class Supervisor:
             return Outcome("integration_failed", result.summary)
         self._event("awaiting_merge_review", staging=result.commit, skipped=skipped)
         return Outcome("review", result.summary)
+
+
+def _minus(now: usage.Usage, earlier: usage.Usage) -> usage.Usage:
+    """``now`` less ``earlier`` (a round's share of a session's running total)."""
+    cost = (None if now.cost_usd is None or earlier.cost_usd is None
+            else max(0.0, now.cost_usd - earlier.cost_usd))
+    return usage.Usage(tokens={k: max(0, now.tokens[k] - earlier.tokens.get(k, 0))
+                               for k in usage.TOKEN_KEYS},
+                       cost_usd=cost, models=list(now.models), notes=list(now.notes),
+                       measured=now.measured)
 
 
 def _ts(iso: str | None) -> float:

@@ -1,0 +1,146 @@
+"""Tokens, dollars and budgets of whole runs with the real Claude Code CLI.
+
+The scripted endpoint says what each reply used (its request log's ``usage``); Claude Code
+records it in its session transcript; lo-orch must read back exactly those figures, price
+them from its table, and show them in status, `status --json`, Gate 2 and the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_claude_runs import (  # the helpers and the demo-project fixture
+    approve,
+    edit_script,
+    files,
+    ledger,
+    only,
+    settings_for,
+)
+
+from loop_orchestrator import core, demo, gate2, usage
+from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.config import PriceConfig
+from loop_orchestrator.state import Phase, RunDir, Store
+from loop_orchestrator.supervisor import Supervisor
+
+__all__ = ["files"]  # the fixture, re-exported for pytest
+
+KEYS = usage.TOKEN_KEYS
+OPUS = usage.DEFAULT_PRICES["claude-opus-5-5"]
+
+
+@contextlib.contextmanager
+def cached_endpoint(f: demo.DemoFiles) -> Iterator[ModelEndpoint]:
+    with ModelEndpoint(load_script(f.script, model=True), cache=True,
+                       log_path=f.root / "requests.jsonl") as endpoint:
+        yield endpoint
+
+
+def sent(endpoint: ModelEndpoint, task: str) -> dict[str, int]:
+    """What the endpoint reported as used by ``task``'s replies, summed."""
+    out = dict.fromkeys(KEYS, 0)
+    for r in endpoint.logged(kind="reply", task=task):
+        for k in KEYS:
+            out[k] += r["usage"][k]
+    return out
+
+
+def lo_orch(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args, "--repo",
+                           str(repo)], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles) -> None:
+    only(files, "tokenize", "slug")
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "review", outcome.message
+        expected = {t: sent(endpoint, t) for t in ("tokenize", "slug")}
+    for t, figures in expected.items():
+        assert all(figures[k] > 0 for k in KEYS), figures  # all four kinds exercised
+    doc = core.status_document(files.repo)
+    by_task = {t["task"]: t for t in doc["tasks"]}
+    total_cost = 0.0
+    for t, figures in expected.items():
+        got = by_task[t]["usage"]
+        assert {k: got[k] for k in KEYS} == figures  # tokens to the unit
+        cost = OPUS.cost(figures)
+        assert got["cost_usd"] == pytest.approx(cost, abs=1e-6)
+        assert got["cost_known"] is True and got["models"] == ["claude-opus-5-5"]
+        assert got["notes"] == []
+        # one round each (no rework): the round's share is the whole
+        rounds = by_task[t]["usage_rounds"]
+        assert list(rounds) == ["0"] and {k: rounds["0"][k] for k in KEYS} == figures
+        total_cost += cost
+    run = doc["run"]["usage"]
+    assert {k: run[k] for k in KEYS} == {k: sum(f[k] for f in expected.values()) for k in KEYS}
+    assert run["cost_usd"] == pytest.approx(total_cost, abs=1e-6)
+    # the ledger has the last figures of each task, and the run's
+    last = {t: ledger(files.repo, "usage", t)[-1] for t in expected}
+    for t, figures in expected.items():
+        assert {k: last[t][k] for k in KEYS} == figures
+    (run_line,) = ledger(files.repo, "run_usage")
+    assert run_line["cost_usd"] == pytest.approx(total_cost, abs=1e-6)
+    # `lo-orch status`: a cost column with each task's dollars, and the run's total
+    shown = lo_orch(files.repo, "status")
+    assert shown.returncode == 0, shown.stderr
+    assert "cost" in shown.stdout.splitlines()[1] or "cost" in shown.stdout
+    for t in expected:
+        row = next(line for line in shown.stdout.splitlines() if line.lstrip().startswith(t))
+        assert usage.money(by_task[t]["usage"]["cost_usd"]) in row, row
+    assert f"Spent so far: {usage.money(run['cost_usd'])}" in shown.stdout
+    # Gate 2: the actual figures per task, tokens to the unit, and the run's total
+    review = gate2.review(files.repo)
+    text = "\n".join(review.costs)
+    for t, figures in expected.items():
+        assert (f"{t}: {usage.money(by_task[t]['usage']['cost_usd'])} — input "
+                f"{figures['input_tokens']:,}, output {figures['output_tokens']:,}, cache "
+                f"read {figures['cache_read_input_tokens']:,}, cache write "
+                f"{figures['cache_creation_input_tokens']:,} tokens") in text, text
+    assert f"run total: {usage.money(run['cost_usd'])}" in text
+    merge = lo_orch(files.repo, "merge", "--yes")
+    assert merge.returncode == 0, merge.stderr
+    assert "What it cost (actual" in merge.stdout and text.splitlines()[0] in merge.stdout
+
+
+def test_a_price_from_config_and_an_unknown_model(files: demo.DemoFiles) -> None:
+    """A model the table does not know: tokens counted, cost unknown and said so (never
+    $0); a price added in config prices it."""
+    only(files, "tokenize")
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint, model="claude-nova-9")
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "review", outcome.message
+        figures = sent(endpoint, "tokenize")
+    st = Store(RunDir(files.repo)).read_status("tokenize")
+    assert st.usage is not None
+    assert {k: st.usage[k] for k in KEYS} == figures
+    assert st.usage["cost_usd"] is None and st.usage["cost_known"] is False
+    assert st.usage["models"] == ["claude-nova-9"]
+    assert any("price unknown for model claude-nova-9" in n for n in st.usage["notes"])
+    shown = lo_orch(files.repo, "status")
+    row = next(line for line in shown.stdout.splitlines() if line.lstrip().startswith("tokenize"))
+    assert "unknown" in row and "$0.0000" not in row
+    # the same transcript, priced by a table with the model added
+    settings.prices["claude-nova-9"] = PriceConfig(input=1, output=2, cache_read=0.5,
+                                                   cache_write=3)
+    prices = usage.prices_from(settings)
+    assert st.worktree and st.session_id
+    again = usage.session_usage(Path(st.worktree), st.session_id, {}, prices)
+    assert again.cost_usd == pytest.approx(
+        (figures["input_tokens"] * 1 + figures["output_tokens"] * 2
+         + figures["cache_read_input_tokens"] * 0.5
+         + figures["cache_creation_input_tokens"] * 3) / 1e6)
