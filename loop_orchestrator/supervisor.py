@@ -702,6 +702,10 @@ class Supervisor:
         return "prompt_implement.md.j2"
 
     def _deliver(self, tid: str, template: str) -> None:
+        over = self._over_budget(tid)  # a new prompt is a turn boundary too
+        if over:
+            self._block(tid, over)
+            return
         self._heal_worktree(tid)
         st = self.record.task(tid)
         assert st.pane_id is not None
@@ -843,10 +847,7 @@ class Supervisor:
         data = now.as_json()
         if data == st.usage:
             return now
-        rounds = dict(st.usage_rounds or {})
-        key = str(st.rework_count)
-        earlier = usage.total(usage.Usage.from_json(v) for k, v in rounds.items() if k != key)
-        rounds[key] = _minus(now, earlier).as_json()
+        rounds = {str(r): u.as_json() for r, u in sorted(now.rounds.items())}
         self._set(tid, usage=data, usage_rounds=rounds)
         self.store.append_ledger("usage", task=tid, round=st.rework_count, **data)
         return now
@@ -863,11 +864,19 @@ class Supervisor:
         return planned if planned is not None else self.settings.run.task_max_cost_usd
 
     def _turn_ended(self, tid: str) -> str | None:
-        """At a turn boundary: refresh the usage; why the task must stop, if over budget."""
+        """At the end of a turn (a hook): refresh the usage; why the task must stop now, if
+        it is over its budget while it works on a prompt (a task that signalled is stopped
+        before its next prompt instead, see ``_deliver``)."""
+        if self.record.task(tid).phase not in (Phase.PLANNING, Phase.IMPLEMENTING):
+            self._refresh_usage(tid)
+            return None
+        return self._over_budget(tid)
+
+    def _over_budget(self, tid: str) -> str | None:
+        """Refresh the task's usage; why it must stop if it spent its budget (else None)."""
         now = self._refresh_usage(tid)
-        st = self.record.task(tid)
         cap = self._task_budget(tid)
-        if now is None or cap is None or st.phase not in (Phase.PLANNING, Phase.IMPLEMENTING):
+        if now is None or cap is None:
             return None
         if now.cost_usd is None or now.cost_usd < cap:
             # (an unknown cost cannot be held against a budget; its notes say why)
@@ -1098,16 +1107,6 @@ class Supervisor:
             return Outcome("integration_failed", result.summary)
         self._event("awaiting_merge_review", staging=result.commit, skipped=skipped)
         return Outcome("review", result.summary)
-
-
-def _minus(now: usage.Usage, earlier: usage.Usage) -> usage.Usage:
-    """``now`` less ``earlier`` (a round's share of a session's running total)."""
-    cost = (None if now.cost_usd is None or earlier.cost_usd is None
-            else max(0.0, now.cost_usd - earlier.cost_usd))
-    return usage.Usage(tokens={k: max(0, now.tokens[k] - earlier.tokens.get(k, 0))
-                               for k in usage.TOKEN_KEYS},
-                       cost_usd=cost, models=list(now.models), notes=list(now.notes),
-                       measured=now.measured)
 
 
 def _ts(iso: str | None) -> float:

@@ -78,6 +78,8 @@ class Usage:
     notes: list[str] = field(default_factory=list)
     #: False for an agent whose usage nobody records (nothing was measured)
     measured: bool = True
+    #: the same per rework round (read_transcript only; not in ``as_json``)
+    rounds: dict[int, Usage] = field(default_factory=dict)
 
     def add(self, other: Usage) -> None:
         for key in TOKEN_KEYS:
@@ -154,9 +156,10 @@ def read_transcript(path: Path, prices: Prices) -> Usage:
         return unknown(f"transcript missing: {path}")
     except OSError as exc:
         return unknown(f"transcript unreadable: {path}: {exc.strerror or exc}")
-    per_model: dict[str, dict[str, int]] = {}
+    per_model: dict[tuple[int, str], dict[str, int]] = {}
     seen: set[str] = set()
     bad = 0
+    round_no = 0
     for line in text.splitlines():
         if not line.strip():
             continue
@@ -169,6 +172,10 @@ def read_transcript(path: Path, prices: Prices) -> Usage:
             bad += 1
             continue
         message = record.get("message")
+        if record.get("type") == "user" and isinstance(message, dict):
+            prompt = _prompt_round(message.get("content"))
+            round_no = round_no if prompt is None else prompt
+            continue
         if record.get("type") != "assistant" or not isinstance(message, dict):
             continue
         counts = _counts(message.get("usage"))
@@ -183,25 +190,42 @@ def read_transcript(path: Path, prices: Prices) -> Usage:
         seen.add(key)
         if not any(counts.values()):
             continue  # an API error's <synthetic> message: nothing was used
-        total = per_model.setdefault(model, dict.fromkeys(TOKEN_KEYS, 0))
+        total = per_model.setdefault((round_no, model), dict.fromkeys(TOKEN_KEYS, 0))
         for k in TOKEN_KEYS:
             total[k] += counts[k]
     usage = Usage()
-    for model, counts in per_model.items():
-        usage.models.append(model)
-        for k in TOKEN_KEYS:
-            usage.tokens[k] += counts[k]
+    for (rnd, model), counts in sorted(per_model.items()):
+        part = Usage(tokens=dict(counts), models=[model])
         price = prices.get(model)
         if price is None:
-            usage.cost_usd = None
-            usage.notes.append(f"price unknown for model {model}: add [prices.\"{model}\"] "
-                               "to the config")
-        elif usage.cost_usd is not None:
-            usage.cost_usd += price.cost(counts)
+            part.cost_usd = None
+            part.notes.append(f"price unknown for model {model}: add [prices.\"{model}\"] "
+                              "to the config")
+        else:
+            part.cost_usd = price.cost(counts)
+        usage.add(part)
+        usage.rounds.setdefault(rnd, Usage()).add(part)
     if bad:
         usage.notes.append(f"{bad} malformed transcript line(s) skipped in {path.name}; "
                            "the figures may be low")
     return usage
+
+
+#: lo-orch's rework prompt (templates/prompt_rework.md.j2) names its round
+_REWORK_RE = re.compile(r"Phase: implementing \(rework (\d+)\)")
+
+
+def _prompt_round(content: Any) -> int | None:
+    """The rework round a user prompt starts (None: not a lo-orch rework prompt; tool
+    results, which a session's own commands fill, are never read)."""
+    texts = [content] if isinstance(content, str) else [
+        b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"
+    ] if isinstance(content, list) else []
+    for text in texts:
+        found = _REWORK_RE.search(text) if isinstance(text, str) else None
+        if found:
+            return int(found.group(1))
+    return None
 
 
 def _counts(raw: Any) -> dict[str, int] | None:

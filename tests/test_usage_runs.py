@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from test_claude_runs import (  # the helpers and the demo-project fixture
     approve,
     edit_script,
@@ -61,13 +63,18 @@ def lo_orch(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles) -> None:
-    only(files, "tokenize", "slug")
+    only(files, "tokenize", "counts")  # counts fails a check once: a rework round
     with cached_endpoint(files) as endpoint:
         settings = settings_for(endpoint)
         approve(files, settings)
         outcome = Supervisor(files.repo, settings).run()
         assert outcome.state == "review", outcome.message
-        expected = {t: sent(endpoint, t) for t in ("tokenize", "slug")}
+        expected = {t: sent(endpoint, t) for t in ("tokenize", "counts")}
+        rework = dict.fromkeys(KEYS, 0)
+        for r in endpoint.logged(kind="reply", task="counts", prompt_kind="implement",
+                                 round=1):
+            for k in KEYS:
+                rework[k] += r["usage"][k]
     for t, figures in expected.items():
         assert all(figures[k] > 0 for k in KEYS), figures  # all four kinds exercised
     doc = core.status_document(files.repo)
@@ -80,10 +87,16 @@ def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles
         assert got["cost_usd"] == pytest.approx(cost, abs=1e-6)
         assert got["cost_known"] is True and got["models"] == ["claude-opus-5-5"]
         assert got["notes"] == []
-        # one round each (no rework): the round's share is the whole
         rounds = by_task[t]["usage_rounds"]
-        assert list(rounds) == ["0"] and {k: rounds["0"][k] for k in KEYS} == figures
+        assert {k: sum(r[k] for r in rounds.values()) for k in KEYS} == figures
         total_cost += cost
+    # per round: what the rework prompt's replies used is round 1, the rest round 0
+    rounds = by_task["counts"]["usage_rounds"]
+    assert list(rounds) == ["0", "1"] and rework["output_tokens"] > 0
+    assert {k: rounds["1"][k] for k in KEYS} == rework
+    assert {k: rounds["0"][k] for k in KEYS} == {k: expected["counts"][k] - rework[k]
+                                                for k in KEYS}
+    assert list(by_task["tokenize"]["usage_rounds"]) == ["0"]
     run = doc["run"]["usage"]
     assert {k: run[k] for k in KEYS} == {k: sum(f[k] for f in expected.values()) for k in KEYS}
     assert run["cost_usd"] == pytest.approx(total_cost, abs=1e-6)
@@ -144,3 +157,89 @@ def test_a_price_from_config_and_an_unknown_model(files: demo.DemoFiles) -> None
         (figures["input_tokens"] * 1 + figures["output_tokens"] * 2
          + figures["cache_read_input_tokens"] * 0.5
          + figures["cache_creation_input_tokens"] * 3) / 1e6)
+
+
+def _set_plan(f: demo.DemoFiles, change: Any) -> None:
+    plan = yaml.safe_load(f.plan.read_text(encoding="utf-8"))
+    change(plan)
+    f.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+
+
+def test_a_task_over_its_budget_is_blocked_and_the_others_finish(
+    files: demo.DemoFiles,
+) -> None:
+    only(files, "tokenize", "slug")
+    # slug's plan gives it a budget its planning turn alone exceeds
+    _set_plan(files, lambda p: next(t for t in p["tasks"] if t["id"] == "slug").update(
+        max_cost_usd=0.0001))
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "blocked", outcome.message
+        slug = Store(RunDir(files.repo)).read_status("slug")
+        assert slug.phase == Phase.BLOCKED
+        assert slug.usage is not None and slug.usage["cost_usd"] > 0.0001
+        assert slug.error is not None
+        found = re.search(r"over its budget: spent \$([\d.]+) of \$0\.0001", slug.error)
+        assert found, slug.error
+        assert "lo-orch retry slug --budget" in slug.error
+        # the spend it was stopped at is one the ledger recorded, over the cap; the rest of
+        # that turn (the model's last words after its signal) may come on top, no new prompt
+        spent = f"${found.group(1)}"
+        recorded = [usage.money(e["cost_usd"]) for e in ledger(files.repo, "usage", "slug")]
+        assert spent in recorded and 0.0001 < float(found.group(1)) <= slug.usage["cost_usd"]
+        # stopped at its turn boundary: it never got the implementation prompt
+        kinds = {r["prompt_kind"] for r in endpoint.logged(kind="reply", task="slug")}
+        assert kinds == {"plan"}, kinds
+        (blocked,) = ledger(files.repo, "task_blocked", "slug")
+        assert spent in blocked["message"]
+        # the other task finished its work
+        assert Store(RunDir(files.repo)).read_status("tokenize").phase == Phase.INTEGRATED
+        # a person grants more: a budget not above what it spent is refused, clearly
+        low = lo_orch(files.repo, "retry", "slug", "--budget", "0.00001")
+        assert low.returncode == 1 and "not more than task 'slug' has spent" in low.stderr
+        assert "lo-orch retry slug --budget" in low.stderr
+        assert Store(RunDir(files.repo)).read_status("slug").phase == Phase.BLOCKED
+        neg = lo_orch(files.repo, "retry", "slug", "--budget", "-3")
+        assert neg.returncode != 0 and Store(RunDir(files.repo)).read_status(
+            "slug").phase == Phase.BLOCKED
+        ok = lo_orch(files.repo, "retry", "slug", "--budget", "5")
+        assert ok.returncode == 0, ok.stderr
+        assert "Its budget is now $5 in total." in ok.stdout
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "review", outcome.message
+    slug = Store(RunDir(files.repo)).read_status("slug")
+    assert slug.phase == Phase.INTEGRATED and slug.budget_usd == 5
+    # its spend carried on from where it was: the rounds add up to its total
+    assert slug.usage is not None and slug.usage["cost_usd"] > 0.0001
+    assert {k: slug.usage[k] for k in KEYS} == {
+        k: sum(r[k] for r in (slug.usage_rounds or {}).values()) for k in KEYS}
+
+
+def test_the_run_stops_launching_when_its_budget_is_spent(files: demo.DemoFiles) -> None:
+    only(files, "tokenize", "slug")
+    # one after the other: the first spends the budget
+    _set_plan(files, lambda p: p.update(concurrency=1))
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        settings.run.max_cost_usd = 0.0001
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "blocked", outcome.message
+        store = Store(RunDir(files.repo))
+        phases = {t: store.read_status(t).phase for t in ("tokenize", "slug")}
+        (second,) = [t for t, p in phases.items() if p == Phase.BLOCKED]
+        (first,) = [t for t, p in phases.items() if p == Phase.INTEGRATED]
+        st = store.read_status(second)
+        assert st.error is not None and st.error.startswith(
+            "not started: the run's budget is spent")
+        assert f"`lo-orch retry {second} --budget DOLLARS`" in st.error
+        assert not endpoint.logged(kind="reply", task=second)  # never launched
+        assert st.session_id is None
+        ok = lo_orch(files.repo, "retry", second, "--budget", "5")
+        assert ok.returncode == 0, ok.stderr
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "review", outcome.message
+        assert endpoint.logged(kind="reply", task=second)
+    assert Store(RunDir(files.repo)).read_status(first).phase == Phase.INTEGRATED
