@@ -8,7 +8,6 @@ them from its table, and show them in status, `status --json`, Gate 2 and the le
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import subprocess
 import sys
@@ -20,7 +19,6 @@ import pytest
 import yaml
 from test_claude_runs import (  # the helpers and the demo-project fixture
     approve,
-    edit_script,
     files,
     ledger,
     only,
@@ -75,7 +73,7 @@ def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles
                                  round=1):
             for k in KEYS:
                 rework[k] += r["usage"][k]
-    for t, figures in expected.items():
+    for figures in expected.values():
         assert all(figures[k] > 0 for k in KEYS), figures  # all four kinds exercised
     doc = core.status_document(files.repo)
     by_task = {t["task"]: t for t in doc["tasks"]}
