@@ -81,6 +81,10 @@ def plan_from_goal(repo: Path, goal: str, settings: Settings) -> PlanSummary:
     draft = intake_goal.draft_from_goal(repo, goal, settings)
     summary = plan_from_file(repo, draft.path, settings)
     summary.notes.extend(draft.notes)
+    # what the planning calls cost, for Gate 2 (the new run's ledger)
+    Store.for_repo(repo).append_ledger(
+        "planning_usage", calls=draft.usage.calls, turns=draft.usage.turns,
+        cost_usd=draft.usage.cost_usd, session_ids=draft.usage.session_ids)
     return summary
 
 

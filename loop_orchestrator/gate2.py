@@ -21,7 +21,15 @@ from loop_orchestrator.errors import GateError, LoOrchError
 from loop_orchestrator.guard import refuse_in_session
 from loop_orchestrator.plan import Plan
 from loop_orchestrator.record import Record
-from loop_orchestrator.state import Phase, RunPhase, RunState, Store, atomic_write_text, now_iso
+from loop_orchestrator.state import (
+    Phase,
+    RunDir,
+    RunPhase,
+    RunState,
+    Store,
+    atomic_write_text,
+    now_iso,
+)
 
 
 @dataclass
@@ -148,8 +156,10 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
         stat=workspace.diff_stat(repo, base, commit),
         diff=workspace.diff_text(repo, base, commit),
         feature=branch or state.feature_branch,
-        costs=usage.summary_lines({t: st.usage for t, st in
-                                   runs.open_record(repo).tasks().items()}),
+        costs=usage.summary_lines(
+            {t: st.usage for t, st in runs.open_record(repo).tasks().items()},
+            usage.headless_lines(RunDir(repo).evidence_dir, Store.for_repo(repo).read_ledger(),
+                                 load_settings(repo).auditor.llm)),
     )
 
 

@@ -282,14 +282,19 @@ def cell(data: Mapping[str, Any] | None) -> str:
     return money(u.cost_usd)
 
 
-def summary_lines(tasks: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
-    """Gate 2's cost table: one line per task and the run's total (actual figures)."""
+def summary_lines(tasks: Mapping[str, Mapping[str, Any] | None],
+                  headless: Iterable[tuple[str, float | None]] = ()) -> list[str]:
+    """Gate 2's cost table: one line per task, the headless calls (``headless_lines``) and
+    the run's total, sessions and calls together (actual figures)."""
     lines = []
     run = Usage()
     for tid, data in tasks.items():
         u = Usage.from_json(data)
         run.add(u)
         lines.append(line(tid, u))
+    for text, cost in headless:
+        lines.append(text)
+        run.add(Usage(cost_usd=cost))
     lines.append(line("run total", run))
     return lines
 
@@ -304,3 +309,42 @@ def line(label: str, u: Usage) -> str:
     if u.notes:
         text += "; " + "; ".join(u.notes)
     return text
+
+
+def headless_cost(stdout: Path) -> float | None:
+    """``total_cost_usd`` of a headless Claude Code call's JSON answer (None: not there)."""
+    try:
+        data = json.loads(stdout.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+    cost = data.get("total_cost_usd") if isinstance(data, dict) else None
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
+        return None
+    return float(cost)
+
+
+def headless_lines(evidence_dir: Path, ledger: Iterable[Mapping[str, Any]],
+                   auditor_mode: str) -> list[tuple[str, float | None]]:
+    """Gate 2's lines for the headless calls: the planning agent (ledger ``planning_usage``,
+    its ``total_cost_usd``) and the LLM auditor (each ``auditor.stdout.txt`` kept as
+    evidence). A call whose answer carries no cost makes that line's total unknown.
+    Each line comes with its cost."""
+    lines: list[tuple[str, float | None]] = []
+    planning = [e for e in ledger if e.get("event") == "planning_usage"]
+    if planning:
+        costs = [e.get("cost_usd") for e in planning]
+        known = all(isinstance(c, (int, float)) for c in costs)
+        total_cost = sum(float(c) for c in costs if isinstance(c, (int, float)))
+        calls = sum(int(e.get("calls") or 0) for e in planning)
+        cost = total_cost if known else None
+        lines.append((f"planning agent: {money(cost)} ({calls} headless call(s), "
+                      "total_cost_usd)", cost))
+    outputs = sorted(evidence_dir.glob("*/*/auditor.stdout.txt"))
+    if outputs:
+        found = [headless_cost(o) for o in outputs]
+        known = auditor_mode == "agent" and all(c is not None for c in found)
+        total_cost = sum(c for c in found if c is not None)
+        what = "total_cost_usd" if auditor_mode == "agent" else "a command: cost unknown"
+        cost = total_cost if known else None
+        lines.append((f"auditor: {money(cost)} ({len(outputs)} call(s), {what})", cost))
+    return lines

@@ -218,3 +218,39 @@ def test_a_plan_budget_is_optional_and_must_be_positive() -> None:
         with pytest.raises(PlanError) as info:
             validate_plan_data(plan(max_cost_usd=bad), "plan.yaml")
         assert any("max_cost_usd" in p for p in info.value.problems), info.value.problems
+
+
+def test_headless_calls_are_in_gate2s_costs(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The planning agent's and the auditor's `total_cost_usd` reach Gate 2's table and
+    its run total; an auditor answer without a cost makes its line unknown."""
+    from test_intake_goal import FakeClaude, plan_cli
+
+    fake = FakeClaude(monkeypatch, tmp_path)
+    fake.answers("valid_plan")
+    code, _out, err = plan_cli(git_repo, capsys, "--goal", "Add a slugify helper")
+    assert code == 0, err
+    ledger = Store(RunDir(git_repo)).read_ledger()
+    (spent,) = [e for e in ledger if e["event"] == "planning_usage"]
+    assert spent["cost_usd"] == pytest.approx(0.2143) and spent["calls"] == 1
+    evidence = RunDir(git_repo).evidence_dir
+    for task, commit, answer in (("a", "c1", {"total_cost_usd": 0.05, "result": "{}"}),
+                                 ("b", "c2", {"total_cost_usd": 0.0125})):
+        (evidence / task / commit).mkdir(parents=True)
+        (evidence / task / commit / "auditor.stdout.txt").write_text(json.dumps(answer))
+    lines = usage.headless_lines(evidence, ledger, "agent")
+    assert lines == [
+        ("planning agent: $0.2143 (1 headless call(s), total_cost_usd)", pytest.approx(0.2143)),
+        ("auditor: $0.0625 (2 call(s), total_cost_usd)", pytest.approx(0.0625)),
+    ]
+    task_usage = usage.Usage(tokens={**dict.fromkeys(usage.TOKEN_KEYS, 0),
+                                     "output_tokens": 1000}, cost_usd=0.02).as_json()
+    table = usage.summary_lines({"a": task_usage}, lines)
+    assert table[-1].startswith("run total: $0.2968 — input 0, output 1,000,")
+    # an auditor answer without its cost: that line and the run total are unknown
+    (evidence / "b" / "c2" / "auditor.stdout.txt").write_text("not json")
+    lines = usage.headless_lines(evidence, ledger, "agent")
+    assert lines[1][0].startswith("auditor: unknown")
+    assert usage.summary_lines({"a": task_usage}, lines)[-1].startswith("run total: unknown")
