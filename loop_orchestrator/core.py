@@ -69,6 +69,10 @@ def record_plan(
         created_at=created_at,
     )
     main = workspace.main_checkout(repo)
+    summary.notes.append(usage.forecast_line(
+        [t.complexity for t in plan.tasks], usage.prices_from(settings), settings.agent.model,
+        run_budget=settings.run.max_cost_usd) if settings.agent.kind == "claude" else
+        f"Cost forecast: unknown (the agent, kind {settings.agent.kind}, is not Claude Code).")
     summary.checkout = repo
     summary.main_checkout = main
     return summary

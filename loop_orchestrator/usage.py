@@ -348,3 +348,35 @@ def headless_lines(evidence_dir: Path, ledger: Iterable[Mapping[str, Any]],
         cost = total_cost if known else None
         lines.append((f"auditor: {money(cost)} ({len(outputs)} call(s), {what})", cost))
     return lines
+
+
+#: a rough guess of one task's tokens per complexity (all its rounds), for Gate 1's
+#: forecast only; measured figures replace it as soon as sessions run
+FORECAST_TOKENS: dict[str, dict[str, int]] = {
+    "simple": {"input_tokens": 20_000, "output_tokens": 8_000,
+               "cache_read_input_tokens": 300_000, "cache_creation_input_tokens": 40_000},
+    "medium": {"input_tokens": 50_000, "output_tokens": 20_000,
+               "cache_read_input_tokens": 900_000, "cache_creation_input_tokens": 100_000},
+    "complex": {"input_tokens": 120_000, "output_tokens": 50_000,
+                "cache_read_input_tokens": 2_500_000, "cache_creation_input_tokens": 250_000},
+}
+DEFAULT_MODEL = "claude-opus-5-5"
+
+
+def forecast_line(complexities: Iterable[str], prices: Prices, model: str | None,
+                  *, run_budget: float | None = None) -> str:
+    """Gate 1's cost forecast from the tasks' complexity, marked as an estimate."""
+    model = model or DEFAULT_MODEL
+    levels = list(complexities)
+    price = prices.get(model)
+    counts = {c: levels.count(c) for c in FORECAST_TOKENS if c in levels}
+    split = ", ".join(f"{n} {c}" for c, n in counts.items())
+    if price is None:
+        return (f"Cost forecast: unknown (no price for model {model}; add "
+                f"[prices.\"{model}\"] to the config) for {len(levels)} task(s) ({split}).")
+    cost = sum(price.cost(FORECAST_TOKENS[c]) for c in levels)
+    text = (f"Cost forecast (an ESTIMATE from task complexity, not a measurement): about "
+            f"{money(cost)} for {len(levels)} task(s) ({split}) on {model}")
+    if run_budget is not None:
+        text += f"; the run's budget is {money(run_budget)}"
+    return text + "."

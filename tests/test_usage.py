@@ -254,3 +254,28 @@ def test_headless_calls_are_in_gate2s_costs(
     lines = usage.headless_lines(evidence, ledger, "agent")
     assert lines[1][0].startswith("auditor: unknown")
     assert usage.summary_lines({"a": task_usage}, lines)[-1].startswith("run total: unknown")
+
+
+def test_gate1_shows_a_forecast_marked_as_an_estimate(
+    git_repo: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from loop_orchestrator.cli.main import run_cli
+
+    plan = git_repo / "plan.yaml"
+    tasks = [{"id": tid, "objective": "o", "owns": [f"src/{tid}.py"], "complexity": level,
+              "done": [{"criterion": "c", "check": "pytest -q"}]}
+             for tid, level in (("a", "simple"), ("b", "complex"), ("c", "simple"))]
+    plan.write_text(json.dumps({"goal": "g", "tasks": tasks}), encoding="utf-8")
+    cfg = git_repo / ".loop-orchestrator" / "config.toml"
+    cfg.parent.mkdir(exist_ok=True)
+    cfg.write_text("[run]\nmax_cost_usd = 12.5\n", encoding="utf-8")
+    assert run_cli(["plan", str(plan), "--repo", str(git_repo)]) == 0
+    out = capsys.readouterr().out
+    expected = (2 * OPUS.cost(usage.FORECAST_TOKENS["simple"])
+                + OPUS.cost(usage.FORECAST_TOKENS["complex"]))
+    assert (f"Cost forecast (an ESTIMATE from task complexity, not a measurement): about "
+            f"{usage.money(expected)} for 3 task(s) (2 simple, 1 complex) on claude-opus-5-5; "
+            "the run's budget is $12.5000.") in out
+    # a model without a price: the forecast says unknown and why, never $0
+    line = usage.forecast_line(["medium"], usage.DEFAULT_PRICES, "claude-nova-9")
+    assert line.startswith("Cost forecast: unknown (no price for model claude-nova-9")
