@@ -73,6 +73,12 @@ class RunConfig(_Section):
     #: each task's budget in dollars (a plan task's ``max_cost_usd`` wins): a task over it
     #: is blocked at its next turn boundary
     task_max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    #: after the model API gave up on a session (429 / overloaded, Claude Code's
+    #: StopFailure), seconds before lo-orch resumes it with a short prompt
+    limit_wait_seconds: float = Field(default=60, gt=0, allow_inf_nan=False)
+    #: after a usage limit's reset time, seconds lo-orch leaves Claude Code to resume by
+    #: itself before it sends the short prompt
+    usage_limit_grace_seconds: float = Field(default=150, ge=0, allow_inf_nan=False)
 
 
 class AuditorConfig(_Section):

@@ -30,6 +30,8 @@ LEDGER_FIELDS = ("session_id", "error", "notification_type", "message", "reason"
                  "prompt_chars", "prompt_sha256", "tool_name", "tool_summary")
 #: hook events that end a turn: the task's usage is read again there, its budget checked
 TURN_ENDS = ("Stop", "StopFailure", "SessionEnd")
+#: StopFailure ``error`` values that mean "the API refused for a while" (Claude Code 2.1.332)
+LIMIT_ERRORS = ("rate_limit", "server_error", "overloaded")
 
 
 class Reports:
@@ -44,6 +46,7 @@ class Reports:
         ask_again: Callable[[str, str], None],
         turn_ended: Callable[[str], str | None] | None = None,
         block: Callable[[str, str], None] | None = None,
+        limit_hit: Callable[[str, str], None] | None = None,
     ) -> None:
         self.record = record
         self.store = store
@@ -54,6 +57,8 @@ class Reports:
         #: a reason when the task is over its budget (then ``block`` stops it)
         self.turn_ended = turn_ended
         self.block = block
+        #: a StopFailure for a rate or usage limit: the supervisor parks the task
+        self.limit_hit = limit_hit
 
     def handle(self, request: Request) -> Reply | None:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
@@ -163,6 +168,14 @@ class Reports:
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
         if over_budget and self.block is not None:
             self.block(tid, over_budget)
+        elif (event == "StopFailure" and payload.get("error") in LIMIT_ERRORS
+              and self.limit_hit is not None):
+            self.limit_hit(tid, str(payload["error"]))
+        elif event == "UserPromptSubmit" and st.limit_until:
+            # a prompt reached the session (Claude Code's own resume after a usage limit,
+            # or lo-orch's): it works again
+            self.record.update_task(tid, limit_until=None, limit_kind=None)
+            self.event("limit_over", tid, message="the session works again")
         return reply
 
 

@@ -235,7 +235,7 @@ class Supervisor:
         self.run_budget_noted = False
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
                                self._ask_again, turn_ended=self._turn_ended,
-                               block=self._block)
+                               block=self._block, limit_hit=self._limit_hit)
         # the checks' Python environments as they are before any agent runs
         from loop_orchestrator.verify import pyenv
 
@@ -422,7 +422,9 @@ class Supervisor:
             self._dispatch(statuses)
             self._check_sessions(statuses)
             phases = {t: s.phase for t, s in self._statuses().items()}
-            for tid in self._ready(phases):
+            limited = any(s.limit_until for s in self._statuses().values())
+            for tid in [] if limited else self._ready(phases):
+                # (no new session while a limit holds the account)
                 if tid in self.jobs:
                     continue
                 spent = self._run_budget_spent(tid)
@@ -597,6 +599,10 @@ class Supervisor:
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
                 continue
+            if st.limit_until:
+                if time.time() >= _ts(st.limit_until):
+                    self._submit(tid, self._resume_after_limit)
+                continue  # parked by a limit: not a stall
             if alive.get(st.pane_id):
                 self._check_stall(st)
                 continue
@@ -828,6 +834,45 @@ class Supervisor:
         self.reported_blocked.add(tid)
         self._event("task_blocked", tid, message=reason)
         self._move(tid, Event.BLOCK, error=reason)
+
+    # rate and usage limits ------------------------------------------------------------------
+    def _limit_hit(self, tid: str, error: str) -> None:
+        """Claude Code gave up on a turn for a limit: park the task until it resets."""
+        from datetime import UTC, datetime, timedelta
+
+        from loop_orchestrator import limits
+
+        st = self.record.task(tid)
+        if st.phase not in WORKING_PHASES:
+            return
+        now = datetime.now(UTC)
+        screen = self.backend.capture(st.pane_id, lines=60) if st.pane_id else ""
+        reset = limits.usage_limit_reset(screen, now)
+        if reset is not None:
+            kind, reason = "usage_limit", f"usage limit, resets {reset:%H:%M} UTC"
+            until = reset + timedelta(seconds=self.settings.run.usage_limit_grace_seconds)
+        else:
+            kind, reason = "rate_limit", f"{error} from the model API"
+            until = now + timedelta(seconds=self.settings.run.limit_wait_seconds)
+        until_iso = until.isoformat(timespec="seconds")
+        self._set(tid, limit_until=until_iso, limit_reason=reason, limit_kind=kind,
+                  limit_hits=st.limit_hits + 1,
+                  waiting_for=f"waiting_limit: {reason}; lo-orch resumes it at "
+                  f"{until:%H:%M:%S} UTC")
+        self._event("limit_hit", tid, error=error, kind=kind, until=until_iso, message=reason)
+
+    def _resume_after_limit(self, tid: str) -> None:
+        """The limit's time is up and the session did not resume by itself: a short prompt."""
+        st = self.record.task(tid)
+        if not st.limit_until or st.phase not in WORKING_PHASES:
+            return
+        reason = st.limit_reason or "a limit"
+        self._set(tid, limit_until=None, limit_kind=None, waiting_for=None)
+        self._event("limit_resumed", tid, message=reason)
+        phase = st.phase.value if st.rework_count == 0 or st.phase != Phase.IMPLEMENTING \
+            else f"{st.phase.value} (rework {st.rework_count})"
+        self._deliver_raw(tid, briefs.render("prompt_resume_limit.md.j2", task=tid,
+                                             reason=reason, phase=phase))
 
     # usage and budgets ----------------------------------------------------------------------
     def _refresh_usage(self, tid: str) -> usage.Usage | None:

@@ -279,3 +279,28 @@ def test_gate1_shows_a_forecast_marked_as_an_estimate(
     # a model without a price: the forecast says unknown and why, never $0
     line = usage.forecast_line(["medium"], usage.DEFAULT_PRICES, "claude-nova-9")
     assert line.startswith("Cost forecast: unknown (no price for model claude-nova-9")
+
+
+def test_a_usage_limit_message_gives_its_reset_time() -> None:
+    from datetime import UTC, datetime
+
+    from loop_orchestrator.limits import usage_limit_reset
+
+    now = datetime(2026, 11, 30, 1, 30, tzinfo=UTC)
+    screen = "⎿ You've hit your 5-hour limit · resets 2:11am (UTC)\n/upgrade to increase"
+    assert usage_limit_reset(screen, now) == datetime(2026, 11, 30, 2, 11, tzinfo=UTC)
+    # a reset time already past today is tomorrow's; pm and 24-hour forms
+    assert usage_limit_reset("limit · resets 1am (UTC)", now) == datetime(
+        2026, 12, 1, 1, 0, tzinfo=UTC)
+    assert usage_limit_reset("limit · resets 11:05pm (UTC)", now) == datetime(
+        2026, 11, 30, 23, 5, tzinfo=UTC)
+    assert usage_limit_reset("limit · resets 14:05 (UTC)", now) == datetime(
+        2026, 11, 30, 14, 5, tzinfo=UTC)
+    # the last message on screen counts
+    two = "limit · resets 2am (UTC)\n...\nlimit · resets 3am (UTC)"
+    assert usage_limit_reset(two, now) == datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+    # no limit message, another time zone, nonsense times: no reset time is guessed
+    for screen in ("resets 2am (UTC)", "limit · resets 2:11am (Europe/Paris)",
+                   "limit · resets 13pm (UTC)", "limit · resets 25:00 (UTC)",
+                   "API Error: 429 rate_limit_error"):
+        assert usage_limit_reset(screen, now) is None, screen

@@ -11,7 +11,10 @@ import contextlib
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +244,58 @@ def test_the_run_stops_launching_when_its_budget_is_spent(files: demo.DemoFiles)
         assert outcome.state == "review", outcome.message
         assert endpoint.logged(kind="reply", task=second)
     assert Store(RunDir(files.repo)).read_status(first).phase == Phase.INTEGRATED
+
+
+def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
+    files: demo.DemoFiles,
+) -> None:
+    """429 with a long retry-after: Claude Code gives up on the turn (StopFailure
+    rate_limit); the task waits (`waiting_limit`), no new session starts meanwhile, and it
+    is resumed after the (shortened) wait: neither a stall nor a rework round."""
+    only(files, "tokenize", "slug")
+    _set_plan(files, lambda p: p.update(concurrency=1))  # slug waits for a free slot
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        settings.run.limit_wait_seconds = 6
+        approve(files, settings)
+        seen: list[tuple[str | None, str | None]] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            # one 429 with a long retry-after, once tokenize has begun to implement
+            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
+                "prompt_kind") == "implement" for r in rs), 120)
+            endpoint.fail(429, times=1, task="tokenize", retry_after=120)
+            while not stop.is_set():
+                with contextlib.suppress(Exception):
+                    st = Store(RunDir(files.repo)).read_status("tokenize")
+                    doc = core.status_document(files.repo)
+                    slug = next(t for t in doc["tasks"] if t["task"] == "slug")
+                    if st.limit_until:
+                        seen.append((st.waiting_for, slug["phase"]))
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            outcome = Supervisor(files.repo, settings).run()
+        finally:
+            stop.set()
+            watcher.join()
+        assert outcome.state == "review", outcome.message
+        errors = endpoint.logged(task="tokenize", status=429)
+        assert len(errors) == 1, errors  # no retry storm: retry-after was long
+    (hit,) = ledger(files.repo, "limit_hit", "tokenize")
+    assert hit["error"] == "rate_limit" and hit["kind"] == "rate_limit"
+    (resumed,) = ledger(files.repo, "limit_resumed", "tokenize")
+    waited = (datetime.fromisoformat(resumed["ts"]) - datetime.fromisoformat(hit["ts"]))
+    assert 5 <= waited.total_seconds() < 30, waited
+    assert seen and all(w and w.startswith("waiting_limit: rate_limit from the model API")
+                        for w, _ in seen), seen
+    # while the limit held, the other task was not launched
+    assert all(phase == "pending" for _, phase in seen), seen
+    st = Store(RunDir(files.repo)).read_status("tokenize")
+    assert st.phase == Phase.INTEGRATED and st.rework_count == 0 and not st.nudged
+    assert st.limit_hits == 1 and st.limit_until is None
+    assert not ledger(files.repo, "nudged") and not ledger(files.repo, "rework")
+    assert Store(RunDir(files.repo)).read_status("slug").phase == Phase.INTEGRATED
