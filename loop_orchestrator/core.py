@@ -213,6 +213,8 @@ def waiting_for(st: TaskStatus, run_phase: RunPhase, *, alive: bool, deps: list[
     if st.phase == Phase.PENDING:
         return "the supervisor to start it"
     if st.phase in (Phase.PLANNING, Phase.IMPLEMENTING, Phase.LAUNCHING):
+        if st.limit_until and st.waiting_for:  # "waiting_limit: ...; lo-orch resumes it at"
+            return st.waiting_for
         if st.waiting_for:  # a permission dialog, named by the PermissionRequest hook
             return f"{st.waiting_for}; answer it with `lo-orch attach {task}`"
         if st.last_event == "Notification" and st.last_notification == "permission_prompt":

@@ -336,7 +336,7 @@ def retry_task(repo: Path, task: str, *, note: str | None = None,
     who = note or "a person asked to try again"
     changes: dict[str, Any] = {
         "error": None, "relaunches": 0, "nudged": False, "delivered": None, "delivering": None,
-        "stop_blocks": 0,
+        "stop_blocks": 0, "limit_until": None, "limit_kind": None,
         "note": f"retried: {who}",
     }
     if budget is not None:

@@ -422,7 +422,8 @@ class Supervisor:
             self._dispatch(statuses)
             self._check_sessions(statuses)
             phases = {t: s.phase for t, s in self._statuses().items()}
-            limited = any(s.limit_until for s in self._statuses().values())
+            limited = any(s.limit_until and s.phase in WORKING_PHASES
+                          for s in self._statuses().values())
             for tid in [] if limited else self._ready(phases):
                 # (no new session while a limit holds the account)
                 if tid in self.jobs:
