@@ -7,7 +7,7 @@ line names its reset time: ``You've hit your 5-hour limit · resets 2:11am (UTC)
 supervisor parks such a session (``waiting_limit``, not a stall, not a failure) and resumes
 it after the reset, or after ``[run] limit_wait_seconds`` for a plain rate limit.
 
-Module API: ``usage_limit_reset(screen, now)``.
+Module API: ``usage_limit_reset(screen, now)``, ``Governor`` (concurrency under 429s).
 """
 
 from __future__ import annotations
@@ -40,3 +40,36 @@ def usage_limit_reset(screen: str, now: datetime) -> datetime | None:
     if reset <= now:
         reset += timedelta(days=1)
     return reset
+
+
+class Governor:
+    """Concurrency under rate limits: one slot less after each ``hits_to_lower`` limit hits
+    within ``window`` seconds (never below 1), one slot more after ``quiet`` seconds
+    without a hit (never above the configured cap)."""
+
+    def __init__(self, cap: int, *, hits_to_lower: int = 2, window: float = 300.0,
+                 quiet: float = 600.0) -> None:
+        self.cap = cap
+        self.current = cap
+        self.hits_to_lower = hits_to_lower
+        self.window = window
+        self.quiet = quiet
+        self.hits: list[float] = []
+        self.changed_at = 0.0
+
+    def hit(self, now: float) -> int:
+        """A limit hit at ``now``; the concurrency to use."""
+        self.hits = [t for t in self.hits if now - t < self.window] + [now]
+        if len(self.hits) >= self.hits_to_lower and self.current > 1:
+            self.current -= 1
+            self.hits = []
+            self.changed_at = now
+        return self.current
+
+    def tick(self, now: float) -> int:
+        """The concurrency to use at ``now`` (raised again after a quiet period)."""
+        last = max([*self.hits, self.changed_at])
+        if self.current < self.cap and now - last >= self.quiet:
+            self.current += 1
+            self.changed_at = now
+        return self.current

@@ -31,6 +31,7 @@ from filelock import FileLock, Timeout
 from loop_orchestrator import (
     briefs,
     lifecycle,
+    limits,
     listener,
     procinfo,
     recovery,
@@ -232,6 +233,8 @@ class Supervisor:
         self.reported_blocked: set[str] = set()
         self.plan_ids = [t.id for t in self.plan.tasks]
         self.prices = usage.prices_from(settings)
+        #: concurrency lowered after repeated rate limits, raised after a quiet period
+        self.governor = limits.Governor(self.cap)
         self.run_budget_noted = False
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
                                self._ask_again, turn_ended=self._turn_ended,
@@ -454,10 +457,15 @@ class Supervisor:
         return not self._ready(phases)
 
     def _ready(self, phases: dict[str, Phase]) -> list[str]:
+        before = self.governor.current
+        cap = self.governor.tick(time.time())
+        if cap != before:
+            self._event("concurrency_raised", concurrency=cap,
+                        message=f"no rate limit for a while: up to {cap} sessions again")
         return schedule.ready_tasks(
             self.plan,
             phases,
-            self.cap,
+            cap,
             strict_waves=self.settings.run.strict_waves,
             wave_numbers=self.waves,
             deps=self.deps,
@@ -841,8 +849,6 @@ class Supervisor:
         """Claude Code gave up on a turn for a limit: park the task until it resets."""
         from datetime import UTC, datetime, timedelta
 
-        from loop_orchestrator import limits
-
         st = self.record.task(tid)
         if st.phase not in WORKING_PHASES:
             return
@@ -861,6 +867,11 @@ class Supervisor:
                   waiting_for=f"waiting_limit: {reason}; lo-orch resumes it at "
                   f"{until:%H:%M:%S} UTC")
         self._event("limit_hit", tid, error=error, kind=kind, until=until_iso, message=reason)
+        before = self.governor.current
+        if kind == "rate_limit" and self.governor.hit(time.time()) < before:
+            self._event("concurrency_lowered", concurrency=self.governor.current,
+                        message=f"repeated rate limits: at most {self.governor.current} "
+                        "session(s) at once for now")
 
     def _resume_after_limit(self, tid: str) -> None:
         """The limit's time is up and the session did not resume by itself: a short prompt."""

@@ -304,3 +304,18 @@ def test_a_usage_limit_message_gives_its_reset_time() -> None:
                    "limit · resets 13pm (UTC)", "limit · resets 25:00 (UTC)",
                    "API Error: 429 rate_limit_error"):
         assert usage_limit_reset(screen, now) is None, screen
+
+
+def test_concurrency_drops_after_repeated_rate_limits_and_recovers() -> None:
+    from loop_orchestrator.limits import Governor
+
+    g = Governor(3, hits_to_lower=2, window=300, quiet=600)
+    assert g.hit(0) == 3  # one hit: nothing yet
+    assert g.hit(400) == 3  # the first hit is out of the window
+    assert g.hit(450) == 2  # two within the window: one slot less
+    assert g.hit(460) == 2 and g.hit(470) == 1
+    assert g.hit(480) == 1 and g.hit(490) == 1  # never below one
+    assert g.tick(490 + 599) == 1  # not quiet long enough
+    assert g.tick(490 + 600) == 2  # a quiet period: one slot more
+    assert g.tick(490 + 900) == 2 and g.tick(490 + 1200) == 3
+    assert g.tick(10_000) == 3  # never above the configured cap
