@@ -68,6 +68,17 @@ class RunConfig(_Section):
     strict_waves: bool = False
     #: seconds between prompt deliveries to different panes
     stagger_seconds: float = Field(default=0.3, ge=0)
+    #: the run's budget in dollars: no session is launched once the run's spend reaches it
+    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    #: each task's budget in dollars (a plan task's ``max_cost_usd`` wins): a task over it
+    #: is blocked at its next turn boundary
+    task_max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    #: after the model API gave up on a session (429 / overloaded, Claude Code's
+    #: StopFailure), seconds before lo-orch resumes it with a short prompt
+    limit_wait_seconds: float = Field(default=60, gt=0, allow_inf_nan=False)
+    #: after a usage limit's reset time, seconds lo-orch leaves Claude Code to resume by
+    #: itself before it sends the short prompt
+    usage_limit_grace_seconds: float = Field(default=150, ge=0, allow_inf_nan=False)
 
 
 class AuditorConfig(_Section):
@@ -98,6 +109,15 @@ class SandboxConfig(_Section):
     mode: Literal["auto", "bwrap", "off"] = "auto"
 
 
+class PriceConfig(_Section):
+    """``[prices."<model>"]``: dollars per million tokens (usage.py)."""
+
+    input: float = Field(ge=0, allow_inf_nan=False)
+    output: float = Field(ge=0, allow_inf_nan=False)
+    cache_read: float = Field(ge=0, allow_inf_nan=False)
+    cache_write: float = Field(ge=0, allow_inf_nan=False)
+
+
 class Settings(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     run: RunConfig = Field(default_factory=RunConfig)
@@ -105,6 +125,8 @@ class Settings(_Section):
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    #: per-model prices on top of usage.DEFAULT_PRICES
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
 
 
 def user_config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -150,9 +172,9 @@ def _env_layer(env: Mapping[str, str]) -> dict[str, Any]:
         rest = name[len("LO_ORCH_") :].lower()
         section, _, key = rest.partition("_")
         field = sections.get(section)
-        if field is None or field.annotation is None:
+        section_fields = getattr(field.annotation, "model_fields", None) if field else None
+        if section_fields is None:  # not a section of fields (e.g. [prices])
             continue
-        section_fields = field.annotation.model_fields
         if key not in section_fields:
             continue
         layer.setdefault(section, {})[key] = _parse_env_value(raw)
@@ -201,7 +223,8 @@ def load_settings(
             msg = f"invalid settings from {source}: {problems}"
             raise ConfigError(
                 msg,
-                hint="See the [agent], [run], [auditor], [workspace] and [verify] keys in README.",
+                hint="See the [agent], [run], [auditor], [workspace], [verify] and [prices] keys "
+                "in README.",
             ) from exc
         merged = candidate
     return Settings.model_validate(merged)

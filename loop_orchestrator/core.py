@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator import plan as planmod
-from loop_orchestrator import runs, schedule, workspace
+from loop_orchestrator import runs, schedule, usage, workspace
 from loop_orchestrator.config import Settings, load_settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.runs import PlanSummary
@@ -69,6 +69,10 @@ def record_plan(
         created_at=created_at,
     )
     main = workspace.main_checkout(repo)
+    summary.notes.append(usage.forecast_line(
+        [t.complexity for t in plan.tasks], usage.prices_from(settings), settings.agent.model,
+        run_budget=settings.run.max_cost_usd) if settings.agent.kind == "claude" else
+        f"Cost forecast: unknown (the agent, kind {settings.agent.kind}, is not Claude Code).")
     summary.checkout = repo
     summary.main_checkout = main
     return summary
@@ -81,6 +85,10 @@ def plan_from_goal(repo: Path, goal: str, settings: Settings) -> PlanSummary:
     draft = intake_goal.draft_from_goal(repo, goal, settings)
     summary = plan_from_file(repo, draft.path, settings)
     summary.notes.extend(draft.notes)
+    # what the planning calls cost, for Gate 2 (the new run's ledger)
+    Store.for_repo(repo).append_ledger(
+        "planning_usage", calls=draft.usage.calls, turns=draft.usage.turns,
+        cost_usd=draft.usage.cost_usd, session_ids=draft.usage.session_ids)
     return summary
 
 
@@ -103,7 +111,9 @@ def status_document(repo: Path) -> dict[str, Any]:
     """``{"run": {...}, "tasks": [status objects]}`` (contract of `status --json`).
 
     Extended (additively): ``run.supervisor = {"alive", "pid"}`` — the process holding the
-    supervisor lock now — and per task ``"waiting_for"``, what it waits for in plain words.
+    supervisor lock now — and per task ``"waiting_for"``, what it waits for in plain words;
+    ``run.usage``, the tasks' ``usage`` summed (usage.Usage.as_json; ``cost_usd`` None when
+    any task's cost is unknown).
     """
     from loop_orchestrator.record import Record
     from loop_orchestrator.supervisor import lock_holder
@@ -143,6 +153,8 @@ def status_document(repo: Path) -> dict[str, Any]:
         tasks.append(doc)
     run = state.model_dump(mode="json")
     run["supervisor"] = {"alive": pid is not None, "pid": pid}
+    run["usage"] = usage.total(usage.Usage.from_json(t.get("usage")) for t in tasks
+                               if t.get("usage") is not None).as_json()
     return {"run": run, "tasks": tasks}
 
 
@@ -201,6 +213,8 @@ def waiting_for(st: TaskStatus, run_phase: RunPhase, *, alive: bool, deps: list[
     if st.phase == Phase.PENDING:
         return "the supervisor to start it"
     if st.phase in (Phase.PLANNING, Phase.IMPLEMENTING, Phase.LAUNCHING):
+        if st.limit_until and st.waiting_for:  # "waiting_limit: ...; lo-orch resumes it at"
+            return st.waiting_for
         if st.waiting_for:  # a permission dialog, named by the PermissionRequest hook
             return f"{st.waiting_for}; answer it with `lo-orch attach {task}`"
         if st.last_event == "Notification" and st.last_notification == "permission_prompt":
@@ -254,7 +268,7 @@ def age(iso: str | None, now: float | None = None) -> str:
 
 #: the columns of `lo-orch status` (the last one, the note, is cut to the width)
 STATUS_HEADERS = ("task", "wave", "phase", "in phase", "waiting for", "rework",
-                  "last activity", "pane", "note")
+                  "last activity", "pane", "cost", "note")
 
 
 def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> list[list[str]]:
@@ -269,7 +283,7 @@ def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> li
             activity += f" {age(t.get('last_event_at'), now)} ago"
         rows.append([
             t["task"], str(t["wave"]), t["phase"], age(since, now), t.get("waiting_for") or "-",
-            str(t["rework_count"]), activity, pane_cell(t, alive),
+            str(t["rework_count"]), activity, pane_cell(t, alive), usage.cell(t.get("usage")),
             " ".join((t.get("error") or t.get("note") or "").split()),
         ])
     return rows

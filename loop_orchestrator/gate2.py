@@ -15,13 +15,21 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import proc, runs, workspace
+from loop_orchestrator import proc, runs, usage, workspace
 from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.errors import GateError, LoOrchError
 from loop_orchestrator.guard import refuse_in_session
 from loop_orchestrator.plan import Plan
 from loop_orchestrator.record import Record
-from loop_orchestrator.state import Phase, RunPhase, RunState, Store, atomic_write_text, now_iso
+from loop_orchestrator.state import (
+    Phase,
+    RunDir,
+    RunPhase,
+    RunState,
+    Store,
+    atomic_write_text,
+    now_iso,
+)
 
 
 @dataclass
@@ -124,6 +132,8 @@ class Review:
     feature: str
     #: disputed findings and heuristic warnings of the integrated tasks, for the person
     notes: list[str] = field(default_factory=list)
+    #: what each task's session cost, and the run's total (usage.summary_lines)
+    costs: list[str] = field(default_factory=list)
 
 
 def _verdict_notes(repo: Path, rec: Record) -> list[str]:
@@ -169,6 +179,10 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
         diff=workspace.diff_text(repo, base, commit),
         feature=branch or state.feature_branch,
         notes=_verdict_notes(repo, rec),
+        costs=usage.summary_lines(
+            {t: st.usage for t, st in runs.open_record(repo).tasks().items()},
+            usage.headless_lines(RunDir(repo).evidence_dir, Store.for_repo(repo).read_ledger(),
+                                 load_settings(repo).auditor.llm)),
     )
 
 

@@ -55,6 +55,9 @@ class Task(_Model):
     depends_on: list[str] = Field(default_factory=list)
     done: list[DoneCheck]
     complexity: Literal["simple", "medium", "complex"] = "medium"
+    #: optional budget in dollars for this task's session (wins over [run]
+    #: task_max_cost_usd); over it, the task is blocked at its next turn boundary
+    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @property
     def label(self) -> str:

@@ -29,6 +29,10 @@ Reply = dict[str, Any]
 #: the fields of a hook payload that go to the ledger
 LEDGER_FIELDS = ("session_id", "error", "notification_type", "message", "reason", "source",
                  "prompt_chars", "prompt_sha256", "tool_name", "tool_summary")
+#: hook events that end a turn: the task's usage is read again there, its budget checked
+TURN_ENDS = ("Stop", "StopFailure", "SessionEnd")
+#: StopFailure ``error`` values that mean "the API refused for a while" (Claude Code 2.1.332)
+LIMIT_ERRORS = ("rate_limit", "server_error", "overloaded")
 
 
 class Reports:
@@ -41,12 +45,21 @@ class Reports:
         task_ids: list[str],
         event: Callable[..., None],
         ask_again: Callable[[str, str], None],
+        turn_ended: Callable[[str], str | None] | None = None,
+        block: Callable[[str, str], None] | None = None,
+        limit_hit: Callable[[str, str], None] | None = None,
     ) -> None:
         self.record = record
         self.store = store
         self.task_ids = set(task_ids)
         self.event = event  # the supervisor's ledger-and-progress call
         self.ask_again = ask_again
+        #: at a turn boundary (Stop, StopFailure, SessionEnd): refresh the task's usage;
+        #: a reason when the task is over its budget (then ``block`` stops it)
+        self.turn_ended = turn_ended
+        self.block = block
+        #: a StopFailure for a rate or usage limit: the supervisor parks the task
+        self.limit_hit = limit_hit
 
     def handle(self, request: Request) -> Reply | None:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
@@ -150,10 +163,14 @@ class Reports:
             # sends right after is judged against the prompt it really has
             changes |= {"delivered": st.delivering, "delivering": None}
         reply: Reply = {"exit_code": 0}
+        over_budget = (self.turn_ended(tid) if self.turn_ended is not None
+                       and event in TURN_ENDS else None)
         if event == "Stop":
             active = payload.get("stop_hook_active") is True
             cmd = request.message.get("bin")
-            reason = lifecycle.stop_decision(st, active, cmd if isinstance(cmd, str) else "lo-orch")
+            # a task over its budget may stop: it is blocked below, not sent back to work
+            reason = None if over_budget else lifecycle.stop_decision(
+                st, active, cmd if isinstance(cmd, str) else "lo-orch")
             fields["stop_hook_active"] = active
             fields["decision"] = "block" if reason else "allow"
             if reason:
@@ -164,6 +181,16 @@ class Reports:
         self.record.update_task(tid, **changes)
         if changes.get("waiting_for"):
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
+        if over_budget and self.block is not None:
+            self.block(tid, over_budget)
+        elif (event == "StopFailure" and payload.get("error") in LIMIT_ERRORS
+              and self.limit_hit is not None):
+            self.limit_hit(tid, str(payload["error"]))
+        elif event == "UserPromptSubmit" and st.limit_until:
+            # a prompt reached the session (Claude Code's own resume after a usage limit,
+            # or lo-orch's): it works again
+            self.record.update_task(tid, limit_until=None, limit_kind=None)
+            self.event("limit_over", tid, message="the session works again")
         return reply
 
 

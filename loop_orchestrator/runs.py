@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,7 +291,8 @@ def load_approved(repo: Path) -> tuple[Record, Plan]:
     return rec, plan
 
 
-def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
+def retry_task(repo: Path, task: str, *, note: str | None = None,
+               budget: float | None = None) -> TaskStatus:
     """A person unblocks a blocked or failed task: it goes back to work with a fresh rework
     budget and relaunch, through a new rework round whose review carries ``note``. After
     the integration command failed in a way lo-orch could not route, a person can also
@@ -299,6 +301,10 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     A task that never got a worktree starts from the top; one that was planning plans
     again; anything further gets a rework prompt. The supervisor (running, or the next
     `lo-orch run`) delivers the prompt, relaunching the session if it is gone.
+
+    ``budget`` (dollars, `--budget`) becomes the task's total budget, over the plan's and
+    the config's, and lets it start although the run's budget is spent. A task blocked for
+    its budget and retried without a larger one is blocked again at its next turn end.
     """
     from loop_orchestrator import lifecycle
 
@@ -313,6 +319,15 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
         msg = (f"task {task!r} is {st.phase.value}; only a blocked or failed task (or, after "
                "the integration command failed, an integrated one) can be retried")
         raise StateError(msg, hint="`lo-orch status` shows every task's phase.")
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        msg = f"--budget must be a positive number of dollars, not {budget!r}"
+        raise StateError(msg, hint=f"For example: `lo-orch retry {task} --budget 5`.")
+    spent = (st.usage or {}).get("cost_usd")
+    if budget is not None and isinstance(spent, (int, float)) and budget <= spent:
+        msg = (f"--budget {budget:g} is not more than task {task!r} has spent already "
+               f"(${spent:.4f}); the budget is the task's total, not an addition")
+        raise StateError(msg, hint=f"Give a larger total, e.g. `lo-orch retry {task} "
+                         f"--budget {math.ceil(spent * 2 + 1)}`.")
     reason = st.error or st.note or st.phase.value
     if reopen:
         reason = (f"its work is merged, but the integration command "
@@ -321,9 +336,11 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     who = note or "a person asked to try again"
     changes: dict[str, Any] = {
         "error": None, "relaunches": 0, "nudged": False, "delivered": None, "delivering": None,
-        "stop_blocks": 0,
+        "stop_blocks": 0, "limit_until": None, "limit_kind": None,
         "note": f"retried: {who}",
     }
+    if budget is not None:
+        changes["budget_usd"] = budget
     plan_written = store.dirs.agent_plan_path(task).exists()
     if not st.worktree:
         event = lifecycle.Event.RETRY_START
@@ -345,7 +362,7 @@ def retry_task(repo: Path, task: str, *, note: str | None = None) -> TaskStatus:
     changes["phase"] = lifecycle.next_phase(st.phase, event)
     store.append_ledger("task_retried", task=task, run=state.name,
                         phase=changes["phase"].value, previous=st.phase.value, reason=reason,
-                        note=note)
+                        note=note, **({"budget_usd": budget} if budget is not None else {}))
     new = rec.update_task(task, **changes)
     if state.phase in (RunPhase.AWAITING_MERGE_REVIEW,) or reopen:
         # the reviewed result left this task out: it must be integrated and tested again

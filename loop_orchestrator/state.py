@@ -121,6 +121,23 @@ class TaskStatus(BaseModel):
     #: heuristic findings the session disputes with its last impl_done,
     #: ``[{"check", "note"}]`` (issue 14; judged by the next verification)
     disputes: list[dict[str, str]] = Field(default_factory=list)
+    #: tokens and dollars of the task's session so far, from Claude Code's transcript
+    #: (usage.Usage.as_json: the four token counts, cost_usd (None = unknown),
+    #: cost_known, models, notes, measured); None before anything was measured
+    usage: dict[str, Any] | None = None
+    #: the same per rework round (key: the round number as a string)
+    usage_rounds: dict[str, dict[str, Any]] | None = None
+    #: the task's budget in dollars a person set with `lo-orch retry --budget`
+    budget_usd: float | None = None
+    #: the session is parked by a rate or usage limit until then (``waiting_limit``):
+    #: not a stall, not a failure; lo-orch resumes it after that time
+    limit_until: str | None = None
+    #: why, in plain words (``rate_limit from the model API``, ``usage limit, resets ...``)
+    limit_reason: str | None = None
+    #: ``rate_limit`` (lo-orch resumes it) or ``usage_limit`` (Claude Code resumes by
+    #: itself after the reset; lo-orch only if it did not)
+    limit_kind: str | None = None
+    limit_hits: int = 0
 
 
 class RunState(BaseModel):

@@ -31,11 +31,13 @@ from filelock import FileLock, Timeout
 from loop_orchestrator import (
     briefs,
     lifecycle,
+    limits,
     listener,
     procinfo,
     recovery,
     runs,
     schedule,
+    usage,
     workspace,
 )
 from loop_orchestrator.agents.base import (
@@ -230,8 +232,13 @@ class Supervisor:
         self.last_liveness = 0.0
         self.reported_blocked: set[str] = set()
         self.plan_ids = [t.id for t in self.plan.tasks]
+        self.prices = usage.prices_from(settings)
+        #: concurrency lowered after repeated rate limits, raised after a quiet period
+        self.governor = limits.Governor(self.cap)
+        self.run_budget_noted = False
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
-                               self._ask_again)
+                               self._ask_again, turn_ended=self._turn_ended,
+                               block=self._block, limit_hit=self._limit_hit)
         # the checks' Python environments as they are before any agent runs
         from loop_orchestrator.verify import pyenv
 
@@ -418,8 +425,16 @@ class Supervisor:
             self._dispatch(statuses)
             self._check_sessions(statuses)
             phases = {t: s.phase for t, s in self._statuses().items()}
-            for tid in self._ready(phases):
+            limited = any(s.limit_until and s.phase in WORKING_PHASES
+                          for s in self._statuses().values())
+            for tid in [] if limited else self._ready(phases):
+                # (no new session while a limit holds the account)
                 if tid in self.jobs:
+                    continue
+                spent = self._run_budget_spent(tid)
+                if spent:
+                    self._block(tid, spent)
+                    phases[tid] = Phase.BLOCKED
                     continue
                 self._event("task_released", tid, wave=self.waves[tid])
                 self._move(tid, Event.RELEASE, error=None)
@@ -442,10 +457,15 @@ class Supervisor:
         return not self._ready(phases)
 
     def _ready(self, phases: dict[str, Phase]) -> list[str]:
+        before = self.governor.current
+        cap = self.governor.tick(time.time())
+        if cap != before:
+            self._event("concurrency_raised", concurrency=cap,
+                        message=f"no rate limit for a while: up to {cap} sessions again")
         return schedule.ready_tasks(
             self.plan,
             phases,
-            self.cap,
+            cap,
             strict_waves=self.settings.run.strict_waves,
             wave_numbers=self.waves,
             deps=self.deps,
@@ -588,6 +608,10 @@ class Supervisor:
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
                 continue
+            if st.limit_until:
+                if time.time() >= _ts(st.limit_until):
+                    self._submit(tid, self._resume_after_limit)
+                continue  # parked by a limit: not a stall
             if alive.get(st.pane_id):
                 self._check_stall(st)
                 continue
@@ -645,6 +669,11 @@ class Supervisor:
         brief = self.render_brief(task)
         self.briefs[tid] = brief
         atomic_write_text(self.rundir.brief_path(tid), brief)
+        if self.adapter.name != "claude" and st.usage is None:
+            # no transcript to read: its cost is unknown, never $0
+            self._set(tid, usage=usage.unknown(
+                f"the agent (kind {self.settings.agent.kind}) records no token usage"
+            ).as_json())
         session_id = st.session_id or str(uuid.uuid4())
         st = self._set(
             tid, worktree=str(worktree), branch=self.ws.task_branch(tid), session_id=session_id
@@ -688,6 +717,10 @@ class Supervisor:
         return "prompt_implement.md.j2"
 
     def _deliver(self, tid: str, template: str) -> None:
+        over = self._over_budget(tid)  # a new prompt is a turn boundary too
+        if over:
+            self._block(tid, over)
+            return
         self._heal_worktree(tid)
         st = self.record.task(tid)
         assert st.pane_id is not None
@@ -810,6 +843,116 @@ class Supervisor:
         self.reported_blocked.add(tid)
         self._event("task_blocked", tid, message=reason)
         self._move(tid, Event.BLOCK, error=reason)
+
+    # rate and usage limits ------------------------------------------------------------------
+    def _limit_hit(self, tid: str, error: str) -> None:
+        """Claude Code gave up on a turn for a limit: park the task until it resets."""
+        from datetime import UTC, datetime, timedelta
+
+        st = self.record.task(tid)
+        if st.phase not in WORKING_PHASES:
+            return
+        now = datetime.now(UTC)
+        screen = self.backend.capture(st.pane_id, lines=60) if st.pane_id else ""
+        reset = limits.usage_limit_reset(screen, now)
+        if reset is not None:
+            kind, reason = "usage_limit", f"usage limit, resets {reset:%H:%M} UTC"
+            until = reset + timedelta(seconds=self.settings.run.usage_limit_grace_seconds)
+        else:
+            kind, reason = "rate_limit", f"{error} from the model API"
+            until = now + timedelta(seconds=self.settings.run.limit_wait_seconds)
+        until_iso = until.isoformat(timespec="seconds")
+        self._set(tid, limit_until=until_iso, limit_reason=reason, limit_kind=kind,
+                  limit_hits=st.limit_hits + 1,
+                  waiting_for=f"waiting_limit: {reason}; lo-orch resumes it at "
+                  f"{until:%H:%M:%S} UTC")
+        self._event("limit_hit", tid, error=error, kind=kind, until=until_iso, message=reason)
+        before = self.governor.current
+        if kind == "rate_limit" and self.governor.hit(time.time()) < before:
+            self._event("concurrency_lowered", concurrency=self.governor.current,
+                        message=f"repeated rate limits: at most {self.governor.current} "
+                        "session(s) at once for now")
+
+    def _resume_after_limit(self, tid: str) -> None:
+        """The limit's time is up and the session did not resume by itself: a short prompt."""
+        st = self.record.task(tid)
+        if not st.limit_until or st.phase not in WORKING_PHASES:
+            return
+        reason = st.limit_reason or "a limit"
+        self._set(tid, limit_until=None, limit_kind=None, waiting_for=None)
+        self._event("limit_resumed", tid, message=reason)
+        phase = st.phase.value if st.rework_count == 0 or st.phase != Phase.IMPLEMENTING \
+            else f"{st.phase.value} (rework {st.rework_count})"
+        self._deliver_raw(tid, briefs.render("prompt_resume_limit.md.j2", task=tid,
+                                             reason=reason, phase=phase))
+
+    # usage and budgets ----------------------------------------------------------------------
+    def _refresh_usage(self, tid: str) -> usage.Usage | None:
+        """Read the task's session transcript again; record (and ledger) what changed.
+
+        The path is derived from the session id lo-orch chose, the worktree and the Claude
+        config dir, never taken from the session. Only for Claude Code sessions.
+        """
+        st = self.record.task(tid)
+        if self.adapter.name != "claude" or not st.session_id or not st.worktree:
+            return None
+        env = {**os.environ, **self.settings.agent.env}
+        try:
+            now = usage.session_usage(Path(st.worktree), st.session_id, env, self.prices)
+        except ValueError:  # a session id that is not a UUID: nothing lo-orch launched
+            return None
+        data = now.as_json()
+        if data == st.usage:
+            return now
+        rounds = {str(r): u.as_json() for r, u in sorted(now.rounds.items())}
+        self._set(tid, usage=data, usage_rounds=rounds)
+        self.store.append_ledger("usage", task=tid, round=st.rework_count, **data)
+        return now
+
+    def _run_usage(self) -> usage.Usage:
+        return usage.total(usage.Usage.from_json(st.usage) for st in self._statuses().values()
+                           if st.usage is not None)
+
+    def _task_budget(self, tid: str) -> float | None:
+        st = self.record.task(tid)
+        if st.budget_usd is not None:
+            return st.budget_usd
+        planned = self.plan.task(tid).max_cost_usd
+        return planned if planned is not None else self.settings.run.task_max_cost_usd
+
+    def _turn_ended(self, tid: str) -> str | None:
+        """At the end of a turn (a hook): refresh the usage; why the task must stop now, if
+        it is over its budget while it works on a prompt (a task that signalled is stopped
+        before its next prompt instead, see ``_deliver``)."""
+        if self.record.task(tid).phase not in (Phase.PLANNING, Phase.IMPLEMENTING):
+            self._refresh_usage(tid)
+            return None
+        return self._over_budget(tid)
+
+    def _over_budget(self, tid: str) -> str | None:
+        """Refresh the task's usage; why it must stop if it spent its budget (else None)."""
+        now = self._refresh_usage(tid)
+        cap = self._task_budget(tid)
+        if now is None or cap is None:
+            return None
+        if now.cost_usd is None or now.cost_usd < cap:
+            # (an unknown cost cannot be held against a budget; its notes say why)
+            return None
+        return (f"over its budget: spent {usage.money(now.cost_usd)} of "
+                f"{usage.money(cap)}; give it more with `lo-orch retry {tid} --budget "
+                "DOLLARS` (its new total budget)")
+
+    def _run_budget_spent(self, tid: str) -> str | None:
+        """Why ``tid`` may not start: the run's budget is spent (a person's own budget for
+        the task, `lo-orch retry --budget`, overrides it)."""
+        cap = self.settings.run.max_cost_usd
+        if cap is None or self.record.task(tid).budget_usd is not None:
+            return None
+        spent = self._run_usage().cost_usd
+        if spent is None or spent < cap:
+            return None
+        return (f"not started: the run's budget is spent ({usage.money(spent)} of "
+                f"{usage.money(cap)}); start it with `lo-orch retry {tid} --budget DOLLARS`")
 
     # verification and integration ----------------------------------------------------------
     def _verify(self, tid: str) -> None:
@@ -1001,6 +1144,10 @@ class Supervisor:
     def _finish(self) -> Outcome:
         from loop_orchestrator import gate2
 
+        for tid in self.plan_ids:  # the last turns' figures, before anyone reviews them
+            self._refresh_usage(tid)
+        run_usage = self._run_usage()
+        self.store.append_ledger("run_usage", **run_usage.as_json())
         statuses = self._statuses()
         stuck = {
             t: (s.error or s.note or s.phase.value)

@@ -8,10 +8,12 @@ claude`` use it; no Claude login and no network is needed.
 
 Module API
 ----------
-``ModelEndpoint(script, *, token=..., log_path=None)``
+``ModelEndpoint(script, *, token=..., log_path=None, cache=False)``
     A context manager; ``url``, ``env()`` (what a Claude Code session needs to talk to it),
     ``requests`` (every request, logged), ``fail(status, ...)`` (answer the next requests
-    with an API error), ``wait_for(predicate, timeout)``, ``close()``.
+    with an API error), ``wait_for(predicate, timeout)``, ``close()``. Each reply's usage
+    figures (logged as ``usage``) are derived from the request's size; ``cache=True``
+    reports part of it as cache reads and writes.
 ``reply_for(...)``
     The pure part: which reply a request gets (see "How a reply is chosen").
 ``main(argv)``
@@ -298,8 +300,12 @@ class ModelEndpoint:
         token: str | None = DEFAULT_TOKEN,
         log_path: Path | None = None,
         port: int = 0,
+        cache: bool = False,
     ) -> None:
         self.script = script
+        #: report part of each prompt as cache reads and writes (as prompt caching would),
+        #: so that all four usage figures are non-zero
+        self.cache = cache
         self.token = token
         self.log_path = log_path
         self.requests: list[dict[str, Any]] = []
@@ -543,8 +549,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if step.tool is not None:
             blocks.append({"type": "tool_use", "name": step.tool[0], "input": step.tool[1]})
         output_tokens = max(1, len(json.dumps(blocks)) // 4)
+        cache_read = cache_write = 0
+        if self.server.endpoint.cache:
+            cache_read, cache_write = input_tokens * 3 // 5, input_tokens // 5 + 1
+            input_tokens = max(1, input_tokens - cache_read - cache_write + 1)
         usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+                 "cache_creation_input_tokens": cache_write,
+                 "cache_read_input_tokens": cache_read}
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")

@@ -115,7 +115,7 @@ def approve_command(repo: Path | None) -> None:
 @repo_option
 def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
     """One row per task: phase and how long it has been in it, what it waits for, its
-    last activity, its session's pane and note."""
+    last activity, its session's pane, its cost so far and note."""
     from loop_orchestrator import core
 
     root = resolve_repo(repo)
@@ -128,3 +128,7 @@ def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
     doc = core.status_document(root)
     echo(core.status_title(doc))
     table(core.STATUS_HEADERS, core.status_rows(root, doc), cut_last=True)
+    from loop_orchestrator import usage
+
+    if doc["tasks"]:
+        echo(usage.line("Spent so far", usage.Usage.from_json(doc["run"]["usage"])))

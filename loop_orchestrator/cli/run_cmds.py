@@ -95,13 +95,18 @@ def run_command(
 @cli.command("retry")
 @click.argument("task")
 @click.option("--note", help="What changed, or what the session should do now (for its review).")
+@click.option("--budget", type=float, default=None,
+              help="The task's new total budget in dollars (over the plan's and the config's; "
+              "also lets it start when the run's budget is spent).")
 @repo_option
-def retry_command(task: str, note: str | None, repo: Path | None) -> None:
+def retry_command(task: str, note: str | None, budget: float | None, repo: Path | None) -> None:
     """Send a blocked or failed task back to work after you helped it."""
     from loop_orchestrator import runs
 
-    status = runs.retry_task(resolve_repo(repo), task, note=note)
+    status = runs.retry_task(resolve_repo(repo), task, note=note, budget=budget)
     echo(f"Task {task} is {status.phase.value} again (rework round {status.rework_count}).")
+    if budget is not None:
+        echo(f"Its budget is now ${budget:g} in total.")
     echo("A running supervisor picks it up now; otherwise run `lo-orch run`.")
 
 
@@ -119,6 +124,8 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
     header = (
         f"Run {rev.state.name}: {rev.state.base_sha[:12]}..{rev.commit[:12]} "
         f"-> {rev.feature}\n\n{rev.stat}\n"
+        "\nWhat it cost (actual, from each session's transcript):\n"
+        + "".join(f"  {line}\n" for line in rev.costs)
     )
     if sys.stdout.isatty():
         click.echo_via_pager(header + "\n" + rev.diff)

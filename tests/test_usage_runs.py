@@ -1,0 +1,302 @@
+"""Tokens, dollars and budgets of whole runs with the real Claude Code CLI.
+
+The scripted endpoint says what each reply used (its request log's ``usage``); Claude Code
+records it in its session transcript; lo-orch must read back exactly those figures, price
+them from its table, and show them in status, `status --json`, Gate 2 and the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_claude_runs import (  # the helpers and the demo-project fixture
+    approve,
+    files,
+    ledger,
+    only,
+    settings_for,
+)
+
+from loop_orchestrator import core, demo, gate2, usage
+from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.config import PriceConfig
+from loop_orchestrator.state import Phase, RunDir, Store
+from loop_orchestrator.supervisor import Supervisor
+
+__all__ = ["files"]  # the fixture, re-exported for pytest
+
+KEYS = usage.TOKEN_KEYS
+OPUS = usage.DEFAULT_PRICES["claude-opus-5-5"]
+
+
+@contextlib.contextmanager
+def cached_endpoint(f: demo.DemoFiles) -> Iterator[ModelEndpoint]:
+    with ModelEndpoint(load_script(f.script, model=True), cache=True,
+                       log_path=f.root / "requests.jsonl") as endpoint:
+        yield endpoint
+
+
+def sent(endpoint: ModelEndpoint, task: str) -> dict[str, int]:
+    """What the endpoint reported as used by ``task``'s replies, summed."""
+    out = dict.fromkeys(KEYS, 0)
+    for r in endpoint.logged(kind="reply", task=task):
+        for k in KEYS:
+            out[k] += r["usage"][k]
+    return out
+
+
+def lo_orch(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args, "--repo",
+                           str(repo)], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles) -> None:
+    only(files, "tokenize", "counts")  # counts fails a check once: a rework round
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "review", outcome.message
+        expected = {t: sent(endpoint, t) for t in ("tokenize", "counts")}
+        rework = dict.fromkeys(KEYS, 0)
+        for r in endpoint.logged(kind="reply", task="counts", prompt_kind="implement",
+                                 round=1):
+            for k in KEYS:
+                rework[k] += r["usage"][k]
+    for figures in expected.values():
+        assert all(figures[k] > 0 for k in KEYS), figures  # all four kinds exercised
+    doc = core.status_document(files.repo)
+    by_task = {t["task"]: t for t in doc["tasks"]}
+    total_cost = 0.0
+    for t, figures in expected.items():
+        got = by_task[t]["usage"]
+        assert {k: got[k] for k in KEYS} == figures  # tokens to the unit
+        cost = OPUS.cost(figures)
+        assert got["cost_usd"] == pytest.approx(cost, abs=1e-6)
+        assert got["cost_known"] is True and got["models"] == ["claude-opus-5-5"]
+        assert got["notes"] == []
+        rounds = by_task[t]["usage_rounds"]
+        assert {k: sum(r[k] for r in rounds.values()) for k in KEYS} == figures
+        total_cost += cost
+    # per round: what the rework prompt's replies used is round 1, the rest round 0
+    rounds = by_task["counts"]["usage_rounds"]
+    assert list(rounds) == ["0", "1"] and rework["output_tokens"] > 0
+    assert {k: rounds["1"][k] for k in KEYS} == rework
+    assert {k: rounds["0"][k] for k in KEYS} == {k: expected["counts"][k] - rework[k]
+                                                for k in KEYS}
+    assert list(by_task["tokenize"]["usage_rounds"]) == ["0"]
+    run = doc["run"]["usage"]
+    assert {k: run[k] for k in KEYS} == {k: sum(f[k] for f in expected.values()) for k in KEYS}
+    assert run["cost_usd"] == pytest.approx(total_cost, abs=1e-6)
+    # the ledger has the last figures of each task, and the run's
+    last = {t: ledger(files.repo, "usage", t)[-1] for t in expected}
+    for t, figures in expected.items():
+        assert {k: last[t][k] for k in KEYS} == figures
+    (run_line,) = ledger(files.repo, "run_usage")
+    assert run_line["cost_usd"] == pytest.approx(total_cost, abs=1e-6)
+    # `lo-orch status`: a cost column with each task's dollars, and the run's total
+    shown = lo_orch(files.repo, "status")
+    assert shown.returncode == 0, shown.stderr
+    assert "cost" in shown.stdout.splitlines()[1] or "cost" in shown.stdout
+    for t in expected:
+        row = next(line for line in shown.stdout.splitlines() if line.lstrip().startswith(t))
+        assert usage.money(by_task[t]["usage"]["cost_usd"]) in row, row
+    assert f"Spent so far: {usage.money(run['cost_usd'])}" in shown.stdout
+    # Gate 2: the actual figures per task, tokens to the unit, and the run's total
+    review = gate2.review(files.repo)
+    text = "\n".join(review.costs)
+    for t, figures in expected.items():
+        assert (f"{t}: {usage.money(by_task[t]['usage']['cost_usd'])} — input "
+                f"{figures['input_tokens']:,}, output {figures['output_tokens']:,}, cache "
+                f"read {figures['cache_read_input_tokens']:,}, cache write "
+                f"{figures['cache_creation_input_tokens']:,} tokens") in text, text
+    assert f"run total: {usage.money(run['cost_usd'])}" in text
+    merge = lo_orch(files.repo, "merge", "--yes")
+    assert merge.returncode == 0, merge.stderr
+    assert "What it cost (actual" in merge.stdout and text.splitlines()[0] in merge.stdout
+
+
+def test_a_price_from_config_and_an_unknown_model(files: demo.DemoFiles) -> None:
+    """A model the table does not know: tokens counted, cost unknown and said so (never
+    $0); a price added in config prices it."""
+    only(files, "tokenize")
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint, model="claude-nova-9")
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "review", outcome.message
+        figures = sent(endpoint, "tokenize")
+    st = Store(RunDir(files.repo)).read_status("tokenize")
+    assert st.usage is not None
+    assert {k: st.usage[k] for k in KEYS} == figures
+    assert st.usage["cost_usd"] is None and st.usage["cost_known"] is False
+    assert st.usage["models"] == ["claude-nova-9"]
+    assert any("price unknown for model claude-nova-9" in n for n in st.usage["notes"])
+    shown = lo_orch(files.repo, "status")
+    row = next(line for line in shown.stdout.splitlines() if line.lstrip().startswith("tokenize"))
+    assert "unknown" in row and "$0.0000" not in row
+    # the same transcript, priced by a table with the model added
+    settings.prices["claude-nova-9"] = PriceConfig(input=1, output=2, cache_read=0.5,
+                                                   cache_write=3)
+    prices = usage.prices_from(settings)
+    assert st.worktree and st.session_id
+    again = usage.session_usage(Path(st.worktree), st.session_id, {}, prices)
+    assert again.cost_usd == pytest.approx(
+        (figures["input_tokens"] * 1 + figures["output_tokens"] * 2
+         + figures["cache_read_input_tokens"] * 0.5
+         + figures["cache_creation_input_tokens"] * 3) / 1e6)
+
+
+def _set_plan(f: demo.DemoFiles, change: Any) -> None:
+    plan = yaml.safe_load(f.plan.read_text(encoding="utf-8"))
+    change(plan)
+    f.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+
+
+def test_a_task_over_its_budget_is_blocked_and_the_others_finish(
+    files: demo.DemoFiles,
+) -> None:
+    only(files, "tokenize", "slug")
+    # slug's plan gives it a budget its planning turn alone exceeds
+    _set_plan(files, lambda p: next(t for t in p["tasks"] if t["id"] == "slug").update(
+        max_cost_usd=0.0001))
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "blocked", outcome.message
+        slug = Store(RunDir(files.repo)).read_status("slug")
+        assert slug.phase == Phase.BLOCKED
+        assert slug.usage is not None and slug.usage["cost_usd"] > 0.0001
+        assert slug.error is not None
+        found = re.search(r"over its budget: spent \$([\d.]+) of \$0\.0001", slug.error)
+        assert found, slug.error
+        assert "lo-orch retry slug --budget" in slug.error
+        # the spend it was stopped at is one the ledger recorded, over the cap; the rest of
+        # that turn (the model's last words after its signal) may come on top, no new prompt
+        spent = f"${found.group(1)}"
+        recorded = [usage.money(e["cost_usd"]) for e in ledger(files.repo, "usage", "slug")]
+        assert spent in recorded and 0.0001 < float(found.group(1)) <= slug.usage["cost_usd"]
+        # stopped at its turn boundary: it never got the implementation prompt
+        kinds = {r["prompt_kind"] for r in endpoint.logged(kind="reply", task="slug")}
+        assert kinds == {"plan"}, kinds
+        (blocked,) = ledger(files.repo, "task_blocked", "slug")
+        assert spent in blocked["message"]
+        # the other task finished its work
+        assert Store(RunDir(files.repo)).read_status("tokenize").phase == Phase.INTEGRATED
+        # a person grants more: a budget not above what it spent is refused, clearly
+        low = lo_orch(files.repo, "retry", "slug", "--budget", "0.00001")
+        assert low.returncode == 1 and "not more than task 'slug' has spent" in low.stderr
+        assert "lo-orch retry slug --budget" in low.stderr
+        assert Store(RunDir(files.repo)).read_status("slug").phase == Phase.BLOCKED
+        neg = lo_orch(files.repo, "retry", "slug", "--budget", "-3")
+        assert neg.returncode != 0 and Store(RunDir(files.repo)).read_status(
+            "slug").phase == Phase.BLOCKED
+        ok = lo_orch(files.repo, "retry", "slug", "--budget", "5")
+        assert ok.returncode == 0, ok.stderr
+        assert "Its budget is now $5 in total." in ok.stdout
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "review", outcome.message
+    slug = Store(RunDir(files.repo)).read_status("slug")
+    assert slug.phase == Phase.INTEGRATED and slug.budget_usd == 5
+    # its spend carried on from where it was: the rounds add up to its total
+    assert slug.usage is not None and slug.usage["cost_usd"] > 0.0001
+    assert {k: slug.usage[k] for k in KEYS} == {
+        k: sum(r[k] for r in (slug.usage_rounds or {}).values()) for k in KEYS}
+
+
+def test_the_run_stops_launching_when_its_budget_is_spent(files: demo.DemoFiles) -> None:
+    only(files, "tokenize", "slug")
+    # one after the other: the first spends the budget
+    _set_plan(files, lambda p: p.update(concurrency=1))
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        settings.run.max_cost_usd = 0.0001
+        approve(files, settings)
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "blocked", outcome.message
+        store = Store(RunDir(files.repo))
+        phases = {t: store.read_status(t).phase for t in ("tokenize", "slug")}
+        (second,) = [t for t, p in phases.items() if p == Phase.BLOCKED]
+        (first,) = [t for t, p in phases.items() if p == Phase.INTEGRATED]
+        st = store.read_status(second)
+        assert st.error is not None and st.error.startswith(
+            "not started: the run's budget is spent")
+        assert f"`lo-orch retry {second} --budget DOLLARS`" in st.error
+        assert not endpoint.logged(kind="reply", task=second)  # never launched
+        assert st.session_id is None
+        ok = lo_orch(files.repo, "retry", second, "--budget", "5")
+        assert ok.returncode == 0, ok.stderr
+        outcome = Supervisor(files.repo, settings).run()
+        assert outcome.state == "review", outcome.message
+        assert endpoint.logged(kind="reply", task=second)
+    assert Store(RunDir(files.repo)).read_status(first).phase == Phase.INTEGRATED
+
+
+def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
+    files: demo.DemoFiles,
+) -> None:
+    """429 with a long retry-after: Claude Code gives up on the turn (StopFailure
+    rate_limit); the task waits (`waiting_limit`), no new session starts meanwhile, and it
+    is resumed after the (shortened) wait: neither a stall nor a rework round."""
+    only(files, "tokenize", "slug")
+    _set_plan(files, lambda p: p.update(concurrency=1))  # slug waits for a free slot
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        settings.run.limit_wait_seconds = 6
+        approve(files, settings)
+        seen: list[tuple[str | None, str | None]] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            # one 429 with a long retry-after, once tokenize has begun to implement
+            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
+                "prompt_kind") == "implement" for r in rs), 120)
+            endpoint.fail(429, times=1, task="tokenize", retry_after=120)
+            while not stop.is_set():
+                with contextlib.suppress(Exception):
+                    st = Store(RunDir(files.repo)).read_status("tokenize")
+                    doc = core.status_document(files.repo)
+                    slug = next(t for t in doc["tasks"] if t["task"] == "slug")
+                    mine = next(t for t in doc["tasks"] if t["task"] == "tokenize")
+                    if st.limit_until and mine.get("limit_until"):
+                        seen.append((mine["waiting_for"], slug["phase"]))
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            outcome = Supervisor(files.repo, settings).run()
+        finally:
+            stop.set()
+            watcher.join()
+        assert outcome.state == "review", outcome.message
+        errors = endpoint.logged(task="tokenize", status=429)
+        assert len(errors) == 1, errors  # no retry storm: retry-after was long
+    (hit,) = ledger(files.repo, "limit_hit", "tokenize")
+    assert hit["error"] == "rate_limit" and hit["kind"] == "rate_limit"
+    (resumed,) = ledger(files.repo, "limit_resumed", "tokenize")
+    waited = (datetime.fromisoformat(resumed["ts"]) - datetime.fromisoformat(hit["ts"]))
+    assert 5 <= waited.total_seconds() < 30, waited
+    assert seen and all(w and w.startswith("waiting_limit: rate_limit from the model API")
+                        for w, _ in seen), seen
+    # while the limit held, the other task was not launched
+    assert all(phase == "pending" for _, phase in seen), seen
+    st = Store(RunDir(files.repo)).read_status("tokenize")
+    assert st.phase == Phase.INTEGRATED and st.rework_count == 0 and not st.nudged
+    assert st.limit_hits == 1 and st.limit_until is None
+    assert not ledger(files.repo, "nudged") and not ledger(files.repo, "rework")
+    assert Store(RunDir(files.repo)).read_status("slug").phase == Phase.INTEGRATED
