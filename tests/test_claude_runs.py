@@ -376,9 +376,22 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
         approve(files, settings)
         sup = Supervisor(files.repo, settings)
         result: list[Any] = []
-        runner = threading.Thread(target=lambda: result.append(sup.run()))
+        runner = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
         runner.start()
         answered = 0
+
+        def answer_dialog(pane: str) -> bool:
+            """Say yes (the preselected option) to a permission dialog on screen, as the
+            person at the pane would: only once it is drawn, and until it is gone."""
+            screen = subprocess.run(["tmux", "-L", tmux_socket, "capture-pane", "-p", "-t",
+                                     pane], capture_output=True, text=True, check=False).stdout
+            if "Do you want to proceed?" not in screen:
+                return False
+            subprocess.run(["tmux", "-L", tmux_socket, "send-keys", "-t", pane, "Enter"],
+                           check=False)
+            time.sleep(1)  # the next dialog, if any, is a new one
+            return True
+
         try:
             def waiting() -> str | None:
                 return Record.open(files.repo, "demo").task("tokenize").waiting_for
@@ -408,11 +421,7 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
                 st = Record.open(files.repo, "demo").task("tokenize")
                 if st.phase != Phase.PLANNING:
                     break
-                asked = len(ledger(files.repo, "waiting_for_person"))
-                if asked > answered and st.pane_id:  # a dialog not answered yet
-                    time.sleep(0.5)
-                    subprocess.run(["tmux", "-L", tmux_socket, "send-keys", "-t", st.pane_id,
-                                    "Enter"], check=True)
+                if st.pane_id and answer_dialog(st.pane_id):
                     answered += 1
                 time.sleep(0.2)
             assert (worktree / "PLAN.md").exists()
@@ -426,11 +435,9 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
             deadline = time.monotonic() + 120
             while runner.is_alive() and time.monotonic() < deadline:
                 st = Record.open(files.repo, "demo").task("tokenize")
-                if len(ledger(files.repo, "waiting_for_person")) > answered and st.pane_id:
-                    subprocess.run(["tmux", "-L", tmux_socket, "send-keys", "-t",
-                                    st.pane_id, "Enter"], check=False)
-                    answered += 1
-                runner.join(timeout=1)
+                if st.pane_id:
+                    answer_dialog(st.pane_id)
+                runner.join(timeout=0.5)
     assert result and result[0].state == "blocked"
     status = Store(RunDir(files.repo)).read_status("tokenize")
     assert status.note == "seen enough" and status.waiting_for is None
