@@ -496,11 +496,18 @@ def _tracked_copy(dest: Path) -> Path:
     return dest
 
 
-def _say(socket: str, pane: str, text: str) -> None:
-    """What a person types into the coordinator's pane, then Enter."""
+def _say(socket: str, pane: str, text: str, endpoint: ModelEndpoint) -> None:
+    """What a person types into the coordinator's pane, then Enter; Enter again if the
+    model has not heard the new prompt (an Enter too close to the text can be lost)."""
+    before = max([r.get("prompt", 0) for r in endpoint.logged(entry="coordinator")] + [0])
     subprocess.run(["tmux", "-L", socket, "send-keys", "-t", pane, "-l", text], check=True)
-    time.sleep(0.5)
-    subprocess.run(["tmux", "-L", socket, "send-keys", "-t", pane, "Enter"], check=True)
+    for _ in range(3):
+        time.sleep(0.5)
+        subprocess.run(["tmux", "-L", socket, "send-keys", "-t", pane, "Enter"], check=True)
+        if endpoint.wait_for(lambda rs: any(r.get("entry") == "coordinator" and
+                                            r.get("prompt", 0) > before for r in rs), 15):
+            return
+    raise AssertionError(f"the coordinator never heard {text!r}")
 
 
 def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
@@ -564,7 +571,7 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
                                    pane], capture_output=True, text=True, check=False).stdout
 
         wait_for(lambda: match_screen(screen(), ("ready",)) is not None, 60, "Claude Code")
-        _say(tmux_socket, pane, "Implement plan.yaml with the orchestrator, please.")
+        _say(tmux_socket, pane, "Implement plan.yaml with the orchestrator, please.", endpoint)
 
         def said(start: str) -> Callable[[list[dict[str, Any]]], bool]:
             return lambda rs: any(str(r.get("text", "")).startswith(start) for r in rs)
@@ -581,7 +588,7 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
         time.sleep(2)
         assert not (files.repo / ".worktrees").exists()
 
-        _say(tmux_socket, pane, "yes")
+        _say(tmux_socket, pane, "yes", endpoint)
         assert endpoint.wait_for(said("Both tasks"), 400), screen()
         assert store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
         status = endpoint.logged(entry="coordinator", kind="reply")[-2]
@@ -593,7 +600,7 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
         shown = endpoint.logged(entry="coordinator", kind="reply")[-1]["result"]
         assert "textstats/slug.py" in shown and "textstats/tokenize.py" in shown
 
-        _say(tmux_socket, pane, "yes")
+        _say(tmux_socket, pane, "yes", endpoint)
         assert endpoint.wait_for(said("Merged into"), 120), screen()
         merged = endpoint.logged(entry="coordinator", kind="reply")[-1]
         assert merged["result_error"] is False, merged["result"]
