@@ -427,9 +427,10 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
             assert (worktree / "PLAN.md").exists()
             assert Record.open(files.repo, "demo").task("tokenize").phase != Phase.PLANNING
             assert answered == 2
+            # (the implement prompt's own signal may already be asking: a third dialog)
             assert [e["message"].rsplit(": ", 1)[1] for e in ledger(
-                files.repo, "waiting_for_person")] == ["touch PLAN.md",
-                                                       "$LO_ORCH_BIN signal plan_ready"]
+                files.repo, "waiting_for_person")][:2] == ["touch PLAN.md",
+                                                           "$LO_ORCH_BIN signal plan_ready"]
         finally:
             # answer whatever else the session asks, so the run can end
             deadline = time.monotonic() + 120
