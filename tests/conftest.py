@@ -13,10 +13,17 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
+
+from loop_orchestrator.sessions import wait_until
+
+if TYPE_CHECKING:
+    from loop_orchestrator.demo import DemoFiles
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,3 +117,16 @@ def claude_binary() -> Path | None:
         return candidate
     found = shutil.which("claude")
     return Path(found) if found else None
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait for ``pred`` (polled every 0.1 s); fail the test naming ``what`` on timeout."""
+    if not wait_until(pred, timeout, interval=0.1):
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def edit_script(files: DemoFiles, change: Callable[[dict[str, Any]], None]) -> None:
+    """Change the demo's scripted-agent script (a YAML mapping) in place."""
+    data = yaml.safe_load(files.script.read_text(encoding="utf-8"))
+    change(data)
+    files.script.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, claude_binary, git
+from conftest import REPO_ROOT, claude_binary, edit_script, git, wait_for
 
 from loop_orchestrator import core, demo, procinfo, runs
 from loop_orchestrator.agents.claude import (
@@ -53,15 +53,6 @@ def claude() -> Path:
     return found
 
 
-def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 @pytest.fixture
 def files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
     return demo.prepare_demo(tmp_path)
@@ -72,12 +63,6 @@ def only(files: demo.DemoFiles, *tasks: str) -> None:
     plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
     plan["tasks"] = [t for t in plan["tasks"] if t["id"] in tasks]
     files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-
-
-def edit_script(files: demo.DemoFiles, change: Callable[[dict[str, Any]], None]) -> None:
-    data = yaml.safe_load(files.script.read_text(encoding="utf-8"))
-    change(data)
-    files.script.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
 @contextlib.contextmanager

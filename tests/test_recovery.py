@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import git
+from conftest import git, wait_for
 
 from loop_orchestrator import core as core_mod
 from loop_orchestrator import demo, gitutil, recovery, runs
@@ -29,15 +29,6 @@ from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Supervisor
 
 TASK = "tokenize"
-
-
-def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def user_snapshot(repo: Path) -> dict[str, Any]:

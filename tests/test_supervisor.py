@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from conftest import git
+from conftest import edit_script, git, wait_for
 
 from loop_orchestrator import core, demo, gate2, runs, workspace
 from loop_orchestrator.agents.scripted import READY_RE
@@ -34,24 +33,9 @@ from loop_orchestrator.supervisor import Supervisor
 TASKS = ("tokenize", "slug", "counts", "report")
 
 
-def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 @pytest.fixture
 def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
     return demo.prepare_demo(tmp_path)
-
-
-def edit_script(files: demo.DemoFiles, change: Callable[[dict[str, Any]], None]) -> None:
-    data = yaml.safe_load(files.script.read_text(encoding="utf-8"))
-    change(data)
-    files.script.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
 def plan_and_approve(files: demo.DemoFiles, settings: Settings) -> None:
