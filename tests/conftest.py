@@ -1,8 +1,9 @@
 """Shared fixtures: isolation from the user's machine, real git repos, private tmux servers.
 
 Every test runs with a throwaway HOME and XDG folders, a pinned git identity and config,
-no ``TMUX``/``TMUX_PANE`` (so nothing can reach the user's tmux server) and its own
-``LO_ORCH_TMUX_SOCKET``. A tmux server started on that socket is killed at teardown by
+no ``TMUX``/``TMUX_PANE`` and a ``TMUX_TMPDIR`` inside pytest's own temporary folder (so
+nothing can reach the user's tmux servers) and its own ``LO_ORCH_TMUX_SOCKET``. A tmux
+server started on that socket is killed at teardown by
 its socket name, never by a prefix.
 """
 
@@ -53,6 +54,12 @@ def _isolated_home(
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("SHELL", "/bin/sh")
     monkeypatch.setenv("LO_ORCH_LOG_DIR", str(home / "logs"))
+    # tmux keeps its sockets in $TMUX_TMPDIR/tmux-<uid>: one folder inside this pytest run's
+    # own temporary tree, so no test can reach the user's servers even by a default name,
+    # and no socket file is left in /tmp.
+    tmux_dir = tmp_path_factory.getbasetemp() / "tmux"
+    tmux_dir.mkdir(exist_ok=True)
+    monkeypatch.setenv("TMUX_TMPDIR", str(tmux_dir))
     for var in ("TMUX", "TMUX_PANE", "CLAUDE_CONFIG_DIR", "LO_ORCH_TASK", "LO_ORCH_RUN_DIR",
                 "LO_ORCH_BRIEF", "LO_ORCH_BIN", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
         monkeypatch.delenv(var, raising=False)
@@ -76,6 +83,8 @@ def tmux_socket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("LO_ORCH_TMUX_SOCKET", name)
     yield name
     subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, check=False)
+    socket = Path(os.environ["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}" / name
+    socket.unlink(missing_ok=True)
 
 
 def git(cwd: Path, *args: str) -> str:
