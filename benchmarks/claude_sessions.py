@@ -202,7 +202,10 @@ def measure(agent: str, n: int) -> dict[str, Any]:
 
 def analyse(ledger: list[dict[str, Any]], journal: list[dict[str, Any]],
             requests: list[dict[str, Any]], peaks: dict[str, int]) -> dict[str, Any]:
-    launched, delivered, signalled, reacted = {}, {}, {}, {}
+    launched: dict[str, float] = {}
+    delivered: dict[str, float] = {}
+    signalled: dict[tuple[str, str], float] = {}
+    reacted: dict[tuple[str, str], float] = {}
     for e in ledger:
         task, ts = e.get("task"), e.get("ts")
         if not task or not ts:
@@ -215,12 +218,12 @@ def analyse(ledger: list[dict[str, Any]], journal: list[dict[str, Any]],
             signalled.setdefault((task, e["phase"]), _ts(ts))
         elif e["event"] == "reacted":
             reacted.setdefault((task, e["to"]), _ts(ts))
-    ready = {}
+    ready: dict[str, float] = {}
     for entry in journal:
         data = entry.get("data", {})
         if entry.get("kind") == "task" and data.get("set", {}).get("phase") == "planning":
             ready.setdefault(data["task"], _ts(entry["ts"]))
-    first_tool = {}
+    first_tool: dict[str, float] = {}
     for r in requests:
         if r.get("kind") == "reply" and r.get("tool") and r.get("task"):
             first_tool.setdefault(r["task"], float(r["at"]))

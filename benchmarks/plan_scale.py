@@ -19,6 +19,7 @@ Prints figures; it is not a test.
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import random
 import sys
@@ -154,10 +155,10 @@ def main() -> None:
     plans: dict[int, Plan] = {}
     for n in sizes:
         raw = random_plan(n, rng)
-        plan, v_secs, v_peak = measured(lambda raw=raw: validate_plan_data(raw, "bench"))
+        plan, v_secs, v_peak = measured(functools.partial(validate_plan_data, raw, "bench"))
         plans[n] = plan
-        _, w_secs, w_peak = measured(lambda plan=plan: waves(plan, 8))
-        _, t_secs = timed(lambda plan=plan: topological_order(plan))
+        _, w_secs, w_peak = measured(functools.partial(waves, plan, 8))
+        _, t_secs = timed(functools.partial(topological_order, plan))
         owns = sum(len(t.owns) for t in plan.tasks)
         edges = sum(len(d) for d in dependencies(plan).values())
         levels = len(set(wave_of(plan, len(plan.tasks)).values()))

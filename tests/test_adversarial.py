@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git
-from test_supervisor import edit_script, plan_and_approve
+from conftest import edit_script, git
+from test_supervisor import plan_and_approve
 
 from loop_orchestrator import demo, gate2
 from loop_orchestrator.errors import GateError, RefTamperedError

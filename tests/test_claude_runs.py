@@ -270,8 +270,11 @@ def test_a_sigkilled_supervisor_resumes_adopting_sessions_and_sends_no_prompt_tw
     files: demo.DemoFiles,
 ) -> None:
     # slow sessions: the supervisor is killed while they work, and while signals are sent
-    edit_script(files, lambda d: [d[t]["implement"][0].insert(0, {"sleep": 2})
-                                  for t in ("tokenize", "slug")])
+    def slow(d: dict[str, Any]) -> None:
+        for t in ("tokenize", "slug"):
+            d[t]["implement"][0].insert(0, {"sleep": 2})
+
+    edit_script(files, slow)
     with endpoint_for(files) as endpoint:
         _user_config(endpoint, files)
         approve(files, settings_for(endpoint))

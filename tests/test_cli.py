@@ -244,7 +244,9 @@ def test_outside_a_git_repo(
 ) -> None:
     plain = tmp_path / "not-a-repo"
     plain.mkdir()
-    for args in (["plan", plan_file, "--repo", plain], ["status", "--repo", plain]):
+    runs: list[list[str | Path]] = [["plan", plan_file, "--repo", plain],
+                                    ["status", "--repo", plain]]
+    for args in runs:
         result = invoke(*args)
         assert result.code == 1, result
         assert result.stderr.startswith("Error: ")

@@ -19,6 +19,7 @@ from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError, MergeConflictError, RefTamperedError
 from loop_orchestrator.plan import Task
 from loop_orchestrator.refbook import FileRefBook
+from loop_orchestrator.state import RunDir
 from loop_orchestrator.verify.verdict import deterministic_findings
 from loop_orchestrator.workspace import (
     Workspace,
@@ -424,7 +425,7 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
     commit = work(ws, "a", {".gitattributes": "*.py diff=hide\n",
                             "app/config.py": f'TOKEN = "{TOKEN}"\n'})
     staging = ws.merge_into_staging("a", commit, "A")
-    plan, _ = runs.read_plan(runs.RunDir(repo))
+    plan, _ = runs.read_plan(RunDir(repo))
     assert gate2.integrate(repo, settings, plan, skipped=[],
                            record=runs.open_record(repo)).passed
     return ws, staging, commit
@@ -468,7 +469,7 @@ def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
     git(git_repo, "update-ref", "refs/heads/lo/r1/staging", commit)
     with pytest.raises(RefTamperedError, match=f"lo/r1/staging.*expected {staging}"):
         gate2.review(git_repo)
-    plan, _ = runs.read_plan(runs.RunDir(git_repo))
+    plan, _ = runs.read_plan(RunDir(git_repo))
     with pytest.raises(RefTamperedError, match="lo/r1/staging"):
         gate2.integrate(git_repo, load_settings(git_repo), plan, skipped=[],
                         record=runs.open_record(git_repo))

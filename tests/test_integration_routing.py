@@ -9,6 +9,7 @@ from conftest import git
 
 from loop_orchestrator import workspace
 from loop_orchestrator.config import WorkspaceConfig
+from loop_orchestrator.errors import GitError
 from loop_orchestrator.verify import failing_files
 
 FILES = ["app/__init__.py", "app/models.py", "app/service.py", "tests/test_models.py",
@@ -84,7 +85,7 @@ def test_refresh_task_refuses_a_dirty_worktree(git_repo: Path) -> None:
     (b / "b.txt").write_text("b\n", encoding="utf-8")
     ws.merge_into_staging("b", ws.commit_task("b", "b"), "b")
     (a / "wip.txt").write_text("unsaved\n", encoding="utf-8")
-    with pytest.raises(workspace.GitError, match="uncommitted changes"):
+    with pytest.raises(GitError, match="uncommitted changes"):
         ws.refresh_task("a")
     assert (a / "wip.txt").exists()
     assert not (a / "b.txt").exists()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import git, wait_for
 from test_recovery import (
     TASK,
     events,
@@ -24,7 +24,6 @@ from test_recovery import (
     plan_and_approve,
     set_script,
     user_snapshot,
-    wait_for,
 )
 
 from loop_orchestrator import demo
@@ -59,9 +58,9 @@ def test_status_tells_whether_a_supervisor_runs_and_what_tasks_wait_for(
         doc = json.loads(lo(repo, "status", "--json").stdout)
         assert doc["run"]["supervisor"] == {"alive": True, "pid": sup.pid}
         assert doc["tasks"][0]["waiting_for"] == "the agent"
-        shown = lo(repo, "status").stdout
-        assert f"running (supervisor pid {sup.pid})" in shown
-        assert "UserPromptSubmit" not in shown and "SessionStart" not in shown
+        text = lo(repo, "status").stdout
+        assert f"running (supervisor pid {sup.pid})" in text
+        assert "UserPromptSubmit" not in text and "SessionStart" not in text
     finally:
         os.kill(sup.pid, signal.SIGKILL)
         sup.wait()

@@ -28,12 +28,13 @@ def test_parse_lets_one_thread_in_at_a_time(monkeypatch: pytest.MonkeyPatch) -> 
             most = max(most, inside)
         time.sleep(0.02)  # wide enough for the other threads to arrive
         try:
-            return real_parse(*args, **kwargs)
+            tree: ast.Module = real_parse(*args, **kwargs)
+            return tree
         finally:
             with guard:
                 inside -= 1
 
-    monkeypatch.setattr(pyast.ast, "parse", slow_parse)
+    monkeypatch.setattr(ast, "parse", slow_parse)
     trees: list[ast.Module] = []
 
     def work(n: int) -> None:

@@ -107,9 +107,10 @@ def hammer(repo: Path, mode: str, count: int) -> tuple[int, int, list[str]]:
             except ValidationError as exc:
                 problems.append(f"invalid read of {len(data)} bytes: {exc.errors()[0]['msg']}")
                 continue
-            wid, i, _ = (status.note or "").split(":", 2)
+            note = status.note or ""
+            wid, i, _ = note.split(":", 2)
             if status.wave and (int(wid), int(i)) != (status.wave, status.rework_count):
-                problems.append(f"mixed versions: {status.note[:20]!r} in wave {status.wave}")
+                problems.append(f"mixed versions: {note[:20]!r} in wave {status.wave}")
             versions.add(status.note[:20] if status.note else "")
     finally:
         for p in procs:

@@ -59,7 +59,8 @@ def mirrors_root() -> Path:
 
 
 def load_corpus() -> dict[str, Any]:
-    return json.loads(CASES_FILE.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(CASES_FILE.read_text(encoding="utf-8"))
+    return data
 
 
 def missing_mirrors(corpus: dict[str, Any] | None = None) -> list[str]:
@@ -266,7 +267,7 @@ def _no_assertions(case: Case) -> dict[str, str | None]:
             spans = []
             for fn in touched:
                 for node in ast.walk(fn):
-                    if _is_py_assertion(node):
+                    if _is_py_assertion(node) and isinstance(node, ast.stmt):
                         spans.append((node.lineno, node.end_lineno or node.lineno,
                                       _indent(text, node.lineno) + "pass"))
                     elif isinstance(node, ast.With | ast.AsyncWith):
@@ -365,9 +366,8 @@ def _skip(case: Case) -> dict[str, str | None]:
             lines = text.splitlines(keepends=True)
             added = _added_lines(case, path)
             starts = _js_test_starts(lines)
-            hit = sorted({_enclosing(starts, ln) for ln in added} - {None})
+            hit = sorted({i for ln in added if (i := _enclosing(starts, ln)) is not None})
             for i in hit:
-                assert i is not None
                 lines[i] = re.sub(r"\b(it|test)\(", r"\1.skip(", lines[i], count=1)
             if hit:
                 edits[path] = "".join(lines)
