@@ -347,7 +347,16 @@ class Store:
         atomic_write_text(self.dirs.status_path(status.task), text)
 
     def update_status(self, task: str, **changes: Any) -> TaskStatus:
-        """Read-modify-write one task's status under its lock; returns the new status."""
+        """Read-modify-write one task's status under its lock; returns the new status.
+
+        Only fields of ``TaskStatus`` may be changed: a misspelt name (``phse=``) is a
+        ``TypeError`` here, not a silently saved new key (status files still *read* unknown
+        keys, so a newer lo-orch's files stay readable).
+        """
+        unknown = sorted(set(changes) - set(TaskStatus.model_fields))
+        if unknown:
+            msg = f"update_status: TaskStatus has no field(s) {', '.join(unknown)}"
+            raise TypeError(msg)
         with self.locked(f"status-{task}"):
             status = self.read_status(task)
             data = status.model_dump()

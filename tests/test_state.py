@@ -216,6 +216,10 @@ def test_status_roundtrip_update_and_extra_keys(tmp_path: Path) -> None:
     with pytest.raises(ValidationError):
         store.update_status("a", phase="dancing")
     assert path.read_text() == before
+    # a misspelt field is a programming error, not a new key beside an unchanged phase
+    with pytest.raises(TypeError, match="phse"):
+        store.update_status("a", phse=Phase.VERIFYING)
+    assert path.read_text() == before
 
 
 def test_status_contract_keys(tmp_path: Path) -> None:
