@@ -23,6 +23,7 @@ from typing import Any, Literal
 from loop_orchestrator import proc, resources
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.files import ORCH_DIR
 from loop_orchestrator.gitutil import MIN_GIT, git
 
 Status = Literal["ok", "warn", "fail", "info"]
@@ -242,7 +243,7 @@ def check_repository(repo: Path | None) -> Check:
     changed = len([line for line in dirty.stdout.splitlines() if line.strip()])
     parts.append(f"{changed} uncommitted change{'s' if changed != 1 else ''}" if changed
                  else "clean")
-    run_json = _read_json(repo / ".orchestration" / "run.json")
+    run_json = _read_json(repo / ORCH_DIR / "run.json")
     if run_json is not None:
         parts.append(f"run {run_json.get('name')} ({run_json.get('phase')})")
     else:

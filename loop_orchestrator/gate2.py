@@ -18,6 +18,7 @@ from pathlib import Path
 from loop_orchestrator import proc, runs, usage, workspace
 from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.errors import GateError, LoOrchError
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.guard import refuse_in_session
 from loop_orchestrator.plan import Plan
 from loop_orchestrator.record import Record
@@ -27,7 +28,6 @@ from loop_orchestrator.state import (
     RunPhase,
     RunState,
     Store,
-    atomic_write_text,
     now_iso,
 )
 

@@ -41,11 +41,11 @@ from filelock import FileLock
 
 from loop_orchestrator import private
 from loop_orchestrator.errors import StateError
+from loop_orchestrator.files import append_durable, atomic_write_text
 from loop_orchestrator.state import (
     RunDir,
     RunState,
     TaskStatus,
-    atomic_write_text,
     now_iso,
 )
 
@@ -226,12 +226,7 @@ class Record:
             entry = {"seq": self._seq + 1, "ts": now_iso(), "kind": kind, "data": data}
             mac = _mac(self._key, self._last_mac, entry)
             line = json.dumps({**entry, "mac": mac}, default=str).encode() + b"\n"
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_durable(self.path, line, mode=0o600)
             self._seq += 1
             self._last_mac = mac
             self._offset += len(line)

@@ -22,8 +22,6 @@ the first write replaces the earlier run's entries.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +30,7 @@ from filelock import FileLock
 
 from loop_orchestrator import private
 from loop_orchestrator.errors import StateError
+from loop_orchestrator.files import atomic_write_text
 
 REFS_FILE = "refs.json"
 #: the key that stamps a book with the run instance it belongs to
@@ -95,16 +94,7 @@ class FileRefBook:
     def _write(self, data: dict[str, str], stamp: str | None) -> None:
         if stamp is not None:
             data = {**data, INSTANCE_KEY: stamp}
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".refs-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            Path(tmp).replace(self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
     def get(self, name: str) -> str | None:
         with self._thread_lock, self._lock:

@@ -19,6 +19,7 @@ from loop_orchestrator import briefs, schedule
 from loop_orchestrator import plan as planmod
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GateError, StateError
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.guard import refuse_in_session
 from loop_orchestrator.plan import Plan
 from loop_orchestrator.state import (
@@ -28,7 +29,6 @@ from loop_orchestrator.state import (
     RunState,
     Store,
     TaskStatus,
-    atomic_write_text,
     now_iso,
 )
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -22,11 +20,10 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loop_orchestrator.errors import StateError
+from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR, append_durable, atomic_write_text
 
 M = TypeVar("M", bound=BaseModel)
 
-ORCH_DIR = ".orchestration"
-WORKTREES_DIR = ".worktrees"
 
 
 class Phase(StrEnum):
@@ -248,38 +245,6 @@ class RunDir:
         return self.worktrees / run / task
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never half.
-
-    ``durable=False`` skips the fsyncs: for files that are rebuilt from elsewhere after a
-    crash (the published view of the supervisor's record), where a power cut may lose the
-    last write but never leaves half a file.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            Path(tmp).unlink()
-        raise
-    if durable:
-        _fsync_dir(path.parent)
-
-
 class Store:
     """Reads and writes one repository's run state."""
 
@@ -388,12 +353,7 @@ class Store:
         line = json.dumps(record, sort_keys=False, default=str) + "\n"
         self.dirs.root.mkdir(parents=True, exist_ok=True)
         with self.locked("ledger"):
-            fd = os.open(self.dirs.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode("utf-8"))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_durable(self.dirs.ledger, line.encode("utf-8"))
         return record
 
     def read_ledger(self) -> list[dict[str, Any]]:

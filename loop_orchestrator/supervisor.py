@@ -56,6 +56,7 @@ from loop_orchestrator.errors import (
     NotLoggedInError,
     RefTamperedError,
 )
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.lifecycle import (
     NOT_LOGGED_IN_HINT,
     Action,
@@ -73,7 +74,6 @@ from loop_orchestrator.state import (
     RunState,
     Store,
     TaskStatus,
-    atomic_write_text,
     now_iso,
 )
 

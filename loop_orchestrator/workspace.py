@@ -47,6 +47,7 @@ from loop_orchestrator.errors import (
     SecretFileError,
     StaleReviewError,
 )
+from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 from loop_orchestrator.gitutil import (
     Change,
     WorktreeInfo,
@@ -94,10 +95,6 @@ log = logging.getLogger(__name__)
 TASK_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 RUN_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 RESERVED_TASKS = frozenset({"staging"})
-# Same values as state.ORCH_DIR/WORKTREES_DIR (DESIGN.md section 3); not imported, because
-# state pulls in pydantic and `repo_root` is on the path of the 150 ms `lo-orch hook`.
-ORCH_DIR = ".orchestration"
-WORKTREES_DIR = ".worktrees"
 #: lines lo-orch keeps in ``.git/info/exclude`` (never in the user's ``.gitignore``)
 EXCLUDES = (f"/{ORCH_DIR}/", f"/{WORKTREES_DIR}/")
 #: paths of the main checkout that are lo-orch's own, not the user's uncommitted work

@@ -14,13 +14,13 @@ from conftest import STATUS_KEYS
 from pydantic import ValidationError
 
 from loop_orchestrator.errors import StateError
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.state import (
     Phase,
     RunDir,
     RunState,
     Store,
     TaskStatus,
-    atomic_write_text,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

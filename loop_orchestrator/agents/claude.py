@@ -46,9 +46,9 @@ from loop_orchestrator.agents.base import (
 )
 from loop_orchestrator.config import PERMISSION_MODES, AgentConfig
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError, NotLoggedInError
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.lifecycle import NOT_LOGGED_IN_ERROR, NOT_LOGGED_IN_HINT
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
-from loop_orchestrator.state import atomic_write_text
 
 if TYPE_CHECKING:
     from loop_orchestrator.state import TaskStatus

@@ -69,8 +69,8 @@ from loop_orchestrator.agents.scripted_script import (
 from loop_orchestrator.agents.terminal import InputParser
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import ConfigError, LoOrchError
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
-from loop_orchestrator.state import atomic_write_text
 
 LABEL = "scripted agent (not a real model)"
 #: Claude Code's prompt and menu cursor character (HEAVY RIGHT-POINTING ANGLE ...)

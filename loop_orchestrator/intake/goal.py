@@ -25,9 +25,10 @@ import yaml
 from loop_orchestrator import briefs, runs, workspace
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import IntakeError, PlanError
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.intake import agent
 from loop_orchestrator.plan import Plan, parse_plan_text, validate_plan_data
-from loop_orchestrator.state import RunDir, Store, atomic_write_text
+from loop_orchestrator.state import RunDir, Store
 
 log = logging.getLogger(__name__)
 

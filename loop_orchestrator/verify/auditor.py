@@ -31,8 +31,8 @@ from typing import Any, Literal
 from loop_orchestrator import proc
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError, NotLoggedInError, VerifyError
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.resources import plugin_dir
-from loop_orchestrator.state import atomic_write_text
 from loop_orchestrator.verify.models import AuditorResult, CheckRun, Finding
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from typing import Literal
 
 from loop_orchestrator import proc
 from loop_orchestrator.errors import LoOrchError
-from loop_orchestrator.state import atomic_write_text
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.verify import junit
 from loop_orchestrator.verify.models import CheckRun, Finding, blocking
 from loop_orchestrator.verify.testquality import TestRef

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loop_orchestrator.state import RunDir, atomic_write_text
+from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.state import RunDir
 from loop_orchestrator.verify import disputes
 from loop_orchestrator.verify.models import Verdict
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loop_orchestrator import workspace
-from loop_orchestrator.state import RunDir, atomic_write_text, now_iso
+from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.state import RunDir, now_iso
 from loop_orchestrator.verify import classify, disputes, pyenv, scope, secrets, stubs
 from loop_orchestrator.verify.auditor import AuditInput, run_auditor
 from loop_orchestrator.verify.checkout import check_env, clean_checkout

@@ -1,0 +1,63 @@
+"""On-disk names and the two ways lo-orch writes a file: replaced whole, or appended to.
+
+Standard library only: ``lo-orch hook`` (on the path of every Claude Code hook event) and
+``workspace`` import it without pulling in pydantic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+#: a repository's run state (contract, DESIGN.md section 3)
+ORCH_DIR = ".orchestration"
+#: the task worktrees, ``.worktrees/<run>/<task>``
+WORKTREES_DIR = ".worktrees"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in ``path`` survive a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never half.
+
+    ``durable=False`` skips the fsyncs: for files that are rebuilt from elsewhere after a
+    crash (the published view of the supervisor's record), where a power cut may lose the
+    last write but never leaves half a file.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            Path(tmp).unlink()
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+def append_durable(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Append ``data`` (whole lines) in one write and fsync it; the caller holds any lock.
+
+    ``O_APPEND`` makes the one write land after everything others appended before it.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
