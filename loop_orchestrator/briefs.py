@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
+from loop_orchestrator import gitutil
 from loop_orchestrator.resources import templates_dir
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def consumed_signatures(
 ) -> list[Signature]:
     """Exact signatures of what ``task`` consumes: given by done tasks, else read from the
     code (producers' files on staging; the base tree for done tasks without signatures)."""
-    from loop_orchestrator import signatures, workspace
+    from loop_orchestrator import signatures
     from loop_orchestrator.globs import path_matches
 
     found: list[Signature] = []
@@ -92,16 +93,16 @@ def consumed_signatures(
     # Only files that mention a wanted name are read (git grep).
     owners = [producers[n] for n in wanted if n in producers]
     files: dict[str, str] = {}
-    for path in workspace.grep_files(repo, staging_sha, wanted):
+    for path in gitutil.grep_files(repo, staging_sha, wanted):
         if owners and not any(path_matches(path, p.owns) for p in owners):
             continue
-        text = workspace.file_at(repo, staging_sha, path)
+        text = gitutil.file_at(repo, staging_sha, path)
         if text is not None:
             files[path] = text
     if any(n not in producers for n in wanted):
-        for path in workspace.grep_files(repo, base_sha, wanted):
+        for path in gitutil.grep_files(repo, base_sha, wanted):
             if path not in files:
-                text = workspace.file_at(repo, base_sha, path)
+                text = gitutil.file_at(repo, base_sha, path)
                 if text is not None:
                     files[path] = text
     found += signatures.find(wanted, files)

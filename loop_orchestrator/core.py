@@ -8,8 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator import gitutil, runs, schedule, usage, workspace
 from loop_orchestrator import plan as planmod
-from loop_orchestrator import runs, schedule, usage, workspace
 from loop_orchestrator.config import Settings, load_settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.runs import PlanSummary
@@ -56,7 +56,7 @@ def record_plan(
         raise GitError(msg, hint="Commit your files first (`git add -A && git commit -m "
                        "\"initial\"`), then plan again. Nothing was written.")
     base_ref = plan.base or "HEAD"
-    base_sha = workspace.rev_parse(repo, base_ref)
+    base_sha = gitutil.rev_parse(repo, base_ref)
     runs.refuse_run_in_progress(Store.for_repo(repo))  # the clearest message first
     # the new run is a new instance: what an earlier run of the same name left is not its
     created_at = now_iso()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import core, gate2, private, proc, resources, runs, workspace
+from loop_orchestrator import core, gate2, gitutil, private, proc, resources, runs, workspace
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
@@ -158,7 +158,7 @@ def run_demo(
         review = gate2.review(repo)
         gate2.merge(repo, review)
         say(f"Gate 2 approved (auto, demo): {review.feature} -> {review.commit[:12]}")
-        with workspace.temp_checkout(repo, review.feature) as tree:
+        with gitutil.temp_checkout(repo, review.feature) as tree:
             tests = proc.run(
                 [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
                 cwd=tree,

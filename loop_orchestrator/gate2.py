@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import proc, runs, usage, workspace
+from loop_orchestrator import gitutil, proc, runs, usage, workspace
 from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.errors import GateError, LoOrchError
 from loop_orchestrator.files import atomic_write_text
@@ -69,7 +69,7 @@ def integrate(
     exit_code: int | None = 0
     if command:
         argv = shlex.split(command)
-        with workspace.temp_checkout(repo, commit, link_dependencies=True) as tree:
+        with gitutil.temp_checkout(repo, commit, link_dependencies=True) as tree:
             result = proc.run(
                 argv, cwd=tree, check=False, timeout=settings.verify.integration_timeout
             )
@@ -175,8 +175,8 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
     return Review(
         state=state,
         commit=commit,
-        stat=workspace.diff_stat(repo, base, commit),
-        diff=workspace.diff_text(repo, base, commit),
+        stat=gitutil.diff_stat(repo, base, commit),
+        diff=gitutil.diff_text(repo, base, commit),
         feature=branch or state.feature_branch,
         notes=_verdict_notes(repo, rec),
         costs=usage.summary_lines(
@@ -244,7 +244,7 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Mer
     # checked once more (nothing may have moved it during the clean-up), then it is the
     # user's: lo-orch no longer watches or moves it
     ws.check_refs()
-    if workspace.rev_parse(repo, reviewed.feature) != reviewed.commit:
+    if gitutil.rev_parse(repo, reviewed.feature) != reviewed.commit:
         msg = f"{reviewed.feature} is not at the reviewed commit {reviewed.commit[:12]}"
         raise GateError(msg, hint="Inspect it with `git log`; nothing else was changed.")
     ws.hand_over(reviewed.feature)

@@ -30,6 +30,7 @@ from filelock import FileLock, Timeout
 
 from loop_orchestrator import (
     briefs,
+    gitutil,
     lifecycle,
     limits,
     listener,
@@ -369,7 +370,7 @@ class Supervisor:
                 msg = (f"the worktree of task {tid} ({path}) was deleted and cannot be made "
                        f"again from {branch}: {exc.message}")
                 raise GitError(msg, hint=exc.hint) from exc
-            head = workspace.rev_parse(self.repo, branch)
+            head = gitutil.rev_parse(self.repo, branch)
         self.ws.run_setup(path)
         self._event("worktree_recreated", tid, path=str(path), branch=branch, commit=head,
                     message=f"{path} was deleted: made again from {branch} at {head[:12]} "
@@ -1078,7 +1079,7 @@ class Supervisor:
         result = self.integration
         if result is None or not result.output:
             return False
-        files = workspace.list_files(self.repo, result.commit)
+        files = gitutil.list_files(self.repo, result.commit)
         blamed = verify.failing_files(result.output, files)
         routed = verify.route_integration_failure(blamed, self.plan.tasks, depends=self.deps)
         reopened = False
@@ -1130,7 +1131,7 @@ class Supervisor:
     # briefs --------------------------------------------------------------------------------
     def render_brief(self, task: Task) -> str:
         try:
-            staging = workspace.rev_parse(self.repo, self.ws.staging_branch)
+            staging = gitutil.rev_parse(self.repo, self.ws.staging_branch)
         except GitError:  # before the first `run` there is no staging: the base it will be
             staging = self.state.base_sha
         return briefs.task_brief(

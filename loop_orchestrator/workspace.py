@@ -49,20 +49,12 @@ from loop_orchestrator.errors import (
 )
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 from loop_orchestrator.gitutil import (
-    Change,
     WorktreeInfo,
-    added_lines,
-    changed_paths,
-    diff_stat,
-    diff_text,
-    file_at,
     git,
     git_failure,
-    grep_files,
     identity,
     is_ancestor,
     is_secret_path,
-    list_files,
     merge_base,
     merge_tree,
     oid,
@@ -73,7 +65,6 @@ from loop_orchestrator.gitutil import (
     rev_parse,
     scan_tree,
     split_z,
-    temp_checkout,
     update_ref,
 )
 
@@ -82,13 +73,7 @@ if TYPE_CHECKING:
     from loop_orchestrator.refbook import RefBook
     from loop_orchestrator.state import RunState
 
-__all__ = [
-    "Change", "CleanupReport", "Workspace", "added_lines", "changed_paths", "diff_stat",
-    "diff_text", "ensure_excludes", "file_at", "grep_files", "init_repo", "is_ancestor",
-    "list_files",
-    "merge_base",
-    "repo_root", "rev_parse", "temp_checkout", "update_ref",
-]
+__all__ = ["CleanupReport", "Workspace", "ensure_excludes", "init_repo", "repo_root"]
 
 log = logging.getLogger(__name__)
 

@@ -17,17 +17,12 @@ from conftest import git
 
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError, MergeConflictError, RefTamperedError
+from loop_orchestrator.gitutil import added_lines, diff_text, file_at, temp_checkout
 from loop_orchestrator.plan import Task
 from loop_orchestrator.refbook import FileRefBook
 from loop_orchestrator.state import RunDir
 from loop_orchestrator.verify.verdict import deterministic_findings
-from loop_orchestrator.workspace import (
-    Workspace,
-    added_lines,
-    diff_text,
-    file_at,
-    temp_checkout,
-)
+from loop_orchestrator.workspace import Workspace
 
 AUTHOR = {"author_name": "Lo Bot", "author_email": "bot@example.org"}
 TOKEN = "ghp_Zq8XkP3vLm2NwR7tYb5HcJ4dFs6GaE1uTo9K"
@@ -477,7 +472,7 @@ def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
 
 
 def test_grafts_do_not_fake_history(git_repo: Path) -> None:
-    from loop_orchestrator.workspace import is_ancestor
+    from loop_orchestrator.gitutil import is_ancestor
 
     ws = started(git_repo)
     staging = ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from loop_orchestrator import workspace
+from loop_orchestrator import gitutil, workspace
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.verify import failing_files
@@ -53,7 +53,7 @@ def _commit(repo: Path, path: str, text: str, message: str) -> None:
 
 def test_refresh_task_merges_staging_and_moves_the_task_start(git_repo: Path) -> None:
     ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig())
-    base = workspace.rev_parse(git_repo, "HEAD")
+    base = gitutil.rev_parse(git_repo, "HEAD")
     ws.create_staging(base)
     a = ws.ensure_worktree("a")
     b = ws.ensure_worktree("b")
@@ -67,19 +67,19 @@ def test_refresh_task_merges_staging_and_moves_the_task_start(git_repo: Path) ->
 
     start = ws.refresh_task("a")
 
-    assert start == workspace.rev_parse(git_repo, ws.task_branch("a"))
+    assert start == gitutil.rev_parse(git_repo, ws.task_branch("a"))
     assert ws.task_start("a") == start
     assert (a / "b.txt").read_text(encoding="utf-8") == "b\n"  # b's work is now in a's tree
     # the task's own next change is measured from the refresh, not from the run's base
     (a / "a.txt").write_text("a2\n", encoding="utf-8")
     new = ws.commit_task("a", "a again")
-    assert [c.path for c in workspace.changed_paths(git_repo, start, new)] == ["a.txt"]
+    assert [c.path for c in gitutil.changed_paths(git_repo, start, new)] == ["a.txt"]
     assert ws.refresh_task("a") == start  # nothing new on staging: nothing to do
 
 
 def test_refresh_task_refuses_a_dirty_worktree(git_repo: Path) -> None:
     ws = workspace.Workspace(git_repo, "r2", WorkspaceConfig())
-    ws.create_staging(workspace.rev_parse(git_repo, "HEAD"))
+    ws.create_staging(gitutil.rev_parse(git_repo, "HEAD"))
     a = ws.ensure_worktree("a")
     b = ws.ensure_worktree("b")
     (b / "b.txt").write_text("b\n", encoding="utf-8")

@@ -1,7 +1,7 @@
 """Scope: changes outside ``owns``, CI and test configuration, lock files, links.
 
 Git-level cases run on real repositories and read the change list through
-``workspace.changed_paths`` (``--no-renames``), as verification does.
+``gitutil.changed_paths`` (``--no-renames``), as verification does.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from loop_orchestrator import workspace
+from loop_orchestrator import gitutil
 from loop_orchestrator.globs import path_matches
 from loop_orchestrator.verify import classify
 from loop_orchestrator.verify.models import Finding
@@ -116,10 +116,10 @@ def commit_all(repo: Path, message: str = "change") -> str:
 
 
 def git_scope(repo: Path, base: str, head: str, owns: list[str]) -> list[Finding]:
-    changes = workspace.changed_paths(repo, base, head)
+    changes = gitutil.changed_paths(repo, base, head)
 
     def contents(path: str) -> tuple[str | None, str | None]:
-        return workspace.file_at(repo, base, path), workspace.file_at(repo, head, path)
+        return gitutil.file_at(repo, base, path), gitutil.file_at(repo, head, path)
 
     return check_scope(changes, owns, matches=path_matches, contents=contents)
 

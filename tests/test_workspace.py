@@ -18,12 +18,8 @@ from loop_orchestrator.errors import (
     SecretFileError,
     StaleReviewError,
 )
-from loop_orchestrator.workspace import (
-    Workspace,
-    changed_paths,
-    init_repo,
-    update_ref,
-)
+from loop_orchestrator.gitutil import changed_paths, update_ref
+from loop_orchestrator.workspace import Workspace, init_repo
 
 AUTHOR = {"author_name": "Lo Bot", "author_email": "bot@example.org"}
 

@@ -9,13 +9,6 @@ from conftest import git
 
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.gitutil import (
-    is_secret_path,
-    parse_added_lines,
-    parse_worktrees,
-    scan_tree,
-    unquote_path,
-)
-from loop_orchestrator.workspace import (
     Change,
     added_lines,
     changed_paths,
@@ -23,9 +16,14 @@ from loop_orchestrator.workspace import (
     diff_text,
     file_at,
     is_ancestor,
+    is_secret_path,
     list_files,
+    parse_added_lines,
+    parse_worktrees,
     rev_parse,
+    scan_tree,
     temp_checkout,
+    unquote_path,
 )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
 
-from loop_orchestrator import workspace
+from loop_orchestrator import gitutil
 from loop_orchestrator.gitutil import git, oid, split_z
 from loop_orchestrator.signatures import SOURCE_SUFFIXES
 
@@ -32,11 +32,11 @@ class BaseTree:
 
     @cached_property
     def paths(self) -> frozenset[str]:
-        return frozenset(workspace.list_files(self.repo, self.sha))
+        return frozenset(gitutil.list_files(self.repo, self.sha))
 
     def read(self, path: str) -> str | None:
         if path not in self._texts:
-            self._texts[path] = (workspace.file_at(self.repo, self.sha, path)
+            self._texts[path] = (gitutil.file_at(self.repo, self.sha, path)
                                  if path in self.paths else None)
         return self._texts[path]
 

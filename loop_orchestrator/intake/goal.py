@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from loop_orchestrator import briefs, runs, workspace
+from loop_orchestrator import briefs, gitutil, runs, workspace
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import IntakeError, PlanError
 from loop_orchestrator.files import atomic_write_text
@@ -64,7 +64,7 @@ def ensure_can_plan(repo: Path) -> str:
     Returns the sha of HEAD (a repository without commits has no base to plan on). The
     in-progress rule is the one ``runs.create_run`` applies.
     """
-    head = workspace.rev_parse(repo, "HEAD")
+    head = gitutil.rev_parse(repo, "HEAD")
     runs.refuse_run_in_progress(Store.for_repo(repo))
     return head
 

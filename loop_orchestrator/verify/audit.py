@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loop_orchestrator import gitutil
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GitError, StateError
 from loop_orchestrator.state import Store
@@ -12,13 +13,12 @@ from loop_orchestrator.verify.models import Verdict
 
 def task_commit(repo: Path, run_name: str, task_id: str, status_commit: str | None) -> str:
     """The commit to audit: the one in the task's status, else its branch tip."""
-    from loop_orchestrator import workspace
 
     if status_commit:
-        return workspace.rev_parse(repo, status_commit)
+        return gitutil.rev_parse(repo, status_commit)
     branch = f"lo/{run_name}/{task_id}"
     try:
-        return workspace.rev_parse(repo, branch)
+        return gitutil.rev_parse(repo, branch)
     except GitError as exc:
         msg = f"task {task_id!r} has no commit yet (no commit in its status, no branch {branch})"
         raise StateError(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loop_orchestrator import workspace
+from loop_orchestrator import gitutil
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.state import RunDir, now_iso
 from loop_orchestrator.verify import classify, disputes, pyenv, scope, secrets, stubs
@@ -87,7 +87,7 @@ class _Texts:
         """The text of ``path`` at ``rev``; None when absent, binary or huge."""
         key = (rev, path)
         if key not in self._cache:
-            text = workspace.file_at(self.repo, rev, path)
+            text = gitutil.file_at(self.repo, rev, path)
             if text is not None and (len(text) > MAX_TEXT_BYTES or "\0" in text):
                 text = None
             self._cache[key] = text
@@ -98,11 +98,11 @@ class _Texts:
 
     def raw_pair(self, path: str) -> tuple[str | None, str | None]:
         """Both versions as they are stored, binary and huge files included (not cached)."""
-        return (workspace.file_at(self.repo, self.base, path),
-                workspace.file_at(self.repo, self.commit, path))
+        return (gitutil.file_at(self.repo, self.base, path),
+                gitutil.file_at(self.repo, self.commit, path))
 
 
-def collect_files(changes: Sequence[workspace.Change], added: dict[str, list[tuple[int, str]]],
+def collect_files(changes: Sequence[gitutil.Change], added: dict[str, list[tuple[int, str]]],
                   texts: _Texts) -> list[FileChange]:
     files = []
     for ch in changes:
@@ -135,11 +135,11 @@ def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
     from loop_orchestrator.globs import path_matches
 
     texts = _Texts(repo, base, commit)
-    changes = workspace.changed_paths(repo, base, commit)
+    changes = gitutil.changed_paths(repo, base, commit)
     # The gateway diffs with --text, so a binary file's bytes come out as "lines": keep them
     # out of the line checks (a one-line binary would report every old token as added);
     # check_binary_secrets below reads what is new in their printable text instead.
-    added = {path: lines for path, lines in workspace.added_lines(repo, base, commit).items()
+    added = {path: lines for path, lines in gitutil.added_lines(repo, base, commit).items()
              if texts.at(commit, path) is not None}
     others = {t.id: list(t.owns) for t in (all_tasks or []) if t.id != task.id}
     findings = scope.check_scope(changes, task.owns, matches=path_matches,
@@ -186,8 +186,8 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
     carried to Gate 2 (``verify.disputes``).
     """
     repo = repo.resolve()
-    base_sha = workspace.rev_parse(repo, base)
-    commit_sha = workspace.rev_parse(repo, commit)
+    base_sha = gitutil.rev_parse(repo, base)
+    commit_sha = gitutil.rev_parse(repo, commit)
     evidence = evidence_dir(rundir, task.id, commit_sha)
     shutil.rmtree(evidence, ignore_errors=True)
     evidence.mkdir(parents=True, exist_ok=True)
@@ -231,7 +231,7 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
         findings, held = disputes.hold(findings, claims)
         clean = not any(f.blocking for f in findings)
         if clean:
-            diff = workspace.diff_text(repo, base_sha, commit_sha)
+            diff = gitutil.diff_text(repo, base_sha, commit_sha)
             auditor = run_auditor(
                 AuditInput(task=task_data(task), commit=commit_sha, base=base_sha, brief=brief,
                            diff=diff, findings=findings, checks=runs),
