@@ -229,11 +229,11 @@ def waiting_for(st: TaskStatus, run_phase: RunPhase, *, alive: bool, deps: list[
 
 def panes_alive(repo: Path) -> dict[str, bool]:
     """pane id -> alive for the run's tmux session ({} when there is none)."""
-    from loop_orchestrator.sessions import TmuxBackend, run_socket
+    from loop_orchestrator.sessions import run_backend
 
     state = Store.for_repo(repo).read_run()
     try:
-        return TmuxBackend(state.name, socket=run_socket(state)).alive_panes()
+        return run_backend(state).alive_panes()
     except LoOrchError:
         return {}
 

@@ -265,14 +265,14 @@ class CleanupResult:
 def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) -> CleanupResult:
     """Kill the run's tmux session by exact name; remove clean worktrees; delete merged
     task branches. Dirty worktrees and unmerged branches are kept and listed."""
-    from loop_orchestrator.sessions import TmuxBackend, run_socket
+    from loop_orchestrator.sessions import run_backend
 
     if abandon:
         refuse_in_session("lo-orch cleanup --abandon")
     store = Store.for_repo(repo)
     state = store.read_run()
     plan, _ = runs.read_plan(store.dirs)
-    backend = TmuxBackend(state.name, socket=run_socket(state))
+    backend = run_backend(state)
     killed = False
     with contextlib.suppress(LoOrchError):
         if backend.session_exists():

@@ -22,8 +22,8 @@ Module API
 ``TmuxBackend(run_name, socket=None)``
     The local tmux implementation.
 ``wait_until(predicate, timeout, interval) -> bool``
-``attach_command(repo, task) -> list[str]``
-    The argv that attaches (or switches) to a run's session, focused on a task's pane.
+``run_backend(run) -> TmuxBackend``
+    The one place a run's session backend is built (its own tmux server, ``run_socket``).
 
 tmux facts this relies on (tmux 3.3a): a shell command given as several arguments is
 executed directly (no ``default-shell``), so the user's shell never parses agent argv;
@@ -131,6 +131,11 @@ def run_socket(run: RunLike) -> str:
         return chosen
     digest = hashlib.sha256(f"{run.repo}\0{run.name}\0{run.created_at}".encode()).hexdigest()
     return f"lo-{run.name[:40]}-{digest[:10]}"
+
+
+def run_backend(run: RunLike) -> TmuxBackend:
+    """The session backend of a run: the one place it is built (on the run's own server)."""
+    return TmuxBackend(run.name, socket=run_socket(run))
 
 
 def session_name(run_name: str) -> str:
@@ -651,33 +656,3 @@ class TmuxBackend:
         socket_path = tmux_env.split(",")[0]
         result = self._tmux("display-message", "-p", "#{socket_path}", check=False)
         return result.ok and result.stdout.strip() == socket_path
-
-
-# attach --------------------------------------------------------------------------------
-
-
-def attach_command(repo: Path, task: str | None = None) -> list[str]:
-    """The argv of ``lo-orch attach [TASK]``: attach/switch to the run, focused on TASK."""
-    from loop_orchestrator.state import Store
-
-    store = Store.for_repo(repo)
-    run = store.read_run()
-    # the run's own tmux server (recorded by `lo-orch run`) unless the environment says
-    backend = TmuxBackend(run.name, socket=run_socket(run))
-    pane_id: str | None = None
-    if task is not None:
-        status = store.read_status(task)
-        if not status.pane_id:
-            msg = f"task {task} has no session (phase {status.phase.value})"
-            raise TmuxError(
-                msg,
-                hint="A task gets a pane when it starts; `lo-orch status` shows which run.",
-            )
-        pane_id = status.pane_id
-        if backend.session_exists() and pane_id not in backend.list_panes():
-            msg = f"the pane of task {task} ({pane_id}) no longer exists"
-            raise TmuxError(
-                msg,
-                hint="`lo-orch run` relaunches it; `lo-orch attach` without TASK shows the rest.",
-            )
-    return backend.attach_argv(pane_id)

@@ -66,7 +66,7 @@ from loop_orchestrator.lifecycle import (
 )
 from loop_orchestrator.plan import Task
 from loop_orchestrator.reports import Reports
-from loop_orchestrator.sessions import LaunchSpec, TmuxBackend, run_socket
+from loop_orchestrator.sessions import LaunchSpec, run_backend, run_socket
 from loop_orchestrator.state import (
     ACTIVE_PHASES,
     Phase,
@@ -175,8 +175,8 @@ def detach(repo: Path, *, continue_blocked: bool = False, allow_dirty: bool = Fa
     rundir = RunDir(repo)
     with supervisor_lock(rundir):
         pass  # only a check: the supervisor in the window takes the lock itself
+    backend = run_backend(state)
     socket = run_socket(state)
-    backend = TmuxBackend(state.name, socket=socket)
     argv = [*shlex.split(lo_orch_bin()), "run", "--repo", str(repo)]
     if continue_blocked:
         argv.append("--continue-blocked")
@@ -210,8 +210,7 @@ class Supervisor:
         self.waves = schedule.wave_of(self.plan, self.cap)
         self.deps = schedule.dependencies(self.plan)
         self.ws = workspace.Workspace.for_run(repo, self.state, settings.workspace)
-        socket = run_socket(self.state)
-        self.backend = TmuxBackend(self.state.name, socket=socket)
+        self.backend = run_backend(self.state)
         self.adapter = make_adapter(settings, repo)
         self.deliverer = Deliverer(stagger=settings.run.stagger_seconds)
         self.tools = load_tool_profile(repo)
@@ -245,8 +244,8 @@ class Supervisor:
 
         self.site_baseline = pyenv.take_baseline(
             repo, [d.argv() for t in self.plan.tasks for d in t.done if d.check])
-        if socket != self.state.tmux_socket:
-            self.record.update_run(tmux_socket=socket)
+        if self.backend.socket != self.state.tmux_socket:
+            self.record.update_run(tmux_socket=self.backend.socket)
 
     @property
     def state(self) -> RunState:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from loop_orchestrator.attach import attach_command
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.errors import TmuxError
-from loop_orchestrator.sessions import LaunchSpec, TmuxBackend, attach_command
+from loop_orchestrator.sessions import LaunchSpec, TmuxBackend
 from loop_orchestrator.state import RunState, Store, TaskStatus
 
 

@@ -20,7 +20,7 @@ def attach_command(task: str | None, repo: Path | None) -> None:
     Inside tmux it switches the current client instead. Detach again with the tmux prefix
     key and `d` (the agents keep running).
     """
-    from loop_orchestrator.sessions import attach_command as build_argv
+    from loop_orchestrator.attach import attach_command as build_argv
 
     argv = build_argv(resolve_repo(repo), task)
     os.execvp(argv[0], argv)
