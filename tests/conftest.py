@@ -139,3 +139,12 @@ def edit_script(files: DemoFiles, change: Callable[[dict[str, Any]], None]) -> N
     data = yaml.safe_load(files.script.read_text(encoding="utf-8"))
     change(data)
     files.script.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that starts a tmux server or the real Claude Code CLI is ``slow`` by rule (it
+    waits for real processes), so ``scripts/test --fast`` leaves it out without a hand mark."""
+    for item in items:
+        uses_tmux = "tmux_socket" in getattr(item, "fixturenames", ())
+        if (uses_tmux or item.get_closest_marker("claude")) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)

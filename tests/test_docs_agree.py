@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 import loop_orchestrator
-from loop_orchestrator.cli.main import _register, cli
+from loop_orchestrator.cli.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "loop_orchestrator"
@@ -34,7 +34,6 @@ def _readme_command_rows() -> dict[str, str]:
 
 
 def _commands() -> dict[str, click.Command]:
-    _register()
     return {name: cmd for name, cmd in cli.commands.items() if not cmd.hidden}
 
 

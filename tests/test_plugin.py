@@ -16,7 +16,6 @@ from conftest import REPO_ROOT, claude_binary
 
 import loop_orchestrator
 from loop_orchestrator import plan as planmod
-from loop_orchestrator.cli import commands  # noqa: F401  registers every command
 from loop_orchestrator.cli.main import cli
 from loop_orchestrator.verify.auditor import AUDITOR_TOOLS, parse_verdict_text
 

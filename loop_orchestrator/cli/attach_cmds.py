@@ -8,10 +8,9 @@ from pathlib import Path
 import click
 
 from loop_orchestrator.cli.common import repo_option, resolve_repo
-from loop_orchestrator.cli.main import cli
 
 
-@cli.command("attach")
+@click.command("attach")
 @click.argument("task", required=False)
 @repo_option
 def attach_command(task: str | None, repo: Path | None) -> None:

@@ -8,10 +8,9 @@ from pathlib import Path
 import click
 
 from loop_orchestrator.cli.common import repo_option, resolve_repo
-from loop_orchestrator.cli.main import cli
 
 
-@cli.command("audit")
+@click.command("audit")
 @click.argument("task")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as a JSON object.")
 @click.option("--no-llm", is_flag=True, help="Skip the LLM auditor (deterministic checks only).")

@@ -7,13 +7,12 @@ from pathlib import Path
 import click
 
 from loop_orchestrator.cli.common import repo_option, resolve_repo
-from loop_orchestrator.cli.main import cli
 from loop_orchestrator.cli.render import table
 
 _LABEL = {"ok": "ok", "warn": "warn", "fail": "FAIL", "info": "-"}
 
 
-@cli.command("doctor")
+@click.command("doctor")
 @repo_option
 def doctor_command(repo: Path | None) -> None:
     """Check git, tmux, the agent CLI, its login state and the plugin.

@@ -9,14 +9,13 @@ from pathlib import Path
 import click
 
 from loop_orchestrator.cli.common import repo_option, resolve_repo
-from loop_orchestrator.cli.main import cli
 
 # Kept in step with hooks.SIGNAL_PHASES (a test checks); importing hooks here would put its
 # work on the import path of every command.
 SIGNAL_CHOICES = ("plan_ready", "impl_done", "blocked")
 
 
-@cli.command("hook")
+@click.command("hook")
 @click.argument("event")
 def hook_command(event: str) -> None:
     """Entry point for Claude Code hooks: reads the hook JSON on stdin.
@@ -40,7 +39,7 @@ def hook_command(event: str) -> None:
         raise click.exceptions.Exit(outcome.exit_code)
 
 
-@cli.command("signal")
+@click.command("signal")
 @click.argument("phase", type=click.Choice(SIGNAL_CHOICES))
 @click.option("--task", "task", help="The task (default: $LO_ORCH_TASK).")
 @click.option("--note", help="What happened; required for `blocked` (what is missing) "

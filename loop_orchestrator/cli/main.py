@@ -17,6 +17,14 @@ from pathlib import Path
 import click
 
 from loop_orchestrator import __version__
+from loop_orchestrator.cli import (
+    attach_cmds,
+    audit_cmds,
+    doctor_cmds,
+    hook_cmds,
+    plan_cmds,
+    run_cmds,
+)
 from loop_orchestrator.errors import LoOrchError
 
 EXIT_OK = 0
@@ -47,9 +55,24 @@ def cli(verbose: int) -> None:
     root.setLevel(level)
 
 
-def _register() -> None:
-    # Each command lives in its own module under cli/; importing registers it on `cli`.
-    from loop_orchestrator.cli import commands  # noqa: F401
+# Each command lives in a module of cli/ that knows nothing of this group; they are added
+# here (`lo-orch --help` lists them alphabetically).
+for _command in (
+    plan_cmds.plan_command,
+    plan_cmds.approve_command,
+    run_cmds.run_command,
+    plan_cmds.status_command,
+    attach_cmds.attach_command,
+    run_cmds.retry_command,
+    hook_cmds.signal_command,
+    hook_cmds.hook_command,
+    audit_cmds.audit_command,
+    run_cmds.merge_command,
+    run_cmds.cleanup_command,
+    run_cmds.demo_command,
+    doctor_cmds.doctor_command,
+):
+    cli.add_command(_command)
 
 
 def _crash_log(exc: BaseException) -> Path:
@@ -66,7 +89,6 @@ def _crash_log(exc: BaseException) -> Path:
 
 def run_cli(args: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; never lets a traceback reach the user."""
-    _register()
     try:
         # Without standalone mode click *returns* the code of a `ctx.exit(n)` / `Exit(n)`
         # (e.g. `lo-orch hook Stop` blocking with 2) instead of raising it: keep it.

@@ -8,12 +8,11 @@ from pathlib import Path
 import click
 
 from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
-from loop_orchestrator.cli.main import cli
 from loop_orchestrator.cli.render import table
 from loop_orchestrator.errors import UsageError
 
 
-@cli.command("plan")
+@click.command("plan")
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--goal", help="Ask the agent (headless) to write a plan for this goal.")
 @click.option("--issue", help="Build the plan from a parent issue (GitHub, Jira, Linear).")
@@ -96,7 +95,7 @@ def show_summary(summary: object) -> None:
     echo("\nGate 1: review the split, then `lo-orch approve` and `lo-orch run`.")
 
 
-@cli.command("approve")
+@click.command("approve")
 @repo_option
 def approve_command(repo: Path | None) -> None:
     """Gate 1: approve the current plan (bound to its sha256)."""
@@ -109,7 +108,7 @@ def approve_command(repo: Path | None) -> None:
     )
 
 
-@cli.command("status")
+@click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print {run, tasks} as JSON.")
 @click.option("--watch", is_flag=True, help="A live table, refreshed every second.")
 @repo_option

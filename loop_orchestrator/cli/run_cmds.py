@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
-from loop_orchestrator.cli.main import cli
 from loop_orchestrator.errors import GateError, LoOrchError
 
 
@@ -31,7 +30,7 @@ def _printer() -> object:
     return plain
 
 
-@cli.command("run")
+@click.command("run")
 @click.option(
     "--detach", is_flag=True, help="Run the supervisor in a window of the run's tmux session."
 )
@@ -92,7 +91,7 @@ def run_command(
     )
 
 
-@cli.command("retry")
+@click.command("retry")
 @click.argument("task")
 @click.option("--note", help="What changed, or what the session should do now (for its review).")
 @click.option("--budget", type=float, default=None,
@@ -110,7 +109,7 @@ def retry_command(task: str, note: str | None, budget: float | None, repo: Path 
     echo("A running supervisor picks it up now; otherwise run `lo-orch run`.")
 
 
-@cli.command("merge")
+@click.command("merge")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
 @click.option("--branch", help="The feature branch to set (default: feat/<run>).")
 @click.option("--into", "merge_into", help="Also merge the feature branch into this local branch.")
@@ -170,7 +169,7 @@ def _show_cleanup(result: object) -> None:
              "stash -u`, or move your files elsewhere), then `lo-orch cleanup` removes them.")
 
 
-@cli.command("cleanup")
+@click.command("cleanup")
 @click.option("--abandon", is_flag=True, help="Also mark an unfinished run as stopped.")
 @repo_option
 def cleanup_command(abandon: bool, repo: Path | None) -> None:
@@ -180,7 +179,7 @@ def cleanup_command(abandon: bool, repo: Path | None) -> None:
     _show_cleanup(gate2.cleanup(resolve_repo(repo), abandon=abandon))
 
 
-@cli.command("demo")
+@click.command("demo")
 @click.option("--keep", is_flag=True,
               help="Keep the throwaway repository and its run state (ledger, reviews, "
               "evidence) to inspect; Gate 2 still closes the sessions and removes the "
