@@ -142,9 +142,11 @@ def edit_script(files: DemoFiles, change: Callable[[dict[str, Any]], None]) -> N
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that starts a tmux server or the real Claude Code CLI is ``slow`` by rule (it
-    waits for real processes), so ``scripts/test --fast`` leaves it out without a hand mark."""
+    """A test that starts a tmux server or needs the real Claude Code CLI (mark
+    ``claude``) is ``slow`` by rule (it waits for real processes), so ``scripts/test
+    --fast`` leaves it out without a hand mark."""
     for item in items:
-        uses_tmux = "tmux_socket" in getattr(item, "fixturenames", ())
+        fixtures = getattr(item, "fixturenames", ())
+        uses_tmux = "tmux_socket" in fixtures
         if (uses_tmux or item.get_closest_marker("claude")) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)

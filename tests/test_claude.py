@@ -69,6 +69,9 @@ UNKNOWN_DIALOG = f"""{RULE}
  Enter to confirm · Esc to cancel
 """
 
+# these tests run the real Claude Code CLI (or the adapter built around its path)
+pytestmark = pytest.mark.claude
+
 
 def claude() -> Path:
     found = claude_binary()

@@ -18,6 +18,9 @@ from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import Settings
 from loop_orchestrator.doctor import check_login, check_plugin_installed
 
+# these tests run the real Claude Code CLI (or the adapter built around its path)
+pytestmark = pytest.mark.claude
+
 
 def claude() -> Path:
     found = claude_binary()

@@ -67,6 +67,7 @@ def head(repo: Path, rev: str = "HEAD") -> str:
 # item 6: no hook, fsmonitor, driver, attribute or config an agent wrote -----------------
 
 
+@pytest.mark.slow
 def test_planted_hooks_never_run(git_repo: Path, tmp_path: Path) -> None:
     hooks = git_repo / ".git" / "hooks"
     marker = tmp_path / "hook.ran"
@@ -161,6 +162,7 @@ def test_replace_refs_do_not_change_what_is_verified(git_repo: Path) -> None:
         assert "return 3" in (tree / "app" / "calc.py").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_filter_drivers_never_run_and_change_nothing(git_repo: Path, tmp_path: Path) -> None:
     clean, marker = marker_script(tmp_path, "clean")
     smudge = script(tmp_path / "bin" / "smudge", f'touch "{marker}"\necho smudged')
@@ -182,6 +184,7 @@ def test_filter_drivers_never_run_and_change_nothing(git_repo: Path, tmp_path: P
     assert marker.exists()
 
 
+@pytest.mark.slow
 def test_merge_driver_cannot_resolve_a_conflict(git_repo: Path, tmp_path: Path) -> None:
     marker = tmp_path / "merge.ran"
     git(git_repo, "config", "merge.evil.driver", f'touch "{marker}"; cp %B %A')
@@ -322,6 +325,7 @@ def test_refs_book_lives_outside_the_repository(git_repo: Path) -> None:
     assert "lo-orch" not in config
 
 
+@pytest.mark.slow
 def test_forged_start_commit_in_config_has_no_effect(git_repo: Path) -> None:
     ws = started(git_repo)
     start = ws.task_start("a") if ws.refs.get("start/a") else None
@@ -357,6 +361,7 @@ def test_forged_start_commit_in_config_has_no_effect(git_repo: Path) -> None:
 # item 5: rejected rounds never reach staging or the feature branch ----------------------
 
 
+@pytest.mark.slow
 def test_rejected_rounds_are_unreachable_from_staging_and_feature(git_repo: Path) -> None:
     ws = started(git_repo)
     base = head(git_repo)
@@ -471,6 +476,7 @@ def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
     assert "feat/r1" not in git(git_repo, "branch", "--list", "feat/r1")
 
 
+@pytest.mark.slow
 def test_grafts_do_not_fake_history(git_repo: Path) -> None:
     from loop_orchestrator.gitutil import is_ancestor
 

@@ -195,6 +195,7 @@ def test_a_detached_process_is_caught_inside_the_sandbox(
     assert Store(RunDir(git_repo)).read_run().approved_plan_sha256 is None
 
 
+@pytest.mark.slow
 def test_outside_the_sandbox_a_detached_process_escapes_the_ancestry_check(
     git_repo: Path, tmp_path: Path
 ) -> None:

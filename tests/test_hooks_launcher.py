@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
 from served import serve, working
 
@@ -151,6 +152,7 @@ def test_managed_stop_block_keeps_exit_code_2_through_the_launcher(
     assert (again.returncode, again.stderr) == (0, b"")
 
 
+@pytest.mark.slow
 def test_managed_hook_is_fast(git_repo: Path, stack: contextlib.ExitStack) -> None:
     """`lo-orch hook` in a managed session, the real process: budget 150 ms.
 
@@ -180,6 +182,7 @@ def test_managed_hook_is_fast(git_repo: Path, stack: contextlib.ExitStack) -> No
     assert wall < 0.6, [round(t * 1000) for t in walls]
 
 
+@pytest.mark.slow
 def test_unmanaged_lo_orch_hook_is_silent_and_fast(tmp_path: Path) -> None:
     argv = ["sh", "-c", f'{lo_orch_bin()} hook "$1"', "sh", "Stop"]
     cpus = []

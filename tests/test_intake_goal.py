@@ -220,13 +220,14 @@ def test_model_setting_is_passed(git_repo: Path) -> None:
     assert flag(argv, "--resume") == "abc"
 
 
+@pytest.mark.claude
 def test_real_claude_code_accepts_the_flags_and_reports_not_logged_in(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The real CLI (offline, throwaway HOME, never logged in): the flag set is accepted
     (no "unknown option") and its not-logged-in answer becomes the clear error."""
     binary = claude_binary()
-    assert binary is not None, "install Claude Code with scripts/test (see COMMON.md)"
+    assert binary is not None, "install Claude Code with scripts/test (see CONTRIBUTING.md)"
     home = Path.home()  # conftest's throwaway HOME
     (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}),
                                        encoding="utf-8")

@@ -51,6 +51,7 @@ def _commit(repo: Path, path: str, text: str, message: str) -> None:
     git(repo, "commit", "-q", "--no-gpg-sign", "-m", message)
 
 
+@pytest.mark.slow
 def test_refresh_task_merges_staging_and_moves_the_task_start(git_repo: Path) -> None:
     ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig())
     base = gitutil.rev_parse(git_repo, "HEAD")
@@ -77,6 +78,7 @@ def test_refresh_task_merges_staging_and_moves_the_task_start(git_repo: Path) ->
     assert ws.refresh_task("a") == start  # nothing new on staging: nothing to do
 
 
+@pytest.mark.slow
 def test_refresh_task_refuses_a_dirty_worktree(git_repo: Path) -> None:
     ws = workspace.Workspace(git_repo, "r2", WorkspaceConfig())
     ws.create_staging(gitutil.rev_parse(git_repo, "HEAD"))

@@ -169,6 +169,7 @@ def test_merge_lists_the_dirty_worktree_it_kept_and_the_advice_removes_it(
     assert "the user's experiment" in git(repo, "stash", "show", "-p", "--include-untracked")
 
 
+@pytest.mark.slow
 def test_a_repository_without_commits_is_told_to_commit_first(tmp_path: Path) -> None:
     repo = tmp_path / "fresh"
     repo.mkdir()
@@ -190,6 +191,7 @@ def test_a_repository_without_commits_is_told_to_commit_first(tmp_path: Path) ->
     assert lo(repo, "plan", str(plan)).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_bare_repository_is_named_as_such_and_the_clone_advice_works(
     git_repo: Path, tmp_path: Path,
 ) -> None:
@@ -212,6 +214,7 @@ def test_a_bare_repository_is_named_as_such_and_the_clone_advice_works(
     assert lo(checkout, "plan", str(plan)).returncode == 0
 
 
+@pytest.mark.slow
 def test_hints_name_scripts_lo_orch_when_lo_orch_is_not_on_path(
     git_repo: Path, tmp_path: Path,
 ) -> None:

@@ -132,6 +132,7 @@ def build(case: Case) -> Plan:
 # waves ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @PROPS
 @given(dag_cases())
 def test_dependencies_match_the_reference(case: Case) -> None:
@@ -238,6 +239,7 @@ def simulate(
     return started, phases
 
 
+@pytest.mark.slow
 @PROPS
 @given(dag_cases())
 def test_ready_queue_schedules_every_task_once_in_dependency_order(case: Case) -> None:
@@ -249,6 +251,7 @@ def test_ready_queue_schedules_every_task_once_in_dependency_order(case: Case) -
     assert all(pos[d] < pos[t] for t, ds in case.deps.items() for d in ds)
 
 
+@pytest.mark.slow
 @PROPS
 @given(dag_cases())
 def test_strict_waves_reproduce_barrier_waves(case: Case) -> None:
@@ -260,6 +263,7 @@ def test_strict_waves_reproduce_barrier_waves(case: Case) -> None:
     assert [number[t] for t in started] == sorted(number[t] for t in started)
 
 
+@pytest.mark.slow
 @PROPS
 @given(dag_cases(), st.data())
 def test_blocked_tasks_hold_back_exactly_their_dependents(case: Case, data: st.DataObject) -> None:
@@ -287,6 +291,7 @@ def test_blocked_tasks_hold_back_exactly_their_dependents(case: Case, data: st.D
         assert len(causes) == len(set(causes))
 
 
+@pytest.mark.slow
 @PROPS
 @given(dag_cases())
 def test_ready_tasks_honour_a_full_cap(case: Case) -> None:
@@ -305,6 +310,7 @@ def test_ready_tasks_honour_a_full_cap(case: Case) -> None:
 # validation against the reference -------------------------------------------------------
 
 
+@pytest.mark.slow
 @PROPS
 @given(dag_cases(), st.data())
 def test_a_file_shared_by_unordered_tasks_is_always_reported(
@@ -340,6 +346,7 @@ def test_a_file_shared_by_unordered_tasks_is_always_reported(
     ), info.value.problems
 
 
+@pytest.mark.slow
 @PROPS
 @given(dag_cases(), st.data())
 def test_a_back_edge_is_reported_as_a_cycle(case: Case, data: st.DataObject) -> None:

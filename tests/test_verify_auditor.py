@@ -90,6 +90,7 @@ def test_command_auditor_fail_verdict(tmp_path: Path) -> None:
     ('print("VERDICT: PASS")\nsys.exit(2)\n', "exited with code 2"),
     ('time.sleep(30)\nprint("VERDICT: PASS")\n', "timed out"),
 ])
+@pytest.mark.slow
 def test_anything_but_a_clean_verdict_is_fail(tmp_path: Path, body: str, why: str) -> None:
     result = audit(tmp_path, script(tmp_path, body), timeout=5)
     assert result.status == "fail"

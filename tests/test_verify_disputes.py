@@ -83,6 +83,7 @@ def money(git_repo: Path) -> tuple[Path, str, str]:
 CLAIM = ("tests.tautology", "the test checks that Money.__eq__ is reflexive")
 
 
+@pytest.mark.slow
 def test_without_a_dispute_the_heuristic_blocks(money: tuple[Path, str, str],
                                                 tmp_path: Path) -> None:
     repo, base, head = money
@@ -93,6 +94,7 @@ def test_without_a_dispute_the_heuristic_blocks(money: tuple[Path, str, str],
     assert verdict.disputes == []
 
 
+@pytest.mark.slow
 def test_a_dispute_with_no_auditor_is_carried_to_gate_2(money: tuple[Path, str, str],
                                                         tmp_path: Path) -> None:
     repo, base, head = money
@@ -108,6 +110,7 @@ def test_a_dispute_with_no_auditor_is_carried_to_gate_2(money: tuple[Path, str, 
                for n in notes), notes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("answer", "outcome", "passed"), [
     ("VERDICT: PASS", "upheld", True), ("VERDICT: FAIL", "rejected", False)])
 def test_the_auditor_judges_a_dispute(money: tuple[Path, str, str], tmp_path: Path,
@@ -127,6 +130,7 @@ def test_the_auditor_judges_a_dispute(money: tuple[Path, str, str], tmp_path: Pa
         assert CLAIM[1] in review
 
 
+@pytest.mark.slow
 def test_hard_findings_are_never_disputable(money: tuple[Path, str, str],
                                             tmp_path: Path) -> None:
     repo, base, _ = money
@@ -141,6 +145,7 @@ def test_hard_findings_are_never_disputable(money: tuple[Path, str, str],
     assert outcomes == {"scope.unowned": "refused", "tests.tautology": "deferred"}
 
 
+@pytest.mark.slow
 def test_the_review_and_the_rework_prompt_offer_disputes_for_heuristics_only(
         money: tuple[Path, str, str], tmp_path: Path) -> None:
     repo, base, _ = money

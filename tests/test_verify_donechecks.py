@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import git
 
 from loop_orchestrator.verify import junit
@@ -130,6 +131,7 @@ def _run_pytest_check(repo: Path, commit: str, evidence: Path) -> list[CheckRun]
     return runs
 
 
+@pytest.mark.slow
 def test_new_tests_must_be_in_the_junit_report_and_pass(git_repo: Path, tmp_path: Path) -> None:
     source = (
         "import pytest\n\n"

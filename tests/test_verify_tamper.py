@@ -56,6 +56,7 @@ def verify(repo: Path, base: str, head: str, task: Task | None = None,
 
 # the code under test ends the interpreter ------------------------------------------------
 
+@pytest.mark.slow
 def test_module_that_exits_0_once_pytest_is_loaded_fails(project: tuple[Path, str]) -> None:
     repo, base = project
     exits = BROKEN_CALC + (
@@ -69,6 +70,7 @@ def test_module_that_exits_0_once_pytest_is_loaded_fails(project: tuple[Path, st
     assert "check-1" in no_report.message and "os._exit" in no_report.message
 
 
+@pytest.mark.slow
 def test_module_that_sys_exits_0_at_import_fails(project: tuple[Path, str]) -> None:
     repo, base = project
     head = commit(repo, {"app/calc.py": BROKEN_CALC + "\nimport sys\n\nsys.exit(0)\n",
@@ -89,6 +91,7 @@ def test_pytest_run_without_a_report_leaves_every_new_test_missing() -> None:
     assert new_test_findings([ref], [run.model_copy(update={"argv": ["make", "test"]})]) == []
 
 
+@pytest.mark.slow
 def test_report_with_zero_tests_that_ran_fails(git_repo: Path, tmp_path: Path) -> None:
     commit(git_repo, {"tests/test_calc.py": (
         "import pytest\n\n\ndef test_add():\n    getattr(pytest, 'sk' + 'ip')('later')\n"
@@ -122,6 +125,7 @@ def venv_task() -> Task:
                                 check=".venv/bin/python -m pytest -q tests/test_calc.py")])
 
 
+@pytest.mark.slow
 def test_pth_planted_in_the_project_venv_blocks_and_nothing_runs(
         project: tuple[Path, str]) -> None:
     repo, base = project
@@ -148,6 +152,7 @@ def test_pth_planted_in_the_project_venv_blocks_and_nothing_runs(
     assert changed.message.index("zz_attack.pth") < changed.message.index("zz_skip_all.py")
 
 
+@pytest.mark.slow
 def test_check_that_changes_the_venv_while_it_runs_is_caught(project: tuple[Path, str]) -> None:
     repo, base = project
     site = honest_venv(repo)
@@ -167,6 +172,7 @@ def marker_code(marker: Path) -> str:
     return f"from pathlib import Path\nPath({str(marker)!r}).write_text('loaded')\n"
 
 
+@pytest.mark.slow
 def test_sitecustomize_in_the_checkout_is_not_loaded_and_out_of_scope(
         project: tuple[Path, str], tmp_path: Path) -> None:
     repo, base = project
@@ -229,6 +235,7 @@ def test_every_pytest_configuration_file_is_test_configuration(
     assert [(f.check, f.path) for f in findings if f.blocking] == [("scope.test-config", path)]
 
 
+@pytest.mark.slow
 def test_pytest_toml_deselecting_everything_is_blocked_end_to_end(
         project: tuple[Path, str]) -> None:
     repo, base = project
@@ -241,6 +248,7 @@ def test_pytest_toml_deselecting_everything_is_blocked_end_to_end(
     assert {"scope.test-config", "done.failed"} <= blocking_checks(verdict)
 
 
+@pytest.mark.slow
 def test_sys_path_shim_keeps_an_honest_src_layout_working(git_repo: Path, tmp_path: Path) -> None:
     commit(git_repo, {"src/pkg/__init__.py": "VALUE = 7\n",
                       "tests/test_pkg.py": "import pkg\n\n\ndef test_value():\n"
@@ -252,6 +260,7 @@ def test_sys_path_shim_keeps_an_honest_src_layout_working(git_repo: Path, tmp_pa
     assert report_findings(runs) == []
 
 
+@pytest.mark.slow
 def test_config_and_conftest_above_the_checkout_are_never_read(
         project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # checkouts live in the temp folder, which any process can write: plant both there
@@ -270,6 +279,7 @@ def test_config_and_conftest_above_the_checkout_are_never_read(
     assert Path(rootdir.split("=", 1)[1]).is_relative_to(shared)  # made under the plant
 
 
+@pytest.mark.slow
 def test_project_config_inside_the_checkout_is_still_used(git_repo: Path, tmp_path: Path) -> None:
     commit(git_repo, {
         "pyproject.toml": '[project]\nname = "x"\n\n[tool.pytest.ini_options]\n'
@@ -286,6 +296,7 @@ def test_project_config_inside_the_checkout_is_still_used(git_repo: Path, tmp_pa
     assert runs[0].exit_code != 0 and "'unknown' not found in `markers`" in out
 
 
+@pytest.mark.slow
 def test_new_test_file_that_no_check_ran_blocks(project: tuple[Path, str]) -> None:
     repo, base = project
     # tests the AST does not see as functions: only the JUnit report can show they ran
@@ -324,6 +335,7 @@ def test_a_committed_virtual_environment_is_out_of_scope(project: tuple[Path, st
         ("scope.interpreter-hook", "venv/pyvenv.cfg")}
 
 
+@pytest.mark.slow
 def test_edited_check_script_and_retargeted_interpreter_are_changes(git_repo: Path) -> None:
     site = honest_venv(git_repo)
     venv = site.parents[2]
@@ -338,6 +350,7 @@ def test_edited_check_script_and_retargeted_interpreter_are_changes(git_repo: Pa
     assert pyenv.changes(baseline) == sorted([f"changed {python}", f"changed {script}"])
 
 
+@pytest.mark.slow
 def test_config_in_a_subfolder_keeps_its_rootdir_and_testpaths(git_repo: Path,
                                                                 tmp_path: Path) -> None:
     commit(git_repo, {

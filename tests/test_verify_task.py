@@ -91,6 +91,7 @@ def project(git_repo: Path) -> tuple[Path, str]:
     return git_repo, base
 
 
+@pytest.mark.slow
 def test_honest_task_passes_with_red_green_evidence(project: tuple[Path, str],
                                                     tmp_path: Path) -> None:
     repo, base = project
@@ -115,6 +116,7 @@ def test_honest_task_passes_with_red_green_evidence(project: tuple[Path, str],
     assert "PASSED" in verdict.summary()
 
 
+@pytest.mark.slow
 def test_gamed_task_is_caught(project: tuple[Path, str]) -> None:
     repo, base = project
     gamed_tests = (
@@ -140,6 +142,7 @@ def test_gamed_task_is_caught(project: tuple[Path, str]) -> None:
     assert "FAILED" in verdict.summary() and "scope.unowned" in verdict.summary()
 
 
+@pytest.mark.slow
 def test_new_test_missing_at_base_is_a_warning_not_red(git_repo: Path) -> None:
     base = git(git_repo, "rev-parse", "HEAD").strip()
     tests = HONEST_TESTS.replace("from app import calc", "from app import calc  # new module")
@@ -152,6 +155,7 @@ def test_new_test_missing_at_base_is_a_warning_not_red(git_repo: Path) -> None:
     assert "the module under test does not exist at base" in verdict.findings[0].message
 
 
+@pytest.mark.slow
 def test_failing_done_check_blocks_with_its_output(project: tuple[Path, str]) -> None:
     repo, base = project
     broken = FIXED_CALC.replace("return a + b", "return a + b + 1")
@@ -173,6 +177,7 @@ def _auditor(tmp_path: Path, verdict_line: str) -> Settings:
     return s
 
 
+@pytest.mark.slow
 def test_auditor_fail_fails_a_task_with_clean_deterministic_checks(
     project: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -187,6 +192,7 @@ def test_auditor_fail_fails_a_task_with_clean_deterministic_checks(
     assert "auditor FAIL: judged" in verdict.summary()
 
 
+@pytest.mark.slow
 def test_review_and_rework_prompt(project: tuple[Path, str]) -> None:
     repo, base = project
     head = commit(repo, {"app/calc.py": "def add(a, b):\n    return 5\n",

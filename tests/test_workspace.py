@@ -243,6 +243,7 @@ def test_user_staging_branch_is_never_taken_over(git_repo: Path) -> None:
     assert snapshot(git_repo) == before
 
 
+@pytest.mark.slow
 def test_create_staging_is_idempotent(git_repo: Path) -> None:
     ws = started(git_repo)
     base = ws.resolve_base(None)
@@ -285,6 +286,7 @@ def test_worktree_on_foreign_branch_is_reported(git_repo: Path) -> None:
     assert snapshot(git_repo) == before
 
 
+@pytest.mark.slow
 def test_task_branch_not_based_on_staging_is_not_trusted(git_repo: Path) -> None:
     ws = started(git_repo)
     base = ws.resolve_base(None)
@@ -554,6 +556,7 @@ def test_finish_merge_into_branch_not_checked_out(git_repo: Path) -> None:
 # cleanup -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cleanup_keeps_dirty_worktree_and_unmerged_branch(git_repo: Path) -> None:
     git(git_repo, "branch", "lo-user-branch")
     ws = started(git_repo)
@@ -635,6 +638,7 @@ def test_staging_never_receives_a_secret_file(git_repo: Path) -> None:
     assert git(git_repo, "rev-parse", "lo/r1/staging") == staging
 
 
+@pytest.mark.slow
 def test_parallel_clean_checkouts_do_not_trip_over_each_other(git_repo: Path) -> None:
     """Two tasks verified at once each take a clean checkout: `git worktree add` run
     concurrently in one repository failed ("failed to read .git/worktrees/tree1/commondir")
