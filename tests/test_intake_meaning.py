@@ -608,3 +608,41 @@ def test_intake_command_may_report_skipped_children(tmp_path: Path) -> None:
     tree = fetch_tree("X-1", tmp_path, env={}, profile={
         "intake": {"kind": "cli", "command": f"{sys.executable} {script}"}})
     assert states(tree) == [("X-2", "open"), ("X-3", "done"), ("X-4", "skipped: won't do")]
+
+
+# doctor -----------------------------------------------------------------------------------
+
+
+def test_doctor_lists_the_trackers_and_what_is_missing_without_values(
+        git_repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from loop_orchestrator.config import Settings
+    from loop_orchestrator.doctor import check_intake
+
+    bare = check_intake(Settings(), {})
+    assert bare.status == "info"
+    assert bare.detail == ("GitHub (no token: public repositories, 60 requests an hour); "
+                           "Jira not configured (JIRA_URL); Linear not configured "
+                           "(LINEAR_API_KEY)")
+    settings = Settings.model_validate({"intake": {"github": {"hosts": ["ghe.example.com"]},
+                                                   "jira": {"deployment": "datacenter"}}})
+    env = {"JIRA_URL": "https://jira.example.com", "JIRA_EMAIL": "me@x",
+           "JIRA_API_TOKEN": "cloud-secret", "GITHUB_TOKEN": "gh-secret"}
+    half = check_intake(settings, env)
+    assert half.status == "warn"
+    assert "GitHub Enterprise Server ghe.example.com (no GH_ENTERPRISE_TOKEN)" in half.detail
+    assert "Jira Data Center (no credentials)" in half.detail  # Cloud's token is not a PAT
+    assert half.hint == ("Set GH_ENTERPRISE_TOKEN to a token of ghe.example.com; "
+                         "set JIRA_PAT for Jira.")
+    ready = check_intake(settings, {**env, "JIRA_PAT": "pat-secret",
+                                    "GH_ENTERPRISE_TOKEN": "ghe-secret",
+                                    "LINEAR_API_KEY": "lin-secret"})
+    assert ready.status == "info" and "Linear (LINEAR_API_KEY set)" in ready.detail
+
+    write_config(git_repo, '[intake.jira]\ndeployment = "datacenter"\n')
+    monkeypatch.setenv("JIRA_URL", "https://jira.example.com")
+    monkeypatch.setenv("JIRA_PAT", "pat-secret-value")
+    run_cli(["doctor", "--repo", str(git_repo)])
+    out, err = capsys.readouterr()
+    assert "issue trackers" in out and "Jira Data Center (credentials set)" in out
+    assert "pat-secret-value" not in out + err
