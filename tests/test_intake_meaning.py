@@ -360,6 +360,20 @@ def test_jira_data_center_detected_with_pat_epics_and_start_at_pages(
     assert "dc-pat-secret" not in caplog.text
 
 
+def test_jira_server_info_closed_to_anonymous_is_asked_with_the_pat(
+        server: TrackerServer) -> None:
+    jira = JiraTracker("datacenter", anonymous_info=False)
+    jira_tree(jira)
+    server.fallback = jira
+    tree = fetch_tree("PROJ-1", Path(), env={"JIRA_URL": server.url, "JIRA_PAT": jira.token},
+                      profile={})
+    assert states(tree) == JIRA_STATES
+    first, second = server.requests[:2]
+    assert first.path == second.path == "/rest/api/2/serverInfo"
+    assert "authorization" not in first.headers
+    assert second.headers["authorization"] == f"Bearer {jira.token}"
+
+
 def test_jira_data_center_without_jira_software_reads_sub_tasks(server: TrackerServer) -> None:
     jira = JiraTracker("datacenter", epic_link=False)
     jira_tree(jira)
@@ -529,6 +543,8 @@ def test_linear_against_its_public_schema(server: TrackerServer) -> None:
     assert tree.parent.body == "Profiles live in app/."
     assert len(lin.queries) == 4  # 7 children, 2 a page
     assert all(q == linear.QUERY for q in lin.queries)
+    # Linear refuses a query over 10,000 points; this one stays far below
+    assert all(points < 1_000 for points in lin.complexities), lin.complexities
     assert [r.body["variables"]["after"] for r in server.requests] == [None, "2", "4", "6"]
 
 
@@ -546,6 +562,9 @@ def test_the_linear_server_refuses_what_the_schema_does_not_have(server: Tracker
         ('{ issue(id: "ENG-1") { children(frist: 5) { nodes { identifier } } } }',
          "Unknown argument 'frist'"),
         ('query($id: ID!) { issue(id: $id) { identifier } }', "Variable '$id' of type 'ID!'"),
+        ('{ issue(id: "ENG-1") { children(first: 250) { nodes { identifier '
+         'relations(first: 50) { nodes { type relatedIssue { identifier } } } } } } }',
+         "Query too complex: 27776 points"),
     ):
         resp = http.post_json(f"{server.url}/graphql", {"query": query, "variables": {"id": "x"}},
                               allow=(400,))

@@ -236,7 +236,8 @@ def test_jira_parent_and_children_with_next_page_token(server: TrackerServer) ->
     assert search1.param("nextPageToken") is None
     assert search2.param("nextPageToken") == "page-2"
     expected = "Basic " + base64.b64encode(b"me@example.com:jira-secret").decode()
-    assert all(r.headers["authorization"] == expected for r in server.requests)
+    assert "authorization" not in info.headers  # serverInfo is public: no token sent
+    assert all(r.headers["authorization"] == expected for r in server.requests[1:])
 
 
 def test_jira_needs_email_and_token(server: TrackerServer) -> None:

@@ -98,22 +98,21 @@ def datacenter_client(env: Mapping[str, str]) -> HttpClient:
     return HttpClient(DC_SERVICE, headers={"Authorization": f"Bearer {token}"})
 
 
-def client(env: Mapping[str, str]) -> HttpClient:
-    """The Jira Cloud client (kept for callers of the Cloud-only version)."""
-    return cloud_client(env)
-
-
-def _probe_client(env: Mapping[str, str]) -> HttpClient:
-    """For serverInfo: the credentials the user gave, for the host they gave them for."""
+def _server_info(base: str, env: Mapping[str, str]) -> Any:
+    """``/rest/api/2/serverInfo``: anonymous first (both deployments document it so); a site
+    that refuses anonymous calls is asked again with the credentials the user gave for it."""
+    anonymous = HttpClient(Service("Jira", "JIRA_PAT (Data Center) or JIRA_EMAIL and "
+                                           "JIRA_API_TOKEN (Cloud)", "JIRA_URL"))
+    url = f"{base}/rest/api/2/serverInfo"
+    try:
+        return anonymous.get(url, what="serverInfo").data
+    except TrackerHttpError as exc:
+        if exc.status not in (401, 403):
+            raise
     pat = (env.get("JIRA_PAT") or "").strip()
-    if pat:
-        return HttpClient(DC_SERVICE, headers={"Authorization": f"Bearer {pat}"})
-    email = (env.get("JIRA_EMAIL") or "").strip()
-    token = (env.get("JIRA_API_TOKEN") or "").strip()
-    if email and token:
-        return cloud_client(env)
-    return HttpClient(Service("Jira", "JIRA_PAT (Data Center) or JIRA_EMAIL and "
-                                      "JIRA_API_TOKEN (Cloud)", "JIRA_URL"))
+    http = (HttpClient(DC_SERVICE, headers={"Authorization": f"Bearer {pat}"}) if pat
+            else cloud_client(env))
+    return http.get(url, what="serverInfo").data
 
 
 def deployment_of(base: str, env: Mapping[str, str],
@@ -126,9 +125,8 @@ def deployment_of(base: str, env: Mapping[str, str],
     host = urllib.parse.urlsplit(base).hostname or ""
     if host.endswith(CLOUD_SUFFIXES):
         return "cloud", f"{host} is an Atlassian Cloud site"
-    http = _probe_client(env)
     try:
-        info = http.get(f"{base}/rest/api/2/serverInfo", what="serverInfo").data
+        info = _server_info(base, env)
     except TrackerHttpError as exc:
         msg = (f"cannot tell whether {base} is Jira Cloud or Jira Data Center: its "
                f"/rest/api/2/serverInfo failed: {exc.message}")

@@ -36,6 +36,8 @@ SERVICE = Service("Linear", "LINEAR_API_KEY", "LINEAR_API_URL")
 DONE_TYPES = frozenset({"completed"})
 SKIP_TYPES = frozenset({"canceled", "duplicate"})
 
+#: Linear refuses a query over 10,000 complexity points (a property 0.1, an object 1, a
+#: connection multiplies what it holds by its ``first``); this one scores about 743
 QUERY = """
 query LoOrchIntake($id: String!, $after: String) {
   issue(id: $id) {
@@ -44,10 +46,10 @@ query LoOrchIntake($id: String!, $after: String) {
     description
     url
     state { type name }
-    children(first: 100, after: $after) {
+    children(first: 50, after: $after) {
       nodes {
         identifier title description url state { type name }
-        relations(first: 20) { nodes { type relatedIssue { identifier } } }
+        relations(first: 5) { nodes { type relatedIssue { identifier } } }
       }
       pageInfo { hasNextPage endCursor }
     }
