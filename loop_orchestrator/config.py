@@ -118,6 +118,9 @@ class GithubIntakeConfig(_Section):
 class JiraIntakeConfig(_Section):
     #: "auto": a ``*.atlassian.net`` site is Cloud, any other asks ``/rest/api/2/serverInfo``
     deployment: Literal["auto", "cloud", "datacenter"] = "auto"
+    #: resolutions that mean the work was done, besides Done/Fixed/Resolved/Complete(d)/
+    #: Implemented (a localized or custom scheme: "Erledigt", "Shipped")
+    done_resolutions: list[str] = Field(default_factory=list)
 
 
 class IntakeConfig(_Section):

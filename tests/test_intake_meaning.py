@@ -201,6 +201,15 @@ def test_plan_lists_skipped_children_at_gate_1_and_tells_the_model_they_are_not_
     assert "- owner/repo#7: Profile model (closed as a duplicate)" in skipped_part
     assert 'task-id="repo-6"' not in prompt and 'task-id="repo-7"' not in prompt
 
+    # the way out the Gate 1 line names: `--done KEY` for a skipped child whose work landed
+    assert "plan again with `--done KEY`" in out
+    code, out, err = plan_cli(base_repo, capsys, "--issue", "owner/repo#1",
+                              "--done", "owner/repo#6")
+    assert code == 0, err
+    plan = json.loads(RunDir(base_repo).plan_json.read_text(encoding="utf-8"))["plan"]
+    assert [d["id"] for d in plan["done_tasks"]] == ["repo-3", "repo-6"]
+    assert "owner/repo#7 (closed as a duplicate)" in out and "owner/repo#6 (" not in out
+
 
 def test_an_agent_that_plans_a_skipped_child_is_refused(
     base_repo: Path, server: TrackerServer, fake_log: Path, monkeypatch: pytest.MonkeyPatch,
@@ -286,6 +295,25 @@ def test_github_enterprise_by_configured_host(
     code, _out, err = plan_cli(base_repo, capsys, "--issue", f"{server.url}/owner/repo/issues/99")
     assert code == 1
     assert "GitHub Enterprise Server: issue owner/repo#99 not found (HTTP 404)" in err
+
+
+def test_github_enterprise_without_the_sub_issues_api_reads_the_task_list(
+        server: TrackerServer) -> None:
+    gh = GithubTracker(server.url, prefix="/api/v3", html_host=server.url,
+                       sub_issues_api=False)
+    gh.add("o/r", 1, "Parent", f"- [ ] #2\n- [x] {server.url}/o/r/issues/3\n- [ ] #4\n")
+    gh.add("o/r", 2, "Open")
+    gh.add("o/r", 3, "Ticked")
+    gh.add("o/r", 4, "Dropped", "", "closed", "not_planned")
+    server.fallback = gh
+    intake = IntakeConfig.model_validate({"github": {"hosts": [f"127.0.0.1:{server.port}"]}})
+    tree = fetch_tree(f"{server.url}/o/r/issues/1", Path(), env={}, profile={}, intake=intake)
+    assert states(tree) == [("o/r#2", "open"), ("o/r#3", "done"),
+                            ("o/r#4", "skipped: closed as not planned")]
+    # on github.com a missing sub-issues API is not hidden: it is an error
+    gh.prefix = ""
+    with pytest.raises(NotFoundError, match="the sub-issues of o/r#1 not found"):
+        fetch_tree("o/r#1", Path(), env={"GITHUB_API_URL": server.url}, profile={})
 
 
 @pytest.mark.parametrize("url", ["https://github.mycorp.example/o/r/issues/3",
@@ -503,6 +531,22 @@ def test_jira_undetectable_site_says_how_to_configure_and_that_works(
     monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", answer_for(tmp_path, ids))
     code, _out, err = plan_cli(base_repo, capsys, "--issue", "PROJ-1")
     assert code == 0, err
+
+
+def test_jira_done_resolutions_extend_the_known_ones(server: TrackerServer) -> None:
+    jira = JiraTracker("cloud")
+    jira.add("PROJ-1", "Parent")
+    jira.add("PROJ-2", "Localized", "", "done", "Fertig", "Erledigt", parent="PROJ-1")
+    jira.add("PROJ-3", "Dropped", "", "done", "Fertig", "Wird nicht erledigt", parent="PROJ-1")
+    server.fallback = jira
+    env = {"JIRA_URL": server.url, "JIRA_EMAIL": jira.email, "JIRA_API_TOKEN": jira.token}
+    tree = fetch_tree("PROJ-1", Path(), env=env, profile={})
+    assert states(tree) == [("PROJ-2", "skipped: resolved as 'Erledigt'"),
+                            ("PROJ-3", "skipped: resolved as 'Wird nicht erledigt'")]
+    intake = IntakeConfig.model_validate({"jira": {"done_resolutions": [" erledigt "]}})
+    tree = fetch_tree("PROJ-1", Path(), env=env, profile={}, intake=intake)
+    assert states(tree) == [("PROJ-2", "done"),
+                            ("PROJ-3", "skipped: resolved as 'Wird nicht erledigt'")]
 
 
 def test_jira_settings_reject_an_unknown_deployment(git_repo: Path,

@@ -15,18 +15,29 @@ GitHub allows 60 requests an hour). Base URL: ``GITHUB_API_URL``.
 
 GitHub Enterprise Server: a URL on a host listed in ``[intake.github] hosts`` is read from
 ``https://HOST/api/v3`` with ``GH_ENTERPRISE_TOKEN`` (or ``GITHUB_ENTERPRISE_TOKEN``), the
-variables the ``gh`` CLI uses for such hosts. A github.com token is never sent there.
+variables the ``gh`` CLI uses for such hosts. A github.com token is never sent there. A
+server older than the sub-issues API answers 404 for them: its children are read from the
+parent's task list.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from loop_orchestrator.errors import IntakeError
-from loop_orchestrator.intake.http import MAX_PAGES, HttpClient, Service, next_link
+from loop_orchestrator.intake.http import (
+    MAX_PAGES,
+    HttpClient,
+    NotFoundError,
+    Service,
+    next_link,
+)
 from loop_orchestrator.intake.trackers import Issue, IssueRef, IssueTree
+
+log = logging.getLogger(__name__)
 
 DEFAULT_API = "https://api.github.com"
 SERVICE = Service("GitHub", "GITHUB_TOKEN (or GH_TOKEN)", "GITHUB_API_URL")
@@ -135,7 +146,16 @@ def fetch(ref: IssueRef, env: Mapping[str, str]) -> IssueTree:
         raise IntakeError(msg,
                           hint="Give the parent issue that lists the work as sub-issues.")
     parent = to_issue(data, slug)
-    raw_children = _list_pages(http, f"{issue_url}/sub_issues", f"the sub-issues of {ref.key}")
+    try:
+        raw_children = _list_pages(http, f"{issue_url}/sub_issues",
+                                   f"the sub-issues of {ref.key}")
+    except NotFoundError:
+        if not enterprise:
+            raise
+        # a GitHub Enterprise Server older than the sub-issues API (the issue itself was
+        # found): its children can only be a task list
+        log.info("sub-issues api missing, task list read", extra={"key": ref.key})
+        raw_children = []
     children = [to_issue(c, slug) for c in raw_children]
     if not children:
         children = _task_list_children(http, api, parent, slug)

@@ -269,11 +269,12 @@ def draft_from_issue(
         ]
         return data, problems
 
-    if skipped:
-        notes.insert(0, skipped_note(skipped))
+    skip_line = skipped_note(skipped, tree.tracker) if skipped else ""
+    if skip_line:
+        notes.insert(0, skip_line)
     draft = goalmod.draft_plan(repo, settings, prompt, fixup=fixup,
                                origin=f"lo-orch plan --issue {key}",
-                               header=[skipped_note(skipped)] if skipped else [])
+                               header=[skip_line] if skip_line else [])
     head = (f"Issue {parent.key} ({issue_ctx['tracker']}): {len(open_children)} open child"
             f"{'ren' if len(open_children) != 1 else ''} -> tasks")
     if done_tasks:
@@ -289,8 +290,10 @@ def skipped_list(children: Sequence[Issue]) -> str:
     return ", ".join(f"{c.key} ({c.skipped})" for c in children)
 
 
-def skipped_note(children: Sequence[Issue]) -> str:
+def skipped_note(children: Sequence[Issue], tracker: str = "") -> str:
     """The Gate 1 line for skipped children: what they are, and the way out."""
+    jira = (" (or list its resolution in [intake.jira] done_resolutions)"
+            if tracker == "jira" else "")
     return (f"Skipped (no session, not done: their code is NOT on the base branch): "
             f"{skipped_list(children)}. If one's work is on the base branch after all, "
-            "plan again with `--done KEY`; if it should be done now, reopen it.")
+            f"plan again with `--done KEY`{jira}; if it should be done now, reopen it.")

@@ -16,7 +16,8 @@ site is Cloud, else ``GET /rest/api/2/serverInfo`` says (``deploymentType`` "Clo
 "Server" / "DataCenter"). A token never appears in a message or a log line.
 
 A child is done when its status category is ``done`` and its resolution is one of
-``DONE_RESOLUTIONS`` (or it has none, as in workflows that set no resolution). Any other
+``DONE_RESOLUTIONS`` or ``[intake.jira] done_resolutions`` (or it has none, as in workflows
+that set no resolution). Any other
 resolution ("Won't Do", "Duplicate", "Cannot Reproduce"...) or a done-category status named
 like one of them makes it skipped: closed, but its code is not on the base branch.
 
@@ -33,6 +34,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from loop_orchestrator.config import JiraIntakeConfig
 from loop_orchestrator.errors import IntakeError
 from loop_orchestrator.intake.http import (
     MAX_PAGES,
@@ -232,7 +234,8 @@ def _walk(node: Any, out: list[str], list_prefix: str) -> None:
 
 # fetching ------------------------------------------------------------------------------------
 
-def _to_issue(data: Any, what: str) -> Issue:
+def _to_issue(data: Any, what: str, done_resolutions: frozenset[str] = DONE_RESOLUTIONS,
+              ) -> Issue:
     if not isinstance(data, dict) or not isinstance(data.get("key"), str):
         msg = f"Jira answered {what} with something that is not an issue"
         raise IntakeError(
@@ -246,7 +249,7 @@ def _to_issue(data: Any, what: str) -> Issue:
     resolution = str(as_dict(fields.get("resolution")).get("name") or "")
     closed = category.get("key") == "done"
     skipped = ""
-    if closed and resolution and resolution.strip().lower() not in DONE_RESOLUTIONS:
+    if closed and resolution and resolution.strip().lower() not in done_resolutions:
         skipped = f"resolved as {resolution!r}"
     elif closed and status_name.strip().lower().replace("\u2019", "'") in SKIP_STATUSES:
         skipped = f"status {status_name!r}"
@@ -261,8 +264,12 @@ def _to_issue(data: Any, what: str) -> Issue:
     )
 
 
-def fetch(ref: IssueRef, env: Mapping[str, str], deployment: str = "auto") -> IssueTree:
+def fetch(ref: IssueRef, env: Mapping[str, str],
+          settings: JiraIntakeConfig | None = None) -> IssueTree:
     """The parent issue and its children, from Jira Cloud or Data Center."""
+    settings = JiraIntakeConfig() if settings is None else settings
+    deployment = settings.deployment
+    done = DONE_RESOLUTIONS | {r.strip().lower() for r in settings.done_resolutions}
     base = (ref.base_url or env.get("JIRA_URL") or "").rstrip("/")
     if not base:
         msg = "JIRA_URL is not set"
@@ -279,13 +286,13 @@ def fetch(ref: IssueRef, env: Mapping[str, str], deployment: str = "auto") -> Is
     try:
         parent_data = http.get(f"{base}/rest/api/{api}/issue/{ref.key}",
                                params={"fields": FIELDS}, what=f"issue {ref.key}").data
-        parent = _to_issue(parent_data, f"issue {ref.key}")
+        parent = _to_issue(parent_data, f"issue {ref.key}", done)
         parent = Issue(parent.key, parent.title, parent.body, parent.done,
                        f"{base}/browse/{parent.key}", parent.state, parent.skipped)
         if kind == "datacenter":
-            raw = _children_datacenter(http, base, parent.key)
+            raw = _children_datacenter(http, base, parent.key, done)
         else:
-            raw = _children_cloud(http, base, parent.key)
+            raw = _children_cloud(http, base, parent.key, done)
     except TrackerHttpError as exc:
         # say which API was used and why: a Cloud call to a Data Center site answers 404
         used, other, other_kind = (("Data Center", "Cloud", "cloud") if kind == "datacenter"
@@ -309,7 +316,8 @@ def _search_page(http: HttpClient, url: str, params: Mapping[str, str | int],
     return issues, as_dict(page)
 
 
-def _children_cloud(http: HttpClient, base: str, key: str) -> list[Issue]:
+def _children_cloud(http: HttpClient, base: str, key: str,
+                    done: frozenset[str]) -> list[Issue]:
     """``/rest/api/3/search/jql``, paginated with ``nextPageToken``."""
     children: list[Issue] = []
     token: str | None = None
@@ -323,21 +331,22 @@ def _children_cloud(http: HttpClient, base: str, key: str) -> list[Issue]:
         if token:
             params["nextPageToken"] = token
         issues, page = _search_page(http, f"{base}/rest/api/3/search/jql", params, what)
-        children += [_to_issue(item, what) for item in issues]
+        children += [_to_issue(item, what, done) for item in issues]
         token = page.get("nextPageToken") if isinstance(page.get("nextPageToken"), str) else None
         if page.get("isLast") is True or not token:
             break
     return children
 
 
-def _children_datacenter(http: HttpClient, base: str, key: str) -> list[Issue]:
+def _children_datacenter(http: HttpClient, base: str, key: str,
+                         done: frozenset[str]) -> list[Issue]:
     """``/rest/api/2/search``, paginated with ``startAt``; sub-tasks and epic issues."""
     what = f"the children of {key}"
     jqls = [f'parent = "{key}" OR "Epic Link" = "{key}" ORDER BY key ASC',
             f'parent = "{key}" ORDER BY key ASC']
     for n, jql in enumerate(jqls):
         try:
-            return _search_datacenter(http, f"{base}/rest/api/2/search", jql, what)
+            return _search_datacenter(http, f"{base}/rest/api/2/search", jql, what, done)
         except TrackerHttpError as exc:
             # 400: no "Epic Link" field on this site (no Jira Software): sub-tasks only
             if exc.status != 400 or n == len(jqls) - 1:
@@ -346,14 +355,15 @@ def _children_datacenter(http: HttpClient, base: str, key: str) -> list[Issue]:
     return []  # not reached: the last search returns or raises
 
 
-def _search_datacenter(http: HttpClient, url: str, jql: str, what: str) -> list[Issue]:
+def _search_datacenter(http: HttpClient, url: str, jql: str, what: str,
+                       done: frozenset[str]) -> list[Issue]:
     children: list[Issue] = []
     start = 0
     for _ in range(MAX_PAGES):
         params: dict[str, str | int] = {"jql": jql, "fields": FIELDS,
                                         "startAt": start, "maxResults": PAGE_SIZE}
         issues, page = _search_page(http, url, params, what)
-        children += [_to_issue(item, what) for item in issues]
+        children += [_to_issue(item, what, done) for item in issues]
         start += len(issues)
         total = page.get("total")
         if not issues or not isinstance(total, int) or start >= total:

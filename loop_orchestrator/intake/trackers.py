@@ -338,7 +338,7 @@ def fetch_tree(
     if ref.tracker == "jira":
         from loop_orchestrator.intake import jira
 
-        return jira.fetch(ref, env, intake.jira.deployment)
+        return jira.fetch(ref, env, intake.jira)
     from loop_orchestrator.intake import linear
 
     return linear.fetch(ref, env)
