@@ -329,6 +329,13 @@ def test_a_github_shaped_url_on_an_unknown_host_is_never_guessed(url: str) -> No
     assert parse_key("https://github.com/o/r/issues/3", env={}).api_url == ""
 
 
+def test_a_jira_data_center_url_keeps_its_context_path() -> None:
+    assert parse_key("https://example.com/jira/browse/proj-7", env={}).base_url == (
+        "https://example.com/jira")
+    assert parse_key("https://acme.atlassian.net/browse/PROJ-7", env={}).base_url == (
+        "https://acme.atlassian.net")
+
+
 # Jira -------------------------------------------------------------------------------------
 
 

@@ -187,7 +187,9 @@ def _parse_url(text: str, env: Mapping[str, str], intake: IntakeConfig) -> Issue
         jira_key = m["key"] if m else next(
             (s for s in selected if _TRACKER_KEY.match(s)), None)
         if jira_key:
-            base = env.get("JIRA_URL") or f"{parts.scheme}://{parts.netloc}"
+            # a Data Center server may live under a context path (https://host/jira/browse/K)
+            context = parts.path[: m.start()].rstrip("/") if m else ""
+            base = env.get("JIRA_URL") or f"{parts.scheme}://{parts.netloc}{context}"
             return IssueRef("jira", jira_key.upper(), base_url=base)
     msg = f"{text!r} is not an issue URL this version understands"
     raise IntakeError(msg,
