@@ -488,6 +488,34 @@ def test_jira_data_center_bad_input_exits_1_naming_what_to_set(
     assert not RunDir(git_repo).plan_json.exists()
 
 
+def test_jira_cloud_bad_input_exits_1(
+    git_repo: Path, server: TrackerServer, fake_log: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    jira = JiraTracker("cloud")
+    jira_tree(jira)
+    server.fallback = jira
+    monkeypatch.setenv("JIRA_URL", server.url)
+    monkeypatch.setenv("JIRA_EMAIL", jira.email)
+    monkeypatch.setenv("JIRA_API_TOKEN", "not-the-token")
+    code, _out, err = plan_cli(git_repo, capsys, "--issue", "PROJ-1")
+    assert code == 1
+    assert "Jira token rejected (HTTP 401): You are not authenticated" in err
+    assert "Check JIRA_EMAIL and JIRA_API_TOKEN" in err
+    assert "not-the-token" not in err
+    monkeypatch.setenv("JIRA_API_TOKEN", jira.token)
+    code, _out, err = plan_cli(git_repo, capsys, "--issue", "PROJ-77")
+    assert code == 1
+    assert "Jira: issue PROJ-77 not found (HTTP 404): Issue does not exist" in err
+    # nothing listens on port 1: the site cannot be reached, and the message says which
+    monkeypatch.setenv("JIRA_URL", "http://127.0.0.1:1")
+    code, _out, err = plan_cli(git_repo, capsys, "--issue", "PROJ-1")
+    assert code == 1
+    assert err.startswith("Error: cannot reach Jira at http://127.0.0.1:1")
+    assert "Check the network and JIRA_URL" in err
+    assert calls(fake_log) == []
+
+
 def test_jira_cloud_api_against_data_center_says_how_to_configure_and_that_works(
     base_repo: Path, server: TrackerServer, fake_log: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str], tmp_path: Path,

@@ -41,6 +41,7 @@ from loop_orchestrator.intake.http import (
     HttpClient,
     Service,
     TrackerHttpError,
+    UnreachableError,
     as_dict,
 )
 from loop_orchestrator.intake.trackers import Issue, IssueRef, IssueTree
@@ -129,6 +130,8 @@ def deployment_of(base: str, env: Mapping[str, str],
         return "cloud", f"{host} is an Atlassian Cloud site"
     try:
         info = _server_info(base, env)
+    except UnreachableError:
+        raise  # a network problem or a wrong JIRA_URL, said as such
     except TrackerHttpError as exc:
         msg = (f"cannot tell whether {base} is Jira Cloud or Jira Data Center: its "
                f"/rest/api/2/serverInfo failed: {exc.message}")
