@@ -573,15 +573,21 @@ def test_jira_done_resolutions_extend_the_known_ones(server: TrackerServer) -> N
     jira.add("PROJ-1", "Parent")
     jira.add("PROJ-2", "Localized", "", "done", "Fertig", "Erledigt", parent="PROJ-1")
     jira.add("PROJ-3", "Dropped", "", "done", "Fertig", "Wird nicht erledigt", parent="PROJ-1")
+    # team-managed: no resolution at all, or Done set on every done-category status
+    jira.add("PROJ-4", "No resolution", "", "done", "Done", None, parent="PROJ-1")
+    jira.add("PROJ-5", "Won't, auto-resolved", "", "done", "Won\u2019t Do", "Done",
+             parent="PROJ-1")
     server.fallback = jira
     env = {"JIRA_URL": server.url, "JIRA_EMAIL": jira.email, "JIRA_API_TOKEN": jira.token}
     tree = fetch_tree("PROJ-1", Path(), env=env, profile={})
-    assert states(tree) == [("PROJ-2", "skipped: resolved as 'Erledigt'"),
-                            ("PROJ-3", "skipped: resolved as 'Wird nicht erledigt'")]
+    assert states(tree)[:2] == [("PROJ-2", "skipped: resolved as 'Erledigt'"),
+                                ("PROJ-3", "skipped: resolved as 'Wird nicht erledigt'")]
+    assert states(tree)[2:] == [("PROJ-4", "done"),
+                                ("PROJ-5", "skipped: status 'Won\u2019t Do'")]
     intake = IntakeConfig.model_validate({"jira": {"done_resolutions": [" erledigt "]}})
     tree = fetch_tree("PROJ-1", Path(), env=env, profile={}, intake=intake)
-    assert states(tree) == [("PROJ-2", "done"),
-                            ("PROJ-3", "skipped: resolved as 'Wird nicht erledigt'")]
+    assert states(tree)[:2] == [("PROJ-2", "done"),
+                                ("PROJ-3", "skipped: resolved as 'Wird nicht erledigt'")]
 
 
 def test_jira_settings_reject_an_unknown_deployment(git_repo: Path,

@@ -19,7 +19,7 @@ A child is done when its status category is ``done`` and its resolution is one o
 ``DONE_RESOLUTIONS`` or ``[intake.jira] done_resolutions`` (or it has none, as in workflows
 that set no resolution). Any other
 resolution ("Won't Do", "Duplicate", "Cannot Reproduce"...) or a done-category status named
-like one of them makes it skipped: closed, but its code is not on the base branch.
+like one of them (whatever its resolution) makes it skipped: closed, but its code is not on the base branch.
 
 Descriptions in Atlassian Document Format (Cloud) are flattened to text, wiki-markup strings
 (Data Center) kept as they are; inline code keeps its backticks (signature lookup reads names
@@ -255,6 +255,8 @@ def _to_issue(data: Any, what: str, done_resolutions: frozenset[str] = DONE_RESO
     if closed and resolution and resolution.strip().lower() not in done_resolutions:
         skipped = f"resolved as {resolution!r}"
     elif closed and status_name.strip().lower().replace("\u2019", "'") in SKIP_STATUSES:
+        # team-managed projects set the resolution Done on every done-category status, so
+        # "Won't Do" may carry resolution Done: the status says it
         skipped = f"status {status_name!r}"
     return Issue(
         key=data["key"],
