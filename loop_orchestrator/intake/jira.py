@@ -17,9 +17,9 @@ site is Cloud, else ``GET /rest/api/2/serverInfo`` says (``deploymentType`` "Clo
 
 A child is done when its status category is ``done`` and its resolution is one of
 ``DONE_RESOLUTIONS`` or ``[intake.jira] done_resolutions`` (or it has none, as in workflows
-that set no resolution). Any other
-resolution ("Won't Do", "Duplicate", "Cannot Reproduce"...) or a done-category status named
-like one of them (whatever its resolution) makes it skipped: closed, but its code is not on the base branch.
+that set no resolution). Any other resolution ("Won't Do", "Duplicate", "Cannot
+Reproduce"...) or a done-category status named like one of them (whatever its resolution)
+makes it skipped: closed, but its code is not on the base branch.
 
 Descriptions in Atlassian Document Format (Cloud) are flattened to text, wiki-markup strings
 (Data Center) kept as they are; inline code keeps its backticks (signature lookup reads names
