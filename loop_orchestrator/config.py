@@ -109,6 +109,27 @@ class SandboxConfig(_Section):
     mode: Literal["auto", "bwrap", "off"] = "auto"
 
 
+class GithubIntakeConfig(_Section):
+    #: GitHub Enterprise Server hosts (``ghe.example.com``); an issue URL on one of them is
+    #: read from ``https://HOST/api/v3`` with GH_ENTERPRISE_TOKEN (intake/github.py)
+    hosts: list[str] = Field(default_factory=list)
+
+
+class JiraIntakeConfig(_Section):
+    #: "auto": a ``*.atlassian.net`` site is Cloud, any other asks ``/rest/api/2/serverInfo``
+    deployment: Literal["auto", "cloud", "datacenter"] = "auto"
+    #: resolutions that mean the work was done, besides Done/Fixed/Resolved/Complete(d)/
+    #: Implemented (a localized or custom scheme: "Erledigt", "Shipped")
+    done_resolutions: list[str] = Field(default_factory=list)
+
+
+class IntakeConfig(_Section):
+    """``[intake.github]`` and ``[intake.jira]``: how ``plan --issue`` reaches a tracker."""
+
+    github: GithubIntakeConfig = Field(default_factory=GithubIntakeConfig)
+    jira: JiraIntakeConfig = Field(default_factory=JiraIntakeConfig)
+
+
 class PriceConfig(_Section):
     """``[prices."<model>"]``: dollars per million tokens (usage.py)."""
 
@@ -125,6 +146,7 @@ class Settings(_Section):
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    intake: IntakeConfig = Field(default_factory=IntakeConfig)
     #: per-model prices on top of usage.DEFAULT_PRICES
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
 
@@ -223,8 +245,8 @@ def load_settings(
             msg = f"invalid settings from {source}: {problems}"
             raise ConfigError(
                 msg,
-                hint="See the [agent], [run], [auditor], [workspace], [verify] and [prices] keys "
-                "in README.",
+                hint="See the [agent], [run], [auditor], [workspace], [verify], [intake] and "
+                "[prices] keys in README.",
             ) from exc
         merged = candidate
     return Settings.model_validate(merged)

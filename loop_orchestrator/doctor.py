@@ -4,7 +4,8 @@ Checks git and tmux (present, versions), the agent CLI (found, ``--version``), C
 login state (best effort and offline: credential files and config keys, never the API),
 whether agent sessions run inside the OS sandbox (``[sandbox] mode``, bubblewrap),
 whether the Claude Code plugin is installed for the user's own sessions, where the bundled
-plugin folder is, and the repository (root, branch, uncommitted files, an existing run).
+plugin folder is, the repository (root, branch, uncommitted files, an existing run), and
+which issue trackers `plan --issue` can reach (variables set, never their values; no network).
 Only missing or unusable *required* pieces fail; everything else informs.
 """
 
@@ -261,4 +262,42 @@ def run_checks(repo: Path | None, settings: Settings,
         checks.append(sandbox)
     checks += [check_agent_sandbox(settings), check_bundled_plugin(),
                check_plugin_installed(env), check_repository(repo)]
+    checks.append(check_intake(settings, env))
     return checks
+
+
+def check_intake(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Which trackers `plan --issue` can reach, from settings and variable names (offline)."""
+
+    def has(*names: str) -> bool:
+        return any((env.get(n) or "").strip() for n in names)
+
+    parts = ["GitHub " + ("(token set)" if has("GITHUB_TOKEN", "GH_TOKEN")
+                          else "(no token: public repositories, 60 requests an hour)")]
+    problems: list[str] = []
+    hosts = settings.intake.github.hosts
+    if hosts:
+        token = has("GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN")
+        parts.append(f"GitHub Enterprise Server {', '.join(hosts)} "
+                     + ("(token set)" if token else "(no GH_ENTERPRISE_TOKEN)"))
+        if not token:
+            problems.append("set GH_ENTERPRISE_TOKEN to a token of "
+                            f"{'those servers' if len(hosts) > 1 else hosts[0]}")
+    deployment = settings.intake.jira.deployment
+    if has("JIRA_URL"):
+        kind = {"cloud": "Cloud", "datacenter": "Data Center"}.get(deployment, "auto-detected")
+        creds = {"cloud": has("JIRA_EMAIL") and has("JIRA_API_TOKEN"),
+                 "datacenter": has("JIRA_PAT")}.get(
+            deployment, has("JIRA_PAT") or (has("JIRA_EMAIL") and has("JIRA_API_TOKEN")))
+        parts.append(f"Jira {kind} " + ("(credentials set)" if creds else "(no credentials)"))
+        if not creds:
+            need = {"cloud": "JIRA_EMAIL and JIRA_API_TOKEN", "datacenter": "JIRA_PAT"}.get(
+                deployment, "JIRA_PAT (Data Center) or JIRA_EMAIL and JIRA_API_TOKEN (Cloud)")
+            problems.append(f"set {need} for Jira")
+    else:
+        parts.append("Jira not configured (JIRA_URL)")
+    parts.append("Linear " + ("(LINEAR_API_KEY set)" if has("LINEAR_API_KEY")
+                              else "not configured (LINEAR_API_KEY)"))
+    advice = "; ".join(problems)
+    return Check("issue trackers", "warn" if problems else "info", "; ".join(parts),
+                 hint=advice[:1].upper() + advice[1:] + "." if problems else "")

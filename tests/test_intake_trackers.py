@@ -204,7 +204,12 @@ def test_adf_text_flattens_text_nodes_keeping_inline_code() -> None:
     assert jira.adf_text("plain v2 text") == "plain v2 text"
 
 
+CLOUD_INFO = {"baseUrl": "https://acme.atlassian.net", "version": "1001.0.0-SNAPSHOT",
+              "versionNumbers": [1001, 0, 0], "deploymentType": "Cloud", "serverTitle": "Jira"}
+
+
 def test_jira_parent_and_children_with_next_page_token(server: TrackerServer) -> None:
+    server.json("GET", "/rest/api/2/serverInfo", CLOUD_INFO)
     server.json("GET", "/rest/api/3/issue/PROJ-1",
                 jira_issue("PROJ-1", "Profiles", ADF, "indeterminate", "In Progress"))
 
@@ -224,13 +229,15 @@ def test_jira_parent_and_children_with_next_page_token(server: TrackerServer) ->
     assert "`get_db()`" in tree.parent.body
     assert [(c.key, c.done, c.state) for c in tree.children] == [
         ("PROJ-2", False, "To Do"), ("PROJ-3", True, "Done"), ("PROJ-4", False, "To Do")]
-    first, search1, search2 = server.requests
-    assert first.param("fields") == "summary,description,status"
+    info, first, search1, search2 = server.requests
+    assert info.path == "/rest/api/2/serverInfo"  # 127.0.0.1 is no atlassian.net: asked
+    assert first.param("fields") == "summary,description,status,resolution"
     assert search1.param("jql") == 'parent = "PROJ-1" ORDER BY key ASC'
     assert search1.param("nextPageToken") is None
     assert search2.param("nextPageToken") == "page-2"
     expected = "Basic " + base64.b64encode(b"me@example.com:jira-secret").decode()
-    assert all(r.headers["authorization"] == expected for r in server.requests)
+    assert "authorization" not in info.headers  # serverInfo is public: no token sent
+    assert all(r.headers["authorization"] == expected for r in server.requests[1:])
 
 
 def test_jira_needs_email_and_token(server: TrackerServer) -> None:
@@ -243,6 +250,7 @@ def test_jira_needs_email_and_token(server: TrackerServer) -> None:
 
 def test_jira_404_and_401_use_the_server_words(server: TrackerServer) -> None:
     env = {"JIRA_URL": server.url, "JIRA_EMAIL": "me@x", "JIRA_API_TOKEN": "t"}
+    server.json("GET", "/rest/api/2/serverInfo", CLOUD_INFO)
     server.json("GET", "/rest/api/3/issue/PROJ-404", {"errorMessages": [
         "Issue does not exist or you do not have permission to see it."], "errors": {}},
         status=404)
@@ -283,8 +291,8 @@ def test_linear_children_paginated_with_page_info(server: TrackerServer) -> None
     tree = fetch_tree("eng-1", Path(), env=env, profile={})
     assert tree.tracker == "linear"
     assert (tree.parent.key, tree.parent.body) == ("ENG-1", "Architecture")
-    assert [(c.key, c.done) for c in tree.children] == [
-        ("ENG-2", False), ("ENG-3", True), ("ENG-4", True)]
+    assert [(c.key, c.done, c.skipped) for c in tree.children] == [
+        ("ENG-2", False, ""), ("ENG-3", True, ""), ("ENG-4", False, "canceled")]
     assert [r.body["variables"] for r in server.requests] == [
         {"id": "ENG-1", "after": None}, {"id": "ENG-1", "after": "cursor-1"}]
     assert server.requests[0].headers["authorization"] == "lin_api_secret"

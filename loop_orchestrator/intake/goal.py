@@ -161,8 +161,10 @@ def draft_plan(
     *,
     fixup: Fixup | None = None,
     origin: str = "lo-orch plan --goal",
+    header: list[str] | None = None,
 ) -> Draft:
-    """Ask for a plan, validate it, retry once with the problems, write the draft."""
+    """Ask for a plan, validate it, retry once with the problems, write the draft;
+    ``header`` lines go on top of the draft as comments (e.g. the skipped child issues)."""
     schema = plan_schema()
     path = draft_path(repo)
     workspace.ensure_excludes(repo)
@@ -219,6 +221,7 @@ def draft_plan(
 
     write_draft(path, plan_yaml(plan), [
         f"Drafted by `{origin}`. Edit it freely, then run: lo-orch plan {path}",
+        *(header or []),
     ])
     notes.append(usage.line())
     notes.append(f"Plan draft saved to {path}: edit it and run `lo-orch plan {path}` to "

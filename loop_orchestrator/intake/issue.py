@@ -7,6 +7,10 @@ as base outputs, so dependents receive their signatures. The signatures are read
 base commit: names in backticks in the child's text (``get_db``, ``getBuildingArea(pnu:
 string)``) looked up in the files the text mentions, else anywhere in the tree's .py/.ts/.js
 files; a mentioned file with no names gives all of its top-level signatures.
+
+A skipped child (closed as not planned / duplicate / won't do / canceled) is neither: no
+task, no done task. The planning prompt and the Gate 1 summary list it with its reason and
+say its code is not on the base branch; ``--done KEY`` overrides that for one child.
 """
 
 from __future__ import annotations
@@ -182,7 +186,7 @@ def draft_from_issue(
     """`lo-orch plan --issue KEY`: read the tree, build done tasks, ask for the rest."""
     env = os.environ if env is None else env
     base_sha = goalmod.ensure_can_plan(repo)
-    tree = mark_done(fetch_tree(key, repo, env=env), done_keys)
+    tree = mark_done(fetch_tree(key, repo, env=env, intake=settings.intake), done_keys)
     parent = tree.parent
     if not tree.children:
         msg = f"{parent.key} ({parent.title!r}) has no child issues: there is nothing to split"
@@ -192,11 +196,18 @@ def draft_from_issue(
             f'`lo-orch plan --goal "{parent.title}"`.',
         )
     open_children = tree.open_children
+    skipped = tree.skipped_children
     if not open_children:
-        msg = (
-            f"every child of {parent.key} is already done ({len(tree.children)}): "
-            "nothing left to plan"
-        )
+        if skipped:
+            msg = (
+                f"no child of {parent.key} is open: {len(tree.done_children)} done, "
+                f"{len(skipped)} skipped ({skipped_list(skipped)}): nothing left to plan"
+            )
+        else:
+            msg = (
+                f"every child of {parent.key} is already done ({len(tree.children)}): "
+                "nothing left to plan"
+            )
         raise IntakeError(
             msg,
             hint="Reopen a child issue, or plan new work with `lo-orch plan --goal`.",
@@ -226,6 +237,7 @@ def draft_from_issue(
                      for c in open_children],
         "done": [{"id": d.id, "key": c.key, "title": c.title, "signatures": d.signatures}
                  for d, c in zip(done_tasks, tree.done_children, strict=True)],
+        "skipped": [{"key": c.key, "title": c.title, "reason": c.skipped} for c in skipped],
     }
     prompt = briefs.render(
         "plan_prompt.md.j2",
@@ -257,11 +269,31 @@ def draft_from_issue(
         ]
         return data, problems
 
+    skip_line = skipped_note(skipped, tree.tracker) if skipped else ""
+    if skip_line:
+        notes.insert(0, skip_line)
     draft = goalmod.draft_plan(repo, settings, prompt, fixup=fixup,
-                               origin=f"lo-orch plan --issue {key}")
+                               origin=f"lo-orch plan --issue {key}",
+                               header=[skip_line] if skip_line else [])
     head = (f"Issue {parent.key} ({issue_ctx['tracker']}): {len(open_children)} open child"
             f"{'ren' if len(open_children) != 1 else ''} -> tasks")
     if done_tasks:
         head += f"; done: {', '.join(c.key for c in tree.done_children)} -> done_tasks"
+    if skipped:
+        head += f"; skipped: {', '.join(c.key for c in skipped)}"
     draft.notes = [head, *notes, *draft.notes]
     return draft
+
+
+def skipped_list(children: Sequence[Issue]) -> str:
+    """``KEY (reason), KEY (reason)``."""
+    return ", ".join(f"{c.key} ({c.skipped})" for c in children)
+
+
+def skipped_note(children: Sequence[Issue], tracker: str = "") -> str:
+    """The Gate 1 line for skipped children: what they are, and the way out."""
+    jira = (" (or list its resolution in [intake.jira] done_resolutions)"
+            if tracker == "jira" else "")
+    return (f"Skipped (no session, not done: their code is NOT on the base branch): "
+            f"{skipped_list(children)}. If one's work is on the base branch after all, "
+            f"plan again with `--done KEY`{jira}; if it should be done now, reopen it.")

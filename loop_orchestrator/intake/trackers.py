@@ -2,7 +2,9 @@
 
 A key's form picks the tracker:
 
-- ``owner/repo#N`` or a ``github.com/<owner>/<repo>/issues/N`` URL: GitHub;
+- ``owner/repo#N`` or a ``github.com/<owner>/<repo>/issues/N`` URL: GitHub; the same URL
+  on a host listed in ``[intake.github] hosts``: GitHub Enterprise Server (its API at
+  ``https://HOST/api/v3``); on any other host an error says how to list it;
 - a ``linear.app/<team>/issue/ABC-12/...`` URL: Linear;
 - an ``.../browse/PROJ-123`` (or ``?selectedIssue=PROJ-123``) URL: Jira;
 - a bare ``ABC-12``: Jira when ``JIRA_URL`` is set, else Linear when ``LINEAR_API_KEY`` is
@@ -10,7 +12,13 @@ A key's form picks the tracker:
 
 A tool profile whose ``intake`` role is ``{"kind": "cli", "command": "..."}`` replaces all of
 this: the command is run with the key as its last argument and prints
-``{"parent": {key, title, body}, "children": [{key, title, body, done}]}``.
+``{"parent": {key, title, body}, "children": [{key, title, body, done, skipped}]}``
+(``skipped``, optional: why a child is neither work to do nor done, e.g. "won't do").
+
+A child is open (a task), done (a ``done_tasks`` entry: its code is on the base branch) or
+skipped: closed without its work being done (GitHub ``not_planned`` / ``duplicate``, a Jira
+resolution such as "Won't Do", a Linear ``canceled`` / ``duplicate`` state). A skipped child
+gets no task and no done task; ``Issue.skipped`` says why, in the tracker's words.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from loop_orchestrator import proc
+from loop_orchestrator.config import IntakeConfig
 from loop_orchestrator.errors import IntakeError
 
 log = logging.getLogger(__name__)
@@ -46,7 +55,8 @@ _JIRA_BROWSE = re.compile(r"/browse/(?P<key>[A-Za-z][A-Za-z0-9_]*-\d+)/?\Z")
 _TRACKER_KEY = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9_]*-\d+)\Z")
 
 KEY_FORMS = (
-    "owner/repo#N or https://github.com/owner/repo/issues/N (GitHub), "
+    "owner/repo#N or https://github.com/owner/repo/issues/N (GitHub; GitHub Enterprise "
+    "Server: its URL, with the host in [intake.github] hosts), "
     "PROJ-123 or https://<site>.atlassian.net/browse/PROJ-123 (Jira), "
     "ABC-12 or https://linear.app/<team>/issue/ABC-12 (Linear)"
 )
@@ -60,6 +70,8 @@ class Issue:
     done: bool = False
     url: str = ""
     state: str = ""  # the tracker's own state name, for messages
+    #: why the child is neither open work nor done ("closed as not planned"); "" if it is one
+    skipped: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,11 +82,15 @@ class IssueTree:
 
     @property
     def open_children(self) -> list[Issue]:
-        return [c for c in self.children if not c.done]
+        return [c for c in self.children if not c.done and not c.skipped]
 
     @property
     def done_children(self) -> list[Issue]:
-        return [c for c in self.children if c.done]
+        return [c for c in self.children if c.done and not c.skipped]
+
+    @property
+    def skipped_children(self) -> list[Issue]:
+        return [c for c in self.children if c.skipped]
 
 
 @dataclass(frozen=True)
@@ -87,11 +103,14 @@ class IssueRef:
     repo: str = ""
     number: int = 0
     base_url: str = ""  # Jira: the site, when the key was a browse URL
+    api_url: str = ""  # GitHub Enterprise Server: https://HOST/api/v3, from a configured host
 
 
-def parse_key(key: str, env: Mapping[str, str] | None = None) -> IssueRef:
+def parse_key(key: str, env: Mapping[str, str] | None = None,
+              intake: IntakeConfig | None = None) -> IssueRef:
     """Recognise an issue key or URL; an ``IntakeError`` lists the accepted forms."""
     env = os.environ if env is None else env
+    intake = IntakeConfig() if intake is None else intake
     text = key.strip()
     if not text:
         msg = "the issue key is empty"
@@ -101,7 +120,7 @@ def parse_key(key: str, env: Mapping[str, str] | None = None) -> IssueRef:
         return IssueRef("github", f"{m['owner']}/{m['repo']}#{int(m['num'])}",
                         m["owner"], m["repo"], int(m["num"]))
     if "://" in text:
-        return _parse_url(text, env)
+        return _parse_url(text, env, intake)
     m = _TRACKER_KEY.match(text)
     if m:
         canonical = m["key"].upper()
@@ -113,36 +132,64 @@ def parse_key(key: str, env: Mapping[str, str] | None = None) -> IssueRef:
         raise IntakeError(
             msg,
             hint="For Jira set JIRA_URL (e.g. https://<site>.atlassian.net), JIRA_EMAIL and "
-            "JIRA_API_TOKEN; for Linear set LINEAR_API_KEY. A GitHub issue is written "
-            "owner/repo#N.",
+            "JIRA_API_TOKEN (Jira Data Center: JIRA_URL and JIRA_PAT); for Linear set "
+            "LINEAR_API_KEY. A GitHub issue is written owner/repo#N.",
         )
     msg = f"{key!r} is not an issue key this version understands"
     raise IntakeError(msg,
                       hint=f"Give one of: {KEY_FORMS}.")
 
 
-def _parse_url(text: str, env: Mapping[str, str]) -> IssueRef:
+def github_host(host: str) -> str:
+    """A host as written in ``[intake.github] hosts``: lower case, no scheme, no slash."""
+    host = host.strip().lower()
+    if "://" in host:
+        host = urllib.parse.urlsplit(host).netloc
+    return host.strip("/")
+
+
+def _parse_url(text: str, env: Mapping[str, str], intake: IntakeConfig) -> IssueRef:
     parts = urllib.parse.urlsplit(text)
     host = parts.netloc.lower()
     if parts.scheme not in ("http", "https") or not host:
         msg = f"{text!r} is not an http(s) URL"
         raise IntakeError(msg, hint=f"Give one of: {KEY_FORMS}.")
+    gh = _GH_PATH.match(parts.path)
+    enterprise = {github_host(h) for h in intake.github.hosts}
     if host.endswith("linear.app"):
         m = _LINEAR_PATH.match(parts.path)
         if m:
             return IssueRef("linear", m["key"].upper())
-    elif "github" in host:
-        m = _GH_PATH.match(parts.path)
-        if m:
-            return IssueRef("github", f"{m['owner']}/{m['repo']}#{int(m['num'])}",
-                            m["owner"], m["repo"], int(m["num"]))
+    elif host in ("github.com", "www.github.com"):
+        if gh:
+            return IssueRef("github", f"{gh['owner']}/{gh['repo']}#{int(gh['num'])}",
+                            gh["owner"], gh["repo"], int(gh["num"]))
+    elif host in enterprise:
+        if gh:
+            return IssueRef("github", f"{gh['owner']}/{gh['repo']}#{int(gh['num'])}",
+                            gh["owner"], gh["repo"], int(gh["num"]),
+                            api_url=f"{parts.scheme}://{host}/api/v3")
+    elif gh and not _JIRA_BROWSE.search(parts.path):
+        # the shape of a GitHub issue URL on a host nobody said is GitHub: never guess (a
+        # token sent to the wrong host, or another forge read as GitHub)
+        msg = f"{host} is not a GitHub host lo-orch knows, so {text!r} cannot be read"
+        raise IntakeError(
+            msg,
+            hint="If it is GitHub Enterprise Server, add its host to "
+            ".loop-orchestrator/config.toml:\n"
+            f'  [intake.github]\n  hosts = ["{host}"]\n'
+            "and set GH_ENTERPRISE_TOKEN to a token of that server; lo-orch then reads "
+            f"https://{host}/api/v3.",
+        )
     else:
         selected = urllib.parse.parse_qs(parts.query).get("selectedIssue", [])
         m = _JIRA_BROWSE.search(parts.path)
         jira_key = m["key"] if m else next(
             (s for s in selected if _TRACKER_KEY.match(s)), None)
         if jira_key:
-            base = env.get("JIRA_URL") or f"{parts.scheme}://{parts.netloc}"
+            # a Data Center server may live under a context path (https://host/jira/browse/K)
+            context = parts.path[: m.start()].rstrip("/") if m else ""
+            base = env.get("JIRA_URL") or f"{parts.scheme}://{parts.netloc}{context}"
             return IssueRef("jira", jira_key.upper(), base_url=base)
     msg = f"{text!r} is not an issue URL this version understands"
     raise IntakeError(msg,
@@ -171,6 +218,7 @@ class _CliIssue(BaseModel):
     body: str | None = ""
     done: bool = False
     url: str = ""
+    skipped: str | None = None
 
 
 class _CliTree(BaseModel):
@@ -234,7 +282,9 @@ def fetch_with_command(command: str, key: str, repo: Path) -> IssueTree:
         ) from exc
 
     def issue(c: _CliIssue) -> Issue:
-        return Issue(c.key, c.title, c.body or "", c.done, c.url, "done" if c.done else "open")
+        skipped = (c.skipped or "").strip()
+        state = "skipped" if skipped else "done" if c.done else "open"
+        return Issue(c.key, c.title, c.body or "", c.done, c.url, state, skipped)
 
     return IssueTree("cli", issue(tree.parent), [issue(c) for c in tree.children])
 
@@ -268,8 +318,10 @@ def fetch_tree(
     *,
     env: Mapping[str, str] | None = None,
     profile: Mapping[str, Mapping[str, Any]] | None = None,
+    intake: IntakeConfig | None = None,
 ) -> IssueTree:
-    """The parent issue and its children, from the tracker the key (or profile) names."""
+    """The parent issue and its children, from the tracker the key (or profile) names;
+    ``intake`` is the ``[intake]`` settings (GitHub Enterprise hosts, Jira deployment)."""
     env = os.environ if env is None else env
     if profile is None:
         from loop_orchestrator.config import load_tool_profile
@@ -279,7 +331,8 @@ def fetch_tree(
     if command is not None:
         log.info("issue read with the intake command", extra={"command": command})
         return fetch_with_command(command, key, repo)
-    ref = parse_key(key, env)
+    intake = IntakeConfig() if intake is None else intake
+    ref = parse_key(key, env, intake)
     if ref.tracker == "github":
         from loop_orchestrator.intake import github
 
@@ -287,7 +340,7 @@ def fetch_tree(
     if ref.tracker == "jira":
         from loop_orchestrator.intake import jira
 
-        return jira.fetch(ref, env)
+        return jira.fetch(ref, env, intake.jira)
     from loop_orchestrator.intake import linear
 
     return linear.fetch(ref, env)
