@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ def plan_cli(repo: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tupl
     return code, out, err
 
 
-def answer_for(tmp_path: Path, ids: dict[str, str], extra: list[str] = ()) -> str:
+def answer_for(tmp_path: Path, ids: dict[str, str], extra: Sequence[str] = ()) -> str:
     """issue_plan.json with its task ids renamed (repo-2 -> proj-2...); ``extra``: more tasks,
     copies of the first, with these ids (an agent planning a child it was told to skip)."""
     answer = json.loads((FIXTURES / "issue_plan.json").read_text(encoding="utf-8"))
@@ -417,7 +417,7 @@ def test_jira_data_center_without_jira_software_reads_sub_tasks(server: TrackerS
     tree = fetch_tree("PROJ-1", Path(), env=env, profile={})
     assert states(tree) == JIRA_STATES
     jqls = [r.param("jql") for r in server.requests if r.path == "/rest/api/2/search"]
-    assert jqls[0].startswith('parent = "PROJ-1" OR "Epic Link"')
+    assert (jqls[0] or "").startswith('parent = "PROJ-1" OR "Epic Link"')
     assert set(jqls[1:]) == {'parent = "PROJ-1" ORDER BY key ASC'}
 
 
