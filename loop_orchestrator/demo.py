@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import core, gate2, gitutil, private, proc, resources, runs, workspace
+from loop_orchestrator import core, gitutil, integration, private, proc, resources, runs, workspace
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
@@ -155,8 +155,8 @@ def run_demo(
         if outcome.state != "review":
             msg = f"the demo run ended in {outcome.state}: {outcome.message}"
             raise LoOrchError(msg, hint=f"Inspect {repo}/.orchestration (kept).")
-        review = gate2.review(repo)
-        gate2.merge(repo, review)
+        review = integration.review(repo)
+        integration.merge(repo, review)
         say(f"Gate 2 approved (auto, demo): {review.feature} -> {review.commit[:12]}")
         with gitutil.temp_checkout(repo, review.feature) as tree:
             tests = proc.run(

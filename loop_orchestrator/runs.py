@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loop_orchestrator import briefs, schedule
 from loop_orchestrator import plan as planmod
+from loop_orchestrator import schedule, templating
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GateError, StateError
 from loop_orchestrator.files import atomic_write_text
@@ -160,7 +160,7 @@ def create_run(
         plan_source_sha256=file_sha256(source) if source and source.exists() else None,
         created_at=now,
     )
-    matrix = briefs.render(
+    matrix = templating.render(
         "conflict_matrix.md.j2",
         run=run_name,
         goal=plan.goal,

@@ -29,7 +29,6 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from loop_orchestrator import (
-    briefs,
     gitutil,
     lifecycle,
     limits,
@@ -38,6 +37,7 @@ from loop_orchestrator import (
     recovery,
     runs,
     schedule,
+    templating,
     usage,
     workspace,
 )
@@ -228,7 +228,7 @@ class Supervisor:
         # Workspace is not thread-safe (ref moves and the refs book go together): one writer.
         self.git_lock = threading.Lock()
         self.screens: dict[str, tuple[int, float, float]] = {}
-        self.integration: Any = None  # the last gate2.IntegrationResult
+        self.integration: Any = None  # the last integration.IntegrationResult
         self.last_liveness = 0.0
         self.reported_blocked: set[str] = set()
         self.plan_ids = [t.id for t in self.plan.tasks]
@@ -567,7 +567,7 @@ class Supervisor:
         if tid in self.jobs:
             return
         self._submit(tid, lambda t: self._deliver_raw(
-            t, briefs.render("prompt_signal_again.md.j2", task=t, signal=signal)))
+            t, templating.render("prompt_signal_again.md.j2", task=t, signal=signal)))
 
     def _check_view(self) -> None:
         """Report (and undo) edits of the published view by anyone but the supervisor."""
@@ -776,7 +776,7 @@ class Supervisor:
                 max_rounds=lifecycle.rework_limit(st, self.settings.run.max_rework),
                 verdict=verdict,
             )
-        return briefs.render(
+        return templating.render(
             template,
             task=tid,
             run=self.state.name,
@@ -791,7 +791,7 @@ class Supervisor:
         self._event("nudged", tid, phase=st.phase.value)
         self._deliver_raw(
             tid,
-            briefs.render(
+            templating.render(
                 "prompt_nudge.md.j2",
                 task=tid,
                 phase=st.phase.value,
@@ -883,7 +883,7 @@ class Supervisor:
         self._event("limit_resumed", tid, message=reason)
         phase = st.phase.value if st.rework_count == 0 or st.phase != Phase.IMPLEMENTING \
             else f"{st.phase.value} (rework {st.rework_count})"
-        self._deliver_raw(tid, briefs.render("prompt_resume_limit.md.j2", task=tid,
+        self._deliver_raw(tid, templating.render("prompt_resume_limit.md.j2", task=tid,
                                              reason=reason, phase=phase))
 
     # usage and budgets ----------------------------------------------------------------------
@@ -1095,7 +1095,7 @@ class Supervisor:
                 continue
             review = self.rundir.review_path(tid, round_no)
             tail = "\n".join(result.output.strip().splitlines()[-80:])
-            atomic_write_text(review, briefs.render(
+            atomic_write_text(review, templating.render(
                 "review_integration.md.j2", task=tid, round_no=round_no,
                 max_rounds=lifecycle.rework_limit(st, self.settings.run.max_rework),
                 command=result.command,
@@ -1133,7 +1133,7 @@ class Supervisor:
             staging = gitutil.rev_parse(self.repo, self.ws.staging_branch)
         except GitError:  # before the first `run` there is no staging: the base it will be
             staging = self.state.base_sha
-        return briefs.task_brief(
+        return templating.task_brief(
             self.plan, task, run=self.state.name, repo=self.repo, rundir=self.rundir,
             base_sha=self.state.base_sha, staging_sha=staging,
             branch=self.ws.task_branch(task.id), waves=self.waves, deps=self.deps,
@@ -1142,7 +1142,7 @@ class Supervisor:
 
     # the end of a supervisor run --------------------------------------------------------
     def _finish(self) -> Outcome:
-        from loop_orchestrator import gate2
+        from loop_orchestrator import integration
 
         for tid in self.plan_ids:  # the last turns' figures, before anyone reviews them
             self._refresh_usage(tid)
@@ -1161,7 +1161,7 @@ class Supervisor:
             self._event("run_paused", message=f"{len(stuck)} task(s) need a human")
             return Outcome("blocked", "\n".join(lines), stuck)
         skipped = sorted(set(stuck) | set(waiting))
-        result = gate2.integrate(
+        result = integration.integrate(
             self.repo, self.settings, self.plan, skipped=skipped, record=self.record
         )
         self.integration = result

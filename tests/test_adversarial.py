@@ -20,7 +20,7 @@ import pytest
 from conftest import edit_script, git
 from test_supervisor import plan_and_approve
 
-from loop_orchestrator import demo, gate2
+from loop_orchestrator import demo, integration
 from loop_orchestrator.errors import GateError, RefTamperedError
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
@@ -104,8 +104,8 @@ def run_to_gate2_and_merge(files: demo.DemoFiles, sandbox: str) -> list[dict[str
     statuses = {s.task: s for s in Store(RunDir(files.repo)).list_statuses()}
     assert statuses["slug"].phase is Phase.BLOCKED
     assert "verification failed after 3 rework round(s)" in (statuses["slug"].error or "")
-    review = gate2.review(files.repo)
-    gate2.merge(files.repo, review)
+    review = integration.review(files.repo)
+    integration.merge(files.repo, review)
     return Store(RunDir(files.repo)).read_ledger()
 
 
@@ -207,7 +207,7 @@ subprocess.run(["git", "update-ref", "refs/heads/lo/demo/staging", sha], check=F
     # nothing went on to the user's branch, and Gate 2 refuses the moved staging too
     assert "feat/demo" not in git(demo_files.repo, "branch", "--list", "feat/demo")
     with pytest.raises((RefTamperedError, GateError)):
-        gate2.review(demo_files.repo)
+        integration.review(demo_files.repo)
 
 
 @SANDBOX

@@ -408,7 +408,7 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
 
     The task carries a token that a textconv driver of the repository hides from plain git.
     """
-    from loop_orchestrator import core, gate2, runs
+    from loop_orchestrator import core, integration, runs
     from loop_orchestrator.config import load_settings
 
     plan_file = tmp_path / "plan.yaml"
@@ -426,33 +426,33 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
                             "app/config.py": f'TOKEN = "{TOKEN}"\n'})
     staging = ws.merge_into_staging("a", commit, "A")
     plan, _ = runs.read_plan(RunDir(repo))
-    assert gate2.integrate(repo, settings, plan, skipped=[],
+    assert integration.integrate(repo, settings, plan, skipped=[],
                            record=runs.open_record(repo)).passed
     return ws, staging, commit
 
 
 def test_gate2_shows_raw_content_and_lands_the_reviewed_commit(
         git_repo: Path, tmp_path: Path, tmux_socket: str) -> None:
-    from loop_orchestrator import gate2
+    from loop_orchestrator import integration
 
     ws, staging, _ = _awaiting_review(git_repo, tmp_path)
     # after the review, a hook would move the feature branch: it never runs
     script(git_repo / ".git" / "hooks" / "reference-transaction",
            '[ -n "$IN_HOOK" ] && exit 0; export IN_HOOK=1\n'
            f'git update-ref refs/heads/feat/r1 {head(git_repo, "main")} 2>/dev/null; exit 0')
-    review = gate2.review(git_repo)
+    review = integration.review(git_repo)
     assert review.commit == staging
     assert TOKEN in review.diff
     # control: plain git where the task's attributes are on disk hides it
     assert TOKEN not in git(ws.worktree_path("a"), "diff", review.state.base_sha, staging)
-    gate2.merge(git_repo, review)
+    integration.merge(git_repo, review)
     assert head(git_repo, "feat/r1") == staging
     assert ws.refs.get("refs/heads/feat/r1") is None  # handed over to the user
 
 
 def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
         git_repo: Path, tmp_path: Path) -> None:
-    from loop_orchestrator import gate2, runs
+    from loop_orchestrator import integration, runs
     from loop_orchestrator.config import load_settings
     from loop_orchestrator.state import Store
 
@@ -462,16 +462,16 @@ def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
     # run.json is agent-writable: a base next to the staging tip would hide the task's diff;
     # Gate 2 reads the supervisor's record, so the forged base is not even looked at
     store.update_run(lambda s: setattr(s, "base_sha", commit))
-    review = gate2.review(git_repo)
+    review = integration.review(git_repo)
     assert review.commit == staging
     assert review.state.base_sha == base
     assert TOKEN in review.diff
     git(git_repo, "update-ref", "refs/heads/lo/r1/staging", commit)
     with pytest.raises(RefTamperedError, match=f"lo/r1/staging.*expected {staging}"):
-        gate2.review(git_repo)
+        integration.review(git_repo)
     plan, _ = runs.read_plan(RunDir(git_repo))
     with pytest.raises(RefTamperedError, match="lo/r1/staging"):
-        gate2.integrate(git_repo, load_settings(git_repo), plan, skipped=[],
+        integration.integrate(git_repo, load_settings(git_repo), plan, skipped=[],
                         record=runs.open_record(git_repo))
     assert "feat/r1" not in git(git_repo, "branch", "--list", "feat/r1")
 

@@ -149,13 +149,13 @@ def test_parent_with_four_children_one_closed(
 
     # Gate 1, then the dependent's brief as the supervisor renders it
     assert run_cli(["approve", "--repo", str(base_repo)]) == 0
-    from loop_orchestrator import briefs
+    from loop_orchestrator import templating
     from loop_orchestrator.supervisor import Supervisor
 
     sup = Supervisor(base_repo, load_settings(base_repo))
     try:
         service = sup.plan.task("repo-4")
-        found = briefs.consumed_signatures(
+        found = templating.consumed_signatures(
             base_repo, sup.plan, service, sup.state.base_sha, sup.state.base_sha)
         [sig] = [s for s in found if s.name == "get_db"]
         assert sig.text == GET_DB

@@ -17,7 +17,7 @@ from conftest import REPO_ROOT, claude_binary
 import loop_orchestrator
 from loop_orchestrator import plan as planmod
 from loop_orchestrator.cli.main import cli
-from loop_orchestrator.verify.auditor import AUDITOR_TOOLS, parse_verdict_text
+from loop_orchestrator.verify.llm_auditor import AUDITOR_TOOLS, parse_verdict_text
 
 HOOK_EVENTS = {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "Notification",
                "PermissionRequest", "SessionEnd"}

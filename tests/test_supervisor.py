@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from conftest import edit_script, git, wait_for
 
-from loop_orchestrator import core, demo, gate2, gitutil, runs
+from loop_orchestrator import core, demo, gitutil, integration, runs
 from loop_orchestrator.agents.scripted import READY_RE
 from loop_orchestrator.config import Settings
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
@@ -111,9 +111,9 @@ def test_four_tasks_run_gate2_and_merge(demo_files: demo.DemoFiles, tmux_socket:
     assert "def slugify(text: str, max_length: int = 40) -> str:" in report_brief
     assert "def tokenize" not in report_brief  # report consumes no tokenize
 
-    review_obj = gate2.review(repo)
+    review_obj = integration.review(repo)
     assert "textstats/report.py" in review_obj.stat
-    gate2.merge(repo, review_obj)
+    integration.merge(repo, review_obj)
 
     feature = git(repo, "rev-parse", "feat/demo").strip()
     assert feature == review_obj.commit  # exactly the reviewed commit, no new merge commit
@@ -191,8 +191,8 @@ def test_sigkill_at_random_moments_then_resume(
         capture_output=True, text=True, check=False,
     ).stdout.split()
     assert [p for p in panes if p] == []
-    review = gate2.review(repo)
-    gate2.merge(repo, review)
+    review = integration.review(repo)
+    integration.merge(repo, review)
     assert "return ranked[:n]" in git(repo, "show", "feat/demo:textstats/counts.py")
     for task in TASKS:
         assert git(repo, "ls-tree", "--name-only", "feat/demo", f"textstats/{task}.py").strip()
@@ -511,10 +511,10 @@ def test_continue_without_blocked_tasks_reviews_and_merges_the_rest(
     assert outcome.state == "review", outcome.message
     state = Store(RunDir(repo)).read_run()
     assert state.skipped_tasks == ["report", "slug"]  # slug failed, report waits on it
-    review = gate2.review(repo)
+    review = integration.review(repo)
     assert "textstats/counts.py" in review.stat
     assert "textstats/slug.py" not in review.stat
-    gate2.merge(repo, review)
+    integration.merge(repo, review)
     files = git(repo, "ls-tree", "-r", "--name-only", "feat/demo").split()
     assert "textstats/tokenize.py" in files and "textstats/counts.py" in files
     assert "textstats/slug.py" not in files and "textstats/report.py" not in files

@@ -195,9 +195,9 @@ def test_an_agent_that_is_not_claude_code_costs_unknown_never_zero(
     rows = [line for line in shown.stdout.splitlines() if "integrated" in line]
     assert len(rows) == 4 and all("unknown" in r and "$0" not in r for r in rows), rows
     assert "Spent so far: unknown" in shown.stdout
-    from loop_orchestrator import gate2
+    from loop_orchestrator import integration
 
-    costs = gate2.review(files.repo).costs
+    costs = integration.review(files.repo).costs
     assert costs[-1].startswith("run total: unknown")
     assert all(": unknown" in line for line in costs)
     assert Store(RunDir(files.repo)).read_status("tokenize").usage is not None

@@ -28,7 +28,7 @@ from test_claude_runs import (  # the helpers and the demo-project fixture
     settings_for,
 )
 
-from loop_orchestrator import core, demo, gate2, usage
+from loop_orchestrator import core, demo, integration, usage
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import PriceConfig
@@ -116,7 +116,7 @@ def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles
         assert usage.money(by_task[t]["usage"]["cost_usd"]) in row, row
     assert f"Spent so far: {usage.money(run['cost_usd'])}" in shown.stdout
     # Gate 2: the actual figures per task, tokens to the unit, and the run's total
-    review = gate2.review(files.repo)
+    review = integration.review(files.repo)
     text = "\n".join(review.costs)
     for t, figures in expected.items():
         assert (f"{t}: {usage.money(by_task[t]['usage']['cost_usd'])} — input "

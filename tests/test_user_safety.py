@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import git
 
-from loop_orchestrator import core, demo, gate2, runs, workspace
+from loop_orchestrator import core, demo, integration, runs, workspace
 from loop_orchestrator.config import Settings, WorkspaceConfig
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.state import RunDir, RunPhase, Store
@@ -115,7 +115,7 @@ def test_a_second_run_never_adopts_the_worktree_the_first_run_kept(
     # the user works in the task's worktree before Gate 2: an uncommitted edit and a new file
     (kept / "textstats" / "tokenize.py").write_bytes(b"# my experiment\n\x00\xff")
     (kept / "scratch.txt").write_text("my notes\n", encoding="utf-8")
-    gate2.merge(repo, gate2.review(repo))
+    integration.merge(repo, integration.review(repo))
     assert kept.is_dir()  # kept: it holds the user's changes
     before_files, before_kept = checksums(repo), checksums(kept)
     before_branches = user_branches(repo)
@@ -183,7 +183,7 @@ def test_gate2_never_moves_a_feature_branch_the_user_committed_on(
     files = one_task_files(tmp_path)
     repo = files.repo
     run_to_review(files)
-    gate2.merge(repo, gate2.review(repo))
+    integration.merge(repo, integration.review(repo))
     # the user builds on feat/demo (in a checkout of their own)
     side = tmp_path / "side"
     git(repo, "worktree", "add", "-q", str(side), "feat/demo")

@@ -13,7 +13,7 @@ from conftest import claude_binary
 
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import NotLoggedInError
-from loop_orchestrator.verify.auditor import (
+from loop_orchestrator.verify.llm_auditor import (
     AuditInput,
     agent_argv,
     instructions,

@@ -22,8 +22,8 @@ def audit_command(task: str, as_json: bool, no_llm: bool, repo: Path | None) -> 
     when the task passes, 1 when it does not (or cannot be audited).
     """
     from loop_orchestrator import config
-    from loop_orchestrator.verify.audit import audit_task
     from loop_orchestrator.verify.models import VerificationFailed
+    from loop_orchestrator.verify.on_demand import audit_task
 
     root = resolve_repo(repo)
     verdict = audit_task(root, task, config.load_settings(root), use_llm=not no_llm)

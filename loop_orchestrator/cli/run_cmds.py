@@ -116,10 +116,10 @@ def retry_command(task: str, note: str | None, budget: float | None, repo: Path 
 @repo_option
 def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: Path | None) -> None:
     """Gate 2: show the whole diff, confirm, move the feature branch to the reviewed commit."""
-    from loop_orchestrator import gate2
+    from loop_orchestrator import integration
 
     root = resolve_repo(repo)
-    rev = gate2.review(root, branch=branch)
+    rev = integration.review(root, branch=branch)
     header = (
         f"Run {rev.state.name}: {rev.state.base_sha[:12]}..{rev.commit[:12]} "
         f"-> {rev.feature}\n\n{rev.stat}\n"
@@ -142,7 +142,7 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
             msg = "Gate 2 needs a confirmation"
             raise GateError(msg, hint="Run `lo-orch merge --yes` to confirm without a terminal.")
         click.confirm(f"Set {rev.feature} to {rev.commit[:12]}?", abort=True)
-    done = gate2.merge(root, rev, merge_into=merge_into)
+    done = integration.merge(root, rev, merge_into=merge_into)
     echo(f"{rev.feature} is now {rev.commit[:12]} (run {done.state.name} merged). "
          "Nothing was pushed.")
     _show_cleanup(done.cleanup)
@@ -150,7 +150,7 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
 
 def _show_cleanup(result: object) -> None:
     """What a clean-up did, saying plainly what it kept and how to finish it."""
-    from loop_orchestrator.gate2 import CleanupResult
+    from loop_orchestrator.integration import CleanupResult
 
     assert isinstance(result, CleanupResult)
     echo(f"session killed: {'yes' if result.session_killed else 'no (none running)'}")
@@ -174,9 +174,9 @@ def _show_cleanup(result: object) -> None:
 @repo_option
 def cleanup_command(abandon: bool, repo: Path | None) -> None:
     """Remove clean worktrees and kill this run's sessions; dirty worktrees are kept."""
-    from loop_orchestrator import gate2
+    from loop_orchestrator import integration
 
-    _show_cleanup(gate2.cleanup(resolve_repo(repo), abandon=abandon))
+    _show_cleanup(integration.cleanup(resolve_repo(repo), abandon=abandon))
 
 
 @click.command("demo")

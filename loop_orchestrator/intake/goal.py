@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from loop_orchestrator import briefs, gitutil, runs, workspace
+from loop_orchestrator import gitutil, runs, templating, workspace
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import IntakeError, PlanError
 from loop_orchestrator.files import atomic_write_text
@@ -184,7 +184,7 @@ def draft_plan(
                      *[f"  - {p}" for p in first.problems]])
         previous = (json.dumps(data, indent=1) if isinstance(data, dict)
                     else answer.result)[:20_000]
-        retry_prompt = briefs.render(
+        retry_prompt = templating.render(
             "plan_retry.md.j2",
             problems=first.problems,
             resumed=answer.session_id is not None,
@@ -237,7 +237,7 @@ def draft_from_goal(repo: Path, goal: str, settings: Settings) -> Draft:
         raise IntakeError(msg,
                           hint='Say what to build, e.g. `lo-orch plan --goal "Add a CSV export"`.')
     ensure_can_plan(repo)
-    prompt = briefs.render(
+    prompt = templating.render(
         "plan_prompt.md.j2",
         goal=text,
         issue=None,

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import briefs, signatures
+from loop_orchestrator import signatures, templating
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import IntakeError
 from loop_orchestrator.intake import goal as goalmod
@@ -239,7 +239,7 @@ def draft_from_issue(
                  for d, c in zip(done_tasks, tree.done_children, strict=True)],
         "skipped": [{"key": c.key, "title": c.title, "reason": c.skipped} for c in skipped],
     }
-    prompt = briefs.render(
+    prompt = templating.render(
         "plan_prompt.md.j2",
         goal=parent.title,
         issue=issue_ctx,

@@ -23,10 +23,10 @@ PROMPT_FINDINGS = 8
 def write_review(rundir: RunDir, task: Task, round_no: int, verdict: Verdict, *,
                  max_rounds: int | None = None) -> Path:
     """Render ``reviews/<task>-rN.md`` from templates/review.md.j2 and return its path."""
-    from loop_orchestrator import briefs
+    from loop_orchestrator import templating
 
     path = rundir.review_path(task.id, round_no)
-    text = briefs.render(
+    text = templating.render(
         "review.md.j2", task=task, round_no=round_no, max_rounds=max_rounds, verdict=verdict,
         blocking=verdict.blocking, warnings=verdict.warnings, summary=verdict.summary(),
         evidence_dir=verdict.evidence_dir, evidence=verdict.evidence,
@@ -39,7 +39,7 @@ def write_review(rundir: RunDir, task: Task, round_no: int, verdict: Verdict, *,
 def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds: int,
                   verdict: Verdict | None = None) -> str:
     """The prompt sent to the session for rework round ``round_no`` (prompt_rework.md.j2)."""
-    from loop_orchestrator import briefs
+    from loop_orchestrator import templating
 
     lines: list[str] = []
     disputable: list[str] = []
@@ -53,7 +53,7 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
             lines.append(f"- ... and {more} more in the review")
         if verdict.auditor is not None and verdict.auditor.status == "fail":
             lines += [f"- auditor: {r}" for r in verdict.auditor.reasons[:3]]
-    return briefs.render(
+    return templating.render(
         "prompt_rework.md.j2", task=task_id, round=round_no, max_rounds=max_rounds,
         review=str(review_path), summary="\n".join(lines), disputable=disputable,
     )

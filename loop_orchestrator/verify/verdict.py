@@ -23,7 +23,6 @@ from loop_orchestrator import gitutil
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.state import RunDir, now_iso
 from loop_orchestrator.verify import classify, disputes, pyenv, scope, secrets, stubs
-from loop_orchestrator.verify.auditor import AuditInput, run_auditor
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
 from loop_orchestrator.verify.donechecks import (
     DoneSpec,
@@ -33,6 +32,7 @@ from loop_orchestrator.verify.donechecks import (
     run_done_checks,
     write_summary,
 )
+from loop_orchestrator.verify.llm_auditor import AuditInput, run_auditor
 from loop_orchestrator.verify.models import (
     AuditorResult,
     CheckRun,

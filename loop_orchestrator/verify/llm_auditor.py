@@ -88,13 +88,13 @@ def instructions() -> str:
 
 
 def build_prompt(inp: AuditInput, *, structured: bool) -> str:
-    from loop_orchestrator import briefs
+    from loop_orchestrator import templating
 
     diff = inp.diff
     truncated = len(diff) > MAX_DIFF_CHARS
     if truncated:
         diff = diff[:MAX_DIFF_CHARS]
-    return briefs.render(
+    return templating.render(
         "auditor_prompt.md.j2", instructions=instructions(), task=inp.task,
         commit=inp.commit, base=inp.base, brief=inp.brief.strip(), diff=diff,
         truncated=truncated, findings=list(inp.findings), checks=list(inp.checks),
