@@ -4,27 +4,6 @@ The supervisor talks only to a ``SessionBackend`` (create the place for a task's
 launch, deliver, read the screen, alive?, kill, the command a user runs to attach), so a
 backend that runs sessions elsewhere can come later without touching it.
 
-Module API
-----------
-``tmux_socket() -> str | None``
-    ``LO_ORCH_TMUX_SOCKET`` (a ``tmux -L`` name); every tmux call goes to that server.
-``run_socket(run) -> str``
-    A run's own tmux server: the one it recorded, else the environment's, else a new one.
-``session_name(run_name) -> str``
-    ``lo-<run>``.
-``LaunchSpec(task, cwd, argv, env)`` / ``PaneState(pane_id, alive, dead_status, pid, exists)``
-``SessionBackend``
-    Protocol: ``ensure_session()``, ``launch(spec) -> pane_id``, ``respawn(pane_id, spec)``,
-    ``state(pane_id)``, ``capture(pane_id, lines=200)`` (``lines=0``: the visible screen only),
-    ``paste(pane_id, text, *, bracketed=True)``, ``send_keys(pane_id, *keys)``,
-    ``kill_pane(pane_id)``, ``kill_session()``, ``attach_argv(pane_id)``, ``session_exists()``,
-    ``list_panes() -> {pane_id: task}``, ``alive_panes() -> {pane_id: alive}`` (one call).
-``TmuxBackend(run_name, socket=None)``
-    The local tmux implementation.
-``wait_until(predicate, timeout, interval) -> bool``
-``run_backend(run) -> TmuxBackend``
-    The one place a run's session backend is built (its own tmux server, ``run_socket``).
-
 tmux facts this relies on (tmux 3.3a): a shell command given as several arguments is
 executed directly (no ``default-shell``), so the user's shell never parses agent argv;
 ``remain-on-exit`` is inherited by panes split from a window that has it, which avoids the
