@@ -5,6 +5,7 @@ from __future__ import annotations
 from loop_orchestrator.cli import (  # noqa: F401  imported for registration
     attach_cmds,
     audit_cmds,
+    dashboard_cmds,
     doctor_cmds,
     hook_cmds,
     plan_cmds,
