@@ -314,6 +314,8 @@ class Gate2(Screen[bool]):
         super().__init__()
         self.review = review
         self.files = split_diff(review.diff)
+        #: the file whose diff is shown (an index into ``files``)
+        self.current = 0
 
     def compose(self) -> ComposeResult:
         rev = self.review
@@ -338,6 +340,7 @@ class Gate2(Screen[bool]):
         if not self.files:
             diff.update("The diff is empty.")
             return
+        self.current = index
         diff.update(Syntax(self.files[index][1], "diff", theme="ansi_dark", word_wrap=True))
         self.query_one("#diff-scroll", VerticalScroll).scroll_home(animate=False)
 

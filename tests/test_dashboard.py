@@ -40,12 +40,14 @@ def run_async(coro: Coroutine[Any, Any, None]) -> None:
     asyncio.run(coro)
 
 
-async def until(pilot: Any, pred: Callable[[], bool], timeout: float, what: str) -> None:
+async def until(pilot: Any, pred: Callable[[], bool], timeout: float, what: str,
+                shown: Callable[[], str] | None = None) -> None:
     """Let the app run until ``pred`` holds (the app's own loop keeps going meanwhile)."""
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            seen = f"; it shows:\n{shown()}" if shown else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{seen}")
         await pilot.pause(0.1)
 
 
@@ -204,9 +206,14 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
             files = app.screen.query_one("#files", dashboard.OptionList)
             paths = [str(files.get_option_at_index(i).prompt) for i in range(files.option_count)]
             assert "textstats/report.py" in paths
-            diff = app.screen.query_one("#diff", dashboard.Static)
+            gate = app.screen
+            assert isinstance(gate, dashboard.Gate2)
+            assert [p for p, _ in gate.files] == paths
+            assert gate.current == 0
             await pilot.press("down")
-            assert f"b/{paths[1]}" in str(diff.render())  # the second file's diff
+            assert gate.current == 1  # the second file's diff, and only its own
+            assert gate.files[1][1].startswith(f"diff --git a/{paths[1]} b/{paths[1]}")
+            assert gate.files[1][1].count("diff --git") == 1
             await pilot.press("m", "escape")  # not now
             await pilot.pause()
             assert Store.for_repo(by_ui.repo).read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
@@ -257,6 +264,9 @@ def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles)
     async def scenario() -> None:
         app = dashboard.Dashboard(repo)
         async with app.run_test(size=(160, 50)) as pilot:
+            def pane() -> str:
+                return str(app.query_one("#pane-text", dashboard.Static).render())
+
             footer = {b.key: b.description for (_, b, enabled, _tip)
                       in app.active_bindings.values() if b.show and enabled}
             assert footer == {"q": "Quit", "a": "Attach", "s": "Send", "r": "Retry",
@@ -267,9 +277,8 @@ def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles)
             table.move_cursor(row=list(table_phases(app)).index("slug"))
             await pilot.pause()
             assert app.selected == "slug"
-            await until(pilot, lambda: "which max_length" in str(
-                app.query_one("#pane-text", dashboard.Static).render()), 10,
-                "slug's pane in the preview")
+            await until(pilot, lambda: "blocked" in pane(), 10, "slug's pane in the preview",
+                        pane)
 
             await pilot.press("s")
             await pilot.press(*"use forty")
@@ -277,9 +286,8 @@ def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles)
             await until(pilot, lambda: any(
                 e["event"] == "message_delivered" and e.get("task") == "slug"
                 for e in store.read_ledger()), 30, "the message delivered")
-            await until(pilot, lambda: "use forty" in str(
-                app.query_one("#pane-text", dashboard.Static).render()), 10,
-                "the message on slug's screen")
+            await until(pilot, lambda: "use forty" in pane(), 10,
+                        "the message on slug's screen", pane)
 
             await pilot.press("r", *"forty it is", "enter")
             await until(pilot, lambda: store.read_status("slug").phase != Phase.BLOCKED,
