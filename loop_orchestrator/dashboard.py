@@ -37,7 +37,9 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Label, OptionList, Static, TabbedContent
 from textual.widgets import TabPane as Tab
 
-from loop_orchestrator import core, runs, usage
+# imported before the app runs: libtmux reads sys.stdout.encoding at import, and inside a
+# running Textual app sys.stdout is Textual's capture object, which has none
+from loop_orchestrator import core, runs, sessions, usage
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.errors import LoOrchError, StateError
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
@@ -174,7 +176,6 @@ def ledger_lines(repo: Path, task: str, limit: int = LEDGER_LINES) -> list[str]:
 
 def pane_preview(repo: Path, doc: dict[str, Any], task: str) -> str:
     """What the task's pane shows now (only that pane is captured)."""
-    from loop_orchestrator.sessions import TmuxBackend, run_socket
     from loop_orchestrator.state import RunState
 
     t = next((x for x in doc["tasks"] if x["task"] == task), None)
@@ -184,7 +185,7 @@ def pane_preview(repo: Path, doc: dict[str, Any], task: str) -> str:
         return f"{task} is done: its pane was closed."
     run = RunState.model_validate(doc["run"])
     try:
-        backend = TmuxBackend(run.name, socket=run_socket(run))
+        backend = sessions.TmuxBackend(run.name, socket=sessions.run_socket(run))
         return str(backend.capture(t["pane_id"], lines=0)).rstrip()
     except LoOrchError as exc:
         return f"(no screen: {exc.message})"
@@ -568,13 +569,11 @@ class Dashboard(App[None]):
         """`lo-orch attach TASK`: the app steps aside while the tmux client runs."""
         from textual.app import SuspendNotSupported
 
-        from loop_orchestrator.sessions import attach_command
-
         task = self._chosen()
         if task is None:
             return
         try:
-            argv = attach_command(self.repo, task)
+            argv = sessions.attach_command(self.repo, task)
         except LoOrchError as exc:
             self.fail(exc)
             return
@@ -682,6 +681,12 @@ class Dashboard(App[None]):
 
 def run_dashboard(repo: Path) -> None:
     """`lo-orch dashboard`: until `q` (exit 0)."""
+    import importlib
+
     Store.for_repo(repo).read_run()  # no run: the same clear error as `lo-orch status`
+    # what the actions import lazily, imported while sys.stdout is still the terminal's
+    for name in ("loop_orchestrator.supervisor", "loop_orchestrator.gate2",
+                 "loop_orchestrator.record"):
+        importlib.import_module(name)
     with contextlib.suppress(KeyboardInterrupt):
         Dashboard(repo).run()

@@ -364,8 +364,13 @@ def test_attach_suspends_the_dashboard_and_resumes_it(
 
     try:
         subprocess.run(["tmux", "-L", viewer, "-f", "/dev/null", "new-session", "-d", "-s",
-                        "view", "-x", "150", "-y", "45", command], check=True)
-        wait_for(lambda: "Needs you" in screen(), 30, "the dashboard on screen")
+                        "view", "-x", "150", "-y", "45", ";", "set-option", "-g",
+                        "remain-on-exit", "on", ";", "respawn-pane", "-k", "-t", "=view:",
+                        command], check=True)
+        try:
+            wait_for(lambda: "Needs you" in screen(), 30, "the dashboard on screen")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the terminal shows:\n{screen()}") from None
         # the cursor starts on the first task (tokenize, hanging in its session)
         tmux("send-keys", "-t", "=view:", "a")
         wait_for(lambda: "Needs you" not in screen() and "lo-demo" in
