@@ -16,6 +16,7 @@ confirmation whose default is "no".
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import re
 import subprocess
@@ -69,6 +70,8 @@ class Snapshot:
     needs: list[str]
     #: task -> its status document (from ``doc``)
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: open permission requests (``permissions.PermissionRequest``), oldest first
+    requests: list[Any] = field(default_factory=list)
 
 
 def gates_line(doc: dict[str, Any]) -> str:
@@ -116,16 +119,42 @@ def needs_you(doc: dict[str, Any], requests: list[str] | None = None) -> list[st
     return out
 
 
+def permissions_module() -> Any | None:
+    """``loop_orchestrator.permissions`` (issue 17a: `lo-orch permit`), when installed.
+
+    Looked up by name so the dashboard works (without its permit action) in a tree that
+    does not have it yet.
+    """
+    try:
+        return importlib.import_module("loop_orchestrator.permissions")
+    except ModuleNotFoundError:
+        return None
+
+
+def pending_requests(repo: Path) -> list[Any]:
+    """The run's open permission requests (``permissions.pending``), [] without them."""
+    perms = permissions_module()
+    return list(perms.pending(repo)) if perms is not None else []
+
+
+def request_line(req: Any) -> str:
+    what = req.command or req.file or req.summary or ""
+    where = f" in {req.cwd}" if req.cwd else ""
+    return f"{req.task} asks to use {req.tool}: {what}{where} (p answers)"
+
+
 def load_snapshot(repo: Path, now: float | None = None) -> Snapshot:
     """The run as `lo-orch status --json` publishes it, in the dashboard's words."""
     doc = core.status_document(repo)
+    requests = pending_requests(repo)
     return Snapshot(
         doc=doc,
         title=core.status_title(doc),
         gates=gates_line(doc),
         rows=core.status_rows(repo, doc, now),
-        needs=needs_you(doc),
+        needs=needs_you(doc, [request_line(r) for r in requests]),
         tasks={t["task"]: t for t in doc["tasks"]},
+        requests=requests,
     )
 
 
@@ -274,6 +303,39 @@ class Ask(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class Answer(ModalScreen[tuple[str, bool] | None]):
+    """A permission request: allow or deny it, once or for the rest of the run."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "answer('allow', False)", "Allow"),
+        Binding("d", "answer('deny', False)", "Deny"),
+        Binding("A", "answer('allow', True)", "Allow always"),
+        Binding("D", "answer('deny', True)", "Deny always"),
+        Binding("escape", "cancel", "Cancel"),
+    ]
+
+    def __init__(self, req: Any) -> None:
+        super().__init__()
+        self.req = req
+
+    def compose(self) -> ComposeResult:
+        r = self.req
+        with Vertical(id="dialog"):
+            yield Label(f"{r.task} asks to use {r.tool} ({r.id}, asked {r.asked_at[11:19]})")
+            yield Static(Text(r.command or r.file or r.summary or "(no details)"),
+                         id="request")
+            yield Label(f"in {r.cwd or '?'}")
+            yield Label("a: allow   d: deny   A / D: the same for the rest of the run   "
+                        "Esc: not now")
+        yield Footer()
+
+    def action_answer(self, decision: str, always: bool) -> None:
+        self.dismiss((decision, always))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class Gate1(Screen[bool]):
     """The plan summary and the conflict matrix; `a` approves (after a confirmation)."""
 
@@ -393,6 +455,7 @@ class Dashboard(App[None]):
         Binding("r", "retry", "Retry"),
         Binding("g", "gate1", "Gate 1"),
         Binding("m", "gate2", "Gate 2"),
+        Binding("p", "permit", "Permit"),
         Binding("1", "tab('pane')", "Pane", show=False),
         Binding("2", "tab('brief')", "Brief", show=False),
         Binding("3", "tab('review')", "Review", show=False),
@@ -463,6 +526,13 @@ class Dashboard(App[None]):
         root.mkdir(parents=True, exist_ok=True)
         self._observer = Observer()
         self._observer.schedule(Handler(), str(root), recursive=True)
+        # the run's private folder: permission requests (issue 17a) live there
+        with contextlib.suppress(LoOrchError, ValueError):
+            from loop_orchestrator import private
+
+            name = Store.for_repo(self.repo).read_run().name
+            self._observer.schedule(Handler(), str(private.run_dir(self.repo, name)),
+                                    recursive=True)
         self._observer.daemon = True
         self._observer.start()
 
@@ -540,6 +610,10 @@ class Dashboard(App[None]):
             return
         self.query_one("#pane-text", Static).update(
             Text(pane_preview(self.repo, self.snapshot.doc, self.selected)))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # no `lo-orch permit` in this tree: no key for it either
+        return action != "permit" or permissions_module() is not None
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#details", TabbedContent).active = tab
@@ -677,6 +751,39 @@ class Dashboard(App[None]):
                       + (f" Kept, with changes of yours: {', '.join(kept)}." if kept else ""))
 
         self.push_screen(Gate2(rev), answered)
+
+
+    def action_permit(self) -> None:
+        """`lo-orch permit TASK allow|deny [--always] --id ID` for the oldest open request
+        of the selected task (of any task when the selected one has none)."""
+        perms = permissions_module()
+        if perms is None:
+            return
+        try:
+            requests = pending_requests(self.repo)
+        except LoOrchError as exc:
+            self.fail(exc)
+            return
+        mine = [r for r in requests if r.task == self.selected] or requests
+        if not mine:
+            self.fail(StateError("no session is waiting for a permission now",
+                                 hint="`lo-orch status` shows what each task waits for."))
+            return
+        req = mine[0]
+
+        def answered(choice: tuple[str, bool] | None) -> None:
+            if choice is None:
+                return
+            decision, always = choice
+            try:
+                perms.answer(self.repo, req.task, decision, always=always, request_id=req.id)
+            except LoOrchError as exc:
+                self.fail(exc)
+                return
+            self.done(f"{req.task}: {decision} {req.tool} ({req.id})"
+                      + (" — and the same for the rest of this run." if always else "."))
+
+        self.push_screen(Answer(req), answered)
 
 
 def run_dashboard(repo: Path) -> None:

@@ -384,3 +384,126 @@ def test_attach_suspends_the_dashboard_and_resumes_it(
         wait_for(lambda: "Needs you" not in screen(), 20, "the dashboard quit")
     finally:
         subprocess.run(["tmux", "-L", viewer, "kill-server"], capture_output=True, check=False)
+
+
+# what needs a person; file events ---------------------------------------------------------
+
+
+def _doc(phase: str, *, alive: bool = True, tasks: list[dict[str, Any]] | None = None,
+         approved: bool = True) -> dict[str, Any]:
+    return {"run": {"phase": phase, "plan_sha256": "a", "approved_plan_sha256":
+                    "a" if approved else None, "supervisor": {"alive": alive, "pid": None}},
+            "tasks": tasks or []}
+
+
+def test_needs_you_names_each_thing_a_person_must_do() -> None:
+    assert dashboard.needs_you(_doc("running")) == []
+    assert dashboard.needs_you(_doc("running", alive=False)) == [
+        "No supervisor is running: `lo-orch run` resumes the run"]
+    assert dashboard.needs_you(_doc("awaiting_plan_approval", approved=False)) == [
+        "Gate 1: the plan waits for your approval (g)"]
+    # approved but not started: not a gate any more
+    assert dashboard.needs_you(_doc("awaiting_plan_approval")) == []
+    assert dashboard.needs_you(_doc("awaiting_merge_review")) == [
+        "Gate 2: review the diff and merge it (m)"]
+    tasks = [
+        {"task": "a", "phase": "blocked", "error": "needs\n ownership of x.py"},
+        {"task": "b", "phase": "failed", "note": None},
+        {"task": "c", "phase": "implementing",
+         "waiting_for": "a person: Claude Code asks permission to use Bash: curl x"},
+        {"task": "d", "phase": "implementing", "waiting_for": "the agent"},
+    ]
+    assert dashboard.needs_you(_doc("running", tasks=tasks), ["r1"]) == [
+        "r1",
+        "a is blocked: needs ownership of x.py (r retries)",
+        "b is failed: no reason given (r retries)",
+        "c: a person: Claude Code asks permission to use Bash: curl x",
+    ]
+
+
+def test_split_diff_gives_each_file_its_own_diff() -> None:
+    diff = ("diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+            "diff --git a/d/y z.py b/d/y z.py\nnew file mode 100644\n+diff --git inside\n")
+    files = dashboard.split_diff(diff)
+    assert [p for p, _ in files] == ["x.py", "d/y z.py"]
+    assert files[0][1].endswith("+b\n") and "y z" not in files[0][1]
+    assert files[1][1].endswith("+diff --git inside\n")
+    assert dashboard.split_diff("") == []
+
+
+def test_reloads_on_file_events_and_not_on_its_own_reads(
+    demo_files: demo.DemoFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = demo_files.repo
+    plan(demo_files)
+    runs.approve_plan(repo)
+    monkeypatch.setattr(dashboard, "TICK_SECONDS", 3600.0)
+
+    async def scenario() -> None:
+        app = dashboard.Dashboard(repo)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.pause(1.5)
+            idle = app.reloads
+            await pilot.pause(1.5)
+            assert app.reloads == idle, "its own reads made it reload"
+            assert idle <= 2
+            assert app.selected == "tokenize"  # the first row
+            # another process's write is a file event: shown at once
+            Store.for_repo(repo).append_ledger("note", task="tokenize", message="hello there")
+            await until(pilot, lambda: "hello there" in str(
+                app.query_one("#ledger-text", dashboard.Static).render()), 5, "the ledger line")
+            assert app.reloads > idle
+
+    run_async(scenario())
+
+
+# permission requests (issue 17a's `lo-orch permit`) -----------------------------------------
+
+
+def test_permit_key_answers_like_lo_orch_permit(demo_files: demo.DemoFiles) -> None:
+    repo = demo_files.repo
+    plan(demo_files)
+    runs.approve_plan(repo)
+    perms = dashboard.permissions_module()
+
+    async def absent() -> None:
+        app = dashboard.Dashboard(repo)
+        async with app.run_test(size=(140, 45)) as pilot:
+            keys = {b.key for (_, b, enabled, _t) in app.active_bindings.values() if enabled}
+            assert "p" not in keys
+            await pilot.press("p")
+            assert app.last_error is None and len(app.screen_stack) == 1
+
+    if perms is None:
+        # this tree has no `lo-orch permit` yet (it comes with issue 17a): no key for it
+        run_async(absent())
+        return
+    store = perms.Permissions.for_repo(repo)
+    asked = {}
+    for task in ("tokenize", "slug"):
+        req = store.new_request(task, "Bash", {"tool_summary": "pytest -q", "cwd": "/w"})
+        store.write(req)
+        asked[task] = req.id
+    cli("permit", "tokenize", "allow", "--repo", str(repo))
+
+    async def present() -> None:
+        app = dashboard.Dashboard(repo)
+        async with app.run_test(size=(140, 45)) as pilot:
+            assert any(n.startswith("slug asks to use Bash: pytest -q")
+                       for n in app.snapshot.needs)  # type: ignore[union-attr]
+            assert not any(n.startswith("tokenize asks") for n in app.snapshot.needs)
+            await pilot.press("p", "escape")  # not now
+            assert store.get(asked["slug"]).state == "open"
+            await pilot.press("p", "a")
+            await pilot.pause()
+            assert app.last_error is None
+
+    run_async(present())
+    ui, by = store.get(asked["slug"]), store.get(asked["tokenize"])
+    assert (ui.state, ui.decision, ui.decided_by) == (by.state, by.decision, by.decided_by) == (
+        "answered", "allow", "person")
+    answers = [e for e in Store.for_repo(repo).read_ledger()
+               if e["event"] == "permission_answered"]
+    assert [{k: v for k, v in e.items() if k not in ("ts", "task", "request")}
+            for e in answers] == [{"event": "permission_answered", "decision": "allow",
+                                   "tool": "Bash", "message": "pytest -q", "by": "person"}] * 2
