@@ -90,7 +90,7 @@ def gates_line(doc: dict[str, Any]) -> str:
         g2 = "Gate 2 waiting (m)"
     else:
         g2 = "Gate 2 not yet"
-    return f"{g1}  ·  {g2}  ·  {usage.line('spent', usage.Usage.from_json(run.get('usage')))}"
+    return f"{g1}  ·  {g2}  ·  spent {usage.cell(run.get('usage'))}"
 
 
 def needs_you(doc: dict[str, Any], requests: list[str] | None = None) -> list[str]:
@@ -610,6 +610,8 @@ class Dashboard(App[None]):
             return
         self.query_one("#pane-text", Static).update(
             Text(pane_preview(self.repo, self.snapshot.doc, self.selected)))
+        # the bottom of a screen is where a session asks and answers
+        self.query_one("#pane VerticalScroll", VerticalScroll).scroll_end(animate=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # no `lo-orch permit` in this tree: no key for it either

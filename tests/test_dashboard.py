@@ -269,8 +269,9 @@ def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles)
 
             footer = {b.key: b.description for (_, b, enabled, _tip)
                       in app.active_bindings.values() if b.show and enabled}
+            permit = {"p": "Permit"} if dashboard.permissions_module() else {}
             assert footer == {"q": "Quit", "a": "Attach", "s": "Send", "r": "Retry",
-                              "g": "Gate 1", "m": "Gate 2"}
+                              "g": "Gate 1", "m": "Gate 2", **permit}
             assert any(n.startswith("slug is blocked: which max_length is right?")
                        for n in app.snapshot.needs)  # type: ignore[union-attr]
             table = app.query_one("#tasks", dashboard.DataTable)
@@ -507,3 +508,60 @@ def test_permit_key_answers_like_lo_orch_permit(demo_files: demo.DemoFiles) -> N
     assert [{k: v for k, v in e.items() if k not in ("ts", "task", "request")}
             for e in answers] == [{"event": "permission_answered", "decision": "allow",
                                    "tool": "Bash", "message": "pytest -q", "by": "person"}] * 2
+
+
+# the README's screenshot -------------------------------------------------------------------
+
+SCREENSHOT = REPO_ROOT / "docs" / "dashboard.svg"
+#: set to 1 to write docs/dashboard.svg from the real app (the test checks it otherwise)
+UPDATE_ENV = "LO_ORCH_UPDATE_SCREENSHOT"
+#: read at import: the isolation fixture removes every LO_ORCH_* variable from the tests
+UPDATE = os.environ.get(UPDATE_ENV) == "1"
+
+
+def screen_text(svg: str) -> str:
+    """What an SVG screenshot says above the task's details, and its footer, with what
+    differs from run to run (digits, paths, spacing) left out."""
+    import html
+
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for m in re.finditer(r'<text[^>]*\bx="([\d.]+)"[^>]*\by="([\d.]+)"[^>]*>(.*?)</text>', svg):
+        rows.setdefault(float(m.group(2)), []).append(
+            (float(m.group(1)), html.unescape(m.group(3))))
+    lines = ["".join(t for _, t in sorted(parts)) for _, parts in sorted(rows.items())]
+    cut = next(i for i, line in enumerate(lines) if "Pane(1)" in re.sub(r"\s", "", line))
+    kept = [*lines[: cut + 1], lines[-1]]
+    text = re.sub(r"/\S+", "<path>", "\n".join(kept))
+    return re.sub(r"\d+", "#", re.sub(r"\s+", "", text))
+
+
+def test_screenshot_in_the_readme_is_the_real_app(demo_files: demo.DemoFiles) -> None:
+    repo = demo_files.repo
+    _blocked_and_busy(demo_files)
+    settings = plan(demo_files)
+    runs.approve_plan(repo)
+    supervise(repo, settings)
+    store = Store.for_repo(repo)
+    wait_for(lambda: store.read_status("slug").phase == Phase.BLOCKED
+             and store.read_status("tokenize").phase == Phase.IMPLEMENTING, 120,
+             "slug blocked, tokenize at work")
+    svg: list[str] = []
+
+    async def scenario() -> None:
+        app = dashboard.Dashboard(repo)
+        async with app.run_test(size=(150, 42)) as pilot:
+            table = app.query_one("#tasks", dashboard.DataTable)
+            table.move_cursor(row=list(table_phases(app)).index("slug"))
+            await until(pilot, lambda: "blocked" in str(
+                app.query_one("#pane-text", dashboard.Static).render()), 10, "slug's pane")
+            svg.append(app.export_screenshot(title="lo-orch dashboard"))
+
+    run_async(scenario())
+    assert "slugisblocked:whichmax_lengthisright?" in screen_text(svg[0])
+    if UPDATE:
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        SCREENSHOT.write_text(svg[0], encoding="utf-8")
+    assert SCREENSHOT.exists(), f"no {SCREENSHOT}: run this test with {UPDATE_ENV}=1"
+    assert screen_text(SCREENSHOT.read_text(encoding="utf-8")) == screen_text(svg[0]), (
+        f"{SCREENSHOT} is not what the dashboard shows now: run this test with "
+        f"{UPDATE_ENV}=1 and commit the file")
