@@ -12,6 +12,7 @@ run when a file changes and on a 5 s clock.
 Private tmux sockets (killed at the end), a throwaway HOME and XDG folders.
 
     .venv/bin/python benchmarks/dashboard.py [--tasks 64] [--concurrency 8] [--quiet 20]
+        [--check-python PYTHON]
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def environment(root: Path, socket: str) -> dict[str, str]:
     return env
 
 
-def build(root: Path, n: int, concurrency: int) -> Path:
+def build(root: Path, n: int, concurrency: int, check_python: str) -> Path:
     """A repository and a plan of ``n`` small tasks; the scripted agent does each."""
     repo = root / "bench"
     (repo / "pkg").mkdir(parents=True)
@@ -66,7 +67,7 @@ def build(root: Path, n: int, concurrency: int) -> Path:
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "--no-gpg-sign", "-m", "initial")
-    python = shlex.quote(sys.executable)
+    python = shlex.quote(check_python)
     tasks, script = [], {}
     for i in range(n):
         tid, fn = f"t{i:03d}", f"f{i:03d}"
@@ -138,12 +139,15 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--quiet", type=float, default=20.0,
                     help="seconds measured after the run reached Gate 2")
+    ap.add_argument("--check-python", default=sys.executable,
+                    help="the interpreter of the tasks' done checks: one nobody installs into "
+                    "during the run (a change blocks the task: done.environment-changed)")
     args = ap.parse_args()
     run_socket, view_socket = (f"lo-bench-{uuid.uuid4().hex[:8]}" for _ in range(2))
     with tempfile.TemporaryDirectory(prefix="lo-dash-bench-") as tmp:
         root = Path(tmp)
         env = environment(root, run_socket)
-        repo = build(root, args.tasks, args.concurrency)
+        repo = build(root, args.tasks, args.concurrency, args.check_python)
         lo = [sys.executable, "-m", "loop_orchestrator"]
         for step in (["plan", str(root / "plan.yaml")], ["approve"]):
             subprocess.run([*lo, *step, "--repo", str(repo)], env=env, check=True,

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 #: file events closer together than this are one reload
 DEBOUNCE_SECONDS = 0.2
+#: and a busy run (64 sessions writing) is read at most once in this long, like
+#: `status --watch` (benchmarks/dashboard.py)
+MIN_RELOAD_SECONDS = 1.0
 #: the clock for the ages and the supervisor's liveness (a dead process writes no file)
 TICK_SECONDS = 5.0
 #: how often the selected task's pane is captured while its tab is shown
@@ -475,6 +478,7 @@ class Dashboard(App[None]):
         self.last_error: str | None = None
         self._observer: Any = None
         self._pending = False
+        self._last_reload = 0.0
 
     # layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -540,7 +544,9 @@ class Dashboard(App[None]):
     def changed(self) -> None:
         if not self._pending:
             self._pending = True
-            self.set_timer(DEBOUNCE_SECONDS, self._debounced)
+            wait = max(DEBOUNCE_SECONDS,
+                       self._last_reload + MIN_RELOAD_SECONDS - time.monotonic())
+            self.set_timer(wait, self._debounced)
 
     def _debounced(self) -> None:
         self._pending = False
@@ -550,6 +556,7 @@ class Dashboard(App[None]):
     def reload(self) -> None:
         """Read the run again and show it (keeps the selected task)."""
         self.reloads += 1
+        self._last_reload = time.monotonic()
         try:
             snap = load_snapshot(self.repo, self.clock())
         except LoOrchError as exc:
@@ -590,17 +597,26 @@ class Dashboard(App[None]):
             self.show_details()
 
     def show_details(self) -> None:
+        """Fill the tab that shows (the others are read when they are chosen)."""
         task = self.selected
         if task is None:
             return
-        rundir = RunDir(self.repo)
-        brief = rundir.brief_path(task)
-        self.query_one("#brief-text", Static).update(
-            Text(_read(brief) if brief.exists() else f"No brief for {task} yet."))
-        self.query_one("#review-text", Static).update(Text(review_text(self.repo, task)))
-        self.query_one("#ledger-text", Static).update(
-            Text("\n".join(ledger_lines(self.repo, task)) or "Nothing in the ledger yet."))
-        self.refresh_pane()
+        tab = self.query_one("#details", TabbedContent).active
+        if tab == "pane":
+            self.refresh_pane()
+        elif tab == "brief":
+            brief = RunDir(self.repo).brief_path(task)
+            self.query_one("#brief-text", Static).update(
+                Text(_read(brief) if brief.exists() else f"No brief for {task} yet."))
+        elif tab == "review":
+            self.query_one("#review-text", Static).update(Text(review_text(self.repo, task)))
+        elif tab == "ledger":
+            self.query_one("#ledger-text", Static).update(
+                Text("\n".join(ledger_lines(self.repo, task)) or "Nothing in the ledger yet."))
+
+    @on(TabbedContent.TabActivated, "#details")
+    def tab_shown(self) -> None:
+        self.show_details()
 
     def refresh_pane(self) -> None:
         """Capture the selected task's pane (only that one, only while its tab shows)."""
@@ -619,7 +635,7 @@ class Dashboard(App[None]):
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#details", TabbedContent).active = tab
-        self.refresh_pane()
+        self.show_details()
 
     # acting ------------------------------------------------------------------------
     def fail(self, exc: LoOrchError) -> None:

@@ -280,6 +280,16 @@ def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles)
             assert app.selected == "slug"
             await until(pilot, lambda: "blocked" in pane(), 10, "slug's pane in the preview",
                         pane)
+            await pilot.press("2")
+            brief = RunDir(repo).brief_path("slug").read_text(encoding="utf-8")
+            assert str(app.query_one("#brief-text", dashboard.Static).render()) == brief
+            await pilot.press("3")
+            assert str(app.query_one("#review-text", dashboard.Static).render()) == (
+                "No review yet.")
+            await pilot.press("4")
+            assert "task_blocked which max_length is right?" in str(
+                app.query_one("#ledger-text", dashboard.Static).render())
+            await pilot.press("1")
 
             await pilot.press("s")
             await pilot.press(*"use forty")
@@ -289,6 +299,13 @@ def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles)
                 for e in store.read_ledger()), 30, "the message delivered")
             await until(pilot, lambda: "use forty" in pane(), 10,
                         "the message on slug's screen", pane)
+            # the command does the same, through the same supervisor
+            cli("send", "slug", "and keep the dash", "--repo", str(repo))
+            await until(pilot, lambda: "and keep the dash" in pane(), 30,
+                        "the command's message on slug's screen", pane)
+            await until(pilot, lambda: [e["task"] for e in store.read_ledger()
+                                        if e["event"] == "message_delivered"] == ["slug"] * 2,
+                        30, "two messages delivered")
 
             await pilot.press("r", *"forty it is", "enter")
             await until(pilot, lambda: store.read_status("slug").phase != Phase.BLOCKED,
@@ -332,6 +349,14 @@ def test_send_refuses_bad_input_and_a_managed_session(demo_files: demo.DemoFiles
     assert agent.returncode == 1
     assert "inside a managed agent session" in agent.stderr
     assert not any(e["event"] == "message_sent" for e in Store.for_repo(repo).read_ledger())
+
+
+def test_dashboard_without_a_run_says_what_to_do(git_repo: Path) -> None:
+    result = cli("dashboard", "--repo", str(git_repo), check=False)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"Error: no run in {git_repo}")
+    assert "lo-orch plan FILE" in result.stderr
+    assert result.stdout == ""  # nothing drawn
 
 
 # attach: a real terminal ----------------------------------------------------------------
@@ -382,7 +407,10 @@ def test_attach_suspends_the_dashboard_and_resumes_it(
                        check=True)
         wait_for(lambda: "Needs you" in screen(), 20, "the dashboard back")
         tmux("send-keys", "-t", "=view:", "q")
-        wait_for(lambda: "Needs you" not in screen(), 20, "the dashboard quit")
+        wait_for(lambda: tmux("display-message", "-p", "-t", "=view:", "#{pane_dead}").strip()
+                 == "1", 20, "the dashboard quit")
+        assert tmux("display-message", "-p", "-t", "=view:",
+                    "#{pane_dead_status}").strip() == "0"
     finally:
         subprocess.run(["tmux", "-L", viewer, "kill-server"], capture_output=True, check=False)
 
@@ -449,6 +477,9 @@ def test_reloads_on_file_events_and_not_on_its_own_reads(
             assert app.reloads == idle, "its own reads made it reload"
             assert idle <= 2
             assert app.selected == "tokenize"  # the first row
+            await pilot.press("4")  # its ledger
+            assert "Nothing in the ledger yet." in str(
+                app.query_one("#ledger-text", dashboard.Static).render())
             # another process's write is a file event: shown at once
             Store.for_repo(repo).append_ledger("note", task="tokenize", message="hello there")
             await until(pilot, lambda: "hello there" in str(
