@@ -23,9 +23,12 @@ from typing import Any
 
 import pytest
 from conftest import REPO_ROOT, edit_script, git, wait_for
+from textual.widgets import DataTable, OptionList, Static
 
-from loop_orchestrator import core, dashboard, demo, private, runs
+from loop_orchestrator import core, demo, private, runs
 from loop_orchestrator.config import Settings
+from loop_orchestrator.dashboard import app as dashboard
+from loop_orchestrator.dashboard import screens, view
 from loop_orchestrator.record import JOURNAL_FILE
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Outcome, Supervisor
@@ -68,7 +71,7 @@ def supervise(repo: Path, settings: Settings) -> tuple[threading.Thread, list[Ou
 
 
 def table_phases(app: dashboard.Dashboard) -> dict[str, str]:
-    table = app.query_one("#tasks", dashboard.DataTable)
+    table = app.query_one("#tasks", DataTable)
     return {str(k.value): str(table.get_cell(k, "phase")) for k in table.rows}
 
 
@@ -127,7 +130,7 @@ def test_gate1_from_the_dashboard_writes_what_approve_writes(tmp_path: Path,
         async with app.run_test(size=(140, 45)) as pilot:
             assert any("Gate 1" in n for n in app.snapshot.needs)  # type: ignore[union-attr]
             await pilot.press("g")
-            shown = str(app.screen.query_one("#gate1-text", dashboard.Static).render())
+            shown = str(app.screen.query_one("#gate1-text", Static).render())
             assert "Conflict matrix: demo" in shown and "tokenize" in shown
             await pilot.press("a", "enter")  # a hurried Enter is "no"
             await pilot.pause()
@@ -203,11 +206,11 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
             assert out and out[0].state == "review"
 
             await pilot.press("m")
-            files = app.screen.query_one("#files", dashboard.OptionList)
+            files = app.screen.query_one("#files", OptionList)
             paths = [str(files.get_option_at_index(i).prompt) for i in range(files.option_count)]
             assert "textstats/report.py" in paths
             gate = app.screen
-            assert isinstance(gate, dashboard.Gate2)
+            assert isinstance(gate, screens.Gate2)
             assert [p for p, _ in gate.files] == paths
             assert gate.current == 0
             await pilot.press("down")
@@ -265,16 +268,16 @@ def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles)
         app = dashboard.Dashboard(repo)
         async with app.run_test(size=(160, 50)) as pilot:
             def pane() -> str:
-                return str(app.query_one("#pane-text", dashboard.Static).render())
+                return str(app.query_one("#pane-text", Static).render())
 
             footer = {b.key: b.description for (_, b, enabled, _tip)
                       in app.active_bindings.values() if b.show and enabled}
-            permit = {"p": "Permit"} if dashboard.permissions_module() else {}
+            permit = {"p": "Permit"} if view.permissions_module() else {}
             assert footer == {"q": "Quit", "a": "Attach", "s": "Send", "r": "Retry",
                               "g": "Gate 1", "m": "Gate 2", **permit}
             assert any(n.startswith("slug is blocked: which max_length is right?")
                        for n in app.snapshot.needs)  # type: ignore[union-attr]
-            table = app.query_one("#tasks", dashboard.DataTable)
+            table = app.query_one("#tasks", DataTable)
             table.move_cursor(row=list(table_phases(app)).index("slug"))
             await pilot.pause()
             assert app.selected == "slug"
@@ -282,13 +285,13 @@ def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles)
                         pane)
             await pilot.press("2")
             brief = RunDir(repo).brief_path("slug").read_text(encoding="utf-8")
-            assert str(app.query_one("#brief-text", dashboard.Static).render()) == brief
+            assert str(app.query_one("#brief-text", Static).render()) == brief
             await pilot.press("3")
-            assert str(app.query_one("#review-text", dashboard.Static).render()) == (
+            assert str(app.query_one("#review-text", Static).render()) == (
                 "No review yet.")
             await pilot.press("4")
             assert "task_blocked which max_length is right?" in str(
-                app.query_one("#ledger-text", dashboard.Static).render())
+                app.query_one("#ledger-text", Static).render())
             await pilot.press("1")
 
             await pilot.press("s")
@@ -426,14 +429,14 @@ def _doc(phase: str, *, alive: bool = True, tasks: list[dict[str, Any]] | None =
 
 
 def test_needs_you_names_each_thing_a_person_must_do() -> None:
-    assert dashboard.needs_you(_doc("running")) == []
-    assert dashboard.needs_you(_doc("running", alive=False)) == [
+    assert view.needs_you(_doc("running")) == []
+    assert view.needs_you(_doc("running", alive=False)) == [
         "No supervisor is running: `lo-orch run` resumes the run"]
-    assert dashboard.needs_you(_doc("awaiting_plan_approval", approved=False)) == [
+    assert view.needs_you(_doc("awaiting_plan_approval", approved=False)) == [
         "Gate 1: the plan waits for your approval (g)"]
     # approved but not started: not a gate any more
-    assert dashboard.needs_you(_doc("awaiting_plan_approval")) == []
-    assert dashboard.needs_you(_doc("awaiting_merge_review")) == [
+    assert view.needs_you(_doc("awaiting_plan_approval")) == []
+    assert view.needs_you(_doc("awaiting_merge_review")) == [
         "Gate 2: review the diff and merge it (m)"]
     tasks = [
         {"task": "a", "phase": "blocked", "error": "needs\n ownership of x.py"},
@@ -442,22 +445,25 @@ def test_needs_you_names_each_thing_a_person_must_do() -> None:
          "waiting_for": "a person: Claude Code asks permission to use Bash: curl x"},
         {"task": "d", "phase": "implementing", "waiting_for": "the agent"},
     ]
-    assert dashboard.needs_you(_doc("running", tasks=tasks), ["r1"]) == [
+    assert view.needs_you(_doc("running", tasks=tasks), ["r1"]) == [
         "r1",
         "a is blocked: needs ownership of x.py (r retries)",
         "b is failed: no reason given (r retries)",
         "c: a person: Claude Code asks permission to use Bash: curl x",
     ]
+    # c's request is listed by the permission module: not twice
+    assert view.needs_you(_doc("running", tasks=tasks), ["c asks"], frozenset({"c"}))[
+        -1] == "b is failed: no reason given (r retries)"
 
 
 def test_split_diff_gives_each_file_its_own_diff() -> None:
     diff = ("diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
             "diff --git a/d/y z.py b/d/y z.py\nnew file mode 100644\n+diff --git inside\n")
-    files = dashboard.split_diff(diff)
+    files = view.split_diff(diff)
     assert [p for p, _ in files] == ["x.py", "d/y z.py"]
     assert files[0][1].endswith("+b\n") and "y z" not in files[0][1]
     assert files[1][1].endswith("+diff --git inside\n")
-    assert dashboard.split_diff("") == []
+    assert view.split_diff("") == []
 
 
 def test_reloads_on_file_events_and_not_on_its_own_reads(
@@ -479,11 +485,11 @@ def test_reloads_on_file_events_and_not_on_its_own_reads(
             assert app.selected == "tokenize"  # the first row
             await pilot.press("4")  # its ledger
             assert "Nothing in the ledger yet." in str(
-                app.query_one("#ledger-text", dashboard.Static).render())
+                app.query_one("#ledger-text", Static).render())
             # another process's write is a file event: shown at once
             Store.for_repo(repo).append_ledger("note", task="tokenize", message="hello there")
             await until(pilot, lambda: "hello there" in str(
-                app.query_one("#ledger-text", dashboard.Static).render()), 5, "the ledger line")
+                app.query_one("#ledger-text", Static).render()), 5, "the ledger line")
             assert app.reloads > idle
 
     run_async(scenario())
@@ -496,7 +502,7 @@ def test_permit_key_answers_like_lo_orch_permit(demo_files: demo.DemoFiles) -> N
     repo = demo_files.repo
     plan(demo_files)
     runs.approve_plan(repo)
-    perms = dashboard.permissions_module()
+    perms = view.permissions_module()
 
     async def absent() -> None:
         app = dashboard.Dashboard(repo)
@@ -561,7 +567,8 @@ def screen_text(svg: str) -> str:
             (float(m.group(1)), html.unescape(m.group(3))))
     lines = ["".join(t for _, t in sorted(parts)) for _, parts in sorted(rows.items())]
     cut = next(i for i, line in enumerate(lines) if "Pane(1)" in re.sub(r"\s", "", line))
-    kept = [*lines[: cut + 1], lines[-1]]
+    footer = [line for line in lines if "q Quit" in line.replace("\xa0", " ")]
+    kept = [*lines[: cut + 1], *footer]
     text = re.sub(r"/\S+", "<path>", "\n".join(kept))
     return re.sub(r"\d+", "#", re.sub(r"\s+", "", text))
 
@@ -573,22 +580,27 @@ def test_screenshot_in_the_readme_is_the_real_app(demo_files: demo.DemoFiles) ->
     runs.approve_plan(repo)
     supervise(repo, settings)
     store = Store.for_repo(repo)
+    # (and each session's last hook fired: the table's "last activity" is part of the text)
     wait_for(lambda: store.read_status("slug").phase == Phase.BLOCKED
-             and store.read_status("tokenize").phase == Phase.IMPLEMENTING, 120,
+             and store.read_status("slug").last_event == "Stop"
+             and store.read_status("tokenize").phase == Phase.IMPLEMENTING
+             and store.read_status("tokenize").last_event == "UserPromptSubmit", 120,
              "slug blocked, tokenize at work")
     svg: list[str] = []
 
     async def scenario() -> None:
         app = dashboard.Dashboard(repo)
         async with app.run_test(size=(150, 42)) as pilot:
-            table = app.query_one("#tasks", dashboard.DataTable)
+            table = app.query_one("#tasks", DataTable)
             table.move_cursor(row=list(table_phases(app)).index("slug"))
             await until(pilot, lambda: "blocked" in str(
-                app.query_one("#pane-text", dashboard.Static).render()), 10, "slug's pane")
+                app.query_one("#pane-text", Static).render()), 10, "slug's pane")
+            await pilot.pause()
             svg.append(app.export_screenshot(title="lo-orch dashboard"))
 
     run_async(scenario())
     assert "slugisblocked:whichmax_lengthisright?" in screen_text(svg[0])
+    assert "qQuitaAttachsSendrRetrygGate#mGate#" in screen_text(svg[0])  # the footer
     if UPDATE:
         SCREENSHOT.parent.mkdir(exist_ok=True)
         SCREENSHOT.write_text(svg[0], encoding="utf-8")

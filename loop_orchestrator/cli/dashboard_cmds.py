@@ -16,9 +16,9 @@ def dashboard_command(repo: Path | None) -> None:
     """A full-screen live view of the run: what needs you, every task, the selected task's
     pane, brief, review and ledger; keys (shown in the footer) attach, send, retry and pass
     the gates. `q` quits."""
-    from loop_orchestrator import dashboard
+    from loop_orchestrator.dashboard.app import run_dashboard
 
-    dashboard.run_dashboard(resolve_repo(repo))
+    run_dashboard(resolve_repo(repo))
 
 
 @cli.command("send")

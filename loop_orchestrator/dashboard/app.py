@@ -1,51 +1,43 @@
-"""`lo-orch dashboard`: one full-screen place to watch a run and answer it (issue 17).
-
-The view is the run's published state, read by the same functions as `lo-orch status`
-(``core.status_document``, ``core.status_rows``), refreshed when a file under
-``.orchestration/`` changes (watchdog; a rename of a temp file counts) and on a slow clock
-for the ages. Only the selected task's pane is captured, through the run's ``TmuxBackend``.
-
-Every action calls the function behind the command it mirrors, so it keeps that command's
-rules (a gate is refused from inside a managed session, Gate 2 is bound to the reviewed
-commit): attach (``sessions.attach_command``, with the app suspended), send
-(``runs.send_message``), retry (``runs.retry_task``), Gate 1 (``runs.approve_plan``) and
-Gate 2 (``gate2.review`` then ``gate2.merge``). A gate is a person's act: each asks for a
-confirmation whose default is "no".
-"""
+"""The dashboard app: the layout, the file watching, and the actions (each through the
+function of the command it mirrors; the package docstring says which)."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-import logging
-import re
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.markup import escape
-from rich.syntax import Syntax
 from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Input, Label, OptionList, Static, TabbedContent
+from textual.widgets import DataTable, Footer, Static, TabbedContent
 from textual.widgets import TabPane as Tab
 
 # imported before the app runs: libtmux reads sys.stdout.encoding at import, and inside a
 # running Textual app sys.stdout is Textual's capture object, which has none
-from loop_orchestrator import core, runs, sessions, usage
-from loop_orchestrator.config import load_settings
+from loop_orchestrator import core, runs, sessions
+from loop_orchestrator.dashboard.screens import Answer, Ask, Gate1, Gate2
+from loop_orchestrator.dashboard.view import (
+    Snapshot,
+    gate1_text,
+    ledger_lines,
+    load_snapshot,
+    pane_preview,
+    pending_requests,
+    permissions_module,
+    read_text,
+    review_text,
+)
 from loop_orchestrator.errors import LoOrchError, StateError
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
-
-log = logging.getLogger(__name__)
+from loop_orchestrator.state import RunDir, Store
 
 #: file events closer together than this are one reload
 DEBOUNCE_SECONDS = 0.2
@@ -56,377 +48,7 @@ MIN_RELOAD_SECONDS = 1.0
 TICK_SECONDS = 5.0
 #: how often the selected task's pane is captured while its tab is shown
 PANE_SECONDS = 1.0
-LEDGER_LINES = 40
 
-
-# what the view shows (plain functions, testable without a terminal) ----------------------
-
-
-@dataclass
-class Snapshot:
-    """One reading of the run's published state."""
-
-    doc: dict[str, Any]
-    title: str
-    gates: str
-    rows: list[list[str]]
-    needs: list[str]
-    #: task -> its status document (from ``doc``)
-    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: open permission requests (``permissions.PermissionRequest``), oldest first
-    requests: list[Any] = field(default_factory=list)
-
-
-def gates_line(doc: dict[str, Any]) -> str:
-    """Gate 1 and Gate 2 in plain words."""
-    run = doc["run"]
-    approved = run.get("approved_plan_sha256")
-    if approved and approved == run.get("plan_sha256"):
-        g1 = f"Gate 1 approved {(run.get('approved_at') or '')[:19]}"
-    else:
-        g1 = "Gate 1 waiting (g)"
-    phase = run.get("phase")
-    if phase == RunPhase.MERGED.value:
-        g2 = (f"Gate 2 merged {(run.get('merged_commit') or '')[:12]} into "
-              f"{run.get('feature_branch')}")
-    elif phase == RunPhase.AWAITING_MERGE_REVIEW.value:
-        g2 = "Gate 2 waiting (m)"
-    else:
-        g2 = "Gate 2 not yet"
-    return f"{g1}  ·  {g2}  ·  spent {usage.cell(run.get('usage'))}"
-
-
-def needs_you(doc: dict[str, Any], requests: list[str] | None = None) -> list[str]:
-    """What waits for a person, most urgent first: permission requests, a gate, a missing
-    supervisor, blocked or failed tasks (with their reason), sessions asking on screen."""
-    run = doc["run"]
-    out = list(requests or [])
-    phase = run.get("phase")
-    if phase == RunPhase.AWAITING_PLAN_APPROVAL.value and (
-        run.get("approved_plan_sha256") != run.get("plan_sha256")
-    ):
-        out.append("Gate 1: the plan waits for your approval (g)")
-    if phase == RunPhase.AWAITING_MERGE_REVIEW.value:
-        out.append("Gate 2: review the diff and merge it (m)")
-    if phase == RunPhase.RUNNING.value and not (run.get("supervisor") or {}).get("alive"):
-        out.append("No supervisor is running: `lo-orch run` resumes the run")
-    for t in doc["tasks"]:
-        why = " ".join((t.get("error") or t.get("note") or "").split())
-        if t["phase"] in (Phase.BLOCKED.value, Phase.FAILED.value):
-            out.append(f"{t['task']} is {t['phase']}: {why or 'no reason given'} (r retries)")
-        elif t.get("waiting_for") and str(t["waiting_for"]).startswith("a person") and (
-            t["phase"] != Phase.INTEGRATED.value
-        ) and phase not in (RunPhase.AWAITING_PLAN_APPROVAL.value,
-                            RunPhase.AWAITING_MERGE_REVIEW.value):
-            out.append(f"{t['task']}: {t['waiting_for']}")
-    return out
-
-
-def permissions_module() -> Any | None:
-    """``loop_orchestrator.permissions`` (issue 17a: `lo-orch permit`), when installed.
-
-    Looked up by name so the dashboard works (without its permit action) in a tree that
-    does not have it yet.
-    """
-    try:
-        return importlib.import_module("loop_orchestrator.permissions")
-    except ModuleNotFoundError:
-        return None
-
-
-def pending_requests(repo: Path) -> list[Any]:
-    """The run's open permission requests (``permissions.pending``), [] without them."""
-    perms = permissions_module()
-    return list(perms.pending(repo)) if perms is not None else []
-
-
-def request_line(req: Any) -> str:
-    what = req.command or req.file or req.summary or ""
-    where = f" in {req.cwd}" if req.cwd else ""
-    return f"{req.task} asks to use {req.tool}: {what}{where} (p answers)"
-
-
-def load_snapshot(repo: Path, now: float | None = None) -> Snapshot:
-    """The run as `lo-orch status --json` publishes it, in the dashboard's words."""
-    doc = core.status_document(repo)
-    requests = pending_requests(repo)
-    return Snapshot(
-        doc=doc,
-        title=core.status_title(doc),
-        gates=gates_line(doc),
-        rows=core.status_rows(repo, doc, now),
-        needs=needs_you(doc, [request_line(r) for r in requests]),
-        tasks={t["task"]: t for t in doc["tasks"]},
-        requests=requests,
-    )
-
-
-def latest_review(rundir: RunDir, task: str) -> Path | None:
-    """The task's last review file (``reviews/<task>-rN.md`` with the largest N)."""
-    best: tuple[int, Path] | None = None
-    for path in rundir.reviews_dir.glob(f"{task}-r*.md"):
-        m = re.fullmatch(rf"{re.escape(task)}-r(\d+)\.md", path.name)
-        if m and (best is None or int(m.group(1)) > best[0]):
-            best = (int(m.group(1)), path)
-    return best[1] if best else None
-
-
-def _read(path: Path, limit: int = 20000) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return text if len(text) <= limit else text[:limit] + "\n… (cut)"
-
-
-def review_text(repo: Path, task: str) -> str:
-    """The task's latest review and the names of its evidence files."""
-    rundir = RunDir(repo)
-    path = latest_review(rundir, task)
-    parts = [f"{path.name}\n\n{_read(path)}" if path else "No review yet."]
-    evidence = rundir.task_evidence_dir(task)
-    if evidence.is_dir():
-        files = sorted(p for p in evidence.rglob("*") if p.is_file())
-        if files:
-            parts.append(f"Evidence ({evidence}):")
-            parts.extend(f"  {p.relative_to(evidence)}  {p.stat().st_size} bytes" for p in files)
-    return "\n".join(parts)
-
-
-def ledger_lines(repo: Path, task: str, limit: int = LEDGER_LINES) -> list[str]:
-    """The task's last ledger events, one line each."""
-    lines = []
-    for e in Store.for_repo(repo).read_ledger():
-        if e.get("task") != task:
-            continue
-        rest = e.get("message") or ", ".join(
-            f"{k}={v}" for k, v in e.items() if k not in ("ts", "event", "task"))
-        rest = " ".join(str(rest).split())
-        lines.append(f"{str(e.get('ts', ''))[11:19]} {e.get('event')} {rest}")
-    return lines[-limit:]
-
-
-def pane_preview(repo: Path, doc: dict[str, Any], task: str) -> str:
-    """What the task's pane shows now (only that pane is captured)."""
-    from loop_orchestrator.state import RunState
-
-    t = next((x for x in doc["tasks"] if x["task"] == task), None)
-    if t is None or not t.get("pane_id"):
-        return f"{task} has no session ({t['phase'] if t else 'unknown task'})."
-    if t["phase"] == Phase.INTEGRATED.value:
-        return f"{task} is done: its pane was closed."
-    run = RunState.model_validate(doc["run"])
-    try:
-        backend = sessions.TmuxBackend(run.name, socket=sessions.run_socket(run))
-        return str(backend.capture(t["pane_id"], lines=0)).rstrip()
-    except LoOrchError as exc:
-        return f"(no screen: {exc.message})"
-
-
-def gate1_text(repo: Path) -> tuple[str, str]:
-    """(the plan sha256 shown, the Gate 1 summary and conflict matrix as text)."""
-    from loop_orchestrator import schedule
-
-    store = Store.for_repo(repo)
-    state = store.read_run()
-    plan, _ = runs.read_plan(store.dirs)
-    deps = schedule.dependencies(plan)
-    waves = {s.task: s.wave for s in store.list_statuses_lenient()}
-    lines = [f"Run {state.name}: {plan.goal}",
-             f"Base {state.base_ref} @ {state.base_sha[:12]}; plan sha256 {state.plan_sha256[:12]}",
-             "", f"{'task':<20} {'wave':>4}  {'owns':<40} depends on"]
-    for t in plan.tasks:
-        lines.append(f"{t.id:<20} {waves.get(t.id, 0):>4}  {', '.join(t.owns)[:40]:<40} "
-                     f"{', '.join(deps[t.id]) or '-'}")
-    lines += ["", f"{len(plan.tasks)} sessions, at most "
-              f"{plan.concurrency or load_settings(repo).run.concurrency} at once.", ""]
-    lines.append(_read(store.dirs.conflict_matrix))
-    return state.plan_sha256, "\n".join(lines)
-
-
-def split_diff(diff: str) -> list[tuple[str, str]]:
-    """A unified diff cut into (path, that file's diff), in order."""
-    out: list[tuple[str, str]] = []
-    chunks = re.split(r"(?m)^(?=diff --git )", diff)
-    for chunk in chunks:
-        if not chunk.startswith("diff --git "):
-            continue
-        head = chunk.split("\n", 1)[0]
-        m = re.match(r"diff --git a/(.*) b/(.*)$", head)
-        out.append((m.group(2) if m else head, chunk))
-    return out
-
-
-# screens -------------------------------------------------------------------------------
-
-
-class Confirm(ModalScreen[bool]):
-    """A yes/no question; anything but `y` is no."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "answer(True)", "Yes"),
-        Binding("n,escape,enter", "answer(False)", "No"),
-    ]
-
-    def __init__(self, question: str) -> None:
-        super().__init__()
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
-            yield Label(self.question, id="question")
-            yield Label("y: yes   n / Esc / Enter: no")
-        yield Footer()
-
-    def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
-
-
-class Ask(ModalScreen[str | None]):
-    """One line of text (Enter sends it, Esc cancels)."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
-
-    def __init__(self, prompt: str, placeholder: str = "") -> None:
-        super().__init__()
-        self.prompt = prompt
-        self.placeholder = placeholder
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
-            yield Label(self.prompt)
-            yield Input(placeholder=self.placeholder, id="answer")
-        yield Footer()
-
-    @on(Input.Submitted)
-    def submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
-class Answer(ModalScreen[tuple[str, bool] | None]):
-    """A permission request: allow or deny it, once or for the rest of the run."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("a", "answer('allow', False)", "Allow"),
-        Binding("d", "answer('deny', False)", "Deny"),
-        Binding("A", "answer('allow', True)", "Allow always"),
-        Binding("D", "answer('deny', True)", "Deny always"),
-        Binding("escape", "cancel", "Cancel"),
-    ]
-
-    def __init__(self, req: Any) -> None:
-        super().__init__()
-        self.req = req
-
-    def compose(self) -> ComposeResult:
-        r = self.req
-        with Vertical(id="dialog"):
-            yield Label(f"{r.task} asks to use {r.tool} ({r.id}, asked {r.asked_at[11:19]})")
-            yield Static(Text(r.command or r.file or r.summary or "(no details)"),
-                         id="request")
-            yield Label(f"in {r.cwd or '?'}")
-            yield Label("a: allow   d: deny   A / D: the same for the rest of the run   "
-                        "Esc: not now")
-        yield Footer()
-
-    def action_answer(self, decision: str, always: bool) -> None:
-        self.dismiss((decision, always))
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
-class Gate1(Screen[bool]):
-    """The plan summary and the conflict matrix; `a` approves (after a confirmation)."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("a", "approve", "Approve the plan"),
-        Binding("escape,q", "back", "Back"),
-    ]
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def compose(self) -> ComposeResult:
-        yield Label("Gate 1: review the split, then approve it", classes="screen-title")
-        with VerticalScroll():
-            yield Static(Text(self.text), id="gate1-text")
-        yield Footer()
-
-    def action_approve(self) -> None:
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.dismiss(True)
-
-        self.app.push_screen(Confirm("Approve this plan (Gate 1)?"), answered)
-
-    def action_back(self) -> None:
-        self.dismiss(False)
-
-
-class Gate2(Screen[bool]):
-    """The files of the reviewed diff (left) and each file's diff (right); `m` merges."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("m", "merge", "Merge (set the feature branch)"),
-        Binding("escape,q", "back", "Back"),
-    ]
-
-    def __init__(self, review: Any) -> None:
-        super().__init__()
-        self.review = review
-        self.files = split_diff(review.diff)
-        #: the file whose diff is shown (an index into ``files``)
-        self.current = 0
-
-    def compose(self) -> ComposeResult:
-        rev = self.review
-        yield Label(f"Gate 2: run {rev.state.name}, {rev.state.base_sha[:12]}.."
-                    f"{rev.commit[:12]} -> {rev.feature}", classes="screen-title")
-        with Horizontal():
-            yield OptionList(*[path for path, _ in self.files], id="files")
-            with VerticalScroll(id="diff-scroll"):
-                yield Static(id="diff")
-        notes = [*(f"cost: {c}" for c in rev.costs), *(f"judge: {n}" for n in rev.notes)]
-        if rev.state.skipped_tasks:
-            notes.append("Left out (blocked or failed): " + ", ".join(rev.state.skipped_tasks))
-        stat = rev.stat.strip().splitlines()
-        yield Static(Text("\n".join([*stat[-1:], *notes])), id="gate2-notes")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.show_file(0)
-
-    def show_file(self, index: int) -> None:
-        diff = self.query_one("#diff", Static)
-        if not self.files:
-            diff.update("The diff is empty.")
-            return
-        self.current = index
-        diff.update(Syntax(self.files[index][1], "diff", theme="ansi_dark", word_wrap=True))
-        self.query_one("#diff-scroll", VerticalScroll).scroll_home(animate=False)
-
-    @on(OptionList.OptionHighlighted, "#files")
-    def highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        self.show_file(event.option_index)
-
-    def action_merge(self) -> None:
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.dismiss(True)
-
-        self.app.push_screen(Confirm(
-            f"Set {self.review.feature} to {self.review.commit[:12]} (Gate 2)?"), answered)
-
-    def action_back(self) -> None:
-        self.dismiss(False)
-
-
-# the app -------------------------------------------------------------------------------
 
 
 class Changed(Message):
@@ -607,7 +229,7 @@ class Dashboard(App[None]):
         elif tab == "brief":
             brief = RunDir(self.repo).brief_path(task)
             self.query_one("#brief-text", Static).update(
-                Text(_read(brief) if brief.exists() else f"No brief for {task} yet."))
+                Text(read_text(brief) if brief.exists() else f"No brief for {task} yet."))
         elif tab == "review":
             self.query_one("#review-text", Static).update(Text(review_text(self.repo, task)))
         elif tab == "ledger":
@@ -625,7 +247,9 @@ class Dashboard(App[None]):
         if self.query_one("#details", TabbedContent).active != "pane":
             return
         self.query_one("#pane-text", Static).update(
-            Text(pane_preview(self.repo, self.snapshot.doc, self.selected)))
+            # the pane's own lines, cut at the edge rather than folded (a screen's layout)
+            Text(pane_preview(self.repo, self.snapshot.doc, self.selected), no_wrap=True,
+                 overflow="crop"))
         # the bottom of a screen is where a session asks and answers
         self.query_one("#pane VerticalScroll", VerticalScroll).scroll_end(animate=False)
 
@@ -806,7 +430,6 @@ class Dashboard(App[None]):
 
 def run_dashboard(repo: Path) -> None:
     """`lo-orch dashboard`: until `q` (exit 0)."""
-    import importlib
 
     Store.for_repo(repo).read_run()  # no run: the same clear error as `lo-orch status`
     # what the actions import lazily, imported while sys.stdout is still the terminal's
@@ -815,3 +438,4 @@ def run_dashboard(repo: Path) -> None:
         importlib.import_module(name)
     with contextlib.suppress(KeyboardInterrupt):
         Dashboard(repo).run()
+
