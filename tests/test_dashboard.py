@@ -167,6 +167,27 @@ def test_gate1_refuses_a_plan_changed_while_it_was_shown(demo_files: demo.DemoFi
     assert Store.for_repo(repo).read_run().approved_plan_sha256 is None
 
 
+def test_gates_from_a_dashboard_inside_a_managed_session_are_refused(
+    demo_files: demo.DemoFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent that starts the dashboard (and feeds it keys) approves nothing: the gate
+    function refuses, as `lo-orch approve` does (guard.refuse_in_session)."""
+    repo = demo_files.repo
+    plan(demo_files)
+    monkeypatch.setenv("LO_ORCH_TASK", "slug")
+
+    async def scenario() -> None:
+        app = dashboard.Dashboard(repo)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.press("g", "a", "y")
+            await pilot.pause()
+            assert app.last_error is not None
+            assert "inside a managed agent session" in app.last_error
+
+    run_async(scenario())
+    assert Store.for_repo(repo).read_run().approved_plan_sha256 is None
+
+
 # a run, followed live; Gate 2 ----------------------------------------------------------
 
 
