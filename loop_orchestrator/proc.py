@@ -101,3 +101,10 @@ def _text(data: bytes | str | None) -> str:
     if isinstance(data, bytes):
         return data.decode("utf-8", "replace")
     return data
+
+
+def run_interactive(cmd: Sequence[str]) -> int:
+    """Run ``cmd`` (an argument list) on the user's terminal, for as long as the person uses
+    it (a tmux client): no capture, no timeout; its exit code."""
+    log.debug("interactive: %s", list(cmd))
+    return subprocess.run(list(cmd), check=False).returncode

@@ -82,6 +82,8 @@ class Folded:
     tasks: dict[str, TaskStatus] = field(default_factory=dict)
     verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
     approved_plan_sha256: str | None = None
+    #: a person's messages for sessions (`lo-orch send`): id -> (task, text), until delivered
+    messages: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _canonical(entry: Mapping[str, Any]) -> bytes:
@@ -281,6 +283,11 @@ class Record:
             self.publish_run()
             return self.run.model_copy(deep=True)
 
+    def pending_messages(self) -> dict[str, tuple[str, str]]:
+        """A person's messages not yet delivered: id -> (task, text), oldest first."""
+        with self._mutex:
+            return dict(self.state.messages)
+
     # verdicts ------------------------------------------------------------------------
     def record_verdict(self, task: str, commit: str, passed: bool, evidence_text: str) -> None:
         self.append("verdict", task=task, commit=commit, passed=passed,
@@ -387,6 +394,7 @@ def _fold(state: Folded, kind: str, data: Mapping[str, Any]) -> None:
             t["task"]: TaskStatus.model_validate(t) for t in data.get("tasks", [])
         }
         state.verdicts = {}
+        state.messages = {}
     elif kind == "run" and state.run is not None:
         state.run = RunState.model_validate({**state.run.model_dump(), **data["set"]})
     elif kind == "task":
@@ -398,6 +406,10 @@ def _fold(state: Folded, kind: str, data: Mapping[str, Any]) -> None:
         state.verdicts.setdefault(data["task"], {})[data["commit"]] = Verdict(
             data["commit"], bool(data["passed"]), str(data["digest"])
         )
+    elif kind == "message":
+        state.messages[str(data["id"])] = (str(data["task"]), str(data["text"]))
+    elif kind == "message_done":
+        state.messages.pop(str(data["id"]), None)
     # other kinds (notes) change nothing
 
 

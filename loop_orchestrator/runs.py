@@ -23,6 +23,7 @@ from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.guard import refuse_in_session
 from loop_orchestrator.plan import Plan
 from loop_orchestrator.state import (
+    ACTIVE_PHASES,
     Phase,
     RunDir,
     RunPhase,
@@ -368,3 +369,40 @@ def retry_task(repo: Path, task: str, *, note: str | None = None,
         # the reviewed result left this task out: it must be integrated and tested again
         rec.update_run(phase=RunPhase.RUNNING)
     return new
+
+
+#: the longest message a person can send to a session (a prompt, not a file)
+MAX_MESSAGE_CHARS = 8000
+
+
+def send_message(repo: Path, task: str, text: str) -> str:
+    """A person's words for ``task``'s session (`lo-orch send`): recorded in the supervisor's
+    record, and delivered by the supervisor like any prompt (bracketed paste, Enter,
+    confirmed), never typed into the pane by this process. The message's id.
+
+    Refused from inside a managed session: an agent must not speak for the person.
+    """
+    import uuid
+
+    refuse_in_session("lo-orch send")
+    body = text.strip()
+    if not body:
+        msg = "the message is empty"
+        raise StateError(msg, hint=f"Say what the session should do, e.g. "
+                         f"`lo-orch send {task} \"run the tests again\"`.")
+    if len(body) > MAX_MESSAGE_CHARS:
+        msg = f"the message has {len(body)} characters; at most {MAX_MESSAGE_CHARS} are sent"
+        raise StateError(msg, hint="Put long text in a file in the task's worktree and send "
+                         "a short message that names it.")
+    rec, _plan = load_approved(repo)
+    st = rec.task(task)  # an unknown task: StateError naming it
+    # a blocked session may be waiting for exactly these words
+    if st.phase not in ACTIVE_PHASES | {Phase.BLOCKED} or not st.pane_id:
+        msg = f"task {task!r} is {st.phase.value} and has no session to send to"
+        raise StateError(msg, hint="`lo-orch status` shows which tasks have a session; a "
+                         f"blocked or failed one goes back to work with `lo-orch retry {task} "
+                         "--note \"...\"`.")
+    mid = uuid.uuid4().hex[:12]
+    rec.append("message", id=mid, task=task, text=body)
+    Store.for_repo(repo).append_ledger("message_sent", task=task, id=mid, chars=len(body))
+    return mid

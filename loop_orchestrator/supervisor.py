@@ -423,6 +423,7 @@ class Supervisor:
             self._check_view()
             statuses = self._statuses()
             self._dispatch(statuses)
+            self._pass_messages(statuses)
             self._check_sessions(statuses)
             phases = {t: s.phase for t, s in self._statuses().items()}
             limited = any(s.limit_until and s.phase in WORKING_PHASES
@@ -528,6 +529,29 @@ class Supervisor:
                 # blocked by the session itself (`lo-orch signal blocked --note ...`)
                 self.reported_blocked.add(tid)
                 self._event("task_blocked", tid, message=st.error or st.note or "blocked")
+
+    def _pass_messages(self, statuses: dict[str, TaskStatus]) -> None:
+        """A person's `lo-orch send`: delivered like a prompt, one job at a time per task."""
+        for mid, (tid, text) in self.record.pending_messages().items():
+            st = statuses.get(tid)
+            if st is None or tid in self.jobs:
+                continue
+            if st.phase not in ACTIVE_PHASES | {Phase.BLOCKED} or not st.pane_id:
+                self.record.append("message_done", id=mid, delivered=False)
+                self._event("message_dropped", tid, id=mid,
+                            message=f"no session to deliver it to ({st.phase.value})")
+                continue
+            self._submit(tid, functools.partial(self._deliver_message, mid=mid, text=text))
+
+    def _deliver_message(self, tid: str, *, mid: str, text: str) -> None:
+        try:
+            self._deliver_raw(tid, text)
+        except LoOrchError as exc:  # the session is busy in a dialog, or gone: say so
+            self.record.append("message_done", id=mid, delivered=False)
+            self._event("message_failed", tid, id=mid, message=exc.render())
+            return
+        self.record.append("message_done", id=mid, delivered=True)
+        self._event("message_delivered", tid, id=mid)
 
     # what sessions report ------------------------------------------------------------------
     def _identify(self, pid: int) -> str | None:

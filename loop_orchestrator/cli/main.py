@@ -20,6 +20,7 @@ from loop_orchestrator import __version__
 from loop_orchestrator.cli import (
     attach_cmds,
     audit_cmds,
+    dashboard_cmds,
     doctor_cmds,
     hook_cmds,
     plan_cmds,
@@ -62,8 +63,10 @@ for _command in (
     plan_cmds.approve_command,
     run_cmds.run_command,
     plan_cmds.status_command,
+    dashboard_cmds.dashboard_command,
     attach_cmds.attach_command,
     run_cmds.retry_command,
+    dashboard_cmds.send_command,
     hook_cmds.signal_command,
     hook_cmds.hook_command,
     audit_cmds.audit_command,
@@ -105,7 +108,7 @@ def run_cli(args: list[str] | None = None) -> int:
         exc.show()
         return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
     except LoOrchError as exc:
-        from loop_orchestrator.cli.common import for_user
+        from loop_orchestrator.hints import for_user
 
         click.echo(for_user(f"Error: {exc.render()}"), err=True)
         return exc.exit_code
