@@ -9,6 +9,7 @@ person (Enter on a gate's question, a plan changed while Gate 1 is shown) gets n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,40 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def supervise(repo: Path, settings: Settings) -> tuple[threading.Thread, list[Outcome]]:
-    out: list[Outcome] = []
-    thread = threading.Thread(target=lambda: out.append(Supervisor(repo, settings).run()),
-                              daemon=True)
-    thread.start()
-    return thread, out
+class _TestOver(Exception):
+    """Stops a supervisor thread when its test ends."""
+
+
+Starter = Callable[[Path, Settings], tuple[threading.Thread, list[Outcome]]]
+
+
+@pytest.fixture
+def supervise(tmux_socket: str) -> Iterator[Starter]:
+    """Start a supervisor in a thread; each one still running when the test ends is stopped
+    (and joined) before the test's tmux server is killed, so none goes on launching
+    sessions, or leaks a server, after its test."""
+    started: list[tuple[Supervisor, threading.Thread]] = []
+
+    def start(repo: Path, settings: Settings) -> tuple[threading.Thread, list[Outcome]]:
+        sup = Supervisor(repo, settings)
+        out: list[Outcome] = []
+
+        def run() -> None:
+            with contextlib.suppress(_TestOver):
+                out.append(sup.run())
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        started.append((sup, thread))
+        return thread, out
+
+    yield start
+    for sup, thread in started:
+        if thread.is_alive():
+            sup.fatal = _TestOver("the test is over")
+            sup.wake.set()
+            thread.join(60)
+            assert not thread.is_alive(), "a supervisor thread did not stop"
 
 
 def table_phases(app: dashboard.Dashboard) -> dict[str, str]:
@@ -193,7 +222,7 @@ def test_gates_from_a_dashboard_inside_a_managed_session_are_refused(
 
 
 def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
-    tmp_path: Path, tmux_socket: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, supervise: Starter
 ) -> None:
     by_cli = demo.prepare_demo(tmp_path / "cli")
     settings = plan(by_cli)
@@ -278,7 +307,8 @@ def _blocked_and_busy(files: demo.DemoFiles) -> None:
     edit_script(files, change)
 
 
-def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles) -> None:
+def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles,
+                                                    supervise: Starter) -> None:
     repo = demo_files.repo
     _blocked_and_busy(demo_files)
     settings = plan(demo_files)
@@ -389,7 +419,7 @@ def test_dashboard_without_a_run_says_what_to_do(git_repo: Path) -> None:
 
 
 def test_attach_suspends_the_dashboard_and_resumes_it(
-    demo_files: demo.DemoFiles, tmux_socket: str
+    demo_files: demo.DemoFiles, tmux_socket: str, supervise: Starter
 ) -> None:
     """The dashboard in a real terminal (a pane of a second, private tmux server): `a`
     hands the terminal to `tmux attach` of the run's session; when that client detaches,
@@ -597,7 +627,8 @@ def screen_text(svg: str) -> str:
     return re.sub(r"\d+", "#", re.sub(r"\s+", "", text))
 
 
-def test_screenshot_in_the_readme_is_the_real_app(demo_files: demo.DemoFiles) -> None:
+def test_screenshot_in_the_readme_is_the_real_app(demo_files: demo.DemoFiles,
+                                                 supervise: Starter) -> None:
     repo = demo_files.repo
     _blocked_and_busy(demo_files)
     settings = plan(demo_files)
