@@ -38,6 +38,11 @@ TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
 EVENT_RE = re.compile(r"^[A-Za-z]{1,40}$")
 
 SIGNAL_PHASES = ("plan_ready", "impl_done", "blocked")
+#: how long the PermissionRequest hook waits for a person's answer (hooks.json gives it
+#: 3600 s); then it steps aside and the dialog on screen is the only way to answer
+PERMISSION_WAIT = 3500.0
+#: how often it asks the supervisor whether the request was answered
+PERMISSION_POLL = 0.5
 #: how long `lo-orch signal` waits for a supervisor that is not listening
 SIGNAL_WAIT = 30.0
 
@@ -171,6 +176,33 @@ def _handle(
         return QUIET
     if isinstance(reply, dict) and reply.get("exit_code") == 2 and reply.get("stderr"):
         return HookOutcome(exit_code=2, stderr=str(reply["stderr"]))
+    if event == "PermissionRequest" and isinstance(reply, dict):
+        if isinstance(reply.get("stdout"), str):  # a rule answered at once
+            return HookOutcome(stdout=reply["stdout"])
+        if isinstance(reply.get("permission"), str):  # a person answers: wait for it
+            return _await_answer(target, reply["permission"])
+    return QUIET
+
+
+def _await_answer(target: HookTarget, request_id: str,
+                  wait: float = PERMISSION_WAIT) -> HookOutcome:
+    """Ask the supervisor until a person answered request ``request_id`` (the answer for
+    Claude Code), it was closed (answered in the pane, the turn moved on: silence), or
+    ``wait`` ran out (silence: the dialog on screen stays). Claude Code shows its dialog
+    meanwhile (docs/permissions.md)."""
+    from loop_orchestrator import inbox
+
+    poll = {"type": "permission", "task": target.task, "id": request_id}
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        time.sleep(PERMISSION_POLL)
+        reply = inbox.send(target.run_dir, poll)
+        if not isinstance(reply, dict):
+            continue  # no supervisor (one being restarted): ask again
+        if isinstance(reply.get("stdout"), str):
+            return HookOutcome(stdout=reply["stdout"])
+        if reply.get("state") != "open":
+            return QUIET
     return QUIET
 
 
@@ -190,7 +222,7 @@ def tool_summary(tool_input: Any) -> str:
 def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a hook payload the supervisor uses, bounded in size."""
     out: dict[str, Any] = {}
-    for key in ("session_id", "error", "notification_type", "reason", "source"):
+    for key in ("session_id", "error", "notification_type", "reason", "source", "cwd"):
         value = payload.get(key)
         if isinstance(value, str):
             out[key] = value[:200]

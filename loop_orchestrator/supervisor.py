@@ -33,6 +33,7 @@ from loop_orchestrator import (
     lifecycle,
     limits,
     listener,
+    permissions,
     procinfo,
     recovery,
     runs,
@@ -236,9 +237,10 @@ class Supervisor:
         #: concurrency lowered after repeated rate limits, raised after a quiet period
         self.governor = limits.Governor(self.cap)
         self.run_budget_noted = False
+        self.desk = self._make_desk()
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
                                self._ask_again, turn_ended=self._turn_ended,
-                               block=self._block, limit_hit=self._limit_hit)
+                               block=self._block, limit_hit=self._limit_hit, desk=self.desk)
         # the checks' Python environments as they are before any agent runs
         from loop_orchestrator.verify import pyenv
 
@@ -246,6 +248,26 @@ class Supervisor:
             repo, [d.argv() for t in self.plan.tasks for d in t.done if d.check])
         if socket != self.state.tmux_socket:
             self.record.update_run(tmux_socket=socket)
+
+    def _make_desk(self) -> permissions.Desk:
+        """Permission requests (issue 17): the config's rules, lo-orch's own signals."""
+        from loop_orchestrator.agents.base import lo_orch_bin
+
+        cfg = self.settings.permissions
+        return permissions.Desk(
+            permissions.Permissions.for_run(self.repo, self.state.name),
+            permissions.parse_rules(cfg.allow, "[permissions] allow"),
+            permissions.parse_rules(cfg.deny, "[permissions] deny"),
+            lo_orch_bin(), log=self._event, closed=self._permission_closed)
+
+    def _permission_closed(self, tid: str) -> None:
+        """Nothing of ``tid`` waits for a person's answer any more."""
+        if self.record.task(tid).waiting_for and not self.record.task(tid).limit_until:
+            self._set(tid, waiting_for=None)
+
+    def _screen_of(self, tid: str) -> str | None:
+        pane = self.record.task(tid).pane_id
+        return self.backend.capture(pane, lines=0) if pane else None
 
     @property
     def state(self) -> RunState:
@@ -604,6 +626,7 @@ class Supervisor:
         if now - self.last_liveness < TICK_SECONDS:
             return
         self.last_liveness = now
+        self.desk.sweep(self._screen_of)  # before the stall checks: only real requests wait
         alive = self.backend.alive_panes()  # one tmux call for every pane
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
@@ -623,8 +646,11 @@ class Supervisor:
 
     def _check_stall(self, st: TaskStatus) -> None:
         assert st.pane_id is not None
-        if st.waiting_for:
-            return  # a permission dialog waits for a person: not a stall (status says so)
+        if self.desk.is_waiting(st.task):
+            # a permission dialog waits for a person: not a stall (status says so). Only a
+            # request the desk keeps open (its hook waits, its dialog is on screen): a
+            # session cannot switch the stall check off with a forged hook event.
+            return
         now = time.time()
         # (screen hash, when it last changed, when it was last sampled)
         seen = self.screens.get(st.task)

@@ -7,6 +7,7 @@ from loop_orchestrator.cli import (  # noqa: F401  imported for registration
     audit_cmds,
     doctor_cmds,
     hook_cmds,
+    permit_cmds,
     plan_cmds,
     run_cmds,
 )
