@@ -75,6 +75,9 @@ def record_plan(
         f"Cost forecast: unknown (the agent, kind {settings.agent.kind}, is not Claude Code).")
     summary.checkout = repo
     summary.main_checkout = main
+    from loop_orchestrator import notify
+
+    notify.for_plan(repo, plan.run_name, settings.notify, created_at, len(plan.tasks))
     return summary
 
 

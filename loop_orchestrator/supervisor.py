@@ -33,6 +33,7 @@ from loop_orchestrator import (
     lifecycle,
     limits,
     listener,
+    notify,
     permissions,
     procinfo,
     recovery,
@@ -237,6 +238,8 @@ class Supervisor:
         #: concurrency lowered after repeated rate limits, raised after a quiet period
         self.governor = limits.Governor(self.cap)
         self.run_budget_noted = False
+        self.notifier = notify.Notifier(repo, self.state.name, settings.notify,
+                                        tmux_socket=socket, tmux_session=self.backend.session)
         self.desk = self._make_desk()
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
                                self._ask_again, turn_ended=self._turn_ended,
@@ -258,7 +261,11 @@ class Supervisor:
             permissions.Permissions.for_run(self.repo, self.state.name),
             permissions.parse_rules(cfg.allow, "[permissions] allow"),
             permissions.parse_rules(cfg.deny, "[permissions] deny"),
-            lo_orch_bin(), log=self._event, closed=self._permission_closed)
+            lo_orch_bin(), log=self._event, closed=self._permission_closed,
+            opened=lambda req: self.notifier.notify(
+                "permission_request", req.id, f"asks to use {req.tool}"
+                + (f": {req.summary}" if req.summary else "")
+                + f"; answer with `lo-orch permit {req.task} allow|deny`", req.task))
 
     def _permission_closed(self, tid: str) -> None:
         """Nothing of ``tid`` waits for a person's answer any more."""
@@ -292,6 +299,30 @@ class Supervisor:
 
     # entry ----------------------------------------------------------------------------
     def run(self) -> Outcome:
+        ended = self.state.phase in (RunPhase.AWAITING_MERGE_REVIEW, RunPhase.MERGED)
+        try:
+            outcome = self._run_locked()
+        except BaseException:
+            self.notifier.close(timeout=0)
+            raise
+        if not ended:
+            self._notify_finished(outcome)
+        return outcome
+
+    def _notify_finished(self, outcome: Outcome) -> None:
+        """The run stopped: tell the person (and wait a moment for the channels)."""
+        import hashlib
+
+        first = outcome.message.splitlines()[0] if outcome.message else ""
+        if outcome.state == "review":
+            self.notifier.notify("gate2_waiting", str(getattr(self.integration, "commit", "")),
+                                 "the run is ready for Gate 2: review it with `lo-orch merge`")
+        digest = hashlib.sha256(f"{outcome.state}\n{outcome.message}".encode()).hexdigest()[:16]
+        self.notifier.notify("run_finished", f"{outcome.state}:{digest}",
+                             f"the supervisor stopped ({outcome.state}): {first}"[:300])
+        self.notifier.close(timeout=self.settings.notify.timeout + 2 * notify.CHANNEL_TIMEOUT)
+
+    def _run_locked(self) -> Outcome:
         with supervisor_lock(self.rundir):
             if self.state.phase == RunPhase.AWAITING_MERGE_REVIEW:
                 return Outcome("review", "the run is waiting for Gate 2: `lo-orch merge`")
@@ -550,6 +581,7 @@ class Supervisor:
                 # blocked by the session itself (`lo-orch signal blocked --note ...`)
                 self.reported_blocked.add(tid)
                 self._event("task_blocked", tid, message=st.error or st.note or "blocked")
+                self._notify_blocked(tid)
 
     # what sessions report ------------------------------------------------------------------
     def _identify(self, pid: int) -> str | None:
@@ -869,6 +901,22 @@ class Supervisor:
         self.reported_blocked.add(tid)
         self._event("task_blocked", tid, message=reason)
         self._move(tid, Event.BLOCK, error=reason)
+        self._notify_blocked(tid)
+
+    def _notify_blocked(self, tid: str) -> None:
+        import hashlib
+
+        st = self.record.task(tid)
+        reason = st.error or st.note or ""
+        # the same blocking seen again by a restarted supervisor has the same key; a block
+        # after a person's `lo-orch retry` a new one (the key only decides what is resent)
+        retries = sum(1 for e in self.store.read_ledger()
+                      if e.get("event") == "task_retried" and e.get("task") == tid)
+        digest = hashlib.sha256(reason.encode()).hexdigest()[:12]
+        key = f"{tid}:{retries}:{st.rework_count}:{digest}"
+        self.notifier.notify("task_blocked", key,
+                             f"blocked: {st.error or st.note or 'needs a person'}; help it, "
+                             f"then `lo-orch retry {tid}`", tid)
 
     # rate and usage limits ------------------------------------------------------------------
     def _limit_hit(self, tid: str, error: str) -> None:
@@ -893,6 +941,8 @@ class Supervisor:
                   waiting_for=f"waiting_limit: {reason}; lo-orch resumes it at "
                   f"{until:%H:%M:%S} UTC")
         self._event("limit_hit", tid, error=error, kind=kind, until=until_iso, message=reason)
+        self.notifier.notify("limit_wait", f"{tid}:{until_iso}",
+                             f"{reason}; lo-orch resumes it at {until:%H:%M:%S} UTC", tid)
         before = self.governor.current
         if kind == "rate_limit" and self.governor.hit(time.time()) < before:
             self._event("concurrency_lowered", concurrency=self.governor.current,

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from conftest import edit_script, wait_for
 from test_claude_runs import approve, endpoint_for, files, ledger, only, settings_for
+from test_notify import received, recorder
 
 from loop_orchestrator import demo, permissions
-from loop_orchestrator.config import PermissionsConfig
+from loop_orchestrator.config import NotifyConfig, PermissionsConfig
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
@@ -57,11 +58,13 @@ def run_in_thread(sup: Supervisor) -> tuple[threading.Thread, list[Any]]:
 
 @pytest.mark.parametrize("decision", ["allow", "deny"])
 def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
-    files: demo.DemoFiles, tmux_socket: str, decision: str,
+    files: demo.DemoFiles, tmux_socket: str, decision: str, tmp_path: Path,
 ) -> None:
     touch_then_signal(files)
     with endpoint_for(files) as endpoint:
         settings = settings_for(endpoint, stall_minutes=0.05, permission_mode="default")
+        command, out = recorder(tmp_path)
+        settings.notify = NotifyConfig(command=command, desktop=False)
         approve(files, settings)
         sup = Supervisor(files.repo, settings)
         runner, result = run_in_thread(sup)
@@ -103,6 +106,11 @@ def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
     if decision == "deny":
         assert "a person denied this (lo-orch permit)" in results
     assert status.phase == Phase.BLOCKED
+    # the person was told once, with what to run
+    asked = [e for e in received(out) if e["event"] == "permission_request"]
+    assert [(e["task"], e["message"]) for e in asked] == [(
+        "tokenize", "asks to use Bash: touch PLAN.md; answer with "
+        "`lo-orch permit tokenize allow|deny`")]
 
 
 @pytest.mark.parametrize("rule", ["allow", "deny"])
