@@ -284,7 +284,8 @@ class Permissions:
     def _path(self, rid: str) -> Path:
         if not re.fullmatch(r"[a-z0-9-]{1,80}", rid):
             msg = f"{rid!r} is not a permission request id"
-            raise StateError(msg, hint="`lo-orch status` lists the pending requests and ids.")
+            raise StateError(msg, hint="Request ids look like `tokenize-1a2b3c`; `lo-orch permit "
+                             "TASK allow` names them when a task has several.")
         return self.folder / REQUESTS / f"{rid}.json"
 
     def write(self, req: PermissionRequest) -> None:

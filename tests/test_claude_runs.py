@@ -392,7 +392,8 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
             (task,) = json.loads(shown)["tasks"]
             assert task["waiting_for"] == (
                 "a person: Claude Code asks permission to use Bash: touch PLAN.md; answer "
-                "it with `lo-orch attach tokenize`")
+                "it with `lo-orch permit tokenize allow|deny` (or in its pane: "
+                "`lo-orch attach tokenize`)")
             events = [e["event"] for e in ledger(files.repo, task="tokenize")]
             assert "nudged" not in events
             assert [e["message"] for e in ledger(files.repo, "waiting_for_person")] == [
