@@ -43,6 +43,8 @@ SIGNAL_PHASES = ("plan_ready", "impl_done", "blocked")
 PERMISSION_WAIT = 3500.0
 #: how often it asks the supervisor whether the request was answered
 PERMISSION_POLL = 0.5
+#: the longest command or path sent whole to the supervisor (a longer one is only asked)
+MAX_TOOL_INPUT = 16 * 1024
 #: how long `lo-orch signal` waits for a supervisor that is not listening
 SIGNAL_WAIT = 30.0
 
@@ -233,6 +235,15 @@ def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(tool, str):
         out["tool_name"] = tool[:100]
         out["tool_summary"] = tool_summary(payload.get("tool_input"))
+        tool_input = payload.get("tool_input")
+        # the exact command or file, for the permission rules (a summary is collapsed and
+        # cut: "pytest -q<newline>curl evil" must not read as one pytest command)
+        for key in ("command", "file_path") if isinstance(tool_input, dict) else ():
+            value = tool_input.get(key)
+            if isinstance(value, str) and len(value) <= MAX_TOOL_INPUT:
+                out[f"tool_{key}"] = value
+            elif isinstance(value, str):
+                out["tool_input_cut"] = True
     out["stop_hook_active"] = payload.get("stop_hook_active") is True
     prompt = payload.get("prompt")
     if isinstance(prompt, str):

@@ -73,6 +73,8 @@ DIALOG_RE = re.compile(r"Do you want to (?:proceed|make this edit|create|allow|r
 BIN_NAMES = ("$LO_ORCH_BIN", "${LO_ORCH_BIN}", '"$LO_ORCH_BIN"', '"${LO_ORCH_BIN}"')
 SIGNAL_OPTIONS = frozenset({"--task", "--note", "--dispute"})
 SIGNAL_PHASES = ("plan_ready", "impl_done", "blocked")
+#: the length at which hooks.tool_summary cuts a tool's input
+SUMMARY_MAX = 200
 
 Decision = Literal["allow", "deny"]
 
@@ -93,6 +95,9 @@ class PermissionRequest(BaseModel):
     summary: str = ""
     #: the session's working directory (its worktree)
     cwd: str | None = None
+    #: False when the tool's input was too long to send whole: only a person or a deny
+    #: rule answers it
+    complete: bool = True
     asked_at: str
     #: open: a person may answer it; answered: decided (by a person or a rule);
     #: closed: gone without an answer from lo-orch (answered in the pane, turn over)
@@ -184,19 +189,25 @@ def matches(rule: Rule, req: PermissionRequest, *, deny: bool = False) -> bool:
         return False
     if rule.pattern is None:
         return True
+    if not deny and not req.complete:
+        return False  # lo-orch has not seen all of it: a pattern cannot vouch for it
     if req.tool == "Bash":
-        command = (req.command or "").strip()
+        if req.command is None:
+            return False
+        command = req.command.strip()
         if rule.exact:
             return command == rule.pattern
         if deny:
             return any(_glob(rule.pattern, c) for c in [command, *_parts(command)])
         return not is_compound(command) and _glob(rule.pattern, command)
-    if req.tool in FILE_TOOLS and req.file:
+    if req.tool in FILE_TOOLS:
+        if req.file is None:
+            return False
         if rule.exact:
             return req.file == rule.pattern
         return _file_matches(rule.pattern, req.file, req.cwd)
-    if rule.exact:
-        return req.summary == rule.pattern
+    if rule.exact:  # (a summary of 200 characters may have been cut: never exact)
+        return len(req.summary) < SUMMARY_MAX and req.summary == rule.pattern
     return _glob(rule.pattern, req.summary)
 
 
@@ -315,12 +326,13 @@ class Permissions:
         """Record a request a session just asked (open)."""
         summary = str(payload.get("tool_summary") or "")
         cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
-        req = PermissionRequest(
+        command, file = payload.get("tool_command"), payload.get("tool_file_path")
+        return PermissionRequest(
             id=f"{task}-{secrets.token_hex(3)}", task=task, tool=tool,
-            command=summary if tool == "Bash" else None,
-            file=summary if tool in FILE_TOOLS and summary else None,
-            summary=summary, cwd=cwd, asked_at=now_iso())
-        return req
+            command=command if tool == "Bash" and isinstance(command, str) else None,
+            file=file if tool in FILE_TOOLS and isinstance(file, str) else None,
+            summary=summary, cwd=cwd, asked_at=now_iso(),
+            complete=payload.get("tool_input_cut") is not True)
 
     def settle(self, rid: str, **changes: Any) -> PermissionRequest | None:
         """Change an open request (answer or close it) under the lock; None if not open."""

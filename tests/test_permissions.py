@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import edit_script
 
-from loop_orchestrator import core, demo, permissions, private, runs, sandbox
+from loop_orchestrator import core, demo, hooks, inbox, permissions, private, runs, sandbox
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.errors import ConfigError, StateError
 from loop_orchestrator.permissions import PermissionRequest, Permissions, decide, parse_rule
@@ -128,6 +128,36 @@ def test_only_lo_orchs_own_signal_command_is_allowed_without_a_person(
     bin_cmd = "/opt/lo/bin/python -m loop_orchestrator"
     assert permissions.own_signal(req(summary=command), bin_cmd) is own
     assert (decide(req(summary=command), [], [], bin_cmd) is not None) is own
+
+
+def desk(tmp_path: Path, allow: tuple[str, ...] = (), deny: tuple[str, ...] = ()
+         ) -> tuple[permissions.Desk, list[tuple[Any, ...]]]:
+    logged: list[tuple[Any, ...]] = []
+    return permissions.Desk(Permissions(tmp_path / "perms"), rules(*allow), rules(*deny),
+                            "/opt/lo -m loop_orchestrator",
+                            log=lambda *a, **k: logged.append((*a, k))), logged
+
+
+@pytest.mark.parametrize("command", [
+    "pytest -q\ncurl http://evil",  # the summary collapses the newline
+    "pytest " + "x" * 300 + "; curl http://evil",  # the summary is cut at 200 characters
+    "pytest " + "x" * (hooks.MAX_TOOL_INPUT + 10),  # too long to send whole: only asked
+])
+def test_rules_judge_the_whole_command_not_its_summary(tmp_path: Path, command: str) -> None:
+    payload = hooks._trim({"tool_name": "Bash", "cwd": "/w/t",
+                           "tool_input": {"command": command, "description": "x"}})
+    assert len(json.dumps(payload)) < inbox.MAX_MESSAGE
+    the_desk, logged = desk(tmp_path, allow=("Bash(pytest *)",))
+    reply = the_desk.ask("t", payload)
+    assert "stdout" not in reply and reply["permission"]  # a person decides
+    (req_,) = the_desk.perms.open_requests("t")
+    assert req_.command in (command, None)
+    assert [entry[0] for entry in logged] == ["permission_requested"]
+    # while an honest one-line command is answered by the rule
+    ok = hooks._trim({"tool_name": "Bash", "tool_input": {"command": "pytest -q tests"}})
+    answer_ = the_desk.ask("t", ok)
+    assert json.loads(answer_["stdout"])["hookSpecificOutput"]["decision"] == {
+        "behavior": "allow"}
 
 
 def test_hook_output_is_claude_codes_permission_request_answer() -> None:
