@@ -235,10 +235,11 @@ def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(tool, str):
         out["tool_name"] = tool[:100]
         out["tool_summary"] = tool_summary(payload.get("tool_input"))
-        tool_input = payload.get("tool_input")
+        raw = payload.get("tool_input")
+        tool_input: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
         # the exact command or file, for the permission rules (a summary is collapsed and
         # cut: "pytest -q<newline>curl evil" must not read as one pytest command)
-        for key in ("command", "file_path") if isinstance(tool_input, dict) else ():
+        for key in ("command", "file_path"):
             value = tool_input.get(key)
             if isinstance(value, str) and len(value) <= MAX_TOOL_INPUT:
                 out[f"tool_{key}"] = value
