@@ -318,7 +318,9 @@ class Supervisor:
             self.notifier.notify("gate2_waiting", str(getattr(self.integration, "commit", "")),
                                  "the run is ready for Gate 2: review it with `lo-orch merge`")
         digest = hashlib.sha256(f"{outcome.state}\n{outcome.message}".encode()).hexdigest()[:16]
-        self.notifier.notify("run_finished", f"{outcome.state}:{digest}",
+        # a restart that ends the same way is not news; after a person's retry it is
+        retries = self._retries()
+        self.notifier.notify("run_finished", f"{outcome.state}:{retries}:{digest}",
                              f"the supervisor stopped ({outcome.state}): {first}"[:300])
         self.notifier.close(timeout=self.settings.notify.timeout + 2 * notify.CHANNEL_TIMEOUT)
 
@@ -903,6 +905,11 @@ class Supervisor:
         self._move(tid, Event.BLOCK, error=reason)
         self._notify_blocked(tid)
 
+    def _retries(self, tid: str | None = None) -> int:
+        """How often a person retried ``tid`` (any task): part of a notification's key."""
+        return sum(1 for e in self.store.read_ledger() if e.get("event") == "task_retried"
+                   and (tid is None or e.get("task") == tid))
+
     def _notify_blocked(self, tid: str) -> None:
         import hashlib
 
@@ -910,8 +917,7 @@ class Supervisor:
         reason = st.error or st.note or ""
         # the same blocking seen again by a restarted supervisor has the same key; a block
         # after a person's `lo-orch retry` a new one (the key only decides what is resent)
-        retries = sum(1 for e in self.store.read_ledger()
-                      if e.get("event") == "task_retried" and e.get("task") == tid)
+        retries = self._retries(tid)
         digest = hashlib.sha256(reason.encode()).hexdigest()[:12]
         key = f"{tid}:{retries}:{st.rework_count}:{digest}"
         self.notifier.notify("task_blocked", key,

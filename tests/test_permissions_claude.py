@@ -84,8 +84,13 @@ def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
             time.sleep(6)  # (a wait for nothing to happen)
             assert ledger(files.repo, "nudged") == []
             assert permissions.pending(files.repo) == [req]
+            started = time.monotonic()
             done = lo_orch(files.repo, "permit", "tokenize", decision)
             assert done.returncode == 0, done.stderr
+            if decision == "allow":
+                wait_for(lambda: (worktree / "PLAN.md").exists(), 30, "the command to run")
+                # measured: the person's answer to the tool's run, `lo-orch permit` included
+                print(f"permit -> the command ran: {time.monotonic() - started:.2f} s")
             assert f"tokenize: {decision} Bash: touch PLAN.md ({req.id})" in done.stdout
             runner.join(timeout=180)
         finally:
