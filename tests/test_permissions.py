@@ -307,3 +307,51 @@ def test_a_session_can_neither_answer_itself_nor_fake_a_request_to_avoid_a_stall
     assert (worktree / "forge.out").read_text().strip() != "0"
     permit_out = (worktree / "permit.out").read_text()
     assert "is a person's decision" in permit_out and permit_out.strip().endswith("1")
+
+
+def test_an_always_rule_of_the_run_answers_the_same_request_alone(tmp_path: Path) -> None:
+    the_desk, _ = desk(tmp_path)
+    payload = hooks._trim({"tool_name": "Bash", "tool_input": {"command": "make docs"}})
+    assert the_desk.ask("t", payload)["permission"]
+    (first,) = the_desk.perms.open_requests()
+    the_desk.perms.add_rule("deny", permissions.exact_rule(first))
+    reply = the_desk.ask("t", payload)
+    assert json.loads(reply["stdout"])["hookSpecificOutput"]["decision"] == {
+        "behavior": "deny", "message": "lo-orch: denied by the rule Bash(make docs)"}
+    wider = hooks._trim({"tool_name": "Bash", "tool_input": {"command": "make docs; make x"}})
+    assert the_desk.ask("t", wider)["permission"]  # not the same request: a person decides
+
+
+def test_a_request_whose_hook_stopped_polling_or_whose_dialog_is_gone_is_closed(
+    tmp_path: Path,
+) -> None:
+    now = [100.0]
+    closed: list[str] = []
+    logged: list[tuple[Any, ...]] = []
+    the_desk = permissions.Desk(Permissions(tmp_path / "perms"), [], [], None,
+                                log=lambda *a, **k: logged.append((*a, k)),
+                                closed=closed.append, clock=lambda: now[0])
+    ask = hooks._trim({"tool_name": "Bash", "tool_input": {"command": "make a"}})
+    a = the_desk.ask("a", ask)["permission"]
+    b = the_desk.ask("b", ask)["permission"]
+    dialog = "Bash command\n  make a\nDo you want to proceed?\n> 1. Yes\n  2. No\n"
+    screens = {"a": dialog, "b": "$ working...\n"}
+    for _ in range(3):  # within the grace: the dialog may not be drawn yet
+        now[0] += 1
+        the_desk.sweep(screens.get)
+        the_desk.poll("a", a)
+        the_desk.poll("b", b)
+    assert the_desk.is_waiting("a") and the_desk.is_waiting("b")
+    for _ in range(3):  # b's screen shows no dialog: a forged or finished request
+        now[0] += 1
+        the_desk.sweep(screens.get)
+        the_desk.poll("a", a)
+    assert the_desk.is_waiting("a") and not the_desk.is_waiting("b")
+    assert the_desk.poll("b", b) == {"state": "closed"}  # its hook steps aside
+    assert closed == ["b"]
+    now[0] += permissions.POLL_STALE + 1  # a's hook stopped asking (answered in the pane)
+    the_desk.sweep(screens.get)
+    assert not the_desk.is_waiting("a") and closed == ["b", "a"]
+    assert [entry[0] for entry in logged].count("permission_closed") == 2
+    # one session cannot poll (nor learn the answer of) another's request
+    assert the_desk.poll("b", a) == {"state": "unknown"}
