@@ -10,8 +10,10 @@ plugin (each prompt, each stop, each notification), so its path stays light: the
 library only (importing ``state``'s pydantic models alone would cost about 200 ms).
 
 Contract of a hook: in a session lo-orch does not manage, or when anything is missing or
-broken, print nothing and exit 0, never disturbing the user's session. The one answer that
-is not silence is the Stop gate: exit 2 with the reason on stderr (Claude keeps working).
+broken, print nothing and exit 0, never disturbing the user's session. The answers that
+are not silence: the Stop gate, exit 2 with the reason on stderr (Claude keeps working); and
+a PermissionRequest answered by a rule or by `lo-orch permit` (the hook waits for it),
+``hookSpecificOutput`` JSON on stdout (permissions.py, docs/permissions.md).
 """
 
 from __future__ import annotations
