@@ -364,9 +364,20 @@ class Permissions:
 
 
 def exact_rule(req: PermissionRequest) -> Rule:
-    """The ``--always`` rule for ``req``: this tool with exactly this input."""
-    value = req.command if req.tool == "Bash" else req.file if req.file else req.summary
-    return Rule(tool=req.tool, pattern=value or None, exact=bool(value))
+    """The ``--always`` rule for ``req``: this tool with exactly this input — never the
+    whole tool (StateError when lo-orch did not see the whole input)."""
+    if req.tool == "Bash":
+        value = req.command
+    elif req.tool in FILE_TOOLS:
+        value = req.file
+    else:
+        value = req.summary if len(req.summary) < SUMMARY_MAX else None
+    if not value or not req.complete:
+        msg = (f"request {req.id} ({req.tool}) cannot become an exact rule: lo-orch did not "
+               "receive its whole input")
+        raise StateError(msg, hint=f"Answer it without --always, or write a rule for "
+                         f"[permissions] in the config: `lo-orch permit {req.task} allow`.")
+    return Rule(tool=req.tool, pattern=value, exact=True)
 
 
 # the interface of `lo-orch permit` and the dashboard ------------------------------------------
@@ -407,11 +418,11 @@ def answer(repo: Path, task: str, decision: Decision, *, always: bool = False,
             msg = f"task {task!r} has {len(chosen)} pending permission requests: {ids}"
             raise StateError(msg, hint=f"Name one: `lo-orch permit {task} {decision} "
                              f"--id {chosen[0].id}`.")
+        rule = exact_rule(chosen[0]) if always else None  # (refused before anything is written)
         req = chosen[0].model_copy(update={
             "state": "answered", "decision": decision, "decided_by": "person",
             "answered_at": now_iso()})
         perms.write(req)
-        rule = exact_rule(req) if always else None
         if rule is not None:
             perms.add_rule(decision, rule)
     Store.for_repo(repo).append_ledger(

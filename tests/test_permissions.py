@@ -79,6 +79,22 @@ def test_a_deny_rule_matches_any_part_of_a_command_and_wins_over_allow() -> None
         "deny", "WebFetch")
 
 
+def test_always_never_widens_to_the_whole_tool(demo_files: demo.DemoFiles) -> None:
+    """A request whose whole input lo-orch did not get cannot become an --always rule."""
+    repo = demo_files.repo
+    core.plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
+    perms = Permissions.for_repo(repo)
+    long_ = perms.new_request("slug", "Bash", hooks._trim({
+        "tool_name": "Bash", "tool_input": {"command": "x" * (hooks.MAX_TOOL_INPUT + 1)}}))
+    perms.write(long_)
+    result = lo_orch(repo, "permit", "slug", "allow", "--always")
+    assert result.returncode == 1
+    assert "cannot become an exact rule" in result.stderr
+    assert "`lo-orch permit slug allow`" in result.stderr
+    assert perms.run_rules() == ([], []) and permissions.pending(repo) == [long_]
+    assert lo_orch(repo, "permit", "slug", "allow").returncode == 0  # the hint works
+
+
 def test_an_always_rule_is_exact() -> None:
     rule = permissions.exact_rule(req(summary="rm -rf build"))
     assert rule.text() == "Bash(rm -rf build)" and rule.exact
@@ -192,7 +208,9 @@ def lo_orch(repo: Path, *args: str, env: dict[str, str] | None = None
 
 def open_request(repo: Path, task: str, summary: str) -> PermissionRequest:
     perms = Permissions.for_repo(repo)
-    new = perms.new_request(task, "Bash", {"tool_summary": summary, "cwd": str(repo)})
+    payload = hooks._trim({"tool_name": "Bash", "tool_input": {"command": summary},
+                           "cwd": str(repo)})
+    new = perms.new_request(task, "Bash", payload)
     perms.write(new)
     return new
 
