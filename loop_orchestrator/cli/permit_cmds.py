@@ -17,7 +17,8 @@ from loop_orchestrator.cli.main import cli
               help="Also answer the same request (this tool, exactly this command or file) "
               "this way for the rest of the run.")
 @click.option("--id", "request_id", metavar="ID",
-              help="The request to answer, when the task has several (`lo-orch status`).")
+              help="The request to answer, when the task has several (`permit` without it names "
+              "them).")
 @repo_option
 def permit_command(task: str, decision: str, always: bool, request_id: str | None,
                    repo: Path | None) -> None:
