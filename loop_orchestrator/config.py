@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from loop_orchestrator.errors import ConfigError
 
@@ -130,6 +130,36 @@ class IntakeConfig(_Section):
     jira: JiraIntakeConfig = Field(default_factory=JiraIntakeConfig)
 
 
+class PermissionsConfig(_Section):
+    """``[permissions]``: rules that answer sessions' permission requests without a person
+    (syntax in permissions.py and docs/permissions.md; deny wins over allow)."""
+
+    allow: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _rules(cls, value: list[str]) -> list[str]:
+        from loop_orchestrator.permissions import parse_rule
+
+        for text in value:
+            parse_rule(text)  # a ValueError names the rule and the syntax
+        return value
+
+
+class NotifyConfig(_Section):
+    """``[notify]``: how lo-orch tells a person that something needs them (notify.py)."""
+
+    #: a command line that receives one JSON object per event on stdin ("" = none)
+    command: str = ""
+    #: seconds the command may take before it is killed
+    timeout: float = Field(default=10.0, gt=0, le=600, allow_inf_nan=False)
+    #: notify-send / osascript, where one is on PATH
+    desktop: bool = True
+    #: a terminal bell and a `tmux display-message` in the run's tmux session
+    tmux: bool = True
+
+
 class PriceConfig(_Section):
     """``[prices."<model>"]``: dollars per million tokens (usage.py)."""
 
@@ -147,6 +177,10 @@ class Settings(_Section):
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     intake: IntakeConfig = Field(default_factory=IntakeConfig)
+
+
+    permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
     #: per-model prices on top of usage.DEFAULT_PRICES
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
 

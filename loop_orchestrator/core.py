@@ -75,6 +75,9 @@ def record_plan(
         f"Cost forecast: unknown (the agent, kind {settings.agent.kind}, is not Claude Code).")
     summary.checkout = repo
     summary.main_checkout = main
+    from loop_orchestrator import notify
+
+    notify.for_plan(repo, plan.run_name, settings.notify, created_at, len(plan.tasks))
     return summary
 
 
@@ -216,7 +219,8 @@ def waiting_for(st: TaskStatus, run_phase: RunPhase, *, alive: bool, deps: list[
         if st.limit_until and st.waiting_for:  # "waiting_limit: ...; lo-orch resumes it at"
             return st.waiting_for
         if st.waiting_for:  # a permission dialog, named by the PermissionRequest hook
-            return f"{st.waiting_for}; answer it with `lo-orch attach {task}`"
+            return (f"{st.waiting_for}; answer it with `lo-orch permit {task} allow|deny` "
+                    f"(or in its pane: `lo-orch attach {task}`)")
         if st.last_event == "Notification" and st.last_notification == "permission_prompt":
             return f"a person: a permission prompt, `lo-orch attach {task}`"
         return "the agent" if st.phase != Phase.LAUNCHING else "the agent to start"

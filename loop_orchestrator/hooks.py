@@ -10,8 +10,10 @@ plugin (each prompt, each stop, each notification), so its path stays light: the
 library only (importing ``state``'s pydantic models alone would cost about 200 ms).
 
 Contract of a hook: in a session lo-orch does not manage, or when anything is missing or
-broken, print nothing and exit 0, never disturbing the user's session. The one answer that
-is not silence is the Stop gate: exit 2 with the reason on stderr (Claude keeps working).
+broken, print nothing and exit 0, never disturbing the user's session. The answers that
+are not silence: the Stop gate, exit 2 with the reason on stderr (Claude keeps working); and
+a PermissionRequest answered by a rule or by `lo-orch permit` (the hook waits for it),
+``hookSpecificOutput`` JSON on stdout (permissions.py, docs/permissions.md).
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
 EVENT_RE = re.compile(r"^[A-Za-z]{1,40}$")
 
 SIGNAL_PHASES = ("plan_ready", "impl_done", "blocked")
+#: how long the PermissionRequest hook waits for a person's answer (hooks.json gives it
+#: 3600 s); then it steps aside and the dialog on screen is the only way to answer
+PERMISSION_WAIT = 3500.0
+#: how often it asks the supervisor whether the request was answered
+PERMISSION_POLL = 0.5
+#: the longest command or path sent whole to the supervisor (a longer one is only asked)
+MAX_TOOL_INPUT = 16 * 1024
 #: how long `lo-orch signal` waits for a supervisor that is not listening
 SIGNAL_WAIT = 30.0
 
@@ -170,6 +179,33 @@ def _handle(
         return QUIET
     if isinstance(reply, dict) and reply.get("exit_code") == 2 and reply.get("stderr"):
         return HookOutcome(exit_code=2, stderr=str(reply["stderr"]))
+    if event == "PermissionRequest" and isinstance(reply, dict):
+        if isinstance(reply.get("stdout"), str):  # a rule answered at once
+            return HookOutcome(stdout=reply["stdout"])
+        if isinstance(reply.get("permission"), str):  # a person answers: wait for it
+            return _await_answer(target, reply["permission"])
+    return QUIET
+
+
+def _await_answer(target: HookTarget, request_id: str,
+                  wait: float = PERMISSION_WAIT) -> HookOutcome:
+    """Ask the supervisor until a person answered request ``request_id`` (the answer for
+    Claude Code), it was closed (answered in the pane, the turn moved on: silence), or
+    ``wait`` ran out (silence: the dialog on screen stays). Claude Code shows its dialog
+    meanwhile (docs/permissions.md)."""
+    from loop_orchestrator import inbox
+
+    poll = {"type": "permission", "task": target.task, "id": request_id}
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        time.sleep(PERMISSION_POLL)
+        reply = inbox.send(target.run_dir, poll)
+        if not isinstance(reply, dict):
+            continue  # no supervisor (one being restarted): ask again
+        if isinstance(reply.get("stdout"), str):
+            return HookOutcome(stdout=reply["stdout"])
+        if reply.get("state") != "open":
+            return QUIET
     return QUIET
 
 
@@ -189,7 +225,7 @@ def tool_summary(tool_input: Any) -> str:
 def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a hook payload the supervisor uses, bounded in size."""
     out: dict[str, Any] = {}
-    for key in ("session_id", "error", "notification_type", "reason", "source"):
+    for key in ("session_id", "error", "notification_type", "reason", "source", "cwd"):
         value = payload.get(key)
         if isinstance(value, str):
             out[key] = value[:200]
@@ -200,6 +236,16 @@ def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(tool, str):
         out["tool_name"] = tool[:100]
         out["tool_summary"] = tool_summary(payload.get("tool_input"))
+        raw = payload.get("tool_input")
+        tool_input: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        # the exact command or file, for the permission rules (a summary is collapsed and
+        # cut: "pytest -q<newline>curl evil" must not read as one pytest command)
+        for key in ("command", "file_path"):
+            value = tool_input.get(key)
+            if isinstance(value, str) and len(value) <= MAX_TOOL_INPUT:
+                out[f"tool_{key}"] = value
+            elif isinstance(value, str):
+                out["tool_input_cut"] = True
     out["stop_hook_active"] = payload.get("stop_hook_active") is True
     prompt = payload.get("prompt")
     if isinstance(prompt, str):

@@ -224,6 +224,10 @@ def stop_decision(st: TaskStatus, stop_hook_active: bool, bin_cmd: str) -> str |
     )
 
 
+#: hook events after which no permission dialog of the session is still open
+MOVED_ON_EVENTS = ("UserPromptSubmit", "Stop", "SessionStart", "SessionEnd")
+
+
 def hook_changes(
     st: TaskStatus, event: str, payload: Mapping[str, Any], now: str
 ) -> dict[str, Any]:
@@ -232,7 +236,7 @@ def hook_changes(
     sid = payload.get("session_id")
     if st.session_id is None and isinstance(sid, str) and sid:
         changes["session_id"] = sid
-    if event in ("UserPromptSubmit", "Stop", "SessionStart", "SessionEnd") and st.waiting_for:
+    if event in MOVED_ON_EVENTS and st.waiting_for:
         changes["waiting_for"] = None  # the person answered (or the session moved on)
     if event == "UserPromptSubmit":
         changes["prompt_submitted_at"] = now

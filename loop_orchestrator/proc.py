@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -108,3 +110,27 @@ def run_interactive(cmd: Sequence[str]) -> int:
     it (a tmux client): no capture, no timeout; its exit code."""
     log.debug("interactive: %s", list(cmd))
     return subprocess.run(list(cmd), check=False).returncode
+
+
+def run_in_group(argv: list[str], stdin: str | None, timeout: float,
+                 cwd: Path | None = None) -> int | None:
+    """Run a program (a notification command) in its own process group and kill the whole
+    group after ``timeout``: its exit code, or None when it was killed. Output is discarded."""
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else
+                            subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
+                            text=True)
+    try:
+        child.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # the group this call started, by its id
+        child.wait()
+        log.warning("command timed out; its process group was killed", extra={"cmd": argv[0]})
+        return None
+    except BrokenPipeError:  # it exited without reading stdin
+        child.wait()
+    if child.returncode:
+        log.warning("command failed", extra={"cmd": argv[0],
+                                                          "exit_code": child.returncode})
+    return child.returncode

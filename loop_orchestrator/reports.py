@@ -22,6 +22,7 @@ from typing import Any
 from loop_orchestrator import disputes as rules
 from loop_orchestrator import lifecycle
 from loop_orchestrator.listener import Request
+from loop_orchestrator.permissions import Desk
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Store, now_iso
 
@@ -48,6 +49,7 @@ class Reports:
         turn_ended: Callable[[str], str | None] | None = None,
         block: Callable[[str, str], None] | None = None,
         limit_hit: Callable[[str, str], None] | None = None,
+        desk: Desk | None = None,
     ) -> None:
         self.record = record
         self.store = store
@@ -60,6 +62,8 @@ class Reports:
         self.block = block
         #: a StopFailure for a rate or usage limit: the supervisor parks the task
         self.limit_hit = limit_hit
+        #: permission requests (issue 17): rules answer, the rest waits for a person
+        self.desk = desk
 
     def handle(self, request: Request) -> Reply | None:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
@@ -73,7 +77,7 @@ class Reports:
     def _handle(self, request: Request) -> Reply | None:
         msg = request.message
         kind, claimed = msg.get("type"), msg.get("task")
-        if claimed not in self.task_ids or kind not in ("signal", "hook"):
+        if claimed not in self.task_ids or kind not in ("signal", "hook", "permission"):
             return self._reject(request, f"no task {claimed!r} in this run")
         if request.attested and request.task != claimed:
             why = (
@@ -85,6 +89,13 @@ class Reports:
             return self._reject(request, why)
         if kind == "signal":
             return self._signal(str(claimed), request)
+        if kind == "permission":
+            # a waiting PermissionRequest hook asks for its answer: only from the session
+            # whose request it is (checked above, and the request names its task)
+            rid = request.message.get("id")
+            if not request.attested or self.desk is None or not isinstance(rid, str):
+                return {"state": "unknown"}
+            return self.desk.poll(str(claimed), rid)
         return self._hook(str(claimed), request)
 
     def _reject(self, request: Request, why: str) -> Reply:
@@ -177,6 +188,13 @@ class Reports:
                 changes["stop_blocks"] = st.stop_blocks + 1
                 changes["turn_ended_at"] = None
                 reply = {"exit_code": 2, "stderr": reason + "\n"}
+        if self.desk is not None and event == "PermissionRequest":
+            asked = self.desk.ask(tid, payload)
+            if asked.get("decided"):
+                changes.pop("waiting_for", None)  # a rule answered: nobody is waited for
+            reply |= asked
+        elif self.desk is not None and event in lifecycle.MOVED_ON_EVENTS:
+            self.desk.close_task(tid, f"the session moved on ({event})")
         self.store.append_ledger("hook", task=tid, hook_event=event, **fields)
         self.record.update_task(tid, **changes)
         if changes.get("waiting_for"):

@@ -33,6 +33,8 @@ from loop_orchestrator import (
     lifecycle,
     limits,
     listener,
+    notify,
+    permissions,
     procinfo,
     recovery,
     runs,
@@ -236,9 +238,13 @@ class Supervisor:
         #: concurrency lowered after repeated rate limits, raised after a quiet period
         self.governor = limits.Governor(self.cap)
         self.run_budget_noted = False
+        self.notifier = notify.Notifier(
+            repo, self.state.name, settings.notify,
+            tmux_socket=self.backend.socket, tmux_session=self.backend.session)
+        self.desk = self._make_desk()
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
                                self._ask_again, turn_ended=self._turn_ended,
-                               block=self._block, limit_hit=self._limit_hit)
+                               block=self._block, limit_hit=self._limit_hit, desk=self.desk)
         # the checks' Python environments as they are before any agent runs
         from loop_orchestrator.verify import pyenv
 
@@ -246,6 +252,30 @@ class Supervisor:
             repo, [d.argv() for t in self.plan.tasks for d in t.done if d.check])
         if self.backend.socket != self.state.tmux_socket:
             self.record.update_run(tmux_socket=self.backend.socket)
+
+    def _make_desk(self) -> permissions.Desk:
+        """Permission requests (issue 17): the config's rules, lo-orch's own signals."""
+        from loop_orchestrator.agents.base import lo_orch_bin
+
+        cfg = self.settings.permissions
+        return permissions.Desk(
+            permissions.Permissions.for_run(self.repo, self.state.name),
+            permissions.parse_rules(cfg.allow, "[permissions] allow"),
+            permissions.parse_rules(cfg.deny, "[permissions] deny"),
+            lo_orch_bin(), log=self._event, closed=self._permission_closed,
+            opened=lambda req: self.notifier.notify(
+                "permission_request", req.id, f"asks to use {req.tool}"
+                + (f": {req.summary}" if req.summary else "")
+                + f"; answer with `lo-orch permit {req.task} allow|deny`", req.task))
+
+    def _permission_closed(self, tid: str) -> None:
+        """Nothing of ``tid`` waits for a person's answer any more."""
+        if self.record.task(tid).waiting_for and not self.record.task(tid).limit_until:
+            self._set(tid, waiting_for=None)
+
+    def _screen_of(self, tid: str) -> str | None:
+        pane = self.record.task(tid).pane_id
+        return self.backend.capture(pane, lines=0) if pane else None
 
     @property
     def state(self) -> RunState:
@@ -270,6 +300,32 @@ class Supervisor:
 
     # entry ----------------------------------------------------------------------------
     def run(self) -> Outcome:
+        ended = self.state.phase in (RunPhase.AWAITING_MERGE_REVIEW, RunPhase.MERGED)
+        try:
+            outcome = self._run_locked()
+        except BaseException:
+            self.notifier.close(timeout=0)
+            raise
+        if not ended:
+            self._notify_finished(outcome)
+        return outcome
+
+    def _notify_finished(self, outcome: Outcome) -> None:
+        """The run stopped: tell the person (and wait a moment for the channels)."""
+        import hashlib
+
+        first = outcome.message.splitlines()[0] if outcome.message else ""
+        if outcome.state == "review":
+            self.notifier.notify("gate2_waiting", str(getattr(self.integration, "commit", "")),
+                                 "the run is ready for Gate 2: review it with `lo-orch merge`")
+        digest = hashlib.sha256(f"{outcome.state}\n{outcome.message}".encode()).hexdigest()[:16]
+        # a restart that ends the same way is not news; after a person's retry it is
+        retries = self._retries()
+        self.notifier.notify("run_finished", f"{outcome.state}:{retries}:{digest}",
+                             f"the supervisor stopped ({outcome.state}): {first}"[:300])
+        self.notifier.close(timeout=self.settings.notify.timeout + 2 * notify.CHANNEL_TIMEOUT)
+
+    def _run_locked(self) -> Outcome:
         with supervisor_lock(self.rundir):
             if self.state.phase == RunPhase.AWAITING_MERGE_REVIEW:
                 return Outcome("review", "the run is waiting for Gate 2: `lo-orch merge`")
@@ -529,6 +585,7 @@ class Supervisor:
                 # blocked by the session itself (`lo-orch signal blocked --note ...`)
                 self.reported_blocked.add(tid)
                 self._event("task_blocked", tid, message=st.error or st.note or "blocked")
+                self._notify_blocked(tid)
 
     def _pass_messages(self, statuses: dict[str, TaskStatus]) -> None:
         """A person's `lo-orch send`: delivered like a prompt, one job at a time per task."""
@@ -628,6 +685,7 @@ class Supervisor:
         if now - self.last_liveness < TICK_SECONDS:
             return
         self.last_liveness = now
+        self.desk.sweep(self._screen_of)  # before the stall checks: only real requests wait
         alive = self.backend.alive_panes()  # one tmux call for every pane
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
@@ -647,8 +705,11 @@ class Supervisor:
 
     def _check_stall(self, st: TaskStatus) -> None:
         assert st.pane_id is not None
-        if st.waiting_for:
-            return  # a permission dialog waits for a person: not a stall (status says so)
+        if self.desk.is_waiting(st.task):
+            # a permission dialog waits for a person: not a stall (status says so). Only a
+            # request the desk keeps open (its hook waits, its dialog is on screen): a
+            # session cannot switch the stall check off with a forged hook event.
+            return
         now = time.time()
         # (screen hash, when it last changed, when it was last sampled)
         seen = self.screens.get(st.task)
@@ -867,6 +928,26 @@ class Supervisor:
         self.reported_blocked.add(tid)
         self._event("task_blocked", tid, message=reason)
         self._move(tid, Event.BLOCK, error=reason)
+        self._notify_blocked(tid)
+
+    def _retries(self, tid: str | None = None) -> int:
+        """How often a person retried ``tid`` (any task): part of a notification's key."""
+        return sum(1 for e in self.store.read_ledger() if e.get("event") == "task_retried"
+                   and (tid is None or e.get("task") == tid))
+
+    def _notify_blocked(self, tid: str) -> None:
+        import hashlib
+
+        st = self.record.task(tid)
+        reason = st.error or st.note or ""
+        # the same blocking seen again by a restarted supervisor has the same key; a block
+        # after a person's `lo-orch retry` a new one (the key only decides what is resent)
+        retries = self._retries(tid)
+        digest = hashlib.sha256(reason.encode()).hexdigest()[:12]
+        key = f"{tid}:{retries}:{st.rework_count}:{digest}"
+        self.notifier.notify("task_blocked", key,
+                             f"blocked: {st.error or st.note or 'needs a person'}; help it, "
+                             f"then `lo-orch retry {tid}`", tid)
 
     # rate and usage limits ------------------------------------------------------------------
     def _limit_hit(self, tid: str, error: str) -> None:
@@ -891,6 +972,8 @@ class Supervisor:
                   waiting_for=f"waiting_limit: {reason}; lo-orch resumes it at "
                   f"{until:%H:%M:%S} UTC")
         self._event("limit_hit", tid, error=error, kind=kind, until=until_iso, message=reason)
+        self.notifier.notify("limit_wait", f"{tid}:{until_iso}",
+                             f"{reason}; lo-orch resumes it at {until:%H:%M:%S} UTC", tid)
         before = self.governor.current
         if kind == "rate_limit" and self.governor.hit(time.time()) < before:
             self._event("concurrency_lowered", concurrency=self.governor.current,

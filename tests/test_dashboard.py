@@ -30,6 +30,7 @@ from loop_orchestrator import core, demo, private, runs
 from loop_orchestrator.config import Settings
 from loop_orchestrator.dashboard import app as dashboard
 from loop_orchestrator.dashboard import screens, view
+from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.record import JOURNAL_FILE
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Outcome, Supervisor
@@ -63,7 +64,7 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
-class _TestOver(Exception):
+class _TestOver(LoOrchError):
     """Stops a supervisor thread when its test ends."""
 
 

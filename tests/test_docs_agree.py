@@ -24,7 +24,7 @@ def _readme_command_rows() -> dict[str, str]:
     section = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, str] = {}
     for line in section.splitlines():
-        cells = line.split("|")
+        cells = re.split(r"(?<!\\)\|", line)  # a cell may hold an escaped \|
         if len(cells) < 3:
             continue
         first = cells[1]

@@ -24,7 +24,9 @@ def hook_command(event: str) -> None:
     StopFailure, Notification, PermissionRequest and SessionEnd. It records the event in
     the task's status and the ledger; in a session lo-orch does not manage it prints
     nothing and exits 0. A planning or implementing session that stops without signalling
-    is answered with exit code 2 and the reason on stderr (at most a few times).
+    is answered with exit code 2 and the reason on stderr (at most a few times). A
+    PermissionRequest waits for `lo-orch permit` or a [permissions] rule and prints the
+    answer as Claude Code's hookSpecificOutput JSON (docs/permissions.md).
     """
     from loop_orchestrator import hooks
 

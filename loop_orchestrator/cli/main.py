@@ -23,6 +23,7 @@ from loop_orchestrator.cli import (
     dashboard_cmds,
     doctor_cmds,
     hook_cmds,
+    permit_cmds,
     plan_cmds,
     run_cmds,
 )
@@ -67,6 +68,7 @@ for _command in (
     attach_cmds.attach_command,
     run_cmds.retry_command,
     dashboard_cmds.send_command,
+    permit_cmds.permit_command,
     hook_cmds.signal_command,
     hook_cmds.hook_command,
     audit_cmds.audit_command,

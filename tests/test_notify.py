@@ -1,0 +1,169 @@
+"""Notifications (issue 17): each event once, in order, as JSON, never holding anyone up."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import edit_script
+
+from loop_orchestrator import core, demo, notify, private, runs
+from loop_orchestrator.config import NotifyConfig, Settings
+from loop_orchestrator.supervisor import Supervisor
+
+FIELDS = {"id", "event", "run", "repo", "task", "message", "at"}
+SECRET = "sk-ant-not-a-real-token-0123456789"
+
+
+def recorder(tmp_path: Path) -> tuple[str, Path]:
+    """A notify command that appends what it gets on stdin to a file; (command, file)."""
+    script = tmp_path / "record.py"
+    out = tmp_path / "received.jsonl"
+    script.write_text("import sys\nwith open(sys.argv[1], 'a') as fh:\n"
+                      "    fh.write(sys.stdin.read())\n", encoding="utf-8")
+    return shlex.join([sys.executable, str(script), str(out)]), out
+
+
+def received(out: Path) -> list[dict[str, Any]]:
+    if not out.exists():
+        return []
+    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture
+def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
+    return demo.prepare_demo(tmp_path)
+
+
+def only(files: demo.DemoFiles, task: str) -> None:
+    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
+    plan["tasks"] = [t for t in plan["tasks"] if t["id"] == task]
+    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+
+
+def settings_with(files: demo.DemoFiles, command: str) -> Settings:
+    settings = demo.demo_settings(files.script)
+    settings.notify = NotifyConfig(command=command, timeout=5)
+    return settings
+
+
+def test_each_event_reaches_the_command_once_in_order_as_json(
+    demo_files: demo.DemoFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)  # must never travel in an event
+    repo = demo_files.repo
+    only(demo_files, "slug")
+    edit_script(demo_files, lambda d: d["slug"].update(
+        plan=[{"signal": {"phase": "blocked", "note": "which slug rules?"}}]))
+    command, out = recorder(tmp_path)
+    settings = settings_with(demo_files, command)
+    core.plan_from_file(repo, demo_files.plan, settings)
+    assert [e["event"] for e in received(out)] == ["gate1_waiting"]
+    runs.approve_plan(repo)
+
+    first = Supervisor(repo, settings).run()
+    assert first.state == "blocked"
+    # a restarted supervisor (the task still blocked, the same outcome) sends nothing again
+    again = Supervisor(repo, settings).run()
+    assert again.state == "blocked"
+
+    events = received(out)
+    assert [(e["event"], e["task"]) for e in events] == [
+        ("gate1_waiting", None), ("task_blocked", "slug"), ("run_finished", None)]
+    for e in events:
+        assert set(e) == FIELDS
+        assert e["run"] == "demo" and e["repo"] == str(repo)
+    assert "which slug rules?" in events[1]["message"]
+    assert "lo-orch retry slug" in events[1]["message"]
+    assert events[2]["message"].startswith("the supervisor stopped (blocked)")
+    assert len({e["id"] for e in events}) == 3
+    raw = out.read_text(encoding="utf-8")
+    assert SECRET not in raw and "ANTHROPIC_API_KEY" not in raw and os.environ["HOME"] not in raw
+    # what was sent is recorded in the run's private folder, out of the agents' reach
+    sent = private.run_dir(repo, "demo") / notify.FOLDER / notify.SENT_FILE
+    assert [json.loads(line)["id"] for line in sent.read_text().splitlines()] == [
+        e["id"] for e in events]
+
+
+def test_gate2_waiting_is_sent_when_the_run_is_ready(
+    demo_files: demo.DemoFiles, tmp_path: Path,
+) -> None:
+    repo = demo_files.repo
+    only(demo_files, "tokenize")
+    command, out = recorder(tmp_path)
+    settings = settings_with(demo_files, command)
+    core.plan_from_file(repo, demo_files.plan, settings)
+    runs.approve_plan(repo)
+    assert Supervisor(repo, settings).run().state == "review"
+    assert Supervisor(repo, settings).run().state == "review"  # already waiting: silent
+    events = received(out)
+    assert [e["event"] for e in events] == ["gate1_waiting", "gate2_waiting", "run_finished"]
+    assert "lo-orch merge" in events[1]["message"]
+
+
+def test_a_hanging_or_failing_command_holds_nobody_up(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    pidfile = tmp_path / "pid"
+    command, out = recorder(tmp_path)
+    hang = NotifyConfig(command=shlex.join(["sh", "-c", f"echo $$ > {pidfile}; sleep 60"]),
+                        timeout=1, desktop=False, tmux=False)
+    notifier = notify.Notifier(repo, "hung", hang)
+    started = time.monotonic()
+    assert notifier.notify("task_blocked", "a", "first", "t")
+    assert notifier.notify("task_blocked", "b", "second", "t")
+    assert not notifier.notify("task_blocked", "a", "first again", "t")  # once
+    assert time.monotonic() - started < 0.5  # the caller never waits for the command
+    notifier.close(timeout=10)
+    elapsed = time.monotonic() - started
+    assert 2 <= elapsed < 6, elapsed  # two events, each killed after its 1 s timeout
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the hung command's whole group was killed
+    # a command that fails, or does not exist, does not stop the next event
+    for bad in ("sh -c 'exit 3'", "/nonexistent/notify-me"):
+        notifier = notify.Notifier(repo, "failing", NotifyConfig(
+            command=bad, timeout=2, desktop=False, tmux=False))
+        notifier.notify("run_finished", bad, "x")
+        notifier.close(timeout=5)
+    good = notify.Notifier(repo, "failing", NotifyConfig(command=command, desktop=False,
+                                                         tmux=False))
+    good.notify("run_finished", "after", "still sent")
+    good.close(timeout=10)
+    assert [e["message"] for e in received(out)] == ["still sent"]
+
+
+def test_desktop_and_tmux_channels_use_only_what_is_on_path(tmp_path: Path) -> None:
+    """notify-send where present, else osascript; the text travels as arguments."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    for name in ("notify-send", "osascript"):
+        tool = bin_dir / name
+        tool.write_text(f"#!/bin/sh\nprintf '%s\\n' {name} \"$@\" >> {log}\n", encoding="utf-8")
+        tool.chmod(0o755)
+    config = NotifyConfig(tmux=False)
+    for present in (("notify-send", "osascript"), ("osascript",), ()):
+        log.unlink(missing_ok=True)
+
+        def which(name: str, present: tuple[str, ...] = present) -> str | None:
+            return str(bin_dir / name) if name in present else None
+
+        notifier = notify.Notifier(repo, f"r{len(present)}", config, which=which)
+        notifier.notify("permission_request", "x", "asks to use Bash: rm -rf '$(x)'", "t")
+        notifier.close(timeout=10)
+        calls = log.read_text().splitlines() if log.exists() else []
+        if not present:
+            assert calls == []
+        else:
+            assert calls[0] == present[0]
+            assert "t: asks to use Bash: rm -rf '$(x)'" in calls
