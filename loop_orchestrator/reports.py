@@ -47,7 +47,7 @@ class Reports:
         ask_again: Callable[[str, str], None],
         turn_ended: Callable[[str], str | None] | None = None,
         block: Callable[[str, str], None] | None = None,
-        limit_hit: Callable[[str, str], None] | None = None,
+        limit_hit: Callable[[str, str, str | None], None] | None = None,
     ) -> None:
         self.record = record
         self.store = store
@@ -58,7 +58,8 @@ class Reports:
         #: a reason when the task is over its budget (then ``block`` stops it)
         self.turn_ended = turn_ended
         self.block = block
-        #: a StopFailure for a rate or usage limit: the supervisor parks the task
+        #: a StopFailure for a rate or usage limit: the supervisor parks the task (given
+        #: the hook's ``last_assistant_message``, which names a usage limit's reset time)
         self.limit_hit = limit_hit
 
     def handle(self, request: Request) -> Reply | None:
@@ -185,7 +186,8 @@ class Reports:
             self.block(tid, over_budget)
         elif (event == "StopFailure" and payload.get("error") in LIMIT_ERRORS
               and self.limit_hit is not None):
-            self.limit_hit(tid, str(payload["error"]))
+            said = payload.get("last_assistant_message")
+            self.limit_hit(tid, str(payload["error"]), said if isinstance(said, str) else None)
         elif event == "UserPromptSubmit" and st.limit_until:
             # a prompt reached the session (Claude Code's own resume after a usage limit,
             # or lo-orch's): it works again

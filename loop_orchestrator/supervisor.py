@@ -845,16 +845,18 @@ class Supervisor:
         self._move(tid, Event.BLOCK, error=reason)
 
     # rate and usage limits ------------------------------------------------------------------
-    def _limit_hit(self, tid: str, error: str) -> None:
-        """Claude Code gave up on a turn for a limit: park the task until it resets."""
+    def _limit_hit(self, tid: str, error: str, said: str | None = None) -> None:
+        """Claude Code gave up on a turn for a limit: park the task until it resets (the
+        reset time from what the session said, ``said``, else from its screen)."""
         from datetime import UTC, datetime, timedelta
 
         st = self.record.task(tid)
         if st.phase not in WORKING_PHASES:
             return
         now = datetime.now(UTC)
-        screen = self.backend.capture(st.pane_id, lines=60) if st.pane_id else ""
-        reset = limits.usage_limit_reset(screen, now)
+        reset = limits.usage_limit_reset(said or "", now)
+        if reset is None and st.pane_id:
+            reset = limits.usage_limit_reset(self.backend.capture(st.pane_id, lines=60), now)
         if reset is not None:
             kind, reason = "usage_limit", f"usage limit, resets {reset:%H:%M} UTC"
             until = reset + timedelta(seconds=self.settings.run.usage_limit_grace_seconds)

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from test_claude_runs import (  # the helpers and the demo-project fixture
 )
 
 from loop_orchestrator import core, demo, gate2, usage
-from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+from loop_orchestrator.agents.model_endpoint import ModelEndpoint, gateway_token
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import PriceConfig
 from loop_orchestrator.state import Phase, RunDir, Store
@@ -295,6 +295,75 @@ def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
                         for w, _ in seen), seen
     # while the limit held, the other task was not launched
     assert all(phase == "pending" for _, phase in seen), seen
+    st = Store(RunDir(files.repo)).read_status("tokenize")
+    assert st.phase == Phase.INTEGRATED and st.rework_count == 0 and not st.nudged
+    assert st.limit_hits == 1 and st.limit_until is None
+    assert not ledger(files.repo, "nudged") and not ledger(files.repo, "rework")
+    assert Store(RunDir(files.repo)).read_status("slug").phase == Phase.INTEGRATED
+
+
+def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
+    files: demo.DemoFiles,
+) -> None:
+    """Anthropic's usage-limit answer (429, unified rate-limit headers ``rejected`` with a
+    reset time): Claude Code says "You've hit your 5-hour limit · resets 4:25pm
+    (Asia/Kolkata)" in the session's own time zone; lo-orch parks the task until exactly
+    that minute (plus the grace), launches nothing meanwhile, and resumes it after the
+    (shortened) reset: neither a stall nor a rework round."""
+    only(files, "tokenize", "slug")
+    _set_plan(files, lambda p: p.update(concurrency=1))  # slug waits for a free slot
+    token = gateway_token()  # a gateway login: the CLI shows the usage-limit message
+    with ModelEndpoint(load_script(files.script, model=True), cache=True, token=token,
+                       log_path=files.root / "requests.jsonl") as endpoint:
+        settings = settings_for(endpoint)
+        settings.agent.env["TZ"] = "Asia/Kolkata"  # a half-hour zone, not UTC
+        settings.run.usage_limit_grace_seconds = 2
+        approve(files, settings)
+        seen: list[tuple[str | None, str | None]] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
+                "prompt_kind") == "implement" for r in rs), 120)
+            # resets 75 s from now: its minute is at least 15 s ahead
+            endpoint.fail(429, times=1, task="tokenize", resets_in=75)
+            while not stop.is_set():
+                with contextlib.suppress(Exception):
+                    doc = core.status_document(files.repo)
+                    slug = next(t for t in doc["tasks"] if t["task"] == "slug")
+                    mine = next(t for t in doc["tasks"] if t["task"] == "tokenize")
+                    if mine.get("limit_until"):
+                        seen.append((mine["waiting_for"], slug["phase"]))
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            outcome = Supervisor(files.repo, settings).run()
+        finally:
+            stop.set()
+            watcher.join()
+        assert outcome.state == "review", outcome.message
+        (error,) = endpoint.logged(task="tokenize", status=429)  # no retry storm
+    reset = datetime.fromtimestamp(error["resets_at"], UTC)
+    (hit,) = ledger(files.repo, "limit_hit", "tokenize")
+    assert hit["error"] == "rate_limit" and hit["kind"] == "usage_limit", hit
+    # the reset minute the session said in Asia/Kolkata, back in UTC, plus the grace
+    until = datetime.fromisoformat(hit["until"])
+    assert until == reset.replace(second=0) + timedelta(seconds=2), (until, reset)
+    assert hit["message"] == f"usage limit, resets {reset:%H:%M} UTC"
+    # its StopFailure was heard (the message named the reset)
+    (failure,) = [e for e in ledger(files.repo, "hook", "tokenize")
+                  if e.get("hook_event") == "StopFailure"]
+    assert failure["error"] == "rate_limit"
+    resumed = ledger(files.repo, "limit_resumed", "tokenize") + ledger(
+        files.repo, "limit_over", "tokenize")
+    assert resumed, "never resumed"
+    first = min(datetime.fromisoformat(e["ts"]) for e in resumed)
+    assert first >= until - timedelta(seconds=1), (first, until)
+    assert seen and all(w and w.startswith(f"waiting_limit: usage limit, resets {reset:%H:%M}")
+                        for w, _ in seen), seen
+    assert all(phase == "pending" for _, phase in seen), seen  # nothing launched meanwhile
     st = Store(RunDir(files.repo)).read_status("tokenize")
     assert st.phase == Phase.INTEGRATED and st.rework_count == 0 and not st.nudged
     assert st.limit_hits == 1 and st.limit_until is None
