@@ -608,17 +608,17 @@ class Supervisor:
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
                 continue
+            if not alive.get(st.pane_id):
+                pane = self.backend.state(st.pane_id)  # dead or gone: the details
+                if not pane.exists or not pane.alive:
+                    # (a parked session too: noticed now, not when its wait ends)
+                    self._submit(tid, functools.partial(self._pane_died,
+                                                        dead_status=pane.dead_status))
+                    continue
             if st.limit_until:
                 if time.time() >= _ts(st.limit_until):
                     self._submit(tid, self._resume_after_limit)
                 continue  # parked by a limit: not a stall
-            if alive.get(st.pane_id):
-                self._check_stall(st)
-                continue
-            pane = self.backend.state(st.pane_id)  # dead or gone: the details
-            if not pane.exists or not pane.alive:
-                self._submit(tid, functools.partial(self._pane_died, dead_status=pane.dead_status))
-                continue
             self._check_stall(st)
 
     def _check_stall(self, st: TaskStatus) -> None:
@@ -825,8 +825,13 @@ class Supervisor:
             self._event("task_failed", tid, exit_status=dead_status, message=error)
             self._move(tid, Event.FAIL, error=error)
             return
-        self._event("session_died", tid, exit_status=dead_status, message="relaunching once")
-        st = self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None)
+        parked = bool(st.limit_until) and time.time() < _ts(st.limit_until)
+        self._event("session_died", tid, exit_status=dead_status, message="relaunching once"
+                    + (" (parked by a limit: no prompt until its wait ends)" if parked else ""))
+        # a parked session keeps its prompt as delivered (--resume brings the conversation
+        # back): a new prompt would only meet the limit again
+        st = (self._set(tid, relaunches=st.relaunches + 1, delivering=None) if parked else
+              self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None))
         spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st), resume=True)
         if pane is not None and pane.exists and st.pane_id:
             pane_id = st.pane_id
@@ -837,6 +842,11 @@ class Supervisor:
         self.adapter.wait_ready(self.backend, pane_id, timeout=self.settings.agent.ready_timeout)
         if st.phase == Phase.LAUNCHING:
             st = self._move(tid, Event.READY)
+        if parked:
+            # the short prompt after the wait (_resume_after_limit) carries on
+            self._event("relaunched_while_parked", tid, until=st.limit_until,
+                        message="relaunched; it resumes after the limit's wait")
+            return
         self._deliver(tid, self._prompt_for(st))
 
     def _block(self, tid: str, reason: str) -> None:

@@ -369,3 +369,64 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
     assert st.limit_hits == 1 and st.limit_until is None
     assert not ledger(files.repo, "nudged") and not ledger(files.repo, "rework")
     assert Store(RunDir(files.repo)).read_status("slug").phase == Phase.INTEGRATED
+
+
+def test_a_session_that_dies_while_parked_is_noticed_at_once(
+    files: demo.DemoFiles, tmux_socket: str,
+) -> None:
+    """Claude Code is killed while its task waits out a rate limit: the death is seen
+    within seconds (not when the wait ends), the session is relaunched once as any dead
+    session is, sent nothing while the limit holds, and resumed after the wait."""
+    only(files, "tokenize")
+    wait = 25.0
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        settings.run.limit_wait_seconds = wait
+        approve(files, settings)
+        killed: list[datetime] = []
+
+        def attack() -> None:
+            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
+                "prompt_kind") == "implement" for r in rs), 120)
+            endpoint.fail(429, times=1, task="tokenize", retry_after=120)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with contextlib.suppress(Exception):
+                    st = Store(RunDir(files.repo)).read_status("tokenize")
+                    if st.limit_until and st.pane_id:
+                        pid = subprocess.run(
+                            ["tmux", "-L", tmux_socket, "display", "-p", "-t", st.pane_id,
+                             "#{pane_pid}"], capture_output=True, text=True, check=True,
+                            timeout=10).stdout.strip()
+                        killed.append(datetime.now(UTC))
+                        # the pane's own process (Claude Code), started by this test's run
+                        subprocess.run(["kill", "-9", pid], check=True, timeout=10)
+                        return
+                time.sleep(0.2)
+
+        attacker = threading.Thread(target=attack)
+        attacker.start()
+        try:
+            outcome = Supervisor(files.repo, settings).run()
+        finally:
+            attacker.join()
+        assert outcome.state == "review", outcome.message
+        assert killed, "the task was never parked"
+        (hit,) = ledger(files.repo, "limit_hit", "tokenize")
+        until = datetime.fromisoformat(hit["until"])
+        (died,) = ledger(files.repo, "session_died", "tokenize")
+        noticed = datetime.fromisoformat(died["ts"])
+        # noticed at once: seconds after the kill, long before the wait was over
+        assert (noticed - killed[0]).total_seconds() < 8, (noticed, killed)
+        assert noticed < until - timedelta(seconds=10), (noticed, until)
+        assert ledger(files.repo, "relaunched_while_parked", "tokenize")
+        # no turn was asked of the model between the kill and the end of the wait
+        asked = [(r["kind"], r.get("prompt_kind"), r.get("text"))
+                 for r in endpoint.logged(task="tokenize")
+                 if killed[0].timestamp() < r["at"] < until.timestamp() - 1]
+        assert not asked, asked
+        (resumed,) = ledger(files.repo, "limit_resumed", "tokenize")
+        assert datetime.fromisoformat(resumed["ts"]) >= until - timedelta(seconds=1)
+    st = Store(RunDir(files.repo)).read_status("tokenize")
+    assert st.phase == Phase.INTEGRATED and st.relaunches == 1 and st.rework_count == 0
+    assert not ledger(files.repo, "task_failed") and not ledger(files.repo, "nudged")
