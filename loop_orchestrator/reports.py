@@ -48,6 +48,7 @@ class Reports:
         turn_ended: Callable[[str], str | None] | None = None,
         block: Callable[[str, str], None] | None = None,
         limit_hit: Callable[[str, str, str | None], None] | None = None,
+        observe: Callable[[str], object] | None = None,
     ) -> None:
         self.record = record
         self.store = store
@@ -61,6 +62,9 @@ class Reports:
         #: a StopFailure for a rate or usage limit: the supervisor parks the task (given
         #: the hook's ``last_assistant_message``, which names a usage limit's reset time)
         self.limit_hit = limit_hit
+        #: at every other hook event (PreToolUse before each tool): read the task's
+        #: transcript into the supervisor's spend book before the tool can touch it
+        self.observe = observe
 
     def handle(self, request: Request) -> Reply | None:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
@@ -166,6 +170,8 @@ class Reports:
         reply: Reply = {"exit_code": 0}
         over_budget = (self.turn_ended(tid) if self.turn_ended is not None
                        and event in TURN_ENDS else None)
+        if event not in TURN_ENDS and self.observe is not None:
+            self.observe(tid)
         if event == "Stop":
             active = payload.get("stop_hook_active") is True
             cmd = request.message.get("bin")

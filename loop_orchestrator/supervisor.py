@@ -37,6 +37,7 @@ from loop_orchestrator import (
     recovery,
     runs,
     schedule,
+    spend,
     usage,
     workspace,
 )
@@ -233,12 +234,17 @@ class Supervisor:
         self.reported_blocked: set[str] = set()
         self.plan_ids = [t.id for t in self.plan.tasks]
         self.prices = usage.prices_from(settings)
+        #: every message's usage read from the sessions' transcripts (private, monotonic)
+        self.spend = spend.SpendBook(self.record.folder / spend.BOOK_FILE)
+        #: task -> how its transcript was tampered with (first seen)
+        self.tampered: dict[str, str] = {}
         #: concurrency lowered after repeated rate limits, raised after a quiet period
         self.governor = limits.Governor(self.cap)
         self.run_budget_noted = False
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
                                self._ask_again, turn_ended=self._turn_ended,
-                               block=self._block, limit_hit=self._limit_hit)
+                               block=self._block, limit_hit=self._limit_hit,
+                               observe=self._refresh_usage)
         # the checks' Python environments as they are before any agent runs
         from loop_orchestrator.verify import pyenv
 
@@ -910,9 +916,26 @@ class Supervisor:
             return None
         env = {**os.environ, **self.settings.agent.env}
         try:
-            now = usage.session_usage(Path(st.worktree), st.session_id, env, self.prices)
+            path = usage.session_transcript(Path(st.worktree), st.session_id, env)
         except ValueError:  # a session id that is not a UUID: nothing lo-orch launched
             return None
+        # the spend is lo-orch's own book of every message it has read, never less than
+        # before (a session that truncates its transcript does not spend less: spend.py)
+        seen = self.spend.observe(tid, st.session_id, path)
+        booked = self.spend.messages(tid)
+        now = usage.price(booked, self.prices)
+        if seen.missing and not booked:
+            now = usage.unknown(f"transcript missing: {path}")
+        if seen.bad:
+            now.notes.append(usage.bad_note(seen.bad, path))
+        if seen.tampered:
+            self.tampered[tid] = "; ".join(seen.tampered)
+            self._event("transcript_tampered", tid, transcript=str(path),
+                        message="; ".join(seen.tampered) + "; the spend kept is lo-orch's "
+                        "own record of what it read")
+        if tid in self.tampered:
+            now.notes.append(f"transcript tampered with ({self.tampered[tid]}): the spend "
+                             "is lo-orch's own record of what it read")
         data = now.as_json()
         if data == st.usage:
             return now
