@@ -239,7 +239,7 @@ class Supervisor:
         #: task -> how its transcript was tampered with (first seen)
         self.tampered: dict[str, str] = {}
         #: concurrency lowered after repeated rate limits, raised after a quiet period
-        self.governor = limits.Governor(self.cap)
+        self.governor = limits.Governor(self.cap, quiet=settings.run.limit_quiet_seconds)
         self.run_budget_noted = False
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
                                self._ask_again, turn_ended=self._turn_ended,

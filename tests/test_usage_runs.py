@@ -491,3 +491,55 @@ def test_an_agent_that_truncates_its_transcript_is_still_blocked_by_its_budget(
                                {**__import__("os").environ, **settings.agent.env},
                                usage.DEFAULT_PRICES)
     assert left.cost_usd is not None and left.cost_usd < cap, (left.cost_usd, cap)
+
+
+def test_concurrency_drops_after_repeated_rate_limits_and_recovers(
+    files: demo.DemoFiles,
+) -> None:
+    """Two sessions get a 429 each: the run lowers its concurrency (2 -> 1), so the task
+    that becomes ready meanwhile waits for a free slot, and raises it again after a quiet
+    period (shortened to 12 s)."""
+    only(files, "tokenize", "slug", "counts")
+    _set_plan(files, lambda p: p.update(concurrency=2))
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        settings.run.limit_wait_seconds = 3
+        settings.run.limit_quiet_seconds = 12
+        approve(files, settings)
+
+        def storm() -> None:
+            for task in ("tokenize", "slug"):
+                endpoint.wait_for(lambda rs, t=task: any(
+                    r.get("task") == t and r.get("prompt_kind") == "implement"
+                    for r in rs), 120)
+                endpoint.fail(429, times=1, task=task, retry_after=120)
+
+        stormer = threading.Thread(target=storm)
+        stormer.start()
+        try:
+            outcome = Supervisor(files.repo, settings).run()
+        finally:
+            stormer.join()
+        assert outcome.state == "review", outcome.message
+    hits = ledger(files.repo, "limit_hit")
+    assert sorted(h["task"] for h in hits) == ["slug", "tokenize"], hits
+    (lowered,) = ledger(files.repo, "concurrency_lowered")
+    assert lowered["concurrency"] == 1
+    second_hit = max(datetime.fromisoformat(h["ts"]) for h in hits)
+    lowered_at = datetime.fromisoformat(lowered["ts"])
+    assert lowered_at >= second_hit - timedelta(seconds=1)
+    (raised,) = ledger(files.repo, "concurrency_raised")
+    assert raised["concurrency"] == 2
+    raised_at = datetime.fromisoformat(raised["ts"])
+    assert raised_at - lowered_at >= timedelta(seconds=12), (lowered_at, raised_at)
+    # while one slot was allowed, counts was not launched beside a working session: it
+    # started after slug was done, or after the slot came back
+    (counts,) = ledger(files.repo, "task_released", "counts")
+    (slug_done,) = ledger(files.repo, "task_integrated", "slug")
+    released = datetime.fromisoformat(counts["ts"])
+    assert released >= min(raised_at, datetime.fromisoformat(slug_done["ts"])), (
+        released, raised_at, slug_done["ts"])
+    for task in ("tokenize", "slug", "counts"):  # (counts' first round fails by design)
+        st = Store(RunDir(files.repo)).read_status(task)
+        assert st.phase == Phase.INTEGRATED, (task, st.phase)
+        assert task == "counts" or (st.rework_count == 0 and not st.nudged), task
