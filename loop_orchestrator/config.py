@@ -79,6 +79,9 @@ class RunConfig(_Section):
     #: after a usage limit's reset time, seconds lo-orch leaves Claude Code to resume by
     #: itself before it sends the short prompt
     usage_limit_grace_seconds: float = Field(default=150, ge=0, allow_inf_nan=False)
+    #: after repeated rate limits lowered the concurrency: seconds without a limit before
+    #: it is raised again by one session
+    limit_quiet_seconds: float = Field(default=600, gt=0, allow_inf_nan=False)
 
 
 class AuditorConfig(_Section):

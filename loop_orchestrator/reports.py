@@ -48,8 +48,9 @@ class Reports:
         ask_again: Callable[[str, str], None],
         turn_ended: Callable[[str], str | None] | None = None,
         block: Callable[[str, str], None] | None = None,
-        limit_hit: Callable[[str, str], None] | None = None,
+        limit_hit: Callable[[str, str, str | None], None] | None = None,
         desk: Desk | None = None,
+        observe: Callable[[str], object] | None = None,
     ) -> None:
         self.record = record
         self.store = store
@@ -60,10 +61,14 @@ class Reports:
         #: a reason when the task is over its budget (then ``block`` stops it)
         self.turn_ended = turn_ended
         self.block = block
-        #: a StopFailure for a rate or usage limit: the supervisor parks the task
+        #: a StopFailure for a rate or usage limit: the supervisor parks the task (given
+        #: the hook's ``last_assistant_message``, which names a usage limit's reset time)
         self.limit_hit = limit_hit
         #: permission requests (issue 17): rules answer, the rest waits for a person
         self.desk = desk
+        #: at every other hook event (PreToolUse before each tool): read the task's
+        #: transcript into the supervisor's spend book before the tool can touch it
+        self.observe = observe
 
     def handle(self, request: Request) -> Reply | None:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
@@ -176,6 +181,8 @@ class Reports:
         reply: Reply = {"exit_code": 0}
         over_budget = (self.turn_ended(tid) if self.turn_ended is not None
                        and event in TURN_ENDS else None)
+        if event not in TURN_ENDS and self.observe is not None:
+            self.observe(tid)
         if event == "Stop":
             active = payload.get("stop_hook_active") is True
             cmd = request.message.get("bin")
@@ -203,7 +210,8 @@ class Reports:
             self.block(tid, over_budget)
         elif (event == "StopFailure" and payload.get("error") in LIMIT_ERRORS
               and self.limit_hit is not None):
-            self.limit_hit(tid, str(payload["error"]))
+            said = payload.get("last_assistant_message")
+            self.limit_hit(tid, str(payload["error"]), said if isinstance(said, str) else None)
         elif event == "UserPromptSubmit" and st.limit_until:
             # a prompt reached the session (Claude Code's own resume after a usage limit,
             # or lo-orch's): it works again

@@ -39,6 +39,7 @@ from loop_orchestrator import (
     recovery,
     runs,
     schedule,
+    spend,
     templating,
     usage,
     workspace,
@@ -235,8 +236,12 @@ class Supervisor:
         self.reported_blocked: set[str] = set()
         self.plan_ids = [t.id for t in self.plan.tasks]
         self.prices = usage.prices_from(settings)
+        #: every message's usage read from the sessions' transcripts (private, monotonic)
+        self.spend = spend.SpendBook(self.record.folder / spend.BOOK_FILE)
+        #: task -> how its transcript was tampered with (first seen)
+        self.tampered: dict[str, str] = {}
         #: concurrency lowered after repeated rate limits, raised after a quiet period
-        self.governor = limits.Governor(self.cap)
+        self.governor = limits.Governor(self.cap, quiet=settings.run.limit_quiet_seconds)
         self.run_budget_noted = False
         self.notifier = notify.Notifier(
             repo, self.state.name, settings.notify,
@@ -244,7 +249,8 @@ class Supervisor:
         self.desk = self._make_desk()
         self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
                                self._ask_again, turn_ended=self._turn_ended,
-                               block=self._block, limit_hit=self._limit_hit, desk=self.desk)
+                               block=self._block, limit_hit=self._limit_hit, desk=self.desk,
+                               observe=self._refresh_usage)
         # the checks' Python environments as they are before any agent runs
         from loop_orchestrator.verify import pyenv
 
@@ -690,17 +696,17 @@ class Supervisor:
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
                 continue
+            if not alive.get(st.pane_id):
+                pane = self.backend.state(st.pane_id)  # dead or gone: the details
+                if not pane.exists or not pane.alive:
+                    # (a parked session too: noticed now, not when its wait ends)
+                    self._submit(tid, functools.partial(self._pane_died,
+                                                        dead_status=pane.dead_status))
+                    continue
             if st.limit_until:
                 if time.time() >= _ts(st.limit_until):
                     self._submit(tid, self._resume_after_limit)
                 continue  # parked by a limit: not a stall
-            if alive.get(st.pane_id):
-                self._check_stall(st)
-                continue
-            pane = self.backend.state(st.pane_id)  # dead or gone: the details
-            if not pane.exists or not pane.alive:
-                self._submit(tid, functools.partial(self._pane_died, dead_status=pane.dead_status))
-                continue
             self._check_stall(st)
 
     def _check_stall(self, st: TaskStatus) -> None:
@@ -910,8 +916,13 @@ class Supervisor:
             self._event("task_failed", tid, exit_status=dead_status, message=error)
             self._move(tid, Event.FAIL, error=error)
             return
-        self._event("session_died", tid, exit_status=dead_status, message="relaunching once")
-        st = self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None)
+        parked = bool(st.limit_until) and time.time() < _ts(st.limit_until)
+        self._event("session_died", tid, exit_status=dead_status, message="relaunching once"
+                    + (" (parked by a limit: no prompt until its wait ends)" if parked else ""))
+        # a parked session keeps its prompt as delivered (--resume brings the conversation
+        # back): a new prompt would only meet the limit again
+        st = (self._set(tid, relaunches=st.relaunches + 1, delivering=None) if parked else
+              self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None))
         spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st), resume=True)
         if pane is not None and pane.exists and st.pane_id:
             pane_id = st.pane_id
@@ -922,6 +933,11 @@ class Supervisor:
         self.adapter.wait_ready(self.backend, pane_id, timeout=self.settings.agent.ready_timeout)
         if st.phase == Phase.LAUNCHING:
             st = self._move(tid, Event.READY)
+        if parked:
+            # the short prompt after the wait (_resume_after_limit) carries on
+            self._event("relaunched_while_parked", tid, until=st.limit_until,
+                        message="relaunched; it resumes after the limit's wait")
+            return
         self._deliver(tid, self._prompt_for(st))
 
     def _block(self, tid: str, reason: str) -> None:
@@ -950,16 +966,18 @@ class Supervisor:
                              f"then `lo-orch retry {tid}`", tid)
 
     # rate and usage limits ------------------------------------------------------------------
-    def _limit_hit(self, tid: str, error: str) -> None:
-        """Claude Code gave up on a turn for a limit: park the task until it resets."""
+    def _limit_hit(self, tid: str, error: str, said: str | None = None) -> None:
+        """Claude Code gave up on a turn for a limit: park the task until it resets (the
+        reset time from what the session said, ``said``, else from its screen)."""
         from datetime import UTC, datetime, timedelta
 
         st = self.record.task(tid)
         if st.phase not in WORKING_PHASES:
             return
         now = datetime.now(UTC)
-        screen = self.backend.capture(st.pane_id, lines=60) if st.pane_id else ""
-        reset = limits.usage_limit_reset(screen, now)
+        reset = limits.usage_limit_reset(said or "", now)
+        if reset is None and st.pane_id:
+            reset = limits.usage_limit_reset(self.backend.capture(st.pane_id, lines=60), now)
         if reset is not None:
             kind, reason = "usage_limit", f"usage limit, resets {reset:%H:%M} UTC"
             until = reset + timedelta(seconds=self.settings.run.usage_limit_grace_seconds)
@@ -1005,9 +1023,26 @@ class Supervisor:
             return None
         env = {**os.environ, **self.settings.agent.env}
         try:
-            now = usage.session_usage(Path(st.worktree), st.session_id, env, self.prices)
+            path = usage.session_transcript(Path(st.worktree), st.session_id, env)
         except ValueError:  # a session id that is not a UUID: nothing lo-orch launched
             return None
+        # the spend is lo-orch's own book of every message it has read, never less than
+        # before (a session that truncates its transcript does not spend less: spend.py)
+        seen = self.spend.observe(tid, st.session_id, path)
+        booked = self.spend.messages(tid)
+        now = usage.price(booked, self.prices)
+        if seen.missing and not booked:
+            now = usage.unknown(f"transcript missing: {path}")
+        if seen.bad:
+            now.notes.append(usage.bad_note(seen.bad, path))
+        if seen.tampered:
+            self.tampered[tid] = "; ".join(seen.tampered)
+            self._event("transcript_tampered", tid, transcript=str(path),
+                        message="; ".join(seen.tampered) + "; the spend kept is lo-orch's "
+                        "own record of what it read")
+        if tid in self.tampered:
+            now.notes.append(f"transcript tampered with ({self.tampered[tid]}): the spend "
+                             "is lo-orch's own record of what it read")
         data = now.as_json()
         if data == st.usage:
             return now

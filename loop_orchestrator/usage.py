@@ -19,13 +19,16 @@ not Claude Code (kind ``command``/``scripted``) has no usage at all (``UNKNOWN``
 
 Module API: ``Usage`` (``as_json()``, ``add()``), ``Prices``, ``prices_from(settings)``,
 ``config_dir(env)``, ``transcript_path(config, cwd, session_id)``,
-``read_transcript(path, prices)``, ``session_usage(worktree, session_id, env, prices)``,
+``read_transcript(path, prices)``, ``parse_transcript(text)``, ``price(messages, prices)``,
+``bad_note(bad, path)``, ``session_transcript(worktree, session_id, env)``,
+``session_usage(worktree, session_id, env, prices)``, ``Message``,
 ``money(cost)``, ``tokens(n)``, ``cell(usage_json)``, ``line(label, usage)``,
 ``summary_lines(tasks)``, ``total(usages)``, ``unknown(note)``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -144,19 +147,21 @@ def transcript_path(config: Path, cwd: Path, session_id: str) -> Path:
     return config / "projects" / name / f"{sid}.jsonl"
 
 
-def read_transcript(path: Path, prices: Prices) -> Usage:
-    """The tokens and cost of one transcript; a missing file or bad lines are noted.
+@dataclass(frozen=True)
+class Message:
+    """One assistant message's usage in a transcript: its key (``message.id``, or a hash
+    of its line when it has none), the rework round it belongs to, its model, its tokens."""
 
-    A line that is not a JSON object, or an assistant record whose usage figures are not
-    non-negative integers, is skipped and counted in a note (the figures may then be low).
-    """
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return unknown(f"transcript missing: {path}")
-    except OSError as exc:
-        return unknown(f"transcript unreadable: {path}: {exc.strerror or exc}")
-    per_model: dict[tuple[int, str], dict[str, int]] = {}
+    key: str
+    round: int
+    model: str
+    counts: dict[str, int]
+
+
+def parse_transcript(text: str) -> tuple[list[Message], int]:
+    """The assistant messages of a transcript, each once, and the number of malformed
+    lines (not a JSON object, or usage figures that are not non-negative integers)."""
+    messages: list[Message] = []
     seen: set[str] = set()
     bad = 0
     round_no = 0
@@ -184,30 +189,60 @@ def read_transcript(path: Path, prices: Prices) -> Usage:
             bad += 1
             continue
         mid = message.get("id")
-        key = mid if isinstance(mid, str) and mid else f"line:{len(seen)}:{line[:64]}"
+        key = mid if isinstance(mid, str) and mid else \
+            "line:" + hashlib.sha256(line.encode("utf-8", "replace")).hexdigest()[:32]
         if key in seen:
             continue  # another content block of the same message
         seen.add(key)
         if not any(counts.values()):
             continue  # an API error's <synthetic> message: nothing was used
-        total = per_model.setdefault((round_no, model), dict.fromkeys(TOKEN_KEYS, 0))
+        messages.append(Message(key, round_no, model, counts))
+    return messages, bad
+
+
+def price(messages: Iterable[Message], prices: Prices) -> Usage:
+    """The tokens and cost of ``messages``, per model and per round."""
+    per_model: dict[tuple[int, str], dict[str, int]] = {}
+    for m in messages:
+        total = per_model.setdefault((m.round, m.model), dict.fromkeys(TOKEN_KEYS, 0))
         for k in TOKEN_KEYS:
-            total[k] += counts[k]
+            total[k] += m.counts.get(k, 0)
     usage = Usage()
     for (rnd, model), counts in sorted(per_model.items()):
         part = Usage(tokens=dict(counts), models=[model])
-        price = prices.get(model)
-        if price is None:
+        known = prices.get(model)
+        if known is None:
             part.cost_usd = None
             part.notes.append(f"price unknown for model {model}: add [prices.\"{model}\"] "
                               "to the config")
         else:
-            part.cost_usd = price.cost(counts)
+            part.cost_usd = known.cost(counts)
         usage.add(part)
         usage.rounds.setdefault(rnd, Usage()).add(part)
+    return usage
+
+
+def bad_note(bad: int, path: Path) -> str:
+    return (f"{bad} malformed transcript line(s) skipped in {path.name}; the figures may be "
+            "low")
+
+
+def read_transcript(path: Path, prices: Prices) -> Usage:
+    """The tokens and cost of one transcript; a missing file or bad lines are noted.
+
+    A line that is not a JSON object, or an assistant record whose usage figures are not
+    non-negative integers, is skipped and counted in a note (the figures may then be low).
+    """
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return unknown(f"transcript missing: {path}")
+    except OSError as exc:
+        return unknown(f"transcript unreadable: {path}: {exc.strerror or exc}")
+    messages, bad = parse_transcript(text)
+    usage = price(messages, prices)
     if bad:
-        usage.notes.append(f"{bad} malformed transcript line(s) skipped in {path.name}; "
-                           "the figures may be low")
+        usage.notes.append(bad_note(bad, path))
     return usage
 
 
@@ -242,16 +277,22 @@ def _counts(raw: Any) -> dict[str, int] | None:
     return out
 
 
-def session_usage(worktree: Path, session_id: str, env: Mapping[str, str],
-                  prices: Prices) -> Usage:
-    """The usage of a Claude Code session run in ``worktree`` with environment ``env``."""
+def session_transcript(worktree: Path, session_id: str, env: Mapping[str, str]) -> Path:
+    """The transcript of a Claude Code session run in ``worktree`` with environment
+    ``env`` (raises ValueError for a session id that is not a UUID)."""
     config = config_dir(env)
     path = transcript_path(config, worktree, session_id)
     if not path.exists():
         resolved = transcript_path(config, worktree.resolve(), session_id)
         if resolved.exists():
             path = resolved
-    return read_transcript(path, prices)
+    return path
+
+
+def session_usage(worktree: Path, session_id: str, env: Mapping[str, str],
+                  prices: Prices) -> Usage:
+    """The usage of a Claude Code session run in ``worktree`` with environment ``env``."""
+    return read_transcript(session_transcript(worktree, session_id, env), prices)
 
 
 def total(usages: Iterable[Usage]) -> Usage:

@@ -20,7 +20,8 @@ from loop_orchestrator.cli.main import cli
 from loop_orchestrator.verify.llm_auditor import AUDITOR_TOOLS, parse_verdict_text
 
 HOOK_EVENTS = {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "Notification",
-               "PermissionRequest", "SessionEnd"}
+               "PermissionRequest", "SessionEnd",
+               "PreToolUse"}  # PreToolUse: the spend book reads before each tool (issue 16)
 SKILLS = ("orchestrate", "loop-implement")
 #: DESIGN.md section 5 (plus `audit`): what skills may tell a model to run
 CONTRACT_COMMANDS = {"plan", "approve", "run", "status", "attach", "signal", "hook", "merge",

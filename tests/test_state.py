@@ -32,7 +32,8 @@ WRITERS = 8
 WRITER = r"""
 import sys, time
 from pathlib import Path
-from loop_orchestrator.state import RunDir, Store, TaskStatus, atomic_write_text
+from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.state import RunDir, Store, TaskStatus
 
 repo, wid, count, mode = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 store = Store(RunDir(repo))

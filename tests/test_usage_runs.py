@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from test_claude_runs import (  # the helpers and the demo-project fixture
 )
 
 from loop_orchestrator import core, demo, integration, usage
-from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+from loop_orchestrator.agents.model_endpoint import ModelEndpoint, gateway_token
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import PriceConfig
 from loop_orchestrator.state import Phase, RunDir, Store
@@ -300,3 +300,248 @@ def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
     assert st.limit_hits == 1 and st.limit_until is None
     assert not ledger(files.repo, "nudged") and not ledger(files.repo, "rework")
     assert Store(RunDir(files.repo)).read_status("slug").phase == Phase.INTEGRATED
+
+
+def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
+    files: demo.DemoFiles,
+) -> None:
+    """Anthropic's usage-limit answer (429, unified rate-limit headers ``rejected`` with a
+    reset time): Claude Code says "You've hit your 5-hour limit · resets 4:25pm
+    (Asia/Kolkata)" in the session's own time zone; lo-orch parks the task until exactly
+    that minute (plus the grace), launches nothing meanwhile, and resumes it after the
+    (shortened) reset: neither a stall nor a rework round."""
+    only(files, "tokenize", "slug")
+    _set_plan(files, lambda p: p.update(concurrency=1))  # slug waits for a free slot
+    token = gateway_token()  # a gateway login: the CLI shows the usage-limit message
+    with ModelEndpoint(load_script(files.script, model=True), cache=True, token=token,
+                       log_path=files.root / "requests.jsonl") as endpoint:
+        settings = settings_for(endpoint)
+        settings.agent.env["TZ"] = "Asia/Kolkata"  # a half-hour zone, not UTC
+        settings.run.usage_limit_grace_seconds = 2
+        approve(files, settings)
+        seen: list[tuple[str | None, str | None]] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
+                "prompt_kind") == "implement" for r in rs), 120)
+            # resets 75 s from now: its minute is at least 15 s ahead
+            endpoint.fail(429, times=1, task="tokenize", resets_in=75)
+            while not stop.is_set():
+                with contextlib.suppress(Exception):
+                    doc = core.status_document(files.repo)
+                    slug = next(t for t in doc["tasks"] if t["task"] == "slug")
+                    mine = next(t for t in doc["tasks"] if t["task"] == "tokenize")
+                    if mine.get("limit_until"):
+                        seen.append((mine["waiting_for"], slug["phase"]))
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            outcome = Supervisor(files.repo, settings).run()
+        finally:
+            stop.set()
+            watcher.join()
+        assert outcome.state == "review", outcome.message
+        (error,) = endpoint.logged(task="tokenize", status=429)  # no retry storm
+    reset = datetime.fromtimestamp(error["resets_at"], UTC)
+    (hit,) = ledger(files.repo, "limit_hit", "tokenize")
+    assert hit["error"] == "rate_limit" and hit["kind"] == "usage_limit", hit
+    # the reset minute the session said in Asia/Kolkata, back in UTC, plus the grace
+    until = datetime.fromisoformat(hit["until"])
+    assert until == reset.replace(second=0) + timedelta(seconds=2), (until, reset)
+    assert hit["message"] == f"usage limit, resets {reset:%H:%M} UTC"
+    # its StopFailure was heard (the message named the reset)
+    (failure,) = [e for e in ledger(files.repo, "hook", "tokenize")
+                  if e.get("hook_event") == "StopFailure"]
+    assert failure["error"] == "rate_limit"
+    resumed = ledger(files.repo, "limit_resumed", "tokenize") + ledger(
+        files.repo, "limit_over", "tokenize")
+    assert resumed, "never resumed"
+    first = min(datetime.fromisoformat(e["ts"]) for e in resumed)
+    assert first >= until - timedelta(seconds=1), (first, until)
+    assert seen and all(w and w.startswith(f"waiting_limit: usage limit, resets {reset:%H:%M}")
+                        for w, _ in seen), seen
+    assert all(phase == "pending" for _, phase in seen), seen  # nothing launched meanwhile
+    st = Store(RunDir(files.repo)).read_status("tokenize")
+    assert st.phase == Phase.INTEGRATED and st.rework_count == 0 and not st.nudged
+    assert st.limit_hits == 1 and st.limit_until is None
+    assert not ledger(files.repo, "nudged") and not ledger(files.repo, "rework")
+    assert Store(RunDir(files.repo)).read_status("slug").phase == Phase.INTEGRATED
+
+
+def test_a_session_that_dies_while_parked_is_noticed_at_once(
+    files: demo.DemoFiles, tmux_socket: str,
+) -> None:
+    """Claude Code is killed while its task waits out a rate limit: the death is seen
+    within seconds (not when the wait ends), the session is relaunched once as any dead
+    session is, sent nothing while the limit holds, and resumed after the wait."""
+    only(files, "tokenize")
+    wait = 25.0
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        settings.run.limit_wait_seconds = wait
+        approve(files, settings)
+        killed: list[datetime] = []
+
+        def attack() -> None:
+            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
+                "prompt_kind") == "implement" for r in rs), 120)
+            endpoint.fail(429, times=1, task="tokenize", retry_after=120)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with contextlib.suppress(Exception):
+                    st = Store(RunDir(files.repo)).read_status("tokenize")
+                    if st.limit_until and st.pane_id:
+                        pid = subprocess.run(
+                            ["tmux", "-L", tmux_socket, "display", "-p", "-t", st.pane_id,
+                             "#{pane_pid}"], capture_output=True, text=True, check=True,
+                            timeout=10).stdout.strip()
+                        killed.append(datetime.now(UTC))
+                        # the pane's own process (Claude Code), started by this test's run
+                        subprocess.run(["kill", "-9", pid], check=True, timeout=10)
+                        return
+                time.sleep(0.2)
+
+        attacker = threading.Thread(target=attack)
+        attacker.start()
+        try:
+            outcome = Supervisor(files.repo, settings).run()
+        finally:
+            attacker.join()
+        assert outcome.state == "review", outcome.message
+        assert killed, "the task was never parked"
+        (hit,) = ledger(files.repo, "limit_hit", "tokenize")
+        until = datetime.fromisoformat(hit["until"])
+        (died,) = ledger(files.repo, "session_died", "tokenize")
+        noticed = datetime.fromisoformat(died["ts"])
+        # noticed at once: seconds after the kill, long before the wait was over
+        assert (noticed - killed[0]).total_seconds() < 8, (noticed, killed)
+        assert noticed < until - timedelta(seconds=10), (noticed, until)
+        assert ledger(files.repo, "relaunched_while_parked", "tokenize")
+        # no turn was asked of the model between the kill and the end of the wait
+        asked = [(r["kind"], r.get("prompt_kind"), r.get("text"))
+                 for r in endpoint.logged(task="tokenize")
+                 if killed[0].timestamp() < r["at"] < until.timestamp() - 1]
+        assert not asked, asked
+        (resumed,) = ledger(files.repo, "limit_resumed", "tokenize")
+        assert datetime.fromisoformat(resumed["ts"]) >= until - timedelta(seconds=1)
+    st = Store(RunDir(files.repo)).read_status("tokenize")
+    assert st.phase == Phase.INTEGRATED and st.relaunches == 1 and st.rework_count == 0
+    assert not ledger(files.repo, "task_failed") and not ledger(files.repo, "nudged")
+
+
+#: the attack: erase every transcript the session can reach (its own among them)
+TRUNCATE = ('for f in "${CLAUDE_CONFIG_DIR:-$HOME/.claude}"/projects/*/*.jsonl; '
+            'do : > "$f"; done')
+
+
+def test_an_agent_that_truncates_its_transcript_is_still_blocked_by_its_budget(
+    files: demo.DemoFiles,
+) -> None:
+    """The session empties its own transcript just before its turn ends, to look cheap
+    there. lo-orch's spend book read every message before the tool that erased them
+    ran (PreToolUse): the spend is exactly what the endpoint reported, the task is stopped
+    by its budget, and the ledger names the tampering."""
+    only(files, "tokenize")
+    script = yaml.safe_load(files.script.read_text(encoding="utf-8"))
+    actions = script["tokenize"]["implement"][0]
+    # erase, then end the turn before signalling (the turn boundary where budgets bite)
+    actions[len(actions) - 1:len(actions) - 1] = [
+        {"run": {"argv": ["sh", "-c", TRUNCATE]}}, {"stop": {"text": "Almost there."}}]
+    files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        approve(files, settings)
+
+        def set_budget() -> None:
+            # once planning is paid for (two replies): a budget of twice that, which the
+            # implementation turn (six replies) exceeds and the one reply left in the
+            # emptied transcript does not
+            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
+                "prompt_kind") == "implement" for r in rs), 120)
+            planned = sum(OPUS.cost(r["usage"]) for r in endpoint.logged(
+                kind="reply", task="tokenize", prompt_kind="plan"))
+            settings.run.task_max_cost_usd = 2 * planned
+
+        setter = threading.Thread(target=set_budget)
+        setter.start()
+        try:
+            outcome = Supervisor(files.repo, settings).run()
+        finally:
+            setter.join()
+        assert outcome.state == "blocked", outcome.message
+        figures = sent(endpoint, "tokenize")
+    cap = settings.run.task_max_cost_usd
+    assert cap is not None
+    st = Store(RunDir(files.repo)).read_status("tokenize")
+    assert st.phase == Phase.BLOCKED and st.error is not None
+    assert st.error.startswith("over its budget: spent $"), st.error
+    assert st.usage is not None
+    # every token the endpoint reported, to the unit: nothing was lost to the truncation
+    assert {k: st.usage[k] for k in KEYS} == figures
+    assert st.usage["cost_usd"] >= cap
+    assert any("transcript tampered with" in n for n in st.usage["notes"]), st.usage
+    (tampered, *_) = ledger(files.repo, "transcript_tampered", "tokenize")
+    assert "shrank" in tampered["message"], tampered
+    # the attack was real: what the transcript holds now is under the budget
+    assert st.session_id is not None and st.worktree is not None
+    left = usage.session_usage(Path(st.worktree), st.session_id,
+                               {**__import__("os").environ, **settings.agent.env},
+                               usage.DEFAULT_PRICES)
+    assert left.cost_usd is not None and left.cost_usd < cap, (left.cost_usd, cap)
+
+
+def test_concurrency_drops_after_repeated_rate_limits_and_recovers(
+    files: demo.DemoFiles,
+) -> None:
+    """Two sessions get a 429 each: the run lowers its concurrency (2 -> 1), so the task
+    that becomes ready meanwhile waits for a free slot, and raises it again after a quiet
+    period (shortened to 12 s)."""
+    only(files, "tokenize", "slug", "counts")
+    _set_plan(files, lambda p: p.update(concurrency=2))
+    with cached_endpoint(files) as endpoint:
+        settings = settings_for(endpoint)
+        settings.run.limit_wait_seconds = 3
+        settings.run.limit_quiet_seconds = 12
+        approve(files, settings)
+
+        def storm() -> None:
+            for task in ("tokenize", "slug"):
+                def implementing(rs: list[dict[str, Any]], t: str = task) -> bool:
+                    return any(r.get("task") == t and r.get("prompt_kind") == "implement"
+                               for r in rs)
+
+                endpoint.wait_for(implementing, 120)
+                endpoint.fail(429, times=1, task=task, retry_after=120)
+
+        stormer = threading.Thread(target=storm)
+        stormer.start()
+        try:
+            outcome = Supervisor(files.repo, settings).run()
+        finally:
+            stormer.join()
+        assert outcome.state == "review", outcome.message
+    hits = ledger(files.repo, "limit_hit")
+    assert sorted(h["task"] for h in hits) == ["slug", "tokenize"], hits
+    (lowered,) = ledger(files.repo, "concurrency_lowered")
+    assert lowered["concurrency"] == 1
+    second_hit = max(datetime.fromisoformat(h["ts"]) for h in hits)
+    lowered_at = datetime.fromisoformat(lowered["ts"])
+    assert lowered_at >= second_hit - timedelta(seconds=1)
+    (raised,) = ledger(files.repo, "concurrency_raised")
+    assert raised["concurrency"] == 2
+    raised_at = datetime.fromisoformat(raised["ts"])
+    assert raised_at - lowered_at >= timedelta(seconds=12), (lowered_at, raised_at)
+    # while one slot was allowed, counts was not launched beside a working session: it
+    # started after slug was done, or after the slot came back
+    (counts,) = ledger(files.repo, "task_released", "counts")
+    (slug_done,) = ledger(files.repo, "task_integrated", "slug")
+    released = datetime.fromisoformat(counts["ts"])
+    assert released >= min(raised_at, datetime.fromisoformat(slug_done["ts"])), (
+        released, raised_at, slug_done["ts"])
+    for task in ("tokenize", "slug", "counts"):  # (counts' first round fails by design)
+        st = Store(RunDir(files.repo)).read_status(task)
+        assert st.phase == Phase.INTEGRATED, (task, st.phase)
+        assert task == "counts" or (st.rework_count == 0 and not st.nudged), task

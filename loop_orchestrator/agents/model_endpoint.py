@@ -8,7 +8,7 @@ claude`` use it; no Claude login and no network is needed.
 
 Module API
 ----------
-``ModelEndpoint(script, *, token=..., log_path=None, cache=False)``
+``ModelEndpoint(script, *, token=..., log_path=None, cache=False)``, ``gateway_token()``
     A context manager; ``url``, ``env()`` (what a Claude Code session needs to talk to it),
     ``requests`` (every request, logged), ``fail(status, ...)`` (answer the next requests
     with an API error), ``wait_for(predicate, timeout)``, ``close()``. Each reply's usage
@@ -98,6 +98,22 @@ _CWD_RE = re.compile(r"Primary working directory: (\S+)")
 _REMINDER = "<system-reminder>"
 
 
+def gateway_token(expires: int = 4_102_444_800) -> str:
+    """A bearer token (``ANTHROPIC_AUTH_TOKEN``) Claude Code 2.1.332 takes for an
+    enterprise gateway's: an unsigned JWT with ``aud: claude-gateway`` (its ``S7t``). Like a
+    subscriber's login, and unlike an API key, it makes the CLI show a usage-limit answer
+    as ``You've hit your 5-hour limit · resets ...`` (with an API key it shows
+    ``API Error: Request rejected (429)``). Pass it as ``ModelEndpoint(token=...)``."""
+    import base64
+
+    def part(data: dict[str, Any]) -> str:
+        raw = json.dumps(data, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    return (f"{part({'alg': 'none', 'typ': 'JWT'})}."
+            f"{part({'aud': 'claude-gateway', 'exp': expires})}.scripted")
+
+
 # the pure part: requests in, replies out ---------------------------------------------------
 
 
@@ -110,12 +126,37 @@ class Fault:
     type: str = ""
     message: str = ""
     retry_after: float | None = None
+    #: a usage limit: it resets this many seconds after the answer is sent
+    resets_in: float | None = None
+    limit: str = "five_hour"
 
     @classmethod
     def error(cls, status: int, type_: str | None = None, message: str | None = None,
-              retry_after: float | None = None) -> Fault:
+              retry_after: float | None = None, *, resets_in: float | None = None,
+              limit: str = "five_hour") -> Fault:
         kind = type_ or ERROR_TYPES.get(status, "api_error")
-        return cls("error", status, kind, message or f"scripted {kind}", retry_after)
+        return cls("error", status, kind, message or f"scripted {kind}", retry_after,
+                   resets_in, limit)
+
+    @classmethod
+    def usage_limit(cls, resets_in: float, limit: str = "five_hour") -> Fault:
+        """A subscriber's usage limit, as Anthropic's API answers it: 429 with the unified
+        rate-limit headers ``status: rejected``, the ``reset`` time (Unix seconds) and the
+        limit hit (``representative-claim``). Claude Code 2.1.332 reads exactly these
+        (its ``anthropic-ratelimit-unified-*`` parser) and, with no retry, shows
+        ``You've hit your 5-hour limit · resets <time> (<zone>)``."""
+        return cls.error(429, message="This request would exceed your account's rate limit. "
+                         "Please try again later.", resets_in=resets_in, limit=limit)
+
+    def limit_headers(self, now: float) -> dict[str, str]:
+        """The ``anthropic-ratelimit-unified-*`` headers of a usage-limit answer."""
+        if self.resets_in is None:
+            return {}
+        reset = str(round(now + self.resets_in))
+        return {"anthropic-ratelimit-unified-status": "rejected",
+                "anthropic-ratelimit-unified-reset": reset,
+                "anthropic-ratelimit-unified-representative-claim": self.limit,
+                "retry-after": str(max(0, round(self.resets_in)))}
 
 
 @dataclass
@@ -268,7 +309,8 @@ def steps_for(actions: list[Any], cwd: str | None, exists: Callable[[str], bool]
             bash("kill -9 $PPID", "Crash (scripted)")
         elif isinstance(action, ApiErrorAction):
             a = action.api_error
-            faults.append(Fault.error(a.status, a.type, a.message, a.retry_after))
+            faults.append(Fault.error(a.status, a.type, a.message, a.retry_after,
+                                      resets_in=a.resets_in, limit=a.limit))
         elif isinstance(action, DropAction):
             faults.append(Fault("drop"))
         elif isinstance(action, HangAction):
@@ -337,10 +379,14 @@ class ModelEndpoint:
         return env
 
     def fail(self, status: int, *, times: int = 1, task: str | None = None,
-             retry_after: float | None = None, type_: str | None = None) -> None:
-        """Answer the next ``times`` turn requests (of ``task``, or any) with an API error."""
+             retry_after: float | None = None, type_: str | None = None,
+             resets_in: float | None = None) -> None:
+        """Answer the next ``times`` turn requests (of ``task``, or any) with an API error;
+        ``resets_in``: a usage limit that resets that many seconds later (``Fault.usage_limit``)."""
+        fault = (Fault.usage_limit(resets_in) if resets_in is not None
+                 else Fault.error(status, type_, None, retry_after))
         with self._lock:
-            self._faults += [(Fault.error(status, type_, None, retry_after), task)] * times
+            self._faults += [(fault, task)] * times
 
     def logged(self, **match: Any) -> list[dict[str, Any]]:
         """The logged requests whose fields equal ``match``."""
@@ -493,8 +539,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         record = {**base, **info, "messages": len(body.get("messages") or []),
                   **_last_result(body)}
         if isinstance(answer, Fault):
-            endpoint._log({**record, "kind": answer.kind, "status": answer.status or None})
-            self._fault(answer)
+            sent_at = time.time()
+            limit = answer.limit_headers(sent_at)
+            extra = {"resets_at": int(limit["anthropic-ratelimit-unified-reset"]),
+                     "limit": answer.limit} if limit else {}
+            endpoint._log({**record, "kind": answer.kind, "status": answer.status or None,
+                           **extra})
+            self._fault(answer, sent_at)
             return
         record.update(kind="reply", status=200, stop_reason=answer.stop_reason,
                       tool=answer.tool[0] if answer.tool else None,
@@ -515,23 +566,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
-    def _error(self, fault: Fault) -> None:
+    def _error(self, fault: Fault, sent_at: float | None = None) -> None:
         data = json.dumps({"type": "error",
                            "error": {"type": fault.type, "message": fault.message}}).encode()
         self.send_response(fault.status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.send_header("request-id", f"req_scripted_{time.monotonic_ns()}")
-        if fault.retry_after is not None:
+        limit = fault.limit_headers(time.time() if sent_at is None else sent_at)
+        for name, value in limit.items():
+            self.send_header(name, value)
+        if fault.retry_after is not None and "retry-after" not in limit:
             self.send_header("retry-after", f"{fault.retry_after:g}")
         if fault.kind == "error" and fault.status != 529:
             self.send_header("x-should-retry", "true" if fault.status >= 429 else "false")
         self.end_headers()
         self.wfile.write(data)
 
-    def _fault(self, fault: Fault) -> None:
+    def _fault(self, fault: Fault, sent_at: float) -> None:
         if fault.kind == "error":
-            self._error(fault)
+            self._error(fault, sent_at)
         elif fault.kind == "drop":
             self.close_connection = True
             with contextlib.suppress(OSError):

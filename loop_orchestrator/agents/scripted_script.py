@@ -31,8 +31,9 @@ a test without assertions or an edit outside ``owns`` (``write``).
 Model-only actions, for the scripted model endpoint (agents/model_endpoint.py) that drives
 the real Claude Code CLI; the scripted agent refuses a script that uses them:
 ``stop {text}`` (end the turn here; the Stop hook may send the session back),
-``api_error {status, type, message, retry_after}`` (answer the next request with an API
-error), ``drop`` (close the connection without an answer), ``tool {name, input}`` (any
+``api_error {status, type, message, retry_after, resets_in, limit}`` (answer the next
+request with an API error; ``resets_in`` makes a 429 a usage limit that resets that many
+seconds later), ``drop`` (close the connection without an answer), ``tool {name, input}`` (any
 tool call, e.g. one a permission mode must ask a person about). Model-only fields of an
 entry: ``match`` (a regex: the entry also serves a session whose first prompt matches it)
 and ``turns`` (one list of actions per prompt that is not a lo-orch phase prompt, in order:
@@ -151,6 +152,12 @@ class ApiErrorArgs(_Model):
     type: str | None = None  # the Anthropic error type; by default the one of ``status``
     message: str | None = None
     retry_after: float | None = Field(default=None, ge=0)
+    #: a subscriber's usage limit: its reset this many seconds after the answer (sent as
+    #: Anthropic's ``anthropic-ratelimit-unified-*`` headers, see model_endpoint.Fault)
+    resets_in: float | None = Field(default=None, ge=0)
+    #: which limit was hit (``anthropic-ratelimit-unified-representative-claim``)
+    limit: Literal["five_hour", "seven_day", "seven_day_opus", "seven_day_sonnet"] = \
+        "five_hour"
 
 
 class DropArgs(_Model):
