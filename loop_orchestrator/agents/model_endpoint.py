@@ -388,11 +388,20 @@ class ModelEndpoint:
         bearer = headers.get("authorization", "")
         return bearer == f"Bearer {self.token}" or headers.get("x-api-key") == self.token
 
+    def conversation(self, body: Mapping[str, Any]) -> Conversation:
+        """What a request says about its session (an endpoint of another API overrides it)."""
+        return Conversation.of(body)
+
+    def handle_post(self, handler: http.server.BaseHTTPRequestHandler, raw: bytes,
+                    headers: Mapping[str, str]) -> bool:
+        """Serve a POST in another API's way; False: the Messages API below serves it."""
+        return False
+
     def answer(
         self, session_id: str, body: Mapping[str, Any]
     ) -> tuple[Step | Fault, dict[str, Any]]:
         """The answer to one turn request, and what to log about it."""
-        convo = Conversation.of(body)
+        convo = self.conversation(body)
         with self._lock:
             session = self._sessions.setdefault(session_id, _Session(session_id))
             if not convo.prompts:
@@ -467,6 +476,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
+        if endpoint.handle_post(self, raw, headers):
+            return
         base = {"path": self.path, "user_agent": headers.get("user-agent", "")}
         if not self.path.startswith("/v1/messages"):
             endpoint._log({**base, "kind": "unknown path", "status": 404})
