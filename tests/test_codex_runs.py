@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, git
+from conftest import REPO_ROOT, edit_script, git
 
 from loop_orchestrator import core, demo, gate2, runs
 from loop_orchestrator.agents.api_endpoints import (
@@ -208,3 +208,162 @@ def test_codex_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path
     with pytest.raises(ConfigError, match="permission_mode 'default'") as info:
         CodexAdapter(AgentConfig(kind="codex", permission_mode="default"), tmp_path)
     assert "bypassPermissions" in str(info.value.hint)
+
+
+def test_a_killed_codex_is_resumed_in_its_own_conversation(
+    files: demo.DemoFiles, tmux_socket: str,
+) -> None:
+    """Codex dies mid-task: the relaunch is `codex resume <its thread>`, which carries on."""
+    import signal
+    import subprocess
+    import threading
+
+    from loop_orchestrator import procinfo
+    from loop_orchestrator.record import Record
+
+    only(files, "tokenize")
+    edit_script(files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
+    killed: list[int] = []
+    with endpoint_for(files) as endpoint:
+        settings = settings_for(endpoint, files)
+        core.plan_from_file(files.repo, files.plan, settings)
+        runs.approve_plan(files.repo)
+
+        def kill_mid_task() -> None:
+            endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
+            st = Record.open(files.repo, "demo").task("tokenize")
+            out = subprocess.run(["tmux", "-L", tmux_socket, "display-message", "-p", "-t",
+                                  str(st.pane_id), "#{pane_pid}"],
+                                 capture_output=True, text=True, check=True)
+            pane_pid = int(out.stdout.strip())
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                pid = int(proc.name)
+                with contextlib.suppress(OSError):
+                    argv = (proc / "cmdline").read_bytes().split(b"\0")
+                    if (pid == pane_pid or pane_pid in procinfo.ancestors(pid)) and any(
+                            a.endswith(b"/codex") for a in argv[:2]):
+                        os.kill(pid, signal.SIGKILL)  # a Codex process this test started
+                        killed.append(pid)
+
+        killer = threading.Thread(target=kill_mid_task)
+        killer.start()
+        outcome = Supervisor(files.repo, settings).run()
+        killer.join(timeout=5)
+    assert killed, "no Codex process was found below the pane"
+    assert outcome.state == "review", outcome.message
+    status = Store(RunDir(files.repo)).read_status("tokenize")
+    assert status.relaunches == 1 and status.phase == Phase.INTEGRATED
+    replies = endpoint.logged(kind="reply", task="tokenize")
+    # one Codex thread from start to end: the relaunch resumed it (a fresh start would be
+    # a new thread id, and its first request would hold one prompt)
+    assert len({r["session"] for r in replies}) == 1, {r["session"] for r in replies}
+    resumed = [r for r in replies if r["prompt_kind"] == "implement"]
+    assert max(r["prompt"] for r in resumed) >= 3  # the implement prompt came again
+    assert [e["event"] for e in ledger(files.repo)].count("session_died") == 1
+
+
+# pre-trust, the trust dialog and the not-logged-in screen --------------------------------
+
+
+def test_pretrust_appends_only_what_is_missing_and_keeps_the_users_config(
+    tmp_path: Path,
+) -> None:
+    import tomllib
+
+    from loop_orchestrator.agents.codex import pretrust
+
+    config = tmp_path / "config.toml"
+    user = ('model = "o3"  # mine\n[projects."/elsewhere"]\ntrust_level = "untrusted"\n'
+            '[projects."/my/repo"]\ntrust_level = "untrusted"')  # no final newline
+    config.write_text(user, encoding="utf-8")
+    config.chmod(0o640)
+    odd = tmp_path / 'we"ird \\ repo'
+    assert pretrust(config, [Path("/my/repo"), odd]) is True
+    text = config.read_text(encoding="utf-8")
+    assert text.startswith(user + "\n")  # every byte of the user's file kept
+    data = tomllib.loads(text)
+    # the user's own decision about /my/repo stands; the new root is trusted
+    assert data["projects"]["/my/repo"]["trust_level"] == "untrusted"
+    assert data["projects"][str(odd)]["trust_level"] == "trusted"
+    assert data["model"] == "o3"
+    assert config.stat().st_mode & 0o777 == 0o640
+    # a second launch writes nothing
+    assert pretrust(config, [odd]) is False
+    assert config.read_text(encoding="utf-8") == text
+
+
+def test_pretrust_refuses_a_broken_config_without_writing(tmp_path: Path) -> None:
+    from loop_orchestrator.agents.codex import pretrust
+    from loop_orchestrator.errors import AgentError
+
+    config = tmp_path / "config.toml"
+    config.write_text("model = \n", encoding="utf-8")
+    with pytest.raises(AgentError, match="not valid TOML") as info:
+        pretrust(config, [tmp_path])
+    assert "pretrust = false" in str(info.value.hint)
+    assert config.read_text(encoding="utf-8") == "model = \n"
+
+
+def _adapter_and_context(repo: Path, env: dict[str, str], **agent: Any) -> tuple[
+        CodexAdapter, Any]:
+    from loop_orchestrator.agents.base import AgentContext
+
+    config = AgentConfig(kind="codex", command=str(codex()), env=env, **agent)
+    ctx = AgentContext.create(task="alpha", run_name="r", repo=repo, worktree=repo,
+                              run_dir=repo / ".orchestration", brief_path=repo / "brief.md",
+                              settings=config)
+    return CodexAdapter(config, repo), ctx
+
+
+def test_without_pretrust_the_trust_dialog_is_answered_before_ready(
+    git_repo: Path, tmux_socket: str, tmp_path: Path,
+) -> None:
+    from loop_orchestrator.agents.codex import READY_RE
+    from loop_orchestrator.sessions import TmuxBackend
+
+    script = tmp_path / "script.yaml"
+    script.write_text("default:\n  turns:\n    - [{say: hi}]\n", encoding="utf-8")
+    with ResponsesEndpoint(load_script(script, model=True)) as endpoint:
+        home = tmp_path / "home"
+        env = {**endpoint.env(home / ".codex"), "HOME": str(home)}
+        adapter, ctx = _adapter_and_context(git_repo, env, pretrust=False)
+        backend = TmuxBackend("t", socket=tmux_socket)
+        adapter.prepare(ctx)
+        assert "projects" not in (home / ".codex" / "config.toml").read_text()
+        pane = backend.launch(adapter.launch_spec(ctx, resume=False))
+        seen: list[tuple[str, bool]] = []
+        original = adapter.is_ready
+
+        def watching(screen: str) -> bool:
+            seen.append((screen, original(screen)))
+            return seen[-1][1]
+
+        adapter.is_ready = watching  # type: ignore[method-assign]
+        adapter.wait_ready(backend, pane, timeout=60)
+    # the composer's footer showed while Codex still started (its trust dialog to come)
+    # and did not count as ready
+    assert any(READY_RE.search(s) and not ok for s, ok in seen), "no early composer seen"
+    assert seen[-1][1]
+    assert "Trust this folder?" not in backend.capture(pane, 0)
+    # Codex saved the answer itself, for the repository
+    assert f'[projects."{git_repo}"]' in (home / ".codex" / "config.toml").read_text()
+
+
+def test_codex_without_a_login_stops_at_its_sign_in_screen_with_a_clear_error(
+    git_repo: Path, tmux_socket: str, tmp_path: Path,
+) -> None:
+    from loop_orchestrator.errors import AgentStartError
+    from loop_orchestrator.sessions import TmuxBackend
+
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "CODEX_HOME": str(home / ".codex")}
+    adapter, ctx = _adapter_and_context(git_repo, env)
+    backend = TmuxBackend("t", socket=tmux_socket)
+    adapter.prepare(ctx)
+    pane = backend.launch(adapter.launch_spec(ctx, resume=False))
+    with pytest.raises(AgentStartError, match="Codex CLI is not logged in") as info:
+        adapter.wait_ready(backend, pane, timeout=60)
+    assert "codex login" in str(info.value.hint)
+    assert "Sign in with ChatGPT" in info.value.screen
