@@ -730,6 +730,9 @@ class Supervisor:
         if self.adapter.uses_hooks:
             confirmed = prompt_confirmation(self.record.task, tid)
             self._set(tid, delivering=key, delivery_started_at=now_iso())
+        wait_idle = getattr(self.adapter, "wait_idle", None)
+        if wait_idle is not None:  # an agent that drops a prompt sent while it works
+            wait_idle(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
         self.deliverer.deliver(
             self.backend,
             st.pane_id,
