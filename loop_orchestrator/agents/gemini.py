@@ -163,7 +163,9 @@ class GeminiAdapter:
             except TmuxError:
                 return
             now = time.monotonic()
-            if self.is_ready(screen) and not BUSY_RE.search(screen):
+            # not is_ready: the "Initializing..." line of a prompt queued at the start
+            # stays on screen
+            if READY_RE.search(screen) and not BUSY_RE.search(screen):
                 idle_since = idle_since or now
                 if now - idle_since >= IDLE_SECONDS:
                     return
