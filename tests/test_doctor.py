@@ -214,6 +214,8 @@ def test_doctor_says_how_well_each_agent_kind_is_supported(
 ) -> None:
     codex = os.environ.get("LO_ORCH_TEST_CODEX") or str(
         REPO_ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex")
+    if not Path(codex).exists():
+        pytest.fail("the Codex CLI is missing: `scripts/bootstrap --agents` installs it")
     write_config(git_repo, f'[agent]\nkind = "codex"\ncommand = "{codex}"\n')
     result = doctor("--repo", str(git_repo))
     assert result.exit_code == 0, result.output

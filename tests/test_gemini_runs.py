@@ -168,3 +168,67 @@ def test_gemini_without_auth_stops_at_its_auth_dialog_with_a_clear_error(
         adapter.wait_ready(backend, pane, timeout=90)
     assert "authenticate" in str(info.value.hint)
     assert "Use Gemini API Key" in info.value.screen
+
+
+def test_a_killed_gemini_is_resumed_in_its_own_conversation(
+    files: demo.DemoFiles, tmux_socket: str,
+) -> None:
+    """Gemini CLI dies mid-task: the relaunch is `gemini --resume <its session>`."""
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from conftest import edit_script
+
+    from loop_orchestrator import procinfo
+    from loop_orchestrator.record import Record
+
+    only(files, "tokenize")
+    edit_script(files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
+    killed: list[int] = []
+    killed_at: list[float] = []
+    with endpoint_for(files) as endpoint:
+        settings = settings_for(endpoint, files)
+        settings.run.stall_minutes = 1  # a lost prompt shows as a nudge, soon
+        core.plan_from_file(files.repo, files.plan, settings)
+        runs.approve_plan(files.repo)
+
+        def kill_mid_task() -> None:
+            endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
+            st = Record.open(files.repo, "demo").task("tokenize")
+            out = subprocess.run(["tmux", "-L", tmux_socket, "display-message", "-p", "-t",
+                                  str(st.pane_id), "#{pane_pid}"],
+                                 capture_output=True, text=True, check=True)
+            pane_pid = int(out.stdout.strip())
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                pid = int(proc.name)
+                with contextlib.suppress(OSError):
+                    argv = (proc / "cmdline").read_bytes().split(b"\0")
+                    if (pid == pane_pid or pane_pid in procinfo.ancestors(pid)) and any(
+                            b"gemini" in a for a in argv[:2]):
+                        os.kill(pid, signal.SIGKILL)  # a Gemini process this test started
+                        killed.append(pid)
+                        killed_at.append(time.time())
+
+        killer = threading.Thread(target=kill_mid_task)
+        killer.start()
+        outcome = Supervisor(files.repo, settings).run()
+        killer.join(timeout=5)
+    assert killed, "no Gemini process was found below the pane"
+    assert outcome.state == "review", outcome.message
+    status = Store(RunDir(files.repo)).read_status("tokenize")
+    assert status.relaunches == 1 and status.phase == Phase.INTEGRATED
+    replies = endpoint.logged(kind="reply", task="tokenize")
+    # the relaunched Gemini carried the conversation: its requests after the kill hold the
+    # plan prompt before the implement prompt sent again (a fresh start's first request
+    # holds one prompt). Gemini 0.61.0 keeps a turn only once it ended: the interrupted
+    # implement prompt is not in the resumed history, the resent one is its second prompt.
+    after = [r for r in replies if r["at"] > killed_at[0]]
+    assert after and {r["prompt"] for r in after} == {2}, [r["prompt"] for r in after]
+    assert {r["prompt_kind"] for r in after} == {"implement"}
+    assert [e["event"] for e in ledger(files.repo)].count("session_died") == 1
+    # the prompt sent to the resumed session was taken (not left for a nudge)
+    assert not ledger(files.repo, "nudged")

@@ -47,7 +47,10 @@ from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 UNATTENDED = ["--approval-mode=yolo", "--skip-trust"]
 DEFAULT_MODEL = "gemini-2.5-pro"
 READY_RE = re.compile(r"Type your message or @path/to/file")
-STARTING_RE = re.compile(r"Initializing\.\.\.")
+STARTING_RE = re.compile(r"Initializing\.\.\.|Resuming session")
+#: the ready screen must stay so this long: a resumed session draws its composer, then
+#: "Resuming session..." about a second later, then the history (0.61.0)
+READY_STABLE_SECONDS = 2.0
 #: the spinner line of a running turn ("Thinking... (esc to cancel, 3s)"), shown above
 #: the composer, which stays visible
 BUSY_RE = re.compile(r"\(esc to cancel")
@@ -181,4 +184,4 @@ class GeminiAdapter:
             return self.is_ready(screen)
 
         wait_until_ready(backend, pane_id, is_ready=ready, timeout=timeout,
-                         what="Gemini CLI", dialogs=())
+                         what="Gemini CLI", dialogs=(), stable_for=READY_STABLE_SECONDS)
