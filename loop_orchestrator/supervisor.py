@@ -671,9 +671,11 @@ class Supervisor:
         atomic_write_text(self.rundir.brief_path(tid), brief)
         if self.adapter.name != "claude" and st.usage is None:
             # no transcript to read: its cost is unknown, never $0
-            self._set(tid, usage=usage.unknown(
-                f"the agent (kind {self.settings.agent.kind}) records no token usage"
-            ).as_json())
+            kind = self.settings.agent.kind
+            note = (f"the agent (kind {kind}) records no token usage"
+                    if kind not in ("codex", "gemini") else
+                    f"the agent (kind {kind}) records tokens lo-orch does not read or price")
+            self._set(tid, usage=usage.unknown(note).as_json())
         session_id = st.session_id or str(uuid.uuid4())
         st = self._set(
             tid, worktree=str(worktree), branch=self.ws.task_branch(tid), session_id=session_id

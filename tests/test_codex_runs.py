@@ -124,6 +124,8 @@ def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(files: demo.DemoFi
         assert status.phase == Phase.INTEGRATED
         # cost: Codex records tokens, lo-orch has no price for them: unknown, never $0
         assert status.usage is not None and status.usage["cost_known"] is False, status.usage
+        assert status.usage["notes"] == [
+            "the agent (kind codex) records tokens lo-orch does not read or price"]
         # the session Codex recorded for the worktree is the one the endpoint served
         found = find_session(files.root / "home" / ".codex", Path(str(status.worktree)))
         assert found is not None and found[0] in by_task[task]
