@@ -96,6 +96,8 @@ def check_agent(settings: Settings) -> Check:
                      "Fix [agent] command in your config.")
     if not argv:
         return Check("agent CLI", "fail", "[agent] command is empty", "Set [agent] command.")
+    if agent.kind in _PRESETS and argv == ["claude"]:  # the default of [agent] command
+        argv = [agent.kind]
     if agent.kind == "command":
         exe = argv[0] if "/" in argv[0] else shutil.which(argv[0])
         if not exe or not Path(exe).exists():
@@ -104,10 +106,27 @@ def check_agent(settings: Settings) -> Check:
         return Check("agent CLI", "ok", f"{exe} (kind = command)")
     line, detail = _tool_version([*argv, "--version"])
     if line is None:
+        package = _PRESETS.get(agent.kind, "@anthropic-ai/claude-code")
         return Check("agent CLI", "fail", detail,
-                     "Install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set "
-                     "[agent] command to its path.")
+                     f"Install it (`npm install -g {package}`) or set [agent] command to its "
+                     "path.")
     return Check("agent CLI", "ok", f"{line} ({detail})")
+
+
+#: agent kinds with a preset, and their npm package
+_PRESETS = {"codex": "@openai/codex", "gemini": "@google/gemini-cli"}
+
+
+def check_agent_support(settings: Settings) -> Check:
+    """How well the configured kind is supported (status source, resume, cost), and the rest."""
+    from loop_orchestrator.agents.support import SUPPORT, support_lines
+
+    kind = settings.agent.kind
+    mine = SUPPORT[kind]
+    others = [line for line in support_lines() if not line.startswith(f"{kind}:")]
+    detail = (f"{mine.name}: status from {mine.status}; resume: {mine.resume}; "
+              f"cost: {mine.cost}; tested with {mine.verified}")
+    return Check("agent support", "info", detail, "Other kinds: " + " | ".join(others))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -132,6 +151,10 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
     from loop_orchestrator.agents.claude import claude_config_path
 
     name = "claude login"
+    if settings.agent.kind in _PRESETS:
+        return Check(f"{settings.agent.kind} login", "info",
+                     "not checked offline: lo-orch stops with a clear error at its sign-in "
+                     "screen")
     if settings.agent.kind != "claude":
         return Check(name, "info", f"not needed for [agent] kind = {settings.agent.kind}")
     merged = {**env, **settings.agent.env}
@@ -256,7 +279,8 @@ def run_checks(repo: Path | None, settings: Settings,
                env: Mapping[str, str] | None = None) -> list[Check]:
     """Every check, in display order."""
     env = os.environ if env is None else env
-    checks = [check_git(), check_tmux(), check_agent(settings), check_login(settings, env)]
+    checks = [check_git(), check_tmux(), check_agent(settings), check_agent_support(settings),
+              check_login(settings, env)]
     sandbox = check_sandbox(settings, env)
     if sandbox is not None:
         checks.append(sandbox)

@@ -762,9 +762,11 @@ class Supervisor:
         atomic_write_text(self.rundir.brief_path(tid), brief)
         if self.adapter.name != "claude" and st.usage is None:
             # no transcript to read: its cost is unknown, never $0
-            self._set(tid, usage=usage.unknown(
-                f"the agent (kind {self.settings.agent.kind}) records no token usage"
-            ).as_json())
+            kind = self.settings.agent.kind
+            note = (f"the agent (kind {kind}) records no token usage"
+                    if kind not in ("codex", "gemini") else
+                    f"the agent (kind {kind}) records tokens lo-orch does not read or price")
+            self._set(tid, usage=usage.unknown(note).as_json())
         session_id = st.session_id or str(uuid.uuid4())
         st = self._set(
             tid, worktree=str(worktree), branch=self.ws.task_branch(tid), session_id=session_id
@@ -821,6 +823,9 @@ class Supervisor:
         if self.adapter.uses_hooks:
             confirmed = prompt_confirmation(self.record.task, tid)
             self._set(tid, delivering=key, delivery_started_at=now_iso())
+        wait_idle = getattr(self.adapter, "wait_idle", None)
+        if wait_idle is not None:  # an agent that drops a prompt sent while it works
+            wait_idle(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
         self.deliverer.deliver(
             self.backend,
             st.pane_id,

@@ -60,11 +60,13 @@ def _isolated_home(
     tmux_dir = tmp_path_factory.getbasetemp() / "tmux"
     tmux_dir.mkdir(exist_ok=True)
     monkeypatch.setenv("TMUX_TMPDIR", str(tmux_dir))
-    for var in ("TMUX", "TMUX_PANE", "CLAUDE_CONFIG_DIR", "LO_ORCH_TASK", "LO_ORCH_RUN_DIR",
-                "LO_ORCH_BRIEF", "LO_ORCH_BIN", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+    for var in ("TMUX", "TMUX_PANE", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "LO_ORCH_TASK",
+                "LO_ORCH_RUN_DIR", "LO_ORCH_BRIEF", "LO_ORCH_BIN", "GIT_DIR", "GIT_WORK_TREE",
+                "GIT_INDEX_FILE"):
         monkeypatch.delenv(var, raising=False)
     for var in list(os.environ):
-        if var.startswith("LO_ORCH_") and var not in ("LO_ORCH_LOG_DIR", "LO_ORCH_TEST_CLAUDE"):
+        if var.startswith("LO_ORCH_") and var != "LO_ORCH_LOG_DIR" and not var.startswith(
+                "LO_ORCH_TEST_"):
             monkeypatch.delenv(var, raising=False)
     return home
 

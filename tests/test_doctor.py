@@ -210,3 +210,31 @@ def test_doctor_sees_the_plugin_installed_with_the_real_cli(
     configure(git_repo)
     result = doctor("--repo", str(git_repo))
     assert rows(result.stdout)["plugin (your sessions)"][0] == "ok"
+
+
+def test_doctor_says_how_well_each_agent_kind_is_supported(
+    git_repo: Path, doctor: Callable[..., Run]
+) -> None:
+    codex = os.environ.get("LO_ORCH_TEST_CODEX") or str(
+        REPO_ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex")
+    if not Path(codex).exists():
+        pytest.fail("the Codex CLI is missing: `scripts/bootstrap --agents` installs it")
+    write_config(git_repo, f'[agent]\nkind = "codex"\ncommand = "{codex}"\n')
+    result = doctor("--repo", str(git_repo))
+    assert result.exit_code == 0, result.output
+    table = rows(result.output)
+    assert table["agent CLI"][0] == "ok" and "codex-cli 0.171.0" in table["agent CLI"][1]
+    status, detail = table["agent support"]
+    # honest: no hooks, resume by Codex's own thread id, cost unknown (never $0)
+    assert status == "-"  # the table shows info rows as "-"
+    assert "status from lo-orch signal and the pane" in detail
+    assert "codex resume" in detail and "cost: unknown" in detail
+    # the other kinds are listed too
+    for kind in ("claude:", "gemini:", "command:"):
+        assert kind in result.output
+    assert table["codex login"][0] == "-"
+    # a missing Codex CLI fails with the command that installs it
+    write_config(git_repo, '[agent]\nkind = "codex"\ncommand = "/nowhere/codex"\n')
+    missing = doctor("--repo", str(git_repo))
+    assert missing.exit_code != 0
+    assert "npm install -g @openai/codex" in missing.output

@@ -29,7 +29,7 @@ sandbox)``
     The one table of start-up dialogs (wording changes between versions: keep every
     pattern here) and the loop that answers them until the agent is ready.
 ``make_adapter(settings, repo) -> AgentAdapter``
-    ``claude`` | ``command`` | ``scripted``.
+    ``claude`` | ``codex`` | ``gemini`` | ``command`` | ``scripted``.
 """
 
 from __future__ import annotations
@@ -410,6 +410,14 @@ def make_adapter(settings: Settings, repo: Path) -> AgentAdapter:
 
         adapter: AgentAdapter = ClaudeAdapter(settings.agent, repo)
         return adapter
+    if kind == "codex":
+        from loop_orchestrator.agents.codex import CodexAdapter
+
+        return CodexAdapter(settings.agent, repo)
+    if kind == "gemini":
+        from loop_orchestrator.agents.gemini import GeminiAdapter
+
+        return GeminiAdapter(settings.agent, repo)
     if kind == "command":
         from loop_orchestrator.agents.command import CommandAdapter
 
@@ -420,5 +428,5 @@ def make_adapter(settings: Settings, repo: Path) -> AgentAdapter:
         return ScriptedAdapter(settings.agent, repo)
     msg = f"unknown agent kind {kind!r}"
     raise ConfigError(
-        msg, hint="Set [agent] kind to claude, command or scripted."
+        msg, hint="Set [agent] kind to claude, codex, gemini, command or scripted."
     )

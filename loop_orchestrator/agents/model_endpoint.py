@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from loop_orchestrator.agents.scripted_script import (
     ApiErrorAction,
@@ -411,7 +411,7 @@ class ModelEndpoint:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> ModelEndpoint:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -434,11 +434,20 @@ class ModelEndpoint:
         bearer = headers.get("authorization", "")
         return bearer == f"Bearer {self.token}" or headers.get("x-api-key") == self.token
 
+    def conversation(self, body: Mapping[str, Any]) -> Conversation:
+        """What a request says about its session (an endpoint of another API overrides it)."""
+        return Conversation.of(body)
+
+    def handle_post(self, handler: http.server.BaseHTTPRequestHandler, raw: bytes,
+                    headers: Mapping[str, str]) -> bool:
+        """Serve a POST in another API's way; False: the Messages API below serves it."""
+        return False
+
     def answer(
         self, session_id: str, body: Mapping[str, Any]
     ) -> tuple[Step | Fault, dict[str, Any]]:
         """The answer to one turn request, and what to log about it."""
-        convo = Conversation.of(body)
+        convo = self.conversation(body)
         with self._lock:
             session = self._sessions.setdefault(session_id, _Session(session_id))
             if not convo.prompts:
@@ -513,6 +522,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
+        if endpoint.handle_post(self, raw, headers):
+            return
         base = {"path": self.path, "user_agent": headers.get("user-agent", "")}
         if not self.path.startswith("/v1/messages"):
             endpoint._log({**base, "kind": "unknown path", "status": 404})

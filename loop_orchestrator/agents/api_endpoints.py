@@ -1,0 +1,478 @@
+"""The scripted model endpoint in the other APIs' wire formats: the OpenAI Responses API
+(what Codex CLI speaks) and the Gemini API (what Gemini CLI speaks).
+
+The script, the choice of replies and the faults are ``model_endpoint.ModelEndpoint``'s:
+the same YAML drives Claude Code, Codex CLI and Gemini CLI. Only the wire differs: how a
+request tells its session, its prompts and its folder (a ``Conversation``), and how one
+reply (a ``Step``: text and at most one tool call) is sent. Claude Code's tool calls of a
+step become what the other CLI offers: Codex CLI runs everything through its shell tool
+``exec_command`` (a Write is a base64 decode into the file, an Edit a one-line Python
+replace, a Read a ``cat``); Gemini CLI has ``write_file``, ``replace``, ``read_file`` and
+``run_shell_command``.
+
+Module API
+----------
+``ResponsesEndpoint(script, *, token=..., log_path=None, port=0)``
+    ``POST /v1/responses`` (streamed); ``env(codex_home)`` writes a ``config.toml`` with a
+    ``scripted`` model provider pointing here into ``codex_home`` and returns the
+    environment a Codex CLI session needs (``CODEX_HOME``, the key variable).
+``GeminiEndpoint(script, *, token=..., log_path=None, port=0)``
+    ``POST /v1beta/models/<model>:streamGenerateContent`` (and ``generateContent`` for
+    Gemini CLI's side calls); ``env(gemini_home)`` writes a ``settings.json`` choosing API
+    key authentication into ``gemini_home/.gemini`` and returns the environment a Gemini CLI
+    session needs (``GEMINI_CLI_HOME``, ``GOOGLE_GEMINI_BASE_URL``, ``GEMINI_API_KEY``).
+    Gemini CLI sends no session id: a session is known by its workspace folder (one
+    worktree per task).
+``codex_conversation(body)``, ``codex_call(tool, cwd)``, ``gemini_conversation(body)``,
+``gemini_call(tool, cwd)``
+    The pure parts: a request's conversation; a Claude Code tool call as the other CLI's.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.server
+import json
+import re
+import shlex
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator.agents.model_endpoint import (
+    DEFAULT_TOKEN,
+    Conversation,
+    Fault,
+    ModelEndpoint,
+    Step,
+)
+
+#: the environment variable Codex CLI reads the scripted provider's key from
+CODEX_KEY_ENV = "LO_ORCH_SCRIPTED_MODEL"
+#: a user text of Codex CLI's own (its environment, AGENTS.md, instructions), not a prompt
+_CODEX_CONTEXT_RE = re.compile(r"^\s*(<[a-z_ ]+>|# AGENTS\.md instructions)")
+_CODEX_CWD_RE = re.compile(r"<cwd>([^<]+)</cwd>")
+#: how long exec_command waits for a command before handing back a running session id
+CODEX_YIELD_MS = 600_000
+
+_EDIT_PY = (
+    "import base64,pathlib,sys;p=pathlib.Path(sys.argv[1]);"
+    "o,n=(base64.b64decode(a).decode() for a in sys.argv[2:4]);t=p.read_text();"
+    "o in t or sys.exit('the old text is not in '+sys.argv[1]);"
+    "p.write_text(t.replace(o,n,1))"
+)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def codex_call(tool: tuple[str, dict[str, Any]], cwd: str | None) -> tuple[str, dict[str, Any]]:
+    """A Claude Code tool call as Codex CLI's ``exec_command`` call (name, arguments)."""
+    name, spec = tool
+    if name == "Write":
+        path = shlex.quote(str(spec["file_path"]))
+        cmd = (f"mkdir -p -- \"$(dirname -- {path})\" && "
+               f"printf %s {_b64(str(spec['content']))} | base64 -d > {path}")
+    elif name == "Edit":
+        cmd = shlex.join(["python3", "-c", _EDIT_PY, str(spec["file_path"]),
+                          _b64(str(spec["old_string"])), _b64(str(spec["new_string"]))])
+    elif name == "Read":
+        cmd = shlex.join(["cat", "--", str(spec["file_path"])])
+    elif name == "Bash":
+        cmd = str(spec["command"])
+    else:
+        return name, dict(spec)
+    args: dict[str, Any] = {"cmd": cmd, "yield_time_ms": CODEX_YIELD_MS}
+    if cwd:
+        args["workdir"] = cwd
+    return "exec_command", args
+
+
+def _item_texts(item: Mapping[str, Any]) -> list[str]:
+    content = item.get("content")
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [str(c.get("text", "")) for c in content
+            if isinstance(c, dict) and c.get("type") in ("input_text", "output_text", "text")]
+
+
+def codex_conversation(body: Mapping[str, Any]) -> Conversation:
+    """A Responses API request's conversation: user prompts, replies since the last, cwd.
+
+    One reply of the model is the run of output items (message, reasoning, function call)
+    between two inputs (a prompt or a tool's output).
+    """
+    prompts: list[str] = []
+    since = 0
+    cwd = None
+    in_reply = False
+    for item in body.get("input") or []:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        role = item.get("role")
+        if kind == "message" and role in ("user", "developer", "system"):
+            texts = _item_texts(item)
+            for text in texts:
+                found = _CODEX_CWD_RE.search(text)
+                cwd = found.group(1).strip() if found else cwd
+            spoken = [t for t in texts if not _CODEX_CONTEXT_RE.match(t)]
+            if role == "user" and spoken:
+                prompts.append("\n".join(spoken))
+                since = 0
+            in_reply = False
+        elif kind.endswith("_output"):
+            in_reply = False
+        elif not in_reply:  # an assistant message, reasoning, a tool call
+            since += 1
+            in_reply = True
+    return Conversation(prompts, since, cwd)
+
+
+class ResponsesEndpoint(ModelEndpoint):
+    """The scripted model as an OpenAI Responses API, for the real Codex CLI."""
+
+    def conversation(self, body: Mapping[str, Any]) -> Conversation:
+        return codex_conversation(body)
+
+    def env(self, codex_home: Path | None = None) -> dict[str, str]:
+        """``CODEX_HOME`` with a config whose ``scripted`` provider is this endpoint."""
+        if codex_home is None:
+            msg = "ResponsesEndpoint.env needs the CODEX_HOME folder to write the config into"
+            raise ValueError(msg)
+        codex_home.mkdir(parents=True, exist_ok=True)
+        config = codex_home / "config.toml"
+        config.write_text(
+            'model = "scripted"\nmodel_provider = "scripted"\n\n'
+            "[model_providers.scripted]\n"
+            'name = "lo-orch scripted model"\n'
+            f'base_url = "{self.url}/v1"\n'
+            f'env_key = "{CODEX_KEY_ENV}"\n'
+            'wire_api = "responses"\n'
+            "request_max_retries = 0\n"
+            "stream_max_retries = 0\n",
+            encoding="utf-8",
+        )
+        return {"CODEX_HOME": str(codex_home), CODEX_KEY_ENV: self.token or DEFAULT_TOKEN}
+
+    def handle_post(self, handler: http.server.BaseHTTPRequestHandler, raw: bytes,
+                    headers: Mapping[str, str]) -> bool:
+        base: dict[str, Any] = {"path": handler.path,
+                                "user_agent": headers.get("user-agent", "")}
+        if not handler.path.rstrip("/").endswith("/responses"):
+            self._log({**base, "kind": "unknown path", "status": 404})
+            _json(handler, 404, {"error": {"message": f"no such endpoint {handler.path}",
+                                           "type": "invalid_request_error"}})
+            return True
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._log({**base, "kind": "bad json", "status": 400})
+            _json(handler, 400, {"error": {"message": "the body is not JSON",
+                                           "type": "invalid_request_error"}})
+            return True
+        session_id = headers.get("session-id") or headers.get("thread-id") or "unknown"
+        base["session"] = session_id
+        if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
+            self._log({**base, "kind": "unauthorised", "status": 401})
+            _json(handler, 401, {"error": {"message": "invalid api key",
+                                           "type": "invalid_request_error"}})
+            return True
+        if not body.get("tools"):
+            # a side call (the thread's title, asked with a JSON schema): not a turn
+            self._log({**base, "kind": "side call", "status": 200})
+            _responses_stream(handler, body, Step(json.dumps({"title": "Scripted session"})),
+                              None)
+            return True
+        answer, info = self.answer(session_id, body)
+        record = {**base, **info, "messages": len(body.get("input") or [])}
+        if isinstance(answer, Fault):
+            self._log({**record, "kind": answer.kind, "status": answer.status or None})
+            _responses_fault(handler, answer, self)
+            return True
+        convo = codex_conversation(body)
+        call = codex_call(answer.tool, convo.cwd) if answer.tool else None
+        record.update(kind="reply", status=200, stop_reason=answer.stop_reason,
+                      tool=answer.tool[0] if answer.tool else None,
+                      tool_input=answer.tool[1] if answer.tool else None,
+                      call=call[0] if call else None, text=answer.text[:200])
+        if answer.delay:
+            self.closing.wait(answer.delay)
+        usage = _responses_stream(handler, body, answer, call)
+        self._log({**record, "usage": usage})
+        return True
+
+
+def _json(handler: http.server.BaseHTTPRequestHandler, status: int, data: Any,
+          extra: Mapping[str, str] | None = None) -> None:
+    raw = json.dumps(data).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(raw)))
+    for key, value in (extra or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(raw)
+
+
+def _responses_fault(handler: http.server.BaseHTTPRequestHandler, fault: Fault,
+                     endpoint: ModelEndpoint) -> None:
+    if fault.kind == "error":
+        extra = {} if fault.retry_after is None else {"retry-after": f"{fault.retry_after:g}"}
+        _json(handler, fault.status, {"error": {"message": fault.message, "type": fault.type,
+                                                "code": fault.type}}, extra)
+    elif fault.kind == "drop":
+        handler.close_connection = True
+        with contextlib.suppress(OSError):
+            handler.connection.shutdown(2)
+    else:
+        endpoint.closing.wait(600)
+        handler.close_connection = True
+
+
+def _responses_stream(handler: http.server.BaseHTTPRequestHandler, body: Mapping[str, Any],
+                      step: Step, call: tuple[str, dict[str, Any]] | None) -> dict[str, int]:
+    """Send ``step`` as a streamed Responses API answer; the usage reported."""
+    input_tokens = max(1, len(json.dumps(body.get("input", []))) // 4)
+    stamp = time.monotonic_ns()
+    items: list[dict[str, Any]] = []
+    if step.text:
+        items.append({"type": "message", "id": f"msg_scripted_{stamp}", "role": "assistant",
+                      "status": "completed",
+                      "content": [{"type": "output_text", "text": step.text,
+                                   "annotations": []}]})
+    if call is not None:
+        items.append({"type": "function_call", "id": f"fc_scripted_{stamp}",
+                      "call_id": f"call_scripted_{stamp}", "name": call[0],
+                      "arguments": json.dumps(call[1]), "status": "completed"})
+    output_tokens = max(1, len(json.dumps(items)) // 4)
+    usage = {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+             "output_tokens": output_tokens,
+             "output_tokens_details": {"reasoning_tokens": 0},
+             "total_tokens": input_tokens + output_tokens}
+    rid = f"resp_scripted_{stamp}"
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": {"id": rid, "status": "in_progress"}}]
+    for index, item in enumerate(items):
+        # only "done" items: Codex CLI 0.171 takes an item whole from them
+        events.append({"type": "response.output_item.done", "output_index": index,
+                       "item": item})
+    events.append({"type": "response.completed",
+                   "response": {"id": rid, "status": "completed", "output": items,
+                                "usage": usage}})
+    handler.send_response(200)
+    handler.send_header("content-type", "text/event-stream")
+    handler.send_header("cache-control", "no-cache")
+    handler.send_header("connection", "close")
+    handler.end_headers()
+    handler.close_connection = True
+    with contextlib.suppress(OSError):
+        for event in events:
+            handler.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                                .encode())
+        handler.wfile.flush()
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens}
+
+
+# Gemini ---------------------------------------------------------------------------------
+
+#: a user text of Gemini CLI's own (its session context, reminders), not a prompt
+_GEMINI_CONTEXT_RE = re.compile(r"^\s*<[a-z_ -]+>")
+_GEMINI_CWD_RE = re.compile(r"Workspace Directories:\**\s*\n\s*- (\S[^\n]*)")
+
+
+def _inside(path: str, cwd: str | None) -> bool:
+    if cwd is None:
+        return False
+    try:
+        Path(path).resolve().relative_to(Path(cwd).resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def gemini_call(tool: tuple[str, dict[str, Any]], cwd: str | None) -> tuple[str, dict[str, Any]]:
+    """A Claude Code tool call as Gemini CLI's (name, args).
+
+    Gemini's file tools refuse paths outside its workspace: a Write or Edit elsewhere (the
+    run folder) goes through its shell tool, as Codex's does.
+    """
+    name, spec = tool
+    if name in ("Write", "Edit", "Read") and not _inside(str(spec["file_path"]), cwd):
+        _, args = codex_call(tool, cwd)
+        return "run_shell_command", {"command": args["cmd"], "description": f"{name} a file"}
+    if name == "Write":
+        return "write_file", {"file_path": spec["file_path"], "content": spec["content"]}
+    if name == "Edit":
+        return "replace", {"file_path": spec["file_path"], "old_string": spec["old_string"],
+                           "new_string": spec["new_string"],
+                           "instruction": "Apply the scripted edit."}
+    if name == "Read":
+        return "read_file", {"file_path": spec["file_path"]}
+    if name == "Bash":
+        args = {"command": spec["command"], "description": spec.get("description") or "Run"}
+        return "run_shell_command", args
+    return name, dict(spec)
+
+
+def gemini_conversation(body: Mapping[str, Any]) -> Conversation:
+    """A Gemini API request's conversation: user prompts, model replies since, workspace."""
+    prompts: list[str] = []
+    since = 0
+    cwd = None
+    for content in body.get("contents") or []:
+        if not isinstance(content, dict):
+            continue
+        parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+        if content.get("role") == "model":
+            since += 1
+            continue
+        texts = [str(p["text"]) for p in parts if "text" in p]
+        for text in texts:
+            found = _GEMINI_CWD_RE.search(text)
+            cwd = found.group(1).strip() if found and cwd is None else cwd
+        spoken = [t for t in texts if not _GEMINI_CONTEXT_RE.match(t)]
+        if spoken and not any("functionResponse" in p for p in parts):
+            prompts.append("\n".join(spoken))
+            since = 0
+    return Conversation(prompts, since, cwd)
+
+
+class GeminiEndpoint(ModelEndpoint):
+    """The scripted model as the Gemini API, for the real Gemini CLI."""
+
+    def conversation(self, body: Mapping[str, Any]) -> Conversation:
+        return gemini_conversation(body)
+
+    def env(self, gemini_home: Path | None = None) -> dict[str, str]:
+        """``GEMINI_CLI_HOME`` whose settings choose API key auth; this endpoint's URL."""
+        if gemini_home is None:
+            msg = "GeminiEndpoint.env needs the folder to keep Gemini CLI's settings in"
+            raise ValueError(msg)
+        settings = gemini_home / ".gemini" / "settings.json"
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        settings.write_text(json.dumps({
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+            "privacy": {"usageStatisticsEnabled": False},
+        }, indent=2) + "\n", encoding="utf-8")
+        return {"GEMINI_CLI_HOME": str(gemini_home), "GOOGLE_GEMINI_BASE_URL": self.url,
+                "GEMINI_API_KEY": self.token or DEFAULT_TOKEN}
+
+    def handle_post(self, handler: http.server.BaseHTTPRequestHandler, raw: bytes,
+                    headers: Mapping[str, str]) -> bool:
+        base: dict[str, Any] = {"path": handler.path,
+                                "user_agent": headers.get("user-agent", "")}
+        method = handler.path.split("?", 1)[0].rsplit(":", 1)[-1]
+        if "/models/" not in handler.path or method not in (
+                "streamGenerateContent", "generateContent", "countTokens"):
+            self._log({**base, "kind": "unknown path", "status": 404})
+            _gemini_error(handler, 404, f"no such endpoint {handler.path}")
+            return True
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._log({**base, "kind": "bad json", "status": 400})
+            _gemini_error(handler, 400, "the body is not JSON")
+            return True
+        if self.token is not None and headers.get("x-goog-api-key") != self.token:
+            self._log({**base, "kind": "unauthorised", "status": 401})
+            _gemini_error(handler, 401, "API key not valid")
+            return True
+        if method == "countTokens":
+            _json(handler, 200, {"totalTokens": max(1, len(raw) // 4)})
+            return True
+        convo = gemini_conversation(body)
+        session_id = convo.cwd or "unknown"
+        base["session"] = session_id
+        config = body.get("generationConfig") or {}
+        if method != "streamGenerateContent" or not body.get("tools"):
+            # a side call (routing, a title, a summary): JSON when JSON is asked for
+            self._log({**base, "kind": "side call", "status": 200})
+            text = "Scripted session"
+            if config.get("responseMimeType") == "application/json":
+                text = json.dumps(_schema_sample(config.get("responseJsonSchema")
+                                                 or config.get("responseSchema")))
+            _gemini_answer(handler, body, Step(text), None, stream=method.startswith("stream"))
+            return True
+        answer, info = self.answer(session_id, body)
+        record = {**base, **info, "messages": len(body.get("contents") or [])}
+        if isinstance(answer, Fault):
+            self._log({**record, "kind": answer.kind, "status": answer.status or None})
+            if answer.kind == "error":
+                _gemini_error(handler, answer.status, answer.message)
+            else:
+                _responses_fault(handler, answer, self)
+            return True
+        call = gemini_call(answer.tool, convo.cwd) if answer.tool else None
+        record.update(kind="reply", status=200, stop_reason=answer.stop_reason,
+                      tool=answer.tool[0] if answer.tool else None,
+                      tool_input=answer.tool[1] if answer.tool else None,
+                      call=call[0] if call else None, text=answer.text[:200])
+        if answer.delay:
+            self.closing.wait(answer.delay)
+        usage = _gemini_answer(handler, body, answer, call, stream=True)
+        self._log({**record, "usage": usage})
+        return True
+
+
+def _schema_sample(schema: Any) -> Any:
+    """A value of a JSON schema (Gemini CLI's router asks for a complexity score)."""
+    if not isinstance(schema, dict):
+        return {}
+    kind = str(schema.get("type", "object")).lower()
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {k: _schema_sample(v) for k, v in props.items()}
+    if kind == "array":
+        return []
+    if kind in ("integer", "number"):
+        return 50
+    if kind == "boolean":
+        return False
+    if schema.get("enum"):
+        return schema["enum"][0]
+    return "scripted"
+
+
+def _gemini_error(handler: http.server.BaseHTTPRequestHandler, status: int, message: str) -> None:
+    names = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+             404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+    _json(handler, status, {"error": {"code": status, "message": message,
+                                      "status": names.get(status, "UNKNOWN")}})
+
+
+def _gemini_answer(handler: http.server.BaseHTTPRequestHandler, body: Mapping[str, Any],
+                   step: Step, call: tuple[str, dict[str, Any]] | None, *,
+                   stream: bool) -> dict[str, int]:
+    """Send ``step`` as a Gemini API answer (an SSE stream of one chunk, or JSON)."""
+    input_tokens = max(1, len(json.dumps(body.get("contents", []))) // 4)
+    parts: list[dict[str, Any]] = []
+    if step.text:
+        parts.append({"text": step.text})
+    if call is not None:
+        parts.append({"functionCall": {"name": call[0], "args": call[1]}})
+    output_tokens = max(1, len(json.dumps(parts)) // 4)
+    chunk = {"candidates": [{"content": {"role": "model", "parts": parts},
+                             "finishReason": "STOP", "index": 0}],
+             "usageMetadata": {"promptTokenCount": input_tokens,
+                               "candidatesTokenCount": output_tokens,
+                               "totalTokenCount": input_tokens + output_tokens},
+             "modelVersion": str(body.get("model") or "scripted")}
+    if not stream:
+        _json(handler, 200, chunk)
+    else:
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.send_header("connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        with contextlib.suppress(OSError):
+            handler.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
+            handler.wfile.flush()
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens}

@@ -1,0 +1,51 @@
+"""How well lo-orch supports each agent kind: one table for `lo-orch doctor` and the README.
+
+``SUPPORT[kind] -> Support(name, status, resume, cost, verified)``; ``support_lines()``
+renders it. Keep it honest: what a test against the real CLI shows, nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Support:
+    name: str
+    #: where lo-orch learns what the session does
+    status: str
+    resume: str
+    cost: str
+    #: what the tests run it against
+    verified: str
+
+
+SUPPORT: dict[str, Support] = {
+    "claude": Support(
+        "Claude Code", "hooks (SessionStart, UserPromptSubmit, Stop, ...) and lo-orch signal",
+        "--resume <the session id lo-orch chose>",
+        "from its transcript, priced ([prices] for other models)",
+        "Claude Code 2.1.332, whole runs on the scripted Messages API endpoint"),
+    "codex": Support(
+        "Codex CLI", "lo-orch signal and the pane (Codex hooks not used)",
+        "codex resume <its thread id, found by worktree in $CODEX_HOME/sessions>",
+        "unknown (tokens are in its rollout file; not priced)",
+        "Codex CLI 0.171.0, whole runs on the scripted Responses API endpoint"),
+    "gemini": Support(
+        "Gemini CLI", "lo-orch signal and the pane (Gemini hooks not used)",
+        "--resume <its session id, found by worktree in ~/.gemini/tmp>",
+        "unknown (tokens are in its chat file; not priced)",
+        "Gemini CLI 0.61.0, whole runs on the scripted Gemini API endpoint"),
+    "command": Support(
+        "any CLI ([agent] command)", "lo-orch signal and the pane", "none: started afresh",
+        "unknown", "test programs in tmux"),
+    "scripted": Support(
+        "scripted agent (tests, demo)", "hooks, as Claude Code's", "yes", "unknown",
+        "built in"),
+}
+
+
+def support_lines() -> list[str]:
+    """One line per kind: name, status source, resume, cost."""
+    return [f"{kind}: {s.name}; status: {s.status}; resume: {s.resume}; cost: {s.cost}"
+            for kind, s in SUPPORT.items()]
