@@ -226,6 +226,12 @@ def test_the_supervisor_refuses_a_hard_dispute_sent_past_the_client(
     assert implementing.status().phase is Phase.IMPLEMENTING
     assert implementing.status().disputes == []
     assert implementing.ledger("signal_rejected")
+    # nor a reason made of blanks, which the client would have refused
+    reply = inbox.send(implementing.run_dir, {
+        "type": "signal", "task": "alpha", "phase": "impl_done", "note": " \n\t",
+        "disputes": ["tests.tautology"]})
+    assert reply["ok"] is False and "needs a reason" in reply["message"]
+    assert implementing.status().phase is Phase.IMPLEMENTING
     # an older client's message (no "disputes" key) is judged as before
     reply = inbox.send(implementing.run_dir, {
         "type": "signal", "task": "alpha", "phase": "impl_done", "note": None})
