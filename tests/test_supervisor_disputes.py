@@ -50,7 +50,7 @@ def _attempt(out: Path, *args: str) -> dict[str, Any]:
     appended to ``out`` (outside the worktree, so nothing of it is committed)."""
     line = " ".join(shlex.quote(a) for a in args)
     script = (f'echo "== {line}" >> {shlex.quote(str(out))}; '
-              f'"$LO_ORCH_BIN" signal {line} >> {shlex.quote(str(out))} 2>&1; '
+              f'$LO_ORCH_BIN signal {line} >> {shlex.quote(str(out))} 2>&1; '
               f'echo "exit=$?" >> {shlex.quote(str(out))}')
     return {"run": {"argv": ["sh", "-c", script], "check": False}}
 
@@ -188,8 +188,11 @@ def test_disputing_a_rejected_finding_again_and_again_ends_blocked(
     status = Store(RunDir(repo)).read_status("report")
     assert status.phase == Phase.BLOCKED
     assert "tests.tautology" in (status.error or "")
-    # judged every time, rejected every time: three verifications, three rounds spent
+    # rejected every time, three rounds spent; the same dispute of the same commit is
+    # settled as it was (the auditor is not asked again for what it already judged)
     assert _disputes(repo, "report") == [("tests.tautology", "rejected", REASON)] * 3
+    assert [e["reused"] for e in Store(RunDir(repo)).read_ledger()
+            if e["event"] == "dispute"] == [False, True, True]
     reviews = RunDir(repo).reviews_dir
     for n in (1, 2):
         review = (reviews / f"report-r{n}.md").read_text(encoding="utf-8")
