@@ -23,7 +23,6 @@ Pure functions of parsed tests; no git, no I/O.
 from __future__ import annotations
 
 import ast
-import copy
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,8 +41,6 @@ _STOP = frozenset({
 })
 _JS_TOKEN = re.compile(r"[A-Za-z_$][\w$]*|-?\d+(?:\.\d+)?|'[^'\n]*'|\"[^\"\n]*\"")
 _TRIVIAL = frozenset({"0", "1", "True", "False", "None", "''", '""'})
-#: a resolved value bigger than this (AST nodes) is not substituted (chains like x = f(x, x))
-_MAX_RESOLVED = 400
 
 
 @dataclass(frozen=True)
@@ -84,23 +81,39 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
                 yield from _statements(child.body)
 
 
-class _Resolve(ast.NodeTransformer):
-    def __init__(self, env: dict[str, ast.expr]) -> None:
-        self.env = env
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        value = self.env.get(node.id)
-        if isinstance(node.ctx, ast.Load) and value is not None:
-            return copy.deepcopy(value)
-        return node
+_NAME_LOAD = re.compile(r"Name\(id='(\w+)', ctx=Load\(\)\)")
+#: a resolved value longer than this (characters of its dump) is not substituted (chains
+#: like ``x = f(x, x)`` double at every step)
+_MAX_RESOLVED_CHARS = 4000
 
 
-def _resolved(node: ast.AST, env: dict[str, ast.expr]) -> ast.AST:
-    out: ast.AST = _Resolve(env).visit(copy.deepcopy(node))
-    return out
+@dataclass(frozen=True)
+class _Value:
+    """What a local name holds: its value's dump (names in it resolved), and whether that
+    value calls code or names a literal."""
+
+    dump: str
+    specific: bool
 
 
-def _bind(stmt: ast.stmt, env: dict[str, ast.expr]) -> None:
+def _resolved(node: ast.AST, env: dict[str, _Value]) -> _Value:
+    """``node``'s dump with the local names in ``env`` replaced by their values (a string
+    substitution on ``ast.dump``: no copies of trees, a module of a thousand tests stays
+    fast)."""
+    specific = _specific(node)
+
+    def value(m: re.Match[str]) -> str:
+        nonlocal specific
+        held = env.get(m.group(1))
+        if held is None:
+            return m.group(0)
+        specific = specific or held.specific
+        return held.dump
+
+    return _Value(_NAME_LOAD.sub(value, ast.dump(node, include_attributes=False)), specific)
+
+
+def _bind(stmt: ast.stmt, env: dict[str, _Value]) -> None:
     """Record what ``stmt`` assigns to plain local names; forget names it rebinds otherwise."""
     pairs: list[tuple[ast.expr, ast.expr | None]] = []
     if isinstance(stmt, ast.Assign):
@@ -119,8 +132,7 @@ def _bind(stmt: ast.stmt, env: dict[str, ast.expr]) -> None:
     for target, value in pairs:
         if isinstance(target, ast.Name) and value is not None:
             resolved = _resolved(value, env)
-            if isinstance(resolved, ast.expr) and \
-                    sum(1 for _ in ast.walk(resolved)) <= _MAX_RESOLVED:
+            if len(resolved.dump) <= _MAX_RESOLVED_CHARS:
                 env[target.id] = resolved
                 continue
         for n in ast.walk(target):
@@ -136,7 +148,7 @@ def _specific(node: ast.AST) -> bool:
 
 def python(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Evidence:
     asserted, specific, subjects = set(), set(), set()
-    env: dict[str, ast.expr] = {}
+    env: dict[str, _Value] = {}
     for node in _statements(fn.body):
         statement = isinstance(node, ast.Assert) or (
             isinstance(node, ast.Expr) and pytests.is_assertion(node.value))
@@ -144,10 +156,9 @@ def python(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Evidence:
             pytests.is_assertion(i.context_expr) for i in node.items)
         if statement or context:
             resolved = _resolved(node, env)
-            text = ast.dump(resolved, include_attributes=False)
-            asserted.add(text)
-            if _specific(resolved):
-                specific.add(text)
+            asserted.add(resolved.dump)
+            if resolved.specific:
+                specific.add(resolved.dump)
             # as written: a name's value says which object, not what the test is about
             subjects |= _called(node)
         _bind(node, env)

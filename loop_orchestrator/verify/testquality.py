@@ -10,8 +10,9 @@ Check ids and severities are listed in ``loop_orchestrator.verify`` (package doc
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property, partial
 from typing import Literal
 
 from loop_orchestrator.verify import classify, coverage, jstests, pytests
@@ -74,20 +75,26 @@ class _Test:
     assertions: int
     fingerprint: str
     language: Lang
-    evidence: coverage.Evidence
+    #: computes what it checks, when a deleted or shrunk test needs it (most never do)
+    collect: Callable[[], coverage.Evidence] = field(repr=False, compare=False)
     #: a mixin's test, run (and reported) only under its subclasses' names
     inherited: bool = False
+
+    @cached_property
+    def evidence(self) -> coverage.Evidence:
+        return self.collect()
 
 
 def _py_tests(mod: pytests.PyModule) -> list[_Test]:
     return [_Test(t.path, t.qualname, t.name, t.lineno, t.end_lineno, t.assertions,
-                  t.body_dump, "python", coverage.python(t.node), t.inherited)
+                  t.body_dump, "python", partial(coverage.python, t.node), t.inherited)
             for t in mod.tests]
 
 
 def _js_tests(mod: jstests.JsModule) -> list[_Test]:
     return [_Test(t.path, t.qualname, t.title, t.lineno, t.end_lineno, t.assertions,
-                  re.sub(r"\s+", "", t.body), "js", coverage.js(t)) for t in mod.tests]
+                  re.sub(r"\s+", "", t.body), "js", partial(coverage.js, t))
+            for t in mod.tests]
 
 
 def _parse(path: str, text: str | None) -> tuple[object | None, str | None]:
