@@ -8,6 +8,7 @@ named in each test), not copies of the projects' code.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -440,6 +441,7 @@ def test_a_test_deleted_from_a_mixin_class_blocks() -> None:
     # a mixin's test runs under its subclasses' names: it is judged, but not looked up in
     # a test report under the mixin's name (that would be "did not run" for every one)
     assert report.touched == []
+    assert [t.qualname for t in report.inherited] == ["DecoratorTestMixin::test_decorator_typed"]
     gamed = honest.replace(MIXIN_DECORATOR_TEST, "")
     report = check_tests([change("tests/test_func.py", MIXIN_BASE, gamed)])
     [f] = [f for f in report.findings if f.check == "tests.deleted"]
@@ -621,3 +623,33 @@ def test_fewer_assertions_are_excused_only_by_checks_added_elsewhere() -> None:
                          '    assert_equal("a".upper(), render("A"))\n')
     report = check_tests([change("tests/test_output.py", base, moved)])
     assert found(report, "tests.fewer-assertions") == ["warning"]
+
+
+def test_a_change_tested_in_a_mixin_has_tests(git_repo: Path) -> None:
+    # cachetools adds its tests to the mixins: "changes code but adds no test" is wrong there
+    from conftest import git
+
+    from loop_orchestrator.plan import Task
+    from loop_orchestrator.verify.verdict import deterministic_findings
+
+    def commit(files: dict[str, str]) -> str:
+        for rel, text in files.items():
+            (git_repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (git_repo / rel).write_text(text, encoding="utf-8")
+        git(git_repo, "add", "-A")
+        git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "work")
+        return git(git_repo, "rev-parse", "HEAD").strip()
+
+    base = commit({"app/__init__.py": "def cached(n):\n    return n\n",
+                   "tests/test_func.py": MIXIN_BASE})
+    task = Task(id="t", objective="typed caches", owns=["app/**", "tests/**"], done=[])
+    code = "def cached(n, typed=False):\n    return n\n"
+    head = commit({"app/__init__.py": code, "tests/test_func.py": MIXIN_BASE.replace(
+        "    def test_decorator_clear", MIXIN_TYPED_TEST + "    def test_decorator_clear")})
+    findings = deterministic_findings(git_repo, task, base, head)[0]
+    assert [f.check for f in findings if f.check.startswith("tests.")] == []
+    # and with no test at all, it is still said
+    only_code = commit({"tests/test_func.py": MIXIN_BASE})
+    findings = deterministic_findings(git_repo, task, only_code, commit(
+        {"app/__init__.py": code + "\n\nY = 2\n"}))[0]
+    assert "tests.none-added" in [f.check for f in findings]

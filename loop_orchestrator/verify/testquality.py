@@ -56,6 +56,9 @@ class TestReport:
     __test__ = False  # not a pytest test class, despite the name
     findings: list[Finding] = field(default_factory=list)
     touched: list[TestRef] = field(default_factory=list)
+    #: touched tests of mixin classes: judged, but a test report knows them only under
+    #: their subclasses' names, so they are not looked up there
+    inherited: list[TestRef] = field(default_factory=list)
     expectations: list[Expectation] = field(default_factory=list)
 
     @property
@@ -183,8 +186,8 @@ def _common(f: FileChange, mod_tests: list[_Test], duplicates: list[tuple[str, i
             continue
         touched.append(t)
         new = (t.path, t.qualname) not in base
-        if not t.inherited:  # a test report names a mixin's test after its subclasses
-            report.touched.append(TestRef(t.path, t.qualname, t.language, new))
+        ref = TestRef(t.path, t.qualname, t.language, new)
+        (report.inherited if t.inherited else report.touched).append(ref)
         if t.assertions == 0:
             report.findings.append(blocking(
                 f"{_where(t)} has no assertion: it passes whatever the code does.",
