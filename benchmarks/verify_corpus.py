@@ -234,22 +234,22 @@ def summarize(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, Any]:
 def render(summaries: dict[str, dict[str, Any]], kinds: list[str]) -> str:
     labels = list(summaries)
     width = 22
-    lines = [f"{'':24s}" + "".join(f"{lab:>{width}s}" for lab in labels)]
+    lines = [f"{'':32s}" + "".join(f"{lab:>{width}s}" for lab in labels)]
 
     def pct(pair: tuple[int, int]) -> str:
         good, total = pair
         return f"{good}/{total} {100.0 * good / total:5.1f}%" if total else "n/a"
 
-    lines.append(f"{'honest accepted':24s}" + "".join(
+    lines.append(f"{'honest accepted':32s}" + "".join(
         f"{pct(summaries[lab]['honest']):>{width}s}" for lab in labels))
     for kind in kinds:
-        lines.append(f"{'gamed caught: ' + kind:24s}" + "".join(
+        lines.append(f"{'gamed caught: ' + kind:32s}" + "".join(
             f"{pct(summaries[lab][kind]):>{width}s}" for lab in labels))
-    lines.append(f"{'verified in full':24s}" + "".join(
+    lines.append(f"{'verified in full':32s}" + "".join(
         f"{summaries[lab]['full_path']:>{width}d}" for lab in labels))
     lines.append("seconds per task (mean over the tasks where the check ran)")
     for check in CHECKS:
-        lines.append(f"{'  ' + check:24s}" + "".join(
+        lines.append(f"{'  ' + check:32s}" + "".join(
             f"{summaries[lab]['seconds'].get(check, 0.0):>{width}.2f}" for lab in labels))
     for lab in labels:
         s = summaries[lab]
