@@ -21,8 +21,14 @@ checks (scope, test quality, stubs, secrets) already block is not run further: i
 outcome is decided (the done-checks can add findings, never remove one), and on a shared
 2-core machine the full path for every variant took well over an hour per version.
 
+With ``--source-only`` nothing runs the projects' tests: every commit, honest ones too,
+is judged by the source checks alone (scope, test quality, stubs, secrets). A gamed
+variant caught there is caught for good; an honest change that passes there can still be
+sent back by its done-checks. It takes a minute or two for the whole corpus, for
+iterating on a heuristic; the figures to report come from a full run.
+
     .venv/bin/python benchmarks/verify_corpus.py [--baseline REV | --no-baseline]
-        [--only CASE,...] [--jobs 2] [--json OUT]
+        [--only CASE,...] [--source-only] [--jobs 2] [--json OUT]
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ def _timed(module: Any, name: str, bucket: str, spent: dict[str, float]) -> None
     setattr(module, name, wrapper)
 
 
-def worker(manifest: Path, out: Path) -> None:
+def worker(manifest: Path, out: Path, *, source_only: bool = False) -> None:
     from loop_orchestrator.config import Settings
     from loop_orchestrator.plan import DoneCheck, Task
     from loop_orchestrator.state import RunDir
@@ -106,13 +112,14 @@ def worker(manifest: Path, out: Path) -> None:
             spent.clear()
             start = time.perf_counter()
             findings = None
-            if kind != "honest":
+            if kind != "honest" or source_only:
                 # verify_task fails a commit with a blocking source finding whatever its
                 # checks then show (they add findings, never remove one): the outcome is
                 # already known, and the done-checks are run only where they decide it
                 found, *_ = vmod.deterministic_findings(repo, task, case["base"], commit)
-                if any(f.blocking for f in found):
-                    findings, passed, path = found, False, "source"
+                if any(f.blocking for f in found) or source_only:
+                    passed = not any(f.blocking for f in found)
+                    findings, path = found, "source"
             if findings is None:
                 verdict = vmod.verify_task(repo, RunDir(repo), task, case["base"], commit,
                                            brief=case["subject"], settings=settings,
@@ -170,7 +177,7 @@ def _copy_cases(cases: list[dict[str, Any]], dest: Path) -> list[dict[str, Any]]
 
 
 def run_versions(versions: list[tuple[str, Path]], cases: list[dict[str, Any]], work: Path,
-                 jobs: int) -> dict[str, list[dict[str, Any]]]:
+                 jobs: int, *, source_only: bool = False) -> dict[str, list[dict[str, Any]]]:
     procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     results: dict[str, list[dict[str, Any]]] = {}
 
@@ -181,8 +188,9 @@ def run_versions(versions: list[tuple[str, Path]], cases: list[dict[str, Any]], 
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env["PYTHONPATH"] = str(root)
         print(f"{label}: verifying with {root}", file=sys.stderr, flush=True)
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker",
-                                 str(manifest), "--out", str(out)], env=env)
+        argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(manifest),
+                "--out", str(out)]
+        proc = subprocess.Popen([*argv, "--source-only"] if source_only else argv, env=env)
         procs.append((label, proc, out))
 
     def finish(index: int) -> None:
@@ -226,22 +234,22 @@ def summarize(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, Any]:
 def render(summaries: dict[str, dict[str, Any]], kinds: list[str]) -> str:
     labels = list(summaries)
     width = 22
-    lines = [f"{'':24s}" + "".join(f"{lab:>{width}s}" for lab in labels)]
+    lines = [f"{'':32s}" + "".join(f"{lab:>{width}s}" for lab in labels)]
 
     def pct(pair: tuple[int, int]) -> str:
         good, total = pair
         return f"{good}/{total} {100.0 * good / total:5.1f}%" if total else "n/a"
 
-    lines.append(f"{'honest accepted':24s}" + "".join(
+    lines.append(f"{'honest accepted':32s}" + "".join(
         f"{pct(summaries[lab]['honest']):>{width}s}" for lab in labels))
     for kind in kinds:
-        lines.append(f"{'gamed caught: ' + kind:24s}" + "".join(
+        lines.append(f"{'gamed caught: ' + kind:32s}" + "".join(
             f"{pct(summaries[lab][kind]):>{width}s}" for lab in labels))
-    lines.append(f"{'verified in full':24s}" + "".join(
+    lines.append(f"{'verified in full':32s}" + "".join(
         f"{summaries[lab]['full_path']:>{width}d}" for lab in labels))
     lines.append("seconds per task (mean over the tasks where the check ran)")
     for check in CHECKS:
-        lines.append(f"{'  ' + check:24s}" + "".join(
+        lines.append(f"{'  ' + check:32s}" + "".join(
             f"{summaries[lab]['seconds'].get(check, 0.0):>{width}.2f}" for lab in labels))
     for lab in labels:
         s = summaries[lab]
@@ -262,11 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated case ids")
     parser.add_argument("--jobs", type=int, default=1, help="versions verified at once")
     parser.add_argument("--json", type=Path, help="write the raw results here")
+    parser.add_argument("--source-only", action="store_true",
+                        help="judge every commit by the source checks alone (fast; honest "
+                             "figures are then an upper bound)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.out)
+        worker(args.worker, args.out, source_only=args.source_only)
         return 0
     kinds = list(_replay().KINDS)
     only = {c for c in args.only.split(",") if c} or None
@@ -281,10 +292,12 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_baseline:
                 before = stack.enter_context(baseline_tree(args.baseline))
                 versions.insert(0, (f"BEFORE {args.baseline}", before))
-            results = run_versions(versions, cases, work, args.jobs)
+            results = run_versions(versions, cases, work, args.jobs,
+                                   source_only=args.source_only)
     summaries = {label: summarize(rows, kinds) for label, rows in results.items()}
     print(f"{len(cases)} real commits, "
-          f"{len({c['project'] for c in cases})} projects; auditor off")
+          f"{len({c['project'] for c in cases})} projects; auditor off"
+          + ("; SOURCE CHECKS ONLY (no done-checks, no red-green)" if args.source_only else ""))
     print(render(summaries, kinds))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")

@@ -232,13 +232,13 @@ def _disputes(raw: object, signal: str, note: str | None
         return [], None
     if signal != "impl_done":
         return [], "a dispute goes with impl_done only"
-    if not note:
+    if not note or not note.strip():
         return [], "a dispute needs a reason (--note)"
     for code in raw:
         why = rules.problem(code)
         if why:
             return [], f"cannot dispute {code}: {why}"
-    text = note[:rules.MAX_NOTE]
+    text = note.strip()[:rules.MAX_NOTE]
     return [{"check": c, "note": text} for c in dict.fromkeys(raw)], None
 
 

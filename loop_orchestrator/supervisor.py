@@ -1104,6 +1104,7 @@ class Supervisor:
     # verification and integration ----------------------------------------------------------
     def _verify(self, tid: str) -> None:
         from loop_orchestrator import verify
+        from loop_orchestrator.verify.disputes import judged
 
         task = self.plan.task(tid)
         self._move(tid, Event.VERIFY)
@@ -1126,7 +1127,12 @@ class Supervisor:
         # A verdict is bound to its commit and recorded by the supervisor: after a restart
         # the recorded one is reused; anything else (a verdict file nobody recorded, or one
         # edited since) is not evidence, and the commit is verified again.
+        claims = [(d.get("check", ""), d.get("note", ""))
+                  for d in self.record.task(tid).disputes]
         verdict = self._recorded_verdict(tid, commit)
+        if verdict is not None and not judged(verdict.disputes, claims):
+            verdict = None  # the same commit, disputed now (or differently): judge it again
+        reused = verdict is not None
         if verdict is None:
             # the brief as the supervisor wrote it, never the file (the agent can edit that
             # to talk the auditor round); after a restart it is rendered again
@@ -1144,14 +1150,14 @@ class Supervisor:
                 settings=self.settings,
                 all_tasks=self.plan.tasks,
                 site_baseline=self.site_baseline,
-                claims=[(d.get("check", ""), d.get("note", ""))
-                        for d in self.record.task(tid).disputes],
+                claims=claims,
             )
             self.record.record_verdict(tid, commit, verdict.passed, verdict.model_dump_json())
-            for d in verdict.disputes:
-                # every dispute and how it was settled (issue 14)
-                self._event("dispute", tid, commit=commit, check=d.check, outcome=d.outcome,
-                            note=d.note, message=d.reason)
+        for d in verdict.disputes:
+            # every dispute and how it was settled (issue 14); the same dispute of the same
+            # commit again is settled as before (reused: not judged again)
+            self._event("dispute", tid, commit=commit, check=d.check, outcome=d.outcome,
+                        note=d.note, message=d.reason, reused=reused)
         summary = verdict.summary()
         self._event(
             "verdict",

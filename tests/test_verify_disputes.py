@@ -162,6 +162,24 @@ def test_the_review_and_the_rework_prompt_offer_disputes_for_heuristics_only(
     assert "scope.unowned" not in prompt.split("Disputable:")[1]
 
 
+def test_the_rework_prompt_says_what_became_of_the_disputes(money: tuple[Path, str, str],
+                                                             tmp_path: Path) -> None:
+    # a dispute of a finding the round does not have changes nothing, and the session is
+    # told so instead of sending it again
+    repo, base, head = money
+    task = money_task()
+    verdict = verify_task(repo, RunDir(repo), task, base, head, brief="b",
+                          settings=settings(tmp_path, None),
+                          claims=[("tests.no-assertion", "my test asserts")])
+    assert not verdict.passed
+    assert [f.check for f in verdict.blocking] == ["tests.tautology"]
+    path = write_review(RunDir(repo), task, 1, verdict, max_rounds=3)
+    prompt = rework_prompt(path, task_id="money", round_no=1, max_rounds=3, verdict=verdict)
+    assert "your dispute of tests.no-assertion: moot (no blocking finding" in prompt
+    assert "--dispute tests.tautology" in prompt
+    assert "holds for that one impl_done" in prompt
+
+
 def test_hold_and_settle() -> None:
     found: list[Finding] = [
         blocking("m", "tests.tautology", "t.py", 3), blocking("m", "scope.unowned", "R"),
@@ -231,6 +249,12 @@ def test_the_supervisor_refuses_a_hard_dispute_sent_past_the_client(
     assert implementing.status().phase is Phase.IMPLEMENTING
     assert implementing.status().disputes == []
     assert implementing.ledger("signal_rejected")
+    # nor a reason made of blanks, which the client would have refused
+    reply = inbox.send(implementing.run_dir, {
+        "type": "signal", "task": "alpha", "phase": "impl_done", "note": " \n\t",
+        "disputes": ["tests.tautology"]})
+    assert reply["ok"] is False and "needs a reason" in reply["message"]
+    assert implementing.status().phase is Phase.IMPLEMENTING
     # an older client's message (no "disputes" key) is judged as before
     reply = inbox.send(implementing.run_dir, {
         "type": "signal", "task": "alpha", "phase": "impl_done", "note": None})

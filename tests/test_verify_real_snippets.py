@@ -8,6 +8,7 @@ named in each test), not copies of the projects' code.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -383,3 +384,272 @@ def test_a_word_assigned_to_a_bare_token_is_not_a_credential() -> None:
                   '    auth_token = "build1234"', '    password = "hunter22"'):
         [f] = secrets.check_secrets({"app/client.py": [(3, gamed)]})
         assert (f.check, f.blocking) == ("secrets.assignment", True), gamed
+
+
+# tests.deleted, missed by the test finder: cachetools 18e5930c, 57d2e481, 2aeffb04 (the
+# tests live in a mixin class that the TestCase subclasses of the module inherit)
+
+MIXIN_BASE = dedent('''
+    import unittest
+
+    from app import cached, lru_cache, fifo_cache
+
+    class DecoratorTestMixin:
+        def decorator(self, maxsize):
+            return self.DECORATOR(maxsize)
+
+        def test_decorator(self):
+            f = self.decorator(maxsize=2)(lambda n: n)
+            self.assertEqual(f(1), 1)
+            self.assertEqual(f.cache_info(), (0, 1, 2, 1))
+
+        def test_decorator_clear(self):
+            f = self.decorator(maxsize=2)(lambda n: n)
+            f.cache_clear()
+            self.assertEqual(f.cache_info(), (0, 0, 2, 0))
+
+    class LRUDecoratorTest(unittest.TestCase, DecoratorTestMixin):
+        DECORATOR = staticmethod(lru_cache)
+
+    class FIFODecoratorTest(unittest.TestCase, DecoratorTestMixin):
+        DECORATOR = staticmethod(fifo_cache)
+''')
+
+
+MIXIN_TYPED_TEST = """\
+    def test_decorator_typed(self):
+        f = self.decorator(maxsize=2, typed=True)(lambda n: n)
+        self.assertEqual(f(1.0), 1.0)
+
+"""
+MIXIN_DECORATOR_TEST = """\
+    def test_decorator(self):
+        f = self.decorator(maxsize=2)(lambda n: n)
+        self.assertEqual(f(1), 1)
+        self.assertEqual(f.cache_info(), (0, 1, 2, 1))
+
+"""
+
+
+def test_a_test_deleted_from_a_mixin_class_blocks() -> None:
+    # the honest change adds a test to the mixin; the gamed one also deletes test_decorator
+    honest = MIXIN_BASE.replace("    def test_decorator_clear",
+                                MIXIN_TYPED_TEST + "    def test_decorator_clear")
+    assert MIXIN_DECORATOR_TEST in honest
+    report = check_tests([change("tests/test_func.py", MIXIN_BASE, honest)])
+    assert found(report, "tests.deleted") == []
+    # a mixin's test runs under its subclasses' names: it is judged, but not looked up in
+    # a test report under the mixin's name (that would be "did not run" for every one)
+    assert report.touched == []
+    assert [t.qualname for t in report.inherited] == ["DecoratorTestMixin::test_decorator_typed"]
+    gamed = honest.replace(MIXIN_DECORATOR_TEST, "")
+    report = check_tests([change("tests/test_func.py", MIXIN_BASE, gamed)])
+    [f] = [f for f in report.findings if f.check == "tests.deleted"]
+    assert f.blocking and "DecoratorTestMixin::test_decorator " in f.message
+
+
+def test_a_mixin_test_is_judged_like_any_test() -> None:
+    weakened = MIXIN_BASE.replace(
+        "        self.assertEqual(f.cache_info(), (0, 1, 2, 1))\n", "")
+    assert weakened != MIXIN_BASE
+    report = check_tests([change("tests/test_func.py", MIXIN_BASE, weakened)])
+    assert found(report, "tests.fewer-assertions") == ["blocking"]
+    emptied = MIXIN_BASE.replace(
+        "        self.assertEqual(f.cache_info(), (0, 0, 2, 0))\n", "        pass\n")
+    assert emptied != MIXIN_BASE
+    report = check_tests([change("tests/test_func.py", MIXIN_BASE, emptied)])
+    assert found(report, "tests.no-assertion") == ["blocking"]
+
+
+def test_a_mixin_whose_subclasses_live_elsewhere_is_known_by_its_name() -> None:
+    # cachetools keeps CacheTestMixin in one module and its TestCase subclasses in others
+    base = dedent('''
+        class MethodDecoratorTestMixin:
+            def test_decorator(self):
+                self.assertEqual(self.cached().get(1), 1)
+
+            def test_decorator_clear(self):
+                self.assertEqual(self.cached().get(2), 2)
+
+        class Helper:
+            def test_like_but_not_a_test(self):
+                assert False
+    ''')
+    head = base.replace("    def test_decorator(self):\n"
+                        "        self.assertEqual(self.cached().get(1), 1)\n\n", "")
+    report = check_tests([change("tests/test_method.py", base, head)])
+    assert found(report, "tests.deleted") == ["blocking"]
+    # a class neither inherited by a test class nor named as a test helper is not a test
+    head = base.split("class Helper")[0]
+    report = check_tests([change("tests/test_method.py", base, head)])
+    assert found(report, "tests.deleted") == []
+
+
+# tests.deleted, let through as "moved": tabulate 3aa568c6, 5373ebfa, 8014ec66 (every test
+# ends in assert_equal(expected, result), so any new test "held every assertion" of any
+# deleted one) and cachetools 4d74eb46 (the small numbers every cache test uses)
+
+TABLE_BASE = dedent('''
+    from app import render, assert_equal
+
+    ROWS = [["spam", 41.9999], ["eggs", 451]]
+
+    def test_plain():
+        "Output: plain with headers"
+        expected = "strings   numbers\\nspam      41.9999\\neggs     451"
+        result = render(ROWS, ["strings", "numbers"], fmt="plain")
+        assert_equal(expected, result)
+
+    def test_simple():
+        expected = "--------  --\\nspam      41.9999"
+        result = render(ROWS, fmt="simple")
+        assert_equal(expected, result)
+''')
+TABLE_NEW_TEST = dedent('''
+
+    def test_asciidoc_without_trailing_whitespace():
+        result = render([["foo"]], ["longheader"], fmt="asciidoc")
+        expected = "|====\\n| longheader\\n| foo\\n|===="
+        assert_equal(expected, result)
+''')
+
+
+def test_a_deleted_test_is_not_taken_as_moved_by_an_assertion_that_only_looks_alike(
+) -> None:
+    head = TABLE_BASE.split("def test_plain")[0] + "def test_simple" + \
+        TABLE_BASE.split("def test_simple")[1] + TABLE_NEW_TEST
+    assert "def test_plain" not in head
+    report = check_tests([change("tests/test_output.py", TABLE_BASE, head)])
+    assert found(report, "tests.deleted") == ["blocking"]
+
+
+def test_a_deleted_test_whose_resolved_assertion_moved_is_a_warning() -> None:
+    # the same check, written differently (other local names, other order), in a new test
+    head = TABLE_BASE.split("def test_plain")[0] + "def test_simple" + \
+        TABLE_BASE.split("def test_simple")[1] + dedent('''
+
+        def test_plain_with_headers():
+            got = render(ROWS, ["strings", "numbers"], fmt="plain")
+            want = "strings   numbers\\nspam      41.9999\\neggs     451"
+            assert_equal(want, got)
+            assert_equal("", render([], fmt="plain"))
+    ''').replace("got", "result").replace("want", "expected")
+    report = check_tests([change("tests/test_output.py", TABLE_BASE, head)])
+    [f] = [f for f in report.findings if f.check == "tests.deleted"]
+    assert not f.blocking and "test_plain_with_headers holds every assertion" in f.message
+    # gamed: the new test checks another table with the same names
+    gamed = head.replace('got = render(ROWS, ["strings", "numbers"]', "got = render(ROWS")
+    gamed = gamed.replace('result = render(ROWS, ["strings", "numbers"], fmt="plain")',
+                          'result = render(ROWS, fmt="plain")')
+    report = check_tests([change("tests/test_output.py", TABLE_BASE, gamed)])
+    assert found(report, "tests.deleted") == ["blocking"]
+
+
+def test_an_assertion_the_other_test_had_already_is_not_a_moved_check() -> None:
+    # test_simple asserted the very same thing as test_plain at the base; its being
+    # changed by the task does not make it the new home of test_plain's check
+    base = TABLE_BASE.replace('result = render(ROWS, fmt="simple")',
+                              'result = render(ROWS, ["strings", "numbers"], fmt="plain")')
+    base = base.replace('expected = "--------  --\\\\nspam      41.9999"',
+                        'expected = "strings   numbers\\\\nspam      41.9999\\\\neggs     451"')
+    head = base.split("def test_plain")[0] + "def test_simple" + base.split(
+        "def test_simple")[1].replace("assert_equal(expected, result)",
+                                      "assert_equal(expected, result)\n    assert result")
+    assert head.count('fmt="plain"') == 1
+    report = check_tests([change("tests/test_output.py", base, head)])
+    assert found(report, "tests.unparsable") == []
+    assert found(report, "tests.deleted") == ["blocking"]
+
+
+def test_small_numbers_every_cache_test_uses_do_not_name_a_moved_case() -> None:
+    base = dedent('''
+        import unittest
+
+        from app import RRCache
+
+        class RRCacheTest(unittest.TestCase):
+            def test_rr(self):
+                cache = RRCache(maxsize=2, choice=min)
+                cache[1] = 1
+                cache[2] = 2
+                cache[3] = 3
+                self.assertEqual(2, len(cache))
+                self.assertEqual(3, cache[3])
+                self.assertNotIn(1, cache)
+    ''')
+    head = base.split("    def test_rr")[0] + (
+        "    def test_rr_getsizeof(self):\n"
+        "        cache = RRCache(maxsize=3, choice=min, getsizeof=lambda x: x)\n"
+        "        cache[1] = 1\n"
+        "        cache[2] = 2\n"
+        "        self.assertEqual(len(cache), 2)\n"
+        "        cache[3] = 3\n"
+        "        self.assertEqual(cache[3], 3)\n"
+        "        self.assertNotIn(2, cache)\n")
+    report = check_tests([change("tests/test_rr.py", base, head)])
+    assert [f.check for f in report.findings if f.blocking] == ["tests.deleted"]
+    # a case named by a distinctive value that reappears is evidence (a warning)
+    base = base.replace("maxsize=2", "maxsize=1024")
+    head = head.replace("maxsize=3", "maxsize=1024")
+    report = check_tests([change("tests/test_rr.py", base, head)])
+    assert found(report, "tests.deleted") == ["warning"]
+
+
+def test_fewer_assertions_are_excused_only_by_checks_added_elsewhere() -> None:
+    # the removed assertion compares two names: it proves nothing about where it went
+    base = dedent('''
+        from app import render, assert_equal
+
+        def test_plain():
+            expected = "a"
+            result = render("a")
+            assert_equal(expected, result)
+            assert_equal(expected.upper(), render("A"))
+
+        def test_other():
+            expected = "b"
+            result = render("b")
+            assert_equal(expected, result)
+    ''')
+    head = base.replace('    assert_equal(expected.upper(), render("A"))\n', "").replace(
+        'result = render("b")\n    assert_equal(expected, result)',
+        'result = render("b")\n    assert_equal(expected, result)\n    assert result')
+    report = check_tests([change("tests/test_output.py", base, head)])
+    assert found(report, "tests.fewer-assertions") == ["blocking"]
+    moved = head.replace("    assert result\n", '    assert_equal("A", render("A"))\n')
+    report = check_tests([change("tests/test_output.py", base, moved)])
+    assert found(report, "tests.fewer-assertions") == ["blocking"]  # not the same check
+    moved = head.replace("    assert result\n",
+                         '    assert_equal("a".upper(), render("A"))\n')
+    report = check_tests([change("tests/test_output.py", base, moved)])
+    assert found(report, "tests.fewer-assertions") == ["warning"]
+
+
+def test_a_change_tested_in_a_mixin_has_tests(git_repo: Path) -> None:
+    # cachetools adds its tests to the mixins: "changes code but adds no test" is wrong there
+    from conftest import git
+
+    from loop_orchestrator.plan import Task
+    from loop_orchestrator.verify.verdict import deterministic_findings
+
+    def commit(files: dict[str, str]) -> str:
+        for rel, text in files.items():
+            (git_repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (git_repo / rel).write_text(text, encoding="utf-8")
+        git(git_repo, "add", "-A")
+        git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "work")
+        return git(git_repo, "rev-parse", "HEAD").strip()
+
+    base = commit({"app/__init__.py": "def cached(n):\n    return n\n",
+                   "tests/test_func.py": MIXIN_BASE})
+    task = Task(id="t", objective="typed caches", owns=["app/**", "tests/**"], done=[])
+    code = "def cached(n, typed=False):\n    return n\n"
+    head = commit({"app/__init__.py": code, "tests/test_func.py": MIXIN_BASE.replace(
+        "    def test_decorator_clear", MIXIN_TYPED_TEST + "    def test_decorator_clear")})
+    findings = deterministic_findings(git_repo, task, base, head)[0]
+    assert [f.check for f in findings if f.check.startswith("tests.")] == []
+    # and with no test at all, it is still said
+    only_code = commit({"tests/test_func.py": MIXIN_BASE})
+    findings = deterministic_findings(git_repo, task, only_code, commit(
+        {"app/__init__.py": code + "\n\nY = 2\n"}))[0]
+    assert "tests.none-added" in [f.check for f in findings]

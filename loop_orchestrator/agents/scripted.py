@@ -627,6 +627,8 @@ class ScriptedAgent:
         command = f"{lo_bin} signal {shlex.quote(action.signal.phase)}"
         if action.signal.note is not None:
             command += f" --note {shlex.quote(action.signal.note)}"
+        for code in action.signal.dispute:
+            command += f" --dispute {shlex.quote(code)}"
         self.say(f"● Bash(lo-orch signal {action.signal.phase})")
         result = proc.run(["sh", "-c", command], cwd=self.cwd, timeout=120, check=False)
         if not result.ok:

@@ -21,7 +21,7 @@ Format::
         - - patch: {path: app/x.py, old: "1", new: "2"}
 
 Actions (a mapping with one key): ``write {path, content}``, ``patch {path, old, new}``,
-``delete {path}``, ``run {argv, check, timeout}``, ``signal {phase, note}``,
+``delete {path}``, ``run {argv, check, timeout}``, ``signal {phase, note, dispute}``,
 ``sleep {seconds}``, ``say {text}``, ``exit {code}`` (a crash: no SessionEnd hook), ``hang``.
 Short forms: ``say: text``, ``sleep: 2``, ``exit: 3``, ``signal: impl_done``,
 ``delete: path``, ``hang`` (a bare string). A flat ``implement`` list is one round.
@@ -89,6 +89,8 @@ class RunArgs(_Model):
 class SignalArgs(_Model):
     phase: str = Field(min_length=1)
     note: str | None = None
+    #: finding ids disputed with it (``--dispute CODE``, issue 14)
+    dispute: list[str] = Field(default_factory=list)
 
 
 class SleepArgs(_Model):

@@ -36,6 +36,21 @@ def disputable(findings: Sequence[Finding]) -> list[str]:
     return out
 
 
+def _normal(claims: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The claims as ``hold`` reads them: the first of each id, its reason stripped and cut."""
+    seen: dict[str, str] = {}
+    for check, note in claims:
+        seen.setdefault(check, note.strip()[:MAX_NOTE])
+    return list(seen.items())
+
+
+def judged(disputes: Sequence[Dispute], claims: Sequence[tuple[str, str]]) -> bool:
+    """Whether a verdict with ``disputes`` judged exactly these ``claims``: a verdict of the
+    same commit made with other disputes (or none) cannot be reused for them, or a session
+    that disputes instead of changing correct code would never have its dispute heard."""
+    return [(d.check, d.note) for d in disputes] == _normal(claims)
+
+
 def hold(findings: list[Finding], claims: Sequence[tuple[str, str]]
          ) -> tuple[list[Finding], list[Dispute]]:
     """Apply the session's disputes before the verdict is decided.
@@ -46,12 +61,7 @@ def hold(findings: list[Finding], claims: Sequence[tuple[str, str]]
     """
     out = list(findings)
     disputes: list[Dispute] = []
-    seen: set[str] = set()
-    for check, note in claims:
-        if check in seen:
-            continue
-        seen.add(check)
-        note = note.strip()[:MAX_NOTE]
+    for check, note in _normal(claims):
         why = problem(check)
         if why:
             disputes.append(Dispute(check=check, note=note, outcome="refused", reason=why))

@@ -1,7 +1,10 @@
 """Python tests read by AST: which tests a module defines and what each one asserts.
 
 Knows pytest (``test*`` functions, ``Test*`` classes) and unittest (``TestCase``
-subclasses). Pure functions of source text; ``testquality`` turns the facts into findings.
+subclasses), and the test methods of helper classes whose tests run through a subclass
+(``class DecoratorTestMixin`` inherited by ``class LRUDecoratorTest(DecoratorTestMixin,
+TestCase)``, as cachetools writes them; issue 14). Pure functions of source text;
+``testquality`` turns the facts into findings.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ class PyTest:
     assertions: int
     body_dump: str
     node: ast.FunctionDef | ast.AsyncFunctionDef = field(repr=False, compare=False)
+    #: defined in a helper class (a mixin) and run only through its subclasses, so a test
+    #: report names it after each subclass, never after ``qualname``
+    inherited: bool = False
 
 
 @dataclass
@@ -86,7 +92,8 @@ def parse_module(path: str, source: str) -> PyModule:
     tree = pyast.parse(source, path)
     tests: list[PyTest] = []
     dups: list[tuple[str, int, int]] = []
-    _collect(path, tree.body, "", is_test_scope=True, tests=tests, dups=dups)
+    _collect(path, tree.body, "", is_test_scope=True, tests=tests, dups=dups,
+             mixins=_mixins(tree.body))
     return PyModule(path=path, tree=tree, tests=tests, duplicates=dups)
 
 
@@ -94,8 +101,33 @@ def _is_unittest_class(cls: ast.ClassDef) -> bool:
     return any(dotted(b).endswith("TestCase") for b in cls.bases)
 
 
+def _collected(cls: ast.ClassDef) -> bool:
+    return cls.name.startswith("Test") or _is_unittest_class(cls)
+
+
+def _mixins(body: list[ast.stmt]) -> frozenset[str]:
+    """Top-level classes pytest does not collect whose ``test*`` methods run through a
+    subclass: a base (at any depth) of a collected class of the module, or a class named as
+    a test helper (``...TestMixin``, ``BaseTest...``) whose subclasses live elsewhere."""
+    classes = {s.name: s for s in body if isinstance(s, ast.ClassDef)}
+    found: set[str] = set()
+    todo = [c for c in classes.values() if _collected(c)]
+    while todo:
+        for b in todo.pop().bases:
+            name = dotted(b)
+            if name in classes and name not in found:
+                found.add(name)
+                todo.append(classes[name])
+    for name in classes:
+        w = words(name)
+        if "mixin" in w or ({"test", "tests"} & w and {"base", "abstract"} & w):
+            found.add(name)
+    return frozenset(name for name in found if not _collected(classes[name]))
+
+
 def _collect(path: str, body: list[ast.stmt], prefix: str, *, is_test_scope: bool,
-             tests: list[PyTest], dups: list[tuple[str, int, int]]) -> None:
+             tests: list[PyTest], dups: list[tuple[str, int, int]],
+             mixins: frozenset[str] = frozenset(), inherited: bool = False) -> None:
     seen: dict[str, int] = {}
     for stmt in body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -112,12 +144,13 @@ def _collect(path: str, body: list[ast.stmt], prefix: str, *, is_test_scope: boo
                 end_lineno=stmt.end_lineno or stmt.lineno,
                 assertions=count_assertions(stmt),
                 body_dump="\n".join(ast.dump(s) for s in stmt.body), node=stmt,
+                inherited=inherited,
             ))
         elif isinstance(stmt, ast.ClassDef):
-            collects = stmt.name.startswith("Test") or _is_unittest_class(stmt)
-            if collects:
+            mixin = not prefix and stmt.name in mixins
+            if _collected(stmt) or mixin:
                 _collect(path, stmt.body, f"{prefix}{stmt.name}::", is_test_scope=True,
-                         tests=tests, dups=dups)
+                         tests=tests, dups=dups, inherited=inherited or mixin)
 
 
 def walk_shallow(node: ast.AST) -> Iterator[ast.AST]:

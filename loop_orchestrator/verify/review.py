@@ -53,6 +53,10 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
             lines.append(f"- ... and {more} more in the review")
         if verdict.auditor is not None and verdict.auditor.status == "fail":
             lines += [f"- auditor: {r}" for r in verdict.auditor.reasons[:3]]
+        # what became of this round's disputes: a session that does not hear "rejected"
+        # or "moot" would only send the same dispute again
+        lines += [f"- your dispute of {d.check}: {d.outcome} ({d.reason})"
+                  for d in verdict.disputes if d.outcome != "carried"]
     return templating.render(
         "prompt_rework.md.j2", task=task_id, round=round_no, max_rounds=max_rounds,
         review=str(review_path), summary="\n".join(lines), disputable=disputable,

@@ -10,8 +10,9 @@ Check ids and severities are listed in ``loop_orchestrator.verify`` (package doc
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property, partial
 from typing import Literal
 
 from loop_orchestrator.verify import classify, coverage, jstests, pytests
@@ -55,6 +56,9 @@ class TestReport:
     __test__ = False  # not a pytest test class, despite the name
     findings: list[Finding] = field(default_factory=list)
     touched: list[TestRef] = field(default_factory=list)
+    #: touched tests of mixin classes: judged, but a test report knows them only under
+    #: their subclasses' names, so they are not looked up there
+    inherited: list[TestRef] = field(default_factory=list)
     expectations: list[Expectation] = field(default_factory=list)
 
     @property
@@ -74,17 +78,26 @@ class _Test:
     assertions: int
     fingerprint: str
     language: Lang
-    evidence: coverage.Evidence
+    #: computes what it checks, when a deleted or shrunk test needs it (most never do)
+    collect: Callable[[], coverage.Evidence] = field(repr=False, compare=False)
+    #: a mixin's test, run (and reported) only under its subclasses' names
+    inherited: bool = False
+
+    @cached_property
+    def evidence(self) -> coverage.Evidence:
+        return self.collect()
 
 
 def _py_tests(mod: pytests.PyModule) -> list[_Test]:
     return [_Test(t.path, t.qualname, t.name, t.lineno, t.end_lineno, t.assertions,
-                  t.body_dump, "python", coverage.python(t.node)) for t in mod.tests]
+                  t.body_dump, "python", partial(coverage.python, t.node), t.inherited)
+            for t in mod.tests]
 
 
 def _js_tests(mod: jstests.JsModule) -> list[_Test]:
     return [_Test(t.path, t.qualname, t.title, t.lineno, t.end_lineno, t.assertions,
-                  re.sub(r"\s+", "", t.body), "js", coverage.js(t)) for t in mod.tests]
+                  re.sub(r"\s+", "", t.body), "js", partial(coverage.js, t))
+            for t in mod.tests]
 
 
 def _parse(path: str, text: str | None) -> tuple[object | None, str | None]:
@@ -173,7 +186,8 @@ def _common(f: FileChange, mod_tests: list[_Test], duplicates: list[tuple[str, i
             continue
         touched.append(t)
         new = (t.path, t.qualname) not in base
-        report.touched.append(TestRef(t.path, t.qualname, t.language, new))
+        ref = TestRef(t.path, t.qualname, t.language, new)
+        (report.inherited if t.inherited else report.touched).append(ref)
         if t.assertions == 0:
             report.findings.append(blocking(
                 f"{_where(t)} has no assertion: it passes whatever the code does.",
@@ -321,7 +335,15 @@ def _changed(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Te
 
 def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]],
                 removed: set[str], base: dict[tuple[str, str], _Test]) -> str | None:
-    """Why the behaviour ``old`` checked is still checked, or None (issue 14)."""
+    """Why the behaviour ``old`` checked is still checked, or None (issue 14).
+
+    Evidence is looked for in the assertions this change added to a new or changed test
+    (what that test asserted at the base proves nothing new): every one of ``old``'s
+    assertions, with its local names resolved; an assertion on the code its name says it
+    checked and no neighbour asserted on; or the literals that named its cases. Anything
+    weaker (an added assertion that merely looks alike, the small numbers every test uses)
+    is not evidence.
+    """
     ev = old.evidence
     # literals only this test used at the base: where they reappear, its checks went
     others = [t for k, t in base.items()
@@ -331,11 +353,12 @@ def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]
     group = old.qualname.rpartition("::")[0]
     own = ev.subjects - set().union(*(t.evidence.subjects for t in others
                                       if t.qualname.rpartition("::")[0] == group))
+    mine = coverage.distinctive(ev.tokens)
     for t, before in changed:
         if t.language != old.language or (t.path, t.qualname) == (old.path, old.qualname):
             continue
         gained_asserted = t.evidence.asserted - (before.asserted if before else frozenset())
-        if ev.asserted and ev.asserted <= t.evidence.asserted and before is None:
+        if ev.specific and ev.asserted <= gained_asserted:
             return f"{t.qualname} holds every assertion it had"
         gained = t.evidence.subjects - (before.subjects if before else frozenset())
         words = coverage.name_words(old.name)
@@ -346,12 +369,11 @@ def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]
                     "name says it checked")
         new_tokens = t.evidence.tokens - (before.tokens if before else frozenset())
         shared = ev.tokens & new_tokens
-        # every value it tried is tried again, one of them its own, and most of the rest
-        mine = coverage.literals(ev.tokens)
+        # every case it named is tried again, one of them its own, and most of the rest
         if (gained_asserted and mine and mine <= t.evidence.tokens
                 and mine & new_tokens - used_elsewhere and len(shared) * 2 >= len(ev.tokens)):
-            return (f"{t.qualname} gained assertions using most of what it used "
-                    f"({', '.join(sorted(shared)[:4])})")
+            return (f"{t.qualname} gained assertions using the values that named its cases "
+                    f"({', '.join(sorted(mine)[:4])})")
     gone = ev.subjects & removed
     if gone:
         return (f"the change removes or renames {', '.join(sorted(gone))}, the code it "
@@ -412,9 +434,10 @@ def _compare(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Te
                 why = "it now takes its cases from a table (parametrize or a loop)"
             else:
                 lost = old.evidence.asserted - now.evidence.asserted
-                elsewhere = set().union(*(t.evidence.asserted for t, _ in changed
-                                          if t is not now)) if changed else set()
-                if lost and lost <= elsewhere:
+                elsewhere = set().union(*(
+                    t.evidence.asserted - (before.asserted if before else frozenset())
+                    for t, before in changed if t is not now)) if changed else set()
+                if lost and lost <= old.evidence.specific and lost <= elsewhere:
                     why = "the removed assertions appear in other tests this change touched"
             if why:
                 report.findings.append(warning(

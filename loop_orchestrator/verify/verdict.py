@@ -153,7 +153,7 @@ def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
     findings += report.findings
     code = [f.path for f in files if (classify.is_python(f.path) or classify.is_js(f.path))
             and not classify.is_test_code(f.path) and f.added]
-    if code and not report.touched:
+    if code and not (report.touched or report.inherited):
         findings.append(warning(
             f"the task changes code ({', '.join(code[:3])}{', ...' if len(code) > 3 else ''}) "
             "but adds or changes no test.", "tests.none-added",
