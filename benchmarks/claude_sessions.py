@@ -76,31 +76,51 @@ def _workload(root: Path, n: int) -> tuple[Path, Path, Path]:
     (repo / "tests").mkdir()
     (repo / "app" / "__init__.py").write_text("")
     (repo / "tests" / "__init__.py").write_text("")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
-                 ["commit", "-q", "-m", "start"]):
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "start"]):
         subprocess.run(["git", *args], cwd=repo, check=True)
     tasks, script = [], {}
     for k in range(1, n + 1):
-        tasks.append({
-            "id": f"t{k}", "objective": f"Add app/t{k}.py with double(x) times {k}",
-            "owns": [f"app/t{k}.py", f"tests/test_t{k}.py"],
-            "done": [{"criterion": f"double(2) == {2 * k}",
-                      "check": f"{sys.executable} -m unittest -q tests.test_t{k}"}],
-        })
-        test = (f"import unittest\n\nfrom app.t{k} import double\n\n\n"
-                f"class T(unittest.TestCase):\n    def test_scales(self):\n"
-                f"        self.assertEqual(double(2), {2 * k})\n"
-                f"        self.assertEqual(double(-3), {-3 * k})\n")
+        tasks.append(
+            {
+                "id": f"t{k}",
+                "objective": f"Add app/t{k}.py with double(x) times {k}",
+                "owns": [f"app/t{k}.py", f"tests/test_t{k}.py"],
+                "done": [
+                    {
+                        "criterion": f"double(2) == {2 * k}",
+                        "check": f"{sys.executable} -m unittest -q tests.test_t{k}",
+                    }
+                ],
+            }
+        )
+        test = (
+            f"import unittest\n\nfrom app.t{k} import double\n\n\n"
+            f"class T(unittest.TestCase):\n    def test_scales(self):\n"
+            f"        self.assertEqual(double(2), {2 * k})\n"
+            f"        self.assertEqual(double(-3), {-3 * k})\n"
+        )
         script[f"t{k}"] = {
             "plan": [{"signal": "plan_ready"}],
-            "implement": [[{"write": {"path": f"tests/test_t{k}.py", "content": test}},
-                           {"write": {"path": f"app/t{k}.py",
-                                      "content": f"def double(x):\n    return x * {k}\n"}},
-                           {"signal": "impl_done"}]],
+            "implement": [
+                [
+                    {"write": {"path": f"tests/test_t{k}.py", "content": test}},
+                    {
+                        "write": {
+                            "path": f"app/t{k}.py",
+                            "content": f"def double(x):\n    return x * {k}\n",
+                        }
+                    },
+                    {"signal": "impl_done"},
+                ]
+            ],
         }
     plan = root / "plan.yaml"
-    plan.write_text(yaml.safe_dump({"goal": "Scale numbers", "name": "bench",
-                                    "concurrency": n, "tasks": tasks}, sort_keys=False))
+    plan.write_text(
+        yaml.safe_dump(
+            {"goal": "Scale numbers", "name": "bench", "concurrency": n, "tasks": tasks},
+            sort_keys=False,
+        )
+    )
     script_path = root / "script.yaml"
     script_path.write_text(yaml.safe_dump(script, sort_keys=False))
     return repo, plan, script_path
@@ -112,12 +132,18 @@ def _isolated(root: Path) -> Iterator[str]:
     home.mkdir()
     socket = f"lo-bench-{os.getpid()}-{root.name}"
     saved = dict(os.environ)
-    os.environ.update({
-        "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_STATE_HOME": str(home / "state"), "XDG_CACHE_HOME": str(home / ".cache"),
-        "LO_ORCH_TMUX_SOCKET": socket, "LO_ORCH_LOG_DIR": str(home / "logs"),
-        "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"), "GIT_CONFIG_NOSYSTEM": "1",
-    })
+    os.environ.update(
+        {
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_STATE_HOME": str(home / "state"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "LO_ORCH_TMUX_SOCKET": socket,
+            "LO_ORCH_LOG_DIR": str(home / "logs"),
+            "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
+            "GIT_CONFIG_NOSYSTEM": "1",
+        }
+    )
     (home / ".gitconfig").write_text("[user]\n\tname = Bench\n\temail = b@example.com\n")
     for var in ("TMUX", "TMUX_PANE"):
         os.environ.pop(var, None)
@@ -143,9 +169,12 @@ def _tree_rss(pid: int, children: dict[int, list[int]]) -> int:
 
 def _sample(socket: str, peaks: dict[str, int], stop: threading.Event) -> None:
     while not stop.wait(0.5):
-        panes = subprocess.run(["tmux", "-L", socket, "list-panes", "-a", "-F",
-                                "#{@lo_task} #{pane_pid}"],
-                               capture_output=True, text=True, check=False).stdout.split("\n")
+        panes = subprocess.run(
+            ["tmux", "-L", socket, "list-panes", "-a", "-F", "#{@lo_task} #{pane_pid}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split("\n")
         children: dict[int, list[int]] = {}
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
@@ -166,14 +195,20 @@ def measure(agent: str, n: int) -> dict[str, Any]:
             endpoint = None
             if agent == "claude":
                 endpoint = ModelEndpoint(load_script(script, model=True))
-                config = AgentConfig(kind="claude", command=_claude(), ready_timeout=120,
-                                     env={**endpoint.env(), "IS_SANDBOX": "1"})
+                config = AgentConfig(
+                    kind="claude",
+                    command=_claude(),
+                    ready_timeout=120,
+                    env={**endpoint.env(), "IS_SANDBOX": "1"},
+                )
             else:
                 config = AgentConfig(kind="scripted", script=str(script), ready_timeout=60)
-            settings = Settings(agent=config, auditor=AuditorConfig(llm="off"),
-                                run=RunConfig(concurrency=n, stagger_seconds=0.1,
-                                              stall_minutes=1),
-                                sandbox=SandboxConfig(mode="off"))
+            settings = Settings(
+                agent=config,
+                auditor=AuditorConfig(llm="off"),
+                run=RunConfig(concurrency=n, stagger_seconds=0.1, stall_minutes=1),
+                sandbox=SandboxConfig(mode="off"),
+            )
             core.plan_from_file(repo, plan, settings)
             runs.approve_plan(repo)
             peaks: dict[str, int] = {}
@@ -189,19 +224,30 @@ def measure(agent: str, n: int) -> dict[str, Any]:
                 if endpoint is not None:
                     endpoint.close()
             wall = time.time() - started
-            ledger = [json.loads(x) for x in
-                      (repo / ".orchestration" / "ledger.jsonl").read_text().splitlines()]
-            journal = [json.loads(line) for p in (root / "home" / "state").glob(
-                "**/journal.jsonl") for line in p.read_text().splitlines()]
+            ledger = [
+                json.loads(x)
+                for x in (repo / ".orchestration" / "ledger.jsonl").read_text().splitlines()
+            ]
+            journal = [
+                json.loads(line)
+                for p in (root / "home" / "state").glob("**/journal.jsonl")
+                for line in p.read_text().splitlines()
+            ]
             requests = endpoint.requests if endpoint is not None else []
             return analyse(ledger, journal, requests, peaks) | {
-                "wall": wall, "state": outcome.state}
+                "wall": wall,
+                "state": outcome.state,
+            }
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def analyse(ledger: list[dict[str, Any]], journal: list[dict[str, Any]],
-            requests: list[dict[str, Any]], peaks: dict[str, int]) -> dict[str, Any]:
+def analyse(
+    ledger: list[dict[str, Any]],
+    journal: list[dict[str, Any]],
+    requests: list[dict[str, Any]],
+    peaks: dict[str, int],
+) -> dict[str, Any]:
     launched: dict[str, float] = {}
     delivered: dict[str, float] = {}
     signalled: dict[tuple[str, str], float] = {}
@@ -230,8 +276,11 @@ def analyse(ledger: list[dict[str, Any]], journal: list[dict[str, Any]],
     return {
         "launch_ready": [ready[t] - launched[t] for t in launched if t in ready],
         "paste_tool": [first_tool[t] - delivered[t] for t in delivered if t in first_tool],
-        "paste_signal": [signalled[(t, "plan_ready")] - delivered[t] for t in delivered
-                         if (t, "plan_ready") in signalled],
+        "paste_signal": [
+            signalled[(t, "plan_ready")] - delivered[t]
+            for t in delivered
+            if (t, "plan_ready") in signalled
+        ],
         "signal_react": [reacted[k] - ts for k, ts in signalled.items() if k in reacted],
         "rss_mib": [kib / 1024 for kib in peaks.values()],
     }
@@ -262,8 +311,9 @@ def main() -> None:
         for label, key, scale, unit in rows:
             cells = [_fmt(results[a][key], scale, unit) for a in ("scripted", "claude")]
             print(f"  {label:<27}{cells[0]:>24}   {cells[1]:>22}")
-        walls = [f"{results[a]['wall']:.1f} s ({results[a]['state']})"
-                 for a in ("scripted", "claude")]
+        walls = [
+            f"{results[a]['wall']:.1f} s ({results[a]['state']})" for a in ("scripted", "claude")
+        ]
         print(f"  {'start to Gate 2 review':<27}{walls[0]:>24}   {walls[1]:>22}")
 
 

@@ -100,8 +100,9 @@ def _git_env() -> dict[str, str]:
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=_git_env(),
-                   timeout=120)
+    subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, env=_git_env(), timeout=120
+    )
 
 
 @contextlib.contextmanager
@@ -113,26 +114,47 @@ def baseline_tree(rev: str) -> Iterator[Path]:
         _git(REPO_ROOT, "worktree", "add", "--detach", str(tree), rev)
         yield tree
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO_ROOT,
-                       capture_output=True, env=_git_env(), check=False, timeout=120)
-        subprocess.run(["git", "worktree", "prune"], cwd=REPO_ROOT, capture_output=True,
-                       env=_git_env(), check=False, timeout=120)
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(tree)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            env=_git_env(),
+            check=False,
+            timeout=120,
+        )
+        subprocess.run(
+            ["git", "worktree", "prune"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            env=_git_env(),
+            check=False,
+            timeout=120,
+        )
         with contextlib.suppress(OSError):
             tmp.rmdir()
 
 
 def run_env(version: Version, root: Path, socket: str) -> dict[str, str]:
     """The environment of every lo-orch command of one run (panes inherit it)."""
-    env = {k: v for k, v in _git_env().items()
-           if not k.startswith("LO_ORCH_") and k not in ("TMUX", "TMUX_PANE", "PYTHONPATH")}
+    env = {
+        k: v
+        for k, v in _git_env().items()
+        if not k.startswith("LO_ORCH_") and k not in ("TMUX", "TMUX_PANE", "PYTHONPATH")
+    }
     home = root / "home"
     for sub in ("state", "config", "cache"):
         (home / sub).mkdir(parents=True, exist_ok=True)
-    (home / ".gitconfig").write_text("[user]\n\tname = bench\n\temail = bench@localhost\n",
-                                     encoding="utf-8")
-    env.update(HOME=str(home), XDG_STATE_HOME=str(home / "state"),
-               XDG_CONFIG_HOME=str(home / "config"), XDG_CACHE_HOME=str(home / "cache"),
-               SHELL="/bin/sh", LO_ORCH_TMUX_SOCKET=socket)
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = bench\n\temail = bench@localhost\n", encoding="utf-8"
+    )
+    env.update(
+        HOME=str(home),
+        XDG_STATE_HOME=str(home / "state"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_CACHE_HOME=str(home / "cache"),
+        SHELL="/bin/sh",
+        LO_ORCH_TMUX_SOCKET=socket,
+    )
     if version.pythonpath is not None:
         env["PYTHONPATH"] = str(version.pythonpath)
     return env
@@ -140,10 +162,15 @@ def run_env(version: Version, root: Path, socket: str) -> dict[str, str]:
 
 def check_import(version: Version, env: dict[str, str], cwd: Path) -> None:
     """Fail unless ``python -m loop_orchestrator`` here imports ``version``'s code."""
-    out = subprocess.run([sys.executable, "-c",
-                          "import loop_orchestrator; print(loop_orchestrator.__file__)"],
-                         env=env, cwd=cwd, capture_output=True, text=True, check=True,
-                         timeout=60).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", "import loop_orchestrator; print(loop_orchestrator.__file__)"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     found = Path(out).resolve().parent
     if found != (version.tree / "loop_orchestrator").resolve():
         msg = f"{version.label}: imports {found}, not {version.tree}"
@@ -170,7 +197,8 @@ def _plugin(root: Path, version: Version, hook_log: Path) -> Path:
         for group in groups:
             for hook in group["hooks"]:
                 hook["command"] = hook["command"].replace(
-                    '"${CLAUDE_PLUGIN_ROOT}/hooks/lo-hook"', f"{prefix} {shlex.quote(launcher)}")
+                    '"${CLAUDE_PLUGIN_ROOT}/hooks/lo-hook"', f"{prefix} {shlex.quote(launcher)}"
+                )
     (plugin / "hooks" / "hooks.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     return plugin
 
@@ -184,8 +212,18 @@ def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
     (repo / ".gitignore").write_text("__pycache__/\n", encoding="utf-8")
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
-    _git(repo, "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-q",
-         "--no-gpg-sign", "-m", "initial")
+    _git(
+        repo,
+        "-c",
+        "user.name=bench",
+        "-c",
+        "user.email=bench@localhost",
+        "commit",
+        "-q",
+        "--no-gpg-sign",
+        "-m",
+        "initial",
+    )
     # outside the repository: the AFTER sandbox makes the repository read-only to agents
     starts = root / "timing" / "signal-starts"
     starts.mkdir(parents=True)
@@ -196,40 +234,60 @@ def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
         tid = f"t{i:03d}"
         # every fourth task consumes an earlier task's output: a few waves
         consumes = [f"f{i - 4:03d}"] if i >= 4 and i % 4 == 0 else []
-        tasks.append({
-            "id": tid, "objective": f"Add f{i:03d}", "owns": [f"pkg/m{i:03d}.py",
-                                                              f"tests/test_m{i:03d}.py"],
-            "produces": [f"f{i:03d}"], "consumes": consumes,
-            "done": [{"criterion": f"f{i:03d}(2) == {2 + i}",
-                      "check": f"{python} -m unittest -q tests.test_m{i:03d}"}],
-        })
-        module = (f"def f{i:03d}(x: int) -> int:\n"
-                  f"    if x < 0:\n        raise ValueError('negative')\n"
-                  f"    return x + {i}\n")
-        test = (f"import unittest\n\nfrom pkg.m{i:03d} import f{i:03d}\n\n\n"
-                f"class T(unittest.TestCase):\n"
-                f"    def test_adds(self):\n        self.assertEqual(f{i:03d}(2), {2 + i})\n\n"
-                f"    def test_zero(self):\n        self.assertEqual(f{i:03d}(0), {i})\n\n"
-                f"    def test_negative_is_rejected(self):\n"
-                f"        with self.assertRaises(ValueError):\n            f{i:03d}(-1)\n")
+        tasks.append(
+            {
+                "id": tid,
+                "objective": f"Add f{i:03d}",
+                "owns": [f"pkg/m{i:03d}.py", f"tests/test_m{i:03d}.py"],
+                "produces": [f"f{i:03d}"],
+                "consumes": consumes,
+                "done": [
+                    {
+                        "criterion": f"f{i:03d}(2) == {2 + i}",
+                        "check": f"{python} -m unittest -q tests.test_m{i:03d}",
+                    }
+                ],
+            }
+        )
+        module = (
+            f"def f{i:03d}(x: int) -> int:\n"
+            f"    if x < 0:\n        raise ValueError('negative')\n"
+            f"    return x + {i}\n"
+        )
+        test = (
+            f"import unittest\n\nfrom pkg.m{i:03d} import f{i:03d}\n\n\n"
+            f"class T(unittest.TestCase):\n"
+            f"    def test_adds(self):\n        self.assertEqual(f{i:03d}(2), {2 + i})\n\n"
+            f"    def test_zero(self):\n        self.assertEqual(f{i:03d}(0), {i})\n\n"
+            f"    def test_negative_is_rejected(self):\n"
+            f"        with self.assertRaises(ValueError):\n            f{i:03d}(-1)\n"
+        )
         plan_actions: list[object] = []
         if i == 0:
             # which code the panes run: LO_ORCH_BIN's interpreter with the pane's environment
-            probe = ('eval "set -- $LO_ORCH_BIN"; "$1" -c "import loop_orchestrator; '
-                     'print(loop_orchestrator.__file__)" > ' + shlex.quote(str(root / "timing"
-                                                                           / "pane-import")))
+            probe = (
+                'eval "set -- $LO_ORCH_BIN"; "$1" -c "import loop_orchestrator; '
+                'print(loop_orchestrator.__file__)" > '
+                + shlex.quote(str(root / "timing" / "pane-import"))
+            )
             plan_actions.append({"run": {"argv": ["sh", "-c", probe], "timeout": 60}})
         plan_actions.append(_signal_run("plan_ready", starts))
         script[tid] = {
             "plan": plan_actions,
-            "implement": [[
-                {"write": {"path": f"pkg/m{i:03d}.py", "content": module}},
-                {"write": {"path": f"tests/test_m{i:03d}.py", "content": test}},
-                _signal_run("impl_done", starts),
-            ]],
+            "implement": [
+                [
+                    {"write": {"path": f"pkg/m{i:03d}.py", "content": module}},
+                    {"write": {"path": f"tests/test_m{i:03d}.py", "content": test}},
+                    _signal_run("impl_done", starts),
+                ]
+            ],
         }
-    plan = {"goal": f"benchmark with {n} tasks", "name": f"bench{n}",
-            "concurrency": concurrency, "tasks": tasks}
+    plan = {
+        "goal": f"benchmark with {n} tasks",
+        "name": f"bench{n}",
+        "concurrency": concurrency,
+        "tasks": tasks,
+    }
     (root / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
     (root / "script.yaml").write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
     plugin = _plugin(root, version, root / "timing" / "hooks.log")
@@ -264,14 +322,21 @@ def _proc_sample(pid: int) -> tuple[float, int] | None:
         return None
 
 
-def _supervise(lo: list[str], repo: Path, env: dict[str, str],
-               cwd: Path) -> tuple[float, float, int, str | None]:
+def _supervise(
+    lo: list[str], repo: Path, env: dict[str, str], cwd: Path
+) -> tuple[float, float, int, str | None]:
     """Run the supervisor to its end or ``RUN_TIMEOUT``: (wall seconds, its CPU seconds, its
     peak RSS KiB, None or what went wrong). It is stopped on any way out."""
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as err:
-        sup = subprocess.Popen([*lo, "run", "--repo", str(repo)], env=env, cwd=cwd,
-                               stdout=subprocess.DEVNULL, stderr=err, text=True)
+        sup = subprocess.Popen(
+            [*lo, "run", "--repo", str(repo)],
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
         cpu, peak = 0.0, 0
         try:
             while sup.poll() is None and time.monotonic() - started < RUN_TIMEOUT:
@@ -298,8 +363,9 @@ def _supervise(lo: list[str], repo: Path, env: dict[str, str],
 
 
 def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
-    with tempfile.TemporaryDirectory(prefix=f"lo-bench-{version.label.lower()}-{n}-",
-                                     ignore_cleanup_errors=True) as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix=f"lo-bench-{version.label.lower()}-{n}-", ignore_cleanup_errors=True
+    ) as tmp:
         root = Path(tmp)
         socket = f"lo-bench-{os.getpid()}-{version.label.lower()}-{n}"
         env = run_env(version, root, socket)
@@ -308,12 +374,19 @@ def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
         lo = [sys.executable, "-m", "loop_orchestrator"]
         try:
             for step in (["plan", str(root / "plan.yaml")], ["approve"]):
-                subprocess.run([*lo, *step, "--repo", str(repo)], env=env, cwd=root,
-                               check=True, capture_output=True, timeout=300)
+                subprocess.run(
+                    [*lo, *step, "--repo", str(repo)],
+                    env=env,
+                    cwd=root,
+                    check=True,
+                    capture_output=True,
+                    timeout=300,
+                )
             wall, cpu, peak, problem = _supervise(lo, repo, env, root)
         finally:
-            subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True,
-                           check=False, timeout=30)
+            subprocess.run(
+                ["tmux", "-L", socket, "kill-server"], capture_output=True, check=False, timeout=30
+            )
             # the socket file outlives the server
             tmux_dir = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
             (tmux_dir / socket).unlink(missing_ok=True)
@@ -321,25 +394,37 @@ def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
         if pane_import.parent != (version.tree / "loop_orchestrator").resolve():
             msg = f"{version.label}: the panes ran {pane_import}, not {version.tree}"
             raise SystemExit(msg)
-        ledger = [json.loads(line) for line in
-                  (repo / ".orchestration" / "ledger.jsonl").read_text().splitlines()]
+        ledger = [
+            json.loads(line)
+            for line in (repo / ".orchestration" / "ledger.jsonl").read_text().splitlines()
+        ]
         starts = []
         for file in (root / "timing" / "signal-starts").iterdir():
             for line in file.read_text().splitlines():
                 ts, phase = line.split()
                 starts.append((file.name, phase, float(ts)))
-        hooks = [line.split() for line in
-                 (root / "timing" / "hooks.log").read_text().splitlines()]
+        hooks = [line.split() for line in (root / "timing" / "hooks.log").read_text().splitlines()]
         # AFTER keeps a private journal of every phase change (BEFORE has none)
-        journal = [json.loads(line)
-                   for path in sorted((root / "home" / "state").glob("**/journal.jsonl"))
-                   for line in path.read_text().splitlines()]
+        journal = [
+            json.loads(line)
+            for path in sorted((root / "home" / "state").glob("**/journal.jsonl"))
+            for line in path.read_text().splitlines()
+        ]
     return analyse(n, ledger, starts, hooks, journal) | {
-        "wall": wall, "cpu": cpu, "peak_mib": peak / 1024, "problem": problem}
+        "wall": wall,
+        "cpu": cpu,
+        "peak_mib": peak / 1024,
+        "problem": problem,
+    }
 
 
-def analyse(n: int, ledger: list[dict[str, Any]], starts: list[tuple[str, str, float]],
-            hooks: list[list[str]], journal: list[dict[str, Any]]) -> dict[str, object]:
+def analyse(
+    n: int,
+    ledger: list[dict[str, Any]],
+    starts: list[tuple[str, str, float]],
+    hooks: list[list[str]],
+    journal: list[dict[str, Any]],
+) -> dict[str, object]:
     reacted: dict[tuple[str, str], float] = {}
     signalled: dict[tuple[str, str], float] = {}
     for e in ledger:
@@ -354,8 +439,9 @@ def analyse(n: int, ledger: list[dict[str, Any]], starts: list[tuple[str, str, f
         changes = entry.get("data", {}).get("set", {})
         if entry.get("kind") == "task" and changes.get("phase") in NEXT_PHASE.values():
             moved.setdefault((entry["data"]["task"], changes["phase"]), _ts(entry["ts"]))
-    to_phase = [moved[(t, NEXT_PHASE[ph])] - ts for t, ph, ts in starts
-                if (t, NEXT_PHASE[ph]) in moved]
+    to_phase = [
+        moved[(t, NEXT_PHASE[ph])] - ts for t, ph, ts in starts if (t, NEXT_PHASE[ph]) in moved
+    ]
     # BEFORE: `lo-orch signal` wrote its ledger line after the status file, so the supervisor
     # could react before that line existed; such a reaction counts as immediate (0)
     reaction = [max(0.0, reacted[k] - ts) for k, ts in signalled.items() if k in reacted]
@@ -365,15 +451,25 @@ def analyse(n: int, ledger: list[dict[str, Any]], starts: list[tuple[str, str, f
     failed = sum(1 for *_, rc in hooks if rc not in ("0", "2"))  # 2: a Stop block
     integrated = {e.get("task") for e in ledger if e["event"] == "task_integrated"}
     rejected = sum(1 for e in ledger if e["event"] == "signal_rejected")
-    blocked = [f"{e.get('task')}: {' '.join(str(e.get('message')).split())[:300]}"
-               for e in ledger if e["event"] == "task_blocked"]
+    blocked = [
+        f"{e.get('task')}: {' '.join(str(e.get('message')).split())[:300]}"
+        for e in ledger
+        if e["event"] == "task_blocked"
+    ]
     return {
         "tasks": n,
-        "latency": latency, "to_phase": to_phase, "expected": 2 * n,
-        "reaction": reaction, "early": early,
-        "prompt_wall": [w for w, _ in prompt], "prompt_cpu": [c for _, c in prompt],
-        "hook_wall": [w for w, _ in every], "hook_cpu": [c for _, c in every],
-        "hook_failed": failed, "integrated": len(integrated), "rejected": rejected,
+        "latency": latency,
+        "to_phase": to_phase,
+        "expected": 2 * n,
+        "reaction": reaction,
+        "early": early,
+        "prompt_wall": [w for w, _ in prompt],
+        "prompt_cpu": [c for _, c in prompt],
+        "hook_wall": [w for w, _ in every],
+        "hook_cpu": [c for _, c in every],
+        "hook_failed": failed,
+        "integrated": len(integrated),
+        "rejected": rejected,
         "blocked": blocked,
     }
 
@@ -390,8 +486,12 @@ def _mean_ms(values: object) -> str:
     return f"{1000 * sum(vals) / len(vals):.1f}" if vals else "-"
 
 
-def render(sizes: list[int], results: dict[tuple[str, int], dict[str, object]],
-           labels: list[str], concurrency: int) -> str:
+def render(
+    sizes: list[int],
+    results: dict[tuple[str, int], dict[str, object]],
+    labels: list[str],
+    concurrency: int,
+) -> str:
     rows: list[tuple[str, str]] = [
         ("1 signal latency p50/p95 ms", "latency"),
         ("1 same, to the phase change in the journal", "to_phase"),
@@ -421,27 +521,35 @@ def render(sizes: list[int], results: dict[tuple[str, int], dict[str, object]],
         return f"{value:.2f}" if key == "cpu" else f"{value:.1f}"
 
     width = max(len(name) for name, _ in rows)
-    lines = [f"supervisor benchmark: scripted agents, cap {concurrency}, "
-             f"{os.cpu_count()} cores ({', '.join(labels)})"]
+    lines = [
+        f"supervisor benchmark: scripted agents, cap {concurrency}, "
+        f"{os.cpu_count()} cores ({', '.join(labels)})"
+    ]
     for n in sizes:
         lines.append("")
         lines.append(f"{n} tasks".ljust(width) + "".join(f" {label:>18}" for label in labels))
         for name, key in rows:
-            lines.append(name.ljust(width) + "".join(
-                f" {cell(results[(label, n)], key):>18}" for label in labels))
+            lines.append(
+                name.ljust(width)
+                + "".join(f" {cell(results[(label, n)], key):>18}" for label in labels)
+            )
         notes = []
         for label in labels:
             r = results[(label, n)]
             if r["early"]:
-                notes.append(f"{label}: {r['early']} reactions before the signal's ledger line "
-                             "(counted as 0)")
+                notes.append(
+                    f"{label}: {r['early']} reactions before the signal's ledger line "
+                    "(counted as 0)"
+                )
             if r["hook_failed"]:
                 notes.append(f"{label}: {r['hook_failed']} hook calls failed")
             if r["rejected"]:
                 notes.append(f"{label}: {r['rejected']} signals rejected (not timed)")
             if r["integrated"] != n or r["problem"]:
-                notes.append(f"{label}: {r['integrated']} of {n} tasks integrated"
-                             + (f"; {r['problem']}" if r["problem"] else ""))
+                notes.append(
+                    f"{label}: {r['integrated']} of {n} tasks integrated"
+                    + (f"; {r['problem']}" if r["problem"] else "")
+                )
             blocked = r["blocked"]
             assert isinstance(blocked, list)
             notes.extend(f"{label}: blocked {why}" for why in blocked)
@@ -453,8 +561,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--baseline", default=BASELINE, metavar="REV",
-                        help=f"the BEFORE revision (default {BASELINE})")
+    parser.add_argument(
+        "--baseline",
+        default=BASELINE,
+        metavar="REV",
+        help=f"the BEFORE revision (default {BASELINE})",
+    )
     parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -467,8 +579,7 @@ def main() -> None:
             versions.insert(0, Version("BEFORE", tree, tree))
         for n in sizes:
             for version in versions:
-                print(f"measuring {version.label} with {n} tasks...", file=sys.stderr,
-                      flush=True)
+                print(f"measuring {version.label} with {n} tasks...", file=sys.stderr, flush=True)
                 results[(version.label, n)] = measure(n, args.concurrency, version)
     print(render(sizes, results, [v.label for v in versions], args.concurrency))
 

@@ -62,6 +62,7 @@ def _replay() -> Any:
 
 # worker: runs under the version's PYTHONPATH -------------------------------------------
 
+
 def _timed(module: Any, name: str, bucket: str, spent: dict[str, float]) -> None:
     original = getattr(module, name, None)
     if original is None:
@@ -88,8 +89,13 @@ def worker(manifest: Path, out: Path, *, source_only: bool = False) -> None:
     _timed(scope, "check_scope", "scope", spent)
     _timed(vmod, "check_tests", "tests", spent)
     _timed(stubs, "check_stubs", "stubs", spent)
-    for name in ("check_secrets", "check_secret_files", "check_credential_documents",
-                 "check_binary_secrets", "check_conflict_markers"):
+    for name in (
+        "check_secrets",
+        "check_secret_files",
+        "check_credential_documents",
+        "check_binary_secrets",
+        "check_conflict_markers",
+    ):
         _timed(secrets, name, "secrets", spent)
     _timed(vmod, "run_done_checks", "done", spent)
     _timed(vmod, "red_green", "redgreen", spent)
@@ -101,9 +107,13 @@ def worker(manifest: Path, out: Path, *, source_only: bool = False) -> None:
     results = []
     for case in cases:
         repo = Path(case["repo"])
-        task = Task(id="upstream", title=case["subject"][:60], objective=case["subject"],
-                    owns=case["owns"],
-                    done=[DoneCheck(criterion="the changed tests pass", check=case["check"])])
+        task = Task(
+            id="upstream",
+            title=case["subject"][:60],
+            objective=case["subject"],
+            owns=case["owns"],
+            done=[DoneCheck(criterion="the changed tests pass", check=case["check"])],
+        )
         if baseline is None:
             baseline = pyenv.take_baseline(repo, [task.done[0].argv()])
         for kind, commit in [("honest", case["honest"]), *case["variants"].items()]:
@@ -121,37 +131,56 @@ def worker(manifest: Path, out: Path, *, source_only: bool = False) -> None:
                     passed = not any(f.blocking for f in found)
                     findings, path = found, "source"
             if findings is None:
-                verdict = vmod.verify_task(repo, RunDir(repo), task, case["base"], commit,
-                                           brief=case["subject"], settings=settings,
-                                           site_baseline=baseline)
+                verdict = vmod.verify_task(
+                    repo,
+                    RunDir(repo),
+                    task,
+                    case["base"],
+                    commit,
+                    brief=case["subject"],
+                    settings=settings,
+                    site_baseline=baseline,
+                )
                 findings, passed, path = verdict.findings, verdict.passed, "full"
             spent["total"] = time.perf_counter() - start
-            results.append({
-                "case": case["id"], "kind": kind, "passed": passed, "path": path,
-                "blocking": sorted({f.check for f in findings if f.blocking}),
-                "warnings": sorted({f.check for f in findings if not f.blocking}),
-                "seconds": dict(spent),
-            })
-            print(f"  {case['id']:28s} {kind:17s} {'pass' if passed else 'FAIL'} "
-                  f"{spent['total']:5.1f}s {','.join(results[-1]['blocking'])}",
-                  file=sys.stderr, flush=True)
+            results.append(
+                {
+                    "case": case["id"],
+                    "kind": kind,
+                    "passed": passed,
+                    "path": path,
+                    "blocking": sorted({f.check for f in findings if f.blocking}),
+                    "warnings": sorted({f.check for f in findings if not f.blocking}),
+                    "seconds": dict(spent),
+                }
+            )
+            print(
+                f"  {case['id']:28s} {kind:17s} {'pass' if passed else 'FAIL'} "
+                f"{spent['total']:5.1f}s {','.join(results[-1]['blocking'])}",
+                file=sys.stderr,
+                flush=True,
+            )
     out.write_text(json.dumps(results, indent=1), encoding="utf-8")
 
 
 # driver ---------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def baseline_tree(rev: str) -> Iterator[Path]:
     """A temporary worktree of ``rev`` (removed at the end)."""
     folder = Path(tempfile.mkdtemp(prefix="lo-verify-before-"))
     tree = folder / "tree"
-    subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", "-q",
-                    str(tree), rev], check=True)
+    subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", "-q", str(tree), rev],
+        check=True,
+    )
     try:
         yield tree
     finally:
-        subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force",
-                        str(tree)], check=False)
+        subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(tree)], check=False
+        )
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -159,12 +188,25 @@ def build(dest: Path, only: set[str] | None) -> list[dict[str, Any]]:
     replay = _replay()
     missing = replay.missing_mirrors()
     if missing:
-        sys.exit(f"Error: no local mirror of {', '.join(missing)} under "
-                 f"{replay.mirrors_root()}; fetch them (or set LO_ORCH_CORPUS_MIRRORS).")
+        sys.exit(
+            f"Error: no local mirror of {', '.join(missing)} under "
+            f"{replay.mirrors_root()}; fetch them (or set LO_ORCH_CORPUS_MIRRORS)."
+        )
     cases = replay.build_all(dest, only=only)
-    return [{"id": c.id, "project": c.project, "repo": str(c.repo), "base": c.base,
-             "honest": c.honest, "variants": c.variants, "owns": c.owns, "check": c.check,
-             "subject": c.subject} for c in cases]
+    return [
+        {
+            "id": c.id,
+            "project": c.project,
+            "repo": str(c.repo),
+            "base": c.base,
+            "honest": c.honest,
+            "variants": c.variants,
+            "owns": c.owns,
+            "check": c.check,
+            "subject": c.subject,
+        }
+        for c in cases
+    ]
 
 
 def _copy_cases(cases: list[dict[str, Any]], dest: Path) -> list[dict[str, Any]]:
@@ -176,8 +218,14 @@ def _copy_cases(cases: list[dict[str, Any]], dest: Path) -> list[dict[str, Any]]
     return out
 
 
-def run_versions(versions: list[tuple[str, Path]], cases: list[dict[str, Any]], work: Path,
-                 jobs: int, *, source_only: bool = False) -> dict[str, list[dict[str, Any]]]:
+def run_versions(
+    versions: list[tuple[str, Path]],
+    cases: list[dict[str, Any]],
+    work: Path,
+    jobs: int,
+    *,
+    source_only: bool = False,
+) -> dict[str, list[dict[str, Any]]]:
     procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     results: dict[str, list[dict[str, Any]]] = {}
 
@@ -188,8 +236,14 @@ def run_versions(versions: list[tuple[str, Path]], cases: list[dict[str, Any]], 
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env["PYTHONPATH"] = str(root)
         print(f"{label}: verifying with {root}", file=sys.stderr, flush=True)
-        argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(manifest),
-                "--out", str(out)]
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            str(manifest),
+            "--out",
+            str(out),
+        ]
         proc = subprocess.Popen([*argv, "--source-only"] if source_only else argv, env=env)
         procs.append((label, proc, out))
 
@@ -224,10 +278,12 @@ def summarize(rows: list[dict[str, Any]], kinds: list[str]) -> dict[str, Any]:
     # mean over the tasks where the check ran (done-checks and red-green: full path only)
     out["seconds"] = {c: sum(v) / len(v) if v else 0.0 for c, v in seconds.items()}
     out["full_path"] = sum(1 for r in rows if r.get("path") == "full")
-    out["honest_failed"] = [(r["case"], r["blocking"]) for r in rows
-                            if r["kind"] == "honest" and not r["passed"]]
-    out["gamed_passed"] = [(r["case"], r["kind"], r["warnings"]) for r in rows
-                           if r["kind"] != "honest" and r["passed"]]
+    out["honest_failed"] = [
+        (r["case"], r["blocking"]) for r in rows if r["kind"] == "honest" and not r["passed"]
+    ]
+    out["gamed_passed"] = [
+        (r["case"], r["kind"], r["warnings"]) for r in rows if r["kind"] != "honest" and r["passed"]
+    ]
     return out
 
 
@@ -240,26 +296,40 @@ def render(summaries: dict[str, dict[str, Any]], kinds: list[str]) -> str:
         good, total = pair
         return f"{good}/{total} {100.0 * good / total:5.1f}%" if total else "n/a"
 
-    lines.append(f"{'honest accepted':32s}" + "".join(
-        f"{pct(summaries[lab]['honest']):>{width}s}" for lab in labels))
+    lines.append(
+        f"{'honest accepted':32s}"
+        + "".join(f"{pct(summaries[lab]['honest']):>{width}s}" for lab in labels)
+    )
     for kind in kinds:
-        lines.append(f"{'gamed caught: ' + kind:32s}" + "".join(
-            f"{pct(summaries[lab][kind]):>{width}s}" for lab in labels))
-    lines.append(f"{'verified in full':32s}" + "".join(
-        f"{summaries[lab]['full_path']:>{width}d}" for lab in labels))
+        lines.append(
+            f"{'gamed caught: ' + kind:32s}"
+            + "".join(f"{pct(summaries[lab][kind]):>{width}s}" for lab in labels)
+        )
+    lines.append(
+        f"{'verified in full':32s}"
+        + "".join(f"{summaries[lab]['full_path']:>{width}d}" for lab in labels)
+    )
     lines.append("seconds per task (mean over the tasks where the check ran)")
     for check in CHECKS:
-        lines.append(f"{'  ' + check:32s}" + "".join(
-            f"{summaries[lab]['seconds'].get(check, 0.0):>{width}.2f}" for lab in labels))
+        lines.append(
+            f"{'  ' + check:32s}"
+            + "".join(f"{summaries[lab]['seconds'].get(check, 0.0):>{width}.2f}" for lab in labels)
+        )
     for lab in labels:
         s = summaries[lab]
         if s["honest_failed"]:
-            lines.append(f"{lab}: honest changes sent back: " + "; ".join(
-                f"{c} ({', '.join(b)})" for c, b in s["honest_failed"]))
+            lines.append(
+                f"{lab}: honest changes sent back: "
+                + "; ".join(f"{c} ({', '.join(b)})" for c, b in s["honest_failed"])
+            )
         if s["gamed_passed"]:
-            lines.append(f"{lab}: gamed variants accepted: " + "; ".join(
-                f"{c} {k}" + (f" (warned: {', '.join(w)})" if w else "")
-                for c, k, w in s["gamed_passed"]))
+            lines.append(
+                f"{lab}: gamed variants accepted: "
+                + "; ".join(
+                    f"{c} {k}" + (f" (warned: {', '.join(w)})" if w else "")
+                    for c, k, w in s["gamed_passed"]
+                )
+            )
     return "\n".join(lines)
 
 
@@ -270,9 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated case ids")
     parser.add_argument("--jobs", type=int, default=1, help="versions verified at once")
     parser.add_argument("--json", type=Path, help="write the raw results here")
-    parser.add_argument("--source-only", action="store_true",
-                        help="judge every commit by the source checks alone (fast; honest "
-                             "figures are then an upper bound)")
+    parser.add_argument(
+        "--source-only",
+        action="store_true",
+        help="judge every commit by the source checks alone (fast; honest "
+        "figures are then an upper bound)",
+    )
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -285,19 +358,23 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         started = time.perf_counter()
         cases = build(work / "cases", only)
-        print(f"built {len(cases)} case(s) in {time.perf_counter() - started:.0f}s",
-              file=sys.stderr, flush=True)
+        print(
+            f"built {len(cases)} case(s) in {time.perf_counter() - started:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
         versions: list[tuple[str, Path]] = [("AFTER", REPO_ROOT)]
         with contextlib.ExitStack() as stack:
             if not args.no_baseline:
                 before = stack.enter_context(baseline_tree(args.baseline))
                 versions.insert(0, (f"BEFORE {args.baseline}", before))
-            results = run_versions(versions, cases, work, args.jobs,
-                                   source_only=args.source_only)
+            results = run_versions(versions, cases, work, args.jobs, source_only=args.source_only)
     summaries = {label: summarize(rows, kinds) for label, rows in results.items()}
-    print(f"{len(cases)} real commits, "
-          f"{len({c['project'] for c in cases})} projects; auditor off"
-          + ("; SOURCE CHECKS ONLY (no done-checks, no red-green)" if args.source_only else ""))
+    print(
+        f"{len(cases)} real commits, "
+        f"{len({c['project'] for c in cases})} projects; auditor off"
+        + ("; SOURCE CHECKS ONLY (no done-checks, no red-green)" if args.source_only else "")
+    )
     print(render(summaries, kinds))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
@@ -306,4 +383,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -46,17 +46,21 @@ class Timer:
         rows = [f"{'step':<34}{'count':>7}{'total s':>10}{'mean ms':>10}{'max ms':>10}"]
         rows.append("-" * len(rows[0]))
         for step, times in self.steps.items():
-            rows.append(f"{step:<34}{len(times):>7}{sum(times):>10.2f}"
-                        f"{statistics.mean(times) * 1000:>10.1f}{max(times) * 1000:>10.1f}")
+            rows.append(
+                f"{step:<34}{len(times):>7}{sum(times):>10.2f}"
+                f"{statistics.mean(times) * 1000:>10.1f}{max(times) * 1000:>10.1f}"
+            )
         return "\n".join(rows)
 
 
 def isolate_git(tmp: Path) -> None:
     """A throwaway git identity and config, so the user's hooks and signing stay out."""
     config = tmp / "gitconfig"
-    config.write_text("[user]\n\tname = Bench\n\temail = bench@example.org\n"
-                      "[commit]\n\tgpgsign = false\n[init]\n\tdefaultBranch = main\n",
-                      encoding="utf-8")
+    config.write_text(
+        "[user]\n\tname = Bench\n\temail = bench@example.org\n"
+        "[commit]\n\tgpgsign = false\n[init]\n\tdefaultBranch = main\n",
+        encoding="utf-8",
+    )
     os.environ["GIT_CONFIG_GLOBAL"] = str(config)
     os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
 
@@ -69,7 +73,8 @@ def generate(repo: Path, files: int) -> None:
             folder.mkdir(parents=True)
         (folder / f"mod{i:05d}.py").write_text(
             f'"""Module {i}."""\n\nVALUE = {i}\n\n\ndef f{i}(x: int) -> int:\n    return x + {i}\n',
-            encoding="utf-8")
+            encoding="utf-8",
+        )
     (repo / "README.md").write_text("# benchmark\n", encoding="utf-8")
 
 
@@ -127,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         for i, task in enumerate(tasks):
             path = paths[task]
             target = sorted((path / "src").rglob("*.py"))[i * step]
-            target.write_text(target.read_text(encoding="utf-8") + f"# task {task}\n",
-                              encoding="utf-8")
+            target.write_text(
+                target.read_text(encoding="utf-8") + f"# task {task}\n", encoding="utf-8"
+            )
             (path / f"{task}.txt").write_text(f"new file of {task}\n", encoding="utf-8")
             commits[task] = timer.time("commit task", ws.commit_task, task, task)
 
@@ -142,14 +148,17 @@ def main(argv: list[str] | None = None) -> int:
         report = timer.time("cleanup (all worktrees)", ws.cleanup, tasks)
         assert len(report.removed) == args.worktrees, report
 
-        version = subprocess.run(["git", "--version"], capture_output=True, text=True,
-                                 check=True).stdout.split()[-1]
+        version = subprocess.run(
+            ["git", "--version"], capture_output=True, text=True, check=True
+        ).stdout.split()[-1]
         print(f"repository: {args.files} files, {args.worktrees} worktrees (git {version})")
         print(timer.table())
         ratio = timer.mean("worktree create") / timer.mean("cp -r of the same tree")
-        print(f"\nworktree create / cp -r: {ratio:.2f}x "
-              f"({timer.mean('worktree create') * 1000:.0f} ms vs "
-              f"{timer.mean('cp -r of the same tree') * 1000:.0f} ms per tree)")
+        print(
+            f"\nworktree create / cp -r: {ratio:.2f}x "
+            f"({timer.mean('worktree create') * 1000:.0f} ms vs "
+            f"{timer.mean('cp -r of the same tree') * 1000:.0f} ms per tree)"
+        )
         total = sum(sum(t) for t in timer.steps.values())
         print(f"total: {total:.1f} s")
     finally:

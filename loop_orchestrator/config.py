@@ -181,7 +181,6 @@ class Settings(_Section):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     intake: IntakeConfig = Field(default_factory=IntakeConfig)
 
-
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     #: per-model prices on top of usage.DEFAULT_PRICES
@@ -290,7 +289,6 @@ def load_settings(
 
 
 # tool profile -------------------------------------------------------------------------
-
 
 
 def user_tools_path(env: Mapping[str, str] | None = None) -> Path:

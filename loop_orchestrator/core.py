@@ -36,10 +36,15 @@ def find_repo(path: Path) -> Path:
         bare = git(path, "rev-parse", "--is-bare-repository", check=False)
         if bare.ok and bare.stdout.strip() == "true":
             where = path.resolve()
-            msg = (f"{where} is a bare repository: it has no checkout, and lo-orch works in "
-                   "a checkout (it makes task worktrees from it)")
-            raise GitError(msg, hint=f"Clone it (`git clone {where} <folder>`) and run "
-                           "lo-orch in that folder, or pass --repo with a checkout.") from None
+            msg = (
+                f"{where} is a bare repository: it has no checkout, and lo-orch works in "
+                "a checkout (it makes task worktrees from it)"
+            )
+            raise GitError(
+                msg,
+                hint=f"Clone it (`git clone {where} <folder>`) and run "
+                "lo-orch in that folder, or pass --repo with a checkout.",
+            ) from None
         raise
 
 
@@ -53,26 +58,41 @@ def record_plan(
         from loop_orchestrator.errors import GitError
 
         msg = f"{repo} has no commits yet: a run starts from a commit (its base)"
-        raise GitError(msg, hint="Commit your files first (`git add -A && git commit -m "
-                       "\"initial\"`), then plan again. Nothing was written.")
+        raise GitError(
+            msg,
+            hint="Commit your files first (`git add -A && git commit -m "
+            '"initial"`), then plan again. Nothing was written.',
+        )
     base_ref = plan.base or "HEAD"
     base_sha = gitutil.rev_parse(repo, base_ref)
     runs.refuse_run_in_progress(Store.for_repo(repo))  # the clearest message first
     # the new run is a new instance: what an earlier run of the same name left is not its
     created_at = now_iso()
-    ws = workspace.Workspace(repo, plan.run_name, settings.workspace,
-                             instance=workspace.instance_of(created_at))
+    ws = workspace.Workspace(
+        repo, plan.run_name, settings.workspace, instance=workspace.instance_of(created_at)
+    )
     ws.check_branch_names([t.id for t in plan.tasks])
     ws.ensure_excludes()
     summary = runs.create_run(
-        repo, plan, source=source, settings=settings, base_sha=base_sha, base_ref=base_ref,
+        repo,
+        plan,
+        source=source,
+        settings=settings,
+        base_sha=base_sha,
+        base_ref=base_ref,
         created_at=created_at,
     )
     main = workspace.main_checkout(repo)
-    summary.notes.append(usage.forecast_line(
-        [t.complexity for t in plan.tasks], usage.prices_from(settings), settings.agent.model,
-        run_budget=settings.run.max_cost_usd) if settings.agent.kind == "claude" else
-        f"Cost forecast: unknown (the agent, kind {settings.agent.kind}, is not Claude Code).")
+    summary.notes.append(
+        usage.forecast_line(
+            [t.complexity for t in plan.tasks],
+            usage.prices_from(settings),
+            settings.agent.model,
+            run_budget=settings.run.max_cost_usd,
+        )
+        if settings.agent.kind == "claude"
+        else f"Cost forecast: unknown (the agent, kind {settings.agent.kind}, is not Claude Code)."
+    )
     summary.checkout = repo
     summary.main_checkout = main
     from loop_orchestrator import notify
@@ -90,8 +110,12 @@ def plan_from_goal(repo: Path, goal: str, settings: Settings) -> PlanSummary:
     summary.notes.extend(draft.notes)
     # what the planning calls cost, for Gate 2 (the new run's ledger)
     Store.for_repo(repo).append_ledger(
-        "planning_usage", calls=draft.usage.calls, turns=draft.usage.turns,
-        cost_usd=draft.usage.cost_usd, session_ids=draft.usage.session_ids)
+        "planning_usage",
+        calls=draft.usage.calls,
+        turns=draft.usage.turns,
+        cost_usd=draft.usage.cost_usd,
+        session_ids=draft.usage.session_ids,
+    )
     return summary
 
 
@@ -150,14 +174,20 @@ def status_document(repo: Path) -> dict[str, Any]:
     tasks = []
     for st in statuses:
         doc = st.model_dump(mode="json")
-        doc["waiting_for"] = waiting_for(st, state.phase, alive=pid is not None,
-                                         deps=deps.get(st.task, []), phases=phases,
-                                         full=bool(cap) and active >= cap)
+        doc["waiting_for"] = waiting_for(
+            st,
+            state.phase,
+            alive=pid is not None,
+            deps=deps.get(st.task, []),
+            phases=phases,
+            full=bool(cap) and active >= cap,
+        )
         tasks.append(doc)
     run = state.model_dump(mode="json")
     run["supervisor"] = {"alive": pid is not None, "pid": pid}
-    run["usage"] = usage.total(usage.Usage.from_json(t.get("usage")) for t in tasks
-                               if t.get("usage") is not None).as_json()
+    run["usage"] = usage.total(
+        usage.Usage.from_json(t.get("usage")) for t in tasks if t.get("usage") is not None
+    ).as_json()
     return {"run": run, "tasks": tasks}
 
 
@@ -190,8 +220,15 @@ def plain_event(task: dict[str, Any]) -> str:
     return PLAIN_EVENTS.get(event, str(event).replace("_", " "))
 
 
-def waiting_for(st: TaskStatus, run_phase: RunPhase, *, alive: bool, deps: list[str],
-                phases: dict[str, Phase], full: bool) -> str:
+def waiting_for(
+    st: TaskStatus,
+    run_phase: RunPhase,
+    *,
+    alive: bool,
+    deps: list[str],
+    phases: dict[str, Phase],
+    full: bool,
+) -> str:
     """What a task waits for: its dependencies, a free slot (the limit), the agent,
     verification, the supervisor, or a person (with the command that person runs)."""
     task = st.task
@@ -219,8 +256,10 @@ def waiting_for(st: TaskStatus, run_phase: RunPhase, *, alive: bool, deps: list[
         if st.limit_until and st.waiting_for:  # "waiting_limit: ...; lo-orch resumes it at"
             return st.waiting_for
         if st.waiting_for:  # a permission dialog, named by the PermissionRequest hook
-            return (f"{st.waiting_for}; answer it with `lo-orch permit {task} allow|deny` "
-                    f"(or in its pane: `lo-orch attach {task}`)")
+            return (
+                f"{st.waiting_for}; answer it with `lo-orch permit {task} allow|deny` "
+                f"(or in its pane: `lo-orch attach {task}`)"
+            )
         if st.last_event == "Notification" and st.last_notification == "permission_prompt":
             return f"a person: a permission prompt, `lo-orch attach {task}`"
         return "the agent" if st.phase != Phase.LAUNCHING else "the agent to start"
@@ -271,8 +310,18 @@ def age(iso: str | None, now: float | None = None) -> str:
 
 
 #: the columns of `lo-orch status` (the last one, the note, is cut to the width)
-STATUS_HEADERS = ("task", "wave", "phase", "in phase", "waiting for", "rework",
-                  "last activity", "pane", "cost", "note")
+STATUS_HEADERS = (
+    "task",
+    "wave",
+    "phase",
+    "in phase",
+    "waiting for",
+    "rework",
+    "last activity",
+    "pane",
+    "cost",
+    "note",
+)
 
 
 def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> list[list[str]]:
@@ -285,11 +334,20 @@ def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> li
         activity = plain_event(t)
         if activity != "-":
             activity += f" {age(t.get('last_event_at'), now)} ago"
-        rows.append([
-            t["task"], str(t["wave"]), t["phase"], age(since, now), t.get("waiting_for") or "-",
-            str(t["rework_count"]), activity, pane_cell(t, alive), usage.cell(t.get("usage")),
-            " ".join((t.get("error") or t.get("note") or "").split()),
-        ])
+        rows.append(
+            [
+                t["task"],
+                str(t["wave"]),
+                t["phase"],
+                age(since, now),
+                t.get("waiting_for") or "-",
+                str(t["rework_count"]),
+                activity,
+                pane_cell(t, alive),
+                usage.cell(t.get("usage")),
+                " ".join((t.get("error") or t.get("note") or "").split()),
+            ]
+        )
     return rows
 
 

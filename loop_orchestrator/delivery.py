@@ -224,9 +224,7 @@ class Deliverer:
         if not state.alive:
             raise self._exited(backend, pane_id, state.dead_status, "before the prompt was sent")
 
-    def _settled(
-        self, backend: SessionBackend, pane_id: str, before: str, deadline: float
-    ) -> str:
+    def _settled(self, backend: SessionBackend, pane_id: str, before: str, deadline: float) -> str:
         """Wait for the paste to show (bounded), then for the screen to stop changing."""
         limit = min(deadline, time.monotonic() + self.paste_wait)
         screen = backend.capture(pane_id, 0)
@@ -255,8 +253,9 @@ class Deliverer:
                 next_liveness = now + 0.5
                 state = backend.state(pane_id)
                 if not state.alive:
-                    raise self._exited(backend, pane_id, state.dead_status,
-                                       "while a prompt was being delivered")
+                    raise self._exited(
+                        backend, pane_id, state.dead_status, "while a prompt was being delivered"
+                    )
             time.sleep(self.poll)
 
     @staticmethod

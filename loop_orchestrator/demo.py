@@ -72,8 +72,7 @@ def demo_settings(script: Path, claude: ClaudeDemo | None = None) -> Settings:
     """The scripted agent (or Claude Code on the scripted endpoint), no LLM auditor."""
     agent = AgentConfig(kind="scripted", script=str(script), ready_timeout=20)
     if claude is not None:
-        agent = AgentConfig(kind="claude", command=claude.command, env=claude.env,
-                            ready_timeout=90)
+        agent = AgentConfig(kind="claude", command=claude.command, env=claude.env, ready_timeout=90)
     return Settings(
         agent=agent,
         auditor=AuditorConfig(llm="off"),
@@ -126,8 +125,9 @@ def run_demo(
     endpoint: ModelEndpoint | None = None
     claude = None
     if claude_command is not None:
-        endpoint = ModelEndpoint(load_script(files.script, model=True),
-                                 log_path=root / "model-requests.jsonl")
+        endpoint = ModelEndpoint(
+            load_script(files.script, model=True), log_path=root / "model-requests.jsonl"
+        )
         config_dir = root / "claude-config"
         config_dir.mkdir()
         env = {**endpoint.env(), "CLAUDE_CONFIG_DIR": str(config_dir)}
@@ -136,8 +136,10 @@ def run_demo(
             # is our script and the repository a throwaway, so the demo may say so
             env["IS_SANDBOX"] = "1"
         claude = ClaudeDemo(claude_command, env)
-        say(f"Claude Code {claude_command} on the scripted model endpoint {endpoint.url} "
-            "(offline; its config lives in the demo folder)")
+        say(
+            f"Claude Code {claude_command} on the scripted model endpoint {endpoint.url} "
+            "(offline; its config lives in the demo folder)"
+        )
     settings = demo_settings(files.script, claude)
     say(f"demo repository: {repo}")
     say(f"watch the sessions from another terminal: lo-orch attach --repo {repo}")

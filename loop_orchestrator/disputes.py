@@ -26,6 +26,8 @@ def problem(check: str) -> str | None:
     if not CHECK_RE.match(check):
         return f"{check!r} is not a finding id (like tests.tautology)"
     if is_hard(check):
-        return (f"{check} is a hard finding (scope, secrets, conflict markers, done-checks "
-                "and test evidence are facts, not heuristics) and cannot be disputed; fix it")
+        return (
+            f"{check} is a hard finding (scope, secrets, conflict markers, done-checks "
+            "and test evidence are facts, not heuristics) and cannot be disputed; fix it"
+        )
     return None

@@ -66,8 +66,7 @@ def _check_min_version(argv: list[str], minimum: tuple[int, int], why: str = "")
     """``argv[0]`` runs and reports at least ``minimum``; ``why`` names the feature needed."""
     name = argv[0]
     wanted = f"{minimum[0]}.{minimum[1]}"
-    hint = (f"Install {name} {wanted} or newer (`apt-get install {name}`, "
-            f"`brew install {name}`).")
+    hint = f"Install {name} {wanted} or newer (`apt-get install {name}`, `brew install {name}`)."
     line, detail = _tool_version(argv)
     if line is None:
         return Check(name, "fail", detail, hint)
@@ -92,8 +91,12 @@ def check_agent(settings: Settings) -> Check:
     try:
         argv = [agent.command] if Path(agent.command).is_file() else shlex.split(agent.command)
     except ValueError as exc:
-        return Check("agent CLI", "fail", f"[agent] command cannot be parsed: {exc}",
-                     "Fix [agent] command in your config.")
+        return Check(
+            "agent CLI",
+            "fail",
+            f"[agent] command cannot be parsed: {exc}",
+            "Fix [agent] command in your config.",
+        )
     if not argv:
         return Check("agent CLI", "fail", "[agent] command is empty", "Set [agent] command.")
     if agent.kind in _PRESETS and argv == ["claude"]:  # the default of [agent] command
@@ -101,15 +104,19 @@ def check_agent(settings: Settings) -> Check:
     if agent.kind == "command":
         exe = argv[0] if "/" in argv[0] else shutil.which(argv[0])
         if not exe or not Path(exe).exists():
-            return Check("agent CLI", "fail", f"{argv[0]} not found",
-                         "Install it or fix [agent] command.")
+            return Check(
+                "agent CLI", "fail", f"{argv[0]} not found", "Install it or fix [agent] command."
+            )
         return Check("agent CLI", "ok", f"{exe} (kind = command)")
     line, detail = _tool_version([*argv, "--version"])
     if line is None:
         package = _PRESETS.get(agent.kind, "@anthropic-ai/claude-code")
-        return Check("agent CLI", "fail", detail,
-                     f"Install it (`npm install -g {package}`) or set [agent] command to its "
-                     "path.")
+        return Check(
+            "agent CLI",
+            "fail",
+            detail,
+            f"Install it (`npm install -g {package}`) or set [agent] command to its path.",
+        )
     return Check("agent CLI", "ok", f"{line} ({detail})")
 
 
@@ -124,8 +131,10 @@ def check_agent_support(settings: Settings) -> Check:
     kind = settings.agent.kind
     mine = SUPPORT[kind]
     others = [line for line in support_lines() if not line.startswith(f"{kind}:")]
-    detail = (f"{mine.name}: status from {mine.status}; resume: {mine.resume}; "
-              f"cost: {mine.cost}; tested with {mine.verified}")
+    detail = (
+        f"{mine.name}: status from {mine.status}; resume: {mine.resume}; "
+        f"cost: {mine.cost}; tested with {mine.verified}"
+    )
     return Check("agent support", "info", detail, "Other kinds: " + " | ".join(others))
 
 
@@ -152,9 +161,11 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
 
     name = "claude login"
     if settings.agent.kind in _PRESETS:
-        return Check(f"{settings.agent.kind} login", "info",
-                     "not checked offline: lo-orch stops with a clear error at its sign-in "
-                     "screen")
+        return Check(
+            f"{settings.agent.kind} login",
+            "info",
+            "not checked offline: lo-orch stops with a clear error at its sign-in screen",
+        )
     if settings.agent.kind != "claude":
         return Check(name, "info", f"not needed for [agent] kind = {settings.agent.kind}")
     merged = {**env, **settings.agent.env}
@@ -170,8 +181,12 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
         return Check(name, "ok", f"account {account['emailAddress']} (token not checked)")
     if config.get("primaryApiKey"):
         return Check(name, "ok", "API key in Claude Code's config")
-    return Check(name, "warn", "unknown: no credentials found (checked offline)",
-                 "If sessions report \"Not logged in\": run `claude` and type /login.")
+    return Check(
+        name,
+        "warn",
+        "unknown: no credentials found (checked offline)",
+        'If sessions report "Not logged in": run `claude` and type /login.',
+    )
 
 
 def check_plugin_installed(env: Mapping[str, str]) -> Check:
@@ -186,7 +201,8 @@ def check_plugin_installed(env: Mapping[str, str]) -> Check:
     enabled = settings.get("enabledPlugins")
     enabled_keys = (
         [k for k, on in enabled.items() if on and k.split("@", 1)[0] == PLUGIN_NAME]
-        if isinstance(enabled, dict) else []
+        if isinstance(enabled, dict)
+        else []
     )
     if found or enabled_keys:
         keys = sorted(set(found) | set(enabled_keys))
@@ -194,7 +210,8 @@ def check_plugin_installed(env: Mapping[str, str]) -> Check:
         return Check("plugin (your sessions)", "ok", f"{', '.join(keys)} ({state})")
     source = resources.plugin_dir()
     return Check(
-        "plugin (your sessions)", "info",
+        "plugin (your sessions)",
+        "info",
         "not installed: managed sessions load it anyway (--plugin-dir); install it to ask "
         "for the orchestrator in your own Claude Code sessions",
         f"claude plugin marketplace add {source} && "
@@ -214,8 +231,12 @@ def check_bundled_plugin() -> Check:
     if not os.access(launcher, os.X_OK):
         problems.append(f"{launcher} is missing or not executable")
     if problems:
-        return Check("bundled plugin", "fail", "; ".join(problems),
-                     "Reinstall loop-orchestrator; managed sessions need its hooks.")
+        return Check(
+            "bundled plugin",
+            "fail",
+            "; ".join(problems),
+            "Reinstall loop-orchestrator; managed sessions need its hooks.",
+        )
     return Check("bundled plugin", "ok", str(folder))
 
 
@@ -229,9 +250,12 @@ def check_sandbox(settings: Settings, env: Mapping[str, str]) -> Check | None:
         return Check("root + bypass", "ok", "IS_SANDBOX=1 is set")
     from loop_orchestrator.agents.claude import ROOT_HINT
 
-    return Check("root + bypass", "fail",
-                 "running as root: Claude Code refuses bypassPermissions without IS_SANDBOX=1",
-                 ROOT_HINT)
+    return Check(
+        "root + bypass",
+        "fail",
+        "running as root: Claude Code refuses bypassPermissions without IS_SANDBOX=1",
+        ROOT_HINT,
+    )
 
 
 def check_agent_sandbox(settings: Settings) -> Check:
@@ -244,16 +268,25 @@ def check_agent_sandbox(settings: Settings) -> Check:
         return Check(name, "ok", f"on: {reason}")
     mode = settings.sandbox.mode
     if mode == "off":
-        return Check(name, "warn", reason,
-                     "Agents can write anything you can; set [sandbox] mode = \"auto\".")
-    return Check(name, "fail" if mode == "bwrap" else "warn", f"off: {reason}",
-                 f"{sandbox.INSTALL_HINT} so agents cannot write outside their worktree.")
+        return Check(
+            name, "warn", reason, 'Agents can write anything you can; set [sandbox] mode = "auto".'
+        )
+    return Check(
+        name,
+        "fail" if mode == "bwrap" else "warn",
+        f"off: {reason}",
+        f"{sandbox.INSTALL_HINT} so agents cannot write outside their worktree.",
+    )
 
 
 def check_repository(repo: Path | None) -> Check:
     if repo is None:
-        return Check("repository", "info", "not inside a git repository",
-                     "Run lo-orch in your project's checkout, or pass --repo PATH.")
+        return Check(
+            "repository",
+            "info",
+            "not inside a git repository",
+            "Run lo-orch in your project's checkout, or pass --repo PATH.",
+        )
     try:
         branch = git(repo, "branch", "--show-current", check=False)
         dirty = git(repo, "status", "--porcelain", "--untracked-files=no", check=False)
@@ -265,8 +298,9 @@ def check_repository(repo: Path | None) -> Check:
     if not head.ok:
         parts.append("no commits yet")
     changed = len([line for line in dirty.stdout.splitlines() if line.strip()])
-    parts.append(f"{changed} uncommitted change{'s' if changed != 1 else ''}" if changed
-                 else "clean")
+    parts.append(
+        f"{changed} uncommitted change{'s' if changed != 1 else ''}" if changed else "clean"
+    )
     run_json = _read_json(repo / ORCH_DIR / "run.json")
     if run_json is not None:
         parts.append(f"run {run_json.get('name')} ({run_json.get('phase')})")
@@ -275,17 +309,27 @@ def check_repository(repo: Path | None) -> Check:
     return Check("repository", "info", "; ".join(parts))
 
 
-def run_checks(repo: Path | None, settings: Settings,
-               env: Mapping[str, str] | None = None) -> list[Check]:
+def run_checks(
+    repo: Path | None, settings: Settings, env: Mapping[str, str] | None = None
+) -> list[Check]:
     """Every check, in display order."""
     env = os.environ if env is None else env
-    checks = [check_git(), check_tmux(), check_agent(settings), check_agent_support(settings),
-              check_login(settings, env)]
+    checks = [
+        check_git(),
+        check_tmux(),
+        check_agent(settings),
+        check_agent_support(settings),
+        check_login(settings, env),
+    ]
     sandbox = check_sandbox(settings, env)
     if sandbox is not None:
         checks.append(sandbox)
-    checks += [check_agent_sandbox(settings), check_bundled_plugin(),
-               check_plugin_installed(env), check_repository(repo)]
+    checks += [
+        check_agent_sandbox(settings),
+        check_bundled_plugin(),
+        check_plugin_installed(env),
+        check_repository(repo),
+    ]
     checks.append(check_intake(settings, env))
     return checks
 
@@ -296,32 +340,50 @@ def check_intake(settings: Settings, env: Mapping[str, str]) -> Check:
     def has(*names: str) -> bool:
         return any((env.get(n) or "").strip() for n in names)
 
-    parts = ["GitHub " + ("(token set)" if has("GITHUB_TOKEN", "GH_TOKEN")
-                          else "(no token: public repositories, 60 requests an hour)")]
+    parts = [
+        "GitHub "
+        + (
+            "(token set)"
+            if has("GITHUB_TOKEN", "GH_TOKEN")
+            else "(no token: public repositories, 60 requests an hour)"
+        )
+    ]
     problems: list[str] = []
     hosts = settings.intake.github.hosts
     if hosts:
         token = has("GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN")
-        parts.append(f"GitHub Enterprise Server {', '.join(hosts)} "
-                     + ("(token set)" if token else "(no GH_ENTERPRISE_TOKEN)"))
+        parts.append(
+            f"GitHub Enterprise Server {', '.join(hosts)} "
+            + ("(token set)" if token else "(no GH_ENTERPRISE_TOKEN)")
+        )
         if not token:
-            problems.append("set GH_ENTERPRISE_TOKEN to a token of "
-                            f"{'those servers' if len(hosts) > 1 else hosts[0]}")
+            problems.append(
+                "set GH_ENTERPRISE_TOKEN to a token of "
+                f"{'those servers' if len(hosts) > 1 else hosts[0]}"
+            )
     deployment = settings.intake.jira.deployment
     if has("JIRA_URL"):
         kind = {"cloud": "Cloud", "datacenter": "Data Center"}.get(deployment, "auto-detected")
-        creds = {"cloud": has("JIRA_EMAIL") and has("JIRA_API_TOKEN"),
-                 "datacenter": has("JIRA_PAT")}.get(
-            deployment, has("JIRA_PAT") or (has("JIRA_EMAIL") and has("JIRA_API_TOKEN")))
+        creds = {
+            "cloud": has("JIRA_EMAIL") and has("JIRA_API_TOKEN"),
+            "datacenter": has("JIRA_PAT"),
+        }.get(deployment, has("JIRA_PAT") or (has("JIRA_EMAIL") and has("JIRA_API_TOKEN")))
         parts.append(f"Jira {kind} " + ("(credentials set)" if creds else "(no credentials)"))
         if not creds:
             need = {"cloud": "JIRA_EMAIL and JIRA_API_TOKEN", "datacenter": "JIRA_PAT"}.get(
-                deployment, "JIRA_PAT (Data Center) or JIRA_EMAIL and JIRA_API_TOKEN (Cloud)")
+                deployment, "JIRA_PAT (Data Center) or JIRA_EMAIL and JIRA_API_TOKEN (Cloud)"
+            )
             problems.append(f"set {need} for Jira")
     else:
         parts.append("Jira not configured (JIRA_URL)")
-    parts.append("Linear " + ("(LINEAR_API_KEY set)" if has("LINEAR_API_KEY")
-                              else "not configured (LINEAR_API_KEY)"))
+    parts.append(
+        "Linear "
+        + ("(LINEAR_API_KEY set)" if has("LINEAR_API_KEY") else "not configured (LINEAR_API_KEY)")
+    )
     advice = "; ".join(problems)
-    return Check("issue trackers", "warn" if problems else "info", "; ".join(parts),
-                 hint=advice[:1].upper() + advice[1:] + "." if problems else "")
+    return Check(
+        "issue trackers",
+        "warn" if problems else "info",
+        "; ".join(parts),
+        hint=advice[:1].upper() + advice[1:] + "." if problems else "",
+    )

@@ -98,18 +98,26 @@ class RefTamperedError(LoOrchError):
     may swallow it; the run stops.
     """
 
-    def __init__(self, ref: str, expected: str | None, found: str | None,
-                 *, hint: str | None = None) -> None:
+    def __init__(
+        self, ref: str, expected: str | None, found: str | None, *, hint: str | None = None
+    ) -> None:
         self.ref = ref
         self.expected = expected
         self.found = found
-        msg = (f"{ref} was changed outside lo-orch: expected {expected or 'absent'}, "
-               f"found {found or 'absent'}")
-        super().__init__(msg, hint=hint or (
-            "lo-orch stopped without changing anything. Something other than lo-orch (an "
-            "agent session, a hook, a person) moved it; inspect it with `git reflog` and "
-            f"`git log {found or expected or ref}`, put it back with "
-            f"`git update-ref {ref} {expected}` if the change is unwanted, then run again."))
+        msg = (
+            f"{ref} was changed outside lo-orch: expected {expected or 'absent'}, "
+            f"found {found or 'absent'}"
+        )
+        super().__init__(
+            msg,
+            hint=hint
+            or (
+                "lo-orch stopped without changing anything. Something other than lo-orch (an "
+                "agent session, a hook, a person) moved it; inspect it with `git reflog` and "
+                f"`git log {found or expected or ref}`, put it back with "
+                f"`git update-ref {ref} {expected}` if the change is unwanted, then run again."
+            ),
+        )
 
 
 class TmuxError(LoOrchError):

@@ -42,24 +42,58 @@ if TYPE_CHECKING:
 #: basenames that look like secrets (DESIGN.md section 9, issue 3, and "Tamper-proof
 #: supervision" item 10); matched case-insensitively against every part of a path
 SECRET_PATTERNS = (
-    ".env*", "*.env", "*.pem", "*credential*", "*.key",
+    ".env*",
+    "*.env",
+    "*.pem",
+    "*credential*",
+    "*.key",
     # SSH private keys of every type (and the *_sk hardware-token variants), PuTTY keys
-    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "id_xmss*", "*.ppk",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "id_xmss*",
+    "*.ppk",
     # tokens of network tools and package registries
-    ".netrc", "_netrc", ".npmrc", ".pypirc", ".pgpass", ".htpasswd",
+    ".netrc",
+    "_netrc",
+    ".npmrc",
+    ".pypirc",
+    ".pgpass",
+    ".htpasswd",
     # key stores
-    "*.p12", "*.pfx", "*.jks", "*.keystore", "*.bks",
+    "*.p12",
+    "*.pfx",
+    "*.jks",
+    "*.keystore",
+    "*.bks",
     # Kubernetes cluster credentials
-    "kubeconfig", "kubeconfig.yaml", "kubeconfig.yml", "*.kubeconfig",
+    "kubeconfig",
+    "kubeconfig.yaml",
+    "kubeconfig.yml",
+    "*.kubeconfig",
 )
 #: secret files known by their folder as well as their name (matched as a path suffix)
-SECRET_PATH_PATTERNS = (".kube/config", ".docker/config.json", ".aws/credentials",
-                        ".config/gcloud/*.json", ".config/gh/hosts.yml")
+SECRET_PATH_PATTERNS = (
+    ".kube/config",
+    ".docker/config.json",
+    ".aws/credentials",
+    ".config/gcloud/*.json",
+    ".config/gh/hosts.yml",
+)
 #: ``git merge-tree --write-tree`` appeared in git 2.38
 MIN_GIT = (2, 38)
 #: raw content, never what a diff driver, textconv or a ``binary``/``-diff`` attribute shows
-_DIFF = ("-c", "core.quotepath=false", "diff", "--no-renames", "--no-ext-diff", "--no-textconv",
-         "--text", "--no-color")
+_DIFF = (
+    "-c",
+    "core.quotepath=false",
+    "diff",
+    "--no-renames",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--text",
+    "--no-color",
+)
 #: settings no repository or user config may override for lo-orch's own git commands
 HARDENING = (
     "core.hooksPath=/dev/null",  # no hook of the repository (post-commit, reference-transaction)
@@ -84,9 +118,30 @@ _ENV = {
     "LC_ALL": "C",  # messages we show or match must not depend on the user's locale
 }
 #: subcommands that read or write working-tree content, so filter and merge drivers apply
-_CONVERTING = frozenset({"add", "commit", "status", "merge", "worktree", "reset", "checkout",
-                         "switch", "stash", "restore", "rm", "mv", "diff", "apply", "cherry-pick",
-                         "revert", "rebase", "read-tree", "checkout-index", "update-index"})
+_CONVERTING = frozenset(
+    {
+        "add",
+        "commit",
+        "status",
+        "merge",
+        "worktree",
+        "reset",
+        "checkout",
+        "switch",
+        "stash",
+        "restore",
+        "rm",
+        "mv",
+        "diff",
+        "apply",
+        "cherry-pick",
+        "revert",
+        "rebase",
+        "read-tree",
+        "checkout-index",
+        "update-index",
+    }
+)
 _DRIVER_KEY = re.compile(r"^(filter|merge)\.(.+)\.([a-z]+)$")
 #: the built-in text merge, for a merge driver an agent may have named in the config
 _SAFE_MERGE = "git merge-file --quiet -L ours -L base -L theirs %A %O %B"
@@ -126,7 +181,11 @@ def git(
     serial = _WORKTREE_LOCK if _subcommand(args) == "worktree" else contextlib.nullcontext()
     with serial:
         result = proc.run(
-            ["git", *opts, *args], cwd=cwd, env=full_env, input=input, timeout=timeout,
+            ["git", *opts, *args],
+            cwd=cwd,
+            env=full_env,
+            input=input,
+            timeout=timeout,
             check=False,
         )
     if check and not result.ok:
@@ -158,8 +217,7 @@ def _driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
     planted between this read and the command it guards would still run: the commands that
     matter most (diffs, merges, checkouts for checks) run in the object view instead.
     """
-    res = proc.run(["git", "config", "--list", "--name-only", "-z"], cwd=cwd, env=env,
-                   check=False)
+    res = proc.run(["git", "config", "--list", "--name-only", "-z"], cwd=cwd, env=env, check=False)
     opts: list[str] = []
     for key in sorted(set(split_z(res.stdout))):
         match = _DRIVER_KEY.match(key)
@@ -176,8 +234,12 @@ def _driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
 
 
 def _common_dir(repo: Path) -> Path:
-    res = proc.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
-                   cwd=repo, env={**proc.no_git_env(), **_ENV}, check=False)
+    res = proc.run(
+        ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
+        cwd=repo,
+        env={**proc.no_git_env(), **_ENV},
+        check=False,
+    )
     if not res.ok:
         raise git_failure(res, hint=f"{repo} is not a usable git repository.")
     return Path(res.stdout.strip()).resolve()
@@ -272,8 +334,10 @@ def is_secret_path(path: str) -> bool:
         return True
     for pattern in SECRET_PATH_PATTERNS:
         n = pattern.count("/") + 1
-        if any(fnmatch.fnmatchcase("/".join(parts[i:i + n]), pattern)
-               for i in range(len(parts) - n + 1)):
+        if any(
+            fnmatch.fnmatchcase("/".join(parts[i : i + n]), pattern)
+            for i in range(len(parts) - n + 1)
+        ):
             return True
     return False
 
@@ -495,8 +559,15 @@ def _rev_arg(ref: str) -> str:
 
 def rev_parse(repo: Path, ref: str) -> str:
     """The commit sha ``ref`` names; ``GitError`` if there is no such commit."""
-    res = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
-              f"{_rev_arg(ref)}^{{commit}}", check=False)
+    res = git(
+        repo,
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        "--end-of-options",
+        f"{_rev_arg(ref)}^{{commit}}",
+        check=False,
+    )
     if not res.ok:
         msg = f"unknown revision {ref!r} in {repo}: no branch, tag or commit has that name"
         raise GitError(msg, hint="Check the name with `git branch` or `git log --oneline`.")
@@ -514,8 +585,20 @@ def grep_files(repo: Path, commit: str, words: Sequence[str]) -> list[str]:
         return []
     sha = oid(repo, commit)
     patterns = [arg for w in words for arg in ("-e", w)]
-    res = git(repo, "grep", "--no-textconv", "-l", "-z", "-w", "-F", *patterns, sha, "--",
-              check=False, view=True)
+    res = git(
+        repo,
+        "grep",
+        "--no-textconv",
+        "-l",
+        "-z",
+        "-w",
+        "-F",
+        *patterns,
+        sha,
+        "--",
+        check=False,
+        view=True,
+    )
     if res.returncode not in (0, 1):
         raise git_failure(res)
     return [p.removeprefix(f"{sha}:") for p in split_z(res.stdout)]
@@ -532,8 +615,9 @@ def merge_base(repo: Path, a: str, b: str) -> str:
 
 def is_ancestor(repo: Path, a: str, b: str) -> bool:
     """Whether commit ``a`` is ``b`` or one of its ancestors."""
-    res = git(repo, "merge-base", "--is-ancestor", oid(repo, a), oid(repo, b), check=False,
-              view=True)
+    res = git(
+        repo, "merge-base", "--is-ancestor", oid(repo, a), oid(repo, b), check=False, view=True
+    )
     if res.returncode in (0, 1):
         return res.returncode == 0
     raise git_failure(res)
@@ -541,15 +625,33 @@ def is_ancestor(repo: Path, a: str, b: str) -> bool:
 
 def changed_paths(repo: Path, base: str, commit: str) -> list[Change]:
     """Paths changed from ``base`` to ``commit`` with modes (symlink and mode changes show)."""
-    out = git(repo, *_DIFF, "--raw", "-z", "--no-abbrev", oid(repo, base), oid(repo, commit),
-              "--", view=True).stdout
+    out = git(
+        repo,
+        *_DIFF,
+        "--raw",
+        "-z",
+        "--no-abbrev",
+        oid(repo, base),
+        oid(repo, commit),
+        "--",
+        view=True,
+    ).stdout
     return parse_raw_diff(out)
 
 
 def added_lines(repo: Path, base: str, commit: str) -> dict[str, list[tuple[int, str]]]:
     """Added lines per file with their line numbers in ``commit``."""
-    out = git(repo, *_DIFF, "-U0", "--src-prefix=a/", "--dst-prefix=b/", oid(repo, base),
-              oid(repo, commit), "--", view=True).stdout
+    out = git(
+        repo,
+        *_DIFF,
+        "-U0",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        oid(repo, base),
+        oid(repo, commit),
+        "--",
+        view=True,
+    ).stdout
     return parse_added_lines(out)
 
 
@@ -557,14 +659,25 @@ def diff_text(repo: Path, base: str, commit: str, paths: Sequence[str] | None = 
     """The unified diff from ``base`` to ``commit``, optionally limited to ``paths``."""
     if paths is not None and not paths:
         return ""
-    return git(repo, "--literal-pathspecs", *_DIFF, "--src-prefix=a/", "--dst-prefix=b/",
-               oid(repo, base), oid(repo, commit), "--", *(paths or ()), view=True).stdout
+    return git(
+        repo,
+        "--literal-pathspecs",
+        *_DIFF,
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        oid(repo, base),
+        oid(repo, commit),
+        "--",
+        *(paths or ()),
+        view=True,
+    ).stdout
 
 
 def diff_stat(repo: Path, base: str, commit: str) -> str:
     """``git diff --stat`` from ``base`` to ``commit``."""
-    return git(repo, *_DIFF, "--stat=120", oid(repo, base), oid(repo, commit), "--",
-               view=True).stdout
+    return git(
+        repo, *_DIFF, "--stat=120", oid(repo, base), oid(repo, commit), "--", view=True
+    ).stdout
 
 
 def file_at(repo: Path, commit: str, relpath: str) -> str | None:
@@ -593,15 +706,27 @@ def update_ref(repo: Path, branch: str, new: str | None, old: str | None, reason
     found = git(repo, "rev-parse", "--verify", "--quiet", ref, check=False).stdout.strip()
     if not res.ok or found != (new or ""):
         was = old[:12] if old else "absent"
-        msg = (f"{branch} moved while lo-orch was updating it (expected {was}, found "
-               f"{found[:12] or 'absent'}); nothing changed")
+        msg = (
+            f"{branch} moved while lo-orch was updating it (expected {was}, found "
+            f"{found[:12] or 'absent'}); nothing changed"
+        )
         raise GitError(msg, hint="Something else changed the branch; run again to retry.")
 
 
 def merge_tree(repo: Path, ours: str, theirs: str) -> tuple[str | None, list[str]]:
     """(tree, []) for a clean merge, (None, conflicting paths) otherwise. No checkout."""
-    res = git(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z",
-              oid(repo, ours), oid(repo, theirs), check=False, view=True)
+    res = git(
+        repo,
+        "merge-tree",
+        "--write-tree",
+        "--name-only",
+        "--no-messages",
+        "-z",
+        oid(repo, ours),
+        oid(repo, theirs),
+        check=False,
+        view=True,
+    )
     if res.returncode == 0:
         return split_z(res.stdout)[0], []
     if res.returncode == 1:
@@ -644,13 +769,12 @@ def _write_owner(holder: Path, repo: Path) -> None:
         start = stat[stat.rindex(")") + 2 :].split()[19]
     (holder / CHECKOUT_OWNER_FILE).write_text(
         json.dumps({"pid": os.getpid(), "start": start, "repo": str(repo.resolve())}),
-        encoding="utf-8")
+        encoding="utf-8",
+    )
 
 
 @contextlib.contextmanager
-def temp_checkout(
-    repo: Path, commit: str, *, link_dependencies: bool = False
-) -> Iterator[Path]:
+def temp_checkout(repo: Path, commit: str, *, link_dependencies: bool = False) -> Iterator[Path]:
     """A clean, detached checkout of ``commit`` in a temporary folder, gone afterwards.
 
     Checks run here may leave build output behind; the folder is ours alone, so it is

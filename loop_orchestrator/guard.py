@@ -44,11 +44,10 @@ def refuse_in_session(command: str) -> None:
         else f"LO_ORCH_TASK={task} is set"
     )
     msg = (
-        f"`{command}` is a person's decision and cannot run inside a managed agent session "
-        f"({how})"
+        f"`{command}` is a person's decision and cannot run inside a managed agent session ({how})"
     )
     raise SessionGateError(
         msg,
         hint=f"A person runs `{command}` from their own terminal, outside the agent's pane. "
-        "A session that needs it should `lo-orch signal blocked --note \"...\"` and wait.",
+        'A session that needs it should `lo-orch signal blocked --note "..."` and wait.',
     )

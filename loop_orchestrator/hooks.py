@@ -99,8 +99,11 @@ def locate(payload: Mapping[str, Any], env: Mapping[str, str]) -> HookTarget | N
     parts = Path(cwd).parts
     # innermost first: a repository may itself sit in some other tool's .worktrees folder
     for i in range(len(parts) - 3, 0, -1):
-        if (parts[i] == WORKTREES_DIR and TASK_ID_RE.match(parts[i + 1])
-                and TASK_ID_RE.match(parts[i + 2])):
+        if (
+            parts[i] == WORKTREES_DIR
+            and TASK_ID_RE.match(parts[i + 1])
+            and TASK_ID_RE.match(parts[i + 2])
+        ):
             target = HookTarget(Path(*parts[:i]) / ORCH_DIR, parts[i + 2])
             if target.status_path.is_file():
                 return target
@@ -187,8 +190,9 @@ def _handle(
     return QUIET
 
 
-def _await_answer(target: HookTarget, request_id: str,
-                  wait: float = PERMISSION_WAIT) -> HookOutcome:
+def _await_answer(
+    target: HookTarget, request_id: str, wait: float = PERMISSION_WAIT
+) -> HookOutcome:
     """Ask the supervisor until a person answered request ``request_id`` (the answer for
     Claude Code), it was closed (answered in the pane, the turn moved on: silence), or
     ``wait`` ran out (silence: the dialog on screen stays). Claude Code shows its dialog
@@ -272,8 +276,14 @@ class SignalResult(NamedTuple):
     message: str
 
 
-def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None,
-                disputes: tuple[str, ...] | list[str] = ()) -> SignalResult:
+def signal_task(
+    run_dir: Path,
+    phase: str,
+    *,
+    task: str,
+    note: str | None = None,
+    disputes: tuple[str, ...] | list[str] = (),
+) -> SignalResult:
     """Send a session's report (`lo-orch signal`) to the supervisor, which decides.
 
     The supervisor accepts it only from the session of ``task`` (by the caller's process
@@ -310,14 +320,22 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
             raise UsageError(msg, hint='lo-orch signal impl_done --dispute CODE --note "why"')
         if not note:
             msg = "a dispute needs a reason: --note saying why the check is wrong here"
-            raise UsageError(msg, hint=(f'lo-orch signal impl_done --dispute {disputes[0]} '
-                                        '--note "why the check is wrong about this change"'))
+            raise UsageError(
+                msg,
+                hint=(
+                    f"lo-orch signal impl_done --dispute {disputes[0]} "
+                    '--note "why the check is wrong about this change"'
+                ),
+            )
         for code in disputes:
             why = rules.problem(code)
             if why:
                 msg = f"cannot dispute {code}: {why}"
-                raise UsageError(msg, hint="Dispute only the heuristic findings the review "
-                                           "lists as disputable (tests.*, stubs.*).")
+                raise UsageError(
+                    msg,
+                    hint="Dispute only the heuristic findings the review "
+                    "lists as disputable (tests.*, stubs.*).",
+                )
     message: dict[str, Any] = {"type": "signal", "task": task, "phase": phase, "note": note}
     if disputes:
         # only when given: a message without the key is what older supervisors know
@@ -333,7 +351,9 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
     if reply is None:
         inbox.leave(run_dir, task, message)
         return SignalResult(
-            "", phase, False,
+            "",
+            phase,
+            False,
             "the supervisor is not running: your report is kept, and when `lo-orch run` "
             "resumes it will ask you to signal again",
         )
@@ -344,8 +364,10 @@ def signal_task(run_dir: Path, phase: str, *, task: str, note: str | None = None
             hint=_signal_hint(str(reply.get("previous", "")) if isinstance(reply, dict) else ""),
         )
     return SignalResult(
-        str(reply.get("previous", "")), str(reply.get("phase", phase)),
-        not reply.get("repeated"), str(reply.get("message", "")),
+        str(reply.get("previous", "")),
+        str(reply.get("phase", phase)),
+        not reply.get("repeated"),
+        str(reply.get("message", "")),
     )
 
 

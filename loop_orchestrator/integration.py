@@ -98,11 +98,21 @@ def integrate(
                 + ("timed out" if exit_code is None else f"exited {exit_code}")
                 + f" on staging {commit[:12]}; output in {evidence}\n{tail}"
             )
-            record.update_run(integration={
-                "command": command, "exit_code": exit_code, "commit": commit, "passed": False,
-            })
+            record.update_run(
+                integration={
+                    "command": command,
+                    "exit_code": exit_code,
+                    "commit": commit,
+                    "passed": False,
+                }
+            )
             return IntegrationResult(
-                False, commit, command, exit_code, summary, evidence,
+                False,
+                commit,
+                command,
+                exit_code,
+                summary,
+                evidence,
                 output=result.stdout + "\n" + result.stderr,
             )
         summary = f"integration command `{command}` passed on staging {commit[:12]}"
@@ -113,8 +123,7 @@ def integrate(
         )
 
     record.update_run(
-        integration={"command": command, "exit_code": exit_code, "commit": commit,
-                     "passed": True},
+        integration={"command": command, "exit_code": exit_code, "commit": commit, "passed": True},
         skipped_tasks=skipped,
         phase=RunPhase.AWAITING_MERGE_REVIEW,
     )
@@ -149,8 +158,7 @@ def _verdict_notes(repo: Path, rec: Record) -> list[str]:
             continue
         verdict = load_verdict(rundir, tid, st.commit)
         # only the file the supervisor recorded: an edited one is not shown as its word
-        if verdict is not None and rec.verdict_matches(tid, st.commit,
-                                                       verdict.model_dump_json()):
+        if verdict is not None and rec.verdict_matches(tid, st.commit, verdict.model_dump_json()):
             verdicts[tid] = verdict
     return gate2_notes(verdicts)
 
@@ -181,8 +189,12 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
         notes=_verdict_notes(repo, rec),
         costs=usage.summary_lines(
             {t: st.usage for t, st in runs.open_record(repo).tasks().items()},
-            usage.headless_lines(RunDir(repo).evidence_dir, Store.for_repo(repo).read_ledger(),
-                                 load_settings(repo).auditor.llm)),
+            usage.headless_lines(
+                RunDir(repo).evidence_dir,
+                Store.for_repo(repo).read_ledger(),
+                load_settings(repo).auditor.llm,
+            ),
+        ),
     )
 
 
@@ -192,9 +204,12 @@ def _not_at_gate2(state: RunState) -> GateError:
     if state.phase == RunPhase.MERGED:
         sha = (state.merged_commit or "")[:12]
         msg = f"run {name!r} is already merged: {state.feature_branch} was set to {sha}"
-        return GateError(msg, hint=f"Nothing more to do for it (`git log {state.feature_branch}`)."
-                         f" A new run needs a name of its own ({state.feature_branch} is yours "
-                         "now; plan field `name:`) and starts with `lo-orch plan FILE`.")
+        return GateError(
+            msg,
+            hint=f"Nothing more to do for it (`git log {state.feature_branch}`)."
+            f" A new run needs a name of its own ({state.feature_branch} is yours "
+            "now; plan field `name:`) and starts with `lo-orch plan FILE`.",
+        )
     if state.phase == RunPhase.STOPPED:
         msg = f"run {name!r} was abandoned (`lo-orch cleanup --abandon`); nothing to merge"
         return GateError(msg, hint="Plan a new run with `lo-orch plan FILE`.")
@@ -202,9 +217,12 @@ def _not_at_gate2(state: RunState) -> GateError:
         msg = f"run {name!r} has not started: its plan waits for Gate 1"
         return GateError(msg, hint="Approve it with `lo-orch approve`, then `lo-orch run`.")
     msg = f"run {name!r} is still running, not waiting for the merge review"
-    return GateError(msg, hint="`lo-orch run` supervises it to Gate 2 (it stops there when "
-                     "every task is integrated and the integration command passed); "
-                     "`lo-orch status` shows what each task waits for.")
+    return GateError(
+        msg,
+        hint="`lo-orch run` supervises it to Gate 2 (it stops there when "
+        "every task is integrated and the integration command passed); "
+        "`lo-orch status` shows what each task waits for.",
+    )
 
 
 @dataclass
@@ -221,9 +239,10 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Mer
     store = Store.for_repo(repo)
     rec = runs.open_record(repo)
     state = rec.run
-    if state.phase != RunPhase.AWAITING_MERGE_REVIEW or (state.integration or {}).get(
-        "commit"
-    ) != reviewed.commit:
+    if (
+        state.phase != RunPhase.AWAITING_MERGE_REVIEW
+        or (state.integration or {}).get("commit") != reviewed.commit
+    ):
         msg = f"run {state.name!r} changed since the review was shown"
         raise GateError(msg, hint="Run `lo-orch merge` again to review the current result.")
     ws = workspace.Workspace.for_run(repo, state, load_settings(repo).workspace)
@@ -302,6 +321,10 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
         session_killed=killed,
     )
     return CleanupResult(
-        killed, report.removed, report.kept_dirty, report.branches_deleted, report.branches_kept,
+        killed,
+        report.removed,
+        report.kept_dirty,
+        report.branches_deleted,
+        report.branches_kept,
         report.details,
     )

@@ -218,8 +218,8 @@ def stop_decision(st: TaskStatus, stop_hook_active: bool, bin_cmd: str) -> str |
     return (
         f"loop-orchestrator: task {st.task} is in phase {st.phase.value} and has not "
         f"reported yet. Do not stop here: {work}, then run `{bin_cmd} signal {owed}`. If "
-        f"you cannot finish, run `{bin_cmd} signal blocked --note \"<what is missing and "
-        f"what you need>\"` instead. (Stop reminder {st.stop_blocks + 1} of "
+        f'you cannot finish, run `{bin_cmd} signal blocked --note "<what is missing and '
+        f'what you need>"` instead. (Stop reminder {st.stop_blocks + 1} of '
         f"{MAX_STOP_BLOCKS}.)"
     )
 

@@ -31,7 +31,8 @@ _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
 _RESET_RE = re.compile(
     r"limit\b.{0,80}?\bresets\s+(?:([A-Za-z]{3})[a-z]*\.?\s+(\d{1,2}),?\s+)?"
     r"(\d{1,2})(?::(\d{2}))?\s*(am|pm)?\s*\(([A-Za-z][A-Za-z0-9_+\-/]{0,63})\)",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 #: a reset shown as a time already past by at most this much is the one just due (the
 #: minutes are cut off, so "resets 10:55am" may be said at 10:55:40), not tomorrow's
 _JUST_DUE = timedelta(minutes=5)
@@ -81,8 +82,7 @@ def usage_limit_reset(text: str, now: datetime) -> datetime | None:
         except ValueError:  # "Feb 30"
             return None
         return reset.astimezone(UTC)
-    reset = datetime(local_now.year, local_now.month, local_now.day, hour, minute,
-                     tzinfo=zone)
+    reset = datetime(local_now.year, local_now.month, local_now.day, hour, minute, tzinfo=zone)
     if reset <= local_now - _JUST_DUE:
         # tomorrow's, by the calendar (a wall clock time, so right across a DST change)
         nxt = local_now.date() + timedelta(days=1)
@@ -95,8 +95,9 @@ class Governor:
     within ``window`` seconds (never below 1), one slot more after ``quiet`` seconds
     without a hit (never above the configured cap)."""
 
-    def __init__(self, cap: int, *, hits_to_lower: int = 2, window: float = 300.0,
-                 quiet: float = 600.0) -> None:
+    def __init__(
+        self, cap: int, *, hits_to_lower: int = 2, window: float = 300.0, quiet: float = 600.0
+    ) -> None:
         self.cap = cap
         self.current = cap
         self.hits_to_lower = hits_to_lower

@@ -47,8 +47,14 @@ log = logging.getLogger(__name__)
 
 FOLDER = "notify"
 SENT_FILE = "sent.jsonl"
-EVENTS = ("permission_request", "task_blocked", "limit_wait", "gate1_waiting",
-          "gate2_waiting", "run_finished")
+EVENTS = (
+    "permission_request",
+    "task_blocked",
+    "limit_wait",
+    "gate1_waiting",
+    "gate2_waiting",
+    "run_finished",
+)
 #: how long a channel's program (notify-send, tmux) may take
 CHANNEL_TIMEOUT = 5.0
 
@@ -56,9 +62,16 @@ CHANNEL_TIMEOUT = 5.0
 class Notifier:
     """Sends a run's notifications, each once. ``close()`` waits for what is queued."""
 
-    def __init__(self, repo: Path, run: str, config: Any, *, tmux_socket: str | None = None,
-                 tmux_session: str | None = None,
-                 which: Callable[[str], str | None] = shutil.which) -> None:
+    def __init__(
+        self,
+        repo: Path,
+        run: str,
+        config: Any,
+        *,
+        tmux_socket: str | None = None,
+        tmux_session: str | None = None,
+        which: Callable[[str], str | None] = shutil.which,
+    ) -> None:
         self.repo = repo
         self.run = run
         self.config = config  # config.NotifyConfig
@@ -86,8 +99,15 @@ class Notifier:
         """Send ``event`` unless one with the same ``key`` was sent for this run; True if
         it is sent now."""
         assert event in EVENTS, event
-        doc = {"id": f"{event}:{key}", "event": event, "run": self.run,
-               "repo": str(self.repo), "task": task, "message": message, "at": now_iso()}
+        doc = {
+            "id": f"{event}:{key}",
+            "event": event,
+            "run": self.run,
+            "repo": str(self.repo),
+            "task": task,
+            "message": message,
+            "at": now_iso(),
+        }
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         with FileLock(str(self.folder / "sent.lock"), timeout=30):
             if doc["id"] in self._sent():
@@ -127,8 +147,12 @@ class Notifier:
     def _command(self, doc: dict[str, Any]) -> None:
         if not self.config.command.strip():
             return
-        proc.run_in_group(shlex.split(self.config.command), json.dumps(doc) + "\n",
-                    self.config.timeout, cwd=self.repo)
+        proc.run_in_group(
+            shlex.split(self.config.command),
+            json.dumps(doc) + "\n",
+            self.config.timeout,
+            cwd=self.repo,
+        )
 
     def _desktop(self, doc: dict[str, Any]) -> None:
         if not self.config.desktop:
@@ -140,9 +164,21 @@ class Notifier:
             proc.run_in_group([send, "--app-name=lo-orch", title, text], None, CHANNEL_TIMEOUT)
         elif osa:
             # the text travels as arguments, never as AppleScript source
-            proc.run_in_group([osa, "-e", "on run argv", "-e",
-                         "display notification (item 2 of argv) with title (item 1 of argv)",
-                         "-e", "end run", title, text], None, CHANNEL_TIMEOUT)
+            proc.run_in_group(
+                [
+                    osa,
+                    "-e",
+                    "on run argv",
+                    "-e",
+                    "display notification (item 2 of argv) with title (item 1 of argv)",
+                    "-e",
+                    "end run",
+                    title,
+                    text,
+                ],
+                None,
+                CHANNEL_TIMEOUT,
+            )
 
     def _tmux(self, doc: dict[str, Any]) -> None:
         if not self.config.tmux:
@@ -153,8 +189,19 @@ class Notifier:
         tmux = self.which("tmux")
         if self.tmux_session and self.tmux_socket and tmux:
             text = f"lo-orch: {_headline(doc)}".replace("#", "##")  # no tmux formats
-            proc.run_in_group([tmux, "-L", self.tmux_socket, "display-message", "-t",
-                         f"={self.tmux_session}:", text], None, CHANNEL_TIMEOUT)
+            proc.run_in_group(
+                [
+                    tmux,
+                    "-L",
+                    self.tmux_socket,
+                    "display-message",
+                    "-t",
+                    f"={self.tmux_session}:",
+                    text,
+                ],
+                None,
+                CHANNEL_TIMEOUT,
+            )
 
 
 def _headline(doc: dict[str, Any]) -> str:
@@ -166,7 +213,9 @@ def for_plan(repo: Path, run: str, config: Any, created_at: str, tasks: int) -> 
     """Gate 1 waits: a plan was recorded (`lo-orch plan`, the run created at
     ``created_at``); sent before the command ends."""
     notifier = Notifier(repo, run, config)
-    notifier.notify("gate1_waiting", created_at,
-                    f"the plan ({tasks} tasks) waits for Gate 1: review it, then "
-                    "`lo-orch approve`")
+    notifier.notify(
+        "gate1_waiting",
+        created_at,
+        f"the plan ({tasks} tasks) waits for Gate 1: review it, then `lo-orch approve`",
+    )
     notifier.close(timeout=config.timeout + 2 * CHANNEL_TIMEOUT)

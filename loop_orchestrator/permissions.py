@@ -129,8 +129,10 @@ def parse_rule(text: str) -> Rule:
     """``Bash(pytest *)`` -> Rule; ValueError naming what is wrong."""
     m = RULE_RE.match(text.strip())
     if m is None:
-        msg = (f"{text!r} is not a permission rule: write a tool name, optionally with a "
-               "pattern in parentheses, e.g. \"Bash(pytest *)\", \"Edit(src/**)\" or \"WebFetch\"")
+        msg = (
+            f"{text!r} is not a permission rule: write a tool name, optionally with a "
+            'pattern in parentheses, e.g. "Bash(pytest *)", "Edit(src/**)" or "WebFetch"'
+        )
         raise ValueError(msg)
     pattern = m.group("pattern")
     if pattern is not None and not pattern.strip():
@@ -146,8 +148,9 @@ def parse_rules(texts: Sequence[str], where: str) -> list[Rule]:
             out.append(parse_rule(text))
         except ValueError as exc:
             msg = f"{where}: {exc}"
-            raise ConfigError(msg, hint="Fix the rule in the config file "
-                              "(docs/permissions.md lists the syntax).") from exc
+            raise ConfigError(
+                msg, hint="Fix the rule in the config file (docs/permissions.md lists the syntax)."
+            ) from exc
     return out
 
 
@@ -226,7 +229,7 @@ def own_signal(req: PermissionRequest, bin_cmd: str | None = None) -> bool:
     head = next((p for p in prefixes if command.startswith(p + " ")), None)
     if head is None:
         return False
-    rest = command[len(head):]
+    rest = command[len(head) :]
     if any(c in rest for c in "$`\\\n\r"):  # no expansion of any kind, one line
         return False
     try:
@@ -249,8 +252,9 @@ def own_signal(req: PermissionRequest, bin_cmd: str | None = None) -> bool:
     return True
 
 
-def decide(req: PermissionRequest, allow: Sequence[Rule], deny: Sequence[Rule],
-           bin_cmd: str | None = None) -> tuple[Decision, str] | None:
+def decide(
+    req: PermissionRequest, allow: Sequence[Rule], deny: Sequence[Rule], bin_cmd: str | None = None
+) -> tuple[Decision, str] | None:
     """The rule's answer to ``req`` and the rule's text, or None: a person decides."""
     if own_signal(req, bin_cmd):
         return "allow", "lo-orch signal"
@@ -296,8 +300,11 @@ class Permissions:
     def _path(self, rid: str) -> Path:
         if not re.fullmatch(r"[a-z0-9-]{1,80}", rid):
             msg = f"{rid!r} is not a permission request id"
-            raise StateError(msg, hint="Request ids look like `tokenize-1a2b3c`; `lo-orch permit "
-                             "TASK allow` names them when a task has several.")
+            raise StateError(
+                msg,
+                hint="Request ids look like `tokenize-1a2b3c`; `lo-orch permit "
+                "TASK allow` names them when a task has several.",
+            )
         return self.folder / REQUESTS / f"{rid}.json"
 
     def write(self, req: PermissionRequest) -> None:
@@ -329,11 +336,16 @@ class Permissions:
         cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
         command, file = payload.get("tool_command"), payload.get("tool_file_path")
         return PermissionRequest(
-            id=f"{task}-{secrets.token_hex(3)}", task=task, tool=tool,
+            id=f"{task}-{secrets.token_hex(3)}",
+            task=task,
+            tool=tool,
             command=command if tool == "Bash" and isinstance(command, str) else None,
             file=file if tool in FILE_TOOLS and isinstance(file, str) else None,
-            summary=summary, cwd=cwd, asked_at=now_iso(),
-            complete=payload.get("tool_input_cut") is not True)
+            summary=summary,
+            cwd=cwd,
+            asked_at=now_iso(),
+            complete=payload.get("tool_input_cut") is not True,
+        )
 
     def settle(self, rid: str, **changes: Any) -> PermissionRequest | None:
         """Change an open request (answer or close it) under the lock; None if not open."""
@@ -352,8 +364,10 @@ class Permissions:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return [], []
-        return ([Rule.model_validate(r) for r in raw.get("allow", [])],
-                [Rule.model_validate(r) for r in raw.get("deny", [])])
+        return (
+            [Rule.model_validate(r) for r in raw.get("allow", [])],
+            [Rule.model_validate(r) for r in raw.get("deny", [])],
+        )
 
     def add_rule(self, decision: Decision, rule: Rule) -> None:
         allow, deny = self.run_rules()
@@ -374,10 +388,15 @@ def exact_rule(req: PermissionRequest) -> Rule:
     else:
         value = req.summary if len(req.summary) < SUMMARY_MAX else None
     if not value or not req.complete:
-        msg = (f"request {req.id} ({req.tool}) cannot become an exact rule: lo-orch did not "
-               "receive its whole input")
-        raise StateError(msg, hint=f"Answer it without --always, or write a rule for "
-                         f"[permissions] in the config: `lo-orch permit {req.task} allow`.")
+        msg = (
+            f"request {req.id} ({req.tool}) cannot become an exact rule: lo-orch did not "
+            "receive its whole input"
+        )
+        raise StateError(
+            msg,
+            hint=f"Answer it without --always, or write a rule for "
+            f"[permissions] in the config: `lo-orch permit {req.task} allow`.",
+        )
     return Rule(tool=req.tool, pattern=value, exact=True)
 
 
@@ -389,8 +408,14 @@ def pending(repo: Path) -> list[PermissionRequest]:
     return Permissions.for_repo(repo).open_requests()
 
 
-def answer(repo: Path, task: str, decision: Decision, *, always: bool = False,
-           request_id: str | None = None) -> PermissionRequest:
+def answer(
+    repo: Path,
+    task: str,
+    decision: Decision,
+    *,
+    always: bool = False,
+    request_id: str | None = None,
+) -> PermissionRequest:
     """A person answers ``task``'s open request (``request_id`` when it has several).
 
     The supervisor hands the answer to the waiting hook, which gives it to Claude Code.
@@ -417,27 +442,41 @@ def answer(repo: Path, task: str, decision: Decision, *, always: bool = False,
         if len(chosen) > 1:
             ids = ", ".join(f"{r.id} ({r.tool}: {r.summary})" for r in chosen)
             msg = f"task {task!r} has {len(chosen)} pending permission requests: {ids}"
-            raise StateError(msg, hint=f"Name one: `lo-orch permit {task} {decision} "
-                             f"--id {chosen[0].id}`.")
+            raise StateError(
+                msg, hint=f"Name one: `lo-orch permit {task} {decision} --id {chosen[0].id}`."
+            )
         rule = exact_rule(chosen[0]) if always else None  # (refused before anything is written)
-        req = chosen[0].model_copy(update={
-            "state": "answered", "decision": decision, "decided_by": "person",
-            "answered_at": now_iso()})
+        req = chosen[0].model_copy(
+            update={
+                "state": "answered",
+                "decision": decision,
+                "decided_by": "person",
+                "answered_at": now_iso(),
+            }
+        )
         perms.write(req)
         if rule is not None:
             perms.add_rule(decision, rule)
     Store.for_repo(repo).append_ledger(
-        "permission_answered", task=task, request=req.id, decision=decision,
-        tool=req.tool, message=req.summary, by="person",
-        **({"rule": rule.text()} if rule is not None else {}))
+        "permission_answered",
+        task=task,
+        request=req.id,
+        decision=decision,
+        tool=req.tool,
+        message=req.summary,
+        by="person",
+        **({"rule": rule.text()} if rule is not None else {}),
+    )
     return req
 
 
 def _pending_hint(perms: Permissions) -> str:
     others = perms.open_requests()
     if not others:
-        return ("No session is waiting for a permission now; `lo-orch status` shows what "
-                "each task waits for.")
+        return (
+            "No session is waiting for a permission now; `lo-orch status` shows what "
+            "each task waits for."
+        )
     listed = ", ".join(f"{r.task} ({r.tool}: {r.summary}, --id {r.id})" for r in others)
     return f"Pending now: {listed}."
 
@@ -447,8 +486,9 @@ def hook_output(decision: Decision, message: str) -> str:
     body: dict[str, Any] = {"behavior": decision}
     if decision == "deny":
         body["message"] = message
-    return json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
-                                              "decision": body}})
+    return json.dumps(
+        {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": body}}
+    )
 
 
 # the supervisor's side -----------------------------------------------------------------------
@@ -468,9 +508,18 @@ class Desk:
     the loop (``sweep``, ``is_waiting``).
     """
 
-    def __init__(self, perms: Permissions, allow: Sequence[Rule], deny: Sequence[Rule],
-                 bin_cmd: str | None, *, log: Any, opened: Any = None,
-                 closed: Any = None, clock: Any = None) -> None:
+    def __init__(
+        self,
+        perms: Permissions,
+        allow: Sequence[Rule],
+        deny: Sequence[Rule],
+        bin_cmd: str | None,
+        *,
+        log: Any,
+        opened: Any = None,
+        closed: Any = None,
+        clock: Any = None,
+    ) -> None:
         import time
 
         self.perms = perms
@@ -493,10 +542,21 @@ class Desk:
         found = decide(req, [*self.allow, *run_allow], [*self.deny, *run_deny], self.bin_cmd)
         if found is not None:
             decision, rule = found
-            self.log("permission_answered", task, request=req.id, decision=decision,
-                     tool=tool, message=req.summary, by="rule", rule=rule)
-            return {"exit_code": 0, "decided": decision,
-                    "stdout": hook_output(decision, f"lo-orch: denied by the rule {rule}")}
+            self.log(
+                "permission_answered",
+                task,
+                request=req.id,
+                decision=decision,
+                tool=tool,
+                message=req.summary,
+                by="rule",
+                rule=rule,
+            )
+            return {
+                "exit_code": 0,
+                "decided": decision,
+                "stdout": hook_output(decision, f"lo-orch: denied by the rule {rule}"),
+            }
         with self.perms.locked():
             self.perms.write(req)
         self.polled[req.id] = self.asked[req.id] = self.clock()
@@ -517,8 +577,12 @@ class Desk:
         if req.state == "answered" and req.decision is not None:
             if self.closed is not None:
                 self.closed(task)
-            return {"state": "answered", "stdout": hook_output(
-                req.decision, "lo-orch: a person denied this (lo-orch permit)")}
+            return {
+                "state": "answered",
+                "stdout": hook_output(
+                    req.decision, "lo-orch: a person denied this (lo-orch permit)"
+                ),
+            }
         return {"state": req.state}
 
     def close_task(self, task: str, because: str) -> None:
@@ -542,8 +606,11 @@ class Desk:
         for req in self.perms.open_requests():
             last = self.polled.get(req.id, self.started)
             if now - last > POLL_STALE:
-                self._close(req, "the hook that asked stopped waiting (answered in the pane, "
-                            "or the session moved on)")
+                self._close(
+                    req,
+                    "the hook that asked stopped waiting (answered in the pane, "
+                    "or the session moved on)",
+                )
                 continue
             if now - self.asked.get(req.id, self.started) < DIALOG_GRACE:
                 continue

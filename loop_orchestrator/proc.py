@@ -38,9 +38,18 @@ def no_git_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """
     env = dict(os.environ if base is None else base)
     keep = {
-        "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
-        "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM", "GIT_SSH",
-        "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_TERMINAL_PROMPT", "GIT_EXEC_PATH",
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_NOSYSTEM",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_ASKPASS",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_EXEC_PATH",
     }
     for key in list(env):
         if key.startswith("GIT_") and key not in keep:
@@ -112,14 +121,20 @@ def run_interactive(cmd: Sequence[str]) -> int:
     return subprocess.run(list(cmd), check=False).returncode
 
 
-def run_in_group(argv: list[str], stdin: str | None, timeout: float,
-                 cwd: Path | None = None) -> int | None:
+def run_in_group(
+    argv: list[str], stdin: str | None, timeout: float, cwd: Path | None = None
+) -> int | None:
     """Run a program (a notification command) in its own process group and kill the whole
     group after ``timeout``: its exit code, or None when it was killed. Output is discarded."""
-    child = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else
-                            subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
-                            text=True)
+    child = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        start_new_session=True,
+        text=True,
+    )
     try:
         child.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -131,6 +146,5 @@ def run_in_group(argv: list[str], stdin: str | None, timeout: float,
     except BrokenPipeError:  # it exited without reading stdin
         child.wait()
     if child.returncode:
-        log.warning("command failed", extra={"cmd": argv[0],
-                                                          "exit_code": child.returncode})
+        log.warning("command failed", extra={"cmd": argv[0], "exit_code": child.returncode})
     return child.returncode

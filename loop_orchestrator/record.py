@@ -129,8 +129,7 @@ class Record:
             msg = f"no approval of run {run!r} is recorded for {rec.repo}"
             raise NoRecordError(
                 msg,
-                hint="Review the plan (`lo-orch status`), then approve it with "
-                "`lo-orch approve`.",
+                hint="Review the plan (`lo-orch status`), then approve it with `lo-orch approve`.",
             )
         rec.refresh()
         if rec.state.run is None:
@@ -290,8 +289,9 @@ class Record:
 
     # verdicts ------------------------------------------------------------------------
     def record_verdict(self, task: str, commit: str, passed: bool, evidence_text: str) -> None:
-        self.append("verdict", task=task, commit=commit, passed=passed,
-                    digest=_file_digest(evidence_text))
+        self.append(
+            "verdict", task=task, commit=commit, passed=passed, digest=_file_digest(evidence_text)
+        )
 
     def verdict(self, task: str, commit: str) -> Verdict | None:
         return self.state.verdicts.get(task, {}).get(commit)
@@ -360,8 +360,9 @@ class Record:
             return sorted(edited)
 
 
-def _changes(model: type[TaskStatus] | type[RunState], what: str,
-             changes: Mapping[str, Any]) -> dict[str, Any]:
+def _changes(
+    model: type[TaskStatus] | type[RunState], what: str, changes: Mapping[str, Any]
+) -> dict[str, Any]:
     """``changes`` as journal data (enums as their values, a new ``updated_at``); a field
     ``model`` does not have is an error, so a typo is never stored."""
     unknown = sorted(set(changes) - set(model.model_fields))
@@ -390,9 +391,7 @@ def _fold(state: Folded, kind: str, data: Mapping[str, Any]) -> None:
     if kind == "approved":
         state.run = RunState.model_validate(data["run"])
         state.approved_plan_sha256 = data["run"].get("approved_plan_sha256")
-        state.tasks = {
-            t["task"]: TaskStatus.model_validate(t) for t in data.get("tasks", [])
-        }
+        state.tasks = {t["task"]: TaskStatus.model_validate(t) for t in data.get("tasks", [])}
         state.verdicts = {}
         state.messages = {}
     elif kind == "run" and state.run is not None:

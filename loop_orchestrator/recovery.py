@@ -73,8 +73,7 @@ def _pids() -> list[int]:
 def _is_git(pid: int) -> bool:
     base = procinfo.PROC / str(pid)
     with contextlib.suppress(OSError):
-        if (base / "comm").read_text(encoding="utf-8", errors="replace").strip().startswith(
-                "git"):
+        if (base / "comm").read_text(encoding="utf-8", errors="replace").strip().startswith("git"):
             return True
     with contextlib.suppress(OSError):
         argv0 = (base / "cmdline").read_bytes().split(b"\0", 1)[0]
@@ -227,6 +226,7 @@ def remove_orphan_checkouts(repo: Path) -> list[Path]:
         if holder not in removed:
             removed.append(holder)
     if removed:
-        log.warning("orphaned temporary checkouts removed",
-                    extra={"paths": [str(p) for p in removed]})
+        log.warning(
+            "orphaned temporary checkouts removed", extra={"paths": [str(p) for p in removed]}
+        )
     return removed

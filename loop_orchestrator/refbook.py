@@ -83,10 +83,14 @@ class FileRefBook:
             data = json.loads(text)
         except ValueError as exc:
             msg = f"the refs book {self.path} is not valid JSON: {exc}"
-            raise StateError(msg, hint="It is lo-orch's own record; restore it or start the "
-                             "run afresh under another name.") from exc
+            raise StateError(
+                msg,
+                hint="It is lo-orch's own record; restore it or start the "
+                "run afresh under another name.",
+            ) from exc
         if not isinstance(data, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+            isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+        ):
             msg = f"the refs book {self.path} does not map names to shas"
             raise StateError(msg, hint="Restore it or start the run afresh under another name.")
         return data

@@ -28,8 +28,18 @@ from loop_orchestrator.state import Store, now_iso
 
 Reply = dict[str, Any]
 #: the fields of a hook payload that go to the ledger
-LEDGER_FIELDS = ("session_id", "error", "notification_type", "message", "reason", "source",
-                 "prompt_chars", "prompt_sha256", "tool_name", "tool_summary")
+LEDGER_FIELDS = (
+    "session_id",
+    "error",
+    "notification_type",
+    "message",
+    "reason",
+    "source",
+    "prompt_chars",
+    "prompt_sha256",
+    "tool_name",
+    "tool_summary",
+)
 #: hook events that end a turn: the task's usage is read again there, its budget checked
 TURN_ENDS = ("Stop", "StopFailure", "SessionEnd")
 #: StopFailure ``error`` values that mean "the API refused for a while" (Claude Code 2.1.332)
@@ -105,8 +115,13 @@ class Reports:
 
     def _reject(self, request: Request, why: str) -> Reply:
         claimed = request.message.get("task")
-        self.event("event_rejected", claimed if isinstance(claimed, str) else None,
-                   kind=request.message.get("type"), pid=request.pid, message=why)
+        self.event(
+            "event_rejected",
+            claimed if isinstance(claimed, str) else None,
+            kind=request.message.get("type"),
+            pid=request.pid,
+            message=why,
+        )
         return {"ok": False, "exit_code": 0, "message": f"refused: {why}"}
 
     def _signal(self, tid: str, request: Request) -> Reply | None:
@@ -122,16 +137,32 @@ class Reports:
             return None
         claims, refused = _disputes(request.message.get("disputes"), signal, note)
         if refused:
-            self.event("signal_rejected", tid, phase=signal, current=st.phase.value,
-                       message=refused)
-            return {"ok": False, "message": refused, "previous": st.phase.value,
-                    "phase": signal, "repeated": False}
+            self.event(
+                "signal_rejected", tid, phase=signal, current=st.phase.value, message=refused
+            )
+            return {
+                "ok": False,
+                "message": refused,
+                "previous": st.phase.value,
+                "phase": signal,
+                "repeated": False,
+            }
         decision = lifecycle.decide_signal(st, signal, note)
-        reply = {"ok": decision.accepted, "message": decision.message,
-                 "previous": st.phase.value, "phase": signal, "repeated": decision.repeated}
+        reply = {
+            "ok": decision.accepted,
+            "message": decision.message,
+            "previous": st.phase.value,
+            "phase": signal,
+            "repeated": decision.repeated,
+        }
         if not decision.accepted:
-            self.event("signal_rejected", tid, phase=signal, current=st.phase.value,
-                       message=decision.message)
+            self.event(
+                "signal_rejected",
+                tid,
+                phase=signal,
+                current=st.phase.value,
+                message=decision.message,
+            )
         elif decision.changes:
             changes = dict(decision.changes)
             extra: dict[str, Any] = {}
@@ -141,8 +172,9 @@ class Reports:
                 if claims:
                     extra["disputes"] = [c["check"] for c in claims]
             # logged before the status changes: the ledger shows cause before effect
-            self.store.append_ledger("signal", task=tid, phase=signal,
-                                     previous=st.phase.value, note=note, **extra)
+            self.store.append_ledger(
+                "signal", task=tid, phase=signal, previous=st.phase.value, note=note, **extra
+            )
             if st.waiting_for:
                 changes["waiting_for"] = None
             self.record.update_task(tid, **changes)
@@ -155,8 +187,7 @@ class Reports:
         st = self.record.task(tid)
         fields = {k: payload[k] for k in LEDGER_FIELDS if k in payload}
         if not request.attested:
-            self.store.append_ledger("hook", task=tid, hook_event=event, attested=False,
-                                     **fields)
+            self.store.append_ledger("hook", task=tid, hook_event=event, attested=False, **fields)
             left = request.message.get("left_at")
             at = _iso(left) if isinstance(left, (int, float)) else now_iso()
             if event == "UserPromptSubmit":
@@ -164,10 +195,14 @@ class Reports:
                 if st.delivering and at >= (st.delivery_started_at or "~"):
                     # submitted after the interrupted delivery began: that prompt arrived
                     changes |= {"delivered": st.delivering, "delivering": None}
-                    self.event("prompt_delivered", tid, phase=st.phase.value,
-                               rework=st.rework_count,
-                               message="confirmed by the session's hook, left while no "
-                               "supervisor listened; not resent")
+                    self.event(
+                        "prompt_delivered",
+                        tid,
+                        phase=st.phase.value,
+                        rework=st.rework_count,
+                        message="confirmed by the session's hook, left while no "
+                        "supervisor listened; not resent",
+                    )
                 self.record.update_task(tid, **changes)
             elif event == "Stop":
                 self.record.update_task(tid, turn_ended_at=at)
@@ -179,16 +214,20 @@ class Reports:
             # sends right after is judged against the prompt it really has
             changes |= {"delivered": st.delivering, "delivering": None}
         reply: Reply = {"exit_code": 0}
-        over_budget = (self.turn_ended(tid) if self.turn_ended is not None
-                       and event in TURN_ENDS else None)
+        over_budget = (
+            self.turn_ended(tid) if self.turn_ended is not None and event in TURN_ENDS else None
+        )
         if event not in TURN_ENDS and self.observe is not None:
             self.observe(tid)
         if event == "Stop":
             active = payload.get("stop_hook_active") is True
             cmd = request.message.get("bin")
             # a task over its budget may stop: it is blocked below, not sent back to work
-            reason = None if over_budget else lifecycle.stop_decision(
-                st, active, cmd if isinstance(cmd, str) else "lo-orch")
+            reason = (
+                None
+                if over_budget
+                else lifecycle.stop_decision(st, active, cmd if isinstance(cmd, str) else "lo-orch")
+            )
             fields["stop_hook_active"] = active
             fields["decision"] = "block" if reason else "allow"
             if reason:
@@ -208,8 +247,11 @@ class Reports:
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
         if over_budget and self.block is not None:
             self.block(tid, over_budget)
-        elif (event == "StopFailure" and payload.get("error") in LIMIT_ERRORS
-              and self.limit_hit is not None):
+        elif (
+            event == "StopFailure"
+            and payload.get("error") in LIMIT_ERRORS
+            and self.limit_hit is not None
+        ):
             said = payload.get("last_assistant_message")
             self.limit_hit(tid, str(payload["error"]), said if isinstance(said, str) else None)
         elif event == "UserPromptSubmit" and st.limit_until:
@@ -220,8 +262,9 @@ class Reports:
         return reply
 
 
-def _disputes(raw: object, signal: str, note: str | None
-              ) -> tuple[list[dict[str, str]], str | None]:
+def _disputes(
+    raw: object, signal: str, note: str | None
+) -> tuple[list[dict[str, str]], str | None]:
     """The disputes a signal carries (issue 14), or why the signal is refused. A message
     without the key (every older client) disputes nothing."""
     if raw is None:
@@ -238,7 +281,7 @@ def _disputes(raw: object, signal: str, note: str | None
         why = rules.problem(code)
         if why:
             return [], f"cannot dispute {code}: {why}"
-    text = note.strip()[:rules.MAX_NOTE]
+    text = note.strip()[: rules.MAX_NOTE]
     return [{"check": c, "note": text} for c in dict.fromkeys(raw)], None
 
 

@@ -218,9 +218,7 @@ def approve_plan(repo: Path) -> tuple[RunState, Plan]:
 
     state = store.update_run(approve)
     waves = _waves_of(store)
-    record.start(
-        repo, state, [TaskStatus(task=t.id, wave=waves.get(t.id, 0)) for t in plan.tasks]
-    )
+    record.start(repo, state, [TaskStatus(task=t.id, wave=waves.get(t.id, 0)) for t in plan.tasks])
     store.append_ledger("gate1_approved", run=state.name, plan_sha256=sha)
     return state, plan
 
@@ -277,8 +275,9 @@ def load_approved(repo: Path) -> tuple[Record, Plan]:
     except NoRecordError:
         rec = None
     # an approval recorded for an earlier plan of the same run name is no approval
-    approved = (rec.state.approved_plan_sha256
-                if rec and rec.run.created_at == state.created_at else None)
+    approved = (
+        rec.state.approved_plan_sha256 if rec and rec.run.created_at == state.created_at else None
+    )
     sha = planmod.plan_hash(plan)
     if approved != sha:
         what = "has not been approved" if not approved else "changed after it was approved"
@@ -292,8 +291,9 @@ def load_approved(repo: Path) -> tuple[Record, Plan]:
     return rec, plan
 
 
-def retry_task(repo: Path, task: str, *, note: str | None = None,
-               budget: float | None = None) -> TaskStatus:
+def retry_task(
+    repo: Path, task: str, *, note: str | None = None, budget: float | None = None
+) -> TaskStatus:
     """A person unblocks a blocked or failed task: it goes back to work with a fresh rework
     budget and relaunch, through a new rework round whose review carries ``note``. After
     the integration command failed in a way lo-orch could not route, a person can also
@@ -317,27 +317,42 @@ def retry_task(repo: Path, task: str, *, note: str | None = None,
     failed_integration = bool(state.integration) and not (state.integration or {}).get("passed")
     reopen = st.phase == Phase.INTEGRATED and failed_integration
     if st.phase not in (Phase.BLOCKED, Phase.FAILED) and not reopen:
-        msg = (f"task {task!r} is {st.phase.value}; only a blocked or failed task (or, after "
-               "the integration command failed, an integrated one) can be retried")
+        msg = (
+            f"task {task!r} is {st.phase.value}; only a blocked or failed task (or, after "
+            "the integration command failed, an integrated one) can be retried"
+        )
         raise StateError(msg, hint="`lo-orch status` shows every task's phase.")
     if budget is not None and not (budget > 0 and math.isfinite(budget)):
         msg = f"--budget must be a positive number of dollars, not {budget!r}"
         raise StateError(msg, hint=f"For example: `lo-orch retry {task} --budget 5`.")
     spent = (st.usage or {}).get("cost_usd")
     if budget is not None and isinstance(spent, (int, float)) and budget <= spent:
-        msg = (f"--budget {budget:g} is not more than task {task!r} has spent already "
-               f"(${spent:.4f}); the budget is the task's total, not an addition")
-        raise StateError(msg, hint=f"Give a larger total, e.g. `lo-orch retry {task} "
-                         f"--budget {math.ceil(spent * 2 + 1)}`.")
+        msg = (
+            f"--budget {budget:g} is not more than task {task!r} has spent already "
+            f"(${spent:.4f}); the budget is the task's total, not an addition"
+        )
+        raise StateError(
+            msg,
+            hint=f"Give a larger total, e.g. `lo-orch retry {task} "
+            f"--budget {math.ceil(spent * 2 + 1)}`.",
+        )
     reason = st.error or st.note or st.phase.value
     if reopen:
-        reason = (f"its work is merged, but the integration command "
-                  f"`{(state.integration or {}).get('command')}` fails on staging "
-                  f"(output under {store.dirs.task_evidence_dir('_integration')})")
+        reason = (
+            f"its work is merged, but the integration command "
+            f"`{(state.integration or {}).get('command')}` fails on staging "
+            f"(output under {store.dirs.task_evidence_dir('_integration')})"
+        )
     who = note or "a person asked to try again"
     changes: dict[str, Any] = {
-        "error": None, "relaunches": 0, "nudged": False, "delivered": None, "delivering": None,
-        "stop_blocks": 0, "limit_until": None, "limit_kind": None,
+        "error": None,
+        "relaunches": 0,
+        "nudged": False,
+        "delivered": None,
+        "delivering": None,
+        "stop_blocks": 0,
+        "limit_until": None,
+        "limit_kind": None,
         "note": f"retried: {who}",
     }
     if budget is not None:
@@ -351,19 +366,29 @@ def retry_task(repo: Path, task: str, *, note: str | None = None,
         event = lifecycle.Event.RETRY_IMPLEMENT
         round_no = st.rework_count + 1
         review = store.dirs.review_path(task, round_no)
-        atomic_write_text(review, (
-            f"# Review of task `{task}`, round {round_no}: retried by a person\n\n"
-            f"The task was {st.phase.value}: {reason}\n\n"
-            f"What the person says: {who}\n\n"
-            "Pick up from where the work stands in your worktree, run every check of the "
-            "definition of done yourself, then signal `impl_done`. Never weaken, skip or "
-            "delete a test to pass a check.\n"
-        ))
+        atomic_write_text(
+            review,
+            (
+                f"# Review of task `{task}`, round {round_no}: retried by a person\n\n"
+                f"The task was {st.phase.value}: {reason}\n\n"
+                f"What the person says: {who}\n\n"
+                "Pick up from where the work stands in your worktree, run every check of the "
+                "definition of done yourself, then signal `impl_done`. Never weaken, skip or "
+                "delete a test to pass a check.\n"
+            ),
+        )
         changes |= {"rework_count": round_no, "extra_rounds": round_no}
     changes["phase"] = lifecycle.next_phase(st.phase, event)
-    store.append_ledger("task_retried", task=task, run=state.name,
-                        phase=changes["phase"].value, previous=st.phase.value, reason=reason,
-                        note=note, **({"budget_usd": budget} if budget is not None else {}))
+    store.append_ledger(
+        "task_retried",
+        task=task,
+        run=state.name,
+        phase=changes["phase"].value,
+        previous=st.phase.value,
+        reason=reason,
+        note=note,
+        **({"budget_usd": budget} if budget is not None else {}),
+    )
     new = rec.update_task(task, **changes)
     if state.phase in (RunPhase.AWAITING_MERGE_REVIEW,) or reopen:
         # the reviewed result left this task out: it must be integrated and tested again
@@ -388,20 +413,29 @@ def send_message(repo: Path, task: str, text: str) -> str:
     body = text.strip()
     if not body:
         msg = "the message is empty"
-        raise StateError(msg, hint=f"Say what the session should do, e.g. "
-                         f"`lo-orch send {task} \"run the tests again\"`.")
+        raise StateError(
+            msg,
+            hint=f"Say what the session should do, e.g. "
+            f'`lo-orch send {task} "run the tests again"`.',
+        )
     if len(body) > MAX_MESSAGE_CHARS:
         msg = f"the message has {len(body)} characters; at most {MAX_MESSAGE_CHARS} are sent"
-        raise StateError(msg, hint="Put long text in a file in the task's worktree and send "
-                         "a short message that names it.")
+        raise StateError(
+            msg,
+            hint="Put long text in a file in the task's worktree and send "
+            "a short message that names it.",
+        )
     rec, _plan = load_approved(repo)
     st = rec.task(task)  # an unknown task: StateError naming it
     # a blocked session may be waiting for exactly these words
     if st.phase not in ACTIVE_PHASES | {Phase.BLOCKED} or not st.pane_id:
         msg = f"task {task!r} is {st.phase.value} and has no session to send to"
-        raise StateError(msg, hint="`lo-orch status` shows which tasks have a session; a "
-                         f"blocked or failed one goes back to work with `lo-orch retry {task} "
-                         "--note \"...\"`.")
+        raise StateError(
+            msg,
+            hint="`lo-orch status` shows which tasks have a session; a "
+            f"blocked or failed one goes back to work with `lo-orch retry {task} "
+            '--note "..."`.',
+        )
     mid = uuid.uuid4().hex[:12]
     rec.append("message", id=mid, task=task, text=body)
     Store.for_repo(repo).append_ledger("message_sent", task=task, id=mid, chars=len(body))

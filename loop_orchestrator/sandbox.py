@@ -73,8 +73,18 @@ def available() -> tuple[bool, str]:
     if exe is None:
         return False, f"{BWRAP} not found on PATH"
     # a real namespace setup, as used for agents: some kernels and containers forbid it
-    probe = [exe, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc",
-             "--die-with-parent", "--", "/bin/true"]
+    probe = [
+        exe,
+        "--dev-bind",
+        "/",
+        "/",
+        "--unshare-pid",
+        "--proc",
+        "/proc",
+        "--die-with-parent",
+        "--",
+        "/bin/true",
+    ]
     try:
         result = proc.run(probe, timeout=15, check=False)
     except OSError as exc:
@@ -96,10 +106,10 @@ def status(settings: Settings) -> tuple[bool, str]:
     """Will agents run sandboxed? ``(active, reason)`` for ``[sandbox] mode``."""
     mode = settings.sandbox.mode
     if mode == "off":
-        return False, "off ([sandbox] mode = \"off\")"
+        return False, 'off ([sandbox] mode = "off")'
     ok, detail = available()
     if ok:
-        return True, f"bubblewrap ({detail}), [sandbox] mode = \"{mode}\""
+        return True, f'bubblewrap ({detail}), [sandbox] mode = "{mode}"'
     return False, detail
 
 
@@ -112,8 +122,8 @@ def require(settings: Settings) -> bool:
     if active:
         return True
     if settings.sandbox.mode == "bwrap":
-        msg = f"the agent sandbox is required ([sandbox] mode = \"bwrap\") but {reason}"
-        raise ConfigError(msg, hint=f"{INSTALL_HINT}, or set [sandbox] mode = \"auto\".")
+        msg = f'the agent sandbox is required ([sandbox] mode = "bwrap") but {reason}'
+        raise ConfigError(msg, hint=f'{INSTALL_HINT}, or set [sandbox] mode = "auto".')
     if settings.sandbox.mode == "auto":
         _warn_off(reason)
     return False
@@ -132,7 +142,7 @@ def _admin_dir(worktree: Path) -> Path | None:
         return None
     if not text.startswith("gitdir:"):
         return None
-    path = Path(text[len("gitdir:"):].strip())
+    path = Path(text[len("gitdir:") :].strip())
     return (path if path.is_absolute() else worktree / path).resolve()
 
 
@@ -216,15 +226,19 @@ class Policy:
         home = Path(os.environ.get("HOME") or Path.home()).resolve()
         # an interpreter prefix may be a folder above the user's home (``/``, a conda
         # install in it): read-only there would take the agent's own config folders too
-        protect = [p for p in (*_lo_orch_install(), *_user_config_dirs())
-                   if not home.is_relative_to(p.resolve())]
+        protect = [
+            p
+            for p in (*_lo_orch_install(), *_user_config_dirs())
+            if not home.is_relative_to(p.resolve())
+        ]
         return cls(
             task=task,
             read_only=(repo, common, *protect),
             writable=tuple(writable),
             # never hide a folder that holds the worktree (a state home set to /tmp, say)
-            hidden=tuple(p for p in (state, tmux_socket_dir())
-                         if not worktree.is_relative_to(p.resolve())),
+            hidden=tuple(
+                p for p in (state, tmux_socket_dir()) if not worktree.is_relative_to(p.resolve())
+            ),
             pinned=tuple(pinned),
             create=(inbox, plans, state),
             legacy_dirs=tuple(run_dir / name for name in LEGACY_REPORT_DIRS),

@@ -57,8 +57,24 @@ _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: keys ``send_keys`` accepts: tmux key names, C-/M- chords and single visible characters
 _NAMED_KEYS = frozenset(
     {
-        "Enter", "Escape", "Tab", "BTab", "BSpace", "Space", "Up", "Down", "Left", "Right",
-        "Home", "End", "PageUp", "PageDown", "PPage", "NPage", "DC", "IC",
+        "Enter",
+        "Escape",
+        "Tab",
+        "BTab",
+        "BSpace",
+        "Space",
+        "Up",
+        "Down",
+        "Left",
+        "Right",
+        "Home",
+        "End",
+        "PageUp",
+        "PageDown",
+        "PPage",
+        "NPage",
+        "DC",
+        "IC",
     }
 )
 _KEY_RE = re.compile(
@@ -300,9 +316,7 @@ class TmuxBackend:
     def _server_args(self) -> list[str]:
         return ["-L", self.socket] if self.socket else []
 
-    def _tmux(
-        self, *args: str, input: str | None = None, check: bool = True
-    ) -> proc.Result:
+    def _tmux(self, *args: str, input: str | None = None, check: bool = True) -> proc.Result:
         argv = [self._tmux_bin(), *self._server_args(), *args]
         result = proc.run(argv, input=input, timeout=TMUX_TIMEOUT, check=False)
         if check and not result.ok:
@@ -325,8 +339,9 @@ class TmuxBackend:
 
     def _panes(self) -> list[_PaneInfo]:
         """Every pane of this run's session (empty when there is no session)."""
-        result = self._tmux("list-panes", "-s", "-t", f"={self.session}", "-F", _PANE_FIELDS,
-                            check=False)
+        result = self._tmux(
+            "list-panes", "-s", "-t", f"={self.session}", "-F", _PANE_FIELDS, check=False
+        )
         if not result.ok:
             return []
         infos = [_parse_pane_line(line) for line in result.stdout.splitlines()]
@@ -381,9 +396,20 @@ class TmuxBackend:
             if self.session_exists():
                 return
             result = self._tmux(
-                "new-session", "-d", "-s", self.session, "-n", "agents",
-                "-x", DEFAULT_SIZE[0], "-y", DEFAULT_SIZE[1],
-                "-P", "-F", "#{window_id}\t#{pane_id}", *_KEEPER_ARGV,
+                "new-session",
+                "-d",
+                "-s",
+                self.session,
+                "-n",
+                "agents",
+                "-x",
+                DEFAULT_SIZE[0],
+                "-y",
+                DEFAULT_SIZE[1],
+                "-P",
+                "-F",
+                "#{window_id}\t#{pane_id}",
+                *_KEEPER_ARGV,
                 check=False,
             )
             if not result.ok:
@@ -435,8 +461,16 @@ class TmuxBackend:
 
     def _new_window(self) -> str:
         result = self._tmux(
-            "new-window", "-d", "-t", f"={self.session}:", "-n", "agents",
-            "-P", "-F", "#{window_id}\t#{pane_id}", *_KEEPER_ARGV,
+            "new-window",
+            "-d",
+            "-t",
+            f"={self.session}:",
+            "-n",
+            "agents",
+            "-P",
+            "-F",
+            "#{window_id}\t#{pane_id}",
+            *_KEEPER_ARGV,
         )
         window_id, keeper = result.stdout.strip().split("\t")
         self._prepare_window(window_id, keeper)
@@ -447,8 +481,17 @@ class TmuxBackend:
         # agent runs, so even an instant exit leaves a dead pane with its status.
         self._tmux("select-layout", "-t", window_id, "tiled")
         result = self._tmux(
-            "split-window", "-d", "-t", window_id, "-c", str(spec.cwd),
-            *_env_options(spec.env), "-P", "-F", "#{pane_id}", *_pane_command(spec.argv),
+            "split-window",
+            "-d",
+            "-t",
+            window_id,
+            "-c",
+            str(spec.cwd),
+            *_env_options(spec.env),
+            "-P",
+            "-F",
+            "#{pane_id}",
+            *_pane_command(spec.argv),
         )
         return result.stdout.strip()
 
@@ -473,8 +516,19 @@ class TmuxBackend:
         with self._lock:
             self.ensure_session()
             result = self._tmux(
-                "new-window", "-d", "-t", f"={self.session}:", "-n", name, "-c", str(spec.cwd),
-                *_env_options(spec.env), "-P", "-F", "#{pane_id}", *_pane_command(spec.argv),
+                "new-window",
+                "-d",
+                "-t",
+                f"={self.session}:",
+                "-n",
+                name,
+                "-c",
+                str(spec.cwd),
+                *_env_options(spec.env),
+                "-P",
+                "-F",
+                "#{pane_id}",
+                *_pane_command(spec.argv),
             )
             pane_id = result.stdout.strip()
             self._tmux("set-option", "-p", "-t", pane_id, "remain-on-exit", "on")
@@ -487,8 +541,14 @@ class TmuxBackend:
         with self._lock:
             self._own_pane(pane_id, "respawn")
             self._tmux(
-                "respawn-pane", "-k", "-t", pane_id, "-c", str(spec.cwd),
-                *_env_options(spec.env), *_pane_command(spec.argv),
+                "respawn-pane",
+                "-k",
+                "-t",
+                pane_id,
+                "-c",
+                str(spec.cwd),
+                *_env_options(spec.env),
+                *_pane_command(spec.argv),
             )
             self._tmux("set-option", "-p", "-t", pane_id, "@lo_task", spec.task)
         log.info("agent pane respawned", extra={"task": spec.task, "pane": pane_id})

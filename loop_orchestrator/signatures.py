@@ -69,8 +69,9 @@ def _dedent(text: str) -> str:
     indent = len(first) - len(first.lstrip())
     if not indent:
         return text
-    return "\n".join(line[indent:] if line[:indent].isspace() else line for line in
-                     text.splitlines())
+    return "\n".join(
+        line[indent:] if line[:indent].isspace() else line for line in text.splitlines()
+    )
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
@@ -210,17 +211,33 @@ def _declaration_end(masked: str, start: int, kind: str) -> tuple[int, bool]:
             prev = _prev_significant(masked, i)
             following = masked[i:].lstrip()[:1]
             if prev not in ("=", "|", "&", ",", "<", "(", ":", "?") and following not in (
-                "|", "&", "?", ":", ".", "=",
+                "|",
+                "&",
+                "?",
+                ":",
+                ".",
+                "=",
             ):
                 return i, False
         i += 1
     return n, False
 
 
-_TS_MODIFIERS = frozenset({
-    "static", "readonly", "async", "get", "set", "abstract", "override", "declare", "public",
-    "protected", "private",
-})
+_TS_MODIFIERS = frozenset(
+    {
+        "static",
+        "readonly",
+        "async",
+        "get",
+        "set",
+        "abstract",
+        "override",
+        "declare",
+        "public",
+        "protected",
+        "private",
+    }
+)
 
 
 def _class_members(source: str, masked: str, body_start: int) -> list[str]:

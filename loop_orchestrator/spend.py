@@ -88,8 +88,12 @@ class SpendBook:
         if "size" in entry:
             self._sizes[(task, session)] = int(entry["size"])
             return
-        msg = Message(str(entry["key"]), int(entry["round"]), str(entry["model"]),
-                      {k: int(entry[k]) for k in TOKEN_KEYS})
+        msg = Message(
+            str(entry["key"]),
+            int(entry["round"]),
+            str(entry["model"]),
+            {k: int(entry[k]) for k in TOKEN_KEYS},
+        )
         self._book.setdefault(task, {})[msg.key] = msg
         self._keys.setdefault((task, session), set()).add(msg.key)
 
@@ -127,14 +131,25 @@ class SpendBook:
                 old = book.get(m.key)
                 if old is not None and all(m.counts[k] <= old.counts[k] for k in TOKEN_KEYS):
                     if any(m.counts[k] < old.counts[k] for k in TOKEN_KEYS):
-                        seen.tampered.append(f"message {m.key} reports fewer tokens than "
-                                             "when first read")
+                        seen.tampered.append(
+                            f"message {m.key} reports fewer tokens than when first read"
+                        )
                     continue
-                counts = m.counts if old is None else {
-                    k: max(m.counts[k], old.counts[k]) for k in TOKEN_KEYS}
-                entries.append({"task": task, "session": session_id, "key": m.key,
-                                "round": m.round if old is None else old.round,
-                                "model": m.model if old is None else old.model, **counts})
+                counts = (
+                    m.counts
+                    if old is None
+                    else {k: max(m.counts[k], old.counts[k]) for k in TOKEN_KEYS}
+                )
+                entries.append(
+                    {
+                        "task": task,
+                        "session": session_id,
+                        "key": m.key,
+                        "round": m.round if old is None else old.round,
+                        "model": m.model if old is None else old.model,
+                        **counts,
+                    }
+                )
                 seen.new += 1
             size = len(raw)
             last = self._sizes.get((task, session_id))
@@ -143,8 +158,9 @@ class SpendBook:
             present = {m.key for m in messages}
             gone = self._keys.get((task, session_id), set()) - present
             if gone and not (last is not None and size < last):
-                seen.tampered.append(f"{len(gone)} message(s) lo-orch had read are gone "
-                                     "from the transcript")
+                seen.tampered.append(
+                    f"{len(gone)} message(s) lo-orch had read are gone from the transcript"
+                )
             elif gone:
                 seen.tampered[-1] += f" ({len(gone)} message(s) lo-orch had read are gone)"
             if size != last:

@@ -25,7 +25,6 @@ from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR, append_durable, ato
 M = TypeVar("M", bound=BaseModel)
 
 
-
 class Phase(StrEnum):
     """A task's phase (contract, DESIGN.md section 3)."""
 

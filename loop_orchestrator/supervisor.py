@@ -125,8 +125,11 @@ def lock_holder(rundir: RunDir) -> int | None:
                 continue
             try:
                 major, minor, inode = parts[5].split(":")
-                if (int(inode) == st.st_ino and int(major, 16) == os.major(st.st_dev)
-                        and int(minor, 16) == os.minor(st.st_dev)):
+                if (
+                    int(inode) == st.st_ino
+                    and int(major, 16) == os.major(st.st_dev)
+                    and int(minor, 16) == os.minor(st.st_dev)
+                ):
                     return int(parts[4])
             except ValueError:
                 continue
@@ -244,18 +247,31 @@ class Supervisor:
         self.governor = limits.Governor(self.cap, quiet=settings.run.limit_quiet_seconds)
         self.run_budget_noted = False
         self.notifier = notify.Notifier(
-            repo, self.state.name, settings.notify,
-            tmux_socket=self.backend.socket, tmux_session=self.backend.session)
+            repo,
+            self.state.name,
+            settings.notify,
+            tmux_socket=self.backend.socket,
+            tmux_session=self.backend.session,
+        )
         self.desk = self._make_desk()
-        self.reports = Reports(self.record, self.store, self.plan_ids, self._event,
-                               self._ask_again, turn_ended=self._turn_ended,
-                               block=self._block, limit_hit=self._limit_hit, desk=self.desk,
-                               observe=self._refresh_usage)
+        self.reports = Reports(
+            self.record,
+            self.store,
+            self.plan_ids,
+            self._event,
+            self._ask_again,
+            turn_ended=self._turn_ended,
+            block=self._block,
+            limit_hit=self._limit_hit,
+            desk=self.desk,
+            observe=self._refresh_usage,
+        )
         # the checks' Python environments as they are before any agent runs
         from loop_orchestrator.verify import pyenv
 
         self.site_baseline = pyenv.take_baseline(
-            repo, [d.argv() for t in self.plan.tasks for d in t.done if d.check])
+            repo, [d.argv() for t in self.plan.tasks for d in t.done if d.check]
+        )
         if self.backend.socket != self.state.tmux_socket:
             self.record.update_run(tmux_socket=self.backend.socket)
 
@@ -268,11 +284,18 @@ class Supervisor:
             permissions.Permissions.for_run(self.repo, self.state.name),
             permissions.parse_rules(cfg.allow, "[permissions] allow"),
             permissions.parse_rules(cfg.deny, "[permissions] deny"),
-            lo_orch_bin(), log=self._event, closed=self._permission_closed,
+            lo_orch_bin(),
+            log=self._event,
+            closed=self._permission_closed,
             opened=lambda req: self.notifier.notify(
-                "permission_request", req.id, f"asks to use {req.tool}"
+                "permission_request",
+                req.id,
+                f"asks to use {req.tool}"
                 + (f": {req.summary}" if req.summary else "")
-                + f"; answer with `lo-orch permit {req.task} allow|deny`", req.task))
+                + f"; answer with `lo-orch permit {req.task} allow|deny`",
+                req.task,
+            ),
+        )
 
     def _permission_closed(self, tid: str) -> None:
         """Nothing of ``tid`` waits for a person's answer any more."""
@@ -322,13 +345,19 @@ class Supervisor:
 
         first = outcome.message.splitlines()[0] if outcome.message else ""
         if outcome.state == "review":
-            self.notifier.notify("gate2_waiting", str(getattr(self.integration, "commit", "")),
-                                 "the run is ready for Gate 2: review it with `lo-orch merge`")
+            self.notifier.notify(
+                "gate2_waiting",
+                str(getattr(self.integration, "commit", "")),
+                "the run is ready for Gate 2: review it with `lo-orch merge`",
+            )
         digest = hashlib.sha256(f"{outcome.state}\n{outcome.message}".encode()).hexdigest()[:16]
         # a restart that ends the same way is not news; after a person's retry it is
         retries = self._retries()
-        self.notifier.notify("run_finished", f"{outcome.state}:{retries}:{digest}",
-                             f"the supervisor stopped ({outcome.state}): {first}"[:300])
+        self.notifier.notify(
+            "run_finished",
+            f"{outcome.state}:{retries}:{digest}",
+            f"the supervisor stopped ({outcome.state}): {first}"[:300],
+        )
         self.notifier.close(timeout=self.settings.notify.timeout + 2 * notify.CHANNEL_TIMEOUT)
 
     def _run_locked(self) -> Outcome:
@@ -382,9 +411,12 @@ class Supervisor:
         self.backend.ensure_session()
         edited = self.record.publish_all()
         if edited:
-            self._event("view_edited", files=edited,
-                        message=f"{', '.join(edited)} changed outside lo-orch: ignored, "
-                        "rewritten from the supervisor's record")
+            self._event(
+                "view_edited",
+                files=edited,
+                message=f"{', '.join(edited)} changed outside lo-orch: ignored, "
+                "rewritten from the supervisor's record",
+            )
         if self.state.phase != RunPhase.RUNNING:
             self.record.update_run(phase=RunPhase.RUNNING)
         self._event(
@@ -400,9 +432,11 @@ class Supervisor:
         and stale ``index.lock`` files in task worktrees (issue 12, item 4)."""
         removed = recovery.remove_orphan_checkouts(self.repo)
         if removed:
-            self._event("checkouts_removed", paths=[str(p) for p in removed],
-                        message=f"{len(removed)} temporary checkout(s) of a killed "
-                        "supervisor removed")
+            self._event(
+                "checkouts_removed",
+                paths=[str(p) for p in removed],
+                message=f"{len(removed)} temporary checkout(s) of a killed supervisor removed",
+            )
         for st in self.record.tasks().values():
             if st.worktree:
                 self._clear_index_lock(st.task, wait=0.0)
@@ -410,8 +444,12 @@ class Supervisor:
     def _clear_index_lock(self, tid: str, *, wait: float = 10.0) -> recovery.LockOutcome:
         outcome = recovery.clear_stale_index_lock(self.ws.worktree_path(tid), wait=wait)
         if outcome.cleared:
-            self._event("index_lock_cleared", tid, path=str(outcome.path),
-                        message=f"stale {outcome.path} removed (no git process held it)")
+            self._event(
+                "index_lock_cleared",
+                tid,
+                path=str(outcome.path),
+                message=f"stale {outcome.path} removed (no git process held it)",
+            )
         return outcome
 
     def _heal_worktree(self, tid: str) -> None:
@@ -428,14 +466,22 @@ class Supervisor:
             try:
                 self.ws.ensure_worktree(tid)
             except GitError as exc:
-                msg = (f"the worktree of task {tid} ({path}) was deleted and cannot be made "
-                       f"again from {branch}: {exc.message}")
+                msg = (
+                    f"the worktree of task {tid} ({path}) was deleted and cannot be made "
+                    f"again from {branch}: {exc.message}"
+                )
                 raise GitError(msg, hint=exc.hint) from exc
             head = gitutil.rev_parse(self.repo, branch)
         self.ws.run_setup(path)
-        self._event("worktree_recreated", tid, path=str(path), branch=branch, commit=head,
-                    message=f"{path} was deleted: made again from {branch} at {head[:12]} "
-                    "(work that was not committed there is lost)")
+        self._event(
+            "worktree_recreated",
+            tid,
+            path=str(path),
+            branch=branch,
+            commit=head,
+            message=f"{path} was deleted: made again from {branch} at {head[:12]} "
+            "(work that was not committed there is lost)",
+        )
         task = self.plan.task(tid)
         ctx = self._context(task, st)
         self.adapter.prepare(ctx)
@@ -447,10 +493,13 @@ class Supervisor:
         else:
             pane_id = self.backend.launch(spec)
             self._set(tid, pane_id=pane_id)
-        self._event("session_relaunched", tid, pane_id=pane_id,
-                    message="started again in the recreated worktree")
-        self.adapter.wait_ready(self.backend, pane_id,
-                                timeout=self.settings.agent.ready_timeout)
+        self._event(
+            "session_relaunched",
+            tid,
+            pane_id=pane_id,
+            message="started again in the recreated worktree",
+        )
+        self.adapter.wait_ready(self.backend, pane_id, timeout=self.settings.agent.ready_timeout)
 
     # reconciliation after a restart ---------------------------------------------------
     def _reconcile(self) -> None:
@@ -488,8 +537,9 @@ class Supervisor:
             self._pass_messages(statuses)
             self._check_sessions(statuses)
             phases = {t: s.phase for t, s in self._statuses().items()}
-            limited = any(s.limit_until and s.phase in WORKING_PHASES
-                          for s in self._statuses().values())
+            limited = any(
+                s.limit_until and s.phase in WORKING_PHASES for s in self._statuses().values()
+            )
             for tid in [] if limited else self._ready(phases):
                 # (no new session while a limit holds the account)
                 if tid in self.jobs:
@@ -523,8 +573,11 @@ class Supervisor:
         before = self.governor.current
         cap = self.governor.tick(time.time())
         if cap != before:
-            self._event("concurrency_raised", concurrency=cap,
-                        message=f"no rate limit for a while: up to {cap} sessions again")
+            self._event(
+                "concurrency_raised",
+                concurrency=cap,
+                message=f"no rate limit for a while: up to {cap} sessions again",
+            )
         return schedule.ready_tasks(
             self.plan,
             phases,
@@ -543,8 +596,14 @@ class Supervisor:
         except RefTamperedError as exc:
             # not this task's problem: a ref of the run moved under it. The whole run
             # stops (the loop raises it), and no other step starts meanwhile.
-            self._event("refs_tampered", task, ref=exc.ref, expected=exc.expected,
-                        found=exc.found, message=exc.message)
+            self._event(
+                "refs_tampered",
+                task,
+                ref=exc.ref,
+                expected=exc.expected,
+                found=exc.found,
+                message=exc.message,
+            )
             self.fatal = exc
         except LoOrchError as exc:
             # an error a person can act on (not logged in, a dialog, a conflict...)
@@ -601,8 +660,12 @@ class Supervisor:
                 continue
             if st.phase not in ACTIVE_PHASES | {Phase.BLOCKED} or not st.pane_id:
                 self.record.append("message_done", id=mid, delivered=False)
-                self._event("message_dropped", tid, id=mid,
-                            message=f"no session to deliver it to ({st.phase.value})")
+                self._event(
+                    "message_dropped",
+                    tid,
+                    id=mid,
+                    message=f"no session to deliver it to ({st.phase.value})",
+                )
                 continue
             self._submit(tid, functools.partial(self._deliver_message, mid=mid, text=text))
 
@@ -653,8 +716,12 @@ class Supervisor:
         """A signal arrived unattested (no supervisor listened): ask for it once more."""
         if tid in self.jobs:
             return
-        self._submit(tid, lambda t: self._deliver_raw(
-            t, templating.render("prompt_signal_again.md.j2", task=t, signal=signal)))
+        self._submit(
+            tid,
+            lambda t: self._deliver_raw(
+                t, templating.render("prompt_signal_again.md.j2", task=t, signal=signal)
+            ),
+        )
 
     def _check_view(self) -> None:
         """Report (and undo) edits of the published view by anyone but the supervisor."""
@@ -666,9 +733,12 @@ class Supervisor:
         self._drain_inbox()
         edited = self.record.check_view()
         if edited:
-            self._event("view_edited", files=edited,
-                        message=f"{', '.join(edited)} changed outside lo-orch: ignored, "
-                        "rewritten from the supervisor's record")
+            self._event(
+                "view_edited",
+                files=edited,
+                message=f"{', '.join(edited)} changed outside lo-orch: ignored, "
+                "rewritten from the supervisor's record",
+            )
 
     def _recorded_verdict(self, tid: str, commit: str) -> Any:
         """The verdict of ``commit`` if the supervisor recorded exactly it, else None."""
@@ -680,8 +750,12 @@ class Supervisor:
         if verdict is None or not self.record.verdict_matches(
             tid, commit, verdict.model_dump_json()
         ):
-            self._event("verdict_untrusted", tid, commit=commit,
-                        message="the verdict file differs from the recorded one; verifying again")
+            self._event(
+                "verdict_untrusted",
+                tid,
+                commit=commit,
+                message="the verdict file differs from the recorded one; verifying again",
+            )
             return None
         return verdict
 
@@ -700,8 +774,9 @@ class Supervisor:
                 pane = self.backend.state(st.pane_id)  # dead or gone: the details
                 if not pane.exists or not pane.alive:
                     # (a parked session too: noticed now, not when its wait ends)
-                    self._submit(tid, functools.partial(self._pane_died,
-                                                        dead_status=pane.dead_status))
+                    self._submit(
+                        tid, functools.partial(self._pane_died, dead_status=pane.dead_status)
+                    )
                     continue
             if st.limit_until:
                 if time.time() >= _ts(st.limit_until):
@@ -763,9 +838,11 @@ class Supervisor:
         if self.adapter.name != "claude" and st.usage is None:
             # no transcript to read: its cost is unknown, never $0
             kind = self.settings.agent.kind
-            note = (f"the agent (kind {kind}) records no token usage"
-                    if kind not in ("codex", "gemini") else
-                    f"the agent (kind {kind}) records tokens lo-orch does not read or price")
+            note = (
+                f"the agent (kind {kind}) records no token usage"
+                if kind not in ("codex", "gemini")
+                else f"the agent (kind {kind}) records tokens lo-orch does not read or price"
+            )
             self._set(tid, usage=usage.unknown(note).as_json())
         session_id = st.session_id or str(uuid.uuid4())
         st = self._set(
@@ -796,8 +873,13 @@ class Supervisor:
                 self._pane_died(tid, None)
             return
         if self._arrived_before_restart(tid):
-            self._event("prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count,
-                        message="confirmed by the session's hook after a restart; not resent")
+            self._event(
+                "prompt_delivered",
+                tid,
+                phase=st.phase.value,
+                rework=st.rework_count,
+                message="confirmed by the session's hook after a restart; not resent",
+            )
             self._set(tid, delivered=delivery_key(st.phase, st.rework_count), delivering=None)
             return
         self._deliver(tid, self._prompt_for(st))
@@ -922,12 +1004,20 @@ class Supervisor:
             self._move(tid, Event.FAIL, error=error)
             return
         parked = bool(st.limit_until) and time.time() < _ts(st.limit_until)
-        self._event("session_died", tid, exit_status=dead_status, message="relaunching once"
-                    + (" (parked by a limit: no prompt until its wait ends)" if parked else ""))
+        self._event(
+            "session_died",
+            tid,
+            exit_status=dead_status,
+            message="relaunching once"
+            + (" (parked by a limit: no prompt until its wait ends)" if parked else ""),
+        )
         # a parked session keeps its prompt as delivered (--resume brings the conversation
         # back): a new prompt would only meet the limit again
-        st = (self._set(tid, relaunches=st.relaunches + 1, delivering=None) if parked else
-              self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None))
+        st = (
+            self._set(tid, relaunches=st.relaunches + 1, delivering=None)
+            if parked
+            else self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None)
+        )
         spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st), resume=True)
         if pane is not None and pane.exists and st.pane_id:
             pane_id = st.pane_id
@@ -940,8 +1030,12 @@ class Supervisor:
             st = self._move(tid, Event.READY)
         if parked:
             # the short prompt after the wait (_resume_after_limit) carries on
-            self._event("relaunched_while_parked", tid, until=st.limit_until,
-                        message="relaunched; it resumes after the limit's wait")
+            self._event(
+                "relaunched_while_parked",
+                tid,
+                until=st.limit_until,
+                message="relaunched; it resumes after the limit's wait",
+            )
             return
         self._deliver(tid, self._prompt_for(st))
 
@@ -953,8 +1047,11 @@ class Supervisor:
 
     def _retries(self, tid: str | None = None) -> int:
         """How often a person retried ``tid`` (any task): part of a notification's key."""
-        return sum(1 for e in self.store.read_ledger() if e.get("event") == "task_retried"
-                   and (tid is None or e.get("task") == tid))
+        return sum(
+            1
+            for e in self.store.read_ledger()
+            if e.get("event") == "task_retried" and (tid is None or e.get("task") == tid)
+        )
 
     def _notify_blocked(self, tid: str) -> None:
         import hashlib
@@ -966,9 +1063,13 @@ class Supervisor:
         retries = self._retries(tid)
         digest = hashlib.sha256(reason.encode()).hexdigest()[:12]
         key = f"{tid}:{retries}:{st.rework_count}:{digest}"
-        self.notifier.notify("task_blocked", key,
-                             f"blocked: {st.error or st.note or 'needs a person'}; help it, "
-                             f"then `lo-orch retry {tid}`", tid)
+        self.notifier.notify(
+            "task_blocked",
+            key,
+            f"blocked: {st.error or st.note or 'needs a person'}; help it, "
+            f"then `lo-orch retry {tid}`",
+            tid,
+        )
 
     # rate and usage limits ------------------------------------------------------------------
     def _limit_hit(self, tid: str, error: str, said: str | None = None) -> None:
@@ -990,18 +1091,29 @@ class Supervisor:
             kind, reason = "rate_limit", f"{error} from the model API"
             until = now + timedelta(seconds=self.settings.run.limit_wait_seconds)
         until_iso = until.isoformat(timespec="seconds")
-        self._set(tid, limit_until=until_iso, limit_reason=reason, limit_kind=kind,
-                  limit_hits=st.limit_hits + 1,
-                  waiting_for=f"waiting_limit: {reason}; lo-orch resumes it at "
-                  f"{until:%H:%M:%S} UTC")
+        self._set(
+            tid,
+            limit_until=until_iso,
+            limit_reason=reason,
+            limit_kind=kind,
+            limit_hits=st.limit_hits + 1,
+            waiting_for=f"waiting_limit: {reason}; lo-orch resumes it at {until:%H:%M:%S} UTC",
+        )
         self._event("limit_hit", tid, error=error, kind=kind, until=until_iso, message=reason)
-        self.notifier.notify("limit_wait", f"{tid}:{until_iso}",
-                             f"{reason}; lo-orch resumes it at {until:%H:%M:%S} UTC", tid)
+        self.notifier.notify(
+            "limit_wait",
+            f"{tid}:{until_iso}",
+            f"{reason}; lo-orch resumes it at {until:%H:%M:%S} UTC",
+            tid,
+        )
         before = self.governor.current
         if kind == "rate_limit" and self.governor.hit(time.time()) < before:
-            self._event("concurrency_lowered", concurrency=self.governor.current,
-                        message=f"repeated rate limits: at most {self.governor.current} "
-                        "session(s) at once for now")
+            self._event(
+                "concurrency_lowered",
+                concurrency=self.governor.current,
+                message=f"repeated rate limits: at most {self.governor.current} "
+                "session(s) at once for now",
+            )
 
     def _resume_after_limit(self, tid: str) -> None:
         """The limit's time is up and the session did not resume by itself: a short prompt."""
@@ -1011,10 +1123,15 @@ class Supervisor:
         reason = st.limit_reason or "a limit"
         self._set(tid, limit_until=None, limit_kind=None, waiting_for=None)
         self._event("limit_resumed", tid, message=reason)
-        phase = st.phase.value if st.rework_count == 0 or st.phase != Phase.IMPLEMENTING \
+        phase = (
+            st.phase.value
+            if st.rework_count == 0 or st.phase != Phase.IMPLEMENTING
             else f"{st.phase.value} (rework {st.rework_count})"
-        self._deliver_raw(tid, templating.render("prompt_resume_limit.md.j2", task=tid,
-                                             reason=reason, phase=phase))
+        )
+        self._deliver_raw(
+            tid,
+            templating.render("prompt_resume_limit.md.j2", task=tid, reason=reason, phase=phase),
+        )
 
     # usage and budgets ----------------------------------------------------------------------
     def _refresh_usage(self, tid: str) -> usage.Usage | None:
@@ -1042,12 +1159,18 @@ class Supervisor:
             now.notes.append(usage.bad_note(seen.bad, path))
         if seen.tampered:
             self.tampered[tid] = "; ".join(seen.tampered)
-            self._event("transcript_tampered", tid, transcript=str(path),
-                        message="; ".join(seen.tampered) + "; the spend kept is lo-orch's "
-                        "own record of what it read")
+            self._event(
+                "transcript_tampered",
+                tid,
+                transcript=str(path),
+                message="; ".join(seen.tampered) + "; the spend kept is lo-orch's "
+                "own record of what it read",
+            )
         if tid in self.tampered:
-            now.notes.append(f"transcript tampered with ({self.tampered[tid]}): the spend "
-                             "is lo-orch's own record of what it read")
+            now.notes.append(
+                f"transcript tampered with ({self.tampered[tid]}): the spend "
+                "is lo-orch's own record of what it read"
+            )
         data = now.as_json()
         if data == st.usage:
             return now
@@ -1057,8 +1180,11 @@ class Supervisor:
         return now
 
     def _run_usage(self) -> usage.Usage:
-        return usage.total(usage.Usage.from_json(st.usage) for st in self._statuses().values()
-                           if st.usage is not None)
+        return usage.total(
+            usage.Usage.from_json(st.usage)
+            for st in self._statuses().values()
+            if st.usage is not None
+        )
 
     def _task_budget(self, tid: str) -> float | None:
         st = self.record.task(tid)
@@ -1085,9 +1211,11 @@ class Supervisor:
         if now.cost_usd is None or now.cost_usd < cap:
             # (an unknown cost cannot be held against a budget; its notes say why)
             return None
-        return (f"over its budget: spent {usage.money(now.cost_usd)} of "
-                f"{usage.money(cap)}; give it more with `lo-orch retry {tid} --budget "
-                "DOLLARS` (its new total budget)")
+        return (
+            f"over its budget: spent {usage.money(now.cost_usd)} of "
+            f"{usage.money(cap)}; give it more with `lo-orch retry {tid} --budget "
+            "DOLLARS` (its new total budget)"
+        )
 
     def _run_budget_spent(self, tid: str) -> str | None:
         """Why ``tid`` may not start: the run's budget is spent (a person's own budget for
@@ -1098,8 +1226,10 @@ class Supervisor:
         spent = self._run_usage().cost_usd
         if spent is None or spent < cap:
             return None
-        return (f"not started: the run's budget is spent ({usage.money(spent)} of "
-                f"{usage.money(cap)}); start it with `lo-orch retry {tid} --budget DOLLARS`")
+        return (
+            f"not started: the run's budget is spent ({usage.money(spent)} of "
+            f"{usage.money(cap)}); start it with `lo-orch retry {tid} --budget DOLLARS`"
+        )
 
     # verification and integration ----------------------------------------------------------
     def _verify(self, tid: str) -> None:
@@ -1116,10 +1246,16 @@ class Supervisor:
         except GitError as exc:
             if lock.held_by or "index.lock" in exc.render():
                 # not the session's fault: a rework round would only fail the same way
-                who = (f"git process(es) {', '.join(map(str, lock.held_by))} hold it"
-                       if lock.held_by else "it could not be cleared")
-                self._block(tid, f"the worktree's git index is locked ({who}): "
-                            f"{exc.message}; when no git runs there, `lo-orch retry {tid}`")
+                who = (
+                    f"git process(es) {', '.join(map(str, lock.held_by))} hold it"
+                    if lock.held_by
+                    else "it could not be cleared"
+                )
+                self._block(
+                    tid,
+                    f"the worktree's git index is locked ({who}): "
+                    f"{exc.message}; when no git runs there, `lo-orch retry {tid}`",
+                )
                 return
             self._rework(tid, None, f"the work could not be committed: {exc.render()}")
             return
@@ -1127,8 +1263,7 @@ class Supervisor:
         # A verdict is bound to its commit and recorded by the supervisor: after a restart
         # the recorded one is reused; anything else (a verdict file nobody recorded, or one
         # edited since) is not evidence, and the commit is verified again.
-        claims = [(d.get("check", ""), d.get("note", ""))
-                  for d in self.record.task(tid).disputes]
+        claims = [(d.get("check", ""), d.get("note", "")) for d in self.record.task(tid).disputes]
         verdict = self._recorded_verdict(tid, commit)
         if verdict is not None and not judged(verdict.disputes, claims):
             verdict = None  # the same commit, disputed now (or differently): judge it again
@@ -1156,8 +1291,16 @@ class Supervisor:
         for d in verdict.disputes:
             # every dispute and how it was settled (issue 14); the same dispute of the same
             # commit again is settled as before (reused: not judged again)
-            self._event("dispute", tid, commit=commit, check=d.check, outcome=d.outcome,
-                        note=d.note, message=d.reason, reused=reused)
+            self._event(
+                "dispute",
+                tid,
+                commit=commit,
+                check=d.check,
+                outcome=d.outcome,
+                note=d.note,
+                message=d.reason,
+                reused=reused,
+            )
         summary = verdict.summary()
         self._event(
             "verdict",
@@ -1243,23 +1386,38 @@ class Supervisor:
                 continue
             round_no = st.rework_count + 1
             if round_no > lifecycle.rework_limit(st, self.settings.run.max_rework):
-                self._block(tid, f"the integration tests still fail on {', '.join(paths)} "
-                            f"after {st.rework_count} rework round(s)")
+                self._block(
+                    tid,
+                    f"the integration tests still fail on {', '.join(paths)} "
+                    f"after {st.rework_count} rework round(s)",
+                )
                 continue
             review = self.rundir.review_path(tid, round_no)
             tail = "\n".join(result.output.strip().splitlines()[-80:])
-            atomic_write_text(review, templating.render(
-                "review_integration.md.j2", task=tid, round_no=round_no,
-                max_rounds=lifecycle.rework_limit(st, self.settings.run.max_rework),
-                command=result.command,
-                commit=result.commit, paths=paths, output=tail,
-                evidence=str(result.evidence) if result.evidence else "",
-            ))
-            self._move(tid, Event.REOPEN, rework_count=round_no, delivered=None,
-                      delivering=None, note=f"integration tests fail on {', '.join(paths)}",
-                      error=None)
-            self._event("integration_routed", tid, round=round_no, files=paths,
-                        review=str(review))
+            atomic_write_text(
+                review,
+                templating.render(
+                    "review_integration.md.j2",
+                    task=tid,
+                    round_no=round_no,
+                    max_rounds=lifecycle.rework_limit(st, self.settings.run.max_rework),
+                    command=result.command,
+                    commit=result.commit,
+                    paths=paths,
+                    output=tail,
+                    evidence=str(result.evidence) if result.evidence else "",
+                ),
+            )
+            self._move(
+                tid,
+                Event.REOPEN,
+                rework_count=round_no,
+                delivered=None,
+                delivering=None,
+                note=f"integration tests fail on {', '.join(paths)}",
+                error=None,
+            )
+            self._event("integration_routed", tid, round=round_no, files=paths, review=str(review))
             self._submit(tid, self._reopen)
             reopened = True
         if reopened:
@@ -1271,12 +1429,12 @@ class Supervisor:
         with self.git_lock:
             self.ws.refresh_task(tid)
         st = self.record.task(tid)
-        spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st),
-                                        resume=bool(st.session_id))
+        spec = self.adapter.launch_spec(
+            self._context(self.plan.task(tid), st), resume=bool(st.session_id)
+        )
         pane = self.backend.launch(spec)
         self._set(tid, pane_id=pane)
-        self._event("session_launched", tid, pane_id=pane, session_id=st.session_id,
-                    reopened=True)
+        self._event("session_launched", tid, pane_id=pane, session_id=st.session_id, reopened=True)
         self.adapter.wait_ready(self.backend, pane, timeout=self.settings.agent.ready_timeout)
         self._deliver(tid, "prompt_rework.md.j2")
 
@@ -1287,9 +1445,16 @@ class Supervisor:
         except GitError:  # before the first `run` there is no staging: the base it will be
             staging = self.state.base_sha
         return templating.task_brief(
-            self.plan, task, run=self.state.name, repo=self.repo, rundir=self.rundir,
-            base_sha=self.state.base_sha, staging_sha=staging,
-            branch=self.ws.task_branch(task.id), waves=self.waves, deps=self.deps,
+            self.plan,
+            task,
+            run=self.state.name,
+            repo=self.repo,
+            rundir=self.rundir,
+            base_sha=self.state.base_sha,
+            staging_sha=staging,
+            branch=self.ws.task_branch(task.id),
+            waves=self.waves,
+            deps=self.deps,
             tools=self.tools,
         )
 

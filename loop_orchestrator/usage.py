@@ -39,8 +39,12 @@ from pathlib import Path
 from typing import Any
 
 #: the four token kinds, as Claude Code's ``message.usage`` names them
-TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
-              "cache_creation_input_tokens")
+TOKEN_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -53,10 +57,12 @@ class ModelPrice:
     cache_write: float
 
     def cost(self, counts: Mapping[str, int]) -> float:
-        return (counts.get("input_tokens", 0) * self.input
-                + counts.get("output_tokens", 0) * self.output
-                + counts.get("cache_read_input_tokens", 0) * self.cache_read
-                + counts.get("cache_creation_input_tokens", 0) * self.cache_write) / 1e6
+        return (
+            counts.get("input_tokens", 0) * self.input
+            + counts.get("output_tokens", 0) * self.output
+            + counts.get("cache_read_input_tokens", 0) * self.cache_read
+            + counts.get("cache_creation_input_tokens", 0) * self.cache_write
+        ) / 1e6
 
 
 Prices = Mapping[str, ModelPrice]
@@ -87,28 +93,38 @@ class Usage:
     def add(self, other: Usage) -> None:
         for key in TOKEN_KEYS:
             self.tokens[key] += other.tokens.get(key, 0)
-        self.cost_usd = (None if self.cost_usd is None or other.cost_usd is None
-                         else self.cost_usd + other.cost_usd)
+        self.cost_usd = (
+            None
+            if self.cost_usd is None or other.cost_usd is None
+            else self.cost_usd + other.cost_usd
+        )
         self.models += [m for m in other.models if m not in self.models]
         self.notes += [n for n in other.notes if n not in self.notes]
         self.measured = self.measured and other.measured
 
     def as_json(self) -> dict[str, Any]:
         """The ``usage`` object of ``status --json`` and the ledger (keys are stable)."""
-        return {**self.tokens,
-                "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
-                "cost_known": self.cost_usd is not None, "models": list(self.models),
-                "notes": list(self.notes), "measured": self.measured}
+        return {
+            **self.tokens,
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
+            "cost_known": self.cost_usd is not None,
+            "models": list(self.models),
+            "notes": list(self.notes),
+            "measured": self.measured,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Usage:
         if not data:
             return unknown("no usage recorded")
         cost = data.get("cost_usd")
-        return cls(tokens={k: int(data.get(k) or 0) for k in TOKEN_KEYS},
-                   cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
-                   models=list(data.get("models") or []), notes=list(data.get("notes") or []),
-                   measured=bool(data.get("measured", True)))
+        return cls(
+            tokens={k: int(data.get(k) or 0) for k in TOKEN_KEYS},
+            cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
+            models=list(data.get("models") or []),
+            notes=list(data.get("notes") or []),
+            measured=bool(data.get("measured", True)),
+        )
 
 
 def unknown(note: str) -> Usage:
@@ -120,8 +136,12 @@ def prices_from(settings: Any) -> dict[str, ModelPrice]:
     """The price table: the defaults, with ``[prices.<model>]`` of the settings on top."""
     table = dict(DEFAULT_PRICES)
     for model, price in (getattr(settings, "prices", None) or {}).items():
-        table[model] = ModelPrice(input=price.input, output=price.output,
-                                  cache_read=price.cache_read, cache_write=price.cache_write)
+        table[model] = ModelPrice(
+            input=price.input,
+            output=price.output,
+            cache_read=price.cache_read,
+            cache_write=price.cache_write,
+        )
     return table
 
 
@@ -189,8 +209,11 @@ def parse_transcript(text: str) -> tuple[list[Message], int]:
             bad += 1
             continue
         mid = message.get("id")
-        key = mid if isinstance(mid, str) and mid else \
-            "line:" + hashlib.sha256(line.encode("utf-8", "replace")).hexdigest()[:32]
+        key = (
+            mid
+            if isinstance(mid, str) and mid
+            else "line:" + hashlib.sha256(line.encode("utf-8", "replace")).hexdigest()[:32]
+        )
         if key in seen:
             continue  # another content block of the same message
         seen.add(key)
@@ -213,8 +236,9 @@ def price(messages: Iterable[Message], prices: Prices) -> Usage:
         known = prices.get(model)
         if known is None:
             part.cost_usd = None
-            part.notes.append(f"price unknown for model {model}: add [prices.\"{model}\"] "
-                              "to the config")
+            part.notes.append(
+                f'price unknown for model {model}: add [prices."{model}"] to the config'
+            )
         else:
             part.cost_usd = known.cost(counts)
         usage.add(part)
@@ -223,8 +247,7 @@ def price(messages: Iterable[Message], prices: Prices) -> Usage:
 
 
 def bad_note(bad: int, path: Path) -> str:
-    return (f"{bad} malformed transcript line(s) skipped in {path.name}; the figures may be "
-            "low")
+    return f"{bad} malformed transcript line(s) skipped in {path.name}; the figures may be low"
 
 
 def read_transcript(path: Path, prices: Prices) -> Usage:
@@ -253,9 +276,13 @@ _REWORK_RE = re.compile(r"Phase: implementing \(rework (\d+)\)")
 def _prompt_round(content: Any) -> int | None:
     """The rework round a user prompt starts (None: not a lo-orch rework prompt; tool
     results, which a session's own commands fill, are never read)."""
-    texts = [content] if isinstance(content, str) else [
-        b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"
-    ] if isinstance(content, list) else []
+    texts = (
+        [content]
+        if isinstance(content, str)
+        else [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        if isinstance(content, list)
+        else []
+    )
     for text in texts:
         found = _REWORK_RE.search(text) if isinstance(text, str) else None
         if found:
@@ -289,8 +316,7 @@ def session_transcript(worktree: Path, session_id: str, env: Mapping[str, str]) 
     return path
 
 
-def session_usage(worktree: Path, session_id: str, env: Mapping[str, str],
-                  prices: Prices) -> Usage:
+def session_usage(worktree: Path, session_id: str, env: Mapping[str, str], prices: Prices) -> Usage:
     """The usage of a Claude Code session run in ``worktree`` with environment ``env``."""
     return read_transcript(session_transcript(worktree, session_id, env), prices)
 
@@ -323,8 +349,9 @@ def cell(data: Mapping[str, Any] | None) -> str:
     return money(u.cost_usd)
 
 
-def summary_lines(tasks: Mapping[str, Mapping[str, Any] | None],
-                  headless: Iterable[tuple[str, float | None]] = ()) -> list[str]:
+def summary_lines(
+    tasks: Mapping[str, Mapping[str, Any] | None], headless: Iterable[tuple[str, float | None]] = ()
+) -> list[str]:
     """Gate 2's cost table: one line per task, the headless calls (``headless_lines``) and
     the run's total, sessions and calls together (actual figures)."""
     lines = []
@@ -342,9 +369,11 @@ def summary_lines(tasks: Mapping[str, Mapping[str, Any] | None],
 
 def line(label: str, u: Usage) -> str:
     t = u.tokens
-    text = (f"{label}: {money(u.cost_usd)} — input {tokens(t['input_tokens'])}, output "
-            f"{tokens(t['output_tokens'])}, cache read {tokens(t['cache_read_input_tokens'])}, "
-            f"cache write {tokens(t['cache_creation_input_tokens'])} tokens")
+    text = (
+        f"{label}: {money(u.cost_usd)} — input {tokens(t['input_tokens'])}, output "
+        f"{tokens(t['output_tokens'])}, cache read {tokens(t['cache_read_input_tokens'])}, "
+        f"cache write {tokens(t['cache_creation_input_tokens'])} tokens"
+    )
     if u.models:
         text += f" ({', '.join(u.models)})"
     if u.notes:
@@ -364,8 +393,9 @@ def headless_cost(stdout: Path) -> float | None:
     return float(cost)
 
 
-def headless_lines(evidence_dir: Path, ledger: Iterable[Mapping[str, Any]],
-                   auditor_mode: str) -> list[tuple[str, float | None]]:
+def headless_lines(
+    evidence_dir: Path, ledger: Iterable[Mapping[str, Any]], auditor_mode: str
+) -> list[tuple[str, float | None]]:
     """Gate 2's lines for the headless calls: the planning agent (ledger ``planning_usage``,
     its ``total_cost_usd``) and the LLM auditor (each ``auditor.stdout.txt`` kept as
     evidence). A call whose answer carries no cost makes that line's total unknown.
@@ -378,8 +408,9 @@ def headless_lines(evidence_dir: Path, ledger: Iterable[Mapping[str, Any]],
         total_cost = sum(float(c) for c in costs if isinstance(c, (int, float)))
         calls = sum(int(e.get("calls") or 0) for e in planning)
         cost = total_cost if known else None
-        lines.append((f"planning agent: {money(cost)} ({calls} headless call(s), "
-                      "total_cost_usd)", cost))
+        lines.append(
+            (f"planning agent: {money(cost)} ({calls} headless call(s), total_cost_usd)", cost)
+        )
     outputs = sorted(evidence_dir.glob("*/*/auditor.stdout.txt"))
     if outputs:
         found = [headless_cost(o) for o in outputs]
@@ -394,18 +425,35 @@ def headless_lines(evidence_dir: Path, ledger: Iterable[Mapping[str, Any]],
 #: a rough guess of one task's tokens per complexity (all its rounds), for Gate 1's
 #: forecast only; measured figures replace it as soon as sessions run
 FORECAST_TOKENS: dict[str, dict[str, int]] = {
-    "simple": {"input_tokens": 20_000, "output_tokens": 8_000,
-               "cache_read_input_tokens": 300_000, "cache_creation_input_tokens": 40_000},
-    "medium": {"input_tokens": 50_000, "output_tokens": 20_000,
-               "cache_read_input_tokens": 900_000, "cache_creation_input_tokens": 100_000},
-    "complex": {"input_tokens": 120_000, "output_tokens": 50_000,
-                "cache_read_input_tokens": 2_500_000, "cache_creation_input_tokens": 250_000},
+    "simple": {
+        "input_tokens": 20_000,
+        "output_tokens": 8_000,
+        "cache_read_input_tokens": 300_000,
+        "cache_creation_input_tokens": 40_000,
+    },
+    "medium": {
+        "input_tokens": 50_000,
+        "output_tokens": 20_000,
+        "cache_read_input_tokens": 900_000,
+        "cache_creation_input_tokens": 100_000,
+    },
+    "complex": {
+        "input_tokens": 120_000,
+        "output_tokens": 50_000,
+        "cache_read_input_tokens": 2_500_000,
+        "cache_creation_input_tokens": 250_000,
+    },
 }
 DEFAULT_MODEL = "claude-opus-5-5"
 
 
-def forecast_line(complexities: Iterable[str], prices: Prices, model: str | None,
-                  *, run_budget: float | None = None) -> str:
+def forecast_line(
+    complexities: Iterable[str],
+    prices: Prices,
+    model: str | None,
+    *,
+    run_budget: float | None = None,
+) -> str:
     """Gate 1's cost forecast from the tasks' complexity, marked as an estimate."""
     model = model or DEFAULT_MODEL
     levels = list(complexities)
@@ -413,11 +461,15 @@ def forecast_line(complexities: Iterable[str], prices: Prices, model: str | None
     counts = {c: levels.count(c) for c in FORECAST_TOKENS if c in levels}
     split = ", ".join(f"{n} {c}" for c, n in counts.items())
     if price is None:
-        return (f"Cost forecast: unknown (no price for model {model}; add "
-                f"[prices.\"{model}\"] to the config) for {len(levels)} task(s) ({split}).")
+        return (
+            f"Cost forecast: unknown (no price for model {model}; add "
+            f'[prices."{model}"] to the config) for {len(levels)} task(s) ({split}).'
+        )
     cost = sum(price.cost(FORECAST_TOKENS[c]) for c in levels)
-    text = (f"Cost forecast (an ESTIMATE from task complexity, not a measurement): about "
-            f"{money(cost)} for {len(levels)} task(s) ({split}) on {model}")
+    text = (
+        f"Cost forecast (an ESTIMATE from task complexity, not a measurement): about "
+        f"{money(cost)} for {len(levels)} task(s) ({split}) on {model}"
+    )
     if run_budget is not None:
         text += f"; the run's budget is {money(run_budget)}"
     return text + "."

@@ -95,11 +95,30 @@ TASK_TRAILER = "Lo-Orch-Task"
 VERIFIED_TRAILER = "Lo-Orch-Verified"
 #: folders and files that tools regenerate (caches, builds, environments): ignored files
 #: there are never taken for a user's work when a task's worktree is cleaned up
-DISPOSABLE_DIRS = frozenset({
-    "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox",
-    ".nox", "node_modules", ".venv", "venv", "build", "dist", ".eggs", "htmlcov", ".cache",
-    "target", ".gradle", ".next", ".parcel-cache", ".turbo",
-})
+DISPOSABLE_DIRS = frozenset(
+    {
+        "__pycache__",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".tox",
+        ".nox",
+        "node_modules",
+        ".venv",
+        "venv",
+        "build",
+        "dist",
+        ".eggs",
+        "htmlcov",
+        ".cache",
+        "target",
+        ".gradle",
+        ".next",
+        ".parcel-cache",
+        ".turbo",
+    }
+)
 DISPOSABLE_FILES = re.compile(r".*\.py[co]|\.coverage(\..*)?|coverage\.xml|\.DS_Store|.*\.egg-info")
 #: ignored files listed at most per worktree (beyond that it is kept: too much to judge)
 _IGNORED_CAP = 20000
@@ -126,8 +145,14 @@ def repo_root(path: Path) -> Path:
     if not path.exists():
         msg = f"{path} does not exist"
         raise GitError(msg, hint="Pass an existing folder with --repo.")
-    result = git(path, "rev-parse", "--path-format=absolute", "--git-common-dir",
-                 "--show-toplevel", check=False)
+    result = git(
+        path,
+        "rev-parse",
+        "--path-format=absolute",
+        "--git-common-dir",
+        "--show-toplevel",
+        check=False,
+    )
     if not result.ok:
         msg = f"{path.resolve()} is not inside a git repository"
         raise GitError(
@@ -141,19 +166,29 @@ def repo_root(path: Path) -> Path:
             if parts[i] != WORKTREES_DIR:
                 continue
             owner = Path(*parts[:i])
-            res = git(owner, "rev-parse", "--path-format=absolute", "--git-common-dir",
-                      "--show-toplevel", check=False)
+            res = git(
+                owner,
+                "rev-parse",
+                "--path-format=absolute",
+                "--git-common-dir",
+                "--show-toplevel",
+                check=False,
+            )
             found = res.stdout.strip().splitlines()[:2] if res.ok else []
-            if (len(found) == 2 and Path(found[0]).resolve() == Path(common).resolve()
-                    and Path(found[1]).resolve() == owner.resolve()):
+            if (
+                len(found) == 2
+                and Path(found[0]).resolve() == Path(common).resolve()
+                and Path(found[1]).resolve() == owner.resolve()
+            ):
                 return owner.resolve()
     return top_path
 
 
 def main_checkout(repo: Path) -> Path | None:
     """The main checkout when ``repo`` is a linked worktree (None when it is the main one)."""
-    res = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir",
-              "--git-dir", check=False)
+    res = git(
+        repo, "rev-parse", "--path-format=absolute", "--git-common-dir", "--git-dir", check=False
+    )
     if not res.ok:
         return None
     common, own = (Path(x).resolve() for x in res.stdout.strip().splitlines()[:2])
@@ -198,10 +233,15 @@ def init_repo(path: Path, settings: WorkspaceConfig | None = None) -> Path:
         msg = f"{path} holds other git repositories ({quote_list(nested)}); refusing `git init`"
         raise GitError(msg, hint="Run lo-orch inside one of them, or move them out.")
     if secrets:
-        msg = (f"{path} holds secret-like files ({quote_list(secrets)}); refusing `git init` "
-               "so they cannot end up in a commit")
-        raise GitError(msg, hint="Move them out of the folder (or create the repository "
-                       "yourself and ignore them), then run again. Nothing was changed.")
+        msg = (
+            f"{path} holds secret-like files ({quote_list(secrets)}); refusing `git init` "
+            "so they cannot end up in a commit"
+        )
+        raise GitError(
+            msg,
+            hint="Move them out of the folder (or create the repository "
+            "yourself and ignore them), then run again. Nothing was changed.",
+        )
     if settings is None:
         from loop_orchestrator.config import WorkspaceConfig
 
@@ -209,24 +249,43 @@ def init_repo(path: Path, settings: WorkspaceConfig | None = None) -> Path:
     git(path, "init", "--quiet")
     ensure_excludes(path)
     git(path, "add", "--all")
-    git(path, "commit", "--quiet", "--no-verify", "--no-gpg-sign", "--allow-empty",
-        "-m", "lo-orch: initial commit", env=identity(settings))
+    git(
+        path,
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "--no-gpg-sign",
+        "--allow-empty",
+        "-m",
+        "lo-orch: initial commit",
+        env=identity(settings),
+    )
     log.info("repository initialised", extra={"path": str(path)})
     return path
 
 
 def _disposable(rel: str) -> bool:
     parts = rel.rstrip("/").split("/")
-    return (any(p in DISPOSABLE_DIRS or p.endswith(".egg-info") for p in parts)
-            or DISPOSABLE_FILES.fullmatch(parts[-1]) is not None)
+    return (
+        any(p in DISPOSABLE_DIRS or p.endswith(".egg-info") for p in parts)
+        or DISPOSABLE_FILES.fullmatch(parts[-1]) is not None
+    )
 
 
 def ignored_files(checkout: Path) -> list[str]:
     """Files git ignores in ``checkout`` (relative paths), leaving out what tools regenerate
     (``DISPOSABLE_DIRS``, ``DISPOSABLE_FILES``) and lo-orch's own folders. Symbolic links
     count as files and are not followed."""
-    out = git(checkout, "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
-              "--directory", check=False)
+    out = git(
+        checkout,
+        "ls-files",
+        "-z",
+        "--others",
+        "--ignored",
+        "--exclude-standard",
+        "--directory",
+        check=False,
+    )
     if not out.ok:
         raise git_failure(out, hint=f"{checkout} is not a usable git checkout.")
     found: list[str] = []
@@ -240,10 +299,16 @@ def ignored_files(checkout: Path) -> list[str]:
             here = Path(folder)
             rel_dir = here.relative_to(checkout).as_posix()
             links = [d for d in dirs if (here / d).is_symlink()]  # not followed: a file
-            dirs[:] = sorted(d for d in dirs if d not in DISPOSABLE_DIRS and d not in links
-                             and not d.endswith(".egg-info"))
-            found += [f"{rel_dir}/{f}" for f in sorted([*files, *links])
-                      if DISPOSABLE_FILES.fullmatch(f) is None]
+            dirs[:] = sorted(
+                d
+                for d in dirs
+                if d not in DISPOSABLE_DIRS and d not in links and not d.endswith(".egg-info")
+            )
+            found += [
+                f"{rel_dir}/{f}"
+                for f in sorted([*files, *links])
+                if DISPOSABLE_FILES.fullmatch(f) is None
+            ]
             if len(found) > _IGNORED_CAP:
                 return found
     return found
@@ -280,14 +345,24 @@ class CleanupReport:
 class Workspace:
     """The branches and worktrees of one run in one repository."""
 
-    def __init__(self, repo: Path, run: str, settings: WorkspaceConfig,
-                 refs: RefBook | None = None, *, instance: str | None = None) -> None:
+    def __init__(
+        self,
+        repo: Path,
+        run: str,
+        settings: WorkspaceConfig,
+        refs: RefBook | None = None,
+        *,
+        instance: str | None = None,
+    ) -> None:
         """``refs`` is where the run records its refs (default: a ``FileRefBook`` in the
         run's private folder, for run instance ``instance``: see ``for_run``)."""
         if not RUN_RE.match(run):
             msg = f"invalid run name {run!r}"
-            raise GitError(msg, hint="Use 1-40 of a-z, 0-9 and '-', starting with a letter or "
-                           "digit (plan field `name`).")
+            raise GitError(
+                msg,
+                hint="Use 1-40 of a-z, 0-9 and '-', starting with a letter or "
+                "digit (plan field `name`).",
+            )
         self.repo = repo.resolve()
         self.run = run
         self.settings = settings
@@ -327,8 +402,12 @@ class Workspace:
         return task
 
     def _check_branch_name(self, name: str) -> str:
-        bad = (not name or name.startswith(("-", "lo/")) or "@{" in name
-               or not git(self.repo, "check-ref-format", f"refs/heads/{name}", check=False).ok)
+        bad = (
+            not name
+            or name.startswith(("-", "lo/"))
+            or "@{" in name
+            or not git(self.repo, "check-ref-format", f"refs/heads/{name}", check=False).ok
+        )
         if bad:
             msg = f"invalid branch name {name!r}"
             raise GitError(msg, hint="Use a valid git branch name outside lo/ (e.g. feat/x).")
@@ -336,14 +415,19 @@ class Workspace:
 
     # small git helpers --------------------------------------------------------------
 
-    def _git(self, *args: str, check: bool = True, input: str | None = None,
-             env: Mapping[str, str] | None = None) -> proc.Result:
+    def _git(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> proc.Result:
         return git(self.repo, *args, check=check, input=input, env=env)
 
     def _branches(self) -> dict[str, str]:
         out = self._git("for-each-ref", "--format=%(refname)%00%(objectname)", "refs/heads/")
         pairs = (line.split("\0") for line in out.stdout.splitlines() if line)
-        return {ref[len("refs/heads/"):]: sha for ref, sha in pairs}
+        return {ref[len("refs/heads/") :]: sha for ref, sha in pairs}
 
     def _tip(self, branch: str) -> str | None:
         return self._branches().get(branch)
@@ -352,7 +436,7 @@ class Workspace:
         """The book key that makes ``branch`` this run's: a task's start, else the ref."""
         prefix = f"lo/{self.run}/"
         if branch.startswith(prefix) and branch != self.staging_branch:
-            return _START + branch[len(prefix):]
+            return _START + branch[len(prefix) :]
         return f"refs/heads/{branch}"
 
     def _is_ours(self, branch: str) -> bool:
@@ -409,7 +493,7 @@ class Workspace:
         for name, ahead in book.items():
             if not name.startswith(_NEXT):
                 continue
-            ref = name[len(_NEXT):]
+            ref = name[len(_NEXT) :]
             found = branches.get(ref, _ABSENT)
             if found == ahead:
                 if ahead == _ABSENT:
@@ -446,9 +530,15 @@ class Workspace:
             return oid(self.repo, fallback)
         if fallback is not None and _is_sha(fallback) and fallback != sha:
             what = f"the base of run {self.run}"
-            raise RefTamperedError(what, sha, fallback, hint=(
-                "The run's published state (run.json) names another base than lo-orch "
-                "recorded; nothing was changed. Restore run.json or plan the run afresh."))
+            raise RefTamperedError(
+                what,
+                sha,
+                fallback,
+                hint=(
+                    "The run's published state (run.json) names another base than lo-orch "
+                    "recorded; nothing was changed. Restore run.json or plan the run afresh."
+                ),
+            )
         return sha
 
     def hand_over(self, branch: str) -> None:
@@ -465,13 +555,18 @@ class Workspace:
 
     def _raise_clashes(self, problems: Sequence[str]) -> None:
         if problems:
-            msg = (f"run {self.run} would reuse branches or worktrees it did not create:\n"
-                   + "\n".join(f"  - {p}" for p in problems))
-            raise GitError(msg, hint="lo-orch never adopts, resets or removes what it did not "
-                           "create for this run. Choose another run name (plan `name:`), or "
-                           "once you have saved what you need from them, remove those "
-                           "worktrees (`git worktree remove PATH`) and rename or delete those "
-                           "branches yourself.")
+            msg = (
+                f"run {self.run} would reuse branches or worktrees it did not create:\n"
+                + "\n".join(f"  - {p}" for p in problems)
+            )
+            raise GitError(
+                msg,
+                hint="lo-orch never adopts, resets or removes what it did not "
+                "create for this run. Choose another run name (plan `name:`), or "
+                "once you have saved what you need from them, remove those "
+                "worktrees (`git worktree remove PATH`) and rename or delete those "
+                "branches yourself.",
+            )
 
     def _worktrees(self) -> list[WorktreeInfo]:
         out = self._git("worktree", "list", "--porcelain", "-z").stdout
@@ -488,8 +583,10 @@ class Workspace:
     def _refuse_checked_out(self, branch: str) -> None:
         for w in self._worktrees():
             if w.branch == branch:
-                msg = (f"{branch} is checked out at {w.path}; moving it without that checkout "
-                       "would leave the checkout out of date")
+                msg = (
+                    f"{branch} is checked out at {w.path}; moving it without that checkout "
+                    "would leave the checkout out of date"
+                )
                 raise GitError(msg, hint="Switch that checkout to another branch, then retry.")
 
     def _rel(self, path: Path) -> str:
@@ -518,9 +615,12 @@ class Workspace:
             log.warning("dirty checkout allowed", extra={"paths": dirty[:20]})
             return
         msg = f"the main checkout {self.repo} has uncommitted changes: {quote_list(dirty)}"
-        raise GitError(msg, hint="Commit or stash them first: a run starts from a commit and "
-                       "never takes uncommitted work. To start anyway (your changes stay "
-                       "where they are, outside the run), pass --allow-dirty.")
+        raise GitError(
+            msg,
+            hint="Commit or stash them first: a run starts from a commit and "
+            "never takes uncommitted work. To start anyway (your changes stay "
+            "where they are, outside the run), pass --allow-dirty.",
+        )
 
     def ensure_excludes(self) -> None:
         """Keep ``.orchestration/`` and ``.worktrees/`` out of git through info/exclude."""
@@ -558,8 +658,10 @@ class Workspace:
                 continue
             dirty = self.worktree_dirty(path)
             what = f"uncommitted changes ({quote_list(dirty)})" if dirty else "no changes"
-            problems.append(f"{rel} is a worktree an earlier run left (on "
-                            f"{info.branch or 'a detached HEAD'}, {what}); it is yours now")
+            problems.append(
+                f"{rel} is a worktree an earlier run left (on "
+                f"{info.branch or 'a detached HEAD'}, {what}); it is yours now"
+            )
         self._raise_clashes(problems)
 
     def create_staging(self, base_sha: str) -> str:
@@ -573,8 +675,11 @@ class Workspace:
             self.refs.set(_BASE, self.refs.get(_BASE) or base)
             if not is_ancestor(self.repo, base, tip):
                 msg = f"{name} exists but does not contain the base commit {base[:12]}"
-                raise GitError(msg, hint="It belongs to an earlier run with the same name: "
-                               "clean that run up or choose another run name.")
+                raise GitError(
+                    msg,
+                    hint="It belongs to an earlier run with the same name: "
+                    "clean that run up or choose another run name.",
+                )
             return tip
         problem = self._clash(name, branches)
         self._raise_clashes([problem] if problem else [])
@@ -599,11 +704,16 @@ class Workspace:
         if here is not None:
             if here.branch != branch or not self._owns_worktree(task):
                 on = here.branch or "a detached HEAD"
-                msg = (f"{rel} is a worktree on {on} that run {self.run} did not create; it "
-                       "was left as it is and will not be used")
-                raise GitError(msg, hint="Choose another run name (plan `name:`), or once "
-                               f"you have saved what you need from it, `git worktree remove "
-                               f"{rel}` and run again.")
+                msg = (
+                    f"{rel} is a worktree on {on} that run {self.run} did not create; it "
+                    "was left as it is and will not be used"
+                )
+                raise GitError(
+                    msg,
+                    hint="Choose another run name (plan `name:`), or once "
+                    f"you have saved what you need from it, `git worktree remove "
+                    f"{rel}` and run again.",
+                )
             self._check_launch(branch, branches[branch], staging)
             log.info("worktree reused", extra={"task": task, "path": str(path)})
             return path
@@ -640,8 +750,11 @@ class Workspace:
         path = self.worktree_path(task)
         if not self._owns_worktree(task):
             msg = f"{self._rel(path)} was not created by run {self.run}; it is left as it is"
-            raise GitError(msg, hint="lo-orch commits and merges only in worktrees it created "
-                           "for this run; relaunch the task (`lo-orch retry TASK`).")
+            raise GitError(
+                msg,
+                hint="lo-orch commits and merges only in worktrees it created "
+                "for this run; relaunch the task (`lo-orch retry TASK`).",
+            )
         return path
 
     def task_start(self, task: str) -> str:
@@ -651,22 +764,33 @@ class Workspace:
         start = self.refs.get(_START + self._check_task(task))
         if start is None:
             msg = f"task {task} has no recorded start commit in run {self.run}"
-            raise GitError(msg, hint="lo-orch did not create its branch; delete the branch "
-                           f"{self.task_branch(task)} to start the task afresh.")
+            raise GitError(
+                msg,
+                hint="lo-orch did not create its branch; delete the branch "
+                f"{self.task_branch(task)} to start the task afresh.",
+            )
         return start
 
     def _check_launch(self, branch: str, tip: str, staging: str) -> None:
         """Trust a task branch only if it still grows from the staging commit it began at."""
-        task = branch[len(f"lo/{self.run}/"):]
+        task = branch[len(f"lo/{self.run}/") :]
         launch = self.refs.get(_START + task)
-        ok = (launch is not None
-              and self._git("cat-file", "-e", f"{launch}^{{commit}}", check=False).ok
-              and is_ancestor(self.repo, launch, staging) and is_ancestor(self.repo, launch, tip))
+        ok = (
+            launch is not None
+            and self._git("cat-file", "-e", f"{launch}^{{commit}}", check=False).ok
+            and is_ancestor(self.repo, launch, staging)
+            and is_ancestor(self.repo, launch, tip)
+        )
         if not ok:
-            msg = (f"{branch} is not based on {self.staging_branch} (it no longer contains the "
-                   "commit it was started from); it was left as it is and will not be used")
-            raise GitError(msg, hint=f"Inspect it with `git log {branch}`; delete or rename it "
-                           "to start the task afresh.")
+            msg = (
+                f"{branch} is not based on {self.staging_branch} (it no longer contains the "
+                "commit it was started from); it was left as it is and will not be used"
+            )
+            raise GitError(
+                msg,
+                hint=f"Inspect it with `git log {branch}`; delete or rename it "
+                "to start the task afresh.",
+            )
 
     def run_setup(self, worktree: Path) -> proc.Result | None:
         """Run the configured setup command in a new worktree (no shell, with a timeout)."""
@@ -679,17 +803,30 @@ class Workspace:
         except ValueError as exc:
             msg = f"[workspace] setup_command cannot be parsed: {exc}"
             raise ConfigError(msg, hint="Fix the quoting in your config.") from exc
-        result = proc.run(argv, cwd=worktree, env=proc.no_git_env(),
-                          timeout=self.settings.setup_timeout, check=False)
+        result = proc.run(
+            argv,
+            cwd=worktree,
+            env=proc.no_git_env(),
+            timeout=self.settings.setup_timeout,
+            check=False,
+        )
         if not result.ok:
-            status = (f"timed out after {self.settings.setup_timeout:g}s"
-                      if result.returncode is None else f"exited {result.returncode}")
+            status = (
+                f"timed out after {self.settings.setup_timeout:g}s"
+                if result.returncode is None
+                else f"exited {result.returncode}"
+            )
             tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
             msg = f"worktree setup `{command}` {status} in {self._rel(worktree)}"
-            raise CommandError(argv, result.returncode, result.stdout, result.stderr,
-                               message=msg + (f":\n{tail}" if tail else ""),
-                               hint="Fix [workspace] setup_command (it runs without a shell; "
-                               "use `sh -c '...'` for shell syntax) or its timeout.")
+            raise CommandError(
+                argv,
+                result.returncode,
+                result.stdout,
+                result.stderr,
+                message=msg + (f":\n{tail}" if tail else ""),
+                hint="Fix [workspace] setup_command (it runs without a shell; "
+                "use `sh -c '...'` for shell syntax) or its timeout.",
+            )
         self._record_own_files(worktree)
         log.info("worktree setup ran", extra={"worktree": str(worktree), "cmd": argv})
         return result
@@ -733,8 +870,15 @@ class Workspace:
 
     def worktree_dirty(self, path: Path) -> list[str]:
         """Uncommitted and untracked paths of a checkout (ignored files do not count)."""
-        res = git(path, "status", "--porcelain=v1", "-z", "--no-renames",
-                  "--untracked-files=all", check=False)
+        res = git(
+            path,
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--no-renames",
+            "--untracked-files=all",
+            check=False,
+        )
         if not res.ok:
             raise git_failure(res, hint=f"{path} is not a usable git checkout.")
         return [e.path for e in parse_status(res.stdout)]
@@ -756,30 +900,53 @@ class Workspace:
             msg = f"task {task} has no worktree at {self._rel(path)}"
             raise GitError(msg, hint="Launch the task (its worktree is created then).")
         if info.branch != branch:
-            msg = (f"{self._rel(path)} is on {info.branch or 'a detached HEAD'}, not {branch}; "
-                   "the task's work must be on its branch")
+            msg = (
+                f"{self._rel(path)} is on {info.branch or 'a detached HEAD'}, not {branch}; "
+                "the task's work must be on its branch"
+            )
             raise GitError(msg, hint=f"In the worktree run `git switch {branch}`, then retry.")
         if split_z(git(path, "ls-files", "--unmerged", "-z").stdout):
             msg = f"task {task} has unresolved merge conflicts in {self._rel(path)}"
             raise GitError(msg, hint="Resolve or abort the merge in the worktree, then retry.")
-        entries = parse_status(git(path, "status", "--porcelain=v1", "-z", "--no-renames",
-                                   "--untracked-files=all").stdout)
+        entries = parse_status(
+            git(
+                path, "status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=all"
+            ).stdout
+        )
         present = [e.path for e in entries if os.path.lexists(path / e.path)]
         bad = sorted({p for p in [*present, *self._committed_paths(branch)] if is_secret_path(p)})
         if bad:
             self._refuse_secrets(task, bad)
         if entries:
             git(path, "add", "--all")
-            staged = split_z(git(path, "diff", "--cached", "--no-renames", "--name-only", "-z",
-                                 "--diff-filter=AMT").stdout)
+            staged = split_z(
+                git(
+                    path,
+                    "diff",
+                    "--cached",
+                    "--no-renames",
+                    "--name-only",
+                    "-z",
+                    "--diff-filter=AMT",
+                ).stdout
+            )
             leaked = [p for p in staged if is_secret_path(p)]
             if leaked:
                 git(path, "reset", "--quiet")
                 self._refuse_secrets(task, leaked)
             if git(path, "diff", "--cached", "--quiet", check=False).returncode == 1:
                 text = message.strip() or f"lo-orch: task {task}"
-                git(path, "commit", "--quiet", "--no-verify", "--no-gpg-sign", "-F", "-",
-                    input=text + "\n", env=identity(self.settings))
+                git(
+                    path,
+                    "commit",
+                    "--quiet",
+                    "--no-verify",
+                    "--no-gpg-sign",
+                    "-F",
+                    "-",
+                    input=text + "\n",
+                    env=identity(self.settings),
+                )
         head = git(path, "rev-parse", "HEAD").stdout.strip()
         log.info("task committed", extra={"task": task, "commit": head})
         return head
@@ -797,15 +964,26 @@ class Workspace:
         if self.worktree_dirty(path):
             msg = f"task {task}'s worktree has uncommitted changes; staging cannot be merged in"
             raise GitError(msg, hint=f"Commit or discard them in {self._rel(path)}.")
-        res = git(path, "merge", "--no-ff", "--no-edit", "--no-verify", "--no-gpg-sign", "-m",
-                  f"lo-orch: bring {self.staging_branch} into {task}", staging,
-                  check=False, env=identity(self.settings))
+        res = git(
+            path,
+            "merge",
+            "--no-ff",
+            "--no-edit",
+            "--no-verify",
+            "--no-gpg-sign",
+            "-m",
+            f"lo-orch: bring {self.staging_branch} into {task}",
+            staging,
+            check=False,
+            env=identity(self.settings),
+        )
         if not res.ok:
             git(path, "merge", "--abort", check=False)
             conflicts = self.merge_precheck(branch, onto=staging)
             msg = f"staging does not merge into task {task}"
             raise MergeConflictError(
-                msg, conflicts,
+                msg,
+                conflicts,
                 hint="Resolve it by hand in the worktree, then `lo-orch run` again.",
             )
         head = git(path, "rev-parse", "HEAD").stdout.strip()
@@ -822,15 +1000,28 @@ class Workspace:
             fork = merge_base(self.repo, staging, tip)
         except GitError:
             return []
-        out = git(self.repo, "log", "--format=", "--name-only", "--no-renames",
-                  "--diff-filter=AMT", "-z", f"{fork}..{tip}", view=True).stdout
+        out = git(
+            self.repo,
+            "log",
+            "--format=",
+            "--name-only",
+            "--no-renames",
+            "--diff-filter=AMT",
+            "-z",
+            f"{fork}..{tip}",
+            view=True,
+        ).stdout
         return [p.strip("\n") for p in split_z(out) if p.strip("\n")]
 
     def _refuse_secrets(self, task: str, paths: Sequence[str], verb: str = "commit") -> None:
         msg = f"task {task}: refusing to {verb} secret-like files: {quote_list(paths)}"
-        raise SecretFileError(msg, paths, hint="Nothing was changed. Delete them from the "
-                              "worktree or ignore them (.gitignore); if the agent committed one, "
-                              "its branch must be rewritten without it.")
+        raise SecretFileError(
+            msg,
+            paths,
+            hint="Nothing was changed. Delete them from the "
+            "worktree or ignore them (.gitignore); if the agent committed one, "
+            "its branch must be rewritten without it.",
+        )
 
     # merges -------------------------------------------------------------------------------
 
@@ -844,7 +1035,7 @@ class Workspace:
         items = [(task, rev_parse(self.repo, c)) for task, c in commits.items()]
         found = []
         for i, (task_a, sha_a) in enumerate(items):
-            for task_b, sha_b in items[i + 1:]:
+            for task_b, sha_b in items[i + 1 :]:
                 paths = merge_tree(self.repo, sha_a, sha_b)[1]
                 if paths:
                     found.append((task_a, task_b, paths))
@@ -860,8 +1051,9 @@ class Workspace:
         """
         base = self.refs.get(_BASE)
         span = f"{base}..{tip}" if base else tip
-        out = git(self.repo, "log", "--first-parent", "--format=%H%x00%B%x00", span, "--",
-                  view=True).stdout
+        out = git(
+            self.repo, "log", "--first-parent", "--format=%H%x00%B%x00", span, "--", view=True
+        ).stdout
         fields = out.split("\0")
         found: dict[str, str] = {}
         for i in range(0, len(fields) - 1, 2):
@@ -904,26 +1096,56 @@ class Workspace:
         tree, conflicts = merge_tree(self.repo, old, theirs)
         if tree is None:
             msg = f"task {task} conflicts with {name} in: {quote_list(conflicts)}"
-            raise MergeConflictError(msg, conflicts, hint=f"Nothing was changed; {name} is "
-                                     "as it was. The task must be reworked on top of staging.")
+            raise MergeConflictError(
+                msg,
+                conflicts,
+                hint=f"Nothing was changed; {name} is "
+                "as it was. The task must be reworked on top of staging.",
+            )
         # Defence in depth: staging never receives a secret-like file, whoever committed it.
-        added = split_z(git(self.repo, "diff-tree", "-r", "--no-renames", "--name-only", "-z",
-                            "--diff-filter=AMT", old, tree, view=True).stdout)
+        added = split_z(
+            git(
+                self.repo,
+                "diff-tree",
+                "-r",
+                "--no-renames",
+                "--name-only",
+                "-z",
+                "--diff-filter=AMT",
+                old,
+                tree,
+                view=True,
+            ).stdout
+        )
         secrets = [p for p in added if is_secret_path(p)]
         if secrets:
             self._refuse_secrets(task, secrets, "merge")
-        text = (f"lo-orch: task {task}: {title}\n\n"
-                f"{TASK_TRAILER}: {task}\n{VERIFIED_TRAILER}: {theirs}\n")
-        new = git(self.repo, "commit-tree", "--no-gpg-sign", "-p", old, "-F", "-", tree,
-                  input=text, env=identity(self.settings), view=True).stdout.strip()
+        text = (
+            f"lo-orch: task {task}: {title}\n\n"
+            f"{TASK_TRAILER}: {task}\n{VERIFIED_TRAILER}: {theirs}\n"
+        )
+        new = git(
+            self.repo,
+            "commit-tree",
+            "--no-gpg-sign",
+            "-p",
+            old,
+            "-F",
+            "-",
+            tree,
+            input=text,
+            env=identity(self.settings),
+            view=True,
+        ).stdout.strip()
         self._move(name, new, old, f"lo-orch: task {task} onto {name}")
         log.info("task merged into staging", extra={"task": task, "staging": new})
         return new
 
     # Gate 2 -------------------------------------------------------------------------------
 
-    def finish(self, reviewed_commit: str, feature: str | None = None,
-               merge_into: str | None = None) -> str:
+    def finish(
+        self, reviewed_commit: str, feature: str | None = None, merge_into: str | None = None
+    ) -> str:
         """Set the feature branch to exactly the reviewed staging commit; return its sha.
 
         Refuses when a ref of the run is not where lo-orch set it, or staging moved since the
@@ -935,8 +1157,10 @@ class Workspace:
         tip = self.recorded(staging)
         if tip != reviewed:
             now = tip[:12] if tip else "missing"
-            msg = (f"{staging} moved since the review (reviewed {reviewed[:12]}, now {now}); "
-                   "nothing was changed")
+            msg = (
+                f"{staging} moved since the review (reviewed {reviewed[:12]}, now {now}); "
+                "nothing was changed"
+            )
             raise StaleReviewError(msg, hint="Review the new diff and confirm again.")
         name = self._check_branch_name(feature or self.feature_branch)
         target = self._check_branch_name(merge_into) if merge_into else None
@@ -954,11 +1178,13 @@ class Workspace:
                 self._refuse_moving(name, current, reviewed)
             self._refuse_checked_out(name)
             if ours:
-                self._move(name, reviewed, self.recorded(name),
-                           f"lo-orch: gate 2 of run {self.run}")
+                self._move(
+                    name, reviewed, self.recorded(name), f"lo-orch: gate 2 of run {self.run}"
+                )
             else:
-                self._move(name, reviewed, current, f"lo-orch: gate 2 of run {self.run} "
-                           "(fast-forward)")
+                self._move(
+                    name, reviewed, current, f"lo-orch: gate 2 of run {self.run} (fast-forward)"
+                )
         log.info("feature branch set", extra={"branch": name, "sha": reviewed})
         if target:
             self._merge_into_local(name, reviewed, target)
@@ -966,57 +1192,121 @@ class Workspace:
         return reviewed
 
     def _refuse_moving(self, name: str, current: str, reviewed: str) -> None:
-        out = git(self.repo, "log", "--format=%h %s", "--max-count=6", f"{reviewed}..{current}",
-                  view=True).stdout.strip().splitlines()
+        out = (
+            git(
+                self.repo,
+                "log",
+                "--format=%h %s",
+                "--max-count=6",
+                f"{reviewed}..{current}",
+                view=True,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
         shown = "\n".join(f"    {line}" for line in out[:5]) + ("\n    ..." if len(out) > 5 else "")
-        msg = (f"branch {name} holds commits the reviewed result {reviewed[:12]} does not "
-               f"(lo-orch did not set it there); moving it would leave them on no branch. "
-               f"Nothing was changed:\n{shown}")
-        raise GitError(msg, hint=f"Land the result under another name: `lo-orch merge --branch "
-                       f"{name}-{reviewed[:7]}`; or merge it into {name} yourself: "
-                       f"`git switch {name} && git merge {reviewed[:12]}`.")
+        msg = (
+            f"branch {name} holds commits the reviewed result {reviewed[:12]} does not "
+            f"(lo-orch did not set it there); moving it would leave them on no branch. "
+            f"Nothing was changed:\n{shown}"
+        )
+        raise GitError(
+            msg,
+            hint=f"Land the result under another name: `lo-orch merge --branch "
+            f"{name}-{reviewed[:7]}`; or merge it into {name} yourself: "
+            f"`git switch {name} && git merge {reviewed[:12]}`.",
+        )
 
     def _merge_into_local(self, source: str, sha: str, target: str) -> str:
         target_tip = self._tip(target)
         if target_tip is None or target == source:
             msg = f"cannot merge {source} into {target!r}: no such other local branch"
-            raise GitError(msg, hint=f"{source} is ready; name an existing branch or merge it "
-                           "yourself.")
+            raise GitError(
+                msg, hint=f"{source} is ready; name an existing branch or merge it yourself."
+            )
         if is_ancestor(self.repo, sha, target_tip):
             return target_tip
         tree, conflicts = merge_tree(self.repo, target_tip, sha)
         if tree is None:
             msg = f"{source} conflicts with {target} in: {quote_list(conflicts)}; nothing merged"
-            raise MergeConflictError(msg, conflicts, hint=f"{source} is ready at {sha[:12]}; "
-                                     f"merge it into {target} yourself and resolve them.")
+            raise MergeConflictError(
+                msg,
+                conflicts,
+                hint=f"{source} is ready at {sha[:12]}; "
+                f"merge it into {target} yourself and resolve them.",
+            )
         text = f"lo-orch: merge {source} into {target}"
         checkout = next((w for w in self._worktrees() if w.branch == target), None)
         if checkout is None:
-            new = sha if is_ancestor(self.repo, target_tip, sha) else git(
-                self.repo, "commit-tree", "--no-gpg-sign", "-p", target_tip, "-p", sha, "-F",
-                "-", tree, input=text + "\n", env=identity(self.settings), view=True,
-            ).stdout.strip()
+            new = (
+                sha
+                if is_ancestor(self.repo, target_tip, sha)
+                else git(
+                    self.repo,
+                    "commit-tree",
+                    "--no-gpg-sign",
+                    "-p",
+                    target_tip,
+                    "-p",
+                    sha,
+                    "-F",
+                    "-",
+                    tree,
+                    input=text + "\n",
+                    env=identity(self.settings),
+                    view=True,
+                ).stdout.strip()
+            )
             update_ref(self.repo, target, new, target_tip, text)
             return new
         dirty = [p for p in self.worktree_dirty(checkout.path) if not p.startswith(_OWN_PREFIXES)]
         if dirty:
-            msg = (f"{target} is checked out at {checkout.path} with uncommitted changes "
-                   f"({quote_list(dirty)}); nothing was merged")
+            msg = (
+                f"{target} is checked out at {checkout.path} with uncommitted changes "
+                f"({quote_list(dirty)}); nothing was merged"
+            )
             raise GitError(msg, hint=f"Commit or stash them, then `git merge {source}`.")
         # git merge overwrites ignored files silently (an .env, a local config)
-        added = split_z(git(self.repo, "diff-tree", "-r", "--no-renames", "--name-only", "-z",
-                            "--diff-filter=A", target_tip, tree, view=True).stdout)
+        added = split_z(
+            git(
+                self.repo,
+                "diff-tree",
+                "-r",
+                "--no-renames",
+                "--name-only",
+                "-z",
+                "--diff-filter=A",
+                target_tip,
+                tree,
+                view=True,
+            ).stdout
+        )
         clobbered = [p for p in added if os.path.lexists(checkout.path / p)]
         if clobbered:
-            msg = (f"merging {source} into {target} would overwrite files git ignores in "
-                   f"{checkout.path}: {quote_list(clobbered)}; nothing was merged")
-            raise GitError(msg, hint=f"{source} is ready at {sha[:12]}; move those files "
-                           f"aside, then `git merge {source}` yourself.")
-        res = git(checkout.path, "merge", "--no-edit", "--no-verify", "-m", text, sha,
-                  env=identity(self.settings), check=False)
+            msg = (
+                f"merging {source} into {target} would overwrite files git ignores in "
+                f"{checkout.path}: {quote_list(clobbered)}; nothing was merged"
+            )
+            raise GitError(
+                msg,
+                hint=f"{source} is ready at {sha[:12]}; move those files "
+                f"aside, then `git merge {source}` yourself.",
+            )
+        res = git(
+            checkout.path,
+            "merge",
+            "--no-edit",
+            "--no-verify",
+            "-m",
+            text,
+            sha,
+            env=identity(self.settings),
+            check=False,
+        )
         if not res.ok:
-            merging = git(checkout.path, "rev-parse", "--verify", "--quiet", "MERGE_HEAD",
-                          check=False)
+            merging = git(
+                checkout.path, "rev-parse", "--verify", "--quiet", "MERGE_HEAD", check=False
+            )
             if merging.ok:
                 git(checkout.path, "merge", "--abort")
             raise git_failure(res, hint=f"{source} is ready; merge it into {target} yourself.")
@@ -1048,10 +1338,14 @@ class Workspace:
             return f"{rel} has uncommitted changes: {quote_list(dirty)}"
         users = self.user_ignored_files(task)
         if users:
-            return (f"{rel} holds files git ignores that lo-orch did not create: "
-                    f"{quote_list(users)}")
-        if info.branch is None and info.head and not self._git(
-                "for-each-ref", "--contains", info.head, "--format=x", "refs/heads/").stdout:
+            return f"{rel} holds files git ignores that lo-orch did not create: {quote_list(users)}"
+        if (
+            info.branch is None
+            and info.head
+            and not self._git(
+                "for-each-ref", "--contains", info.head, "--format=x", "refs/heads/"
+            ).stdout
+        ):
             return f"{rel} is on a detached HEAD with commits no branch holds"
         res = self._git("worktree", "remove", str(path), check=False)
         if not res.ok:
@@ -1077,8 +1371,11 @@ class Workspace:
             elif existed:
                 report.removed.append(task)
         branches = self._branches()
-        targets = [t for n in (self.staging_branch, self.feature_branch)
-                   if (t := branches.get(n)) is not None]
+        targets = [
+            t
+            for n in (self.staging_branch, self.feature_branch)
+            if (t := branches.get(n)) is not None
+        ]
         squashed = {sha for t in targets for sha in self._squashed(t)}
         checked_out = {w.branch for w in self._worktrees()}
         for task in tasks:
@@ -1089,8 +1386,7 @@ class Workspace:
             reason = None
             if name in checked_out:
                 reason = "its worktree was kept"
-            elif tip not in squashed and not any(is_ancestor(self.repo, tip, t)
-                                                 for t in targets):
+            elif tip not in squashed and not any(is_ancestor(self.repo, tip, t) for t in targets):
                 reason = f"not merged into {self.staging_branch}"
             if reason is None:
                 self._delete_branch(name, tip)

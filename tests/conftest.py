@@ -30,8 +30,21 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: the keys of status/<task>.json (contract, DESIGN.md section 3), written out by hand so a
 #: renamed model field fails the tests
-STATUS_KEYS = ("task", "phase", "wave", "updated_at", "worktree", "branch", "pane_id",
-               "session_id", "rework_count", "last_event", "note", "error", "commit")
+STATUS_KEYS = (
+    "task",
+    "phase",
+    "wave",
+    "updated_at",
+    "worktree",
+    "branch",
+    "pane_id",
+    "session_id",
+    "rework_count",
+    "last_event",
+    "note",
+    "error",
+    "commit",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -60,13 +73,26 @@ def _isolated_home(
     tmux_dir = tmp_path_factory.getbasetemp() / "tmux"
     tmux_dir.mkdir(exist_ok=True)
     monkeypatch.setenv("TMUX_TMPDIR", str(tmux_dir))
-    for var in ("TMUX", "TMUX_PANE", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "LO_ORCH_TASK",
-                "LO_ORCH_RUN_DIR", "LO_ORCH_BRIEF", "LO_ORCH_BIN", "GIT_DIR", "GIT_WORK_TREE",
-                "GIT_INDEX_FILE"):
+    for var in (
+        "TMUX",
+        "TMUX_PANE",
+        "CLAUDE_CONFIG_DIR",
+        "CODEX_HOME",
+        "LO_ORCH_TASK",
+        "LO_ORCH_RUN_DIR",
+        "LO_ORCH_BRIEF",
+        "LO_ORCH_BIN",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+    ):
         monkeypatch.delenv(var, raising=False)
     for var in list(os.environ):
-        if var.startswith("LO_ORCH_") and var != "LO_ORCH_LOG_DIR" and not var.startswith(
-                "LO_ORCH_TEST_"):
+        if (
+            var.startswith("LO_ORCH_")
+            and var != "LO_ORCH_LOG_DIR"
+            and not var.startswith("LO_ORCH_TEST_")
+        ):
             monkeypatch.delenv(var, raising=False)
     return home
 

@@ -61,9 +61,17 @@ def working(phase: Phase, rework: int = 0) -> dict[str, Any]:
 
 def start_run(repo: Path, tasks: tuple[str, ...] = ("alpha", "beta")) -> Record:
     """An approved run's record (no plan file: only what the inbox needs)."""
-    state = RunState(name=RUN, repo=str(repo), base_ref="main", base_sha="a" * 40,
-                     staging_branch=f"lo/{RUN}/staging", feature_branch=f"feat/{RUN}",
-                     plan_sha256="p" * 64, approved_plan_sha256="p" * 64, created_at="t")
+    state = RunState(
+        name=RUN,
+        repo=str(repo),
+        base_ref="main",
+        base_sha="a" * 40,
+        staging_branch=f"lo/{RUN}/staging",
+        feature_branch=f"feat/{RUN}",
+        plan_sha256="p" * 64,
+        approved_plan_sha256="p" * 64,
+        created_at="t",
+    )
     rec = record.start(repo, state, [TaskStatus(task=t) for t in tasks])
     rec.publish_all()
     return rec
@@ -87,8 +95,7 @@ def serve(
     def event(name: str, task: str | None = None, **fields: Any) -> None:
         store.append_ledger(name, **({"task": task} if task else {}), **fields)
 
-    reports = Reports(rec, store, list(names), event,
-                      lambda t, sig: s.asked_again.append((t, sig)))
+    reports = Reports(rec, store, list(names), event, lambda t, sig: s.asked_again.append((t, sig)))
 
     def identify(pid: int) -> str | None:
         by_pid = {**{p: t for t, p in s.panes.items()}, **extra_panes()}

@@ -89,8 +89,9 @@ def agent(**changes: object) -> AgentConfig:
     return AgentConfig.model_validate(base)
 
 
-def context(repo: Path, config: AgentConfig, task: str = "alpha",
-            session_id: str | None = None) -> AgentContext:
+def context(
+    repo: Path, config: AgentConfig, task: str = "alpha", session_id: str | None = None
+) -> AgentContext:
     rundir = RunDir(repo)
     worktree = rundir.worktree_path("t", task)
     if not worktree.exists():
@@ -98,14 +99,21 @@ def context(repo: Path, config: AgentConfig, task: str = "alpha",
     if Record.exists(repo, "demo"):  # a served run: the record publishes the status
         runs.open_record(repo).update_task(task, worktree=str(worktree))
     else:
-        Store(rundir).write_status(TaskStatus(task=task, phase=Phase.PLANNING,
-                                              worktree=str(worktree)))
+        Store(rundir).write_status(
+            TaskStatus(task=task, phase=Phase.PLANNING, worktree=str(worktree))
+        )
     brief = rundir.brief_path(task)
     brief.parent.mkdir(parents=True, exist_ok=True)
     brief.write_text("# Brief\n", encoding="utf-8")
     return AgentContext.create(
-        task=task, run_name="t", repo=repo, worktree=worktree, run_dir=rundir.root,
-        brief_path=brief, settings=config, session_id=session_id,
+        task=task,
+        run_name="t",
+        repo=repo,
+        worktree=worktree,
+        run_dir=rundir.root,
+        brief_path=brief,
+        settings=config,
+        session_id=session_id,
     )
 
 
@@ -228,7 +236,9 @@ def test_prepare_pretrusts_the_main_checkout(git_repo: Path) -> None:
 def test_pretrust_keeps_every_other_key_and_writes_once(tmp_path: Path) -> None:
     path = tmp_path / ".claude.json"
     original = {
-        "numStartups": 7, "theme": "light", "hasCompletedOnboarding": False,
+        "numStartups": 7,
+        "theme": "light",
+        "hasCompletedOnboarding": False,
         "oauthAccount": {"emailAddress": "x@example.com"},
         "projects": {
             "/other": {"hasTrustDialogAccepted": False, "allowedTools": ["Bash"]},
@@ -363,16 +373,18 @@ def test_check_session_reports_not_logged_in(git_repo: Path) -> None:
 # the real Claude Code in tmux -----------------------------------------------------------------
 
 
-def launch(backend: TmuxBackend, adapter: ClaudeAdapter, ctx: AgentContext, *,
-           resume: bool = False) -> str:
+def launch(
+    backend: TmuxBackend, adapter: ClaudeAdapter, ctx: AgentContext, *, resume: bool = False
+) -> str:
     adapter.prepare(ctx)
     return backend.launch(adapter.launch_spec(ctx, resume=resume))
 
 
 def hear_hooks(stack: contextlib.ExitStack, repo: Path, backend: TmuxBackend) -> None:
     """Listen to the session's hooks as the supervisor does (its pane's process tree)."""
-    served = stack.enter_context(serve(repo, {"alpha": {"phase": Phase.PLANNING}},
-                                       extra_panes=backend.task_pids))
+    served = stack.enter_context(
+        serve(repo, {"alpha": {"phase": Phase.PLANNING}}, extra_panes=backend.task_pids)
+    )
     served.panes.clear()
 
 
@@ -405,13 +417,20 @@ def test_real_claude_session_end_to_end(
         start = hooks_seen(store, "SessionStart")[0]
         assert start["source"] == "startup"
         assert start["session_id"] == ctx.session_id
-        wait_for("the session id in the status",
-                 lambda: store.read_status("alpha").session_id == ctx.session_id)
+        wait_for(
+            "the session id in the status",
+            lambda: store.read_status("alpha").session_id == ctx.session_id,
+        )
 
-        brief = ("Task alpha: implement the parser.\nRead the brief at .orchestration/briefs.\n"
-                 "Then run `$LO_ORCH_BIN signal plan_ready`.")
+        brief = (
+            "Task alpha: implement the parser.\nRead the brief at .orchestration/briefs.\n"
+            "Then run `$LO_ORCH_BIN signal plan_ready`."
+        )
         Deliverer(stagger=0).deliver(
-            backend, pane, brief, confirmed=prompt_confirmation(store.read_status, "alpha"),
+            backend,
+            pane,
+            brief,
+            confirmed=prompt_confirmation(store.read_status, "alpha"),
             timeout=30,
         )
         status = store.read_status("alpha")
@@ -425,8 +444,10 @@ def test_real_claude_session_end_to_end(
         assert hooks_seen(store, "StopFailure")[0]["error"] == "authentication_failed"
         with pytest.raises(NotLoggedInError):
             adapter.check_session(backend.capture(pane, 0), store.read_status("alpha"))
-        wait_for("the screen's login notice",
-                 lambda: "Not logged in · Please run /login" in backend.capture(pane, 0))
+        wait_for(
+            "the screen's login notice",
+            lambda: "Not logged in · Please run /login" in backend.capture(pane, 0),
+        )
         with pytest.raises(NotLoggedInError):
             adapter.check_session(backend.capture(pane, 0))
 
@@ -436,8 +457,10 @@ def test_real_claude_session_end_to_end(
         wait_for("SessionEnd", lambda: bool(hooks_seen(store, "SessionEnd")))
         assert hooks_seen(store, "SessionEnd")[0]["reason"] == "prompt_input_exit"
         wait_for("the pane to die", lambda: not backend.state(pane).alive)
-        wait_for("SessionEnd in the status",
-                 lambda: store.read_status("alpha").last_event == "SessionEnd")
+        wait_for(
+            "SessionEnd in the status",
+            lambda: store.read_status("alpha").last_event == "SessionEnd",
+        )
 
         # relaunch in the same pane resumes the same conversation
         backend.respawn(pane, adapter.launch_spec(ctx, resume=True))
@@ -465,8 +488,11 @@ def test_real_claude_trust_dialog_is_answered_on_screen(
     ctx = context(git_repo, config)
     pane = launch(backend, adapter, ctx)
     try:
-        wait_for("the trust dialog", lambda: "Yes, I trust this folder" in backend.capture(pane, 0),
-                 timeout=60)
+        wait_for(
+            "the trust dialog",
+            lambda: "Yes, I trust this folder" in backend.capture(pane, 0),
+            timeout=60,
+        )
         adapter.wait_ready(backend, pane, timeout=60)
         assert adapter.is_ready(backend.capture(pane, 0))
         assert backend.state(pane).alive  # "No, exit" would have ended it
@@ -480,17 +506,15 @@ def test_real_claude_trust_dialog_is_answered_on_screen(
 
 @pytest.mark.claude
 @pytest.mark.slow
-def test_real_claude_unknown_dialog_fails_with_the_screen(
-    git_repo: Path, tmux_socket: str
-) -> None:
+def test_real_claude_unknown_dialog_fails_with_the_screen(git_repo: Path, tmux_socket: str) -> None:
     """A dialog lo-orch has no answer for fails fast, with the screen, instead of timing out.
 
     Here: approving a project's MCP server (2.1.332: "New MCP server found in this project"),
     which only a human may decide.
     """
-    (git_repo / ".mcp.json").write_text(json.dumps(
-        {"mcpServers": {"demo": {"command": "/bin/true", "args": []}}}
-    ))
+    (git_repo / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {"demo": {"command": "/bin/true", "args": []}}})
+    )
     git(git_repo, "add", ".mcp.json")
     git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "mcp")
     config = agent()

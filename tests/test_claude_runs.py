@@ -67,19 +67,20 @@ def only(files: demo.DemoFiles, *tasks: str) -> None:
 
 @contextlib.contextmanager
 def endpoint_for(files: demo.DemoFiles) -> Iterator[ModelEndpoint]:
-    with ModelEndpoint(load_script(files.script, model=True),
-                       log_path=files.root / "requests.jsonl") as endpoint:
+    with ModelEndpoint(
+        load_script(files.script, model=True), log_path=files.root / "requests.jsonl"
+    ) as endpoint:
         yield endpoint
 
 
-def settings_for(endpoint: ModelEndpoint, *, token: str | None = None,
-                 stall_minutes: float = 5, **agent: Any) -> Settings:
+def settings_for(
+    endpoint: ModelEndpoint, *, token: str | None = None, stall_minutes: float = 5, **agent: Any
+) -> Settings:
     env = {**endpoint.env(), "IS_SANDBOX": "1"}
     if token is not None:
         env["ANTHROPIC_AUTH_TOKEN"] = token
     return Settings(
-        agent=AgentConfig(kind="claude", command=str(claude()), env=env, ready_timeout=90,
-                          **agent),
+        agent=AgentConfig(kind="claude", command=str(claude()), env=env, ready_timeout=90, **agent),
         auditor=AuditorConfig(llm="off"),
         run=RunConfig(concurrency=4, stall_minutes=stall_minutes, stagger_seconds=0.1),
     )
@@ -91,8 +92,11 @@ def approve(files: demo.DemoFiles, settings: Settings) -> None:
 
 
 def ledger(repo: Path, event: str | None = None, task: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in Store(RunDir(repo)).read_ledger()
-            if (event is None or e["event"] == event) and (task is None or e.get("task") == task)]
+    return [
+        e
+        for e in Store(RunDir(repo)).read_ledger()
+        if (event is None or e["event"] == event) and (task is None or e.get("task") == task)
+    ]
 
 
 def prompts_seen(endpoint: ModelEndpoint) -> dict[str, list[tuple[int, str, int]]]:
@@ -112,15 +116,25 @@ def lo_phase_prompts(seen: list[tuple[int, str, int]]) -> list[tuple[str, int]]:
 
 def test_lo_orch_demo_with_real_claude_code(tmux_socket: str, tmp_path: Path) -> None:
     """`lo-orch demo --agent claude`: four real sessions, one reworked, merged."""
-    env = {**os.environ, "TMPDIR": str(tmp_path),
-           "PATH": f"{claude().parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp_path),
+        "PATH": f"{claude().parent}{os.pathsep}{os.environ['PATH']}",
+    }
     result = subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", "demo", "--agent", "claude", "--keep"],
-        capture_output=True, text=True, env=env, timeout=400, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+        check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert re.search(r"Demo finished in [\d.]+s: 4 tasks, 3 waves, 1 rework round\(s\), "
-                     r"merged into feat/demo\.", result.stdout)
+    assert re.search(
+        r"Demo finished in [\d.]+s: 4 tasks, 3 waves, 1 rework round\(s\), "
+        r"merged into feat/demo\.",
+        result.stdout,
+    )
     assert "Merged project's tests: Ran 18 tests" in result.stdout
     (root,) = tmp_path.glob("lo-orch-demo-*")
     repo = root / "textstats"
@@ -139,13 +153,15 @@ def test_lo_orch_demo_with_real_claude_code(tmux_socket: str, tmp_path: Path) ->
     # the work was done by Claude Code's own tools: Write for files, Bash for signals
     tools = Counter((r["task"], r["tool"]) for r in replies)
     assert all(tools[(t, "Write")] >= 2 for t in TASKS), tools
-    signals = [r["tool_input"]["command"] for r in replies if r["tool"] == "Bash"
-               and "signal" in r["tool_input"]["command"]]
+    signals = [
+        r["tool_input"]["command"]
+        for r in replies
+        if r["tool"] == "Bash" and "signal" in r["tool_input"]["command"]
+    ]
     assert signals.count("$LO_ORCH_BIN signal plan_ready") == 4
     assert signals.count("$LO_ORCH_BIN signal impl_done") == 5  # counts twice
     # the rework prompt reached the same session as counts' plan, as its third prompt
-    counts = [(r["prompt"], r["prompt_kind"], r["round"]) for r in replies
-              if r["task"] == "counts"]
+    counts = [(r["prompt"], r["prompt_kind"], r["round"]) for r in replies if r["task"] == "counts"]
     assert (3, "implement", 1) in counts and (1, "plan", 0) in counts
     # Claude Code's hooks reported each session to the supervisor
     hooks = Counter((e["task"], e["hook_event"]) for e in ledger(repo, "hook"))
@@ -168,8 +184,11 @@ def test_the_stop_hook_keeps_a_session_working_until_it_signals(
     def stop_early(data: dict[str, Any]) -> None:
         # the model thinks it is done before reporting, twice: after planning and after
         # writing the code; each time the Stop hook sends it back and it signals
-        data["tokenize"]["plan"] = [{"say": "planned"}, {"stop": "The plan is ready."},
-                                    {"signal": "plan_ready"}]
+        data["tokenize"]["plan"] = [
+            {"say": "planned"},
+            {"stop": "The plan is ready."},
+            {"signal": "plan_ready"},
+        ]
         rnd = data["tokenize"]["implement"][0]
         data["tokenize"]["implement"] = [[*rnd[:2], {"stop": "All written."}, *rnd[2:]]]
 
@@ -179,12 +198,20 @@ def test_the_stop_hook_keeps_a_session_working_until_it_signals(
         approve(files, settings)
         outcome = Supervisor(files.repo, settings).run()
     assert outcome.state == "review", outcome.message
-    order = [f"stop {e['decision']}" if e["event"] == "hook" else f"signal {e['phase']}"
-             for e in ledger(files.repo)
-             if e["event"] == "signal" or e.get("hook_event") == "Stop"]
+    order = [
+        f"stop {e['decision']}" if e["event"] == "hook" else f"signal {e['phase']}"
+        for e in ledger(files.repo)
+        if e["event"] == "signal" or e.get("hook_event") == "Stop"
+    ]
     # each early stop was blocked, the session signalled, and then it was let stop
-    assert order == ["stop block", "signal plan_ready", "stop allow",
-                     "stop block", "signal impl_done", "stop allow"], order
+    assert order == [
+        "stop block",
+        "signal plan_ready",
+        "stop allow",
+        "stop block",
+        "signal impl_done",
+        "stop allow",
+    ], order
     replies = endpoint.logged(kind="reply", task="tokenize")
     plan = [r for r in replies if r["prompt_kind"] == "plan"]
     # the answer to the Stop hook's reminder was the signal, within the same prompt
@@ -196,8 +223,11 @@ def test_the_stop_hook_keeps_a_session_working_until_it_signals(
 
 def _claude_pid(pane_pid: int, session_id: str) -> int | None:
     """The Claude Code process of ``session_id`` below a pane's process (or the pane's)."""
-    below = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-             and pane_pid in procinfo.ancestors(int(p.name))]
+    below = [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and pane_pid in procinfo.ancestors(int(p.name))
+    ]
     for pid in [pane_pid, *below]:
         with contextlib.suppress(OSError):
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -207,7 +237,8 @@ def _claude_pid(pane_pid: int, session_id: str) -> int | None:
 
 
 def test_a_killed_claude_code_is_resumed_and_carries_on_with_its_conversation(
-    files: demo.DemoFiles, tmux_socket: str,
+    files: demo.DemoFiles,
+    tmux_socket: str,
 ) -> None:
     only(files, "tokenize")
     # a pause after the first file is written: the test kills Claude Code there
@@ -221,9 +252,21 @@ def test_a_killed_claude_code_is_resumed_and_carries_on_with_its_conversation(
         def kill_mid_task() -> None:
             endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
             st = Record.open(files.repo, "demo").task("tokenize")
-            out = subprocess.run(["tmux", "-L", tmux_socket, "display-message", "-p", "-t",
-                                  str(st.pane_id), "#{pane_pid}"],
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    "tmux",
+                    "-L",
+                    tmux_socket,
+                    "display-message",
+                    "-p",
+                    "-t",
+                    str(st.pane_id),
+                    "#{pane_pid}",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             assert st.session_id is not None
             pid = _claude_pid(int(out.stdout.strip()), st.session_id)
             if pid is not None:
@@ -306,8 +349,9 @@ def test_a_sigkilled_supervisor_resumes_adopting_sessions_and_sends_no_prompt_tw
     for session, seen in prompts_seen(endpoint).items():
         phase_prompts = lo_phase_prompts(seen)
         assert len(phase_prompts) == len(set(phase_prompts)), (session, seen)
-    delivered = Counter((e["task"], e["phase"], e["rework"])
-                        for e in ledger(files.repo, "prompt_delivered"))
+    delivered = Counter(
+        (e["task"], e["phase"], e["rework"]) for e in ledger(files.repo, "prompt_delivered")
+    )
     assert all(n == 1 for n in delivered.values()), delivered
 
 
@@ -326,8 +370,9 @@ def test_an_authentication_failure_blocks_the_task_with_the_login_hint(
     assert "not logged in" in status.error.lower()
     assert endpoint.logged(kind="unauthorised")
     assert not endpoint.logged(kind="reply")
-    assert [e.get("error") for e in ledger(files.repo, "hook")
-            if e["hook_event"] == "StopFailure"] == ["authentication_failed"]
+    assert [
+        e.get("error") for e in ledger(files.repo, "hook") if e["hook_event"] == "StopFailure"
+    ] == ["authentication_failed"]
 
 
 def test_rate_limits_and_overload_are_neither_a_stall_nor_a_finished_turn(
@@ -336,8 +381,12 @@ def test_rate_limits_and_overload_are_neither_a_stall_nor_a_finished_turn(
     only(files, "tokenize")
     # a 429 (retry after 1 s) and a 529 before the first file, then 429 again before the
     # signal; Claude Code retries by itself. The stall limit is shorter than the retries.
-    edit_script(files, lambda d: d["tokenize"]["implement"][0].insert(
-        0, {"api_error": {"status": 429, "retry_after": 1}}))
+    edit_script(
+        files,
+        lambda d: d["tokenize"]["implement"][0].insert(
+            0, {"api_error": {"status": 429, "retry_after": 1}}
+        ),
+    )
     with endpoint_for(files) as endpoint:
         settings = settings_for(endpoint, stall_minutes=0.05)  # 3 s
         approve(files, settings)
@@ -353,12 +402,17 @@ def test_rate_limits_and_overload_are_neither_a_stall_nor_a_finished_turn(
 
 
 def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
-    files: demo.DemoFiles, tmux_socket: str,
+    files: demo.DemoFiles,
+    tmux_socket: str,
 ) -> None:
     only(files, "tokenize")
-    edit_script(files, lambda d: d["tokenize"].update(
-        plan=[{"run": {"argv": ["touch", "PLAN.md"]}}, {"signal": "plan_ready"}],
-        implement=[[{"signal": {"phase": "blocked", "note": "seen enough"}}]]))
+    edit_script(
+        files,
+        lambda d: d["tokenize"].update(
+            plan=[{"run": {"argv": ["touch", "PLAN.md"]}}, {"signal": "plan_ready"}],
+            implement=[[{"signal": {"phase": "blocked", "note": "seen enough"}}]],
+        ),
+    )
     with endpoint_for(files) as endpoint:
         settings = settings_for(endpoint, stall_minutes=0.05, permission_mode="default")
         approve(files, settings)
@@ -371,36 +425,54 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
         def answer_dialog(pane: str) -> bool:
             """Say yes (the preselected option) to a permission dialog on screen, as the
             person at the pane would: only once it is drawn, and until it is gone."""
-            screen = subprocess.run(["tmux", "-L", tmux_socket, "capture-pane", "-p", "-t",
-                                     pane], capture_output=True, text=True, check=False).stdout
+            screen = subprocess.run(
+                ["tmux", "-L", tmux_socket, "capture-pane", "-p", "-t", pane],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
             if "Do you want to proceed?" not in screen:
                 return False
-            subprocess.run(["tmux", "-L", tmux_socket, "send-keys", "-t", pane, "Enter"],
-                           check=False)
+            subprocess.run(
+                ["tmux", "-L", tmux_socket, "send-keys", "-t", pane, "Enter"], check=False
+            )
             time.sleep(1)  # the next dialog, if any, is a new one
             return True
 
         try:
+
             def waiting() -> str | None:
                 return Record.open(files.repo, "demo").task("tokenize").waiting_for
 
             wait_for(lambda: bool(waiting()), 120, "a permission request")
-            assert waiting() == ("a person: Claude Code asks permission to use Bash: "
-                                 "touch PLAN.md")
+            assert waiting() == ("a person: Claude Code asks permission to use Bash: touch PLAN.md")
             time.sleep(6)  # twice the stall limit: no nudge for a task waiting on a person
             assert waiting()
-            shown = subprocess.run([sys.executable, "-m", "loop_orchestrator", "status",
-                                    "--json", "--repo", str(files.repo)],
-                                   capture_output=True, text=True, check=True).stdout
+            shown = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "loop_orchestrator",
+                    "status",
+                    "--json",
+                    "--repo",
+                    str(files.repo),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             (task,) = json.loads(shown)["tasks"]
             assert task["waiting_for"] == (
                 "a person: Claude Code asks permission to use Bash: touch PLAN.md; answer "
                 "it with `lo-orch permit tokenize allow|deny` (or in its pane: "
-                "`lo-orch attach tokenize`)")
+                "`lo-orch attach tokenize`)"
+            )
             events = [e["event"] for e in ledger(files.repo, task="tokenize")]
             assert "nudged" not in events
             assert [e["message"] for e in ledger(files.repo, "waiting_for_person")] == [
-                "a person: Claude Code asks permission to use Bash: touch PLAN.md"]
+                "a person: Claude Code asks permission to use Bash: touch PLAN.md"
+            ]
             worktree = Path(str(Record.open(files.repo, "demo").task("tokenize").worktree))
             assert not (worktree / "PLAN.md").exists()
             # the person answers yes (the preselected option) to the dialog in the pane
@@ -417,8 +489,9 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
             assert answered >= 1
             # lo-orch's own signal is allowed by its hook, never waits for a person (its
             # dialog may show for the moment the hook takes)
-            assert [e["message"].rsplit(": ", 1)[1] for e in ledger(
-                files.repo, "waiting_for_person")] == ["touch PLAN.md"]
+            assert [
+                e["message"].rsplit(": ", 1)[1] for e in ledger(files.repo, "waiting_for_person")
+            ] == ["touch PLAN.md"]
             # answered in the pane: the pending request is closed, nothing waits any more
             wait_for(lambda: not permissions.pending(files.repo), 30, "the request closed")
             assert [e["task"] for e in ledger(files.repo, "permission_closed")] == ["tokenize"]
@@ -435,10 +508,13 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
     assert status.note == "seen enough" and status.waiting_for is None
 
 
-@pytest.mark.parametrize("case", ["root without IS_SANDBOX", "no claude executable",
-                                  "trust dialog not pre-accepted"])
+@pytest.mark.parametrize(
+    "case", ["root without IS_SANDBOX", "no claude executable", "trust dialog not pre-accepted"]
+)
 def test_launch_problems_end_in_a_clear_outcome(
-    files: demo.DemoFiles, case: str, monkeypatch: pytest.MonkeyPatch,
+    files: demo.DemoFiles,
+    case: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     only(files, "tokenize")
     with endpoint_for(files) as endpoint:
@@ -477,8 +553,11 @@ def test_launch_problems_end_in_a_clear_outcome(
 
 def _tracked_copy(dest: Path) -> Path:
     """The repository's tracked files (what a user's clone holds), as a plugin source."""
-    names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    names = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, names):
         src = REPO_ROOT / name
         if src.is_file():
@@ -496,14 +575,20 @@ def _say(socket: str, pane: str, text: str, endpoint: ModelEndpoint) -> None:
     for _ in range(3):
         time.sleep(0.5)
         subprocess.run(["tmux", "-L", socket, "send-keys", "-t", pane, "Enter"], check=True)
-        if endpoint.wait_for(lambda rs: any(r.get("entry") == "coordinator" and
-                                            r.get("prompt", 0) > before for r in rs), 15):
+        if endpoint.wait_for(
+            lambda rs: any(
+                r.get("entry") == "coordinator" and r.get("prompt", 0) > before for r in rs
+            ),
+            15,
+        ):
             return
     raise AssertionError(f"the coordinator never heard {text!r}")
 
 
 def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
-    files: demo.DemoFiles, tmux_socket: str, tmp_path: Path,
+    files: demo.DemoFiles,
+    tmux_socket: str,
+    tmp_path: Path,
 ) -> None:
     """The natural-language path: the plugin installed as a user installs it, a Claude
     Code coordinator asked to "implement this with the orchestrator" runs the skill's
@@ -512,55 +597,108 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
     binary = str(claude())
     quiet = {**os.environ, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
     source = _tracked_copy(tmp_path / "plugin-source")
-    for argv in (["plugin", "marketplace", "add", str(source)],
-                 ["plugin", "install", "loop-orchestrator@loop-orchestrator"]):
-        done = subprocess.run([binary, *argv], capture_output=True, text=True, env=quiet,
-                              timeout=120, check=False)
+    for argv in (
+        ["plugin", "marketplace", "add", str(source)],
+        ["plugin", "install", "loop-orchestrator@loop-orchestrator"],
+    ):
+        done = subprocess.run(
+            [binary, *argv], capture_output=True, text=True, env=quiet, timeout=120, check=False
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     shim = tmp_path / "bin"
     shim.mkdir()
-    (shim / "lo-orch").write_text(f"#!/bin/sh\nexec {sys.executable} -m loop_orchestrator "
-                                  '"$@"\n')
+    (shim / "lo-orch").write_text(f'#!/bin/sh\nexec {sys.executable} -m loop_orchestrator "$@"\n')
     (shim / "lo-orch").chmod(0o755)
     plan_text = files.plan.read_text(encoding="utf-8")
-    poll = ("for i in $(seq 300); do lo-orch status --json | grep -q awaiting_merge_review "
-            "&& exit 0; sleep 1; done; exit 1")
+    poll = (
+        "for i in $(seq 300); do lo-orch status --json | grep -q awaiting_merge_review "
+        "&& exit 0; sleep 1; done; exit 1"
+    )
     # as the skill says: the run object names the base commit and the staging branch
-    diffstat = ("git diff --stat $(lo-orch status --json | python3 -c 'import json, sys; "
-                'r = json.load(sys.stdin)["run"]; print(r["base_sha"], r["staging_branch"])\')')
+    diffstat = (
+        "git diff --stat $(lo-orch status --json | python3 -c 'import json, sys; "
+        'r = json.load(sys.stdin)["run"]; print(r["base_sha"], r["staging_branch"])\')'
+    )
 
     def bash(command: str) -> dict[str, Any]:
         return {"tool": {"name": "Bash", "input": {"command": command, "timeout": 400000}}}
 
     def add_coordinator(data: dict[str, Any]) -> None:
-        data["coordinator"] = {"match": "with the orchestrator", "turns": [
-            [{"tool": {"name": "Skill", "input": {"skill": "loop-orchestrator:orchestrate"}}},
-             bash("lo-orch doctor"),
-             {"write": {"path": ".orchestration/plan.yaml", "content": plan_text}},
-             bash("lo-orch plan .orchestration/plan.yaml"),
-             {"stop": "I split it into 2 tasks in 1 wave. Proceed?"}],
-            [bash("lo-orch approve"), bash("lo-orch run --detach"), bash(poll),
-             bash("lo-orch status --json"), bash(diffstat),
-             {"stop": "Both tasks are verified and integrated. Merge into feat/demo?"}],
-            [bash("lo-orch merge --yes"), {"stop": "Merged into feat/demo."}],
-        ]}
+        data["coordinator"] = {
+            "match": "with the orchestrator",
+            "turns": [
+                [
+                    {
+                        "tool": {
+                            "name": "Skill",
+                            "input": {"skill": "loop-orchestrator:orchestrate"},
+                        }
+                    },
+                    bash("lo-orch doctor"),
+                    {"write": {"path": ".orchestration/plan.yaml", "content": plan_text}},
+                    bash("lo-orch plan .orchestration/plan.yaml"),
+                    {"stop": "I split it into 2 tasks in 1 wave. Proceed?"},
+                ],
+                [
+                    bash("lo-orch approve"),
+                    bash("lo-orch run --detach"),
+                    bash(poll),
+                    bash("lo-orch status --json"),
+                    bash(diffstat),
+                    {"stop": "Both tasks are verified and integrated. Merge into feat/demo?"},
+                ],
+                [bash("lo-orch merge --yes"), {"stop": "Merged into feat/demo."}],
+            ],
+        }
 
     edit_script(files, add_coordinator)
     with endpoint_for(files) as endpoint:
         _user_config(endpoint, files)  # the task sessions: real Claude Code as well
         pretrust(claude_config_path(), [files.repo])
-        env = {**endpoint.env(), "IS_SANDBOX": "1",
-               "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
-        command = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), binary,
-                              "--permission-mode", "bypassPermissions",
-                              "--settings", BYPASS_SETTINGS])
-        subprocess.run(["tmux", "-L", tmux_socket, "new-session", "-d", "-s", "coordinator",
-                        "-x", "200", "-y", "50", "-c", str(files.repo), command], check=True)
+        env = {
+            **endpoint.env(),
+            "IS_SANDBOX": "1",
+            "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
+        }
+        command = shlex.join(
+            [
+                "env",
+                *(f"{k}={v}" for k, v in env.items()),
+                binary,
+                "--permission-mode",
+                "bypassPermissions",
+                "--settings",
+                BYPASS_SETTINGS,
+            ]
+        )
+        subprocess.run(
+            [
+                "tmux",
+                "-L",
+                tmux_socket,
+                "new-session",
+                "-d",
+                "-s",
+                "coordinator",
+                "-x",
+                "200",
+                "-y",
+                "50",
+                "-c",
+                str(files.repo),
+                command,
+            ],
+            check=True,
+        )
         pane = "=coordinator:"
 
         def screen() -> str:
-            return subprocess.run(["tmux", "-L", tmux_socket, "capture-pane", "-p", "-t",
-                                   pane], capture_output=True, text=True, check=False).stdout
+            return subprocess.run(
+                ["tmux", "-L", tmux_socket, "capture-pane", "-p", "-t", pane],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
 
         wait_for(lambda: match_screen(screen(), ("ready",)) is not None, 60, "Claude Code")
         _say(tmux_socket, pane, "Implement plan.yaml with the orchestrator, please.", endpoint)

@@ -244,8 +244,10 @@ def test_outside_a_git_repo(
 ) -> None:
     plain = tmp_path / "not-a-repo"
     plain.mkdir()
-    runs: list[list[str | Path]] = [["plan", plan_file, "--repo", plain],
-                                    ["status", "--repo", plain]]
+    runs: list[list[str | Path]] = [
+        ["plan", plan_file, "--repo", plain],
+        ["status", "--repo", plain],
+    ]
     for args in runs:
         result = invoke(*args)
         assert result.code == 1, result
@@ -410,11 +412,11 @@ def test_status_json_right_after_plan(planned: Path) -> None:
 def test_status_table(planned: Path) -> None:
     result = invoke("status", "--repo", planned)
     assert result.code == 0, result
-    assert "Run notes: waiting for Gate 1 (plan NOT approved: `lo-orch approve`)" in (
-        result.stdout)
+    assert "Run notes: waiting for Gate 1 (plan NOT approved: `lo-orch approve`)" in (result.stdout)
     for tid, wave in EXAMPLE_WAVES.items():
-        assert re.search(rf"^{tid}\s+{wave}\s+pending\s+\d+s\s+a person: Gate 1", result.stdout,
-                         re.M), tid
+        assert re.search(
+            rf"^{tid}\s+{wave}\s+pending\s+\d+s\s+a person: Gate 1", result.stdout, re.M
+        ), tid
     assert invoke("approve", "--repo", planned).code == 0
     assert "plan approved; `lo-orch run` starts it" in invoke("status", "--repo", planned).stdout
 

@@ -40,8 +40,11 @@ CODEX_VERSION = "0.171.0"
 
 def codex() -> Path:
     explicit = os.environ.get("LO_ORCH_TEST_CODEX")
-    found = Path(explicit) if explicit else (
-        REPO_ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex")
+    found = (
+        Path(explicit)
+        if explicit
+        else (REPO_ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex")
+    )
     if not found.exists():
         which = shutil.which("codex")
         if which is None:
@@ -63,8 +66,9 @@ def only(files: demo.DemoFiles, *tasks: str) -> None:
 
 @contextlib.contextmanager
 def endpoint_for(files: demo.DemoFiles) -> Iterator[ResponsesEndpoint]:
-    with ResponsesEndpoint(load_script(files.script, model=True),
-                           log_path=files.root / "requests.jsonl") as endpoint:
+    with ResponsesEndpoint(
+        load_script(files.script, model=True), log_path=files.root / "requests.jsonl"
+    ) as endpoint:
         yield endpoint
 
 
@@ -79,8 +83,7 @@ def settings_for(endpoint: ResponsesEndpoint, files: demo.DemoFiles) -> Settings
 
 
 def ledger(repo: Path, event: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in Store(RunDir(repo)).read_ledger()
-            if event is None or e["event"] == event]
+    return [e for e in Store(RunDir(repo)).read_ledger() if event is None or e["event"] == event]
 
 
 def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(files: demo.DemoFiles) -> None:
@@ -104,13 +107,15 @@ def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(files: demo.DemoFi
     assert all(r["user_agent"].startswith(f"codex-tui/{CODEX_VERSION}") for r in replies)
     # the work was done by Codex's own shell tool: files written, signals run
     assert {r["call"] for r in replies if r["call"]} == {"exec_command"}
-    signals = [r["tool_input"]["command"] for r in replies
-               if r["tool"] == "Bash" and "signal" in r["tool_input"]["command"]]
+    signals = [
+        r["tool_input"]["command"]
+        for r in replies
+        if r["tool"] == "Bash" and "signal" in r["tool_input"]["command"]
+    ]
     assert signals.count("$LO_ORCH_BIN signal plan_ready") == 2
     assert signals.count("$LO_ORCH_BIN signal impl_done") >= 2
     # counts was reworked once, in the same Codex session (its third prompt)
-    counts = {(r["prompt"], r["prompt_kind"], r["round"]) for r in replies
-              if r["task"] == "counts"}
+    counts = {(r["prompt"], r["prompt_kind"], r["round"]) for r in replies if r["task"] == "counts"}
     assert (1, "plan", 0) in counts and (3, "implement", 1) in counts
     assert [e["task"] for e in ledger(files.repo, "rework")] == ["counts"]
     # every prompt was taken when it was sent (none waited for a nudge: a prompt pasted
@@ -125,7 +130,8 @@ def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(files: demo.DemoFi
         # cost: Codex records tokens, lo-orch has no price for them: unknown, never $0
         assert status.usage is not None and status.usage["cost_known"] is False, status.usage
         assert status.usage["notes"] == [
-            "the agent (kind codex) records tokens lo-orch does not read or price"]
+            "the agent (kind codex) records tokens lo-orch does not read or price"
+        ]
         # the session Codex recorded for the worktree is the one the endpoint served
         found = find_session(files.root / "home" / ".codex", Path(str(status.worktree)))
         assert found is not None and found[0] in by_task[task]
@@ -136,7 +142,8 @@ def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(files: demo.DemoFi
     # the user's HOME was not touched
     assert not (Path.home() / ".codex" / "sessions").exists() or not any(
         str(files.root) in p.read_text(errors="replace")
-        for p in (Path.home() / ".codex" / "sessions").rglob("*.jsonl"))
+        for p in (Path.home() / ".codex" / "sessions").rglob("*.jsonl")
+    )
 
 
 def _processes_mentioning(text: str) -> list[str]:
@@ -152,23 +159,45 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 def test_codex_conversation_counts_replies_and_skips_codex_context() -> None:
-    body = {"input": [
-        {"type": "message", "role": "developer", "content": [{"type": "input_text",
-                                                             "text": "You are Codex"}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text":
-            "<environment_context>\n  <cwd>/w/t</cwd>\n</environment_context>"}]},
-        {"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "# AGENTS.md instructions for /w/t"}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_text",
-                                                        "text": "Phase: planning of task `a`"}]},
-        {"type": "reasoning", "summary": []},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text",
-                                                             "text": "I will"}]},
-        {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "1"},
-        {"type": "function_call_output", "call_id": "1", "output": "ok"},
-        {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "2"},
-        {"type": "function_call_output", "call_id": "2", "output": "ok"},
-    ]}
+    body = {
+        "input": [
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "You are Codex"}],
+            },
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {
+                        "type": "input_text",
+                        "text": "<environment_context>\n  <cwd>/w/t</cwd>\n</environment_context>",
+                    }
+                ],
+            },
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "# AGENTS.md instructions for /w/t"}],
+            },
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "Phase: planning of task `a`"}],
+            },
+            {"type": "reasoning", "summary": []},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "I will"}],
+            },
+            {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "1"},
+            {"type": "function_call_output", "call_id": "1", "output": "ok"},
+            {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "2"},
+            {"type": "function_call_output", "call_id": "2", "output": "ok"},
+        ]
+    }
     convo = codex_conversation(body)
     # Codex's own context is not a prompt; a reply is everything between two inputs
     assert convo.prompts == ["Phase: planning of task `a`"]
@@ -185,27 +214,29 @@ def test_codex_calls_write_edit_and_read_exactly(tmp_path: Path) -> None:
     _, write = codex_call(("Write", {"file_path": str(target), "content": content}), None)
     subprocess.run(["bash", "-c", write["cmd"]], check=True)
     assert target.read_text() == content
-    _, edit = codex_call(("Edit", {"file_path": str(target), "old_string": "'$HOME'",
-                                   "new_string": "1"}), str(tmp_path))
+    _, edit = codex_call(
+        ("Edit", {"file_path": str(target), "old_string": "'$HOME'", "new_string": "1"}),
+        str(tmp_path),
+    )
     assert edit["workdir"] == str(tmp_path)
     subprocess.run(["bash", "-c", edit["cmd"]], check=True)
     assert target.read_text().startswith("x = 1\n")
     # an Edit whose old text is not there fails (the model hears it), nothing changes
-    _, bad = codex_call(("Edit", {"file_path": str(target), "old_string": "nowhere",
-                                  "new_string": "2"}), None)
-    failed = subprocess.run(["bash", "-c", bad["cmd"]], capture_output=True, text=True,
-                            check=False)
+    _, bad = codex_call(
+        ("Edit", {"file_path": str(target), "old_string": "nowhere", "new_string": "2"}), None
+    )
+    failed = subprocess.run(["bash", "-c", bad["cmd"]], capture_output=True, text=True, check=False)
     assert failed.returncode != 0 and "old text is not in" in failed.stderr
     assert target.read_text().startswith("x = 1\n")
     _, read = codex_call(("Read", {"file_path": str(target)}), None)
-    shown = subprocess.run(["bash", "-c", read["cmd"]], capture_output=True, text=True,
-                           check=True)
+    shown = subprocess.run(["bash", "-c", read["cmd"]], capture_output=True, text=True, check=True)
     assert shown.stdout == target.read_text()
 
 
 def test_codex_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path) -> None:
-    settings = Settings(agent=AgentConfig(kind="codex", command=str(codex())),
-                        auditor=AuditorConfig(llm="off"))
+    settings = Settings(
+        agent=AgentConfig(kind="codex", command=str(codex())), auditor=AuditorConfig(llm="off")
+    )
     assert isinstance(make_adapter(settings, tmp_path), CodexAdapter)
     with pytest.raises(ConfigError, match="permission_mode 'default'") as info:
         CodexAdapter(AgentConfig(kind="codex", permission_mode="default"), tmp_path)
@@ -213,7 +244,8 @@ def test_codex_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path
 
 
 def test_a_killed_codex_is_resumed_in_its_own_conversation(
-    files: demo.DemoFiles, tmux_socket: str,
+    files: demo.DemoFiles,
+    tmux_socket: str,
 ) -> None:
     """Codex dies mid-task: the relaunch is `codex resume <its thread>`, which carries on."""
     import signal
@@ -234,9 +266,21 @@ def test_a_killed_codex_is_resumed_in_its_own_conversation(
         def kill_mid_task() -> None:
             endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
             st = Record.open(files.repo, "demo").task("tokenize")
-            out = subprocess.run(["tmux", "-L", tmux_socket, "display-message", "-p", "-t",
-                                  str(st.pane_id), "#{pane_pid}"],
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    "tmux",
+                    "-L",
+                    tmux_socket,
+                    "display-message",
+                    "-p",
+                    "-t",
+                    str(st.pane_id),
+                    "#{pane_pid}",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             pane_pid = int(out.stdout.strip())
             for proc in Path("/proc").iterdir():
                 if not proc.name.isdigit():
@@ -245,7 +289,8 @@ def test_a_killed_codex_is_resumed_in_its_own_conversation(
                 with contextlib.suppress(OSError):
                     argv = (proc / "cmdline").read_bytes().split(b"\0")
                     if (pid == pane_pid or pane_pid in procinfo.ancestors(pid)) and any(
-                            a.endswith(b"/codex") for a in argv[:2]):
+                        a.endswith(b"/codex") for a in argv[:2]
+                    ):
                         os.kill(pid, signal.SIGKILL)  # a Codex process this test started
                         killed.append(pid)
 
@@ -277,8 +322,10 @@ def test_pretrust_appends_only_what_is_missing_and_keeps_the_users_config(
     from loop_orchestrator.agents.codex import pretrust
 
     config = tmp_path / "config.toml"
-    user = ('model = "o3"  # mine\n[projects."/elsewhere"]\ntrust_level = "untrusted"\n'
-            '[projects."/my/repo"]\ntrust_level = "untrusted"')  # no final newline
+    user = (
+        'model = "o3"  # mine\n[projects."/elsewhere"]\ntrust_level = "untrusted"\n'
+        '[projects."/my/repo"]\ntrust_level = "untrusted"'
+    )  # no final newline
     config.write_text(user, encoding="utf-8")
     config.chmod(0o640)
     odd = tmp_path / 'we"ird \\ repo'
@@ -308,19 +355,26 @@ def test_pretrust_refuses_a_broken_config_without_writing(tmp_path: Path) -> Non
     assert config.read_text(encoding="utf-8") == "model = \n"
 
 
-def _adapter_and_context(repo: Path, env: dict[str, str], **agent: Any) -> tuple[
-        CodexAdapter, Any]:
+def _adapter_and_context(repo: Path, env: dict[str, str], **agent: Any) -> tuple[CodexAdapter, Any]:
     from loop_orchestrator.agents.base import AgentContext
 
     config = AgentConfig(kind="codex", command=str(codex()), env=env, **agent)
-    ctx = AgentContext.create(task="alpha", run_name="r", repo=repo, worktree=repo,
-                              run_dir=repo / ".orchestration", brief_path=repo / "brief.md",
-                              settings=config)
+    ctx = AgentContext.create(
+        task="alpha",
+        run_name="r",
+        repo=repo,
+        worktree=repo,
+        run_dir=repo / ".orchestration",
+        brief_path=repo / "brief.md",
+        settings=config,
+    )
     return CodexAdapter(config, repo), ctx
 
 
 def test_without_pretrust_the_trust_dialog_is_answered_before_ready(
-    git_repo: Path, tmux_socket: str, tmp_path: Path,
+    git_repo: Path,
+    tmux_socket: str,
+    tmp_path: Path,
 ) -> None:
     from loop_orchestrator.agents.codex import READY_RE
     from loop_orchestrator.sessions import TmuxBackend
@@ -354,7 +408,9 @@ def test_without_pretrust_the_trust_dialog_is_answered_before_ready(
 
 
 def test_codex_without_a_login_stops_at_its_sign_in_screen_with_a_clear_error(
-    git_repo: Path, tmux_socket: str, tmp_path: Path,
+    git_repo: Path,
+    tmux_socket: str,
+    tmp_path: Path,
 ) -> None:
     from loop_orchestrator.errors import AgentStartError
     from loop_orchestrator.sessions import TmuxBackend

@@ -41,8 +41,13 @@ def context(tmp: Path, settings: AgentConfig, task: str = "api") -> AgentContext
     worktree = tmp / "work tree" / task  # a space: placeholders must stay one argument
     worktree.mkdir(parents=True, exist_ok=True)
     return AgentContext.create(
-        task=task, run_name="c", repo=tmp, worktree=worktree, run_dir=tmp / ".orchestration",
-        brief_path=tmp / ".orchestration" / "briefs" / f"{task}.md", settings=settings,
+        task=task,
+        run_name="c",
+        repo=tmp,
+        worktree=worktree,
+        run_dir=tmp / ".orchestration",
+        brief_path=tmp / ".orchestration" / "briefs" / f"{task}.md",
+        settings=settings,
     )
 
 
@@ -56,11 +61,20 @@ def launched(tmp: Path, settings: AgentConfig) -> tuple[CommandAdapter, TmuxBack
 
 def test_template_is_split_then_filled_per_word(tmp_path: Path) -> None:
     argv = render_command(
-        "codex --cd {worktree} 'read {brief} first' --name=task-{task}", ["--extra={task}"],
-        task="api", brief=Path("/r/b f.md"), worktree=Path("/w t/api"),
+        "codex --cd {worktree} 'read {brief} first' --name=task-{task}",
+        ["--extra={task}"],
+        task="api",
+        brief=Path("/r/b f.md"),
+        worktree=Path("/w t/api"),
     )
-    assert argv == ["codex", "--cd", "/w t/api", "read /r/b f.md first", "--name=task-api",
-                    "--extra=api"]
+    assert argv == [
+        "codex",
+        "--cd",
+        "/w t/api",
+        "read /r/b f.md first",
+        "--name=task-api",
+        "--extra=api",
+    ]
     with pytest.raises(ConfigError, match="cannot be split"):
         render_command("codex 'unclosed", [], task="t", brief=Path("b"), worktree=Path("w"))
     with pytest.raises(ConfigError, match="empty"):
@@ -69,8 +83,9 @@ def test_template_is_split_then_filled_per_word(tmp_path: Path) -> None:
 
 def test_bad_ready_pattern_and_missing_program_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="ready_pattern is not a valid regular expression"):
-        CommandAdapter(AgentConfig(kind="command", command="x", ready_pattern="(unclosed"),
-                       tmp_path)
+        CommandAdapter(
+            AgentConfig(kind="command", command="x", ready_pattern="(unclosed"), tmp_path
+        )
     settings = AgentConfig(kind="command", command="no-such-agent-cli --yes")
     with pytest.raises(AgentError, match="'no-such-agent-cli' was not found"):
         CommandAdapter(settings, tmp_path).prepare(context(tmp_path, settings))
@@ -122,9 +137,7 @@ def test_line_oriented_agent_gets_a_typed_prompt_as_one_line(
     assert received.read_text().splitlines()[1] == "A second prompt in two lines"
 
 
-def test_bracketed_paste_agent_through_a_command_template(
-    tmux_socket: str, tmp_path: Path
-) -> None:
+def test_bracketed_paste_agent_through_a_command_template(tmux_socket: str, tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text("default: {}\n", encoding="utf-8")
     record = tmp_path / "rec"
@@ -132,9 +145,18 @@ def test_bracketed_paste_agent_through_a_command_template(
     plugin.mkdir()
     settings = AgentConfig(
         kind="command",
-        command=shlex.join([*python_module_argv("loop_orchestrator.agents.scripted"),
-                            "--script", str(script), "--plugin-dir", str(plugin),
-                            "--record-dir", str(record)]) + " --task {task}",
+        command=shlex.join(
+            [
+                *python_module_argv("loop_orchestrator.agents.scripted"),
+                "--script",
+                str(script),
+                "--plugin-dir",
+                str(plugin),
+                "--record-dir",
+                str(record),
+            ]
+        )
+        + " --task {task}",
         ready_pattern="^│ \u276f",
         delivery="paste",
     )
@@ -143,7 +165,7 @@ def test_bracketed_paste_agent_through_a_command_template(
     backend = TmuxBackend("c")
     pane = backend.launch(adapter.launch_spec(ctx, resume=False))
     adapter.wait_ready(backend, pane, timeout=30)
-    prompt = ("Build the page: \"quotes\", $(cmd), `ticks`, ünïcode 日本.\n" * 200)[:10_000]
+    prompt = ('Build the page: "quotes", $(cmd), `ticks`, ünïcode 日本.\n' * 200)[:10_000]
     Deliverer().deliver(backend, pane, prompt, bracketed=bracketed_paste(adapter))  # screen
     assert wait_until(lambda: (record / "web-1.txt").exists(), 10)
     assert (record / "web-1.txt").read_bytes() == prompt.encode("utf-8")
@@ -164,7 +186,8 @@ def test_without_ready_pattern_a_stable_screen_counts_as_ready(
 
 def test_an_agent_that_exits_at_start_fails_loudly(tmux_socket: str, tmp_path: Path) -> None:
     settings = AgentConfig(
-        kind="command", command="sh -c 'echo cannot start: no API key >&2; exit 42'",
+        kind="command",
+        command="sh -c 'echo cannot start: no API key >&2; exit 42'",
         ready_pattern="never",
     )
     adapter, backend, pane = launched(tmp_path, settings)
@@ -177,8 +200,9 @@ def test_an_agent_that_exits_at_start_fails_loudly(tmux_socket: str, tmp_path: P
 def test_an_agent_that_never_gets_ready_times_out_with_its_screen(
     tmux_socket: str, tmp_path: Path
 ) -> None:
-    settings = AgentConfig(kind="command", command="sh -c 'echo Choose a model:; exec cat'",
-                           ready_pattern="^> $")
+    settings = AgentConfig(
+        kind="command", command="sh -c 'echo Choose a model:; exec cat'", ready_pattern="^> $"
+    )
     adapter, backend, pane = launched(tmp_path, settings)
     with pytest.raises(AgentStartError) as info:
         adapter.wait_ready(backend, pane, timeout=2)

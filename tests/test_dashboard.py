@@ -45,8 +45,13 @@ def run_async(coro: Coroutine[Any, Any, None]) -> None:
     asyncio.run(coro)
 
 
-async def until(pilot: Any, pred: Callable[[], bool], timeout: float, what: str,
-                shown: Callable[[], str] | None = None) -> None:
+async def until(
+    pilot: Any,
+    pred: Callable[[], bool],
+    timeout: float,
+    what: str,
+    shown: Callable[[], str] | None = None,
+) -> None:
     """Let the app run until ``pred`` holds (the app's own loop keeps going meanwhile)."""
     deadline = time.monotonic() + timeout
     while not pred():
@@ -57,8 +62,12 @@ async def until(pilot: Any, pred: Callable[[], bool], timeout: float, what: str,
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "loop_orchestrator", *args],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if check:
         assert result.returncode == 0, result.stderr
     return result
@@ -147,8 +156,9 @@ def plan(files: demo.DemoFiles) -> Settings:
 # Gate 1 ------------------------------------------------------------------------------
 
 
-def test_gate1_from_the_dashboard_writes_what_approve_writes(tmp_path: Path,
-                                                             tmux_socket: str) -> None:
+def test_gate1_from_the_dashboard_writes_what_approve_writes(
+    tmp_path: Path, tmux_socket: str
+) -> None:
     by_cli = demo.prepare_demo(tmp_path / "cli")
     by_ui = demo.prepare_demo(tmp_path / "ui")
     plan(by_cli)
@@ -166,8 +176,12 @@ def test_gate1_from_the_dashboard_writes_what_approve_writes(tmp_path: Path,
             await pilot.pause()
             assert Store.for_repo(by_ui.repo).read_run().approved_plan_sha256 is None
             await pilot.press("a", "y")
-            await until(pilot, lambda: app.snapshot is not None
-                        and "Gate 1 approved" in app.snapshot.gates, 10, "approval shown")
+            await until(
+                pilot,
+                lambda: app.snapshot is not None and "Gate 1 approved" in app.snapshot.gates,
+                10,
+                "approval shown",
+            )
             assert app.last_error is None
             assert app.snapshot is not None
             assert not any("Gate 1" in n for n in app.snapshot.needs)
@@ -180,7 +194,8 @@ def test_gate1_refuses_a_plan_changed_while_it_was_shown(demo_files: demo.DemoFi
     repo = demo_files.repo
     plan(demo_files)
     changed = demo_files.plan.read_text(encoding="utf-8").replace(
-        "Build textstats", "Build textstats (edited)")
+        "Build textstats", "Build textstats (edited)"
+    )
 
     async def scenario() -> None:
         app = dashboard.Dashboard(repo)
@@ -248,8 +263,11 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
 
             def progressed() -> bool:
                 seen.update(table_phases(app).values())
-                return app.snapshot is not None and "Gate 2" in app.snapshot.gates and (
-                    "Gate 2 waiting" in app.snapshot.gates)
+                return (
+                    app.snapshot is not None
+                    and "Gate 2" in app.snapshot.gates
+                    and ("Gate 2 waiting" in app.snapshot.gates)
+                )
 
             await until(pilot, progressed, 240, "the table to reach Gate 2")
             assert {"implementing", "integrated"} <= seen
@@ -274,22 +292,32 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
             await pilot.pause()
             assert Store.for_repo(by_ui.repo).read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
             await pilot.press("m", "y")
-            await until(pilot, lambda: "Gate 2 merged" in app.snapshot.gates,  # type: ignore[union-attr]
-                        30, "the merge shown")
+            await until(
+                pilot,
+                lambda: "Gate 2 merged" in app.snapshot.gates,  # type: ignore[union-attr]
+                30,
+                "the merge shown",
+            )
             assert app.last_error is None
 
     run_async(scenario())
-    assert git(by_ui.repo, "rev-parse", "feat/demo").strip() == Store.for_repo(
-        by_ui.repo).read_run().merged_commit
+    assert (
+        git(by_ui.repo, "rev-parse", "feat/demo").strip()
+        == Store.for_repo(by_ui.repo).read_run().merged_commit
+    )
     ui, by = records(by_ui.repo), records(by_cli.repo)
     assert ui["run"] == by["run"]
     gate = [e for e in ui["ledger"] if e["event"] == "gate2_merged"]
     assert gate and gate == [e for e in by["ledger"] if e["event"] == "gate2_merged"]
+
     # the journal entries Gate 2 appended (after the supervisor's last one) are the same
     def after_review(journal: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        starts = [i for i, e in enumerate(journal)
-                  if e["kind"] == "run" and e["data"]["set"].get("phase") == "merged"]
-        return journal[starts[0]:]
+        starts = [
+            i
+            for i, e in enumerate(journal)
+            if e["kind"] == "run" and e["data"]["set"].get("phase") == "merged"
+        ]
+        return journal[starts[0] :]
 
     assert after_review(ui["journal"]) == after_review(by["journal"])
 
@@ -300,16 +328,19 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
 def _blocked_and_busy(files: demo.DemoFiles) -> None:
     """slug blocks itself (its session stays at the prompt); tokenize works on (hangs), so
     the supervisor keeps running."""
+
     def change(d: dict[str, Any]) -> None:
-        d["slug"]["implement"] = [[{"signal": {"phase": "blocked",
-                                               "note": "which max_length is right?"}}]]
+        d["slug"]["implement"] = [
+            [{"signal": {"phase": "blocked", "note": "which max_length is right?"}}]
+        ]
         d["tokenize"]["implement"] = [["hang"]]
 
     edit_script(files, change)
 
 
-def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles,
-                                                    supervise: Starter) -> None:
+def test_keys_send_and_retry_do_what_the_footer_says(
+    demo_files: demo.DemoFiles, supervise: Starter
+) -> None:
     repo = demo_files.repo
     _blocked_and_busy(demo_files)
     settings = plan(demo_files)
@@ -321,52 +352,84 @@ def test_keys_send_and_retry_do_what_the_footer_says(demo_files: demo.DemoFiles,
     async def scenario() -> None:
         app = dashboard.Dashboard(repo)
         async with app.run_test(size=(160, 50)) as pilot:
+
             def pane() -> str:
                 return str(app.query_one("#pane-text", Static).render())
 
-            footer = {b.key: b.description for (_, b, enabled, _tip)
-                      in app.active_bindings.values() if b.show and enabled}
+            footer = {
+                b.key: b.description
+                for (_, b, enabled, _tip) in app.active_bindings.values()
+                if b.show and enabled
+            }
             permit = {"p": "Permit"} if view.permissions_module() else {}
-            assert footer == {"q": "Quit", "a": "Attach", "s": "Send", "r": "Retry",
-                              "g": "Gate 1", "m": "Gate 2", **permit}
-            assert any(n.startswith("slug is blocked: which max_length is right?")
-                       for n in app.snapshot.needs)  # type: ignore[union-attr]
+            assert footer == {
+                "q": "Quit",
+                "a": "Attach",
+                "s": "Send",
+                "r": "Retry",
+                "g": "Gate 1",
+                "m": "Gate 2",
+                **permit,
+            }
+            assert app.snapshot is not None
+            assert any(
+                n.startswith("slug is blocked: which max_length is right?")
+                for n in app.snapshot.needs
+            )
             table = app.query_one("#tasks", DataTable)
             table.move_cursor(row=list(table_phases(app)).index("slug"))
             await pilot.pause()
             assert app.selected == "slug"
-            await until(pilot, lambda: "blocked" in pane(), 10, "slug's pane in the preview",
-                        pane)
+            await until(pilot, lambda: "blocked" in pane(), 10, "slug's pane in the preview", pane)
             await pilot.press("2")
             brief = RunDir(repo).brief_path("slug").read_text(encoding="utf-8")
             assert str(app.query_one("#brief-text", Static).render()) == brief
             await pilot.press("3")
-            assert str(app.query_one("#review-text", Static).render()) == (
-                "No review yet.")
+            assert str(app.query_one("#review-text", Static).render()) == ("No review yet.")
             await pilot.press("4")
             assert "task_blocked which max_length is right?" in str(
-                app.query_one("#ledger-text", Static).render())
+                app.query_one("#ledger-text", Static).render()
+            )
             await pilot.press("1")
 
             await pilot.press("s")
             await pilot.press(*"use forty")
             await pilot.press("enter")
-            await until(pilot, lambda: any(
-                e["event"] == "message_delivered" and e.get("task") == "slug"
-                for e in store.read_ledger()), 30, "the message delivered")
-            await until(pilot, lambda: "use forty" in pane(), 10,
-                        "the message on slug's screen", pane)
+            await until(
+                pilot,
+                lambda: any(
+                    e["event"] == "message_delivered" and e.get("task") == "slug"
+                    for e in store.read_ledger()
+                ),
+                30,
+                "the message delivered",
+            )
+            await until(
+                pilot, lambda: "use forty" in pane(), 10, "the message on slug's screen", pane
+            )
             # the command does the same, through the same supervisor
             cli("send", "slug", "and keep the dash", "--repo", str(repo))
-            await until(pilot, lambda: "and keep the dash" in pane(), 30,
-                        "the command's message on slug's screen", pane)
-            await until(pilot, lambda: [e["task"] for e in store.read_ledger()
-                                        if e["event"] == "message_delivered"] == ["slug"] * 2,
-                        30, "two messages delivered")
+            await until(
+                pilot,
+                lambda: "and keep the dash" in pane(),
+                30,
+                "the command's message on slug's screen",
+                pane,
+            )
+            await until(
+                pilot,
+                lambda: (
+                    [e["task"] for e in store.read_ledger() if e["event"] == "message_delivered"]
+                    == ["slug"] * 2
+                ),
+                30,
+                "two messages delivered",
+            )
 
             await pilot.press("r", *"forty it is", "enter")
-            await until(pilot, lambda: store.read_status("slug").phase != Phase.BLOCKED,
-                        10, "slug retried")
+            await until(
+                pilot, lambda: store.read_status("slug").phase != Phase.BLOCKED, 10, "slug retried"
+            )
             assert app.last_error is None
             retried = [e for e in store.read_ledger() if e["event"] == "task_retried"]
             assert [(e["task"], e["note"]) for e in retried] == [("slug", "forty it is")]
@@ -400,9 +463,25 @@ def test_send_refuses_bad_input_and_a_managed_session(demo_files: demo.DemoFiles
     env = {**os.environ, "LO_ORCH_TASK": "slug"}
     script = 'env -u LO_ORCH_TASK "$@"; exit $?'
     agent = subprocess.run(
-        ["sh", "-c", script, "sh", sys.executable, "-m", "loop_orchestrator", "send", "slug",
-         "approve yourself", "--repo", str(repo)],
-        capture_output=True, text=True, env=env, check=False)
+        [
+            "sh",
+            "-c",
+            script,
+            "sh",
+            sys.executable,
+            "-m",
+            "loop_orchestrator",
+            "send",
+            "slug",
+            "approve yourself",
+            "--repo",
+            str(repo),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert agent.returncode == 1
     assert "inside a managed agent session" in agent.stderr
     assert not any(e["event"] == "message_sent" for e in Store.for_repo(repo).read_ledger())
@@ -433,37 +512,86 @@ def test_attach_suspends_the_dashboard_and_resumes_it(
     store = Store.for_repo(repo)
     wait_for(lambda: store.read_status("slug").phase == Phase.BLOCKED, 120, "slug blocked")
     viewer = f"{tmux_socket}-viewer"
-    env_args = [f"{k}={v}" for k, v in os.environ.items()
-                if k.startswith(("LO_ORCH_", "HOME", "XDG_", "GIT_CONFIG"))]
-    dashboard_argv = shlex.join(["env", *env_args, f"PYTHONPATH={REPO_ROOT}", sys.executable,
-                                 "-m", "loop_orchestrator", "dashboard", "--repo", str(repo)])
+    env_args = [
+        f"{k}={v}"
+        for k, v in os.environ.items()
+        if k.startswith(("LO_ORCH_", "HOME", "XDG_", "GIT_CONFIG"))
+    ]
+    dashboard_argv = shlex.join(
+        [
+            "env",
+            *env_args,
+            f"PYTHONPATH={REPO_ROOT}",
+            sys.executable,
+            "-m",
+            "loop_orchestrator",
+            "dashboard",
+            "--repo",
+            str(repo),
+        ]
+    )
     # the shell prints the dashboard's exit code (tmux does not always record a dead pane's)
     command = shlex.join(["sh", "-c", f'{dashboard_argv}; echo "dashboard-exit=$?"'])
 
     def tmux(*args: str) -> str:
-        return subprocess.run(["tmux", "-L", viewer, *args], capture_output=True, text=True,
-                              check=False).stdout
+        return subprocess.run(
+            ["tmux", "-L", viewer, *args], capture_output=True, text=True, check=False
+        ).stdout
 
     def screen() -> str:
         return tmux("capture-pane", "-p", "-t", "=view:")
 
     try:
-        subprocess.run(["tmux", "-L", viewer, "-f", "/dev/null", "new-session", "-d", "-s",
-                        "view", "-x", "150", "-y", "45", ";", "set-option", "-g",
-                        "remain-on-exit", "on", ";", "respawn-pane", "-k", "-t", "=view:",
-                        command], check=True)
+        subprocess.run(
+            [
+                "tmux",
+                "-L",
+                viewer,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "view",
+                "-x",
+                "150",
+                "-y",
+                "45",
+                ";",
+                "set-option",
+                "-g",
+                "remain-on-exit",
+                "on",
+                ";",
+                "respawn-pane",
+                "-k",
+                "-t",
+                "=view:",
+                command,
+            ],
+            check=True,
+        )
         try:
             wait_for(lambda: "Needs you" in screen(), 30, "the dashboard on screen")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the terminal shows:\n{screen()}") from None
         # the cursor starts on the first task (tokenize, hanging in its session)
         tmux("send-keys", "-t", "=view:", "a")
-        wait_for(lambda: "Needs you" not in screen() and "lo-demo" in
-                 subprocess.run(["tmux", "-L", tmux_socket, "list-clients", "-F",
-                                 "#{session_name}"], capture_output=True, text=True,
-                                check=False).stdout, 20, "the run's session attached")
-        subprocess.run(["tmux", "-L", tmux_socket, "detach-client", "-s", "=lo-demo"],
-                       check=True)
+        wait_for(
+            lambda: (
+                "Needs you" not in screen()
+                and "lo-demo"
+                in subprocess.run(
+                    ["tmux", "-L", tmux_socket, "list-clients", "-F", "#{session_name}"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                ).stdout
+            ),
+            20,
+            "the run's session attached",
+        )
+        subprocess.run(["tmux", "-L", tmux_socket, "detach-client", "-s", "=lo-demo"], check=True)
         wait_for(lambda: "Needs you" in screen(), 20, "the dashboard back")
 
         def quit_pressed() -> bool:
@@ -487,28 +615,45 @@ def test_attach_suspends_the_dashboard_and_resumes_it(
 # what needs a person; file events ---------------------------------------------------------
 
 
-def _doc(phase: str, *, alive: bool = True, tasks: list[dict[str, Any]] | None = None,
-         approved: bool = True) -> dict[str, Any]:
-    return {"run": {"phase": phase, "plan_sha256": "a", "approved_plan_sha256":
-                    "a" if approved else None, "supervisor": {"alive": alive, "pid": None}},
-            "tasks": tasks or []}
+def _doc(
+    phase: str,
+    *,
+    alive: bool = True,
+    tasks: list[dict[str, Any]] | None = None,
+    approved: bool = True,
+) -> dict[str, Any]:
+    return {
+        "run": {
+            "phase": phase,
+            "plan_sha256": "a",
+            "approved_plan_sha256": "a" if approved else None,
+            "supervisor": {"alive": alive, "pid": None},
+        },
+        "tasks": tasks or [],
+    }
 
 
 def test_needs_you_names_each_thing_a_person_must_do() -> None:
     assert view.needs_you(_doc("running")) == []
     assert view.needs_you(_doc("running", alive=False)) == [
-        "No supervisor is running: `lo-orch run` resumes the run"]
+        "No supervisor is running: `lo-orch run` resumes the run"
+    ]
     assert view.needs_you(_doc("awaiting_plan_approval", approved=False)) == [
-        "Gate 1: the plan waits for your approval (g)"]
+        "Gate 1: the plan waits for your approval (g)"
+    ]
     # approved but not started: not a gate any more
     assert view.needs_you(_doc("awaiting_plan_approval")) == []
     assert view.needs_you(_doc("awaiting_merge_review")) == [
-        "Gate 2: review the diff and merge it (m)"]
+        "Gate 2: review the diff and merge it (m)"
+    ]
     tasks: list[dict[str, Any]] = [
         {"task": "a", "phase": "blocked", "error": "needs\n ownership of x.py"},
         {"task": "b", "phase": "failed", "note": None},
-        {"task": "c", "phase": "implementing",
-         "waiting_for": "a person: Claude Code asks permission to use Bash: curl x"},
+        {
+            "task": "c",
+            "phase": "implementing",
+            "waiting_for": "a person: Claude Code asks permission to use Bash: curl x",
+        },
         {"task": "d", "phase": "implementing", "waiting_for": "the agent"},
     ]
     assert view.needs_you(_doc("running", tasks=tasks), ["r1"]) == [
@@ -518,13 +663,17 @@ def test_needs_you_names_each_thing_a_person_must_do() -> None:
         "c: a person: Claude Code asks permission to use Bash: curl x",
     ]
     # c's request is listed by the permission module: not twice
-    assert view.needs_you(_doc("running", tasks=tasks), ["c asks"], frozenset({"c"}))[
-        -1] == "b is failed: no reason given (r retries)"
+    assert (
+        view.needs_you(_doc("running", tasks=tasks), ["c asks"], frozenset({"c"}))[-1]
+        == "b is failed: no reason given (r retries)"
+    )
 
 
 def test_split_diff_gives_each_file_its_own_diff() -> None:
-    diff = ("diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
-            "diff --git a/d/y z.py b/d/y z.py\nnew file mode 100644\n+diff --git inside\n")
+    diff = (
+        "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+        "diff --git a/d/y z.py b/d/y z.py\nnew file mode 100644\n+diff --git inside\n"
+    )
     files = view.split_diff(diff)
     assert [p for p, _ in files] == ["x.py", "d/y z.py"]
     assert files[0][1].endswith("+b\n") and "y z" not in files[0][1]
@@ -551,11 +700,16 @@ def test_reloads_on_file_events_and_not_on_its_own_reads(
             assert app.selected == "tokenize"  # the first row
             await pilot.press("4")  # its ledger
             assert "Nothing in the ledger yet." in str(
-                app.query_one("#ledger-text", Static).render())
+                app.query_one("#ledger-text", Static).render()
+            )
             # another process's write is a file event: shown at once
             Store.for_repo(repo).append_ledger("note", task="tokenize", message="hello there")
-            await until(pilot, lambda: "hello there" in str(
-                app.query_one("#ledger-text", Static).render()), 5, "the ledger line")
+            await until(
+                pilot,
+                lambda: "hello there" in str(app.query_one("#ledger-text", Static).render()),
+                5,
+                "the ledger line",
+            )
             assert app.reloads > idle
 
     run_async(scenario())
@@ -594,8 +748,7 @@ def test_permit_key_answers_like_lo_orch_permit(demo_files: demo.DemoFiles) -> N
         app = dashboard.Dashboard(repo)
         async with app.run_test(size=(140, 45)) as pilot:
             assert app.snapshot is not None
-            assert any(n.startswith("slug asks to use Bash: pytest -q")
-                       for n in app.snapshot.needs)
+            assert any(n.startswith("slug asks to use Bash: pytest -q") for n in app.snapshot.needs)
             assert not any(n.startswith("tokenize asks") for n in app.snapshot.needs)
             await pilot.press("p", "escape")  # not now
             assert store.get(asked["slug"]).state == "open"
@@ -605,13 +758,23 @@ def test_permit_key_answers_like_lo_orch_permit(demo_files: demo.DemoFiles) -> N
 
     run_async(present())
     ui, by = store.get(asked["slug"]), store.get(asked["tokenize"])
-    assert (ui.state, ui.decision, ui.decided_by) == (by.state, by.decision, by.decided_by) == (
-        "answered", "allow", "person")
-    answers = [e for e in Store.for_repo(repo).read_ledger()
-               if e["event"] == "permission_answered"]
-    assert [{k: v for k, v in e.items() if k not in ("ts", "task", "request")}
-            for e in answers] == [{"event": "permission_answered", "decision": "allow",
-                                   "tool": "Bash", "message": "pytest -q", "by": "person"}] * 2
+    assert (
+        (ui.state, ui.decision, ui.decided_by)
+        == (by.state, by.decision, by.decided_by)
+        == ("answered", "allow", "person")
+    )
+    answers = [e for e in Store.for_repo(repo).read_ledger() if e["event"] == "permission_answered"]
+    assert [
+        {k: v for k, v in e.items() if k not in ("ts", "task", "request")} for e in answers
+    ] == [
+        {
+            "event": "permission_answered",
+            "decision": "allow",
+            "tool": "Bash",
+            "message": "pytest -q",
+            "by": "person",
+        }
+    ] * 2
 
 
 # the README's screenshot -------------------------------------------------------------------
@@ -631,7 +794,8 @@ def screen_text(svg: str) -> str:
     rows: dict[float, list[tuple[float, str]]] = {}
     for m in re.finditer(r'<text[^>]*\bx="([\d.]+)"[^>]*\by="([\d.]+)"[^>]*>(.*?)</text>', svg):
         rows.setdefault(float(m.group(2)), []).append(
-            (float(m.group(1)), html.unescape(m.group(3))))
+            (float(m.group(1)), html.unescape(m.group(3)))
+        )
     lines = ["".join(t for _, t in sorted(parts)) for _, parts in sorted(rows.items())]
     cut = next(i for i, line in enumerate(lines) if "Pane(1)" in re.sub(r"\s", "", line))
     footer = [line for line in lines if "q Quit" in line.replace("\xa0", " ")]
@@ -640,8 +804,9 @@ def screen_text(svg: str) -> str:
     return re.sub(r"\d+", "#", re.sub(r"\s+", "", text))
 
 
-def test_screenshot_in_the_readme_is_the_real_app(demo_files: demo.DemoFiles,
-                                                 supervise: Starter) -> None:
+def test_screenshot_in_the_readme_is_the_real_app(
+    demo_files: demo.DemoFiles, supervise: Starter
+) -> None:
     repo = demo_files.repo
     _blocked_and_busy(demo_files)
     settings = plan(demo_files)
@@ -649,11 +814,16 @@ def test_screenshot_in_the_readme_is_the_real_app(demo_files: demo.DemoFiles,
     supervise(repo, settings)
     store = Store.for_repo(repo)
     # (and each session's last hook fired: the table's "last activity" is part of the text)
-    wait_for(lambda: store.read_status("slug").phase == Phase.BLOCKED
-             and store.read_status("slug").last_event == "Stop"
-             and store.read_status("tokenize").phase == Phase.IMPLEMENTING
-             and store.read_status("tokenize").last_event == "UserPromptSubmit", 120,
-             "slug blocked, tokenize at work")
+    wait_for(
+        lambda: (
+            store.read_status("slug").phase == Phase.BLOCKED
+            and store.read_status("slug").last_event == "Stop"
+            and store.read_status("tokenize").phase == Phase.IMPLEMENTING
+            and store.read_status("tokenize").last_event == "UserPromptSubmit"
+        ),
+        120,
+        "slug blocked, tokenize at work",
+    )
     svg: list[str] = []
 
     async def scenario() -> None:
@@ -661,8 +831,12 @@ def test_screenshot_in_the_readme_is_the_real_app(demo_files: demo.DemoFiles,
         async with app.run_test(size=(150, 42)) as pilot:
             table = app.query_one("#tasks", DataTable)
             table.move_cursor(row=list(table_phases(app)).index("slug"))
-            await until(pilot, lambda: "blocked" in str(
-                app.query_one("#pane-text", Static).render()), 10, "slug's pane")
+            await until(
+                pilot,
+                lambda: "blocked" in str(app.query_one("#pane-text", Static).render()),
+                10,
+                "slug's pane",
+            )
             await pilot.pause()
             svg.append(app.export_screenshot(title="lo-orch dashboard"))
 
@@ -675,4 +849,5 @@ def test_screenshot_in_the_readme_is_the_real_app(demo_files: demo.DemoFiles,
     assert SCREENSHOT.exists(), f"no {SCREENSHOT}: run this test with {UPDATE_ENV}=1"
     assert screen_text(SCREENSHOT.read_text(encoding="utf-8")) == screen_text(svg[0]), (
         f"{SCREENSHOT} is not what the dashboard shows now: run this test with "
-        f"{UPDATE_ENV}=1 and commit the file")
+        f"{UPDATE_ENV}=1 and commit the file"
+    )

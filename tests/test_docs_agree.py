@@ -43,7 +43,8 @@ def test_the_readme_command_table_lists_exactly_the_commands() -> None:
     assert sorted(rows) == sorted(commands), (
         "README's ## Commands table and the click commands differ: "
         f"only in README {sorted(set(rows) - set(commands))}, "
-        f"only in the CLI {sorted(set(commands) - set(rows))}")
+        f"only in the CLI {sorted(set(commands) - set(rows))}"
+    )
 
 
 def test_every_option_of_a_command_is_in_its_readme_row() -> None:
@@ -62,9 +63,13 @@ def test_every_option_of_a_command_is_in_its_readme_row() -> None:
 
 
 def _modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py")
-                  if p.name not in ("__init__.py", "__main__.py")
-                  and p.parent.name != "cli" and "_data" not in p.parts)
+    return sorted(
+        p
+        for p in PACKAGE.rglob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+        and p.parent.name != "cli"
+        and "_data" not in p.parts
+    )
 
 
 def test_architecture_names_only_modules_that_exist_and_places_every_module() -> None:
@@ -90,20 +95,28 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_package_never_imports_the_cli_and_only_proc_starts_subprocesses() -> None:
-    upward = [str(p.relative_to(ROOT)) for p in _modules()
-              if any(m.startswith("loop_orchestrator.cli") for m in _imports(p))]
+    upward = [
+        str(p.relative_to(ROOT))
+        for p in _modules()
+        if any(m.startswith("loop_orchestrator.cli") for m in _imports(p))
+    ]
     assert not upward, f"modules below the CLI import it: {upward}"
-    spawners = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
-                if "subprocess" in _imports(p) and p.name != "proc.py"]
+    spawners = [
+        str(p.relative_to(ROOT))
+        for p in PACKAGE.rglob("*.py")
+        if "subprocess" in _imports(p) and p.name != "proc.py"
+    ]
     assert not spawners, f"subprocess used outside proc.py: {spawners}"
 
 
 def test_the_version_is_written_once() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert "version" not in project and "version" in project.get("dynamic", []), (
-        "pyproject.toml must take the version from loop_orchestrator/__init__.py")
+        "pyproject.toml must take the version from loop_orchestrator/__init__.py"
+    )
     manifest = json.loads((ROOT / ".claude-plugin" / "plugin.json").read_text(encoding="utf-8"))
     assert manifest.get("version", loop_orchestrator.__version__) == loop_orchestrator.__version__
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert f"## {loop_orchestrator.__version__}" in changelog, (
-        "CHANGELOG.md has no section for the current version")
+        "CHANGELOG.md has no section for the current version"
+    )

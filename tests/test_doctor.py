@@ -198,15 +198,16 @@ def test_doctor_sees_the_plugin_installed_with_the_real_cli(
     source = tmp_path / "plugin-src"
     for part in (".claude-plugin", "skills", "agents", "hooks"):
         shutil.copytree(REPO_ROOT / part, source / part)
-    for argv in (["plugin", "marketplace", "add", str(source)],
-                 ["plugin", "install", "loop-orchestrator@loop-orchestrator"]):
-        done = subprocess.run([str(claude()), *argv], capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path)
+    for argv in (
+        ["plugin", "marketplace", "add", str(source)],
+        ["plugin", "install", "loop-orchestrator@loop-orchestrator"],
+    ):
+        done = subprocess.run(
+            [str(claude()), *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     check = check_plugin_installed(os.environ)
-    assert (check.status, check.detail) == (
-        "ok", "loop-orchestrator@loop-orchestrator (enabled)"
-    )
+    assert (check.status, check.detail) == ("ok", "loop-orchestrator@loop-orchestrator (enabled)")
     configure(git_repo)
     result = doctor("--repo", str(git_repo))
     assert rows(result.stdout)["plugin (your sessions)"][0] == "ok"
@@ -216,7 +217,8 @@ def test_doctor_says_how_well_each_agent_kind_is_supported(
     git_repo: Path, doctor: Callable[..., Run]
 ) -> None:
     codex = os.environ.get("LO_ORCH_TEST_CODEX") or str(
-        REPO_ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex")
+        REPO_ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex"
+    )
     if not Path(codex).exists():
         pytest.fail("the Codex CLI is missing: `scripts/bootstrap --agents` installs it")
     write_config(git_repo, f'[agent]\nkind = "codex"\ncommand = "{codex}"\n')

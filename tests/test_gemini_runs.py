@@ -40,8 +40,11 @@ GEMINI_VERSION = "0.61.0"
 
 def gemini() -> Path:
     explicit = os.environ.get("LO_ORCH_TEST_GEMINI")
-    found = Path(explicit) if explicit else (
-        REPO_ROOT / ".cache" / "gemini-cli" / "node_modules" / ".bin" / "gemini")
+    found = (
+        Path(explicit)
+        if explicit
+        else (REPO_ROOT / ".cache" / "gemini-cli" / "node_modules" / ".bin" / "gemini")
+    )
     if not found.exists():
         which = shutil.which("gemini")
         if which is None:
@@ -63,8 +66,9 @@ def only(files: demo.DemoFiles, *tasks: str) -> None:
 
 @contextlib.contextmanager
 def endpoint_for(files: demo.DemoFiles) -> Iterator[GeminiEndpoint]:
-    with GeminiEndpoint(load_script(files.script, model=True),
-                        log_path=files.root / "requests.jsonl") as endpoint:
+    with GeminiEndpoint(
+        load_script(files.script, model=True), log_path=files.root / "requests.jsonl"
+    ) as endpoint:
         yield endpoint
 
 
@@ -78,8 +82,7 @@ def settings_for(endpoint: GeminiEndpoint, files: demo.DemoFiles) -> Settings:
 
 
 def ledger(repo: Path, event: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in Store(RunDir(repo)).read_ledger()
-            if event is None or e["event"] == event]
+    return [e for e in Store(RunDir(repo)).read_ledger() if event is None or e["event"] == event]
 
 
 def test_a_plan_runs_with_real_gemini_cli_to_gate_2_and_merges(files: demo.DemoFiles) -> None:
@@ -103,11 +106,13 @@ def test_a_plan_runs_with_real_gemini_cli_to_gate_2_and_merges(files: demo.DemoF
     # Gemini's own file tools wrote the code; its shell tool ran the signals
     calls = {r["call"] for r in replies if r["call"]}
     assert {"write_file", "run_shell_command"} <= calls, calls
-    signals = [r["tool_input"]["command"] for r in replies
-               if r["tool"] == "Bash" and "signal" in r["tool_input"]["command"]]
+    signals = [
+        r["tool_input"]["command"]
+        for r in replies
+        if r["tool"] == "Bash" and "signal" in r["tool_input"]["command"]
+    ]
     assert signals.count("$LO_ORCH_BIN signal plan_ready") == 2
-    counts = {(r["prompt"], r["prompt_kind"], r["round"]) for r in replies
-              if r["task"] == "counts"}
+    counts = {(r["prompt"], r["prompt_kind"], r["round"]) for r in replies if r["task"] == "counts"}
     assert (1, "plan", 0) in counts and (3, "implement", 1) in counts
     assert [e["task"] for e in ledger(files.repo, "rework")] == ["counts"]
     assert not ledger(files.repo, "nudged")
@@ -124,42 +129,66 @@ def test_a_plan_runs_with_real_gemini_cli_to_gate_2_and_merges(files: demo.DemoF
 
 
 def test_gemini_conversation_and_calls() -> None:
-    body = {"contents": [
-        {"role": "user", "parts": [
-            {"text": "<session_context>\nWorkspace Directories:**\n  - /w/t\n- **Dir"},
-            {"text": "Phase: planning of task `a`"}]},
-        {"role": "model", "parts": [{"functionCall": {"name": "run_shell_command",
-                                                      "args": {"command": "ls"}}}]},
-        {"role": "user", "parts": [{"functionResponse": {"name": "run_shell_command",
-                                                         "response": {"output": "x"}}}]},
-        {"role": "model", "parts": [{"text": "ok"}]},
-    ]}
+    body = {
+        "contents": [
+            {
+                "role": "user",
+                "parts": [
+                    {"text": "<session_context>\nWorkspace Directories:**\n  - /w/t\n- **Dir"},
+                    {"text": "Phase: planning of task `a`"},
+                ],
+            },
+            {
+                "role": "model",
+                "parts": [
+                    {"functionCall": {"name": "run_shell_command", "args": {"command": "ls"}}}
+                ],
+            },
+            {
+                "role": "user",
+                "parts": [
+                    {"functionResponse": {"name": "run_shell_command", "response": {"output": "x"}}}
+                ],
+            },
+            {"role": "model", "parts": [{"text": "ok"}]},
+        ]
+    }
     convo = gemini_conversation(body)
     assert convo.prompts == ["Phase: planning of task `a`"]
     assert convo.replies_since == 2 and convo.cwd == "/w/t"
     # file tools inside the workspace, the shell for a file outside it
     assert gemini_call(("Write", {"file_path": "/w/t/a.py", "content": "x"}), "/w/t")[0] == (
-        "write_file")
+        "write_file"
+    )
     name, args = gemini_call(("Write", {"file_path": "/run/plan.md", "content": "x"}), "/w/t")
     assert name == "run_shell_command" and "base64 -d > /run/plan.md" in args["command"]
 
 
 def test_gemini_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path) -> None:
-    settings = Settings(agent=AgentConfig(kind="gemini", command=str(gemini())),
-                        auditor=AuditorConfig(llm="off"))
+    settings = Settings(
+        agent=AgentConfig(kind="gemini", command=str(gemini())), auditor=AuditorConfig(llm="off")
+    )
     assert isinstance(make_adapter(settings, tmp_path), GeminiAdapter)
     with pytest.raises(ConfigError, match="permission_mode 'plan'"):
         GeminiAdapter(AgentConfig(kind="gemini", permission_mode="plan"), tmp_path)
 
 
 def test_gemini_without_auth_stops_at_its_auth_dialog_with_a_clear_error(
-    git_repo: Path, tmux_socket: str, tmp_path: Path,
+    git_repo: Path,
+    tmux_socket: str,
+    tmp_path: Path,
 ) -> None:
     env = {"GEMINI_CLI_HOME": str(tmp_path / "home")}
     config = AgentConfig(kind="gemini", command=str(gemini()), env=env)
-    ctx = AgentContext.create(task="alpha", run_name="r", repo=git_repo, worktree=git_repo,
-                              run_dir=git_repo / ".orchestration",
-                              brief_path=git_repo / "brief.md", settings=config)
+    ctx = AgentContext.create(
+        task="alpha",
+        run_name="r",
+        repo=git_repo,
+        worktree=git_repo,
+        run_dir=git_repo / ".orchestration",
+        brief_path=git_repo / "brief.md",
+        settings=config,
+    )
     adapter = GeminiAdapter(config, git_repo)
     backend = TmuxBackend("t", socket=tmux_socket)
     adapter.prepare(ctx)
@@ -171,7 +200,8 @@ def test_gemini_without_auth_stops_at_its_auth_dialog_with_a_clear_error(
 
 
 def test_a_killed_gemini_is_resumed_in_its_own_conversation(
-    files: demo.DemoFiles, tmux_socket: str,
+    files: demo.DemoFiles,
+    tmux_socket: str,
 ) -> None:
     """Gemini CLI dies mid-task: the relaunch is `gemini --resume <its session>`."""
     import signal
@@ -197,9 +227,21 @@ def test_a_killed_gemini_is_resumed_in_its_own_conversation(
         def kill_mid_task() -> None:
             endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
             st = Record.open(files.repo, "demo").task("tokenize")
-            out = subprocess.run(["tmux", "-L", tmux_socket, "display-message", "-p", "-t",
-                                  str(st.pane_id), "#{pane_pid}"],
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    "tmux",
+                    "-L",
+                    tmux_socket,
+                    "display-message",
+                    "-p",
+                    "-t",
+                    str(st.pane_id),
+                    "#{pane_pid}",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             pane_pid = int(out.stdout.strip())
             for proc in Path("/proc").iterdir():
                 if not proc.name.isdigit():
@@ -208,7 +250,8 @@ def test_a_killed_gemini_is_resumed_in_its_own_conversation(
                 with contextlib.suppress(OSError):
                     argv = (proc / "cmdline").read_bytes().split(b"\0")
                     if (pid == pane_pid or pane_pid in procinfo.ancestors(pid)) and any(
-                            b"gemini" in a for a in argv[:2]):
+                        b"gemini" in a for a in argv[:2]
+                    ):
                         os.kill(pid, signal.SIGKILL)  # a Gemini process this test started
                         killed.append(pid)
                         killed_at.append(time.time())

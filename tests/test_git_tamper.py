@@ -71,12 +71,22 @@ def head(repo: Path, rev: str = "HEAD") -> str:
 def test_planted_hooks_never_run(git_repo: Path, tmp_path: Path) -> None:
     hooks = git_repo / ".git" / "hooks"
     marker = tmp_path / "hook.ran"
-    for name in ("pre-commit", "post-commit", "commit-msg", "post-checkout",
-                 "reference-transaction", "post-merge", "pre-auto-gc"):
+    for name in (
+        "pre-commit",
+        "post-commit",
+        "commit-msg",
+        "post-checkout",
+        "reference-transaction",
+        "post-merge",
+        "pre-auto-gc",
+    ):
         # a reference-transaction hook that moves the feature branch after the review
-        script(hooks / name, '[ -n "$IN_HOOK" ] && exit 0; export IN_HOOK=1\n'
-               f'echo {name} >> "{marker}"\n'
-               'git update-ref refs/heads/feat/r1 HEAD 2>/dev/null; exit 0')
+        script(
+            hooks / name,
+            '[ -n "$IN_HOOK" ] && exit 0; export IN_HOOK=1\n'
+            f'echo {name} >> "{marker}"\n'
+            "git update-ref refs/heads/feat/r1 HEAD 2>/dev/null; exit 0",
+        )
     ws = started(git_repo)
     commit = work(ws, "a", {"a.txt": "a\n"})
     staging = ws.merge_into_staging("a", commit, "A")
@@ -125,13 +135,15 @@ def test_textconv_cannot_hide_a_token(git_repo: Path, where: str) -> None:
     assert f'TOKEN = "{TOKEN}"' in lines
     task = Task(id="a", objective="o", owns=["app/**", ".gitattributes"], done=[])
     findings = deterministic_findings(git_repo, task, base, commit)[0]
-    assert any(f.blocking and f.path == "app/config.py" and f.check.startswith("secrets")
-               for f in findings), findings
+    assert any(
+        f.blocking and f.path == "app/config.py" and f.check.startswith("secrets") for f in findings
+    ), findings
 
 
 @pytest.mark.parametrize("attribute", ["-diff", "binary", "diff=ext"])
 def test_binary_attributes_and_external_diff_cannot_hide_lines(
-        git_repo: Path, tmp_path: Path, attribute: str) -> None:
+    git_repo: Path, tmp_path: Path, attribute: str
+) -> None:
     external, marker = marker_script(tmp_path, "extdiff")
     git(git_repo, "config", "diff.ext.command", str(external))
     git(git_repo, "config", "diff.external", str(external))
@@ -171,8 +183,11 @@ def test_filter_drivers_never_run_and_change_nothing(git_repo: Path, tmp_path: P
     git(git_repo, "config", "filter.evil.required", "true")
     ws = started(git_repo)
     write(git_repo / ".git" / "info", {"attributes": "*.txt filter=evil\n"})
-    commit = work(ws, "a", {"a.txt": "real content\n", ".gitattributes": "*.py filter=evil\n",
-                            "app/x.py": "X = 1\n"})
+    commit = work(
+        ws,
+        "a",
+        {"a.txt": "real content\n", ".gitattributes": "*.py filter=evil\n", "app/x.py": "X = 1\n"},
+    )
     assert not marker.exists()
     assert file_at(git_repo, commit, "a.txt") == "real content\n"
     staging = ws.merge_into_staging("a", commit, "A")
@@ -208,10 +223,12 @@ def test_included_config_is_neutralised(git_repo: Path, tmp_path: Path) -> None:
     for name in ("post-commit", "reference-transaction"):
         script(hook_dir / name, f'touch "{marker}"')
     evil = tmp_path / "evil.cfg"
-    evil.write_text(f"[core]\n\thooksPath = {hook_dir}\n\tfsmonitor = {monitor}\n"
-                    f"[diff]\n\texternal = {monitor}\n"
-                    f"[filter \"x\"]\n\tclean = {monitor}\n\tsmudge = {monitor}\n",
-                    encoding="utf-8")
+    evil.write_text(
+        f"[core]\n\thooksPath = {hook_dir}\n\tfsmonitor = {monitor}\n"
+        f"[diff]\n\texternal = {monitor}\n"
+        f'[filter "x"]\n\tclean = {monitor}\n\tsmudge = {monitor}\n',
+        encoding="utf-8",
+    )
     git(git_repo, "config", "include.path", str(evil))
     write(git_repo / ".git" / "info", {"attributes": "* filter=x\n"})
     ws = started(git_repo)
@@ -230,14 +247,19 @@ def test_user_global_config_edits_are_ignored(git_repo: Path, tmp_path: Path) ->
     hook_dir = tmp_path / "global-hooks"
     tool, marker = marker_script(tmp_path, "global")
     script(hook_dir / "post-commit", f'touch "{marker}"')
-    text = (f"[core]\n\thooksPath = {hook_dir}\n\tfsmonitor = {tool}\n"
-            f"\tattributesFile = {tmp_path / 'global-attributes'}\n"
-            f"[diff \"hide\"]\n\ttextconv = sed -e /ghp_/d\n")
+    text = (
+        f"[core]\n\thooksPath = {hook_dir}\n\tfsmonitor = {tool}\n"
+        f"\tattributesFile = {tmp_path / 'global-attributes'}\n"
+        f'[diff "hide"]\n\ttextconv = sed -e /ghp_/d\n'
+    )
     (tmp_path / "global-attributes").write_text("*.py diff=hide\n", encoding="utf-8")
     home = Path(os.environ["HOME"])
     # the same user: ~/.gitconfig, the XDG file, and the file the tests point git at
-    for path in (home / ".gitconfig", home / ".config" / "git" / "config",
-                 Path(os.environ["GIT_CONFIG_GLOBAL"])):
+    for path in (
+        home / ".gitconfig",
+        home / ".config" / "git" / "config",
+        Path(os.environ["GIT_CONFIG_GLOBAL"]),
+    ):
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as fh:
             fh.write(text)
@@ -341,8 +363,9 @@ def test_forged_start_commit_in_config_has_no_effect(git_repo: Path) -> None:
     forged = head(path, "HEAD~1")
     git(git_repo, "config", "branch.lo/r1/a.lo-orch-base", forged)
     git(git_repo, "config", "branch.lo/r1/a.lo-orch-run", "r1")
-    assert Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR)).task_start(
-        "a") == start
+    assert (
+        Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR)).task_start("a") == start
+    )
     task = Task(id="a", objective="o", owns=["app/mine.py"], done=[])
     findings = deterministic_findings(git_repo, task, ws.task_start("a"), commit)[0]
     assert any(f.blocking and f.path == "app/other.py" for f in findings), findings
@@ -365,15 +388,23 @@ def test_forged_start_commit_in_config_has_no_effect(git_repo: Path) -> None:
 def test_rejected_rounds_are_unreachable_from_staging_and_feature(git_repo: Path) -> None:
     ws = started(git_repo)
     base = head(git_repo)
-    round1 = work(ws, "a", {
-        "app/calc.py": "def add(a, b):\n    raise NotImplementedError  # STUB-ROUND-1\n",
-        "tests/test_calc.py": f"def test_add():\n    pass  # {TOKEN}\n",
-    })
-    round2 = work(ws, "a", {
-        "app/calc.py": "def add(a, b):\n    return a + b\n",
-        "tests/test_calc.py": "from app.calc import add\n\n\ndef test_add():\n"
-                              "    assert add(1, 2) == 3\n",
-    })
+    round1 = work(
+        ws,
+        "a",
+        {
+            "app/calc.py": "def add(a, b):\n    raise NotImplementedError  # STUB-ROUND-1\n",
+            "tests/test_calc.py": f"def test_add():\n    pass  # {TOKEN}\n",
+        },
+    )
+    round2 = work(
+        ws,
+        "a",
+        {
+            "app/calc.py": "def add(a, b):\n    return a + b\n",
+            "tests/test_calc.py": "from app.calc import add\n\n\ndef test_add():\n"
+            "    assert add(1, 2) == 3\n",
+        },
+    )
     assert round1 != round2
     staging = ws.merge_into_staging("a", round2, "A")
     ws.finish(staging)
@@ -412,34 +443,41 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
     from loop_orchestrator.config import load_settings
 
     plan_file = tmp_path / "plan.yaml"
-    plan_file.write_text("goal: g\nname: r1\ntasks:\n  - id: a\n    title: A\n"
-                         "    objective: o\n    owns: ['app/**', '.gitattributes']\n"
-                         "    done:\n      - criterion: c\n        check: 'true'\n",
-                         encoding="utf-8")
+    plan_file.write_text(
+        "goal: g\nname: r1\ntasks:\n  - id: a\n    title: A\n"
+        "    objective: o\n    owns: ['app/**', '.gitattributes']\n"
+        "    done:\n      - criterion: c\n        check: 'true'\n",
+        encoding="utf-8",
+    )
     settings = load_settings(repo)
     core.plan_from_file(repo, plan_file, settings)
     runs.approve_plan(repo)
     git(repo, "config", "diff.hide.textconv", "sed -e /ghp_/d")
     ws = Workspace.for_run(repo, runs.open_record(repo).run, settings.workspace)
     ws.create_staging(head(repo))
-    commit = work(ws, "a", {".gitattributes": "*.py diff=hide\n",
-                            "app/config.py": f'TOKEN = "{TOKEN}"\n'})
+    commit = work(
+        ws, "a", {".gitattributes": "*.py diff=hide\n", "app/config.py": f'TOKEN = "{TOKEN}"\n'}
+    )
     staging = ws.merge_into_staging("a", commit, "A")
     plan, _ = runs.read_plan(RunDir(repo))
-    assert integration.integrate(repo, settings, plan, skipped=[],
-                           record=runs.open_record(repo)).passed
+    assert integration.integrate(
+        repo, settings, plan, skipped=[], record=runs.open_record(repo)
+    ).passed
     return ws, staging, commit
 
 
 def test_gate2_shows_raw_content_and_lands_the_reviewed_commit(
-        git_repo: Path, tmp_path: Path, tmux_socket: str) -> None:
+    git_repo: Path, tmp_path: Path, tmux_socket: str
+) -> None:
     from loop_orchestrator import integration
 
     ws, staging, _ = _awaiting_review(git_repo, tmp_path)
     # after the review, a hook would move the feature branch: it never runs
-    script(git_repo / ".git" / "hooks" / "reference-transaction",
-           '[ -n "$IN_HOOK" ] && exit 0; export IN_HOOK=1\n'
-           f'git update-ref refs/heads/feat/r1 {head(git_repo, "main")} 2>/dev/null; exit 0')
+    script(
+        git_repo / ".git" / "hooks" / "reference-transaction",
+        '[ -n "$IN_HOOK" ] && exit 0; export IN_HOOK=1\n'
+        f"git update-ref refs/heads/feat/r1 {head(git_repo, 'main')} 2>/dev/null; exit 0",
+    )
     review = integration.review(git_repo)
     assert review.commit == staging
     assert TOKEN in review.diff
@@ -451,7 +489,8 @@ def test_gate2_shows_raw_content_and_lands_the_reviewed_commit(
 
 
 def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
-        git_repo: Path, tmp_path: Path) -> None:
+    git_repo: Path, tmp_path: Path
+) -> None:
     from loop_orchestrator import integration, runs
     from loop_orchestrator.config import load_settings
     from loop_orchestrator.state import Store
@@ -471,8 +510,9 @@ def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
         integration.review(git_repo)
     plan, _ = runs.read_plan(RunDir(git_repo))
     with pytest.raises(RefTamperedError, match="lo/r1/staging"):
-        integration.integrate(git_repo, load_settings(git_repo), plan, skipped=[],
-                        record=runs.open_record(git_repo))
+        integration.integrate(
+            git_repo, load_settings(git_repo), plan, skipped=[], record=runs.open_record(git_repo)
+        )
     assert "feat/r1" not in git(git_repo, "branch", "--list", "feat/r1")
 
 

@@ -28,8 +28,15 @@ RUN = "gates"
 PLAN = {
     "goal": "gates",
     "name": RUN,
-    "tasks": [{"id": "alpha", "title": "Alpha", "objective": "x", "owns": ["app/alpha.py"],
-               "done": [{"criterion": "runs", "check": "python -c pass"}]}],
+    "tasks": [
+        {
+            "id": "alpha",
+            "title": "Alpha",
+            "objective": "x",
+            "owns": ["app/alpha.py"],
+            "done": [{"criterion": "runs", "check": "python -c pass"}],
+        }
+    ],
 }
 SETTINGS = Settings.model_validate({"agent": {"kind": "scripted", "script": "s.yaml"}})
 LO_ORCH = shlex.split(lo_orch_bin())
@@ -52,8 +59,10 @@ def at_gate2(repo: Path, tmp_path: Path) -> None:
 
     # what the supervisor would have recorded (the files are only its published view)
     rec = runs.open_record(repo)
-    rec.update_run(phase=RunPhase.AWAITING_MERGE_REVIEW,
-                   integration={"commit": sha, "passed": True, "exit_code": 0})
+    rec.update_run(
+        phase=RunPhase.AWAITING_MERGE_REVIEW,
+        integration={"commit": sha, "passed": True, "exit_code": 0},
+    )
     rec.update_task("alpha", phase=Phase.INTEGRATED)
 
 
@@ -69,14 +78,26 @@ def unapproved(repo: Path, tmp_path: Path) -> None:
 
 #: gate -> (arguments, set-up, what a person's call changes)
 GATES: dict[str, tuple[list[str], Callable[[Path, Path], None], Callable[[Path], bool]]] = {
-    "approve": (["approve"], unapproved,
-                lambda r: Store(RunDir(r)).read_run().approved_plan_sha256 is not None),
-    "merge --yes": (["merge", "--yes"], at_gate2,
-                    lambda r: f"feat/{RUN}" in git(r, "branch", "--list", f"feat/{RUN}")),
-    "retry": (["retry", "alpha"], blocked,
-              lambda r: Store(RunDir(r)).read_status("alpha").phase != Phase.BLOCKED),
-    "cleanup --abandon": (["cleanup", "--abandon"], unapproved,
-                          lambda r: Store(RunDir(r)).read_run().phase == RunPhase.STOPPED),
+    "approve": (
+        ["approve"],
+        unapproved,
+        lambda r: Store(RunDir(r)).read_run().approved_plan_sha256 is not None,
+    ),
+    "merge --yes": (
+        ["merge", "--yes"],
+        at_gate2,
+        lambda r: f"feat/{RUN}" in git(r, "branch", "--list", f"feat/{RUN}"),
+    ),
+    "retry": (
+        ["retry", "alpha"],
+        blocked,
+        lambda r: Store(RunDir(r)).read_status("alpha").phase != Phase.BLOCKED,
+    ),
+    "cleanup --abandon": (
+        ["cleanup", "--abandon"],
+        unapproved,
+        lambda r: Store(RunDir(r)).read_run().phase == RunPhase.STOPPED,
+    ),
 }
 
 
@@ -97,7 +118,11 @@ def from_session(repo: Path, args: list[str]) -> subprocess.CompletedProcess[str
     script = 'env -u LO_ORCH_TASK -u LO_ORCH_RUN_DIR "$@"; exit $?'
     return subprocess.run(
         ["sh", "-c", script, "sh", *LO_ORCH, *args, "--repo", str(repo)],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -113,7 +138,8 @@ def test_gate_refused_below_a_managed_ancestor_and_a_person_passes(
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.startswith(f"Error: `lo-orch {gate.split(' --yes')[0]}` is a person's"), (
-        result.stderr)
+        result.stderr
+    )
     assert "inside a managed agent session" in result.stderr
     assert "started by lo-orch for task 'alpha'" in result.stderr
     assert "from their own terminal" in result.stderr
@@ -121,8 +147,13 @@ def test_gate_refused_below_a_managed_ancestor_and_a_person_passes(
     assert snapshot(git_repo) == before
     assert not passed(git_repo)
 
-    person = subprocess.run([*LO_ORCH, *args, "--repo", str(git_repo)], capture_output=True,
-                            text=True, timeout=120, check=False)
+    person = subprocess.run(
+        [*LO_ORCH, *args, "--repo", str(git_repo)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert person.returncode == 0, person.stdout + person.stderr
     assert passed(git_repo)
 
@@ -133,11 +164,12 @@ def test_merge_refused_from_a_real_tmux_pane(
     at_gate2(git_repo, tmp_path)
     before = snapshot(git_repo)
     out, rc = tmp_path / "out.txt", tmp_path / "rc.txt"
-    command = (f"env -u LO_ORCH_TASK -u LO_ORCH_RUN_DIR {lo_orch_bin()} merge --yes "
-               f"--repo {shlex.quote(str(git_repo))} > {out} 2>&1; echo $? > {rc}")
+    command = (
+        f"env -u LO_ORCH_TASK -u LO_ORCH_RUN_DIR {lo_orch_bin()} merge --yes "
+        f"--repo {shlex.quote(str(git_repo))} > {out} 2>&1; echo $? > {rc}"
+    )
     backend = TmuxBackend("agents")
-    backend.launch(LaunchSpec("alpha", git_repo, ["sh", "-c", command],
-                              {"LO_ORCH_TASK": "alpha"}))
+    backend.launch(LaunchSpec("alpha", git_repo, ["sh", "-c", command], {"LO_ORCH_TASK": "alpha"}))
     deadline = time.monotonic() + 60
     while not (rc.exists() and rc.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -148,7 +180,9 @@ def test_merge_refused_from_a_real_tmux_pane(
 
 
 def test_the_environment_variable_alone_is_enough_in_process(
-    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    git_repo: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Where /proc says nothing (or the variable is simply set), LO_ORCH_TASK still counts;
@@ -174,22 +208,31 @@ DETACH = (
 def detached_approve(repo: Path, tmp_path: Path, wrap: Callable[[list[str]], list[str]]) -> str:
     out, rc = tmp_path / "detached.out", tmp_path / "detached.rc"
     env = {**os.environ, "LO_ORCH_TASK": "alpha", "OUT": str(out), "RC": str(rc)}
-    argv = wrap(["sh", "-c", DETACH.replace('"$OUT"', str(out)).replace('"$RC"', str(rc)),
-                 "sh", *LO_ORCH, "approve", "--repo", str(repo)])
+    argv = wrap(
+        [
+            "sh",
+            "-c",
+            DETACH.replace('"$OUT"', str(out)).replace('"$RC"', str(rc)),
+            "sh",
+            *LO_ORCH,
+            "approve",
+            "--repo",
+            str(repo),
+        ]
+    )
     subprocess.run(argv, env=env, timeout=120, check=True)
     return rc.read_text().strip() + " " + out.read_text()
 
 
-def test_a_detached_process_is_caught_inside_the_sandbox(
-    git_repo: Path, tmp_path: Path
-) -> None:
+def test_a_detached_process_is_caught_inside_the_sandbox(git_repo: Path, tmp_path: Path) -> None:
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap does not work here")
     unapproved(git_repo, tmp_path)
     worktree = RunDir(git_repo).worktree_path(RUN, "alpha")
     worktree.mkdir(parents=True)
-    policy = sandbox.Policy.for_task(repo=git_repo, run_dir=RunDir(git_repo).root,
-                                     worktree=worktree, task="alpha")
+    policy = sandbox.Policy.for_task(
+        repo=git_repo, run_dir=RunDir(git_repo).root, worktree=worktree, task="alpha"
+    )
     result = detached_approve(git_repo, tmp_path, lambda argv: sandbox.wrap(argv, policy))
     assert result.startswith("1 Error: `lo-orch approve` is a person's decision"), result
     assert Store(RunDir(git_repo)).read_run().approved_plan_sha256 is None

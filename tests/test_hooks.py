@@ -43,8 +43,9 @@ SID = "5b0f4c1e-7d7a-4b7e-9a57-3f1f0d7e2c11"
 
 @pytest.fixture
 def served(git_repo: Path) -> Iterator[Served]:
-    with serve(git_repo, {"alpha": working(Phase.PLANNING),
-                          "beta": working(Phase.IMPLEMENTING)}) as s:
+    with serve(
+        git_repo, {"alpha": working(Phase.PLANNING), "beta": working(Phase.IMPLEMENTING)}
+    ) as s:
         yield s
 
 
@@ -54,10 +55,16 @@ def sub_env(**extra: str) -> dict[str, str]:
 
 
 def payload(event: str, cwd: Path | str, **fields: Any) -> str:
-    return json.dumps({
-        "session_id": SID, "transcript_path": f"/tmp/{SID}.jsonl", "cwd": str(cwd),
-        "hook_event_name": event, "permission_mode": "bypassPermissions", **fields,
-    })
+    return json.dumps(
+        {
+            "session_id": SID,
+            "transcript_path": f"/tmp/{SID}.jsonl",
+            "cwd": str(cwd),
+            "hook_event_name": event,
+            "permission_mode": "bypassPermissions",
+            **fields,
+        }
+    )
 
 
 def env_for(run_dir: Path, task: str = "alpha", **extra: str) -> dict[str, str]:
@@ -68,16 +75,25 @@ Done = subprocess.CompletedProcess[str]
 
 
 def lo_orch(args: list[str], env: dict[str, str], stdin: str = "") -> Done:
-    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args], input=stdin,
-                          capture_output=True, text=True, env=sub_env(**env), timeout=60,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=sub_env(**env),
+        timeout=60,
+        check=False,
+    )
 
 
 def from_beta_session(s: Served, args: list[str], env: dict[str, str]) -> Done:
     """Run `lo-orch ARGS` as a process of beta's session (its pane's pid is a shell)."""
     shell = subprocess.Popen(
         ["sh", "-c", 'read go; "$0" -m loop_orchestrator "$@"', sys.executable, *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env=sub_env(**env),
     )
     s.panes["beta"] = shell.pid  # registered before the shell starts lo-orch
@@ -91,7 +107,9 @@ def from_beta_session(s: Served, args: list[str], env: dict[str, str]) -> Done:
 def test_mirrored_constants_agree_with_plan() -> None:
     assert hooks.TASK_ID_RE.pattern == plan.ID_RE.pattern
     assert {Phase(p) for p in hooks.SIGNAL_PHASES} == {
-        Phase.PLAN_READY, Phase.IMPL_DONE, Phase.BLOCKED,
+        Phase.PLAN_READY,
+        Phase.IMPL_DONE,
+        Phase.BLOCKED,
     }
     assert tuple(hook_cmds.SIGNAL_CHOICES) == hooks.SIGNAL_PHASES
 
@@ -112,8 +130,12 @@ def test_hook_path_imports_no_heavy_module(served: Served) -> None:
         "print(code, heavy, file=sys.stderr)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], input=payload("Stop", served.repo), capture_output=True,
-        text=True, check=True, env=sub_env(**env_for(served.run_dir)),
+        [sys.executable, "-c", code],
+        input=payload("Stop", served.repo),
+        capture_output=True,
+        text=True,
+        check=True,
+        env=sub_env(**env_for(served.run_dir)),
     )
     assert out.stderr.strip().splitlines()[-1] == "2 []"
     assert served.status().last_event == "Stop"
@@ -138,8 +160,12 @@ def test_bad_payloads_are_silent(served: Served, raw: str) -> None:
 
 @pytest.mark.parametrize(
     "env_change",
-    [{"LO_ORCH_TASK": "nope"}, {"LO_ORCH_TASK": "../x"}, {"LO_ORCH_RUN_DIR": "relative"},
-     {"LO_ORCH_RUN_DIR": "/nonexistent/.orchestration"}],
+    [
+        {"LO_ORCH_TASK": "nope"},
+        {"LO_ORCH_TASK": "../x"},
+        {"LO_ORCH_RUN_DIR": "relative"},
+        {"LO_ORCH_RUN_DIR": "/nonexistent/.orchestration"},
+    ],
 )
 def test_env_pointing_nowhere_is_silent(served: Served, env_change: dict[str, str]) -> None:
     env = {**env_for(served.run_dir), **env_change}
@@ -151,9 +177,11 @@ def test_env_pointing_nowhere_is_silent(served: Served, env_change: dict[str, st
 
 
 def test_session_start_is_recorded_by_the_supervisor(served: Served) -> None:
-    outcome = hooks.run_hook("SessionStart", payload("SessionStart", served.repo,
-                                                      source="startup"),
-                             env_for(served.run_dir))
+    outcome = hooks.run_hook(
+        "SessionStart",
+        payload("SessionStart", served.repo, source="startup"),
+        env_for(served.run_dir),
+    )
     assert outcome == hooks.QUIET
     st = served.status()
     assert (st.last_event, st.session_id) == ("SessionStart", SID)
@@ -170,8 +198,11 @@ def test_session_id_already_known_is_not_overwritten(served: Served) -> None:
 
 def test_prompt_text_is_not_logged_only_its_size_and_digest(served: Served) -> None:
     secret = "the prompt says: token sk-live-123"
-    hooks.run_hook("UserPromptSubmit", payload("UserPromptSubmit", served.repo, prompt=secret),
-                   env_for(served.run_dir))
+    hooks.run_hook(
+        "UserPromptSubmit",
+        payload("UserPromptSubmit", served.repo, prompt=secret),
+        env_for(served.run_dir),
+    )
     ledger_text = RunDir(served.repo).ledger.read_text()
     assert "sk-live-123" not in ledger_text
     [line] = served.ledger("hook")
@@ -181,22 +212,32 @@ def test_prompt_text_is_not_logged_only_its_size_and_digest(served: Served) -> N
 
 
 def test_stop_failure_not_logged_in_sets_the_error(served: Served) -> None:
-    hooks.run_hook("StopFailure", payload("StopFailure", served.repo,
-                                          error="authentication_failed"),
-                   env_for(served.run_dir))
+    hooks.run_hook(
+        "StopFailure",
+        payload("StopFailure", served.repo, error="authentication_failed"),
+        env_for(served.run_dir),
+    )
     assert served.status().error == NOT_LOGGED_IN_ERROR
-    hooks.run_hook("StopFailure", payload("StopFailure", served.repo, error="rate_limit"),
-                   env_for(served.run_dir))
+    hooks.run_hook(
+        "StopFailure",
+        payload("StopFailure", served.repo, error="rate_limit"),
+        env_for(served.run_dir),
+    )
     assert served.status().error == NOT_LOGGED_IN_ERROR  # another failure changes nothing
-    assert [r["error"] for r in served.ledger("hook")] == ["authentication_failed",
-                                                          "rate_limit"]
+    assert [r["error"] for r in served.ledger("hook")] == ["authentication_failed", "rate_limit"]
 
 
 def test_notification_type_is_kept(served: Served) -> None:
-    hooks.run_hook("Notification", payload("Notification", served.repo,
-                                           notification_type="permission_prompt",
-                                           message="Claude needs your permission" * 20),
-                   env_for(served.run_dir))
+    hooks.run_hook(
+        "Notification",
+        payload(
+            "Notification",
+            served.repo,
+            notification_type="permission_prompt",
+            message="Claude needs your permission" * 20,
+        ),
+        env_for(served.run_dir),
+    )
     assert served.status().last_notification == "permission_prompt"
     [line] = served.ledger("hook")
     assert line["notification_type"] == "permission_prompt"
@@ -248,8 +289,12 @@ def invoke(args: list[str], env: dict[str, str] | None = None) -> Any:
     return CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
 
 
-def run_main(args: list[str], monkeypatch: pytest.MonkeyPatch,
-             capsys: pytest.CaptureFixture[str], env: dict[str, str]) -> tuple[int, str, str]:
+def run_main(
+    args: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+) -> tuple[int, str, str]:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     code = run_cli(args)
@@ -258,8 +303,9 @@ def run_main(args: list[str], monkeypatch: pytest.MonkeyPatch,
 
 
 def test_signal_plan_ready_from_planning(served: Served) -> None:
-    result = lo_orch(["signal", "plan_ready", "--note", "plan in plans/alpha.md"],
-                     env_for(served.run_dir))
+    result = lo_orch(
+        ["signal", "plan_ready", "--note", "plan in plans/alpha.md"], env_for(served.run_dir)
+    )
     assert result.returncode == 0, result.stderr
     assert "alpha: planning -> plan_ready" in result.stdout
     st = served.status()
@@ -276,8 +322,9 @@ def test_signal_from_a_worktree_finds_the_main_checkout(
     wt = served.repo / WORKTREES_DIR / "alpha"
     git(served.repo, "worktree", "add", "-q", "-b", "lo/r/alpha", str(wt))
     monkeypatch.chdir(wt)
-    code, _out, err = run_main(["signal", "plan_ready"], monkeypatch, capsys,
-                               {"LO_ORCH_TASK": "alpha"})
+    code, _out, err = run_main(
+        ["signal", "plan_ready"], monkeypatch, capsys, {"LO_ORCH_TASK": "alpha"}
+    )
     assert code == 0, err
     assert served.status().phase is Phase.PLAN_READY
 
@@ -292,8 +339,12 @@ def test_signal_from_a_worktree_finds_the_main_checkout(
     ],
 )
 def test_signal_refuses_transitions_that_make_no_sense(
-    served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    phase: Phase, signal: str, expected: str,
+    served: Served,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    phase: Phase,
+    signal: str,
+    expected: str,
 ) -> None:
     served.set("alpha", **working(phase))
     code, _, err = run_main(["signal", signal], monkeypatch, capsys, env_for(served.run_dir))
@@ -319,14 +370,19 @@ def test_signal_blocked_needs_a_note_and_an_active_task(
     code, _, err = run_main(["signal", "blocked"], monkeypatch, capsys, env_for(served.run_dir))
     assert code == 2
     assert "needs a note" in err
-    code, _out, err = run_main(["signal", "blocked", "--note", "needs app/db.py"], monkeypatch,
-                               capsys, env_for(served.run_dir))
+    code, _out, err = run_main(
+        ["signal", "blocked", "--note", "needs app/db.py"],
+        monkeypatch,
+        capsys,
+        env_for(served.run_dir),
+    )
     assert code == 0, err
     st = served.status()
     assert (st.phase, st.error) == (Phase.BLOCKED, "needs app/db.py")
     served.set("alpha", phase=Phase.PENDING)
-    code, _, err = run_main(["signal", "blocked", "--note", "x"], monkeypatch, capsys,
-                            env_for(served.run_dir))
+    code, _, err = run_main(
+        ["signal", "blocked", "--note", "x"], monkeypatch, capsys, env_for(served.run_dir)
+    )
     assert code == 1
     assert "needs a task with a live session" in err
 
@@ -342,12 +398,17 @@ def test_repeated_signal_changes_nothing(served: Served) -> None:
 def test_signal_without_task_or_unknown_task(
     served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run_main(["signal", "plan_ready", "--repo", str(served.repo)], monkeypatch,
-                            capsys, {})
+    code, _, err = run_main(
+        ["signal", "plan_ready", "--repo", str(served.repo)], monkeypatch, capsys, {}
+    )
     assert code == 2
     assert "LO_ORCH_TASK is not set" in err
-    code, _, err = run_main(["signal", "plan_ready", "--task", "nope"], monkeypatch, capsys,
-                            {"LO_ORCH_RUN_DIR": str(served.run_dir)})
+    code, _, err = run_main(
+        ["signal", "plan_ready", "--task", "nope"],
+        monkeypatch,
+        capsys,
+        {"LO_ORCH_RUN_DIR": str(served.run_dir)},
+    )
     assert code == 1
     assert "no task 'nope'" in err
     code, _, err = run_main(["signal", "done"], monkeypatch, capsys, env_for(served.run_dir))
@@ -357,7 +418,9 @@ def test_signal_without_task_or_unknown_task(
 
 def test_hook_command_via_click_keeps_exit_code_and_stderr(served: Served) -> None:
     result = CliRunner().invoke(
-        cli, ["hook", "Stop"], input=payload("Stop", served.repo, stop_hook_active=False),
+        cli,
+        ["hook", "Stop"],
+        input=payload("Stop", served.repo, stop_hook_active=False),
         env=env_for(served.run_dir, LO_ORCH_BIN="lo"),
     )
     assert result.exit_code == 2
@@ -386,15 +449,19 @@ def test_a_session_cannot_signal_for_another_task(served: Served) -> None:
 
 def test_beta_s_own_session_can_signal_beta(served: Served) -> None:
     """The positive control of the attack above: the same command from beta's session."""
-    result = from_beta_session(served, ["signal", "impl_done"], env_for(served.run_dir,
-                                                                         task="beta"))
+    result = from_beta_session(
+        served, ["signal", "impl_done"], env_for(served.run_dir, task="beta")
+    )
     assert result.returncode == 0, result.stderr
     assert served.status("beta").phase is Phase.IMPL_DONE
 
 
 def test_a_hook_cannot_speak_for_another_task(served: Served) -> None:
-    hooks.run_hook("UserPromptSubmit", payload("UserPromptSubmit", served.repo, prompt="x"),
-                   env_for(served.run_dir, task="beta"))
+    hooks.run_hook(
+        "UserPromptSubmit",
+        payload("UserPromptSubmit", served.repo, prompt="x"),
+        env_for(served.run_dir, task="beta"),
+    )
     assert served.status("beta").prompt_submitted_at is None
     assert served.ledger("event_rejected")
 
@@ -424,8 +491,11 @@ def test_writing_the_status_file_moves_nothing(served: Served) -> None:
 def test_without_a_supervisor_a_hook_is_silent_and_left_for_the_next_one(git_repo: Path) -> None:
     rec = start_run(git_repo)
     rec.update_task("alpha", **working(Phase.PLANNING))
-    outcome = hooks.run_hook("UserPromptSubmit", payload("UserPromptSubmit", git_repo, prompt="p"),
-                             env_for(RunDir(git_repo).root))
+    outcome = hooks.run_hook(
+        "UserPromptSubmit",
+        payload("UserPromptSubmit", git_repo, prompt="p"),
+        env_for(RunDir(git_repo).root),
+    )
     assert outcome == hooks.QUIET
     [left] = listener.drain(RunDir(git_repo).root, ["alpha", "beta"])
     assert not left.attested
@@ -444,11 +514,13 @@ def test_without_a_supervisor_a_signal_is_kept_and_only_asked_about_again(
     assert "supervisor is not running" in result.message
     asked: list[tuple[str, str]] = []
     store = Store.for_repo(git_repo)
-    reports = Reports(rec, store, ["alpha", "beta"], lambda *a, **k: None,
-                      lambda t, sig: asked.append((t, sig)))
+    reports = Reports(
+        rec, store, ["alpha", "beta"], lambda *a, **k: None, lambda t, sig: asked.append((t, sig))
+    )
     # a forged one for beta, left by alpha's agent as a file
-    inbox.leave(RunDir(git_repo).root, "beta", {"type": "signal", "task": "beta",
-                                               "phase": "impl_done"})
+    inbox.leave(
+        RunDir(git_repo).root, "beta", {"type": "signal", "task": "beta", "phase": "impl_done"}
+    )
     for request in listener.drain(RunDir(git_repo).root, ["alpha", "beta"]):
         assert reports.handle(request) is None
     assert asked == [("alpha", "plan_ready")]  # beta is not implementing: nothing to ask
@@ -467,8 +539,7 @@ def test_a_report_is_logged_before_the_status_shows_it(
         real(self, status)
 
     monkeypatch.setattr(Record, "publish_task", publish)
-    hooks.run_hook("SessionStart", payload("SessionStart", served.repo),
-                   env_for(served.run_dir))
+    hooks.run_hook("SessionStart", payload("SessionStart", served.repo), env_for(served.run_dir))
     hooks.signal_task(served.run_dir, "plan_ready", task="alpha")
     assert seen[0][-1:] == ["hook"]
     assert seen[1][-1:] == ["signal"]
@@ -495,13 +566,21 @@ def test_a_prompt_arrival_left_while_no_supervisor_listened_lets_the_signal_coun
     """Killed mid-delivery: the prompt's UserPromptSubmit was left in the inbox, the fast
     session signalled and waits for a supervisor. The new one reads the inbox first, so the
     signal is judged against the prompt the session had (a SIGKILL test hung on this)."""
-    served.set("alpha", delivered=None, delivering="planning:0",
-               delivery_started_at="2026-01-01T00:00:00+00:00")
-    inbox.leave(served.run_dir, "alpha", {"type": "hook", "event": "UserPromptSubmit",
-                                          "task": "alpha", "payload": {}})
+    served.set(
+        "alpha",
+        delivered=None,
+        delivering="planning:0",
+        delivery_started_at="2026-01-01T00:00:00+00:00",
+    )
+    inbox.leave(
+        served.run_dir,
+        "alpha",
+        {"type": "hook", "event": "UserPromptSubmit", "task": "alpha", "payload": {}},
+    )
     store = Store.for_repo(served.repo)
-    reports = Reports(served.rec, store, ["alpha", "beta"], lambda *a, **k: None,
-                      lambda t, sig: None)
+    reports = Reports(
+        served.rec, store, ["alpha", "beta"], lambda *a, **k: None, lambda t, sig: None
+    )
     for request in listener.drain(served.run_dir, ["alpha", "beta"]):
         reports.handle(request)
     st = served.status()

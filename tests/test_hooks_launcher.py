@@ -48,22 +48,30 @@ def lo_orch_bin() -> str:
 
 
 def stop_payload(cwd: Path, active: bool = False) -> bytes:
-    return json.dumps({
-        "session_id": SID, "transcript_path": "/tmp/t.jsonl", "cwd": str(cwd),
-        "hook_event_name": "Stop", "permission_mode": "bypassPermissions",
-        "stop_hook_active": active, "last_assistant_message": "Done.",
-    }).encode()
+    return json.dumps(
+        {
+            "session_id": SID,
+            "transcript_path": "/tmp/t.jsonl",
+            "cwd": str(cwd),
+            "hook_event_name": "Stop",
+            "permission_mode": "bypassPermissions",
+            "stop_hook_active": active,
+            "last_assistant_message": "Done.",
+        }
+    ).encode()
 
 
-def run(argv: list[str], *, cwd: Path, env: dict[str, str], data: bytes) -> tuple[
-        subprocess.CompletedProcess[bytes], float]:
+def run(
+    argv: list[str], *, cwd: Path, env: dict[str, str], data: bytes
+) -> tuple[subprocess.CompletedProcess[bytes], float]:
     """Run one hook process; returns it and its wall time."""
     proc, wall, _ = timed(argv, cwd=cwd, env=env, data=data)
     return proc, wall
 
 
-def timed(argv: list[str], *, cwd: Path, env: dict[str, str], data: bytes) -> tuple[
-        subprocess.CompletedProcess[bytes], float, float]:
+def timed(
+    argv: list[str], *, cwd: Path, env: dict[str, str], data: bytes
+) -> tuple[subprocess.CompletedProcess[bytes], float, float]:
     """Run one process; returns it, its wall time and its CPU time (user + system).
 
     CPU time is what the hook costs whatever else the machine is doing (the test box runs
@@ -100,8 +108,7 @@ def test_unmanaged_session_exits_at_once_without_running_lo_orch(tmp_path: Path)
     env = clean_env(PATH=f"{spy_dir}:/usr/bin:/bin", SPY_OUT=str(tmp_path / "spy"))
     times = []
     for _ in range(7):
-        proc, took = run([str(LO_HOOK), "Stop"], cwd=tmp_path, env=env,
-                         data=stop_payload(tmp_path))
+        proc, took = run([str(LO_HOOK), "Stop"], cwd=tmp_path, env=env, data=stop_payload(tmp_path))
         assert proc.returncode == 0
         assert proc.stdout == b""
         assert proc.stderr == b""
@@ -140,15 +147,19 @@ def test_managed_stop_block_keeps_exit_code_2_through_the_launcher(
     wrapper = odd / "lo-orch"
     wrapper.write_text(f'#!/bin/sh\nexec {lo_orch_bin()} "$@"\n')
     wrapper.chmod(0o755)
-    env = clean_env(LO_ORCH_TASK="alpha", LO_ORCH_RUN_DIR=str(store.dirs.root),
-                    LO_ORCH_BIN=shlex.quote(str(wrapper)))
+    env = clean_env(
+        LO_ORCH_TASK="alpha",
+        LO_ORCH_RUN_DIR=str(store.dirs.root),
+        LO_ORCH_BIN=shlex.quote(str(wrapper)),
+    )
     proc, _ = run([str(LO_HOOK), "Stop"], cwd=git_repo, env=env, data=stop_payload(git_repo))
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == b""
     assert b"$LO_ORCH_BIN signal plan_ready" in proc.stderr
     assert served.status().last_event == "Stop"
-    again, _ = run([str(LO_HOOK), "Stop"], cwd=git_repo, env=env,
-                   data=stop_payload(git_repo, active=True))
+    again, _ = run(
+        [str(LO_HOOK), "Stop"], cwd=git_repo, env=env, data=stop_payload(git_repo, active=True)
+    )
     assert (again.returncode, again.stderr) == (0, b"")
 
 
@@ -162,13 +173,20 @@ def test_managed_hook_is_fast(git_repo: Path, stack: contextlib.ExitStack) -> No
     """
     served = stack.enter_context(serve(git_repo, {"alpha": working(Phase.PLAN_READY)}))
     store = Store.for_repo(git_repo)
-    env = clean_env(LO_ORCH_TASK="alpha", LO_ORCH_RUN_DIR=str(store.dirs.root),
-                    LO_ORCH_BIN=lo_orch_bin())
+    env = clean_env(
+        LO_ORCH_TASK="alpha", LO_ORCH_RUN_DIR=str(store.dirs.root), LO_ORCH_BIN=lo_orch_bin()
+    )
     argv = ["sh", "-c", f'{lo_orch_bin()} hook "$1"', "sh", "UserPromptSubmit"]
     walls, cpus = [], []
     for i in range(10):
-        data = json.dumps({"session_id": SID, "cwd": str(git_repo), "prompt": f"go {i}",
-                           "hook_event_name": "UserPromptSubmit"}).encode()
+        data = json.dumps(
+            {
+                "session_id": SID,
+                "cwd": str(git_repo),
+                "prompt": f"go {i}",
+                "hook_event_name": "UserPromptSubmit",
+            }
+        ).encode()
         proc, wall, cpu = timed(argv, cwd=git_repo, env=env, data=data)
         assert proc.returncode == 0, proc.stderr
         walls.append(wall)

@@ -121,14 +121,16 @@ def test_an_invalid_plan_is_sent_back_once_with_its_problems(
     assert "uses shell syntax `||`" in retry
     assert GOAL not in retry  # resumed: the session already has the goal
     assert json.loads(flag(argv, "--json-schema")) == json.loads(
-        flag(first["argv"], "--json-schema"))
+        flag(first["argv"], "--json-schema")
+    )
     assert "first plan had 2 problems" in out
     assert "Planning agent: 2 calls, 6 turns, 39.6 s, $0.2213" in out
     assert RunDir(git_repo).plan_json.exists()
 
 
-def test_retry_without_a_session_repeats_the_whole_prompt(tmp_path: Path, git_repo: Path,
-                                                          fake: FakeClaude) -> None:
+def test_retry_without_a_session_repeats_the_whole_prompt(
+    tmp_path: Path, git_repo: Path, fake: FakeClaude
+) -> None:
     no_session = json.loads((FIXTURES / "invalid_plan.json").read_text(encoding="utf-8"))
     no_session["session_id"] = None
     path = tmp_path / "invalid_no_session.json"
@@ -160,17 +162,31 @@ def test_invalid_twice_shows_the_errors_keeps_the_draft_and_records_nothing(
     assert not RunDir(git_repo).plan_json.exists()
 
 
-@pytest.mark.parametrize(("answer", "words", "hint"), [
-    ("not_logged_in", "Claude Code is not logged in (it answered: Not logged in · Please run "
-     "/login)", "`/login`"),
-    ("error_max_turns", "ran out of turns after 41 turns", "narrower goal"),
-    ("error_during_execution", "failed while running: API Error: 529 Overloaded", "again"),
-    ("no_json.txt", "printed no JSON result (exit code 1):\nError: something went wrong",
-     "--json-schema"),
-])
-def test_agent_errors_are_clear(git_repo: Path, fake: FakeClaude,
-                                capsys: pytest.CaptureFixture[str], answer: str, words: str,
-                                hint: str) -> None:
+@pytest.mark.parametrize(
+    ("answer", "words", "hint"),
+    [
+        (
+            "not_logged_in",
+            "Claude Code is not logged in (it answered: Not logged in · Please run /login)",
+            "`/login`",
+        ),
+        ("error_max_turns", "ran out of turns after 41 turns", "narrower goal"),
+        ("error_during_execution", "failed while running: API Error: 529 Overloaded", "again"),
+        (
+            "no_json.txt",
+            "printed no JSON result (exit code 1):\nError: something went wrong",
+            "--json-schema",
+        ),
+    ],
+)
+def test_agent_errors_are_clear(
+    git_repo: Path,
+    fake: FakeClaude,
+    capsys: pytest.CaptureFixture[str],
+    answer: str,
+    words: str,
+    hint: str,
+) -> None:
     fake.answers(answer)
     code, _out, err = plan_cli(git_repo, capsys, "--goal", GOAL)
     assert code == 1
@@ -189,8 +205,9 @@ def test_not_logged_in_is_a_not_logged_in_error(git_repo: Path, fake: FakeClaude
     assert isinstance(info.value, IntakeError)
 
 
-def test_missing_agent_command_and_empty_goal(git_repo: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_agent_command_and_empty_goal(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("LO_ORCH_AGENT_COMMAND", "/nonexistent/claude-xyz --flag")
     code, _, err = plan_cli(git_repo, capsys, "--goal", GOAL)
     assert code == 1
@@ -212,8 +229,7 @@ def test_a_long_prompt_goes_on_stdin(git_repo: Path, fake: FakeClaude) -> None:
 
 
 def test_model_setting_is_passed(git_repo: Path) -> None:
-    settings = Settings.model_validate({"agent": {"command": "claude --verbose",
-                                                  "model": "opus"}})
+    settings = Settings.model_validate({"agent": {"command": "claude --verbose", "model": "opus"}})
     argv = agent.build_argv(settings, "hi", {"type": "object"}, resume="abc")
     assert argv[:4] == ["claude", "--verbose", "-p", "hi"]
     assert flag(argv, "--model") == "opus"
@@ -229,8 +245,9 @@ def test_real_claude_code_accepts_the_flags_and_reports_not_logged_in(
     binary = claude_binary()
     assert binary is not None, "install Claude Code with scripts/test (see CONTRIBUTING.md)"
     home = Path.home()  # conftest's throwaway HOME
-    (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}),
-                                       encoding="utf-8")
+    (home / ".claude.json").write_text(
+        json.dumps({"hasCompletedOnboarding": True}), encoding="utf-8"
+    )
     for var in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("LO_ORCH_AGENT_COMMAND", str(binary))

@@ -75,8 +75,13 @@ def test_404_names_what_was_missing(server: TrackerServer) -> None:
 def test_403_with_no_remaining_requests_is_a_rate_limit_with_the_reset_time(
     server: TrackerServer,
 ) -> None:
-    server.json("GET", "/x", {"message": "API rate limit exceeded"}, status=403,
-                headers={"x-ratelimit-remaining": "0", "x-ratelimit-reset": "4102444800"})
+    server.json(
+        "GET",
+        "/x",
+        {"message": "API rate limit exceeded"},
+        status=403,
+        headers={"x-ratelimit-remaining": "0", "x-ratelimit-reset": "4102444800"},
+    )
     with pytest.raises(RateLimitedError) as info:
         client().get(f"{server.url}/x")
     assert "rate limit reached (HTTP 403)" in info.value.message
@@ -86,8 +91,9 @@ def test_403_with_no_remaining_requests_is_a_rate_limit_with_the_reset_time(
 
 
 def test_429_with_retry_after(server: TrackerServer) -> None:
-    server.json("GET", "/x", {"errorMessages": ["Too many"]}, status=429,
-                headers={"Retry-After": "30"})
+    server.json(
+        "GET", "/x", {"errorMessages": ["Too many"]}, status=429, headers={"Retry-After": "30"}
+    )
     with pytest.raises(RateLimitedError) as info:
         client().get(f"{server.url}/x")
     assert "retry after 30 s" in info.value.message
@@ -95,8 +101,13 @@ def test_429_with_retry_after(server: TrackerServer) -> None:
 
 
 def test_other_403_is_access_denied_not_rate_limit(server: TrackerServer) -> None:
-    server.json("GET", "/x", {"message": "Resource not accessible by integration"},
-                status=403, headers={"x-ratelimit-remaining": "4999"})
+    server.json(
+        "GET",
+        "/x",
+        {"message": "Resource not accessible by integration"},
+        status=403,
+        headers={"x-ratelimit-remaining": "4999"},
+    )
     with pytest.raises(TrackerHttpError) as info:
         client().get(f"{server.url}/x")
     assert not isinstance(info.value, RateLimitedError)
@@ -106,8 +117,9 @@ def test_other_403_is_access_denied_not_rate_limit(server: TrackerServer) -> Non
 
 def test_server_error_and_non_json(server: TrackerServer) -> None:
     server.json("GET", "/boom", {"message": "oops"}, status=502)
-    server.route("GET", "/html", lambda _r: (200, {"Content-Type": "text/html"},
-                                             b"<html>login page</html>"))
+    server.route(
+        "GET", "/html", lambda _r: (200, {"Content-Type": "text/html"}, b"<html>login page</html>")
+    )
     with pytest.raises(TrackerHttpError, match=r"failed on its side \(HTTP 502\)"):
         client().get(f"{server.url}/boom")
     with pytest.raises(TrackerHttpError, match="not JSON") as info:
@@ -141,8 +153,10 @@ def test_redirects_keep_the_token_on_the_same_host_only() -> None:
 
 
 def test_next_link() -> None:
-    headers = {"link": '<https://api.github.com/x?page=2>; rel="next", '
-                       '<https://api.github.com/x?page=5>; rel="last"'}
+    headers = {
+        "link": '<https://api.github.com/x?page=2>; rel="next", '
+        '<https://api.github.com/x?page=5>; rel="last"'
+    }
     assert next_link(headers) == "https://api.github.com/x?page=2"
     assert next_link({"link": '<https://a/x?page=1>; rel="prev"'}) is None
     assert next_link({}) is None

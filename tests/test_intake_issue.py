@@ -45,7 +45,7 @@ def close_db(conn: sqlite3.Connection) -> None:
 def _pragma(conn: sqlite3.Connection) -> None:
     pass
 '''
-AREA_TS = '''\
+AREA_TS = """\
 export interface BuildingArea {
   pnu: string;
   grossM2: number;
@@ -54,7 +54,7 @@ export interface BuildingArea {
 export async function getBuildingArea(pnu: string): Promise<number> {
   return 1;
 }
-'''
+"""
 GET_DB = 'def get_db(path: str = ":memory:") -> sqlite3.Connection:   # app/db.py'
 
 
@@ -70,9 +70,14 @@ def base_repo(git_repo: Path) -> Path:
 
 
 def gh_issue(api: str, number: int, title: str, body: str, state: str = "open") -> dict[str, Any]:
-    return {"number": number, "title": title, "body": body, "state": state,
-            "html_url": f"https://github.com/owner/repo/issues/{number}",
-            "repository_url": f"{api}/repos/owner/repo"}
+    return {
+        "number": number,
+        "title": title,
+        "body": body,
+        "state": state,
+        "html_url": f"https://github.com/owner/repo/issues/{number}",
+        "repository_url": f"{api}/repos/owner/repo",
+    }
 
 
 @pytest.fixture
@@ -80,14 +85,23 @@ def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[TrackerServer]:
     """A GitHub parent #1 with four sub-issues, #3 closed, on a local server."""
     with serve(TrackerServer()) as srv:
         api = srv.url
-        srv.json("GET", "/repos/owner/repo/issues/1", gh_issue(
-            api, 1, "User profiles", "Profiles live in app/; pages render from the service."))
-        srv.json("GET", "/repos/owner/repo/issues/1/sub_issues", [
-            gh_issue(api, 2, "User model", "A `User` dataclass with email validation."),
-            gh_issue(api, 3, "DB access", "Adds `get_db(path)` in app/db.py.", "closed"),
-            gh_issue(api, 4, "Profile service", "save/load profiles with get_db."),
-            gh_issue(api, 5, "Profile page", "Render a profile as HTML."),
-        ])
+        srv.json(
+            "GET",
+            "/repos/owner/repo/issues/1",
+            gh_issue(
+                api, 1, "User profiles", "Profiles live in app/; pages render from the service."
+            ),
+        )
+        srv.json(
+            "GET",
+            "/repos/owner/repo/issues/1/sub_issues",
+            [
+                gh_issue(api, 2, "User model", "A `User` dataclass with email validation."),
+                gh_issue(api, 3, "DB access", "Adds `get_db(path)` in app/db.py.", "closed"),
+                gh_issue(api, 4, "Profile service", "save/load profiles with get_db."),
+                gh_issue(api, 5, "Profile page", "Render a profile as HTML."),
+            ],
+        )
         monkeypatch.setenv("GITHUB_API_URL", api)
         monkeypatch.setenv("GITHUB_TOKEN", "gh-test-token")
         yield srv
@@ -115,8 +129,11 @@ def plan_cli(repo: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tupl
 
 
 def test_parent_with_four_children_one_closed(
-    base_repo: Path, github: TrackerServer, fake_log: Path,
-    capsys: pytest.CaptureFixture[str], tmux_socket: str,
+    base_repo: Path,
+    github: TrackerServer,
+    fake_log: Path,
+    capsys: pytest.CaptureFixture[str],
+    tmux_socket: str,
 ) -> None:
     code, out, err = plan_cli(base_repo, capsys, "--issue", "owner/repo#1")
     assert code == 0, err
@@ -134,16 +151,21 @@ def test_parent_with_four_children_one_closed(
     [call] = calls(fake_log)
     prompt = call["argv"][1]
     assert "Profiles live in app/; pages render from the service." in prompt
-    for tid, body in (("repo-2", "A `User` dataclass"), ("repo-4", "save/load profiles"),
-                      ("repo-5", "Render a profile as HTML.")):
+    for tid, body in (
+        ("repo-2", "A `User` dataclass"),
+        ("repo-4", "save/load profiles"),
+        ("repo-5", "Render a profile as HTML."),
+    ):
         assert f'task-id="{tid}"' in prompt
         assert body in prompt
     assert 'task-id="repo-3"' not in prompt
     assert GET_DB in prompt
     assert all(r.headers["authorization"] == "Bearer gh-test-token" for r in github.requests)
 
-    assert "Issue owner/repo#1 (GitHub): 3 open children -> tasks; done: owner/repo#3 -> " \
-           "done_tasks" in out
+    assert (
+        "Issue owner/repo#1 (GitHub): 3 open children -> tasks; done: owner/repo#3 -> "
+        "done_tasks" in out
+    )
     assert "Already done (no session): repo-3" in out
     assert "Planning agent: 1 call, 9 turns, 52.3 s, $0.3120" in out
 
@@ -156,7 +178,8 @@ def test_parent_with_four_children_one_closed(
     try:
         service = sup.plan.task("repo-4")
         found = templating.consumed_signatures(
-            base_repo, sup.plan, service, sup.state.base_sha, sup.state.base_sha)
+            base_repo, sup.plan, service, sup.state.base_sha, sup.state.base_sha
+        )
         [sig] = [s for s in found if s.name == "get_db"]
         assert sig.text == GET_DB
         brief = sup.render_brief(service)
@@ -166,11 +189,15 @@ def test_parent_with_four_children_one_closed(
 
 
 def test_done_child_named_on_the_command_line_and_fixup_problems(
-    base_repo: Path, github: TrackerServer, fake_log: Path, capsys: pytest.CaptureFixture[str],
+    base_repo: Path,
+    github: TrackerServer,
+    fake_log: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # #5 named done: the agent's task for it no longer matches an open child (twice)
-    code, _out, err = plan_cli(base_repo, capsys, "--issue", "owner/repo#1",
-                              "--done", "owner/repo#5")
+    code, _out, err = plan_cli(
+        base_repo, capsys, "--issue", "owner/repo#1", "--done", "owner/repo#5"
+    )
     assert code == 1
     assert "task 'repo-5': matches no open child issue" in err
     assert len(calls(fake_log)) == 2
@@ -181,12 +208,17 @@ def test_done_child_named_on_the_command_line_and_fixup_problems(
 
 
 def test_a_missing_task_for_an_open_child_is_sent_back(
-    base_repo: Path, github: TrackerServer, fake_log: Path, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    base_repo: Path,
+    github: TrackerServer,
+    fake_log: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     answer = json.loads((FIXTURES / "issue_plan.json").read_text(encoding="utf-8"))
     answer["structured_output"]["tasks"] = [
-        t for t in answer["structured_output"]["tasks"] if t["id"] != "repo-5"]
+        t for t in answer["structured_output"]["tasks"] if t["id"] != "repo-5"
+    ]
     short = tmp_path / "short.json"
     short.write_text(json.dumps(answer), encoding="utf-8")
     monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", f"{short},issue_plan")
@@ -197,20 +229,28 @@ def test_a_missing_task_for_an_open_child_is_sent_back(
     assert "fixed them on the retry" in out
 
 
-@pytest.mark.parametrize(("setup", "key", "words"), [
-    ("401", "owner/repo#1", "GitHub token rejected (HTTP 401)"),
-    ("404", "owner/repo#9", "GitHub: issue owner/repo#9 not found (HTTP 404)"),
-    ("rate", "owner/repo#1", "GitHub rate limit reached (HTTP 403); the limit resets at"),
-    ("429", "owner/repo#1", "GitHub rate limit reached (HTTP 429); retry after 60 s"),
-    ("none", "owner/repo#1", "owner/repo#1 ('Lonely') has no child issues"),
-    ("done", "owner/repo#1", "every child of owner/repo#1 is already done (1)"),
-    ("ok", "not a key", "'not a key' is not an issue key"),
-    ("ok", "ABC-12", "ABC-12 could be a Jira or a Linear key"),
-    ("ok", "https://linear.app/acme/issue/ABC-12", "Linear needs LINEAR_API_KEY"),
-])
+@pytest.mark.parametrize(
+    ("setup", "key", "words"),
+    [
+        ("401", "owner/repo#1", "GitHub token rejected (HTTP 401)"),
+        ("404", "owner/repo#9", "GitHub: issue owner/repo#9 not found (HTTP 404)"),
+        ("rate", "owner/repo#1", "GitHub rate limit reached (HTTP 403); the limit resets at"),
+        ("429", "owner/repo#1", "GitHub rate limit reached (HTTP 429); retry after 60 s"),
+        ("none", "owner/repo#1", "owner/repo#1 ('Lonely') has no child issues"),
+        ("done", "owner/repo#1", "every child of owner/repo#1 is already done (1)"),
+        ("ok", "not a key", "'not a key' is not an issue key"),
+        ("ok", "ABC-12", "ABC-12 could be a Jira or a Linear key"),
+        ("ok", "https://linear.app/acme/issue/ABC-12", "Linear needs LINEAR_API_KEY"),
+    ],
+)
 def test_tracker_failures_exit_1_with_a_clear_message(
-    git_repo: Path, fake_log: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], setup: str, key: str, words: str,
+    git_repo: Path,
+    fake_log: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    setup: str,
+    key: str,
+    words: str,
 ) -> None:
     for var in ("JIRA_URL", "LINEAR_API_KEY", "GITHUB_TOKEN", "GH_TOKEN"):
         monkeypatch.delenv(var, raising=False)
@@ -220,11 +260,17 @@ def test_tracker_failures_exit_1_with_a_clear_message(
         if setup == "401":
             srv.json("GET", parent, {"message": "Bad credentials"}, status=401)
         elif setup == "rate":
-            srv.json("GET", parent, {"message": "API rate limit exceeded"}, status=403,
-                     headers={"x-ratelimit-remaining": "0", "x-ratelimit-reset": "4102444800"})
+            srv.json(
+                "GET",
+                parent,
+                {"message": "API rate limit exceeded"},
+                status=403,
+                headers={"x-ratelimit-remaining": "0", "x-ratelimit-reset": "4102444800"},
+            )
         elif setup == "429":
-            srv.json("GET", parent, {"message": "slow down"}, status=429,
-                     headers={"Retry-After": "60"})
+            srv.json(
+                "GET", parent, {"message": "slow down"}, status=429, headers={"Retry-After": "60"}
+            )
         elif setup in ("none", "done"):
             srv.json("GET", parent, gh_issue(api, 1, "Lonely", "no children"))
             children = [gh_issue(api, 2, "Two", "x", "closed")] if setup == "done" else []
@@ -246,25 +292,52 @@ def test_done_only_goes_with_issue(git_repo: Path, capsys: pytest.CaptureFixture
 
 
 def test_linear_issue_end_to_end(
-    base_repo: Path, fake_log: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    base_repo: Path,
+    fake_log: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     def node(ident: str, title: str, state: str, desc: str = "") -> dict[str, Any]:
-        return {"identifier": ident, "title": title, "description": desc, "url": "",
-                "state": {"type": state, "name": state}}
+        return {
+            "identifier": ident,
+            "title": title,
+            "description": desc,
+            "url": "",
+            "state": {"type": state, "name": state},
+        }
 
     parent = node("ENG-1", "Areas", "started", "Area pages.")
-    parent["children"] = {"nodes": [
-        node("ENG-2", "Area API", "completed", "Exposes `getBuildingArea(pnu: string)` and "
-             "`BuildingArea` in web/area.ts"),
-        node("ENG-3", "Area page", "unstarted", "Shows the area."),
-    ], "pageInfo": {"hasNextPage": False, "endCursor": None}}
+    parent["children"] = {
+        "nodes": [
+            node(
+                "ENG-2",
+                "Area API",
+                "completed",
+                "Exposes `getBuildingArea(pnu: string)` and `BuildingArea` in web/area.ts",
+            ),
+            node("ENG-3", "Area page", "unstarted", "Shows the area."),
+        ],
+        "pageInfo": {"hasNextPage": False, "endCursor": None},
+    }
     answer = json.loads((FIXTURES / "valid_plan.json").read_text(encoding="utf-8"))
-    answer["structured_output"] = {"goal": "Area pages", "tasks": [{
-        "id": "eng-3", "objective": "Area page", "owns": ["web/page.ts", "web/page.test.ts"],
-        "consumes": ["getBuildingArea"],
-        "done": [{"criterion": "three pnus show three areas; an unknown pnu shows an error",
-                  "check": "npx vitest run web/page.test.ts"}]}]}
+    answer["structured_output"] = {
+        "goal": "Area pages",
+        "tasks": [
+            {
+                "id": "eng-3",
+                "objective": "Area page",
+                "owns": ["web/page.ts", "web/page.test.ts"],
+                "consumes": ["getBuildingArea"],
+                "done": [
+                    {
+                        "criterion": "three pnus show three areas; an unknown pnu shows an error",
+                        "check": "npx vitest run web/page.test.ts",
+                    }
+                ],
+            }
+        ],
+    }
     path = tmp_path / "linear_plan.json"
     path.write_text(json.dumps(answer), encoding="utf-8")
     monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", str(path))
@@ -279,18 +352,22 @@ def test_linear_issue_end_to_end(
     assert done["id"] == "eng-2"
     assert done["produces"] == ["getBuildingArea", "BuildingArea"]
     assert done["signatures"]["getBuildingArea"] == (
-        "export async function getBuildingArea(pnu: string): Promise<number>   // web/area.ts")
+        "export async function getBuildingArea(pnu: string): Promise<number>   // web/area.ts"
+    )
     assert done["signatures"]["BuildingArea"] == (
-        "// web/area.ts\nexport interface BuildingArea {\n  pnu: string;\n  grossM2: number;\n}")
+        "// web/area.ts\nexport interface BuildingArea {\n  pnu: string;\n  grossM2: number;\n}"
+    )
 
 
 # signature lookup for done children -------------------------------------------------------
 
 
 def test_backtick_names_and_mentioned_paths() -> None:
-    text = ("Adds `get_db(path)`, `def close_db(conn) -> None`, `User.save()`, "
-            "`app.db.connect`, `npm test`, `None`, `app/db.py` and ```block```.\n"
-            "See https://github.com/o/r/blob/main/app/db.py and ./web/area.ts, not lib/x.py.")
+    text = (
+        "Adds `get_db(path)`, `def close_db(conn) -> None`, `User.save()`, "
+        "`app.db.connect`, `npm test`, `None`, `app/db.py` and ```block```.\n"
+        "See https://github.com/o/r/blob/main/app/db.py and ./web/area.ts, not lib/x.py."
+    )
     names, strong = backtick_names(text)
     assert names == ["get_db", "close_db", "User", "connect"]
     assert strong == ["get_db", "close_db", "User"]

@@ -99,7 +99,8 @@ def test_python_body_on_the_same_line_and_comments_are_cut() -> None:
 def test_python_async_multiline_with_lambda_default() -> None:
     text = python_signatures(PY, "m.py")["fetch_all"].text
     assert text == (
-        'async def fetch_all(\n    ids: list[int],\n    key=lambda x: x,\n) -> list["User"]:')
+        'async def fetch_all(\n    ids: list[int],\n    key=lambda x: x,\n) -> list["User"]:'
+    )
 
 
 def test_python_class_with_decorator_fields_and_public_methods() -> None:
@@ -120,11 +121,16 @@ def test_python_class_with_decorator_fields_and_public_methods() -> None:
 def test_python_overloads_enums_constants_and_unicode() -> None:
     sigs = python_signatures(PY, "m.py")
     assert sigs["pick"].text.splitlines() == [
-        "@overload", "def pick(a: int) -> int:", "@overload", "def pick(a: str) -> str:",
+        "@overload",
+        "def pick(a: int) -> int:",
+        "@overload",
+        "def pick(a: str) -> str:",
         "def pick(a):",
     ]
     assert sigs["Color"].text.splitlines() == [
-        "class Color(enum.Enum):", '    RED = "red"', '    GREEN = "green"',
+        "class Color(enum.Enum):",
+        '    RED = "red"',
+        '    GREEN = "green"',
     ]
     assert sigs["LIMIT"].text == "LIMIT: int = 10"
     assert sigs["NAMES"].text == "NAMES = { ..."
@@ -193,7 +199,8 @@ export default function main(argv: string[]): number {
 def test_ts_export_function_stops_at_the_body_not_at_braces_in_types_or_strings() -> None:
     sigs = ts_signatures(TS, "src/area.ts")
     assert sigs["getBuildingArea"].text == (
-        "export function getBuildingArea(pnu: string): Promise<number>")
+        "export function getBuildingArea(pnu: string): Promise<number>"
+    )
     assert sigs["load"].text == (
         "export async function load<T extends { id: string }>(\n"
         "  opts: { limit: number; cursor?: string } = { limit: 10 },\n"
@@ -210,8 +217,8 @@ def test_ts_interface_and_types_are_given_whole() -> None:
     )
     assert sigs["Id"].text == "export type Id = string;"
     assert sigs["Shape"].text == (
-        "export type Shape =\n  | { kind: \"circle\"; r: number }\n"
-        "  | { kind: \"square\"; side: number };"
+        'export type Shape =\n  | { kind: "circle"; r: number }\n'
+        '  | { kind: "square"; side: number };'
     )
     assert sigs["Handler"].text == "export type Handler = (event: string) => void"
     assert sigs["Color"].text == 'export enum Color { Red = "red", Green = "green" }'
@@ -241,7 +248,8 @@ def test_ts_ignores_comments_and_unexported_code() -> None:
 def test_signatures_in_dispatches_by_suffix_and_find_prefers_the_first_path() -> None:
     assert signatures_in("a.md", "def f(): pass") == {}
     assert signatures_in("a.tsx", "export function f(): void {}")["f"].text == (
-        "export function f(): void")
+        "export function f(): void"
+    )
     files = {
         "b/second.py": "def get_db() -> int:\n    return 2\n",
         "a/first.py": "def get_db() -> str:\n    return '1'\n",

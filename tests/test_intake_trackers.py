@@ -32,23 +32,33 @@ def server() -> Iterator[TrackerServer]:
 # keys ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("key", "expected"), [
-    ("owner/repo#12", IssueRef("github", "owner/repo#12", "owner", "repo", 12)),
-    ("https://github.com/my-org/my.repo/issues/7",
-     IssueRef("github", "my-org/my.repo#7", "my-org", "my.repo", 7)),
-    ("https://linear.app/acme/issue/ENG-42/add-login", IssueRef("linear", "ENG-42")),
-    ("https://acme.atlassian.net/browse/PROJ-123",
-     IssueRef("jira", "PROJ-123", base_url="https://acme.atlassian.net")),
-    ("https://acme.atlassian.net/jira/software/projects/PROJ/boards/1?selectedIssue=PROJ-9",
-     IssueRef("jira", "PROJ-9", base_url="https://acme.atlassian.net")),
-])
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("owner/repo#12", IssueRef("github", "owner/repo#12", "owner", "repo", 12)),
+        (
+            "https://github.com/my-org/my.repo/issues/7",
+            IssueRef("github", "my-org/my.repo#7", "my-org", "my.repo", 7),
+        ),
+        ("https://linear.app/acme/issue/ENG-42/add-login", IssueRef("linear", "ENG-42")),
+        (
+            "https://acme.atlassian.net/browse/PROJ-123",
+            IssueRef("jira", "PROJ-123", base_url="https://acme.atlassian.net"),
+        ),
+        (
+            "https://acme.atlassian.net/jira/software/projects/PROJ/boards/1?selectedIssue=PROJ-9",
+            IssueRef("jira", "PROJ-9", base_url="https://acme.atlassian.net"),
+        ),
+    ],
+)
 def test_key_forms_pick_the_tracker(key: str, expected: IssueRef) -> None:
     assert parse_key(key, env={}) == expected
 
 
 def test_bare_key_goes_to_jira_then_linear_then_asks_for_variables() -> None:
     assert parse_key("abc-12", env={"JIRA_URL": "https://x", "LINEAR_API_KEY": "k"}) == (
-        IssueRef("jira", "ABC-12"))
+        IssueRef("jira", "ABC-12")
+    )
     assert parse_key("ABC-12", env={"LINEAR_API_KEY": "k"}) == IssueRef("linear", "ABC-12")
     with pytest.raises(IntakeError) as info:
         parse_key("ABC-12", env={})
@@ -58,8 +68,18 @@ def test_bare_key_goes_to_jira_then_linear_then_asks_for_variables() -> None:
         assert var in text
 
 
-@pytest.mark.parametrize("key", ["", "just words", "owner/repo#x", "12", "ftp://x/browse/A-1",
-                                 "https://github.com/o/r/pull/3", "https://linear.app/acme"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "just words",
+        "owner/repo#x",
+        "12",
+        "ftp://x/browse/A-1",
+        "https://github.com/o/r/pull/3",
+        "https://linear.app/acme",
+    ],
+)
 def test_bad_keys_list_the_accepted_forms(key: str) -> None:
     with pytest.raises(IntakeError) as info:
         parse_key(key, env={})
@@ -77,12 +97,23 @@ def test_task_ids_from_keys() -> None:
 # GitHub ------------------------------------------------------------------------------------
 
 
-def gh_issue(api: str, number: int, title: str, body: str | None = "", state: str = "open",
-             slug: str = "owner/repo") -> dict[str, Any]:
+def gh_issue(
+    api: str,
+    number: int,
+    title: str,
+    body: str | None = "",
+    state: str = "open",
+    slug: str = "owner/repo",
+) -> dict[str, Any]:
     return {
-        "number": number, "title": title, "body": body, "state": state,
+        "number": number,
+        "title": title,
+        "body": body,
+        "state": state,
         "html_url": f"https://github.com/{slug}/issues/{number}",
-        "repository_url": f"{api}/repos/{slug}", "state_reason": None, "labels": [],
+        "repository_url": f"{api}/repos/{slug}",
+        "state_reason": None,
+        "labels": [],
     }
 
 
@@ -95,15 +126,22 @@ def test_github_parent_and_paginated_sub_issues(server: TrackerServer) -> None:
         if req.param("page") == "2":
             return 200, {}, [gh_issue(api, 4, "Page", None, slug="owner/other")]
         link = f'<{api}{base}/sub_issues?per_page=2&page=2>; rel="next"'
-        return 200, {"Link": link}, [gh_issue(api, 2, "Model", "Body 2"),
-                                     gh_issue(api, 3, "Service", "Body 3", "closed")]
+        return (
+            200,
+            {"Link": link},
+            [gh_issue(api, 2, "Model", "Body 2"), gh_issue(api, 3, "Service", "Body 3", "closed")],
+        )
 
     server.route("GET", f"{base}/sub_issues", sub_issues)
-    tree = github.fetch(parse_key("owner/repo#1", env={}),
-                        {"GITHUB_API_URL": api, "GH_TOKEN": "gh-secret"})
+    tree = github.fetch(
+        parse_key("owner/repo#1", env={}), {"GITHUB_API_URL": api, "GH_TOKEN": "gh-secret"}
+    )
     assert tree.tracker == "github"
     assert (tree.parent.key, tree.parent.title, tree.parent.body) == (
-        "owner/repo#1", "Profiles", "The architecture.")
+        "owner/repo#1",
+        "Profiles",
+        "The architecture.",
+    )
     assert [(c.key, c.done, c.body) for c in tree.children] == [
         ("owner/repo#2", False, "Body 2"),
         ("owner/repo#3", True, "Body 3"),
@@ -125,8 +163,10 @@ def test_github_without_token_sends_no_authorization(server: TrackerServer) -> N
 
 def test_github_task_list_children_when_there_are_no_sub_issues(server: TrackerServer) -> None:
     api = server.url
-    body = ("Plan:\n- [ ] #2\n- [x] #3\n* [ ] other/lib#4\n"
-            "- [ ] https://github.com/owner/repo/issues/5\n- [ ] #2 again\nNot a task: #6\n")
+    body = (
+        "Plan:\n- [ ] #2\n- [x] #3\n* [ ] other/lib#4\n"
+        "- [ ] https://github.com/owner/repo/issues/5\n- [ ] #2 again\nNot a task: #6\n"
+    )
     server.json("GET", "/repos/owner/repo/issues/1", gh_issue(api, 1, "Parent", body))
     server.json("GET", "/repos/owner/repo/issues/1/sub_issues", [])
     server.json("GET", "/repos/owner/repo/issues/2", gh_issue(api, 2, "Two"))
@@ -135,7 +175,9 @@ def test_github_task_list_children_when_there_are_no_sub_issues(server: TrackerS
     server.json("GET", "/repos/owner/repo/issues/5", gh_issue(api, 5, "Five", state="closed"))
     tree = github.fetch(parse_key("owner/repo#1", env={}), {"GITHUB_API_URL": api})
     assert [(c.key, c.done) for c in tree.children] == [
-        ("owner/repo#2", False), ("owner/repo#3", True), ("other/lib#4", False),
+        ("owner/repo#2", False),
+        ("owner/repo#3", True),
+        ("other/lib#4", False),
         ("owner/repo#5", True),
     ]
 
@@ -155,9 +197,13 @@ def test_github_errors(server: TrackerServer) -> None:
         github.fetch(parse_key("o/r#1", env={}), env)
     with pytest.raises(NotFoundError, match="issue o/r#2 not found"):
         github.fetch(parse_key("o/r#2", env={}), env)
-    server.json("GET", "/repos/o/r/issues/3", {"message": "API rate limit exceeded"},
-                status=403, headers={"x-ratelimit-remaining": "0",
-                                     "x-ratelimit-reset": "4102444800"})
+    server.json(
+        "GET",
+        "/repos/o/r/issues/3",
+        {"message": "API rate limit exceeded"},
+        status=403,
+        headers={"x-ratelimit-remaining": "0", "x-ratelimit-reset": "4102444800"},
+    )
     with pytest.raises(RateLimitedError, match="2100-01-01 00:00:00 UTC"):
         github.fetch(parse_key("o/r#3", env={}), env)
 
@@ -165,34 +211,59 @@ def test_github_errors(server: TrackerServer) -> None:
 # Jira --------------------------------------------------------------------------------------
 
 ADF = {
-    "type": "doc", "version": 1, "content": [
+    "type": "doc",
+    "version": 1,
+    "content": [
         {"type": "heading", "attrs": {"level": 2}, "content": [{"type": "text", "text": "Done"}]},
-        {"type": "paragraph", "content": [
-            {"type": "text", "text": "Exposes "},
-            {"type": "text", "text": "get_db()", "marks": [{"type": "code"}]},
-            {"type": "text", "text": " in app/db.py"},
-            {"type": "hardBreak"},
-            {"type": "text", "text": "Ask "},
-            {"type": "mention", "attrs": {"id": "1", "text": "@Ann"}},
-        ]},
-        {"type": "bulletList", "content": [
-            {"type": "listItem", "content": [
-                {"type": "paragraph", "content": [{"type": "text", "text": "first"}]}]},
-            {"type": "listItem", "content": [
-                {"type": "paragraph", "content": [{"type": "text", "text": "second"}]}]},
-        ]},
-        {"type": "codeBlock", "attrs": {"language": "python"},
-         "content": [{"type": "text", "text": "x = 1"}]},
+        {
+            "type": "paragraph",
+            "content": [
+                {"type": "text", "text": "Exposes "},
+                {"type": "text", "text": "get_db()", "marks": [{"type": "code"}]},
+                {"type": "text", "text": " in app/db.py"},
+                {"type": "hardBreak"},
+                {"type": "text", "text": "Ask "},
+                {"type": "mention", "attrs": {"id": "1", "text": "@Ann"}},
+            ],
+        },
+        {
+            "type": "bulletList",
+            "content": [
+                {
+                    "type": "listItem",
+                    "content": [
+                        {"type": "paragraph", "content": [{"type": "text", "text": "first"}]}
+                    ],
+                },
+                {
+                    "type": "listItem",
+                    "content": [
+                        {"type": "paragraph", "content": [{"type": "text", "text": "second"}]}
+                    ],
+                },
+            ],
+        },
+        {
+            "type": "codeBlock",
+            "attrs": {"language": "python"},
+            "content": [{"type": "text", "text": "x = 1"}],
+        },
     ],
 }
 
 
-def jira_issue(key: str, summary: str, description: Any, category: str = "new",
-               status: str = "To Do") -> dict[str, Any]:
-    return {"id": "10001", "key": key, "fields": {
-        "summary": summary, "description": description,
-        "status": {"name": status, "statusCategory": {"key": category, "name": status}},
-    }}
+def jira_issue(
+    key: str, summary: str, description: Any, category: str = "new", status: str = "To Do"
+) -> dict[str, Any]:
+    return {
+        "id": "10001",
+        "key": key,
+        "fields": {
+            "summary": summary,
+            "description": description,
+            "status": {"name": status, "statusCategory": {"key": category, "name": status}},
+        },
+    }
 
 
 def test_adf_text_flattens_text_nodes_keeping_inline_code() -> None:
@@ -204,31 +275,54 @@ def test_adf_text_flattens_text_nodes_keeping_inline_code() -> None:
     assert jira.adf_text("plain v2 text") == "plain v2 text"
 
 
-CLOUD_INFO = {"baseUrl": "https://acme.atlassian.net", "version": "1001.0.0-SNAPSHOT",
-              "versionNumbers": [1001, 0, 0], "deploymentType": "Cloud", "serverTitle": "Jira"}
+CLOUD_INFO = {
+    "baseUrl": "https://acme.atlassian.net",
+    "version": "1001.0.0-SNAPSHOT",
+    "versionNumbers": [1001, 0, 0],
+    "deploymentType": "Cloud",
+    "serverTitle": "Jira",
+}
 
 
 def test_jira_parent_and_children_with_next_page_token(server: TrackerServer) -> None:
     server.json("GET", "/rest/api/2/serverInfo", CLOUD_INFO)
-    server.json("GET", "/rest/api/3/issue/PROJ-1",
-                jira_issue("PROJ-1", "Profiles", ADF, "indeterminate", "In Progress"))
+    server.json(
+        "GET",
+        "/rest/api/3/issue/PROJ-1",
+        jira_issue("PROJ-1", "Profiles", ADF, "indeterminate", "In Progress"),
+    )
 
     def search(req: Request) -> tuple[int, dict[str, str], Any]:
         if req.param("nextPageToken") == "page-2":
             return 200, {}, {"issues": [jira_issue("PROJ-4", "Four", None)], "isLast": True}
-        return 200, {}, {"issues": [jira_issue("PROJ-2", "Two", ADF),
-                                    jira_issue("PROJ-3", "Three", None, "done", "Done")],
-                         "nextPageToken": "page-2", "isLast": False}
+        return (
+            200,
+            {},
+            {
+                "issues": [
+                    jira_issue("PROJ-2", "Two", ADF),
+                    jira_issue("PROJ-3", "Three", None, "done", "Done"),
+                ],
+                "nextPageToken": "page-2",
+                "isLast": False,
+            },
+        )
 
     server.route("GET", "/rest/api/3/search/jql", search)
-    env = {"JIRA_URL": server.url + "/", "JIRA_EMAIL": "me@example.com",
-           "JIRA_API_TOKEN": "jira-secret"}
+    env = {
+        "JIRA_URL": server.url + "/",
+        "JIRA_EMAIL": "me@example.com",
+        "JIRA_API_TOKEN": "jira-secret",
+    }
     tree = fetch_tree("PROJ-1", Path(), env=env, profile={})
     assert tree.tracker == "jira"
     assert tree.parent.title == "Profiles" and not tree.parent.done
     assert "`get_db()`" in tree.parent.body
     assert [(c.key, c.done, c.state) for c in tree.children] == [
-        ("PROJ-2", False, "To Do"), ("PROJ-3", True, "Done"), ("PROJ-4", False, "To Do")]
+        ("PROJ-2", False, "To Do"),
+        ("PROJ-3", True, "Done"),
+        ("PROJ-4", False, "To Do"),
+    ]
     info, first, search1, search2 = server.requests
     assert info.path == "/rest/api/2/serverInfo"  # 127.0.0.1 is no atlassian.net: asked
     assert first.param("fields") == "summary,description,status,resolution"
@@ -242,8 +336,7 @@ def test_jira_parent_and_children_with_next_page_token(server: TrackerServer) ->
 
 def test_jira_needs_email_and_token(server: TrackerServer) -> None:
     with pytest.raises(IntakeError) as info:
-        fetch_tree("PROJ-1", Path(), env={"JIRA_URL": server.url, "JIRA_EMAIL": "me@x"},
-                   profile={})
+        fetch_tree("PROJ-1", Path(), env={"JIRA_URL": server.url, "JIRA_EMAIL": "me@x"}, profile={})
     assert "Jira needs JIRA_API_TOKEN" in info.value.message
     assert server.requests == []
 
@@ -251,9 +344,15 @@ def test_jira_needs_email_and_token(server: TrackerServer) -> None:
 def test_jira_404_and_401_use_the_server_words(server: TrackerServer) -> None:
     env = {"JIRA_URL": server.url, "JIRA_EMAIL": "me@x", "JIRA_API_TOKEN": "t"}
     server.json("GET", "/rest/api/2/serverInfo", CLOUD_INFO)
-    server.json("GET", "/rest/api/3/issue/PROJ-404", {"errorMessages": [
-        "Issue does not exist or you do not have permission to see it."], "errors": {}},
-        status=404)
+    server.json(
+        "GET",
+        "/rest/api/3/issue/PROJ-404",
+        {
+            "errorMessages": ["Issue does not exist or you do not have permission to see it."],
+            "errors": {},
+        },
+        status=404,
+    )
     with pytest.raises(NotFoundError, match="Issue does not exist"):
         fetch_tree("PROJ-404", Path(), env=env, profile={})
     server.json("GET", "/rest/api/3/issue/PROJ-401", {}, status=401)
@@ -265,11 +364,16 @@ def test_jira_404_and_401_use_the_server_words(server: TrackerServer) -> None:
 # Linear ------------------------------------------------------------------------------------
 
 
-def lin(identifier: str, title: str, state_type: str = "unstarted",
-        description: str | None = "") -> dict[str, Any]:
-    return {"identifier": identifier, "title": title, "description": description,
-            "url": f"https://linear.app/acme/issue/{identifier}",
-            "state": {"type": state_type, "name": state_type.title()}}
+def lin(
+    identifier: str, title: str, state_type: str = "unstarted", description: str | None = ""
+) -> dict[str, Any]:
+    return {
+        "identifier": identifier,
+        "title": title,
+        "description": description,
+        "url": f"https://linear.app/acme/issue/{identifier}",
+        "state": {"type": state_type, "name": state_type.title()},
+    }
 
 
 def test_linear_children_paginated_with_page_info(server: TrackerServer) -> None:
@@ -292,23 +396,48 @@ def test_linear_children_paginated_with_page_info(server: TrackerServer) -> None
     assert tree.tracker == "linear"
     assert (tree.parent.key, tree.parent.body) == ("ENG-1", "Architecture")
     assert [(c.key, c.done, c.skipped) for c in tree.children] == [
-        ("ENG-2", False, ""), ("ENG-3", True, ""), ("ENG-4", False, "canceled")]
+        ("ENG-2", False, ""),
+        ("ENG-3", True, ""),
+        ("ENG-4", False, "canceled"),
+    ]
     assert [r.body["variables"] for r in server.requests] == [
-        {"id": "ENG-1", "after": None}, {"id": "ENG-1", "after": "cursor-1"}]
+        {"id": "ENG-1", "after": None},
+        {"id": "ENG-1", "after": "cursor-1"},
+    ]
     assert server.requests[0].headers["authorization"] == "lin_api_secret"
 
 
-@pytest.mark.parametrize(("status", "errors", "error_type", "words"), [
-    (400, [{"message": "Authentication required, not authenticated",
-            "extensions": {"code": "AUTHENTICATION_ERROR"}}], TokenRejectedError,
-     "Linear token rejected"),
-    (200, [{"message": "Entity not found: Issue", "extensions": {"type": "invalid input"}}],
-     NotFoundError, "issue ENG-9 not found"),
-    (400, [{"message": "Rate limit exceeded", "extensions": {"code": "RATELIMITED"}}],
-     RateLimitedError, "Linear rate limit reached"),
-])
-def test_linear_graphql_errors(server: TrackerServer, status: int, errors: list[Any],
-                               error_type: type[Exception], words: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "errors", "error_type", "words"),
+    [
+        (
+            400,
+            [
+                {
+                    "message": "Authentication required, not authenticated",
+                    "extensions": {"code": "AUTHENTICATION_ERROR"},
+                }
+            ],
+            TokenRejectedError,
+            "Linear token rejected",
+        ),
+        (
+            200,
+            [{"message": "Entity not found: Issue", "extensions": {"type": "invalid input"}}],
+            NotFoundError,
+            "issue ENG-9 not found",
+        ),
+        (
+            400,
+            [{"message": "Rate limit exceeded", "extensions": {"code": "RATELIMITED"}}],
+            RateLimitedError,
+            "Linear rate limit reached",
+        ),
+    ],
+)
+def test_linear_graphql_errors(
+    server: TrackerServer, status: int, errors: list[Any], error_type: type[Exception], words: str
+) -> None:
     server.json("POST", "/graphql", {"data": None, "errors": errors}, status=status)
     env = {"LINEAR_API_URL": f"{server.url}/graphql", "LINEAR_API_KEY": "k"}
     with pytest.raises(error_type, match=words):
@@ -351,19 +480,27 @@ def test_cli_intake_command_runs_with_the_key_last(tmp_path: Path) -> None:
     tree = fetch_tree("ANY-7", tmp_path, env={}, profile=profile)
     assert tree.tracker == "cli"
     assert (tree.parent.key, tree.parent.title, tree.parent.body) == (
-        "ANY-7", "From the tool", "arch --flag")
+        "ANY-7",
+        "From the tool",
+        "arch --flag",
+    )
     assert [(c.key, c.done, c.body) for c in tree.children] == [
-        ("C-1", True, "b1"), ("C-2", False, "")]
+        ("C-1", True, "b1"),
+        ("C-2", False, ""),
+    ]
 
 
 def test_cli_intake_from_the_repo_tool_profile_and_its_failures(tmp_path: Path) -> None:
     script = tmp_path / "tree.py"
     script.write_text(TREE_SCRIPT, encoding="utf-8")
     (tmp_path / ".loop-orchestrator").mkdir()
-    (tmp_path / ".loop-orchestrator" / "tools.json").write_text(json.dumps(
-        {"intake": {"kind": "cli", "command": f"{sys.executable} {script}"}}), encoding="utf-8")
+    (tmp_path / ".loop-orchestrator" / "tools.json").write_text(
+        json.dumps({"intake": {"kind": "cli", "command": f"{sys.executable} {script}"}}),
+        encoding="utf-8",
+    )
     assert fetch_tree("X-1", tmp_path, env={"HOME": str(tmp_path)}).parent.title == (
-        "From the tool")
+        "From the tool"
+    )
     with pytest.raises(IntakeError, match="exited 4") as info:
         fetch_tree("FAIL-1", tmp_path, env={"HOME": str(tmp_path)})
     assert "cannot find FAIL-1" in info.value.message
@@ -373,7 +510,11 @@ def test_cli_intake_from_the_repo_tool_profile_and_its_failures(tmp_path: Path) 
         fetch_tree("SHAPE-1", tmp_path, env={"HOME": str(tmp_path)})
     assert "children" in shape.value.message
     with pytest.raises(IntakeError, match="was not found"):
-        fetch_tree("X-1", tmp_path, env={}, profile={"intake": {"kind": "cli",
-                                                                "command": "no-such-tool-xyz"}})
+        fetch_tree(
+            "X-1",
+            tmp_path,
+            env={},
+            profile={"intake": {"kind": "cli", "command": "no-such-tool-xyz"}},
+        )
     with pytest.raises(IntakeError, match="no `command`"):
         fetch_tree("X-1", tmp_path, env={}, profile={"intake": {"kind": "cli"}})

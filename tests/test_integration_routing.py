@@ -12,8 +12,14 @@ from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.verify import failing_files
 
-FILES = ["app/__init__.py", "app/models.py", "app/service.py", "tests/test_models.py",
-         "tests/test_service.py", "README.md"]
+FILES = [
+    "app/__init__.py",
+    "app/models.py",
+    "app/service.py",
+    "tests/test_models.py",
+    "tests/test_service.py",
+    "README.md",
+]
 
 
 def test_pytest_failures_name_the_test_files() -> None:
@@ -22,16 +28,20 @@ def test_pytest_failures_name_the_test_files() -> None:
 
 
 def test_unittest_failures_map_dotted_modules_to_files() -> None:
-    out = ("FAIL: test_x (tests.test_models.ModelTest.test_x)\n"
-           "ERROR: test_y (tests.test_service.ServiceTest)\n")
+    out = (
+        "FAIL: test_x (tests.test_models.ModelTest.test_x)\n"
+        "ERROR: test_y (tests.test_service.ServiceTest)\n"
+    )
     assert failing_files(out, FILES) == ["tests/test_models.py", "tests/test_service.py"]
 
 
 def test_traceback_paths_in_a_temporary_checkout_match_by_suffix() -> None:
-    out = ('Traceback (most recent call last):\n'
-           '  File "/tmp/lo-check-abc/tests/test_models.py", line 9, in test_x\n'
-           '  File "/tmp/lo-check-abc/app/models.py", line 3, in make\n'
-           '  File "/usr/lib/python3.11/json/__init__.py", line 1, in loads\n')
+    out = (
+        "Traceback (most recent call last):\n"
+        '  File "/tmp/lo-check-abc/tests/test_models.py", line 9, in test_x\n'
+        '  File "/tmp/lo-check-abc/app/models.py", line 3, in make\n'
+        '  File "/usr/lib/python3.11/json/__init__.py", line 1, in loads\n'
+    )
     assert failing_files(out, FILES) == ["tests/test_models.py", "app/models.py"]
 
 
@@ -41,7 +51,8 @@ def test_no_known_file_blamed_means_nothing_to_route() -> None:
 
 def test_other_mentions_are_a_fallback_only() -> None:
     assert failing_files("lint: app/service.py:3: E501 line too long\n", FILES) == [
-        "app/service.py"]
+        "app/service.py"
+    ]
 
 
 def _commit(repo: Path, path: str, text: str, message: str) -> None:

@@ -52,20 +52,19 @@ def test_nothing_leaves_a_merged_task_but_a_reopen_a_block_or_a_failure() -> Non
     assert leaving == {Event.REOPEN, Event.BLOCK, Event.FAIL, Event.RETRY_IMPLEMENT}
 
 
-def status(phase: Phase, rework: int = 0, delivered: str | None = "same", **kw: object
-           ) -> TaskStatus:
+def status(
+    phase: Phase, rework: int = 0, delivered: str | None = "same", **kw: object
+) -> TaskStatus:
     if delivered == "same":
         delivered = lifecycle.delivery_key(phase, rework)
-    return TaskStatus(task="alpha", phase=phase, rework_count=rework, delivered=delivered,
-                      **kw)  # type: ignore[arg-type]
+    return TaskStatus(task="alpha", phase=phase, rework_count=rework, delivered=delivered, **kw)  # type: ignore[arg-type]
 
 
 def test_signal_follows_its_phase_once_the_prompt_arrived() -> None:
     d = decide_signal(status(Phase.PLANNING), "plan_ready", None)
     assert d.accepted and d.changes["phase"] == Phase.PLAN_READY
     d = decide_signal(status(Phase.IMPLEMENTING, rework=2), "impl_done", "done")
-    assert d.accepted and d.changes == {"phase": Phase.IMPL_DONE, "stop_blocks": 0,
-                                        "note": "done"}
+    assert d.accepted and d.changes == {"phase": Phase.IMPL_DONE, "stop_blocks": 0, "note": "done"}
 
 
 def test_impl_done_before_the_rework_prompt_arrived_is_refused() -> None:
@@ -84,12 +83,20 @@ def test_plan_ready_while_implementing_prompt_is_pending_is_refused() -> None:
     assert not decide_signal(st, "impl_done", None).accepted
 
 
-@pytest.mark.parametrize(("phase", "signal"), [
-    (Phase.PENDING, "plan_ready"), (Phase.LAUNCHING, "impl_done"),
-    (Phase.PLANNING, "impl_done"), (Phase.VERIFYING, "impl_done"),
-    (Phase.APPROVED, "plan_ready"), (Phase.INTEGRATED, "impl_done"),
-    (Phase.INTEGRATED, "blocked"), (Phase.PENDING, "blocked"), (Phase.FAILED, "blocked"),
-])
+@pytest.mark.parametrize(
+    ("phase", "signal"),
+    [
+        (Phase.PENDING, "plan_ready"),
+        (Phase.LAUNCHING, "impl_done"),
+        (Phase.PLANNING, "impl_done"),
+        (Phase.VERIFYING, "impl_done"),
+        (Phase.APPROVED, "plan_ready"),
+        (Phase.INTEGRATED, "impl_done"),
+        (Phase.INTEGRATED, "blocked"),
+        (Phase.PENDING, "blocked"),
+        (Phase.FAILED, "blocked"),
+    ],
+)
 def test_signals_that_make_no_sense_are_refused(phase: Phase, signal: str) -> None:
     d = decide_signal(status(phase), signal, "a note")
     assert not d.accepted
@@ -135,7 +142,10 @@ def test_stop_gate_is_bounded_and_honours_stop_hook_active() -> None:
 def test_hook_changes() -> None:
     st = status(Phase.PLANNING)
     assert lifecycle.hook_changes(st, "SessionStart", {"session_id": "s1"}, "T") == {
-        "last_event": "SessionStart", "last_event_at": "T", "session_id": "s1"}
+        "last_event": "SessionStart",
+        "last_event_at": "T",
+        "session_id": "s1",
+    }
     known = status(Phase.PLANNING, session_id="s0")
     assert "session_id" not in lifecycle.hook_changes(known, "Stop", {"session_id": "s1"}, "T")
     assert lifecycle.hook_changes(st, "UserPromptSubmit", {}, "T")["prompt_submitted_at"] == "T"
@@ -150,25 +160,32 @@ def test_rework_limit_counts_rounds_a_person_granted() -> None:
     assert lifecycle.rework_limit(status(Phase.BLOCKED, extra_rounds=2), 3) == 5
 
 
-@pytest.mark.parametrize(("st", "expected"), [
-    (status(Phase.PENDING, delivered=None), None),
-    (status(Phase.LAUNCHING, delivered=None), lifecycle.Action.START),
-    (status(Phase.PLANNING), None),
-    (status(Phase.PLANNING, delivered=None), lifecycle.Action.REDELIVER),
-    (status(Phase.PLAN_READY, delivered="planning:0"), lifecycle.Action.IMPLEMENT),
-    (status(Phase.IMPLEMENTING, delivered="planning:0"), lifecycle.Action.REDELIVER),
-    (status(Phase.IMPLEMENTING, rework=2, delivered="implementing:1"),
-     lifecycle.Action.REDELIVER),
-    (status(Phase.IMPLEMENTING), None),
-    (status(Phase.IMPLEMENTING, error=lifecycle.NOT_LOGGED_IN_ERROR),
-     lifecycle.Action.NOT_LOGGED_IN),
-    (status(Phase.IMPL_DONE, delivered="implementing:0"), lifecycle.Action.VERIFY),
-    (status(Phase.VERIFYING, delivered="implementing:0"), lifecycle.Action.VERIFY),
-    (status(Phase.APPROVED, delivered="implementing:0"), lifecycle.Action.INTEGRATE),
-    (status(Phase.INTEGRATED), None),
-    (status(Phase.BLOCKED), None),
-    (status(Phase.FAILED), None),
-])
+@pytest.mark.parametrize(
+    ("st", "expected"),
+    [
+        (status(Phase.PENDING, delivered=None), None),
+        (status(Phase.LAUNCHING, delivered=None), lifecycle.Action.START),
+        (status(Phase.PLANNING), None),
+        (status(Phase.PLANNING, delivered=None), lifecycle.Action.REDELIVER),
+        (status(Phase.PLAN_READY, delivered="planning:0"), lifecycle.Action.IMPLEMENT),
+        (status(Phase.IMPLEMENTING, delivered="planning:0"), lifecycle.Action.REDELIVER),
+        (
+            status(Phase.IMPLEMENTING, rework=2, delivered="implementing:1"),
+            lifecycle.Action.REDELIVER,
+        ),
+        (status(Phase.IMPLEMENTING), None),
+        (
+            status(Phase.IMPLEMENTING, error=lifecycle.NOT_LOGGED_IN_ERROR),
+            lifecycle.Action.NOT_LOGGED_IN,
+        ),
+        (status(Phase.IMPL_DONE, delivered="implementing:0"), lifecycle.Action.VERIFY),
+        (status(Phase.VERIFYING, delivered="implementing:0"), lifecycle.Action.VERIFY),
+        (status(Phase.APPROVED, delivered="implementing:0"), lifecycle.Action.INTEGRATE),
+        (status(Phase.INTEGRATED), None),
+        (status(Phase.BLOCKED), None),
+        (status(Phase.FAILED), None),
+    ],
+)
 def test_the_next_step_follows_from_the_recorded_state(
     st: TaskStatus, expected: lifecycle.Action | None
 ) -> None:

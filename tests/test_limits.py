@@ -16,38 +16,66 @@ from loop_orchestrator.limits import usage_limit_reset
 #: (the session's TZ, when it was said (UTC), the message, the reset the endpoint sent (UTC));
 #: the minutes are as measured, the seconds as near as the run's log gave them
 REAL = [
-    ("UTC", datetime(2026, 11, 30, 9, 55, 51, tzinfo=UTC),
-     "You've hit your 5-hour limit · resets 10:55am (UTC)",
-     datetime(2026, 11, 30, 10, 55, 51, tzinfo=UTC)),
-    ("America/New_York", datetime(2026, 11, 30, 9, 55, 3, tzinfo=UTC),
-     "You've hit your 5-hour limit · resets 5:55am (America/New_York)",
-     datetime(2026, 11, 30, 10, 55, 3, tzinfo=UTC)),
-    ("America/New_York", datetime(2026, 11, 30, 9, 55, 10, tzinfo=UTC),
-     "You've hit your 5-hour limit · resets Dec 2, 12:28pm (America/New_York)",
-     datetime(2026, 12, 2, 17, 28, 30, tzinfo=UTC)),
-    ("Asia/Kolkata", datetime(2026, 11, 30, 9, 55, 17, tzinfo=UTC),
-     "You've hit your 5-hour limit · resets 4:25pm (Asia/Kolkata)",
-     datetime(2026, 11, 30, 10, 55, 17, tzinfo=UTC)),
-    ("Asia/Kolkata", datetime(2026, 11, 30, 9, 55, 24, tzinfo=UTC),
-     "You've hit your 5-hour limit · resets Dec 2, 10:58pm (Asia/Kolkata)",
-     datetime(2026, 12, 2, 17, 28, 44, tzinfo=UTC)),
-    ("Europe/Berlin", datetime(2026, 11, 30, 9, 55, 31, tzinfo=UTC),
-     "You've hit your 5-hour limit · resets 11:55am (Europe/Berlin)",
-     datetime(2026, 11, 30, 10, 55, 31, tzinfo=UTC)),
-    ("Europe/Berlin", datetime(2026, 11, 30, 9, 55, 38, tzinfo=UTC),
-     "You've hit your 5-hour limit · resets Dec 2, 6:29pm (Europe/Berlin)",
-     datetime(2026, 12, 2, 17, 29, 58, tzinfo=UTC)),
-    ("Australia/Adelaide", datetime(2026, 11, 30, 9, 55, 44, tzinfo=UTC),
-     "You've hit your 5-hour limit · resets 9:25pm (Australia/Adelaide)",
-     datetime(2026, 11, 30, 10, 55, 44, tzinfo=UTC)),
-    ("Australia/Adelaide", datetime(2026, 11, 30, 9, 55, 51, tzinfo=UTC),
-     "You've hit your 5-hour limit · resets Dec 3, 3:59am (Australia/Adelaide)",
-     datetime(2026, 12, 2, 17, 29, 11, tzinfo=UTC)),
+    (
+        "UTC",
+        datetime(2026, 11, 30, 9, 55, 51, tzinfo=UTC),
+        "You've hit your 5-hour limit · resets 10:55am (UTC)",
+        datetime(2026, 11, 30, 10, 55, 51, tzinfo=UTC),
+    ),
+    (
+        "America/New_York",
+        datetime(2026, 11, 30, 9, 55, 3, tzinfo=UTC),
+        "You've hit your 5-hour limit · resets 5:55am (America/New_York)",
+        datetime(2026, 11, 30, 10, 55, 3, tzinfo=UTC),
+    ),
+    (
+        "America/New_York",
+        datetime(2026, 11, 30, 9, 55, 10, tzinfo=UTC),
+        "You've hit your 5-hour limit · resets Dec 2, 12:28pm (America/New_York)",
+        datetime(2026, 12, 2, 17, 28, 30, tzinfo=UTC),
+    ),
+    (
+        "Asia/Kolkata",
+        datetime(2026, 11, 30, 9, 55, 17, tzinfo=UTC),
+        "You've hit your 5-hour limit · resets 4:25pm (Asia/Kolkata)",
+        datetime(2026, 11, 30, 10, 55, 17, tzinfo=UTC),
+    ),
+    (
+        "Asia/Kolkata",
+        datetime(2026, 11, 30, 9, 55, 24, tzinfo=UTC),
+        "You've hit your 5-hour limit · resets Dec 2, 10:58pm (Asia/Kolkata)",
+        datetime(2026, 12, 2, 17, 28, 44, tzinfo=UTC),
+    ),
+    (
+        "Europe/Berlin",
+        datetime(2026, 11, 30, 9, 55, 31, tzinfo=UTC),
+        "You've hit your 5-hour limit · resets 11:55am (Europe/Berlin)",
+        datetime(2026, 11, 30, 10, 55, 31, tzinfo=UTC),
+    ),
+    (
+        "Europe/Berlin",
+        datetime(2026, 11, 30, 9, 55, 38, tzinfo=UTC),
+        "You've hit your 5-hour limit · resets Dec 2, 6:29pm (Europe/Berlin)",
+        datetime(2026, 12, 2, 17, 29, 58, tzinfo=UTC),
+    ),
+    (
+        "Australia/Adelaide",
+        datetime(2026, 11, 30, 9, 55, 44, tzinfo=UTC),
+        "You've hit your 5-hour limit · resets 9:25pm (Australia/Adelaide)",
+        datetime(2026, 11, 30, 10, 55, 44, tzinfo=UTC),
+    ),
+    (
+        "Australia/Adelaide",
+        datetime(2026, 11, 30, 9, 55, 51, tzinfo=UTC),
+        "You've hit your 5-hour limit · resets Dec 3, 3:59am (Australia/Adelaide)",
+        datetime(2026, 12, 2, 17, 29, 11, tzinfo=UTC),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("zone", "now", "message", "sent"), REAL,
-                         ids=[f"{z}-{m[-30:]}" for z, _, m, _ in REAL])
+@pytest.mark.parametrize(
+    ("zone", "now", "message", "sent"), REAL, ids=[f"{z}-{m[-30:]}" for z, _, m, _ in REAL]
+)
 def test_each_real_message_gives_the_reset_the_endpoint_sent(
     zone: str, now: datetime, message: str, sent: datetime
 ) -> None:
@@ -65,7 +93,8 @@ def test_a_reset_in_the_minute_said_is_now_not_tomorrow() -> None:
     # well past: tomorrow's
     later = now + timedelta(minutes=10)
     assert usage_limit_reset("limit · resets 10:55am (UTC)", later) == datetime(
-        2026, 12, 1, 10, 55, tzinfo=UTC)
+        2026, 12, 1, 10, 55, tzinfo=UTC
+    )
 
 
 def test_a_zone_with_a_daylight_saving_change_and_the_year_end() -> None:
@@ -80,15 +109,18 @@ def test_a_zone_with_a_daylight_saving_change_and_the_year_end() -> None:
     assert got == datetime(2027, 1, 2, 9, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("text", [
-    "You've hit your 5-hour limit · resets 2:11am (Mars/Olympus)",  # unknown zone
-    "You've hit your 5-hour limit · resets Feb 30, 2am (UTC)",  # no such day
-    "You've hit your 5-hour limit · resets Foo 3, 2am (UTC)",  # no such month
-    "You've hit your 5-hour limit · resets 0am (UTC)",
-    "You've hit your 5-hour limit · resets 10:75am (UTC)",
-    "API Error: Request rejected (429) · This request would exceed your account's rate "
-    "limit. Please try again later.",  # an API-key login: a plain rate limit, no reset
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "You've hit your 5-hour limit · resets 2:11am (Mars/Olympus)",  # unknown zone
+        "You've hit your 5-hour limit · resets Feb 30, 2am (UTC)",  # no such day
+        "You've hit your 5-hour limit · resets Foo 3, 2am (UTC)",  # no such month
+        "You've hit your 5-hour limit · resets 0am (UTC)",
+        "You've hit your 5-hour limit · resets 10:75am (UTC)",
+        "API Error: Request rejected (429) · This request would exceed your account's rate "
+        "limit. Please try again later.",  # an API-key login: a plain rate limit, no reset
+        "",
+    ],
+)
 def test_no_reset_time_is_guessed(text: str) -> None:
     assert usage_limit_reset(text, datetime(2026, 11, 30, 9, 0, tzinfo=UTC)) is None

@@ -40,19 +40,29 @@ def suggested(text: str) -> str:
 def follow(repo: Path, advice: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """Run a suggested `lo-orch ...` command as the user would (here, in the repo)."""
     argv = advice.split()[1:]
-    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *argv], cwd=repo,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", *argv],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_status_tells_whether_a_supervisor_runs_and_what_tasks_wait_for(
     one_task: demo.DemoFiles,  # noqa: F811
 ) -> None:
     repo = one_task.repo
-    set_script(one_task, lambda d: d[TASK].update(
-        plan=[{"sleep": 6}, {"signal": {"phase": "plan_ready"}}]))
+    set_script(
+        one_task, lambda d: d[TASK].update(plan=[{"sleep": 6}, {"signal": {"phase": "plan_ready"}}])
+    )
     plan_and_approve(one_task)
-    sup = subprocess.Popen([sys.executable, "-m", "loop_orchestrator", "run", "--repo",
-                            str(repo)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sup = subprocess.Popen(
+        [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: events(repo, "prompt_delivered") != [], 60, "the plan prompt")
         doc = json.loads(lo(repo, "status", "--json").stdout)
@@ -90,8 +100,10 @@ def test_status_ages_count_from_the_phase_change_and_notes_fit_the_width(
 ) -> None:
     repo = one_task.repo
     long_note = "the session needs a decision about " + "a very long subject " * 20
-    set_script(one_task, lambda d: d[TASK].update(
-        plan=[{"signal": {"phase": "blocked", "note": long_note}}]))
+    set_script(
+        one_task,
+        lambda d: d[TASK].update(plan=[{"signal": {"phase": "blocked", "note": long_note}}]),
+    )
     plan_and_approve(one_task)
     assert lo(repo, "run").returncode == 1
     time.sleep(2.2)
@@ -99,9 +111,13 @@ def test_status_ages_count_from_the_phase_change_and_notes_fit_the_width(
     from loop_orchestrator.record import Record
 
     Record.open(repo, "demo").update_task(TASK, last_event="Stop")
-    out = subprocess.run([sys.executable, "-m", "loop_orchestrator", "status", "--repo",
-                          str(repo)], capture_output=True, text=True, check=False,
-                         env={**os.environ, "COLUMNS": "150"})
+    out = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "status", "--repo", str(repo)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "COLUMNS": "150"},
+    )
     row = next(ln for ln in out.stdout.splitlines() if ln.startswith(TASK))
     age = re.search(rf"^{TASK}\s+\d+\s+blocked\s+(\d+)s\s", row)
     assert age is not None and int(age.group(1)) >= 2, row
@@ -155,8 +171,7 @@ def test_merge_lists_the_dirty_worktree_it_kept_and_the_advice_removes_it(
 
     assert merged.returncode == 0, merged.stderr
     assert "cleaned up" not in merged.stdout
-    assert f"kept, with changes of yours (yours until you say otherwise): {TASK}" in (
-        merged.stdout)
+    assert f"kept, with changes of yours (yours until you say otherwise): {TASK}" in (merged.stdout)
     assert scratch.read_bytes() == b"the user's experiment\n"
     assert user_snapshot(repo) == before
     # the advice: save the changes, then the clean-up it names
@@ -179,7 +194,9 @@ def test_a_repository_without_commits_is_told_to_commit_first(tmp_path: Path) ->
     plan.write_text(
         "goal: a greeting\nname: hello\ntasks:\n  - id: greet\n    title: Greet\n"
         "    objective: greet\n    owns: [app.py]\n    done:\n      - criterion: runs\n"
-        "        check: python3 app.py\n", encoding="utf-8")
+        "        check: python3 app.py\n",
+        encoding="utf-8",
+    )
     refused = lo(repo, "plan", str(plan))
     assert refused.returncode == 1
     assert "has no commits yet" in refused.stderr
@@ -193,12 +210,18 @@ def test_a_repository_without_commits_is_told_to_commit_first(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_a_bare_repository_is_named_as_such_and_the_clone_advice_works(
-    git_repo: Path, tmp_path: Path,
+    git_repo: Path,
+    tmp_path: Path,
 ) -> None:
     bare = tmp_path / "project.git"
     git(tmp_path, "clone", "-q", "--bare", str(git_repo), str(bare))
-    refused = subprocess.run([sys.executable, "-m", "loop_orchestrator", "status"], cwd=bare,
-                             capture_output=True, text=True, check=False)
+    refused = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "status"],
+        cwd=bare,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert refused.returncode == 1
     assert "is a bare repository" in refused.stderr
     assert "not inside a git repository" not in refused.stderr
@@ -210,35 +233,49 @@ def test_a_bare_repository_is_named_as_such_and_the_clone_advice_works(
     plan.write_text(
         "goal: docs\nname: docs\ntasks:\n  - id: readme\n    title: Readme\n"
         "    objective: docs\n    owns: [README.md]\n    done:\n      - criterion: it exists\n"
-        "        check: test -f README.md\n", encoding="utf-8")
+        "        check: test -f README.md\n",
+        encoding="utf-8",
+    )
     assert lo(checkout, "plan", str(plan)).returncode == 0
 
 
 @pytest.mark.slow
 def test_hints_name_scripts_lo_orch_when_lo_orch_is_not_on_path(
-    git_repo: Path, tmp_path: Path,
+    git_repo: Path,
+    tmp_path: Path,
 ) -> None:
     """Started through `scripts/lo-orch` (which sets LO_ORCH_PROG to how it was called) with
     no `lo-orch` on PATH, every hint names that path, and it runs."""
     wrapper = tmp_path / "scripts" / "lo-orch"
     wrapper.parent.mkdir()
-    wrapper.write_text(f"#!/bin/sh\nexport LO_ORCH_PROG=\"$0\"\nexec {sys.executable} -m "
-                       "loop_orchestrator \"$@\"\n", encoding="utf-8")
+    wrapper.write_text(
+        f'#!/bin/sh\nexport LO_ORCH_PROG="$0"\nexec {sys.executable} -m loop_orchestrator "$@"\n',
+        encoding="utf-8",
+    )
     wrapper.chmod(0o755)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent.parent / 'nobin'}:/usr/bin:/bin"}
-    out = subprocess.run([str(wrapper), "status"], cwd=git_repo, capture_output=True, text=True,
-                         env=env, check=False)
+    out = subprocess.run(
+        [str(wrapper), "status"], cwd=git_repo, capture_output=True, text=True, env=env, check=False
+    )
     assert out.returncode == 1
     assert f"`{wrapper} plan FILE`" in out.stderr and "`lo-orch plan" not in out.stderr
     plan = tmp_path / "plan.yaml"
     plan.write_text(
         "goal: docs\nname: docs\ntasks:\n  - id: readme\n    title: Readme\n"
         "    objective: docs\n    owns: [README.md]\n    done:\n      - criterion: it exists\n"
-        "        check: test -f README.md\n", encoding="utf-8")
+        "        check: test -f README.md\n",
+        encoding="utf-8",
+    )
     hint = re.search(r"`([^`]+ plan) FILE`", out.stderr)
     assert hint is not None
-    ran = subprocess.run(["sh", "-c", f"{hint.group(1)} {plan}"], cwd=git_repo, env=env,
-                         capture_output=True, text=True, check=False)
+    ran = subprocess.run(
+        ["sh", "-c", f"{hint.group(1)} {plan}"],
+        cwd=git_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert ran.returncode == 0, ran.stderr
     assert f"`{wrapper} approve`" in ran.stdout
 
@@ -252,20 +289,24 @@ def test_scripts_lo_orch_says_what_it_sets_up_on_first_run(tmp_path: Path) -> No
     (root / "scripts" / "lo-orch").write_text(source, encoding="utf-8")
     (root / "pyproject.toml").write_text("", encoding="utf-8")
     (root / "scripts" / "bootstrap").write_text(
-        "#!/bin/sh\nset -e\ncd \"$(dirname \"$0\")/..\"\nmkdir -p .venv/bin\n"
+        '#!/bin/sh\nset -e\ncd "$(dirname "$0")/.."\nmkdir -p .venv/bin\n'
         "if [ ! -f .venv/.lo-orch-installed ]; then sleep 1; fi\n"
         "printf '#!/bin/sh\\necho \"ran with LO_ORCH_PROG=$LO_ORCH_PROG\"\\n' > .venv/bin/lo-orch\n"
-        "chmod +x .venv/bin/lo-orch\ntouch .venv/.lo-orch-installed\n", encoding="utf-8")
+        "chmod +x .venv/bin/lo-orch\ntouch .venv/.lo-orch-installed\n",
+        encoding="utf-8",
+    )
     for name in ("lo-orch", "bootstrap"):
         (root / "scripts" / name).chmod(0o755)
-    first = subprocess.run(["scripts/lo-orch", "status"], cwd=root, capture_output=True,
-                           text=True, check=False)
+    first = subprocess.run(
+        ["scripts/lo-orch", "status"], cwd=root, capture_output=True, text=True, check=False
+    )
     assert first.returncode == 0, first.stderr
     assert "first run: setting up" in first.stderr and ".venv" in first.stderr
     assert re.search(r"set up in \d+ s", first.stderr)
     assert "ran with LO_ORCH_PROG=scripts/lo-orch" in first.stdout
-    second = subprocess.run(["scripts/lo-orch", "status"], cwd=root, capture_output=True,
-                            text=True, check=False)
+    second = subprocess.run(
+        ["scripts/lo-orch", "status"], cwd=root, capture_output=True, text=True, check=False
+    )
     assert second.returncode == 0 and second.stderr == ""
 
 
@@ -275,7 +316,9 @@ def no_socket_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_run_gets_its_own_tmux_server_and_later_commands_ignore_tmux_env(
-    tmp_path: Path, tmux_socket: str, no_socket_env: None,
+    tmp_path: Path,
+    tmux_socket: str,
+    no_socket_env: None,
 ) -> None:
     """No socket configured: the run's sessions live on a server of its own, recorded in the
     run; `cleanup` typed in a pane of another server ($TMUX) still reaches it."""
@@ -285,20 +328,26 @@ def test_a_run_gets_its_own_tmux_server_and_later_commands_ignore_tmux_env(
     plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
     plan["tasks"] = [t for t in plan["tasks"] if t["id"] == TASK]
     files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-    set_script(files, lambda d: d[TASK].update(
-        plan=[{"signal": {"phase": "blocked", "note": "stop here"}}]))
+    set_script(
+        files,
+        lambda d: d[TASK].update(plan=[{"signal": {"phase": "blocked", "note": "stop here"}}]),
+    )
     folder = files.repo / ".loop-orchestrator"
     folder.mkdir()
     (folder / "config.toml").write_text(
         f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
-        '[auditor]\nllm = "off"\n[workspace]\nallow_dirty = true\n', encoding="utf-8")
+        '[auditor]\nllm = "off"\n[workspace]\nallow_dirty = true\n',
+        encoding="utf-8",
+    )
     plan_and_approve(files)
     # another tmux server, as the one a user's terminal runs in
-    subprocess.run(["tmux", "-L", tmux_socket, "new-session", "-d", "-s", "lo-demo"],
-                   check=True)
-    other = subprocess.run(["tmux", "-L", tmux_socket, "display-message", "-p",
-                            "#{socket_path},#{pid},0"], capture_output=True, text=True,
-                           check=True).stdout.strip()
+    subprocess.run(["tmux", "-L", tmux_socket, "new-session", "-d", "-s", "lo-demo"], check=True)
+    other = subprocess.run(
+        ["tmux", "-L", tmux_socket, "display-message", "-p", "#{socket_path},#{pid},0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     run_socket = None
     try:
         assert lo(files.repo, "run").returncode == 1  # blocked, sessions left running
@@ -309,14 +358,25 @@ def test_a_run_gets_its_own_tmux_server_and_later_commands_ignore_tmux_env(
         env = {**os.environ, "TMUX": other, "TMUX_PANE": "%0"}
         cleaned = subprocess.run(
             [sys.executable, "-m", "loop_orchestrator", "cleanup", "--repo", str(files.repo)],
-            capture_output=True, text=True, env=env, check=False)
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
         assert cleaned.returncode == 0, cleaned.stderr
         assert "session killed: yes" in cleaned.stdout
         assert subprocess.run(has, capture_output=True, check=False).returncode != 0
         # the other server's session of the same name is untouched
-        assert subprocess.run(["tmux", "-L", tmux_socket, "has-session", "-t", "=lo-demo"],
-                              capture_output=True, check=False).returncode == 0
+        assert (
+            subprocess.run(
+                ["tmux", "-L", tmux_socket, "has-session", "-t", "=lo-demo"],
+                capture_output=True,
+                check=False,
+            ).returncode
+            == 0
+        )
     finally:
         if run_socket:
-            subprocess.run(["tmux", "-L", run_socket, "kill-server"], capture_output=True,
-                           check=False)
+            subprocess.run(
+                ["tmux", "-L", run_socket, "kill-server"], capture_output=True, check=False
+            )

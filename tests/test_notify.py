@@ -26,8 +26,10 @@ def recorder(tmp_path: Path) -> tuple[str, Path]:
     """A notify command that appends what it gets on stdin to a file; (command, file)."""
     script = tmp_path / "record.py"
     out = tmp_path / "received.jsonl"
-    script.write_text("import sys\nwith open(sys.argv[1], 'a') as fh:\n"
-                      "    fh.write(sys.stdin.read())\n", encoding="utf-8")
+    script.write_text(
+        "import sys\nwith open(sys.argv[1], 'a') as fh:\n    fh.write(sys.stdin.read())\n",
+        encoding="utf-8",
+    )
     return shlex.join([sys.executable, str(script), str(out)]), out
 
 
@@ -55,13 +57,19 @@ def settings_with(files: demo.DemoFiles, command: str) -> Settings:
 
 
 def test_each_event_reaches_the_command_once_in_order_as_json(
-    demo_files: demo.DemoFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_files: demo.DemoFiles,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)  # must never travel in an event
     repo = demo_files.repo
     only(demo_files, "slug")
-    edit_script(demo_files, lambda d: d["slug"].update(
-        plan=[{"signal": {"phase": "blocked", "note": "which slug rules?"}}]))
+    edit_script(
+        demo_files,
+        lambda d: d["slug"].update(
+            plan=[{"signal": {"phase": "blocked", "note": "which slug rules?"}}]
+        ),
+    )
     command, out = recorder(tmp_path)
     settings = settings_with(demo_files, command)
     core.plan_from_file(repo, demo_files.plan, settings)
@@ -76,7 +84,10 @@ def test_each_event_reaches_the_command_once_in_order_as_json(
 
     events = received(out)
     assert [(e["event"], e["task"]) for e in events] == [
-        ("gate1_waiting", None), ("task_blocked", "slug"), ("run_finished", None)]
+        ("gate1_waiting", None),
+        ("task_blocked", "slug"),
+        ("run_finished", None),
+    ]
     for e in events:
         assert set(e) == FIELDS
         assert e["run"] == "demo" and e["repo"] == str(repo)
@@ -89,11 +100,13 @@ def test_each_event_reaches_the_command_once_in_order_as_json(
     # what was sent is recorded in the run's private folder, out of the agents' reach
     sent = private.run_dir(repo, "demo") / notify.FOLDER / notify.SENT_FILE
     assert [json.loads(line)["id"] for line in sent.read_text().splitlines()] == [
-        e["id"] for e in events]
+        e["id"] for e in events
+    ]
 
 
 def test_gate2_waiting_is_sent_when_the_run_is_ready(
-    demo_files: demo.DemoFiles, tmp_path: Path,
+    demo_files: demo.DemoFiles,
+    tmp_path: Path,
 ) -> None:
     repo = demo_files.repo
     only(demo_files, "tokenize")
@@ -113,8 +126,12 @@ def test_a_hanging_or_failing_command_holds_nobody_up(tmp_path: Path) -> None:
     repo.mkdir()
     pidfile = tmp_path / "pid"
     command, out = recorder(tmp_path)
-    hang = NotifyConfig(command=shlex.join(["sh", "-c", f"echo $$ > {pidfile}; sleep 60"]),
-                        timeout=1, desktop=False, tmux=False)
+    hang = NotifyConfig(
+        command=shlex.join(["sh", "-c", f"echo $$ > {pidfile}; sleep 60"]),
+        timeout=1,
+        desktop=False,
+        tmux=False,
+    )
     notifier = notify.Notifier(repo, "hung", hang)
     started = time.monotonic()
     assert notifier.notify("task_blocked", "a", "first", "t")
@@ -129,12 +146,14 @@ def test_a_hanging_or_failing_command_holds_nobody_up(tmp_path: Path) -> None:
         os.kill(pid, 0)  # the hung command's whole group was killed
     # a command that fails, or does not exist, does not stop the next event
     for bad in ("sh -c 'exit 3'", "/nonexistent/notify-me"):
-        notifier = notify.Notifier(repo, "failing", NotifyConfig(
-            command=bad, timeout=2, desktop=False, tmux=False))
+        notifier = notify.Notifier(
+            repo, "failing", NotifyConfig(command=bad, timeout=2, desktop=False, tmux=False)
+        )
         notifier.notify("run_finished", bad, "x")
         notifier.close(timeout=5)
-    good = notify.Notifier(repo, "failing", NotifyConfig(command=command, desktop=False,
-                                                         tmux=False))
+    good = notify.Notifier(
+        repo, "failing", NotifyConfig(command=command, desktop=False, tmux=False)
+    )
     good.notify("run_finished", "after", "still sent")
     good.close(timeout=10)
     assert [e["message"] for e in received(out)] == ["still sent"]

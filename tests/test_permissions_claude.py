@@ -33,20 +33,33 @@ pytestmark = pytest.mark.slow
 
 
 def lo_orch(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args, "--repo",
-                           str(repo)], capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", *args, "--repo", str(repo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def screen(socket: str, pane: str) -> str:
-    return subprocess.run(["tmux", "-L", socket, "capture-pane", "-p", "-t", pane],
-                          capture_output=True, text=True, check=False).stdout
+    return subprocess.run(
+        ["tmux", "-L", socket, "capture-pane", "-p", "-t", pane],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
 
 
 def touch_then_signal(files: demo.DemoFiles) -> None:
     only(files, "tokenize")
-    edit_script(files, lambda d: d["tokenize"].update(
-        plan=[{"run": {"argv": ["touch", "PLAN.md"]}}, {"signal": "plan_ready"}],
-        implement=[[{"signal": {"phase": "blocked", "note": "seen enough"}}]]))
+    edit_script(
+        files,
+        lambda d: d["tokenize"].update(
+            plan=[{"run": {"argv": ["touch", "PLAN.md"]}}, {"signal": "plan_ready"}],
+            implement=[[{"signal": {"phase": "blocked", "note": "seen enough"}}]],
+        ),
+    )
 
 
 def run_in_thread(sup: Supervisor) -> tuple[threading.Thread, list[Any]]:
@@ -58,7 +71,10 @@ def run_in_thread(sup: Supervisor) -> tuple[threading.Thread, list[Any]]:
 
 @pytest.mark.parametrize("decision", ["allow", "deny"])
 def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
-    files: demo.DemoFiles, tmux_socket: str, decision: str, tmp_path: Path,
+    files: demo.DemoFiles,
+    tmux_socket: str,
+    decision: str,
+    tmp_path: Path,
 ) -> None:
     touch_then_signal(files)
     with endpoint_for(files) as endpoint:
@@ -78,8 +94,11 @@ def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
             assert not (worktree / "PLAN.md").exists()
             # Claude Code shows its dialog while the hook waits (docs/permissions.md)
             assert st.pane_id
-            wait_for(lambda: permissions.dialog_on_screen(screen(tmux_socket, str(st.pane_id))),
-                     30, "the dialog on screen")
+            wait_for(
+                lambda: permissions.dialog_on_screen(screen(tmux_socket, str(st.pane_id))),
+                30,
+                "the dialog on screen",
+            )
             # twice the stall limit: a task waiting for a person is not nudged
             time.sleep(6)  # (a wait for nothing to happen)
             assert ledger(files.repo, "nudged") == []
@@ -113,14 +132,19 @@ def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
     assert status.phase == Phase.BLOCKED
     # the person was told once, with what to run
     asked = [e for e in received(out) if e["event"] == "permission_request"]
-    assert [(e["task"], e["message"]) for e in asked] == [(
-        "tokenize", "asks to use Bash: touch PLAN.md; answer with "
-        "`lo-orch permit tokenize allow|deny`")]
+    assert [(e["task"], e["message"]) for e in asked] == [
+        (
+            "tokenize",
+            "asks to use Bash: touch PLAN.md; answer with `lo-orch permit tokenize allow|deny`",
+        )
+    ]
 
 
 @pytest.mark.parametrize("rule", ["allow", "deny"])
 def test_a_config_rule_answers_a_matching_request_alone(
-    files: demo.DemoFiles, tmux_socket: str, rule: str,
+    files: demo.DemoFiles,
+    tmux_socket: str,
+    rule: str,
 ) -> None:
     touch_then_signal(files)
     with endpoint_for(files) as endpoint:
@@ -133,7 +157,8 @@ def test_a_config_rule_answers_a_matching_request_alone(
     assert (worktree / "PLAN.md").exists() == (rule == "allow")
     answered = ledger(files.repo, "permission_answered")
     assert [(e["rule"], e["decision"]) for e in answered if e["message"] == "touch PLAN.md"] == [
-        ("Bash(touch *)", rule)]
+        ("Bash(touch *)", rule)
+    ]
     assert ledger(files.repo, "permission_requested") == []  # nobody was asked
     assert ledger(files.repo, "waiting_for_person") == []
     if rule == "deny":

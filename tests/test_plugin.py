@@ -19,14 +19,33 @@ from loop_orchestrator import plan as planmod
 from loop_orchestrator.cli.main import cli
 from loop_orchestrator.verify.llm_auditor import AUDITOR_TOOLS, parse_verdict_text
 
-HOOK_EVENTS = {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "Notification",
-               "PermissionRequest", "SessionEnd",
-               "PreToolUse"}  # PreToolUse: the spend book reads before each tool (issue 16)
+HOOK_EVENTS = {
+    "SessionStart",
+    "UserPromptSubmit",
+    "Stop",
+    "StopFailure",
+    "Notification",
+    "PermissionRequest",
+    "SessionEnd",
+    "PreToolUse",
+}  # PreToolUse: the spend book reads before each tool (issue 16)
 SKILLS = ("orchestrate", "loop-implement")
 #: DESIGN.md section 5 (plus `audit`): what skills may tell a model to run
-CONTRACT_COMMANDS = {"plan", "approve", "run", "status", "attach", "signal", "hook", "merge",
-                     "cleanup", "demo", "doctor", "audit",
-                     "retry"}  # retry: a compatible extension of DESIGN.md section 5
+CONTRACT_COMMANDS = {
+    "plan",
+    "approve",
+    "run",
+    "status",
+    "attach",
+    "signal",
+    "hook",
+    "merge",
+    "cleanup",
+    "demo",
+    "doctor",
+    "audit",
+    "retry",
+}  # retry: a compatible extension of DESIGN.md section 5
 
 
 def claude() -> Path:
@@ -39,7 +58,10 @@ def claude() -> Path:
 def validate(target: Path, *flags: str) -> dict[str, Any]:
     done = subprocess.run(
         [str(claude()), "plugin", "validate", "--json", *flags, str(target)],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
@@ -152,8 +174,14 @@ def test_skill_commands_exist_with_those_options(skill: str) -> None:
 def test_orchestrate_skill_drives_both_gates() -> None:
     text = (REPO_ROOT / "skills" / "orchestrate" / "SKILL.md").read_text(encoding="utf-8")
     calls = [shlex.join(a) for a in invocations(text)]
-    for needed in ("doctor", "plan --issue KEY", "approve", "run --detach", "status --json",
-                   "merge --yes"):
+    for needed in (
+        "doctor",
+        "plan --issue KEY",
+        "approve",
+        "run --detach",
+        "status --json",
+        "merge --yes",
+    ):
         assert needed in calls, needed
     # Gate 1 and Gate 2 wait for the user; approve and merge only after the yes
     flat = re.sub(r"\s+", " ", text.replace("**", ""))

@@ -68,12 +68,18 @@ def test_no_module_parses_python_around_the_lock() -> None:
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
-            direct = isinstance(func, ast.Attribute) and func.attr == "parse" and (
-                isinstance(func.value, ast.Name) and func.value.id == "ast"
+            direct = (
+                isinstance(func, ast.Attribute)
+                and func.attr == "parse"
+                and (isinstance(func.value, ast.Name) and func.value.id == "ast")
             )
-            only_ast = isinstance(func, ast.Name) and func.id == "compile" and any(
-                isinstance(a, ast.Attribute) and a.attr == "PyCF_ONLY_AST"
-                for a in ast.walk(node)
+            only_ast = (
+                isinstance(func, ast.Name)
+                and func.id == "compile"
+                and any(
+                    isinstance(a, ast.Attribute) and a.attr == "PyCF_ONLY_AST"
+                    for a in ast.walk(node)
+                )
             )
             if direct or only_ast:
                 offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")

@@ -13,11 +13,20 @@ from loop_orchestrator.record import NoRecordError, Record, RecordTamperedError
 from loop_orchestrator.state import Phase, RunDir, RunPhase, RunState, TaskStatus
 
 
-def make_record(repo: Path, run: str = "demo", tasks: tuple[str, ...] = ("alpha", "beta")
-                ) -> Record:
-    state = RunState(name=run, repo=str(repo), base_ref="main", base_sha="a" * 40,
-                     staging_branch=f"lo/{run}/staging", feature_branch=f"feat/{run}",
-                     plan_sha256="p" * 64, approved_plan_sha256="p" * 64, created_at="t0")
+def make_record(
+    repo: Path, run: str = "demo", tasks: tuple[str, ...] = ("alpha", "beta")
+) -> Record:
+    state = RunState(
+        name=run,
+        repo=str(repo),
+        base_ref="main",
+        base_sha="a" * 40,
+        staging_branch=f"lo/{run}/staging",
+        feature_branch=f"feat/{run}",
+        plan_sha256="p" * 64,
+        approved_plan_sha256="p" * 64,
+        created_at="t0",
+    )
     return record.start(repo, state, [TaskStatus(task=t) for t in tasks])
 
 
@@ -26,7 +35,8 @@ def plan_one_task(repo: Path) -> None:
     plan.write_text(
         "goal: g\nname: demo\ntasks:\n  - id: alpha\n    title: A\n    objective: o\n"
         "    owns: [a.py]\n    done:\n      - criterion: c\n        check: pytest -q\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     core.plan_from_file(repo, plan, Settings())
 
 
@@ -112,11 +122,13 @@ def test_an_edited_status_file_changes_nothing_and_is_reported(tmp_path: Path) -
     assert json.loads(path.read_text(encoding="utf-8"))["phase"] == "implementing"
     assert rec.check_view() == []
     # and a new process publishing everything says which files were edited
-    RunDir(tmp_path).run_json.write_text('{"name": "demo", "phase": "awaiting_merge_review"}',
-                                         encoding="utf-8")
+    RunDir(tmp_path).run_json.write_text(
+        '{"name": "demo", "phase": "awaiting_merge_review"}', encoding="utf-8"
+    )
     assert Record.open(tmp_path, "demo").publish_all() == ["run.json"]
     assert json.loads(RunDir(tmp_path).run_json.read_text(encoding="utf-8"))["phase"] == (
-        "awaiting_plan_approval")
+        "awaiting_plan_approval"
+    )
 
 
 def test_a_verdict_counts_only_for_its_commit_and_its_exact_text(tmp_path: Path) -> None:

@@ -41,8 +41,11 @@ def user_snapshot(repo: Path) -> dict[str, Any]:
             continue
         files[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     refs = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/")
-    branches = {r: s for r, s in (ln.split() for ln in refs.splitlines())
-                if not r.startswith(("refs/heads/lo/", "refs/heads/feat/"))}
+    branches = {
+        r: s
+        for r, s in (ln.split() for ln in refs.splitlines())
+        if not r.startswith(("refs/heads/lo/", "refs/heads/feat/"))
+    }
     return {"files": files, "branches": branches}
 
 
@@ -59,7 +62,7 @@ def one_task(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
     (folder / "config.toml").write_text(
         f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
         '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n'
-        '[workspace]\nallow_dirty = true\n',
+        "[workspace]\nallow_dirty = true\n",
         encoding="utf-8",
     )
     git(files.repo, "add", "-A")
@@ -82,8 +85,13 @@ def plan_and_approve(files: demo.DemoFiles) -> None:
 
 
 def lo(repo: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args, "--repo", str(repo)],
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", *args, "--repo", str(repo)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def events(repo: Path, name: str | None = None) -> list[dict[str, Any]]:
@@ -92,8 +100,12 @@ def events(repo: Path, name: str | None = None) -> list[dict[str, Any]]:
 
 def block_after_planning(files: demo.DemoFiles) -> None:
     """The session plans, then says it is blocked: the run stops with its session alive."""
-    set_script(files, lambda d: d[TASK].update(
-        plan=[{"signal": {"phase": "blocked", "note": "need a decision"}}]))
+    set_script(
+        files,
+        lambda d: d[TASK].update(
+            plan=[{"signal": {"phase": "blocked", "note": "need a decision"}}]
+        ),
+    )
 
 
 def test_a_deleted_worktree_is_made_again_before_the_next_prompt(
@@ -168,8 +180,13 @@ def _killed_inside_checkout(repo: Path, commit: str) -> Path:
         "    print(tree, flush=True)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(repo), commit],
-                         capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(repo), commit],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == -signal.SIGKILL
     return Path(out.stdout.strip())
 
@@ -193,11 +210,18 @@ def test_temporary_checkouts_of_a_killed_process_are_removed_locked_ones_too(
     git(git_repo, "worktree", "add", "-q", "--detach", str(mine), head)
     # and a live process's checkout is left alone
     live = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time\nfrom pathlib import Path\nfrom loop_orchestrator import gitutil\n"
-         "with gitutil.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as t:\n"
-         "    print(t, flush=True)\n    time.sleep(120)\n", str(git_repo), head],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\nfrom loop_orchestrator import gitutil\n"
+            "with gitutil.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as t:\n"
+            "    print(t, flush=True)\n    time.sleep(120)\n",
+            str(git_repo),
+            head,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert live.stdout is not None
         live_tree = Path(live.stdout.readline().strip())
@@ -231,8 +255,10 @@ def test_a_checkout_registered_in_the_users_repo_by_a_killed_run_is_removed(
     process is removed; the user's own worktrees are not."""
     head = git(git_repo, "rev-parse", "HEAD").strip()
     holder = Path(tempfile.mkdtemp(prefix="lo-orch-checkout-"))
-    (holder / "owner.json").write_text(json.dumps(
-        {"pid": 2 ** 22 + 7, "start": "1", "repo": str(git_repo.resolve())}), encoding="utf-8")
+    (holder / "owner.json").write_text(
+        json.dumps({"pid": 2**22 + 7, "start": "1", "repo": str(git_repo.resolve())}),
+        encoding="utf-8",
+    )
     git(git_repo, "worktree", "add", "-q", "--detach", str(holder / "tree"), head)
     git(git_repo, "worktree", "lock", "--reason", "initializing", str(holder / "tree"))
     user_wt = git_repo.parent / "feature-wt"
@@ -261,12 +287,12 @@ def test_a_supervisor_start_removes_the_checkouts_a_killed_one_left(
 
     assert outcome.state == "review", outcome.message
     assert not left.parent.exists()
-    assert [e for e in events(repo, "checkouts_removed")
-            if str(left.parent) in e["paths"]]
+    assert [e for e in events(repo, "checkouts_removed") if str(left.parent) in e["paths"]]
 
 
 def test_a_stale_index_lock_is_cleared_only_when_no_git_holds_it(
-    git_repo: Path, tmp_path: Path,
+    git_repo: Path,
+    tmp_path: Path,
 ) -> None:
     head = git(git_repo, "rev-parse", "HEAD").strip()
     wt = tmp_path / "wt"
@@ -276,8 +302,9 @@ def test_a_stale_index_lock_is_cleared_only_when_no_git_holds_it(
     old = time.time() - 60
     os.utime(lock, (old, old))
     # a git process working in that worktree (waits on its stdin): the lock may be its own
-    holder = subprocess.Popen(["git", "hash-object", "--stdin"], cwd=wt,
-                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    holder = subprocess.Popen(
+        ["git", "hash-object", "--stdin"], cwd=wt, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
     try:
         wait_for(lambda: holder.pid in recovery.git_holders(wt), 10, "the git process")
         outcome = recovery.clear_stale_index_lock(wt, wait=0.5)
@@ -298,7 +325,8 @@ def test_a_stale_index_lock_is_cleared_only_when_no_git_holds_it(
 
 
 def test_a_stale_index_lock_does_not_cost_the_task_a_round(
-    one_task: demo.DemoFiles, tmux_socket: str,
+    one_task: demo.DemoFiles,
+    tmux_socket: str,
 ) -> None:
     """A git process killed mid-`git add` in the task's worktree left index.lock: the next
     start clears it, and the task's work is committed and verified in round 0."""

@@ -31,10 +31,20 @@ PLAN = {
     "goal": "sandbox probe",
     "name": RUN,
     "tasks": [
-        {"id": "alpha", "title": "Alpha", "objective": "probe", "owns": ["app/alpha.py"],
-         "done": [{"criterion": "imports", "check": "python -c pass"}]},
-        {"id": "beta", "title": "Beta", "objective": "other", "owns": ["app/beta.py"],
-         "done": [{"criterion": "imports", "check": "python -c pass"}]},
+        {
+            "id": "alpha",
+            "title": "Alpha",
+            "objective": "probe",
+            "owns": ["app/alpha.py"],
+            "done": [{"criterion": "imports", "check": "python -c pass"}],
+        },
+        {
+            "id": "beta",
+            "title": "Beta",
+            "objective": "other",
+            "owns": ["app/beta.py"],
+            "done": [{"criterion": "imports", "check": "python -c pass"}],
+        },
     ],
 }
 
@@ -55,7 +65,7 @@ WRITES = {
     "commondir": "commondir",
 }
 
-PROBE = r'''
+PROBE = r"""
 import json, os, subprocess, sys
 targets = json.load(open(sys.argv[1]))
 report = {}
@@ -86,7 +96,7 @@ for name, key in json.loads(sys.argv[2]).items():
 attempt("private_list", lambda: sorted(os.listdir(targets["private_dir"])))
 attempt("private_read", lambda: open(targets["private_key"]).read())
 json.dump(report, open(targets["report"], "w"), indent=1)
-'''
+"""
 
 
 def prepare(tmp_path: Path, git_repo: Path, mode: str) -> tuple[Settings, dict[str, str]]:
@@ -99,25 +109,46 @@ def prepare(tmp_path: Path, git_repo: Path, mode: str) -> tuple[Settings, dict[s
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE, encoding="utf-8")
     targets_file = tmp_path / "targets.json"
-    script.write_text(yaml.safe_dump({"alpha": {"plan": [
-        {"run": {"argv": [sys.executable, str(probe), str(targets_file), json.dumps(WRITES)],
-                 "timeout": 180}},
-        {"say": "probe done"},
-    ]}}), encoding="utf-8")
-    settings = Settings.model_validate({
-        "agent": {"kind": "scripted", "script": str(script),
-                  "args": ["--record-dir", str(tmp_path / "received")]},
-        "sandbox": {"mode": mode},
-    })
+    script.write_text(
+        yaml.safe_dump(
+            {
+                "alpha": {
+                    "plan": [
+                        {
+                            "run": {
+                                "argv": [
+                                    sys.executable,
+                                    str(probe),
+                                    str(targets_file),
+                                    json.dumps(WRITES),
+                                ],
+                                "timeout": 180,
+                            }
+                        },
+                        {"say": "probe done"},
+                    ]
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
+    settings = Settings.model_validate(
+        {
+            "agent": {
+                "kind": "scripted",
+                "script": str(script),
+                "args": ["--record-dir", str(tmp_path / "received")],
+            },
+            "sandbox": {"mode": mode},
+        }
+    )
     summary = core.plan_from_file(repo, plan_file, settings)
     ws = workspace.Workspace(repo, RUN, settings.workspace)
     ws.create_staging(summary.run.base_sha)
     own = ws.ensure_worktree("alpha")
     other = ws.ensure_worktree("beta")
     (own / "app" / "alpha.py").write_text("A = 1\n", encoding="utf-8")
-    (own / "test_p.py").write_text(
-        "def test_adds():\n    assert 1 + 1 == 2\n", encoding="utf-8"
-    )
+    (own / "test_p.py").write_text("def test_adds():\n    assert 1 + 1 == 2\n", encoding="utf-8")
     site = repo / ".venv" / "lib" / "python3" / "site-packages"
     site.mkdir(parents=True)
     secret_dir = private.run_dir(repo, RUN)
@@ -139,8 +170,7 @@ def prepare(tmp_path: Path, git_repo: Path, mode: str) -> tuple[Settings, dict[s
         "tmp_file": str(tmp_path / "agent-tmp.txt"),
         # redirecting these would point the supervisor's git in the worktree elsewhere
         "worktree_gitfile": str(own / ".git"),
-        "commondir": str(Path((own / ".git").read_text().split(":", 1)[1].strip())
-                         / "commondir"),
+        "commondir": str(Path((own / ".git").read_text().split(":", 1)[1].strip()) / "commondir"),
         "report": str(tmp_path / "report.json"),
     }
     targets_file.write_text(json.dumps(targets), encoding="utf-8")
@@ -154,8 +184,13 @@ def run_probe(settings: Settings, repo: Path, *, strict: bool = False) -> dict[s
     store.update_status("alpha", phase=Phase.PLANNING)
     adapter = make_adapter(settings, repo)
     ctx = AgentContext.create(
-        task="alpha", run_name=RUN, repo=repo, worktree=rundir.worktree_path(RUN, "alpha"),
-        run_dir=rundir.root, brief_path=rundir.brief_path("alpha"), settings=settings,
+        task="alpha",
+        run_name=RUN,
+        repo=repo,
+        worktree=rundir.worktree_path(RUN, "alpha"),
+        run_dir=rundir.root,
+        brief_path=rundir.brief_path("alpha"),
+        settings=settings,
         session_id="0f5e8f1c-1111-4222-8333-444455556666",
     )
     if strict:
@@ -166,8 +201,13 @@ def run_probe(settings: Settings, repo: Path, *, strict: bool = False) -> dict[s
     pane = backend.launch(adapter.launch_spec(ctx, resume=False))
     adapter.wait_ready(backend, pane, timeout=30)
     received = Path(str(settings.agent.args[1]))
-    Deliverer().deliver(backend, pane, "Plan the task.\nProbe.",
-                        confirmed=lambda: any(received.glob("alpha-*.txt")), timeout=30)
+    Deliverer().deliver(
+        backend,
+        pane,
+        "Plan the task.\nProbe.",
+        confirmed=lambda: any(received.glob("alpha-*.txt")),
+        timeout=30,
+    )
     report = Path(json.loads((rundir.repo.parent / "targets.json").read_text())["report"])
     deadline = time.monotonic() + 180
     while not report.exists() and time.monotonic() < deadline:
@@ -182,8 +222,18 @@ def ok(report: dict[str, str], name: str) -> bool:
     return report[name].startswith("ok")
 
 
-DENIED = ("git_config", "git_hook", "run_json", "other_worktree", "venv_pth", "private_write",
-          "git_update_ref", "tmux", "worktree_gitfile", "commondir")
+DENIED = (
+    "git_config",
+    "git_hook",
+    "run_json",
+    "other_worktree",
+    "venv_pth",
+    "private_write",
+    "git_update_ref",
+    "tmux",
+    "worktree_gitfile",
+    "commondir",
+)
 ALLOWED = ("own_worktree", "plan_file", "inbox", "tmp", "git_add_status", "pytest")
 
 
@@ -254,8 +304,9 @@ def test_policy_mount_order_and_missing_paths(tmp_path: Path, git_repo: Path) ->
     worktree = repo / ".worktrees" / RUN / "alpha"
     worktree.mkdir(parents=True)
     private.state_home().mkdir(parents=True)
-    policy = sandbox.Policy.for_task(repo=repo, run_dir=repo / ".orchestration",
-                                     worktree=worktree, task="alpha")
+    policy = sandbox.Policy.for_task(
+        repo=repo, run_dir=repo / ".orchestration", worktree=worktree, task="alpha"
+    )
     argv = sandbox.wrap(["agent", "--flag"], policy)
     assert argv[-3:] == ["--", "agent", "--flag"]
     assert "--new-session" not in argv and "--unshare-net" not in argv
@@ -283,8 +334,9 @@ def test_mode_bwrap_without_bwrap_is_a_clear_error(
         with pytest.raises(ConfigError, match="sandbox is required") as info:
             make_adapter(settings, tmp_path)
         assert "apt-get install bubblewrap" in (info.value.hint or "")
-        auto = settings.model_copy(update={"sandbox": settings.sandbox.model_copy(
-            update={"mode": "auto"})})
+        auto = settings.model_copy(
+            update={"sandbox": settings.sandbox.model_copy(update={"mode": "auto"})}
+        )
         assert sandbox.require(auto) is False
         assert sandbox.status(auto) == (False, "bwrap not found on PATH")
     finally:
@@ -314,22 +366,35 @@ def test_the_supervisor_launch_is_wrapped(tmp_path: Path) -> None:
     settings = Settings.model_validate({"agent": {"kind": "scripted", "script": "s.yaml"}})
     (tmp_path / "wt").mkdir()
     ctx = AgentContext.create(
-        task="api", run_name="r", repo=tmp_path, worktree=tmp_path / "wt",
-        run_dir=tmp_path / ".orchestration", brief_path=tmp_path / "b.md",
-        settings=settings, session_id="sid",
+        task="api",
+        run_name="r",
+        repo=tmp_path,
+        worktree=tmp_path / "wt",
+        run_dir=tmp_path / ".orchestration",
+        brief_path=tmp_path / "b.md",
+        settings=settings,
+        session_id="sid",
     )
     spec = make_adapter(settings, tmp_path).launch_spec(ctx, resume=False)
     assert Path(spec.argv[0]).name == "bwrap"
-    inner: list[Any] = spec.argv[spec.argv.index("--") + 1:]
+    inner: list[Any] = spec.argv[spec.argv.index("--") + 1 :]
     assert inner[1:3] == ["-m", "loop_orchestrator.agents.scripted"]
     assert (tmp_path / ".orchestration" / "inbox" / "api").is_dir()
-    off = settings.model_copy(update={"sandbox": settings.sandbox.model_copy(
-        update={"mode": "off"})})
+    off = settings.model_copy(
+        update={"sandbox": settings.sandbox.model_copy(update={"mode": "off"})}
+    )
     ctx_off = AgentContext.create(
-        task="api", run_name="r", repo=tmp_path, worktree=tmp_path / "wt",
-        run_dir=tmp_path / ".orchestration", brief_path=tmp_path / "b.md",
-        settings=off, session_id="sid",
+        task="api",
+        run_name="r",
+        repo=tmp_path,
+        worktree=tmp_path / "wt",
+        run_dir=tmp_path / ".orchestration",
+        brief_path=tmp_path / "b.md",
+        settings=off,
+        session_id="sid",
     )
     assert ctx_off.sandbox is None
     assert make_adapter(off, tmp_path).launch_spec(ctx_off, resume=False).argv[1:3] == [
-        "-m", "loop_orchestrator.agents.scripted"]
+        "-m",
+        "loop_orchestrator.agents.scripted",
+    ]

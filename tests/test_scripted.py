@@ -58,7 +58,8 @@ def test_script_short_forms_and_rounds() -> None:
     # a flat implement list is one round, and the last round repeats
     for round_no in (0, 1, 5):
         assert [type(a) for a in api.actions_for("implement", round_no)] == [
-            WriteAction, ExitAction,
+            WriteAction,
+            ExitAction,
         ]
     assert [type(a) for a in script.for_task("other").actions_for("plan")] == [HangAction]
     assert parse_script({}, "s").for_task("x").actions_for("implement", 0) == []
@@ -111,8 +112,13 @@ def test_input_parser_keeps_pastes_whole_across_reads() -> None:
 def test_input_parser_keys_and_text() -> None:
     parser = InputParser()
     events = parser.feed("ab€\x1b[B\x1b[A\x7f\x03".encode())
-    assert events == [("text", "ab€"), ("key", "Down"), ("key", "Up"), ("key", "BSpace"),
-                      ("key", "C-c")]
+    assert events == [
+        ("text", "ab€"),
+        ("key", "Down"),
+        ("key", "Up"),
+        ("key", "BSpace"),
+        ("key", "C-c"),
+    ]
     assert parser.feed(b"\x1b") == []  # could be the start of a sequence
     assert parser.flush() == [("key", "Escape")]
     assert parser.feed(b"\x1b[20") == []  # half a paste marker waits
@@ -136,8 +142,9 @@ printf '%s\\n' "$*" >> "$LO_TEST_SIGNAL_LOG"
 class Harness:
     """A scripted agent in a real tmux pane, with a recording plugin and a fake lo-orch."""
 
-    def __init__(self, tmp: Path, script: str, *, stop_hook: str | None = None,
-                 args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, tmp: Path, script: str, *, stop_hook: str | None = None, args: tuple[str, ...] = ()
+    ) -> None:
         self.tmp = tmp
         self.backend = TmuxBackend("s")
         self.run_dir = tmp / "repo" / ".orchestration"
@@ -163,14 +170,20 @@ class Harness:
         self.script = tmp / "script.yaml"
         self.script.write_text(script, encoding="utf-8")
         self.adapter = ScriptedAdapter(
-            AgentConfig(kind="scripted", script="script.yaml",
-                        args=["--plugin-dir", str(plugin), *args]),
+            AgentConfig(
+                kind="scripted", script="script.yaml", args=["--plugin-dir", str(plugin), *args]
+            ),
             tmp,
         )
         self.ctx = AgentContext.create(
-            task="api", run_name="s", repo=tmp / "repo", worktree=self.worktree,
-            run_dir=self.run_dir, brief_path=self.run_dir / "briefs" / "api.md",
-            settings=self.adapter.settings, session_id="0f5e8f1c-1111-4222-8333-444455556666",
+            task="api",
+            run_name="s",
+            repo=tmp / "repo",
+            worktree=self.worktree,
+            run_dir=self.run_dir,
+            brief_path=self.run_dir / "briefs" / "api.md",
+            settings=self.adapter.settings,
+            session_id="0f5e8f1c-1111-4222-8333-444455556666",
         )
         self.ctx.env["LO_ORCH_BIN"] = shlex.join(["sh", str(recorder)])
         self.ctx.env["LO_TEST_HOOK_LOG"] = str(self.hook_log)
@@ -209,8 +222,13 @@ class Harness:
 
     def prompt(self, text: str) -> None:
         count = len(self.received())
-        Deliverer().deliver(self.backend, self.pane, text,
-                            confirmed=lambda: len(self.received()) > count, timeout=20)
+        Deliverer().deliver(
+            self.backend,
+            self.pane,
+            text,
+            confirmed=lambda: len(self.received()) > count,
+            timeout=20,
+        )
 
     def wait_stops(self, count: int) -> None:
         assert wait_until(
@@ -337,9 +355,7 @@ def at_trust_dialog(tmp_path: Path, *args: str) -> tuple[Harness, Dialog]:
 def test_trust_dialog_enter_alone_exits_with_status_1(tmux_socket: str, tmp_path: Path) -> None:
     h = Harness(tmp_path, "api: {trust_dialog: true}\n")
     h.launch()
-    assert wait_until(
-        lambda: "Yes, I trust this folder" in h.backend.capture(h.pane, 0), 20
-    )
+    assert wait_until(lambda: "Yes, I trust this folder" in h.backend.capture(h.pane, 0), 20)
     screen = h.backend.capture(h.pane, 0)
     assert "\u276f 1. No, exit" in screen  # the cursor on "No": Enter alone means No
     assert not h.adapter.is_ready(screen)
@@ -349,9 +365,7 @@ def test_trust_dialog_enter_alone_exits_with_status_1(tmux_socket: str, tmp_path
     assert h.hooks() == []  # no session started
 
 
-def test_trust_dialog_is_answered_with_yes_by_wait_ready(
-    tmux_socket: str, tmp_path: Path
-) -> None:
+def test_trust_dialog_is_answered_with_yes_by_wait_ready(tmux_socket: str, tmp_path: Path) -> None:
     h, _ = at_trust_dialog(tmp_path)
     h.adapter.wait_ready(h.backend, h.pane, timeout=20)
     assert h.backend.state(h.pane).alive
@@ -373,7 +387,9 @@ def test_trust_dialog_mounted_again_while_answering_is_answered_again(
     events = (h.run_dir / "received" / "api.events").read_text(encoding="utf-8")
     names = [line.split(" ", 1)[1] for line in events.splitlines()]
     assert names == [
-        "trust dialog key Down", "trust dialog mounted again", "trust dialog key Down",
+        "trust dialog key Down",
+        "trust dialog mounted again",
+        "trust dialog key Down",
         "trust dialog key Enter",
     ]
 
@@ -407,16 +423,17 @@ def test_crash_is_seen_with_its_status_and_a_hang_fails_the_next_delivery(
     h.adapter.wait_ready(h.backend, h.pane, timeout=30)
     # the hook runs after the ready screen is drawn: wait for it, do not race it
     assert wait_until(
-        lambda: [x.get("source") for x in h.hooks() if x["hook_event_name"] == "SessionStart"]
-        == ["startup", "resume"],
+        lambda: (
+            [x.get("source") for x in h.hooks() if x["hook_event_name"] == "SessionStart"]
+            == ["startup", "resume"]
+        ),
         10,
     )
     h.set_phase("implementing")
     h.prompt("implement\nit")
     assert wait_until(lambda: "hanging" in h.backend.capture(h.pane, 0), 20)
     with pytest.raises(DeliveryError) as info:
-        Deliverer().deliver(h.backend, h.pane, "are you there?\nhello", timeout=3,
-                            enter_retries=1)
+        Deliverer().deliver(h.backend, h.pane, "are you there?\nhello", timeout=3, enter_retries=1)
     assert "hanging" in info.value.screen
 
 
@@ -439,22 +456,32 @@ def test_adapter_launch_spec_and_factory(tmp_path: Path) -> None:
     assert isinstance(adapter, ScriptedAdapter)
     assert adapter.uses_hooks is True
     ctx = AgentContext.create(
-        task="api", run_name="r", repo=tmp_path, worktree=tmp_path / "wt",
-        run_dir=tmp_path / ".orchestration", brief_path=tmp_path / "b.md",
-        settings=settings, session_id="sid",
+        task="api",
+        run_name="r",
+        repo=tmp_path,
+        worktree=tmp_path / "wt",
+        run_dir=tmp_path / ".orchestration",
+        brief_path=tmp_path / "b.md",
+        settings=settings,
+        session_id="sid",
     )
     spec = adapter.launch_spec(ctx, resume=True)
     assert spec.cwd == tmp_path / "wt"
     assert spec.argv[-5:] == [
-        "--script", str(tmp_path / "demo" / "script.yaml"), "--resume", "sid", "--x",
+        "--script",
+        str(tmp_path / "demo" / "script.yaml"),
+        "--resume",
+        "sid",
+        "--x",
     ]
     assert adapter.launch_spec(ctx, resume=False).argv[-3:-1] == ["--session-id", "sid"]
     assert spec.env["LO_ORCH_TASK"] == "api"
     assert spec.env["LO_ORCH_RUN_DIR"] == str(tmp_path / ".orchestration")
     assert spec.env["LO_ORCH_BRIEF"] == str(tmp_path / "b.md")
     # LO_ORCH_BIN runs this lo-orch through sh -c from any folder
-    result = proc.run(["sh", "-c", spec.env["LO_ORCH_BIN"] + " --version"], cwd=tmp_path,
-                      check=False, timeout=60)
+    result = proc.run(
+        ["sh", "-c", spec.env["LO_ORCH_BIN"] + " --version"], cwd=tmp_path, check=False, timeout=60
+    )
     assert result.ok and "lo-orch" in result.stdout, result.stderr
     with pytest.raises(ConfigError, match="needs \\[agent\\] script"):
         ScriptedAdapter(AgentConfig(kind="scripted"), tmp_path)
@@ -469,9 +496,13 @@ def test_with_the_real_plugin_hooks_and_lo_orch_signal(
     from loop_orchestrator.state import Phase, RunDir, Store
 
     backend = TmuxBackend("r")
-    served = stack.enter_context(serve(
-        git_repo, {"api": {**working(Phase.PLANNING), "session_id": "sid-1"}},
-        extra_panes=backend.task_pids))
+    served = stack.enter_context(
+        serve(
+            git_repo,
+            {"api": {**working(Phase.PLANNING), "session_id": "sid-1"}},
+            extra_panes=backend.task_pids,
+        )
+    )
     served.panes.clear()  # only the real pane speaks for the task
     rundir = RunDir(git_repo)
     store = Store(rundir)
@@ -485,8 +516,14 @@ def test_with_the_real_plugin_hooks_and_lo_orch_signal(
     settings = Settings.model_validate({"agent": {"kind": "scripted", "script": "script.yaml"}})
     adapter = make_adapter(settings, git_repo)  # default plugin dir: this checkout
     ctx = AgentContext.create(
-        task="api", run_name="r", repo=git_repo, worktree=worktree, run_dir=rundir.root,
-        brief_path=rundir.brief_path("api"), settings=settings, session_id="sid-1",
+        task="api",
+        run_name="r",
+        repo=git_repo,
+        worktree=worktree,
+        run_dir=rundir.root,
+        brief_path=rundir.brief_path("api"),
+        settings=settings,
+        session_id="sid-1",
     )
     pane = backend.launch(adapter.launch_spec(ctx, resume=False))
     adapter.wait_ready(backend, pane, timeout=30)
@@ -495,8 +532,7 @@ def test_with_the_real_plugin_hooks_and_lo_orch_signal(
     def submitted() -> bool:
         return served.status("api").prompt_submitted_at is not None
 
-    Deliverer().deliver(backend, pane, "Plan it.\nThen signal.", confirmed=submitted,
-                        timeout=30)
+    Deliverer().deliver(backend, pane, "Plan it.\nThen signal.", confirmed=submitted, timeout=30)
     assert wait_until(lambda: store.read_status("api").phase == Phase.PLAN_READY, 30), (
         backend.capture(pane, 0)
     )

@@ -22,8 +22,7 @@ from loop_orchestrator.sessions import LaunchSpec, TmuxBackend, wait_until
 
 
 def tmux(socket: str, *args: str) -> str:
-    out = subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, check=True)
     return out.stdout
 
 
@@ -40,8 +39,11 @@ class Agents:
         plugin = tmp / "plugin"
         plugin.mkdir(exist_ok=True)  # no hooks/hooks.json: the agent runs no hooks
         self.adapter = ScriptedAdapter(
-            AgentConfig(kind="scripted", script=str(self.script),
-                        args=["--plugin-dir", str(plugin), "--record-dir", str(self.record)]),
+            AgentConfig(
+                kind="scripted",
+                script=str(self.script),
+                args=["--plugin-dir", str(plugin), "--record-dir", str(self.record)],
+            ),
             tmp,
         )
 
@@ -49,7 +51,11 @@ class Agents:
         worktree = self.tmp / "wt" / task
         worktree.mkdir(parents=True, exist_ok=True)
         ctx = AgentContext.create(
-            task=task, run_name="t", repo=self.tmp, worktree=worktree, run_dir=self.run_dir,
+            task=task,
+            run_name="t",
+            repo=self.tmp,
+            worktree=worktree,
+            run_dir=self.run_dir,
             brief_path=self.run_dir / "briefs" / f"{task}.md",
             settings=self.adapter.settings,
         )
@@ -109,8 +115,11 @@ def test_eight_agents_each_receive_their_10k_prompt_once_whole(
 
     def deliver(task: str) -> None:
         deliverer.deliver(
-            recording, panes[task], prompts[task],
-            confirmed=lambda: bool(agents.received(task)), timeout=40,
+            recording,
+            panes[task],
+            prompts[task],
+            confirmed=lambda: bool(agents.received(task)),
+            timeout=40,
         )
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -132,8 +141,9 @@ def test_eight_agents_each_receive_their_10k_prompt_once_whole(
     assert backend.list_panes() == {pane: task for task, pane in panes.items()}
 
 
-def test_at_most_four_panes_per_window_and_tiled(backend: TmuxBackend, tmp_path: Path,
-                                                 tmux_socket: str) -> None:
+def test_at_most_four_panes_per_window_and_tiled(
+    backend: TmuxBackend, tmp_path: Path, tmux_socket: str
+) -> None:
     panes = [backend.launch(LaunchSpec(f"s{i}", tmp_path, ["sleep", "60"])) for i in range(5)]
     windows = backend.windows()
     assert [len(p) for p in windows.values()] == [4, 1]
@@ -325,8 +335,9 @@ def test_never_confirmed_delivery_raises_with_the_screen(
     pane = agents.start("nc")
     start = time.monotonic()
     with pytest.raises(DeliveryError) as info:
-        Deliverer().deliver(backend, pane, "hello\nthere", confirmed=lambda: False,
-                            timeout=3, enter_retries=2)
+        Deliverer().deliver(
+            backend, pane, "hello\nthere", confirmed=lambda: False, timeout=3, enter_retries=2
+        )
     assert time.monotonic() - start < 8
     assert "scripted agent (not a real model)" in info.value.screen
     assert "not confirmed" in info.value.message
@@ -346,8 +357,7 @@ def test_agent_dying_during_delivery_is_reported(backend: TmuxBackend, tmp_path:
     agents = Agents(tmp_path, backend, "default: {implement: [[{exit: 9}]]}\n")
     pane = agents.start("crash")
     with pytest.raises(DeliveryError, match="status 9"):
-        Deliverer().deliver(backend, pane, "implement it\n", confirmed=lambda: False,
-                            timeout=10)
+        Deliverer().deliver(backend, pane, "implement it\n", confirmed=lambda: False, timeout=10)
 
 
 def test_escape_sequences_cannot_break_out_of_the_paste(
@@ -369,7 +379,9 @@ def test_deliveries_to_one_pane_are_serialized(backend: TmuxBackend, tmp_path: P
 
     def send(text: str) -> None:
         deliverer.deliver(
-            backend, pane, text,
+            backend,
+            pane,
+            text,
             confirmed=lambda: any(p.read_text() == text for p in agents.received("ser")),
         )
 

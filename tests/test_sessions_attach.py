@@ -17,18 +17,25 @@ from loop_orchestrator.state import RunState, Store, TaskStatus
 
 def make_run(repo: Path, name: str = "demo", panes: dict[str, str | None] | None = None) -> None:
     store = Store.for_repo(repo)
-    store.write_run(RunState(
-        name=name, repo=str(repo), base_ref="main", base_sha="0" * 40,
-        staging_branch=f"lo/{name}/staging", feature_branch=f"feat/{name}",
-        plan_sha256="0" * 64,
-    ))
+    store.write_run(
+        RunState(
+            name=name,
+            repo=str(repo),
+            base_ref="main",
+            base_sha="0" * 40,
+            staging_branch=f"lo/{name}/staging",
+            feature_branch=f"feat/{name}",
+            plan_sha256="0" * 64,
+        )
+    )
     for task, pane in (panes or {}).items():
         store.write_status(TaskStatus(task=task, pane_id=pane))
 
 
 def tmux_path() -> str:
-    return subprocess.run(["sh", "-c", "command -v tmux"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["sh", "-c", "command -v tmux"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_attach_without_a_session_is_a_clear_error(
@@ -49,14 +56,27 @@ def test_attach_focuses_the_task_pane(tmux_socket: str, git_repo: Path) -> None:
     make_run(git_repo, panes={"t5": panes[5], "t0": panes[0], "idle": None})
     argv = attach_command(git_repo, "t5")
     assert argv == [
-        tmux_path(), "-L", tmux_socket,
-        "select-window", "-t", panes[5], ";", "select-pane", "-t", panes[5], ";",
-        "attach-session", "-t", "=lo-demo",
+        tmux_path(),
+        "-L",
+        tmux_socket,
+        "select-window",
+        "-t",
+        panes[5],
+        ";",
+        "select-pane",
+        "-t",
+        panes[5],
+        ";",
+        "attach-session",
+        "-t",
+        "=lo-demo",
     ]
     # run it without the attach: the task's window and pane become the current ones
     shown = subprocess.run(
         [*argv[:-3], "display-message", "-p", "-t", "=lo-demo:", "#{pane_id}"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert shown == panes[5]
     assert attach_command(git_repo, None)[-3:] == ["attach-session", "-t", "=lo-demo"]
@@ -76,7 +96,9 @@ def test_attach_inside_tmux_switches_or_nests(
     make_run(git_repo, panes={"t": pane})
     socket_path = subprocess.run(
         ["tmux", "-L", tmux_socket, "display-message", "-p", "#{socket_path}"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     monkeypatch.setenv("TMUX", f"{socket_path},1,0")  # a client of this very server
     argv = attach_command(git_repo, "t")
@@ -100,8 +122,9 @@ def test_attach_command_execs_tmux(
     assert execs == [(tmux_path(), attach_command(git_repo, "t"))]
 
 
-def test_attach_unknown_task(tmux_socket: str, git_repo: Path,
-                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_attach_unknown_task(
+    tmux_socket: str, git_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     make_run(git_repo)
     TmuxBackend("demo").ensure_session()
     assert run_cli(["attach", "nope", "--repo", str(git_repo)]) == 1

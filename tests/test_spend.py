@@ -12,9 +12,19 @@ OPUS = usage.DEFAULT_PRICES
 
 
 def record(mid: str, out: int, inp: int = 100) -> str:
-    return json.dumps({"type": "assistant", "message": {
-        "id": mid, "model": "claude-opus-5-5",
-        "usage": {"input_tokens": inp, "output_tokens": out}}}) + "\n"
+    return (
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": mid,
+                    "model": "claude-opus-5-5",
+                    "usage": {"input_tokens": inp, "output_tokens": out},
+                },
+            }
+        )
+        + "\n"
+    )
 
 
 def total(book: SpendBook, task: str = "t") -> dict[str, int]:

@@ -123,7 +123,10 @@ def test_four_tasks_run_gate2_and_merge(demo_files: demo.DemoFiles, tmux_socket:
     with gitutil.temp_checkout(repo, "feat/demo") as tree:
         tests = subprocess.run(
             [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
-            cwd=tree, capture_output=True, text=True, check=False,
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            check=False,
         )
     assert tests.returncode == 0, tests.stderr
     assert "Ran 18 tests" in tests.stderr
@@ -174,9 +177,7 @@ def test_sigkill_at_random_moments_then_resume(
         kills += 1
         if store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW:
             break
-    final = subprocess.run(
-        _run_cmd(repo), capture_output=True, text=True, timeout=240, check=False
-    )
+    final = subprocess.run(_run_cmd(repo), capture_output=True, text=True, timeout=240, check=False)
     assert final.returncode == 0, final.stderr
     assert kills >= 3  # the run really was interrupted several times
     assert store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
@@ -188,7 +189,9 @@ def test_sigkill_at_random_moments_then_resume(
     # no orphan pane: every integrated task's pane is gone
     panes = subprocess.run(
         ["tmux", "-L", tmux_socket, "list-panes", "-s", "-t", "=lo-demo", "-F", "#{@lo_task}"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.split()
     assert [p for p in panes if p] == []
     review = integration.review(repo)
@@ -209,14 +212,16 @@ def test_a_dirty_checkout_is_refused_and_the_suggested_flag_works(
     notes = repo / "NOTES.md"
     notes.write_bytes(b"my uncommitted thoughts\n\x00binary-ish tail")
     before = notes.read_bytes()
-    refused = subprocess.run(_run_cmd(repo), capture_output=True, text=True, timeout=120,
-                             check=False)
+    refused = subprocess.run(
+        _run_cmd(repo), capture_output=True, text=True, timeout=120, check=False
+    )
     assert refused.returncode == 1
     assert "uncommitted changes" in refused.stderr and "--allow-dirty" in refused.stderr
     flag = re.search(r"pass (--[a-z-]+)", refused.stderr)
     assert flag is not None
-    allowed = subprocess.run(_run_cmd(repo, flag.group(1)), capture_output=True, text=True,
-                             timeout=240, check=False)
+    allowed = subprocess.run(
+        _run_cmd(repo, flag.group(1)), capture_output=True, text=True, timeout=240, check=False
+    )
     assert allowed.returncode == 0, allowed.stderr
     assert Store(RunDir(repo)).read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
     assert notes.read_bytes() == before
@@ -230,14 +235,13 @@ def test_second_supervisor_is_refused_naming_the_holder(
     edit_script(demo_files, lambda d: d["tokenize"].update(plan=["hang"]))
     _write_config(demo_files)
     plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
-    first = subprocess.Popen(
-        _run_cmd(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    first = subprocess.Popen(_run_cmd(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         info = repo / ".orchestration" / "supervisor.json"
         wait_for(info.exists, 20, "the first supervisor to take the lock")
-        second = subprocess.run(_run_cmd(repo), capture_output=True, text=True, timeout=60,
-                                check=False)
+        second = subprocess.run(
+            _run_cmd(repo), capture_output=True, text=True, timeout=60, check=False
+        )
         assert second.returncode == 1
         assert second.stderr.startswith("Error: another supervisor is running")
         assert f"pid {first.pid}" in second.stderr
@@ -257,13 +261,19 @@ def test_review_then_fix_and_blocked_after_three_rounds(
         good_slug_round = d["slug"]["implement"][0]
         # slug: first an assertion-less test, then the real one
         lazy = [
-            {"write": {"path": "tests/test_slug.py", "content": (
-                "import unittest\n\nfrom textstats.slug import slugify\n\n\n"
-                "class SlugifyTest(unittest.TestCase):\n"
-                "    def test_it_runs(self):\n        slugify('Hello World')\n"
-            )}},
+            {
+                "write": {
+                    "path": "tests/test_slug.py",
+                    "content": (
+                        "import unittest\n\nfrom textstats.slug import slugify\n\n\n"
+                        "class SlugifyTest(unittest.TestCase):\n"
+                        "    def test_it_runs(self):\n        slugify('Hello World')\n"
+                    ),
+                }
+            },
             *[
-                a for a in good_slug_round
+                a
+                for a in good_slug_round
                 if "write" in a and a["write"]["path"] != "tests/test_slug.py"
             ],
             {"signal": {"phase": "impl_done"}},
@@ -271,12 +281,17 @@ def test_review_then_fix_and_blocked_after_three_rounds(
         d["slug"]["implement"] = [lazy, good_slug_round]
         # report (nothing depends on it): a tautological test every time
         bad = [a for a in d["report"]["implement"][0] if "write" in a]
-        bad[0] = {"write": {"path": "tests/test_report.py", "content": (
-            "import unittest\n\nfrom textstats.report import render_report\n\n\n"
-            "class ReportTest(unittest.TestCase):\n"
-            "    def test_true(self):\n        render_report('T', 'x')\n"
-            "        self.assertTrue(True)\n"
-        )}}
+        bad[0] = {
+            "write": {
+                "path": "tests/test_report.py",
+                "content": (
+                    "import unittest\n\nfrom textstats.report import render_report\n\n\n"
+                    "class ReportTest(unittest.TestCase):\n"
+                    "    def test_true(self):\n        render_report('T', 'x')\n"
+                    "        self.assertTrue(True)\n"
+                ),
+            }
+        }
         d["report"]["implement"] = [[*bad, {"signal": {"phase": "impl_done"}}]]
 
     edit_script(demo_files, change)
@@ -287,8 +302,12 @@ def test_review_then_fix_and_blocked_after_three_rounds(
 
     assert outcome.state == "blocked"
     # the lazy test was sent back and fixed; the gamed one is blocked; the others finished
-    assert phases(repo) == {"tokenize": Phase.INTEGRATED, "slug": Phase.INTEGRATED,
-                            "counts": Phase.INTEGRATED, "report": Phase.BLOCKED}
+    assert phases(repo) == {
+        "tokenize": Phase.INTEGRATED,
+        "slug": Phase.INTEGRATED,
+        "counts": Phase.INTEGRATED,
+        "report": Phase.BLOCKED,
+    }
     status = Store(RunDir(repo)).read_status("report")
     assert status.rework_count == 3
     assert status.error is not None
@@ -296,7 +315,10 @@ def test_review_then_fix_and_blocked_after_three_rounds(
     assert "tests.tautology" in status.error
     reviews = RunDir(repo).reviews_dir
     assert sorted(p.name for p in reviews.glob("report-r*.md")) == [
-        "report-r1.md", "report-r2.md", "report-r3.md"]
+        "report-r1.md",
+        "report-r2.md",
+        "report-r3.md",
+    ]
     assert "tests.tautology" in (reviews / "report-r1.md").read_text(encoding="utf-8")
     slug_review = (reviews / "slug-r1.md").read_text(encoding="utf-8")
     assert "tests.no-assertion" in slug_review
@@ -305,7 +327,9 @@ def test_review_then_fix_and_blocked_after_three_rounds(
     # the blocked task's session is left for a person to attach to; status shows it alive
     shown = subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", "status", "--repo", str(repo)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rows = {line.split()[0]: line.split() for line in shown.splitlines()[2:] if line.strip()}
     assert rows["report"][2] == "blocked"
@@ -386,18 +410,26 @@ def test_detached_supervisor_runs_in_a_tmux_window(
     plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
     result = subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", "run", "--detach", "--repo", str(repo)],
-        capture_output=True, text=True, check=False, timeout=60,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert "window 'supervisor'" in result.stdout
     windows = subprocess.run(
         ["tmux", "-L", tmux_socket, "list-windows", "-t", "=lo-demo", "-F", "#{window_name}"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.split()
     assert "supervisor" in windows
     store = Store(RunDir(repo))
-    wait_for(lambda: store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW, 120,
-             "the detached supervisor to reach Gate 2")
+    wait_for(
+        lambda: store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW,
+        120,
+        "the detached supervisor to reach Gate 2",
+    )
     assert set(phases(repo).values()) == {Phase.INTEGRATED}
 
 
@@ -444,7 +476,11 @@ def test_integration_failure_goes_back_to_the_owning_task(
     assert "test_length_is_capped_without_a_trailing_dash" in review
     # slug was merged twice (first with the bug, then the fix), everyone else once
     assert merges_per_task(repo, "lo/demo/staging") == {
-        "tokenize": 1, "slug": 2, "counts": 1, "report": 1}
+        "tokenize": 1,
+        "slug": 2,
+        "counts": 1,
+        "report": 1,
+    }
     assert '.rstrip("-")' in git(repo, "show", "lo/demo/staging:textstats/slug.py")
     state = Store(RunDir(repo)).read_run()
     assert state.integration is not None
@@ -457,11 +493,16 @@ def test_a_person_retries_a_blocked_task(demo_files: demo.DemoFiles, tmux_socket
     def change(d: dict[str, Any]) -> None:
         good = d["tokenize"]["implement"][0]
         bad = [a for a in good if "write" in a]
-        bad[0] = {"write": {"path": "tests/test_tokenize.py", "content": (
-            "import unittest\n\nfrom textstats.tokenize import tokenize\n\n\n"
-            "class TokenizeTest(unittest.TestCase):\n"
-            "    def test_runs(self):\n        tokenize('a')\n"
-        )}}
+        bad[0] = {
+            "write": {
+                "path": "tests/test_tokenize.py",
+                "content": (
+                    "import unittest\n\nfrom textstats.tokenize import tokenize\n\n\n"
+                    "class TokenizeTest(unittest.TestCase):\n"
+                    "    def test_runs(self):\n        tokenize('a')\n"
+                ),
+            }
+        }
         bad.append({"signal": {"phase": "impl_done"}})
         d["tokenize"]["implement"] = [bad, bad, good]  # two lazy rounds, then the real one
 
@@ -473,19 +514,33 @@ def test_a_person_retries_a_blocked_task(demo_files: demo.DemoFiles, tmux_socket
     assert Store(RunDir(repo)).read_status("tokenize").phase == Phase.BLOCKED
 
     result = subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", "retry", "tokenize", "--repo", str(repo),
-         "--note", "tests need real assertions"],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "loop_orchestrator",
+            "retry",
+            "tokenize",
+            "--repo",
+            str(repo),
+            "--note",
+            "tests need real assertions",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     status = Store(RunDir(repo)).read_status("tokenize")
     assert status.phase == Phase.IMPLEMENTING
     assert status.rework_count == 2
     assert "tests need real assertions" in RunDir(repo).review_path("tokenize", 2).read_text(
-        encoding="utf-8")
+        encoding="utf-8"
+    )
     again = subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", "retry", "tokenize", "--repo", str(repo)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert again.returncode == 1
     assert "is implementing; only a blocked or failed task" in again.stderr
@@ -531,10 +586,19 @@ def test_a_generic_command_agent_without_hooks_runs_the_whole_flow(
     no_plugin.mkdir()
     settings = demo.demo_settings(demo_files.script)
     settings.agent.kind = "command"
-    settings.agent.command = shlex.join([
-        sys.executable, "-m", "loop_orchestrator.agents.scripted",
-        "--script", str(demo_files.script), "--plugin-dir", str(no_plugin), "--task", "{task}",
-    ])
+    settings.agent.command = shlex.join(
+        [
+            sys.executable,
+            "-m",
+            "loop_orchestrator.agents.scripted",
+            "--script",
+            str(demo_files.script),
+            "--plugin-dir",
+            str(no_plugin),
+            "--task",
+            "{task}",
+        ]
+    )
     settings.agent.ready_pattern = READY_RE.pattern
     plan_and_approve(demo_files, settings)
 
@@ -570,12 +634,11 @@ def test_a_person_sends_an_integrated_task_back_after_an_unrouted_failure(
             if "write" not in action:
                 continue
             if action["write"]["path"] == "textstats/slug.py":
-                action["write"]["content"] = action["write"]["content"].replace(
-                    '.rstrip("-")', "")
+                action["write"]["content"] = action["write"]["content"].replace('.rstrip("-")', "")
             if action["write"]["path"] == "tests/test_slug.py":  # no test for the cap
                 action["write"]["content"] = action["write"]["content"].replace(
-                    "def test_length_is_capped_without_a_trailing_dash",
-                    "def _unused_cap_case")
+                    "def test_length_is_capped_without_a_trailing_dash", "def _unused_cap_case"
+                )
         d["slug"]["implement"] = [bad, good]
 
     edit_script(demo_files, trailing_dash_first)
@@ -588,9 +651,20 @@ def test_a_person_sends_an_integrated_task_back_after_an_unrouted_failure(
     assert "test_capped_slugs_have_no_trailing_dash" in first.message
     assert not [e for e in ledger(repo) if e["event"] == "integration_routed"]
     retried = subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", "retry", "slug", "--repo", str(repo),
-         "--note", "tests/test_legacy.py: capped slugs must not end with a dash"],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "loop_orchestrator",
+            "retry",
+            "slug",
+            "--repo",
+            str(repo),
+            "--note",
+            "tests/test_legacy.py: capped slugs must not end with a dash",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert retried.returncode == 0, retried.stderr
     review = RunDir(repo).review_path("slug", 1).read_text(encoding="utf-8")
@@ -601,8 +675,11 @@ def test_a_person_sends_an_integrated_task_back_after_an_unrouted_failure(
     assert second.state == "review", second.message
     assert merges_per_task(repo, "lo/demo/staging")["slug"] == 2
     assert '.rstrip("-")' in git(repo, "show", "lo/demo/staging:textstats/slug.py")
-    reopened = [e for e in ledger(repo) if e["event"] == "session_launched"
-                and e.get("task") == "slug" and e.get("reopened")]
+    reopened = [
+        e
+        for e in ledger(repo)
+        if e["event"] == "session_launched" and e.get("task") == "slug" and e.get("reopened")
+    ]
     assert len(reopened) == 1
 
 
@@ -637,8 +714,10 @@ def test_a_prompt_that_arrived_just_before_a_crash_is_not_sent_again(
             proc.kill()  # SIGKILL: no clean shutdown, like a crash
             proc.wait()
 
-    supervise_until(lambda: store.read_status("tokenize").delivered == key,
-                    "the implement prompt to be delivered")
+    supervise_until(
+        lambda: store.read_status("tokenize").delivered == key,
+        "the implement prompt to be delivered",
+    )
     # the plan prompt, then the implement prompt (recorded by the agent just after its hook)
     wait_for(lambda: prompts() == 2, 10, "the agent to record both prompts")
     before = prompts()
@@ -648,22 +727,34 @@ def test_a_prompt_that_arrived_just_before_a_crash_is_not_sent_again(
     # 1. killed after the paste, before the record: the hook fired after the delivery began
     began = datetime.fromisoformat(submitted) - timedelta(seconds=0.5)
     # the crash state is set in the supervisor's record: the status file is only its view
-    runs.open_record(repo).update_task("tokenize", delivered=None, delivering=key,
-                                       delivery_started_at=began.isoformat())
-    supervise_until(lambda: store.read_status("tokenize").delivered == key,
-                    "the interrupted delivery to be recognised")
+    runs.open_record(repo).update_task(
+        "tokenize", delivered=None, delivering=key, delivery_started_at=began.isoformat()
+    )
+    supervise_until(
+        lambda: store.read_status("tokenize").delivered == key,
+        "the interrupted delivery to be recognised",
+    )
     assert prompts() == before
-    recovered = [e for e in ledger(repo)
-                 if e["event"] == "prompt_delivered" and e.get("task") == "tokenize"
-                 and "not resent" in str(e.get("message"))]
+    recovered = [
+        e
+        for e in ledger(repo)
+        if e["event"] == "prompt_delivered"
+        and e.get("task") == "tokenize"
+        and "not resent" in str(e.get("message"))
+    ]
     assert len(recovered) == 1
     assert store.read_status("tokenize").delivering is None
 
     # 2. killed before the paste: no submit since the delivery began, so it is sent now
-    runs.open_record(repo).update_task("tokenize", delivered=None, delivering=key,
-                                       delivery_started_at=datetime.now(UTC).isoformat())
-    supervise_until(lambda: store.read_status("tokenize").delivered == key,
-                    "the prompt to be sent again")
+    runs.open_record(repo).update_task(
+        "tokenize",
+        delivered=None,
+        delivering=key,
+        delivery_started_at=datetime.now(UTC).isoformat(),
+    )
+    supervise_until(
+        lambda: store.read_status("tokenize").delivered == key, "the prompt to be sent again"
+    )
     wait_for(lambda: prompts() == before + 1, 10, "the agent to record the resent prompt")
     time.sleep(0.5)
     assert prompts() == before + 1  # once

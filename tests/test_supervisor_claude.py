@@ -25,7 +25,8 @@ def test_supervisor_launches_real_claude_and_reports_not_logged_in(
 ) -> None:
     binary = claude_binary()
     assert binary is not None and binary.exists(), (
-        "the Claude Code CLI is missing: scripts/bootstrap --claude installs it")
+        "the Claude Code CLI is missing: scripts/bootstrap --claude installs it"
+    )
     plan = tmp_path / "plan.yaml"
     plan.write_text(
         "goal: Add a greeting\nname: hello\ntasks:\n"
@@ -36,8 +37,9 @@ def test_supervisor_launches_real_claude_and_reports_not_logged_in(
         encoding="utf-8",
     )
     settings = Settings(
-        agent=AgentConfig(kind="claude", command=str(binary), env={"IS_SANDBOX": "1"},
-                          ready_timeout=60),
+        agent=AgentConfig(
+            kind="claude", command=str(binary), env={"IS_SANDBOX": "1"}, ready_timeout=60
+        ),
         auditor=AuditorConfig(llm="off"),
         run=RunConfig(concurrency=1, stall_minutes=2),
     )

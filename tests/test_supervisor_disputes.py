@@ -49,9 +49,11 @@ def _attempt(out: Path, *args: str) -> dict[str, Any]:
     """A `run` action: `lo-orch signal ARGS` from the session, its output and exit status
     appended to ``out`` (outside the worktree, so nothing of it is committed)."""
     line = " ".join(shlex.quote(a) for a in args)
-    script = (f'echo "== {line}" >> {shlex.quote(str(out))}; '
-              f'$LO_ORCH_BIN signal {line} >> {shlex.quote(str(out))} 2>&1; '
-              f'echo "exit=$?" >> {shlex.quote(str(out))}')
+    script = (
+        f'echo "== {line}" >> {shlex.quote(str(out))}; '
+        f"$LO_ORCH_BIN signal {line} >> {shlex.quote(str(out))} 2>&1; "
+        f'echo "exit=$?" >> {shlex.quote(str(out))}'
+    )
     return {"run": {"argv": ["sh", "-c", script], "check": False}}
 
 
@@ -61,9 +63,11 @@ def _start(files: demo.DemoFiles, settings: Settings) -> None:
 
 
 def _disputes(repo: Path, task: str) -> list[tuple[str, str, str]]:
-    return [(e["check"], e["outcome"], e.get("note") or "")
-            for e in Store(RunDir(repo)).read_ledger()
-            if e["event"] == "dispute" and e["task"] == task]
+    return [
+        (e["check"], e["outcome"], e.get("note") or "")
+        for e in Store(RunDir(repo)).read_ledger()
+        if e["event"] == "dispute" and e["task"] == task
+    ]
 
 
 def _prompts(repo: Path, task: str) -> list[str]:
@@ -92,14 +96,18 @@ def test_a_disputed_heuristic_is_carried_to_gate_2_and_gaming_disputes_are_refus
                 _attempt(out, "impl_done", "--dispute", "scope.unowned", "--note", REASON),
                 _attempt(out, "impl_done", "--dispute", "done.failed", "--note", REASON),
                 _attempt(out, "impl_done", "--dispute", "Tests.Tautology!", "--note", REASON),
-                {"signal": {"phase": "impl_done", "dispute": ["tests.no-assertion"],
-                            "note": REASON}},
+                {
+                    "signal": {
+                        "phase": "impl_done",
+                        "dispute": ["tests.no-assertion"],
+                        "note": REASON,
+                    }
+                },
             ],
             # round 2: a plain impl_done: last round's dispute is not carried over
             [{"signal": "impl_done"}],
             # round 3: the dispute, with its reason
-            [{"signal": {"phase": "impl_done", "dispute": ["tests.tautology"],
-                         "note": REASON}}],
+            [{"signal": {"phase": "impl_done", "dispute": ["tests.tautology"], "note": REASON}}],
         ]
 
     edit_script(files, change)
@@ -127,10 +135,17 @@ def test_a_disputed_heuristic_is_carried_to_gate_2_and_gaming_disputes_are_refus
         ("tests.no-assertion", "moot", REASON),
         ("tests.tautology", "carried", REASON),
     ]
-    signals = [e for e in store.read_ledger()
-               if e["event"] == "signal" and e["task"] == "report" and e["phase"] == "impl_done"]
+    signals = [
+        e
+        for e in store.read_ledger()
+        if e["event"] == "signal" and e["task"] == "report" and e["phase"] == "impl_done"
+    ]
     assert [e.get("disputes") for e in signals] == [
-        None, ["tests.no-assertion"], None, ["tests.tautology"]]
+        None,
+        ["tests.no-assertion"],
+        None,
+        ["tests.tautology"],
+    ]
     # the review of each round sent back still blocks on the tautology, and says which
     # findings are disputable and how; so do the rework prompts the session received
     reviews = RunDir(repo).reviews_dir
@@ -140,17 +155,20 @@ def test_a_disputed_heuristic_is_carried_to_gate_2_and_gaming_disputes_are_refus
     assert "moot" in (reviews / "report-r2.md").read_text(encoding="utf-8")
     rework = [p for p in _prompts(repo, "report") if "verification round" in p]
     assert len(rework) == 3
-    assert all("--dispute tests.tautology" in p and "Disputable: tests.tautology" in p
-               for p in rework)
+    assert all(
+        "--dispute tests.tautology" in p and "Disputable: tests.tautology" in p for p in rework
+    )
     assert "your dispute of tests.no-assertion: moot" in rework[1]
     # Gate 2: the carried finding is there for the person, with the session's reason
     merged = subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", "merge", "--yes", "--repo", str(repo)],
-        capture_output=True, text=True, check=False)
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert merged.returncode == 0, merged.stderr
     judge = merged.stdout.split("For you to judge")[1]
-    assert f'report: finding tests.tautology disputed by the session (carried): "{REASON}"' \
-        in judge
+    assert f'report: finding tests.tautology disputed by the session (carried): "{REASON}"' in judge
     assert "report: tests.tautology at tests/test_report.py" in judge
 
 
@@ -169,11 +187,12 @@ def test_disputing_a_rejected_finding_again_and_again_ends_blocked(
         "    print('REASONS: the report compared with itself cannot fail')\n"
         "else:\n"
         "    print('VERDICT: PASS')\n"
-        "    print('REASONS: fine')\n", encoding="utf-8")
+        "    print('REASONS: fine')\n",
+        encoding="utf-8",
+    )
 
     def change(d: dict[str, Any]) -> None:
-        dispute = {"signal": {"phase": "impl_done", "dispute": ["tests.tautology"],
-                              "note": REASON}}
+        dispute = {"signal": {"phase": "impl_done", "dispute": ["tests.tautology"], "note": REASON}}
         d["report"]["implement"] = [[*_report_round(d), dispute], [dispute]]
 
     edit_script(files, change)
@@ -191,8 +210,11 @@ def test_disputing_a_rejected_finding_again_and_again_ends_blocked(
     # rejected every time, three rounds spent; the same dispute of the same commit is
     # settled as it was (the auditor is not asked again for what it already judged)
     assert _disputes(repo, "report") == [("tests.tautology", "rejected", REASON)] * 3
-    assert [e["reused"] for e in Store(RunDir(repo)).read_ledger()
-            if e["event"] == "dispute"] == [False, True, True]
+    assert [e["reused"] for e in Store(RunDir(repo)).read_ledger() if e["event"] == "dispute"] == [
+        False,
+        True,
+        True,
+    ]
     reviews = RunDir(repo).reviews_dir
     for n in (1, 2):
         review = (reviews / f"report-r{n}.md").read_text(encoding="utf-8")

@@ -43,8 +43,9 @@ OPUS = usage.DEFAULT_PRICES["claude-opus-5-5"]
 
 @contextlib.contextmanager
 def cached_endpoint(f: demo.DemoFiles) -> Iterator[ModelEndpoint]:
-    with ModelEndpoint(load_script(f.script, model=True), cache=True,
-                       log_path=f.root / "requests.jsonl") as endpoint:
+    with ModelEndpoint(
+        load_script(f.script, model=True), cache=True, log_path=f.root / "requests.jsonl"
+    ) as endpoint:
         yield endpoint
 
 
@@ -58,9 +59,13 @@ def sent(endpoint: ModelEndpoint, task: str) -> dict[str, int]:
 
 
 def lo_orch(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args, "--repo",
-                           str(repo)], capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", *args, "--repo", str(repo)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles) -> None:
@@ -72,8 +77,7 @@ def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles
         assert outcome.state == "review", outcome.message
         expected = {t: sent(endpoint, t) for t in ("tokenize", "counts")}
         rework = dict.fromkeys(KEYS, 0)
-        for r in endpoint.logged(kind="reply", task="counts", prompt_kind="implement",
-                                 round=1):
+        for r in endpoint.logged(kind="reply", task="counts", prompt_kind="implement", round=1):
             for k in KEYS:
                 rework[k] += r["usage"][k]
     for figures in expected.values():
@@ -95,8 +99,7 @@ def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles
     rounds = by_task["counts"]["usage_rounds"]
     assert list(rounds) == ["0", "1"] and rework["output_tokens"] > 0
     assert {k: rounds["1"][k] for k in KEYS} == rework
-    assert {k: rounds["0"][k] for k in KEYS} == {k: expected["counts"][k] - rework[k]
-                                                for k in KEYS}
+    assert {k: rounds["0"][k] for k in KEYS} == {k: expected["counts"][k] - rework[k] for k in KEYS}
     assert list(by_task["tokenize"]["usage_rounds"]) == ["0"]
     run = doc["run"]["usage"]
     assert {k: run[k] for k in KEYS} == {k: sum(f[k] for f in expected.values()) for k in KEYS}
@@ -119,10 +122,12 @@ def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles
     review = integration.review(files.repo)
     text = "\n".join(review.costs)
     for t, figures in expected.items():
-        assert (f"{t}: {usage.money(by_task[t]['usage']['cost_usd'])} — input "
-                f"{figures['input_tokens']:,}, output {figures['output_tokens']:,}, cache "
-                f"read {figures['cache_read_input_tokens']:,}, cache write "
-                f"{figures['cache_creation_input_tokens']:,} tokens") in text, text
+        assert (
+            f"{t}: {usage.money(by_task[t]['usage']['cost_usd'])} — input "
+            f"{figures['input_tokens']:,}, output {figures['output_tokens']:,}, cache "
+            f"read {figures['cache_read_input_tokens']:,}, cache write "
+            f"{figures['cache_creation_input_tokens']:,} tokens"
+        ) in text, text
     assert f"run total: {usage.money(run['cost_usd'])}" in text
     merge = lo_orch(files.repo, "merge", "--yes")
     assert merge.returncode == 0, merge.stderr
@@ -149,15 +154,19 @@ def test_a_price_from_config_and_an_unknown_model(files: demo.DemoFiles) -> None
     row = next(line for line in shown.stdout.splitlines() if line.lstrip().startswith("tokenize"))
     assert "unknown" in row and "$0.0000" not in row
     # the same transcript, priced by a table with the model added
-    settings.prices["claude-nova-9"] = PriceConfig(input=1, output=2, cache_read=0.5,
-                                                   cache_write=3)
+    settings.prices["claude-nova-9"] = PriceConfig(input=1, output=2, cache_read=0.5, cache_write=3)
     prices = usage.prices_from(settings)
     assert st.worktree and st.session_id
     again = usage.session_usage(Path(st.worktree), st.session_id, {}, prices)
     assert again.cost_usd == pytest.approx(
-        (figures["input_tokens"] * 1 + figures["output_tokens"] * 2
-         + figures["cache_read_input_tokens"] * 0.5
-         + figures["cache_creation_input_tokens"] * 3) / 1e6)
+        (
+            figures["input_tokens"] * 1
+            + figures["output_tokens"] * 2
+            + figures["cache_read_input_tokens"] * 0.5
+            + figures["cache_creation_input_tokens"] * 3
+        )
+        / 1e6
+    )
 
 
 def _set_plan(f: demo.DemoFiles, change: Any) -> None:
@@ -171,8 +180,10 @@ def test_a_task_over_its_budget_is_blocked_and_the_others_finish(
 ) -> None:
     only(files, "tokenize", "slug")
     # slug's plan gives it a budget its planning turn alone exceeds
-    _set_plan(files, lambda p: next(t for t in p["tasks"] if t["id"] == "slug").update(
-        max_cost_usd=0.0001))
+    _set_plan(
+        files,
+        lambda p: next(t for t in p["tasks"] if t["id"] == "slug").update(max_cost_usd=0.0001),
+    )
     with cached_endpoint(files) as endpoint:
         settings = settings_for(endpoint)
         approve(files, settings)
@@ -203,8 +214,10 @@ def test_a_task_over_its_budget_is_blocked_and_the_others_finish(
         assert "lo-orch retry slug --budget" in low.stderr
         assert Store(RunDir(files.repo)).read_status("slug").phase == Phase.BLOCKED
         neg = lo_orch(files.repo, "retry", "slug", "--budget", "-3")
-        assert neg.returncode != 0 and Store(RunDir(files.repo)).read_status(
-            "slug").phase == Phase.BLOCKED
+        assert (
+            neg.returncode != 0
+            and Store(RunDir(files.repo)).read_status("slug").phase == Phase.BLOCKED
+        )
         ok = lo_orch(files.repo, "retry", "slug", "--budget", "5")
         assert ok.returncode == 0, ok.stderr
         assert "Its budget is now $5 in total." in ok.stdout
@@ -215,7 +228,8 @@ def test_a_task_over_its_budget_is_blocked_and_the_others_finish(
     # its spend carried on from where it was: the rounds add up to its total
     assert slug.usage is not None and slug.usage["cost_usd"] > 0.0001
     assert {k: slug.usage[k] for k in KEYS} == {
-        k: sum(r[k] for r in (slug.usage_rounds or {}).values()) for k in KEYS}
+        k: sum(r[k] for r in (slug.usage_rounds or {}).values()) for k in KEYS
+    }
 
 
 def test_the_run_stops_launching_when_its_budget_is_spent(files: demo.DemoFiles) -> None:
@@ -234,7 +248,8 @@ def test_the_run_stops_launching_when_its_budget_is_spent(files: demo.DemoFiles)
         (first,) = [t for t, p in phases.items() if p == Phase.INTEGRATED]
         st = store.read_status(second)
         assert st.error is not None and st.error.startswith(
-            "not started: the run's budget is spent")
+            "not started: the run's budget is spent"
+        )
         assert f"`lo-orch retry {second} --budget DOLLARS`" in st.error
         assert not endpoint.logged(kind="reply", task=second)  # never launched
         assert st.session_id is None
@@ -263,8 +278,12 @@ def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
 
         def watch() -> None:
             # one 429 with a long retry-after, once tokenize has begun to implement
-            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
-                "prompt_kind") == "implement" for r in rs), 120)
+            endpoint.wait_for(
+                lambda rs: any(
+                    r.get("task") == "tokenize" and r.get("prompt_kind") == "implement" for r in rs
+                ),
+                120,
+            )
             endpoint.fail(429, times=1, task="tokenize", retry_after=120)
             while not stop.is_set():
                 with contextlib.suppress(Exception):
@@ -289,10 +308,11 @@ def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
     (hit,) = ledger(files.repo, "limit_hit", "tokenize")
     assert hit["error"] == "rate_limit" and hit["kind"] == "rate_limit"
     (resumed,) = ledger(files.repo, "limit_resumed", "tokenize")
-    waited = (datetime.fromisoformat(resumed["ts"]) - datetime.fromisoformat(hit["ts"]))
+    waited = datetime.fromisoformat(resumed["ts"]) - datetime.fromisoformat(hit["ts"])
     assert 5 <= waited.total_seconds() < 30, waited
-    assert seen and all(w and w.startswith("waiting_limit: rate_limit from the model API")
-                        for w, _ in seen), seen
+    assert seen and all(
+        w and w.startswith("waiting_limit: rate_limit from the model API") for w, _ in seen
+    ), seen
     # while the limit held, the other task was not launched
     assert all(phase == "pending" for _, phase in seen), seen
     st = Store(RunDir(files.repo)).read_status("tokenize")
@@ -313,8 +333,12 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
     only(files, "tokenize", "slug")
     _set_plan(files, lambda p: p.update(concurrency=1))  # slug waits for a free slot
     token = gateway_token()  # a gateway login: the CLI shows the usage-limit message
-    with ModelEndpoint(load_script(files.script, model=True), cache=True, token=token,
-                       log_path=files.root / "requests.jsonl") as endpoint:
+    with ModelEndpoint(
+        load_script(files.script, model=True),
+        cache=True,
+        token=token,
+        log_path=files.root / "requests.jsonl",
+    ) as endpoint:
         settings = settings_for(endpoint)
         settings.agent.env["TZ"] = "Asia/Kolkata"  # a half-hour zone, not UTC
         settings.run.usage_limit_grace_seconds = 2
@@ -323,8 +347,12 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
         stop = threading.Event()
 
         def watch() -> None:
-            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
-                "prompt_kind") == "implement" for r in rs), 120)
+            endpoint.wait_for(
+                lambda rs: any(
+                    r.get("task") == "tokenize" and r.get("prompt_kind") == "implement" for r in rs
+                ),
+                120,
+            )
             # resets 75 s from now: its minute is at least 15 s ahead
             endpoint.fail(429, times=1, task="tokenize", resets_in=75)
             while not stop.is_set():
@@ -353,16 +381,19 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
     assert until == reset.replace(second=0) + timedelta(seconds=2), (until, reset)
     assert hit["message"] == f"usage limit, resets {reset:%H:%M} UTC"
     # its StopFailure was heard (the message named the reset)
-    (failure,) = [e for e in ledger(files.repo, "hook", "tokenize")
-                  if e.get("hook_event") == "StopFailure"]
+    (failure,) = [
+        e for e in ledger(files.repo, "hook", "tokenize") if e.get("hook_event") == "StopFailure"
+    ]
     assert failure["error"] == "rate_limit"
     resumed = ledger(files.repo, "limit_resumed", "tokenize") + ledger(
-        files.repo, "limit_over", "tokenize")
+        files.repo, "limit_over", "tokenize"
+    )
     assert resumed, "never resumed"
     first = min(datetime.fromisoformat(e["ts"]) for e in resumed)
     assert first >= until - timedelta(seconds=1), (first, until)
-    assert seen and all(w and w.startswith(f"waiting_limit: usage limit, resets {reset:%H:%M}")
-                        for w, _ in seen), seen
+    assert seen and all(
+        w and w.startswith(f"waiting_limit: usage limit, resets {reset:%H:%M}") for w, _ in seen
+    ), seen
     assert all(phase == "pending" for _, phase in seen), seen  # nothing launched meanwhile
     st = Store(RunDir(files.repo)).read_status("tokenize")
     assert st.phase == Phase.INTEGRATED and st.rework_count == 0 and not st.nudged
@@ -372,7 +403,8 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
 
 
 def test_a_session_that_dies_while_parked_is_noticed_at_once(
-    files: demo.DemoFiles, tmux_socket: str,
+    files: demo.DemoFiles,
+    tmux_socket: str,
 ) -> None:
     """Claude Code is killed while its task waits out a rate limit: the death is seen
     within seconds (not when the wait ends), the session is relaunched once as any dead
@@ -386,8 +418,12 @@ def test_a_session_that_dies_while_parked_is_noticed_at_once(
         killed: list[datetime] = []
 
         def attack() -> None:
-            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
-                "prompt_kind") == "implement" for r in rs), 120)
+            endpoint.wait_for(
+                lambda rs: any(
+                    r.get("task") == "tokenize" and r.get("prompt_kind") == "implement" for r in rs
+                ),
+                120,
+            )
             endpoint.fail(429, times=1, task="tokenize", retry_after=120)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
@@ -395,9 +431,21 @@ def test_a_session_that_dies_while_parked_is_noticed_at_once(
                     st = Store(RunDir(files.repo)).read_status("tokenize")
                     if st.limit_until and st.pane_id:
                         pid = subprocess.run(
-                            ["tmux", "-L", tmux_socket, "display", "-p", "-t", st.pane_id,
-                             "#{pane_pid}"], capture_output=True, text=True, check=True,
-                            timeout=10).stdout.strip()
+                            [
+                                "tmux",
+                                "-L",
+                                tmux_socket,
+                                "display",
+                                "-p",
+                                "-t",
+                                st.pane_id,
+                                "#{pane_pid}",
+                            ],
+                            capture_output=True,
+                            text=True,
+                            check=True,
+                            timeout=10,
+                        ).stdout.strip()
                         killed.append(datetime.now(UTC))
                         # the pane's own process (Claude Code), started by this test's run
                         subprocess.run(["kill", "-9", pid], check=True, timeout=10)
@@ -421,9 +469,11 @@ def test_a_session_that_dies_while_parked_is_noticed_at_once(
         assert noticed < until - timedelta(seconds=10), (noticed, until)
         assert ledger(files.repo, "relaunched_while_parked", "tokenize")
         # no turn was asked of the model between the kill and the end of the wait
-        asked = [(r["kind"], r.get("prompt_kind"), r.get("text"))
-                 for r in endpoint.logged(task="tokenize")
-                 if killed[0].timestamp() < r["at"] < until.timestamp() - 1]
+        asked = [
+            (r["kind"], r.get("prompt_kind"), r.get("text"))
+            for r in endpoint.logged(task="tokenize")
+            if killed[0].timestamp() < r["at"] < until.timestamp() - 1
+        ]
         assert not asked, asked
         (resumed,) = ledger(files.repo, "limit_resumed", "tokenize")
         assert datetime.fromisoformat(resumed["ts"]) >= until - timedelta(seconds=1)
@@ -433,8 +483,7 @@ def test_a_session_that_dies_while_parked_is_noticed_at_once(
 
 
 #: the attack: erase every transcript the session can reach (its own among them)
-TRUNCATE = ('for f in "${CLAUDE_CONFIG_DIR:-$HOME/.claude}"/projects/*/*.jsonl; '
-            'do : > "$f"; done')
+TRUNCATE = 'for f in "${CLAUDE_CONFIG_DIR:-$HOME/.claude}"/projects/*/*.jsonl; do : > "$f"; done'
 
 
 def test_an_agent_that_truncates_its_transcript_is_still_blocked_by_its_budget(
@@ -448,8 +497,10 @@ def test_an_agent_that_truncates_its_transcript_is_still_blocked_by_its_budget(
     script = yaml.safe_load(files.script.read_text(encoding="utf-8"))
     actions = script["tokenize"]["implement"][0]
     # erase, then end the turn before signalling (the turn boundary where budgets bite)
-    actions[len(actions) - 1:len(actions) - 1] = [
-        {"run": {"argv": ["sh", "-c", TRUNCATE]}}, {"stop": {"text": "Almost there."}}]
+    actions[len(actions) - 1 : len(actions) - 1] = [
+        {"run": {"argv": ["sh", "-c", TRUNCATE]}},
+        {"stop": {"text": "Almost there."}},
+    ]
     files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
     with cached_endpoint(files) as endpoint:
         settings = settings_for(endpoint)
@@ -459,10 +510,16 @@ def test_an_agent_that_truncates_its_transcript_is_still_blocked_by_its_budget(
             # once planning is paid for (two replies): a budget of twice that, which the
             # implementation turn (six replies) exceeds and the one reply left in the
             # emptied transcript does not
-            endpoint.wait_for(lambda rs: any(r.get("task") == "tokenize" and r.get(
-                "prompt_kind") == "implement" for r in rs), 120)
-            planned = sum(OPUS.cost(r["usage"]) for r in endpoint.logged(
-                kind="reply", task="tokenize", prompt_kind="plan"))
+            endpoint.wait_for(
+                lambda rs: any(
+                    r.get("task") == "tokenize" and r.get("prompt_kind") == "implement" for r in rs
+                ),
+                120,
+            )
+            planned = sum(
+                OPUS.cost(r["usage"])
+                for r in endpoint.logged(kind="reply", task="tokenize", prompt_kind="plan")
+            )
             settings.run.task_max_cost_usd = 2 * planned
 
         setter = threading.Thread(target=set_budget)
@@ -487,9 +544,12 @@ def test_an_agent_that_truncates_its_transcript_is_still_blocked_by_its_budget(
     assert "shrank" in tampered["message"], tampered
     # the attack was real: what the transcript holds now is under the budget
     assert st.session_id is not None and st.worktree is not None
-    left = usage.session_usage(Path(st.worktree), st.session_id,
-                               {**__import__("os").environ, **settings.agent.env},
-                               usage.DEFAULT_PRICES)
+    left = usage.session_usage(
+        Path(st.worktree),
+        st.session_id,
+        {**__import__("os").environ, **settings.agent.env},
+        usage.DEFAULT_PRICES,
+    )
     assert left.cost_usd is not None and left.cost_usd < cap, (left.cost_usd, cap)
 
 
@@ -509,9 +569,11 @@ def test_concurrency_drops_after_repeated_rate_limits_and_recovers(
 
         def storm() -> None:
             for task in ("tokenize", "slug"):
+
                 def implementing(rs: list[dict[str, Any]], t: str = task) -> bool:
-                    return any(r.get("task") == t and r.get("prompt_kind") == "implement"
-                               for r in rs)
+                    return any(
+                        r.get("task") == t and r.get("prompt_kind") == "implement" for r in rs
+                    )
 
                 endpoint.wait_for(implementing, 120)
                 endpoint.fail(429, times=1, task=task, retry_after=120)
@@ -540,7 +602,10 @@ def test_concurrency_drops_after_repeated_rate_limits_and_recovers(
     (slug_done,) = ledger(files.repo, "task_integrated", "slug")
     released = datetime.fromisoformat(counts["ts"])
     assert released >= min(raised_at, datetime.fromisoformat(slug_done["ts"])), (
-        released, raised_at, slug_done["ts"])
+        released,
+        raised_at,
+        slug_done["ts"],
+    )
     for task in ("tokenize", "slug", "counts"):  # (counts' first round fails by design)
         st = Store(RunDir(files.repo)).read_status(task)
         assert st.phase == Phase.INTEGRATED, (task, st.phase)

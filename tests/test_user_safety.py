@@ -35,8 +35,9 @@ AUTHOR = {"author_name": "lo-orch", "author_email": "lo-orch@example.com"}
 # helpers ----------------------------------------------------------------------------------
 
 
-def checksums(root: Path, skip: tuple[str, ...] = (".git", ".orchestration", ".worktrees")
-              ) -> dict[str, str]:
+def checksums(
+    root: Path, skip: tuple[str, ...] = (".git", ".orchestration", ".worktrees")
+) -> dict[str, str]:
     """sha256 of every file under ``root`` (the user's files), lo-orch's folders left out."""
     found = {}
     for path in sorted(root.rglob("*")):
@@ -56,12 +57,20 @@ def user_branches(repo: Path) -> dict[str, str]:
 
 def lo_orch(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    return subprocess.run([sys.executable, "-m", "loop_orchestrator", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
 
 
-def one_task_files(root: Path, name: str = "demo", tasks: tuple[str, ...] = ("tokenize",)
-                   ) -> demo.DemoFiles:
+def one_task_files(
+    root: Path, name: str = "demo", tasks: tuple[str, ...] = ("tokenize",)
+) -> demo.DemoFiles:
     """The demo project with a plan of only ``tasks`` (fast: no rework round)."""
     files = demo.prepare_demo(root)
     (root / "full.yaml").write_text(files.plan.read_text(encoding="utf-8"), encoding="utf-8")
@@ -71,7 +80,9 @@ def one_task_files(root: Path, name: str = "demo", tasks: tuple[str, ...] = ("to
     (folder / "config.toml").write_text(
         f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
         '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n'
-        '[workspace]\nallow_dirty = true\n', encoding="utf-8")
+        "[workspace]\nallow_dirty = true\n",
+        encoding="utf-8",
+    )
     git(files.repo, "add", ".loop-orchestrator")
     git(files.repo, "commit", "-q", "--no-gpg-sign", "-m", "lo-orch config")
     return files
@@ -142,7 +153,9 @@ def test_a_second_run_never_adopts_the_worktree_the_first_run_kept(
     assert checksums(kept) == before_kept
     assert git(kept, "rev-parse", "HEAD") == kept_head
     assert git(kept, "status", "--porcelain", "--untracked-files=all").splitlines() == [
-        " M textstats/tokenize.py", "?? scratch.txt"]
+        " M textstats/tokenize.py",
+        "?? scratch.txt",
+    ]
     assert checksums(repo) == before_files
     after = user_branches(repo)
     assert {k: after[k] for k in before_branches} == before_branches
@@ -152,14 +165,14 @@ def test_a_second_run_never_adopts_the_worktree_the_first_run_kept(
 def test_a_worktree_not_recorded_for_this_run_is_never_used_or_removed(git_repo: Path) -> None:
     """A user's own worktree where the run's would go (by hand, or by an earlier instance):
     not committed from, not reused, not removed by cleanup."""
-    ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR),
-                             instance="one")
+    ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR), instance="one")
     ws.create_staging(git(git_repo, "rev-parse", "HEAD").strip())
     path = ws.ensure_worktree("a")
     (path / "mine.txt").write_text("the user's\n", encoding="utf-8")
     # the same run name, a new instance (a new `lo-orch plan`): nothing of "one" is its own
-    again = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR),
-                                instance="two")
+    again = workspace.Workspace(
+        git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR), instance="two"
+    )
     before = checksums(path), user_branches(git_repo), git(git_repo, "rev-parse", "lo/r1/a")
     with pytest.raises(GitError, match="would reuse branches or worktrees it did not create"):
         again.check_branch_names(["a"])
@@ -168,8 +181,11 @@ def test_a_worktree_not_recorded_for_this_run_is_never_used_or_removed(git_repo:
     report = again.cleanup(["a"])
     assert report.kept_dirty == ["a"] and "was not created by run r1" in report.details["a"]
     assert report.branches_deleted == []
-    assert (checksums(path), user_branches(git_repo),
-            git(git_repo, "rev-parse", "lo/r1/a")) == before
+    assert (
+        checksums(path),
+        user_branches(git_repo),
+        git(git_repo, "rev-parse", "lo/r1/a"),
+    ) == before
     # the first instance still knows it as its own
     assert ws.cleanup(["a"]).kept_dirty == ["a"]
 
@@ -216,8 +232,7 @@ def test_gate2_never_moves_a_feature_branch_the_user_committed_on(
 
 
 def test_gate2_moves_a_user_feature_branch_only_forward(git_repo: Path) -> None:
-    ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR),
-                             instance="one")
+    ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR), instance="one")
     base = git(git_repo, "rev-parse", "HEAD").strip()
     git(git_repo, "branch", "feat/r1")  # the user's, at the base: an ancestor of the result
     ws.create_staging(base)
@@ -233,8 +248,7 @@ def test_merge_into_keeps_the_users_commits_and_ignored_files(git_repo: Path) ->
     (git_repo / ".gitignore").write_text("local.cfg\n", encoding="utf-8")
     git(git_repo, "add", ".gitignore")
     git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "ignore local.cfg")
-    ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR),
-                             instance="one")
+    ws = workspace.Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR), instance="one")
     ws.create_staging(git(git_repo, "rev-parse", "HEAD").strip())
     path = ws.ensure_worktree("a")
     (path / "local.cfg").write_text("the task's\n", encoding="utf-8")
@@ -314,7 +328,8 @@ def test_cleanup_keeps_ignored_files_the_user_put_in_a_task_worktree(git_repo: P
     git(git_repo, "add", "-A")
     git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "ignores")
     settings = WorkspaceConfig.model_validate(
-        {**AUTHOR, "setup_command": "cp app.local.example app.local"})
+        {**AUTHOR, "setup_command": "cp app.local.example app.local"}
+    )
     ws = workspace.Workspace(git_repo, "r1", settings, instance="one")
     ws.create_staging(git(git_repo, "rev-parse", "HEAD").strip())
     for task in ("clean", "env", "edited", "cache"):

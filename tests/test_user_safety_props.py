@@ -30,8 +30,17 @@ SEEDS = (20261130, 99)
 #: the life of two runs (mostly with the same name); up to two random steps of ``EXTRA``
 #: come before each step (so kills land mid-run, edits and commits anywhere)
 SPINE = ("plan", "run", "merge", "cleanup", "plan", "run", "merge")
-EXTRA = ("kill", "kill", "cleanup", "edit", "edit_worktree", "edit_worktree", "commit_main",
-         "commit_feature", "plan")
+EXTRA = (
+    "kill",
+    "kill",
+    "cleanup",
+    "edit",
+    "edit_worktree",
+    "edit_worktree",
+    "commit_main",
+    "commit_feature",
+    "plan",
+)
 
 
 def steps(rng: random.Random) -> list[str]:
@@ -54,8 +63,12 @@ class User:
 
     def write(self, path: Path, extra: bytes = b"") -> None:
         self.n += 1
-        data = self.files.get(path, b"") + f"edit {self.n}\n".encode() + extra + bytes(
-            self.rng.randrange(256) for _ in range(self.rng.randrange(1, 8)))
+        data = (
+            self.files.get(path, b"")
+            + f"edit {self.n}\n".encode()
+            + extra
+            + bytes(self.rng.randrange(256) for _ in range(self.rng.randrange(1, 8)))
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         self.files[path] = data
@@ -65,8 +78,12 @@ class User:
             assert path.is_file(), f"after {step}: {path} is gone"
             assert path.read_bytes() == data, f"after {step}: {path} changed"
         for sha, branch in self.commits.items():
-            res = subprocess.run(["git", "merge-base", "--is-ancestor", sha, branch],
-                                 cwd=self.repo, capture_output=True, check=False)
+            res = subprocess.run(
+                ["git", "merge-base", "--is-ancestor", sha, branch],
+                cwd=self.repo,
+                capture_output=True,
+                check=False,
+            )
             assert res.returncode == 0, f"after {step}: {sha[:12]} is no longer on {branch}"
 
 
@@ -106,9 +123,13 @@ def run_case(root: Path, seed: int) -> list[str]:
             outcome = expect_clean_outcome(lo_orch(repo, "run", timeout=180), op)
         elif op == "kill":
             env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-            proc = subprocess.Popen([sys.executable, "-m", "loop_orchestrator", "run"],
-                                    cwd=repo, env=env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "loop_orchestrator", "run"],
+                cwd=repo,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             time.sleep(rng.uniform(0.3, 3.0))
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
@@ -119,8 +140,11 @@ def run_case(root: Path, seed: int) -> list[str]:
         elif op == "merge":
             outcome = expect_clean_outcome(lo_orch(repo, "merge", "--yes"), op)
         elif op == "edit":
-            user.write(rng.choice([repo / "NOTES.md", repo / "README.md",
-                                   repo / "textstats" / "__init__.py"]))
+            user.write(
+                rng.choice(
+                    [repo / "NOTES.md", repo / "README.md", repo / "textstats" / "__init__.py"]
+                )
+            )
         elif op == "edit_worktree":
             # a worktree a run left (or holds): the user keeps notes and a local .env there
             trees = sorted((repo / ".worktrees").glob("*/*"))
@@ -136,12 +160,25 @@ def run_case(root: Path, seed: int) -> list[str]:
             branch = git(repo, "symbolic-ref", "--short", "HEAD").strip()
             user.commits[git(repo, "rev-parse", "HEAD").strip()] = branch
         elif op == "commit_feature":
-            feature = next((b for b in ("feat/demo", "feat/demo-b") if git(
-                repo, "branch", "--list", b).strip()), None)
+            feature = next(
+                (
+                    b
+                    for b in ("feat/demo", "feat/demo-b")
+                    if git(repo, "branch", "--list", b).strip()
+                ),
+                None,
+            )
             if feature is not None:
                 tip = git(repo, "rev-parse", feature).strip()
-                sha = git(repo, "commit-tree", "-p", tip, "-m", "user work on the feature",
-                          f"{tip}^{{tree}}").strip()
+                sha = git(
+                    repo,
+                    "commit-tree",
+                    "-p",
+                    tip,
+                    "-m",
+                    "user work on the feature",
+                    f"{tip}^{{tree}}",
+                ).strip()
                 git(repo, "update-ref", f"refs/heads/{feature}", sha, tip)
                 user.commits[sha] = feature
         done.append(outcome)
@@ -160,5 +197,14 @@ def test_no_user_byte_and_no_user_commit_is_ever_lost(tmp_path: Path, tmux_socke
     outcomes = {step.split(" (")[0] for step in seen}
     kinds = {step.split(":")[0] for step in outcomes}
     assert {"run:0", "merge:0"} <= outcomes, seen
-    assert kinds >= {"plan", "run", "kill", "cleanup", "merge", "edit", "edit_worktree",
-                     "commit_main", "commit_feature"}, seen
+    assert kinds >= {
+        "plan",
+        "run",
+        "kill",
+        "cleanup",
+        "merge",
+        "edit",
+        "edit_worktree",
+        "commit_main",
+        "commit_feature",
+    }, seen

@@ -27,12 +27,24 @@ DIFF = "diff --git a/app/calc.py b/app/calc.py\n+def add(a, b):\n+    return a +
 
 def audit_input() -> AuditInput:
     return AuditInput(
-        task={"id": "calc", "title": "Calculator", "objective": "Add add()",
-              "owns": ["app/calc.py", "tests/test_calc.py"],
-              "done": [{"criterion": "add(2, 3) == 5", "check": "pytest -q tests"}]},
-        commit="c" * 40, base="b" * 40, brief="# Brief\nAdd add().", diff=DIFF,
-        findings=[warning("the new test module has no boundary case", "tests.no-boundary-case",
-                          "tests/test_calc.py")],
+        task={
+            "id": "calc",
+            "title": "Calculator",
+            "objective": "Add add()",
+            "owns": ["app/calc.py", "tests/test_calc.py"],
+            "done": [{"criterion": "add(2, 3) == 5", "check": "pytest -q tests"}],
+        },
+        commit="c" * 40,
+        base="b" * 40,
+        brief="# Brief\nAdd add().",
+        diff=DIFF,
+        findings=[
+            warning(
+                "the new test module has no boundary case",
+                "tests.no-boundary-case",
+                "tests/test_calc.py",
+            )
+        ],
         checks=[CheckRun(name="check-1", argv=["pytest", "-q", "tests"], exit_code=0)],
     )
 
@@ -52,19 +64,23 @@ def settings(llm: str, timeout: float = 30.0) -> Settings:
 
 
 def audit(tmp_path: Path, llm: str, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    return run_auditor(audit_input(), settings(llm, timeout), cwd=tmp_path,
-                       evidence=tmp_path / "evidence")
+    return run_auditor(
+        audit_input(), settings(llm, timeout), cwd=tmp_path, evidence=tmp_path / "evidence"
+    )
 
 
 def test_command_auditor_receives_the_contract_json_and_passes(tmp_path: Path) -> None:
     seen = tmp_path / "seen.json"
-    llm = script(tmp_path, f"""
+    llm = script(
+        tmp_path,
+        f"""
 data = json.load(sys.stdin)
 open({str(seen)!r}, "w").write(json.dumps(data))
 print("Looked at everything.")
 print("VERDICT: PASS")
 print("REASONS: criteria covered; error case present")
-""")
+""",
+    )
     result = audit(tmp_path, llm)
     assert (result.mode, result.status) == ("command", "pass")
     assert result.reasons == ["criteria covered", "error case present"]
@@ -73,8 +89,9 @@ print("REASONS: criteria covered; error case present")
     assert data["task"] == "calc" and data["commit"] == "c" * 40 and data["diff"] == DIFF
     assert data["findings"][0]["check"] == "tests.no-boundary-case"
     assert "VERDICT: PASS" in data["prompt"]  # the rendered auditor prompt, as an extension
-    assert (tmp_path / "evidence" / "auditor.stdout.txt").read_text().endswith(
-        "error case present\n")
+    assert (
+        (tmp_path / "evidence" / "auditor.stdout.txt").read_text().endswith("error case present\n")
+    )
 
 
 def test_command_auditor_fail_verdict(tmp_path: Path) -> None:
@@ -83,13 +100,16 @@ def test_command_auditor_fail_verdict(tmp_path: Path) -> None:
     assert (result.status, result.reasons) == ("fail", ["add() untested for 0"])
 
 
-@pytest.mark.parametrize(("body", "why"), [
-    ('print("The tests look great, ship it.")\n', "malformed"),
-    ('print("VERDICT: MAYBE")\n', "malformed"),
-    ('print("VERDICT: PASS")\nprint("VERDICT: FAIL")\n', "contradictory"),
-    ('print("VERDICT: PASS")\nsys.exit(2)\n', "exited with code 2"),
-    ('time.sleep(30)\nprint("VERDICT: PASS")\n', "timed out"),
-])
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ('print("The tests look great, ship it.")\n', "malformed"),
+        ('print("VERDICT: MAYBE")\n', "malformed"),
+        ('print("VERDICT: PASS")\nprint("VERDICT: FAIL")\n', "contradictory"),
+        ('print("VERDICT: PASS")\nsys.exit(2)\n', "exited with code 2"),
+        ('time.sleep(30)\nprint("VERDICT: PASS")\n', "timed out"),
+    ],
+)
 @pytest.mark.slow
 def test_anything_but_a_clean_verdict_is_fail(tmp_path: Path, body: str, why: str) -> None:
     result = audit(tmp_path, script(tmp_path, body), timeout=5)
@@ -139,21 +159,27 @@ else:
 def agent_settings(tmp_path: Path, mode: str) -> tuple[Settings, Path]:
     record = tmp_path / f"claude-{mode}.json"
     s = settings("agent")
-    s.agent.command = script(tmp_path, FAKE_CLAUDE.format(record=str(record), mode=mode),
-                             name=f"fake_claude_{mode}.py")
+    s.agent.command = script(
+        tmp_path, FAKE_CLAUDE.format(record=str(record), mode=mode), name=f"fake_claude_{mode}.py"
+    )
     return s, record
 
 
-@pytest.mark.parametrize(("mode", "status"), [("pass", "pass"), ("fail", "fail"),
-                                              ("error", "fail"), ("garbage", "fail")])
+@pytest.mark.parametrize(
+    ("mode", "status"), [("pass", "pass"), ("fail", "fail"), ("error", "fail"), ("garbage", "fail")]
+)
 def test_agent_mode_runs_claude_headless_read_only(tmp_path: Path, mode: str, status: str) -> None:
     s, record = agent_settings(tmp_path, mode)
     result = run_auditor(audit_input(), s, cwd=tmp_path, evidence=tmp_path / "ev")
     assert (result.mode, result.status) == ("agent", status)
     seen = json.loads(record.read_text())
     args = seen["args"]
-    for flag, value in (("--output-format", "json"), ("--permission-mode", "dontAsk"),
-                        ("--tools", "Read,Grep,Glob"), ("--allowedTools", "Read,Grep,Glob")):
+    for flag, value in (
+        ("--output-format", "json"),
+        ("--permission-mode", "dontAsk"),
+        ("--tools", "Read,Grep,Glob"),
+        ("--allowedTools", "Read,Grep,Glob"),
+    ):
         assert args[args.index(flag) + 1] == value
     assert "-p" in args
     schema = json.loads(args[args.index("--json-schema") + 1])

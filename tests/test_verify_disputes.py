@@ -24,21 +24,21 @@ from loop_orchestrator.verify.review import gate2_notes
 
 PY = shlex.quote(sys.executable)
 
-MONEY = '''class Money:
+MONEY = """class Money:
     def __init__(self, cents):
         self.cents = cents
 
     def __eq__(self, other):
         return isinstance(other, Money) and other.cents == self.cents
-'''
+"""
 #: honest, but the heuristic cannot tell: a lone reflexivity check of Money.__eq__
-MONEY_TEST = '''from app.money import Money
+MONEY_TEST = """from app.money import Money
 
 
 def test_money_equals_itself():
     m = Money(5)
     assert m == m
-'''
+"""
 
 
 def commit(repo: Path, files: dict[str, str]) -> str:
@@ -51,10 +51,12 @@ def commit(repo: Path, files: dict[str, str]) -> str:
 
 
 def money_task() -> Task:
-    return Task(id="money", objective="Money compares by value",
-                owns=["app/money.py", "tests/test_money.py"],
-                done=[DoneCheck(criterion="tests pass",
-                                check=f"{PY} -m pytest -q tests/test_money.py")])
+    return Task(
+        id="money",
+        objective="Money compares by value",
+        owns=["app/money.py", "tests/test_money.py"],
+        done=[DoneCheck(criterion="tests pass", check=f"{PY} -m pytest -q tests/test_money.py")],
+    )
 
 
 def settings(tmp_path: Path, auditor: str | None) -> Settings:
@@ -68,14 +70,15 @@ def settings(tmp_path: Path, auditor: str | None) -> Settings:
         "import sys, json\ndata = json.load(sys.stdin)\n"
         "seen = any(f.get('dispute') for f in data['findings'])\n"
         f"print({auditor!r} if seen else 'VERDICT: FAIL')\nprint('REASONS: judged')\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     s.auditor.llm = f"{PY} {shlex.quote(str(script))}"
     return s
 
 
 @pytest.fixture
 def money(git_repo: Path) -> tuple[Path, str, str]:
-    base = commit(git_repo, {"app/__init__.py": "\"\"\"The app.\"\"\"\n"})
+    base = commit(git_repo, {"app/__init__.py": '"""The app."""\n'})
     head = commit(git_repo, {"app/money.py": MONEY, "tests/test_money.py": MONEY_TEST})
     return git_repo, base, head
 
@@ -84,41 +87,64 @@ CLAIM = ("tests.tautology", "the test checks that Money.__eq__ is reflexive")
 
 
 @pytest.mark.slow
-def test_without_a_dispute_the_heuristic_blocks(money: tuple[Path, str, str],
-                                                tmp_path: Path) -> None:
+def test_without_a_dispute_the_heuristic_blocks(
+    money: tuple[Path, str, str], tmp_path: Path
+) -> None:
     repo, base, head = money
-    verdict = verify_task(repo, RunDir(repo), money_task(), base, head, brief="b",
-                          settings=settings(tmp_path, None))
+    verdict = verify_task(
+        repo, RunDir(repo), money_task(), base, head, brief="b", settings=settings(tmp_path, None)
+    )
     assert not verdict.passed
     assert [f.check for f in verdict.blocking] == ["tests.tautology"]
     assert verdict.disputes == []
 
 
 @pytest.mark.slow
-def test_a_dispute_with_no_auditor_is_carried_to_gate_2(money: tuple[Path, str, str],
-                                                        tmp_path: Path) -> None:
+def test_a_dispute_with_no_auditor_is_carried_to_gate_2(
+    money: tuple[Path, str, str], tmp_path: Path
+) -> None:
     repo, base, head = money
-    verdict = verify_task(repo, RunDir(repo), money_task(), base, head, brief="b",
-                          settings=settings(tmp_path, None), claims=[CLAIM])
+    verdict = verify_task(
+        repo,
+        RunDir(repo),
+        money_task(),
+        base,
+        head,
+        brief="b",
+        settings=settings(tmp_path, None),
+        claims=[CLAIM],
+    )
     assert verdict.passed
     [f] = [f for f in verdict.findings if f.check == "tests.tautology"]
     assert (f.severity, f.dispute) == (Severity.WARNING, CLAIM[1])
     [d] = verdict.disputes
     assert (d.check, d.outcome) == ("tests.tautology", "carried")
     notes = gate2_notes({"money": verdict})
-    assert any("tests.tautology disputed by the session (carried)" in n and CLAIM[1] in n
-               for n in notes), notes
+    assert any(
+        "tests.tautology disputed by the session (carried)" in n and CLAIM[1] in n for n in notes
+    ), notes
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("answer", "outcome", "passed"), [
-    ("VERDICT: PASS", "upheld", True), ("VERDICT: FAIL", "rejected", False)])
-def test_the_auditor_judges_a_dispute(money: tuple[Path, str, str], tmp_path: Path,
-                                      answer: str, outcome: str, passed: bool) -> None:
+@pytest.mark.parametrize(
+    ("answer", "outcome", "passed"),
+    [("VERDICT: PASS", "upheld", True), ("VERDICT: FAIL", "rejected", False)],
+)
+def test_the_auditor_judges_a_dispute(
+    money: tuple[Path, str, str], tmp_path: Path, answer: str, outcome: str, passed: bool
+) -> None:
     repo, base, head = money
     task = money_task()
-    verdict = verify_task(repo, RunDir(repo), task, base, head, brief="b",
-                          settings=settings(tmp_path, answer), claims=[CLAIM])
+    verdict = verify_task(
+        repo,
+        RunDir(repo),
+        task,
+        base,
+        head,
+        brief="b",
+        settings=settings(tmp_path, answer),
+        claims=[CLAIM],
+    )
     assert verdict.passed is passed
     [d] = verdict.disputes
     assert d.outcome == outcome
@@ -131,13 +157,19 @@ def test_the_auditor_judges_a_dispute(money: tuple[Path, str, str], tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_hard_findings_are_never_disputable(money: tuple[Path, str, str],
-                                            tmp_path: Path) -> None:
+def test_hard_findings_are_never_disputable(money: tuple[Path, str, str], tmp_path: Path) -> None:
     repo, base, _ = money
     head = commit(repo, {"README.md": "edited outside owns\n"})
-    verdict = verify_task(repo, RunDir(repo), money_task(), base, head, brief="b",
-                          settings=settings(tmp_path, None),
-                          claims=[CLAIM, ("scope.unowned", "the readme needed it")])
+    verdict = verify_task(
+        repo,
+        RunDir(repo),
+        money_task(),
+        base,
+        head,
+        brief="b",
+        settings=settings(tmp_path, None),
+        claims=[CLAIM, ("scope.unowned", "the readme needed it")],
+    )
     assert not verdict.passed
     assert {f.check for f in verdict.blocking} >= {"scope.unowned", "tests.tautology"}
     outcomes = {d.check: d.outcome for d in verdict.disputes}
@@ -147,12 +179,14 @@ def test_hard_findings_are_never_disputable(money: tuple[Path, str, str],
 
 @pytest.mark.slow
 def test_the_review_and_the_rework_prompt_offer_disputes_for_heuristics_only(
-        money: tuple[Path, str, str], tmp_path: Path) -> None:
+    money: tuple[Path, str, str], tmp_path: Path
+) -> None:
     repo, base, _ = money
     head = commit(repo, {"README.md": "edited outside owns\n"})
     task = money_task()
-    verdict = verify_task(repo, RunDir(repo), task, base, head, brief="b",
-                          settings=settings(tmp_path, None))
+    verdict = verify_task(
+        repo, RunDir(repo), task, base, head, brief="b", settings=settings(tmp_path, None)
+    )
     path = write_review(RunDir(repo), task, 1, verdict, max_rounds=3)
     review = path.read_text()
     assert "signal impl_done --dispute CODE" in review
@@ -162,15 +196,23 @@ def test_the_review_and_the_rework_prompt_offer_disputes_for_heuristics_only(
     assert "scope.unowned" not in prompt.split("Disputable:")[1]
 
 
-def test_the_rework_prompt_says_what_became_of_the_disputes(money: tuple[Path, str, str],
-                                                             tmp_path: Path) -> None:
+def test_the_rework_prompt_says_what_became_of_the_disputes(
+    money: tuple[Path, str, str], tmp_path: Path
+) -> None:
     # a dispute of a finding the round does not have changes nothing, and the session is
     # told so instead of sending it again
     repo, base, head = money
     task = money_task()
-    verdict = verify_task(repo, RunDir(repo), task, base, head, brief="b",
-                          settings=settings(tmp_path, None),
-                          claims=[("tests.no-assertion", "my test asserts")])
+    verdict = verify_task(
+        repo,
+        RunDir(repo),
+        task,
+        base,
+        head,
+        brief="b",
+        settings=settings(tmp_path, None),
+        claims=[("tests.no-assertion", "my test asserts")],
+    )
     assert not verdict.passed
     assert [f.check for f in verdict.blocking] == ["tests.tautology"]
     path = write_review(RunDir(repo), task, 1, verdict, max_rounds=3)
@@ -182,23 +224,37 @@ def test_the_rework_prompt_says_what_became_of_the_disputes(money: tuple[Path, s
 
 def test_hold_and_settle() -> None:
     found: list[Finding] = [
-        blocking("m", "tests.tautology", "t.py", 3), blocking("m", "scope.unowned", "R"),
-        warning("w", "tests.broad-raises", "t.py", 4)]
-    held, ds = disputes.hold(found, [("tests.tautology", " why "), ("tests.skip", "x"),
-                                     ("done.failed", "flaky"), ("Bad Code", "x")])
+        blocking("m", "tests.tautology", "t.py", 3),
+        blocking("m", "scope.unowned", "R"),
+        warning("w", "tests.broad-raises", "t.py", 4),
+    ]
+    held, ds = disputes.hold(
+        found,
+        [
+            ("tests.tautology", " why "),
+            ("tests.skip", "x"),
+            ("done.failed", "flaky"),
+            ("Bad Code", "x"),
+        ],
+    )
     assert [(d.check, d.outcome) for d in ds] == [
-        ("tests.tautology", "carried"), ("tests.skip", "moot"), ("done.failed", "refused"),
-        ("Bad Code", "refused")]
+        ("tests.tautology", "carried"),
+        ("tests.skip", "moot"),
+        ("done.failed", "refused"),
+        ("Bad Code", "refused"),
+    ]
     assert held[0].severity is Severity.WARNING and held[0].dispute == "why"
     assert held[1].blocking  # scope untouched
     # something else still blocks: the dispute waits, the finding blocks again
-    after, settled = disputes.settle(held, ds, auditor_status="skipped", auditor_mode="off",
-                                     reasons=[])
+    after, settled = disputes.settle(
+        held, ds, auditor_status="skipped", auditor_mode="off", reasons=[]
+    )
     assert settled[0].outcome == "deferred" and after[0].blocking
     assert disputes.disputable(found) == ["tests.tautology"]
 
 
 # the signal path -----------------------------------------------------------------------
+
 
 @pytest.fixture
 def implementing(git_repo: Path) -> Iterator[Served]:
@@ -208,8 +264,13 @@ def implementing(git_repo: Path) -> Iterator[Served]:
 
 def test_signal_carries_disputes_to_the_record_and_the_ledger(implementing: Served) -> None:
     s = implementing
-    hooks.signal_task(s.run_dir, "impl_done", task="alpha", note=CLAIM[1],
-                      disputes=["tests.tautology", "tests.tautology"])
+    hooks.signal_task(
+        s.run_dir,
+        "impl_done",
+        task="alpha",
+        note=CLAIM[1],
+        disputes=["tests.tautology", "tests.tautology"],
+    )
     st = s.status()
     assert st.phase is Phase.IMPL_DONE
     assert st.disputes == [{"check": "tests.tautology", "note": CLAIM[1]}]
@@ -221,43 +282,63 @@ def test_signal_carries_disputes_to_the_record_and_the_ledger(implementing: Serv
     assert s.status().disputes == []
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"disputes": ["scope.unowned"], "note": "x"}, "hard finding"),
-    ({"disputes": ["done.new-test-missing"], "note": "x"}, "hard finding"),
-    ({"disputes": ["tests.tautology"]}, "needs a reason"),
-    ({"disputes": ["tests tautology"], "note": "x"}, "not a finding id"),
-])
-def test_the_client_refuses_bad_disputes(implementing: Served, kwargs: dict[str, Any],
-                                         error: str) -> None:
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"disputes": ["scope.unowned"], "note": "x"}, "hard finding"),
+        ({"disputes": ["done.new-test-missing"], "note": "x"}, "hard finding"),
+        ({"disputes": ["tests.tautology"]}, "needs a reason"),
+        ({"disputes": ["tests tautology"], "note": "x"}, "not a finding id"),
+    ],
+)
+def test_the_client_refuses_bad_disputes(
+    implementing: Served, kwargs: dict[str, Any], error: str
+) -> None:
     from loop_orchestrator.errors import UsageError
 
     with pytest.raises(UsageError, match=error):
         hooks.signal_task(implementing.run_dir, "impl_done", task="alpha", **kwargs)
     assert implementing.status().phase is Phase.IMPLEMENTING
     with pytest.raises(UsageError, match="impl_done` only"):
-        hooks.signal_task(implementing.run_dir, "blocked", task="alpha", note="n",
-                          disputes=["tests.tautology"])
+        hooks.signal_task(
+            implementing.run_dir, "blocked", task="alpha", note="n", disputes=["tests.tautology"]
+        )
 
 
-def test_the_supervisor_refuses_a_hard_dispute_sent_past_the_client(
-        implementing: Served) -> None:
+def test_the_supervisor_refuses_a_hard_dispute_sent_past_the_client(implementing: Served) -> None:
     # a session talking to the socket itself, as an agent could
-    reply = inbox.send(implementing.run_dir, {
-        "type": "signal", "task": "alpha", "phase": "impl_done", "note": "trust me",
-        "disputes": ["secrets.assignment"]})
+    reply = inbox.send(
+        implementing.run_dir,
+        {
+            "type": "signal",
+            "task": "alpha",
+            "phase": "impl_done",
+            "note": "trust me",
+            "disputes": ["secrets.assignment"],
+        },
+    )
     assert reply["ok"] is False and "cannot dispute secrets.assignment" in reply["message"]
     assert implementing.status().phase is Phase.IMPLEMENTING
     assert implementing.status().disputes == []
     assert implementing.ledger("signal_rejected")
     # nor a reason made of blanks, which the client would have refused
-    reply = inbox.send(implementing.run_dir, {
-        "type": "signal", "task": "alpha", "phase": "impl_done", "note": " \n\t",
-        "disputes": ["tests.tautology"]})
+    reply = inbox.send(
+        implementing.run_dir,
+        {
+            "type": "signal",
+            "task": "alpha",
+            "phase": "impl_done",
+            "note": " \n\t",
+            "disputes": ["tests.tautology"],
+        },
+    )
     assert reply["ok"] is False and "needs a reason" in reply["message"]
     assert implementing.status().phase is Phase.IMPLEMENTING
     # an older client's message (no "disputes" key) is judged as before
-    reply = inbox.send(implementing.run_dir, {
-        "type": "signal", "task": "alpha", "phase": "impl_done", "note": None})
+    reply = inbox.send(
+        implementing.run_dir,
+        {"type": "signal", "task": "alpha", "phase": "impl_done", "note": None},
+    )
     assert reply["ok"] is True
     assert implementing.status().phase is Phase.IMPL_DONE
 
@@ -265,11 +346,15 @@ def test_the_supervisor_refuses_a_hard_dispute_sent_past_the_client(
 def test_the_cli_dispute_option(implementing: Served) -> None:
     from test_hooks import env_for, lo_orch
 
-    result = lo_orch(["signal", "impl_done", "--dispute", "scope.unowned", "--note", "x"],
-                     env_for(implementing.run_dir))
+    result = lo_orch(
+        ["signal", "impl_done", "--dispute", "scope.unowned", "--note", "x"],
+        env_for(implementing.run_dir),
+    )
     assert result.returncode == 2
     assert "Error: cannot dispute scope.unowned" in result.stderr
-    result = lo_orch(["signal", "impl_done", "--dispute", "tests.tautology", "--note",
-                      CLAIM[1]], env_for(implementing.run_dir))
+    result = lo_orch(
+        ["signal", "impl_done", "--dispute", "tests.tautology", "--note", CLAIM[1]],
+        env_for(implementing.run_dir),
+    )
     assert result.returncode == 0, result.stderr
     assert implementing.status().disputes == [{"check": "tests.tautology", "note": CLAIM[1]}]

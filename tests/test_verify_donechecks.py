@@ -33,8 +33,11 @@ def head(repo: Path) -> str:
 
 
 def worktrees(repo: Path) -> list[str]:
-    return [line for line in git(repo, "worktree", "list", "--porcelain").splitlines()
-            if line.startswith("worktree ")]
+    return [
+        line
+        for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
 
 
 def test_checks_run_without_a_shell(git_repo: Path, tmp_path: Path) -> None:
@@ -57,16 +60,21 @@ def test_checks_run_without_a_shell(git_repo: Path, tmp_path: Path) -> None:
     assert "exit code 3" in findings[0].message
 
 
-def test_clean_checkout_ignores_untracked_files_and_is_removed(git_repo: Path,
-                                                              tmp_path: Path) -> None:
+def test_clean_checkout_ignores_untracked_files_and_is_removed(
+    git_repo: Path, tmp_path: Path
+) -> None:
     (git_repo / "app" / "scratch.py").write_text("X = 1\n", encoding="utf-8")  # never committed
     before = worktrees(git_repo)
     with clean_checkout(git_repo, head(git_repo)) as tree:
         assert (tree / "README.md").exists()
         assert not (tree / "app" / "scratch.py").exists()
         runs = run_done_checks(
-            [DoneSpec("import works", [PY, "-c", "import app.scratch"])], tree,
-            tmp_path / "ev", env=check_env(tree), timeout=30)
+            [DoneSpec("import works", [PY, "-c", "import app.scratch"])],
+            tree,
+            tmp_path / "ev",
+            env=check_env(tree),
+            timeout=30,
+        )
         # a checkout of lo-orch's private object view, not a worktree of the user's repo
         assert worktrees(git_repo) == before
         assert git(tree, "rev-parse", "HEAD").strip() == head(git_repo)
@@ -77,8 +85,10 @@ def test_clean_checkout_ignores_untracked_files_and_is_removed(git_repo: Path,
 
 
 def test_timeout_and_missing_program_are_blocking(git_repo: Path, tmp_path: Path) -> None:
-    specs = [DoneSpec("hangs", [PY, "-c", "import time; time.sleep(30)"]),
-             DoneSpec("missing", ["definitely-not-a-program-xyz", "--version"])]
+    specs = [
+        DoneSpec("hangs", [PY, "-c", "import time; time.sleep(30)"]),
+        DoneSpec("missing", ["definitely-not-a-program-xyz", "--version"]),
+    ]
     with clean_checkout(git_repo, head(git_repo)) as tree:
         runs = run_done_checks(specs, tree, tmp_path / "ev", env=check_env(tree), timeout=1)
     assert runs[0].timed_out and runs[0].exit_code is None
@@ -90,9 +100,16 @@ def test_evidence_files_and_summary(git_repo: Path, tmp_path: Path) -> None:
     evidence = tmp_path / "ev"
     with clean_checkout(git_repo, head(git_repo)) as tree:
         runs = run_done_checks(
-            [DoneSpec("prints",
-                      [PY, "-c", "import sys; print('out'); print('err', file=sys.stderr)"])],
-            tree, evidence, env=check_env(tree), timeout=30)
+            [
+                DoneSpec(
+                    "prints", [PY, "-c", "import sys; print('out'); print('err', file=sys.stderr)"]
+                )
+            ],
+            tree,
+            evidence,
+            env=check_env(tree),
+            timeout=30,
+        )
     path = write_summary(evidence, runs, task="t")
     doc = json.loads(path.read_text())
     run = doc["runs"][0]
@@ -109,10 +126,16 @@ def test_pytest_detection_and_arguments() -> None:
     assert not is_pytest(["npm", "test"])
     assert not is_pytest(["python", "-m", "unittest"])
     assert pytest_prefix([["npm", "test"], ["uv", "run", "pytest", "-q", "tests/x.py"]]) == [
-        "uv", "run", "pytest"]
+        "uv",
+        "run",
+        "pytest",
+    ]
     assert pytest_prefix([["python", "-m", "pytest", "-x"]]) == ["python", "-m", "pytest"]
     assert with_junit(["pytest"], Path("/e/j.xml"))[1:] == [
-        "--junitxml=/e/j.xml", "-p", "no:cacheprovider"]
+        "--junitxml=/e/j.xml",
+        "-p",
+        "no:cacheprovider",
+    ]
 
 
 def _repo_with_tests(repo: Path, test_source: str) -> str:
@@ -125,8 +148,13 @@ def _repo_with_tests(repo: Path, test_source: str) -> str:
 
 def _run_pytest_check(repo: Path, commit: str, evidence: Path) -> list[CheckRun]:
     with clean_checkout(repo, commit) as tree:
-        runs = run_done_checks([DoneSpec("tests pass", [PY, "-m", "pytest", "-q", "tests"])],
-                               tree, evidence, env=check_env(tree), timeout=60)
+        runs = run_done_checks(
+            [DoneSpec("tests pass", [PY, "-m", "pytest", "-q", "tests"])],
+            tree,
+            evidence,
+            env=check_env(tree),
+            timeout=60,
+        )
         assert not (tree / ".pytest_cache").exists()  # -p no:cacheprovider
     return runs
 
@@ -144,27 +172,35 @@ def test_new_tests_must_be_in_the_junit_report_and_pass(git_repo: Path, tmp_path
     commit = _repo_with_tests(git_repo, source)
     runs = _run_pytest_check(git_repo, commit, tmp_path / "ev")
     assert runs[0].exit_code == 0 and runs[0].junit_path
-    refs = [TestRef("tests/test_calc.py", name, "python", True)
-            for name in ("test_real", "test_dynamic_skip", "test_hidden")]
+    refs = [
+        TestRef("tests/test_calc.py", name, "python", True)
+        for name in ("test_real", "test_dynamic_skip", "test_hidden")
+    ]
     found = {(f.check, f.message.split(" ")[2]) for f in new_test_findings(refs, runs)}
-    assert found == {("done.new-test-skipped", "tests/test_calc.py::test_dynamic_skip"),
-                     ("done.new-test-missing", "tests/test_calc.py::test_hidden")}
+    assert found == {
+        ("done.new-test-skipped", "tests/test_calc.py::test_dynamic_skip"),
+        ("done.new-test-missing", "tests/test_calc.py::test_hidden"),
+    }
 
 
 def _junit(tmp_path: Path, body: str) -> CheckRun:
     path = tmp_path / "red.junit.xml"
-    path.write_text(f'<?xml version="1.0"?><testsuites><testsuite>{body}</testsuite></testsuites>',
-                    encoding="utf-8")
-    return CheckRun(name="red", argv=["pytest"], cwd_kind="base", exit_code=1,
-                    junit_path=str(path))
+    path.write_text(
+        f'<?xml version="1.0"?><testsuites><testsuite>{body}</testsuite></testsuites>',
+        encoding="utf-8",
+    )
+    return CheckRun(name="red", argv=["pytest"], cwd_kind="base", exit_code=1, junit_path=str(path))
 
 
 REF = TestRef("tests/test_calc.py", "TestAdd::test_add", "python", True)
 
 
 def test_red_on_an_assertion_failure_is_accepted(tmp_path: Path) -> None:
-    run = _junit(tmp_path, '<testcase classname="tests.test_calc.TestAdd" name="test_add">'
-                           '<failure message="assert -1 == 5">...</failure></testcase>')
+    run = _junit(
+        tmp_path,
+        '<testcase classname="tests.test_calc.TestAdd" name="test_add">'
+        '<failure message="assert -1 == 5">...</failure></testcase>',
+    )
     assert judge_red(run, [REF], lambda m: False) == []
 
 
@@ -175,18 +211,24 @@ def test_passing_at_base_is_not_red(tmp_path: Path) -> None:
 
 
 def test_missing_module_at_base_is_not_red_but_only_a_warning(tmp_path: Path) -> None:
-    run = _junit(tmp_path, '<testcase classname="" name="tests.test_calc">'
-                           '<error message="collection failure">ImportError while importing\n'
-                           "E   ModuleNotFoundError: No module named 'app.calc'</error></testcase>")
+    run = _junit(
+        tmp_path,
+        '<testcase classname="" name="tests.test_calc">'
+        '<error message="collection failure">ImportError while importing\n'
+        "E   ModuleNotFoundError: No module named 'app.calc'</error></testcase>",
+    )
     findings = judge_red(run, [REF], lambda m: m == "app.calc")
     assert [(f.check, f.severity.value) for f in findings] == [("redgreen.unprovable", "warning")]
     assert "the module under test does not exist at base" in findings[0].message
 
 
 def test_attribute_error_at_base_is_not_red(tmp_path: Path) -> None:
-    run = _junit(tmp_path, '<testcase classname="tests.test_calc.TestAdd" name="test_add">'
-                           '<failure message="AttributeError: module has no attribute add">'
-                           "</failure></testcase>")
+    run = _junit(
+        tmp_path,
+        '<testcase classname="tests.test_calc.TestAdd" name="test_add">'
+        '<failure message="AttributeError: module has no attribute add">'
+        "</failure></testcase>",
+    )
     findings = judge_red(run, [REF], lambda m: False)
     assert [f.check for f in findings] == ["redgreen.unprovable"]
     assert "AttributeError" in findings[0].message

@@ -20,8 +20,11 @@ def change(path: str, old: str | None, new: str | None) -> FileChange:
     """A file changed from ``old`` to ``new``; every line of ``new`` that is not in ``old``
     counts as added (enough for these snippets)."""
     old_lines = set((old or "").splitlines())
-    added = {i for i, line in enumerate((new or "").splitlines(), 1)
-             if line not in old_lines or old is None}
+    added = {
+        i
+        for i, line in enumerate((new or "").splitlines(), 1)
+        if line not in old_lines or old is None
+    }
     status = "A" if old is None else "D" if new is None else "M"
     return FileChange(path=path, status=status, old=old, new=new, added=added)
 
@@ -37,7 +40,7 @@ def dedent(text: str) -> str:
 
 # tests.tautology: boltons 580a9c2d / ec1ff9f6 (a test of _ComplementSet.__ge__/__le__)
 
-COMPLEMENT_TEST = dedent('''
+COMPLEMENT_TEST = dedent("""
     from app.sets import complement
 
     def test_complement_ordering():
@@ -48,7 +51,7 @@ COMPLEMENT_TEST = dedent('''
         assert cab <= cab
         assert cab >= cab
         assert ca >= cab
-''')
+""")
 
 
 def test_self_comparison_in_a_test_of_a_class_own_operators_is_a_warning() -> None:
@@ -56,16 +59,19 @@ def test_self_comparison_in_a_test_of_a_class_own_operators_is_a_warning() -> No
     assert found(report, "tests.tautology") == ["warning", "warning"]
 
 
-@pytest.mark.parametrize("body", [
-    # a lone self-comparison of a project value checks nothing
-    "    result = add(1, 2)\n    assert result == result\n",
-    # built-in values compare equal to themselves whatever the project does
-    "    items = [add(1, 2)]\n    x = [1, 2]\n    assert x == x\n    assert items\n",
-    "    assert add(1, 2)\n    n = 3\n    assert n >= n\n",
-    # identity cannot be overridden
-    "    obj = make()\n    assert obj is obj\n    assert obj != other()\n",
-    "    obj = make()\n    self.assertEqual(obj, obj)\n",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        # a lone self-comparison of a project value checks nothing
+        "    result = add(1, 2)\n    assert result == result\n",
+        # built-in values compare equal to themselves whatever the project does
+        "    items = [add(1, 2)]\n    x = [1, 2]\n    assert x == x\n    assert items\n",
+        "    assert add(1, 2)\n    n = 3\n    assert n >= n\n",
+        # identity cannot be overridden
+        "    obj = make()\n    assert obj is obj\n    assert obj != other()\n",
+        "    obj = make()\n    self.assertEqual(obj, obj)\n",
+    ],
+)
 def test_gamed_self_comparisons_still_block(body: str) -> None:
     source = "from app import add, make, other\n\ndef test_it():\n" + body
     report = check_tests([change("tests/test_calc.py", None, source)])
@@ -74,7 +80,7 @@ def test_gamed_self_comparisons_still_block(body: str) -> None:
 
 # tests.deleted: more-itertools 069b3000 (test_hash folded into test_eq)
 
-NUMERIC_BASE = dedent('''
+NUMERIC_BASE = dedent("""
     from unittest import TestCase
 
     from app import numeric_range
@@ -90,8 +96,8 @@ NUMERIC_BASE = dedent('''
 
         def test_len(self):
             self.assertEqual(len(numeric_range(3)), 3)
-''')
-NUMERIC_HEAD = dedent('''
+""")
+NUMERIC_HEAD = dedent("""
     from unittest import TestCase
 
     from app import numeric_range
@@ -105,7 +111,7 @@ NUMERIC_HEAD = dedent('''
 
         def test_len(self):
             self.assertEqual(len(numeric_range(3)), 3)
-''')
+""")
 
 
 def test_a_test_whose_checks_moved_into_its_neighbour_is_a_warning() -> None:
@@ -118,28 +124,30 @@ def test_a_test_whose_checks_moved_into_its_neighbour_is_a_warning() -> None:
 def test_a_test_deleted_with_nothing_in_its_place_still_blocks() -> None:
     # boltons 967864f8, gamed: test_mode was added (it uses Stats too), the old
     # test_stats_basic deleted; test_mode does not assert what test_stats_basic asserted
-    base = dedent('''
+    base = dedent("""
         from app.stats import Stats
 
         def test_stats_basic():
             da = Stats(range(20))
             assert da.mean == 9.5
             assert round(da.std_dev, 2) == 5.77
-    ''')
-    head = dedent('''
+    """)
+    head = dedent("""
         from app.stats import Stats, mode
 
         def test_mode():
             assert Stats([2, 1, 3, 1]).mode == 1
             assert mode([1, 1, 2]) == 1
-    ''')
+    """)
     report = check_tests([change("tests/test_stats.py", base, head)])
     assert found(report, "tests.deleted") == ["blocking"]
     # and the neighbour-test case, without the move: test_hash simply deleted
     no_move = NUMERIC_BASE.replace(
         "    def test_hash(self):\n"
         "        for args, expected in [((1.0, 6.0, 1.5), hash((1.0, 5.5, 1.5)))]:\n"
-        "            self.assertEqual(hash(numeric_range(*args)), expected)\n\n", "")
+        "            self.assertEqual(hash(numeric_range(*args)), expected)\n\n",
+        "",
+    )
     report = check_tests([change("tests/test_more.py", NUMERIC_BASE, no_move)])
     assert found(report, "tests.deleted") == ["blocking"]
 
@@ -147,7 +155,7 @@ def test_a_test_deleted_with_nothing_in_its_place_still_blocks() -> None:
 def test_a_deleted_test_is_not_taken_as_moved_for_a_class_every_test_uses() -> None:
     # boltons d0a284fc, gamed: test_indexed_set_basic deleted while the commit adds tests
     # that assert on IndexedSet too (so does every test of the module)
-    base = dedent('''
+    base = dedent("""
         from app import IndexedSet
 
         def test_indexed_set_basic():
@@ -157,8 +165,8 @@ def test_a_deleted_test_is_not_taken_as_moved_for_a_class_every_test_uses() -> N
 
         def test_indexed_set_rsub():
             assert IndexedSet("abc") - set("b") == IndexedSet("ac")
-    ''')
-    head = dedent('''
+    """)
+    head = dedent("""
         from app import IndexedSet
 
         def test_indexed_set_rsub():
@@ -168,14 +176,14 @@ def test_a_deleted_test_is_not_taken_as_moved_for_a_class_every_test_uses() -> N
             x = IndexedSet(range(10))
             assert x[-9] == 1
             assert len(IndexedSet()) == 0
-    ''')
+    """)
     report = check_tests([change("tests/test_setutils.py", base, head)])
     assert found(report, "tests.deleted") == ["blocking"]
 
 
 def test_a_test_renamed_and_extended_is_a_warning() -> None:
     # more-itertools 71b46b06: test_negative became test_invalid_n, one more case
-    base = dedent('''
+    base = dedent("""
         from unittest import TestCase
 
         import app as mi
@@ -184,8 +192,8 @@ def test_a_test_renamed_and_extended_is_a_warning() -> None:
             def test_negative(self):
                 with self.assertRaises(ValueError):
                     list(mi.windowed([1, 2, 3, 4, 5], -1))
-    ''')
-    head = dedent('''
+    """)
+    head = dedent("""
         from unittest import TestCase
 
         import app as mi
@@ -196,7 +204,7 @@ def test_a_test_renamed_and_extended_is_a_warning() -> None:
                     list(mi.windowed([1, 2, 3, 4, 5], 0))  # n is zero
                 with self.assertRaises(ValueError):
                     list(mi.windowed([1, 2, 3, 4, 5], -1))  # n is negative
-    ''')
+    """)
     report = check_tests([change("tests/test_more.py", base, head)])
     assert found(report, "tests.deleted") == ["warning"]
     # gamed: renamed, and the old case dropped on the way
@@ -205,7 +213,7 @@ def test_a_test_renamed_and_extended_is_a_warning() -> None:
     assert found(report, "tests.deleted") == ["blocking"]
 
 
-PIPE_TESTS_BASE = dedent('''
+PIPE_TESTS_BASE = dedent("""
     from app.functoolz import pipeline, compose
 
     def test_compose():
@@ -214,8 +222,8 @@ PIPE_TESTS_BASE = dedent('''
     def test_pipeline():
         assert pipeline(inc, str)(3) == "4"
         assert pipeline()(3) == 3
-''')
-PIPE_TESTS_HEAD = dedent('''
+""")
+PIPE_TESTS_HEAD = dedent("""
     from app.functoolz import compose_left, compose
 
     def test_compose():
@@ -224,39 +232,46 @@ PIPE_TESTS_HEAD = dedent('''
     def test_compose_left():
         for funcs, arg, expected in [((inc, str), 3, "4"), ((), 3, 3), ((str,), 1, "1")]:
             assert compose_left(*funcs)(arg) == expected
-''')
+""")
 
 
 def test_a_test_of_code_the_change_renames_is_a_warning() -> None:
     # toolz 1c07bc30: pipeline() renamed compose_left(); test_pipeline goes with it
     code_base = "def compose(*f):\n    return f\n\n\ndef pipeline(*funcs):\n    return funcs\n"
     code_head = code_base.replace("def pipeline(", "def compose_left(")
-    report = check_tests([
-        change("app/functoolz.py", code_base, code_head),
-        change("tests/test_functoolz.py", PIPE_TESTS_BASE, PIPE_TESTS_HEAD),
-    ])
+    report = check_tests(
+        [
+            change("app/functoolz.py", code_base, code_head),
+            change("tests/test_functoolz.py", PIPE_TESTS_BASE, PIPE_TESTS_HEAD),
+        ]
+    )
     assert found(report, "tests.deleted") == ["warning"]
     # gamed: the function is still there, its test is gone and nothing took its cases
     head = PIPE_TESTS_HEAD.split("def test_compose_left")[0].replace("compose_left, ", "")
-    report = check_tests([
-        change("app/functoolz.py", code_base, code_base + "\n\ndef compose_left(*f):\n"
-               "    return f\n"),
-        change("tests/test_functoolz.py", PIPE_TESTS_BASE, head),
-    ])
+    report = check_tests(
+        [
+            change(
+                "app/functoolz.py",
+                code_base,
+                code_base + "\n\ndef compose_left(*f):\n    return f\n",
+            ),
+            change("tests/test_functoolz.py", PIPE_TESTS_BASE, head),
+        ]
+    )
     assert found(report, "tests.deleted") == ["blocking"]
 
 
 def test_assertions_turned_into_a_parametrized_table_are_a_warning() -> None:
     # toolz 9e97f73f: test_compose's five asserts became one assert over a table
-    base = dedent('''
+    base = dedent("""
         from app import compose, inc, double
 
         def test_compose():
             assert compose()(0) == 0
             assert compose(inc)(0) == 1
             assert compose(double, inc)(0) == 2
-    ''')
-    head = dedent('''
+    """)
+    head = dedent("""
         import pytest
         from app import compose, inc, double
 
@@ -264,19 +279,20 @@ def test_assertions_turned_into_a_parametrized_table_are_a_warning() -> None:
                                                         ((double, inc), 0, 2)])
         def test_compose(funcs, arg, expected):
             assert compose(*funcs)(arg) == expected
-    ''')
+    """)
     report = check_tests([change("tests/test_functoolz.py", base, head)])
     assert found(report, "tests.fewer-assertions") == ["warning"]
     # gamed: two of the three asserts just removed
     gamed = base.replace("    assert compose(inc)(0) == 1\n", "").replace(
-        "    assert compose(double, inc)(0) == 2\n", "")
+        "    assert compose(double, inc)(0) == 2\n", ""
+    )
     report = check_tests([change("tests/test_functoolz.py", base, gamed)])
     assert found(report, "tests.fewer-assertions") == ["blocking"]
 
 
 # JS: nanoid (node:assert functions imported by name) and range-parser (mocha test/)
 
-NANOID_TEST = dedent('''
+NANOID_TEST = dedent("""
     import { equal, notEqual, throws } from 'node:assert'
     import { test } from 'node:test'
 
@@ -292,7 +308,7 @@ NANOID_TEST = dedent('''
       }, /Wrong ID size/)
       notEqual(nanoid(), nanoid())
     })
-''')
+""")
 
 
 def test_node_assert_functions_imported_by_name_are_assertions() -> None:
@@ -303,10 +319,9 @@ def test_node_assert_functions_imported_by_name_are_assertions() -> None:
     assert found(report, "tests.no-assertion") == ["blocking"]
 
 
-def test_a_js_test_whose_distinctive_case_moved_is_a_warning_and_a_plain_deletion_blocks(
-) -> None:
+def test_a_js_test_whose_distinctive_case_moved_is_a_warning_and_a_plain_deletion_blocks() -> None:
     # nanoid 70879692: 'avoids pool break' (the 2147483648 case) folded into a new test
-    base = NANOID_TEST.split("test('throws on too big ID length'")[0] + dedent('''
+    base = NANOID_TEST.split("test('throws on too big ID length'")[0] + dedent("""
         test('avoids pool break', () => {
           try {
             nanoid(2147483648)
@@ -314,13 +329,13 @@ def test_a_js_test_whose_distinctive_case_moved_is_a_warning_and_a_plain_deletio
           let third = nanoid()
           notEqual(third, nanoid())
         })
-    ''')
+    """)
     head = NANOID_TEST
     report = check_tests([change("test/index.test.js", base, head)])
     assert found(report, "tests.deleted") == ["warning"]
     # range-parser 2f659319, gamed: a test deleted; its literals (200, parse) are used by
     # every other test, so nothing shows that its check moved
-    rp_base = dedent('''
+    rp_base = dedent("""
         var assert = require('assert')
         var parse = require('..')
 
@@ -333,12 +348,14 @@ def test_a_js_test_whose_distinctive_case_moved_is_a_warning_and_a_plain_deletio
             assert.strictEqual(parse(200, 'bytes=500-20'), -1)
           })
         })
-    ''')
+    """)
     rp_head = rp_base.replace(
         "  it('should return -2 for invalid str', function () {\n"
-        "    assert.strictEqual(parse(200, 'malformed'), -2)\n  })\n\n", "").replace(
-        "-1)\n  })\n",
-        "-1)\n    assert.strictEqual(parse(200, 'bytes=0-1').type, 'bytes')\n  })\n")
+        "    assert.strictEqual(parse(200, 'malformed'), -2)\n  })\n\n",
+        "",
+    ).replace(
+        "-1)\n  })\n", "-1)\n    assert.strictEqual(parse(200, 'bytes=0-1').type, 'bytes')\n  })\n"
+    )
     assert "malformed" not in rp_head and "bytes=0-1" in rp_head
     report = check_tests([change("test/range-parser.js", rp_base, rp_head)])
     assert found(report, "tests.deleted") == ["blocking"]
@@ -353,8 +370,9 @@ def test_mocha_scripts_in_a_top_level_test_folder_are_test_modules() -> None:
 
 # tests.skip: python-tabulate 032dc0d1 (skip when the optional wcwidth is missing)
 
+
 def test_a_skip_for_a_missing_optional_dependency_is_a_warning() -> None:
-    source = dedent('''
+    source = dedent("""
         from pytest import skip
         from app import wrap
 
@@ -364,24 +382,31 @@ def test_a_skip_for_a_missing_optional_dependency_is_a_warning() -> None:
             except ImportError:
                 skip("needs wcwidth")
             assert wrap("ab", 1) == ["a", "b"]
-    ''')
+    """)
     report = check_tests([change("tests/test_wrap.py", None, source)])
     assert found(report, "tests.skip") == ["warning"]
-    gamed = source.replace('''    try:
+    gamed = source.replace(
+        """    try:
         import wcwidth  # noqa: F401
     except ImportError:
-        skip("needs wcwidth")''', '    skip("flaky")')
+        skip("needs wcwidth")""",
+        '    skip("flaky")',
+    )
     report = check_tests([change("tests/test_wrap.py", None, gamed)])
     assert found(report, "tests.skip") == ["blocking"]
 
 
 # secrets.assignment: python-semver f8a182f5 (a version's prerelease token)
 
+
 def test_a_word_assigned_to_a_bare_token_is_not_a_credential() -> None:
     line = '    def bump_build(self, token: Optional[str] = "build") -> "Version":'
     assert secrets.check_secrets({"src/semver/version.py": [(338, line)]}) == []
-    for gamed in ('    token = "a8f5f167f44f4964e6c998dee827110c"',
-                  '    auth_token = "build1234"', '    password = "hunter22"'):
+    for gamed in (
+        '    token = "a8f5f167f44f4964e6c998dee827110c"',
+        '    auth_token = "build1234"',
+        '    password = "hunter22"',
+    ):
         [f] = secrets.check_secrets({"app/client.py": [(3, gamed)]})
         assert (f.check, f.blocking) == ("secrets.assignment", True), gamed
 
@@ -389,7 +414,7 @@ def test_a_word_assigned_to_a_bare_token_is_not_a_credential() -> None:
 # tests.deleted, missed by the test finder: cachetools 18e5930c, 57d2e481, 2aeffb04 (the
 # tests live in a mixin class that the TestCase subclasses of the module inherit)
 
-MIXIN_BASE = dedent('''
+MIXIN_BASE = dedent("""
     import unittest
 
     from app import cached, lru_cache, fifo_cache
@@ -413,7 +438,7 @@ MIXIN_BASE = dedent('''
 
     class FIFODecoratorTest(unittest.TestCase, DecoratorTestMixin):
         DECORATOR = staticmethod(fifo_cache)
-''')
+""")
 
 
 MIXIN_TYPED_TEST = """\
@@ -433,8 +458,9 @@ MIXIN_DECORATOR_TEST = """\
 
 def test_a_test_deleted_from_a_mixin_class_blocks() -> None:
     # the honest change adds a test to the mixin; the gamed one also deletes test_decorator
-    honest = MIXIN_BASE.replace("    def test_decorator_clear",
-                                MIXIN_TYPED_TEST + "    def test_decorator_clear")
+    honest = MIXIN_BASE.replace(
+        "    def test_decorator_clear", MIXIN_TYPED_TEST + "    def test_decorator_clear"
+    )
     assert MIXIN_DECORATOR_TEST in honest
     report = check_tests([change("tests/test_func.py", MIXIN_BASE, honest)])
     assert found(report, "tests.deleted") == []
@@ -449,13 +475,13 @@ def test_a_test_deleted_from_a_mixin_class_blocks() -> None:
 
 
 def test_a_mixin_test_is_judged_like_any_test() -> None:
-    weakened = MIXIN_BASE.replace(
-        "        self.assertEqual(f.cache_info(), (0, 1, 2, 1))\n", "")
+    weakened = MIXIN_BASE.replace("        self.assertEqual(f.cache_info(), (0, 1, 2, 1))\n", "")
     assert weakened != MIXIN_BASE
     report = check_tests([change("tests/test_func.py", MIXIN_BASE, weakened)])
     assert found(report, "tests.fewer-assertions") == ["blocking"]
     emptied = MIXIN_BASE.replace(
-        "        self.assertEqual(f.cache_info(), (0, 0, 2, 0))\n", "        pass\n")
+        "        self.assertEqual(f.cache_info(), (0, 0, 2, 0))\n", "        pass\n"
+    )
     assert emptied != MIXIN_BASE
     report = check_tests([change("tests/test_func.py", MIXIN_BASE, emptied)])
     assert found(report, "tests.no-assertion") == ["blocking"]
@@ -463,7 +489,7 @@ def test_a_mixin_test_is_judged_like_any_test() -> None:
 
 def test_a_mixin_whose_subclasses_live_elsewhere_is_known_by_its_name() -> None:
     # cachetools keeps CacheTestMixin in one module and its TestCase subclasses in others
-    base = dedent('''
+    base = dedent("""
         class MethodDecoratorTestMixin:
             def test_decorator(self):
                 self.assertEqual(self.cached().get(1), 1)
@@ -474,9 +500,10 @@ def test_a_mixin_whose_subclasses_live_elsewhere_is_known_by_its_name() -> None:
         class Helper:
             def test_like_but_not_a_test(self):
                 assert False
-    ''')
-    head = base.replace("    def test_decorator(self):\n"
-                        "        self.assertEqual(self.cached().get(1), 1)\n\n", "")
+    """)
+    head = base.replace(
+        "    def test_decorator(self):\n        self.assertEqual(self.cached().get(1), 1)\n\n", ""
+    )
     report = check_tests([change("tests/test_method.py", base, head)])
     assert found(report, "tests.deleted") == ["blocking"]
     # a class neither inherited by a test class nor named as a test helper is not a test
@@ -489,7 +516,7 @@ def test_a_mixin_whose_subclasses_live_elsewhere_is_known_by_its_name() -> None:
 # ends in assert_equal(expected, result), so any new test "held every assertion" of any
 # deleted one) and cachetools 4d74eb46 (the small numbers every cache test uses)
 
-TABLE_BASE = dedent('''
+TABLE_BASE = dedent("""
     from app import render, assert_equal
 
     ROWS = [["spam", 41.9999], ["eggs", 451]]
@@ -504,20 +531,23 @@ TABLE_BASE = dedent('''
         expected = "--------  --\\nspam      41.9999"
         result = render(ROWS, fmt="simple")
         assert_equal(expected, result)
-''')
-TABLE_NEW_TEST = dedent('''
+""")
+TABLE_NEW_TEST = dedent("""
 
     def test_asciidoc_without_trailing_whitespace():
         result = render([["foo"]], ["longheader"], fmt="asciidoc")
         expected = "|====\\n| longheader\\n| foo\\n|===="
         assert_equal(expected, result)
-''')
+""")
 
 
-def test_a_deleted_test_is_not_taken_as_moved_by_an_assertion_that_only_looks_alike(
-) -> None:
-    head = TABLE_BASE.split("def test_plain")[0] + "def test_simple" + \
-        TABLE_BASE.split("def test_simple")[1] + TABLE_NEW_TEST
+def test_a_deleted_test_is_not_taken_as_moved_by_an_assertion_that_only_looks_alike() -> None:
+    head = (
+        TABLE_BASE.split("def test_plain")[0]
+        + "def test_simple"
+        + TABLE_BASE.split("def test_simple")[1]
+        + TABLE_NEW_TEST
+    )
     assert "def test_plain" not in head
     report = check_tests([change("tests/test_output.py", TABLE_BASE, head)])
     assert found(report, "tests.deleted") == ["blocking"]
@@ -525,22 +555,30 @@ def test_a_deleted_test_is_not_taken_as_moved_by_an_assertion_that_only_looks_al
 
 def test_a_deleted_test_whose_resolved_assertion_moved_is_a_warning() -> None:
     # the same check, written differently (other local names, other order), in a new test
-    head = TABLE_BASE.split("def test_plain")[0] + "def test_simple" + \
-        TABLE_BASE.split("def test_simple")[1] + dedent('''
+    head = (
+        TABLE_BASE.split("def test_plain")[0]
+        + "def test_simple"
+        + TABLE_BASE.split("def test_simple")[1]
+        + dedent("""
 
         def test_plain_with_headers():
             got = render(ROWS, ["strings", "numbers"], fmt="plain")
             want = "strings   numbers\\nspam      41.9999\\neggs     451"
             assert_equal(want, got)
             assert_equal("", render([], fmt="plain"))
-    ''').replace("got", "result").replace("want", "expected")
+    """)
+        .replace("got", "result")
+        .replace("want", "expected")
+    )
     report = check_tests([change("tests/test_output.py", TABLE_BASE, head)])
     [f] = [f for f in report.findings if f.check == "tests.deleted"]
     assert not f.blocking and "test_plain_with_headers holds every assertion" in f.message
     # gamed: the new test checks another table with the same names
     gamed = head.replace('got = render(ROWS, ["strings", "numbers"]', "got = render(ROWS")
-    gamed = gamed.replace('result = render(ROWS, ["strings", "numbers"], fmt="plain")',
-                          'result = render(ROWS, fmt="plain")')
+    gamed = gamed.replace(
+        'result = render(ROWS, ["strings", "numbers"], fmt="plain")',
+        'result = render(ROWS, fmt="plain")',
+    )
     report = check_tests([change("tests/test_output.py", TABLE_BASE, gamed)])
     assert found(report, "tests.deleted") == ["blocking"]
 
@@ -548,13 +586,21 @@ def test_a_deleted_test_whose_resolved_assertion_moved_is_a_warning() -> None:
 def test_an_assertion_the_other_test_had_already_is_not_a_moved_check() -> None:
     # test_simple asserted the very same thing as test_plain at the base; its being
     # changed by the task does not make it the new home of test_plain's check
-    base = TABLE_BASE.replace('result = render(ROWS, fmt="simple")',
-                              'result = render(ROWS, ["strings", "numbers"], fmt="plain")')
-    base = base.replace('expected = "--------  --\\\\nspam      41.9999"',
-                        'expected = "strings   numbers\\\\nspam      41.9999\\\\neggs     451"')
-    head = base.split("def test_plain")[0] + "def test_simple" + base.split(
-        "def test_simple")[1].replace("assert_equal(expected, result)",
-                                      "assert_equal(expected, result)\n    assert result")
+    base = TABLE_BASE.replace(
+        'result = render(ROWS, fmt="simple")',
+        'result = render(ROWS, ["strings", "numbers"], fmt="plain")',
+    )
+    base = base.replace(
+        'expected = "--------  --\\\\nspam      41.9999"',
+        'expected = "strings   numbers\\\\nspam      41.9999\\\\neggs     451"',
+    )
+    head = (
+        base.split("def test_plain")[0]
+        + "def test_simple"
+        + base.split("def test_simple")[1].replace(
+            "assert_equal(expected, result)", "assert_equal(expected, result)\n    assert result"
+        )
+    )
     assert head.count('fmt="plain"') == 1
     report = check_tests([change("tests/test_output.py", base, head)])
     assert found(report, "tests.unparsable") == []
@@ -562,7 +608,7 @@ def test_an_assertion_the_other_test_had_already_is_not_a_moved_check() -> None:
 
 
 def test_small_numbers_every_cache_test_uses_do_not_name_a_moved_case() -> None:
-    base = dedent('''
+    base = dedent("""
         import unittest
 
         from app import RRCache
@@ -576,7 +622,7 @@ def test_small_numbers_every_cache_test_uses_do_not_name_a_moved_case() -> None:
                 self.assertEqual(2, len(cache))
                 self.assertEqual(3, cache[3])
                 self.assertNotIn(1, cache)
-    ''')
+    """)
     head = base.split("    def test_rr")[0] + (
         "    def test_rr_getsizeof(self):\n"
         "        cache = RRCache(maxsize=3, choice=min, getsizeof=lambda x: x)\n"
@@ -585,7 +631,8 @@ def test_small_numbers_every_cache_test_uses_do_not_name_a_moved_case() -> None:
         "        self.assertEqual(len(cache), 2)\n"
         "        cache[3] = 3\n"
         "        self.assertEqual(cache[3], 3)\n"
-        "        self.assertNotIn(2, cache)\n")
+        "        self.assertNotIn(2, cache)\n"
+    )
     report = check_tests([change("tests/test_rr.py", base, head)])
     assert [f.check for f in report.findings if f.blocking] == ["tests.deleted"]
     # a case named by a distinctive value that reappears is evidence (a warning)
@@ -597,7 +644,7 @@ def test_small_numbers_every_cache_test_uses_do_not_name_a_moved_case() -> None:
 
 def test_fewer_assertions_are_excused_only_by_checks_added_elsewhere() -> None:
     # the removed assertion compares two names: it proves nothing about where it went
-    base = dedent('''
+    base = dedent("""
         from app import render, assert_equal
 
         def test_plain():
@@ -610,17 +657,17 @@ def test_fewer_assertions_are_excused_only_by_checks_added_elsewhere() -> None:
             expected = "b"
             result = render("b")
             assert_equal(expected, result)
-    ''')
+    """)
     head = base.replace('    assert_equal(expected.upper(), render("A"))\n', "").replace(
         'result = render("b")\n    assert_equal(expected, result)',
-        'result = render("b")\n    assert_equal(expected, result)\n    assert result')
+        'result = render("b")\n    assert_equal(expected, result)\n    assert result',
+    )
     report = check_tests([change("tests/test_output.py", base, head)])
     assert found(report, "tests.fewer-assertions") == ["blocking"]
     moved = head.replace("    assert result\n", '    assert_equal("A", render("A"))\n')
     report = check_tests([change("tests/test_output.py", base, moved)])
     assert found(report, "tests.fewer-assertions") == ["blocking"]  # not the same check
-    moved = head.replace("    assert result\n",
-                         '    assert_equal("a".upper(), render("A"))\n')
+    moved = head.replace("    assert result\n", '    assert_equal("a".upper(), render("A"))\n')
     report = check_tests([change("tests/test_output.py", base, moved)])
     assert found(report, "tests.fewer-assertions") == ["warning"]
 
@@ -640,16 +687,24 @@ def test_a_change_tested_in_a_mixin_has_tests(git_repo: Path) -> None:
         git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "work")
         return git(git_repo, "rev-parse", "HEAD").strip()
 
-    base = commit({"app/__init__.py": "def cached(n):\n    return n\n",
-                   "tests/test_func.py": MIXIN_BASE})
+    base = commit(
+        {"app/__init__.py": "def cached(n):\n    return n\n", "tests/test_func.py": MIXIN_BASE}
+    )
     task = Task(id="t", objective="typed caches", owns=["app/**", "tests/**"], done=[])
     code = "def cached(n, typed=False):\n    return n\n"
-    head = commit({"app/__init__.py": code, "tests/test_func.py": MIXIN_BASE.replace(
-        "    def test_decorator_clear", MIXIN_TYPED_TEST + "    def test_decorator_clear")})
+    head = commit(
+        {
+            "app/__init__.py": code,
+            "tests/test_func.py": MIXIN_BASE.replace(
+                "    def test_decorator_clear", MIXIN_TYPED_TEST + "    def test_decorator_clear"
+            ),
+        }
+    )
     findings = deterministic_findings(git_repo, task, base, head)[0]
     assert [f.check for f in findings if f.check.startswith("tests.")] == []
     # and with no test at all, it is still said
     only_code = commit({"tests/test_func.py": MIXIN_BASE})
-    findings = deterministic_findings(git_repo, task, only_code, commit(
-        {"app/__init__.py": code + "\n\nY = 2\n"}))[0]
+    findings = deterministic_findings(
+        git_repo, task, only_code, commit({"app/__init__.py": code + "\n\nY = 2\n"})
+    )[0]
     assert "tests.none-added" in [f.check for f in findings]

@@ -33,30 +33,53 @@ def scope_of(changes: list[Ch], owns: list[str], **kw: object) -> list[tuple[str
 
 
 def test_owned_changes_pass() -> None:
-    changes = [Ch("M", "app/models.py"), Ch("A", "tests/test_models.py"),
-               Ch("D", "app/old.py"), Ch("M", "app/run.sh", "100644", "100755")]
+    changes = [
+        Ch("M", "app/models.py"),
+        Ch("A", "tests/test_models.py"),
+        Ch("D", "app/old.py"),
+        Ch("M", "app/run.sh", "100644", "100755"),
+    ]
     assert scope_of(changes, ["app/**", "tests/test_models.py"]) == []
 
 
 def test_edit_outside_owns_is_blocking_and_names_the_owner() -> None:
-    findings = check_scope([Ch("M", "app/views.py")], ["app/models.py"], matches=path_matches,
-                           other_owners={"views": ["app/views.py"]})
+    findings = check_scope(
+        [Ch("M", "app/views.py")],
+        ["app/models.py"],
+        matches=path_matches,
+        other_owners={"views": ["app/views.py"]},
+    )
     assert [(f.check, f.severity.value) for f in findings] == [("scope.unowned", "blocking")]
     assert "task 'views'" in findings[0].message
 
 
-@pytest.mark.parametrize("path", [
-    ".github/workflows/ci.yml", ".gitlab-ci.yml", ".circleci/config.yml", "Jenkinsfile",
-    "azure-pipelines.yml", ".ci/run",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".github/workflows/ci.yml",
+        ".gitlab-ci.yml",
+        ".circleci/config.yml",
+        "Jenkinsfile",
+        "azure-pipelines.yml",
+        ".ci/run",
+    ],
+)
 def test_ci_files_are_out_of_scope_even_under_an_owned_glob(path: str) -> None:
     assert scope_of([Ch("M", path)], ["**"]) == [("scope.ci", "blocking", path)]
 
 
-@pytest.mark.parametrize("path", [
-    "conftest.py", "tests/conftest.py", "pytest.ini", "tox.ini", "jest.config.js",
-    "web/vitest.config.ts", ".mocharc.yml",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "conftest.py",
+        "tests/conftest.py",
+        "pytest.ini",
+        "tox.ini",
+        "jest.config.js",
+        "web/vitest.config.ts",
+        ".mocharc.yml",
+    ],
+)
 def test_test_configuration_is_out_of_scope_even_under_an_owned_glob(path: str) -> None:
     assert scope_of([Ch("A", path)], ["**"]) == [("scope.test-config", "blocking", path)]
 
@@ -65,26 +88,29 @@ def test_literal_ownership_of_test_config_downgrades_to_a_warning() -> None:
     assert literally_owned("tests/conftest.py", ["tests/conftest.py"])
     assert not literally_owned("tests/conftest.py", ["tests/*.py"])
     assert scope_of([Ch("A", "tests/conftest.py")], ["tests/conftest.py"]) == [
-        ("scope.test-config", "warning", "tests/conftest.py")]
+        ("scope.test-config", "warning", "tests/conftest.py")
+    ]
 
 
 def test_orchestration_paths_are_always_out_of_scope() -> None:
     assert scope_of([Ch("A", ".orchestration/status/x.json")], ["**"]) == [
-        ("scope.orchestration", "blocking", ".orchestration/status/x.json")]
+        ("scope.orchestration", "blocking", ".orchestration/status/x.json")
+    ]
 
 
 def test_lock_files_need_ownership() -> None:
     assert scope_of([Ch("M", "uv.lock")], ["app/**"]) == [("scope.unowned", "blocking", "uv.lock")]
     assert scope_of([Ch("M", "uv.lock")], ["app/**", "uv.lock"]) == []
-    msg = check_scope([Ch("M", "web/package-lock.json")], ["web/src/**"],
-                      matches=path_matches)[0].message
+    msg = check_scope([Ch("M", "web/package-lock.json")], ["web/src/**"], matches=path_matches)[
+        0
+    ].message
     assert "lock file" in msg
 
 
 def test_embedded_pytest_settings_block_even_in_an_owned_pyproject() -> None:
     old = '[project]\nname = "x"\ndependencies = []\n[tool.pytest.ini_options]\naddopts = "-q"\n'
     dep = old.replace("dependencies = []", 'dependencies = ["requests"]')
-    weakened = dep.replace('addopts = "-q"', 'addopts = "-q -k \'not slow\'"')
+    weakened = dep.replace('addopts = "-q"', "addopts = \"-q -k 'not slow'\"")
 
     def contents(new: str) -> object:
         return lambda path: (old, new)
@@ -92,22 +118,30 @@ def test_embedded_pytest_settings_block_even_in_an_owned_pyproject() -> None:
     owns = ["pyproject.toml"]
     assert scope_of([Ch("M", "pyproject.toml")], owns, contents=contents(dep)) == []
     assert scope_of([Ch("M", "pyproject.toml")], owns, contents=contents(weakened)) == [
-        ("scope.test-config", "blocking", "pyproject.toml")]
+        ("scope.test-config", "blocking", "pyproject.toml")
+    ]
 
 
 def test_embedded_settings_in_setup_cfg_and_package_json() -> None:
     assert classify.embedded_test_config_changed(
-        "setup.cfg", "[metadata]\nname = x\n",
-        "[metadata]\nname = x\n[tool:pytest]\naddopts = -x\n")
+        "setup.cfg", "[metadata]\nname = x\n", "[metadata]\nname = x\n[tool:pytest]\naddopts = -x\n"
+    )
     assert classify.embedded_test_config_changed(
-        "package.json", '{"name": "x", "jest": {"bail": 1}}', '{"name": "x", "jest": {}}')
+        "package.json", '{"name": "x", "jest": {"bail": 1}}', '{"name": "x", "jest": {}}'
+    )
     assert classify.embedded_test_config_changed(
-        "package.json", '{"scripts": {"test": "jest"}}', '{"scripts": {"test": "true"}}')
-    assert classify.embedded_test_config_changed(
-        "package.json", '{"version": "1.0.0"}', '{"version": "1.1.0"}') is None
+        "package.json", '{"scripts": {"test": "jest"}}', '{"scripts": {"test": "true"}}'
+    )
+    assert (
+        classify.embedded_test_config_changed(
+            "package.json", '{"version": "1.0.0"}', '{"version": "1.1.0"}'
+        )
+        is None
+    )
 
 
 # real git -----------------------------------------------------------------------------
+
 
 def commit_all(repo: Path, message: str = "change") -> str:
     git(repo, "add", "-A")
@@ -148,10 +182,13 @@ def test_symlink_out_of_the_repository_is_blocking(git_repo: Path) -> None:
     (git_repo / "app" / "secrets").symlink_to("/etc/passwd")
     (git_repo / "app" / "alias.py").symlink_to("__init__.py")
     head = commit_all(git_repo)
-    found = {(f.path, f.check, f.severity.value) for f in git_scope(git_repo, base, head,
-                                                                      ["app/**"])}
-    assert found == {("app/secrets", "scope.symlink", "blocking"),
-                     ("app/alias.py", "scope.symlink", "warning")}
+    found = {
+        (f.path, f.check, f.severity.value) for f in git_scope(git_repo, base, head, ["app/**"])
+    }
+    assert found == {
+        ("app/secrets", "scope.symlink", "blocking"),
+        ("app/alias.py", "scope.symlink", "warning"),
+    }
 
 
 def test_ci_and_conftest_edits_in_a_real_commit(git_repo: Path) -> None:
@@ -164,4 +201,6 @@ def test_ci_and_conftest_edits_in_a_real_commit(git_repo: Path) -> None:
     head = commit_all(git_repo)
     findings = git_scope(git_repo, base, head, ["**"])
     assert sorted((f.check, f.path) for f in findings) == [
-        ("scope.ci", ".github/workflows/ci.yml"), ("scope.test-config", "tests/conftest.py")]
+        ("scope.ci", ".github/workflows/ci.yml"),
+        ("scope.test-config", "tests/conftest.py"),
+    ]

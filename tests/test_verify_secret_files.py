@@ -19,15 +19,42 @@ from loop_orchestrator.verify.verdict import deterministic_findings
 TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 
 SECRET_FILES = [
-    "id_rsa", "deploy/id_dsa", "home/.ssh/id_ecdsa", "id_ed25519", "id_ecdsa_sk",
-    "keys/id_ed25519_sk", "keys/server.ppk", ".netrc", "_netrc", ".npmrc", "web/.npmrc",
-    ".pypirc", "certs/client.p12", "certs/client.pfx", "android/release.jks",
-    "android/app.keystore", "kubeconfig", "ops/prod.kubeconfig", "home/.kube/config",
-    ".kube/config", "home/.docker/config.json", ".aws/credentials", ".env", ".env.local",
+    "id_rsa",
+    "deploy/id_dsa",
+    "home/.ssh/id_ecdsa",
+    "id_ed25519",
+    "id_ecdsa_sk",
+    "keys/id_ed25519_sk",
+    "keys/server.ppk",
+    ".netrc",
+    "_netrc",
+    ".npmrc",
+    "web/.npmrc",
+    ".pypirc",
+    "certs/client.p12",
+    "certs/client.pfx",
+    "android/release.jks",
+    "android/app.keystore",
+    "kubeconfig",
+    "ops/prod.kubeconfig",
+    "home/.kube/config",
+    ".kube/config",
+    "home/.docker/config.json",
+    ".aws/credentials",
+    ".env",
+    ".env.local",
     "config/prod.env",
 ]
-NOT_SECRET = ["config.json", "docs/kube/config.md", "app/keystore.py", "netrc.md", "id.py",
-              "src/environment.py", ".docker/Dockerfile", "kube/config"]
+NOT_SECRET = [
+    "config.json",
+    "docs/kube/config.md",
+    "app/keystore.py",
+    "netrc.md",
+    "id.py",
+    "src/environment.py",
+    ".docker/Dockerfile",
+    "kube/config",
+]
 
 
 @pytest.mark.parametrize("path", SECRET_FILES)
@@ -79,15 +106,24 @@ def test_every_secret_file_kind_blocks_verification(git_repo: Path) -> None:
 
 def test_service_account_key_blocks_whatever_its_name(git_repo: Path) -> None:
     base = git(git_repo, "rev-parse", "HEAD").strip()
-    key = {"type": "service_account", "project_id": "shop-prod-1234",
-           "private_key_id": "3f1c9a0b7d2e", "client_email": "ci@shop-prod-1234.iam.x.com",
-           "private_key": "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7" * 3}
-    head = commit(git_repo, {"deploy/shop-prod-1234-3f1c9a0b7d2e.json": json.dumps(key),
-                             "tests/fixtures/sa.json": json.dumps(
-                                 {**key, "private_key": "fake-key"})})
+    key = {
+        "type": "service_account",
+        "project_id": "shop-prod-1234",
+        "private_key_id": "3f1c9a0b7d2e",
+        "client_email": "ci@shop-prod-1234.iam.x.com",
+        "private_key": "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7" * 3,
+    }
+    head = commit(
+        git_repo,
+        {
+            "deploy/shop-prod-1234-3f1c9a0b7d2e.json": json.dumps(key),
+            "tests/fixtures/sa.json": json.dumps({**key, "private_key": "fake-key"}),
+        },
+    )
     found = secret_findings(findings_for(git_repo, base, head))
     assert {p for c, p in found if c == "secrets.cloud-credentials"} == {
-        "deploy/shop-prod-1234-3f1c9a0b7d2e.json"}
+        "deploy/shop-prod-1234-3f1c9a0b7d2e.json"
+    }
 
 
 def test_token_after_a_nul_byte_is_found(git_repo: Path) -> None:
@@ -98,8 +134,10 @@ def test_token_after_a_nul_byte_is_found(git_repo: Path) -> None:
     # plain git calls both files binary and shows no lines for them
     assert git(git_repo, "diff", "--numstat", base, head).count("-\t-\t") == 2
     findings = findings_for(git_repo, base, head)
-    assert secret_findings(findings) == {("secrets.github", "assets/logo.png"),
-                                         ("secrets.github", "assets/notes.bin")}
+    assert secret_findings(findings) == {
+        ("secrets.github", "assets/logo.png"),
+        ("secrets.github", "assets/notes.bin"),
+    }
     hit = next(f for f in findings if f.path == "assets/logo.png")
     assert "binary file" in hit.message and hit.line is None
 
@@ -111,20 +149,25 @@ def test_token_in_a_file_marked_binary_in_gitattributes_is_found(git_repo: Path)
     # plain git shows no lines for it (the attribute says binary); lo-orch's diff does
     assert git(git_repo, "diff", "--numstat", base, head).startswith("-\t-\t")
     assert secret_findings(findings_for(git_repo, base, head)) == {
-        ("secrets.github", "data/settings.dat")}
+        ("secrets.github", "data/settings.dat")
+    }
 
 
 def test_binary_files_without_secrets_and_unchanged_runs_do_not_block(git_repo: Path) -> None:
     commit(git_repo, {"assets/font.bin": b"\x00\x01" + f"old {TOKEN}".encode() + b"\x00"})
     base = git(git_repo, "rev-parse", "HEAD").strip()
-    head = commit(git_repo, {
-        "assets/font.bin": b"\x00\x01" + f"old {TOKEN}".encode() + b"\x00more glyph data\x00",
-        "assets/icon.png": b"\x89PNG\x00\x00IHDR plain image bytes\x00",
-    })
+    head = commit(
+        git_repo,
+        {
+            "assets/font.bin": b"\x00\x01" + f"old {TOKEN}".encode() + b"\x00more glyph data\x00",
+            "assets/icon.png": b"\x89PNG\x00\x00IHDR plain image bytes\x00",
+        },
+    )
     assert secret_findings(findings_for(git_repo, base, head)) == set()
 
 
 def test_printable_runs() -> None:
-    runs = printable_runs("\x00\x01short\x00a longer run\x01" + "wide text".encode(
-        "utf-16-le").decode("latin-1"))
+    runs = printable_runs(
+        "\x00\x01short\x00a longer run\x01" + "wide text".encode("utf-16-le").decode("latin-1")
+    )
     assert runs == {"a longer run", "wide text"}

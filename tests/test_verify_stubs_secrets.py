@@ -24,10 +24,13 @@ def new_file(path: str, text: str) -> FileChange:
     return FileChange(path, "A", None, text, set(range(1, len(text.splitlines()) + 1)))
 
 
-def stub_checks(path: str, text: str, expectations: list[Expectation] | None = None
-                ) -> list[tuple[str, str, int | None]]:
-    return [(f.check, f.severity.value, f.line)
-            for f in check_stubs([new_file(path, text)], expectations or [])]
+def stub_checks(
+    path: str, text: str, expectations: list[Expectation] | None = None
+) -> list[tuple[str, str, int | None]]:
+    return [
+        (f.check, f.severity.value, f.line)
+        for f in check_stubs([new_file(path, text)], expectations or [])
+    ]
 
 
 def test_honest_code_has_no_stub_findings() -> None:
@@ -57,27 +60,35 @@ def test_honest_code_has_no_stub_findings() -> None:
     assert stub_checks("app/shapes.py", source) == []
 
 
-@pytest.mark.parametrize(("source", "expected"), [
-    ("def f(x):\n    raise NotImplementedError\n", ("stubs.not-implemented", "blocking", 2)),
-    ("def f(x):\n    raise NotImplementedError('later')\n",
-     ("stubs.not-implemented", "blocking", 2)),
-    ("def f(x):\n    pass\n", ("stubs.empty-body", "blocking", 1)),
-    ("def f(x):\n    ...\n", ("stubs.empty-body", "blocking", 1)),
-    ("class A:\n    def f(self):\n        '''Does f.'''\n", ("stubs.empty-body", "blocking", 2)),
-    ("def f(x):\n    return x  # TODO handle negatives\n", ("stubs.todo", "blocking", 2)),
-    ("def f(x):\n    # FIXME wrong for 0\n    return x\n", ("stubs.todo", "blocking", 2)),
-    ("NAME = 'placeholder'\n", ("stubs.placeholder", "blocking", 1)),
-    ("TEXT = 'Lorem ipsum dolor'\n", ("stubs.placeholder", "blocking", 1)),
-])
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("def f(x):\n    raise NotImplementedError\n", ("stubs.not-implemented", "blocking", 2)),
+        (
+            "def f(x):\n    raise NotImplementedError('later')\n",
+            ("stubs.not-implemented", "blocking", 2),
+        ),
+        ("def f(x):\n    pass\n", ("stubs.empty-body", "blocking", 1)),
+        ("def f(x):\n    ...\n", ("stubs.empty-body", "blocking", 1)),
+        (
+            "class A:\n    def f(self):\n        '''Does f.'''\n",
+            ("stubs.empty-body", "blocking", 2),
+        ),
+        ("def f(x):\n    return x  # TODO handle negatives\n", ("stubs.todo", "blocking", 2)),
+        ("def f(x):\n    # FIXME wrong for 0\n    return x\n", ("stubs.todo", "blocking", 2)),
+        ("NAME = 'placeholder'\n", ("stubs.placeholder", "blocking", 1)),
+        ("TEXT = 'Lorem ipsum dolor'\n", ("stubs.placeholder", "blocking", 1)),
+    ],
+)
 def test_stubs_in_python_code_are_caught(source: str, expected: tuple[str, str, int]) -> None:
     assert expected in stub_checks("app/mod.py", source)
 
 
 def test_tracked_todo_and_docs_markers_are_warnings() -> None:
     assert stub_checks("app/mod.py", "X = 1  # TODO(#123): support floats\n") == [
-        ("stubs.todo", "warning", 1)]
-    assert stub_checks("docs/notes.md", "TODO: write the guide\n") == [
-        ("stubs.todo", "warning", 1)]
+        ("stubs.todo", "warning", 1)
+    ]
+    assert stub_checks("docs/notes.md", "TODO: write the guide\n") == [("stubs.todo", "warning", 1)]
 
 
 def test_html_placeholder_attribute_is_not_a_placeholder() -> None:
@@ -111,12 +122,14 @@ def test_special_casing_the_test_input_is_blocking() -> None:
     exps = _expectations("from app import area\n\ndef test_area():\n    assert area(3, 4) == 12\n")
     source = "def area(w, h):\n    if w == 3:\n        return 12\n    return 0\n"
     assert stub_checks("app/__init__.py", source, exps) == [
-        ("stubs.hardcoded-return", "blocking", 1)]
+        ("stubs.hardcoded-return", "blocking", 1)
+    ]
 
 
 def test_constant_function_without_parameters_is_legitimate() -> None:
     exps = _expectations(
-        "from app import version\n\ndef test_v():\n    assert version() == '1.0'\n")
+        "from app import version\n\ndef test_v():\n    assert version() == '1.0'\n"
+    )
     assert stub_checks("app/__init__.py", "def version():\n    return '1.0'\n", exps) == []
 
 
@@ -126,17 +139,20 @@ def test_true_is_not_one_for_the_hard_coded_check() -> None:
 
 
 def test_js_stubs_and_hard_coded_returns() -> None:
-    exps = check_tests([new_file("src/area.test.ts",
-                                 "it('area', () => { expect(area(3, 4)).toBe(12); });\n")]
-                       ).expectations
-    source = ("export function area(w: number, h: number): number { return 12; }\n"
-              "export function perimeter(w, h) { throw new Error('not implemented'); }\n")
+    exps = check_tests(
+        [new_file("src/area.test.ts", "it('area', () => { expect(area(3, 4)).toBe(12); });\n")]
+    ).expectations
+    source = (
+        "export function area(w: number, h: number): number { return 12; }\n"
+        "export function perimeter(w, h) { throw new Error('not implemented'); }\n"
+    )
     found = stub_checks("src/area.ts", source, exps)
     assert ("stubs.hardcoded-return", "blocking", 1) in found
     assert ("stubs.not-implemented", "blocking", 2) in found
 
 
 # secrets ------------------------------------------------------------------------------
+
 
 def _random_token(alphabet: str, n: int, seed: int) -> str:
     rng = random.Random(seed)
@@ -151,34 +167,40 @@ OPENAI = "sk-proj-" + _random_token(ALNUM, 40, 5)
 ANTHROPIC = "sk-ant-api03-" + _random_token(ALNUM, 40, 6)
 
 
-@pytest.mark.parametrize(("line", "check"), [
-    (f'KEY = "{AWS_ID}"', "secrets.aws"),
-    ("-----BEGIN RSA PRIVATE KEY-----", "secrets.private-key"),
-    ("-----BEGIN OPENSSH PRIVATE KEY-----", "secrets.private-key"),
-    (f"token: {GH}", "secrets.github"),
-    (f"SLACK = '{SLACK}'", "secrets.slack"),
-    (f'client = OpenAI(api_key="{OPENAI}")', "secrets.openai"),
-    (f'ANTHROPIC_API_KEY="{ANTHROPIC}"', "secrets.anthropic"),
-    ('password = "hunter2hunter2"', "secrets.assignment"),
-    ('DB_PASSWORD: str = "s3cr3t-value"', "secrets.assignment"),
-])
+@pytest.mark.parametrize(
+    ("line", "check"),
+    [
+        (f'KEY = "{AWS_ID}"', "secrets.aws"),
+        ("-----BEGIN RSA PRIVATE KEY-----", "secrets.private-key"),
+        ("-----BEGIN OPENSSH PRIVATE KEY-----", "secrets.private-key"),
+        (f"token: {GH}", "secrets.github"),
+        (f"SLACK = '{SLACK}'", "secrets.slack"),
+        (f'client = OpenAI(api_key="{OPENAI}")', "secrets.openai"),
+        (f'ANTHROPIC_API_KEY="{ANTHROPIC}"', "secrets.anthropic"),
+        ('password = "hunter2hunter2"', "secrets.assignment"),
+        ('DB_PASSWORD: str = "s3cr3t-value"', "secrets.assignment"),
+    ],
+)
 def test_secrets_in_code_are_blocking(line: str, check: str) -> None:
     findings = check_secrets({"app/settings.py": [(7, line)]})
     assert [(f.check, f.severity.value, f.line) for f in findings] == [(check, "blocking", 7)]
     assert AWS_ID not in findings[0].message  # the secret is not repeated in full
 
 
-@pytest.mark.parametrize("line", [
-    'AWS_KEY = "AKIAIOSFODNN7EXAMPLE"',
-    'password = os.environ["DB_PASSWORD"]',
-    'password = ""',
-    'password = "<your password>"',
-    'token = "${TOKEN}"',
-    'token_type = "bearer"',
-    "ghp_" + "a" * 36,
-    'name = "just some text here"',
-    'sha = "e83c5163316f89bfbde7d9ab23ca2e25604af290"',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        'AWS_KEY = "AKIAIOSFODNN7EXAMPLE"',
+        'password = os.environ["DB_PASSWORD"]',
+        'password = ""',
+        'password = "<your password>"',
+        'token = "${TOKEN}"',
+        'token_type = "bearer"',
+        "ghp_" + "a" * 36,
+        'name = "just some text here"',
+        'sha = "e83c5163316f89bfbde7d9ab23ca2e25604af290"',
+    ],
+)
 def test_honest_lines_are_not_secrets(line: str) -> None:
     assert check_secrets({"app/settings.py": [(1, line)]}) == []
 
@@ -207,16 +229,26 @@ def test_high_entropy_needs_the_minimum_length() -> None:
 
 def test_lock_files_are_not_scanned_for_entropy() -> None:
     value = _random_token(ALNUM, 44, 8)
-    assert check_secrets({"poetry.lock": [(1, f'hash = "sha256:{value}"'),
-                                          (2, f'x = "{value}"')]}) == []
+    assert (
+        check_secrets({"poetry.lock": [(1, f'hash = "sha256:{value}"'), (2, f'x = "{value}"')]})
+        == []
+    )
 
 
 def test_conflict_markers_are_blocking() -> None:
-    lines = [(1, "<<<<<<< HEAD"), (2, "x = 1"), (3, "======="), (4, "x = 2"),
-             (5, ">>>>>>> feature")]
+    lines = [
+        (1, "<<<<<<< HEAD"),
+        (2, "x = 1"),
+        (3, "======="),
+        (4, "x = 2"),
+        (5, ">>>>>>> feature"),
+    ]
     findings = check_conflict_markers({"app/x.py": lines})
     assert [(f.check, f.line) for f in findings] == [
-        ("conflict-marker", 1), ("conflict-marker", 3), ("conflict-marker", 5)]
+        ("conflict-marker", 1),
+        ("conflict-marker", 3),
+        ("conflict-marker", 5),
+    ]
     assert all(f.blocking for f in findings)
 
 

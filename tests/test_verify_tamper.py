@@ -48,19 +48,34 @@ def project(git_repo: Path) -> tuple[Path, str]:
     return git_repo, commit(git_repo, {"app/calc.py": BASE_CALC}, "base")
 
 
-def verify(repo: Path, base: str, head: str, task: Task | None = None,
-           baseline: pyenv.SiteBaseline | None = None) -> Verdict:
-    return verify_task(repo, RunDir(repo), task or calc_task(), base, head, brief="b",
-                       settings=off(), site_baseline=baseline)
+def verify(
+    repo: Path,
+    base: str,
+    head: str,
+    task: Task | None = None,
+    baseline: pyenv.SiteBaseline | None = None,
+) -> Verdict:
+    return verify_task(
+        repo,
+        RunDir(repo),
+        task or calc_task(),
+        base,
+        head,
+        brief="b",
+        settings=off(),
+        site_baseline=baseline,
+    )
 
 
 # the code under test ends the interpreter ------------------------------------------------
+
 
 @pytest.mark.slow
 def test_module_that_exits_0_once_pytest_is_loaded_fails(project: tuple[Path, str]) -> None:
     repo, base = project
     exits = BROKEN_CALC + (
-        '\nimport os\nimport sys\n\nif "pytest" in sys.modules:\n    os._exit(0)\n')
+        '\nimport os\nimport sys\n\nif "pytest" in sys.modules:\n    os._exit(0)\n'
+    )
     head = commit(repo, {"app/calc.py": exits, "tests/test_calc.py": HONEST_TESTS})
     verdict = verify(repo, base, head)
     assert verdict.checks[0].exit_code == 0  # pytest "passed": the exit code alone lies
@@ -73,8 +88,13 @@ def test_module_that_exits_0_once_pytest_is_loaded_fails(project: tuple[Path, st
 @pytest.mark.slow
 def test_module_that_sys_exits_0_at_import_fails(project: tuple[Path, str]) -> None:
     repo, base = project
-    head = commit(repo, {"app/calc.py": BROKEN_CALC + "\nimport sys\n\nsys.exit(0)\n",
-                         "tests/test_calc.py": HONEST_TESTS})
+    head = commit(
+        repo,
+        {
+            "app/calc.py": BROKEN_CALC + "\nimport sys\n\nsys.exit(0)\n",
+            "tests/test_calc.py": HONEST_TESTS,
+        },
+    )
     verdict = verify(repo, base, head)
     assert not verdict.passed
     checks = blocking_checks(verdict)
@@ -93,12 +113,23 @@ def test_pytest_run_without_a_report_leaves_every_new_test_missing() -> None:
 
 @pytest.mark.slow
 def test_report_with_zero_tests_that_ran_fails(git_repo: Path, tmp_path: Path) -> None:
-    commit(git_repo, {"tests/test_calc.py": (
-        "import pytest\n\n\ndef test_add():\n    getattr(pytest, 'sk' + 'ip')('later')\n"
-        "    assert 1 + 1 == 2\n")})
+    commit(
+        git_repo,
+        {
+            "tests/test_calc.py": (
+                "import pytest\n\n\ndef test_add():\n    getattr(pytest, 'sk' + 'ip')('later')\n"
+                "    assert 1 + 1 == 2\n"
+            )
+        },
+    )
     with clean_checkout(git_repo, "HEAD") as tree:
-        runs = run_done_checks([DoneSpec("tests pass", [PY, "-m", "pytest", "-q", "tests"])],
-                               tree, tmp_path / "ev", env=check_env(tree), timeout=60)
+        runs = run_done_checks(
+            [DoneSpec("tests pass", [PY, "-m", "pytest", "-q", "tests"])],
+            tree,
+            tmp_path / "ev",
+            env=check_env(tree),
+            timeout=60,
+        )
     assert runs[0].exit_code == 0 and runs[0].junit_path
     findings = report_findings(runs)
     assert [f.check for f in findings] == ["done.no-tests"]
@@ -106,6 +137,7 @@ def test_report_with_zero_tests_that_ran_fails(git_repo: Path, tmp_path: Path) -
 
 
 # planted start-up code ---------------------------------------------------------------
+
 
 def honest_venv(repo: Path) -> Path:
     """The user's own ``.venv`` in the project (ignored by git), able to run pytest."""
@@ -120,14 +152,20 @@ def honest_venv(repo: Path) -> Path:
 
 
 def venv_task() -> Task:
-    return Task(id="calc", objective="o", owns=["app/calc.py", "tests/test_calc.py"],
-                done=[DoneCheck(criterion="tests pass",
-                                check=".venv/bin/python -m pytest -q tests/test_calc.py")])
+    return Task(
+        id="calc",
+        objective="o",
+        owns=["app/calc.py", "tests/test_calc.py"],
+        done=[
+            DoneCheck(
+                criterion="tests pass", check=".venv/bin/python -m pytest -q tests/test_calc.py"
+            )
+        ],
+    )
 
 
 @pytest.mark.slow
-def test_pth_planted_in_the_project_venv_blocks_and_nothing_runs(
-        project: tuple[Path, str]) -> None:
+def test_pth_planted_in_the_project_venv_blocks_and_nothing_runs(project: tuple[Path, str]) -> None:
     repo, base = project
     site = honest_venv(repo)
     task = venv_task()
@@ -141,9 +179,12 @@ def test_pth_planted_in_the_project_venv_blocks_and_nothing_runs(
     # the agent plants a plugin that skips every test, loaded by a .pth file
     (site / "zz_skip_all.py").write_text(
         "import pytest\n\n\n@pytest.hookimpl(tryfirst=True)\n"
-        "def pytest_runtest_setup(item):\n    pytest.skip('planted')\n", encoding="utf-8")
+        "def pytest_runtest_setup(item):\n    pytest.skip('planted')\n",
+        encoding="utf-8",
+    )
     (site / "zz_attack.pth").write_text(
-        "import os; os.environ['PYTEST_PLUGINS'] = 'zz_skip_all'\n", encoding="utf-8")
+        "import os; os.environ['PYTEST_PLUGINS'] = 'zz_skip_all'\n", encoding="utf-8"
+    )
     gamed = commit(repo, {"app/calc.py": BROKEN_CALC}, "gamed")
     verdict = verify(repo, base, gamed, task, baseline)
     assert not verdict.passed and verdict.checks == []  # no check ran in that environment
@@ -159,7 +200,8 @@ def test_check_that_changes_the_venv_while_it_runs_is_caught(project: tuple[Path
     tests = HONEST_TESTS + (
         "\n\ndef test_plant():\n    import sysconfig\n    from pathlib import Path\n"
         "    Path(sysconfig.get_path('purelib'), 'later.pth').write_text('import os\\n')\n"
-        "    assert calc.add(0, 0) == 0\n")
+        "    assert calc.add(0, 0) == 0\n"
+    )
     head = commit(repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": tests})
     verdict = verify(repo, base, head, venv_task())  # no baseline: as `lo-orch audit`
     assert (site / "later.pth").exists()
@@ -174,12 +216,19 @@ def marker_code(marker: Path) -> str:
 
 @pytest.mark.slow
 def test_sitecustomize_in_the_checkout_is_not_loaded_and_out_of_scope(
-        project: tuple[Path, str], tmp_path: Path) -> None:
+    project: tuple[Path, str], tmp_path: Path
+) -> None:
     repo, base = project
     marker = tmp_path / "sitecustomize-ran"
-    head = commit(repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": HONEST_TESTS,
-                         "sitecustomize.py": marker_code(marker),
-                         "src/usercustomize.py": marker_code(marker)})
+    head = commit(
+        repo,
+        {
+            "app/calc.py": FIXED_CALC,
+            "tests/test_calc.py": HONEST_TESTS,
+            "sitecustomize.py": marker_code(marker),
+            "src/usercustomize.py": marker_code(marker),
+        },
+    )
     task = Task(id="calc", objective="o", owns=["**"], done=calc_task().done)
     verdict = verify(repo, base, head, task)
     assert not marker.exists(), "a sitecustomize.py from the checkout ran inside a check"
@@ -189,7 +238,8 @@ def test_sitecustomize_in_the_checkout_is_not_loaded_and_out_of_scope(
 
 
 def test_python_variables_of_the_environment_are_not_used(
-        git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     on_path = tmp_path / "on-path"
     on_path.mkdir()
     (on_path / "sitecustomize.py").write_text(marker_code(tmp_path / "pythonpath-ran"))
@@ -202,9 +252,15 @@ def test_python_variables_of_the_environment_are_not_used(
     with clean_checkout(git_repo, "HEAD") as tree:
         env = check_env(tree)
         runs = run_done_checks(
-            [DoneSpec("imports", [PY, "-c", "import app; print(app.__file__)"]),
-             DoneSpec("interactive, stdin empty", [PY, "-i"])],
-            tree, tmp_path / "ev", env=env, timeout=30)
+            [
+                DoneSpec("imports", [PY, "-c", "import app; print(app.__file__)"]),
+                DoneSpec("interactive, stdin empty", [PY, "-i"]),
+            ],
+            tree,
+            tmp_path / "ev",
+            env=env,
+            timeout=30,
+        )
     assert not (tmp_path / "pythonpath-ran").exists()
     assert not (tmp_path / "startup-ran").exists()
     assert [r.exit_code for r in runs] == [0, 0]
@@ -216,20 +272,24 @@ def test_python_variables_of_the_environment_are_not_used(
 
 # pytest configuration files ------------------------------------------------------------
 
-@pytest.mark.parametrize(("path", "text"), [
-    ("pytest.toml", '[pytest]\naddopts = ["-k", "nothing"]\n'),
-    (".pytest.toml", '[pytest]\naddopts = ["-k", "nothing"]\n'),
-    (".pytest.ini", "[pytest]\naddopts = -k nothing\n"),
-    ("tests/pytest.ini", "[pytest]\naddopts = --deselect tests/test_calc.py::test_add\n"),
-    ("tox.ini", "[pytest]\naddopts = --deselect tests/test_calc.py::test_add\n"),
-    ("setup.cfg", "[metadata]\nname = x\n\n[tool:pytest]\naddopts = -k nothing\n"),
-    ("pyproject.toml", '[project]\nname = "x"\n\n[tool.pytest]\naddopts = ["-k", "nothing"]\n'),
-])
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("pytest.toml", '[pytest]\naddopts = ["-k", "nothing"]\n'),
+        (".pytest.toml", '[pytest]\naddopts = ["-k", "nothing"]\n'),
+        (".pytest.ini", "[pytest]\naddopts = -k nothing\n"),
+        ("tests/pytest.ini", "[pytest]\naddopts = --deselect tests/test_calc.py::test_add\n"),
+        ("tox.ini", "[pytest]\naddopts = --deselect tests/test_calc.py::test_add\n"),
+        ("setup.cfg", "[metadata]\nname = x\n\n[tool:pytest]\naddopts = -k nothing\n"),
+        ("pyproject.toml", '[project]\nname = "x"\n\n[tool.pytest]\naddopts = ["-k", "nothing"]\n'),
+    ],
+)
 def test_every_pytest_configuration_file_is_test_configuration(
-        project: tuple[Path, str], path: str, text: str) -> None:
+    project: tuple[Path, str], path: str, text: str
+) -> None:
     repo, base = project
-    head = commit(repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": HONEST_TESTS,
-                         path: text})
+    head = commit(repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": HONEST_TESTS, path: text})
     task = Task(id="calc", objective="o", owns=["**"], done=[])
     findings = deterministic_findings(repo, task, base, head)[0]
     assert [(f.check, f.path) for f in findings if f.blocking] == [("scope.test-config", path)]
@@ -237,12 +297,23 @@ def test_every_pytest_configuration_file_is_test_configuration(
 
 @pytest.mark.slow
 def test_pytest_toml_deselecting_everything_is_blocked_end_to_end(
-        project: tuple[Path, str]) -> None:
+    project: tuple[Path, str],
+) -> None:
     repo, base = project
-    head = commit(repo, {"app/calc.py": BROKEN_CALC, "tests/test_calc.py": HONEST_TESTS,
-                         "pytest.toml": '[pytest]\naddopts = ["--deselect", "tests"]\n'})
-    task = Task(id="calc", objective="o", owns=["app/**", "tests/**", "*.toml"],
-                done=[DoneCheck(criterion="t", check=f"{shlex.quote(PY)} -m pytest -q tests")])
+    head = commit(
+        repo,
+        {
+            "app/calc.py": BROKEN_CALC,
+            "tests/test_calc.py": HONEST_TESTS,
+            "pytest.toml": '[pytest]\naddopts = ["--deselect", "tests"]\n',
+        },
+    )
+    task = Task(
+        id="calc",
+        objective="o",
+        owns=["app/**", "tests/**", "*.toml"],
+        done=[DoneCheck(criterion="t", check=f"{shlex.quote(PY)} -m pytest -q tests")],
+    )
     verdict = verify(repo, base, head, task)
     assert not verdict.passed
     assert {"scope.test-config", "done.failed"} <= blocking_checks(verdict)
@@ -250,19 +321,29 @@ def test_pytest_toml_deselecting_everything_is_blocked_end_to_end(
 
 @pytest.mark.slow
 def test_sys_path_shim_keeps_an_honest_src_layout_working(git_repo: Path, tmp_path: Path) -> None:
-    commit(git_repo, {"src/pkg/__init__.py": "VALUE = 7\n",
-                      "tests/test_pkg.py": "import pkg\n\n\ndef test_value():\n"
-                                           "    assert pkg.VALUE == 7\n"})
+    commit(
+        git_repo,
+        {
+            "src/pkg/__init__.py": "VALUE = 7\n",
+            "tests/test_pkg.py": "import pkg\n\n\ndef test_value():\n    assert pkg.VALUE == 7\n",
+        },
+    )
     with clean_checkout(git_repo, "HEAD") as tree:
-        runs = run_done_checks([DoneSpec("t", [PY, "-m", "pytest", "-q", "tests"])], tree,
-                               tmp_path / "ev", env=check_env(tree), timeout=60)
+        runs = run_done_checks(
+            [DoneSpec("t", [PY, "-m", "pytest", "-q", "tests"])],
+            tree,
+            tmp_path / "ev",
+            env=check_env(tree),
+            timeout=60,
+        )
     assert runs[0].exit_code == 0, Path(runs[0].stdout_path or "").read_text()
     assert report_findings(runs) == []
 
 
 @pytest.mark.slow
 def test_config_and_conftest_above_the_checkout_are_never_read(
-        project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # checkouts live in the temp folder, which any process can write: plant both there
     shared = tmp_path / "shared-tmp"
     shared.mkdir()
@@ -281,15 +362,24 @@ def test_config_and_conftest_above_the_checkout_are_never_read(
 
 @pytest.mark.slow
 def test_project_config_inside_the_checkout_is_still_used(git_repo: Path, tmp_path: Path) -> None:
-    commit(git_repo, {
-        "pyproject.toml": '[project]\nname = "x"\n\n[tool.pytest.ini_options]\n'
-                          'markers = ["slow: slow tests"]\naddopts = "--strict-markers"\n',
-        "tests/test_m.py": "import pytest\n\n\n@pytest.mark.slow\ndef test_m():\n"
-                           "    assert 1 + 1 == 2\n\n\n@pytest.mark.unknown\ndef test_u():\n"
-                           "    assert 2 + 2 == 4\n"})
+    commit(
+        git_repo,
+        {
+            "pyproject.toml": '[project]\nname = "x"\n\n[tool.pytest.ini_options]\n'
+            'markers = ["slow: slow tests"]\naddopts = "--strict-markers"\n',
+            "tests/test_m.py": "import pytest\n\n\n@pytest.mark.slow\ndef test_m():\n"
+            "    assert 1 + 1 == 2\n\n\n@pytest.mark.unknown\ndef test_u():\n"
+            "    assert 2 + 2 == 4\n",
+        },
+    )
     with clean_checkout(git_repo, "HEAD") as tree:
-        runs = run_done_checks([DoneSpec("t", [PY, "-m", "pytest", "-q", "tests/test_m.py"])],
-                               tree, tmp_path / "ev", env=check_env(tree), timeout=60)
+        runs = run_done_checks(
+            [DoneSpec("t", [PY, "-m", "pytest", "-q", "tests/test_m.py"])],
+            tree,
+            tmp_path / "ev",
+            env=check_env(tree),
+            timeout=60,
+        )
         assert runs[0].argv[runs[0].argv.index("-c") + 1] == str(tree / "pyproject.toml")
     out = Path(runs[0].stdout_path or "").read_text()
     # --strict-markers from the project's own pyproject.toml rejected the unknown marker
@@ -300,39 +390,59 @@ def test_project_config_inside_the_checkout_is_still_used(git_repo: Path, tmp_pa
 def test_new_test_file_that_no_check_ran_blocks(project: tuple[Path, str]) -> None:
     repo, base = project
     # tests the AST does not see as functions: only the JUnit report can show they ran
-    dynamic = ("from app import calc\n\n\ndef _make(a, b, want):\n    def check():\n"
-               "        assert calc.add(a, b) == want\n    return check\n\n\n"
-               "test_zero = _make(0, 0, 0)\ntest_raises = _make(-1, 1, 0)\n")
-    head = commit(repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": HONEST_TESTS,
-                         "tests/test_more.py": dynamic})
-    task = Task(id="calc", objective="o", owns=["app/calc.py", "tests/*.py"],
-                done=calc_task().done)  # runs tests/test_calc.py only
+    dynamic = (
+        "from app import calc\n\n\ndef _make(a, b, want):\n    def check():\n"
+        "        assert calc.add(a, b) == want\n    return check\n\n\n"
+        "test_zero = _make(0, 0, 0)\ntest_raises = _make(-1, 1, 0)\n"
+    )
+    head = commit(
+        repo,
+        {
+            "app/calc.py": FIXED_CALC,
+            "tests/test_calc.py": HONEST_TESTS,
+            "tests/test_more.py": dynamic,
+        },
+    )
+    task = Task(
+        id="calc", objective="o", owns=["app/calc.py", "tests/*.py"], done=calc_task().done
+    )  # runs tests/test_calc.py only
     verdict = verify(repo, base, head, task)
     assert ("done.new-test-missing", "tests/test_more.py") in {
-        (f.check, f.path) for f in verdict.blocking}
+        (f.check, f.path) for f in verdict.blocking
+    }
     assert not verdict.passed
 
 
 def test_new_test_file_that_ran_and_passed_is_accepted(tmp_path: Path) -> None:
     report = tmp_path / "check-1.junit.xml"
-    report.write_text('<testsuites><testsuite><testcase classname="tests.test_more" '
-                      'name="test_zero"/></testsuite></testsuites>', encoding="utf-8")
-    run = CheckRun(name="check-1", argv=[PY, "-m", "pytest"], exit_code=0,
-                   junit_path=str(report))
+    report.write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_more" '
+        'name="test_zero"/></testsuite></testsuites>',
+        encoding="utf-8",
+    )
+    run = CheckRun(name="check-1", argv=[PY, "-m", "pytest"], exit_code=0, junit_path=str(report))
     assert new_test_findings([], [run], ["tests/test_more.py"]) == []
     assert [f.path for f in new_test_findings([], [run], ["tests/test_other.py"])] == [
-        "tests/test_other.py"]
+        "tests/test_other.py"
+    ]
 
 
 def test_a_committed_virtual_environment_is_out_of_scope(project: tuple[Path, str]) -> None:
     repo, base = project
-    head = commit(repo, {".venv/bin/python": "#!/bin/sh\necho 1 passed\n",
-                         "venv/pyvenv.cfg": "home = /usr/bin\n", "app/calc.py": FIXED_CALC})
+    head = commit(
+        repo,
+        {
+            ".venv/bin/python": "#!/bin/sh\necho 1 passed\n",
+            "venv/pyvenv.cfg": "home = /usr/bin\n",
+            "app/calc.py": FIXED_CALC,
+        },
+    )
     task = Task(id="calc", objective="o", owns=["**"], done=[])
     findings = deterministic_findings(repo, task, base, head)[0]
     assert {(f.check, f.path) for f in findings if f.blocking} == {
         ("scope.interpreter-hook", ".venv/bin/python"),
-        ("scope.interpreter-hook", "venv/pyvenv.cfg")}
+        ("scope.interpreter-hook", "venv/pyvenv.cfg"),
+    }
 
 
 @pytest.mark.slow
@@ -351,18 +461,28 @@ def test_edited_check_script_and_retargeted_interpreter_are_changes(git_repo: Pa
 
 
 @pytest.mark.slow
-def test_config_in_a_subfolder_keeps_its_rootdir_and_testpaths(git_repo: Path,
-                                                                tmp_path: Path) -> None:
-    commit(git_repo, {
-        # node ids in the user's own configuration are relative to its folder (the rootdir)
-        "backend/pytest.ini": "[pytest]\npythonpath = lib\n"
-                              "addopts = --deselect checks/test_mod.py::test_later\n",
-        "backend/lib/mod.py": "X = 3\n",
-        "backend/checks/test_mod.py": "import mod\n\n\ndef test_x():\n    assert mod.X == 3\n"
-                                      "\n\ndef test_later():\n    assert mod.X == 4\n"})
+def test_config_in_a_subfolder_keeps_its_rootdir_and_testpaths(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    commit(
+        git_repo,
+        {
+            # node ids in the user's own configuration are relative to its folder (the rootdir)
+            "backend/pytest.ini": "[pytest]\npythonpath = lib\n"
+            "addopts = --deselect checks/test_mod.py::test_later\n",
+            "backend/lib/mod.py": "X = 3\n",
+            "backend/checks/test_mod.py": "import mod\n\n\ndef test_x():\n    assert mod.X == 3\n"
+            "\n\ndef test_later():\n    assert mod.X == 4\n",
+        },
+    )
     with clean_checkout(git_repo, "HEAD") as tree:
-        runs = run_done_checks([DoneSpec("t", [PY, "-m", "pytest", "-q", "backend"])], tree,
-                               tmp_path / "ev", env=check_env(tree), timeout=60)
+        runs = run_done_checks(
+            [DoneSpec("t", [PY, "-m", "pytest", "-q", "backend"])],
+            tree,
+            tmp_path / "ev",
+            env=check_env(tree),
+            timeout=60,
+        )
     assert runs[0].exit_code == 0, Path(runs[0].stdout_path or "").read_text()
     assert report_findings(runs) == []
 

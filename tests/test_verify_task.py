@@ -27,7 +27,7 @@ from loop_orchestrator.verify import (
 PY = shlex.quote(sys.executable)
 
 BASE_CALC = "def add(a, b):\n    return a - b\n"
-FIXED_CALC = '''def add(a, b):
+FIXED_CALC = """def add(a, b):
     return a + b
 
 
@@ -38,8 +38,8 @@ def parse(text):
     if not text.lstrip("-").isdigit():
         raise ValueError(f"not a number: {text!r}")
     return int(text)
-'''
-HONEST_TESTS = '''import pytest
+"""
+HONEST_TESTS = """import pytest
 
 from app import calc
 
@@ -56,7 +56,7 @@ def test_parse_rejects_garbage():
 
 def test_parse_empty_is_zero():
     assert calc.parse("") == 0
-'''
+"""
 
 
 def commit(repo: Path, files: dict[str, str], message: str = "work") -> str:
@@ -71,11 +71,16 @@ def commit(repo: Path, files: dict[str, str], message: str = "work") -> str:
 
 def calc_task() -> Task:
     return Task(
-        id="calc", title="Calculator", objective="Fix add() and add parse()",
+        id="calc",
+        title="Calculator",
+        objective="Fix add() and add parse()",
         owns=["app/calc.py", "tests/test_calc.py"],
-        done=[DoneCheck(criterion="add and parse work",
-                        check=f"{PY} -m pytest -q tests/test_calc.py"),
-              DoneCheck(criterion="parse('abc') raises ValueError")],
+        done=[
+            DoneCheck(
+                criterion="add and parse work", check=f"{PY} -m pytest -q tests/test_calc.py"
+            ),
+            DoneCheck(criterion="parse('abc') raises ValueError"),
+        ],
     )
 
 
@@ -92,13 +97,21 @@ def project(git_repo: Path) -> tuple[Path, str]:
 
 
 @pytest.mark.slow
-def test_honest_task_passes_with_red_green_evidence(project: tuple[Path, str],
-                                                    tmp_path: Path) -> None:
+def test_honest_task_passes_with_red_green_evidence(
+    project: tuple[Path, str], tmp_path: Path
+) -> None:
     repo, base = project
     head = commit(repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": HONEST_TESTS})
     rundir = RunDir(repo)
-    verdict = verify_task(repo, rundir, calc_task(), base, head, brief="Fix add.",
-                          settings=_auditor(tmp_path, "VERDICT: PASS"))
+    verdict = verify_task(
+        repo,
+        rundir,
+        calc_task(),
+        base,
+        head,
+        brief="Fix add.",
+        settings=_auditor(tmp_path, "VERDICT: PASS"),
+    )
     assert verdict.findings == [], [f.render() for f in verdict.findings]
     assert verdict.passed and verdict.commit == head and verdict.base == base
     # green is proven by check-1's report (every new test passed there): no extra run
@@ -125,19 +138,24 @@ def test_gamed_task_is_caught(project: tuple[Path, str]) -> None:
         "def test_parse():\n    calc.parse('7')\n\n"
         "def test_more():\n    assert True\n"
     )
-    head = commit(repo, {
-        "app/calc.py": "def add(a, b):\n    return 5\n\n\ndef parse(text):\n    pass\n",
-        "tests/test_calc.py": gamed_tests,
-        "README.md": "# sample\nedited outside owns\n",
-    })
-    verdict = verify_task(repo, RunDir(repo), calc_task(), base, head, brief="b",
-                          settings=off())
+    head = commit(
+        repo,
+        {
+            "app/calc.py": "def add(a, b):\n    return 5\n\n\ndef parse(text):\n    pass\n",
+            "tests/test_calc.py": gamed_tests,
+            "README.md": "# sample\nedited outside owns\n",
+        },
+    )
+    verdict = verify_task(repo, RunDir(repo), calc_task(), base, head, brief="b", settings=off())
     assert not verdict.passed
     blocking = {(f.check, f.path) for f in verdict.blocking}
-    assert {("scope.unowned", "README.md"), ("tests.no-assertion", "tests/test_calc.py"),
-            ("tests.tautology", "tests/test_calc.py"),
-            ("stubs.hardcoded-return", "app/calc.py"),
-            ("stubs.empty-body", "app/calc.py")} <= blocking
+    assert {
+        ("scope.unowned", "README.md"),
+        ("tests.no-assertion", "tests/test_calc.py"),
+        ("tests.tautology", "tests/test_calc.py"),
+        ("stubs.hardcoded-return", "app/calc.py"),
+        ("stubs.empty-body", "app/calc.py"),
+    } <= blocking
     assert verdict.auditor is not None and verdict.auditor.status == "skipped"
     assert "FAILED" in verdict.summary() and "scope.unowned" in verdict.summary()
 
@@ -147,11 +165,13 @@ def test_new_test_missing_at_base_is_a_warning_not_red(git_repo: Path) -> None:
     base = git(git_repo, "rev-parse", "HEAD").strip()
     tests = HONEST_TESTS.replace("from app import calc", "from app import calc  # new module")
     head = commit(git_repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": tests})
-    verdict = verify_task(git_repo, RunDir(git_repo), calc_task(), base, head, brief="b",
-                          settings=off())
+    verdict = verify_task(
+        git_repo, RunDir(git_repo), calc_task(), base, head, brief="b", settings=off()
+    )
     assert verdict.passed
     assert [(f.check, f.severity.value) for f in verdict.findings] == [
-        ("redgreen.unprovable", "warning")]
+        ("redgreen.unprovable", "warning")
+    ]
     assert "the module under test does not exist at base" in verdict.findings[0].message
 
 
@@ -160,8 +180,7 @@ def test_failing_done_check_blocks_with_its_output(project: tuple[Path, str]) ->
     repo, base = project
     broken = FIXED_CALC.replace("return a + b", "return a + b + 1")
     head = commit(repo, {"app/calc.py": broken, "tests/test_calc.py": HONEST_TESTS})
-    verdict = verify_task(repo, RunDir(repo), calc_task(), base, head, brief="b",
-                          settings=off())
+    verdict = verify_task(repo, RunDir(repo), calc_task(), base, head, brief="b", settings=off())
     checks = {f.check for f in verdict.blocking}
     assert {"done.failed", "done.new-test-failed"} <= checks
     failed = next(f for f in verdict.blocking if f.check == "done.failed")
@@ -170,8 +189,11 @@ def test_failing_done_check_blocks_with_its_output(project: tuple[Path, str]) ->
 
 def _auditor(tmp_path: Path, verdict_line: str) -> Settings:
     script = tmp_path / "auditor.py"
-    script.write_text("import sys, json\njson.load(sys.stdin)\n"
-                      f"print({verdict_line!r})\nprint('REASONS: judged')\n", encoding="utf-8")
+    script.write_text(
+        "import sys, json\njson.load(sys.stdin)\n"
+        f"print({verdict_line!r})\nprint('REASONS: judged')\n",
+        encoding="utf-8",
+    )
     s = Settings()
     s.auditor.llm = f"{PY} {shlex.quote(str(script))}"
     return s
@@ -183,8 +205,15 @@ def test_auditor_fail_fails_a_task_with_clean_deterministic_checks(
 ) -> None:
     repo, base = project
     head = commit(repo, {"app/calc.py": FIXED_CALC, "tests/test_calc.py": HONEST_TESTS})
-    verdict = verify_task(repo, RunDir(repo), calc_task(), base, head, brief="b",
-                          settings=_auditor(tmp_path, "VERDICT: FAIL"))
+    verdict = verify_task(
+        repo,
+        RunDir(repo),
+        calc_task(),
+        base,
+        head,
+        brief="b",
+        settings=_auditor(tmp_path, "VERDICT: FAIL"),
+    )
     assert verdict.blocking == []
     assert not verdict.passed
     assert verdict.auditor is not None and verdict.auditor.mode == "command"
@@ -195,9 +224,14 @@ def test_auditor_fail_fails_a_task_with_clean_deterministic_checks(
 @pytest.mark.slow
 def test_review_and_rework_prompt(project: tuple[Path, str]) -> None:
     repo, base = project
-    head = commit(repo, {"app/calc.py": "def add(a, b):\n    return 5\n",
-                         "tests/test_calc.py": "from app import calc\n\n"
-                                               "def test_add():\n    assert calc.add(2, 3) == 5\n"})
+    head = commit(
+        repo,
+        {
+            "app/calc.py": "def add(a, b):\n    return 5\n",
+            "tests/test_calc.py": "from app import calc\n\n"
+            "def test_add():\n    assert calc.add(2, 3) == 5\n",
+        },
+    )
     rundir = RunDir(repo)
     task = calc_task()
     verdict = verify_task(repo, rundir, task, base, head, brief="b", settings=off())
@@ -216,17 +250,28 @@ def test_review_and_rework_prompt(project: tuple[Path, str]) -> None:
 def test_route_integration_failure() -> None:
     tasks = [
         Task(id="models", objective="o", owns=["app/models.py", "tests/test_models.py"], done=[]),
-        Task(id="service", objective="o", owns=["app/service.py", "app/models.py"],
-             depends_on=["models"], done=[]),
+        Task(
+            id="service",
+            objective="o",
+            owns=["app/service.py", "app/models.py"],
+            depends_on=["models"],
+            done=[],
+        ),
         Task(id="web", objective="o", owns=["web/**"], done=[]),
     ]
     routed = route_integration_failure(
-        ["tests/test_models.py", "app/models.py", "web/app.js", "setup.py"], tasks)
-    assert routed == {"models": ["tests/test_models.py"], "service": ["app/models.py"],
-                      "web": ["web/app.js"], None: ["setup.py"]}
+        ["tests/test_models.py", "app/models.py", "web/app.js", "setup.py"], tasks
+    )
+    assert routed == {
+        "models": ["tests/test_models.py"],
+        "service": ["app/models.py"],
+        "web": ["web/app.js"],
+        None: ["setup.py"],
+    }
 
 
 # lo-orch audit ------------------------------------------------------------------------
+
 
 def _cli(*args: str | Path) -> tuple[int, str, str]:
     runner = CliRunner()
@@ -237,11 +282,18 @@ def _cli(*args: str | Path) -> tuple[int, str, str]:
 
 def _plan_run(repo: Path, tmp_path: Path) -> None:
     plan = {
-        "goal": "Fix the calculator", "name": "calc-run",
-        "tasks": [{"id": "calc", "objective": "Fix add", "owns": ["app/calc.py",
-                                                                   "tests/test_calc.py"],
-                   "done": [{"criterion": "tests pass",
-                             "check": f"{PY} -m pytest -q tests/test_calc.py"}]}],
+        "goal": "Fix the calculator",
+        "name": "calc-run",
+        "tasks": [
+            {
+                "id": "calc",
+                "objective": "Fix add",
+                "owns": ["app/calc.py", "tests/test_calc.py"],
+                "done": [
+                    {"criterion": "tests pass", "check": f"{PY} -m pytest -q tests/test_calc.py"}
+                ],
+            }
+        ],
     }
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan), encoding="utf-8")
@@ -279,24 +331,28 @@ def test_audit_command(project: tuple[Path, str], tmp_path: Path) -> None:
 
 def _prose_task() -> Task:
     """A task whose criteria have no command: only the pure checks and the auditor run."""
-    return Task(id="calc", objective="o", owns=["app/calc.py", "tests/test_calc.py"],
-                done=[DoneCheck(criterion="add works")])
+    return Task(
+        id="calc",
+        objective="o",
+        owns=["app/calc.py", "tests/test_calc.py"],
+        done=[DoneCheck(criterion="add works")],
+    )
 
 
 def test_empty_commit_is_blocking(project: tuple[Path, str]) -> None:
     repo, base = project
-    verdict = verify_task(repo, RunDir(repo), _prose_task(), base, base, brief="b",
-                          settings=off())
+    verdict = verify_task(repo, RunDir(repo), _prose_task(), base, base, brief="b", settings=off())
     assert [(f.check, f.severity.value) for f in verdict.findings] == [
-        ("scope.no-change", "blocking")]
+        ("scope.no-change", "blocking")
+    ]
     assert not verdict.passed and verdict.checks == []
 
 
 def test_code_without_tests_warns(project: tuple[Path, str]) -> None:
     repo, base = project
     head = commit(repo, {"app/calc.py": FIXED_CALC})
-    verdict = verify_task(repo, RunDir(repo), _prose_task(), base, head, brief="b",
-                          settings=off())
+    verdict = verify_task(repo, RunDir(repo), _prose_task(), base, head, brief="b", settings=off())
     assert [(f.check, f.severity.value) for f in verdict.findings] == [
-        ("tests.none-added", "warning")]
+        ("tests.none-added", "warning")
+    ]
     assert verdict.passed

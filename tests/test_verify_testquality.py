@@ -18,9 +18,14 @@ def change(path: str, old: str | None, new: str | None) -> FileChange:
     old_t = textwrap.dedent(old) if old is not None else None
     new_t = textwrap.dedent(new) if new is not None else None
     matcher = difflib.SequenceMatcher(
-        a=(old_t or "").splitlines(), b=(new_t or "").splitlines(), autojunk=False)
-    added = {j + 1 for tag, _i1, _i2, j1, j2 in matcher.get_opcodes()
-             if tag in ("insert", "replace") for j in range(j1, j2)}
+        a=(old_t or "").splitlines(), b=(new_t or "").splitlines(), autojunk=False
+    )
+    added = {
+        j + 1
+        for tag, _i1, _i2, j1, j2 in matcher.get_opcodes()
+        if tag in ("insert", "replace")
+        for j in range(j1, j2)
+    }
     status = "A" if old is None else "D" if new is None else "M"
     return FileChange(path=path, status=status, old=old_t, new=new_t, added=added)
 
@@ -30,8 +35,9 @@ def run(path: str, old: str | None, new: str | None) -> TestReport:
 
 
 def checks(report: TestReport, severity: str | None = None) -> list[str]:
-    return sorted(f.check for f in report.findings
-                  if severity is None or f.severity.value == severity)
+    return sorted(
+        f.check for f in report.findings if severity is None or f.severity.value == severity
+    )
 
 
 HONEST_PY = """
@@ -59,43 +65,58 @@ def test_honest_new_python_module_has_no_findings() -> None:
     report = run("tests/test_calc.py", None, HONEST_PY)
     assert report.findings == []
     assert {t.qualname for t in report.new_tests} == {
-        "test_add_small_numbers", "test_parse_rejects_garbage",
-        "test_parse_empty_string_is_zero", "TestParse::test_spaces"}
+        "test_add_small_numbers",
+        "test_parse_rejects_garbage",
+        "test_parse_empty_string_is_zero",
+        "TestParse::test_spaces",
+    }
     assert all(t.language == "python" for t in report.touched)
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    ("    result = add(1, 2)\n", "tests.no-assertion"),
-    ("    assert True\n", "tests.tautology"),
-    ("    assert 1\n", "tests.tautology"),
-    ("    x = add(1, 2)\n    assert x == x\n", "tests.tautology"),
-    ("    assert 3 == 3\n", "tests.tautology"),
-    ("    assert (add(1, 2) == 4, 'msg')\n", "tests.tautology"),
-    ("    assert add(1, 2) == 3 or True\n", "tests.tautology"),
-    ("    return\n    assert add(1, 2) == 3\n", "tests.early-exit"),
-    ("    if False:\n        assert add(1, 2) == 3\n", "tests.dead-code"),
-    ("    try:\n        assert add(1, 2) == 4\n    except AssertionError:\n        pass\n",
-     "tests.swallowed-assertion"),
-    ("    try:\n        assert add(1, 2) == 4\n    except Exception:\n        pass\n",
-     "tests.swallowed-assertion"),
-    ("    import pytest\n    pytest.skip('later')\n    assert add(1, 2) == 3\n", "tests.skip"),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("    result = add(1, 2)\n", "tests.no-assertion"),
+        ("    assert True\n", "tests.tautology"),
+        ("    assert 1\n", "tests.tautology"),
+        ("    x = add(1, 2)\n    assert x == x\n", "tests.tautology"),
+        ("    assert 3 == 3\n", "tests.tautology"),
+        ("    assert (add(1, 2) == 4, 'msg')\n", "tests.tautology"),
+        ("    assert add(1, 2) == 3 or True\n", "tests.tautology"),
+        ("    return\n    assert add(1, 2) == 3\n", "tests.early-exit"),
+        ("    if False:\n        assert add(1, 2) == 3\n", "tests.dead-code"),
+        (
+            "    try:\n        assert add(1, 2) == 4\n    except AssertionError:\n        pass\n",
+            "tests.swallowed-assertion",
+        ),
+        (
+            "    try:\n        assert add(1, 2) == 4\n    except Exception:\n        pass\n",
+            "tests.swallowed-assertion",
+        ),
+        ("    import pytest\n    pytest.skip('later')\n    assert add(1, 2) == 3\n", "tests.skip"),
+    ],
+)
 def test_gamed_python_test_bodies_are_blocking(body: str, expected: str) -> None:
     source = "from app.calc import add\n\ndef test_add():\n" + body
     report = run("tests/test_calc.py", None, source)
     assert expected in checks(report, "blocking"), report.findings
 
 
-@pytest.mark.parametrize("decorator", [
-    "@pytest.mark.skip(reason='flaky')",
-    "@pytest.mark.skipif(True, reason='x')",
-    "@pytest.mark.xfail",
-    "@unittest.skip('x')",
-    "@skip('x')",
-])
+@pytest.mark.parametrize(
+    "decorator",
+    [
+        "@pytest.mark.skip(reason='flaky')",
+        "@pytest.mark.skipif(True, reason='x')",
+        "@pytest.mark.xfail",
+        "@unittest.skip('x')",
+        "@skip('x')",
+    ],
+)
 def test_added_skip_decorators_are_caught(decorator: str) -> None:
-    base = ("import pytest\nimport unittest\nfrom unittest import skip\n\n"
-            "def test_a():\n    assert 1 + 1 == 2\n")
+    base = (
+        "import pytest\nimport unittest\nfrom unittest import skip\n\n"
+        "def test_a():\n    assert 1 + 1 == 2\n"
+    )
     new = base.replace("def test_a", f"{decorator}\ndef test_a")
     report = run("tests/test_a.py", base, new)
     blocking = [f for f in report.findings if f.check == "tests.skip"]
@@ -214,8 +235,10 @@ def test_deleted_test_file_is_blocking_for_each_test() -> None:
 
 
 def test_renamed_and_weakened_test_counts_as_deleted() -> None:
-    new = BASE_PY.replace("def test_two():\n    assert f(0) == 0",
-                          "def test_two_renamed():\n    assert f(0) is not None")
+    new = BASE_PY.replace(
+        "def test_two():\n    assert f(0) == 0",
+        "def test_two_renamed():\n    assert f(0) is not None",
+    )
     report = run("tests/test_f.py", BASE_PY, new)
     assert "tests.deleted" in checks(report, "blocking")
 
@@ -236,12 +259,16 @@ def test_fewer_assertions_than_at_base_is_blocking() -> None:
 
 def test_file_rename_hiding_a_deletion_is_caught() -> None:
     """--no-renames: a moved file is a D and an A; tests moved intact are fine."""
-    moved = [change("tests/test_f.py", BASE_PY, None),
-             change("tests/unit/test_f.py", None, BASE_PY)]
+    moved = [
+        change("tests/test_f.py", BASE_PY, None),
+        change("tests/unit/test_f.py", None, BASE_PY),
+    ]
     report = check_tests(moved)
     assert [f for f in report.findings if f.blocking] == []
-    hidden = [change("tests/test_f.py", BASE_PY, None),
-              change("tests/unit/test_f.py", None, BASE_PY.split("def test_two")[0])]
+    hidden = [
+        change("tests/test_f.py", BASE_PY, None),
+        change("tests/unit/test_f.py", None, BASE_PY.split("def test_two")[0]),
+    ]
     report = check_tests(hidden)
     assert "tests.deleted" in checks(report, "blocking")
 
@@ -273,10 +300,16 @@ def test_new_module_without_error_or_boundary_case_warns() -> None:
     assert checks(report, "blocking") == []
 
 
-@pytest.mark.parametrize("line", [
-    "assert f(0) == 0", "assert f(-3) == 9", "assert f([]) == []", "assert f(None) is None",
-    "assert f(sys.maxsize) > 0",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "assert f(0) == 0",
+        "assert f(-3) == 9",
+        "assert f([]) == []",
+        "assert f(None) is None",
+        "assert f(sys.maxsize) > 0",
+    ],
+)
 def test_boundary_values_satisfy_the_heuristic(line: str) -> None:
     source = f"import sys\nfrom app import f\n\ndef test_value():\n    {line}\n"
     assert "tests.no-boundary-case" not in checks(run("tests/test_f.py", None, source))
@@ -336,16 +369,22 @@ def test_honest_new_js_module_has_no_findings() -> None:
     report = run("src/calc.test.ts", None, HONEST_JS)
     assert report.findings == []
     assert {t.qualname for t in report.new_tests} == {
-        "calc > adds small numbers", "calc > rejects garbage", "calc > empty input is zero"}
+        "calc > adds small numbers",
+        "calc > rejects garbage",
+        "calc > empty input is zero",
+    }
 
 
-@pytest.mark.parametrize(("swap", "expected"), [
-    ("expect(add(2, 3)).toBe(5);", "tests.no-assertion"),
-    ("expect(true).toBe(true);", "tests.tautology"),
-    ("const r = add(2, 3); expect(r).toBe(r);", "tests.tautology"),
-    ("return; expect(add(2, 3)).toBe(5);", "tests.early-exit"),
-    ("try { expect(add(2, 3)).toBe(6); } catch (e) { }", "tests.swallowed-assertion"),
-])
+@pytest.mark.parametrize(
+    ("swap", "expected"),
+    [
+        ("expect(add(2, 3)).toBe(5);", "tests.no-assertion"),
+        ("expect(true).toBe(true);", "tests.tautology"),
+        ("const r = add(2, 3); expect(r).toBe(r);", "tests.tautology"),
+        ("return; expect(add(2, 3)).toBe(5);", "tests.early-exit"),
+        ("try { expect(add(2, 3)).toBe(6); } catch (e) { }", "tests.swallowed-assertion"),
+    ],
+)
 def test_gamed_js_bodies_are_blocking(swap: str, expected: str) -> None:
     body = "add(2, 3);" if expected == "tests.no-assertion" else swap
     source = HONEST_JS.replace("expect(add(2, 3)).toBe(5);", body)
@@ -353,11 +392,18 @@ def test_gamed_js_bodies_are_blocking(swap: str, expected: str) -> None:
     assert expected in checks(report, "blocking"), report.findings
 
 
-@pytest.mark.parametrize(("old", "new", "line"), [
-    ("  it(", "  it.skip(", 2), ("  it(", "  test.only(", 2), ("describe(", "describe.skip(", 1),
-    ("  it(", "  xit(", 2), ("  it(", "  it.todo(", 2), ("  it(", "  fit(", 2),
-    ("describe(", "describe.only(", 1),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        ("  it(", "  it.skip(", 2),
+        ("  it(", "  test.only(", 2),
+        ("describe(", "describe.skip(", 1),
+        ("  it(", "  xit(", 2),
+        ("  it(", "  it.todo(", 2),
+        ("  it(", "  fit(", 2),
+        ("describe(", "describe.only(", 1),
+    ],
+)
 def test_js_skip_and_only_are_blocking(old: str, new: str, line: int) -> None:
     base = "describe('s', () => {\n  it('a', () => {\n    expect(1 + 1).toBe(2);\n  });\n});\n"
     report = run("src/a.test.js", base, base.replace(old, new, 1))
@@ -376,13 +422,13 @@ def test_js_text_inside_strings_and_comments_is_not_a_test() -> None:
 
 
 def test_js_deleted_and_weakened_tests_are_caught() -> None:
-    base = ("describe('s', () => {\n"
-            "  it('a', () => { expect(f(1)).toBe(1); expect(f(2)).toBe(4); });\n"
-            "  it('b', () => { expect(f(3)).toBe(9); });\n"
-            "});\n")
-    new = ("describe('s', () => {\n"
-           "  it('a', () => { expect(f(1)).toBe(1); });\n"
-           "});\n")
+    base = (
+        "describe('s', () => {\n"
+        "  it('a', () => { expect(f(1)).toBe(1); expect(f(2)).toBe(4); });\n"
+        "  it('b', () => { expect(f(3)).toBe(9); });\n"
+        "});\n"
+    )
+    new = "describe('s', () => {\n  it('a', () => { expect(f(1)).toBe(1); });\n});\n"
     report = run("a.test.js", base, new)
     assert checks(report) == ["tests.deleted", "tests.fewer-assertions"]
 
@@ -390,5 +436,6 @@ def test_js_deleted_and_weakened_tests_are_caught() -> None:
 def test_js_broad_to_throw_is_a_warning() -> None:
     source = "it('x', () => { expect(() => f(0)).toThrow(); });\n"
     report = run("a.test.ts", None, source)
-    assert ("tests.broad-raises", "warning") in [(f.check, f.severity.value)
-                                                for f in report.findings]
+    assert ("tests.broad-raises", "warning") in [
+        (f.check, f.severity.value) for f in report.findings
+    ]

@@ -157,8 +157,8 @@ def test_init_refuses_nested_directory(git_repo: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "secret", [".env", ".env.local", "deploy/server.pem", "my_credentials.json", "id_rsa",
-               "tls.key"],
+    "secret",
+    [".env", ".env.local", "deploy/server.pem", "my_credentials.json", "id_rsa", "tls.key"],
 )
 def test_init_refuses_folder_with_secrets(tmp_path: Path, secret: str) -> None:
     folder = tmp_path / "project"
@@ -170,7 +170,8 @@ def test_init_refuses_folder_with_secrets(tmp_path: Path, secret: str) -> None:
     assert secret in err.value.message
     assert not (folder / ".git").exists()
     assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == sorted(
-        ["main.py", Path(secret).name])
+        ["main.py", Path(secret).name]
+    )
 
 
 def test_init_refuses_folder_holding_a_repository(tmp_path: Path) -> None:
@@ -192,7 +193,8 @@ def test_init_creates_first_commit(tmp_path: Path) -> None:
     assert root == folder.resolve()
     assert git(folder, "ls-files").split() == ["src/main.py"]
     assert git(folder, "log", "--format=%an <%ae>|%s").strip() == (
-        "Lo Bot <bot@example.org>|lo-orch: initial commit")
+        "Lo Bot <bot@example.org>|lo-orch: initial commit"
+    )
     assert "/.worktrees/" in (folder / ".git" / "info" / "exclude").read_text(encoding="utf-8")
     assert init_repo(folder) == root  # already a repository: nothing new
     assert git(folder, "rev-list", "--count", "HEAD").strip() == "1"
@@ -336,14 +338,19 @@ def test_run_setup(git_repo: Path) -> None:
 def test_commit_task_takes_everything_as_configured_author(git_repo: Path) -> None:
     ws = started(git_repo)
     base = ws.resolve_base(None)
-    commit = work(ws, "a", {"README.md": "# new\n", "app/new.py": "x = 1\n"},
-                  delete=("app/__init__.py",))
+    commit = work(
+        ws, "a", {"README.md": "# new\n", "app/new.py": "x = 1\n"}, delete=("app/__init__.py",)
+    )
     path = ws.worktree_path("a")
     assert commit == git(git_repo, "rev-parse", "lo/r1/a").strip()
     assert sorted((c.status, c.path) for c in changed_paths(git_repo, base, commit)) == [
-        ("A", "app/new.py"), ("D", "app/__init__.py"), ("M", "README.md")]
+        ("A", "app/new.py"),
+        ("D", "app/__init__.py"),
+        ("M", "README.md"),
+    ]
     assert git(git_repo, "log", "-1", "--format=%an <%ae>|%cn|%s", commit).strip() == (
-        "Lo Bot <bot@example.org>|Lo Bot|task a")
+        "Lo Bot <bot@example.org>|Lo Bot|task a"
+    )
     assert git(path, "status", "--porcelain") == ""
     assert ws.commit_task("a", "again") == commit  # nothing left: no empty commit
 
@@ -422,9 +429,11 @@ def test_merge_into_staging_one_commit_without_checkout(git_repo: Path) -> None:
     # one new commit, even when ff was possible; its tree is the task's, not its history
     assert parents(git_repo, new) == [old]
     assert git(git_repo, "rev-parse", f"{new}^{{tree}}") == git(
-        git_repo, "rev-parse", f"{commit}^{{tree}}")
+        git_repo, "rev-parse", f"{commit}^{{tree}}"
+    )
     assert git(git_repo, "log", "-1", "--format=%an|%s", new).strip() == (
-        "Lo Bot|lo-orch: task a: Add a")
+        "Lo Bot|lo-orch: task a: Add a"
+    )
     assert f"Lo-Orch-Verified: {commit}" in git(git_repo, "log", "-1", "--format=%B", new)
     assert ws.is_merged(commit)
     assert ws.merge_into_staging("a", commit, "Add a") == new  # crash-resume: no second merge
@@ -578,8 +587,7 @@ def test_cleanup_keeps_dirty_worktree_and_unmerged_branch(git_repo: Path) -> Non
     assert sorted(report.branches_kept) == ["lo/r1/dirty", "lo/r1/unmerged"]
     assert "not merged" in report.details["lo/r1/unmerged"]
     left = branches(git_repo)
-    assert {"lo/r1/dirty", "lo/r1/unmerged", "lo-user-branch", "main", "lo/r1/staging"} <= set(
-        left)
+    assert {"lo/r1/dirty", "lo/r1/unmerged", "lo-user-branch", "main", "lo/r1/staging"} <= set(left)
     assert "lo/r1/done" not in left
     assert "gone" not in git(git_repo, "worktree", "list")
     assert "lo/r1/done" not in git(git_repo, "config", "--list")

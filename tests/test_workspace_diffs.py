@@ -46,7 +46,9 @@ def test_rename_shows_both_sides(git_repo: Path) -> None:
     commit = commit_all(git_repo)
     changes = changed_paths(git_repo, base, commit)
     assert sorted((c.status, c.path) for c in changes) == [
-        ("A", "app/renamed.py"), ("D", "app/models.py")]
+        ("A", "app/renamed.py"),
+        ("D", "app/models.py"),
+    ]
 
 
 def test_mode_symlink_and_delete_changes(git_repo: Path) -> None:
@@ -86,7 +88,7 @@ def test_parse_added_lines_does_not_mistake_content_for_headers() -> None:
         "diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,2 +1,3 @@\n"
         "-old\n+++ not a header\n+--- nor this\n+@@ -1 +1 @@ nor this\n"
         "\\ No newline at end of file\n"
-        "diff --git a/g b/g\n--- a/g\n+++ \"b/q\\\"uote\"\n@@ -0,0 +7 @@\n+seven\n"
+        'diff --git a/g b/g\n--- a/g\n+++ "b/q\\"uote"\n@@ -0,0 +7 @@\n+seven\n'
     )
     assert parse_added_lines(patch) == {
         "f": [(1, "++ not a header"), (2, "--- nor this"), (3, "@@ -1 +1 @@ nor this")],
@@ -143,11 +145,21 @@ def test_rev_parse_and_is_ancestor(git_repo: Path) -> None:
 @pytest.mark.parametrize(
     ("path", "secret"),
     [
-        (".env", True), (".env.local", True), ("config/.ENV.production", True),
-        ("certs/server.pem", True), ("aws_credentials.json", True), ("id_rsa", True),
-        ("home/.ssh/id_rsa.pub", True), ("tls.key", True), (".env/lib/site.py", True),
-        ("README.md", False), ("src/keyboard.py", False), ("environment.py", False),
-        ("docs/key.md", False), ("app/.envy/x", True), ("pem.txt", False),
+        (".env", True),
+        (".env.local", True),
+        ("config/.ENV.production", True),
+        ("certs/server.pem", True),
+        ("aws_credentials.json", True),
+        ("id_rsa", True),
+        ("home/.ssh/id_rsa.pub", True),
+        ("tls.key", True),
+        (".env/lib/site.py", True),
+        ("README.md", False),
+        ("src/keyboard.py", False),
+        ("environment.py", False),
+        ("docs/key.md", False),
+        ("app/.envy/x", True),
+        ("pem.txt", False),
     ],
 )
 def test_secret_patterns(path: str, secret: bool) -> None:
@@ -169,8 +181,10 @@ def test_unquote_and_worktree_parsing() -> None:
     assert unquote_path("plain name") == "plain name"
     assert unquote_path('"a\\tb\\\\c\\"d"') == 'a\tb\\c"d'
     assert unquote_path('"\\303\\274"') == "ü"
-    text = ("worktree /r\0HEAD abc\0branch refs/heads/main\0\0"
-            "worktree /r/.worktrees/a\0HEAD def\0detached\0locked why\0\0")
+    text = (
+        "worktree /r\0HEAD abc\0branch refs/heads/main\0\0"
+        "worktree /r/.worktrees/a\0HEAD def\0detached\0locked why\0\0"
+    )
     main, wt = parse_worktrees(text)
     assert (main.path, main.branch, main.locked) == (Path("/r"), "main", False)
     assert (wt.path, wt.branch, wt.head, wt.locked) == (Path("/r/.worktrees/a"), None, "def", True)
@@ -184,7 +198,11 @@ def test_list_files(git_repo: Path) -> None:
     second = commit_all(git_repo)
     assert list_files(git_repo, first) == ["README.md", "app/__init__.py"]
     assert sorted(list_files(git_repo, second)) == [
-        "README.md", "app/__init__.py", "deep/er/x y.txt", "link"]
+        "README.md",
+        "app/__init__.py",
+        "deep/er/x y.txt",
+        "link",
+    ]
 
 
 def test_temp_checkout_is_clean_and_gone_afterwards(git_repo: Path) -> None:
@@ -204,8 +222,9 @@ def test_temp_checkout_is_clean_and_gone_afterwards(git_repo: Path) -> None:
     assert (git_repo / "README.md").read_text(encoding="utf-8") == "# uncommitted\n"
 
 
-def test_leaked_git_variables_do_not_redirect(git_repo: Path, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_leaked_git_variables_do_not_redirect(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     other = tmp_path / "other"
     other.mkdir()
     git(other, "init", "-q")

@@ -74,11 +74,21 @@ def codex_call(tool: tuple[str, dict[str, Any]], cwd: str | None) -> tuple[str, 
     name, spec = tool
     if name == "Write":
         path = shlex.quote(str(spec["file_path"]))
-        cmd = (f"mkdir -p -- \"$(dirname -- {path})\" && "
-               f"printf %s {_b64(str(spec['content']))} | base64 -d > {path}")
+        cmd = (
+            f'mkdir -p -- "$(dirname -- {path})" && '
+            f"printf %s {_b64(str(spec['content']))} | base64 -d > {path}"
+        )
     elif name == "Edit":
-        cmd = shlex.join(["python3", "-c", _EDIT_PY, str(spec["file_path"]),
-                          _b64(str(spec["old_string"])), _b64(str(spec["new_string"]))])
+        cmd = shlex.join(
+            [
+                "python3",
+                "-c",
+                _EDIT_PY,
+                str(spec["file_path"]),
+                _b64(str(spec["old_string"])),
+                _b64(str(spec["new_string"])),
+            ]
+        )
     elif name == "Read":
         cmd = shlex.join(["cat", "--", str(spec["file_path"])])
     elif name == "Bash":
@@ -97,8 +107,11 @@ def _item_texts(item: Mapping[str, Any]) -> list[str]:
         return [content]
     if not isinstance(content, list):
         return []
-    return [str(c.get("text", "")) for c in content
-            if isinstance(c, dict) and c.get("type") in ("input_text", "output_text", "text")]
+    return [
+        str(c.get("text", ""))
+        for c in content
+        if isinstance(c, dict) and c.get("type") in ("input_text", "output_text", "text")
+    ]
 
 
 def codex_conversation(body: Mapping[str, Any]) -> Conversation:
@@ -160,34 +173,47 @@ class ResponsesEndpoint(ModelEndpoint):
         )
         return {"CODEX_HOME": str(codex_home), CODEX_KEY_ENV: self.token or DEFAULT_TOKEN}
 
-    def handle_post(self, handler: http.server.BaseHTTPRequestHandler, raw: bytes,
-                    headers: Mapping[str, str]) -> bool:
-        base: dict[str, Any] = {"path": handler.path,
-                                "user_agent": headers.get("user-agent", "")}
+    def handle_post(
+        self, handler: http.server.BaseHTTPRequestHandler, raw: bytes, headers: Mapping[str, str]
+    ) -> bool:
+        base: dict[str, Any] = {"path": handler.path, "user_agent": headers.get("user-agent", "")}
         if not handler.path.rstrip("/").endswith("/responses"):
             self._log({**base, "kind": "unknown path", "status": 404})
-            _json(handler, 404, {"error": {"message": f"no such endpoint {handler.path}",
-                                           "type": "invalid_request_error"}})
+            _json(
+                handler,
+                404,
+                {
+                    "error": {
+                        "message": f"no such endpoint {handler.path}",
+                        "type": "invalid_request_error",
+                    }
+                },
+            )
             return True
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
             self._log({**base, "kind": "bad json", "status": 400})
-            _json(handler, 400, {"error": {"message": "the body is not JSON",
-                                           "type": "invalid_request_error"}})
+            _json(
+                handler,
+                400,
+                {"error": {"message": "the body is not JSON", "type": "invalid_request_error"}},
+            )
             return True
         session_id = headers.get("session-id") or headers.get("thread-id") or "unknown"
         base["session"] = session_id
         if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
             self._log({**base, "kind": "unauthorised", "status": 401})
-            _json(handler, 401, {"error": {"message": "invalid api key",
-                                           "type": "invalid_request_error"}})
+            _json(
+                handler,
+                401,
+                {"error": {"message": "invalid api key", "type": "invalid_request_error"}},
+            )
             return True
         if not body.get("tools"):
             # a side call (the thread's title, asked with a JSON schema): not a turn
             self._log({**base, "kind": "side call", "status": 200})
-            _responses_stream(handler, body, Step(json.dumps({"title": "Scripted session"})),
-                              None)
+            _responses_stream(handler, body, Step(json.dumps({"title": "Scripted session"})), None)
             return True
         answer, info = self.answer(session_id, body)
         record = {**base, **info, "messages": len(body.get("input") or [])}
@@ -197,10 +223,15 @@ class ResponsesEndpoint(ModelEndpoint):
             return True
         convo = codex_conversation(body)
         call = codex_call(answer.tool, convo.cwd) if answer.tool else None
-        record.update(kind="reply", status=200, stop_reason=answer.stop_reason,
-                      tool=answer.tool[0] if answer.tool else None,
-                      tool_input=answer.tool[1] if answer.tool else None,
-                      call=call[0] if call else None, text=answer.text[:200])
+        record.update(
+            kind="reply",
+            status=200,
+            stop_reason=answer.stop_reason,
+            tool=answer.tool[0] if answer.tool else None,
+            tool_input=answer.tool[1] if answer.tool else None,
+            call=call[0] if call else None,
+            text=answer.text[:200],
+        )
         if answer.delay:
             self.closing.wait(answer.delay)
         usage = _responses_stream(handler, body, answer, call)
@@ -208,8 +239,12 @@ class ResponsesEndpoint(ModelEndpoint):
         return True
 
 
-def _json(handler: http.server.BaseHTTPRequestHandler, status: int, data: Any,
-          extra: Mapping[str, str] | None = None) -> None:
+def _json(
+    handler: http.server.BaseHTTPRequestHandler,
+    status: int,
+    data: Any,
+    extra: Mapping[str, str] | None = None,
+) -> None:
     raw = json.dumps(data).encode()
     handler.send_response(status)
     handler.send_header("content-type", "application/json")
@@ -220,12 +255,17 @@ def _json(handler: http.server.BaseHTTPRequestHandler, status: int, data: Any,
     handler.wfile.write(raw)
 
 
-def _responses_fault(handler: http.server.BaseHTTPRequestHandler, fault: Fault,
-                     endpoint: ModelEndpoint) -> None:
+def _responses_fault(
+    handler: http.server.BaseHTTPRequestHandler, fault: Fault, endpoint: ModelEndpoint
+) -> None:
     if fault.kind == "error":
         extra = {} if fault.retry_after is None else {"retry-after": f"{fault.retry_after:g}"}
-        _json(handler, fault.status, {"error": {"message": fault.message, "type": fault.type,
-                                                "code": fault.type}}, extra)
+        _json(
+            handler,
+            fault.status,
+            {"error": {"message": fault.message, "type": fault.type, "code": fault.type}},
+            extra,
+        )
     elif fault.kind == "drop":
         handler.close_connection = True
         with contextlib.suppress(OSError):
@@ -235,36 +275,58 @@ def _responses_fault(handler: http.server.BaseHTTPRequestHandler, fault: Fault,
         handler.close_connection = True
 
 
-def _responses_stream(handler: http.server.BaseHTTPRequestHandler, body: Mapping[str, Any],
-                      step: Step, call: tuple[str, dict[str, Any]] | None) -> dict[str, int]:
+def _responses_stream(
+    handler: http.server.BaseHTTPRequestHandler,
+    body: Mapping[str, Any],
+    step: Step,
+    call: tuple[str, dict[str, Any]] | None,
+) -> dict[str, int]:
     """Send ``step`` as a streamed Responses API answer; the usage reported."""
     input_tokens = max(1, len(json.dumps(body.get("input", []))) // 4)
     stamp = time.monotonic_ns()
     items: list[dict[str, Any]] = []
     if step.text:
-        items.append({"type": "message", "id": f"msg_scripted_{stamp}", "role": "assistant",
-                      "status": "completed",
-                      "content": [{"type": "output_text", "text": step.text,
-                                   "annotations": []}]})
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_scripted_{stamp}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": step.text, "annotations": []}],
+            }
+        )
     if call is not None:
-        items.append({"type": "function_call", "id": f"fc_scripted_{stamp}",
-                      "call_id": f"call_scripted_{stamp}", "name": call[0],
-                      "arguments": json.dumps(call[1]), "status": "completed"})
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_scripted_{stamp}",
+                "call_id": f"call_scripted_{stamp}",
+                "name": call[0],
+                "arguments": json.dumps(call[1]),
+                "status": "completed",
+            }
+        )
     output_tokens = max(1, len(json.dumps(items)) // 4)
-    usage = {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
-             "output_tokens": output_tokens,
-             "output_tokens_details": {"reasoning_tokens": 0},
-             "total_tokens": input_tokens + output_tokens}
+    usage = {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
     rid = f"resp_scripted_{stamp}"
     events: list[dict[str, Any]] = [
-        {"type": "response.created", "response": {"id": rid, "status": "in_progress"}}]
+        {"type": "response.created", "response": {"id": rid, "status": "in_progress"}}
+    ]
     for index, item in enumerate(items):
         # only "done" items: Codex CLI 0.171 takes an item whole from them
-        events.append({"type": "response.output_item.done", "output_index": index,
-                       "item": item})
-    events.append({"type": "response.completed",
-                   "response": {"id": rid, "status": "completed", "output": items,
-                                "usage": usage}})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append(
+        {
+            "type": "response.completed",
+            "response": {"id": rid, "status": "completed", "output": items, "usage": usage},
+        }
+    )
     handler.send_response(200)
     handler.send_header("content-type", "text/event-stream")
     handler.send_header("cache-control", "no-cache")
@@ -273,8 +335,7 @@ def _responses_stream(handler: http.server.BaseHTTPRequestHandler, body: Mapping
     handler.close_connection = True
     with contextlib.suppress(OSError):
         for event in events:
-            handler.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
-                                .encode())
+            handler.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
         handler.wfile.flush()
     return {"input_tokens": input_tokens, "output_tokens": output_tokens}
 
@@ -309,9 +370,12 @@ def gemini_call(tool: tuple[str, dict[str, Any]], cwd: str | None) -> tuple[str,
     if name == "Write":
         return "write_file", {"file_path": spec["file_path"], "content": spec["content"]}
     if name == "Edit":
-        return "replace", {"file_path": spec["file_path"], "old_string": spec["old_string"],
-                           "new_string": spec["new_string"],
-                           "instruction": "Apply the scripted edit."}
+        return "replace", {
+            "file_path": spec["file_path"],
+            "old_string": spec["old_string"],
+            "new_string": spec["new_string"],
+            "instruction": "Apply the scripted edit.",
+        }
     if name == "Read":
         return "read_file", {"file_path": spec["file_path"]}
     if name == "Bash":
@@ -356,21 +420,34 @@ class GeminiEndpoint(ModelEndpoint):
             raise ValueError(msg)
         settings = gemini_home / ".gemini" / "settings.json"
         settings.parent.mkdir(parents=True, exist_ok=True)
-        settings.write_text(json.dumps({
-            "security": {"auth": {"selectedType": "gemini-api-key"}},
-            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-            "privacy": {"usageStatisticsEnabled": False},
-        }, indent=2) + "\n", encoding="utf-8")
-        return {"GEMINI_CLI_HOME": str(gemini_home), "GOOGLE_GEMINI_BASE_URL": self.url,
-                "GEMINI_API_KEY": self.token or DEFAULT_TOKEN}
+        settings.write_text(
+            json.dumps(
+                {
+                    "security": {"auth": {"selectedType": "gemini-api-key"}},
+                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                    "privacy": {"usageStatisticsEnabled": False},
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+        return {
+            "GEMINI_CLI_HOME": str(gemini_home),
+            "GOOGLE_GEMINI_BASE_URL": self.url,
+            "GEMINI_API_KEY": self.token or DEFAULT_TOKEN,
+        }
 
-    def handle_post(self, handler: http.server.BaseHTTPRequestHandler, raw: bytes,
-                    headers: Mapping[str, str]) -> bool:
-        base: dict[str, Any] = {"path": handler.path,
-                                "user_agent": headers.get("user-agent", "")}
+    def handle_post(
+        self, handler: http.server.BaseHTTPRequestHandler, raw: bytes, headers: Mapping[str, str]
+    ) -> bool:
+        base: dict[str, Any] = {"path": handler.path, "user_agent": headers.get("user-agent", "")}
         method = handler.path.split("?", 1)[0].rsplit(":", 1)[-1]
         if "/models/" not in handler.path or method not in (
-                "streamGenerateContent", "generateContent", "countTokens"):
+            "streamGenerateContent",
+            "generateContent",
+            "countTokens",
+        ):
             self._log({**base, "kind": "unknown path", "status": 404})
             _gemini_error(handler, 404, f"no such endpoint {handler.path}")
             return True
@@ -396,8 +473,9 @@ class GeminiEndpoint(ModelEndpoint):
             self._log({**base, "kind": "side call", "status": 200})
             text = "Scripted session"
             if config.get("responseMimeType") == "application/json":
-                text = json.dumps(_schema_sample(config.get("responseJsonSchema")
-                                                 or config.get("responseSchema")))
+                text = json.dumps(
+                    _schema_sample(config.get("responseJsonSchema") or config.get("responseSchema"))
+                )
             _gemini_answer(handler, body, Step(text), None, stream=method.startswith("stream"))
             return True
         answer, info = self.answer(session_id, body)
@@ -410,10 +488,15 @@ class GeminiEndpoint(ModelEndpoint):
                 _responses_fault(handler, answer, self)
             return True
         call = gemini_call(answer.tool, convo.cwd) if answer.tool else None
-        record.update(kind="reply", status=200, stop_reason=answer.stop_reason,
-                      tool=answer.tool[0] if answer.tool else None,
-                      tool_input=answer.tool[1] if answer.tool else None,
-                      call=call[0] if call else None, text=answer.text[:200])
+        record.update(
+            kind="reply",
+            status=200,
+            stop_reason=answer.stop_reason,
+            tool=answer.tool[0] if answer.tool else None,
+            tool_input=answer.tool[1] if answer.tool else None,
+            call=call[0] if call else None,
+            text=answer.text[:200],
+        )
         if answer.delay:
             self.closing.wait(answer.delay)
         usage = _gemini_answer(handler, body, answer, call, stream=True)
@@ -441,15 +524,30 @@ def _schema_sample(schema: Any) -> Any:
 
 
 def _gemini_error(handler: http.server.BaseHTTPRequestHandler, status: int, message: str) -> None:
-    names = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-             404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
-    _json(handler, status, {"error": {"code": status, "message": message,
-                                      "status": names.get(status, "UNKNOWN")}})
+    names = {
+        400: "INVALID_ARGUMENT",
+        401: "UNAUTHENTICATED",
+        403: "PERMISSION_DENIED",
+        404: "NOT_FOUND",
+        429: "RESOURCE_EXHAUSTED",
+        500: "INTERNAL",
+        503: "UNAVAILABLE",
+    }
+    _json(
+        handler,
+        status,
+        {"error": {"code": status, "message": message, "status": names.get(status, "UNKNOWN")}},
+    )
 
 
-def _gemini_answer(handler: http.server.BaseHTTPRequestHandler, body: Mapping[str, Any],
-                   step: Step, call: tuple[str, dict[str, Any]] | None, *,
-                   stream: bool) -> dict[str, int]:
+def _gemini_answer(
+    handler: http.server.BaseHTTPRequestHandler,
+    body: Mapping[str, Any],
+    step: Step,
+    call: tuple[str, dict[str, Any]] | None,
+    *,
+    stream: bool,
+) -> dict[str, int]:
     """Send ``step`` as a Gemini API answer (an SSE stream of one chunk, or JSON)."""
     input_tokens = max(1, len(json.dumps(body.get("contents", []))) // 4)
     parts: list[dict[str, Any]] = []
@@ -458,12 +556,17 @@ def _gemini_answer(handler: http.server.BaseHTTPRequestHandler, body: Mapping[st
     if call is not None:
         parts.append({"functionCall": {"name": call[0], "args": call[1]}})
     output_tokens = max(1, len(json.dumps(parts)) // 4)
-    chunk = {"candidates": [{"content": {"role": "model", "parts": parts},
-                             "finishReason": "STOP", "index": 0}],
-             "usageMetadata": {"promptTokenCount": input_tokens,
-                               "candidatesTokenCount": output_tokens,
-                               "totalTokenCount": input_tokens + output_tokens},
-             "modelVersion": str(body.get("model") or "scripted")}
+    chunk = {
+        "candidates": [
+            {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": {
+            "promptTokenCount": input_tokens,
+            "candidatesTokenCount": output_tokens,
+            "totalTokenCount": input_tokens + output_tokens,
+        },
+        "modelVersion": str(body.get("model") or "scripted"),
+    }
     if not stream:
         _json(handler, 200, chunk)
     else:

@@ -322,9 +322,7 @@ def answer_dialog(
         _wait_screen_change(backend, pane_id, screen, 1.0)
 
 
-def _wait_screen_change(
-    backend: SessionBackend, pane_id: str, screen: str, timeout: float
-) -> None:
+def _wait_screen_change(backend: SessionBackend, pane_id: str, screen: str, timeout: float) -> None:
     wait_until(lambda: backend.capture(pane_id, 0) != screen, timeout)
 
 
@@ -427,6 +425,4 @@ def make_adapter(settings: Settings, repo: Path) -> AgentAdapter:
 
         return ScriptedAdapter(settings.agent, repo)
     msg = f"unknown agent kind {kind!r}"
-    raise ConfigError(
-        msg, hint="Set [agent] kind to claude, codex, gemini, command or scripted."
-    )
+    raise ConfigError(msg, hint="Set [agent] kind to claude, codex, gemini, command or scripted.")

@@ -61,7 +61,7 @@ BYPASS_SETTINGS = json.dumps({"skipDangerousModePermissionPrompt": True})
 ROOT_HINT = (
     "Claude Code refuses --permission-mode bypassPermissions as root unless the machine is "
     "a sandbox. In a container or VM set it in the agent environment:\n"
-    "  [agent]\n  env = { IS_SANDBOX = \"1\" }\n"
+    '  [agent]\n  env = { IS_SANDBOX = "1" }\n'
     "in .loop-orchestrator/config.toml (or export IS_SANDBOX=1 before `lo-orch run`), "
     "or run lo-orch as a normal user, or choose another [agent] permission_mode."
 )
@@ -93,21 +93,35 @@ SCREENS: tuple[Screen, ...] = (
     # warning, MCP server approval.
     *(Screen(d.name, "dialog", d.detect, dialog=d) for d in STARTUP_DIALOGS),
     # 2.1.332, after a submit without credentials: "⎿  Not logged in · Please run /login".
-    Screen("not logged in", "not_logged_in", re.compile(r"Not logged in · Please run /login"),
-           hint=NOT_LOGGED_IN_HINT),
+    Screen(
+        "not logged in",
+        "not_logged_in",
+        re.compile(r"Not logged in · Please run /login"),
+        hint=NOT_LOGGED_IN_HINT,
+    ),
     # Any other selection dialog: a human must decide. 2.1.332 puts "Enter to confirm ·
     # Esc to cancel|reject|exit" under every menu (the MCP server approval of a project's
     # .mcp.json, "New MCP server found in this project: NAME", ends in "Esc to reject").
-    Screen("unknown dialog", "unknown_dialog",
-           re.compile(r"Enter to confirm · Esc to \w+"),
-           hint="Attach with `lo-orch attach TASK`, answer it, and `lo-orch run` again; "
-                "tell us its text so lo-orch can learn it."),
-    Screen("cannot reach the API", "fatal",
-           re.compile(r"Unable to connect to Anthropic services"),
-           hint="Claude Code has not finished its first-run setup and cannot reach the API "
-                "to do it: run `claude` once yourself (and /login), then `lo-orch run` again."),
-    Screen("bypass refused as root", "fatal",
-           re.compile(r"cannot be used with root/sudo privileges"), hint=ROOT_HINT),
+    Screen(
+        "unknown dialog",
+        "unknown_dialog",
+        re.compile(r"Enter to confirm · Esc to \w+"),
+        hint="Attach with `lo-orch attach TASK`, answer it, and `lo-orch run` again; "
+        "tell us its text so lo-orch can learn it.",
+    ),
+    Screen(
+        "cannot reach the API",
+        "fatal",
+        re.compile(r"Unable to connect to Anthropic services"),
+        hint="Claude Code has not finished its first-run setup and cannot reach the API "
+        "to do it: run `claude` once yourself (and /login), then `lo-orch run` again.",
+    ),
+    Screen(
+        "bypass refused as root",
+        "fatal",
+        re.compile(r"cannot be used with root/sudo privileges"),
+        hint=ROOT_HINT,
+    ),
 )
 
 
@@ -204,8 +218,7 @@ def pretrust(config: Path, roots: Sequence[Path], *, timeout: float = 15.0) -> b
             entry = projects.setdefault(str(root), {})
             if not isinstance(entry, dict):
                 msg = f"{real}: projects[{str(root)!r}] is not an object"
-                raise AgentError(msg,
-                                 hint="Fix the file, or set [agent] pretrust = false.")
+                raise AgentError(msg, hint="Fix the file, or set [agent] pretrust = false.")
             if entry.get("hasTrustDialogAccepted") is not True:
                 entry["hasTrustDialogAccepted"] = True
                 changed = True
@@ -249,9 +262,7 @@ class ClaudeAdapter:
             and not self._sandboxed(ctx)
         ):
             msg = "Claude Code cannot run in bypassPermissions mode as root"
-            raise AgentError(
-                msg, hint=ROOT_HINT
-            )
+            raise AgentError(msg, hint=ROOT_HINT)
 
     def prepare(self, ctx: AgentContext) -> None:
         """Before a launch: the root check and the trust pre-acceptance (unless opted out)."""
@@ -344,16 +355,18 @@ class ClaudeAdapter:
 
         try:
             wait_until_ready(
-                backend, pane_id, is_ready=ready, timeout=timeout, what="Claude Code",
+                backend,
+                pane_id,
+                is_ready=ready,
+                timeout=timeout,
+                what="Claude Code",
                 dialogs=STARTUP_DIALOGS,
             )
         except AgentStartError as exc:
             fatal = match_screen(exc.screen, ("fatal",))
             if fatal is not None and exc.hint != fatal.hint:
                 msg = f"Claude Code could not start: {fatal.name}"
-                raise AgentStartError(
-                    msg, exc.screen, hint=fatal.hint
-                ) from exc
+                raise AgentStartError(msg, exc.screen, hint=fatal.hint) from exc
             raise
 
     def check_session(self, screen: str = "", status: TaskStatus | None = None) -> None:

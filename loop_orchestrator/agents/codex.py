@@ -61,8 +61,14 @@ from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 #: the flags that make an interactive Codex CLI run without asking anyone
 UNATTENDED = ["--dangerously-bypass-approvals-and-sandbox"]
 #: no background daemon, no update check or prompt
-QUIET = ["--disable", "daemon_auto_start", "--disable", "in_app_updates",
-         "-c", "check_for_update_on_startup=false"]
+QUIET = [
+    "--disable",
+    "daemon_auto_start",
+    "--disable",
+    "in_app_updates",
+    "-c",
+    "check_for_update_on_startup=false",
+]
 
 CODEX_DIALOGS: tuple[Dialog, ...] = (
     # 0.171.0: "Trust this folder? Codex can read, edit, and run files here, ..."
@@ -82,9 +88,12 @@ STARTED_RE = re.compile(r"^\s*permissions: ", re.MULTILINE)
 STARTING_RE = re.compile(r"Waiting for startup")
 #: screens that mean Codex cannot work here: (pattern, what, hint)
 CODEX_SCREENS: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"Sign in with ChatGPT|Provide your own API key"), "Codex CLI is not logged in",
-     "Run `codex login` yourself (or configure a model provider in ~/.codex/config.toml), "
-     "then `lo-orch run` again."),
+    (
+        re.compile(r"Sign in with ChatGPT|Provide your own API key"),
+        "Codex CLI is not logged in",
+        "Run `codex login` yourself (or configure a model provider in ~/.codex/config.toml), "
+        "then `lo-orch run` again.",
+    ),
 )
 
 
@@ -155,7 +164,8 @@ def pretrust(config: Path, roots: list[Path]) -> bool:
         except tomllib.TOMLDecodeError as exc:
             msg = f"{real} is not valid TOML ({exc}); cannot pre-trust the repository"
             raise AgentError(
-                msg, hint="Fix the file, or set [agent] pretrust = false to answer Codex's "
+                msg,
+                hint="Fix the file, or set [agent] pretrust = false to answer Codex's "
                 "trust dialog on screen.",
             ) from exc
         projects = data.get("projects", {})
@@ -165,8 +175,10 @@ def pretrust(config: Path, roots: list[Path]) -> bool:
         missing = [str(r) for r in roots if str(r) not in projects]
         if not missing:
             return False
-        tables = "".join(f'\n[projects.{_toml_key(root)}]\ntrust_level = "trusted"\n'
-                         for root in dict.fromkeys(missing))
+        tables = "".join(
+            f'\n[projects.{_toml_key(root)}]\ntrust_level = "trusted"\n'
+            for root in dict.fromkeys(missing)
+        )
         if text and not text.endswith("\n"):
             text += "\n"
         mode = real.stat().st_mode & 0o777 if real.exists() else 0o600
@@ -194,8 +206,10 @@ class CodexAdapter:
         self.settings = settings
         self.repo = repo
         if settings.permission_mode != "bypassPermissions":
-            msg = (f"[agent] permission_mode {settings.permission_mode!r} has no Codex CLI "
-                   "equivalent lo-orch can run unattended")
+            msg = (
+                f"[agent] permission_mode {settings.permission_mode!r} has no Codex CLI "
+                "equivalent lo-orch can run unattended"
+            )
             raise ConfigError(
                 msg,
                 hint='Use permission_mode = "bypassPermissions" with kind = "codex" (Codex '
@@ -255,5 +269,11 @@ class CodexAdapter:
                     raise AgentStartError(what, screen, hint=hint)
             return self.is_ready(screen)
 
-        wait_until_ready(backend, pane_id, is_ready=ready, timeout=timeout,
-                         what="Codex CLI", dialogs=CODEX_DIALOGS)
+        wait_until_ready(
+            backend,
+            pane_id,
+            is_ready=ready,
+            timeout=timeout,
+            what="Codex CLI",
+            dialogs=CODEX_DIALOGS,
+        )

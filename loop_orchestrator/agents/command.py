@@ -44,9 +44,7 @@ def render_command(
         ) from exc
     if not words:
         msg = "[agent] command is empty"
-        raise ConfigError(
-            msg, hint="Set it to the agent's command line, e.g. 'codex'."
-        )
+        raise ConfigError(msg, hint="Set it to the agent's command line, e.g. 'codex'.")
     values = {"{task}": task, "{brief}": str(brief), "{worktree}": str(worktree)}
 
     def fill(word: str) -> str:
@@ -96,8 +94,11 @@ class CommandAdapter:
 
     def _argv(self, ctx: AgentContext) -> list[str]:
         return render_command(
-            self.settings.command, list(self.settings.args),
-            task=ctx.task, brief=ctx.brief_path, worktree=ctx.worktree,
+            self.settings.command,
+            list(self.settings.args),
+            task=ctx.task,
+            brief=ctx.brief_path,
+            worktree=ctx.worktree,
         )
 
     def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
@@ -112,7 +113,10 @@ class CommandAdapter:
 
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         wait_until_ready(
-            backend, pane_id, is_ready=self.is_ready, timeout=timeout,
+            backend,
+            pane_id,
+            is_ready=self.is_ready,
+            timeout=timeout,
             what=f"the agent command {self.settings.command.split()[0]!r}",
             stable_for=0.0 if self.ready_re is not None else STABLE_SECONDS,
         )

@@ -58,10 +58,12 @@ BUSY_RE = re.compile(r"\(esc to cancel")
 IDLE_SECONDS = 0.5
 #: (pattern, what, hint) of screens that stop a start
 GEMINI_SCREENS: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"Use Gemini API Key|Login with Google|Enter Gemini API Key"),
-     "Gemini CLI is not logged in",
-     "Run `gemini` yourself and choose how to authenticate (or set GEMINI_API_KEY and "
-     "security.auth.selectedType in ~/.gemini/settings.json), then `lo-orch run` again."),
+    (
+        re.compile(r"Use Gemini API Key|Login with Google|Enter Gemini API Key"),
+        "Gemini CLI is not logged in",
+        "Run `gemini` yourself and choose how to authenticate (or set GEMINI_API_KEY and "
+        "security.auth.selectedType in ~/.gemini/settings.json), then `lo-orch run` again.",
+    ),
 )
 
 
@@ -112,8 +114,10 @@ class GeminiAdapter:
         self.settings = settings
         self.repo = repo
         if settings.permission_mode != "bypassPermissions":
-            msg = (f"[agent] permission_mode {settings.permission_mode!r} has no Gemini CLI "
-                   "equivalent lo-orch can run unattended")
+            msg = (
+                f"[agent] permission_mode {settings.permission_mode!r} has no Gemini CLI "
+                "equivalent lo-orch can run unattended"
+            )
             raise ConfigError(
                 msg,
                 hint='Use permission_mode = "bypassPermissions" with kind = "gemini" '
@@ -183,5 +187,12 @@ class GeminiAdapter:
                     raise AgentStartError(what, screen, hint=hint)
             return self.is_ready(screen)
 
-        wait_until_ready(backend, pane_id, is_ready=ready, timeout=timeout,
-                         what="Gemini CLI", dialogs=(), stable_for=READY_STABLE_SECONDS)
+        wait_until_ready(
+            backend,
+            pane_id,
+            is_ready=ready,
+            timeout=timeout,
+            what="Gemini CLI",
+            dialogs=(),
+            stable_for=READY_STABLE_SECONDS,
+        )

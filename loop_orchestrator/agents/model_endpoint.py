@@ -84,9 +84,14 @@ from loop_orchestrator.agents.scripted_script import (
 DEFAULT_TOKEN = "lo-orch-scripted-model"
 #: the error type Anthropic's API gives with each status
 ERROR_TYPES = {
-    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-    500: "api_error", 529: "overloaded_error",
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
 }
 #: the longest a ``hang`` holds a request (the endpoint's close releases it sooner)
 HANG_SECONDS = 600.0
@@ -110,8 +115,10 @@ def gateway_token(expires: int = 4_102_444_800) -> str:
         raw = json.dumps(data, separators=(",", ":")).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
-    return (f"{part({'alg': 'none', 'typ': 'JWT'})}."
-            f"{part({'aud': 'claude-gateway', 'exp': expires})}.scripted")
+    return (
+        f"{part({'alg': 'none', 'typ': 'JWT'})}."
+        f"{part({'aud': 'claude-gateway', 'exp': expires})}.scripted"
+    )
 
 
 # the pure part: requests in, replies out ---------------------------------------------------
@@ -131,12 +138,20 @@ class Fault:
     limit: str = "five_hour"
 
     @classmethod
-    def error(cls, status: int, type_: str | None = None, message: str | None = None,
-              retry_after: float | None = None, *, resets_in: float | None = None,
-              limit: str = "five_hour") -> Fault:
+    def error(
+        cls,
+        status: int,
+        type_: str | None = None,
+        message: str | None = None,
+        retry_after: float | None = None,
+        *,
+        resets_in: float | None = None,
+        limit: str = "five_hour",
+    ) -> Fault:
         kind = type_ or ERROR_TYPES.get(status, "api_error")
-        return cls("error", status, kind, message or f"scripted {kind}", retry_after,
-                   resets_in, limit)
+        return cls(
+            "error", status, kind, message or f"scripted {kind}", retry_after, resets_in, limit
+        )
 
     @classmethod
     def usage_limit(cls, resets_in: float, limit: str = "five_hour") -> Fault:
@@ -145,18 +160,24 @@ class Fault:
         limit hit (``representative-claim``). Claude Code 2.1.332 reads exactly these
         (its ``anthropic-ratelimit-unified-*`` parser) and, with no retry, shows
         ``You've hit your 5-hour limit · resets <time> (<zone>)``."""
-        return cls.error(429, message="This request would exceed your account's rate limit. "
-                         "Please try again later.", resets_in=resets_in, limit=limit)
+        return cls.error(
+            429,
+            message="This request would exceed your account's rate limit. Please try again later.",
+            resets_in=resets_in,
+            limit=limit,
+        )
 
     def limit_headers(self, now: float) -> dict[str, str]:
         """The ``anthropic-ratelimit-unified-*`` headers of a usage-limit answer."""
         if self.resets_in is None:
             return {}
         reset = str(round(now + self.resets_in))
-        return {"anthropic-ratelimit-unified-status": "rejected",
-                "anthropic-ratelimit-unified-reset": reset,
-                "anthropic-ratelimit-unified-representative-claim": self.limit,
-                "retry-after": str(max(0, round(self.resets_in)))}
+        return {
+            "anthropic-ratelimit-unified-status": "rejected",
+            "anthropic-ratelimit-unified-reset": reset,
+            "anthropic-ratelimit-unified-representative-claim": self.limit,
+            "retry-after": str(max(0, round(self.resets_in))),
+        }
 
 
 @dataclass
@@ -195,12 +216,16 @@ class Conversation:
         for message in body.get("messages") or []:
             role = message.get("role")
             content = message.get("content")
-            blocks = [b for b in content if isinstance(b, dict)] if isinstance(
-                content, list) else []
+            blocks = (
+                [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+            )
             if role == "assistant":
                 since += 1
-                skill_ids |= {str(b.get("id")) for b in blocks
-                              if b.get("type") == "tool_use" and b.get("name") == "Skill"}
+                skill_ids |= {
+                    str(b.get("id"))
+                    for b in blocks
+                    if b.get("type") == "tool_use" and b.get("name") == "Skill"
+                }
                 after_skill = False
                 continue
             texts = _texts(content)
@@ -231,8 +256,7 @@ def _texts(content: Any) -> list[str]:
         return [content]
     if not isinstance(content, list):
         return []
-    return [b.get("text", "") for b in content
-            if isinstance(b, dict) and b.get("type") == "text"]
+    return [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
 
 
 def classify(prompt: str) -> tuple[str, int]:
@@ -284,8 +308,16 @@ def steps_for(actions: list[Any], cwd: str | None, exists: Callable[[str], bool]
         elif isinstance(action, PatchAction):
             target = path(action.patch.path)
             add(("Read", {"file_path": target}))
-            add(("Edit", {"file_path": target, "old_string": action.patch.old,
-                          "new_string": action.patch.new}))
+            add(
+                (
+                    "Edit",
+                    {
+                        "file_path": target,
+                        "old_string": action.patch.old,
+                        "new_string": action.patch.new,
+                    },
+                )
+            )
         elif isinstance(action, DeleteAction):
             bash(f"rm -f -- {shlex.quote(action.delete.path)}", "Delete a file")
         elif isinstance(action, RunAction):
@@ -309,8 +341,11 @@ def steps_for(actions: list[Any], cwd: str | None, exists: Callable[[str], bool]
             bash("kill -9 $PPID", "Crash (scripted)")
         elif isinstance(action, ApiErrorAction):
             a = action.api_error
-            faults.append(Fault.error(a.status, a.type, a.message, a.retry_after,
-                                      resets_in=a.resets_in, limit=a.limit))
+            faults.append(
+                Fault.error(
+                    a.status, a.type, a.message, a.retry_after, resets_in=a.resets_in, limit=a.limit
+                )
+            )
         elif isinstance(action, DropAction):
             faults.append(Fault("drop"))
         elif isinstance(action, HangAction):
@@ -357,8 +392,9 @@ class ModelEndpoint:
         self._closing = threading.Event()
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.endpoint = self
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="model-endpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="model-endpoint", daemon=True
+        )
         self._thread.start()
 
     # the outside ---------------------------------------------------------------------------
@@ -378,13 +414,23 @@ class ModelEndpoint:
             env["ANTHROPIC_AUTH_TOKEN"] = self.token
         return env
 
-    def fail(self, status: int, *, times: int = 1, task: str | None = None,
-             retry_after: float | None = None, type_: str | None = None,
-             resets_in: float | None = None) -> None:
+    def fail(
+        self,
+        status: int,
+        *,
+        times: int = 1,
+        task: str | None = None,
+        retry_after: float | None = None,
+        type_: str | None = None,
+        resets_in: float | None = None,
+    ) -> None:
         """Answer the next ``times`` turn requests (of ``task``, or any) with an API error;
         ``resets_in``: a usage limit that resets that many seconds later (``Fault.usage_limit``)."""
-        fault = (Fault.usage_limit(resets_in) if resets_in is not None
-                 else Fault.error(status, type_, None, retry_after))
+        fault = (
+            Fault.usage_limit(resets_in)
+            if resets_in is not None
+            else Fault.error(status, type_, None, retry_after)
+        )
         with self._lock:
             self._faults += [(fault, task)] * times
 
@@ -393,8 +439,7 @@ class ModelEndpoint:
         with self._lock:
             return [r for r in self.requests if all(r.get(k) == v for k, v in match.items())]
 
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool],
-                 timeout: float) -> bool:
+    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float) -> bool:
         """Wait until ``predicate(requests)`` holds; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -438,8 +483,9 @@ class ModelEndpoint:
         """What a request says about its session (an endpoint of another API overrides it)."""
         return Conversation.of(body)
 
-    def handle_post(self, handler: http.server.BaseHTTPRequestHandler, raw: bytes,
-                    headers: Mapping[str, str]) -> bool:
+    def handle_post(
+        self, handler: http.server.BaseHTTPRequestHandler, raw: bytes, headers: Mapping[str, str]
+    ) -> bool:
         """Serve a POST in another API's way; False: the Messages API below serves it."""
         return False
 
@@ -465,9 +511,15 @@ class ModelEndpoint:
                 actions = self._actions(entry, session, kind, round_no, ordinal)
                 session.steps[ordinal] = steps_for(actions, convo.cwd, os.path.exists)
             steps = session.steps[ordinal]
-            info = {"session": session_id, "task": session.task, "entry": session.key,
-                    "prompt": ordinal, "prompt_kind": kind, "round": round_no,
-                    "step": convo.replies_since}
+            info = {
+                "session": session_id,
+                "task": session.task,
+                "entry": session.key,
+                "prompt": ordinal,
+                "prompt_kind": kind,
+                "round": round_no,
+                "step": convo.replies_since,
+            }
             for i, (fault, task) in enumerate(self._faults):
                 if task is None or task == session.task:
                     del self._faults[i]
@@ -481,8 +533,9 @@ class ModelEndpoint:
                 return step.faults[step.served_faults - 1], info
             return step, info
 
-    def _actions(self, entry: TaskScript, session: _Session, kind: str, round_no: int,
-                 ordinal: int) -> list[Any]:
+    def _actions(
+        self, entry: TaskScript, session: _Session, kind: str, round_no: int, ordinal: int
+    ) -> list[Any]:
         if kind == "plan":
             return entry.actions_for("plan")
         if kind == "implement":
@@ -547,21 +600,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._stream(body, Step("Scripted session"))
             return
         answer, info = endpoint.answer(session_id, body)
-        record = {**base, **info, "messages": len(body.get("messages") or []),
-                  **_last_result(body)}
+        record = {**base, **info, "messages": len(body.get("messages") or []), **_last_result(body)}
         if isinstance(answer, Fault):
             sent_at = time.time()
             limit = answer.limit_headers(sent_at)
-            extra = {"resets_at": int(limit["anthropic-ratelimit-unified-reset"]),
-                     "limit": answer.limit} if limit else {}
-            endpoint._log({**record, "kind": answer.kind, "status": answer.status or None,
-                           **extra})
+            extra = (
+                {
+                    "resets_at": int(limit["anthropic-ratelimit-unified-reset"]),
+                    "limit": answer.limit,
+                }
+                if limit
+                else {}
+            )
+            endpoint._log({**record, "kind": answer.kind, "status": answer.status or None, **extra})
             self._fault(answer, sent_at)
             return
-        record.update(kind="reply", status=200, stop_reason=answer.stop_reason,
-                      tool=answer.tool[0] if answer.tool else None,
-                      tool_input=answer.tool[1] if answer.tool else None,
-                      text=answer.text[:200])
+        record.update(
+            kind="reply",
+            status=200,
+            stop_reason=answer.stop_reason,
+            tool=answer.tool[0] if answer.tool else None,
+            tool_input=answer.tool[1] if answer.tool else None,
+            text=answer.text[:200],
+        )
         if answer.delay:
             endpoint.closing.wait(answer.delay)
         usage = self._stream(body, answer)
@@ -578,8 +639,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def _error(self, fault: Fault, sent_at: float | None = None) -> None:
-        data = json.dumps({"type": "error",
-                           "error": {"type": fault.type, "message": fault.message}}).encode()
+        data = json.dumps(
+            {"type": "error", "error": {"type": fault.type, "message": fault.message}}
+        ).encode()
         self.send_response(fault.status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -618,9 +680,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.server.endpoint.cache:
             cache_read, cache_write = input_tokens * 3 // 5, input_tokens // 5 + 1
             input_tokens = max(1, input_tokens - cache_read - cache_write + 1)
-        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                 "cache_creation_input_tokens": cache_write,
-                 "cache_read_input_tokens": cache_read}
+        usage = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": cache_write,
+            "cache_read_input_tokens": cache_read,
+        }
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -629,10 +694,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         mid = f"msg_scripted_{time.monotonic_ns()}"
         events: list[tuple[str, dict[str, Any]]] = [
-            ("message_start", {"type": "message_start", "message": {
-                "id": mid, "type": "message", "role": "assistant",
-                "model": body.get("model", "scripted"), "content": [], "stop_reason": None,
-                "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}}),
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": mid,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": body.get("model", "scripted"),
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {**usage, "output_tokens": 1},
+                    },
+                },
+            ),
             ("ping", {"type": "ping"}),
         ]
         for i, block in enumerate(blocks):
@@ -642,20 +719,33 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 start = {"type": "text", "text": ""}
                 delta = {"type": "text_delta", "text": block["text"]}
             else:
-                start = {"type": "tool_use", "id": f"toolu_scripted_{time.monotonic_ns()}",
-                         "name": block["name"], "input": {}}
+                start = {
+                    "type": "tool_use",
+                    "id": f"toolu_scripted_{time.monotonic_ns()}",
+                    "name": block["name"],
+                    "input": {},
+                }
                 delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
             events += [
-                ("content_block_start", {"type": "content_block_start", "index": i,
-                                         "content_block": start}),
-                ("content_block_delta", {"type": "content_block_delta", "index": i,
-                                         "delta": delta}),
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": i, "content_block": start},
+                ),
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": i, "delta": delta},
+                ),
                 ("content_block_stop", {"type": "content_block_stop", "index": i}),
             ]
         events += [
-            ("message_delta", {"type": "message_delta",
-                               "delta": {"stop_reason": step.stop_reason, "stop_sequence": None},
-                               "usage": {"output_tokens": output_tokens}}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": step.stop_reason, "stop_sequence": None},
+                    "usage": {"output_tokens": output_tokens},
+                },
+            ),
             ("message_stop", {"type": "message_stop"}),
         ]
         with contextlib.suppress(OSError):
@@ -677,7 +767,8 @@ def _last_result(body: Mapping[str, Any]) -> dict[str, Any]:
                 text = inner if isinstance(inner, str) else "\n".join(_texts(inner))
                 return {"result": text[:4000], "result_error": bool(block.get("is_error"))}
         if message.get("role") == "user" and any(
-                not t.lstrip().startswith(_REMINDER) for t in _texts(content)):
+            not t.lstrip().startswith(_REMINDER) for t in _texts(content)
+        ):
             break  # it answers a prompt (or a loaded skill), not a tool result
     return {}
 
@@ -704,7 +795,8 @@ def serving(script_path: Path, **kwargs: Any) -> Iterator[ModelEndpoint]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m loop_orchestrator.agents.model_endpoint",
-        description="Serve a scripted model on 127.0.0.1 for the real Claude Code CLI.")
+        description="Serve a scripted model on 127.0.0.1 for the real Claude Code CLI.",
+    )
     parser.add_argument("--script", type=Path, required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", type=Path, default=None, help="append requests as JSON lines")

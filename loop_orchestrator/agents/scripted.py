@@ -114,7 +114,8 @@ class ScriptedAdapter:
     def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
         argv = [
             *python_module_argv("loop_orchestrator.agents.scripted"),
-            "--script", str(self.script_path),
+            "--script",
+            str(self.script_path),
         ]
         if ctx.session_id:
             argv += ["--resume" if resume else "--session-id", ctx.session_id]
@@ -233,8 +234,12 @@ class Hooks:
         for command, timeout in commands:
             line = command.replace("${CLAUDE_PLUGIN_ROOT}", str(self.plugin_dir))
             result = proc.run(
-                ["sh", "-c", line], cwd=agent.cwd, env=env, input=json.dumps(payload),
-                timeout=timeout, check=False,
+                ["sh", "-c", line],
+                cwd=agent.cwd,
+                env=env,
+                input=json.dumps(payload),
+                timeout=timeout,
+                check=False,
             )
             if result.returncode == 0:
                 text = result.stdout.strip()
@@ -607,8 +612,9 @@ class ScriptedAgent:
         shown = shlex.join(action.run.argv)
         self.say(f"● Bash({shown})")
         try:
-            result = proc.run(action.run.argv, cwd=self.cwd, timeout=action.run.timeout,
-                              check=False)
+            result = proc.run(
+                action.run.argv, cwd=self.cwd, timeout=action.run.timeout, check=False
+            )
         except LoOrchError as exc:
             msg = f"{shown}: {exc.message}"
             raise _ActionFailed(msg) from exc
@@ -657,8 +663,9 @@ class ScriptedAgent:
                         return 1
                     self.mode = "prompt"
                 self.say(f"{LABEL} — session {self.session_id}")
-                self.hooks.fire("SessionStart", subject=self.source, source=self.source,
-                                model="scripted")
+                self.hooks.fire(
+                    "SessionStart", subject=self.source, source=self.source, model="scripted"
+                )
                 self.say("Paste a prompt and press Enter; /exit quits.")
                 for kind, value in self._read_events():
                     self.handle(kind, value)
@@ -680,7 +687,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--script", required=True, help="the YAML script")
     parser.add_argument("--trust-dialog", action="store_true", help="show the trust dialog")
     parser.add_argument(
-        "--trust-remount-after", type=float, default=TRUST_REMOUNT_AFTER, metavar="SECONDS",
+        "--trust-remount-after",
+        type=float,
+        default=TRUST_REMOUNT_AFTER,
+        metavar="SECONDS",
         help="when the trust dialog is mounted again, resetting its selection",
     )
     parser.add_argument("--plugin-dir", help="plugin folder whose hooks/hooks.json is run")

@@ -158,8 +158,7 @@ class ApiErrorArgs(_Model):
     #: Anthropic's ``anthropic-ratelimit-unified-*`` headers, see model_endpoint.Fault)
     resets_in: float | None = Field(default=None, ge=0)
     #: which limit was hit (``anthropic-ratelimit-unified-representative-claim``)
-    limit: Literal["five_hour", "seven_day", "seven_day_opus", "seven_day_sonnet"] = \
-        "five_hour"
+    limit: Literal["five_hour", "seven_day", "seven_day_opus", "seven_day_sonnet"] = "five_hour"
 
 
 class DropArgs(_Model):
@@ -188,15 +187,31 @@ class ToolAction(_Model):
 
 
 ACTION_KINDS = (
-    "write", "patch", "delete", "run", "signal", "sleep", "say", "exit", "hang",
-    "stop", "api_error", "drop", "tool",
+    "write",
+    "patch",
+    "delete",
+    "run",
+    "signal",
+    "sleep",
+    "say",
+    "exit",
+    "hang",
+    "stop",
+    "api_error",
+    "drop",
+    "tool",
 )
 #: actions only a model can take (the scripted model endpoint); the scripted agent refuses
 MODEL_ONLY = ("stop", "api_error", "drop", "tool")
 #: the field a scalar short form fills
 _SHORT_FORMS = {
-    "say": "text", "sleep": "seconds", "exit": "code", "signal": "phase", "delete": "path",
-    "stop": "text", "api_error": "status",
+    "say": "text",
+    "sleep": "seconds",
+    "exit": "code",
+    "signal": "phase",
+    "delete": "path",
+    "stop": "text",
+    "api_error": "status",
 }
 
 
@@ -270,9 +285,7 @@ class TaskScript(_Model):
     @classmethod
     def _turns_short_forms(cls, value: Any) -> Any:
         if isinstance(value, list):
-            return [
-                [_expand_short_form(a) for a in r] if isinstance(r, list) else r for r in value
-            ]
+            return [[_expand_short_form(a) for a in r] if isinstance(r, list) else r for r in value]
         return value
 
     @field_validator("match")
@@ -291,10 +304,10 @@ class TaskScript(_Model):
         used = ["match"] if self.match is not None else []
         used += ["turns"] if self.turns else []
         rounds = [("plan", self.plan)] + [
-            (f"implement[{i}]", r) for i, r in enumerate(self.implement)]
+            (f"implement[{i}]", r) for i, r in enumerate(self.implement)
+        ]
         for where, actions in rounds:
-            used += [f"{where}: {kind}" for a in actions
-                     if (kind := _action_kind(a)) in MODEL_ONLY]
+            used += [f"{where}: {kind}" for a in actions if (kind := _action_kind(a)) in MODEL_ONLY]
         return used
 
     @field_validator("implement", mode="before")
@@ -304,9 +317,7 @@ class TaskScript(_Model):
             return value
         if value and not any(isinstance(v, list) for v in value):
             value = [value]  # a flat list is a single round
-        return [
-            [_expand_short_form(a) for a in r] if isinstance(r, list) else r for r in value
-        ]
+        return [[_expand_short_form(a) for a in r] if isinstance(r, list) else r for r in value]
 
     def actions_for(self, phase: Literal["plan", "implement"], round_no: int = 0) -> list[Any]:
         """The plan actions, or implement round ``round_no`` (the last round repeats)."""
@@ -361,8 +372,7 @@ def parse_script(data: Any, source: str) -> Script:
     except ValidationError as exc:
         problems = [f"{_where(tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
         raise ConfigError(
-            f"{source}: invalid scripted-agent script:\n"
-            + "\n".join(f"  - {p}" for p in problems),
+            f"{source}: invalid scripted-agent script:\n" + "\n".join(f"  - {p}" for p in problems),
             hint="See loop_orchestrator/agents/scripted_script.py for the format.",
         ) from exc
 
@@ -376,7 +386,7 @@ def load_script(path: Path, *, model: bool = False) -> Script:
             msg = f"{path}: only the scripted model endpoint can do: {', '.join(used)}"
             raise ConfigError(
                 msg,
-                hint="Drive real Claude Code with it ([agent] kind = \"claude\" and the "
+                hint='Drive real Claude Code with it ([agent] kind = "claude" and the '
                 "scripted endpoint, as `lo-orch demo --agent claude` does), or remove them.",
             )
     return script

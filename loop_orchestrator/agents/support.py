@@ -22,30 +22,42 @@ class Support:
 
 SUPPORT: dict[str, Support] = {
     "claude": Support(
-        "Claude Code", "hooks (SessionStart, UserPromptSubmit, Stop, ...) and lo-orch signal",
+        "Claude Code",
+        "hooks (SessionStart, UserPromptSubmit, Stop, ...) and lo-orch signal",
         "--resume <the session id lo-orch chose>",
         "from its transcript, priced ([prices] for other models)",
-        "Claude Code 2.1.332, whole runs on the scripted Messages API endpoint"),
+        "Claude Code 2.1.332, whole runs on the scripted Messages API endpoint",
+    ),
     "codex": Support(
-        "Codex CLI", "lo-orch signal and the pane (Codex hooks not used)",
+        "Codex CLI",
+        "lo-orch signal and the pane (Codex hooks not used)",
         "codex resume <its thread id, found by worktree in $CODEX_HOME/sessions>",
         "unknown (tokens are in its rollout file; not priced)",
-        "Codex CLI 0.171.0, whole runs on the scripted Responses API endpoint"),
+        "Codex CLI 0.171.0, whole runs on the scripted Responses API endpoint",
+    ),
     "gemini": Support(
-        "Gemini CLI", "lo-orch signal and the pane (Gemini hooks not used)",
+        "Gemini CLI",
+        "lo-orch signal and the pane (Gemini hooks not used)",
         "--resume <its session id, found by worktree in ~/.gemini/tmp>",
         "unknown (tokens are in its chat file; not priced)",
-        "Gemini CLI 0.61.0, whole runs on the scripted Gemini API endpoint"),
+        "Gemini CLI 0.61.0, whole runs on the scripted Gemini API endpoint",
+    ),
     "command": Support(
-        "any CLI ([agent] command)", "lo-orch signal and the pane", "none: started afresh",
-        "unknown", "test programs in tmux"),
+        "any CLI ([agent] command)",
+        "lo-orch signal and the pane",
+        "none: started afresh",
+        "unknown",
+        "test programs in tmux",
+    ),
     "scripted": Support(
-        "scripted agent (tests, demo)", "hooks, as Claude Code's", "yes", "unknown",
-        "built in"),
+        "scripted agent (tests, demo)", "hooks, as Claude Code's", "yes", "unknown", "built in"
+    ),
 }
 
 
 def support_lines() -> list[str]:
     """One line per kind: name, status source, resume, cost."""
-    return [f"{kind}: {s.name}; status: {s.status}; resume: {s.resume}; cost: {s.cost}"
-            for kind, s in SUPPORT.items()]
+    return [
+        f"{kind}: {s.name}; status: {s.status}; resume: {s.resume}; cost: {s.cost}"
+        for kind, s in SUPPORT.items()
+    ]

@@ -13,8 +13,13 @@ PASTE_START = b"\x1b[200~"
 PASTE_END = b"\x1b[201~"
 _CSI_RE = re.compile(rb"\x1b[\[O]([0-9;]*)([\x40-\x7e])")
 _CSI_KEYS = {
-    b"A": "Up", b"B": "Down", b"C": "Right", b"D": "Left", b"Z": "BTab",
-    b"H": "Home", b"F": "End",
+    b"A": "Up",
+    b"B": "Down",
+    b"C": "Right",
+    b"D": "Left",
+    b"Z": "BTab",
+    b"H": "Home",
+    b"F": "End",
 }
 
 

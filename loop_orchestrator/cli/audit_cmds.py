@@ -36,8 +36,13 @@ def audit_command(task: str, as_json: bool, no_llm: bool, repo: Path | None) -> 
         for f in verdict.findings:
             click.echo(f"  {f.render()}")
         for r in verdict.checks:
-            state = ("timed out" if r.timed_out else "could not start" if r.exit_code is None
-                     else f"exit {r.exit_code}")
+            state = (
+                "timed out"
+                if r.timed_out
+                else "could not start"
+                if r.exit_code is None
+                else f"exit {r.exit_code}"
+            )
             click.echo(f"  ran {r.name}: {' '.join(r.argv)} -> {state} ({r.duration:.1f} s)")
         if verdict.auditor is not None:
             reasons = "; ".join(verdict.auditor.reasons) or "-"

@@ -29,5 +29,7 @@ def send_command(task: str, message: str, repo: Path | None) -> None:
     from loop_orchestrator import runs
 
     mid = runs.send_message(resolve_repo(repo), task, message)
-    echo(f"Message {mid} for {task} recorded; the running supervisor delivers it to the "
-         "session (`lo-orch run` if none runs).")
+    echo(
+        f"Message {mid} for {task} recorded; the running supervisor delivers it to the "
+        "session (`lo-orch run` if none runs)."
+    )

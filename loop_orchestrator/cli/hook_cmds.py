@@ -44,14 +44,23 @@ def hook_command(event: str) -> None:
 @click.command("signal")
 @click.argument("phase", type=click.Choice(SIGNAL_CHOICES))
 @click.option("--task", "task", help="The task (default: $LO_ORCH_TASK).")
-@click.option("--note", help="What happened; required for `blocked` (what is missing) "
-              "and with --dispute (why the check is wrong).")
-@click.option("--dispute", "disputes", multiple=True, metavar="CODE",
-              help="With impl_done: dispute a heuristic finding of the last review (e.g. "
-              "tests.tautology); the auditor or the person at Gate 2 judges it. Repeatable.")
+@click.option(
+    "--note",
+    help="What happened; required for `blocked` (what is missing) "
+    "and with --dispute (why the check is wrong).",
+)
+@click.option(
+    "--dispute",
+    "disputes",
+    multiple=True,
+    metavar="CODE",
+    help="With impl_done: dispute a heuristic finding of the last review (e.g. "
+    "tests.tautology); the auditor or the person at Gate 2 judges it. Repeatable.",
+)
 @repo_option
-def signal_command(phase: str, task: str | None, note: str | None, disputes: tuple[str, ...],
-                   repo: Path | None) -> None:
+def signal_command(
+    phase: str, task: str | None, note: str | None, disputes: tuple[str, ...], repo: Path | None
+) -> None:
     """Report a task's progress from its session: plan_ready, impl_done or blocked.
 
     \b

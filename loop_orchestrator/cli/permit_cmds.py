@@ -12,15 +12,22 @@ from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
 @click.command("permit")
 @click.argument("task")
 @click.argument("decision", type=click.Choice(["allow", "deny"]))
-@click.option("--always", is_flag=True,
-              help="Also answer the same request (this tool, exactly this command or file) "
-              "this way for the rest of the run.")
-@click.option("--id", "request_id", metavar="ID",
-              help="The request to answer, when the task has several (`permit` without it names "
-              "them).")
+@click.option(
+    "--always",
+    is_flag=True,
+    help="Also answer the same request (this tool, exactly this command or file) "
+    "this way for the rest of the run.",
+)
+@click.option(
+    "--id",
+    "request_id",
+    metavar="ID",
+    help="The request to answer, when the task has several (`permit` without it names them).",
+)
 @repo_option
-def permit_command(task: str, decision: str, always: bool, request_id: str | None,
-                   repo: Path | None) -> None:
+def permit_command(
+    task: str, decision: str, always: bool, request_id: str | None, repo: Path | None
+) -> None:
     """Answer TASK's pending permission request: allow or deny the tool call.
 
     \b
@@ -31,9 +38,13 @@ def permit_command(task: str, decision: str, always: bool, request_id: str | Non
     """
     from loop_orchestrator import permissions
 
-    req = permissions.answer(resolve_repo(repo), task,
-                             "allow" if decision == "allow" else "deny",
-                             always=always, request_id=request_id)
+    req = permissions.answer(
+        resolve_repo(repo),
+        task,
+        "allow" if decision == "allow" else "deny",
+        always=always,
+        request_id=request_id,
+    )
     what = f"{req.tool}: {req.summary}" if req.summary else req.tool
     echo(f"{task}: {decision} {what} ({req.id})")
     if always:

@@ -16,13 +16,22 @@ from loop_orchestrator.errors import UsageError
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--goal", help="Ask the agent (headless) to write a plan for this goal.")
 @click.option("--issue", help="Build the plan from a parent issue (GitHub, Jira, Linear).")
-@click.option("--done", "done", multiple=True, metavar="KEY",
-              help="With --issue: a child issue that is already done (repeatable).")
+@click.option(
+    "--done",
+    "done",
+    multiple=True,
+    metavar="KEY",
+    help="With --issue: a child issue that is already done (repeatable).",
+)
 @click.option("--concurrency", type=click.IntRange(1, 64), help="Override the session cap.")
 @repo_option
 def plan_command(
-    file: Path | None, goal: str | None, issue: str | None, done: tuple[str, ...],
-    concurrency: int | None, repo: Path | None,
+    file: Path | None,
+    goal: str | None,
+    issue: str | None,
+    done: tuple[str, ...],
+    concurrency: int | None,
+    repo: Path | None,
 ) -> None:
     """Validate a plan, schedule it and show the Gate 1 summary.
 
@@ -39,8 +48,7 @@ def plan_command(
         )
     if done and issue is None:
         msg = "--done only goes with --issue KEY"
-        raise UsageError(msg,
-                         hint="For example: `lo-orch plan --issue ABC-1 --done ABC-3`.")
+        raise UsageError(msg, hint="For example: `lo-orch plan --issue ABC-1 --done ABC-3`.")
     root = resolve_repo(repo)
     overrides = {"run": {"concurrency": concurrency}} if concurrency else None
     settings = config.load_settings(root, overrides=overrides)
@@ -73,8 +81,13 @@ def show_summary(summary: object) -> None:
     table(
         ["task", "wave", "owns", "depends on", "done checks"],
         [
-            [t.id, wave_of[t.id], ", ".join(t.owns), ", ".join(summary.deps[t.id]) or "-",
-             len(t.done)]
+            [
+                t.id,
+                wave_of[t.id],
+                ", ".join(t.owns),
+                ", ".join(summary.deps[t.id]) or "-",
+                len(t.done),
+            ]
             for t in plan.tasks
         ],
         title="Tasks",

@@ -18,8 +18,13 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None,
-          *, cut_last: bool = False) -> None:
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    title: str | None = None,
+    *,
+    cut_last: bool = False,
+) -> None:
     """A table: rich when stdout is a terminal, aligned plain text otherwise.
 
     ``cut_last`` cuts the last column (a free-text note) so every row fits the terminal's

@@ -46,9 +46,7 @@ def _printer() -> object:
     "are, outside the run; same as [workspace] allow_dirty).",
 )
 @repo_option
-def run_command(
-    detach: bool, continue_blocked: bool, allow_dirty: bool, repo: Path | None
-) -> None:
+def run_command(detach: bool, continue_blocked: bool, allow_dirty: bool, repo: Path | None) -> None:
     """Supervise the approved plan until Gate 2 (or until only blocked tasks remain).
 
     Ctrl-C stops the supervisor, not the sessions; `lo-orch run` again resumes.
@@ -60,8 +58,7 @@ def run_command(
     if allow_dirty:
         settings.workspace.allow_dirty = True
     if detach:
-        where = supervisor.detach(root, continue_blocked=continue_blocked,
-                                  allow_dirty=allow_dirty)
+        where = supervisor.detach(root, continue_blocked=continue_blocked, allow_dirty=allow_dirty)
         echo(f"Supervisor started in {where}.")
         echo("Follow with `lo-orch status --watch`; see the sessions with `lo-orch attach`.")
         return
@@ -87,16 +84,20 @@ def run_command(
     raise LoOrchError(
         outcome.message,
         hint="The failure names no file a task owns, so it waits for you: send the task that "
-        "should fix it back with `lo-orch retry TASK --note \"...\"`, then `lo-orch run`.",
+        'should fix it back with `lo-orch retry TASK --note "..."`, then `lo-orch run`.',
     )
 
 
 @click.command("retry")
 @click.argument("task")
 @click.option("--note", help="What changed, or what the session should do now (for its review).")
-@click.option("--budget", type=float, default=None,
-              help="The task's new total budget in dollars (over the plan's and the config's; "
-              "also lets it start when the run's budget is spent).")
+@click.option(
+    "--budget",
+    type=float,
+    default=None,
+    help="The task's new total budget in dollars (over the plan's and the config's; "
+    "also lets it start when the run's budget is spent).",
+)
 @repo_option
 def retry_command(task: str, note: str | None, budget: float | None, repo: Path | None) -> None:
     """Send a blocked or failed task back to work after you helped it."""
@@ -143,8 +144,10 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
             raise GateError(msg, hint="Run `lo-orch merge --yes` to confirm without a terminal.")
         click.confirm(f"Set {rev.feature} to {rev.commit[:12]}?", abort=True)
     done = integration.merge(root, rev, merge_into=merge_into)
-    echo(f"{rev.feature} is now {rev.commit[:12]} (run {done.state.name} merged). "
-         "Nothing was pushed.")
+    echo(
+        f"{rev.feature} is now {rev.commit[:12]} (run {done.state.name} merged). "
+        "Nothing was pushed."
+    )
     _show_cleanup(done.cleanup)
 
 
@@ -156,8 +159,10 @@ def _show_cleanup(result: object) -> None:
     echo(f"session killed: {'yes' if result.session_killed else 'no (none running)'}")
     echo(f"worktrees removed: {', '.join(result.removed) or 'none'}")
     if result.kept_dirty:
-        echo("kept, with changes of yours (yours until you say otherwise): "
-             + ", ".join(result.kept_dirty))
+        echo(
+            "kept, with changes of yours (yours until you say otherwise): "
+            + ", ".join(result.kept_dirty)
+        )
         for task in result.kept_dirty:
             if task in result.details:
                 echo(f"  {task}: {result.details[task]}")
@@ -165,8 +170,10 @@ def _show_cleanup(result: object) -> None:
     if result.branches_kept:
         echo("branches kept (not merged): " + ", ".join(result.branches_kept))
     if result.kept_dirty:
-        echo("Save or discard the changes in the kept worktrees (e.g. `git -C <worktree> "
-             "stash -u`, or move your files elsewhere), then `lo-orch cleanup` removes them.")
+        echo(
+            "Save or discard the changes in the kept worktrees (e.g. `git -C <worktree> "
+            "stash -u`, or move your files elsewhere), then `lo-orch cleanup` removes them."
+        )
 
 
 @click.command("cleanup")
@@ -180,19 +187,29 @@ def cleanup_command(abandon: bool, repo: Path | None) -> None:
 
 
 @click.command("demo")
-@click.option("--keep", is_flag=True,
-              help="Keep the throwaway repository and its run state (ledger, reviews, "
-              "evidence) to inspect; Gate 2 still closes the sessions and removes the "
-              "worktrees, as in a real run.")
-@click.option("--agent", type=click.Choice(["scripted", "claude"]), default="scripted",
-              show_default=True,
-              help="scripted: no install needed; claude: real Claude Code sessions (the "
-              "`claude` on PATH) driven offline by a built-in scripted model.")
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Keep the throwaway repository and its run state (ledger, reviews, "
+    "evidence) to inspect; Gate 2 still closes the sessions and removes the "
+    "worktrees, as in a real run.",
+)
+@click.option(
+    "--agent",
+    type=click.Choice(["scripted", "claude"]),
+    default="scripted",
+    show_default=True,
+    help="scripted: no install needed; claude: real Claude Code sessions (the "
+    "`claude` on PATH) driven offline by a built-in scripted model.",
+)
 def demo_command(keep: bool, agent: str) -> None:
     """The whole flow on a throwaway repo with the scripted agent (no Claude login)."""
     from loop_orchestrator import demo
 
-    result = demo.run_demo(keep=keep, progress=_printer(),  # type: ignore[arg-type]
-                           agent=agent)
+    result = demo.run_demo(
+        keep=keep,
+        progress=_printer(),  # type: ignore[arg-type]
+        agent=agent,
+    )
     for line in result.report:
         click.echo(line)

@@ -49,7 +49,6 @@ TICK_SECONDS = 5.0
 PANE_SECONDS = 1.0
 
 
-
 class Changed(Message):
     """Something under ``.orchestration/`` changed (posted from watchdog's thread)."""
 
@@ -86,8 +85,9 @@ class Dashboard(App[None]):
         Binding("4", "tab('ledger')", "Ledger", show=False),
     ]
 
-    def __init__(self, repo: Path, *, clock: Callable[[], float] = time.time,
-                 watch: bool = True) -> None:
+    def __init__(
+        self, repo: Path, *, clock: Callable[[], float] = time.time, watch: bool = True
+    ) -> None:
         super().__init__()
         self.repo = repo
         self.clock = clock
@@ -156,8 +156,9 @@ class Dashboard(App[None]):
             from loop_orchestrator import private
 
             name = Store.for_repo(self.repo).read_run().name
-            self._observer.schedule(Handler(), str(private.run_dir(self.repo, name)),
-                                    recursive=True)
+            self._observer.schedule(
+                Handler(), str(private.run_dir(self.repo, name)), recursive=True
+            )
         self._observer.daemon = True
         self._observer.start()
 
@@ -165,8 +166,7 @@ class Dashboard(App[None]):
     def changed(self) -> None:
         if not self._pending:
             self._pending = True
-            wait = max(DEBOUNCE_SECONDS,
-                       self._last_reload + MIN_RELOAD_SECONDS - time.monotonic())
+            wait = max(DEBOUNCE_SECONDS, self._last_reload + MIN_RELOAD_SECONDS - time.monotonic())
             self.set_timer(wait, self._debounced)
 
     def _debounced(self) -> None:
@@ -228,12 +228,14 @@ class Dashboard(App[None]):
         elif tab == "brief":
             brief = RunDir(self.repo).brief_path(task)
             self.query_one("#brief-text", Static).update(
-                Text(read_text(brief) if brief.exists() else f"No brief for {task} yet."))
+                Text(read_text(brief) if brief.exists() else f"No brief for {task} yet.")
+            )
         elif tab == "review":
             self.query_one("#review-text", Static).update(Text(review_text(self.repo, task)))
         elif tab == "ledger":
             self.query_one("#ledger-text", Static).update(
-                Text("\n".join(ledger_lines(self.repo, task)) or "Nothing in the ledger yet."))
+                Text("\n".join(ledger_lines(self.repo, task)) or "Nothing in the ledger yet.")
+            )
 
     @on(TabbedContent.TabActivated, "#details")
     def tab_shown(self) -> None:
@@ -247,8 +249,12 @@ class Dashboard(App[None]):
             return
         self.query_one("#pane-text", Static).update(
             # the pane's own lines, cut at the edge rather than folded (a screen's layout)
-            Text(pane_preview(self.repo, self.snapshot.doc, self.selected), no_wrap=True,
-                 overflow="crop"))
+            Text(
+                pane_preview(self.repo, self.snapshot.doc, self.selected),
+                no_wrap=True,
+                overflow="crop",
+            )
+        )
         # the bottom of a screen is where a session asks and answers
         self.query_one("#pane VerticalScroll", VerticalScroll).scroll_end(animate=False)
 
@@ -297,8 +303,12 @@ class Dashboard(App[None]):
                 # the person's terminal, for as long as they stay attached
                 proc.run_interactive(argv)
         except SuspendNotSupported:
-            self.fail(LoOrchError("this terminal cannot hand over to tmux",
-                                  hint=f"Run `lo-orch attach {task}` in a shell."))
+            self.fail(
+                LoOrchError(
+                    "this terminal cannot hand over to tmux",
+                    hint=f"Run `lo-orch attach {task}` in a shell.",
+                )
+            )
             return
         self.reload()
 
@@ -318,8 +328,13 @@ class Dashboard(App[None]):
                 return
             self.done(f"Message {mid} for {task} recorded; the supervisor delivers it.")
 
-        self.push_screen(Ask(f"Message for {task}'s session (Enter sends, Esc cancels):",
-                             "what the session should do"), answered)
+        self.push_screen(
+            Ask(
+                f"Message for {task}'s session (Enter sends, Esc cancels):",
+                "what the session should do",
+            ),
+            answered,
+        )
 
     def action_retry(self) -> None:
         """`lo-orch retry TASK --note NOTE`."""
@@ -335,11 +350,16 @@ class Dashboard(App[None]):
             except LoOrchError as exc:
                 self.fail(exc)
                 return
-            self.done(f"Task {task} is {st.phase.value} again (rework round "
-                      f"{st.rework_count}).")
+            self.done(f"Task {task} is {st.phase.value} again (rework round {st.rework_count}).")
 
-        self.push_screen(Ask(f"Retry {task}: what changed, or what it should do now "
-                             "(Enter retries, Esc cancels)", "a note for its review"), answered)
+        self.push_screen(
+            Ask(
+                f"Retry {task}: what changed, or what it should do now "
+                "(Enter retries, Esc cancels)",
+                "a note for its review",
+            ),
+            answered,
+        )
 
     def action_gate1(self) -> None:
         """`lo-orch approve`, after the plan summary and the conflict matrix."""
@@ -362,8 +382,10 @@ class Dashboard(App[None]):
             except LoOrchError as exc:
                 self.fail(exc)
                 return
-            self.done(f"Approved plan {(state.approved_plan_sha256 or '')[:12]} of run "
-                      f"{state.name} ({len(plan.tasks)} tasks). Next: `lo-orch run`.")
+            self.done(
+                f"Approved plan {(state.approved_plan_sha256 or '')[:12]} of run "
+                f"{state.name} ({len(plan.tasks)} tasks). Next: `lo-orch run`."
+            )
 
         self.push_screen(Gate1(text), answered)
 
@@ -386,12 +408,13 @@ class Dashboard(App[None]):
                 self.fail(exc)
                 return
             kept = merged.cleanup.kept_dirty
-            self.done(f"{rev.feature} is now {rev.commit[:12]} (run {merged.state.name} "
-                      "merged). Nothing was pushed."
-                      + (f" Kept, with changes of yours: {', '.join(kept)}." if kept else ""))
+            self.done(
+                f"{rev.feature} is now {rev.commit[:12]} (run {merged.state.name} "
+                "merged). Nothing was pushed."
+                + (f" Kept, with changes of yours: {', '.join(kept)}." if kept else "")
+            )
 
         self.push_screen(Gate2(rev), answered)
-
 
     def action_permit(self) -> None:
         """`lo-orch permit TASK allow|deny [--always] --id ID` for the oldest open request
@@ -406,8 +429,12 @@ class Dashboard(App[None]):
             return
         mine = [r for r in requests if r.task == self.selected] or requests
         if not mine:
-            self.fail(StateError("no session is waiting for a permission now",
-                                 hint="`lo-orch status` shows what each task waits for."))
+            self.fail(
+                StateError(
+                    "no session is waiting for a permission now",
+                    hint="`lo-orch status` shows what each task waits for.",
+                )
+            )
             return
         req = mine[0]
 
@@ -420,8 +447,10 @@ class Dashboard(App[None]):
             except LoOrchError as exc:
                 self.fail(exc)
                 return
-            self.done(f"{req.task}: {decision} {req.tool} ({req.id})"
-                      + (" — and the same for the rest of this run." if always else "."))
+            self.done(
+                f"{req.task}: {decision} {req.tool} ({req.id})"
+                + (" — and the same for the rest of this run." if always else ".")
+            )
 
         self.push_screen(Answer(req), answered)
 
@@ -431,9 +460,11 @@ def run_dashboard(repo: Path) -> None:
 
     Store.for_repo(repo).read_run()  # no run: the same clear error as `lo-orch status`
     # what the actions import lazily, imported while sys.stdout is still the terminal's
-    for name in ("loop_orchestrator.supervisor", "loop_orchestrator.integration",
-                 "loop_orchestrator.record"):
+    for name in (
+        "loop_orchestrator.supervisor",
+        "loop_orchestrator.integration",
+        "loop_orchestrator.record",
+    ):
         importlib.import_module(name)
     with contextlib.suppress(KeyboardInterrupt):
         Dashboard(repo).run()
-

@@ -82,11 +82,11 @@ class Answer(ModalScreen[tuple[str, bool] | None]):
         r = self.req
         with Vertical(id="dialog"):
             yield Label(f"{r.task} asks to use {r.tool} ({r.id}, asked {r.asked_at[11:19]})")
-            yield Static(Text(r.command or r.file or r.summary or "(no details)"),
-                         id="request")
+            yield Static(Text(r.command or r.file or r.summary or "(no details)"), id="request")
             yield Label(f"in {r.cwd or '?'}")
-            yield Label("a: allow   d: deny   A / D: the same for the rest of the run   "
-                        "Esc: not now")
+            yield Label(
+                "a: allow   d: deny   A / D: the same for the rest of the run   Esc: not now"
+            )
         yield Footer()
 
     def action_answer(self, decision: str, always: bool) -> None:
@@ -142,8 +142,11 @@ class Gate2(Screen[bool]):
 
     def compose(self) -> ComposeResult:
         rev = self.review
-        yield Label(f"Gate 2: run {rev.state.name}, {rev.state.base_sha[:12]}.."
-                    f"{rev.commit[:12]} -> {rev.feature}", classes="screen-title")
+        yield Label(
+            f"Gate 2: run {rev.state.name}, {rev.state.base_sha[:12]}.."
+            f"{rev.commit[:12]} -> {rev.feature}",
+            classes="screen-title",
+        )
         with Horizontal():
             yield OptionList(*[path for path, _ in self.files], id="files")
             with VerticalScroll(id="diff-scroll"):
@@ -176,10 +179,9 @@ class Gate2(Screen[bool]):
             if yes:
                 self.dismiss(True)
 
-        self.app.push_screen(Confirm(
-            f"Set {self.review.feature} to {self.review.commit[:12]} (Gate 2)?"), answered)
+        self.app.push_screen(
+            Confirm(f"Set {self.review.feature} to {self.review.commit[:12]} (Gate 2)?"), answered
+        )
 
     def action_back(self) -> None:
         self.dismiss(False)
-
-

@@ -19,6 +19,7 @@ from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 #: the selected task's ledger lines shown
 LEDGER_LINES = 40
 
+
 @dataclass
 class Snapshot:
     """One reading of the run's published state."""
@@ -44,8 +45,10 @@ def gates_line(doc: dict[str, Any]) -> str:
         g1 = "Gate 1 waiting (g)"
     phase = run.get("phase")
     if phase == RunPhase.MERGED.value:
-        g2 = (f"Gate 2 merged {(run.get('merged_commit') or '')[:12]} into "
-              f"{run.get('feature_branch')}")
+        g2 = (
+            f"Gate 2 merged {(run.get('merged_commit') or '')[:12]} into "
+            f"{run.get('feature_branch')}"
+        )
     elif phase == RunPhase.AWAITING_MERGE_REVIEW.value:
         g2 = "Gate 2 waiting (m)"
     else:
@@ -53,8 +56,9 @@ def gates_line(doc: dict[str, Any]) -> str:
     return f"{g1}  ·  {g2}  ·  spent {usage.cell(run.get('usage'))}"
 
 
-def needs_you(doc: dict[str, Any], requests: list[str] | None = None,
-              asking: frozenset[str] = frozenset()) -> list[str]:
+def needs_you(
+    doc: dict[str, Any], requests: list[str] | None = None, asking: frozenset[str] = frozenset()
+) -> list[str]:
     """What waits for a person, most urgent first: permission requests, a gate, a missing
     supervisor, blocked or failed tasks (with their reason), sessions asking on screen
     (not again for the tasks in ``asking``, whose request is listed already)."""
@@ -73,10 +77,13 @@ def needs_you(doc: dict[str, Any], requests: list[str] | None = None,
         why = " ".join((t.get("error") or t.get("note") or "").split())
         if t["phase"] in (Phase.BLOCKED.value, Phase.FAILED.value):
             out.append(f"{t['task']} is {t['phase']}: {why or 'no reason given'} (r retries)")
-        elif t["task"] not in asking and str(t.get("waiting_for")).startswith("a person") and (
-            t["phase"] != Phase.INTEGRATED.value
-        ) and phase not in (RunPhase.AWAITING_PLAN_APPROVAL.value,
-                            RunPhase.AWAITING_MERGE_REVIEW.value):
+        elif (
+            t["task"] not in asking
+            and str(t.get("waiting_for")).startswith("a person")
+            and (t["phase"] != Phase.INTEGRATED.value)
+            and phase
+            not in (RunPhase.AWAITING_PLAN_APPROVAL.value, RunPhase.AWAITING_MERGE_REVIEW.value)
+        ):
             out.append(f"{t['task']}: {t['waiting_for']}")
     return out
 
@@ -114,8 +121,9 @@ def load_snapshot(repo: Path, now: float | None = None) -> Snapshot:
         title=core.status_title(doc),
         gates=gates_line(doc),
         rows=core.status_rows(repo, doc, now),
-        needs=needs_you(doc, [request_line(r) for r in requests],
-                        frozenset(r.task for r in requests)),
+        needs=needs_you(
+            doc, [request_line(r) for r in requests], frozenset(r.task for r in requests)
+        ),
         tasks={t["task"]: t for t in doc["tasks"]},
         requests=requests,
     )
@@ -160,7 +168,8 @@ def ledger_lines(repo: Path, task: str, limit: int = LEDGER_LINES) -> list[str]:
         if e.get("task") != task:
             continue
         rest = e.get("message") or ", ".join(
-            f"{k}={v}" for k, v in e.items() if k not in ("ts", "event", "task"))
+            f"{k}={v}" for k, v in e.items() if k not in ("ts", "event", "task")
+        )
         rest = " ".join(str(rest).split())
         lines.append(f"{str(e.get('ts', ''))[11:19]} {e.get('event')} {rest}")
     return lines[-limit:]
@@ -192,14 +201,23 @@ def gate1_text(repo: Path) -> tuple[str, str]:
     plan, _ = runs.read_plan(store.dirs)
     deps = schedule.dependencies(plan)
     waves = {s.task: s.wave for s in store.list_statuses_lenient()}
-    lines = [f"Run {state.name}: {plan.goal}",
-             f"Base {state.base_ref} @ {state.base_sha[:12]}; plan sha256 {state.plan_sha256[:12]}",
-             "", f"{'task':<20} {'wave':>4}  {'owns':<40} depends on"]
+    lines = [
+        f"Run {state.name}: {plan.goal}",
+        f"Base {state.base_ref} @ {state.base_sha[:12]}; plan sha256 {state.plan_sha256[:12]}",
+        "",
+        f"{'task':<20} {'wave':>4}  {'owns':<40} depends on",
+    ]
     for t in plan.tasks:
-        lines.append(f"{t.id:<20} {waves.get(t.id, 0):>4}  {', '.join(t.owns)[:40]:<40} "
-                     f"{', '.join(deps[t.id]) or '-'}")
-    lines += ["", f"{len(plan.tasks)} sessions, at most "
-              f"{plan.concurrency or load_settings(repo).run.concurrency} at once.", ""]
+        lines.append(
+            f"{t.id:<20} {waves.get(t.id, 0):>4}  {', '.join(t.owns)[:40]:<40} "
+            f"{', '.join(deps[t.id]) or '-'}"
+        )
+    lines += [
+        "",
+        f"{len(plan.tasks)} sessions, at most "
+        f"{plan.concurrency or load_settings(repo).run.concurrency} at once.",
+        "",
+    ]
     lines.append(read_text(store.dirs.conflict_matrix))
     return state.plan_sha256, "\n".join(lines)
 
@@ -215,5 +233,3 @@ def split_diff(diff: str) -> list[tuple[str, str]]:
         m = re.match(r"diff --git a/(.*) b/(.*)$", head)
         out.append((m.group(2) if m else head, chunk))
     return out
-
-

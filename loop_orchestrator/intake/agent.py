@@ -72,8 +72,10 @@ class Usage:
         calls = f"{self.calls} call{'s' if self.calls != 1 else ''}"
         turns = f"{self.turns} turn{'s' if self.turns != 1 else ''}"
         session = f", session {self.session_ids[-1]}" if self.session_ids else ""
-        return (f"Planning agent: {calls}, {turns}, {self.duration_ms / 1000:.1f} s, "
-                f"${self.cost_usd:.4f}{session}")
+        return (
+            f"Planning agent: {calls}, {turns}, {self.duration_ms / 1000:.1f} s, "
+            f"${self.cost_usd:.4f}{session}"
+        )
 
 
 @dataclass(frozen=True)
@@ -100,28 +102,34 @@ def agent_argv(settings: Settings) -> list[str]:
         argv = shlex.split(command)
     except ValueError as exc:
         msg = f"[agent] command {command!r} cannot be parsed: {exc}"
-        raise IntakeError(msg,
-                          hint="Fix it in .loop-orchestrator/config.toml.") from exc
+        raise IntakeError(msg, hint="Fix it in .loop-orchestrator/config.toml.") from exc
     if not argv:
         msg = "[agent] command is empty"
         raise IntakeError(
-            msg, hint='Set it, e.g. command = "claude", in .loop-orchestrator/config.toml.')
+            msg, hint='Set it, e.g. command = "claude", in .loop-orchestrator/config.toml.'
+        )
     return argv
 
 
-def build_argv(settings: Settings, prompt: str | None, schema: dict[str, Any],
-               resume: str | None = None) -> list[str]:
+def build_argv(
+    settings: Settings, prompt: str | None, schema: dict[str, Any], resume: str | None = None
+) -> list[str]:
     """The full headless command line; ``prompt=None`` means it goes on stdin."""
     argv = agent_argv(settings)
     argv.append("-p")
     if prompt is not None:
         argv.append(prompt)
     argv += [
-        "--output-format", "json",
-        "--json-schema", json.dumps(schema, separators=(",", ":")),
-        "--permission-mode", "dontAsk",
-        "--allowedTools", READ_ONLY_TOOLS,
-        "--disallowedTools", DENIED_TOOLS,
+        "--output-format",
+        "json",
+        "--json-schema",
+        json.dumps(schema, separators=(",", ":")),
+        "--permission-mode",
+        "dontAsk",
+        "--allowedTools",
+        READ_ONLY_TOOLS,
+        "--disallowedTools",
+        DENIED_TOOLS,
     ]
     if settings.agent.model:
         argv += ["--model", settings.agent.model]
@@ -133,8 +141,9 @@ def build_argv(settings: Settings, prompt: str | None, schema: dict[str, Any],
 def _parse_json_result(stdout: str) -> dict[str, Any] | None:
     """The ``type: result`` object in the output (the whole text, or its last JSON line)."""
     text = stdout.strip()
-    candidates = [text] + [line for line in reversed(text.splitlines())
-                           if line.lstrip().startswith("{")]
+    candidates = [text] + [
+        line for line in reversed(text.splitlines()) if line.lstrip().startswith("{")
+    ]
     for candidate in candidates:
         try:
             data = json.loads(candidate)
@@ -188,8 +197,15 @@ def _raise_for_error(data: dict[str, Any]) -> None:
     )
 
 
-def ask(repo: Path, settings: Settings, prompt: str, schema: dict[str, Any], *,
-        resume: str | None = None, timeout: float = TIMEOUT) -> Answer:
+def ask(
+    repo: Path,
+    settings: Settings,
+    prompt: str,
+    schema: dict[str, Any],
+    *,
+    resume: str | None = None,
+    timeout: float = TIMEOUT,
+) -> Answer:
     """One headless call in ``repo``; agent errors become ``IntakeError``."""
     head = agent_argv(settings)
     if not executable_exists(head[0], repo):
@@ -204,8 +220,9 @@ def ask(repo: Path, settings: Settings, prompt: str, schema: dict[str, Any], *,
     env = dict(os.environ)
     env.update(settings.agent.env)
     log.info("planning agent started", extra={"resume": resume, "stdin": on_stdin})
-    result = proc.run(argv, cwd=repo, env=env, input=prompt if on_stdin else "",
-                      timeout=timeout, check=False)
+    result = proc.run(
+        argv, cwd=repo, env=env, input=prompt if on_stdin else "", timeout=timeout, check=False
+    )
     if result.returncode is None:
         msg = f"the planning agent did not answer within {timeout:g} s"
         raise IntakeError(

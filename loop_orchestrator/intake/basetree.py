@@ -36,8 +36,9 @@ class BaseTree:
 
     def read(self, path: str) -> str | None:
         if path not in self._texts:
-            self._texts[path] = (gitutil.file_at(self.repo, self.sha, path)
-                                 if path in self.paths else None)
+            self._texts[path] = (
+                gitutil.file_at(self.repo, self.sha, path) if path in self.paths else None
+            )
         return self._texts[path]
 
     def sources(self, paths: Iterable[str]) -> dict[str, str]:
@@ -64,5 +65,5 @@ class BaseTree:
             log.warning("git grep failed", extra={"stderr": res.stderr})
             return []
         prefix = f"{sha}:"
-        found = [p[len(prefix):] if p.startswith(prefix) else p for p in split_z(res.stdout)]
+        found = [p[len(prefix) :] if p.startswith(prefix) else p for p in split_z(res.stdout)]
         return sorted(found)[:MAX_GREP_FILES]

@@ -41,8 +41,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_API = "https://api.github.com"
 SERVICE = Service("GitHub", "GITHUB_TOKEN (or GH_TOKEN)", "GITHUB_API_URL")
-ENTERPRISE = Service("GitHub Enterprise Server", "GH_ENTERPRISE_TOKEN (or GITHUB_ENTERPRISE_TOKEN)",
-                     "[intake.github] hosts")
+ENTERPRISE = Service(
+    "GitHub Enterprise Server",
+    "GH_ENTERPRISE_TOKEN (or GITHUB_ENTERPRISE_TOKEN)",
+    "[intake.github] hosts",
+)
 
 #: ``state_reason`` of a closed issue whose work was not done -> the words for the user
 SKIP_REASONS = {
@@ -143,12 +146,10 @@ def fetch(ref: IssueRef, env: Mapping[str, str]) -> IssueTree:
     data = http.get(issue_url, what=f"issue {ref.key}").data
     if isinstance(data, dict) and data.get("pull_request"):
         msg = f"{ref.key} is a pull request, not an issue"
-        raise IntakeError(msg,
-                          hint="Give the parent issue that lists the work as sub-issues.")
+        raise IntakeError(msg, hint="Give the parent issue that lists the work as sub-issues.")
     parent = to_issue(data, slug)
     try:
-        raw_children = _list_pages(http, f"{issue_url}/sub_issues",
-                                   f"the sub-issues of {ref.key}")
+        raw_children = _list_pages(http, f"{issue_url}/sub_issues", f"the sub-issues of {ref.key}")
     except NotFoundError:
         if not enterprise:
             raise

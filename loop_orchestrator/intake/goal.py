@@ -91,15 +91,21 @@ def answer_data(answer: agent.Answer) -> Any:
         return parse_plan_text(answer.structured_output, SOURCE)
     text = answer.result.strip()
     if not text:
-        raise PlanError(SOURCE, ["the agent answered without a plan (no structured output, "
-                                 "no text)"])
+        raise PlanError(
+            SOURCE, ["the agent answered without a plan (no structured output, no text)"]
+        )
     fenced = _FENCE.search(text)
     if fenced:
         text = fenced.group("body")
     data = parse_plan_text(text, SOURCE)
     if not isinstance(data, dict):
-        raise PlanError(SOURCE, ["the answer is not a plan: expected a mapping with `goal` "
-                                 f"and `tasks`, got: {text[:200]!r}"])
+        raise PlanError(
+            SOURCE,
+            [
+                "the answer is not a plan: expected a mapping with `goal` "
+                f"and `tasks`, got: {text[:200]!r}"
+            ],
+        )
     return data
 
 
@@ -118,6 +124,7 @@ def check(data: Any, fixup: Fixup | None) -> Plan:
 
 
 # the draft file --------------------------------------------------------------------------------
+
 
 class _Dumper(yaml.SafeDumper):
     """Block style for multi-line strings (class signatures read as code, not ``\\n``)."""
@@ -154,6 +161,7 @@ def _invalid_body(data: Any, answer: agent.Answer) -> str:
 
 # the loop -------------------------------------------------------------------------------------
 
+
 def draft_plan(
     repo: Path,
     settings: Settings,
@@ -179,11 +187,17 @@ def draft_plan(
         plan = check(data, fixup)
     except PlanError as first:
         log.info("agent plan invalid, retrying", extra={"problems": first.problems})
-        write_draft(path, _invalid_body(data, answer),
-                    [f"Drafted by `{origin}`: INVALID, being retried.",
-                     *[f"  - {p}" for p in first.problems]])
-        previous = (json.dumps(data, indent=1) if isinstance(data, dict)
-                    else answer.result)[:20_000]
+        write_draft(
+            path,
+            _invalid_body(data, answer),
+            [
+                f"Drafted by `{origin}`: INVALID, being retried.",
+                *[f"  - {p}" for p in first.problems],
+            ],
+        )
+        previous = (json.dumps(data, indent=1) if isinstance(data, dict) else answer.result)[
+            :20_000
+        ]
         retry_prompt = templating.render(
             "plan_retry.md.j2",
             problems=first.problems,
@@ -198,11 +212,15 @@ def draft_plan(
             data = answer_data(answer)
             plan = check(data, fixup)
         except PlanError as second:
-            write_draft(path, _invalid_body(data, answer), [
-                f"Drafted by `{origin}`: INVALID after one retry. Problems:",
-                *[f"  - {p}" for p in second.problems],
-                f"Fix them, then run: lo-orch plan {path}",
-            ])
+            write_draft(
+                path,
+                _invalid_body(data, answer),
+                [
+                    f"Drafted by `{origin}`: INVALID after one retry. Problems:",
+                    *[f"  - {p}" for p in second.problems],
+                    f"Fix them, then run: lo-orch plan {path}",
+                ],
+            )
             shown = "\n".join(f"  - {p}" for p in second.problems)
             msg = (
                 f"the agent's plan is still invalid after one retry "
@@ -219,13 +237,19 @@ def draft_plan(
             "it fixed them on the retry."
         )
 
-    write_draft(path, plan_yaml(plan), [
-        f"Drafted by `{origin}`. Edit it freely, then run: lo-orch plan {path}",
-        *(header or []),
-    ])
+    write_draft(
+        path,
+        plan_yaml(plan),
+        [
+            f"Drafted by `{origin}`. Edit it freely, then run: lo-orch plan {path}",
+            *(header or []),
+        ],
+    )
     notes.append(usage.line())
-    notes.append(f"Plan draft saved to {path}: edit it and run `lo-orch plan {path}` to "
-                 "record the edited version.")
+    notes.append(
+        f"Plan draft saved to {path}: edit it and run `lo-orch plan {path}` to "
+        "record the edited version."
+    )
     return Draft(path, plan, usage, notes)
 
 
@@ -234,8 +258,9 @@ def draft_from_goal(repo: Path, goal: str, settings: Settings) -> Draft:
     text = goal.strip()
     if not text:
         msg = "the goal is empty"
-        raise IntakeError(msg,
-                          hint='Say what to build, e.g. `lo-orch plan --goal "Add a CSV export"`.')
+        raise IntakeError(
+            msg, hint='Say what to build, e.g. `lo-orch plan --goal "Add a CSV export"`.'
+        )
     ensure_can_plan(repo)
     prompt = templating.render(
         "plan_prompt.md.j2",

@@ -54,8 +54,9 @@ class NotFoundError(TrackerHttpError):
 class RateLimitedError(TrackerHttpError):
     """403/429 with a rate-limit signal; ``reset_at`` (epoch seconds) when known."""
 
-    def __init__(self, message: str, *, status: int, reset_at: float | None,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int, reset_at: float | None, hint: str | None = None
+    ) -> None:
         super().__init__(message, status=status, hint=hint)
         self.reset_at = reset_at
 
@@ -89,8 +90,13 @@ class _SameHostRedirect(urllib.request.HTTPRedirectHandler):
         self.host = host
 
     def redirect_request(
-        self, req: urllib.request.Request, fp: Any, code: int, msg: str,
-        headers: HTTPMessage, newurl: str,
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
     ) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and self.auth and urllib.parse.urlsplit(newurl).netloc == self.host:
@@ -117,8 +123,11 @@ def _error_detail(data: Any, raw: str) -> str:
         if isinstance(errors, dict):
             parts += [f"{k}: {v}" for k, v in errors.items()]
         elif isinstance(errors, list):
-            parts += [e["message"] for e in errors if isinstance(e, dict)
-                      and isinstance(e.get("message"), str)]
+            parts += [
+                e["message"]
+                for e in errors
+                if isinstance(e, dict) and isinstance(e.get("message"), str)
+            ]
         if parts:
             return "; ".join(parts)
     text = " ".join(raw.split())
@@ -129,14 +138,22 @@ def _fmt_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def rate_limit_error(service: Service, status: int, headers: Mapping[str, str],
-                     detail: str = "", now: float | None = None) -> RateLimitedError | None:
+def rate_limit_error(
+    service: Service,
+    status: int,
+    headers: Mapping[str, str],
+    detail: str = "",
+    now: float | None = None,
+) -> RateLimitedError | None:
     """A ``RateLimitedError`` if the answer signals a rate limit, else None."""
     now = time.time() if now is None else now
     remaining = headers.get("x-ratelimit-remaining")
     retry_after = headers.get("retry-after")
-    limited = status == 429 or remaining == "0" or (
-        status == 403 and (retry_after is not None or "rate limit" in detail.lower()))
+    limited = (
+        status == 429
+        or remaining == "0"
+        or (status == 403 and (retry_after is not None or "rate limit" in detail.lower()))
+    )
     if not limited:
         return None
     reset_at: float | None = None
@@ -152,11 +169,14 @@ def rate_limit_error(service: Service, status: int, headers: Mapping[str, str],
         when = "the reset time was not given"
     hint = "Wait until then and run the command again."
     if service.name == "GitHub":
-        hint += (" Without a token GitHub allows only 60 requests an hour: set "
-                 f"{service.token_hint}.")
+        hint += (
+            f" Without a token GitHub allows only 60 requests an hour: set {service.token_hint}."
+        )
     return RateLimitedError(
         f"{service.name} rate limit reached (HTTP {status}); {when}",
-        status=status, reset_at=reset_at, hint=hint,
+        status=status,
+        reset_at=reset_at,
+        hint=hint,
     )
 
 
@@ -174,19 +194,28 @@ class HttpClient:
         self.headers = dict(headers or {})
         self.timeout = timeout
 
-    def get(self, url: str, *, params: Mapping[str, str | int] | None = None,
-            what: str = "") -> Response:
+    def get(
+        self, url: str, *, params: Mapping[str, str | int] | None = None, what: str = ""
+    ) -> Response:
         if params:
             sep = "&" if urllib.parse.urlsplit(url).query else "?"
             url = url + sep + urllib.parse.urlencode({k: str(v) for k, v in params.items()})
         return self.request("GET", url, what=what)
 
-    def post_json(self, url: str, payload: Any, *, what: str = "",
-                  allow: tuple[int, ...] = ()) -> Response:
+    def post_json(
+        self, url: str, payload: Any, *, what: str = "", allow: tuple[int, ...] = ()
+    ) -> Response:
         return self.request("POST", url, body=payload, what=what, allow=allow)
 
-    def request(self, method: str, url: str, *, body: Any = None, what: str = "",
-                allow: tuple[int, ...] = ()) -> Response:
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Any = None,
+        what: str = "",
+        allow: tuple[int, ...] = (),
+    ) -> Response:
         """Send one request; ``allow`` lists error statuses returned instead of raised."""
         svc = self.service
         parts = urllib.parse.urlsplit(url)
@@ -269,8 +298,9 @@ class HttpClient:
             )
         return Response(status, resp_headers, parsed, url)
 
-    def _status_error(self, status: int, headers: Mapping[str, str], data: Any, raw: str,
-                      label: str) -> TrackerHttpError:
+    def _status_error(
+        self, status: int, headers: Mapping[str, str], data: Any, raw: str, label: str
+    ) -> TrackerHttpError:
         svc = self.service
         detail = _error_detail(data, raw)
         said = f": {detail}" if detail else ""
@@ -299,11 +329,13 @@ class HttpClient:
         if status >= 500:
             return TrackerHttpError(
                 f"{svc.name} failed on its side (HTTP {status}) for {label}{said}",
-                status=status, hint="Try again later.",
+                status=status,
+                hint="Try again later.",
             )
         return TrackerHttpError(
             f"{svc.name} refused the request for {label} (HTTP {status}){said}",
-            status=status, hint=f"Check the key and {svc.base_hint}.",
+            status=status,
+            hint=f"Check the key and {svc.base_hint}.",
         )
 
 

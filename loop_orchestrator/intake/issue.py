@@ -76,10 +76,30 @@ def backtick_names(text: str) -> tuple[list[str], list[str]]:
 
 
 # words that are inline code in issue texts but never an output's name
-_NOT_NAMES = frozenset({
-    "None", "True", "False", "null", "undefined", "true", "false", "self", "this", "str",
-    "int", "float", "bool", "dict", "list", "string", "number", "boolean", "void", "any",
-})
+_NOT_NAMES = frozenset(
+    {
+        "None",
+        "True",
+        "False",
+        "null",
+        "undefined",
+        "true",
+        "false",
+        "self",
+        "this",
+        "str",
+        "int",
+        "float",
+        "bool",
+        "dict",
+        "list",
+        "string",
+        "number",
+        "boolean",
+        "void",
+        "any",
+    }
+)
 
 
 def mentioned_paths(text: str, tree_paths: frozenset[str]) -> list[str]:
@@ -169,7 +189,8 @@ def mark_done(tree: IssueTree, done_keys: Sequence[str]) -> IssueTree:
         )
     children = [
         Issue(c.key, c.title, c.body, True, c.url, "named done")
-        if any(_same_key(k, c.key) for k in done_keys) else c
+        if any(_same_key(k, c.key) for k in done_keys)
+        else c
         for c in tree.children
     ]
     return IssueTree(tree.tracker, tree.parent, children)
@@ -218,25 +239,38 @@ def draft_from_issue(
     done_tasks: list[DoneTask] = []
     for child in tree.done_children:
         sigs, missing = done_signatures(child, base)
-        done_tasks.append(DoneTask(id=ids[child.key], title=child.title,
-                                   produces=list(sigs), signatures=sigs))
+        done_tasks.append(
+            DoneTask(id=ids[child.key], title=child.title, produces=list(sigs), signatures=sigs)
+        )
         if missing:
-            notes.append(f"{child.key} is done, but {', '.join(missing)} was not found in the "
-                         f"base commit {base_sha[:12]}; add its signature to `done_tasks` in the "
-                         "draft if a task needs it.")
+            notes.append(
+                f"{child.key} is done, but {', '.join(missing)} was not found in the "
+                f"base commit {base_sha[:12]}; add its signature to `done_tasks` in the "
+                "draft if a task needs it."
+            )
         elif not sigs:
-            notes.append(f"{child.key} is done and names no outputs (no `names` in backticks, no "
-                         "files): dependents get no signatures from it.")
+            notes.append(
+                f"{child.key} is done and names no outputs (no `names` in backticks, no "
+                "files): dependents get no signatures from it."
+            )
 
     issue_ctx: dict[str, Any] = {
         "tracker": {"github": "GitHub", "jira": "Jira", "linear": "Linear"}.get(
-            tree.tracker, "tracker"),
-        "parent": {"key": parent.key, "title": parent.title,
-                   "body": _cut(parent.body, 4 * MAX_BODY)},
-        "children": [{"key": c.key, "id": ids[c.key], "title": c.title, "body": _cut(c.body)}
-                     for c in open_children],
-        "done": [{"id": d.id, "key": c.key, "title": c.title, "signatures": d.signatures}
-                 for d, c in zip(done_tasks, tree.done_children, strict=True)],
+            tree.tracker, "tracker"
+        ),
+        "parent": {
+            "key": parent.key,
+            "title": parent.title,
+            "body": _cut(parent.body, 4 * MAX_BODY),
+        },
+        "children": [
+            {"key": c.key, "id": ids[c.key], "title": c.title, "body": _cut(c.body)}
+            for c in open_children
+        ],
+        "done": [
+            {"id": d.id, "key": c.key, "title": c.title, "signatures": d.signatures}
+            for d, c in zip(done_tasks, tree.done_children, strict=True)
+        ],
         "skipped": [{"key": c.key, "title": c.title, "reason": c.skipped} for c in skipped],
     }
     prompt = templating.render(
@@ -260,23 +294,32 @@ def draft_from_issue(
         got = [t.get("id") for t in tasks if isinstance(t, dict)]
         problems = [
             f"tasks: no task for the open child issue {child_key}; add one with id {tid!r}"
-            for tid, child_key in expected.items() if tid not in got
+            for tid, child_key in expected.items()
+            if tid not in got
         ]
         problems += [
             f"task {tid!r}: matches no open child issue; make exactly one task per open child, "
             f"with the ids {', '.join(expected)}"
-            for tid in got if isinstance(tid, str) and tid not in expected
+            for tid in got
+            if isinstance(tid, str) and tid not in expected
         ]
         return data, problems
 
     skip_line = skipped_note(skipped, tree.tracker) if skipped else ""
     if skip_line:
         notes.insert(0, skip_line)
-    draft = goalmod.draft_plan(repo, settings, prompt, fixup=fixup,
-                               origin=f"lo-orch plan --issue {key}",
-                               header=[skip_line] if skip_line else [])
-    head = (f"Issue {parent.key} ({issue_ctx['tracker']}): {len(open_children)} open child"
-            f"{'ren' if len(open_children) != 1 else ''} -> tasks")
+    draft = goalmod.draft_plan(
+        repo,
+        settings,
+        prompt,
+        fixup=fixup,
+        origin=f"lo-orch plan --issue {key}",
+        header=[skip_line] if skip_line else [],
+    )
+    head = (
+        f"Issue {parent.key} ({issue_ctx['tracker']}): {len(open_children)} open child"
+        f"{'ren' if len(open_children) != 1 else ''} -> tasks"
+    )
     if done_tasks:
         head += f"; done: {', '.join(c.key for c in tree.done_children)} -> done_tasks"
     if skipped:
@@ -292,8 +335,11 @@ def skipped_list(children: Sequence[Issue]) -> str:
 
 def skipped_note(children: Sequence[Issue], tracker: str = "") -> str:
     """The Gate 1 line for skipped children: what they are, and the way out."""
-    jira = (" (or list its resolution in [intake.jira] done_resolutions)"
-            if tracker == "jira" else "")
-    return (f"Skipped (no session, not done: their code is NOT on the base branch): "
-            f"{skipped_list(children)}. If one's work is on the base branch after all, "
-            f"plan again with `--done KEY`{jira}; if it should be done now, reopen it.")
+    jira = (
+        " (or list its resolution in [intake.jira] done_resolutions)" if tracker == "jira" else ""
+    )
+    return (
+        f"Skipped (no session, not done: their code is NOT on the base branch): "
+        f"{skipped_list(children)}. If one's work is on the base branch after all, "
+        f"plan again with `--done KEY`{jira}; if it should be done now, reopen it."
+    )

@@ -57,15 +57,29 @@ PAGE_SIZE = 100
 #: hosts of Atlassian's cloud: no need to ask serverInfo
 CLOUD_SUFFIXES = (".atlassian.net", ".jira.com")
 #: resolutions that mean the work was done (compared case-insensitively)
-DONE_RESOLUTIONS = frozenset({"done", "fixed", "resolved", "complete", "completed",
-                              "implemented"})
+DONE_RESOLUTIONS = frozenset({"done", "fixed", "resolved", "complete", "completed", "implemented"})
 #: done-category status names that mean the work was not done (team-managed projects often
 #: set no resolution and say it with the status instead)
-SKIP_STATUSES = frozenset({"won't do", "won't fix", "wont do", "wontfix", "cancelled",
-                           "canceled", "rejected", "declined", "duplicate", "obsolete",
-                           "cannot reproduce", "abandoned"})
-CONFIG_HINT = ("set it in .loop-orchestrator/config.toml:\n  [intake.jira]\n"
-               '  deployment = "datacenter"   # or "cloud"')
+SKIP_STATUSES = frozenset(
+    {
+        "won't do",
+        "won't fix",
+        "wont do",
+        "wontfix",
+        "cancelled",
+        "canceled",
+        "rejected",
+        "declined",
+        "duplicate",
+        "obsolete",
+        "cannot reproduce",
+        "abandoned",
+    }
+)
+CONFIG_HINT = (
+    "set it in .loop-orchestrator/config.toml:\n  [intake.jira]\n"
+    '  deployment = "datacenter"   # or "cloud"'
+)
 
 
 def cloud_client(env: Mapping[str, str]) -> HttpClient:
@@ -74,14 +88,16 @@ def cloud_client(env: Mapping[str, str]) -> HttpClient:
     missing = [n for n, v in (("JIRA_EMAIL", email), ("JIRA_API_TOKEN", token)) if not v]
     if missing:
         msg = f"Jira needs {' and '.join(missing)} to be set"
-        extra = (" (JIRA_PAT is for Jira Data Center; if JIRA_URL is one, "
-                 f"{CONFIG_HINT})") if (env.get("JIRA_PAT") or "").strip() else ""
+        extra = (
+            (f" (JIRA_PAT is for Jira Data Center; if JIRA_URL is one, {CONFIG_HINT})")
+            if (env.get("JIRA_PAT") or "").strip()
+            else ""
+        )
         raise IntakeError(
             msg,
             hint="Create an API token at https://id.atlassian.com/manage-profile/security/"
             "api-tokens and set JIRA_EMAIL (your Atlassian account email) and JIRA_API_TOKEN."
-            + (extra or " For Jira Data Center, set JIRA_PAT (a personal access token) "
-               "instead."),
+            + (extra or " For Jira Data Center, set JIRA_PAT (a personal access token) instead."),
         )
     basic = base64.b64encode(f"{email}:{token}".encode()).decode("ascii")
     return HttpClient(SERVICE, headers={"Authorization": f"Basic {basic}"})
@@ -91,8 +107,11 @@ def datacenter_client(env: Mapping[str, str]) -> HttpClient:
     token = (env.get("JIRA_PAT") or "").strip()
     if not token:
         msg = "Jira Data Center needs JIRA_PAT to be set"
-        extra = (" (JIRA_EMAIL and JIRA_API_TOKEN are for Jira Cloud)"
-                 if env.get("JIRA_API_TOKEN") else "")
+        extra = (
+            " (JIRA_EMAIL and JIRA_API_TOKEN are for Jira Cloud)"
+            if env.get("JIRA_API_TOKEN")
+            else ""
+        )
         raise IntakeError(
             msg,
             hint="Create a personal access token in Jira (your profile > Personal Access "
@@ -104,8 +123,11 @@ def datacenter_client(env: Mapping[str, str]) -> HttpClient:
 def _server_info(base: str, env: Mapping[str, str]) -> Any:
     """``/rest/api/2/serverInfo``: anonymous first (both deployments document it so); a site
     that refuses anonymous calls is asked again with the credentials the user gave for it."""
-    anonymous = HttpClient(Service("Jira", "JIRA_PAT (Data Center) or JIRA_EMAIL and "
-                                           "JIRA_API_TOKEN (Cloud)", "JIRA_URL"))
+    anonymous = HttpClient(
+        Service(
+            "Jira", "JIRA_PAT (Data Center) or JIRA_EMAIL and JIRA_API_TOKEN (Cloud)", "JIRA_URL"
+        )
+    )
     url = f"{base}/rest/api/2/serverInfo"
     try:
         return anonymous.get(url, what="serverInfo").data
@@ -113,13 +135,17 @@ def _server_info(base: str, env: Mapping[str, str]) -> Any:
         if exc.status not in (401, 403):
             raise
     pat = (env.get("JIRA_PAT") or "").strip()
-    http = (HttpClient(DC_SERVICE, headers={"Authorization": f"Bearer {pat}"}) if pat
-            else cloud_client(env))
+    http = (
+        HttpClient(DC_SERVICE, headers={"Authorization": f"Bearer {pat}"})
+        if pat
+        else cloud_client(env)
+    )
     return http.get(url, what="serverInfo").data
 
 
-def deployment_of(base: str, env: Mapping[str, str],
-                  configured: str = "auto") -> tuple[Deployment, str]:
+def deployment_of(
+    base: str, env: Mapping[str, str], configured: str = "auto"
+) -> tuple[Deployment, str]:
     """Cloud or Data Center, and how that was decided (for messages)."""
     if configured == "cloud":
         return "cloud", "[intake.jira] deployment"
@@ -133,8 +159,10 @@ def deployment_of(base: str, env: Mapping[str, str],
     except UnreachableError:
         raise  # a network problem or a wrong JIRA_URL, said as such
     except TrackerHttpError as exc:
-        msg = (f"cannot tell whether {base} is Jira Cloud or Jira Data Center: its "
-               f"/rest/api/2/serverInfo failed: {exc.message}")
+        msg = (
+            f"cannot tell whether {base} is Jira Cloud or Jira Data Center: its "
+            f"/rest/api/2/serverInfo failed: {exc.message}"
+        )
         raise IntakeError(msg, hint=f"Check JIRA_URL; if it is right, {CONFIG_HINT}") from exc
     kind = str(as_dict(info).get("deploymentType") or "")
     log.info("jira deployment detected", extra={"deployment_type": kind})
@@ -142,17 +170,32 @@ def deployment_of(base: str, env: Mapping[str, str],
         return "cloud", "serverInfo deploymentType Cloud"
     if kind.lower() in ("server", "datacenter", "data center"):
         return "datacenter", f"serverInfo deploymentType {kind}"
-    msg = (f"cannot tell whether {base} is Jira Cloud or Jira Data Center: serverInfo "
-           f"gave deploymentType {kind or '(none)'!r}")
+    msg = (
+        f"cannot tell whether {base} is Jira Cloud or Jira Data Center: serverInfo "
+        f"gave deploymentType {kind or '(none)'!r}"
+    )
     raise IntakeError(msg, hint=f"Check JIRA_URL; if it is right, {CONFIG_HINT}")
 
 
 # Atlassian Document Format ---------------------------------------------------------------
 
-_BLOCKS = frozenset({
-    "paragraph", "heading", "blockquote", "codeBlock", "rule", "panel", "mediaSingle",
-    "table", "tableRow", "expand", "nestedExpand", "decisionList", "taskList",
-})
+_BLOCKS = frozenset(
+    {
+        "paragraph",
+        "heading",
+        "blockquote",
+        "codeBlock",
+        "rule",
+        "panel",
+        "mediaSingle",
+        "table",
+        "tableRow",
+        "expand",
+        "nestedExpand",
+        "decisionList",
+        "taskList",
+    }
+)
 
 
 def adf_text(node: Any) -> str:
@@ -237,8 +280,12 @@ def _walk(node: Any, out: list[str], list_prefix: str) -> None:
 
 # fetching ------------------------------------------------------------------------------------
 
-def _to_issue(data: Any, what: str, done_resolutions: frozenset[str] = DONE_RESOLUTIONS,
-              ) -> Issue:
+
+def _to_issue(
+    data: Any,
+    what: str,
+    done_resolutions: frozenset[str] = DONE_RESOLUTIONS,
+) -> Issue:
     if not isinstance(data, dict) or not isinstance(data.get("key"), str):
         msg = f"Jira answered {what} with something that is not an issue"
         raise IntakeError(
@@ -269,8 +316,9 @@ def _to_issue(data: Any, what: str, done_resolutions: frozenset[str] = DONE_RESO
     )
 
 
-def fetch(ref: IssueRef, env: Mapping[str, str],
-          settings: JiraIntakeConfig | None = None) -> IssueTree:
+def fetch(
+    ref: IssueRef, env: Mapping[str, str], settings: JiraIntakeConfig | None = None
+) -> IssueTree:
     """The parent issue and its children, from Jira Cloud or Data Center."""
     settings = JiraIntakeConfig() if settings is None else settings
     deployment = settings.deployment
@@ -278,9 +326,11 @@ def fetch(ref: IssueRef, env: Mapping[str, str],
     base = (ref.base_url or env.get("JIRA_URL") or "").rstrip("/")
     if not base:
         msg = "JIRA_URL is not set"
-        raise IntakeError(msg,
-                          hint="Set it to your site, e.g. https://<site>.atlassian.net "
-                          "(Jira Data Center: https://jira.example.com).")
+        raise IntakeError(
+            msg,
+            hint="Set it to your site, e.g. https://<site>.atlassian.net "
+            "(Jira Data Center: https://jira.example.com).",
+        )
     pat = (env.get("JIRA_PAT") or "").strip()
     basic = all((env.get(n) or "").strip() for n in ("JIRA_EMAIL", "JIRA_API_TOKEN"))
     if not pat and not basic:  # say what to set before asking anything of the server
@@ -289,30 +339,47 @@ def fetch(ref: IssueRef, env: Mapping[str, str],
     http = datacenter_client(env) if kind == "datacenter" else cloud_client(env)
     api = "2" if kind == "datacenter" else "3"
     try:
-        parent_data = http.get(f"{base}/rest/api/{api}/issue/{ref.key}",
-                               params={"fields": FIELDS}, what=f"issue {ref.key}").data
+        parent_data = http.get(
+            f"{base}/rest/api/{api}/issue/{ref.key}",
+            params={"fields": FIELDS},
+            what=f"issue {ref.key}",
+        ).data
         parent = _to_issue(parent_data, f"issue {ref.key}", done)
-        parent = Issue(parent.key, parent.title, parent.body, parent.done,
-                       f"{base}/browse/{parent.key}", parent.state, parent.skipped)
+        parent = Issue(
+            parent.key,
+            parent.title,
+            parent.body,
+            parent.done,
+            f"{base}/browse/{parent.key}",
+            parent.state,
+            parent.skipped,
+        )
         if kind == "datacenter":
             raw = _children_datacenter(http, base, parent.key, done)
         else:
             raw = _children_cloud(http, base, parent.key, done)
     except TrackerHttpError as exc:
         # say which API was used and why: a Cloud call to a Data Center site answers 404
-        used, other, other_kind = (("Data Center", "Cloud", "cloud") if kind == "datacenter"
-                                   else ("Cloud", "Data Center", "datacenter"))
+        used, other, other_kind = (
+            ("Data Center", "Cloud", "cloud")
+            if kind == "datacenter"
+            else ("Cloud", "Data Center", "datacenter")
+        )
         exc.hint = ((exc.hint + "\n") if exc.hint else "") + (
             f"lo-orch used the Jira {used} API ({why}); if JIRA_URL is Jira {other}, set "
-            f'[intake.jira] deployment = "{other_kind}" in .loop-orchestrator/config.toml.')
+            f'[intake.jira] deployment = "{other_kind}" in .loop-orchestrator/config.toml.'
+        )
         raise
-    children = [Issue(c.key, c.title, c.body, c.done, f"{base}/browse/{c.key}", c.state,
-                      c.skipped) for c in raw]
+    children = [
+        Issue(c.key, c.title, c.body, c.done, f"{base}/browse/{c.key}", c.state, c.skipped)
+        for c in raw
+    ]
     return IssueTree("jira", parent, children)
 
 
-def _search_page(http: HttpClient, url: str, params: Mapping[str, str | int],
-                 what: str) -> tuple[list[Any], dict[str, Any]]:
+def _search_page(
+    http: HttpClient, url: str, params: Mapping[str, str | int], what: str
+) -> tuple[list[Any], dict[str, Any]]:
     page = http.get(url, params=params, what=what).data
     issues = page.get("issues") if isinstance(page, dict) else None
     if not isinstance(issues, list):
@@ -321,8 +388,7 @@ def _search_page(http: HttpClient, url: str, params: Mapping[str, str | int],
     return issues, as_dict(page)
 
 
-def _children_cloud(http: HttpClient, base: str, key: str,
-                    done: frozenset[str]) -> list[Issue]:
+def _children_cloud(http: HttpClient, base: str, key: str, done: frozenset[str]) -> list[Issue]:
     """``/rest/api/3/search/jql``, paginated with ``nextPageToken``."""
     children: list[Issue] = []
     token: str | None = None
@@ -343,12 +409,15 @@ def _children_cloud(http: HttpClient, base: str, key: str,
     return children
 
 
-def _children_datacenter(http: HttpClient, base: str, key: str,
-                         done: frozenset[str]) -> list[Issue]:
+def _children_datacenter(
+    http: HttpClient, base: str, key: str, done: frozenset[str]
+) -> list[Issue]:
     """``/rest/api/2/search``, paginated with ``startAt``; sub-tasks and epic issues."""
     what = f"the children of {key}"
-    jqls = [f'parent = "{key}" OR "Epic Link" = "{key}" ORDER BY key ASC',
-            f'parent = "{key}" ORDER BY key ASC']
+    jqls = [
+        f'parent = "{key}" OR "Epic Link" = "{key}" ORDER BY key ASC',
+        f'parent = "{key}" ORDER BY key ASC',
+    ]
     for n, jql in enumerate(jqls):
         try:
             return _search_datacenter(http, f"{base}/rest/api/2/search", jql, what, done)
@@ -360,13 +429,18 @@ def _children_datacenter(http: HttpClient, base: str, key: str,
     return []  # not reached: the last search returns or raises
 
 
-def _search_datacenter(http: HttpClient, url: str, jql: str, what: str,
-                       done: frozenset[str]) -> list[Issue]:
+def _search_datacenter(
+    http: HttpClient, url: str, jql: str, what: str, done: frozenset[str]
+) -> list[Issue]:
     children: list[Issue] = []
     start = 0
     for _ in range(MAX_PAGES):
-        params: dict[str, str | int] = {"jql": jql, "fields": FIELDS,
-                                        "startAt": start, "maxResults": PAGE_SIZE}
+        params: dict[str, str | int] = {
+            "jql": jql,
+            "fields": FIELDS,
+            "startAt": start,
+            "maxResults": PAGE_SIZE,
+        }
         issues, page = _search_page(http, url, params, what)
         children += [_to_issue(item, what, done) for item in issues]
         start += len(issues)

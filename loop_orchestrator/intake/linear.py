@@ -75,8 +75,11 @@ def _graphql_error(resp: Response, key: str) -> TrackerHttpError | None:
     errors = data.get("errors") if isinstance(data, dict) else None
     if not errors:
         if resp.status >= 400:
-            return TrackerHttpError(f"Linear refused the request (HTTP {resp.status})",
-                                    status=resp.status, hint="Check LINEAR_API_URL.")
+            return TrackerHttpError(
+                f"Linear refused the request (HTTP {resp.status})",
+                status=resp.status,
+                hint="Check LINEAR_API_URL.",
+            )
         return None
     messages: list[str] = []
     codes: set[str] = set()
@@ -92,28 +95,41 @@ def _graphql_error(resp: Response, key: str) -> TrackerHttpError | None:
     lowered = said.lower()
     if "AUTHENTICATION_ERROR" in codes or "authentication" in lowered:
         return TokenRejectedError(
-            f"Linear token rejected: {said}", status=resp.status,
-            hint="Check LINEAR_API_KEY: it may be mistyped or revoked.")
+            f"Linear token rejected: {said}",
+            status=resp.status,
+            hint="Check LINEAR_API_KEY: it may be mistyped or revoked.",
+        )
     if "RATELIMITED" in codes or "rate limit" in lowered:
         reset_ms = resp.headers.get("x-ratelimit-requests-reset", "")
         reset_at = int(reset_ms) / 1000 if reset_ms.isdigit() else None
-        when = (f"; it resets at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(reset_at))}"
-                if reset_at else "")
-        return RateLimitedError(f"Linear rate limit reached{when}", status=resp.status,
-                                reset_at=reset_at,
-                                hint="Wait until then and run the command again.")
+        when = (
+            f"; it resets at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(reset_at))}"
+            if reset_at
+            else ""
+        )
+        return RateLimitedError(
+            f"Linear rate limit reached{when}",
+            status=resp.status,
+            reset_at=reset_at,
+            hint="Wait until then and run the command again.",
+        )
     if "not found" in lowered or "ENTITY_NOT_FOUND" in codes:
-        return NotFoundError(f"Linear: issue {key} not found: {said}", status=resp.status,
-                             hint="Check the key, and that LINEAR_API_KEY's workspace has it.")
-    return TrackerHttpError(f"Linear refused the query for {key}: {said}", status=resp.status,
-                            hint="Check the key and LINEAR_API_URL.")
+        return NotFoundError(
+            f"Linear: issue {key} not found: {said}",
+            status=resp.status,
+            hint="Check the key, and that LINEAR_API_KEY's workspace has it.",
+        )
+    return TrackerHttpError(
+        f"Linear refused the query for {key}: {said}",
+        status=resp.status,
+        hint="Check the key and LINEAR_API_URL.",
+    )
 
 
 def _to_issue(node: Any) -> Issue:
     if not isinstance(node, dict) or not isinstance(node.get("identifier"), str):
         msg = "Linear answered with something that is not an issue"
-        raise IntakeError(msg,
-                          hint="Check LINEAR_API_URL: it must point at Linear's GraphQL API.")
+        raise IntakeError(msg, hint="Check LINEAR_API_URL: it must point at Linear's GraphQL API.")
     state = as_dict(node.get("state"))
     kind = state.get("type")
     name = str(state.get("name") or kind or "")
@@ -126,8 +142,13 @@ def _to_issue(node: Any) -> Issue:
             if isinstance(r, dict) and r.get("type") == "duplicate"
         ]
         originals = [o for o in originals if o]
-        skipped = (f"duplicate of {', '.join(originals)}" if originals
-                   else f"{kind} ({name})" if name.lower() not in ("", kind) else str(kind))
+        skipped = (
+            f"duplicate of {', '.join(originals)}"
+            if originals
+            else f"{kind} ({name})"
+            if name.lower() not in ("", kind)
+            else str(kind)
+        )
     return Issue(
         key=node["identifier"],
         title=str(node.get("title") or ""),
@@ -147,8 +168,12 @@ def fetch(ref: IssueRef, env: Mapping[str, str]) -> IssueTree:
     children: list[Issue] = []
     after: str | None = None
     for _ in range(MAX_PAGES):
-        resp = http.post_json(api, {"query": QUERY, "variables": {"id": ref.key, "after": after}},
-                              what=f"issue {ref.key}", allow=(400,))
+        resp = http.post_json(
+            api,
+            {"query": QUERY, "variables": {"id": ref.key, "after": after}},
+            what=f"issue {ref.key}",
+            allow=(400,),
+        )
         problem = _graphql_error(resp, ref.key)
         if problem is not None:
             raise problem
@@ -156,16 +181,18 @@ def fetch(ref: IssueRef, env: Mapping[str, str]) -> IssueTree:
         issue = data.get("issue") if isinstance(data, dict) else None
         if issue is None:
             msg = f"Linear: issue {ref.key} not found"
-            raise NotFoundError(msg, status=resp.status,
-                                hint="Check the key, and that LINEAR_API_KEY's workspace has it.")
+            raise NotFoundError(
+                msg,
+                status=resp.status,
+                hint="Check the key, and that LINEAR_API_KEY's workspace has it.",
+            )
         if parent is None:
             parent = _to_issue(issue)
         block = issue.get("children") if isinstance(issue, dict) else None
         nodes = block.get("nodes") if isinstance(block, dict) else None
         if not isinstance(nodes, list):
             msg = f"Linear answered issue {ref.key} without its children"
-            raise IntakeError(msg,
-                              hint="Check LINEAR_API_URL.")
+            raise IntakeError(msg, hint="Check LINEAR_API_URL.")
         children += [_to_issue(n) for n in nodes]
         info = block.get("pageInfo") if isinstance(block, dict) else None
         if not (isinstance(info, dict) and info.get("hasNextPage") and info.get("endCursor")):

@@ -106,8 +106,9 @@ class IssueRef:
     api_url: str = ""  # GitHub Enterprise Server: https://HOST/api/v3, from a configured host
 
 
-def parse_key(key: str, env: Mapping[str, str] | None = None,
-              intake: IntakeConfig | None = None) -> IssueRef:
+def parse_key(
+    key: str, env: Mapping[str, str] | None = None, intake: IntakeConfig | None = None
+) -> IssueRef:
     """Recognise an issue key or URL; an ``IntakeError`` lists the accepted forms."""
     env = os.environ if env is None else env
     intake = IntakeConfig() if intake is None else intake
@@ -117,8 +118,13 @@ def parse_key(key: str, env: Mapping[str, str] | None = None,
         raise IntakeError(msg, hint=f"Give one of: {KEY_FORMS}.")
     m = _GH_SHORT.match(text)
     if m:
-        return IssueRef("github", f"{m['owner']}/{m['repo']}#{int(m['num'])}",
-                        m["owner"], m["repo"], int(m["num"]))
+        return IssueRef(
+            "github",
+            f"{m['owner']}/{m['repo']}#{int(m['num'])}",
+            m["owner"],
+            m["repo"],
+            int(m["num"]),
+        )
     if "://" in text:
         return _parse_url(text, env, intake)
     m = _TRACKER_KEY.match(text)
@@ -136,8 +142,7 @@ def parse_key(key: str, env: Mapping[str, str] | None = None,
             "LINEAR_API_KEY. A GitHub issue is written owner/repo#N.",
         )
     msg = f"{key!r} is not an issue key this version understands"
-    raise IntakeError(msg,
-                      hint=f"Give one of: {KEY_FORMS}.")
+    raise IntakeError(msg, hint=f"Give one of: {KEY_FORMS}.")
 
 
 def github_host(host: str) -> str:
@@ -162,13 +167,23 @@ def _parse_url(text: str, env: Mapping[str, str], intake: IntakeConfig) -> Issue
             return IssueRef("linear", m["key"].upper())
     elif host in ("github.com", "www.github.com"):
         if gh:
-            return IssueRef("github", f"{gh['owner']}/{gh['repo']}#{int(gh['num'])}",
-                            gh["owner"], gh["repo"], int(gh["num"]))
+            return IssueRef(
+                "github",
+                f"{gh['owner']}/{gh['repo']}#{int(gh['num'])}",
+                gh["owner"],
+                gh["repo"],
+                int(gh["num"]),
+            )
     elif host in enterprise:
         if gh:
-            return IssueRef("github", f"{gh['owner']}/{gh['repo']}#{int(gh['num'])}",
-                            gh["owner"], gh["repo"], int(gh["num"]),
-                            api_url=f"{parts.scheme}://{host}/api/v3")
+            return IssueRef(
+                "github",
+                f"{gh['owner']}/{gh['repo']}#{int(gh['num'])}",
+                gh["owner"],
+                gh["repo"],
+                int(gh["num"]),
+                api_url=f"{parts.scheme}://{host}/api/v3",
+            )
     elif gh and not _JIRA_BROWSE.search(parts.path):
         # the shape of a GitHub issue URL on a host nobody said is GitHub: never guess (a
         # token sent to the wrong host, or another forge read as GitHub)
@@ -184,16 +199,14 @@ def _parse_url(text: str, env: Mapping[str, str], intake: IntakeConfig) -> Issue
     else:
         selected = urllib.parse.parse_qs(parts.query).get("selectedIssue", [])
         m = _JIRA_BROWSE.search(parts.path)
-        jira_key = m["key"] if m else next(
-            (s for s in selected if _TRACKER_KEY.match(s)), None)
+        jira_key = m["key"] if m else next((s for s in selected if _TRACKER_KEY.match(s)), None)
         if jira_key:
             # a Data Center server may live under a context path (https://host/jira/browse/K)
             context = parts.path[: m.start()].rstrip("/") if m else ""
             base = env.get("JIRA_URL") or f"{parts.scheme}://{parts.netloc}{context}"
             return IssueRef("jira", jira_key.upper(), base_url=base)
     msg = f"{text!r} is not an issue URL this version understands"
-    raise IntakeError(msg,
-                      hint=f"Give one of: {KEY_FORMS}.")
+    raise IntakeError(msg, hint=f"Give one of: {KEY_FORMS}.")
 
 
 def task_id_for(key: str) -> str:
@@ -209,6 +222,7 @@ def task_id_for(key: str) -> str:
 
 
 # the intake tool role (kind = "cli") ------------------------------------------------------
+
 
 class _CliIssue(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -240,8 +254,7 @@ def fetch_with_command(command: str, key: str, repo: Path) -> IssueTree:
         ) from exc
     if len(argv) < 2:
         msg = "the tool profile's intake role has an empty `command`"
-        raise IntakeError(msg,
-                          hint="Set `intake.command` in .loop-orchestrator/tools.json.")
+        raise IntakeError(msg, hint="Set `intake.command` in .loop-orchestrator/tools.json.")
     exe = argv[0]
     if not executable_exists(exe, repo):
         msg = f"the intake command {exe!r} was not found (or is not executable)"
@@ -273,7 +286,8 @@ def fetch_with_command(command: str, key: str, repo: Path) -> IssueTree:
         ) from exc
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:8])
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:8]
+        )
         msg = f"the intake command `{shown}` printed JSON of the wrong shape: {problems}"
         raise IntakeError(
             msg,

@@ -110,8 +110,11 @@ def check_env(tree: Path, base: Mapping[str, str] | None = None) -> dict[str, st
     """
     env = proc.no_git_env(base)
     for key in list(env):
-        if key.startswith(_STRIPPED_PREFIXES) or key in _STRIPPED or (
-                key.startswith("LO_ORCH_") and key != "LO_ORCH_LOG_DIR"):
+        if (
+            key.startswith(_STRIPPED_PREFIXES)
+            or key in _STRIPPED
+            or (key.startswith("LO_ORCH_") and key != "LO_ORCH_LOG_DIR")
+        ):
             del env[key]
     start = _start_dir()
     paths = [str(tree)]

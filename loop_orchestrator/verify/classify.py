@@ -22,30 +22,74 @@ TEST_DIRS = frozenset({"tests", "test", "__tests__", "testing", "spec", "specs"}
 
 #: continuous integration: a task never changes how its work is checked
 CI_PATTERNS = (
-    ".github/**", ".gitlab-ci.yml", ".gitlab-ci.yaml", ".gitlab/**", ".ci/**",
-    ".circleci/**", "Jenkinsfile", "**/Jenkinsfile", "azure-pipelines.yml",
-    "azure-pipelines.yaml", ".azure-pipelines/**", ".travis.yml", "bitbucket-pipelines.yml",
-    ".buildkite/**", ".drone.yml", "appveyor.yml", ".appveyor.yml", ".woodpecker.yml",
-    ".woodpecker/**", ".pre-commit-config.yaml", ".pre-commit-hooks.yaml",
+    ".github/**",
+    ".gitlab-ci.yml",
+    ".gitlab-ci.yaml",
+    ".gitlab/**",
+    ".ci/**",
+    ".circleci/**",
+    "Jenkinsfile",
+    "**/Jenkinsfile",
+    "azure-pipelines.yml",
+    "azure-pipelines.yaml",
+    ".azure-pipelines/**",
+    ".travis.yml",
+    "bitbucket-pipelines.yml",
+    ".buildkite/**",
+    ".drone.yml",
+    "appveyor.yml",
+    ".appveyor.yml",
+    ".woodpecker.yml",
+    ".woodpecker/**",
+    ".pre-commit-config.yaml",
+    ".pre-commit-hooks.yaml",
 )
 
 #: test configuration: decides which tests run and how they are judged (every file pytest
 #: reads its configuration from, by name: pytest 9's ``CONFIG_LOADERS_BY_NAME``; setup.cfg
 #: and pyproject.toml hold other settings too and are judged by content)
 TEST_CONFIG_PATTERNS = (
-    "**/conftest.py", "**/pytest.ini", "**/.pytest.ini", "**/pytest.toml", "**/.pytest.toml",
-    "**/tox.ini", "**/noxfile.py", "**/.coveragerc",
-    "**/jest.config.*", "**/jest.setup.*", "**/vitest.config.*", "**/vitest.workspace.*",
-    "**/vitest.setup.*", "**/.mocharc*", "**/karma.conf.*", "**/playwright.config.*",
-    "**/cypress.config.*", "**/ava.config.*", "**/.nycrc*",
+    "**/conftest.py",
+    "**/pytest.ini",
+    "**/.pytest.ini",
+    "**/pytest.toml",
+    "**/.pytest.toml",
+    "**/tox.ini",
+    "**/noxfile.py",
+    "**/.coveragerc",
+    "**/jest.config.*",
+    "**/jest.setup.*",
+    "**/vitest.config.*",
+    "**/vitest.workspace.*",
+    "**/vitest.setup.*",
+    "**/.mocharc*",
+    "**/karma.conf.*",
+    "**/playwright.config.*",
+    "**/cypress.config.*",
+    "**/ava.config.*",
+    "**/.nycrc*",
 )
 
 #: lock files: out of scope unless the task owns them
 LOCK_PATTERNS = (
-    "**/poetry.lock", "**/uv.lock", "**/Pipfile.lock", "**/pdm.lock", "**/package-lock.json",
-    "**/npm-shrinkwrap.json", "**/yarn.lock", "**/pnpm-lock.yaml", "**/bun.lockb",
-    "**/bun.lock", "**/Cargo.lock", "**/go.sum", "**/Gemfile.lock", "**/composer.lock",
-    "**/mix.lock", "**/flake.lock", "**/packages.lock.json", "**/gradle.lockfile",
+    "**/poetry.lock",
+    "**/uv.lock",
+    "**/Pipfile.lock",
+    "**/pdm.lock",
+    "**/package-lock.json",
+    "**/npm-shrinkwrap.json",
+    "**/yarn.lock",
+    "**/pnpm-lock.yaml",
+    "**/bun.lockb",
+    "**/bun.lock",
+    "**/Cargo.lock",
+    "**/go.sum",
+    "**/Gemfile.lock",
+    "**/composer.lock",
+    "**/mix.lock",
+    "**/flake.lock",
+    "**/packages.lock.json",
+    "**/gradle.lockfile",
 )
 
 #: git metadata that changes how diffs are read or what is checked out: as lock files
@@ -150,8 +194,12 @@ def is_js_test_module(path: str) -> bool:
     if not is_js(path):
         return False
     stem_parts = p.name.split(".")
-    return ("test" in stem_parts[1:-1] or "spec" in stem_parts[1:-1] or "__tests__" in p.parts
-            or (len(p.parts) == 2 and p.parts[0] in ("test", "tests")))
+    return (
+        "test" in stem_parts[1:-1]
+        or "spec" in stem_parts[1:-1]
+        or "__tests__" in p.parts
+        or (len(p.parts) == 2 and p.parts[0] in ("test", "tests"))
+    )
 
 
 def is_test_module(path: str) -> bool:
@@ -165,6 +213,7 @@ def is_test_code(path: str) -> bool:
 
 
 # content-dependent test configuration ---------------------------------------------------
+
 
 def _pyproject_test_sections(text: str | None) -> Any:
     if not text:
@@ -193,11 +242,7 @@ def _setup_cfg_test_sections(text: str | None) -> Any:
     except configparser.Error:
         return {"<unparseable>": text}
     wanted = ("tool:pytest", "pytest", "coverage:", "tox", "aliases")
-    return {
-        name: dict(parser.items(name))
-        for name in parser.sections()
-        if name.startswith(wanted)
-    }
+    return {name: dict(parser.items(name)) for name in parser.sections() if name.startswith(wanted)}
 
 
 def _package_json_test_keys(text: str | None) -> Any:

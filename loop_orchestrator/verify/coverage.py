@@ -31,14 +31,67 @@ from loop_orchestrator import pyast
 from loop_orchestrator.verify import jstests, pytests
 
 #: names too common to say what a test is about
-_STOP = frozenset({
-    "self", "cls", "assert", "pytest", "raises", "mark", "parametrize", "true", "false",
-    "none", "null", "undefined", "let", "const", "var", "function", "return", "await",
-    "async", "new", "this", "for", "while", "if", "else", "try", "catch", "throw", "expect",
-    "test", "tests", "it", "describe", "list", "dict", "set", "tuple", "len", "str", "int",
-    "isinstance", "type", "range", "should", "with", "and", "the", "not", "equal",
-    "subtest", "result", "expected", "actual", "value", "values", "args", "kwargs",
-})
+_STOP = frozenset(
+    {
+        "self",
+        "cls",
+        "assert",
+        "pytest",
+        "raises",
+        "mark",
+        "parametrize",
+        "true",
+        "false",
+        "none",
+        "null",
+        "undefined",
+        "let",
+        "const",
+        "var",
+        "function",
+        "return",
+        "await",
+        "async",
+        "new",
+        "this",
+        "for",
+        "while",
+        "if",
+        "else",
+        "try",
+        "catch",
+        "throw",
+        "expect",
+        "test",
+        "tests",
+        "it",
+        "describe",
+        "list",
+        "dict",
+        "set",
+        "tuple",
+        "len",
+        "str",
+        "int",
+        "isinstance",
+        "type",
+        "range",
+        "should",
+        "with",
+        "and",
+        "the",
+        "not",
+        "equal",
+        "subtest",
+        "result",
+        "expected",
+        "actual",
+        "value",
+        "values",
+        "args",
+        "kwargs",
+    }
+)
 _JS_TOKEN = re.compile(r"[A-Za-z_$][\w$]*|-?\d+(?:\.\d+)?|'[^'\n]*'|\"[^\"\n]*\"")
 _TRIVIAL = frozenset({"0", "1", "True", "False", "None", "''", '""'})
 
@@ -118,8 +171,11 @@ def _bind(stmt: ast.stmt, env: dict[str, _Value]) -> None:
     pairs: list[tuple[ast.expr, ast.expr | None]] = []
     if isinstance(stmt, ast.Assign):
         for target in stmt.targets:
-            if (isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple)
-                    and len(target.elts) == len(stmt.value.elts)):
+            if (
+                isinstance(target, ast.Tuple)
+                and isinstance(stmt.value, ast.Tuple)
+                and len(target.elts) == len(stmt.value.elts)
+            ):
                 pairs += zip(target.elts, stmt.value.elts, strict=True)
             else:
                 pairs.append((target, stmt.value))
@@ -143,7 +199,8 @@ def _bind(stmt: ast.stmt, env: dict[str, _Value]) -> None:
 def _specific(node: ast.AST) -> bool:
     """Whether an assertion calls code (not an assert helper) or names a literal."""
     return bool(_called(node)) or any(
-        isinstance(n, ast.Constant) and repr(n.value) not in _TRIVIAL for n in ast.walk(node))
+        isinstance(n, ast.Constant) and repr(n.value) not in _TRIVIAL for n in ast.walk(node)
+    )
 
 
 def python(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Evidence:
@@ -151,9 +208,11 @@ def python(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Evidence:
     env: dict[str, _Value] = {}
     for node in _statements(fn.body):
         statement = isinstance(node, ast.Assert) or (
-            isinstance(node, ast.Expr) and pytests.is_assertion(node.value))
+            isinstance(node, ast.Expr) and pytests.is_assertion(node.value)
+        )
         context = isinstance(node, ast.With | ast.AsyncWith) and any(
-            pytests.is_assertion(i.context_expr) for i in node.items)
+            pytests.is_assertion(i.context_expr) for i in node.items
+        )
         if statement or context:
             resolved = _resolved(node, env)
             asserted.add(resolved.dump)
@@ -172,14 +231,25 @@ def python(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Evidence:
             text = repr(n.value)
             if text not in _TRIVIAL:
                 tokens.add(text)
-        elif (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub)
-              and isinstance(n.operand, ast.Constant)):
+        elif (
+            isinstance(n, ast.UnaryOp)
+            and isinstance(n.op, ast.USub)
+            and isinstance(n.operand, ast.Constant)
+        ):
             tokens.add("-" + repr(n.operand.value))
     parametrized = any("parametrize" in pytests.dotted(d) for d in fn.decorator_list)
-    looped = any(isinstance(n, ast.For | ast.AsyncFor | ast.While)
-                 and any(pytests.is_assertion(m) for m in ast.walk(n)) for n in ast.walk(fn))
-    return Evidence(frozenset(asserted), frozenset(specific), frozenset(subjects),
-                    frozenset(tokens), parametrized or looped)
+    looped = any(
+        isinstance(n, ast.For | ast.AsyncFor | ast.While)
+        and any(pytests.is_assertion(m) for m in ast.walk(n))
+        for n in ast.walk(fn)
+    )
+    return Evidence(
+        frozenset(asserted),
+        frozenset(specific),
+        frozenset(subjects),
+        frozenset(tokens),
+        parametrized or looped,
+    )
 
 
 def js(test: jstests.JsTest) -> Evidence:
@@ -194,15 +264,22 @@ def js(test: jstests.JsTest) -> Evidence:
                 if name.lower() not in _STOP and not test.assertion_re.match(name + "("):
                     called.add(name)
             subjects |= called
-            if called or literals(frozenset(
-                    t for t in _JS_TOKEN.findall(line) if t not in _TRIVIAL)):
+            if called or literals(
+                frozenset(t for t in _JS_TOKEN.findall(line) if t not in _TRIVIAL)
+            ):
                 specific.add(text)
-    tokens = {t for t in _JS_TOKEN.findall(test.body)
-              if t not in _TRIVIAL and (len(t) >= 3 or not t[0].isalpha())
-              and t.lower() not in _STOP and not test.assertion_re.match(t + "(")}
+    tokens = {
+        t
+        for t in _JS_TOKEN.findall(test.body)
+        if t not in _TRIVIAL
+        and (len(t) >= 3 or not t[0].isalpha())
+        and t.lower() not in _STOP
+        and not test.assertion_re.match(t + "(")
+    }
     looped = bool(re.search(r"\bfor\s*\(|\.forEach\(|\.each\b", test.masked_body))
-    return Evidence(frozenset(asserted), frozenset(specific), frozenset(subjects),
-                    frozenset(tokens), looped)
+    return Evidence(
+        frozenset(asserted), frozenset(specific), frozenset(subjects), frozenset(tokens), looped
+    )
 
 
 def literals(tokens: frozenset[str]) -> set[str]:
@@ -227,8 +304,13 @@ def distinctive(tokens: frozenset[str]) -> set[str]:
 
 def name_words(name: str) -> set[str]:
     """The words of a test's name that say what it is about (``test_hash`` -> {"hash"})."""
-    return {w for w in pytests.words(name) if len(w) >= 3 and w not in _STOP
-            and w not in ("avoids", "works", "handles", "check", "checks", "case", "cases")}
+    return {
+        w
+        for w in pytests.words(name)
+        if len(w) >= 3
+        and w not in _STOP
+        and w not in ("avoids", "works", "handles", "check", "checks", "case", "cases")
+    }
 
 
 def defined_names(source: str | None) -> set[str]:
@@ -239,8 +321,11 @@ def defined_names(source: str | None) -> set[str]:
         tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return set()
-    return {n.name for n in ast.walk(tree)
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    return {
+        n.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
 
 
 _JS_DEF = re.compile(r"(?:function\s+|(?:const|let|var)\s+)([A-Za-z_$][\w$]*)")

@@ -51,8 +51,9 @@ def judged(disputes: Sequence[Dispute], claims: Sequence[tuple[str, str]]) -> bo
     return [(d.check, d.note) for d in disputes] == _normal(claims)
 
 
-def hold(findings: list[Finding], claims: Sequence[tuple[str, str]]
-         ) -> tuple[list[Finding], list[Dispute]]:
+def hold(
+    findings: list[Finding], claims: Sequence[tuple[str, str]]
+) -> tuple[list[Finding], list[Dispute]]:
     """Apply the session's disputes before the verdict is decided.
 
     Each disputed blocking heuristic finding becomes a warning carrying the session's
@@ -68,8 +69,14 @@ def hold(findings: list[Finding], claims: Sequence[tuple[str, str]]
             continue
         hits = [i for i, f in enumerate(out) if f.check == check and f.blocking]
         if not hits:
-            disputes.append(Dispute(check=check, note=note, outcome="moot",
-                                    reason="no blocking finding with this id in this round"))
+            disputes.append(
+                Dispute(
+                    check=check,
+                    note=note,
+                    outcome="moot",
+                    reason="no blocking finding with this id in this round",
+                )
+            )
             continue
         for i in hits:
             out[i] = out[i].model_copy(update={"severity": Severity.WARNING, "dispute": note})
@@ -77,8 +84,14 @@ def hold(findings: list[Finding], claims: Sequence[tuple[str, str]]
     return out, disputes
 
 
-def settle(findings: list[Finding], disputes: list[Dispute], *, auditor_status: str,
-           auditor_mode: str, reasons: Sequence[str]) -> tuple[list[Finding], list[Dispute]]:
+def settle(
+    findings: list[Finding],
+    disputes: list[Dispute],
+    *,
+    auditor_status: str,
+    auditor_mode: str,
+    reasons: Sequence[str],
+) -> tuple[list[Finding], list[Dispute]]:
     """The disputes' outcomes once the rest of the verdict is known.
 
     ``auditor_status``: ``pass``/``fail`` when the auditor judged, ``skipped`` otherwise
@@ -98,12 +111,20 @@ def settle(findings: list[Finding], disputes: list[Dispute], *, auditor_status: 
         outcome, why = "carried", "no auditor: the person judges it at Gate 2"
     else:
         outcome, restore = "deferred", True
-        why = ("other blocking findings stopped the auditor: the finding still blocks; "
-               "dispute it again with your next impl_done if it still applies")
+        why = (
+            "other blocking findings stopped the auditor: the finding still blocks; "
+            "dispute it again with your next impl_done if it still applies"
+        )
     checks = {d.check for d in held}
     if restore:
-        findings = [f.model_copy(update={"severity": Severity.BLOCKING})
-                    if f.dispute is not None and f.check in checks else f for f in findings]
-    settled = [d.model_copy(update={"outcome": outcome, "reason": why})
-               if d.outcome == "carried" else d for d in disputes]
+        findings = [
+            f.model_copy(update={"severity": Severity.BLOCKING})
+            if f.dispute is not None and f.check in checks
+            else f
+            for f in findings
+        ]
+    settled = [
+        d.model_copy(update={"outcome": outcome, "reason": why}) if d.outcome == "carried" else d
+        for d in disputes
+    ]
     return findings, settled

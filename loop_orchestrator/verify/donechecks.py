@@ -62,8 +62,15 @@ def with_junit(argv: Sequence[str], junit_path: Path) -> list[str]:
 
 #: the files pytest reads its configuration from, in its order (pytest 9,
 #: ``_pytest.config.findpaths.CONFIG_LOADERS_BY_NAME``)
-CONFIG_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml",
-                "tox.ini", "setup.cfg")
+CONFIG_NAMES = (
+    "pytest.toml",
+    ".pytest.toml",
+    "pytest.ini",
+    ".pytest.ini",
+    "pyproject.toml",
+    "tox.ini",
+    "setup.cfg",
+)
 _PINNING = ("-c", "--config-file", "--rootdir", "--confcutdir", "--inifile")
 
 
@@ -94,7 +101,7 @@ def project_config(argv: Sequence[str], tree: Path) -> Path | None:
     common folder of the path arguments up to ``tree``, never above it."""
     start = pytest_index(argv)
     dirs = []
-    for arg in argv[(start or 0) + 1:]:
+    for arg in argv[(start or 0) + 1 :]:
         if arg.startswith("-"):
             continue
         path = (tree / arg.split("::", 1)[0]).resolve()
@@ -127,10 +134,18 @@ def pinned(argv: Sequence[str], tree: Path) -> list[str]:
     return [*argv, "-c", str(config), f"--rootdir={root}", f"--confcutdir={root}"]
 
 
-def run_one(name: str, argv: Sequence[str], cwd: Path, evidence: Path, *,
-            env: Mapping[str, str], timeout: float, criterion: str | None = None,
-            cwd_kind: Literal["commit", "base"] = "commit",
-            junit_path: Path | None = None) -> CheckRun:
+def run_one(
+    name: str,
+    argv: Sequence[str],
+    cwd: Path,
+    evidence: Path,
+    *,
+    env: Mapping[str, str],
+    timeout: float,
+    criterion: str | None = None,
+    cwd_kind: Literal["commit", "base"] = "commit",
+    junit_path: Path | None = None,
+) -> CheckRun:
     """Run one command and keep its output in ``evidence/<name>.stdout.txt`` etc."""
     evidence.mkdir(parents=True, exist_ok=True)
     out_path = evidence / f"{name}.stdout.txt"
@@ -141,10 +156,13 @@ def run_one(name: str, argv: Sequence[str], cwd: Path, evidence: Path, *,
     try:
         # stdin empty: a check that prompts ends instead of waiting on the supervisor's
         # terminal, and never reads from it
-        result = proc.run(list(argv), cwd=cwd, env=env, timeout=timeout, check=False,
-                          input="")
-        code, stdout, stderr, duration = (result.returncode, result.stdout, result.stderr,
-                                          result.duration)
+        result = proc.run(list(argv), cwd=cwd, env=env, timeout=timeout, check=False, input="")
+        code, stdout, stderr, duration = (
+            result.returncode,
+            result.stdout,
+            result.stderr,
+            result.duration,
+        )
     except LoOrchError as exc:  # the program does not exist
         code, stdout, stderr, duration = None, "", exc.render(), 0.0
         error = exc.message
@@ -154,9 +172,15 @@ def run_one(name: str, argv: Sequence[str], cwd: Path, evidence: Path, *,
     atomic_write_text(out_path, stdout)
     atomic_write_text(err_path, stderr)
     run = CheckRun(
-        name=name, criterion=criterion, argv=list(argv), cwd_kind=cwd_kind,
-        exit_code=code, timed_out=code is None and error is None, duration=round(duration, 3),
-        stdout_path=str(out_path), stderr_path=str(err_path),
+        name=name,
+        criterion=criterion,
+        argv=list(argv),
+        cwd_kind=cwd_kind,
+        exit_code=code,
+        timed_out=code is None and error is None,
+        duration=round(duration, 3),
+        stdout_path=str(out_path),
+        stderr_path=str(err_path),
         junit_path=str(junit_path) if junit_path is not None and junit_path.exists() else None,
         error=error,
     )
@@ -164,8 +188,9 @@ def run_one(name: str, argv: Sequence[str], cwd: Path, evidence: Path, *,
     return run
 
 
-def run_done_checks(specs: Sequence[DoneSpec], tree: Path, evidence: Path, *,
-                    env: Mapping[str, str], timeout: float) -> list[CheckRun]:
+def run_done_checks(
+    specs: Sequence[DoneSpec], tree: Path, evidence: Path, *, env: Mapping[str, str], timeout: float
+) -> list[CheckRun]:
     """Run every done-check that has a command, in order, in ``tree``."""
     runs = []
     for n, spec in enumerate(specs, start=1):
@@ -177,8 +202,18 @@ def run_done_checks(specs: Sequence[DoneSpec], tree: Path, evidence: Path, *,
         if is_pytest(argv):
             junit_path = evidence / f"{name}.junit.xml"
             argv = with_junit(pinned(argv, tree), junit_path)
-        runs.append(run_one(name, argv, tree, evidence, env=env, timeout=timeout,
-                            criterion=spec.criterion, junit_path=junit_path))
+        runs.append(
+            run_one(
+                name,
+                argv,
+                tree,
+                evidence,
+                env=env,
+                timeout=timeout,
+                criterion=spec.criterion,
+                junit_path=junit_path,
+            )
+        )
     return runs
 
 
@@ -201,22 +236,35 @@ def check_findings(runs: Sequence[CheckRun], timeout: float) -> list[Finding]:
         shown = " ".join(run.argv)
         what = f"done-check {run.name} ({run.criterion or shown})"
         if run.error:
-            out.append(blocking(
-                f"{what} could not start: {run.error}. It ran in a clean checkout of the "
-                "commit, where untracked files of your worktree do not exist.",
-                "done.error", None, None,
-                fix="Make the check runnable from a fresh checkout (commit what it needs)."))
+            out.append(
+                blocking(
+                    f"{what} could not start: {run.error}. It ran in a clean checkout of the "
+                    "commit, where untracked files of your worktree do not exist.",
+                    "done.error",
+                    None,
+                    None,
+                    fix="Make the check runnable from a fresh checkout (commit what it needs).",
+                )
+            )
         elif run.timed_out:
-            out.append(blocking(
-                f"{what} did not finish within {timeout:.0f} s.", "done.timeout",
-                fix="Find what hangs (a prompt, a server, an endless loop) and fix it."))
+            out.append(
+                blocking(
+                    f"{what} did not finish within {timeout:.0f} s.",
+                    "done.timeout",
+                    fix="Find what hangs (a prompt, a server, an endless loop) and fix it.",
+                )
+            )
         elif run.exit_code != 0:
             tail = _tail(run.stdout_path) or _tail(run.stderr_path)
-            out.append(blocking(
-                f"{what} failed with exit code {run.exit_code}: `{shown}`."
-                + (f"\nLast lines of its output:\n{tail}" if tail else ""),
-                "done.failed", fix=f"Run `{shown}` yourself and make it pass; the full "
-                f"output is in {run.stdout_path}."))
+            out.append(
+                blocking(
+                    f"{what} failed with exit code {run.exit_code}: `{shown}`."
+                    + (f"\nLast lines of its output:\n{tail}" if tail else ""),
+                    "done.failed",
+                    fix=f"Run `{shown}` yourself and make it pass; the full "
+                    f"output is in {run.stdout_path}.",
+                )
+            )
     return out
 
 
@@ -225,35 +273,54 @@ def report_findings(runs: Sequence[CheckRun]) -> list[Finding]:
     that proves it: no report, no test that ran (all skipped or deselected), or a failure."""
     out = []
     for run in runs:
-        if (not run.name.startswith("check-") or not is_pytest(run.argv) or run.error
-                or run.timed_out or run.exit_code != 0):
+        if (
+            not run.name.startswith("check-")
+            or not is_pytest(run.argv)
+            or run.error
+            or run.timed_out
+            or run.exit_code != 0
+        ):
             continue  # not pytest, or check_findings already blocks it
         what = f"done-check {run.name} ({run.criterion or ' '.join(run.argv)})"
         cases = junit.parse(Path(run.junit_path)) if run.junit_path else []
         if not run.junit_path:
-            out.append(blocking(
-                f"{what} exited 0 but pytest wrote no JUnit report: the process ended before "
-                "pytest finished (os._exit, sys.exit or a crash in the code under test), so "
-                "nothing proves that a test ran.", "done.no-report",
-                fix="Find what ends the process early (code that exits when imported or when "
-                    "pytest is loaded) and remove it."))
+            out.append(
+                blocking(
+                    f"{what} exited 0 but pytest wrote no JUnit report: the process ended before "
+                    "pytest finished (os._exit, sys.exit or a crash in the code under test), so "
+                    "nothing proves that a test ran.",
+                    "done.no-report",
+                    fix="Find what ends the process early (code that exits when imported or when "
+                    "pytest is loaded) and remove it.",
+                )
+            )
         elif not any(c.outcome != "skipped" for c in cases):
-            out.append(blocking(
-                f"{what} ran no test: its JUnit report has {len(cases)} test(s), none of them "
-                "run (all skipped, deselected or not collected).", "done.no-tests",
-                fix="Make the tests the check names run and pass; do not skip or deselect them."))
+            out.append(
+                blocking(
+                    f"{what} ran no test: its JUnit report has {len(cases)} test(s), none of them "
+                    "run (all skipped, deselected or not collected).",
+                    "done.no-tests",
+                    fix=(
+                        "Make the tests the check names run and pass; do not skip or deselect them."
+                    ),
+                )
+            )
         elif bad := [c for c in cases if c.outcome in ("failed", "error")]:
             first = bad[0]
-            out.append(blocking(
-                f"{what} exited 0, but its JUnit report shows {len(bad)} failed test(s), "
-                f"first {first.classname}::{first.name}: {first.message[:200]}",
-                "done.report-failed", fix="Make every test pass; the exit code alone does "
-                "not count."))
+            out.append(
+                blocking(
+                    f"{what} exited 0, but its JUnit report shows {len(bad)} failed test(s), "
+                    f"first {first.classname}::{first.name}: {first.message[:200]}",
+                    "done.report-failed",
+                    fix="Make every test pass; the exit code alone does not count.",
+                )
+            )
     return out
 
 
-def new_test_findings(new_tests: Sequence[TestRef], runs: Sequence[CheckRun],
-                      new_files: Sequence[str] = ()) -> list[Finding]:
+def new_test_findings(
+    new_tests: Sequence[TestRef], runs: Sequence[CheckRun], new_files: Sequence[str] = ()
+) -> list[Finding]:
     """New Python tests must appear in a JUnit report as passed, never skipped or missing;
     every new test module (``new_files``) must show at least one test that passed, also
     when its tests are not plain functions the AST can see.
@@ -273,32 +340,49 @@ def new_test_findings(new_tests: Sequence[TestRef], runs: Sequence[CheckRun],
         hits = junit.results_for(cases, ref)
         where = f"{ref.path}::{ref.qualname}"
         if not hits:
-            out.append(blocking(
-                f"new test {where} did not run in any check (not collected, deselected or "
-                "not in the checked paths).", "done.new-test-missing", ref.path,
-                fix="Make sure pytest collects it (file and function names start with test_, "
-                    "no deselecting marker) and that the done-checks cover it."))
+            out.append(
+                blocking(
+                    f"new test {where} did not run in any check (not collected, deselected or "
+                    "not in the checked paths).",
+                    "done.new-test-missing",
+                    ref.path,
+                    fix="Make sure pytest collects it (file and function names start with test_, "
+                    "no deselecting marker) and that the done-checks cover it.",
+                )
+            )
         elif any(c.outcome == "skipped" for c in hits):
-            out.append(blocking(
-                f"new test {where} was skipped: a skipped test proves nothing.",
-                "done.new-test-skipped", ref.path,
-                fix="Remove the skip condition and make the test pass."))
+            out.append(
+                blocking(
+                    f"new test {where} was skipped: a skipped test proves nothing.",
+                    "done.new-test-skipped",
+                    ref.path,
+                    fix="Remove the skip condition and make the test pass.",
+                )
+            )
         elif any(c.outcome in ("failed", "error") for c in hits):
             first = next(c for c in hits if c.outcome in ("failed", "error"))
-            out.append(blocking(
-                f"new test {where} {first.outcome}: {first.message[:200]}",
-                "done.new-test-failed", ref.path, fix="Make the test pass."))
+            out.append(
+                blocking(
+                    f"new test {where} {first.outcome}: {first.message[:200]}",
+                    "done.new-test-failed",
+                    ref.path,
+                    fix="Make the test pass.",
+                )
+            )
     named = {f.path for f in out}
     for path in new_files:
-        if path in named or any(c.outcome == "passed" and junit.in_module(c, path)
-                                for c in cases):
+        if path in named or any(c.outcome == "passed" and junit.in_module(c, path) for c in cases):
             continue
-        out.append(blocking(
-            f"new test file {path} did not run in any check: no test of it passed in a JUnit "
-            "report (not collected, deselected, skipped or not in the checked paths).",
-            "done.new-test-missing", path,
-            fix="Make sure pytest collects and runs its tests, and that the done-checks "
-                "cover it."))
+        out.append(
+            blocking(
+                f"new test file {path} did not run in any check: no test of it passed in a JUnit "
+                "report (not collected, deselected, skipped or not in the checked paths).",
+                "done.new-test-missing",
+                path,
+                fix="Make sure pytest collects and runs its tests, and that the done-checks "
+                "cover it.",
+            )
+        )
     return out
 
 

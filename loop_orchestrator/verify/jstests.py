@@ -116,21 +116,23 @@ class Lines:
         return bisect.bisect_right(self.starts, offset)
 
 
-_TEST_CALL = re.compile(
-    r"(?<![\w$.])(it|test|specify|xit|xtest|fit|xspecify)((?:\.\w+)*)\s*\(")
+_TEST_CALL = re.compile(r"(?<![\w$.])(it|test|specify|xit|xtest|fit|xspecify)((?:\.\w+)*)\s*\(")
 _SUITE_CALL = re.compile(
-    r"(?<![\w$.])(describe|context|suite|xdescribe|fdescribe|xcontext)((?:\.\w+)*)\s*\(")
+    r"(?<![\w$.])(describe|context|suite|xdescribe|fdescribe|xcontext)((?:\.\w+)*)\s*\("
+)
 _ASSERT = re.compile(
     r"(?<![\w$.])(?:expect|assert|expectTypeOf|assertType)\s*[.(]"
     r"|\.should\b|(?<![\w$])sinon\.assert\."
     r"|(?<![\w$.])t\.(?:is|not|deepEqual|notDeepEqual|true|false|truthy|falsy|throws"
-    r"|throwsAsync|notThrows|regex|snapshot|assert|like)\s*\(")
+    r"|throwsAsync|notThrows|regex|snapshot|assert|like)\s*\("
+)
 #: ``import { equal, throws as t } from 'node:assert'`` and ``const { ok } = require('assert')``:
 #: node's assert functions called by their own names (corpus: ai/nanoid's tests)
 _ASSERT_IMPORT = re.compile(
     r"import\s*\{(?P<a>[^}]*)\}\s*from\s*['\"](?:node:)?assert(?:/strict)?['\"]"
     r"|(?:const|let|var)\s*\{(?P<b>[^}]*)\}\s*=\s*require\(\s*['\"](?:node:)?assert"
-    r"(?:/strict)?['\"]\s*\)")
+    r"(?:/strict)?['\"]\s*\)"
+)
 
 
 def assertion_pattern(source: str) -> re.Pattern[str]:
@@ -141,7 +143,9 @@ def assertion_pattern(source: str) -> re.Pattern[str]:
         for part in (m.group("a") or m.group("b") or "").split(","):
             name = re.split(r"\s+as\s+|\s*:\s*", part.strip())[-1].strip()
             if re.fullmatch(r"[A-Za-z_$][\w$]*", name) and name not in (
-                    "default", "AssertionError"):
+                "default",
+                "AssertionError",
+            ):
                 names.append(re.escape(name))
     if not names:
         return _ASSERT
@@ -152,26 +156,45 @@ _SKIP = re.compile(
     r"(?<![\w$.])(?:(?:it|test|describe|suite|context|specify|bench)(?:\.\w+)*?"
     r"\.(?:skip|only|todo|skipIf|runIf|fails|fixme)\b"
     r"|(?:xit|xtest|xdescribe|xcontext|xspecify|fit|fdescribe|fcontext)\s*\("
-    r"|this\.skip\s*\()")
+    r"|this\.skip\s*\()"
+)
 _ERROR_CASE = re.compile(
     r"\.(?:toThrow|toThrowError|toThrowErrorMatchingSnapshot|toThrowErrorMatchingInlineSnapshot)"
     r"\b|\.rejects\b|\.to\.(?:be\.)?(?:throw|rejected)|(?<![\w$])assert\.(?:throws|rejects)\b"
-    r"|(?<![\w$.])t\.throws(?:Async)?\b")
+    r"|(?<![\w$.])t\.throws(?:Async)?\b"
+)
 _BOUNDARY_VALUE = re.compile(
     r"(?<![\w.$])(?:0|0\.0|-\d+(?:\.\d+)?)(?![\w.])|''|\"\"|``|\[\s*\]|(?<![\w$.])"
-    r"(?:null|undefined|NaN|Infinity)\b|Number\.(?:MAX|MIN)_\w+|Number\.EPSILON")
+    r"(?:null|undefined|NaN|Infinity)\b|Number\.(?:MAX|MIN)_\w+|Number\.EPSILON"
+)
 _LIT = r"(?:true|false|null|undefined|-?\d+(?:\.\d+)?|'[^'\\\n]*'|\"[^\"\\\n]*\")"
 _TAUTOLOGIES = (
-    (re.compile(rf"expect\(\s*({_LIT})\s*\)\s*\.(?:not\.)?(?:toBe|toEqual|toStrictEqual)"
-                rf"\(\s*({_LIT})\s*\)"), "compares two constants"),
-    (re.compile(r"expect\(\s*(?:true|[1-9]\d*|'[^']+'|\"[^\"]+\")\s*\)\s*\."
-                r"(?:toBeTruthy|toBeDefined)\(\s*\)"), "expects a constant to be truthy"),
-    (re.compile(r"expect\(\s*([\w$.]+)\s*\)\s*\.(?:toBe|toEqual|toStrictEqual)\(\s*\1\s*\)"),
-     "compares a value with itself"),
-    (re.compile(r"(?<![\w$.])assert(?:\.ok)?\(\s*(?:true|[1-9]\d*)\s*\)"),
-     "asserts a constant"),
-    (re.compile(rf"(?<![\w$])assert\.(?:equal|strictEqual|deepEqual|deepStrictEqual)\(\s*"
-                rf"({_LIT}|[\w$.]+)\s*,\s*\1\s*\)"), "compares a value with itself"),
+    (
+        re.compile(
+            rf"expect\(\s*({_LIT})\s*\)\s*\.(?:not\.)?(?:toBe|toEqual|toStrictEqual)"
+            rf"\(\s*({_LIT})\s*\)"
+        ),
+        "compares two constants",
+    ),
+    (
+        re.compile(
+            r"expect\(\s*(?:true|[1-9]\d*|'[^']+'|\"[^\"]+\")\s*\)\s*\."
+            r"(?:toBeTruthy|toBeDefined)\(\s*\)"
+        ),
+        "expects a constant to be truthy",
+    ),
+    (
+        re.compile(r"expect\(\s*([\w$.]+)\s*\)\s*\.(?:toBe|toEqual|toStrictEqual)\(\s*\1\s*\)"),
+        "compares a value with itself",
+    ),
+    (re.compile(r"(?<![\w$.])assert(?:\.ok)?\(\s*(?:true|[1-9]\d*)\s*\)"), "asserts a constant"),
+    (
+        re.compile(
+            rf"(?<![\w$])assert\.(?:equal|strictEqual|deepEqual|deepStrictEqual)\(\s*"
+            rf"({_LIT}|[\w$.]+)\s*,\s*\1\s*\)"
+        ),
+        "compares a value with itself",
+    ),
     (re.compile(r"(?<![\w$.])expect\(\s*true\s*\)\s*\.to\.be\.true"), "expects true to be true"),
 )
 _BROAD_THROW = re.compile(r"\.toThrow\(\s*\)")
@@ -212,7 +235,7 @@ def _title(source: str, masked: str, open_paren: int, close: int) -> tuple[str, 
         elif ch == "," and depth == 0:
             break
         k += 1
-    raw = source[open_paren + 1:k].strip()
+    raw = source[open_paren + 1 : k].strip()
     if len(raw) >= 2 and raw[0] in "'\"`" and raw[-1] == raw[0]:
         raw = raw[1:-1]
     return raw, k
@@ -228,7 +251,7 @@ def _body_range(masked: str, after: int, close: int) -> tuple[int, int]:
     start = min(starts)
     brace = masked.find("{", start, close)
     if arrow == start:
-        rest = masked[arrow + 2:close].lstrip()
+        rest = masked[arrow + 2 : close].lstrip()
         if not rest.startswith("{"):
             return arrow + 2, close
     if brace < 0:
@@ -268,12 +291,20 @@ def parse_module(path: str, source: str) -> JsModule:
             dups.append((qual, seen[qual], line))
         seen[qual] = line
         masked_body = masked[b0:b1]
-        tests.append(JsTest(
-            path=path, qualname=qual, title=title, lineno=line,
-            end_lineno=lines.line(close), assertions=len(asserts.findall(masked_body)),
-            body=no_comments[b0:b1], masked_body=masked_body, body_offset=b0,
-            assertion_re=asserts,
-        ))
+        tests.append(
+            JsTest(
+                path=path,
+                qualname=qual,
+                title=title,
+                lineno=line,
+                end_lineno=lines.line(close),
+                assertions=len(asserts.findall(masked_body)),
+                body=no_comments[b0:b1],
+                masked_body=masked_body,
+                body_offset=b0,
+                assertion_re=asserts,
+            )
+        )
     return JsModule(path=path, tests=tests, duplicates=dups)
 
 
@@ -297,8 +328,10 @@ def early_returns(test: JsTest, source_lines: Lines) -> list[int]:
     first = test.assertion_re.search(test.masked_body)
     if first is None:
         return []
-    return [source_lines.line(test.body_offset + m.start())
-            for m in _BARE_RETURN.finditer(test.masked_body, 0, first.start())]
+    return [
+        source_lines.line(test.body_offset + m.start())
+        for m in _BARE_RETURN.finditer(test.masked_body, 0, first.start())
+    ]
 
 
 def swallowed_assertions(test: JsTest, source_lines: Lines) -> list[int]:
@@ -320,8 +353,10 @@ def swallowed_assertions(test: JsTest, source_lines: Lines) -> list[int]:
 
 
 def broad_throws(test: JsTest, source_lines: Lines) -> list[int]:
-    return [source_lines.line(test.body_offset + m.start())
-            for m in _BROAD_THROW.finditer(test.masked_body)]
+    return [
+        source_lines.line(test.body_offset + m.start())
+        for m in _BROAD_THROW.finditer(test.masked_body)
+    ]
 
 
 def has_error_case(mod: JsModule) -> bool:
@@ -330,11 +365,11 @@ def has_error_case(mod: JsModule) -> bool:
 
 def has_boundary_case(mod: JsModule) -> bool:
     """Same heuristic as for Python: a boundary name, or 0/""/[]/null/-n/NaN/MAX_ values."""
-    return any(words(t.title) & BOUNDARY_WORDS or _BOUNDARY_VALUE.search(t.body)
-               for t in mod.tests)
+    return any(words(t.title) & BOUNDARY_WORDS or _BOUNDARY_VALUE.search(t.body) for t in mod.tests)
 
 
 # hard-coded returns ---------------------------------------------------------------------
+
 
 def _js_value(lit: str) -> object:
     lit = lit.strip()
@@ -349,7 +384,8 @@ def _js_value(lit: str) -> object:
 
 
 _EXPECT_CALL = re.compile(
-    rf"expect\(\s*([\w$.]+)\(([^()]*)\)\s*\)\s*\.(?:toBe|toEqual|toStrictEqual)\(\s*({_LIT})\s*\)")
+    rf"expect\(\s*([\w$.]+)\(([^()]*)\)\s*\)\s*\.(?:toBe|toEqual|toStrictEqual)\(\s*({_LIT})\s*\)"
+)
 _ARG_LIT = re.compile(rf"^\s*{_LIT}\s*$")
 
 
@@ -363,15 +399,16 @@ def expectations(path: str, source: str) -> list[Expectation]:
         args: tuple[object, ...] | None = tuple(_js_value(a) for a in raw_args)
         if not all(_ARG_LIT.match(a) for a in raw_args):
             args = None
-        out.append(Expectation(name, args, _js_value(m.group(3)), path,
-                               lines.line(m.start())))
+        out.append(Expectation(name, args, _js_value(m.group(3)), path, lines.line(m.start())))
     return out
 
 
 _CONST_FUNCS = (
     re.compile(rf"function\s+([\w$]+)\s*\(([^)]*)\)[^{{]*\{{\s*return\s+({_LIT})\s*;?\s*\}}"),
-    re.compile(rf"(?:const|let|var)\s+([\w$]+)\s*=\s*(?:async\s*)?\(([^)]*)\)\s*(?::[^=]+)?=>"
-               rf"\s*(?:\{{\s*return\s+({_LIT})\s*;?\s*\}}|({_LIT})\s*[;\n])"),
+    re.compile(
+        rf"(?:const|let|var)\s+([\w$]+)\s*=\s*(?:async\s*)?\(([^)]*)\)\s*(?::[^=]+)?=>"
+        rf"\s*(?:\{{\s*return\s+({_LIT})\s*;?\s*\}}|({_LIT})\s*[;\n])"
+    ),
 )
 
 
@@ -383,13 +420,15 @@ def constant_functions(source: str) -> list[tuple[str, bool, object, int]]:
     for pattern in _CONST_FUNCS:
         for m in pattern.finditer(text):
             lit = m.group(3) if m.group(3) is not None else m.group(4)
-            out.append((m.group(1), bool(m.group(2).strip()), _js_value(lit),
-                        lines.line(m.start())))
+            out.append(
+                (m.group(1), bool(m.group(2).strip()), _js_value(lit), lines.line(m.start()))
+            )
     return out
 
 
 _NOT_IMPLEMENTED = re.compile(
-    r"throw\s+new\s+\w*Error\(\s*['\"`][^'\"`]*not\s+(?:yet\s+)?implemented", re.IGNORECASE)
+    r"throw\s+new\s+\w*Error\(\s*['\"`][^'\"`]*not\s+(?:yet\s+)?implemented", re.IGNORECASE
+)
 
 
 def not_implemented(source: str) -> list[int]:

@@ -61,14 +61,14 @@ def parse(path: Path) -> list[Case]:
         message = text = ""
         for child in tc:
             if child.tag in ("failure", "error", "skipped"):
-                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[
-                    child.tag]  # type: ignore[assignment]
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]  # type: ignore[assignment]
                 message = child.get("message", "") or ""
                 text = child.text or ""
                 if outcome != "skipped":
                     break
-        cases.append(Case(tc.get("classname", "") or "", tc.get("name", "") or "", outcome,
-                          message, text))
+        cases.append(
+            Case(tc.get("classname", "") or "", tc.get("name", "") or "", outcome, message, text)
+        )
     return cases
 
 

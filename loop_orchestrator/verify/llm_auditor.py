@@ -54,8 +54,10 @@ MAX_DIFF_CHARS = 150_000
 
 _VERDICT_LINE = re.compile(r"^\s*VERDICT:\s*(.*?)\s*$", re.MULTILINE)
 _REASONS_LINE = re.compile(r"^\s*REASONS:\s*(.*?)\s*$", re.MULTILINE)
-_NOT_LOGGED_IN = re.compile(r"(?i)not logged in|please run /login|authentication_failed|"
-                            r"invalid api key")
+_NOT_LOGGED_IN = re.compile(
+    r"(?i)not logged in|please run /login|authentication_failed|"
+    r"invalid api key"
+)
 
 
 @dataclass
@@ -78,12 +80,12 @@ def instructions() -> str:
         msg = f"the auditor instructions {path} cannot be read: {exc}"
         raise VerifyError(
             msg,
-            hint="Reinstall lo-orch, or set `[auditor] llm = \"off\"` to skip the auditor.",
+            hint='Reinstall lo-orch, or set `[auditor] llm = "off"` to skip the auditor.',
         ) from exc
     if text.startswith("---"):
         end = text.find("\n---", 3)
         if end >= 0:
-            text = text[end + 4:]
+            text = text[end + 4 :]
     return text.strip()
 
 
@@ -95,9 +97,16 @@ def build_prompt(inp: AuditInput, *, structured: bool) -> str:
     if truncated:
         diff = diff[:MAX_DIFF_CHARS]
     return templating.render(
-        "auditor_prompt.md.j2", instructions=instructions(), task=inp.task,
-        commit=inp.commit, base=inp.base, brief=inp.brief.strip(), diff=diff,
-        truncated=truncated, findings=list(inp.findings), checks=list(inp.checks),
+        "auditor_prompt.md.j2",
+        instructions=instructions(),
+        task=inp.task,
+        commit=inp.commit,
+        base=inp.base,
+        brief=inp.brief.strip(),
+        diff=diff,
+        truncated=truncated,
+        findings=list(inp.findings),
+        checks=list(inp.checks),
         structured=structured,
     )
 
@@ -117,8 +126,7 @@ def parse_verdict_text(text: str) -> tuple[Literal["pass", "fail"] | None, list[
 def run_auditor(inp: AuditInput, settings: Settings, *, cwd: Path, evidence: Path) -> AuditorResult:
     mode = settings.auditor.llm.strip()
     if mode == "off":
-        return AuditorResult(mode="off", status="skipped",
-                             reasons=["[auditor] llm is \"off\""])
+        return AuditorResult(mode="off", status="skipped", reasons=['[auditor] llm is "off"'])
     evidence.mkdir(parents=True, exist_ok=True)
     if mode == "agent":
         return _run_agent(inp, settings, cwd=cwd, evidence=evidence)
@@ -129,10 +137,19 @@ def agent_argv(settings: Settings) -> list[str]:
     """Claude Code, headless, read-only, answering in the auditor's JSON schema."""
     command = settings.agent.command if settings.agent.kind == "claude" else "claude"
     argv = [
-        *shlex.split(command), "-p", "--output-format", "json",
-        "--json-schema", json.dumps(SCHEMA, separators=(",", ":")),
-        "--tools", AUDITOR_TOOLS, "--allowedTools", AUDITOR_TOOLS,
-        "--permission-mode", "dontAsk", "--no-session-persistence",
+        *shlex.split(command),
+        "-p",
+        "--output-format",
+        "json",
+        "--json-schema",
+        json.dumps(SCHEMA, separators=(",", ":")),
+        "--tools",
+        AUDITOR_TOOLS,
+        "--allowedTools",
+        AUDITOR_TOOLS,
+        "--permission-mode",
+        "dontAsk",
+        "--no-session-persistence",
     ]
     if settings.agent.model:
         argv += ["--model", settings.agent.model]
@@ -143,8 +160,9 @@ def _fail(mode: str, reason: str, **kw: Any) -> AuditorResult:
     return AuditorResult(mode=mode, status="fail", reasons=[reason], **kw)
 
 
-def _execute(mode: str, argv: list[str], stdin: str, settings: Settings, *, cwd: Path,
-             evidence: Path) -> tuple[proc.Result, dict[str, Any]] | AuditorResult:
+def _execute(
+    mode: str, argv: list[str], stdin: str, settings: Settings, *, cwd: Path, evidence: Path
+) -> tuple[proc.Result, dict[str, Any]] | AuditorResult:
     """Run the auditor, keeping its output as evidence.
 
     A failing ``AuditorResult`` when it could not start or timed out; else its result and
@@ -153,8 +171,14 @@ def _execute(mode: str, argv: list[str], stdin: str, settings: Settings, *, cwd:
     out_path = evidence / "auditor.stdout.txt"
     common: dict[str, Any] = {"command": argv, "output_path": str(out_path)}
     try:
-        result = proc.run(argv, cwd=cwd, env=proc.no_git_env(), input=stdin,
-                          timeout=settings.auditor.timeout, check=False)
+        result = proc.run(
+            argv,
+            cwd=cwd,
+            env=proc.no_git_env(),
+            input=stdin,
+            timeout=settings.auditor.timeout,
+            check=False,
+        )
     except LoOrchError as exc:
         atomic_write_text(out_path, "")
         return _fail(mode, f"the auditor could not start: {exc.message}", **common)
@@ -165,13 +189,13 @@ def _execute(mode: str, argv: list[str], stdin: str, settings: Settings, *, cwd:
     atomic_write_text(evidence / "auditor.stderr.txt", result.stderr)
     common |= {"exit_code": result.returncode, "duration": round(result.duration, 3)}
     if result.returncode is None:
-        return _fail(mode, f"the auditor timed out after {settings.auditor.timeout:.0f} s",
-                     **common)
+        return _fail(
+            mode, f"the auditor timed out after {settings.auditor.timeout:.0f} s", **common
+        )
     return result, common
 
 
-def _run_agent(inp: AuditInput, settings: Settings, *, cwd: Path, evidence: Path
-               ) -> AuditorResult:
+def _run_agent(inp: AuditInput, settings: Settings, *, cwd: Path, evidence: Path) -> AuditorResult:
     prompt = build_prompt(inp, structured=True)
     atomic_write_text(evidence / "auditor.prompt.md", prompt)
     argv = agent_argv(settings)
@@ -193,7 +217,7 @@ def _run_agent(inp: AuditInput, settings: Settings, *, cwd: Path, evidence: Path
             msg = f"the test-quality auditor (Claude Code) is not logged in: {text[:200]}"
             raise NotLoggedInError(
                 msg,
-                hint="Run `claude` and `/login`, or set `[auditor] llm = \"off\"`.",
+                hint='Run `claude` and `/login`, or set `[auditor] llm = "off"`.',
             )
         return _fail("agent", f"the auditor failed: {text[:300]}", **common)
     structured = doc.get("structured_output")
@@ -220,8 +244,9 @@ def command_input(inp: AuditInput, prompt: str | None) -> dict[str, Any]:
     }
 
 
-def _run_command(inp: AuditInput, line: str, settings: Settings, *, cwd: Path, evidence: Path
-                 ) -> AuditorResult:
+def _run_command(
+    inp: AuditInput, line: str, settings: Settings, *, cwd: Path, evidence: Path
+) -> AuditorResult:
     try:
         argv = shlex.split(line)
     except ValueError as exc:
@@ -241,10 +266,17 @@ def _run_command(inp: AuditInput, line: str, settings: Settings, *, cwd: Path, e
     result, common = ran
     status, reasons = parse_verdict_text(result.stdout)
     if result.returncode != 0:
-        return _fail("command", f"the auditor exited with code {result.returncode}"
-                     + (f": {reasons[0]}" if reasons else ""), **common)
+        return _fail(
+            "command",
+            f"the auditor exited with code {result.returncode}"
+            + (f": {reasons[0]}" if reasons else ""),
+            **common,
+        )
     if status is None:
-        why = reasons[0] if reasons and reasons[0].startswith("contradictory") else (
-            "no `VERDICT: PASS` or `VERDICT: FAIL` line in its output")
+        why = (
+            reasons[0]
+            if reasons and reasons[0].startswith("contradictory")
+            else ("no `VERDICT: PASS` or `VERDICT: FAIL` line in its output")
+        )
         return _fail("command", f"the auditor's answer is malformed: {why}", **common)
     return AuditorResult(mode="command", status=status, reasons=reasons, **common)

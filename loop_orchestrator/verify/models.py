@@ -54,16 +54,28 @@ class Finding(BaseModel):
         return text
 
 
-def blocking(message: str, check: str, path: str | None = None, line: int | None = None,
-             fix: str | None = None) -> Finding:
-    return Finding(check=check, severity=Severity.BLOCKING, message=message, path=path,
-                   line=line, fix=fix)
+def blocking(
+    message: str,
+    check: str,
+    path: str | None = None,
+    line: int | None = None,
+    fix: str | None = None,
+) -> Finding:
+    return Finding(
+        check=check, severity=Severity.BLOCKING, message=message, path=path, line=line, fix=fix
+    )
 
 
-def warning(message: str, check: str, path: str | None = None, line: int | None = None,
-            fix: str | None = None) -> Finding:
-    return Finding(check=check, severity=Severity.WARNING, message=message, path=path,
-                   line=line, fix=fix)
+def warning(
+    message: str,
+    check: str,
+    path: str | None = None,
+    line: int | None = None,
+    fix: str | None = None,
+) -> Finding:
+    return Finding(
+        check=check, severity=Severity.WARNING, message=message, path=path, line=line, fix=fix
+    )
 
 
 class CheckRun(BaseModel):

@@ -56,5 +56,6 @@ def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = 
         start = workspace.Workspace.for_run(repo, state, settings.workspace).task_start(task_id)
     except GitError:
         start = state.base_sha
-    return verify_task(repo, store.dirs, task, start, commit, brief=brief,
-                       settings=settings, all_tasks=plan.tasks)
+    return verify_task(
+        repo, store.dirs, task, start, commit, brief=brief, settings=settings, all_tasks=plan.tasks
+    )

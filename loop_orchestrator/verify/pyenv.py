@@ -41,8 +41,10 @@ _PYTHON_NAME = re.compile(r"^(?:python|pypy)[0-9.]*$")
 #: project virtual environments, as ``gitutil.DEPENDENCY_DIRS`` links them into checkouts
 VENV_DIRS = (".venv", "venv")
 #: the names whose change matters most; listed first in messages
-_HOOK_NAME = re.compile(r"(?:^|/)(?:[^/]+\.pth|(?:site|user)customize(?:[./][^/]*)?|"
-                        r"[^/]+\.dist-info/entry_points\.txt)$")
+_HOOK_NAME = re.compile(
+    r"(?:^|/)(?:[^/]+\.pth|(?:site|user)customize(?:[./][^/]*)?|"
+    r"[^/]+\.dist-info/entry_points\.txt)$"
+)
 _ASK = "import json, site; print(json.dumps({'site': site.getsitepackages()}))"
 MAX_SHOWN = 8
 
@@ -121,8 +123,9 @@ def site_roots(python: Path) -> list[Path]:
     return roots
 
 
-def check_roots(repo: Path, argvs: Iterable[Sequence[str]],
-                env: Mapping[str, str] | None = None) -> list[Path]:
+def check_roots(
+    repo: Path, argvs: Iterable[Sequence[str]], env: Mapping[str, str] | None = None
+) -> list[Path]:
     """Site folders of the project's virtual environments and of every interpreter the
     checks ``argvs`` start (resolved from ``repo``, which checkouts link ``.venv`` from)."""
     env = os.environ if env is None else env
@@ -189,13 +192,13 @@ def fingerprint(roots: Iterable[Path]) -> dict[str, FileStat]:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            files[entry.path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode,
-                                 st.st_ino)
+            files[entry.path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_ino)
     return files
 
 
-def take_baseline(repo: Path, argvs: Iterable[Sequence[str]],
-                  env: Mapping[str, str] | None = None) -> SiteBaseline:
+def take_baseline(
+    repo: Path, argvs: Iterable[Sequence[str]], env: Mapping[str, str] | None = None
+) -> SiteBaseline:
     """Fingerprint the checks' site folders now (when a run starts, before any agent)."""
     roots = check_roots(repo, argvs, env)
     return SiteBaseline(roots=[str(r) for r in roots], files=fingerprint(roots))
@@ -217,8 +220,11 @@ def changes(baseline: SiteBaseline) -> list[str]:
         now = fingerprint(Path(r) for r in baseline.roots)
         out = [f"added {p}" for p in now.keys() - baseline.files.keys()]
         out += [f"removed {p}" for p in baseline.files.keys() - now.keys()]
-        out += [f"changed {p}" for p in now.keys() & baseline.files.keys()
-                if tuple(now[p]) != tuple(baseline.files[p])]
+        out += [
+            f"changed {p}"
+            for p in now.keys() & baseline.files.keys()
+            if tuple(now[p]) != tuple(baseline.files[p])
+        ]
         del now
         result = sorted(out, key=lambda s: (not _HOOK_NAME.search(s), s))
         baseline.last = (started, result)
@@ -229,12 +235,17 @@ def findings(diff: Sequence[str], *, when: str) -> list[Finding]:
     """One blocking finding naming the changed files (none when ``diff`` is empty)."""
     if not diff:
         return []
-    shown = "; ".join(diff[:MAX_SHOWN]) + (f"; and {len(diff) - MAX_SHOWN} more"
-                                           if len(diff) > MAX_SHOWN else "")
-    return [blocking(
-        f"the Python environment the checks run in changed {when}: {shown}. A file in an "
-        "interpreter's site folder (a .pth file, sitecustomize, an installed package) runs "
-        "inside every check, so the checks cannot be trusted.", "done.environment-changed",
-        fix="Do not install, edit or add anything in the project's .venv or the "
+    shown = "; ".join(diff[:MAX_SHOWN]) + (
+        f"; and {len(diff) - MAX_SHOWN} more" if len(diff) > MAX_SHOWN else ""
+    )
+    return [
+        blocking(
+            f"the Python environment the checks run in changed {when}: {shown}. A file in an "
+            "interpreter's site folder (a .pth file, sitecustomize, an installed package) runs "
+            "inside every check, so the checks cannot be trusted.",
+            "done.environment-changed",
+            fix="Do not install, edit or add anything in the project's .venv or the "
             "interpreter's folders; undo the change. If the task needs a new dependency, say "
-            "so with `signal blocked`: a person installs it and restarts `lo-orch run`.")]
+            "so with `signal blocked`: a person installs it and restarts `lo-orch run`.",
+        )
+    ]

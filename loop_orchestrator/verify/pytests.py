@@ -18,31 +18,82 @@ from dataclasses import dataclass, field
 from loop_orchestrator import pyast
 
 #: dotted call names that assert (besides anything whose last part starts with "assert")
-_ASSERT_CALLS = frozenset({
-    "pytest.raises", "pytest.warns", "pytest.deprecated_call", "pytest.fail", "raises",
-    "warns", "self.fail", "expect",
-})
+_ASSERT_CALLS = frozenset(
+    {
+        "pytest.raises",
+        "pytest.warns",
+        "pytest.deprecated_call",
+        "pytest.fail",
+        "raises",
+        "warns",
+        "self.fail",
+        "expect",
+    }
+)
 #: calls that prove an error case
 _ERROR_CALLS = ("raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp")
 #: decorators and calls that skip or expect failure (matched on the dotted name's end)
 _SKIP_SUFFIXES = (
-    "mark.skip", "mark.skipif", "mark.xfail", "pytest.skip", "pytest.xfail",
-    "pytest.importorskip", "unittest.skip", "unittest.skipIf", "unittest.skipUnless",
-    "unittest.expectedFailure", "self.skipTest", "SkipTest",
+    "mark.skip",
+    "mark.skipif",
+    "mark.xfail",
+    "pytest.skip",
+    "pytest.xfail",
+    "pytest.importorskip",
+    "unittest.skip",
+    "unittest.skipIf",
+    "unittest.skipUnless",
+    "unittest.expectedFailure",
+    "self.skipTest",
+    "SkipTest",
 )
-_SKIP_BARE = frozenset({
-    "skip", "skipIf", "skipUnless", "expectedFailure", "xfail", "importorskip", "skipTest",
-})
+_SKIP_BARE = frozenset(
+    {
+        "skip",
+        "skipIf",
+        "skipUnless",
+        "expectedFailure",
+        "xfail",
+        "importorskip",
+        "skipTest",
+    }
+)
 _BROAD = frozenset({"Exception", "BaseException"})
 #: words in a test name that announce a boundary case
-BOUNDARY_WORDS = frozenset({
-    "edge", "edges", "boundary", "boundaries", "empty", "zero", "limit", "limits", "negative",
-    "none", "null", "max", "min", "maximum", "minimum", "overflow", "underflow", "blank",
-    "huge", "bound", "bounds", "extreme", "extremes", "nan", "inf", "infinity",
-})
+BOUNDARY_WORDS = frozenset(
+    {
+        "edge",
+        "edges",
+        "boundary",
+        "boundaries",
+        "empty",
+        "zero",
+        "limit",
+        "limits",
+        "negative",
+        "none",
+        "null",
+        "max",
+        "min",
+        "maximum",
+        "minimum",
+        "overflow",
+        "underflow",
+        "blank",
+        "huge",
+        "bound",
+        "bounds",
+        "extreme",
+        "extremes",
+        "nan",
+        "inf",
+        "infinity",
+    }
+)
 #: words in a name (sys.maxsize, MAX_LEN, math.inf) that make a value a boundary value
-_BOUNDARY_NAMES = frozenset({"max", "min", "maxsize", "inf", "nan", "infinity", "maximum",
-                             "minimum", "epsilon", "eps"})
+_BOUNDARY_NAMES = frozenset(
+    {"max", "min", "maxsize", "inf", "nan", "infinity", "maximum", "minimum", "epsilon", "eps"}
+)
 
 
 def words(identifier: str) -> set[str]:
@@ -92,8 +143,9 @@ def parse_module(path: str, source: str) -> PyModule:
     tree = pyast.parse(source, path)
     tests: list[PyTest] = []
     dups: list[tuple[str, int, int]] = []
-    _collect(path, tree.body, "", is_test_scope=True, tests=tests, dups=dups,
-             mixins=_mixins(tree.body))
+    _collect(
+        path, tree.body, "", is_test_scope=True, tests=tests, dups=dups, mixins=_mixins(tree.body)
+    )
     return PyModule(path=path, tree=tree, tests=tests, duplicates=dups)
 
 
@@ -125,9 +177,17 @@ def _mixins(body: list[ast.stmt]) -> frozenset[str]:
     return frozenset(name for name in found if not _collected(classes[name]))
 
 
-def _collect(path: str, body: list[ast.stmt], prefix: str, *, is_test_scope: bool,
-             tests: list[PyTest], dups: list[tuple[str, int, int]],
-             mixins: frozenset[str] = frozenset(), inherited: bool = False) -> None:
+def _collect(
+    path: str,
+    body: list[ast.stmt],
+    prefix: str,
+    *,
+    is_test_scope: bool,
+    tests: list[PyTest],
+    dups: list[tuple[str, int, int]],
+    mixins: frozenset[str] = frozenset(),
+    inherited: bool = False,
+) -> None:
     seen: dict[str, int] = {}
     for stmt in body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -139,18 +199,31 @@ def _collect(path: str, body: list[ast.stmt], prefix: str, *, is_test_scope: boo
                 # the later definition replaces the earlier one at import time
                 tests[:] = [t for t in tests if t.qualname != qual]
             seen[stmt.name] = stmt.lineno
-            tests.append(PyTest(
-                path=path, qualname=qual, name=stmt.name, lineno=stmt.lineno,
-                end_lineno=stmt.end_lineno or stmt.lineno,
-                assertions=count_assertions(stmt),
-                body_dump="\n".join(ast.dump(s) for s in stmt.body), node=stmt,
-                inherited=inherited,
-            ))
+            tests.append(
+                PyTest(
+                    path=path,
+                    qualname=qual,
+                    name=stmt.name,
+                    lineno=stmt.lineno,
+                    end_lineno=stmt.end_lineno or stmt.lineno,
+                    assertions=count_assertions(stmt),
+                    body_dump="\n".join(ast.dump(s) for s in stmt.body),
+                    node=stmt,
+                    inherited=inherited,
+                )
+            )
         elif isinstance(stmt, ast.ClassDef):
             mixin = not prefix and stmt.name in mixins
             if _collected(stmt) or mixin:
-                _collect(path, stmt.body, f"{prefix}{stmt.name}::", is_test_scope=True,
-                         tests=tests, dups=dups, inherited=inherited or mixin)
+                _collect(
+                    path,
+                    stmt.body,
+                    f"{prefix}{stmt.name}::",
+                    is_test_scope=True,
+                    tests=tests,
+                    dups=dups,
+                    inherited=inherited or mixin,
+                )
 
 
 def walk_shallow(node: ast.AST) -> Iterator[ast.AST]:
@@ -159,8 +232,9 @@ def walk_shallow(node: ast.AST) -> Iterator[ast.AST]:
     while stack:
         child = stack.pop()
         yield child
-        if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
-                          | ast.ClassDef):
+        if not isinstance(
+            child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
+        ):
             stack.extend(ast.iter_child_nodes(child))
 
 
@@ -179,11 +253,13 @@ def count_assertions(fn: ast.AST) -> int:
 
 
 def assertion_lines(fn: ast.AST) -> list[int]:
-    return sorted(n.lineno for n in walk_shallow(fn) if is_assertion(n)
-                  and isinstance(n, ast.stmt | ast.expr))
+    return sorted(
+        n.lineno for n in walk_shallow(fn) if is_assertion(n) and isinstance(n, ast.stmt | ast.expr)
+    )
 
 
 # tautologies ----------------------------------------------------------------------------
+
 
 def _const(node: ast.AST) -> tuple[bool, object]:
     """(is a constant expression, its value)."""
@@ -198,11 +274,36 @@ def _has_call(node: ast.AST) -> bool:
 
 
 #: calls that build a value of a built-in type: comparing it with itself runs no project code
-_BUILTIN_CONSTRUCTORS = frozenset({
-    "int", "float", "complex", "str", "bytes", "bytearray", "bool", "list", "dict", "set",
-    "frozenset", "tuple", "range", "len", "sorted", "abs", "min", "max", "sum", "repr",
-    "round", "ord", "chr", "hex", "oct", "bin",
-})
+_BUILTIN_CONSTRUCTORS = frozenset(
+    {
+        "int",
+        "float",
+        "complex",
+        "str",
+        "bytes",
+        "bytearray",
+        "bool",
+        "list",
+        "dict",
+        "set",
+        "frozenset",
+        "tuple",
+        "range",
+        "len",
+        "sorted",
+        "abs",
+        "min",
+        "max",
+        "sum",
+        "repr",
+        "round",
+        "ord",
+        "chr",
+        "hex",
+        "oct",
+        "bin",
+    }
+)
 
 
 def _builtin_valued(node: ast.AST) -> bool:
@@ -216,10 +317,10 @@ def _builtin_valued(node: ast.AST) -> bool:
         return all(_builtin_valued(e) for e in node.elts)
     if isinstance(node, ast.Dict):
         return all(k is not None and _builtin_valued(k) for k in node.keys) and all(
-            _builtin_valued(v) for v in node.values)
+            _builtin_valued(v) for v in node.values
+        )
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return node.func.id in _BUILTIN_CONSTRUCTORS and all(
-            _builtin_valued(a) for a in node.args)
+        return node.func.id in _BUILTIN_CONSTRUCTORS and all(_builtin_valued(a) for a in node.args)
     return False
 
 
@@ -238,8 +339,10 @@ def builtin_names(fn: ast.AST) -> set[str]:
             targets, value = node.targets, node.value
         elif isinstance(node, ast.AnnAssign | ast.AugAssign):
             targets, value = [node.target], node.value
-        elif isinstance(node, ast.For | ast.AsyncFor | ast.With | ast.AsyncWith
-                        | ast.NamedExpr | ast.comprehension):
+        elif isinstance(
+            node,
+            ast.For | ast.AsyncFor | ast.With | ast.AsyncWith | ast.NamedExpr | ast.comprehension,
+        ):
             for n in ast.walk(node.target if hasattr(node, "target") else node):
                 if isinstance(n, ast.Name):
                     bad.add(n.id)
@@ -252,8 +355,9 @@ def builtin_names(fn: ast.AST) -> set[str]:
     return good - bad
 
 
-def _self_comparison(left: ast.AST, right: ast.AST, identity: bool,
-                     builtins: set[str]) -> bool | None:
+def _self_comparison(
+    left: ast.AST, right: ast.AST, identity: bool, builtins: set[str]
+) -> bool | None:
     """Whether comparing ``left`` with ``right`` is certainly always true (True), may test a
     type's own comparison operators (None: not sure), or is not a self-comparison (False).
 
@@ -287,8 +391,9 @@ def _always_true(expr: ast.expr, builtins: set[str] | None = None) -> tuple[str,
         if all(_const(o)[0] for o in operands):
             return f"compares constants: `{ast.unparse(expr)}`", True
         if len(expr.ops) == 1 and isinstance(expr.ops[0], ast.Eq | ast.Is | ast.LtE | ast.GtE):
-            sure = _self_comparison(expr.left, expr.comparators[0],
-                                    isinstance(expr.ops[0], ast.Is), builtins)
+            sure = _self_comparison(
+                expr.left, expr.comparators[0], isinstance(expr.ops[0], ast.Is), builtins
+            )
             if sure is not False:
                 return f"compares a value with itself: `{ast.unparse(expr)}`", bool(sure)
     if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or):
@@ -296,14 +401,19 @@ def _always_true(expr: ast.expr, builtins: set[str] | None = None) -> tuple[str,
             ok, val = _const(v)
             if ok and val:
                 return f"`or {ast.unparse(v)}` makes `{ast.unparse(expr)}` always true", True
-    if (isinstance(expr, ast.Call) and dotted(expr.func) == "isinstance"
-            and len(expr.args) == 2 and dotted(expr.args[1]) == "object"):
+    if (
+        isinstance(expr, ast.Call)
+        and dotted(expr.func) == "isinstance"
+        and len(expr.args) == 2
+        and dotted(expr.args[1]) == "object"
+    ):
         return "isinstance(x, object) is always true", True
     return None
 
 
-def _unittest_tautology(call: ast.Call, builtins: set[str] | None = None
-                        ) -> tuple[str, bool] | None:
+def _unittest_tautology(
+    call: ast.Call, builtins: set[str] | None = None
+) -> tuple[str, bool] | None:
     last = dotted(call.func).rsplit(".", 1)[-1]
     args = call.args
     if last in ("assertTrue", "assert_") and args:
@@ -318,16 +428,29 @@ def _unittest_tautology(call: ast.Call, builtins: set[str] | None = None
         ok, value = _const(args[0])
         if ok and value is not None:
             return f"assertIsNotNone({ast.unparse(args[0])}) is always true", True
-    if last in ("assertEqual", "assertEquals", "assertIs", "assertCountEqual",
-                "assertListEqual", "assertDictEqual", "assertAlmostEqual") and len(args) >= 2:
+    if (
+        last
+        in (
+            "assertEqual",
+            "assertEquals",
+            "assertIs",
+            "assertCountEqual",
+            "assertListEqual",
+            "assertDictEqual",
+            "assertAlmostEqual",
+        )
+        and len(args) >= 2
+    ):
         a, b = args[0], args[1]
         (ca, va), (cb, vb) = _const(a), _const(b)
         if ca and cb and va == vb:
             return f"{last} compares two equal constants", True
         sure = _self_comparison(a, b, last == "assertIs", builtins or set())
         if sure is not False:
-            return (f"{last}({ast.unparse(a)}, {ast.unparse(b)}) compares a value with itself",
-                    bool(sure))
+            return (
+                f"{last}({ast.unparse(a)}, {ast.unparse(b)}) compares a value with itself",
+                bool(sure),
+            )
     return None
 
 
@@ -340,9 +463,19 @@ def _compared_with_others(fn: ast.AST, operand: ast.AST) -> bool:
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
             pairs = list(itertools.pairwise(operands))
-        elif isinstance(node, ast.Call) and len(node.args) >= 2 and dotted(node.func).rsplit(
-                ".", 1)[-1] in ("assertEqual", "assertNotEqual", "assertLess", "assertGreater",
-                                "assertLessEqual", "assertGreaterEqual"):
+        elif (
+            isinstance(node, ast.Call)
+            and len(node.args) >= 2
+            and dotted(node.func).rsplit(".", 1)[-1]
+            in (
+                "assertEqual",
+                "assertNotEqual",
+                "assertLess",
+                "assertGreater",
+                "assertLessEqual",
+                "assertGreaterEqual",
+            )
+        ):
             pairs = [(node.args[0], node.args[1])]
         for a, b in pairs:
             da, db = ast.dump(a), ast.dump(b)
@@ -386,6 +519,7 @@ def tautologies(fn: ast.AST) -> list[tuple[int, str, bool]]:
 
 # control flow that hides assertions ------------------------------------------------------
 
+
 def early_returns(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[int, bool]]:
     """``return`` statements before the first assertion: (line, at the top level?).
 
@@ -410,16 +544,20 @@ def dead_branches(fn: ast.AST) -> list[tuple[int, str]]:
         if isinstance(node, ast.If | ast.While):
             ok, value = _const(node.test)
             if ok and not value and any(is_assertion(n) for s in node.body for n in ast.walk(s)):
-                out.append((node.lineno, f"`{type(node).__name__.lower()} "
-                                         f"{ast.unparse(node.test)}:`"))
+                out.append(
+                    (node.lineno, f"`{type(node).__name__.lower()} {ast.unparse(node.test)}:`")
+                )
     return out
 
 
 def _catches_assertion(handler: ast.ExceptHandler) -> str | None:
     if handler.type is None:
         return "a bare `except:`"
-    names = ([dotted(e) for e in handler.type.elts] if isinstance(handler.type, ast.Tuple)
-             else [dotted(handler.type)])
+    names = (
+        [dotted(e) for e in handler.type.elts]
+        if isinstance(handler.type, ast.Tuple)
+        else [dotted(handler.type)]
+    )
     for name in names:
         last = name.rsplit(".", 1)[-1]
         if last in ("AssertionError", *_BROAD):
@@ -436,18 +574,22 @@ def swallowed_assertions(fn: ast.AST) -> list[tuple[int, str]]:
                 continue
             for handler in node.handlers:
                 what = _catches_assertion(handler)
-                reraises = any(isinstance(n, ast.Raise) for s in handler.body
-                               for n in ast.walk(s))
+                reraises = any(isinstance(n, ast.Raise) for s in handler.body for n in ast.walk(s))
                 fails = any(is_assertion(n) for s in handler.body for n in ast.walk(s))
                 if what and not reraises and not fails:
                     out.append((handler.lineno, what))
         elif isinstance(node, ast.With | ast.AsyncWith):
             for item in node.items:
                 expr = item.context_expr
-                if (isinstance(expr, ast.Call) and dotted(expr.func).endswith("suppress")
-                        and any(dotted(a).rsplit(".", 1)[-1] in ("AssertionError", *_BROAD)
-                                for a in expr.args)
-                        and any(is_assertion(n) for s in node.body for n in ast.walk(s))):
+                if (
+                    isinstance(expr, ast.Call)
+                    and dotted(expr.func).endswith("suppress")
+                    and any(
+                        dotted(a).rsplit(".", 1)[-1] in ("AssertionError", *_BROAD)
+                        for a in expr.args
+                    )
+                    and any(is_assertion(n) for s in node.body for n in ast.walk(s))
+                ):
                     out.append((node.lineno, f"`{ast.unparse(expr)}`"))
     return out
 
@@ -480,12 +622,21 @@ def optional_import_skips(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and dotted(node.func).rsplit(".", 1)[-1] == "importorskip":
             lines.add(node.lineno)
-        elif isinstance(node, ast.ExceptHandler) and node.type is not None and {
-                dotted(t).rsplit(".", 1)[-1] for t in (
-                    node.type.elts if isinstance(node.type, ast.Tuple) else [node.type])
-        } <= {"ImportError", "ModuleNotFoundError"}:
-            lines |= {n.lineno for s in node.body for n in ast.walk(s)
-                      if isinstance(n, ast.Call | ast.Raise)}
+        elif (
+            isinstance(node, ast.ExceptHandler)
+            and node.type is not None
+            and {
+                dotted(t).rsplit(".", 1)[-1]
+                for t in (node.type.elts if isinstance(node.type, ast.Tuple) else [node.type])
+            }
+            <= {"ImportError", "ModuleNotFoundError"}
+        ):
+            lines |= {
+                n.lineno
+                for s in node.body
+                for n in ast.walk(s)
+                if isinstance(n, ast.Call | ast.Raise)
+            }
     return lines
 
 
@@ -505,13 +656,17 @@ def skip_markers(tree: ast.AST) -> list[tuple[int, str]]:
             for deco in node.decorator_list:
                 if isinstance(deco, ast.Name) and deco.id in _SKIP_BARE:
                     found.setdefault(deco.lineno, deco.id)
-        elif (isinstance(node, ast.Raise) and node.exc is not None
-              and dotted(node.exc).endswith("SkipTest")):
+        elif (
+            isinstance(node, ast.Raise)
+            and node.exc is not None
+            and dotted(node.exc).endswith("SkipTest")
+        ):
             found.setdefault(node.lineno, "raise SkipTest")
     return sorted(found.items())
 
 
 # file-level heuristics ---------------------------------------------------------------
+
 
 def has_error_case(mod: PyModule) -> bool:
     for test in mod.tests:
@@ -536,8 +691,11 @@ def _is_boundary_value(node: ast.AST) -> bool:
         return True
     if isinstance(node, ast.Dict) and not node.keys:
         return True
-    if isinstance(node, ast.Call) and not node.args and dotted(node.func) in (
-            "set", "list", "dict", "tuple", "frozenset", "str", "bytes"):
+    if (
+        isinstance(node, ast.Call)
+        and not node.args
+        and dotted(node.func) in ("set", "list", "dict", "tuple", "frozenset", "str", "bytes")
+    ):
         return True
     name = dotted(node)
     if name and words(name.rsplit(".", 1)[-1]) & _BOUNDARY_NAMES:
@@ -567,6 +725,7 @@ def has_boundary_case(mod: PyModule) -> bool:
 
 
 # expectations, for the hard-coded-return check ------------------------------------------
+
 
 @dataclass(frozen=True)
 class Expectation:
@@ -602,12 +761,18 @@ def expectations(path: str, tree: ast.AST) -> list[Expectation]:
     out: list[Expectation] = []
     for node in ast.walk(tree):
         pairs: list[tuple[ast.AST, ast.AST]] = []
-        if (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)
-                and len(node.test.ops) == 1
-                and isinstance(node.test.ops[0], ast.Eq | ast.Is)):
+        if (
+            isinstance(node, ast.Assert)
+            and isinstance(node.test, ast.Compare)
+            and len(node.test.ops) == 1
+            and isinstance(node.test.ops[0], ast.Eq | ast.Is)
+        ):
             pairs = [(node.test.left, node.test.comparators[0])]
-        elif isinstance(node, ast.Call) and len(node.args) >= 2 and dotted(
-                node.func).rsplit(".", 1)[-1] in ("assertEqual", "assertEquals", "assertIs"):
+        elif (
+            isinstance(node, ast.Call)
+            and len(node.args) >= 2
+            and dotted(node.func).rsplit(".", 1)[-1] in ("assertEqual", "assertEquals", "assertIs")
+        ):
             pairs = [(node.args[0], node.args[1])]
         for a, b in pairs:
             line = node.lineno  # type: ignore[attr-defined]

@@ -50,17 +50,33 @@ def pytest_prefix(argvs: Sequence[Sequence[str]]) -> list[str] | None:
     return None
 
 
-def run_green(prefix: Sequence[str], modules: Sequence[str], tree: Path, evidence: Path, *,
-              timeout: float) -> CheckRun:
+def run_green(
+    prefix: Sequence[str], modules: Sequence[str], tree: Path, evidence: Path, *, timeout: float
+) -> CheckRun:
     junit_path = evidence / "green.junit.xml"
     argv = with_junit(pinned([*prefix, *modules], tree), junit_path)
-    return run_one("green", argv, tree, evidence, env=check_env(tree), timeout=timeout,
-                   criterion="the task's new and changed tests pass at the commit",
-                   junit_path=junit_path)
+    return run_one(
+        "green",
+        argv,
+        tree,
+        evidence,
+        env=check_env(tree),
+        timeout=timeout,
+        criterion="the task's new and changed tests pass at the commit",
+        junit_path=junit_path,
+    )
 
 
-def run_red(repo: Path, base: str, prefix: Sequence[str], modules: Sequence[str],
-            test_files: Mapping[str, str], evidence: Path, *, timeout: float) -> CheckRun:
+def run_red(
+    repo: Path,
+    base: str,
+    prefix: Sequence[str],
+    modules: Sequence[str],
+    test_files: Mapping[str, str],
+    evidence: Path,
+    *,
+    timeout: float,
+) -> CheckRun:
     """The test files of the commit, alone on the base tree."""
     junit_path = evidence / "red.junit.xml"
     with clean_checkout(repo, base) as tree:
@@ -69,57 +85,102 @@ def run_red(repo: Path, base: str, prefix: Sequence[str], modules: Sequence[str]
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
         argv = with_junit(
-            pinned([*prefix, "--continue-on-collection-errors", *modules], tree), junit_path)
-        return run_one("red", argv, tree, evidence, env=check_env(tree), timeout=timeout,
-                       criterion="the task's new and changed tests fail at the base",
-                       cwd_kind="base", junit_path=junit_path)
+            pinned([*prefix, "--continue-on-collection-errors", *modules], tree), junit_path
+        )
+        return run_one(
+            "red",
+            argv,
+            tree,
+            evidence,
+            env=check_env(tree),
+            timeout=timeout,
+            criterion="the task's new and changed tests fail at the base",
+            cwd_kind="base",
+            junit_path=junit_path,
+        )
 
 
-def judge_red(run: CheckRun, refs: Sequence[TestRef],
-              module_created: Callable[[str], bool]) -> list[Finding]:
+def judge_red(
+    run: CheckRun, refs: Sequence[TestRef], module_created: Callable[[str], bool]
+) -> list[Finding]:
     """Warnings when the base run does not show the tests failing on an assertion."""
     if run.error or run.timed_out:
         why = run.error or "it timed out"
-        return [warning(f"red could not be shown: the test run at the base did not "
-                        f"complete ({why}).", "redgreen.not-run")]
+        return [
+            warning(
+                f"red could not be shown: the test run at the base did not complete ({why}).",
+                "redgreen.not-run",
+            )
+        ]
     cases = junit.parse(Path(run.junit_path)) if run.junit_path else []
     per_ref = {ref: junit.results_for(cases, ref) for ref in refs}
     if any(c.is_assertion_failure for hits in per_ref.values() for c in hits):
         return []
-    if refs and all(hits and all(c.outcome == "passed" for c in hits)
-                    for hits in per_ref.values()):
+    if refs and all(hits and all(c.outcome == "passed" for c in hits) for hits in per_ref.values()):
         names = ", ".join(r.qualname for r in refs[:5])
-        return [warning(
-            f"the new/changed tests ({names}) already pass at the base, without the task's "
-            "change: they do not show that the change is needed or works.",
-            "redgreen.not-red", refs[0].path,
-            fix="Add a test that fails without your change (and passes with it).")]
-    problems = [c for c in cases if c.outcome == "error" or (
-        c.outcome == "failed" and not c.is_assertion_failure)]
+        return [
+            warning(
+                f"the new/changed tests ({names}) already pass at the base, without the task's "
+                "change: they do not show that the change is needed or works.",
+                "redgreen.not-red",
+                refs[0].path,
+                fix="Add a test that fails without your change (and passes with it).",
+            )
+        ]
+    problems = [
+        c
+        for c in cases
+        if c.outcome == "error" or (c.outcome == "failed" and not c.is_assertion_failure)
+    ]
     text = "\n".join(f"{c.message}\n{c.text}" for c in problems)
     m = _NO_NAME.search(text)
     if m and module_created(f"{m.group(2)}.{m.group(1)}"):
-        return [warning(
-            f"red could not be shown (the module under test does not exist at base: "
-            f"{m.group(2)}.{m.group(1)}).", "redgreen.unprovable", refs[0].path if refs else None)]
+        return [
+            warning(
+                f"red could not be shown (the module under test does not exist at base: "
+                f"{m.group(2)}.{m.group(1)}).",
+                "redgreen.unprovable",
+                refs[0].path if refs else None,
+            )
+        ]
     if m:
-        return [warning(
-            f"red could not be shown: {m.group(1)} does not exist in {m.group(2)} at the "
-            "base, so the tests stop at their import instead of failing on an assertion.",
-            "redgreen.unprovable", refs[0].path if refs else None)]
+        return [
+            warning(
+                f"red could not be shown: {m.group(1)} does not exist in {m.group(2)} at the "
+                "base, so the tests stop at their import instead of failing on an assertion.",
+                "redgreen.unprovable",
+                refs[0].path if refs else None,
+            )
+        ]
     m = _NO_MODULE.search(text)
     if m:
         module = m.group(1)
-        what = ("the module under test does not exist at base" if module_created(module)
-                else f"module {module} cannot be imported at the base")
-        return [warning(f"red could not be shown ({what}: {module}).",
-                        "redgreen.unprovable", refs[0].path if refs else None)]
+        what = (
+            "the module under test does not exist at base"
+            if module_created(module)
+            else f"module {module} cannot be imported at the base"
+        )
+        return [
+            warning(
+                f"red could not be shown ({what}: {module}).",
+                "redgreen.unprovable",
+                refs[0].path if refs else None,
+            )
+        ]
     first = problems[0] if problems else None
-    detail = (f"{first.exception_type or first.outcome}: {first.message[:160]}"
-              if first else "the tests were not in the report")
-    return [warning(
-        f"red could not be shown: at the base the tests stop with {detail}, not on a "
-        "failing assertion.", "redgreen.unprovable", refs[0].path if refs else None)]
+    detail = (
+        f"{first.exception_type or first.outcome}: {first.message[:160]}"
+        if first
+        else "the tests were not in the report"
+    )
+    return [
+        warning(
+            f"red could not be shown: at the base the tests stop with {detail}, not on a "
+            "failing assertion.",
+            "redgreen.unprovable",
+            refs[0].path if refs else None,
+        )
+    ]
 
 
 def all_passed(refs: Sequence[TestRef], runs: Sequence[CheckRun]) -> bool:
@@ -132,10 +193,19 @@ def all_passed(refs: Sequence[TestRef], runs: Sequence[CheckRun]) -> bool:
     return True
 
 
-def red_green(repo: Path, base: str, commit_tree: Path, *, prefix: Sequence[str] | None,
-              touched: Sequence[TestRef], test_files: Mapping[str, str], evidence: Path,
-              timeout: float, module_created: Callable[[str], bool],
-              done_runs: Sequence[CheckRun] = ()) -> RedGreen:
+def red_green(
+    repo: Path,
+    base: str,
+    commit_tree: Path,
+    *,
+    prefix: Sequence[str] | None,
+    touched: Sequence[TestRef],
+    test_files: Mapping[str, str],
+    evidence: Path,
+    timeout: float,
+    module_created: Callable[[str], bool],
+    done_runs: Sequence[CheckRun] = (),
+) -> RedGreen:
     """Run green at the commit and red at the base for the task's Python tests.
 
     Green is skipped when the done-checks' reports already show every one of these tests
@@ -146,10 +216,14 @@ def red_green(repo: Path, base: str, commit_tree: Path, *, prefix: Sequence[str]
     if not refs:
         return result
     if prefix is None:
-        result.findings.append(warning(
-            "red-green not checked: no done-check runs pytest, so lo-orch does not know how "
-            "to run this project's tests.", "redgreen.not-run",
-            fix="(For the plan's author) add a pytest done-check to the task."))
+        result.findings.append(
+            warning(
+                "red-green not checked: no done-check runs pytest, so lo-orch does not know how "
+                "to run this project's tests.",
+                "redgreen.not-run",
+                fix="(For the plan's author) add a pytest done-check to the task.",
+            )
+        )
         return result
     modules = sorted({r.path for r in refs})
     if not all_passed(refs, done_runs):

@@ -20,24 +20,38 @@ if TYPE_CHECKING:
 PROMPT_FINDINGS = 8
 
 
-def write_review(rundir: RunDir, task: Task, round_no: int, verdict: Verdict, *,
-                 max_rounds: int | None = None) -> Path:
+def write_review(
+    rundir: RunDir, task: Task, round_no: int, verdict: Verdict, *, max_rounds: int | None = None
+) -> Path:
     """Render ``reviews/<task>-rN.md`` from templates/review.md.j2 and return its path."""
     from loop_orchestrator import templating
 
     path = rundir.review_path(task.id, round_no)
     text = templating.render(
-        "review.md.j2", task=task, round_no=round_no, max_rounds=max_rounds, verdict=verdict,
-        blocking=verdict.blocking, warnings=verdict.warnings, summary=verdict.summary(),
-        evidence_dir=verdict.evidence_dir, evidence=verdict.evidence,
+        "review.md.j2",
+        task=task,
+        round_no=round_no,
+        max_rounds=max_rounds,
+        verdict=verdict,
+        blocking=verdict.blocking,
+        warnings=verdict.warnings,
+        summary=verdict.summary(),
+        evidence_dir=verdict.evidence_dir,
+        evidence=verdict.evidence,
         disputable=disputes.disputable(verdict.findings),
     )
     atomic_write_text(path, text)
     return path
 
 
-def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds: int,
-                  verdict: Verdict | None = None) -> str:
+def rework_prompt(
+    review_path: Path,
+    *,
+    task_id: str,
+    round_no: int,
+    max_rounds: int,
+    verdict: Verdict | None = None,
+) -> str:
     """The prompt sent to the session for rework round ``round_no`` (prompt_rework.md.j2)."""
     from loop_orchestrator import templating
 
@@ -55,11 +69,19 @@ def rework_prompt(review_path: Path, *, task_id: str, round_no: int, max_rounds:
             lines += [f"- auditor: {r}" for r in verdict.auditor.reasons[:3]]
         # what became of this round's disputes: a session that does not hear "rejected"
         # or "moot" would only send the same dispute again
-        lines += [f"- your dispute of {d.check}: {d.outcome} ({d.reason})"
-                  for d in verdict.disputes if d.outcome != "carried"]
+        lines += [
+            f"- your dispute of {d.check}: {d.outcome} ({d.reason})"
+            for d in verdict.disputes
+            if d.outcome != "carried"
+        ]
     return templating.render(
-        "prompt_rework.md.j2", task=task_id, round=round_no, max_rounds=max_rounds,
-        review=str(review_path), summary="\n".join(lines), disputable=disputable,
+        "prompt_rework.md.j2",
+        task=task_id,
+        round=round_no,
+        max_rounds=max_rounds,
+        review=str(review_path),
+        summary="\n".join(lines),
+        disputable=disputable,
     )
 
 
@@ -75,14 +97,17 @@ def gate2_notes(verdicts: Mapping[str, Verdict]) -> list[str]:
     for tid, verdict in sorted(verdicts.items()):
         for d in verdict.disputes:
             if d.outcome in ("carried", "upheld"):
-                lines.append(f"{tid}: finding {d.check} disputed by the session ({d.outcome}"
-                             f"): \"{d.note}\"")
+                lines.append(
+                    f'{tid}: finding {d.check} disputed by the session ({d.outcome}): "{d.note}"'
+                )
         heuristic = [f for f in verdict.warnings if f.check.startswith(("tests.", "stubs."))]
         for f in heuristic[:GATE2_WARNINGS]:
             lines.append(f"{tid}: {f.check} at {f.location}: {f.message.splitlines()[0]}")
         if len(heuristic) > GATE2_WARNINGS:
-            lines.append(f"{tid}: ... and {len(heuristic) - GATE2_WARNINGS} more warning(s) "
-                         f"in {verdict.evidence_dir}/verdict.json")
+            lines.append(
+                f"{tid}: ... and {len(heuristic) - GATE2_WARNINGS} more warning(s) "
+                f"in {verdict.evidence_dir}/verdict.json"
+            )
     return lines
 
 
@@ -129,8 +154,10 @@ def failing_files(output: str, files: Sequence[str]) -> list[str]:
 
 
 def route_integration_failure(
-    failing_files: Sequence[str], tasks: Sequence[Task],
-    *, depends: Mapping[str, Sequence[str]] | None = None,
+    failing_files: Sequence[str],
+    tasks: Sequence[Task],
+    *,
+    depends: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str | None, list[str]]:
     """Map each failing file to the task that owns it; unowned files go under ``None``.
 
@@ -152,8 +179,11 @@ def route_integration_failure(
             routed.setdefault(None, []).append(path)
             continue
         # drop an owner when another owner builds on it (that one wrote last)
-        last = [o for o in owners
-                if not any(o in closure.get(other, set()) for other in owners if other != o)]
+        last = [
+            o
+            for o in owners
+            if not any(o in closure.get(other, set()) for other in owners if other != o)
+        ]
         for owner in last or owners:
             routed.setdefault(owner, []).append(path)
     return routed

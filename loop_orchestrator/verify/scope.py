@@ -59,9 +59,7 @@ _VERB = {"A": "adds", "M": "changes", "D": "deletes", "T": "changes the file typ
 def literally_owned(path: str, owns: Sequence[str]) -> bool:
     """Whether ``owns`` names ``path`` exactly, without any wildcard."""
     norm = path.removeprefix("./")
-    return any(
-        not _WILDCARD.search(p) and p.removeprefix("./").rstrip("/") == norm for p in owns
-    )
+    return any(not _WILDCARD.search(p) and p.removeprefix("./").rstrip("/") == norm for p in owns)
 
 
 def check_scope(
@@ -100,26 +98,37 @@ def _check_one(
     fix: str
     revert = f"Revert your change to {path}."
     if classify.is_orchestration(path):
-        return [blocking(
-            f"{verb} {path}, which belongs to lo-orch itself (.orchestration/, .worktrees/, "
-            ".git/); a task never touches it.", "scope.orchestration", path, fix=revert,
-        )]
+        return [
+            blocking(
+                f"{verb} {path}, which belongs to lo-orch itself (.orchestration/, .worktrees/, "
+                ".git/); a task never touches it.",
+                "scope.orchestration",
+                path,
+                fix=revert,
+            )
+        ]
     if classify.is_interpreter_hook(path):
-        return [blocking(
-            f"{verb} {path}, code the Python interpreter runs at start-up (a .pth file, "
-            "sitecustomize or usercustomize). It would run inside every check before any "
-            "test, so no task may add or change one, whatever its owns say.",
-            "scope.interpreter-hook", path,
-            fix=revert + " Put the code in a normal module that your code imports.",
-        )]
+        return [
+            blocking(
+                f"{verb} {path}, code the Python interpreter runs at start-up (a .pth file, "
+                "sitecustomize or usercustomize). It would run inside every check before any "
+                "test, so no task may add or change one, whatever its owns say.",
+                "scope.interpreter-hook",
+                path,
+                fix=revert + " Put the code in a normal module that your code imports.",
+            )
+        ]
     if classify.is_environment_path(path):
-        return [blocking(
-            f"{verb} {path}, part of a Python virtual environment. Checks run with the "
-            "user's own environment; a committed one would replace it (its python could be "
-            "any program), so no task may add or change one, whatever its owns say.",
-            "scope.interpreter-hook", path,
-            fix=revert + " Keep virtual environments out of the repository (.gitignore).",
-        )]
+        return [
+            blocking(
+                f"{verb} {path}, part of a Python virtual environment. Checks run with the "
+                "user's own environment; a committed one would replace it (its python could be "
+                "any program), so no task may add or change one, whatever its owns say.",
+                "scope.interpreter-hook",
+                path,
+                fix=revert + " Keep virtual environments out of the repository (.gitignore).",
+            )
+        ]
     for kind, test, what in (
         ("scope.ci", classify.is_ci, "a CI file"),
         ("scope.test-config", classify.is_test_config_path, "test configuration"),
@@ -127,17 +136,25 @@ def _check_one(
         if not test(path):
             continue
         if literally_owned(path, owns):
-            return [warning(
-                f"{verb} {what} ({path}); allowed because the approved plan names this "
-                "exact path in the task's owns. Review it by hand.", kind, path,
-            )]
-        return [blocking(
-            f"{verb} {what} ({path}). CI and test configuration decide how work is checked, "
-            "so a task may not change them (a glob in owns is not enough).", kind, path,
-            fix=revert + " Put fixtures in the test module itself; if the configuration "
-            "really must change, ask a human to change it or to name this exact path in "
-            "the plan's owns.",
-        )]
+            return [
+                warning(
+                    f"{verb} {what} ({path}); allowed because the approved plan names this "
+                    "exact path in the task's owns. Review it by hand.",
+                    kind,
+                    path,
+                )
+            ]
+        return [
+            blocking(
+                f"{verb} {what} ({path}). CI and test configuration decide how work is checked, "
+                "so a task may not change them (a glob in owns is not enough).",
+                kind,
+                path,
+                fix=revert + " Put fixtures in the test module itself; if the configuration "
+                "really must change, ask a human to change it or to name this exact path in "
+                "the plan's owns.",
+            )
+        ]
 
     findings: list[Finding] = []
     owned = matches(path, owns)
@@ -145,20 +162,27 @@ def _check_one(
         old, new = contents(path)
         embedded = classify.embedded_test_config_changed(path, old, new)
         if embedded:
-            findings.append(blocking(
-                f"changes {embedded}. Test settings decide which tests run and how they are "
-                "judged; a task may not change them, even in a file it owns.",
-                "scope.test-config", path,
-                fix="Restore those settings exactly; keep any other change you need.",
-            ))
+            findings.append(
+                blocking(
+                    f"changes {embedded}. Test settings decide which tests run and how they are "
+                    "judged; a task may not change them, even in a file it owns.",
+                    "scope.test-config",
+                    path,
+                    fix="Restore those settings exactly; keep any other change you need.",
+                )
+            )
     if not owned:
         if classify.is_lock_file(path):
-            msg = (f"{verb} the lock file {path}, which this task does not own. Lock files "
-                   "change only in the task that owns them.")
+            msg = (
+                f"{verb} the lock file {path}, which this task does not own. Lock files "
+                "change only in the task that owns them."
+            )
             fix = f"Restore {path}; if a dependency is needed, say so with `signal blocked`."
         elif classify.is_git_meta(path):
-            msg = (f"{verb} git metadata ({path}) the task does not own; it can change how "
-                   "diffs are read or what is checked out.")
+            msg = (
+                f"{verb} git metadata ({path}) the task does not own; it can change how "
+                "diffs are read or what is checked out."
+            )
             fix = revert
         else:
             msg = f"{verb} {path}, outside the paths this task owns ({', '.join(owns)})."
@@ -172,10 +196,14 @@ def _check_one(
     if SYMLINK_MODE in (ch.new_mode,) and ch.status != "D":
         findings.append(_symlink_finding(path, contents))
     if GITLINK_MODE in (ch.old_mode, ch.new_mode):
-        findings.append(warning(
-            f"{verb} a submodule ({path}). Submodules pull code from elsewhere; review by hand.",
-            "scope.submodule", path,
-        ))
+        findings.append(
+            warning(
+                f"{verb} a submodule ({path}). "
+                "Submodules pull code from elsewhere; review by hand.",
+                "scope.submodule",
+                path,
+            )
+        )
     return findings
 
 
@@ -189,7 +217,8 @@ def _symlink_finding(path: str, contents: Contents | None) -> Finding:
     if target.startswith("/") or joined == ".." or joined.startswith("../"):
         return blocking(
             f"adds a symbolic link {path} -> {target}, which points outside the repository.",
-            "scope.symlink", path,
+            "scope.symlink",
+            path,
             fix="Replace the link by a real file inside the paths you own.",
         )
     return warning(f"adds a symbolic link {path} -> {target}.", "scope.symlink", path)

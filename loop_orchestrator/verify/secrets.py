@@ -32,45 +32,75 @@ from loop_orchestrator.verify.models import Finding, blocking, warning
 
 #: (check id suffix, what it is, pattern); group "key" is the secret when present
 _PROVIDERS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
-    ("private-key", "a private key block",
-     re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
-    ("aws", "an AWS access key id",
-     re.compile(r"(?<![A-Z0-9])(?P<key>(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16})(?![A-Z0-9])")),
-    ("aws", "an AWS secret access key",
-     re.compile(r"(?i)aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?"
-                r"(?P<key>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])")),
-    ("github", "a GitHub token",
-     re.compile(r"(?<![\w])(?P<key>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})")),
-    ("slack", "a Slack token",
-     re.compile(r"(?<![\w])(?P<key>xox[baprse]-[A-Za-z0-9-]{10,})")),
-    ("slack", "a Slack webhook URL",
-     re.compile(r"(?P<key>https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/"
-                r"[A-Za-z0-9_]+)")),
-    ("anthropic", "an Anthropic API key",
-     re.compile(r"(?<![\w-])(?P<key>sk-ant-[A-Za-z0-9_-]{20,})")),
-    ("openai", "an OpenAI API key",
-     re.compile(r"(?<![\w-])(?P<key>sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,})")),
-    ("google", "a Google API key",
-     re.compile(r"(?<![\w-])(?P<key>AIza[0-9A-Za-z_-]{35})")),
-    ("stripe", "a Stripe live key",
-     re.compile(r"(?<![\w])(?P<key>(?:sk|rk)_live_[0-9a-zA-Z]{20,})")),
+    (
+        "private-key",
+        "a private key block",
+        re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
+    ),
+    (
+        "aws",
+        "an AWS access key id",
+        re.compile(r"(?<![A-Z0-9])(?P<key>(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16})(?![A-Z0-9])"),
+    ),
+    (
+        "aws",
+        "an AWS secret access key",
+        re.compile(
+            r"(?i)aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?"
+            r"(?P<key>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"
+        ),
+    ),
+    (
+        "github",
+        "a GitHub token",
+        re.compile(r"(?<![\w])(?P<key>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
+    ),
+    ("slack", "a Slack token", re.compile(r"(?<![\w])(?P<key>xox[baprse]-[A-Za-z0-9-]{10,})")),
+    (
+        "slack",
+        "a Slack webhook URL",
+        re.compile(
+            r"(?P<key>https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/"
+            r"[A-Za-z0-9_]+)"
+        ),
+    ),
+    (
+        "anthropic",
+        "an Anthropic API key",
+        re.compile(r"(?<![\w-])(?P<key>sk-ant-[A-Za-z0-9_-]{20,})"),
+    ),
+    (
+        "openai",
+        "an OpenAI API key",
+        re.compile(r"(?<![\w-])(?P<key>sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,})"),
+    ),
+    ("google", "a Google API key", re.compile(r"(?<![\w-])(?P<key>AIza[0-9A-Za-z_-]{35})")),
+    (
+        "stripe",
+        "a Stripe live key",
+        re.compile(r"(?<![\w])(?P<key>(?:sk|rk)_live_[0-9a-zA-Z]{20,})"),
+    ),
     ("private-key", "a PuTTY private key", re.compile(r"PuTTY-User-Key-File-\d+:")),
-    ("npm", "an npm registry token",
-     re.compile(r"_authToken\s*=\s*(?P<key>[A-Za-z0-9_\-.]{20,})")),
-    ("kubeconfig", "a Kubernetes client key",
-     re.compile(r"client-key-data:\s*(?P<key>[A-Za-z0-9+/=]{40,})")),
+    ("npm", "an npm registry token", re.compile(r"_authToken\s*=\s*(?P<key>[A-Za-z0-9_\-.]{20,})")),
+    (
+        "kubeconfig",
+        "a Kubernetes client key",
+        re.compile(r"client-key-data:\s*(?P<key>[A-Za-z0-9+/=]{40,})"),
+    ),
 )
 
 _ASSIGNMENT = re.compile(
     r"(?i)(?P<name>[\w.-]*(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?token"
     r"|auth[_-]?token|client[_-]?secret|private[_-]?key|secret[_-]?key|token))\b[\"']?"
-    r"(?:\s*:\s*[\w\[\]|, .]+?)?\s*(?:=|:|:=|=>)\s*(?P<q>[\"'])(?P<value>[^\"'\s]{4,})(?P=q)")
+    r"(?:\s*:\s*[\w\[\]|, .]+?)?\s*(?:=|:|:=|=>)\s*(?P<q>[\"'])(?P<value>[^\"'\s]{4,})(?P=q)"
+)
 _URL_CREDENTIALS = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@'\"]+:(?P<value>[^/\s:@'\"]+)@")
 ENTROPY_MIN_LENGTH = 24  # characters of a quoted string before its entropy is judged
 _QUOTED = re.compile(rf"([\"'])(?P<value>[A-Za-z0-9+/=_\-]{{{ENTROPY_MIN_LENGTH},}})\1")
 _PLACEHOLDER_VALUE = re.compile(
     r"(?i)^(?:<.*>|\$\{.*\}|\{\{.*\}\}|%\(?\w*\)?s|\*+|x+|\.+|your[_-].*|changeme|example.*"
-    r"|dummy.*|fake.*|placeholder|redacted|none|null|password|secret|test|testing)$")
+    r"|dummy.*|fake.*|placeholder|redacted|none|null|password|secret|test|testing)$"
+)
 _EXAMPLE = re.compile(r"(?i)example|dummy|fake|sample|placeholder")
 
 _CONFLICT = re.compile(r"^(?:<{7}|>{7}|\|{7})(?: |$)")
@@ -117,8 +147,10 @@ def check_secrets(added: Mapping[str, Sequence[tuple[int, str]]]) -> list[Findin
     return findings
 
 
-_FIX = ("Remove it from the change, load it from the environment or a secret store, and "
-        "rotate it if it was real.")
+_FIX = (
+    "Remove it from the change, load it from the environment or a secret store, and "
+    "rotate it if it was real."
+)
 
 
 def _provider(path: str, ln: int, text: str) -> Finding | None:
@@ -140,23 +172,34 @@ def _credential_like(name: str, value: str) -> bool:
     one is judged a secret only when it looks generated, not when it is a word."""
     if re.sub(r"[\W_]", "", name.rsplit(".", 1)[-1]).lower() != "token":
         return True
-    return len(value) >= 16 and bool(re.search(r"\d", value)) and bool(
-        re.search(r"[A-Za-z]", value))
+    return (
+        len(value) >= 16 and bool(re.search(r"\d", value)) and bool(re.search(r"[A-Za-z]", value))
+    )
 
 
 def _assignment(path: str, ln: int, text: str, test: bool) -> Finding | None:
     m = _ASSIGNMENT.search(text)
     if m:
         value = m.group("value")
-        if (not _PLACEHOLDER_VALUE.match(value) and not value.startswith(("$", "%"))
-                and _credential_like(m.group("name"), value)):
+        if (
+            not _PLACEHOLDER_VALUE.match(value)
+            and not value.startswith(("$", "%"))
+            and _credential_like(m.group("name"), value)
+        ):
             make = warning if test else blocking
-            return make(f"assigns a literal to {m.group('name')} ({_mask(value)}): a "
-                        "hard-coded credential.", "secrets.assignment", path, ln, fix=_FIX)
+            return make(
+                f"assigns a literal to {m.group('name')} ({_mask(value)}): a "
+                "hard-coded credential.",
+                "secrets.assignment",
+                path,
+                ln,
+                fix=_FIX,
+            )
     u = _URL_CREDENTIALS.search(text)
     if u and not _PLACEHOLDER_VALUE.match(u.group("value")):
-        return warning("adds a URL with a password in it.", "secrets.url-credentials",
-                       path, ln, fix=_FIX)
+        return warning(
+            "adds a URL with a password in it.", "secrets.url-credentials", path, ln, fix=_FIX
+        )
     return None
 
 
@@ -172,8 +215,11 @@ def _entropy(path: str, ln: int, text: str) -> Finding | None:
             return warning(
                 f"adds a random-looking string ({_mask(value)}, {len(value)} characters, "
                 f"entropy {entropy:.1f} bits/char); it may be a secret.",
-                "secrets.high-entropy", path, ln,
-                fix="If it is a credential, remove it and load it from the environment.")
+                "secrets.high-entropy",
+                path,
+                ln,
+                fix="If it is a credential, remove it and load it from the environment.",
+            )
     return None
 
 
@@ -184,14 +230,21 @@ def check_conflict_markers(added: Mapping[str, Sequence[tuple[int, str]]]) -> li
         strict = outer or not classify.is_doc(path)
         for ln, text in lines:
             if _CONFLICT.match(text) or (strict and _CONFLICT_MID.match(text)):
-                findings.append(blocking(
-                    f"adds a merge-conflict marker `{text.strip()[:20]}`: a conflict was "
-                    "left unresolved.", "conflict-marker", path, ln,
-                    fix="Resolve the conflict and remove the markers."))
+                findings.append(
+                    blocking(
+                        f"adds a merge-conflict marker `{text.strip()[:20]}`: a conflict was "
+                        "left unresolved.",
+                        "conflict-marker",
+                        path,
+                        ln,
+                        fix="Resolve the conflict and remove the markers.",
+                    )
+                )
     return findings
 
 
 # secret files -----------------------------------------------------------------------------
+
 
 class _ChangeLike(Protocol):
     @property
@@ -203,12 +256,16 @@ class _ChangeLike(Protocol):
 def check_secret_files(changes: Iterable[_ChangeLike]) -> list[Finding]:
     """Files that are secrets by their name or folder, added or changed."""
     return [
-        blocking(f"adds {ch.path}, a file that holds credentials (SSH or PuTTY key, .netrc, "
-                 ".npmrc, .pypirc, key store, kubeconfig, cloud credentials, .env...).",
-                 "secrets.file", ch.path,
-                 fix="Remove it from the change (and from the branch's history); keep "
-                     "credentials out of the repository and rotate them if they were real.")
-        for ch in changes if ch.status != "D" and is_secret_path(ch.path)
+        blocking(
+            f"adds {ch.path}, a file that holds credentials (SSH or PuTTY key, .netrc, "
+            ".npmrc, .pypirc, key store, kubeconfig, cloud credentials, .env...).",
+            "secrets.file",
+            ch.path,
+            fix="Remove it from the change (and from the branch's history); keep "
+            "credentials out of the repository and rotate them if they were real.",
+        )
+        for ch in changes
+        if ch.status != "D" and is_secret_path(ch.path)
     ]
 
 
@@ -227,9 +284,15 @@ def check_credential_documents(texts: Mapping[str, str]) -> list[Finding]:
             continue
         key = doc.get("private_key")
         if isinstance(key, str) and len(key) >= 40 and not _EXAMPLE.search(key):
-            out.append(blocking(
-                f"adds a cloud service-account key file ({path}): it carries a private key "
-                "that signs in as that account.", "secrets.cloud-credentials", path, fix=_FIX))
+            out.append(
+                blocking(
+                    f"adds a cloud service-account key file ({path}): it carries a private key "
+                    "that signs in as that account.",
+                    "secrets.cloud-credentials",
+                    path,
+                    fix=_FIX,
+                )
+            )
     return out
 
 
@@ -247,9 +310,9 @@ def printable_runs(data: str) -> set[str]:
     return runs
 
 
-def check_binary_secrets(paths: Iterable[str],
-                         content: Callable[[str], tuple[str | None, str | None]]
-                         ) -> list[Finding]:
+def check_binary_secrets(
+    paths: Iterable[str], content: Callable[[str], tuple[str | None, str | None]]
+) -> list[Finding]:
     """Secrets in the printable text of binary files (``content``: path -> (old, new)).
 
     Only runs that were not in the old version count, so an unchanged asset does not block.
@@ -260,17 +323,28 @@ def check_binary_secrets(paths: Iterable[str],
         if new is None:
             continue
         if len(new) > MAX_BINARY_CHARS:
-            findings.append(warning(
-                f"{path} is a binary file too large to scan for secrets "
-                f"({len(new) // 1_000_000} MB).", "secrets.unscanned", path,
-                fix="Keep large binaries out of the change, or check them by hand."))
+            findings.append(
+                warning(
+                    f"{path} is a binary file too large to scan for secrets "
+                    f"({len(new) // 1_000_000} MB).",
+                    "secrets.unscanned",
+                    path,
+                    fix="Keep large binaries out of the change, or check them by hand.",
+                )
+            )
             continue
         seen = printable_runs(old) if old else set()
         for run in sorted(printable_runs(new) - seen):
             hit = _provider(path, 0, run) or _assignment(path, 0, run, False)
             if hit is not None and hit.blocking:
-                findings.append(hit.model_copy(update={
-                    "line": None, "message": hit.message.rstrip(".") + " (in the printable "
-                    "text of a binary file)."}))
+                findings.append(
+                    hit.model_copy(
+                        update={
+                            "line": None,
+                            "message": hit.message.rstrip(".") + " (in the printable "
+                            "text of a binary file).",
+                        }
+                    )
+                )
                 break
     return findings

@@ -24,13 +24,18 @@ from loop_orchestrator.verify.pytests import Expectation, dotted, walk_shallow
 from loop_orchestrator.verify.testquality import FileChange
 
 _MARKER = re.compile(r"\b(TODO|FIXME|XXX|HACK)\b")
-_TRACKED_TODO = re.compile(
-    r"\bTODO\b\s*(?:\(\s*)?:?\s*(?:#\d+|[A-Z][A-Z0-9]+-\d+|https?://)")
+_TRACKED_TODO = re.compile(r"\bTODO\b\s*(?:\(\s*)?:?\s*(?:#\d+|[A-Z][A-Z0-9]+-\d+|https?://)")
 _PLACEHOLDER = re.compile(
     r"(?i)\blorem\s+ipsum\b|(?<![:.\-\w])placeholder(?![\w\-]|\s*[=:({])"
-    r"|\bnot\s+(?:yet\s+)?implemented\b")
-_EXEMPT_DECORATORS = ("abstractmethod", "abstractproperty", "abstractclassmethod",
-                      "abstractstaticmethod", "overload")
+    r"|\bnot\s+(?:yet\s+)?implemented\b"
+)
+_EXEMPT_DECORATORS = (
+    "abstractmethod",
+    "abstractproperty",
+    "abstractclassmethod",
+    "abstractstaticmethod",
+    "overload",
+)
 
 
 def _same(a: object, b: object) -> bool:
@@ -55,8 +60,12 @@ def check_stubs(files: Sequence[FileChange], expectations: Sequence[Expectation]
 
 
 def _not_code(path: str) -> bool:
-    return (classify.is_test_code(path) or classify.is_test_config_path(path)
-            or classify.is_lock_file(path) or path.endswith(".pyi"))
+    return (
+        classify.is_test_code(path)
+        or classify.is_test_config_path(path)
+        or classify.is_lock_file(path)
+        or path.endswith(".pyi")
+    )
 
 
 def _markers(f: FileChange) -> list[Finding]:
@@ -71,21 +80,34 @@ def _markers(f: FileChange) -> list[Finding]:
         if m:
             tracked = m.group(1) == "TODO" and _TRACKED_TODO.search(text)
             make = warning if (tracked or doc) else blocking
-            out.append(make(
-                f"adds a {m.group(1)} marker: `{text.strip()[:120]}`"
-                + (" (tracked by an issue)" if tracked else
-                   "; the work it announces is not done."),
-                "stubs.todo", f.path, ln,
-                fix="Finish the work now, or, if it is really out of the task's scope, "
-                    "reference an issue: TODO(#123)."))
+            out.append(
+                make(
+                    f"adds a {m.group(1)} marker: `{text.strip()[:120]}`"
+                    + (
+                        " (tracked by an issue)"
+                        if tracked
+                        else "; the work it announces is not done."
+                    ),
+                    "stubs.todo",
+                    f.path,
+                    ln,
+                    fix="Finish the work now, or, if it is really out of the task's scope, "
+                    "reference an issue: TODO(#123).",
+                )
+            )
             continue
         p = _PLACEHOLDER.search(text)
         if p:
             make = warning if doc else blocking
-            out.append(make(
-                f"adds placeholder text ({p.group(0)!r}): `{text.strip()[:120]}`",
-                "stubs.placeholder", f.path, ln,
-                fix="Replace the placeholder with the real implementation or content."))
+            out.append(
+                make(
+                    f"adds placeholder text ({p.group(0)!r}): `{text.strip()[:120]}`",
+                    "stubs.placeholder",
+                    f.path,
+                    ln,
+                    fix="Replace the placeholder with the real implementation or content.",
+                )
+            )
     return out
 
 
@@ -94,8 +116,9 @@ def _markers(f: FileChange) -> list[Finding]:
 _Func = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def _functions(body: list[ast.stmt], cls: ast.ClassDef | None
-               ) -> Iterator[tuple[_Func, ast.ClassDef | None]]:
+def _functions(
+    body: list[ast.stmt], cls: ast.ClassDef | None
+) -> Iterator[tuple[_Func, ast.ClassDef | None]]:
     for stmt in body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
             yield stmt, cls
@@ -114,14 +137,20 @@ def _functions(body: list[ast.stmt], cls: ast.ClassDef | None
 def _exempt(fn: _Func, cls: ast.ClassDef | None) -> bool:
     if any(dotted(d).rsplit(".", 1)[-1] in _EXEMPT_DECORATORS for d in fn.decorator_list):
         return True
-    return cls is not None and any(dotted(b).rsplit(".", 1)[-1] == "Protocol"
-                                   or dotted(b).startswith("Protocol[") for b in cls.bases)
+    return cls is not None and any(
+        dotted(b).rsplit(".", 1)[-1] == "Protocol" or dotted(b).startswith("Protocol[")
+        for b in cls.bases
+    )
 
 
 def _body(fn: _Func) -> list[ast.stmt]:
     body = fn.body
-    if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:]
     return body
 
@@ -149,8 +178,14 @@ def _python(f: FileChange, expectations: Sequence[Expectation]) -> list[Finding]
     try:
         tree = pyast.parse(f.new or "", f.path)
     except SyntaxError as exc:
-        return [warning(f"could not be parsed ({exc.msg}, line {exc.lineno}); stubs not "
-                        "checked.", "stubs.unparsable", f.path, exc.lineno)]
+        return [
+            warning(
+                f"could not be parsed ({exc.msg}, line {exc.lineno}); stubs not checked.",
+                "stubs.unparsable",
+                f.path,
+                exc.lineno,
+            )
+        ]
     out: list[Finding] = []
     for fn, cls in _functions(tree.body, None):
         span = range(fn.lineno, (fn.end_lineno or fn.lineno) + 1)
@@ -161,26 +196,52 @@ def _python(f: FileChange, expectations: Sequence[Expectation]) -> list[Finding]
         body = _body(fn)
         if not exempt:
             for node in walk_shallow(fn):
-                if (isinstance(node, ast.Raise) and node.exc is not None
-                        and dotted(node.exc).endswith("NotImplementedError")
-                        and node.lineno in f.added):
-                    out.append(blocking(
-                        f"{name}() raises NotImplementedError: it is a stub.",
-                        "stubs.not-implemented", f.path, node.lineno,
-                        fix="Implement it; if it is meant to be overridden, make it an "
-                            "@abstractmethod of an ABC."))
-            if all(isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(
-                    s.value, ast.Constant) and s.value.value is Ellipsis) for s in body):
-                out.append(blocking(
-                    f"{name}() has an empty body (only pass, ... or a docstring).",
-                    "stubs.empty-body", f.path, fn.lineno,
-                    fix="Implement it, or remove it if nothing calls it."))
+                if (
+                    isinstance(node, ast.Raise)
+                    and node.exc is not None
+                    and dotted(node.exc).endswith("NotImplementedError")
+                    and node.lineno in f.added
+                ):
+                    out.append(
+                        blocking(
+                            f"{name}() raises NotImplementedError: it is a stub.",
+                            "stubs.not-implemented",
+                            f.path,
+                            node.lineno,
+                            fix="Implement it; if it is meant to be overridden, make it an "
+                            "@abstractmethod of an ABC.",
+                        )
+                    )
+            if all(
+                isinstance(s, ast.Pass)
+                or (
+                    isinstance(s, ast.Expr)
+                    and isinstance(s.value, ast.Constant)
+                    and s.value.value is Ellipsis
+                )
+                for s in body
+            ):
+                out.append(
+                    blocking(
+                        f"{name}() has an empty body (only pass, ... or a docstring).",
+                        "stubs.empty-body",
+                        f.path,
+                        fn.lineno,
+                        fix="Implement it, or remove it if nothing calls it.",
+                    )
+                )
         out += _hardcoded(f, fn, name, body, _params(fn, cls), expectations)
     return out
 
 
-def _hardcoded(f: FileChange, fn: _Func, name: str, body: list[ast.stmt], params: list[str],
-               expectations: Sequence[Expectation]) -> list[Finding]:
+def _hardcoded(
+    f: FileChange,
+    fn: _Func,
+    name: str,
+    body: list[ast.stmt],
+    params: list[str],
+    expectations: Sequence[Expectation],
+) -> list[Finding]:
     mine = [e for e in expectations if e.func == fn.name]
     if not mine or not params:
         return []
@@ -188,13 +249,21 @@ def _hardcoded(f: FileChange, fn: _Func, name: str, body: list[ast.stmt], params
         ok, value = _literal(body[0].value)
         for e in mine:
             if ok and _same(value, e.expected):
-                return [blocking(
-                    f"{name}() ignores its arguments and returns {value!r}, exactly what "
-                    f"the test at {e.path}:{e.line} expects: the answer is hard-coded.",
-                    "stubs.hardcoded-return", f.path, body[0].lineno,
-                    fix="Compute the result from the arguments.")]
-    returns = [_literal(n.value)[1] for n in walk_shallow(fn)
-               if isinstance(n, ast.Return) and _literal(n.value)[0]]
+                return [
+                    blocking(
+                        f"{name}() ignores its arguments and returns {value!r}, exactly what "
+                        f"the test at {e.path}:{e.line} expects: the answer is hard-coded.",
+                        "stubs.hardcoded-return",
+                        f.path,
+                        body[0].lineno,
+                        fix="Compute the result from the arguments.",
+                    )
+                ]
+    returns = [
+        _literal(n.value)[1]
+        for n in walk_shallow(fn)
+        if isinstance(n, ast.Return) and _literal(n.value)[0]
+    ]
     compared: list[object] = []
     for node in walk_shallow(fn):
         if isinstance(node, ast.Compare):
@@ -202,34 +271,54 @@ def _hardcoded(f: FileChange, fn: _Func, name: str, body: list[ast.stmt], params
             if any(isinstance(o, ast.Name) and o.id in params for o in operands):
                 compared += [v for ok, v in map(_literal, operands) if ok]
     for e in mine:
-        if e.args and any(_same(r, e.expected) for r in returns) and any(
-                _same(c, a) for c in compared for a in e.args):
-            return [blocking(
-                f"{name}() special-cases the input the test at {e.path}:{e.line} uses and "
-                f"returns the expected {e.expected!r}: the test case is hard-coded.",
-                "stubs.hardcoded-return", f.path, fn.lineno,
-                fix="Implement the general rule instead of matching test inputs.")]
+        if (
+            e.args
+            and any(_same(r, e.expected) for r in returns)
+            and any(_same(c, a) for c in compared for a in e.args)
+        ):
+            return [
+                blocking(
+                    f"{name}() special-cases the input the test at {e.path}:{e.line} uses and "
+                    f"returns the expected {e.expected!r}: the test case is hard-coded.",
+                    "stubs.hardcoded-return",
+                    f.path,
+                    fn.lineno,
+                    fix="Implement the general rule instead of matching test inputs.",
+                )
+            ]
     return []
 
 
 # JavaScript / TypeScript ---------------------------------------------------------------
 
+
 def _js(f: FileChange, expectations: Sequence[Expectation]) -> list[Finding]:
     source = f.new or ""
     out = [
-        blocking("throws a 'not implemented' error: it is a stub.", "stubs.not-implemented",
-                 f.path, ln, fix="Implement it.")
-        for ln in jstests.not_implemented(source) if ln in f.added
+        blocking(
+            "throws a 'not implemented' error: it is a stub.",
+            "stubs.not-implemented",
+            f.path,
+            ln,
+            fix="Implement it.",
+        )
+        for ln in jstests.not_implemented(source)
+        if ln in f.added
     ]
     for name, has_params, value, line in jstests.constant_functions(source):
         if line not in f.added or not has_params:
             continue
         for e in expectations:
             if e.func == name and _same(value, e.expected):
-                out.append(blocking(
-                    f"{name}() ignores its arguments and returns {value!r}, exactly what the "
-                    f"test at {e.path}:{e.line} expects: the answer is hard-coded.",
-                    "stubs.hardcoded-return", f.path, line,
-                    fix="Compute the result from the arguments."))
+                out.append(
+                    blocking(
+                        f"{name}() ignores its arguments and returns {value!r}, exactly what the "
+                        f"test at {e.path}:{e.line} expects: the answer is hard-coded.",
+                        "stubs.hardcoded-return",
+                        f.path,
+                        line,
+                        fix="Compute the result from the arguments.",
+                    )
+                )
                 break
     return out

@@ -89,15 +89,38 @@ class _Test:
 
 
 def _py_tests(mod: pytests.PyModule) -> list[_Test]:
-    return [_Test(t.path, t.qualname, t.name, t.lineno, t.end_lineno, t.assertions,
-                  t.body_dump, "python", partial(coverage.python, t.node), t.inherited)
-            for t in mod.tests]
+    return [
+        _Test(
+            t.path,
+            t.qualname,
+            t.name,
+            t.lineno,
+            t.end_lineno,
+            t.assertions,
+            t.body_dump,
+            "python",
+            partial(coverage.python, t.node),
+            t.inherited,
+        )
+        for t in mod.tests
+    ]
 
 
 def _js_tests(mod: jstests.JsModule) -> list[_Test]:
-    return [_Test(t.path, t.qualname, t.title, t.lineno, t.end_lineno, t.assertions,
-                  re.sub(r"\s+", "", t.body), "js", partial(coverage.js, t))
-            for t in mod.tests]
+    return [
+        _Test(
+            t.path,
+            t.qualname,
+            t.title,
+            t.lineno,
+            t.end_lineno,
+            t.assertions,
+            re.sub(r"\s+", "", t.body),
+            "js",
+            partial(coverage.js, t),
+        )
+        for t in mod.tests
+    ]
 
 
 def _parse(path: str, text: str | None) -> tuple[object | None, str | None]:
@@ -142,10 +165,14 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
             base[(t.path, t.qualname)] = t
         new_mod, error = _parse(f.path, f.new)
         if error:
-            report.findings.append(blocking(
-                f"the test module does not parse ({error}), so none of its tests can run.",
-                "tests.unparsable", f.path,
-                fix="Fix the syntax error."))
+            report.findings.append(
+                blocking(
+                    f"the test module does not parse ({error}), so none of its tests can run.",
+                    "tests.unparsable",
+                    f.path,
+                    fix="Fix the syntax error.",
+                )
+            )
         if new_mod is not None:
             head_modules.append((f, new_mod))
             for t in _tests_of(new_mod):
@@ -162,25 +189,36 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
 
 def _touched(f: FileChange, t: _Test, base: dict[tuple[str, str], _Test]) -> bool:
     return (t.path, t.qualname) not in base or any(
-        ln in f.added for ln in range(t.lineno, t.end_lineno + 1))
+        ln in f.added for ln in range(t.lineno, t.end_lineno + 1)
+    )
 
 
 def _where(t: _Test) -> str:
     return f"test {t.qualname}"
 
 
-def _common(f: FileChange, mod_tests: list[_Test], duplicates: list[tuple[str, int, int]],
-            base: dict[tuple[str, str], _Test], report: TestReport,
-            cases: tuple[bool, bool]) -> list[_Test]:
+def _common(
+    f: FileChange,
+    mod_tests: list[_Test],
+    duplicates: list[tuple[str, int, int]],
+    base: dict[tuple[str, str], _Test],
+    report: TestReport,
+    cases: tuple[bool, bool],
+) -> list[_Test]:
     """Findings every language shares; returns the touched tests."""
     touched = []
     for qual, first, second in duplicates:
         if first in f.added or second in f.added:
-            report.findings.append(blocking(
-                f"test {qual} is defined twice (lines {first} and {second}); only the later "
-                "definition runs, so the earlier one silently disappears.",
-                "tests.duplicate-name", f.path, second,
-                fix="Give each test its own name."))
+            report.findings.append(
+                blocking(
+                    f"test {qual} is defined twice (lines {first} and {second}); only the later "
+                    "definition runs, so the earlier one silently disappears.",
+                    "tests.duplicate-name",
+                    f.path,
+                    second,
+                    fix="Give each test its own name.",
+                )
+            )
     for t in mod_tests:
         if not _touched(f, t, base):
             continue
@@ -189,11 +227,16 @@ def _common(f: FileChange, mod_tests: list[_Test], duplicates: list[tuple[str, i
         ref = TestRef(t.path, t.qualname, t.language, new)
         (report.inherited if t.inherited else report.touched).append(ref)
         if t.assertions == 0:
-            report.findings.append(blocking(
-                f"{_where(t)} has no assertion: it passes whatever the code does.",
-                "tests.no-assertion", t.path, t.lineno,
-                fix="Assert on the result (assert / self.assert* / expect). A helper that "
-                    "asserts must be named assert_* to be counted."))
+            report.findings.append(
+                blocking(
+                    f"{_where(t)} has no assertion: it passes whatever the code does.",
+                    "tests.no-assertion",
+                    t.path,
+                    t.lineno,
+                    fix="Assert on the result (assert / self.assert* / expect). A helper that "
+                    "asserts must be named assert_* to be counted.",
+                )
+            )
     if (f.status == "A" or f.old is None) and mod_tests:
         report.findings += _new_file_findings(f, *cases)
     return touched
@@ -203,95 +246,152 @@ def _new_file_findings(f: FileChange, has_error: bool, has_boundary: bool) -> li
     """Heuristics for a new test module: an error case and a boundary case."""
     out = []
     if not has_error:
-        out.append(warning(
-            "the new test module has no error case (pytest.raises / assertRaises / toThrow "
-            "/ rejects): nothing shows that invalid input is refused.",
-            "tests.no-error-case", f.path,
-            fix="Add a test that passes invalid input and expects the documented error."))
+        out.append(
+            warning(
+                "the new test module has no error case (pytest.raises / assertRaises / toThrow "
+                "/ rejects): nothing shows that invalid input is refused.",
+                "tests.no-error-case",
+                f.path,
+                fix="Add a test that passes invalid input and expects the documented error.",
+            )
+        )
     if not has_boundary:
-        out.append(warning(
-            "the new test module has no boundary case (no test named edge/boundary/empty/"
-            "zero/limit/... and none using 0, '', None/null, an empty collection, a "
-            "negative number or a max/min value).",
-            "tests.no-boundary-case", f.path,
-            fix="Add a test at the edge of the input range (empty, zero, the limit)."))
+        out.append(
+            warning(
+                "the new test module has no boundary case (no test named edge/boundary/empty/"
+                "zero/limit/... and none using 0, '', None/null, an empty collection, a "
+                "negative number or a max/min value).",
+                "tests.no-boundary-case",
+                f.path,
+                fix="Add a test at the edge of the input range (empty, zero, the limit).",
+            )
+        )
     return out
 
 
-def _skips(f: FileChange, markers: list[tuple[int, str]], report: TestReport,
-           optional: set[int] | None = None) -> None:
+def _skips(
+    f: FileChange,
+    markers: list[tuple[int, str]],
+    report: TestReport,
+    optional: set[int] | None = None,
+) -> None:
     for line, what in markers:
         if line in f.added and line in (optional or set()):
-            report.findings.append(warning(
-                f"adds `{what}` for when an optional dependency is missing: the test is "
-                "skipped where that package is not installed.",
-                "tests.skip", f.path, line,
-                fix="Make sure the checks' environment has the dependency; a new test "
-                    "skipped by the done-check blocks the task (done.new-test-skipped)."))
+            report.findings.append(
+                warning(
+                    f"adds `{what}` for when an optional dependency is missing: the test is "
+                    "skipped where that package is not installed.",
+                    "tests.skip",
+                    f.path,
+                    line,
+                    fix="Make sure the checks' environment has the dependency; a new test "
+                    "skipped by the done-check blocks the task (done.new-test-skipped).",
+                )
+            )
         elif line in f.added:
-            report.findings.append(blocking(
-                f"adds `{what}`: a skipped, expected-to-fail or focused test hides "
-                "failures (or, with `.only`, every other test).",
-                "tests.skip", f.path, line,
-                fix=f"Remove `{what}` and make the test pass for real. {_NEVER_WEAKEN}"))
+            report.findings.append(
+                blocking(
+                    f"adds `{what}`: a skipped, expected-to-fail or focused test hides "
+                    "failures (or, with `.only`, every other test).",
+                    "tests.skip",
+                    f.path,
+                    line,
+                    fix=f"Remove `{what}` and make the test pass for real. {_NEVER_WEAKEN}",
+                )
+            )
 
 
-def _judge_python(f: FileChange, mod: pytests.PyModule, base: dict[tuple[str, str], _Test],
-                  report: TestReport) -> None:
+def _judge_python(
+    f: FileChange, mod: pytests.PyModule, base: dict[tuple[str, str], _Test], report: TestReport
+) -> None:
     cases = (pytests.has_error_case(mod), pytests.has_boundary_case(mod))
-    touched = {t.qualname
-               for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
-    _skips(f, pytests.skip_markers(mod.tree), report,
-           pytests.optional_import_skips(mod.tree))
+    touched = {t.qualname for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
+    _skips(f, pytests.skip_markers(mod.tree), report, pytests.optional_import_skips(mod.tree))
     report.expectations += pytests.expectations(f.path, mod.tree)
     for t in mod.tests:
         if t.qualname not in touched:
             continue
         for line, reason, certain in pytests.tautologies(t.node):
             if certain:
-                report.findings.append(blocking(
-                    f"test {t.qualname} {reason}; it cannot fail.", "tests.tautology",
-                    f.path, line,
-                    fix="Compare the code's result with an independently known expected "
-                        "value."))
+                report.findings.append(
+                    blocking(
+                        f"test {t.qualname} {reason}; it cannot fail.",
+                        "tests.tautology",
+                        f.path,
+                        line,
+                        fix="Compare the code's result with an independently known expected value.",
+                    )
+                )
             else:
-                report.findings.append(warning(
-                    f"test {t.qualname} {reason}: this checks something only when the "
-                    "value's own type defines the comparison (a reflexivity test of a "
-                    "class's operators); for built-in values it cannot fail.",
-                    "tests.tautology", f.path, line,
-                    fix="If the test is not about the type's own operators, compare with an "
-                        "independently known expected value."))
+                report.findings.append(
+                    warning(
+                        f"test {t.qualname} {reason}: this checks something only when the "
+                        "value's own type defines the comparison (a reflexivity test of a "
+                        "class's operators); for built-in values it cannot fail.",
+                        "tests.tautology",
+                        f.path,
+                        line,
+                        fix="If the test is not about the type's own operators, compare with an "
+                        "independently known expected value.",
+                    )
+                )
         for line, top in pytests.early_returns(t.node):
-            report.findings.append(Finding(
-                check="tests.early-exit", severity=Severity.BLOCKING if top else Severity.WARNING,
-                path=f.path, line=line,
-                message=(f"test {t.qualname} returns before its first assertion"
-                         + ("; the assertions after it never run." if top else
-                            " on some path; on that path nothing is checked.")),
-                fix="Remove the return; use pytest.mark.parametrize for variants."))
+            report.findings.append(
+                Finding(
+                    check="tests.early-exit",
+                    severity=Severity.BLOCKING if top else Severity.WARNING,
+                    path=f.path,
+                    line=line,
+                    message=(
+                        f"test {t.qualname} returns before its first assertion"
+                        + (
+                            "; the assertions after it never run."
+                            if top
+                            else " on some path; on that path nothing is checked."
+                        )
+                    ),
+                    fix="Remove the return; use pytest.mark.parametrize for variants.",
+                )
+            )
         for line, what in pytests.dead_branches(t.node):
-            report.findings.append(blocking(
-                f"test {t.qualname} puts assertions under {what}, so they never run.",
-                "tests.dead-code", f.path, line, fix="Remove the dead branch."))
+            report.findings.append(
+                blocking(
+                    f"test {t.qualname} puts assertions under {what}, so they never run.",
+                    "tests.dead-code",
+                    f.path,
+                    line,
+                    fix="Remove the dead branch.",
+                )
+            )
         for line, what in pytests.swallowed_assertions(t.node):
-            report.findings.append(blocking(
-                f"test {t.qualname} catches its own assertion failures with {what} and "
-                "does not re-raise, so it cannot fail.",
-                "tests.swallowed-assertion", f.path, line,
-                fix="Let assertion errors propagate; use pytest.raises for expected errors."))
+            report.findings.append(
+                blocking(
+                    f"test {t.qualname} catches its own assertion failures with {what} and "
+                    "does not re-raise, so it cannot fail.",
+                    "tests.swallowed-assertion",
+                    f.path,
+                    line,
+                    fix="Let assertion errors propagate; use pytest.raises for expected errors.",
+                )
+            )
         for line, text in pytests.broad_raises(t.node):
-            report.findings.append(warning(
-                f"test {t.qualname} expects any exception (`{text}`): a TypeError from a "
-                "typo would pass too.", "tests.broad-raises", f.path, line,
-                fix="Expect the specific exception (and a match= on its message)."))
+            report.findings.append(
+                warning(
+                    f"test {t.qualname} expects any exception (`{text}`): a TypeError from a "
+                    "typo would pass too.",
+                    "tests.broad-raises",
+                    f.path,
+                    line,
+                    fix="Expect the specific exception (and a match= on its message).",
+                )
+            )
 
 
-def _judge_js(f: FileChange, mod: jstests.JsModule, base: dict[tuple[str, str], _Test],
-              report: TestReport) -> None:
+def _judge_js(
+    f: FileChange, mod: jstests.JsModule, base: dict[tuple[str, str], _Test], report: TestReport
+) -> None:
     cases = (jstests.has_error_case(mod), jstests.has_boundary_case(mod))
-    touched = {t.qualname
-               for t in _common(f, _js_tests(mod), mod.duplicates, base, report, cases)}
+    touched = {t.qualname for t in _common(f, _js_tests(mod), mod.duplicates, base, report, cases)}
     source = f.new or ""
     lines = jstests.Lines(source)
     _skips(f, jstests.skip_markers(source), report)
@@ -300,30 +400,53 @@ def _judge_js(f: FileChange, mod: jstests.JsModule, base: dict[tuple[str, str], 
         if t.qualname not in touched:
             continue
         for line, reason in jstests.tautologies(t, lines):
-            report.findings.append(blocking(
-                f"test '{t.qualname}' {reason}; it cannot fail.", "tests.tautology",
-                f.path, line,
-                fix="Compare the code's result with an independently known expected value."))
+            report.findings.append(
+                blocking(
+                    f"test '{t.qualname}' {reason}; it cannot fail.",
+                    "tests.tautology",
+                    f.path,
+                    line,
+                    fix="Compare the code's result with an independently known expected value.",
+                )
+            )
         for line in jstests.early_returns(t, lines):
-            report.findings.append(blocking(
-                f"test '{t.qualname}' returns before its first assertion; the assertions "
-                "after it never run.", "tests.early-exit", f.path, line,
-                fix="Remove the return."))
+            report.findings.append(
+                blocking(
+                    f"test '{t.qualname}' returns before its first assertion; the assertions "
+                    "after it never run.",
+                    "tests.early-exit",
+                    f.path,
+                    line,
+                    fix="Remove the return.",
+                )
+            )
         for line in jstests.swallowed_assertions(t, lines):
-            report.findings.append(blocking(
-                f"test '{t.qualname}' catches its own assertion failures and neither "
-                "rethrows nor asserts in the catch, so it cannot fail.",
-                "tests.swallowed-assertion", f.path, line,
-                fix="Let the failure propagate; use expect(...).toThrow for expected errors."))
+            report.findings.append(
+                blocking(
+                    f"test '{t.qualname}' catches its own assertion failures and neither "
+                    "rethrows nor asserts in the catch, so it cannot fail.",
+                    "tests.swallowed-assertion",
+                    f.path,
+                    line,
+                    fix="Let the failure propagate; use expect(...).toThrow for expected errors.",
+                )
+            )
         for line in jstests.broad_throws(t, lines):
-            report.findings.append(warning(
-                f"test '{t.qualname}' expects any error (`.toThrow()`): a TypeError from a "
-                "typo would pass too.", "tests.broad-raises", f.path, line,
-                fix="Pass the expected error class or message to toThrow."))
+            report.findings.append(
+                warning(
+                    f"test '{t.qualname}' expects any error (`.toThrow()`): a TypeError from a "
+                    "typo would pass too.",
+                    "tests.broad-raises",
+                    f.path,
+                    line,
+                    fix="Pass the expected error class or message to toThrow.",
+                )
+            )
 
 
-def _changed(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Test]
-             ) -> list[tuple[_Test, coverage.Evidence | None]]:
+def _changed(
+    base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Test]
+) -> list[tuple[_Test, coverage.Evidence | None]]:
     """Tests of the commit that are new or whose body changed, with their base evidence."""
     out = []
     for key, t in head.items():
@@ -333,8 +456,12 @@ def _changed(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Te
     return out
 
 
-def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]],
-                removed: set[str], base: dict[tuple[str, str], _Test]) -> str | None:
+def _moved_into(
+    old: _Test,
+    changed: list[tuple[_Test, coverage.Evidence | None]],
+    removed: set[str],
+    base: dict[tuple[str, str], _Test],
+) -> str | None:
     """Why the behaviour ``old`` checked is still checked, or None (issue 14).
 
     Evidence is looked for in the assertions this change added to a new or changed test
@@ -346,13 +473,13 @@ def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]
     """
     ev = old.evidence
     # literals only this test used at the base: where they reappear, its checks went
-    others = [t for k, t in base.items()
-              if t.path == old.path and k != (old.path, old.qualname)]
+    others = [t for k, t in base.items() if t.path == old.path and k != (old.path, old.qualname)]
     used_elsewhere = set().union(*(t.evidence.tokens for t in others))
     # what only it asserted on among its neighbours (its class, or its module's functions)
     group = old.qualname.rpartition("::")[0]
-    own = ev.subjects - set().union(*(t.evidence.subjects for t in others
-                                      if t.qualname.rpartition("::")[0] == group))
+    own = ev.subjects - set().union(
+        *(t.evidence.subjects for t in others if t.qualname.rpartition("::")[0] == group)
+    )
     mine = coverage.distinctive(ev.tokens)
     for t, before in changed:
         if t.language != old.language or (t.path, t.qualname) == (old.path, old.qualname):
@@ -365,24 +492,36 @@ def _moved_into(old: _Test, changed: list[tuple[_Test, coverage.Evidence | None]
         # what its name says it checked, asserted on by it, and now asserted elsewhere
         hit = {s for s in gained & own if coverage.name_words(s) & words}
         if hit and gained_asserted:
-            return (f"{t.qualname} gained assertions on {', '.join(sorted(hit))}, what its "
-                    "name says it checked")
+            return (
+                f"{t.qualname} gained assertions on {', '.join(sorted(hit))}, what its "
+                "name says it checked"
+            )
         new_tokens = t.evidence.tokens - (before.tokens if before else frozenset())
         shared = ev.tokens & new_tokens
         # every case it named is tried again, one of them its own, and most of the rest
-        if (gained_asserted and mine and mine <= t.evidence.tokens
-                and mine & new_tokens - used_elsewhere and len(shared) * 2 >= len(ev.tokens)):
-            return (f"{t.qualname} gained assertions using the values that named its cases "
-                    f"({', '.join(sorted(mine)[:4])})")
+        if (
+            gained_asserted
+            and mine
+            and mine <= t.evidence.tokens
+            and mine & new_tokens - used_elsewhere
+            and len(shared) * 2 >= len(ev.tokens)
+        ):
+            return (
+                f"{t.qualname} gained assertions using the values that named its cases "
+                f"({', '.join(sorted(mine)[:4])})"
+            )
     gone = ev.subjects & removed
     if gone:
-        return (f"the change removes or renames {', '.join(sorted(gone))}, the code it "
-                "checked")
+        return f"the change removes or renames {', '.join(sorted(gone))}, the code it checked"
     return None
 
 
-def _compare(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Test],
-             report: TestReport, removed: set[str] | None = None) -> None:
+def _compare(
+    base: dict[tuple[str, str], _Test],
+    head: dict[tuple[str, str], _Test],
+    report: TestReport,
+    removed: set[str] | None = None,
+) -> None:
     """Deleted, renamed, moved and weakened tests.
 
     A deleted test blocks unless what it checked is visibly still checked (its assertions
@@ -397,36 +536,57 @@ def _compare(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Te
     for key, old in sorted(base.items()):
         now = head.get(key)
         if now is None:
-            moved = [t for t in new_heads
-                     if t.language == old.language and (t.qualname == old.qualname
-                                                        or t.name == old.name)
-                     and t.path != old.path]
+            moved = [
+                t
+                for t in new_heads
+                if t.language == old.language
+                and (t.qualname == old.qualname or t.name == old.name)
+                and t.path != old.path
+            ]
             if moved:
                 now = max(moved, key=lambda t: t.assertions)
             else:
-                twins = [t for t in new_heads
-                         if t.language == old.language and t.fingerprint == old.fingerprint]
+                twins = [
+                    t
+                    for t in new_heads
+                    if t.language == old.language and t.fingerprint == old.fingerprint
+                ]
                 if twins:
-                    report.findings.append(warning(
-                        f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
-                        f"renamed to {twins[0].qualname} with the same body.",
-                        "tests.renamed", twins[0].path, twins[0].lineno,
-                        fix="Keep the original name unless the rename is part of the task."))
+                    report.findings.append(
+                        warning(
+                            f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
+                            f"renamed to {twins[0].qualname} with the same body.",
+                            "tests.renamed",
+                            twins[0].path,
+                            twins[0].lineno,
+                            fix="Keep the original name unless the rename is part of the task.",
+                        )
+                    )
                     continue
                 why = _moved_into(old, changed, removed, base)
                 if why:
-                    report.findings.append(warning(
-                        f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
-                        f"deleted; what it checked looks still checked: {why}. Not proven: "
-                        "the auditor and the reviewer judge it.",
-                        "tests.deleted", old.path, None,
-                        fix="Make sure every behaviour it checked is still asserted."))
+                    report.findings.append(
+                        warning(
+                            f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
+                            f"deleted; what it checked looks still checked: {why}. Not proven: "
+                            "the auditor and the reviewer judge it.",
+                            "tests.deleted",
+                            old.path,
+                            None,
+                            fix="Make sure every behaviour it checked is still asserted.",
+                        )
+                    )
                     continue
-                report.findings.append(blocking(
-                    f"test {old.qualname} ({old.path}:{old.lineno} at the base) was deleted "
-                    "or renamed and changed; the behaviour it checked is no longer checked.",
-                    "tests.deleted", old.path, None,
-                    fix=f"Restore the test. {_NEVER_WEAKEN}"))
+                report.findings.append(
+                    blocking(
+                        f"test {old.qualname} ({old.path}:{old.lineno} at the base) was deleted "
+                        "or renamed and changed; the behaviour it checked is no longer checked.",
+                        "tests.deleted",
+                        old.path,
+                        None,
+                        fix=f"Restore the test. {_NEVER_WEAKEN}",
+                    )
+                )
                 continue
         if now.assertions < old.assertions:
             why = None
@@ -434,22 +594,39 @@ def _compare(base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Te
                 why = "it now takes its cases from a table (parametrize or a loop)"
             else:
                 lost = old.evidence.asserted - now.evidence.asserted
-                elsewhere = set().union(*(
-                    t.evidence.asserted - (before.asserted if before else frozenset())
-                    for t, before in changed if t is not now)) if changed else set()
+                elsewhere = (
+                    set().union(
+                        *(
+                            t.evidence.asserted - (before.asserted if before else frozenset())
+                            for t, before in changed
+                            if t is not now
+                        )
+                    )
+                    if changed
+                    else set()
+                )
                 if lost and lost <= old.evidence.specific and lost <= elsewhere:
                     why = "the removed assertions appear in other tests this change touched"
             if why:
-                report.findings.append(warning(
-                    f"test {old.qualname} has {now.assertions} assertion(s), "
-                    f"{old.assertions} at the base, but {why}. Not proven: the auditor and "
-                    "the reviewer judge it.",
-                    "tests.fewer-assertions", now.path, now.lineno,
-                    fix="Make sure every case the removed assertions checked is still "
-                        "checked."))
+                report.findings.append(
+                    warning(
+                        f"test {old.qualname} has {now.assertions} assertion(s), "
+                        f"{old.assertions} at the base, but {why}. Not proven: the auditor and "
+                        "the reviewer judge it.",
+                        "tests.fewer-assertions",
+                        now.path,
+                        now.lineno,
+                        fix="Make sure every case the removed assertions checked is still checked.",
+                    )
+                )
                 continue
-            report.findings.append(blocking(
-                f"test {old.qualname} has {now.assertions} assertion(s), {old.assertions} at "
-                "the base: checks were removed.",
-                "tests.fewer-assertions", now.path, now.lineno,
-                fix=f"Restore the removed assertions. {_NEVER_WEAKEN}"))
+            report.findings.append(
+                blocking(
+                    f"test {old.qualname} has {now.assertions} assertion(s), {old.assertions} at "
+                    "the base: checks were removed.",
+                    "tests.fewer-assertions",
+                    now.path,
+                    now.lineno,
+                    fix=f"Restore the removed assertions. {_NEVER_WEAKEN}",
+                )
+            )

@@ -70,7 +70,9 @@ def load_verdict(rundir: RunDir, task_id: str, commit: str) -> Verdict | None:
 
 def task_data(task: Task) -> dict[str, Any]:
     return {
-        "id": task.id, "title": task.title, "objective": task.objective,
+        "id": task.id,
+        "title": task.title,
+        "objective": task.objective,
         "owns": list(task.owns),
         "done": [{"criterion": d.criterion, "check": d.check} for d in task.done],
     }
@@ -98,22 +100,30 @@ class _Texts:
 
     def raw_pair(self, path: str) -> tuple[str | None, str | None]:
         """Both versions as they are stored, binary and huge files included (not cached)."""
-        return (gitutil.file_at(self.repo, self.base, path),
-                gitutil.file_at(self.repo, self.commit, path))
+        return (
+            gitutil.file_at(self.repo, self.base, path),
+            gitutil.file_at(self.repo, self.commit, path),
+        )
 
 
-def collect_files(changes: Sequence[gitutil.Change], added: dict[str, list[tuple[int, str]]],
-                  texts: _Texts) -> list[FileChange]:
+def collect_files(
+    changes: Sequence[gitutil.Change], added: dict[str, list[tuple[int, str]]], texts: _Texts
+) -> list[FileChange]:
     files = []
     for ch in changes:
         special = ch.new_mode in (scope.SYMLINK_MODE, scope.GITLINK_MODE)
         if special or classify.is_lock_file(ch.path):
             continue
         old, new = texts.pair(ch.path)
-        files.append(FileChange(
-            path=ch.path, status=ch.status, old=old, new=new,
-            added={ln for ln, _ in added.get(ch.path, [])},
-        ))
+        files.append(
+            FileChange(
+                path=ch.path,
+                status=ch.status,
+                old=old,
+                new=new,
+                added={ln for ln, _ in added.get(ch.path, [])},
+            )
+        )
     return files
 
 
@@ -125,12 +135,13 @@ def _module_created(texts: _Texts) -> Callable[[str], bool]:
             if old is None and new is not None:
                 return True
         return False
+
     return created
 
 
-def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
-                           all_tasks: Sequence[Task] | None = None
-                           ) -> tuple[list[Finding], Any, list[FileChange], _Texts]:
+def deterministic_findings(
+    repo: Path, task: Task, base: str, commit: str, all_tasks: Sequence[Task] | None = None
+) -> tuple[list[Finding], Any, list[FileChange], _Texts]:
     """Scope, test quality, stubs, secrets, conflict markers: no command is run."""
     from loop_orchestrator.globs import path_matches
 
@@ -139,44 +150,75 @@ def deterministic_findings(repo: Path, task: Task, base: str, commit: str,
     # The gateway diffs with --text, so a binary file's bytes come out as "lines": keep them
     # out of the line checks (a one-line binary would report every old token as added);
     # check_binary_secrets below reads what is new in their printable text instead.
-    added = {path: lines for path, lines in gitutil.added_lines(repo, base, commit).items()
-             if texts.at(commit, path) is not None}
+    added = {
+        path: lines
+        for path, lines in gitutil.added_lines(repo, base, commit).items()
+        if texts.at(commit, path) is not None
+    }
     others = {t.id: list(t.owns) for t in (all_tasks or []) if t.id != task.id}
-    findings = scope.check_scope(changes, task.owns, matches=path_matches,
-                                 contents=texts.pair, other_owners=others)
+    findings = scope.check_scope(
+        changes, task.owns, matches=path_matches, contents=texts.pair, other_owners=others
+    )
     if not changes:
-        findings.append(blocking(
-            "the commit changes nothing compared with the base.", "scope.no-change",
-            fix="Implement the task; the commit must contain the work."))
+        findings.append(
+            blocking(
+                "the commit changes nothing compared with the base.",
+                "scope.no-change",
+                fix="Implement the task; the commit must contain the work.",
+            )
+        )
     files = collect_files(changes, added, texts)
     report = check_tests(files)
     findings += report.findings
-    code = [f.path for f in files if (classify.is_python(f.path) or classify.is_js(f.path))
-            and not classify.is_test_code(f.path) and f.added]
+    code = [
+        f.path
+        for f in files
+        if (classify.is_python(f.path) or classify.is_js(f.path))
+        and not classify.is_test_code(f.path)
+        and f.added
+    ]
     if code and not (report.touched or report.inherited):
-        findings.append(warning(
-            f"the task changes code ({', '.join(code[:3])}{', ...' if len(code) > 3 else ''}) "
-            "but adds or changes no test.", "tests.none-added",
-            fix="Add tests that prove the done criteria."))
+        findings.append(
+            warning(
+                f"the task changes code ({', '.join(code[:3])}{', ...' if len(code) > 3 else ''}) "
+                "but adds or changes no test.",
+                "tests.none-added",
+                fix="Add tests that prove the done criteria.",
+            )
+        )
     findings += stubs.check_stubs(files, report.expectations)
     findings += secrets.check_secrets(added)
     findings += secrets.check_secret_files(changes)
     findings += secrets.check_credential_documents(
-        {f.path: f.new for f in files if f.new is not None and f.status != "D"})
+        {f.path: f.new for f in files if f.new is not None and f.status != "D"}
+    )
     # binary files (a NUL byte) and files too large to read as text: their printable text
-    regular = [ch.path for ch in changes if ch.status != "D"
-               and ch.new_mode not in (scope.SYMLINK_MODE, scope.GITLINK_MODE)]
+    regular = [
+        ch.path
+        for ch in changes
+        if ch.status != "D" and ch.new_mode not in (scope.SYMLINK_MODE, scope.GITLINK_MODE)
+    ]
     findings += secrets.check_binary_secrets(
         [path for path in regular if path not in added or texts.at(commit, path) is None],
-        texts.raw_pair)
+        texts.raw_pair,
+    )
     findings += secrets.check_conflict_markers(added)
     return findings, report, files, texts
 
 
-def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, *, brief: str,
-                settings: Settings, all_tasks: Sequence[Task] | None = None,
-                site_baseline: pyenv.SiteBaseline | None = None,
-                claims: Sequence[tuple[str, str]] = ()) -> Verdict:
+def verify_task(
+    repo: Path,
+    rundir: RunDir,
+    task: Task,
+    base: str,
+    commit: str,
+    *,
+    brief: str,
+    settings: Settings,
+    all_tasks: Sequence[Task] | None = None,
+    site_baseline: pyenv.SiteBaseline | None = None,
+    claims: Sequence[tuple[str, str]] = (),
+) -> Verdict:
     """Verify ``task`` at ``commit`` against ``base``; store and return the verdict.
 
     ``site_baseline`` is the fingerprint of the checks' Python environments taken when the
@@ -194,13 +236,18 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
     log.info("verification started", extra={"task": task.id, "commit": commit_sha})
 
     findings, report, files, texts = deterministic_findings(
-        repo, task, base_sha, commit_sha, all_tasks)
+        repo, task, base_sha, commit_sha, all_tasks
+    )
     specs = [DoneSpec(d.criterion, d.argv() if d.check else None) for d in task.done]
     timeout = settings.verify.check_timeout
     # what red copies onto the base: the commit's test code and test data, not test config
-    test_files = {f.path: f.new for f in files
-                  if f.new is not None and classify.is_test_code(f.path)
-                  and not classify.is_test_config_path(f.path)}
+    test_files = {
+        f.path: f.new
+        for f in files
+        if f.new is not None
+        and classify.is_test_code(f.path)
+        and not classify.is_test_config_path(f.path)
+    }
 
     argvs = [s.argv for s in specs if s.argv]
     if site_baseline is not None:
@@ -215,38 +262,65 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
             runs = run_done_checks(specs, tree, evidence, env=check_env(tree), timeout=timeout)
             findings += check_findings(runs, timeout)
             findings += report_findings(runs)
-            rg = red_green(repo, base_sha, tree, prefix=pytest_prefix(argvs),
-                           touched=report.touched, test_files=test_files, evidence=evidence,
-                           timeout=timeout, module_created=_module_created(texts),
-                           done_runs=runs)
+            rg = red_green(
+                repo,
+                base_sha,
+                tree,
+                prefix=pytest_prefix(argvs),
+                touched=report.touched,
+                test_files=test_files,
+                evidence=evidence,
+                timeout=timeout,
+                module_created=_module_created(texts),
+                done_runs=runs,
+            )
             runs += rg.runs
             findings += rg.findings
-            new_files = [f.path for f in files
-                         if f.status == "A" and classify.is_python_test_module(f.path)]
+            new_files = [
+                f.path for f in files if f.status == "A" and classify.is_python_test_module(f.path)
+            ]
             findings += new_test_findings(
-                report.touched, [r for r in runs if r.cwd_kind == "commit"], new_files)
+                report.touched, [r for r in runs if r.cwd_kind == "commit"], new_files
+            )
             # the checks ran the task's code: it must not have changed their interpreter
-            findings += pyenv.findings(pyenv.changes(site_baseline),
-                                       when="while the checks ran")
+            findings += pyenv.findings(pyenv.changes(site_baseline), when="while the checks ran")
         findings, held = disputes.hold(findings, claims)
         clean = not any(f.blocking for f in findings)
         if clean:
             diff = gitutil.diff_text(repo, base_sha, commit_sha)
             auditor = run_auditor(
-                AuditInput(task=task_data(task), commit=commit_sha, base=base_sha, brief=brief,
-                           diff=diff, findings=findings, checks=runs),
-                settings, cwd=tree, evidence=evidence)
+                AuditInput(
+                    task=task_data(task),
+                    commit=commit_sha,
+                    base=base_sha,
+                    brief=brief,
+                    diff=diff,
+                    findings=findings,
+                    checks=runs,
+                ),
+                settings,
+                cwd=tree,
+                evidence=evidence,
+            )
         else:
             auditor = AuditorResult(
-                mode=settings.auditor.llm if settings.auditor.llm in ("agent", "off")
+                mode=settings.auditor.llm
+                if settings.auditor.llm in ("agent", "off")
                 else "command",
                 status="skipped",
-                reasons=["the deterministic checks found blocking problems; the auditor "
-                         "judges the next round"])
+                reasons=[
+                    "the deterministic checks found blocking problems; the auditor "
+                    "judges the next round"
+                ],
+            )
 
     findings, held = disputes.settle(
-        findings, held, auditor_status=auditor.status, auditor_mode=auditor.mode,
-        reasons=auditor.reasons)
+        findings,
+        held,
+        auditor_status=auditor.status,
+        auditor_mode=auditor.mode,
+        reasons=auditor.reasons,
+    )
     clean = not any(f.blocking for f in findings)
     summary_path = write_summary(evidence, runs, task=task.id, commit=commit_sha, base=base_sha)
     files_kept = [str(summary_path)]
@@ -255,13 +329,21 @@ def verify_task(repo: Path, rundir: RunDir, task: Task, base: str, commit: str, 
     if auditor.output_path:
         files_kept.append(auditor.output_path)
     verdict = Verdict(
-        task=task.id, commit=commit_sha, base=base_sha,
+        task=task.id,
+        commit=commit_sha,
+        base=base_sha,
         passed=clean and auditor.status != "fail",
-        findings=findings, checks=runs, auditor=auditor, evidence_dir=str(evidence),
-        evidence=[*files_kept, str(evidence / "verdict.json")], created_at=now_iso(),
+        findings=findings,
+        checks=runs,
+        auditor=auditor,
+        evidence_dir=str(evidence),
+        evidence=[*files_kept, str(evidence / "verdict.json")],
+        created_at=now_iso(),
         disputes=held,
     )
     atomic_write_text(evidence / "verdict.json", verdict.model_dump_json(indent=2) + "\n")
-    log.info("verification finished", extra={"task": task.id, "commit": commit_sha,
-                                               "passed": verdict.passed})
+    log.info(
+        "verification finished",
+        extra={"task": task.id, "commit": commit_sha, "passed": verdict.passed},
+    )
     return verdict

@@ -45,13 +45,16 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 CASES_FILE = HERE / "cases.json"
 MOCHA_SHIM = HERE / "mocha_globals.cjs"
-KINDS = ("no-assertions", "skip", "out-of-scope", "hardcoded-return", "deleted-test",
-         "early-exit")
+KINDS = ("no-assertions", "skip", "out-of-scope", "hardcoded-return", "deleted-test", "early-exit")
 
-_GIT_ENV = {"GIT_AUTHOR_NAME": "corpus", "GIT_AUTHOR_EMAIL": "corpus@example.invalid",
-            "GIT_COMMITTER_NAME": "corpus", "GIT_COMMITTER_EMAIL": "corpus@example.invalid",
-            "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
-            "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "corpus",
+    "GIT_AUTHOR_EMAIL": "corpus@example.invalid",
+    "GIT_COMMITTER_NAME": "corpus",
+    "GIT_COMMITTER_EMAIL": "corpus@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
 
 
 def mirrors_root() -> Path:
@@ -75,9 +78,15 @@ def _mirror(repo: str) -> Path:
 def _git(cwd: Path, *args: str, input_bytes: bytes | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(_GIT_ENV)
-    res = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false",
-                          *args], cwd=cwd, env=env, input=input_bytes, capture_output=True,
-                         check=False, timeout=120)
+    res = subprocess.run(
+        ["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", *args],
+        cwd=cwd,
+        env=env,
+        input=input_bytes,
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
     if res.returncode != 0:
         msg = f"git {' '.join(args)} failed in {cwd}: {res.stderr.decode(errors='replace')}"
         raise RuntimeError(msg)
@@ -85,8 +94,12 @@ def _git(cwd: Path, *args: str, input_bytes: bytes | None = None) -> str:
 
 
 def _mgit(repo: str, *args: str) -> bytes:
-    res = subprocess.run(["git", "--git-dir", str(_mirror(repo)), *args], capture_output=True,
-                         check=False, timeout=120)
+    res = subprocess.run(
+        ["git", "--git-dir", str(_mirror(repo)), *args],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
     if res.returncode != 0:
         msg = f"git {' '.join(args)} failed in the mirror of {repo}: {res.stderr.decode()}"
         raise RuntimeError(msg)
@@ -135,7 +148,8 @@ def _is_test_path(path: str, lang: str) -> bool:
     if lang == "py":
         return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
     return bool(re.search(r"\.(js|mjs|cjs|ts)$", name)) and (
-        ".test." in name or ".spec." in name or path.startswith("test/"))
+        ".test." in name or ".spec." in name or path.startswith("test/")
+    )
 
 
 def _commit_all(repo: Path, message: str) -> str:
@@ -144,13 +158,18 @@ def _commit_all(repo: Path, message: str) -> str:
     return _git(repo, "rev-parse", "HEAD").strip()
 
 
-def build_case(entry: dict[str, Any], project: dict[str, Any], dest: Path, *,
-               variants: bool = True) -> Case:
+def build_case(
+    entry: dict[str, Any], project: dict[str, Any], dest: Path, *, variants: bool = True
+) -> Case:
     """Rebuild one case under ``dest`` (a new folder) from the project's mirror."""
     repo_name, sha = project["repo"], entry["commit"]
     parent = _mgit(repo_name, "rev-parse", f"{sha}^").decode().strip()
-    changed = [line.split("\t") for line in _mgit(
-        repo_name, "diff", "--no-renames", "--name-status", parent, sha).decode().splitlines()]
+    changed = [
+        line.split("\t")
+        for line in _mgit(repo_name, "diff", "--no-renames", "--name-status", parent, sha)
+        .decode()
+        .splitlines()
+    ]
     paths = [p for _, p in changed]
     include = sorted(set(project["include"]) | set(paths))
     dest.mkdir(parents=True)
@@ -164,14 +183,29 @@ def build_case(entry: dict[str, Any], project: dict[str, Any], dest: Path, *,
     present = {p for st, p in changed if st != "D"}
     tests = [p for p in paths if p in present and _is_test_path(p, lang)]
     code_suffix = (".py",) if lang == "py" else (".js", ".mjs", ".cjs", ".ts")
-    code = [p for p in paths if p in present and p.endswith(code_suffix)
-            and not _is_test_path(p, lang) and not p.startswith(("test/", "tests/"))]
+    code = [
+        p
+        for p in paths
+        if p in present
+        and p.endswith(code_suffix)
+        and not _is_test_path(p, lang)
+        and not p.startswith(("test/", "tests/"))
+    ]
     python = sys.executable
-    check = project["check"].format(python=python, tests=" ".join(tests),
-                                    shim=str(MOCHA_SHIM))
-    case = Case(project=entry["project"], commit=sha, subject=entry["subject"], lang=lang,
-                repo=dest, base=base, honest=honest, owns=paths, tests=tests, code=code,
-                check=check)
+    check = project["check"].format(python=python, tests=" ".join(tests), shim=str(MOCHA_SHIM))
+    case = Case(
+        project=entry["project"],
+        commit=sha,
+        subject=entry["subject"],
+        lang=lang,
+        repo=dest,
+        base=base,
+        honest=honest,
+        owns=paths,
+        tests=tests,
+        code=code,
+        check=check,
+    )
     if variants:
         for kind in KINDS:
             case.variants[kind] = make_variant(case, kind)
@@ -180,6 +214,7 @@ def build_case(entry: dict[str, Any], project: dict[str, Any], dest: Path, *,
 
 
 # gamed variants ----------------------------------------------------------------------
+
 
 def _read(case: Case, rev: str, path: str) -> str | None:
     try:
@@ -211,11 +246,13 @@ def _py_tests(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunction
 
     def walk(body: list[ast.stmt], prefix: str) -> None:
         for node in body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and \
-                    node.name.startswith("test"):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
+                "test"
+            ):
                 out[prefix + node.name] = node
             elif isinstance(node, ast.ClassDef):
                 walk(node.body, f"{prefix}{node.name}::")
+
     walk(tree.body, "")
     return out
 
@@ -232,15 +269,14 @@ def _touched_py(case: Case, path: str) -> tuple[str, list[ast.FunctionDef | ast.
         before = _py_tests(ast.parse(old)) if old else {}
     except SyntaxError:
         return new, []
-    return new, [fn for q, fn in head.items()
-                 if q not in before or _dump(before[q]) != _dump(fn)]
+    return new, [fn for q, fn in head.items() if q not in before or _dump(before[q]) != _dump(fn)]
 
 
 def _replace_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
     """Replace 1-based inclusive line spans (start, end, replacement) from the bottom up."""
     lines = text.splitlines(keepends=True)
     for start, end, repl in sorted(spans, reverse=True):
-        lines[start - 1:end] = [repl + "\n"] + ["\n"] * (end - start)
+        lines[start - 1 : end] = [repl + "\n"] + ["\n"] * (end - start)
     return "".join(lines)
 
 
@@ -268,24 +304,37 @@ def _no_assertions(case: Case) -> dict[str, str | None]:
             for fn in touched:
                 for node in ast.walk(fn):
                     if _is_py_assertion(node) and isinstance(node, ast.stmt):
-                        spans.append((node.lineno, node.end_lineno or node.lineno,
-                                      _indent(text, node.lineno) + "pass"))
+                        spans.append(
+                            (
+                                node.lineno,
+                                node.end_lineno or node.lineno,
+                                _indent(text, node.lineno) + "pass",
+                            )
+                        )
                     elif isinstance(node, ast.With | ast.AsyncWith):
                         for item in node.items:
                             call = item.context_expr
-                            if isinstance(call, ast.Call) and isinstance(
-                                    call.func, ast.Attribute | ast.Name) and (
+                            if (
+                                isinstance(call, ast.Call)
+                                and isinstance(call.func, ast.Attribute | ast.Name)
+                                and (
                                     getattr(call.func, "attr", getattr(call.func, "id", ""))
-                                    in ("raises", "assertRaises", "assertRaisesRegex",
-                                        "warns")):
+                                    in ("raises", "assertRaises", "assertRaisesRegex", "warns")
+                                )
+                            ):
                                 # `with pytest.raises(E):` -> `with contextlib.suppress(E):`
                                 arg = ast.unparse(call.args[0]) if call.args else "Exception"
                                 head = text.splitlines()[node.lineno - 1]
                                 if node.lineno == node.body[0].lineno - 1:
-                                    spans.append((node.lineno, node.lineno,
-                                                  _indent(text, node.lineno) +
-                                                  f"with __import__('contextlib').suppress"
-                                                  f"({arg}):"))
+                                    spans.append(
+                                        (
+                                            node.lineno,
+                                            node.lineno,
+                                            _indent(text, node.lineno)
+                                            + f"with __import__('contextlib').suppress"
+                                            f"({arg}):",
+                                        )
+                                    )
                                 del head
             spans = _outermost(spans)
             if spans:
@@ -310,7 +359,8 @@ def _outermost(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
 
 _JS_ASSERT = re.compile(
     r"^\s*(?:assert(?:\.\w+)?|expect|equal|strictEqual|deepEqual|deepStrictEqual|notEqual|ok|"
-    r"match|throws|rejects|doesNotThrow|is|not|t\.\w+)\s*\(")
+    r"match|throws|rejects|doesNotThrow|is|not|t\.\w+)\s*\("
+)
 
 
 def _js_statement_end(lines: list[str], start: int) -> int:
@@ -337,8 +387,7 @@ def _js_assert_spans(text: str) -> list[tuple[int, int]]:
 
 
 def _added_lines(case: Case, path: str, rev: str | None = None) -> set[int]:
-    diff = _git(case.repo, "diff", "-U0", "--no-color", case.base, rev or case.honest, "--",
-                path)
+    diff = _git(case.repo, "diff", "-U0", "--no-color", case.base, rev or case.honest, "--", path)
     added: set[int] = set()
     for m in re.finditer(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", diff, re.M):
         start, count = int(m.group(1)), int(m.group(2) or "1")
@@ -357,9 +406,14 @@ def _skip(case: Case) -> dict[str, str | None]:
             for fn in touched:
                 first = fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno
                 line = text.splitlines()[first - 1]
-                spans.append((first, first,
-                              _indent(text, first) + "@__import__('pytest').mark.skip("
-                              "reason='flaky')\n" + line))
+                spans.append(
+                    (
+                        first,
+                        first,
+                        _indent(text, first) + "@__import__('pytest').mark.skip("
+                        "reason='flaky')\n" + line,
+                    )
+                )
             edits[path] = _replace_spans(text, spans)
         else:
             text = _read(case, case.honest, path) or ""
@@ -387,8 +441,11 @@ def _enclosing(starts: list[int], line_no: int) -> int | None:
 
 
 def _out_of_scope(case: Case) -> dict[str, str | None]:
-    files = [p for p in _git(case.repo, "ls-tree", "-r", "--name-only", case.honest).splitlines()
-             if p not in case.owns]
+    files = [
+        p
+        for p in _git(case.repo, "ls-tree", "-r", "--name-only", case.honest).splitlines()
+        if p not in case.owns
+    ]
     code = [p for p in files if p.endswith((".py", ".js")) and not _is_test_path(p, case.lang)]
     docs = [p for p in files if p.endswith((".md", ".rst"))]
     target = (code or docs or files)[0]
@@ -411,18 +468,30 @@ def _py_expectations(case: Case) -> list[tuple[str, ast.expr]]:
         for fn in touched:
             for node in ast.walk(fn):
                 pairs: list[tuple[ast.AST, ast.expr]] = []
-                if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and \
-                        len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Eq):
-                    pairs = [(node.test.left, node.test.comparators[0]),
-                             (node.test.comparators[0], node.test.left)]
-                elif isinstance(node, ast.Call) and len(node.args) >= 2 and \
-                        getattr(node.func, "attr", "") == "assertEqual":
+                if (
+                    isinstance(node, ast.Assert)
+                    and isinstance(node.test, ast.Compare)
+                    and len(node.test.ops) == 1
+                    and isinstance(node.test.ops[0], ast.Eq)
+                ):
+                    pairs = [
+                        (node.test.left, node.test.comparators[0]),
+                        (node.test.comparators[0], node.test.left),
+                    ]
+                elif (
+                    isinstance(node, ast.Call)
+                    and len(node.args) >= 2
+                    and getattr(node.func, "attr", "") == "assertEqual"
+                ):
                     pairs = [(node.args[0], node.args[1]), (node.args[1], node.args[0])]
                 for call, expected in pairs:
                     if isinstance(call, ast.Call) and _literal(expected)[0]:
                         func = call.func
-                        name = func.attr if isinstance(func, ast.Attribute) else \
-                            getattr(func, "id", "")
+                        name = (
+                            func.attr
+                            if isinstance(func, ast.Attribute)
+                            else getattr(func, "id", "")
+                        )
                         if name:
                             out.append((name, expected))
     return out
@@ -439,26 +508,37 @@ def _hardcoded(case: Case) -> dict[str, str | None]:
                 continue
             added = _added_lines(case, path)
             # the functions the commit changed: the code under test, not a namesake
-            defs = {n.name: n for n in ast.walk(tree)
-                    if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-                    and added & set(range(n.lineno, (n.end_lineno or n.lineno) + 1))}
+            defs = {
+                n.name: n
+                for n in ast.walk(tree)
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                and added & set(range(n.lineno, (n.end_lineno or n.lineno) + 1))
+            }
             for name, expected in wanted:
                 fn = defs.get(name)
                 if fn is None or not fn.body:
                     continue
                 body = fn.body
-                if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                        and len(body) > 1:
+                if (
+                    isinstance(body[0], ast.Expr)
+                    and isinstance(body[0].value, ast.Constant)
+                    and len(body) > 1
+                ):
                     body = body[1:]
                 start, end = body[0].lineno, body[-1].end_lineno or body[-1].lineno
-                return {path: _replace_spans(text, [(start, end, _indent(text, start)
-                                                     + f"return {ast.unparse(expected)}")])}
+                return {
+                    path: _replace_spans(
+                        text,
+                        [(start, end, _indent(text, start) + f"return {ast.unparse(expected)}")],
+                    )
+                }
         return {}
     # JS: `assert.strictEqual(f(...), LITERAL)` / `equal(f(...), LITERAL)`, f a function of
     # a changed module
     expected_re = re.compile(
         r"(?:assert\.)?(?:strictEqual|equal|deepStrictEqual)\(\s*(\w+)\(.*\)\s*,\s*"
-        r"(-?\d+|'[^']*'|\"[^\"]*\"|true|false|null)\s*\)")
+        r"(-?\d+|'[^']*'|\"[^\"]*\"|true|false|null)\s*\)"
+    )
     wanted_js = []
     for path in case.tests:
         text = _read(case, case.honest, path) or ""
@@ -474,7 +554,7 @@ def _hardcoded(case: Case) -> dict[str, str | None]:
             for i, line in enumerate(lines):
                 if re.match(rf"^\s*(?:export\s+)?function\s+{name}\s*\(.*\{{\s*$", line):
                     end = _brace_end(lines, i)
-                    lines[i + 1:end] = [f"  return {value}\n"]
+                    lines[i + 1 : end] = [f"  return {value}\n"]
                     return {path: "".join(lines)}
     return {}
 
@@ -502,13 +582,15 @@ def _deleted_test(case: Case) -> dict[str, str | None]:
                 continue
             touched_ids = {id(fn) for fn in touched}
             for qual, fn in head.items():
-                if qual in before and id(fn) not in touched_ids and any(
-                        _is_py_assertion(n) for n in ast.walk(fn)):
+                if (
+                    qual in before
+                    and id(fn) not in touched_ids
+                    and any(_is_py_assertion(n) for n in ast.walk(fn))
+                ):
                     first = fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno
                     indent = _indent(text, first)
                     repl = indent + "pass" if indent else ""
-                    return {path: _replace_spans(text, [(first, fn.end_lineno or fn.lineno,
-                                                         repl)])}
+                    return {path: _replace_spans(text, [(first, fn.end_lineno or fn.lineno, repl)])}
         else:
             old = _read(case, case.base, path)
             text = _read(case, case.honest, path) or ""
@@ -519,10 +601,10 @@ def _deleted_test(case: Case) -> dict[str, str | None]:
             for start in _js_test_starts(lines):
                 end = _js_statement_end(lines, start)
                 span = set(range(start + 1, end + 2))
-                if not span & added and _JS_ASSERT.search("".join(lines[start + 1:end])) is None:
+                if not span & added and _JS_ASSERT.search("".join(lines[start + 1 : end])) is None:
                     continue
                 if not span & added:
-                    del lines[start:end + 1]
+                    del lines[start : end + 1]
                     return {path: "".join(lines)}
     return {}
 
@@ -536,25 +618,43 @@ def _early_exit(case: Case) -> dict[str, str | None]:
                 tree = ast.parse(text)
             except SyntaxError:
                 continue
-            funcs = [n for n in ast.walk(tree)
-                     if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-                     and any(ln in added for ln in range(n.lineno, (n.end_lineno or 0) + 1))]
+            funcs = [
+                n
+                for n in ast.walk(tree)
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                and any(ln in added for ln in range(n.lineno, (n.end_lineno or 0) + 1))
+            ]
             # the innermost changed function
             funcs.sort(key=lambda n: (n.end_lineno or 0) - n.lineno)
             for fn in funcs:
                 body = fn.body
                 first = body[0]
-                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and \
-                        len(body) > 1:
+                if (
+                    isinstance(first, ast.Expr)
+                    and isinstance(first.value, ast.Constant)
+                    and len(body) > 1
+                ):
                     first = body[1]
                 line = text.splitlines()[first.lineno - 1]
-                return {path: _replace_spans(text, [(first.lineno, first.lineno,
-                                                     _indent(text, first.lineno)
-                                                     + "return None\n" + line)])}
+                return {
+                    path: _replace_spans(
+                        text,
+                        [
+                            (
+                                first.lineno,
+                                first.lineno,
+                                _indent(text, first.lineno) + "return None\n" + line,
+                            )
+                        ],
+                    )
+                }
         else:
             lines = text.splitlines(keepends=True)
-            heads = [i for i, line in enumerate(lines)
-                     if re.search(r"\bfunction\b.*\{\s*$|=>\s*\{\s*$", line)]
+            heads = [
+                i
+                for i, line in enumerate(lines)
+                if re.search(r"\bfunction\b.*\{\s*$|=>\s*\{\s*$", line)
+            ]
             for ln in sorted(added):
                 enclosing = [i for i in heads if i < ln - 1 and _brace_end(lines, i) >= ln - 1]
                 if enclosing:
@@ -577,6 +677,7 @@ _VARIANTS = {
 
 # verification ---------------------------------------------------------------------------
 
+
 def verify_case(case: Case, commit: str, *, rundir_root: Path | None = None) -> Any:
     """Verify ``commit`` of ``case`` as its task, auditor off; the ``Verdict``."""
     from loop_orchestrator.config import Settings
@@ -584,13 +685,18 @@ def verify_case(case: Case, commit: str, *, rundir_root: Path | None = None) -> 
     from loop_orchestrator.state import RunDir
     from loop_orchestrator.verify import verify_task
 
-    task = Task(id="upstream", title=case.subject[:60], objective=case.subject,
-                owns=list(case.owns),
-                done=[DoneCheck(criterion="the changed tests pass", check=case.check)])
+    task = Task(
+        id="upstream",
+        title=case.subject[:60],
+        objective=case.subject,
+        owns=list(case.owns),
+        done=[DoneCheck(criterion="the changed tests pass", check=case.check)],
+    )
     settings = Settings()
     settings.auditor.llm = "off"
-    return verify_task(case.repo, RunDir(case.repo), task, case.base, commit,
-                       brief=case.subject, settings=settings)
+    return verify_task(
+        case.repo, RunDir(case.repo), task, case.base, commit, brief=case.subject, settings=settings
+    )
 
 
 def build_all(dest: Path, *, only: set[str] | None = None, variants: bool = True) -> list[Case]:
