@@ -15,6 +15,7 @@ import yaml
 from conftest import REPO_ROOT, claude_binary
 
 import loop_orchestrator
+from loop_orchestrator import hooks
 from loop_orchestrator import plan as planmod
 from loop_orchestrator.cli.main import cli
 from loop_orchestrator.verify.llm_auditor import AUDITOR_TOOLS, parse_verdict_text
@@ -120,7 +121,11 @@ def test_hooks_json_runs_the_launcher_for_each_event() -> None:
         [hook] = group["hooks"]
         assert hook["type"] == "command"
         assert hook["command"] == f'"${{CLAUDE_PLUGIN_ROOT}}/hooks/lo-hook" {event}'
-        assert 0 < hook["timeout"] <= 30
+        if event == "PermissionRequest":
+            # the hook waits for a person's `lo-orch permit` (or a rule): longer than its poll
+            assert hook["timeout"] > hooks.PERMISSION_WAIT
+        else:
+            assert 0 < hook["timeout"] <= 30
 
 
 # skills -------------------------------------------------------------------------------------
