@@ -229,7 +229,15 @@ def tool_summary(tool_input: Any) -> str:
 def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a hook payload the supervisor uses, bounded in size."""
     out: dict[str, Any] = {}
-    for key in ("session_id", "error", "notification_type", "reason", "source", "cwd"):
+    for key in (
+        "session_id",
+        "error",
+        "notification_type",
+        "reason",
+        "source",
+        "cwd",
+        "tool_use_id",
+    ):
         value = payload.get(key)
         if isinstance(value, str):
             out[key] = value[:200]

@@ -60,7 +60,7 @@ class Reports:
         block: Callable[[str, str], None] | None = None,
         limit_hit: Callable[[str, str, str | None], None] | None = None,
         desk: Desk | None = None,
-        observe: Callable[[str], object] | None = None,
+        observe: Callable[[str, str | None], object] | None = None,
     ) -> None:
         self.record = record
         self.store = store
@@ -218,7 +218,9 @@ class Reports:
             self.turn_ended(tid) if self.turn_ended is not None and event in TURN_ENDS else None
         )
         if event not in TURN_ENDS and self.observe is not None:
-            self.observe(tid)
+            # before a tool runs: the message that asks for it must be read first
+            ask = payload.get("tool_use_id") if event == "PreToolUse" else None
+            self.observe(tid, ask if isinstance(ask, str) else None)
         if event == "Stop":
             active = payload.get("stop_hook_active") is True
             cmd = request.message.get("bin")

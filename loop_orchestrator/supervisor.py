@@ -69,7 +69,7 @@ from loop_orchestrator.lifecycle import (
 )
 from loop_orchestrator.plan import Task
 from loop_orchestrator.reports import Reports
-from loop_orchestrator.sessions import LaunchSpec, run_backend, run_socket
+from loop_orchestrator.sessions import LaunchSpec, run_backend, run_socket, wait_until
 from loop_orchestrator.state import (
     ACTIVE_PHASES,
     Phase,
@@ -1134,11 +1134,15 @@ class Supervisor:
         )
 
     # usage and budgets ----------------------------------------------------------------------
-    def _refresh_usage(self, tid: str) -> usage.Usage | None:
+    def _refresh_usage(self, tid: str, tool_use_id: str | None = None) -> usage.Usage | None:
         """Read the task's session transcript again; record (and ledger) what changed.
 
         The path is derived from the session id lo-orch chose, the worktree and the Claude
-        config dir, never taken from the session. Only for Claude Code sessions.
+        config dir, never taken from the session. Only for Claude Code sessions. With
+        ``tool_use_id`` (a PreToolUse hook: the tool waits for this answer) it first waits,
+        briefly, for the message that asks for that tool to reach the transcript: Claude
+        Code may start the hook before it has written that message, and the tool (which
+        may erase the transcript) must not run before lo-orch has read it.
         """
         st = self.record.task(tid)
         if self.adapter.name != "claude" or not st.session_id or not st.worktree:
@@ -1148,6 +1152,8 @@ class Supervisor:
             path = usage.session_transcript(Path(st.worktree), st.session_id, env)
         except ValueError:  # a session id that is not a UUID: nothing lo-orch launched
             return None
+        if tool_use_id:
+            _wait_for_text(path, tool_use_id, TRANSCRIPT_WAIT)
         # the spend is lo-orch's own book of every message it has read, never less than
         # before (a session that truncates its transcript does not spend less: spend.py)
         seen = self.spend.observe(tid, st.session_id, path)
@@ -1499,3 +1505,20 @@ def _ts(iso: str | None) -> float:
         return datetime.fromisoformat(iso).timestamp()
     except ValueError:
         return 0.0
+
+
+#: how long a PreToolUse answer waits for the tool's message to reach the transcript
+TRANSCRIPT_WAIT = 3.0
+
+
+def _wait_for_text(path: Path, needle: str, timeout: float) -> bool:
+    """Wait until the file at ``path`` holds ``needle`` (False after ``timeout``)."""
+    wanted = needle.encode("utf-8")
+
+    def present() -> bool:
+        try:
+            return wanted in path.read_bytes()
+        except OSError:
+            return False
+
+    return wait_until(present, timeout, interval=0.02)

@@ -561,6 +561,11 @@ def test_concurrency_drops_after_repeated_rate_limits_and_recovers(
     period (shortened to 12 s)."""
     only(files, "tokenize", "slug", "counts")
     _set_plan(files, lambda p: p.update(concurrency=2))
+    # counts works longer than the quiet period, so the run is still going when the slot
+    # comes back, however fast the machine is
+    script = yaml.safe_load(files.script.read_text(encoding="utf-8"))
+    script["counts"]["implement"][0].insert(0, {"sleep": 14})
+    files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
     with cached_endpoint(files) as endpoint:
         settings = settings_for(endpoint)
         settings.run.limit_wait_seconds = 3
@@ -568,14 +573,15 @@ def test_concurrency_drops_after_repeated_rate_limits_and_recovers(
         approve(files, settings)
 
         def storm() -> None:
+            # once tokenize implements, the next request of each session is refused (slug's
+            # may come at once: both are armed together, so neither can slip past)
+            endpoint.wait_for(
+                lambda rs: any(
+                    r.get("task") == "tokenize" and r.get("prompt_kind") == "implement" for r in rs
+                ),
+                120,
+            )
             for task in ("tokenize", "slug"):
-
-                def implementing(rs: list[dict[str, Any]], t: str = task) -> bool:
-                    return any(
-                        r.get("task") == t and r.get("prompt_kind") == "implement" for r in rs
-                    )
-
-                endpoint.wait_for(implementing, 120)
                 endpoint.fail(429, times=1, task=task, retry_after=120)
 
         stormer = threading.Thread(target=storm)
