@@ -244,6 +244,11 @@ def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     message = payload.get("message")
     if isinstance(message, str):
         out["message"] = message[:200]
+    said = payload.get("last_assistant_message")
+    if isinstance(said, str):
+        # a StopFailure's last words name a usage limit's reset time (limits.py); the end
+        # of a long message is where Claude Code puts it
+        out["last_assistant_message"] = said[-500:]
     tool = payload.get("tool_name")
     if isinstance(tool, str):
         out["tool_name"] = tool[:100]
