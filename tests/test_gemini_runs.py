@@ -85,8 +85,13 @@ def ledger(repo: Path, event: str | None = None) -> list[dict[str, Any]]:
     return [e for e in Store(RunDir(repo)).read_ledger() if event is None or e["event"] == event]
 
 
-def test_a_plan_runs_with_real_gemini_cli_to_gate_2_and_merges(files: demo.DemoFiles) -> None:
-    """Two tasks in two waves, each a real Gemini CLI session, reviewed and merged."""
+def test_a_plan_runs_with_real_gemini_cli_to_gate_2_and_merges(
+    files: demo.DemoFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tasks in two waves, each a real Gemini CLI session, reviewed and merged; from a
+    shell that says it is a CI job (Gemini CLI would run headless there and exit)."""
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
     only(files, "tokenize", "counts")
     with endpoint_for(files) as endpoint:
         settings = settings_for(endpoint, files)

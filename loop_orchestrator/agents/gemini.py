@@ -45,6 +45,8 @@ from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError, T
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 
 UNATTENDED = ["--approval-mode=yolo", "--skip-trust"]
+#: what makes Gemini CLI headless whatever its terminal, removed from its environment
+NOT_CI = ["env", "-u", "CI", "-u", "GITHUB_ACTIONS"]
 DEFAULT_MODEL = "gemini-2.5-pro"
 READY_RE = re.compile(r"Type your message or @path/to/file")
 STARTING_RE = re.compile(r"Initializing\.\.\.|Resuming session")
@@ -144,9 +146,14 @@ class GeminiAdapter:
         self._command({**os.environ, **ctx.env})
 
     def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
-        """``gemini --approval-mode=yolo --skip-trust --model M [--resume <id>]``."""
+        """``gemini --approval-mode=yolo --skip-trust --model M [--resume <id>]``.
+
+        Started without ``CI`` and ``GITHUB_ACTIONS``: Gemini CLI 0.61.0 runs headless
+        (reads a prompt from stdin, exits 42) when either is "true", as in a CI job or a
+        shell that exports them (``isHeadlessMode`` in its bundle).
+        """
         env = {**os.environ, **ctx.env}
-        argv = [*self._command(env), *UNATTENDED, *self.settings.args]
+        argv = [*NOT_CI, *self._command(env), *UNATTENDED, *self.settings.args]
         argv += ["--model", self.settings.model or DEFAULT_MODEL]
         if resume:
             found = find_session(gemini_dir(env), ctx.worktree)
