@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import core, gitutil, integration, private, proc, resources, runs, workspace
+from loop_orchestrator import gitutil, integration, private, proc, resources, runs, workspace
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.state import RunDir, Store
@@ -144,7 +145,7 @@ def run_demo(
     say(f"demo repository: {repo}")
     say(f"watch the sessions from another terminal: lo-orch attach --repo {repo}")
     try:
-        summary = core.plan_from_file(repo, files.plan, settings)
+        summary = plan_from_file(repo, files.plan, settings)
         say(
             f"plan: {len(summary.plan.tasks)} tasks in {len(summary.waves)} waves "
             + " | ".join(", ".join(w) for w in summary.waves)

@@ -36,9 +36,9 @@ def permit_command(
       lo-orch permit tokenize deny
       lo-orch permit tokenize allow --always
     """
-    from loop_orchestrator import permissions
+    from loop_orchestrator.commands import session
 
-    req = permissions.answer(
+    req = session.permit(
         resolve_repo(repo),
         task,
         "allow" if decision == "allow" else "deny",
