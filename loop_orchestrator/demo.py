@@ -34,7 +34,7 @@ from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.state import RunDir, Store
 
 
-@dataclass
+@dataclass(frozen=True)
 class DemoResult:
     repo: Path
     seconds: float
@@ -172,8 +172,11 @@ def run_demo(
             raise LoOrchError("the merged project's tests failed:\n" + tests.stderr[-2000:])
         ran = next((ln for ln in tests.stderr.splitlines() if ln.startswith("Ran ")), "")
         elapsed = time.monotonic() - started
-        result = DemoResult(repo=repo, seconds=elapsed)
-        result.report = _report(repo, review.feature, ran, elapsed, keep, socket)
+        result = DemoResult(
+            repo=repo,
+            seconds=elapsed,
+            report=_report(repo, review.feature, ran, elapsed, keep, socket),
+        )
         return result
     except BaseException:
         keep = True  # leave everything for inspection when anything went wrong

@@ -4,7 +4,7 @@ approve` (Gate 1)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from loop_orchestrator import gitutil, runs, usage, workspace
@@ -81,8 +81,7 @@ def record_plan(
         base_ref=base_ref,
         created_at=created_at,
     )
-    main = workspace.main_checkout(repo)
-    summary.notes.append(
+    forecast = (
         usage.forecast_line(
             [t.complexity for t in plan.tasks],
             usage.prices_from(settings),
@@ -92,8 +91,12 @@ def record_plan(
         if settings.agent.kind == "claude"
         else f"Cost forecast: unknown (the agent, kind {settings.agent.kind}, is not Claude Code)."
     )
-    summary.checkout = repo
-    summary.main_checkout = main
+    summary = replace(
+        summary,
+        notes=(*summary.notes, forecast),
+        checkout=repo,
+        main_checkout=workspace.main_checkout(repo),
+    )
     from loop_orchestrator import notify
 
     notify.for_plan(repo, plan.run_name, settings.notify, created_at, len(plan.tasks))
@@ -106,7 +109,7 @@ def plan_from_goal(repo: Path, goal: str, settings: Settings) -> PlanSummary:
 
     draft = intake_goal.draft_from_goal(repo, goal, settings)
     summary = plan_from_file(repo, draft.path, settings)
-    summary.notes.extend(draft.notes)
+    summary = replace(summary, notes=(*summary.notes, *draft.notes))
     # what the planning calls cost, for Gate 2 (the new run's ledger)
     Store.for_repo(repo).append_ledger(
         "planning_usage",
@@ -129,8 +132,7 @@ def plan_from_issue(
 
     draft = intake_issue.draft_from_issue(repo, key, settings, done_keys=done)
     summary = plan_from_file(repo, draft.path, settings)
-    summary.notes.extend(draft.notes)
-    return summary
+    return replace(summary, notes=(*summary.notes, *draft.notes))
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from loop_orchestrator.hooks import HookOutcome
-    from loop_orchestrator.permissions import PermissionRequest
+from loop_orchestrator.hooks import HookOutcome  # standard library only, like this module
 
 
 @dataclass(frozen=True)
@@ -47,6 +45,16 @@ def send(repo: Path, task: str, message: str) -> Sent:
     return Sent(task, runs.send_message(repo, task, message))
 
 
+@dataclass(frozen=True)
+class Permitted:
+    """The permission request a person answered."""
+
+    task: str
+    request_id: str
+    tool: str
+    summary: str
+
+
 def permit(
     repo: Path,
     task: str,
@@ -54,11 +62,12 @@ def permit(
     *,
     always: bool = False,
     request_id: str | None = None,
-) -> PermissionRequest:
+) -> Permitted:
     """`lo-orch permit TASK allow|deny [--always] [--id ID]`: the request answered."""
     from loop_orchestrator import permissions
 
-    return permissions.answer(repo, task, decision, always=always, request_id=request_id)
+    req = permissions.answer(repo, task, decision, always=always, request_id=request_id)
+    return Permitted(req.task, req.id, req.tool, req.summary)
 
 
 @dataclass(frozen=True)
