@@ -348,3 +348,29 @@ def test_the_dashboard_keys_call_the_same_functions_as_the_commands() -> None:
 def test_no_front_end_calls_what_is_behind_a_command() -> None:
     problems = _front_end_problems(PACKAGE / "cli") + _front_end_problems(PACKAGE / "dashboard")
     assert not problems, problems
+
+
+def test_commands_never_print_ask_or_exit() -> None:
+    """commands/ returns results and raises errors; printing, asking and exit codes are the
+    front ends' (a function that printed would be invisible to the dashboard)."""
+    wrong: list[str] = []
+    for path in sorted((PACKAGE / "commands").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for name in sorted(_imports(path)):
+            if name.split(".")[0] in ("click", "rich", "textual") or name.startswith(
+                ("loop_orchestrator.cli", "loop_orchestrator.dashboard")
+            ):
+                wrong.append(f"commands/{path.name} imports {name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = (
+                    f.id
+                    if isinstance(f, ast.Name)
+                    else f"{f.value.id}.{f.attr}"
+                    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                    else ""
+                )
+                if called in ("print", "input", "exit", "sys.exit", "os._exit", "os.execvp"):
+                    wrong.append(f"commands/{path.name} calls {called}")
+    assert not wrong, wrong
