@@ -43,7 +43,7 @@ def plan_command(
     from loop_orchestrator.commands import plan as planning
 
     summary = planning.plan(
-        resolve_repo(repo),
+        repo,
         file=file,
         goal=goal,
         issue=issue,

@@ -17,7 +17,7 @@ from loop_orchestrator.state import Store, now_iso
 
 
 def plan(
-    repo: Path,
+    repo: Path | None,
     *,
     file: Path | None = None,
     goal: str | None = None,
@@ -26,7 +26,13 @@ def plan(
     concurrency: int | None = None,
 ) -> PlanSummary:
     """`lo-orch plan FILE | --goal TEXT | --issue KEY [--done KEY]... [--concurrency N]`:
-    exactly one source; nothing is written when the plan is invalid."""
+    exactly one source; nothing is written when the plan is invalid.
+
+    ``repo`` is a folder in the repository (None: the current directory), found after the
+    arguments are checked (a wrong call is a usage error wherever it is made).
+    """
+    from loop_orchestrator.commands.repo import find_repo
+
     given = [x for x in (file, goal, issue) if x]
     if len(given) != 1:
         msg = "give exactly one of FILE, --goal TEXT or --issue KEY"
@@ -34,6 +40,7 @@ def plan(
     if done and issue is None:
         msg = "--done only goes with --issue KEY"
         raise UsageError(msg, hint="For example: `lo-orch plan --issue ABC-1 --done ABC-3`.")
+    repo = find_repo(repo)
     overrides = {"run": {"concurrency": concurrency}} if concurrency else None
     settings = load_settings(repo, overrides=overrides)
     if file is not None:
