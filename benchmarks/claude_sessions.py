@@ -45,9 +45,10 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from loop_orchestrator import core, runs  # noqa: E402
+from loop_orchestrator import runs  # noqa: E402
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint  # noqa: E402
 from loop_orchestrator.agents.scripted_script import load_script  # noqa: E402
+from loop_orchestrator.commands.plan import plan_from_file  # noqa: E402
 from loop_orchestrator.config import (  # noqa: E402
     AgentConfig,
     AuditorConfig,
@@ -209,7 +210,7 @@ def measure(agent: str, n: int) -> dict[str, Any]:
                 run=RunConfig(concurrency=n, stagger_seconds=0.1, stall_minutes=1),
                 sandbox=SandboxConfig(mode="off"),
             )
-            core.plan_from_file(repo, plan, settings)
+            plan_from_file(repo, plan, settings)
             runs.approve_plan(repo)
             peaks: dict[str, int] = {}
             stop = threading.Event()

@@ -25,15 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import core, gitutil, integration, private, proc, resources, runs, workspace
+from loop_orchestrator import gitutil, integration, private, proc, resources, runs, workspace
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.state import RunDir, Store
 
 
-@dataclass
+@dataclass(frozen=True)
 class DemoResult:
     repo: Path
     seconds: float
@@ -144,7 +145,7 @@ def run_demo(
     say(f"demo repository: {repo}")
     say(f"watch the sessions from another terminal: lo-orch attach --repo {repo}")
     try:
-        summary = core.plan_from_file(repo, files.plan, settings)
+        summary = plan_from_file(repo, files.plan, settings)
         say(
             f"plan: {len(summary.plan.tasks)} tasks in {len(summary.waves)} waves "
             + " | ".join(", ".join(w) for w in summary.waves)
@@ -171,8 +172,11 @@ def run_demo(
             raise LoOrchError("the merged project's tests failed:\n" + tests.stderr[-2000:])
         ran = next((ln for ln in tests.stderr.splitlines() if ln.startswith("Ran ")), "")
         elapsed = time.monotonic() - started
-        result = DemoResult(repo=repo, seconds=elapsed)
-        result.report = _report(repo, review.feature, ran, elapsed, keep, socket)
+        result = DemoResult(
+            repo=repo,
+            seconds=elapsed,
+            report=_report(repo, review.feature, ran, elapsed, keep, socket),
+        )
         return result
     except BaseException:
         keep = True  # leave everything for inspection when anything went wrong

@@ -130,7 +130,7 @@ def integrate(
     return IntegrationResult(True, commit, command, exit_code, summary, evidence)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Review:
     """What Gate 2 shows: bound to one staging commit."""
 
@@ -225,7 +225,7 @@ def _not_at_gate2(state: RunState) -> GateError:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Merged:
     """What Gate 2 did: the run's new state and what the clean-up removed or kept."""
 
@@ -270,7 +270,7 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Mer
     return Merged(state, cleaned)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CleanupResult:
     session_killed: bool
     removed: list[str]

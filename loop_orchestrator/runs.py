@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from loop_orchestrator.record import Record
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlanSummary:
     """What Gate 1 shows a person: the split, the waves, the ownership matrix."""
 
@@ -49,7 +49,7 @@ class PlanSummary:
     matrix_path: Path
     replaced_previous: bool = False
     #: extra lines for the person (where a drafted plan was saved, what the agent cost)
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
     #: the checkout the run works on, and its main checkout when that is a linked worktree
     checkout: Path | None = None
     main_checkout: Path | None = None

@@ -29,7 +29,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, claude_binary, edit_script, git, wait_for
 
-from loop_orchestrator import core, demo, permissions, procinfo, runs
+from loop_orchestrator import demo, permissions, procinfo, runs
 from loop_orchestrator.agents.claude import (
     BYPASS_SETTINGS,
     claude_config_path,
@@ -38,6 +38,7 @@ from loop_orchestrator.agents.claude import (
 )
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
@@ -87,7 +88,7 @@ def settings_for(
 
 
 def approve(files: demo.DemoFiles, settings: Settings) -> None:
-    core.plan_from_file(files.repo, files.plan, settings)
+    plan_from_file(files.repo, files.plan, settings)
     runs.approve_plan(files.repo)
 
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, edit_script, git
 
-from loop_orchestrator import core, demo, integration, runs
+from loop_orchestrator import demo, integration, runs
 from loop_orchestrator.agents.api_endpoints import (
     ResponsesEndpoint,
     codex_call,
@@ -30,6 +30,7 @@ from loop_orchestrator.agents.api_endpoints import (
 from loop_orchestrator.agents.base import make_adapter
 from loop_orchestrator.agents.codex import CodexAdapter, find_session
 from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.state import Phase, RunDir, Store
@@ -91,7 +92,7 @@ def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(files: demo.DemoFi
     only(files, "tokenize", "counts")
     with endpoint_for(files) as endpoint:
         settings = settings_for(endpoint, files)
-        core.plan_from_file(files.repo, files.plan, settings)
+        plan_from_file(files.repo, files.plan, settings)
         runs.approve_plan(files.repo)
         outcome = Supervisor(files.repo, settings).run()
         assert outcome.state == "review", outcome.message
@@ -260,7 +261,7 @@ def test_a_killed_codex_is_resumed_in_its_own_conversation(
     killed: list[int] = []
     with endpoint_for(files) as endpoint:
         settings = settings_for(endpoint, files)
-        core.plan_from_file(files.repo, files.plan, settings)
+        plan_from_file(files.repo, files.plan, settings)
         runs.approve_plan(files.repo)
 
         def kill_mid_task() -> None:

@@ -26,7 +26,8 @@ import pytest
 from conftest import REPO_ROOT, edit_script, git, wait_for
 from textual.widgets import DataTable, OptionList, Static
 
-from loop_orchestrator import core, demo, private, runs
+from loop_orchestrator import demo, private, runs
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.dashboard import app as dashboard
 from loop_orchestrator.dashboard import screens, view
@@ -149,7 +150,7 @@ def records(repo: Path) -> dict[str, Any]:
 
 def plan(files: demo.DemoFiles) -> Settings:
     settings = demo.demo_settings(files.script)
-    core.plan_from_file(files.repo, files.plan, settings)
+    plan_from_file(files.repo, files.plan, settings)
     return settings
 
 
@@ -203,7 +204,7 @@ def test_gate1_refuses_a_plan_changed_while_it_was_shown(demo_files: demo.DemoFi
             await pilot.press("g")
             # someone plans again while the person reads the old plan
             demo_files.plan.write_text(changed, encoding="utf-8")
-            core.plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
+            plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
             await pilot.press("a", "y")
             await pilot.pause()
             assert app.last_error is not None

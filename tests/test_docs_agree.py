@@ -4,9 +4,11 @@ layer rules it states, and the one version number."""
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import re
 import tomllib
+import typing
 from pathlib import Path
 
 import click
@@ -120,3 +122,255 @@ def test_the_version_is_written_once() -> None:
     assert f"## {loop_orchestrator.__version__}" in changelog, (
         "CHANGELOG.md has no section for the current version"
     )
+
+
+# The layers (docs/architecture.md, "Rules the layers keep"): a front end reaches the
+# package through commands/, one application function per command.
+
+#: what a module of cli/ may import from the package besides cli/ and commands/ (and why)
+CLI_MAY_IMPORT = {
+    "loop_orchestrator.errors": "the exception families, mapped to exit codes",
+    "loop_orchestrator.hints": "hints spelled as the command that works here",
+}
+CLI_EXCEPTIONS = {
+    ("main.py", "loop_orchestrator.__version__"): "`lo-orch --version`",
+    ("main.py", "loop_orchestrator.hooks"): "the click-free fast paths of `hook` and `signal`",
+    ("dashboard_cmds.py", "loop_orchestrator.dashboard.app"): "the other front end",
+}
+
+#: each click command -> the functions of commands/ its callback calls (module.function)
+COMMAND_FUNCTIONS = {
+    "plan": {"plan.plan"},
+    "approve": {"plan.approve"},
+    "run": {"run.run"},
+    "retry": {"run.retry"},
+    "status": {"status.status"},
+    "merge": {"merge.review", "merge.merge"},
+    "cleanup": {"merge.cleanup"},
+    "attach": {"session.attach"},
+    "send": {"session.send"},
+    "permit": {"session.permit"},
+    "signal": {"session.signal"},
+    "hook": {"session.hook"},
+    "audit": {"audit.audit"},
+    "doctor": {"doctor.doctor"},
+    "demo": {"demo.demo"},
+    "dashboard": set(),  # a front end of its own: its keys call commands/ (below)
+}
+
+#: the dashboard's keys (and its view) -> the same functions as the command they mirror
+DASHBOARD_FUNCTIONS = {
+    ("app.py", "action_attach"): {"session.attach"},
+    ("app.py", "action_send"): {"session.send"},
+    ("app.py", "action_retry"): {"run.retry"},
+    ("app.py", "action_gate1"): {"plan.approve"},
+    ("app.py", "action_gate2"): {"merge.review", "merge.merge"},
+    ("app.py", "action_permit"): {"session.permit"},
+    ("view.py", "load_snapshot"): {"status.status"},
+}
+
+#: what only commands/ calls: a front end calling one of these skips a command's rules (the
+#: modules behind the other commands are in FRONT_ENDS_NEVER_IMPORT)
+BEHIND_THE_COMMANDS = {
+    "approve_plan",
+    "retry_task",
+    "send_message",
+    "run_hook",
+    "signal_task",
+    "run_demo",
+    "run_checks",
+    "audit_task",
+    "status_document",
+    "status_rows",
+    "status_title",
+    "plan_from_file",
+    "plan_from_goal",
+    "plan_from_issue",
+    "record_plan",
+    "lock_holder",
+}
+#: modules a front end never imports: what they do goes through commands/
+FRONT_ENDS_NEVER_IMPORT = {
+    "loop_orchestrator.integration",
+    "loop_orchestrator.attach",
+    "loop_orchestrator.permissions",
+    "loop_orchestrator.supervisor",
+    "loop_orchestrator.hooks",
+    "loop_orchestrator.doctor",
+    "loop_orchestrator.demo",
+    "loop_orchestrator.verify.on_demand",
+}
+
+
+def _package_imports(tree: ast.AST) -> set[str]:
+    """Every ``loop_orchestrator...`` name a module imports (``from a import b`` as ``a.b``)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in found if m.startswith("loop_orchestrator.")}
+
+
+def _commands_aliases(tree: ast.AST) -> dict[str, str]:
+    """Local name -> what it is in commands/: a module (``plan``) or a function
+    (``plan.plan``)."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                if full.startswith("loop_orchestrator.commands."):
+                    aliases[a.asname or a.name] = full.removeprefix("loop_orchestrator.commands.")
+    return aliases
+
+
+def _commands_calls(fn: ast.AST, aliases: dict[str, str]) -> set[str]:
+    called: set[str] = set()
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            module = aliases.get(f.value.id)
+            if module is not None and "." not in module:
+                called.add(f"{module}.{f.attr}")
+        elif isinstance(f, ast.Name) and "." in aliases.get(f.id, ""):
+            called.add(aliases[f.id])
+    return called
+
+
+def _function(tree: ast.Module, name: str) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    raise AssertionError(f"no function {name}")
+
+
+def _front_end_problems(folder: Path) -> list[str]:
+    """A front end's modules that import what only commands/ may, or call a function that
+    is behind a command."""
+    problems: list[str] = []
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        problems += [
+            f"{folder.name}/{path.name} imports {name}"
+            for name in sorted(_package_imports(tree))
+            if any(name.startswith(m + ".") for m in FRONT_ENDS_NEVER_IMPORT)
+            and not _cli_exception(path.name, name)
+        ]
+        for node in ast.walk(tree):
+            used = (
+                node.attr
+                if isinstance(node, ast.Attribute)
+                else node.id
+                if isinstance(node, ast.Name)
+                else None
+            )
+            if used in BEHIND_THE_COMMANDS:
+                problems.append(f"{folder.name}/{path.name} uses {used} (not its commands/)")
+    return problems
+
+
+def _cli_exception(file: str, name: str) -> bool:
+    return any(f == file and (name == m or name.startswith(m + ".")) for f, m in CLI_EXCEPTIONS)
+
+
+def test_the_cli_reaches_the_package_only_through_commands() -> None:
+    wrong: list[str] = []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        for name in sorted(_package_imports(ast.parse(path.read_text(encoding="utf-8")))):
+            allowed = (
+                name.startswith(("loop_orchestrator.cli.", "loop_orchestrator.commands."))
+                or any(name.startswith(m + ".") for m in CLI_MAY_IMPORT)
+                or _cli_exception(path.name, name)
+            )
+            if not allowed:
+                wrong.append(f"cli/{path.name} imports {name}")
+    assert not wrong, (
+        f"cli/ goes around commands/: {wrong}; call the command's function in "
+        "loop_orchestrator/commands/ (or list a real exception in CLI_EXCEPTIONS)"
+    )
+
+
+def test_every_click_command_calls_its_own_function_of_commands() -> None:
+    import inspect
+    import textwrap
+
+    from loop_orchestrator import commands
+
+    assert sorted(cli.commands) == sorted(COMMAND_FUNCTIONS), "a command is missing here"
+    wrong: list[str] = []
+    for name, cmd in cli.commands.items():
+        callback = cmd.callback
+        assert callback is not None
+        module = ast.parse(Path(inspect.getfile(callback)).read_text(encoding="utf-8"))
+        fn = ast.parse(textwrap.dedent(inspect.getsource(callback)))
+        called = _commands_calls(fn, _commands_aliases(module))
+        if called != COMMAND_FUNCTIONS[name]:
+            wrong.append(f"lo-orch {name} calls {sorted(called)}, not {COMMAND_FUNCTIONS[name]}")
+    assert not wrong, wrong
+    untyped: list[str] = []
+    for qualname in sorted(set().union(*COMMAND_FUNCTIONS.values())):
+        module_name, function = qualname.split(".")
+        target = getattr(importlib.import_module(f"{commands.__name__}.{module_name}"), function)
+        if not _is_typed_result(typing.get_type_hints(target).get("return")):
+            untyped.append(qualname)
+    assert not untyped, f"not a frozen dataclass, pydantic model or named tuple: {untyped}"
+
+
+def _is_typed_result(returns: object) -> bool:
+    """A frozen dataclass, a pydantic model or a named tuple (never None, a dict, a str)."""
+    import dataclasses
+
+    from pydantic import BaseModel
+
+    if not isinstance(returns, type):
+        return False
+    if dataclasses.is_dataclass(returns):
+        return bool(returns.__dataclass_params__.frozen)  # type: ignore[attr-defined]
+    return issubclass(returns, BaseModel) or (
+        issubclass(returns, tuple) and hasattr(returns, "_fields")
+    )
+
+
+def test_the_dashboard_keys_call_the_same_functions_as_the_commands() -> None:
+    wrong: list[str] = []
+    for (file, function), expected in DASHBOARD_FUNCTIONS.items():
+        tree = ast.parse((PACKAGE / "dashboard" / file).read_text(encoding="utf-8"))
+        called = _commands_calls(_function(tree, function), _commands_aliases(tree))
+        if called != expected:
+            wrong.append(f"dashboard/{file} {function} calls {sorted(called)}, not {expected}")
+    assert not wrong, wrong
+
+
+def test_no_front_end_calls_what_is_behind_a_command() -> None:
+    problems = _front_end_problems(PACKAGE / "cli") + _front_end_problems(PACKAGE / "dashboard")
+    assert not problems, problems
+
+
+def test_commands_never_print_ask_or_exit() -> None:
+    """commands/ returns results and raises errors; printing, asking and exit codes are the
+    front ends' (a function that printed would be invisible to the dashboard)."""
+    wrong: list[str] = []
+    for path in sorted((PACKAGE / "commands").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for name in sorted(_imports(path)):
+            if name.split(".")[0] in ("click", "rich", "textual") or name.startswith(
+                ("loop_orchestrator.cli", "loop_orchestrator.dashboard")
+            ):
+                wrong.append(f"commands/{path.name} imports {name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = (
+                    f.id
+                    if isinstance(f, ast.Name)
+                    else f"{f.value.id}.{f.attr}"
+                    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                    else ""
+                )
+                if called in ("print", "input", "exit", "sys.exit", "os._exit", "os.execvp"):
+                    wrong.append(f"commands/{path.name} calls {called}")
+    assert not wrong, wrong

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, git
 
-from loop_orchestrator import core, demo, integration, runs
+from loop_orchestrator import demo, integration, runs
 from loop_orchestrator.agents.api_endpoints import (
     GeminiEndpoint,
     gemini_call,
@@ -29,6 +29,7 @@ from loop_orchestrator.agents.api_endpoints import (
 from loop_orchestrator.agents.base import AgentContext, make_adapter
 from loop_orchestrator.agents.gemini import GeminiAdapter, find_session
 from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import AgentStartError, ConfigError
 from loop_orchestrator.sessions import TmuxBackend
@@ -95,7 +96,7 @@ def test_a_plan_runs_with_real_gemini_cli_to_gate_2_and_merges(
     only(files, "tokenize", "counts")
     with endpoint_for(files) as endpoint:
         settings = settings_for(endpoint, files)
-        core.plan_from_file(files.repo, files.plan, settings)
+        plan_from_file(files.repo, files.plan, settings)
         runs.approve_plan(files.repo)
         outcome = Supervisor(files.repo, settings).run()
         assert outcome.state == "review", outcome.message
@@ -226,7 +227,7 @@ def test_a_killed_gemini_is_resumed_in_its_own_conversation(
     with endpoint_for(files) as endpoint:
         settings = settings_for(endpoint, files)
         settings.run.stall_minutes = 1  # a lost prompt shows as a nudge, soon
-        core.plan_from_file(files.repo, files.plan, settings)
+        plan_from_file(files.repo, files.plan, settings)
         runs.approve_plan(files.repo)
 
         def kill_mid_task() -> None:

@@ -439,7 +439,8 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
 
     The task carries a token that a textconv driver of the repository hides from plain git.
     """
-    from loop_orchestrator import core, integration, runs
+    from loop_orchestrator import integration, runs
+    from loop_orchestrator.commands.plan import plan_from_file
     from loop_orchestrator.config import load_settings
 
     plan_file = tmp_path / "plan.yaml"
@@ -450,7 +451,7 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
         encoding="utf-8",
     )
     settings = load_settings(repo)
-    core.plan_from_file(repo, plan_file, settings)
+    plan_from_file(repo, plan_file, settings)
     runs.approve_plan(repo)
     git(repo, "config", "diff.hide.textconv", "sed -e /ghp_/d")
     ws = Workspace.for_run(repo, runs.open_record(repo).run, settings.workspace)

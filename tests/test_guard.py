@@ -16,9 +16,10 @@ import pytest
 import yaml
 from conftest import git
 
-from loop_orchestrator import core, runs, sandbox, workspace
+from loop_orchestrator import runs, sandbox, workspace
 from loop_orchestrator.agents.base import lo_orch_bin
 from loop_orchestrator.cli.main import run_cli
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.guard import SessionGateError
 from loop_orchestrator.sessions import LaunchSpec, TmuxBackend
@@ -45,7 +46,7 @@ LO_ORCH = shlex.split(lo_orch_bin())
 def record(repo: Path, tmp_path: Path) -> Store:
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump(PLAN), encoding="utf-8")
-    core.plan_from_file(repo, plan, SETTINGS)
+    plan_from_file(repo, plan, SETTINGS)
     return Store(RunDir(repo))
 
 

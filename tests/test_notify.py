@@ -14,7 +14,8 @@ import pytest
 import yaml
 from conftest import edit_script
 
-from loop_orchestrator import core, demo, notify, private, runs
+from loop_orchestrator import demo, notify, private, runs
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import NotifyConfig, Settings
 from loop_orchestrator.supervisor import Supervisor
 
@@ -72,7 +73,7 @@ def test_each_event_reaches_the_command_once_in_order_as_json(
     )
     command, out = recorder(tmp_path)
     settings = settings_with(demo_files, command)
-    core.plan_from_file(repo, demo_files.plan, settings)
+    plan_from_file(repo, demo_files.plan, settings)
     assert [e["event"] for e in received(out)] == ["gate1_waiting"]
     runs.approve_plan(repo)
 
@@ -112,7 +113,7 @@ def test_gate2_waiting_is_sent_when_the_run_is_ready(
     only(demo_files, "tokenize")
     command, out = recorder(tmp_path)
     settings = settings_with(demo_files, command)
-    core.plan_from_file(repo, demo_files.plan, settings)
+    plan_from_file(repo, demo_files.plan, settings)
     runs.approve_plan(repo)
     assert Supervisor(repo, settings).run().state == "review"
     assert Supervisor(repo, settings).run().state == "review"  # already waiting: silent

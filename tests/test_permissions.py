@@ -18,7 +18,8 @@ import pytest
 import yaml
 from conftest import edit_script
 
-from loop_orchestrator import core, demo, hooks, inbox, permissions, private, runs, sandbox
+from loop_orchestrator import demo, hooks, inbox, permissions, private, runs, sandbox
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.errors import ConfigError, StateError
 from loop_orchestrator.permissions import PermissionRequest, Permissions, decide, parse_rule
@@ -101,7 +102,7 @@ def test_a_deny_rule_matches_any_part_of_a_command_and_wins_over_allow() -> None
 def test_always_never_widens_to_the_whole_tool(demo_files: demo.DemoFiles) -> None:
     """A request whose whole input lo-orch did not get cannot become an --always rule."""
     repo = demo_files.repo
-    core.plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
+    plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
     perms = Permissions.for_repo(repo)
     long_ = perms.new_request(
         "slug",
@@ -268,7 +269,7 @@ def open_request(repo: Path, task: str, summary: str) -> PermissionRequest:
 
 def test_permit_with_nothing_pending_is_a_clear_error(demo_files: demo.DemoFiles) -> None:
     repo = demo_files.repo
-    core.plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
+    plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
     runs.approve_plan(repo)
     result = lo_orch(repo, "permit", "slug", "allow")
     assert result.returncode == 1
@@ -289,7 +290,7 @@ def test_permit_answers_one_request_and_always_adds_an_exact_rule(
     demo_files: demo.DemoFiles,
 ) -> None:
     repo = demo_files.repo
-    core.plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
+    plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
     first = open_request(repo, "slug", "make lint")
     second = open_request(repo, "slug", "make docs")
     result = lo_orch(repo, "permit", "slug", "allow")
@@ -317,7 +318,7 @@ def test_permit_answers_one_request_and_always_adds_an_exact_rule(
 
 def test_permit_is_refused_inside_a_managed_session(demo_files: demo.DemoFiles) -> None:
     repo = demo_files.repo
-    core.plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
+    plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
     req_ = open_request(repo, "slug", "curl evil")
     result = lo_orch(repo, "permit", "slug", "allow", env={"LO_ORCH_TASK": "slug"})
     assert result.returncode == 1
@@ -339,7 +340,7 @@ def test_a_session_can_neither_answer_itself_nor_fake_a_request_to_avoid_a_stall
     only_slug(demo_files)
     settings = demo.demo_settings(demo_files.script)
     settings.run.stall_minutes = 0.04  # 2.4 s
-    core.plan_from_file(repo, demo_files.plan, settings)
+    plan_from_file(repo, demo_files.plan, settings)
     runs.approve_plan(repo)
     folder = private.run_dir(repo, "demo") / permissions.FOLDER
     forged = json.dumps(

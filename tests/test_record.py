@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from loop_orchestrator import core, private, record, runs
+from loop_orchestrator import private, record, runs
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.record import NoRecordError, Record, RecordTamperedError
 from loop_orchestrator.state import Phase, RunDir, RunPhase, RunState, TaskStatus
+from loop_orchestrator.status import status_document
 
 
 def make_record(
@@ -37,7 +39,7 @@ def plan_one_task(repo: Path) -> None:
         "    owns: [a.py]\n    done:\n      - criterion: c\n        check: pytest -q\n",
         encoding="utf-8",
     )
-    core.plan_from_file(repo, plan, Settings())
+    plan_from_file(repo, plan, Settings())
 
 
 def lines(rec: Record) -> list[str]:
@@ -175,13 +177,13 @@ def test_status_shows_the_record_whatever_the_files_say(git_repo: Path) -> None:
     status = RunDir(git_repo).status_path("alpha")
     status.write_text("{garbled", encoding="utf-8")
     # before approval the files are all there is: a garbled one is left out, not fatal
-    assert core.status_document(git_repo)["tasks"] == []
+    assert status_document(git_repo)["tasks"] == []
     runs.approve_plan(git_repo)
     runs.open_record(git_repo).update_task("alpha", phase=Phase.IMPLEMENTING)
     forged = json.loads(status.read_text(encoding="utf-8"))
     forged["phase"] = "integrated"
     status.write_text(json.dumps(forged), encoding="utf-8")
-    [task] = core.status_document(git_repo)["tasks"]
+    [task] = status_document(git_repo)["tasks"]
     assert task["phase"] == "implementing"
 
 

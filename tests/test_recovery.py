@@ -22,8 +22,8 @@ import pytest
 import yaml
 from conftest import git, wait_for
 
-from loop_orchestrator import core as core_mod
 from loop_orchestrator import demo, gitutil, recovery, runs
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Supervisor
@@ -80,7 +80,7 @@ def set_script(files: demo.DemoFiles, change: Callable[[dict[str, Any]], None]) 
 def plan_and_approve(files: demo.DemoFiles) -> None:
     from loop_orchestrator import config
 
-    core_mod.plan_from_file(files.repo, files.plan, config.load_settings(files.repo))
+    plan_from_file(files.repo, files.plan, config.load_settings(files.repo))
     runs.approve_plan(files.repo)
 
 

@@ -15,9 +15,10 @@ import pytest
 import yaml
 from conftest import git
 
-from loop_orchestrator import core, private, sandbox, workspace
+from loop_orchestrator import private, sandbox, workspace
 from loop_orchestrator.agents.base import AgentContext, make_adapter
 from loop_orchestrator.cli.main import run_cli
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import ConfigError
@@ -142,7 +143,7 @@ def prepare(tmp_path: Path, git_repo: Path, mode: str) -> tuple[Settings, dict[s
             "sandbox": {"mode": mode},
         }
     )
-    summary = core.plan_from_file(repo, plan_file, settings)
+    summary = plan_from_file(repo, plan_file, settings)
     ws = workspace.Workspace(repo, RUN, settings.workspace)
     ws.create_staging(summary.run.base_sha)
     own = ws.ensure_worktree("alpha")

@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 from conftest import edit_script, git, wait_for
 
-from loop_orchestrator import core, demo, gitutil, integration, runs
+from loop_orchestrator import demo, gitutil, integration, runs
 from loop_orchestrator.agents.scripted import READY_RE
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Supervisor
@@ -39,7 +40,7 @@ def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
 
 
 def plan_and_approve(files: demo.DemoFiles, settings: Settings) -> None:
-    core.plan_from_file(files.repo, files.plan, settings)
+    plan_from_file(files.repo, files.plan, settings)
     runs.approve_plan(files.repo)
 
 
@@ -387,7 +388,7 @@ def test_run_refuses_a_plan_that_is_not_approved(
 ) -> None:
     repo = demo_files.repo
     _write_config(demo_files)
-    core.plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
+    plan_from_file(repo, demo_files.plan, demo.demo_settings(demo_files.script))
     result = subprocess.run(_run_cmd(repo), capture_output=True, text=True, check=False)
     assert result.returncode == 1
     assert "has not been approved" in result.stderr

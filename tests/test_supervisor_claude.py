@@ -14,7 +14,8 @@ from pathlib import Path
 
 from conftest import claude_binary, git
 
-from loop_orchestrator import core, runs
+from loop_orchestrator import runs
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
@@ -43,7 +44,7 @@ def test_supervisor_launches_real_claude_and_reports_not_logged_in(
         auditor=AuditorConfig(llm="off"),
         run=RunConfig(concurrency=1, stall_minutes=2),
     )
-    core.plan_from_file(git_repo, plan, settings)
+    plan_from_file(git_repo, plan, settings)
     runs.approve_plan(git_repo)
 
     outcome = Supervisor(git_repo, settings).run()

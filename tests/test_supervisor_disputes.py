@@ -20,7 +20,8 @@ from typing import Any
 
 from conftest import edit_script
 
-from loop_orchestrator import core, demo, runs
+from loop_orchestrator import demo, runs
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
@@ -58,7 +59,7 @@ def _attempt(out: Path, *args: str) -> dict[str, Any]:
 
 
 def _start(files: demo.DemoFiles, settings: Settings) -> None:
-    core.plan_from_file(files.repo, files.plan, settings)
+    plan_from_file(files.repo, files.plan, settings)
     runs.approve_plan(files.repo)
 
 

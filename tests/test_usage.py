@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
-from loop_orchestrator import core, demo, usage
+from loop_orchestrator import demo, usage
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, load_settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.state import RunDir, Store
+from loop_orchestrator.status import status_document
 from loop_orchestrator.supervisor import Supervisor
 
 OPUS = usage.DEFAULT_PRICES["claude-opus-5-5"]
@@ -244,11 +246,11 @@ def test_an_agent_that_is_not_claude_code_costs_unknown_never_zero(
     )
     from loop_orchestrator import runs
 
-    core.plan_from_file(files.repo, files.plan, settings)
+    plan_from_file(files.repo, files.plan, settings)
     runs.approve_plan(files.repo)
     outcome = Supervisor(files.repo, settings).run()
     assert outcome.state == "review", outcome.message
-    doc = core.status_document(files.repo)
+    doc = status_document(files.repo)
     for t in doc["tasks"]:
         assert t["usage"]["cost_usd"] is None and t["usage"]["cost_known"] is False
         assert t["usage"]["notes"] == ["the agent (kind command) records no token usage"]

@@ -28,11 +28,12 @@ from test_claude_runs import (  # the helpers and the demo-project fixture
     settings_for,
 )
 
-from loop_orchestrator import core, demo, integration, usage
+from loop_orchestrator import demo, integration, usage
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint, gateway_token
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import PriceConfig
 from loop_orchestrator.state import Phase, RunDir, Store
+from loop_orchestrator.status import status_document
 from loop_orchestrator.supervisor import Supervisor
 
 __all__ = ["files"]  # the fixture, re-exported for pytest
@@ -82,7 +83,7 @@ def test_usage_figures_the_endpoint_sent_come_back_exactly(files: demo.DemoFiles
                 rework[k] += r["usage"][k]
     for figures in expected.values():
         assert all(figures[k] > 0 for k in KEYS), figures  # all four kinds exercised
-    doc = core.status_document(files.repo)
+    doc = status_document(files.repo)
     by_task = {t["task"]: t for t in doc["tasks"]}
     total_cost = 0.0
     for t, figures in expected.items():
@@ -288,7 +289,7 @@ def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
             while not stop.is_set():
                 with contextlib.suppress(Exception):
                     st = Store(RunDir(files.repo)).read_status("tokenize")
-                    doc = core.status_document(files.repo)
+                    doc = status_document(files.repo)
                     slug = next(t for t in doc["tasks"] if t["task"] == "slug")
                     mine = next(t for t in doc["tasks"] if t["task"] == "tokenize")
                     if st.limit_until and mine.get("limit_until"):
@@ -357,7 +358,7 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
             endpoint.fail(429, times=1, task="tokenize", resets_in=75)
             while not stop.is_set():
                 with contextlib.suppress(Exception):
-                    doc = core.status_document(files.repo)
+                    doc = status_document(files.repo)
                     slug = next(t for t in doc["tasks"] if t["task"] == "slug")
                     mine = next(t for t in doc["tasks"] if t["task"] == "tokenize")
                     if mine.get("limit_until"):

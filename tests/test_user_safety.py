@@ -21,7 +21,8 @@ import pytest
 import yaml
 from conftest import git
 
-from loop_orchestrator import core, demo, integration, runs, workspace
+from loop_orchestrator import demo, integration, runs, workspace
+from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings, WorkspaceConfig
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.state import RunDir, RunPhase, Store
@@ -107,7 +108,7 @@ def settings_for(files: demo.DemoFiles) -> Settings:
 
 def run_to_review(files: demo.DemoFiles) -> None:
     settings = settings_for(files)
-    core.plan_from_file(files.repo, files.plan, settings)
+    plan_from_file(files.repo, files.plan, settings)
     runs.approve_plan(files.repo)
     outcome = Supervisor(files.repo, settings).run()
     assert outcome.state == "review", outcome.message

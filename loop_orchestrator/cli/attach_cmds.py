@@ -19,7 +19,7 @@ def attach_command(task: str | None, repo: Path | None) -> None:
     Inside tmux it switches the current client instead. Detach again with the tmux prefix
     key and `d` (the agents keep running).
     """
-    from loop_orchestrator.attach import attach_command as build_argv
+    from loop_orchestrator.commands import session
 
-    argv = build_argv(resolve_repo(repo), task)
+    argv = session.attach(resolve_repo(repo), task).argv
     os.execvp(argv[0], argv)

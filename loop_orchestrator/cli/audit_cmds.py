@@ -21,12 +21,10 @@ def audit_command(task: str, as_json: bool, no_llm: bool, repo: Path | None) -> 
     The commit is the one in the task's status, else the tip of its branch. Exit code 0
     when the task passes, 1 when it does not (or cannot be audited).
     """
-    from loop_orchestrator import config
-    from loop_orchestrator.verify.models import VerificationFailed
-    from loop_orchestrator.verify.on_demand import audit_task
+    from loop_orchestrator.commands import audit as auditing
 
-    root = resolve_repo(repo)
-    verdict = audit_task(root, task, config.load_settings(root), use_llm=not no_llm)
+    result = auditing.audit(resolve_repo(repo), task, use_llm=not no_llm)
+    verdict = result.verdict
     if as_json:
         doc = verdict.model_dump(mode="json")
         doc["summary"] = verdict.summary()
@@ -48,5 +46,5 @@ def audit_command(task: str, as_json: bool, no_llm: bool, repo: Path | None) -> 
             reasons = "; ".join(verdict.auditor.reasons) or "-"
             click.echo(f"  auditor ({verdict.auditor.mode}): {verdict.auditor.status}: {reasons}")
         click.echo(f"Evidence: {verdict.evidence_dir}")
-    if not verdict.passed:
-        raise VerificationFailed(verdict)
+    if result.error is not None:
+        raise result.error

@@ -25,9 +25,9 @@ def repo_option(fn: F) -> F:
 
 
 def resolve_repo(repo: Path | None) -> Path:
-    from loop_orchestrator.core import find_repo
+    from loop_orchestrator.commands.repo import find_repo
 
-    return find_repo(repo if repo is not None else Path.cwd())
+    return find_repo(repo)
 
 
 def echo(text: str = "", *, err: bool = False) -> None:

@@ -26,10 +26,10 @@ def dashboard_command(repo: Path | None) -> None:
 @repo_option
 def send_command(task: str, message: str, repo: Path | None) -> None:
     """Send MESSAGE to TASK's session, delivered by the supervisor like a prompt."""
-    from loop_orchestrator import runs
+    from loop_orchestrator.commands import session
 
-    mid = runs.send_message(resolve_repo(repo), task, message)
+    sent = session.send(resolve_repo(repo), task, message)
     echo(
-        f"Message {mid} for {task} recorded; the running supervisor delivers it to the "
-        "session (`lo-orch run` if none runs)."
+        f"Message {sent.message_id} for {sent.task} recorded; the running supervisor "
+        "delivers it to the session (`lo-orch run` if none runs)."
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from loop_orchestrator.cli.common import repo_option, resolve_repo
+from loop_orchestrator.cli.common import repo_option
 
 # Kept in step with hooks.SIGNAL_PHASES (a test checks); importing hooks here would put its
 # work on the import path of every command.
@@ -28,11 +28,11 @@ def hook_command(event: str) -> None:
     PermissionRequest waits for `lo-orch permit` or a [permissions] rule and prints the
     answer as Claude Code's hookSpecificOutput JSON (docs/permissions.md).
     """
-    from loop_orchestrator import hooks
+    from loop_orchestrator.commands import session
 
     stdin = sys.stdin
     raw = "" if stdin is None or stdin.isatty() else stdin.read()
-    outcome = hooks.run_hook(event, raw, os.environ)
+    outcome = session.hook(event, raw, os.environ)
     if outcome.stdout:
         click.echo(outcome.stdout, nl=False)
     if outcome.stderr:
@@ -70,25 +70,12 @@ def signal_command(
       $LO_ORCH_BIN signal impl_done --dispute tests.tautology --note "tests __ge__ itself"
       $LO_ORCH_BIN signal blocked --note "needs ownership of app/db.py"
     """
-    from loop_orchestrator import hooks
-    from loop_orchestrator.errors import UsageError
+    from loop_orchestrator.commands import session
 
-    task = task or os.environ.get("LO_ORCH_TASK")
-    if not task:
-        msg = "no task given and LO_ORCH_TASK is not set"
-        raise UsageError(
-            msg,
-            hint="Pass --task TASK (the task ids are listed by `lo-orch status`).",
-        )
-    run_dir_env = os.environ.get("LO_ORCH_RUN_DIR")
-    if repo is None and run_dir_env:
-        run_dir = Path(run_dir_env)
-    else:
-        from loop_orchestrator.state import RunDir
-
-        run_dir = RunDir(resolve_repo(repo)).root
-    result = hooks.signal_task(run_dir, phase, task=task, note=note, disputes=disputes)
+    result = session.signal(
+        phase, task=task, note=note, disputes=disputes, repo=repo, environ=os.environ
+    )
     if result.changed:
-        click.echo(f"{task}: {result.previous} -> {result.phase}")
+        click.echo(f"{result.task}: {result.previous} -> {result.phase}")
     else:
-        click.echo(f"{task}: {result.message}")
+        click.echo(f"{result.task}: {result.message}")

@@ -36,9 +36,9 @@ def permit_command(
       lo-orch permit tokenize deny
       lo-orch permit tokenize allow --always
     """
-    from loop_orchestrator import permissions
+    from loop_orchestrator.commands import session
 
-    req = permissions.answer(
+    req = session.permit(
         resolve_repo(repo),
         task,
         "allow" if decision == "allow" else "deny",
@@ -46,7 +46,7 @@ def permit_command(
         request_id=request_id,
     )
     what = f"{req.tool}: {req.summary}" if req.summary else req.tool
-    echo(f"{task}: {decision} {what} ({req.id})")
+    echo(f"{task}: {decision} {what} ({req.request_id})")
     if always:
         echo(f"The same request is answered `{decision}` for the rest of this run.")
     echo("A running supervisor hands the answer to the session now.")

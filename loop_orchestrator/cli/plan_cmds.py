@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
-from loop_orchestrator.cli.render import table
-from loop_orchestrator.errors import UsageError
+from loop_orchestrator.cli.render import live_table, table
+
+if TYPE_CHECKING:
+    from loop_orchestrator.commands.plan import PlanSummary
 
 
 @click.command("plan")
@@ -37,35 +40,20 @@ def plan_command(
 
     Nothing is written when the plan is invalid; every problem is listed.
     """
-    from loop_orchestrator import config, core
+    from loop_orchestrator.commands import plan as planning
 
-    given = [x for x in (file, goal, issue) if x]
-    if len(given) != 1:
-        msg = "give exactly one of FILE, --goal TEXT or --issue KEY"
-        raise UsageError(
-            msg,
-            hint="For example: `lo-orch plan examples/plan.yaml`.",
-        )
-    if done and issue is None:
-        msg = "--done only goes with --issue KEY"
-        raise UsageError(msg, hint="For example: `lo-orch plan --issue ABC-1 --done ABC-3`.")
-    root = resolve_repo(repo)
-    overrides = {"run": {"concurrency": concurrency}} if concurrency else None
-    settings = config.load_settings(root, overrides=overrides)
-    if file is not None:
-        summary = core.plan_from_file(root, file, settings)
-    elif goal is not None:
-        summary = core.plan_from_goal(root, goal, settings)
-    else:
-        assert issue is not None
-        summary = core.plan_from_issue(root, issue, settings, done=done)
+    summary = planning.plan(
+        repo,
+        file=file,
+        goal=goal,
+        issue=issue,
+        done=done,
+        concurrency=concurrency,
+    )
     show_summary(summary)
 
 
-def show_summary(summary: object) -> None:
-    from loop_orchestrator.runs import PlanSummary
-
-    assert isinstance(summary, PlanSummary)
+def show_summary(summary: PlanSummary) -> None:
     plan, run = summary.plan, summary.run
     wave_of = {tid: n for n, w in enumerate(summary.waves, start=1) for tid in w}
     click.echo(f"Run {run.name}: {plan.goal}")
@@ -112,12 +100,12 @@ def show_summary(summary: object) -> None:
 @repo_option
 def approve_command(repo: Path | None) -> None:
     """Gate 1: approve the current plan (bound to its sha256)."""
-    from loop_orchestrator import runs
+    from loop_orchestrator.commands import plan as planning
 
-    state, plan = runs.approve_plan(resolve_repo(repo))
+    done = planning.approve(resolve_repo(repo))
     echo(
-        f"Approved plan {state.approved_plan_sha256 and state.approved_plan_sha256[:12]} of run "
-        f"{state.name} ({len(plan.tasks)} tasks). Next: `lo-orch run`."
+        f"Approved plan {done.plan_sha256[:12]} of run {done.run} ({done.tasks} tasks). "
+        "Next: `lo-orch run`."
     )
 
 
@@ -128,19 +116,17 @@ def approve_command(repo: Path | None) -> None:
 def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
     """One row per task: phase and how long it has been in it, what it waits for, its
     last activity, its session's pane, its cost so far and note."""
-    from loop_orchestrator import core
+    from loop_orchestrator.commands import status as statuses
 
     root = resolve_repo(repo)
     if as_json:
-        click.echo(json.dumps(core.status_document(root), indent=2))
+        click.echo(json.dumps(statuses.status(root, rows=False).document, indent=2))
         return
     if watch:
-        core.watch_status(root)
+        live_table(lambda: statuses.status(root))
         return
-    doc = core.status_document(root)
-    echo(core.status_title(doc))
-    table(core.STATUS_HEADERS, core.status_rows(root, doc), cut_last=True)
-    from loop_orchestrator import usage
-
-    if doc["tasks"]:
-        echo(usage.line("Spent so far", usage.Usage.from_json(doc["run"]["usage"])))
+    report = statuses.status(root)
+    echo(report.title)
+    table(report.headers, report.rows, cut_last=True)
+    if report.spent is not None:
+        echo(report.spent)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import click
 
@@ -57,3 +58,34 @@ def table(
     click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+class TableData(Protocol):
+    @property
+    def title(self) -> str: ...
+    @property
+    def headers(self) -> Sequence[str]: ...
+    @property
+    def rows(self) -> Sequence[Sequence[str]]: ...
+
+
+def live_table(build: Callable[[], TableData]) -> None:
+    """A live table until Ctrl-C (rich Live), rebuilt every second; its last column (a
+    free-text note) is cut to the width."""
+    from rich.live import Live
+    from rich.table import Table
+
+    def render() -> Table:
+        data = build()
+        table = Table(title=data.title)
+        for i, h in enumerate(data.headers):
+            last = i == len(data.headers) - 1
+            table.add_column(h, no_wrap=last, overflow="ellipsis")
+        for row in data.rows:
+            table.add_row(*row)
+        return table
+
+    with Live(render(), refresh_per_second=2) as live:
+        while True:
+            time.sleep(1)
+            live.update(render())

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
-from loop_orchestrator.errors import GateError, LoOrchError
+from loop_orchestrator.errors import GateError
+
+if TYPE_CHECKING:
+    from loop_orchestrator.commands.merge import CleanupResult
 
 
-def _printer() -> object:
+def _printer() -> Callable[[str], None]:
     """A progress line printer: rich on a terminal, plain stable text otherwise."""
     if sys.stdout.isatty():
         from rich.console import Console
@@ -51,41 +56,22 @@ def run_command(detach: bool, continue_blocked: bool, allow_dirty: bool, repo: P
 
     Ctrl-C stops the supervisor, not the sessions; `lo-orch run` again resumes.
     """
-    from loop_orchestrator import config, supervisor
+    from loop_orchestrator.commands import run as running
 
-    root = resolve_repo(repo)
-    settings = config.load_settings(root)
-    if allow_dirty:
-        settings.workspace.allow_dirty = True
-    if detach:
-        where = supervisor.detach(root, continue_blocked=continue_blocked, allow_dirty=allow_dirty)
-        echo(f"Supervisor started in {where}.")
+    result = running.run(
+        resolve_repo(repo),
+        detach=detach,
+        continue_blocked=continue_blocked,
+        allow_dirty=allow_dirty,
+        progress=None if detach else _printer(),
+    )
+    if result.state == "detached":
+        echo(f"Supervisor started in {result.message}.")
         echo("Follow with `lo-orch status --watch`; see the sessions with `lo-orch attach`.")
         return
-    progress = _printer()
-    sup = supervisor.Supervisor(
-        root,
-        settings,
-        continue_blocked=continue_blocked,
-        progress=progress,  # type: ignore[arg-type]
-    )
-    outcome = sup.run()
-    if outcome.state in ("review", "merged"):
-        click.echo(f"\n{outcome.message}")
-        if outcome.state == "review":
-            echo("Gate 2: review the whole diff and land it with `lo-orch merge`.")
-        return
-    if outcome.state == "blocked":
-        raise LoOrchError(
-            "the run stopped with tasks that need a human:\n" + outcome.message,
-            hint="Attach with `lo-orch attach TASK` to help, then `lo-orch run` again; or "
-            "`lo-orch run --continue-blocked` to review and merge without them.",
-        )
-    raise LoOrchError(
-        outcome.message,
-        hint="The failure names no file a task owns, so it waits for you: send the task that "
-        'should fix it back with `lo-orch retry TASK --note "..."`, then `lo-orch run`.',
-    )
+    click.echo(f"\n{result.message}")
+    if result.state == "review":
+        echo("Gate 2: review the whole diff and land it with `lo-orch merge`.")
 
 
 @click.command("retry")
@@ -101,9 +87,9 @@ def run_command(detach: bool, continue_blocked: bool, allow_dirty: bool, repo: P
 @repo_option
 def retry_command(task: str, note: str | None, budget: float | None, repo: Path | None) -> None:
     """Send a blocked or failed task back to work after you helped it."""
-    from loop_orchestrator import runs
+    from loop_orchestrator.commands import run as running
 
-    status = runs.retry_task(resolve_repo(repo), task, note=note, budget=budget)
+    status = running.retry(resolve_repo(repo), task, note=note, budget=budget)
     echo(f"Task {task} is {status.phase.value} again (rework round {status.rework_count}).")
     if budget is not None:
         echo(f"Its budget is now ${budget:g} in total.")
@@ -117,10 +103,10 @@ def retry_command(task: str, note: str | None, budget: float | None, repo: Path 
 @repo_option
 def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: Path | None) -> None:
     """Gate 2: show the whole diff, confirm, move the feature branch to the reviewed commit."""
-    from loop_orchestrator import integration
+    from loop_orchestrator.commands import merge as merging
 
     root = resolve_repo(repo)
-    rev = integration.review(root, branch=branch)
+    rev = merging.review(root, branch=branch)
     header = (
         f"Run {rev.state.name}: {rev.state.base_sha[:12]}..{rev.commit[:12]} "
         f"-> {rev.feature}\n\n{rev.stat}\n"
@@ -143,7 +129,7 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
             msg = "Gate 2 needs a confirmation"
             raise GateError(msg, hint="Run `lo-orch merge --yes` to confirm without a terminal.")
         click.confirm(f"Set {rev.feature} to {rev.commit[:12]}?", abort=True)
-    done = integration.merge(root, rev, merge_into=merge_into)
+    done = merging.merge(root, rev, merge_into=merge_into)
     echo(
         f"{rev.feature} is now {rev.commit[:12]} (run {done.state.name} merged). "
         "Nothing was pushed."
@@ -151,11 +137,8 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
     _show_cleanup(done.cleanup)
 
 
-def _show_cleanup(result: object) -> None:
+def _show_cleanup(result: CleanupResult) -> None:
     """What a clean-up did, saying plainly what it kept and how to finish it."""
-    from loop_orchestrator.integration import CleanupResult
-
-    assert isinstance(result, CleanupResult)
     echo(f"session killed: {'yes' if result.session_killed else 'no (none running)'}")
     echo(f"worktrees removed: {', '.join(result.removed) or 'none'}")
     if result.kept_dirty:
@@ -181,9 +164,9 @@ def _show_cleanup(result: object) -> None:
 @repo_option
 def cleanup_command(abandon: bool, repo: Path | None) -> None:
     """Remove clean worktrees and kill this run's sessions; dirty worktrees are kept."""
-    from loop_orchestrator import integration
+    from loop_orchestrator.commands import merge as merging
 
-    _show_cleanup(integration.cleanup(resolve_repo(repo), abandon=abandon))
+    _show_cleanup(merging.cleanup(resolve_repo(repo), abandon=abandon))
 
 
 @click.command("demo")
@@ -204,12 +187,8 @@ def cleanup_command(abandon: bool, repo: Path | None) -> None:
 )
 def demo_command(keep: bool, agent: str) -> None:
     """The whole flow on a throwaway repo with the scripted agent (no Claude login)."""
-    from loop_orchestrator import demo
+    from loop_orchestrator.commands import demo as demos
 
-    result = demo.run_demo(
-        keep=keep,
-        progress=_printer(),  # type: ignore[arg-type]
-        agent=agent,
-    )
+    result = demos.demo(keep=keep, agent=agent, progress=_printer())
     for line in result.report:
         click.echo(line)

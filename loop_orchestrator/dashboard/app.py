@@ -22,7 +22,11 @@ from textual.widgets import TabPane as Tab
 
 # imported before the app runs: libtmux reads sys.stdout.encoding at import, and inside a
 # running Textual app sys.stdout is Textual's capture object, which has none
-from loop_orchestrator import attach, core, proc, runs
+from loop_orchestrator import proc
+from loop_orchestrator.commands import merge as merging
+from loop_orchestrator.commands import plan as planning
+from loop_orchestrator.commands import run as running
+from loop_orchestrator.commands import session
 from loop_orchestrator.dashboard.screens import Answer, Ask, Gate1, Gate2
 from loop_orchestrator.dashboard.view import (
     Snapshot,
@@ -37,6 +41,7 @@ from loop_orchestrator.dashboard.view import (
 )
 from loop_orchestrator.errors import LoOrchError, StateError
 from loop_orchestrator.state import RunDir, Store
+from loop_orchestrator.status import STATUS_HEADERS
 
 #: file events closer together than this are one reload
 DEBOUNCE_SECONDS = 0.2
@@ -120,7 +125,7 @@ class Dashboard(App[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#tasks", DataTable)
-        for h in core.STATUS_HEADERS:
+        for h in STATUS_HEADERS:
             table.add_column(h, key=h)
         self.reload()
         self.set_interval(TICK_SECONDS, self.reload)
@@ -199,7 +204,7 @@ class Dashboard(App[None]):
         wanted = [row[0] for row in snap.rows]
         if keys == wanted:
             for row in snap.rows:
-                for h, cell in zip(core.STATUS_HEADERS, row, strict=True):
+                for h, cell in zip(STATUS_HEADERS, row, strict=True):
                     if table.get_cell(row[0], h) != cell:
                         table.update_cell(row[0], h, cell)
         else:
@@ -294,7 +299,7 @@ class Dashboard(App[None]):
         if task is None:
             return
         try:
-            argv = attach.attach_command(self.repo, task)
+            argv = list(session.attach(self.repo, task).argv)
         except LoOrchError as exc:
             self.fail(exc)
             return
@@ -322,11 +327,11 @@ class Dashboard(App[None]):
             if text is None:
                 return
             try:
-                mid = runs.send_message(self.repo, task, text)
+                sent = session.send(self.repo, task, text)
             except LoOrchError as exc:
                 self.fail(exc)
                 return
-            self.done(f"Message {mid} for {task} recorded; the supervisor delivers it.")
+            self.done(f"Message {sent.message_id} for {task} recorded; the supervisor delivers it.")
 
         self.push_screen(
             Ask(
@@ -346,7 +351,7 @@ class Dashboard(App[None]):
             if note is None:
                 return
             try:
-                st = runs.retry_task(self.repo, task, note=note.strip() or None)
+                st = running.retry(self.repo, task, note=note.strip() or None)
             except LoOrchError as exc:
                 self.fail(exc)
                 return
@@ -373,28 +378,22 @@ class Dashboard(App[None]):
             if not yes:
                 return
             try:
-                now_sha = Store.for_repo(self.repo).read_run().plan_sha256
-                if now_sha != shown_sha:
-                    # the person approves what they saw, not a plan written since
-                    msg = "the plan changed while Gate 1 was shown; nothing was approved"
-                    raise StateError(msg, hint="Press g to review the current plan.")
-                state, plan = runs.approve_plan(self.repo)
+                # the person approves what they saw, not a plan written since
+                done = planning.approve(self.repo, shown_sha256=shown_sha)
             except LoOrchError as exc:
                 self.fail(exc)
                 return
             self.done(
-                f"Approved plan {(state.approved_plan_sha256 or '')[:12]} of run "
-                f"{state.name} ({len(plan.tasks)} tasks). Next: `lo-orch run`."
+                f"Approved plan {done.plan_sha256[:12]} of run "
+                f"{done.run} ({done.tasks} tasks). Next: `lo-orch run`."
             )
 
         self.push_screen(Gate1(text), answered)
 
     def action_gate2(self) -> None:
         """`lo-orch merge`: the file list and each file's diff, then the merge."""
-        from loop_orchestrator import integration
-
         try:
-            rev = integration.review(self.repo)
+            rev = merging.review(self.repo)
         except LoOrchError as exc:
             self.fail(exc)
             return
@@ -403,7 +402,7 @@ class Dashboard(App[None]):
             if not yes:
                 return
             try:
-                merged = integration.merge(self.repo, rev)
+                merged = merging.merge(self.repo, rev)
             except LoOrchError as exc:
                 self.fail(exc)
                 return
@@ -443,7 +442,13 @@ class Dashboard(App[None]):
                 return
             decision, always = choice
             try:
-                perms.answer(self.repo, req.task, decision, always=always, request_id=req.id)
+                session.permit(
+                    self.repo,
+                    req.task,
+                    "allow" if decision == "allow" else "deny",
+                    always=always,
+                    request_id=req.id,
+                )
             except LoOrchError as exc:
                 self.fail(exc)
                 return

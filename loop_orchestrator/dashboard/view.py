@@ -11,7 +11,8 @@ from typing import Any
 
 # imported before the app runs: libtmux reads sys.stdout.encoding at import, and inside a
 # running Textual app sys.stdout is Textual's capture object, which has none
-from loop_orchestrator import core, runs, sessions, usage
+from loop_orchestrator import runs, sessions, usage
+from loop_orchestrator.commands import status as statuses
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
@@ -114,13 +115,14 @@ def request_line(req: Any) -> str:
 
 def load_snapshot(repo: Path, now: float | None = None) -> Snapshot:
     """The run as `lo-orch status --json` publishes it, in the dashboard's words."""
-    doc = core.status_document(repo)
+    report = statuses.status(repo, now=now)
+    doc = report.document
     requests = pending_requests(repo)
     return Snapshot(
         doc=doc,
-        title=core.status_title(doc),
+        title=report.title,
         gates=gates_line(doc),
-        rows=core.status_rows(repo, doc, now),
+        rows=[list(r) for r in report.rows],
         needs=needs_you(
             doc, [request_line(r) for r in requests], frozenset(r.task for r in requests)
         ),

@@ -7,7 +7,7 @@
 - ``trackers`` (keys, dispatch, the ``intake`` tool role), ``github``, ``jira``, ``linear``;
 - ``http``: the urllib JSON client whose failures are clear errors.
 
-``core.plan_from_goal`` / ``core.plan_from_issue`` record the draft as the run's plan.
+``commands.plan.plan_from_goal`` / ``plan_from_issue`` record the draft as the run's plan.
 """
 
 from __future__ import annotations

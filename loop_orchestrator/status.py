@@ -1,137 +1,18 @@
-"""Typed core functions behind the commands that are not owned by one domain module."""
+"""The status document behind `lo-orch status` and the dashboard: what each task waits for,
+in plain words, and the table's rows and title (``commands.status`` calls it; the CLI and
+the dashboard render it)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import gitutil, runs, schedule, usage, workspace
-from loop_orchestrator import plan as planmod
-from loop_orchestrator.config import Settings, load_settings
+from loop_orchestrator import runs, schedule, usage
+from loop_orchestrator.config import load_settings
 from loop_orchestrator.errors import LoOrchError
-from loop_orchestrator.runs import PlanSummary
-from loop_orchestrator.state import ACTIVE_PHASES, Phase, RunPhase, Store, TaskStatus, now_iso
-
-
-def plan_from_file(repo: Path, file: Path, settings: Settings) -> PlanSummary:
-    """`lo-orch plan FILE`: validate everything, then record the run."""
-    plan = planmod.load_plan(file)
-    return record_plan(repo, plan, settings, source=file)
-
-
-def find_repo(path: Path) -> Path:
-    """The repository a command works on (``workspace.repo_root``), with an error that
-    says what is wrong for a bare repository (no checkout to make worktrees from)."""
-    from loop_orchestrator.errors import GitError
-    from loop_orchestrator.gitutil import git
-
-    try:
-        return workspace.repo_root(path)
-    except GitError:
-        if not path.exists():
-            raise
-        bare = git(path, "rev-parse", "--is-bare-repository", check=False)
-        if bare.ok and bare.stdout.strip() == "true":
-            where = path.resolve()
-            msg = (
-                f"{where} is a bare repository: it has no checkout, and lo-orch works in "
-                "a checkout (it makes task worktrees from it)"
-            )
-            raise GitError(
-                msg,
-                hint=f"Clone it (`git clone {where} <folder>`) and run "
-                "lo-orch in that folder, or pass --repo with a checkout.",
-            ) from None
-        raise
-
-
-def record_plan(
-    repo: Path, plan: planmod.Plan, settings: Settings, *, source: Path | None
-) -> PlanSummary:
-    from loop_orchestrator.gitutil import git
-
-    head = git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
-    if not plan.base and not head.ok:
-        from loop_orchestrator.errors import GitError
-
-        msg = f"{repo} has no commits yet: a run starts from a commit (its base)"
-        raise GitError(
-            msg,
-            hint="Commit your files first (`git add -A && git commit -m "
-            '"initial"`), then plan again. Nothing was written.',
-        )
-    base_ref = plan.base or "HEAD"
-    base_sha = gitutil.rev_parse(repo, base_ref)
-    runs.refuse_run_in_progress(Store.for_repo(repo))  # the clearest message first
-    # the new run is a new instance: what an earlier run of the same name left is not its
-    created_at = now_iso()
-    ws = workspace.Workspace(
-        repo, plan.run_name, settings.workspace, instance=workspace.instance_of(created_at)
-    )
-    ws.check_branch_names([t.id for t in plan.tasks])
-    ws.ensure_excludes()
-    summary = runs.create_run(
-        repo,
-        plan,
-        source=source,
-        settings=settings,
-        base_sha=base_sha,
-        base_ref=base_ref,
-        created_at=created_at,
-    )
-    main = workspace.main_checkout(repo)
-    summary.notes.append(
-        usage.forecast_line(
-            [t.complexity for t in plan.tasks],
-            usage.prices_from(settings),
-            settings.agent.model,
-            run_budget=settings.run.max_cost_usd,
-        )
-        if settings.agent.kind == "claude"
-        else f"Cost forecast: unknown (the agent, kind {settings.agent.kind}, is not Claude Code)."
-    )
-    summary.checkout = repo
-    summary.main_checkout = main
-    from loop_orchestrator import notify
-
-    notify.for_plan(repo, plan.run_name, settings.notify, created_at, len(plan.tasks))
-    return summary
-
-
-def plan_from_goal(repo: Path, goal: str, settings: Settings) -> PlanSummary:
-    """`lo-orch plan --goal`: the planning agent drafts a plan file, then as `plan FILE`."""
-    from loop_orchestrator.intake import goal as intake_goal
-
-    draft = intake_goal.draft_from_goal(repo, goal, settings)
-    summary = plan_from_file(repo, draft.path, settings)
-    summary.notes.extend(draft.notes)
-    # what the planning calls cost, for Gate 2 (the new run's ledger)
-    Store.for_repo(repo).append_ledger(
-        "planning_usage",
-        calls=draft.usage.calls,
-        turns=draft.usage.turns,
-        cost_usd=draft.usage.cost_usd,
-        session_ids=draft.usage.session_ids,
-    )
-    return summary
-
-
-def plan_from_issue(
-    repo: Path, key: str, settings: Settings, *, done: Sequence[str] = ()
-) -> PlanSummary:
-    """`lo-orch plan --issue`: parent and children from the tracker, drafted, recorded.
-
-    ``done`` names child keys to treat as done (partial resume) besides the tracker's own.
-    """
-    from loop_orchestrator.intake import issue as intake_issue
-
-    draft = intake_issue.draft_from_issue(repo, key, settings, done_keys=done)
-    summary = plan_from_file(repo, draft.path, settings)
-    summary.notes.extend(draft.notes)
-    return summary
+from loop_orchestrator.state import ACTIVE_PHASES, Phase, RunPhase, Store, TaskStatus
 
 
 def status_document(repo: Path) -> dict[str, Any]:
@@ -371,23 +252,3 @@ def status_title(doc: dict[str, Any]) -> str:
     if phase == RunPhase.MERGED.value:
         return title + f"merged ({(run.get('merged_commit') or '')[:12]})"
     return title + str(phase)
-
-
-def watch_status(repo: Path) -> None:
-    """A live status table until Ctrl-C (rich Live)."""
-    from rich.live import Live
-    from rich.table import Table
-
-    def build() -> Table:
-        doc = status_document(repo)
-        table = Table(title=status_title(doc))
-        for h in STATUS_HEADERS:
-            table.add_column(h, no_wrap=h == "note", overflow="ellipsis")
-        for row in status_rows(repo, doc):
-            table.add_row(*row)
-        return table
-
-    with Live(build(), refresh_per_second=2) as live:
-        while True:
-            time.sleep(1)
-            live.update(build())

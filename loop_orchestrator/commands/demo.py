@@ -1,0 +1,17 @@
+"""`lo-orch demo`: the whole flow on a throwaway repository."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loop_orchestrator.demo import DemoResult
+
+
+def demo(
+    *, keep: bool = False, agent: str = "scripted", progress: Callable[[str], None] | None = None
+) -> DemoResult:
+    """`lo-orch demo [--keep] [--agent scripted|claude]`: plan, approve, run and merge a
+    small run; the report's lines."""
+    from loop_orchestrator import demo as demo_mod
+
+    return demo_mod.run_demo(keep=keep, progress=progress, agent=agent)

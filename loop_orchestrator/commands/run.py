@@ -1,0 +1,72 @@
+"""`lo-orch run` (the supervisor, until Gate 2) and `lo-orch retry`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from loop_orchestrator.errors import LoOrchError, StateError
+from loop_orchestrator.state import TaskStatus
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How `lo-orch run` ended well: ``detached`` (``message`` says where the supervisor
+    runs), ``review`` (Gate 2 waits) or ``merged``."""
+
+    state: Literal["detached", "review", "merged"]
+    message: str
+
+
+def run(
+    repo: Path,
+    *,
+    detach: bool = False,
+    continue_blocked: bool = False,
+    allow_dirty: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Supervise the approved plan until Gate 2 (or start that in the run's tmux session).
+
+    Raises ``StateError`` when tasks that need a person stopped the run, ``LoOrchError``
+    when integration failed or the run stopped.
+    """
+    from loop_orchestrator import config, supervisor
+
+    settings = config.load_settings(repo)
+    if allow_dirty:
+        settings.workspace.allow_dirty = True
+    if detach:
+        where = supervisor.detach(repo, continue_blocked=continue_blocked, allow_dirty=allow_dirty)
+        return RunResult("detached", where)
+    sup = supervisor.Supervisor(
+        repo, settings, continue_blocked=continue_blocked, progress=progress
+    )
+    outcome = sup.run()
+    if outcome.state == "review":
+        return RunResult("review", outcome.message)
+    if outcome.state == "merged":
+        return RunResult("merged", outcome.message)
+    if outcome.state == "blocked":
+        raise StateError(
+            "the run stopped with tasks that need a human:\n" + outcome.message,
+            hint="Attach with `lo-orch attach TASK` to help, then `lo-orch run` again; or "
+            "`lo-orch run --continue-blocked` to review and merge without them.",
+        )
+    raise LoOrchError(
+        outcome.message,
+        hint="The failure names no file a task owns, so it waits for you: send the task that "
+        'should fix it back with `lo-orch retry TASK --note "..."`, then `lo-orch run`.',
+    )
+
+
+def retry(
+    repo: Path, task: str, *, note: str | None = None, budget: float | None = None
+) -> TaskStatus:
+    """`lo-orch retry TASK [--note] [--budget]`: a blocked or failed task goes back to work;
+    its status after."""
+    from loop_orchestrator import runs
+
+    return runs.retry_task(repo, task, note=note, budget=budget)

@@ -1,0 +1,41 @@
+"""`lo-orch status`: the status document, and the table a person reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator import status as statusdoc
+from loop_orchestrator import usage
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """The run's status: the document (`status --json`), the table's title, headers and
+    rows (empty when not asked for), and what was spent so far (None before any task)."""
+
+    document: dict[str, Any]
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    spent: str | None
+
+
+def status(repo: Path, *, rows: bool = True, now: float | None = None) -> StatusReport:
+    """`lo-orch status [--json] [--watch]`; ``rows=False`` skips the table (and its look at
+    the panes) for `--json`."""
+    doc = statusdoc.status_document(repo)
+    table = statusdoc.status_rows(repo, doc, now) if rows else []
+    spent = (
+        usage.line("Spent so far", usage.Usage.from_json(doc["run"]["usage"]))
+        if doc["tasks"]
+        else None
+    )
+    return StatusReport(
+        document=doc,
+        title=statusdoc.status_title(doc),
+        headers=statusdoc.STATUS_HEADERS,
+        rows=tuple(tuple(r) for r in table),
+        spent=spent,
+    )
