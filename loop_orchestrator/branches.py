@@ -20,13 +20,8 @@ from loop_orchestrator.errors import (
     RefTamperedError,
 )
 from loop_orchestrator.files import WORKTREES_DIR
-from loop_orchestrator.gitutil import (
-    WorktreeInfo,
-    git,
-    oid,
-    parse_worktrees,
-    update_ref,
-)
+from loop_orchestrator.gitparse import WorktreeInfo, parse_worktrees
+from loop_orchestrator.gitutil import git, oid, update_ref
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import WorkspaceConfig

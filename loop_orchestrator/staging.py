@@ -18,19 +18,19 @@ from loop_orchestrator.errors import (
     MergeConflictError,
     StaleReviewError,
 )
+from loop_orchestrator.gitparse import split_z
 from loop_orchestrator.gitutil import (
     git,
     git_failure,
     identity,
     is_ancestor,
-    is_secret_path,
     merge_tree,
     oid,
     quote_list,
     rev_parse,
-    split_z,
     update_ref,
 )
+from loop_orchestrator.secretfiles import is_secret_path
 from loop_orchestrator.worktrees import OWN_PREFIXES, Worktrees
 
 if TYPE_CHECKING:

@@ -40,15 +40,8 @@ from typing import TYPE_CHECKING
 from loop_orchestrator.branches import BOOK_WORKTREE
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.files import WORKTREES_DIR
-from loop_orchestrator.gitutil import (
-    git,
-    identity,
-    is_ancestor,
-    quote_list,
-    require_git,
-    rev_parse,
-    scan_tree,
-)
+from loop_orchestrator.gitutil import git, identity, is_ancestor, quote_list, require_git, rev_parse
+from loop_orchestrator.secretfiles import scan_tree
 from loop_orchestrator.staging import Staging
 from loop_orchestrator.worktrees import OWN_PREFIXES, ensure_excludes
 

@@ -27,17 +27,16 @@ from loop_orchestrator.errors import (
     SecretFileError,
 )
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
+from loop_orchestrator.gitparse import parse_status, split_z
 from loop_orchestrator.gitutil import (
     git,
     git_failure,
     identity,
     is_ancestor,
-    is_secret_path,
     merge_base,
-    parse_status,
     quote_list,
-    split_z,
 )
+from loop_orchestrator.secretfiles import is_secret_path
 
 if TYPE_CHECKING:
     pass
