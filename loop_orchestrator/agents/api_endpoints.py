@@ -41,13 +41,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.agents.model_endpoint import (
-    DEFAULT_TOKEN,
-    Conversation,
-    Fault,
-    ModelEndpoint,
-    Step,
-)
+from loop_orchestrator.agents.model_endpoint import DEFAULT_TOKEN, ModelEndpoint
+from loop_orchestrator.agents.model_replies import Conversation, Fault, Step
 
 #: the environment variable Codex CLI reads the scripted provider's key from
 CODEX_KEY_ENV = "LO_ORCH_SCRIPTED_MODEL"

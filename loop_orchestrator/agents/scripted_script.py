@@ -155,7 +155,7 @@ class ApiErrorArgs(_Model):
     message: str | None = None
     retry_after: float | None = Field(default=None, ge=0)
     #: a subscriber's usage limit: its reset this many seconds after the answer (sent as
-    #: Anthropic's ``anthropic-ratelimit-unified-*`` headers, see model_endpoint.Fault)
+    #: Anthropic's ``anthropic-ratelimit-unified-*`` headers, see model_replies.Fault)
     resets_in: float | None = Field(default=None, ge=0)
     #: which limit was hit (``anthropic-ratelimit-unified-representative-claim``)
     limit: Literal["five_hour", "seven_day", "seven_day_opus", "seven_day_sonnet"] = "five_hour"
