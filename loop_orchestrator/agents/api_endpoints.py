@@ -1,7 +1,8 @@
 """The scripted model endpoint in the other APIs' wire formats: the OpenAI Responses API
 (what Codex CLI speaks) and the Gemini API (what Gemini CLI speaks).
 
-The script, the choice of replies and the faults are ``model_endpoint.ModelEndpoint``'s:
+The script, the choice of replies and the faults are ``model_replies``' (served by
+``model_endpoint.ModelEndpoint``):
 the same YAML drives Claude Code, Codex CLI and Gemini CLI. Only the wire differs: how a
 request tells its session, its prompts and its folder (a ``Conversation``), and how one
 reply (a ``Step``: text and at most one tool call) is sent. Claude Code's tool calls of a
@@ -10,22 +11,12 @@ step become what the other CLI offers: Codex CLI runs everything through its she
 replace, a Read a ``cat``); Gemini CLI has ``write_file``, ``replace``, ``read_file`` and
 ``run_shell_command``.
 
-Module API
-----------
-``ResponsesEndpoint(script, *, token=..., log_path=None, port=0)``
-    ``POST /v1/responses`` (streamed); ``env(codex_home)`` writes a ``config.toml`` with a
-    ``scripted`` model provider pointing here into ``codex_home`` and returns the
-    environment a Codex CLI session needs (``CODEX_HOME``, the key variable).
-``GeminiEndpoint(script, *, token=..., log_path=None, port=0)``
-    ``POST /v1beta/models/<model>:streamGenerateContent`` (and ``generateContent`` for
-    Gemini CLI's side calls); ``env(gemini_home)`` writes a ``settings.json`` choosing API
-    key authentication into ``gemini_home/.gemini`` and returns the environment a Gemini CLI
-    session needs (``GEMINI_CLI_HOME``, ``GOOGLE_GEMINI_BASE_URL``, ``GEMINI_API_KEY``).
-    Gemini CLI sends no session id: a session is known by its workspace folder (one
-    worktree per task).
-``codex_conversation(body)``, ``codex_call(tool, cwd)``, ``gemini_conversation(body)``,
-``gemini_call(tool, cwd)``
-    The pure parts: a request's conversation; a Claude Code tool call as the other CLI's.
+``ResponsesEndpoint`` serves ``POST /v1/responses`` (streamed); its ``env`` writes a
+Codex ``config.toml`` with a ``scripted`` model provider pointing here. ``GeminiEndpoint``
+serves ``POST /v1beta/models/<model>:streamGenerateContent`` (and ``generateContent`` for
+Gemini CLI's side calls); its ``env`` writes a ``settings.json`` choosing API key
+authentication. Gemini CLI sends no session id: a session is known by its workspace folder
+(one worktree per task).
 """
 
 from __future__ import annotations
@@ -41,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.agents.model_endpoint import DEFAULT_TOKEN, ModelEndpoint
+from loop_orchestrator.agents.model_endpoint import DEFAULT_TOKEN, ModelEndpoint, send_events
 from loop_orchestrator.agents.model_replies import Conversation, Fault, Step
 
 #: the environment variable Codex CLI reads the scripted provider's key from
@@ -322,16 +313,7 @@ def _responses_stream(
             "response": {"id": rid, "status": "completed", "output": items, "usage": usage},
         }
     )
-    handler.send_response(200)
-    handler.send_header("content-type", "text/event-stream")
-    handler.send_header("cache-control", "no-cache")
-    handler.send_header("connection", "close")
-    handler.end_headers()
-    handler.close_connection = True
-    with contextlib.suppress(OSError):
-        for event in events:
-            handler.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
-        handler.wfile.flush()
+    send_events(handler, [(event["type"], event) for event in events])
     return {"input_tokens": input_tokens, "output_tokens": output_tokens}
 
 
@@ -565,12 +547,5 @@ def _gemini_answer(
     if not stream:
         _json(handler, 200, chunk)
     else:
-        handler.send_response(200)
-        handler.send_header("content-type", "text/event-stream")
-        handler.send_header("connection", "close")
-        handler.end_headers()
-        handler.close_connection = True
-        with contextlib.suppress(OSError):
-            handler.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
-            handler.wfile.flush()
+        send_events(handler, [(None, chunk)], end="\r\n\r\n")
     return {"input_tokens": input_tokens, "output_tokens": output_tokens}

@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -406,12 +406,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             "cache_creation_input_tokens": cache_write,
             "cache_read_input_tokens": cache_read,
         }
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
-        self.end_headers()
-        self.close_connection = True
         mid = f"msg_scripted_{time.monotonic_ns()}"
         events: list[tuple[str, dict[str, Any]]] = [
             (
@@ -468,11 +462,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             ),
             ("message_stop", {"type": "message_stop"}),
         ]
-        with contextlib.suppress(OSError):
-            for name, data in events:
-                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
+        send_events(self, events)
         return usage
+
+
+def send_events(
+    handler: http.server.BaseHTTPRequestHandler,
+    events: Sequence[tuple[str | None, Any]],
+    *,
+    end: str = "\n\n",
+) -> None:
+    """Answer 200 with a stream of server-sent events and close the connection: each event
+    an ``event: NAME`` line (none for a None name), a ``data:`` line of JSON, then ``end``.
+    A client that hung up is no error (the endpoint logs what it answered)."""
+    handler.send_response(200)
+    handler.send_header("content-type", "text/event-stream")
+    handler.send_header("cache-control", "no-cache")
+    handler.send_header("connection", "close")
+    handler.end_headers()
+    handler.close_connection = True
+    with contextlib.suppress(OSError):
+        for name, data in events:
+            head = f"event: {name}\n" if name is not None else ""
+            handler.wfile.write(f"{head}data: {json.dumps(data)}{end}".encode())
+        handler.wfile.flush()
 
 
 @contextlib.contextmanager

@@ -16,9 +16,7 @@ implementing -> ``implement`` round ``rework_count``), else by keywords in the p
 Every submitted prompt is saved to ``<record-dir>/<task>-<N>.txt`` (default record dir:
 ``$LO_ORCH_RUN_DIR/received``), and notable input events are appended to
 ``<record-dir>/<task>.events``.
-
-Module API: ``ScriptedAdapter(settings: AgentConfig, repo: Path)`` (kind ``scripted``),
-``READY_RE``, ``LABEL``, ``main(argv) -> int`` (terminal input: ``agents/terminal.py``).
+Terminal input is parsed by ``agents/terminal.py``.
 """
 
 from __future__ import annotations
@@ -46,13 +44,8 @@ from types import FrameType
 from typing import Any
 
 from loop_orchestrator import proc, resources
-from loop_orchestrator.agents.base import (
-    AgentContext,
-    find_dialog,
-    launch_spec_for,
-    python_module_argv,
-    wait_until_ready,
-)
+from loop_orchestrator.agents.base import AgentContext, launch_spec_for, python_module_argv
+from loop_orchestrator.agents.dialogs import find_dialog, wait_until_ready
 from loop_orchestrator.agents.scripted_script import (
     DeleteAction,
     ExitAction,

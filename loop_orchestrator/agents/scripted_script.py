@@ -1,10 +1,6 @@
 """The scripted agent's script: a YAML mapping of task id (or ``default``) to what it does.
 
-Module API
-----------
-``load_script(path) -> Script`` (``ConfigError`` naming the field on any problem),
-``parse_script(data, source) -> Script``, ``Script.for_task(task) -> TaskScript``,
-``TaskScript.actions_for(phase, round_no)``, the action models (``WriteAction`` ...).
+``load_script`` raises ``ConfigError`` naming the field on any problem.
 
 Format::
 
