@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Literal
 
-from loop_orchestrator.verify import classify, coverage, jstests, pytests
+from loop_orchestrator.verify import classify, coverage, jstests, pyevasions, pytautologies, pytests
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation
 
@@ -306,12 +306,12 @@ def _judge_python(
 ) -> None:
     cases = (pytests.has_error_case(mod), pytests.has_boundary_case(mod))
     touched = {t.qualname for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
-    _skips(f, pytests.skip_markers(mod.tree), report, pytests.optional_import_skips(mod.tree))
+    _skips(f, pyevasions.skip_markers(mod.tree), report, pyevasions.optional_import_skips(mod.tree))
     report.expectations += pytests.expectations(f.path, mod.tree)
     for t in mod.tests:
         if t.qualname not in touched:
             continue
-        for line, reason, certain in pytests.tautologies(t.node):
+        for line, reason, certain in pytautologies.tautologies(t.node):
             if certain:
                 report.findings.append(
                     blocking(
@@ -335,7 +335,7 @@ def _judge_python(
                         "independently known expected value.",
                     )
                 )
-        for line, top in pytests.early_returns(t.node):
+        for line, top in pyevasions.early_returns(t.node):
             report.findings.append(
                 Finding(
                     check="tests.early-exit",
@@ -353,7 +353,7 @@ def _judge_python(
                     fix="Remove the return; use pytest.mark.parametrize for variants.",
                 )
             )
-        for line, what in pytests.dead_branches(t.node):
+        for line, what in pyevasions.dead_branches(t.node):
             report.findings.append(
                 blocking(
                     f"test {t.qualname} puts assertions under {what}, so they never run.",
@@ -363,7 +363,7 @@ def _judge_python(
                     fix="Remove the dead branch.",
                 )
             )
-        for line, what in pytests.swallowed_assertions(t.node):
+        for line, what in pyevasions.swallowed_assertions(t.node):
             report.findings.append(
                 blocking(
                     f"test {t.qualname} catches its own assertion failures with {what} and "
@@ -374,7 +374,7 @@ def _judge_python(
                     fix="Let assertion errors propagate; use pytest.raises for expected errors.",
                 )
             )
-        for line, text in pytests.broad_raises(t.node):
+        for line, text in pyevasions.broad_raises(t.node):
             report.findings.append(
                 warning(
                     f"test {t.qualname} expects any exception (`{text}`): a TypeError from a "
