@@ -377,7 +377,7 @@ def test_without_pretrust_the_trust_dialog_is_answered_before_ready(
     tmp_path: Path,
 ) -> None:
     from loop_orchestrator.agents.codex import READY_RE
-    from loop_orchestrator.sessions import TmuxBackend
+    from loop_orchestrator.tmux import TmuxBackend
 
     script = tmp_path / "script.yaml"
     script.write_text("default:\n  turns:\n    - [{say: hi}]\n", encoding="utf-8")
@@ -413,7 +413,7 @@ def test_codex_without_a_login_stops_at_its_sign_in_screen_with_a_clear_error(
     tmp_path: Path,
 ) -> None:
     from loop_orchestrator.errors import AgentStartError
-    from loop_orchestrator.sessions import TmuxBackend
+    from loop_orchestrator.tmux import TmuxBackend
 
     home = tmp_path / "home"
     env = {"HOME": str(home), "CODEX_HOME": str(home / ".codex")}

@@ -31,9 +31,9 @@ from loop_orchestrator.agents.gemini import GeminiAdapter, find_session
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import AgentStartError, ConfigError
-from loop_orchestrator.sessions import TmuxBackend
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.tmux import TmuxBackend
 
 GEMINI_VERSION = "0.61.0"
 

@@ -29,7 +29,8 @@ from loop_orchestrator.agents.terminal import InputParser
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
-from loop_orchestrator.sessions import TmuxBackend, wait_until
+from loop_orchestrator.sessions import wait_until
+from loop_orchestrator.tmux import TmuxBackend
 
 # script format --------------------------------------------------------------------------
 
