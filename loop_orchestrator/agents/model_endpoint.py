@@ -379,13 +379,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _fault(self, fault: Fault, sent_at: float) -> None:
         if fault.kind == "error":
             self._error(fault, sent_at)
-        elif fault.kind == "drop":
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
-        else:  # hang: hold the request until the endpoint closes
-            self.server.endpoint.closing.wait(HANG_SECONDS)
-            self.close_connection = True
+        else:
+            drop_or_hang(self, fault, self.server.endpoint)
 
     def _stream(self, body: Mapping[str, Any], step: Step) -> dict[str, int]:
         """Send ``step`` as Claude Code's accepted SSE stream; the usage reported."""
@@ -486,6 +481,36 @@ def send_events(
             head = f"event: {name}\n" if name is not None else ""
             handler.wfile.write(f"{head}data: {json.dumps(data)}{end}".encode())
         handler.wfile.flush()
+
+
+def send_json(
+    handler: http.server.BaseHTTPRequestHandler,
+    status: int,
+    data: Any,
+    extra: Mapping[str, str] | None = None,
+) -> None:
+    """Answer ``status`` with ``data`` as JSON (and the ``extra`` headers)."""
+    raw = json.dumps(data).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(raw)))
+    for key, value in (extra or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(raw)
+
+
+def drop_or_hang(
+    handler: http.server.BaseHTTPRequestHandler, fault: Fault, endpoint: ModelEndpoint
+) -> None:
+    """Serve a fault that is not an answer: ``drop`` cuts the connection, ``hang`` holds
+    the request until the endpoint closes (``HANG_SECONDS`` at most)."""
+    handler.close_connection = True
+    if fault.kind == "drop":
+        with contextlib.suppress(OSError):
+            handler.connection.shutdown(socket.SHUT_RDWR)
+    else:
+        endpoint.closing.wait(HANG_SECONDS)
 
 
 @contextlib.contextmanager

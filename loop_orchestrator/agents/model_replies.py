@@ -1,5 +1,6 @@
 """The scripted model's replies: which reply a request to ``model_endpoint`` (and the other
-APIs of ``api_endpoints``) gets from the script. Pure: requests in, replies out.
+APIs, ``codex_endpoint`` and ``gemini_endpoint``) gets from the script. Pure: requests in,
+replies out.
 
 How a reply is chosen
 ---------------------
