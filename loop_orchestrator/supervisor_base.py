@@ -23,6 +23,7 @@ from loop_orchestrator import (
     lifecycle,
     limits,
     notify,
+    permission_desk,
     permissions,
     recovery,
     runs,
@@ -167,11 +168,11 @@ class SupervisorBase:
         if self.backend.socket != self.state.tmux_socket:
             self.record.update_run(tmux_socket=self.backend.socket)
 
-    def _make_desk(self) -> permissions.Desk:
+    def _make_desk(self) -> permission_desk.Desk:
         """Permission requests (issue 17): the config's rules, lo-orch's own signals."""
 
         cfg = self.settings.permissions
-        return permissions.Desk(
+        return permission_desk.Desk(
             permissions.Permissions.for_run(self.repo, self.state.name),
             permissions.parse_rules(cfg.allow, "[permissions] allow"),
             permissions.parse_rules(cfg.deny, "[permissions] deny"),
