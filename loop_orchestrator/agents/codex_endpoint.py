@@ -24,13 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.agents.model_endpoint import (
-    DEFAULT_TOKEN,
-    ModelEndpoint,
-    drop_or_hang,
-    send_events,
-    send_json,
-)
+from loop_orchestrator.agents.endpoint_http import drop_or_hang, send_events, send_json
+from loop_orchestrator.agents.model_endpoint import DEFAULT_TOKEN, ModelEndpoint
 from loop_orchestrator.agents.model_replies import Conversation, Fault, Step
 
 #: the environment variable Codex CLI reads the scripted provider's key from

@@ -21,13 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator.agents.codex_endpoint import codex_call
-from loop_orchestrator.agents.model_endpoint import (
-    DEFAULT_TOKEN,
-    ModelEndpoint,
-    drop_or_hang,
-    send_events,
-    send_json,
-)
+from loop_orchestrator.agents.endpoint_http import drop_or_hang, send_events, send_json
+from loop_orchestrator.agents.model_endpoint import DEFAULT_TOKEN, ModelEndpoint
 from loop_orchestrator.agents.model_replies import Conversation, Fault, Step
 
 #: a user text of Gemini CLI's own (its session context, reminders), not a prompt
