@@ -34,7 +34,6 @@ from loop_orchestrator import (
 from loop_orchestrator.agents.base import (
     lo_orch_bin,
 )
-from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import (
     LockHeldError,
     LoOrchError,
@@ -46,7 +45,6 @@ from loop_orchestrator.lifecycle import (
     Action,
     Event,
 )
-from loop_orchestrator.reports import Reports
 from loop_orchestrator.sessions import LaunchSpec, run_backend, run_socket
 from loop_orchestrator.state import (
     ACTIVE_PHASES,
@@ -57,7 +55,7 @@ from loop_orchestrator.state import (
     TaskStatus,
     now_iso,
 )
-from loop_orchestrator.supervisor_base import TICK_SECONDS, WORKING_PHASES, Progress
+from loop_orchestrator.supervisor_base import TICK_SECONDS, WORKING_PHASES
 from loop_orchestrator.supervisor_health import SessionHealth
 
 log = logging.getLogger(__name__)
@@ -169,28 +167,6 @@ def detach(repo: Path, *, continue_blocked: bool = False, allow_dirty: bool = Fa
 class Supervisor(SessionHealth):
     """Drives every task of one run from ``pending`` to ``integrated`` (the layers it is built
     of: ``supervisor_base``)."""
-
-    def __init__(
-        self,
-        repo: Path,
-        settings: Settings,
-        *,
-        continue_blocked: bool = False,
-        progress: Progress | None = None,
-    ) -> None:
-        super().__init__(repo, settings, continue_blocked=continue_blocked, progress=progress)
-        self.reports = Reports(
-            self.record,
-            self.store,
-            self.plan_ids,
-            self._event,
-            self._ask_again,
-            turn_ended=self._turn_ended,
-            block=self._block,
-            limit_hit=self._limit_hit,
-            desk=self.desk,
-            observe=self._refresh_usage,
-        )
 
     def run(self) -> Outcome:
         ended = self.state.phase in (RunPhase.AWAITING_MERGE_REVIEW, RunPhase.MERGED)

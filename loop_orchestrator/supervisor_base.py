@@ -99,9 +99,6 @@ def wait_for_text(path: Path, needle: str, timeout: float) -> bool:
 class SupervisorBase:
     """What a supervisor holds, and the small steps every layer uses."""
 
-    #: what sessions report, applied (set by ``Supervisor.__init__``: it calls every layer)
-    reports: Reports
-
     def __init__(
         self,
         repo: Path,
@@ -159,6 +156,7 @@ class SupervisorBase:
             tmux_session=self.backend.session,
         )
         self.desk = self._make_desk()
+        self.reports = self._reports()
         # the checks' Python environments as they are before any agent runs
         from loop_orchestrator.verify import pyenv
 
@@ -188,6 +186,11 @@ class SupervisorBase:
                 req.task,
             ),
         )
+
+    def _reports(self) -> Reports:
+        """What sessions report, applied (built by ``supervisor_health``, the layer that can
+        call every other)."""
+        raise NotImplementedError
 
     def _permission_closed(self, tid: str) -> None:
         """Nothing of ``tid`` waits for a person's answer any more."""

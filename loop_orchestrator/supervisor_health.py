@@ -19,6 +19,7 @@ from loop_orchestrator import (
 from loop_orchestrator.lifecycle import (
     Event,
 )
+from loop_orchestrator.reports import Reports
 from loop_orchestrator.state import (
     Phase,
     RunPhase,
@@ -37,6 +38,21 @@ log = logging.getLogger(__name__)
 
 class SessionHealth(Verification):
     """Starting and reconciling a run, what sessions report, liveness and stalls."""
+
+    def _reports(self) -> Reports:
+        """What sessions report, applied: it calls back into every layer."""
+        return Reports(
+            self.record,
+            self.store,
+            self.plan_ids,
+            self._event,
+            self._ask_again,
+            turn_ended=self._turn_ended,
+            block=self._block,
+            limit_hit=self._limit_hit,
+            desk=self.desk,
+            observe=self._refresh_usage,
+        )
 
     def _interrupted(self) -> None:
         """Ctrl-C: stop supervising, leave the sessions running; a second Ctrl-C quits at

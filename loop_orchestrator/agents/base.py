@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -24,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from loop_orchestrator import sandbox
-from loop_orchestrator.errors import AgentError, ConfigError
+from loop_orchestrator.agents.dialogs import Dialog, wait_until_ready
+from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 
 if TYPE_CHECKING:
@@ -180,6 +182,11 @@ class UnattendedAdapter:
     install: str
     #: what ``bypassPermissions`` means for this CLI (said in the hint that asks for it)
     bypass: str
+    #: screens that end the start (pattern, what, hint), the dialogs answered on the way,
+    #: and how long the ready screen must stay unchanged
+    fatal_screens: tuple[tuple[re.Pattern[str], str, str], ...] = ()
+    dialogs: tuple[Dialog, ...] = ()
+    ready_stable: float = 0.0
 
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         self.settings = settings
@@ -194,6 +201,28 @@ class UnattendedAdapter:
                 hint=f'Use permission_mode = "bypassPermissions" with kind = "{self.name}" '
                 f"({self.bypass}).",
             )
+
+    def is_ready(self, screen: str) -> bool:
+        raise NotImplementedError
+
+    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Wait until ``is_ready``, answering ``dialogs``; a ``fatal_screens`` screen raises."""
+
+        def ready(screen: str) -> bool:
+            for pattern, what, hint in self.fatal_screens:
+                if pattern.search(screen):
+                    raise AgentStartError(what, screen, hint=hint)
+            return self.is_ready(screen)
+
+        wait_until_ready(
+            backend,
+            pane_id,
+            is_ready=ready,
+            timeout=timeout,
+            what=self.label,
+            dialogs=self.dialogs,
+            stable_for=self.ready_stable,
+        )
 
     def _command(self, env: Mapping[str, str]) -> list[str]:
         command = self.settings.command.strip()

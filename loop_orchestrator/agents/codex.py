@@ -37,10 +37,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from loop_orchestrator.agents.base import AgentContext, UnattendedAdapter, launch_spec_for
-from loop_orchestrator.agents.dialogs import Dialog, wait_until_ready
-from loop_orchestrator.errors import AgentError, AgentStartError
+from loop_orchestrator.agents.dialogs import Dialog
+from loop_orchestrator.errors import AgentError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.sessions import LaunchSpec, SessionBackend
+from loop_orchestrator.sessions import LaunchSpec
 
 #: the flags that make an interactive Codex CLI run without asking anyone
 UNATTENDED = ["--dangerously-bypass-approvals-and-sandbox"]
@@ -187,6 +187,8 @@ class CodexAdapter(UnattendedAdapter):
     program = "codex"
     install = "npm install -g @openai/codex"
     bypass = "Codex then runs without its own sandbox; lo-orch's [sandbox] confines it"
+    fatal_screens = CODEX_SCREENS
+    dialogs = CODEX_DIALOGS
     uses_hooks = False
     bracketed_paste = True
 
@@ -219,19 +221,3 @@ class CodexAdapter(UnattendedAdapter):
         if any(d.detect.search(screen) for d in CODEX_DIALOGS) or STARTING_RE.search(screen):
             return False
         return bool(READY_RE.search(screen) and STARTED_RE.search(screen))
-
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        def ready(screen: str) -> bool:
-            for pattern, what, hint in CODEX_SCREENS:
-                if pattern.search(screen):
-                    raise AgentStartError(what, screen, hint=hint)
-            return self.is_ready(screen)
-
-        wait_until_ready(
-            backend,
-            pane_id,
-            is_ready=ready,
-            timeout=timeout,
-            what="Codex CLI",
-            dialogs=CODEX_DIALOGS,
-        )

@@ -32,8 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from loop_orchestrator.agents.base import AgentContext, UnattendedAdapter, launch_spec_for
-from loop_orchestrator.agents.dialogs import wait_until_ready
-from loop_orchestrator.errors import AgentStartError, TmuxError
+from loop_orchestrator.errors import TmuxError
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 
 UNATTENDED = ["--approval-mode=yolo", "--skip-trust"]
@@ -105,6 +104,8 @@ class GeminiAdapter(UnattendedAdapter):
     program = "gemini"
     install = "npm install -g @google/gemini-cli"
     bypass = "Gemini CLI then runs with --approval-mode=yolo"
+    fatal_screens = GEMINI_SCREENS
+    ready_stable = READY_STABLE_SECONDS
     uses_hooks = False
     bracketed_paste = True
 
@@ -152,20 +153,3 @@ class GeminiAdapter(UnattendedAdapter):
             else:
                 idle_since = None
             time.sleep(0.1)
-
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        def ready(screen: str) -> bool:
-            for pattern, what, hint in GEMINI_SCREENS:
-                if pattern.search(screen):
-                    raise AgentStartError(what, screen, hint=hint)
-            return self.is_ready(screen)
-
-        wait_until_ready(
-            backend,
-            pane_id,
-            is_ready=ready,
-            timeout=timeout,
-            what="Gemini CLI",
-            dialogs=(),
-            stable_for=READY_STABLE_SECONDS,
-        )
