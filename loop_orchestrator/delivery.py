@@ -7,10 +7,8 @@ hook for Claude Code, on screen otherwise) and Enter retried a bounded number of
 Deliveries are serialized per pane and staggered across panes. A prompt that cannot be
 delivered raises ``DeliveryError`` with the pane's last screen; nothing hangs.
 
-Module API: ``Deliverer(stagger=0.3).deliver(backend, pane_id, text, *, confirmed=None,
-timeout=15, enter_retries=3, bracketed=True)``, ``sanitize_prompt(text)``,
-``tidy_screen(text)``, ``error_screen(backend, pane_id, *, dead=False)``,
-``prompt_confirmation(read, task)`` (the ``confirmed`` check for agents with hooks).
+``prompt_confirmation`` is the ``confirmed`` check of ``Deliverer.deliver`` for agents with
+hooks.
 """
 
 from __future__ import annotations
