@@ -32,6 +32,10 @@ from pathlib import Path
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from loop_orchestrator.procinfo import cpu_and_peak_rss  # noqa: E402
+
 RUN_TIMEOUT = 20 * 60.0
 SAMPLE_SECONDS = 0.2
 
@@ -141,20 +145,6 @@ def build(root: Path, n: int, concurrency: int, check_python: str) -> Path:
     return repo
 
 
-def proc_sample(pid: int) -> tuple[float, int] | None:
-    """(CPU seconds, peak RSS in KiB) of a process, from /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-        hwm = 0
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                hwm = int(line.split()[1])
-        return cpu, hwm
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 @dataclass
 class Viewer:
     name: str
@@ -164,7 +154,7 @@ class Viewer:
     marks: dict[str, float] = field(default_factory=dict)
 
     def sample(self) -> None:
-        s = proc_sample(self.pid)
+        s = cpu_and_peak_rss(self.pid)
         if s:
             self.cpu, self.peak = max(self.cpu, s[0]), max(self.peak, s[1])
 

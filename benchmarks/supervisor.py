@@ -54,6 +54,10 @@ import yaml
 
 BASELINE = "9b2c2b2"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from loop_orchestrator.procinfo import cpu_and_peak_rss  # noqa: E402
+
 REACT_PHASES = ("plan_ready", "impl_done")
 #: a run that has not ended by then is stopped (and reported as such)
 RUN_TIMEOUT = 15 * 60.0
@@ -307,21 +311,6 @@ def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
     return repo
 
 
-def _proc_sample(pid: int) -> tuple[float, int] | None:
-    """(cpu seconds, peak RSS in KiB) of a running process, from /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        cpu = (int(stat[11]) + int(stat[12])) / ticks
-        hwm = 0
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                hwm = int(line.split()[1])
-        return cpu, hwm
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _supervise(
     lo: list[str], repo: Path, env: dict[str, str], cwd: Path
 ) -> tuple[float, float, int, str | None]:
@@ -340,7 +329,7 @@ def _supervise(
         cpu, peak = 0.0, 0
         try:
             while sup.poll() is None and time.monotonic() - started < RUN_TIMEOUT:
-                sample = _proc_sample(sup.pid)
+                sample = cpu_and_peak_rss(sup.pid)
                 if sample:  # a zombie's last sample has no VmHWM: keep the largest seen
                     cpu, peak = max(cpu, sample[0]), max(peak, sample[1])
                 time.sleep(0.1)

@@ -6,6 +6,9 @@ separate key after the paste has settled; delivery is confirmed (by the UserProm
 hook for Claude Code, on screen otherwise) and Enter retried a bounded number of times.
 Deliveries are serialized per pane and staggered across panes. A prompt that cannot be
 delivered raises ``DeliveryError`` with the pane's last screen; nothing hangs.
+
+``prompt_confirmation`` is the ``confirmed`` check of ``Deliverer.deliver`` for agents with
+hooks.
 """
 
 from __future__ import annotations

@@ -25,7 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import gitutil, integration, private, proc, resources, runs, workspace
+from loop_orchestrator import (
+    integration,
+    private,
+    proc,
+    resources,
+    runs,
+    tempcheckout,
+    workspace,
+)
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.commands.plan import plan_from_file
@@ -161,7 +169,7 @@ def run_demo(
         review = integration.review(repo)
         integration.merge(repo, review)
         say(f"Gate 2 approved (auto, demo): {review.feature} -> {review.commit[:12]}")
-        with gitutil.temp_checkout(repo, review.feature) as tree:
+        with tempcheckout.temp_checkout(repo, review.feature) as tree:
             tests = proc.run(
                 [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
                 cwd=tree,

@@ -1,8 +1,8 @@
-"""The one git gateway, and plumbing for ``workspace``: parsing git's machine output,
-secret patterns.
+"""The one git gateway, and the revision, diff and ref functions built on it.
 
-Nothing here decides policy; ``workspace`` does (and re-exports the revision and diff
-functions, which verification imports from there). Every git process lo-orch starts goes
+Nothing here decides policy; ``workspace`` does. Parsing git's output lives in
+``gitparse.py``, secret-looking file names in ``secretfiles.py``, temporary checkouts in
+``tempcheckout.py``. Every git process lo-orch starts goes
 through ``git()`` (DESIGN.md section 10, "Git"), which agents cannot steer: an argument list
 via ``proc.run``, leaked ``GIT_*`` variables removed, no system or global config (an agent
 runs as the same user and can edit ``~/.gitconfig``), no replace objects, no repository
@@ -20,68 +20,22 @@ supervisor sees. Ref names are resolved in the user's repository, then only shas
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import functools
-import json
 import os
 import re
 import shutil
-import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loop_orchestrator import private, proc
 from loop_orchestrator.errors import GitError
+from loop_orchestrator.gitparse import Change, parse_added_lines, parse_raw_diff, split_z
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import WorkspaceConfig
 
-#: basenames that look like secrets (DESIGN.md section 9, issue 3, and "Tamper-proof
-#: supervision" item 10); matched case-insensitively against every part of a path
-SECRET_PATTERNS = (
-    ".env*",
-    "*.env",
-    "*.pem",
-    "*credential*",
-    "*.key",
-    # SSH private keys of every type (and the *_sk hardware-token variants), PuTTY keys
-    "id_rsa*",
-    "id_dsa*",
-    "id_ecdsa*",
-    "id_ed25519*",
-    "id_xmss*",
-    "*.ppk",
-    # tokens of network tools and package registries
-    ".netrc",
-    "_netrc",
-    ".npmrc",
-    ".pypirc",
-    ".pgpass",
-    ".htpasswd",
-    # key stores
-    "*.p12",
-    "*.pfx",
-    "*.jks",
-    "*.keystore",
-    "*.bks",
-    # Kubernetes cluster credentials
-    "kubeconfig",
-    "kubeconfig.yaml",
-    "kubeconfig.yml",
-    "*.kubeconfig",
-)
-#: secret files known by their folder as well as their name (matched as a path suffix)
-SECRET_PATH_PATTERNS = (
-    ".kube/config",
-    ".docker/config.json",
-    ".aws/credentials",
-    ".config/gcloud/*.json",
-    ".config/gh/hosts.yml",
-)
-#: ``git merge-tree --write-tree`` appeared in git 2.38
 MIN_GIT = (2, 38)
 #: raw content, never what a diff driver, textconv or a ``binary``/``-diff`` attribute shows
 _DIFF = (
@@ -321,224 +275,6 @@ def require_git() -> None:
         )
 
 
-def is_secret_name(name: str) -> bool:
-    """Whether one file or folder name matches a secret pattern."""
-    lowered = name.lower()
-    return any(fnmatch.fnmatchcase(lowered, pat) for pat in SECRET_PATTERNS)
-
-
-def is_secret_path(path: str) -> bool:
-    """Whether a repo-relative path, or a folder on it, matches a secret pattern."""
-    parts = [part.lower() for part in PurePosixPath(path).parts]
-    if any(is_secret_name(part) for part in parts):
-        return True
-    for pattern in SECRET_PATH_PATTERNS:
-        n = pattern.count("/") + 1
-        if any(
-            fnmatch.fnmatchcase("/".join(parts[i : i + n]), pattern)
-            for i in range(len(parts) - n + 1)
-        ):
-            return True
-    return False
-
-
-def split_z(text: str) -> list[str]:
-    """NUL-separated output into fields, without the empty tail."""
-    return [f for f in text.split("\0") if f]
-
-
-@dataclass(frozen=True)
-class Change:
-    """One changed path; ``status`` is A, M, D or T. A rename is a ``D`` plus an ``A``."""
-
-    status: str
-    path: str
-    old_mode: str
-    new_mode: str
-
-
-def parse_raw_diff(text: str) -> list[Change]:
-    """``git diff --raw -z --no-renames`` output into changes.
-
-    Each record is ``:<old mode> <new mode> <old sha> <new sha> <status>\\0<path>\\0``.
-    """
-    fields = text.split("\0")
-    changes: list[Change] = []
-    i = 0
-    while i < len(fields) - 1:
-        meta = fields[i]
-        if not meta.startswith(":"):
-            i += 1
-            continue
-        old_mode, new_mode, _old, _new, status = meta[1:].split(" ")
-        changes.append(Change(status[:1], fields[i + 1], old_mode, new_mode))
-        i += 2
-    return changes
-
-
-@dataclass(frozen=True)
-class StatusEntry:
-    xy: str
-    path: str
-
-
-def parse_status(text: str) -> list[StatusEntry]:
-    """``git status --porcelain=v1 -z --no-renames`` output into entries."""
-    return [StatusEntry(rec[:2], rec[3:]) for rec in split_z(text)]
-
-
-@dataclass(frozen=True)
-class WorktreeInfo:
-    path: Path
-    head: str | None
-    branch: str | None  # short name, None when detached
-    locked: bool
-    prunable: bool
-
-
-def parse_worktrees(text: str) -> list[WorktreeInfo]:
-    """``git worktree list --porcelain -z`` output into records."""
-    infos: list[WorktreeInfo] = []
-    record: dict[str, str] = {}
-
-    def flush() -> None:
-        if "worktree" in record:
-            branch = record.get("branch")
-            if branch is not None and branch.startswith("refs/heads/"):
-                branch = branch[len("refs/heads/") :]
-            infos.append(
-                WorktreeInfo(
-                    Path(record["worktree"]),
-                    record.get("HEAD"),
-                    branch,
-                    "locked" in record,
-                    "prunable" in record,
-                )
-            )
-        record.clear()
-
-    for field in text.split("\0"):
-        if not field:
-            flush()
-            continue
-        key, _, value = field.partition(" ")
-        record[key] = value
-    flush()
-    return infos
-
-
-_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
-
-
-def unquote_path(text: str) -> str:
-    """Undo git's C-style quoting of a path (``"a\\tb"``); plain paths pass through."""
-    if len(text) < 2 or not (text.startswith('"') and text.endswith('"')):
-        return text
-    body = text[1:-1]
-    out = bytearray()
-    i = 0
-    while i < len(body):
-        ch = body[i]
-        if ch != "\\" or i + 1 == len(body):
-            out += ch.encode("utf-8")
-            i += 1
-            continue
-        nxt = body[i + 1]
-        if nxt in _C_ESCAPES:
-            out.append(_C_ESCAPES[nxt])
-            i += 2
-        elif re.fullmatch(r"[0-7]{3}", body[i + 1 : i + 4]):
-            out.append(int(body[i + 1 : i + 4], 8))
-            i += 4
-        else:
-            out += ch.encode("utf-8")
-            i += 1
-    return out.decode("utf-8", "replace")
-
-
-_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def _header_path(line: str) -> str | None:
-    """The new-side path of a ``+++ b/path`` line, None for ``/dev/null``."""
-    raw = line[4:]
-    # git appends a TAB to ---/+++ names containing a space (for GNU patch).
-    if raw.endswith("\t"):
-        raw = raw[:-1]
-    if raw == "/dev/null":
-        return None
-    raw = unquote_path(raw)
-    return raw[2:] if raw.startswith("b/") else raw
-
-
-def parse_added_lines(text: str) -> dict[str, list[tuple[int, str]]]:
-    """Added lines per file (new-side line numbers) from a ``-U0`` patch.
-
-    Hunks are walked by their line counts, so a content line such as ``++ x`` (shown as
-    ``+++ x``) is never taken for a file header.
-    """
-    added: dict[str, list[tuple[int, str]]] = {}
-    path: str | None = None
-    old_left = new_left = 0
-    lineno = 0
-    # split("\n"), not splitlines(): content may hold \r, \x0b or U+2028.
-    for line in text.split("\n"):
-        if old_left > 0 or new_left > 0:
-            tag = line[:1]
-            if tag == "+":
-                if path is not None:
-                    added.setdefault(path, []).append((lineno, line[1:]))
-                lineno += 1
-                new_left -= 1
-            elif tag == "-":
-                old_left -= 1
-            elif tag == " ":
-                lineno += 1
-                old_left -= 1
-                new_left -= 1
-            continue
-        if line.startswith("diff --git "):
-            path = None
-        elif line.startswith("+++ "):
-            path = _header_path(line)
-        elif line.startswith("@@ "):
-            match = _HUNK.match(line)
-            if match is None:
-                continue
-            old_left = int(match.group(1)) if match.group(1) is not None else 1
-            lineno = int(match.group(2))
-            new_left = int(match.group(3)) if match.group(3) is not None else 1
-    return added
-
-
-def scan_tree(root: Path) -> tuple[list[str], list[str]]:
-    """Secret-like files (and folders) and nested repositories under ``root``.
-
-    Paths are relative and sorted; symlinks are not followed; ``root``'s own ``.git`` is
-    skipped.
-    """
-    secrets: list[str] = []
-    nested: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        if here != root and (".git" in dirnames or ".git" in filenames):
-            nested.append(here.relative_to(root).as_posix())
-            dirnames.clear()
-            continue
-        found = [(here / n).relative_to(root).as_posix() for n in filenames]
-        secrets += [rel for rel in found if is_secret_path(rel)]
-        keep = []
-        for name in dirnames:
-            if name == ".git":
-                continue
-            if is_secret_name(name):
-                secrets.append((here / name).relative_to(root).as_posix() + "/")
-            else:
-                keep.append(name)
-        dirnames[:] = keep
-    return sorted(secrets), sorted(nested)
-
-
 def quote_list(items: Sequence[str], limit: int = 10) -> str:
     """``a, b, c and 4 more`` for messages."""
     shown = ", ".join(items[:limit])
@@ -752,56 +488,3 @@ def list_files(repo: Path, commit: str) -> list[str]:
         if meta.split(" ")[1:2] == ["blob"]:
             files.append(path)
     return files
-
-
-#: untracked folders of the main checkout that ``temp_checkout`` can link into its tree
-DEPENDENCY_DIRS = (".venv", "venv", "node_modules")
-#: a temporary checkout's folder prefix, and the file in it naming its owner (a process
-#: and a repository), so a later start removes those of a killed process (``recovery``)
-CHECKOUT_PREFIX = "lo-orch-checkout-"
-CHECKOUT_OWNER_FILE = "owner.json"
-
-
-def _write_owner(holder: Path, repo: Path) -> None:
-    start = None
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        stat = Path(f"/proc/{os.getpid()}/stat").read_text(encoding="utf-8", errors="replace")
-        start = stat[stat.rindex(")") + 2 :].split()[19]
-    (holder / CHECKOUT_OWNER_FILE).write_text(
-        json.dumps({"pid": os.getpid(), "start": start, "repo": str(repo.resolve())}),
-        encoding="utf-8",
-    )
-
-
-@contextlib.contextmanager
-def temp_checkout(repo: Path, commit: str, *, link_dependencies: bool = False) -> Iterator[Path]:
-    """A clean, detached checkout of ``commit`` in a temporary folder, gone afterwards.
-
-    Checks run here may leave build output behind; the folder is ours alone, so it is
-    deleted as a whole and its worktree record pruned (no user work can live in it). With
-    ``link_dependencies`` the main checkout's installed dependencies (``.venv``,
-    ``node_modules``...) are linked in, so the project's own test command runs there.
-    """
-    sha = oid(repo, commit)
-    holder = Path(tempfile.mkdtemp(prefix=CHECKOUT_PREFIX))
-    tree = holder / "tree"
-    links: list[Path] = []
-    try:
-        _write_owner(holder, repo)
-        # a worktree of the object view: no config, attributes or filters of the user's
-        # repository apply to the files the checks run on
-        git(repo, "worktree", "add", "--quiet", "--detach", str(tree), sha, view=True)
-        if link_dependencies:
-            for name in DEPENDENCY_DIRS:
-                source, target = repo / name, tree / name
-                if source.is_dir() and not target.exists() and not target.is_symlink():
-                    target.symlink_to(source, target_is_directory=True)
-                    links.append(target)
-        yield tree
-    finally:
-        # Unlink our links first, so removing the folder can never walk into the user's.
-        for link in links:
-            with contextlib.suppress(OSError):
-                link.unlink()
-        shutil.rmtree(holder, ignore_errors=True)
-        git(repo, "worktree", "prune", check=False, view=True)

@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 from loop_orchestrator.errors import StateError, UsageError
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 
-# A mirror of plan.ID_RE, kept here so this module imports no pydantic (tests assert they
-# agree).
+# A mirror of plan_checks.ID_RE, kept here so this module imports no plan module (they bring
+# pydantic; tests assert they agree).
 TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
 EVENT_RE = re.compile(r"^[A-Za-z]{1,40}$")
 

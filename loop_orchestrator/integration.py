@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop_orchestrator import gitutil, proc, runs, usage, workspace
+from loop_orchestrator import gitutil, proc, runs, tempcheckout, usage, workspace
 from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.errors import GateError, LoOrchError
 from loop_orchestrator.files import atomic_write_text
@@ -69,7 +69,7 @@ def integrate(
     exit_code: int | None = 0
     if command:
         argv = shlex.split(command)
-        with gitutil.temp_checkout(repo, commit, link_dependencies=True) as tree:
+        with tempcheckout.temp_checkout(repo, commit, link_dependencies=True) as tree:
             result = proc.run(
                 argv, cwd=tree, check=False, timeout=settings.verify.integration_timeout
             )

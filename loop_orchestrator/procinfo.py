@@ -70,3 +70,18 @@ def managed_ancestor(pid: int | None = None) -> tuple[int, str] | None:
         if task:
             return ancestor, task
     return None
+
+
+def cpu_and_peak_rss(pid: int) -> tuple[float, int] | None:
+    """(CPU seconds, user and system, peak RSS in KiB) of a running process, from /proc;
+    None when it is gone (a zombie's sample has no peak RSS: 0) or there is no /proc."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        hwm = 0
+        for line in (PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+        return cpu, hwm
+    except (OSError, IndexError, ValueError):
+        return None

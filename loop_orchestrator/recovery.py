@@ -1,7 +1,7 @@
 """Self-healing: what a killed supervisor or a killed git process left behind (issue 12,
 item 4).
 
-- Temporary checkouts (``lo-orch-checkout-*``, ``gitutil.temp_checkout``) of a process that
+- Temporary checkouts (``lo-orch-checkout-*``, ``tempcheckout.temp_checkout``) of a process that
   no longer runs: ``remove_orphan_checkouts`` unregisters and deletes them, locked ones
   included (a kill during ``git worktree add`` leaves the admin folder marked ``locked
   initializing``, which ``git worktree prune`` keeps for good). Only checkouts lo-orch made
@@ -30,15 +30,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from loop_orchestrator import gitutil, procinfo
-from loop_orchestrator.gitutil import git, parse_worktrees
+from loop_orchestrator import procinfo, tempcheckout
+from loop_orchestrator.gitparse import parse_worktrees
+from loop_orchestrator.gitutil import git
 
 log = logging.getLogger(__name__)
 
-#: the folder name prefix of a temporary checkout (spelled here and in gitutil)
-CHECKOUT_PREFIX = gitutil.CHECKOUT_PREFIX
+#: the folder name prefix of a temporary checkout (spelled here and in tempcheckout)
+CHECKOUT_PREFIX = tempcheckout.CHECKOUT_PREFIX
 #: the file in a checkout's holder folder that names its owner process and repository
-OWNER_FILE = gitutil.CHECKOUT_OWNER_FILE
+OWNER_FILE = tempcheckout.CHECKOUT_OWNER_FILE
 #: a lock younger than this may belong to a git process that is just starting
 LOCK_MIN_AGE = 2.0
 

@@ -22,7 +22,7 @@ from typing import Any
 from loop_orchestrator import disputes as rules
 from loop_orchestrator import lifecycle
 from loop_orchestrator.listener import Request
-from loop_orchestrator.permissions import Desk
+from loop_orchestrator.permission_desk import Desk
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Store, now_iso
 

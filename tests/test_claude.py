@@ -38,8 +38,9 @@ from loop_orchestrator.delivery import Deliverer, prompt_confirmation
 from loop_orchestrator.errors import AgentError, AgentStartError, NotLoggedInError
 from loop_orchestrator.lifecycle import NOT_LOGGED_IN_ERROR
 from loop_orchestrator.record import Record
-from loop_orchestrator.sessions import TmuxBackend, wait_until
+from loop_orchestrator.sessions import wait_until
 from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
+from loop_orchestrator.tmux import TmuxBackend
 
 # Screens as Claude Code 2.1.332 draws them in a 200-column tmux pane (captured by hand).
 RULE = "─" * 120

@@ -1,5 +1,5 @@
 """Whole runs with the real Codex CLI (npm ``@openai/codex``), its model played by the
-scripted endpoint in the OpenAI Responses API's format (agents/api_endpoints.py).
+scripted endpoint in the OpenAI Responses API's format (agents/codex_endpoint.py).
 
 Everything but the model's judgement is Codex's own: its TUI in tmux panes on a private
 socket, a throwaway ``CODEX_HOME`` (and HOME), offline (the ``scripted`` model provider is
@@ -22,13 +22,13 @@ import yaml
 from conftest import REPO_ROOT, edit_script, git
 
 from loop_orchestrator import demo, integration, runs
-from loop_orchestrator.agents.api_endpoints import (
+from loop_orchestrator.agents.base import make_adapter
+from loop_orchestrator.agents.codex import CodexAdapter, find_session
+from loop_orchestrator.agents.codex_endpoint import (
     ResponsesEndpoint,
     codex_call,
     codex_conversation,
 )
-from loop_orchestrator.agents.base import make_adapter
-from loop_orchestrator.agents.codex import CodexAdapter, find_session
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
@@ -378,7 +378,7 @@ def test_without_pretrust_the_trust_dialog_is_answered_before_ready(
     tmp_path: Path,
 ) -> None:
     from loop_orchestrator.agents.codex import READY_RE
-    from loop_orchestrator.sessions import TmuxBackend
+    from loop_orchestrator.tmux import TmuxBackend
 
     script = tmp_path / "script.yaml"
     script.write_text("default:\n  turns:\n    - [{say: hi}]\n", encoding="utf-8")
@@ -414,7 +414,7 @@ def test_codex_without_a_login_stops_at_its_sign_in_screen_with_a_clear_error(
     tmp_path: Path,
 ) -> None:
     from loop_orchestrator.errors import AgentStartError
-    from loop_orchestrator.sessions import TmuxBackend
+    from loop_orchestrator.tmux import TmuxBackend
 
     home = tmp_path / "home"
     env = {"HOME": str(home), "CODEX_HOME": str(home / ".codex")}

@@ -19,7 +19,8 @@ from loop_orchestrator.agents.command import STABLE_SECONDS, CommandAdapter, ren
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
-from loop_orchestrator.sessions import TmuxBackend, wait_until
+from loop_orchestrator.sessions import wait_until
+from loop_orchestrator.tmux import TmuxBackend
 
 LINE_AGENT = """\
 import sys

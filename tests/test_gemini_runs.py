@@ -1,5 +1,5 @@
 """Whole runs with the real Gemini CLI (npm ``@google/gemini-cli``), its model played by the
-scripted endpoint in the Gemini API's format (agents/api_endpoints.py).
+scripted endpoint in the Gemini API's format (agents/gemini_endpoint.py).
 
 Gemini CLI runs in tmux panes on a private socket with a throwaway ``GEMINI_CLI_HOME``,
 offline (``GOOGLE_GEMINI_BASE_URL`` is the endpoint on 127.0.0.1, API key auth chosen in
@@ -21,20 +21,20 @@ import yaml
 from conftest import REPO_ROOT, git
 
 from loop_orchestrator import demo, integration, runs
-from loop_orchestrator.agents.api_endpoints import (
+from loop_orchestrator.agents.base import AgentContext, make_adapter
+from loop_orchestrator.agents.gemini import GeminiAdapter, find_session
+from loop_orchestrator.agents.gemini_endpoint import (
     GeminiEndpoint,
     gemini_call,
     gemini_conversation,
 )
-from loop_orchestrator.agents.base import AgentContext, make_adapter
-from loop_orchestrator.agents.gemini import GeminiAdapter, find_session
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import AgentStartError, ConfigError
-from loop_orchestrator.sessions import TmuxBackend
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.tmux import TmuxBackend
 
 GEMINI_VERSION = "0.61.0"
 

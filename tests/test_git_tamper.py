@@ -17,10 +17,11 @@ from conftest import git
 
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError, MergeConflictError, RefTamperedError
-from loop_orchestrator.gitutil import added_lines, diff_text, file_at, temp_checkout
+from loop_orchestrator.gitutil import added_lines, diff_text, file_at
 from loop_orchestrator.plan import Task
 from loop_orchestrator.refbook import FileRefBook
 from loop_orchestrator.state import RunDir
+from loop_orchestrator.tempcheckout import temp_checkout
 from loop_orchestrator.verify.verdict import deterministic_findings
 from loop_orchestrator.workspace import Workspace
 

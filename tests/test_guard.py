@@ -22,8 +22,9 @@ from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.guard import SessionGateError
-from loop_orchestrator.sessions import LaunchSpec, TmuxBackend
+from loop_orchestrator.sessions import LaunchSpec
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.tmux import TmuxBackend
 
 RUN = "gates"
 PLAN = {

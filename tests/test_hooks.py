@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from conftest import REPO_ROOT, git
 from served import Served, serve, start_run, working
 
-from loop_orchestrator import hooks, inbox, listener, plan
+from loop_orchestrator import hooks, inbox, listener, plan_checks
 from loop_orchestrator.cli import hook_cmds
 from loop_orchestrator.cli.main import cli, run_cli
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
@@ -105,7 +105,7 @@ def from_beta_session(s: Served, args: list[str], env: dict[str, str]) -> Done:
 
 
 def test_mirrored_constants_agree_with_plan() -> None:
-    assert hooks.TASK_ID_RE.pattern == plan.ID_RE.pattern
+    assert hooks.TASK_ID_RE.pattern == plan_checks.ID_RE.pattern
     assert {Phase(p) for p in hooks.SIGNAL_PHASES} == {
         Phase.PLAN_READY,
         Phase.IMPL_DONE,

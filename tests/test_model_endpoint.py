@@ -13,12 +13,8 @@ from typing import Any
 
 import pytest
 
-from loop_orchestrator.agents.model_endpoint import (
-    DEFAULT_TOKEN,
-    Conversation,
-    ModelEndpoint,
-    classify,
-)
+from loop_orchestrator.agents.model_endpoint import DEFAULT_TOKEN, ModelEndpoint
+from loop_orchestrator.agents.model_replies import Conversation, classify
 from loop_orchestrator.agents.scripted_script import load_script, parse_script
 from loop_orchestrator.errors import ConfigError
 

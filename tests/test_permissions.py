@@ -18,7 +18,16 @@ import pytest
 import yaml
 from conftest import edit_script
 
-from loop_orchestrator import demo, hooks, inbox, permissions, private, runs, sandbox
+from loop_orchestrator import (
+    demo,
+    hooks,
+    inbox,
+    permission_desk,
+    permissions,
+    private,
+    runs,
+    sandbox,
+)
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.errors import ConfigError, StateError
@@ -177,9 +186,9 @@ def test_only_lo_orchs_own_signal_command_is_allowed_without_a_person(
 
 def desk(
     tmp_path: Path, allow: tuple[str, ...] = (), deny: tuple[str, ...] = ()
-) -> tuple[permissions.Desk, list[tuple[Any, ...]]]:
+) -> tuple[permission_desk.Desk, list[tuple[Any, ...]]]:
     logged: list[tuple[Any, ...]] = []
-    return permissions.Desk(
+    return permission_desk.Desk(
         Permissions(tmp_path / "perms"),
         rules(*allow),
         rules(*deny),
@@ -433,7 +442,7 @@ def test_a_request_whose_hook_stopped_polling_or_whose_dialog_is_gone_is_closed(
     now = [100.0]
     closed: list[str] = []
     logged: list[tuple[Any, ...]] = []
-    the_desk = permissions.Desk(
+    the_desk = permission_desk.Desk(
         Permissions(tmp_path / "perms"),
         [],
         [],
@@ -460,7 +469,7 @@ def test_a_request_whose_hook_stopped_polling_or_whose_dialog_is_gone_is_closed(
     assert the_desk.is_waiting("a") and not the_desk.is_waiting("b")
     assert the_desk.poll("b", b) == {"state": "closed"}  # its hook steps aside
     assert closed == ["b"]
-    now[0] += permissions.POLL_STALE + 1  # a's hook stopped asking (answered in the pane)
+    now[0] += permission_desk.POLL_STALE + 1  # a's hook stopped asking (answered in the pane)
     the_desk.sweep(screens.get)
     assert not the_desk.is_waiting("a") and closed == ["b", "a"]
     assert [entry[0] for entry in logged].count("permission_closed") == 2

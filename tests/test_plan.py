@@ -10,18 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from loop_orchestrator import plan as planmod
-from loop_orchestrator import schedule
+from loop_orchestrator import plan_checks, schedule
 from loop_orchestrator.errors import PlanError
 from loop_orchestrator.globs import path_matches, patterns_overlap
-from loop_orchestrator.plan import (
-    DoneCheck,
-    Plan,
-    load_plan,
-    plan_hash,
-    semantic_problems,
-    validate_plan_data,
-)
+from loop_orchestrator.plan import DoneCheck, Plan, load_plan, plan_hash, validate_plan_data
+from loop_orchestrator.plan_checks import semantic_problems
 from loop_orchestrator.schedule import dependencies, waves
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -693,7 +686,7 @@ def test_plan_hash_is_canonical_and_sensitive() -> None:
 def test_run_name_slug(goal: str, slug: str) -> None:
     plan = validate_plan_data(plan_data(task("a"), goal=goal))
     assert plan.run_name == slug
-    assert planmod.NAME_RE.fullmatch(slug)
+    assert plan_checks.NAME_RE.fullmatch(slug)
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from conftest import git, wait_for
 
-from loop_orchestrator import demo, gitutil, recovery, runs
+from loop_orchestrator import demo, gitparse, gitutil, recovery, runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
@@ -175,8 +175,8 @@ def _killed_inside_checkout(repo: Path, commit: str) -> Path:
     code = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from loop_orchestrator import gitutil\n"
-        "with gitutil.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as tree:\n"
+        "from loop_orchestrator import tempcheckout\n"
+        "with tempcheckout.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as tree:\n"
         "    print(tree, flush=True)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -191,9 +191,9 @@ def _killed_inside_checkout(repo: Path, commit: str) -> Path:
     return Path(out.stdout.strip())
 
 
-def _view_worktrees(repo: Path) -> list[gitutil.WorktreeInfo]:
+def _view_worktrees(repo: Path) -> list[gitparse.WorktreeInfo]:
     res = gitutil.git(repo, "worktree", "list", "--porcelain", "-z", view=True)
-    return [w for w in gitutil.parse_worktrees(res.stdout) if w.path.name == "tree"]
+    return [w for w in gitparse.parse_worktrees(res.stdout) if w.path.name == "tree"]
 
 
 def test_temporary_checkouts_of_a_killed_process_are_removed_locked_ones_too(
@@ -213,8 +213,9 @@ def test_temporary_checkouts_of_a_killed_process_are_removed_locked_ones_too(
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom pathlib import Path\nfrom loop_orchestrator import gitutil\n"
-            "with gitutil.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as t:\n"
+            "import sys, time\nfrom pathlib import Path\n"
+            "from loop_orchestrator import tempcheckout\n"
+            "with tempcheckout.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as t:\n"
             "    print(t, flush=True)\n    time.sleep(120)\n",
             str(git_repo),
             head,

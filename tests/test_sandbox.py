@@ -22,8 +22,8 @@ from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import ConfigError
-from loop_orchestrator.sessions import TmuxBackend
 from loop_orchestrator.state import Phase, RunDir, Store
+from loop_orchestrator.tmux import TmuxBackend
 
 pytestmark = pytest.mark.skipif(not sandbox.available()[0], reason="bubblewrap does not work")
 

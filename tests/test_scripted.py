@@ -13,13 +13,8 @@ import pytest
 from served import serve, working
 
 from loop_orchestrator import proc
-from loop_orchestrator.agents.base import (
-    AgentContext,
-    Dialog,
-    answer_dialog,
-    find_dialog,
-    make_adapter,
-)
+from loop_orchestrator.agents.base import AgentContext, make_adapter
+from loop_orchestrator.agents.dialogs import Dialog, answer_dialog, find_dialog
 from loop_orchestrator.agents.scripted import READY_RE, ScriptedAdapter
 from loop_orchestrator.agents.scripted_script import (
     ExitAction,
@@ -34,7 +29,8 @@ from loop_orchestrator.agents.terminal import InputParser
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
-from loop_orchestrator.sessions import TmuxBackend, wait_until
+from loop_orchestrator.sessions import wait_until
+from loop_orchestrator.tmux import TmuxBackend
 
 # script format --------------------------------------------------------------------------
 

@@ -18,7 +18,8 @@ from loop_orchestrator.agents.scripted import ScriptedAdapter
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.delivery import Deliverer, sanitize_prompt
 from loop_orchestrator.errors import DeliveryError, TmuxError
-from loop_orchestrator.sessions import LaunchSpec, TmuxBackend, wait_until
+from loop_orchestrator.sessions import LaunchSpec, wait_until
+from loop_orchestrator.tmux import TmuxBackend
 
 
 def tmux(socket: str, *args: str) -> str:

@@ -11,8 +11,9 @@ import pytest
 from loop_orchestrator.attach import attach_command
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.errors import TmuxError
-from loop_orchestrator.sessions import LaunchSpec, TmuxBackend
+from loop_orchestrator.sessions import LaunchSpec
 from loop_orchestrator.state import RunState, Store, TaskStatus
+from loop_orchestrator.tmux import TmuxBackend
 
 
 def make_run(repo: Path, name: str = "demo", panes: dict[str, str | None] | None = None) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from conftest import edit_script, git, wait_for
 
-from loop_orchestrator import demo, gitutil, integration, runs
+from loop_orchestrator import demo, integration, runs, tempcheckout
 from loop_orchestrator.agents.scripted import READY_RE
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
@@ -121,7 +121,7 @@ def test_four_tasks_run_gate2_and_merge(demo_files: demo.DemoFiles, tmux_socket:
     assert merges_per_task(repo, "feat/demo") == dict.fromkeys(TASKS, 1)
     counts_py = git(repo, "show", "feat/demo:textstats/counts.py")
     assert "return ranked[:n]" in counts_py
-    with gitutil.temp_checkout(repo, "feat/demo") as tree:
+    with tempcheckout.temp_checkout(repo, "feat/demo") as tree:
         tests = subprocess.run(
             [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
             cwd=tree,

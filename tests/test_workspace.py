@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from loop_orchestrator import gitutil
+from loop_orchestrator import tempcheckout
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import (
     CommandError,
@@ -659,7 +659,7 @@ def test_parallel_clean_checkouts_do_not_trip_over_each_other(git_repo: Path) ->
     def work() -> None:
         for _ in range(6):
             try:
-                with gitutil.temp_checkout(git_repo, "HEAD") as tree:
+                with tempcheckout.temp_checkout(git_repo, "HEAD") as tree:
                     assert (tree / "README.md").is_file()
             except Exception as exc:  # every failure is the finding
                 errors.append(str(exc)[-200:])

@@ -8,23 +8,19 @@ import pytest
 from conftest import git
 
 from loop_orchestrator.errors import GitError
+from loop_orchestrator.gitparse import Change, parse_added_lines, parse_worktrees, unquote_path
 from loop_orchestrator.gitutil import (
-    Change,
     added_lines,
     changed_paths,
     diff_stat,
     diff_text,
     file_at,
     is_ancestor,
-    is_secret_path,
     list_files,
-    parse_added_lines,
-    parse_worktrees,
     rev_parse,
-    scan_tree,
-    temp_checkout,
-    unquote_path,
 )
+from loop_orchestrator.secretfiles import is_secret_path, scan_tree
+from loop_orchestrator.tempcheckout import temp_checkout
 
 
 def commit_all(repo: Path, message: str = "change") -> str:

@@ -1,35 +1,13 @@
-"""What every agent adapter shares: the context, the environment contract, start-up dialogs.
+"""What every agent adapter shares: the context, the environment contract, the adapter
+protocol, the factory.
 
-Module API
-----------
-``AgentContext(task, run_name, repo, worktree, run_dir, brief_path, session_id, env,
-sandbox)``
-    Everything an adapter needs to launch one task's session; ``AgentContext.create(...)``
-    fills ``env`` with ``agent_env`` and, given the full ``Settings`` with the sandbox on
-    (``[sandbox] mode``), ``sandbox`` with the task's ``sandbox.Policy``.
-``launch_spec_for(ctx, argv, env) -> LaunchSpec``
-    How every adapter ends ``launch_spec``: the one place where an agent's argv is put
-    inside the sandbox.
-``agent_env(*, task, run_dir, brief, settings) -> dict[str, str]``
-    The pane environment: ``settings.agent.env`` plus the contract variables
-    ``LO_ORCH_TASK``, ``LO_ORCH_RUN_DIR``, ``LO_ORCH_BRIEF``, ``LO_ORCH_BIN`` (which win), and
-    ``LO_ORCH_TMUX_SOCKET`` / ``PATH`` of the supervisor unless configured.
-``lo_orch_bin() -> str``
-    An absolute command line (for ``sh -c``) running this lo-orch.
-``python_module_argv(module) -> list[str]``
-    ``[sys.executable, "-m", module]``, or a bootstrap that finds this source checkout when
-    the package is not installed in that interpreter.
-``AgentAdapter``
-    Protocol: ``name``, ``uses_hooks``, ``prepare(ctx)``, ``launch_spec(ctx, *, resume)``,
-    ``wait_ready(backend, pane_id, *, timeout)``, ``is_ready(screen)``.
-``bracketed_paste(adapter) -> bool``
-    Whether prompts go as bracketed pastes (an adapter may set ``bracketed_paste = False``).
-``Dialog``, ``STARTUP_DIALOGS``, ``find_dialog(screen)``, ``answer_dialog(...)``,
-``wait_until_ready(backend, pane_id, *, is_ready, timeout, what, dialogs)``
-    The one table of start-up dialogs (wording changes between versions: keep every
-    pattern here) and the loop that answers them until the agent is ready.
-``make_adapter(settings, repo) -> AgentAdapter``
-    ``claude`` | ``codex`` | ``gemini`` | ``command`` | ``scripted``.
+``AgentContext.create`` fills a session's environment (``agent_env``: ``[agent] env`` plus
+the contract variables ``LO_ORCH_TASK``, ``LO_ORCH_RUN_DIR``, ``LO_ORCH_BRIEF`` and
+``LO_ORCH_BIN``, which win, and the supervisor's ``LO_ORCH_TMUX_SOCKET`` and ``PATH``
+unless configured) and, with the sandbox on, its ``sandbox.Policy``. ``launch_spec_for``
+is how every adapter ends ``launch_spec``: the one place an agent's argv is put inside the
+sandbox. ``UnattendedAdapter`` is the common start of the adapters of CLIs lo-orch can only
+run unattended (Codex CLI, Gemini CLI). Start-up dialogs live in ``dialogs.py``.
 """
 
 from __future__ import annotations
@@ -39,17 +17,17 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from loop_orchestrator import sandbox
-from loop_orchestrator.delivery import error_screen, tidy_screen
-from loop_orchestrator.errors import AgentStartError, ConfigError, TmuxError
-from loop_orchestrator.sessions import LaunchSpec, SessionBackend, wait_until
+from loop_orchestrator.agents.dialogs import Dialog, wait_until_ready
+from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
+from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import AgentConfig, Settings
@@ -191,206 +169,75 @@ def bracketed_paste(adapter: AgentAdapter) -> bool:
     return bool(getattr(adapter, "bracketed_paste", True))
 
 
-# start-up dialogs ------------------------------------------------------------------
+class UnattendedAdapter:
+    """The common start of an adapter for an agent CLI that lo-orch runs only unattended
+    (Codex CLI, Gemini CLI): it refuses every other ``[agent] permission_mode`` and finds
+    the program (``[agent] command``, or ``program`` while that is left at its default)."""
 
-
-@dataclass(frozen=True)
-class Dialog:
-    """A start-up dialog: how to see it and which option to choose (None: needs a human)."""
-
+    #: ``[agent] kind``
     name: str
-    detect: re.Pattern[str]
-    options: tuple[str, ...] = ()
-    choose: str | None = None
-    cursor: str = "\u276f"  # the selection cursor of Claude Code's menus
+    #: the CLI's name in messages, the program run by default, the command installing it
+    label: str
+    program: str
+    install: str
+    #: what ``bypassPermissions`` means for this CLI (said in the hint that asks for it)
+    bypass: str
+    #: screens that end the start (pattern, what, hint), the dialogs answered on the way,
+    #: and how long the ready screen must stay unchanged
+    fatal_screens: tuple[tuple[re.Pattern[str], str, str], ...] = ()
+    dialogs: tuple[Dialog, ...] = ()
+    ready_stable: float = 0.0
 
+    def __init__(self, settings: AgentConfig, repo: Path) -> None:
+        self.settings = settings
+        self.repo = repo
+        if settings.permission_mode != "bypassPermissions":
+            msg = (
+                f"[agent] permission_mode {settings.permission_mode!r} has no {self.label} "
+                "equivalent lo-orch can run unattended"
+            )
+            raise ConfigError(
+                msg,
+                hint=f'Use permission_mode = "bypassPermissions" with kind = "{self.name}" '
+                f"({self.bypass}).",
+            )
 
-def _phrase(text: str) -> re.Pattern[str]:
-    """A pattern for ``text`` that also matches when the agent wrapped it over lines."""
-    return re.compile(r"\s+".join(re.escape(word) for word in text.split()))
+    def is_ready(self, screen: str) -> bool:
+        raise NotImplementedError
 
+    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Wait until ``is_ready``, answering ``dialogs``; a ``fatal_screens`` screen raises."""
 
-#: Every start-up dialog known, newest wording first. Sources: Claude Code 2.1.332 seen in
-#: tmux (trust: "No, exit" preselected, so Enter alone quits); older versions put
-#: "Yes, proceed" first. The bypass warning is normally skipped by a setting.
-STARTUP_DIALOGS: tuple[Dialog, ...] = (
-    Dialog(
-        "trust folder (Claude Code 2.1.332)",
-        _phrase("Is this a project you created or one you trust"),
-        options=("No, exit", "Yes, I trust this folder"),
-        choose="Yes, I trust this folder",
-    ),
-    Dialog(
-        "trust folder (older Claude Code)",
-        _phrase("Do you trust the files in this folder?"),
-        options=("Yes, proceed", "No, exit"),
-        choose="Yes, proceed",
-    ),
-    Dialog(
-        "bypass permissions warning",
-        _phrase("running in Bypass Permissions mode"),
-        options=("No, exit", "Yes, I accept"),
-        choose="Yes, I accept",
-    ),
-    Dialog(
-        "MCP server approval",
-        re.compile(r"New\s+MCP\s+servers?\s+found\s+in\s+\.mcp\.json"),
-    ),
-)
+        def ready(screen: str) -> bool:
+            for pattern, what, hint in self.fatal_screens:
+                if pattern.search(screen):
+                    raise AgentStartError(what, screen, hint=hint)
+            return self.is_ready(screen)
 
-
-def find_dialog(screen: str, dialogs: Sequence[Dialog] = STARTUP_DIALOGS) -> Dialog | None:
-    for dialog in dialogs:
-        if dialog.detect.search(screen):
-            return dialog
-    return None
-
-
-def _selected(screen: str, dialog: Dialog) -> int | None:
-    """Index (in ``dialog.options``) of the option next to the cursor, if visible."""
-    for line in screen.split("\n"):
-        if dialog.cursor not in line:
-            continue
-        after = line.split(dialog.cursor, 1)[1]
-        for index, option in enumerate(dialog.options):
-            if option in after:
-                return index
-    return None
-
-
-def answer_dialog(
-    backend: SessionBackend,
-    pane_id: str,
-    dialog: Dialog,
-    *,
-    timeout: float = 5.0,
-    settle: float = 0.5,
-    hold: float = 0.3,
-) -> None:
-    """Move the cursor to ``dialog.choose`` (checking the screen) and press Enter.
-
-    Choosing explicitly, never "Enter on whatever is preselected": in Claude Code 2.1.332
-    Enter alone on the trust dialog means "No, exit". The dialog is also drawn twice: about
-    0.1 s after it first appears it is mounted again with the default selected, throwing
-    away a key pressed in between (seen under load). So keys wait until the dialog has been
-    up for ``settle`` seconds, and Enter only goes once the cursor has stayed on the choice
-    for ``hold`` seconds.
-    """
-    if dialog.choose is None:
-        msg = f"the agent is waiting on a dialog lo-orch does not answer: {dialog.name}"
-        raise AgentStartError(
-            msg,
-            error_screen(backend, pane_id),
-            hint="Answer it yourself (`lo-orch attach TASK`) or remove its cause.",
+        wait_until_ready(
+            backend,
+            pane_id,
+            is_ready=ready,
+            timeout=timeout,
+            what=self.label,
+            dialogs=self.dialogs,
+            stable_for=self.ready_stable,
         )
-    target = dialog.options.index(dialog.choose)
-    time.sleep(settle)
-    deadline = time.monotonic() + timeout + settle
-    on_target_since: float | None = None
-    while True:
-        state = backend.state(pane_id)
-        if not state.alive:
-            msg = f"the agent exited while lo-orch was answering the {dialog.name} dialog"
-            raise AgentStartError(
+
+    def _command(self, env: Mapping[str, str]) -> list[str]:
+        command = self.settings.command.strip()
+        if not command or command == "claude":  # the default of [agent] command
+            command = self.program
+        argv = [command] if Path(command).is_file() else shlex.split(command)
+        exe = argv[0]
+        found = exe if "/" in exe else shutil.which(exe, path=env.get("PATH"))
+        if not found or not Path(found).exists():
+            msg = f"{exe} not found"
+            raise AgentError(
                 msg,
-                error_screen(backend, pane_id, dead=state.exists),
-                hint="The last screen above usually says why.",
+                hint=f"Install {self.label} (`{self.install}`) or set [agent] command to its path.",
             )
-        screen = backend.capture(pane_id, 0)
-        if not dialog.detect.search(screen):
-            return  # answered meanwhile
-        current = _selected(screen, dialog)
-        now = time.monotonic()
-        if current == target:
-            if on_target_since is None:
-                on_target_since = now
-            if now - on_target_since >= hold:
-                backend.send_keys(pane_id, "Enter")
-                return
-            time.sleep(0.05)
-            continue
-        on_target_since = None
-        if now >= deadline:
-            msg = f"could not select {dialog.choose!r} in the {dialog.name} dialog"
-            raise AgentStartError(
-                msg,
-                tidy_screen(screen),
-                hint="The dialog's wording may have changed; see STARTUP_DIALOGS.",
-            )
-        key = "Up" if current is not None and current > target else "Down"
-        backend.send_keys(pane_id, key)
-        _wait_screen_change(backend, pane_id, screen, 1.0)
-
-
-def _wait_screen_change(backend: SessionBackend, pane_id: str, screen: str, timeout: float) -> None:
-    wait_until(lambda: backend.capture(pane_id, 0) != screen, timeout)
-
-
-def wait_until_ready(
-    backend: SessionBackend,
-    pane_id: str,
-    *,
-    is_ready: Callable[[str], bool],
-    timeout: float,
-    what: str = "the agent",
-    dialogs: Sequence[Dialog] = STARTUP_DIALOGS,
-    stable_for: float = 0.0,
-) -> None:
-    """Answer start-up dialogs until ``is_ready(screen)``; fail loudly, never hang.
-
-    Raises ``AgentStartError`` with the screen when the process exits, a dialog needs a
-    human or keeps coming back, or ``timeout`` passes. With ``stable_for`` the ready screen
-    must also stay unchanged that long (for agents without a ready pattern).
-    """
-    deadline = time.monotonic() + timeout
-    answered: dict[str, int] = {}
-    ready_since: tuple[float, str] | None = None
-    while True:
-        state = backend.state(pane_id)
-        if not state.exists:
-            msg = f"{what}'s pane {pane_id} disappeared before it was ready"
-            raise AgentStartError(msg)
-        if not state.alive:
-            msg = f"{what} exited with status {state.dead_status} before it was ready"
-            raise AgentStartError(
-                msg,
-                error_screen(backend, pane_id, dead=True),
-                hint="The last screen above usually says why.",
-            )
-        try:
-            screen = backend.capture(pane_id, 0)
-        except TmuxError:
-            screen = ""
-        dialog = find_dialog(screen, dialogs)
-        if dialog is not None:
-            ready_since = None
-            count = answered.get(dialog.name, 0)
-            if count >= 3:
-                msg = f"the {dialog.name} dialog came back after being answered {count} times"
-                raise AgentStartError(msg, tidy_screen(screen))
-            answered[dialog.name] = count + 1
-            log.info("start-up dialog answered", extra={"pane": pane_id, "dialog": dialog.name})
-            answer_dialog(backend, pane_id, dialog)
-            _wait_screen_change(backend, pane_id, screen, 2.0)
-            continue
-        now = time.monotonic()
-        if is_ready(screen):
-            if stable_for <= 0:
-                return
-            if ready_since is None or ready_since[1] != screen:
-                ready_since = (now, screen)
-            elif now - ready_since[0] >= stable_for:
-                return
-        else:
-            ready_since = None
-        if now >= deadline:
-            msg = f"{what} was not ready after {timeout:g}s"
-            raise AgentStartError(
-                msg,
-                tidy_screen(screen),
-                hint="Attach to the session to see what it is waiting for.",
-            )
-        time.sleep(0.1)
+        return argv
 
 
 # factory ---------------------------------------------------------------------------

@@ -1,17 +1,10 @@
 """Interactive Claude Code as a task's agent (``[agent] kind = "claude"``).
 
-Module API
-----------
-``ClaudeAdapter(settings: AgentConfig, repo: Path)``
-    ``prepare(ctx)`` (refuses bypass mode as root without ``IS_SANDBOX=1``; pre-trusts the
-    main checkout in ``~/.claude.json``), ``launch_spec(ctx, *, resume)``,
-    ``wait_ready(backend, pane_id, *, timeout)``, ``is_ready(screen)``,
-    ``check_session(screen, status)`` (raises ``NotLoggedInError``).
-``SCREENS``
-    The one table of Claude Code screens lo-orch recognises (ready prompt, the start-up
-    dialogs of agents/base.py, not logged in, unknown dialogs, fatal start errors).
-``claude_config_path(env)``, ``pretrust(config, roots)``
-    Where Claude Code keeps its global config, and the trust pre-acceptance itself.
+``prepare`` refuses bypass mode as root without ``IS_SANDBOX=1`` and pre-trusts the main
+checkout in Claude Code's global config (``~/.claude.json``); ``check_session`` raises
+``NotLoggedInError``. ``SCREENS`` is the one table of Claude Code screens lo-orch
+recognises (ready prompt, the start-up dialogs of agents/dialogs.py, not logged in,
+unknown dialogs, fatal start errors).
 
 Facts are from Claude Code 2.1.332 run in tmux with a throwaway HOME, offline (see the
 shared reference): with ``hasCompletedOnboarding`` missing it tries to reach the API and
@@ -37,13 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from loop_orchestrator import resources
-from loop_orchestrator.agents.base import (
-    STARTUP_DIALOGS,
-    AgentContext,
-    Dialog,
-    launch_spec_for,
-    wait_until_ready,
-)
+from loop_orchestrator.agents.base import AgentContext, launch_spec_for
+from loop_orchestrator.agents.dialogs import STARTUP_DIALOGS, Dialog, wait_until_ready
 from loop_orchestrator.config import PERMISSION_MODES, AgentConfig
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError, NotLoggedInError
 from loop_orchestrator.files import atomic_write_text
@@ -80,7 +68,7 @@ class Screen:
     kind: ScreenKind
     pattern: re.Pattern[str]
     hint: str = ""
-    dialog: Dialog | None = None  # for kind "dialog": what to answer (agents/base.py)
+    dialog: Dialog | None = None  # for kind "dialog": what to answer (agents/dialogs.py)
 
 
 #: Every screen of Claude Code that lo-orch reacts to. Wording changes between versions:
@@ -88,7 +76,7 @@ class Screen:
 SCREENS: tuple[Screen, ...] = (
     # 2.1.332: the input box is "❯ " at column 0 between two rules of "─".  # noqa: RUF003
     Screen("prompt box", "ready", re.compile(r"^─{10,}\s*\n❯", re.M)),  # noqa: RUF001
-    # Start-up dialogs and how to answer them live in agents/base.py (shared with the
+    # Start-up dialogs and how to answer them live in agents/dialogs.py (shared with the
     # scripted agent that imitates them): trust (2.1.332 and older wording), bypass
     # warning, MCP server approval.
     *(Screen(d.name, "dialog", d.detect, dialog=d) for d in STARTUP_DIALOGS),

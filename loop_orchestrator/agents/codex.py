@@ -1,21 +1,12 @@
 """Interactive Codex CLI (npm ``@openai/codex``) as a task's agent (``[agent] kind = "codex"``).
 
-Module API
-----------
-``CodexAdapter(settings: AgentConfig, repo: Path)``
-    ``prepare(ctx)``, ``launch_spec(ctx, *, resume)``, ``wait_ready(backend, pane_id, *,
-    timeout)``, ``is_ready(screen)``.
-``CODEX_DIALOGS``, ``CODEX_SCREENS``
-    The start-up dialogs lo-orch answers and the screens it recognises.
-``pretrust(config, roots)``
-    Adds ``[projects."<root>"] trust_level = "trusted"`` to Codex's config.toml (unless
-    ``[agent] pretrust = false``), so no trust dialog races the first prompt.
-``codex_home(env)``, ``find_session(home, worktree) -> (thread_id, rollout) | None``
-    Where Codex keeps its state, and the newest recorded session whose folder is a task's
-    worktree (what a relaunch resumes; its rollout file holds the token counts).
+``pretrust`` adds ``[projects."<root>"] trust_level = "trusted"`` to Codex's config.toml
+(unless ``[agent] pretrust = false``), so no trust dialog races the first prompt;
+``find_session`` finds the newest recorded session whose folder is a task's worktree (what
+a relaunch resumes; its rollout file holds the token counts).
 
 Facts (Codex CLI 0.171.0, in tmux with a throwaway ``CODEX_HOME``, offline against
-``agents/api_endpoints.ResponsesEndpoint``; docs/agents.md has the details):
+``agents/codex_endpoint.ResponsesEndpoint``; docs/agents.md has the details):
 
 - unattended: ``--dangerously-bypass-approvals-and-sandbox`` (no approvals, no Codex
   sandbox: lo-orch's own bwrap sandbox, ``[sandbox] mode``, is the confinement; Codex's
@@ -40,23 +31,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
-import shutil
 import threading
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from loop_orchestrator.agents.base import (
-    AgentContext,
-    Dialog,
-    launch_spec_for,
-    wait_until_ready,
-)
-from loop_orchestrator.config import AgentConfig
-from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
+from loop_orchestrator.agents.base import AgentContext, UnattendedAdapter, launch_spec_for
+from loop_orchestrator.agents.dialogs import Dialog
+from loop_orchestrator.errors import AgentError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.sessions import LaunchSpec, SessionBackend
+from loop_orchestrator.sessions import LaunchSpec
 
 #: the flags that make an interactive Codex CLI run without asking anyone
 UNATTENDED = ["--dangerously-bypass-approvals-and-sandbox"]
@@ -195,42 +179,18 @@ def _trust_roots(repo: Path) -> list[Path]:
     return roots
 
 
-class CodexAdapter:
+class CodexAdapter(UnattendedAdapter):
     """Codex CLI's interactive TUI in a tmux pane, unattended."""
 
     name = "codex"
+    label = "Codex CLI"
+    program = "codex"
+    install = "npm install -g @openai/codex"
+    bypass = "Codex then runs without its own sandbox; lo-orch's [sandbox] confines it"
+    fatal_screens = CODEX_SCREENS
+    dialogs = CODEX_DIALOGS
     uses_hooks = False
     bracketed_paste = True
-
-    def __init__(self, settings: AgentConfig, repo: Path) -> None:
-        self.settings = settings
-        self.repo = repo
-        if settings.permission_mode != "bypassPermissions":
-            msg = (
-                f"[agent] permission_mode {settings.permission_mode!r} has no Codex CLI "
-                "equivalent lo-orch can run unattended"
-            )
-            raise ConfigError(
-                msg,
-                hint='Use permission_mode = "bypassPermissions" with kind = "codex" (Codex '
-                "then runs without its own sandbox; lo-orch's [sandbox] confines it).",
-            )
-
-    def _command(self, env: Mapping[str, str]) -> list[str]:
-        command = self.settings.command.strip()
-        if not command or command == "claude":  # the default of [agent] command
-            command = "codex"
-        argv = [command] if Path(command).is_file() else shlex.split(command)
-        exe = argv[0]
-        found = exe if "/" in exe else shutil.which(exe, path=env.get("PATH"))
-        if not found or not Path(found).exists():
-            msg = f"{exe} not found"
-            raise AgentError(
-                msg,
-                hint="Install Codex CLI (`npm install -g @openai/codex`) or set [agent] "
-                "command to its path.",
-            )
-        return argv
 
     def prepare(self, ctx: AgentContext) -> None:
         """Refuse early when the program does not exist; pre-trust the repository."""
@@ -261,19 +221,3 @@ class CodexAdapter:
         if any(d.detect.search(screen) for d in CODEX_DIALOGS) or STARTING_RE.search(screen):
             return False
         return bool(READY_RE.search(screen) and STARTED_RE.search(screen))
-
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        def ready(screen: str) -> bool:
-            for pattern, what, hint in CODEX_SCREENS:
-                if pattern.search(screen):
-                    raise AgentStartError(what, screen, hint=hint)
-            return self.is_ready(screen)
-
-        wait_until_ready(
-            backend,
-            pane_id,
-            is_ready=ready,
-            timeout=timeout,
-            what="Codex CLI",
-            dialogs=CODEX_DIALOGS,
-        )

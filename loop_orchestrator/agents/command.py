@@ -1,8 +1,5 @@
 """``[agent] kind = "command"``: any interactive CLI (codex, aider, gemini, a custom one).
 
-Module API: ``CommandAdapter(settings: AgentConfig, repo: Path)`` and
-``render_command(template, args, *, task, brief, worktree) -> list[str]``.
-
 ``[agent] command`` is a command line template, split like a shell would (``shlex``) and
 then filled per word, so a value with spaces stays one argument and nothing is ever run
 through a shell: ``{task}``, ``{brief}`` (absolute brief path), ``{worktree}``.
@@ -21,7 +18,8 @@ import shlex
 import shutil
 from pathlib import Path
 
-from loop_orchestrator.agents.base import AgentContext, launch_spec_for, wait_until_ready
+from loop_orchestrator.agents.base import AgentContext, launch_spec_for
+from loop_orchestrator.agents.dialogs import wait_until_ready
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import AgentError, ConfigError
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend

@@ -1,18 +1,12 @@
 """Interactive Gemini CLI (npm ``@google/gemini-cli``) as a task's agent
 (``[agent] kind = "gemini"``).
 
-Module API
-----------
-``GeminiAdapter(settings: AgentConfig, repo: Path)``
-    ``prepare(ctx)``, ``launch_spec(ctx, *, resume)``, ``wait_ready(backend, pane_id, *,
-    timeout)``, ``is_ready(screen)``, ``wait_idle(backend, pane_id, *, timeout)`` (the
-    supervisor calls it, when an adapter has it, before it sends a prompt).
-``gemini_dir(env)``, ``find_session(gemini, worktree) -> (session id, file) | None``
-    Where Gemini CLI keeps its state (``$GEMINI_CLI_HOME/.gemini`` or ``~/.gemini``), and
-    the newest chat it recorded for a task's worktree.
+The supervisor calls ``wait_idle`` (when an adapter has it) before it sends a prompt.
+Gemini CLI keeps its state in ``$GEMINI_CLI_HOME/.gemini`` or ``~/.gemini``
+(``gemini_dir``); ``find_session`` finds the newest chat it recorded for a task's worktree.
 
 Facts (Gemini CLI 0.61.0, in tmux with a throwaway home, offline against
-``agents/api_endpoints.GeminiEndpoint``; docs/agents.md has the details):
+``agents/gemini_endpoint.GeminiEndpoint``; docs/agents.md has the details):
 
 - unattended: ``--approval-mode=yolo``; ``--skip-trust`` trusts the folder for this
   session (otherwise "Do you trust the files in this folder?" comes first);
@@ -33,15 +27,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
-import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from loop_orchestrator.agents.base import AgentContext, launch_spec_for, wait_until_ready
-from loop_orchestrator.config import AgentConfig
-from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError, TmuxError
+from loop_orchestrator.agents.base import AgentContext, UnattendedAdapter, launch_spec_for
+from loop_orchestrator.errors import TmuxError
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 
 UNATTENDED = ["--approval-mode=yolo", "--skip-trust"]
@@ -105,42 +96,18 @@ def find_session(gemini: Path, worktree: Path) -> tuple[str, Path] | None:
     return sid, chat
 
 
-class GeminiAdapter:
+class GeminiAdapter(UnattendedAdapter):
     """Gemini CLI's interactive TUI in a tmux pane, unattended."""
 
     name = "gemini"
+    label = "Gemini CLI"
+    program = "gemini"
+    install = "npm install -g @google/gemini-cli"
+    bypass = "Gemini CLI then runs with --approval-mode=yolo"
+    fatal_screens = GEMINI_SCREENS
+    ready_stable = READY_STABLE_SECONDS
     uses_hooks = False
     bracketed_paste = True
-
-    def __init__(self, settings: AgentConfig, repo: Path) -> None:
-        self.settings = settings
-        self.repo = repo
-        if settings.permission_mode != "bypassPermissions":
-            msg = (
-                f"[agent] permission_mode {settings.permission_mode!r} has no Gemini CLI "
-                "equivalent lo-orch can run unattended"
-            )
-            raise ConfigError(
-                msg,
-                hint='Use permission_mode = "bypassPermissions" with kind = "gemini" '
-                "(Gemini CLI then runs with --approval-mode=yolo).",
-            )
-
-    def _command(self, env: Mapping[str, str]) -> list[str]:
-        command = self.settings.command.strip()
-        if not command or command == "claude":  # the default of [agent] command
-            command = "gemini"
-        argv = [command] if Path(command).is_file() else shlex.split(command)
-        exe = argv[0]
-        found = exe if "/" in exe else shutil.which(exe, path=env.get("PATH"))
-        if not found or not Path(found).exists():
-            msg = f"{exe} not found"
-            raise AgentError(
-                msg,
-                hint="Install Gemini CLI (`npm install -g @google/gemini-cli`) or set "
-                "[agent] command to its path.",
-            )
-        return argv
 
     def prepare(self, ctx: AgentContext) -> None:
         self._command({**os.environ, **ctx.env})
@@ -186,20 +153,3 @@ class GeminiAdapter:
             else:
                 idle_since = None
             time.sleep(0.1)
-
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        def ready(screen: str) -> bool:
-            for pattern, what, hint in GEMINI_SCREENS:
-                if pattern.search(screen):
-                    raise AgentStartError(what, screen, hint=hint)
-            return self.is_ready(screen)
-
-        wait_until_ready(
-            backend,
-            pane_id,
-            is_ready=ready,
-            timeout=timeout,
-            what="Gemini CLI",
-            dialogs=(),
-            stable_for=READY_STABLE_SECONDS,
-        )

@@ -16,9 +16,8 @@ implementing -> ``implement`` round ``rework_count``), else by keywords in the p
 Every submitted prompt is saved to ``<record-dir>/<task>-<N>.txt`` (default record dir:
 ``$LO_ORCH_RUN_DIR/received``), and notable input events are appended to
 ``<record-dir>/<task>.events``.
-
-Module API: ``ScriptedAdapter(settings: AgentConfig, repo: Path)`` (kind ``scripted``),
-``READY_RE``, ``LABEL``, ``main(argv) -> int`` (terminal input: ``agents/terminal.py``).
+Terminal input is parsed by ``agents/terminal.py``, actions are done by
+``scripted_actions.py``, the plugin's hooks run by ``scripted_hooks.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import json
 import os
 import re
 import select
-import shlex
 import signal
 import sys
 import tempfile
@@ -45,30 +43,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from loop_orchestrator import proc, resources
-from loop_orchestrator.agents.base import (
-    AgentContext,
-    find_dialog,
-    launch_spec_for,
-    python_module_argv,
-    wait_until_ready,
-)
+from loop_orchestrator import resources
+from loop_orchestrator.agents.base import AgentContext, launch_spec_for, python_module_argv
+from loop_orchestrator.agents.dialogs import find_dialog, wait_until_ready
+from loop_orchestrator.agents.scripted_actions import ActionRunner, ScriptExit
+from loop_orchestrator.agents.scripted_hooks import Hooks
 from loop_orchestrator.agents.scripted_script import (
-    DeleteAction,
-    ExitAction,
-    HangAction,
-    PatchAction,
-    RunAction,
-    SayAction,
-    SignalAction,
-    SleepAction,
     TaskScript,
-    WriteAction,
     load_script,
 )
 from loop_orchestrator.agents.terminal import InputParser
 from loop_orchestrator.config import AgentConfig
-from loop_orchestrator.errors import ConfigError, LoOrchError
+from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.sessions import LaunchSpec, SessionBackend
 
@@ -134,17 +120,6 @@ class ScriptedAdapter:
 # the program ---------------------------------------------------------------------------
 
 
-class _Exit(Exception):
-    def __init__(self, code: int, reason: str | None) -> None:
-        super().__init__(code)
-        self.code = code
-        self.reason = reason  # None: a crash, no SessionEnd hook
-
-
-class _ActionFailed(Exception):
-    pass
-
-
 @dataclass
 class _Paste:
     number: int
@@ -153,12 +128,6 @@ class _Paste:
     @property
     def placeholder(self) -> str:
         return f"[Pasted text #{self.number} +{len(self.text.splitlines())} lines]"
-
-
-@dataclass
-class HookOutcome:
-    blocked: bool = False
-    reason: str = ""
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -180,85 +149,6 @@ def _raw_terminal(fd_in: int, fd_out: int) -> Iterator[None]:
         termios.tcsetattr(fd_in, termios.TCSADRAIN, saved)
 
 
-class Hooks:
-    """The plugin's ``hooks/hooks.json``, run as Claude Code runs them."""
-
-    def __init__(self, agent: ScriptedAgent, plugin_dir: Path) -> None:
-        self.agent = agent
-        self.plugin_dir = plugin_dir
-        self.config: dict[str, Any] = {}
-        path = plugin_dir / "hooks" / "hooks.json"
-        if path.is_file():  # absent: no hooks (as Claude Code with a plugin without hooks)
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                self.config = data.get("hooks", {}) if isinstance(data, dict) else {}
-            except (OSError, json.JSONDecodeError) as exc:
-                agent.say(f"  ✗ {path} is not valid JSON ({exc}); hooks disabled")
-
-    def _commands(self, event: str, subject: str | None) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        groups = self.config.get(event, [])
-        for group in groups if isinstance(groups, list) else []:
-            if not isinstance(group, dict):
-                continue
-            matcher = str(group.get("matcher") or "")
-            if matcher not in ("", "*") and subject is not None:
-                try:
-                    if not re.fullmatch(matcher, subject):
-                        continue
-                except re.error:
-                    if matcher != subject:
-                        continue
-            for hook in group.get("hooks", []):
-                if isinstance(hook, dict) and hook.get("type") == "command" and hook.get("command"):
-                    out.append((str(hook["command"]), float(hook.get("timeout", 60))))
-        return out
-
-    def fire(self, event: str, subject: str | None = None, **fields: Any) -> HookOutcome:
-        agent = self.agent
-        payload = {
-            "session_id": agent.session_id,
-            "transcript_path": str(agent.transcript),
-            "cwd": str(agent.cwd),
-            "hook_event_name": event,
-            "permission_mode": agent.permission_mode,
-            **fields,
-        }
-        commands = self._commands(event, subject)
-        if not commands:
-            return HookOutcome()
-        env = dict(os.environ)
-        env["CLAUDE_PROJECT_DIR"] = str(agent.cwd)
-        env["CLAUDE_PLUGIN_ROOT"] = str(self.plugin_dir)
-        outcome = HookOutcome()
-        for command, timeout in commands:
-            line = command.replace("${CLAUDE_PLUGIN_ROOT}", str(self.plugin_dir))
-            result = proc.run(
-                ["sh", "-c", line],
-                cwd=agent.cwd,
-                env=env,
-                input=json.dumps(payload),
-                timeout=timeout,
-                check=False,
-            )
-            if result.returncode == 0:
-                text = result.stdout.strip()
-                if text.startswith("{"):
-                    with contextlib.suppress(json.JSONDecodeError):
-                        answer = json.loads(text)
-                        if isinstance(answer, dict) and answer.get("decision") == "block":
-                            outcome = HookOutcome(True, str(answer.get("reason", "")))
-                continue
-            if result.returncode == 2:
-                outcome = HookOutcome(True, result.stderr.strip())
-            else:
-                status = "timed out" if result.returncode is None else f"exit {result.returncode}"
-                detail = (result.stderr.strip().splitlines() or [""])[-1]
-                agent.say(f"  ⎿ {event} hook error ({status}) {detail}".rstrip())
-        agent.say(f"  ⎿ {event} hook" + (f": blocked: {outcome.reason}" if outcome.blocked else ""))
-        return outcome
-
-
 class ScriptedAgent:
     def __init__(self, args: argparse.Namespace, fd_in: int = 0, fd_out: int = 1) -> None:
         self.fd_in = fd_in
@@ -266,6 +156,7 @@ class ScriptedAgent:
         self.script_path = Path(args.script)
         self.task = args.task or os.environ.get("LO_ORCH_TASK") or "default"
         self.cwd = Path.cwd()
+        self.actions = ActionRunner(self.cwd, self.say)
         run_dir = os.environ.get("LO_ORCH_RUN_DIR")
         self.run_dir = Path(run_dir) if run_dir else None
         self.session_id = args.resume or args.session_id or str(uuid.uuid4())
@@ -395,7 +286,7 @@ class ScriptedAgent:
                 continue
             data = os.read(self.fd_in, 65536)
             if not data:
-                raise _Exit(0, "other")
+                raise ScriptExit(0, "other")
             yield from self.parser.feed(data)
 
     def trust_dialog(self) -> bool:
@@ -447,10 +338,10 @@ class ScriptedAgent:
                 self.segments[-1] = last[:-1]
         elif value == "C-c":
             if not self.segments:
-                raise _Exit(0, "other")
+                raise ScriptExit(0, "other")
             self.segments = []
         elif value == "C-d" and not self.segments:
-            raise _Exit(0, "other")
+            raise ScriptExit(0, "other")
 
     def _type(self, text: str) -> None:
         if self.segments and isinstance(self.segments[-1], str):
@@ -470,7 +361,7 @@ class ScriptedAgent:
         if not prompt.strip():
             return
         if prompt.strip() in ("/exit", "/quit"):
-            raise _Exit(0, "prompt_input_exit")
+            raise ScriptExit(0, "prompt_input_exit")
         self.submit(prompt, display)
 
     # a prompt ------------------------------------------------------------------------
@@ -484,7 +375,7 @@ class ScriptedAgent:
         self._transcript("user", prompt)
         actions, why = self._choose(prompt)
         self.say(f"● {why}")
-        last = self.perform(actions)
+        last = self.actions.perform(actions)
         self._transcript("assistant", last)
         for attempt in range(4):
             outcome = self.hooks.fire(
@@ -548,101 +439,6 @@ class ScriptedAgent:
         label = "plan" if key[0] == "plan" else f"implement round {key[1]}"
         return actions, f"{label} ({source}): {len(actions)} scripted actions"
 
-    def perform(self, actions: list[Any]) -> str:
-        last = "Done."
-        for action in actions:
-            try:
-                said = self._do(action)
-            except _ActionFailed as exc:
-                self.say(f"  ✗ {exc}")
-                return f"Stopped: {exc}"
-            if said is not None:
-                last = said
-        self.say("● Done.")
-        return last
-
-    def _path(self, rel: str) -> Path:
-        return self.cwd / rel
-
-    def _do(self, action: Any) -> str | None:
-        if isinstance(action, WriteAction):
-            path = self._path(action.write.path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(action.write.content, encoding="utf-8")
-            self.say(f"● Write({action.write.path}) {len(action.write.content)} chars")
-        elif isinstance(action, PatchAction):
-            path = self._path(action.patch.path)
-            try:
-                text = path.read_text(encoding="utf-8")
-            except OSError as exc:
-                msg = f"patch {action.patch.path}: {exc.strerror}"
-                raise _ActionFailed(msg) from exc
-            if action.patch.old not in text:
-                msg = f"patch {action.patch.path}: text to replace not found"
-                raise _ActionFailed(msg)
-            path.write_text(text.replace(action.patch.old, action.patch.new, 1), encoding="utf-8")
-            self.say(f"● Update({action.patch.path})")
-        elif isinstance(action, DeleteAction):
-            try:
-                self._path(action.delete.path).unlink()
-            except OSError as exc:
-                msg = f"delete {action.delete.path}: {exc.strerror}"
-                raise _ActionFailed(msg) from exc
-            self.say(f"● Delete({action.delete.path})")
-        elif isinstance(action, RunAction):
-            self._run(action)
-        elif isinstance(action, SignalAction):
-            self._signal(action)
-        elif isinstance(action, SleepAction):
-            self.say(f"● Sleep {action.sleep.seconds:g}s")
-            time.sleep(action.sleep.seconds)
-        elif isinstance(action, SayAction):
-            self.say(f"● {action.say.text}")
-            return action.say.text
-        elif isinstance(action, ExitAction):
-            self.say(f"✗ exiting with status {action.exit.code} (scripted crash)")
-            raise _Exit(action.exit.code, None)
-        elif isinstance(action, HangAction):
-            self.say("… hanging: no more output, no input read (scripted misbehaviour)")
-            while True:
-                time.sleep(3600)
-        return None
-
-    def _run(self, action: RunAction) -> None:
-        shown = shlex.join(action.run.argv)
-        self.say(f"● Bash({shown})")
-        try:
-            result = proc.run(
-                action.run.argv, cwd=self.cwd, timeout=action.run.timeout, check=False
-            )
-        except LoOrchError as exc:
-            msg = f"{shown}: {exc.message}"
-            raise _ActionFailed(msg) from exc
-        status = "timed out" if result.returncode is None else f"exit {result.returncode}"
-        tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
-        self.say("\n".join([f"  ⎿ {status}", *(f"    {line}" for line in tail)]))
-        if action.run.check and not result.ok:
-            msg = f"{shown} failed ({status})"
-            raise _ActionFailed(msg)
-
-    def _signal(self, action: SignalAction) -> None:
-        lo_bin = os.environ.get("LO_ORCH_BIN")
-        if not lo_bin:
-            msg = "cannot signal: LO_ORCH_BIN is not set"
-            raise _ActionFailed(msg)
-        command = f"{lo_bin} signal {shlex.quote(action.signal.phase)}"
-        if action.signal.note is not None:
-            command += f" --note {shlex.quote(action.signal.note)}"
-        for code in action.signal.dispute:
-            command += f" --dispute {shlex.quote(code)}"
-        self.say(f"● Bash(lo-orch signal {action.signal.phase})")
-        result = proc.run(["sh", "-c", command], cwd=self.cwd, timeout=120, check=False)
-        if not result.ok:
-            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            msg = f"signal {action.signal.phase} failed: {detail}"
-            raise _ActionFailed(msg)
-        self.say("  ⎿ signalled")
-
     # main ----------------------------------------------------------------------------
     def run(self) -> int:
         try:
@@ -669,11 +465,11 @@ class ScriptedAgent:
                 self.say("Paste a prompt and press Enter; /exit quits.")
                 for kind, value in self._read_events():
                     self.handle(kind, value)
-            except _Exit as stop:
+            except ScriptExit as stop:
                 if stop.reason is not None:
                     self.hooks.fire("SessionEnd", subject=stop.reason, reason=stop.reason)
                 return stop.code
-        return 0  # pragma: no cover  the loop only ends by _Exit
+        return 0  # pragma: no cover  the loop only ends by ScriptExit
 
     def _on_resize(self, signum: int, frame: FrameType | None) -> None:
         self.resized = True

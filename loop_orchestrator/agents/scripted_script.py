@@ -1,10 +1,6 @@
 """The scripted agent's script: a YAML mapping of task id (or ``default``) to what it does.
 
-Module API
-----------
-``load_script(path) -> Script`` (``ConfigError`` naming the field on any problem),
-``parse_script(data, source) -> Script``, ``Script.for_task(task) -> TaskScript``,
-``TaskScript.actions_for(phase, round_no)``, the action models (``WriteAction`` ...).
+``load_script`` raises ``ConfigError`` naming the field on any problem.
 
 Format::
 
@@ -155,7 +151,7 @@ class ApiErrorArgs(_Model):
     message: str | None = None
     retry_after: float | None = Field(default=None, ge=0)
     #: a subscriber's usage limit: its reset this many seconds after the answer (sent as
-    #: Anthropic's ``anthropic-ratelimit-unified-*`` headers, see model_endpoint.Fault)
+    #: Anthropic's ``anthropic-ratelimit-unified-*`` headers, see model_replies.Fault)
     resets_in: float | None = Field(default=None, ge=0)
     #: which limit was hit (``anthropic-ratelimit-unified-representative-claim``)
     limit: Literal["five_hour", "seven_day", "seven_day_opus", "seven_day_sonnet"] = "five_hour"

@@ -13,7 +13,8 @@ from functools import cached_property
 from pathlib import Path
 
 from loop_orchestrator import gitutil
-from loop_orchestrator.gitutil import git, oid, split_z
+from loop_orchestrator.gitparse import split_z
+from loop_orchestrator.gitutil import git, oid
 from loop_orchestrator.signatures import SOURCE_SUFFIXES
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from loop_orchestrator import gitutil, runs, templating, workspace
+from loop_orchestrator import gitutil, runs, templating, worktrees
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import IntakeError, PlanError
 from loop_orchestrator.files import atomic_write_text
@@ -175,7 +175,7 @@ def draft_plan(
     ``header`` lines go on top of the draft as comments (e.g. the skipped child issues)."""
     schema = plan_schema()
     path = draft_path(repo)
-    workspace.ensure_excludes(repo)
+    worktrees.ensure_excludes(repo)
     usage = agent.Usage()
     notes: list[str] = []
 

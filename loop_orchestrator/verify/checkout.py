@@ -19,14 +19,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from loop_orchestrator import proc
-from loop_orchestrator.gitutil import temp_checkout
+from loop_orchestrator.tempcheckout import temp_checkout
 
 
 def clean_checkout(
     repo: Path, commit: str, *, link_dependencies: bool = True
 ) -> contextlib.AbstractContextManager[Path]:
     """A detached worktree of ``commit`` in a temporary folder with the main checkout's
-    dependencies linked in, removed on exit (``gitutil.temp_checkout``)."""
+    dependencies linked in, removed on exit (``tempcheckout.temp_checkout``)."""
     return temp_checkout(repo, commit, link_dependencies=link_dependencies)
 
 

@@ -38,7 +38,7 @@ from loop_orchestrator.verify.models import Finding, blocking
 
 #: names of Python interpreters (python, python3, python3.12, pypy3...)
 _PYTHON_NAME = re.compile(r"^(?:python|pypy)[0-9.]*$")
-#: project virtual environments, as ``gitutil.DEPENDENCY_DIRS`` links them into checkouts
+#: project virtual environments, as ``tempcheckout.DEPENDENCY_DIRS`` links them into checkouts
 VENV_DIRS = (".venv", "venv")
 #: the names whose change matters most; listed first in messages
 _HOOK_NAME = re.compile(

@@ -6,7 +6,7 @@ leak. Values that announce themselves as examples (``...EXAMPLE``, ``dummy``, ``
 or are one repeated character are skipped. Generic ``password = "..."`` assignments block
 in code and warn in tests. Long random-looking quoted strings (Shannon entropy) warn.
 
-Secret *files* block by name (``gitutil.is_secret_path``: SSH and PuTTY keys, .netrc,
+Secret *files* block by name (``secretfiles.is_secret_path``: SSH and PuTTY keys, .netrc,
 .npmrc, .pypirc, key stores, kubeconfig, docker and AWS credentials, .env files...) and by
 content (a cloud service-account JSON with its private key). Files git shows as binary (a
 NUL byte, or ``binary`` in .gitattributes) have no added lines: their printable runs
@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from loop_orchestrator.gitutil import is_secret_path
+from loop_orchestrator.secretfiles import is_secret_path
 from loop_orchestrator.verify import classify
 from loop_orchestrator.verify.models import Finding, blocking, warning
 

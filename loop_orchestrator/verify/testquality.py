@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Literal
 
-from loop_orchestrator.verify import classify, coverage, jstests, pytests
+from loop_orchestrator.verify import classify, coverage, jstests, pyevasions, pytautologies, pytests
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation
+from loop_orchestrator.verify.testchanges import NEVER_WEAKEN, compare_versions
 
 Lang = Literal["python", "js"]
-
-_NEVER_WEAKEN = "Never weaken, skip or delete a test to pass a check."
 
 
 @dataclass
@@ -67,7 +66,7 @@ class TestReport:
 
 
 @dataclass
-class _Test:
+class TestVersion:
     """What comparing needs from a Python or JS test."""
 
     path: str
@@ -88,9 +87,9 @@ class _Test:
         return self.collect()
 
 
-def _py_tests(mod: pytests.PyModule) -> list[_Test]:
+def _py_tests(mod: pytests.PyModule) -> list[TestVersion]:
     return [
-        _Test(
+        TestVersion(
             t.path,
             t.qualname,
             t.name,
@@ -106,9 +105,9 @@ def _py_tests(mod: pytests.PyModule) -> list[_Test]:
     ]
 
 
-def _js_tests(mod: jstests.JsModule) -> list[_Test]:
+def _js_tests(mod: jstests.JsModule) -> list[TestVersion]:
     return [
-        _Test(
+        TestVersion(
             t.path,
             t.qualname,
             t.title,
@@ -135,7 +134,7 @@ def _parse(path: str, text: str | None) -> tuple[object | None, str | None]:
     return jstests.parse_module(path, text), None
 
 
-def _tests_of(mod: object | None) -> list[_Test]:
+def _tests_of(mod: object | None) -> list[TestVersion]:
     if isinstance(mod, pytests.PyModule):
         return _py_tests(mod)
     if isinstance(mod, jstests.JsModule):
@@ -154,8 +153,8 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
             removed |= coverage.defined_names(f.old) - coverage.defined_names(f.new)
         elif classify.is_js(f.path):
             removed |= coverage.js_defined_names(f.old) - coverage.js_defined_names(f.new)
-    base: dict[tuple[str, str], _Test] = {}
-    head: dict[tuple[str, str], _Test] = {}
+    base: dict[tuple[str, str], TestVersion] = {}
+    head: dict[tuple[str, str], TestVersion] = {}
     head_modules: list[tuple[FileChange, object]] = []
     for f in files:
         if not classify.is_test_module(f.path):
@@ -183,28 +182,28 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
             _judge_python(f, mod, base, report)
         elif isinstance(mod, jstests.JsModule):
             _judge_js(f, mod, base, report)
-    _compare(base, head, report, removed)
+    compare_versions(base, head, report, removed)
     return report
 
 
-def _touched(f: FileChange, t: _Test, base: dict[tuple[str, str], _Test]) -> bool:
+def _touched(f: FileChange, t: TestVersion, base: dict[tuple[str, str], TestVersion]) -> bool:
     return (t.path, t.qualname) not in base or any(
         ln in f.added for ln in range(t.lineno, t.end_lineno + 1)
     )
 
 
-def _where(t: _Test) -> str:
+def _where(t: TestVersion) -> str:
     return f"test {t.qualname}"
 
 
 def _common(
     f: FileChange,
-    mod_tests: list[_Test],
+    mod_tests: list[TestVersion],
     duplicates: list[tuple[str, int, int]],
-    base: dict[tuple[str, str], _Test],
+    base: dict[tuple[str, str], TestVersion],
     report: TestReport,
     cases: tuple[bool, bool],
-) -> list[_Test]:
+) -> list[TestVersion]:
     """Findings every language shares; returns the touched tests."""
     touched = []
     for qual, first, second in duplicates:
@@ -296,22 +295,25 @@ def _skips(
                     "tests.skip",
                     f.path,
                     line,
-                    fix=f"Remove `{what}` and make the test pass for real. {_NEVER_WEAKEN}",
+                    fix=f"Remove `{what}` and make the test pass for real. {NEVER_WEAKEN}",
                 )
             )
 
 
 def _judge_python(
-    f: FileChange, mod: pytests.PyModule, base: dict[tuple[str, str], _Test], report: TestReport
+    f: FileChange,
+    mod: pytests.PyModule,
+    base: dict[tuple[str, str], TestVersion],
+    report: TestReport,
 ) -> None:
     cases = (pytests.has_error_case(mod), pytests.has_boundary_case(mod))
     touched = {t.qualname for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
-    _skips(f, pytests.skip_markers(mod.tree), report, pytests.optional_import_skips(mod.tree))
+    _skips(f, pyevasions.skip_markers(mod.tree), report, pyevasions.optional_import_skips(mod.tree))
     report.expectations += pytests.expectations(f.path, mod.tree)
     for t in mod.tests:
         if t.qualname not in touched:
             continue
-        for line, reason, certain in pytests.tautologies(t.node):
+        for line, reason, certain in pytautologies.tautologies(t.node):
             if certain:
                 report.findings.append(
                     blocking(
@@ -335,7 +337,7 @@ def _judge_python(
                         "independently known expected value.",
                     )
                 )
-        for line, top in pytests.early_returns(t.node):
+        for line, top in pyevasions.early_returns(t.node):
             report.findings.append(
                 Finding(
                     check="tests.early-exit",
@@ -353,7 +355,7 @@ def _judge_python(
                     fix="Remove the return; use pytest.mark.parametrize for variants.",
                 )
             )
-        for line, what in pytests.dead_branches(t.node):
+        for line, what in pyevasions.dead_branches(t.node):
             report.findings.append(
                 blocking(
                     f"test {t.qualname} puts assertions under {what}, so they never run.",
@@ -363,7 +365,7 @@ def _judge_python(
                     fix="Remove the dead branch.",
                 )
             )
-        for line, what in pytests.swallowed_assertions(t.node):
+        for line, what in pyevasions.swallowed_assertions(t.node):
             report.findings.append(
                 blocking(
                     f"test {t.qualname} catches its own assertion failures with {what} and "
@@ -374,7 +376,7 @@ def _judge_python(
                     fix="Let assertion errors propagate; use pytest.raises for expected errors.",
                 )
             )
-        for line, text in pytests.broad_raises(t.node):
+        for line, text in pyevasions.broad_raises(t.node):
             report.findings.append(
                 warning(
                     f"test {t.qualname} expects any exception (`{text}`): a TypeError from a "
@@ -388,7 +390,10 @@ def _judge_python(
 
 
 def _judge_js(
-    f: FileChange, mod: jstests.JsModule, base: dict[tuple[str, str], _Test], report: TestReport
+    f: FileChange,
+    mod: jstests.JsModule,
+    base: dict[tuple[str, str], TestVersion],
+    report: TestReport,
 ) -> None:
     cases = (jstests.has_error_case(mod), jstests.has_boundary_case(mod))
     touched = {t.qualname for t in _common(f, _js_tests(mod), mod.duplicates, base, report, cases)}
@@ -440,193 +445,5 @@ def _judge_js(
                     f.path,
                     line,
                     fix="Pass the expected error class or message to toThrow.",
-                )
-            )
-
-
-def _changed(
-    base: dict[tuple[str, str], _Test], head: dict[tuple[str, str], _Test]
-) -> list[tuple[_Test, coverage.Evidence | None]]:
-    """Tests of the commit that are new or whose body changed, with their base evidence."""
-    out = []
-    for key, t in head.items():
-        old = base.get(key)
-        if old is None or old.fingerprint != t.fingerprint:
-            out.append((t, old.evidence if old else None))
-    return out
-
-
-def _moved_into(
-    old: _Test,
-    changed: list[tuple[_Test, coverage.Evidence | None]],
-    removed: set[str],
-    base: dict[tuple[str, str], _Test],
-) -> str | None:
-    """Why the behaviour ``old`` checked is still checked, or None (issue 14).
-
-    Evidence is looked for in the assertions this change added to a new or changed test
-    (what that test asserted at the base proves nothing new): every one of ``old``'s
-    assertions, with its local names resolved; an assertion on the code its name says it
-    checked and no neighbour asserted on; or the literals that named its cases. Anything
-    weaker (an added assertion that merely looks alike, the small numbers every test uses)
-    is not evidence.
-    """
-    ev = old.evidence
-    # literals only this test used at the base: where they reappear, its checks went
-    others = [t for k, t in base.items() if t.path == old.path and k != (old.path, old.qualname)]
-    used_elsewhere = set().union(*(t.evidence.tokens for t in others))
-    # what only it asserted on among its neighbours (its class, or its module's functions)
-    group = old.qualname.rpartition("::")[0]
-    own = ev.subjects - set().union(
-        *(t.evidence.subjects for t in others if t.qualname.rpartition("::")[0] == group)
-    )
-    mine = coverage.distinctive(ev.tokens)
-    for t, before in changed:
-        if t.language != old.language or (t.path, t.qualname) == (old.path, old.qualname):
-            continue
-        gained_asserted = t.evidence.asserted - (before.asserted if before else frozenset())
-        if ev.specific and ev.asserted <= gained_asserted:
-            return f"{t.qualname} holds every assertion it had"
-        gained = t.evidence.subjects - (before.subjects if before else frozenset())
-        words = coverage.name_words(old.name)
-        # what its name says it checked, asserted on by it, and now asserted elsewhere
-        hit = {s for s in gained & own if coverage.name_words(s) & words}
-        if hit and gained_asserted:
-            return (
-                f"{t.qualname} gained assertions on {', '.join(sorted(hit))}, what its "
-                "name says it checked"
-            )
-        new_tokens = t.evidence.tokens - (before.tokens if before else frozenset())
-        shared = ev.tokens & new_tokens
-        # every case it named is tried again, one of them its own, and most of the rest
-        if (
-            gained_asserted
-            and mine
-            and mine <= t.evidence.tokens
-            and mine & new_tokens - used_elsewhere
-            and len(shared) * 2 >= len(ev.tokens)
-        ):
-            return (
-                f"{t.qualname} gained assertions using the values that named its cases "
-                f"({', '.join(sorted(mine)[:4])})"
-            )
-    gone = ev.subjects & removed
-    if gone:
-        return f"the change removes or renames {', '.join(sorted(gone))}, the code it checked"
-    return None
-
-
-def _compare(
-    base: dict[tuple[str, str], _Test],
-    head: dict[tuple[str, str], _Test],
-    report: TestReport,
-    removed: set[str] | None = None,
-) -> None:
-    """Deleted, renamed, moved and weakened tests.
-
-    A deleted test blocks unless what it checked is visibly still checked (its assertions
-    moved into a test this change added or changed, or the change removed the code it
-    called): then it is a warning for the auditor and the human (issue 14). The same for
-    fewer assertions: a test turned into a parametrized table, or whose removed
-    assertions reappear in another changed test, is a warning.
-    """
-    removed = removed or set()
-    changed = _changed(base, head)
-    new_heads = [t for key, t in head.items() if key not in base]
-    for key, old in sorted(base.items()):
-        now = head.get(key)
-        if now is None:
-            moved = [
-                t
-                for t in new_heads
-                if t.language == old.language
-                and (t.qualname == old.qualname or t.name == old.name)
-                and t.path != old.path
-            ]
-            if moved:
-                now = max(moved, key=lambda t: t.assertions)
-            else:
-                twins = [
-                    t
-                    for t in new_heads
-                    if t.language == old.language and t.fingerprint == old.fingerprint
-                ]
-                if twins:
-                    report.findings.append(
-                        warning(
-                            f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
-                            f"renamed to {twins[0].qualname} with the same body.",
-                            "tests.renamed",
-                            twins[0].path,
-                            twins[0].lineno,
-                            fix="Keep the original name unless the rename is part of the task.",
-                        )
-                    )
-                    continue
-                why = _moved_into(old, changed, removed, base)
-                if why:
-                    report.findings.append(
-                        warning(
-                            f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
-                            f"deleted; what it checked looks still checked: {why}. Not proven: "
-                            "the auditor and the reviewer judge it.",
-                            "tests.deleted",
-                            old.path,
-                            None,
-                            fix="Make sure every behaviour it checked is still asserted.",
-                        )
-                    )
-                    continue
-                report.findings.append(
-                    blocking(
-                        f"test {old.qualname} ({old.path}:{old.lineno} at the base) was deleted "
-                        "or renamed and changed; the behaviour it checked is no longer checked.",
-                        "tests.deleted",
-                        old.path,
-                        None,
-                        fix=f"Restore the test. {_NEVER_WEAKEN}",
-                    )
-                )
-                continue
-        if now.assertions < old.assertions:
-            why = None
-            if now.evidence.data_driven and not old.evidence.data_driven and now.assertions:
-                why = "it now takes its cases from a table (parametrize or a loop)"
-            else:
-                lost = old.evidence.asserted - now.evidence.asserted
-                elsewhere = (
-                    set().union(
-                        *(
-                            t.evidence.asserted - (before.asserted if before else frozenset())
-                            for t, before in changed
-                            if t is not now
-                        )
-                    )
-                    if changed
-                    else set()
-                )
-                if lost and lost <= old.evidence.specific and lost <= elsewhere:
-                    why = "the removed assertions appear in other tests this change touched"
-            if why:
-                report.findings.append(
-                    warning(
-                        f"test {old.qualname} has {now.assertions} assertion(s), "
-                        f"{old.assertions} at the base, but {why}. Not proven: the auditor and "
-                        "the reviewer judge it.",
-                        "tests.fewer-assertions",
-                        now.path,
-                        now.lineno,
-                        fix="Make sure every case the removed assertions checked is still checked.",
-                    )
-                )
-                continue
-            report.findings.append(
-                blocking(
-                    f"test {old.qualname} has {now.assertions} assertion(s), {old.assertions} at "
-                    "the base: checks were removed.",
-                    "tests.fewer-assertions",
-                    now.path,
-                    now.lineno,
-                    fix=f"Restore the removed assertions. {_NEVER_WEAKEN}",
                 )
             )

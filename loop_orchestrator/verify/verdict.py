@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loop_orchestrator import gitutil
+from loop_orchestrator import gitparse, gitutil
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.state import RunDir, now_iso
 from loop_orchestrator.verify import classify, disputes, pyenv, scope, secrets, stubs
@@ -107,7 +107,7 @@ class _Texts:
 
 
 def collect_files(
-    changes: Sequence[gitutil.Change], added: dict[str, list[tuple[int, str]]], texts: _Texts
+    changes: Sequence[gitparse.Change], added: dict[str, list[tuple[int, str]]], texts: _Texts
 ) -> list[FileChange]:
     files = []
     for ch in changes:

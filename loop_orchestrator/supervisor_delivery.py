@@ -1,0 +1,282 @@
+"""The supervisor's sessions and prompts: launching a task's session with its brief,
+delivering each phase's prompt (once, even across a restart), nudging a stalled session,
+and what happens when a pane dies (relaunch, resume, or block).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from loop_orchestrator import (
+    gitutil,
+    lifecycle,
+    templating,
+    usage,
+)
+from loop_orchestrator.agents.base import (
+    bracketed_paste,
+)
+from loop_orchestrator.delivery import prompt_confirmation
+from loop_orchestrator.errors import (
+    GitError,
+)
+from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.lifecycle import (
+    Event,
+    delivery_key,
+)
+from loop_orchestrator.plan import Task
+from loop_orchestrator.state import (
+    Phase,
+    TaskStatus,
+    now_iso,
+)
+from loop_orchestrator.supervisor_base import DELIVERY_GRACE_SECONDS, epoch
+from loop_orchestrator.supervisor_limits import UsageAndLimits
+
+log = logging.getLogger(__name__)
+
+
+class Delivery(UsageAndLimits):
+    """Launching sessions, delivering prompts, nudges, dead panes, briefs."""
+
+    def _start_task(self, tid: str) -> None:
+        task = self.plan.task(tid)
+        st = self.record.task(tid)
+        with self.git_lock:
+            worktree = self.ws.ensure_worktree(tid)
+        if not st.worktree:
+            self.ws.run_setup(worktree)
+        brief = self.render_brief(task)
+        self.briefs[tid] = brief
+        atomic_write_text(self.rundir.brief_path(tid), brief)
+        if self.adapter.name != "claude" and st.usage is None:
+            # no transcript to read: its cost is unknown, never $0
+            kind = self.settings.agent.kind
+            note = (
+                f"the agent (kind {kind}) records no token usage"
+                if kind not in ("codex", "gemini")
+                else f"the agent (kind {kind}) records tokens lo-orch does not read or price"
+            )
+            self._set(tid, usage=usage.unknown(note).as_json())
+        session_id = st.session_id or str(uuid.uuid4())
+        st = self._set(
+            tid, worktree=str(worktree), branch=self.ws.task_branch(tid), session_id=session_id
+        )
+        ctx = self._context(task, st)
+        self.adapter.prepare(ctx)
+        pane = st.pane_id if st.pane_id and self.backend.state(st.pane_id).alive else None
+        if pane is None:
+            pane = self.backend.launch(self.adapter.launch_spec(ctx, resume=False))
+            self._set(tid, pane_id=pane)
+            self._event("session_launched", tid, pane_id=pane, session_id=session_id)
+        self.adapter.wait_ready(self.backend, pane, timeout=self.settings.agent.ready_timeout)
+        self._move(tid, Event.READY)
+        self._deliver(tid, "prompt_plan.md.j2")
+
+    def _to_implement(self, tid: str) -> None:
+        self._move(tid, Event.IMPLEMENT)
+        self._deliver(tid, "prompt_implement.md.j2")
+
+    def _redeliver(self, tid: str) -> None:
+        st = self.record.task(tid)
+        if st.pane_id is None or not self.backend.state(st.pane_id).alive:
+            if st.commit and self.ws.is_merged(st.commit):
+                # merged already and sent back (`lo-orch retry` after a failed integration)
+                self._reopen(tid)
+            else:
+                self._pane_died(tid, None)
+            return
+        if self._arrived_before_restart(tid):
+            self._event(
+                "prompt_delivered",
+                tid,
+                phase=st.phase.value,
+                rework=st.rework_count,
+                message="confirmed by the session's hook after a restart; not resent",
+            )
+            self._set(tid, delivered=delivery_key(st.phase, st.rework_count), delivering=None)
+            return
+        self._deliver(tid, self._prompt_for(st))
+
+    def _prompt_for(self, st: TaskStatus) -> str:
+        if st.phase == Phase.PLANNING:
+            return "prompt_plan.md.j2"
+        if st.rework_count > 0:
+            return "prompt_rework.md.j2"
+        return "prompt_implement.md.j2"
+
+    def _deliver(self, tid: str, template: str) -> None:
+        over = self._over_budget(tid)  # a new prompt is a turn boundary too
+        if over:
+            self._block(tid, over)
+            return
+        self._heal_worktree(tid)
+        st = self.record.task(tid)
+        assert st.pane_id is not None
+        key = delivery_key(st.phase, st.rework_count)
+        text = self._render_prompt(tid, template, st).strip()
+        confirmed = None
+        if self.adapter.uses_hooks:
+            confirmed = prompt_confirmation(self.record.task, tid)
+            self._set(tid, delivering=key, delivery_started_at=now_iso())
+        wait_idle = getattr(self.adapter, "wait_idle", None)
+        if wait_idle is not None:  # an agent that drops a prompt sent while it works
+            wait_idle(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
+        self.deliverer.deliver(
+            self.backend,
+            st.pane_id,
+            text,
+            confirmed=confirmed,
+            bracketed=bracketed_paste(self.adapter),
+        )
+        self._event(
+            "prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count, chars=len(text)
+        )
+        self._set(tid, delivered=key, delivering=None)
+
+    def _arrived_before_restart(self, tid: str) -> bool:
+        """Whether an interrupted delivery's prompt reached the session after all.
+
+        A supervisor killed after pasting but before recording the delivery would otherwise
+        send the same prompt twice. The UserPromptSubmit hook (recorded by `lo-orch hook`,
+        not by the supervisor) tells: a submit later than the start of that delivery. A
+        restart within ``DELIVERY_GRACE_SECONDS`` of the start waits that long for the hook.
+        Agents without hooks cannot tell, and get the prompt again.
+        """
+        st = self.record.task(tid)
+        if not self.adapter.uses_hooks or st.delivering != delivery_key(st.phase, st.rework_count):
+            return False
+        started = epoch(st.delivery_started_at)
+        deadline = started + DELIVERY_GRACE_SECONDS
+        while True:
+            if epoch(st.prompt_submitted_at) >= started > 0:
+                return True
+            if time.time() >= deadline:
+                return False
+            time.sleep(0.1)
+            st = self.record.task(tid)
+
+    def _render_prompt(self, tid: str, template: str, st: TaskStatus) -> str:
+        if template == "prompt_rework.md.j2":
+            from loop_orchestrator import verify
+
+            verdict = self._recorded_verdict(tid, st.commit) if st.commit else None
+            return verify.rework_prompt(
+                self.rundir.review_path(tid, st.rework_count),
+                task_id=tid,
+                round_no=st.rework_count,
+                max_rounds=lifecycle.rework_limit(st, self.settings.run.max_rework),
+                verdict=verdict,
+            )
+        return templating.render(
+            template,
+            task=tid,
+            run=self.state.name,
+            brief=str(self.rundir.brief_path(tid)),
+            plan_path=str(self.rundir.agent_plan_path(tid)),
+            phase=st.phase.value,
+        )
+
+    def _nudge(self, tid: str) -> None:
+        st = self._set(tid, nudged=True)
+        expected = "plan_ready" if st.phase == Phase.PLANNING else "impl_done"
+        self._event("nudged", tid, phase=st.phase.value)
+        self._deliver_raw(
+            tid,
+            templating.render(
+                "prompt_nudge.md.j2",
+                task=tid,
+                phase=st.phase.value,
+                expected=expected,
+                minutes=f"{self.settings.run.stall_minutes:g}",
+            ),
+        )
+
+    def _pane_died(self, tid: str, dead_status: int | None = None) -> None:
+        """Relaunch a dead session once (resuming it), then fail the task."""
+        st = self.record.task(tid)
+        pane = self.backend.state(st.pane_id) if st.pane_id else None
+        screen = self.backend.capture(st.pane_id) if pane and pane.exists and st.pane_id else ""
+        evidence = self.rundir.task_evidence_dir(tid)
+        evidence.mkdir(parents=True, exist_ok=True)
+        screen_file = evidence / f"last-screen-{st.relaunches}.txt"
+        atomic_write_text(screen_file, screen)
+        if st.relaunches >= 1:
+            error = (
+                f"the session exited (status {dead_status}) again after a relaunch; "
+                f"last screen in {screen_file}"
+            )
+            self._event("task_failed", tid, exit_status=dead_status, message=error)
+            self._move(tid, Event.FAIL, error=error)
+            return
+        parked = bool(st.limit_until) and time.time() < epoch(st.limit_until)
+        self._event(
+            "session_died",
+            tid,
+            exit_status=dead_status,
+            message="relaunching once"
+            + (" (parked by a limit: no prompt until its wait ends)" if parked else ""),
+        )
+        # a parked session keeps its prompt as delivered (--resume brings the conversation
+        # back): a new prompt would only meet the limit again
+        st = (
+            self._set(tid, relaunches=st.relaunches + 1, delivering=None)
+            if parked
+            else self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None)
+        )
+        spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st), resume=True)
+        if pane is not None and pane.exists and st.pane_id:
+            pane_id = st.pane_id
+            self.backend.respawn(pane_id, spec)
+        else:
+            pane_id = self.backend.launch(spec)
+            st = self._set(tid, pane_id=pane_id)
+        self.adapter.wait_ready(self.backend, pane_id, timeout=self.settings.agent.ready_timeout)
+        if st.phase == Phase.LAUNCHING:
+            st = self._move(tid, Event.READY)
+        if parked:
+            # the short prompt after the wait (_resume_after_limit) carries on
+            self._event(
+                "relaunched_while_parked",
+                tid,
+                until=st.limit_until,
+                message="relaunched; it resumes after the limit's wait",
+            )
+            return
+        self._deliver(tid, self._prompt_for(st))
+
+    def _reopen(self, tid: str) -> None:
+        """Relaunch an integrated task's session on its worktree, with staging merged in."""
+        with self.git_lock:
+            self.ws.refresh_task(tid)
+        st = self.record.task(tid)
+        spec = self.adapter.launch_spec(
+            self._context(self.plan.task(tid), st), resume=bool(st.session_id)
+        )
+        pane = self.backend.launch(spec)
+        self._set(tid, pane_id=pane)
+        self._event("session_launched", tid, pane_id=pane, session_id=st.session_id, reopened=True)
+        self.adapter.wait_ready(self.backend, pane, timeout=self.settings.agent.ready_timeout)
+        self._deliver(tid, "prompt_rework.md.j2")
+
+    def render_brief(self, task: Task) -> str:
+        try:
+            staging = gitutil.rev_parse(self.repo, self.ws.staging_branch)
+        except GitError:  # before the first `run` there is no staging: the base it will be
+            staging = self.state.base_sha
+        return templating.task_brief(
+            self.plan,
+            task,
+            run=self.state.name,
+            repo=self.repo,
+            rundir=self.rundir,
+            base_sha=self.state.base_sha,
+            staging_sha=staging,
+            branch=self.ws.task_branch(task.id),
+            waves=self.waves,
+            deps=self.deps,
+            tools=self.tools,
+        )
