@@ -20,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import claude_binary, git
-from served import serve
+from helpers.agents import agent_cli
+from helpers.git import git
+from helpers.served import serve
 
 from loop_orchestrator import resources, runs
 from loop_orchestrator.agents.base import AgentContext, make_adapter
@@ -74,13 +75,7 @@ pytestmark = pytest.mark.claude
 
 
 def claude() -> Path:
-    found = claude_binary()
-    if found is None or not found.exists():
-        pytest.fail(
-            "the Claude Code CLI is not installed: run `scripts/bootstrap --claude` "
-            "(or set LO_ORCH_TEST_CLAUDE to its path)"
-        )
-    return found
+    return agent_cli("claude")
 
 
 def agent(**changes: object) -> AgentConfig:

@@ -16,7 +16,8 @@ import click
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import STATUS_KEYS, git
+from helpers.git import git
+from helpers.runs import STATUS_KEYS
 
 from loop_orchestrator import runs
 from loop_orchestrator.cli.main import cli, run_cli

@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT, edit_script, git, wait_for
+from helpers import REPO_ROOT
+from helpers.git import git
+from helpers.runs import edit_script
+from helpers.wait import wait_for
 from textual.widgets import DataTable, OptionList, Static
 
 from loop_orchestrator import core, demo, private, runs
@@ -34,11 +37,6 @@ from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.record import JOURNAL_FILE
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Outcome, Supervisor
-
-
-@pytest.fixture
-def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path / "a")
 
 
 def run_async(coro: Coroutine[Any, Any, None]) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import git
+from helpers.git import git
 
 from loop_orchestrator import core, runs, sandbox, workspace
 from loop_orchestrator.agents.base import lo_orch_bin

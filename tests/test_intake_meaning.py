@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git
 from fixtures.intake.tracker_server import TrackerServer, serve
 from fixtures.intake.trackers_doc import GithubTracker, JiraTracker, LinearTracker
+from helpers.git import git
 
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import IntakeConfig

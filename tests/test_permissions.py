@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import edit_script
+from helpers.runs import edit_script
 
 from loop_orchestrator import core, demo, hooks, inbox, permissions, private, runs, sandbox
 from loop_orchestrator.config import load_settings
@@ -228,11 +228,6 @@ def test_hook_output_is_claude_codes_permission_request_answer() -> None:
 
 
 # `lo-orch permit` --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path)
 
 
 def only_slug(files: demo.DemoFiles) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import git
+from helpers.git import git
 
 from loop_orchestrator import core, private, sandbox, workspace
 from loop_orchestrator.agents.base import AgentContext, make_adapter

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from served import serve, working
+from helpers.served import serve, working
 
 from loop_orchestrator import proc
 from loop_orchestrator.agents.base import (

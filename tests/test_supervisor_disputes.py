@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import edit_script
+from helpers.runs import edit_script
 
 from loop_orchestrator import core, demo, runs
 from loop_orchestrator.config import Settings

@@ -10,16 +10,12 @@ command it names.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from conftest import git
+from helpers.git import git
+from helpers.runs import lo_orch, one_task_files, write_plan
 
 from loop_orchestrator import core, demo, integration, runs, workspace
 from loop_orchestrator.config import Settings, WorkspaceConfig
@@ -53,50 +49,6 @@ def user_branches(repo: Path) -> dict[str, str]:
     out = git(repo, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
     pairs = (line.split() for line in out.splitlines())
     return {name: sha for name, sha in pairs if not name.startswith("lo/")}
-
-
-def lo_orch(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    return subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-    )
-
-
-def one_task_files(
-    root: Path, name: str = "demo", tasks: tuple[str, ...] = ("tokenize",)
-) -> demo.DemoFiles:
-    """The demo project with a plan of only ``tasks`` (fast: no rework round)."""
-    files = demo.prepare_demo(root)
-    (root / "full.yaml").write_text(files.plan.read_text(encoding="utf-8"), encoding="utf-8")
-    write_plan(files.plan, name, tasks)
-    folder = files.repo / ".loop-orchestrator"
-    folder.mkdir(exist_ok=True)
-    (folder / "config.toml").write_text(
-        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
-        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n'
-        "[workspace]\nallow_dirty = true\n",
-        encoding="utf-8",
-    )
-    git(files.repo, "add", ".loop-orchestrator")
-    git(files.repo, "commit", "-q", "--no-gpg-sign", "-m", "lo-orch config")
-    return files
-
-
-def write_plan(plan: Path, name: str, tasks: tuple[str, ...]) -> None:
-    """The demo plan (kept beside ``plan`` as full.yaml) cut down to ``tasks``."""
-    full = plan.parent / "full.yaml"
-    data: dict[str, Any] = yaml.safe_load(full.read_text(encoding="utf-8"))
-    data["name"] = name
-    data["tasks"] = [t for t in data["tasks"] if t["id"] in tasks]
-    for t in data["tasks"]:
-        t["consumes"] = []
-    plan.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
 def settings_for(files: demo.DemoFiles) -> Settings:

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git
-from test_user_safety import lo_orch, one_task_files, write_plan
+from helpers.git import git
+from helpers.runs import lo_orch, one_task_files, write_plan
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git
-from served import Served, serve, working
+from helpers.git import git
+from helpers.served import Served, env_for, lo_orch_env, serve, working
 
 from loop_orchestrator import hooks, inbox
 from loop_orchestrator.config import Settings
@@ -344,15 +344,13 @@ def test_the_supervisor_refuses_a_hard_dispute_sent_past_the_client(implementing
 
 
 def test_the_cli_dispute_option(implementing: Served) -> None:
-    from test_hooks import env_for, lo_orch
-
-    result = lo_orch(
+    result = lo_orch_env(
         ["signal", "impl_done", "--dispute", "scope.unowned", "--note", "x"],
         env_for(implementing.run_dir),
     )
     assert result.returncode == 2
     assert "Error: cannot dispute scope.unowned" in result.stderr
-    result = lo_orch(
+    result = lo_orch_env(
         ["signal", "impl_done", "--dispute", "tests.tautology", "--note", CLAIM[1]],
         env_for(implementing.run_dir),
     )

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import git
+from helpers.git import git
 
 from loop_orchestrator.verify import junit
 from loop_orchestrator.verify.checkout import check_env, clean_checkout

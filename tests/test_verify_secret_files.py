@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import git
+from helpers.git import git
 
 from loop_orchestrator.gitutil import is_secret_path, scan_tree
 from loop_orchestrator.plan import Task

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_verify_task import FIXED_CALC, HONEST_TESTS, calc_task, commit, off
+from helpers.git import commit
+from helpers.verify import FIXED_CALC, HONEST_TESTS, calc_task, off
 
 from loop_orchestrator.plan import DoneCheck, Task
 from loop_orchestrator.state import RunDir

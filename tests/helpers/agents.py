@@ -1,0 +1,75 @@
+"""The real agent CLIs the tests drive (installed by scripts/bootstrap) and the scripted
+endpoint that plays their model."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import pytest
+
+from helpers import REPO_ROOT
+from loop_orchestrator import demo
+from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
+
+Kind = Literal["claude", "codex", "gemini"]
+#: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,
+#: the scripts/bootstrap option that installs it)
+_CLIS: dict[Kind, tuple[str, str, str, str]] = {
+    "claude": ("LO_ORCH_TEST_CLAUDE", "claude-code", "claude", "--claude"),
+    "codex": ("LO_ORCH_TEST_CODEX", "codex", "codex", "--agents"),
+    "gemini": ("LO_ORCH_TEST_GEMINI", "gemini-cli", "gemini", "--agents"),
+}
+
+E = TypeVar("E", bound=ModelEndpoint)
+
+
+def agent_cli(kind: Kind) -> Path:
+    """The real ``kind`` CLI: $LO_ORCH_TEST_<KIND>, else the one scripts/bootstrap put in
+    .cache, else the one on PATH; fails the test (saying how to install it) when none is."""
+    variable, folder, name, option = _CLIS[kind]
+    explicit = os.environ.get(variable)
+    found = (
+        Path(explicit)
+        if explicit
+        else REPO_ROOT / ".cache" / folder / "node_modules" / ".bin" / name
+    )
+    if not found.exists():
+        which = None if explicit else shutil.which(name)
+        if which is None:
+            pytest.fail(
+                f"the {name} CLI is missing: `scripts/bootstrap {option}` installs it "
+                f"(or set {variable} to its path)"
+            )
+        found = Path(which)
+    return found
+
+
+@contextlib.contextmanager
+def endpoint_for(kind: type[E], files: demo.DemoFiles) -> Iterator[E]:
+    """The scripted model of the demo's script, served in ``kind``'s API format, logging
+    every request to requests.jsonl beside the demo project."""
+    with kind(load_script(files.script, model=True), log_path=files.root / "requests.jsonl") as ep:
+        yield ep
+
+
+def claude_settings(
+    endpoint: ModelEndpoint, *, token: str | None = None, stall_minutes: float = 5, **agent: Any
+) -> Settings:
+    """Settings for whole runs with the real Claude Code CLI, its model ``endpoint``."""
+    env = {**endpoint.env(), "IS_SANDBOX": "1"}
+    if token is not None:
+        env["ANTHROPIC_AUTH_TOKEN"] = token
+    return Settings(
+        agent=AgentConfig(
+            kind="claude", command=str(agent_cli("claude")), env=env, ready_timeout=90, **agent
+        ),
+        auditor=AuditorConfig(llm="off"),
+        run=RunConfig(concurrency=4, stall_minutes=stall_minutes, stagger_seconds=0.1),
+    )
