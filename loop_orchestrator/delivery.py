@@ -7,8 +7,8 @@ hook for Claude Code, on screen otherwise) and Enter retried a bounded number of
 Deliveries are serialized per pane and staggered across panes. A prompt that cannot be
 delivered raises ``DeliveryError`` with the pane's last screen; nothing hangs.
 
-Module API: ``Deliverer(stagger=0.3).deliver(backend, pane_id, text, *, confirmed=None,
-timeout=15, enter_retries=3, bracketed=True)``, ``sanitize_prompt(text)``,
+Module API: ``Deliverer(stagger=0.3, *, timeout=15).deliver(backend, pane_id, text, *,
+confirmed=None, timeout=None, enter_retries=3, bracketed=True)``, ``sanitize_prompt(text)``,
 ``tidy_screen(text)``, ``error_screen(backend, pane_id, *, dead=False)``,
 ``prompt_confirmation(read, task)`` (the ``confirmed`` check for agents with hooks).
 """
@@ -129,8 +129,12 @@ class Deliverer:
         settle: float = 0.25,
         poll: float = 0.05,
         paste_wait: float = 3.0,
+        timeout: float = 15.0,
     ) -> None:
+        """``timeout``: how long a delivery waits for its confirmation unless
+        ``deliver(timeout=...)`` says otherwise."""
         self.stagger = stagger
+        self.timeout = timeout
         self.settle = settle
         self.poll = poll
         self.paste_wait = paste_wait
@@ -157,7 +161,7 @@ class Deliverer:
         text: str,
         *,
         confirmed: Callable[[], bool] | None = None,
-        timeout: float = 15,
+        timeout: float | None = None,
         enter_retries: int = 3,
         bracketed: bool = True,
     ) -> None:
@@ -172,6 +176,8 @@ class Deliverer:
         if not text.strip():
             msg = f"refused to deliver an empty prompt to pane {pane_id}"
             raise DeliveryError(msg)
+        if timeout is None:
+            timeout = self.timeout
         with self._lock_for(pane_id):
             deadline = time.monotonic() + timeout
             self._require_alive(backend, pane_id)

@@ -423,15 +423,18 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
             ]
             worktree = Path(str(Record.open(demo_files.repo, "demo").task("tokenize").worktree))
             assert not (worktree / "PLAN.md").exists()
+
             # the person answers yes (the preselected option) to the dialog in the pane
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
+            def answered_and_moved_on() -> bool:
+                nonlocal answered
                 st = Record.open(demo_files.repo, "demo").task("tokenize")
                 if st.phase != Phase.PLANNING:
-                    break
+                    return True
                 if st.pane_id and answer_dialog(st.pane_id):
                     answered += 1
-                time.sleep(0.2)
+                return False
+
+            wait_for(answered_and_moved_on, 90, "tokenize past planning", interval=0.2)
             assert (worktree / "PLAN.md").exists()
             assert Record.open(demo_files.repo, "demo").task("tokenize").phase != Phase.PLANNING
             assert answered >= 1

@@ -382,7 +382,10 @@ def test_a_session_can_neither_answer_itself_nor_fake_a_request_to_avoid_a_stall
 
     edit_script(demo_files, attack)
 
-    outcome = Supervisor(repo, settings).run()
+    sup = Supervisor(repo, settings)
+    sup.desk.dialog_grace = 0.5  # the forged request's dialog is missed sooner than 5 s
+    sup.deliverer.timeout = 2  # the nudge to the hung session fails sooner than 15 s
+    outcome = sup.run()
 
     assert outcome.state == "blocked"
     status = Store(RunDir(repo)).read_status("slug")

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from helpers.git import git
+from helpers.wait import wait_for
 
 from loop_orchestrator import core, private, sandbox, workspace
 from loop_orchestrator.agents.base import AgentContext, make_adapter
@@ -209,10 +209,7 @@ def run_probe(settings: Settings, repo: Path, *, strict: bool = False) -> dict[s
         timeout=30,
     )
     report = Path(json.loads((rundir.repo.parent / "targets.json").read_text())["report"])
-    deadline = time.monotonic() + 180
-    while not report.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert report.exists(), backend.capture(pane, 0)
+    wait_for(report.exists, 180, "the probe's report", shown=lambda: backend.capture(pane, 0))
     backend.kill_session()
     data: dict[str, str] = json.loads(report.read_text(encoding="utf-8"))
     return data

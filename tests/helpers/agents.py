@@ -55,7 +55,11 @@ def agent_cli(kind: Kind) -> Path:
 def endpoint_for(kind: type[E], files: demo.DemoFiles) -> Iterator[E]:
     """The scripted model of the demo's script, served in ``kind``'s API format, logging
     every request to requests.jsonl beside the demo project."""
-    with kind(load_script(files.script, model=True), log_path=files.root / "requests.jsonl") as ep:
+    with kind(
+        load_script(files.script, model=True),
+        log_path=files.root / "requests.jsonl",
+        poll_interval=0.05,
+    ) as ep:
         yield ep
 
 
