@@ -9,7 +9,6 @@ what the model saw, so a test can tell which prompt reached which session.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -27,12 +26,12 @@ from typing import Any
 
 import pytest
 from helpers import REPO_ROOT
-from helpers.agents import agent_cli, claude_settings, endpoint_for
+from helpers.agents import agent_cli, claude_settings, endpoint_for, kill_in_pane
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, permissions, procinfo
+from loop_orchestrator import demo, permissions
 from loop_orchestrator.agents.claude import (
     BYPASS_SETTINGS,
     claude_config_path,
@@ -169,21 +168,6 @@ def test_the_stop_hook_keeps_a_session_working_until_it_signals(
     assert Store(RunDir(demo_files.repo)).read_status("tokenize").phase == Phase.INTEGRATED
 
 
-def _claude_pid(pane_pid: int, session_id: str) -> int | None:
-    """The Claude Code process of ``session_id`` below a pane's process (or the pane's)."""
-    below = [
-        int(p.name)
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and pane_pid in procinfo.ancestors(int(p.name))
-    ]
-    for pid in [pane_pid, *below]:
-        with contextlib.suppress(OSError):
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if session_id.encode() in argv and Path(argv[0].decode()).name != "bwrap":
-                return pid
-    return None
-
-
 def test_a_killed_claude_code_is_resumed_and_carries_on_with_its_conversation(
     demo_files: demo.DemoFiles,
     tmux_socket: str,
@@ -200,27 +184,17 @@ def test_a_killed_claude_code_is_resumed_and_carries_on_with_its_conversation(
         def kill_mid_task() -> None:
             endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
             st = Record.open(demo_files.repo, "demo").task("tokenize")
-            out = subprocess.run(
-                [
-                    "tmux",
-                    "-L",
-                    tmux_socket,
-                    "display-message",
-                    "-p",
-                    "-t",
-                    str(st.pane_id),
-                    "#{pane_pid}",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
             assert st.session_id is not None
-            pid = _claude_pid(int(out.stdout.strip()), st.session_id)
-            if pid is not None:
-                killed.append(pid)
-                os.kill(pid, signal.SIGKILL)  # the Claude Code process this test's run started
-                killed_at.append(time.time())
+            session = st.session_id.encode()
+            # the Claude Code process of the session this test's run started (not its sandbox)
+            pids = kill_in_pane(
+                tmux_socket,
+                str(st.pane_id),
+                lambda argv: session in argv and Path(argv[0].decode()).name != "bwrap",
+                first=True,
+            )
+            killed.extend(pids)
+            killed_at.extend(time.time() for _ in pids)
 
         killer = threading.Thread(target=kill_mid_task)
         killer.start()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agents import agent_cli, endpoint_for
+from helpers.agents import agent_cli, endpoint_for, kill_in_pane
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
@@ -209,11 +209,8 @@ def test_a_killed_codex_is_resumed_in_its_own_conversation(
     tmux_socket: str,
 ) -> None:
     """Codex dies mid-task: the relaunch is `codex resume <its thread>`, which carries on."""
-    import signal
-    import subprocess
     import threading
 
-    from loop_orchestrator import procinfo
     from loop_orchestrator.record import Record
 
     only(demo_files, "tokenize")
@@ -226,33 +223,14 @@ def test_a_killed_codex_is_resumed_in_its_own_conversation(
         def kill_mid_task() -> None:
             endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
             st = Record.open(demo_files.repo, "demo").task("tokenize")
-            out = subprocess.run(
-                [
-                    "tmux",
-                    "-L",
+            # the Codex processes this test's run started
+            killed.extend(
+                kill_in_pane(
                     tmux_socket,
-                    "display-message",
-                    "-p",
-                    "-t",
                     str(st.pane_id),
-                    "#{pane_pid}",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
+                    lambda argv: any(a.endswith(b"/codex") for a in argv[:2]),
+                )
             )
-            pane_pid = int(out.stdout.strip())
-            for proc in Path("/proc").iterdir():
-                if not proc.name.isdigit():
-                    continue
-                pid = int(proc.name)
-                with contextlib.suppress(OSError):
-                    argv = (proc / "cmdline").read_bytes().split(b"\0")
-                    if (pid == pane_pid or pane_pid in procinfo.ancestors(pid)) and any(
-                        a.endswith(b"/codex") for a in argv[:2]
-                    ):
-                        os.kill(pid, signal.SIGKILL)  # a Codex process this test started
-                        killed.append(pid)
 
         killer = threading.Thread(target=kill_mid_task)
         killer.start()

@@ -9,12 +9,10 @@ work and run ``lo-orch signal``.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
 import pytest
-from helpers.agents import agent_cli, endpoint_for
+from helpers.agents import agent_cli, endpoint_for, kill_in_pane
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
@@ -172,12 +170,9 @@ def test_a_killed_gemini_is_resumed_in_its_own_conversation(
     tmux_socket: str,
 ) -> None:
     """Gemini CLI dies mid-task: the relaunch is `gemini --resume <its session>`."""
-    import signal
-    import subprocess
     import threading
     import time
 
-    from loop_orchestrator import procinfo
     from loop_orchestrator.record import Record
 
     only(demo_files, "tokenize")
@@ -192,34 +187,12 @@ def test_a_killed_gemini_is_resumed_in_its_own_conversation(
         def kill_mid_task() -> None:
             endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
             st = Record.open(demo_files.repo, "demo").task("tokenize")
-            out = subprocess.run(
-                [
-                    "tmux",
-                    "-L",
-                    tmux_socket,
-                    "display-message",
-                    "-p",
-                    "-t",
-                    str(st.pane_id),
-                    "#{pane_pid}",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
+            # the Gemini processes this test's run started
+            pids = kill_in_pane(
+                tmux_socket, str(st.pane_id), lambda argv: any(b"gemini" in a for a in argv[:2])
             )
-            pane_pid = int(out.stdout.strip())
-            for proc in Path("/proc").iterdir():
-                if not proc.name.isdigit():
-                    continue
-                pid = int(proc.name)
-                with contextlib.suppress(OSError):
-                    argv = (proc / "cmdline").read_bytes().split(b"\0")
-                    if (pid == pane_pid or pane_pid in procinfo.ancestors(pid)) and any(
-                        b"gemini" in a for a in argv[:2]
-                    ):
-                        os.kill(pid, signal.SIGKILL)  # a Gemini process this test started
-                        killed.append(pid)
-                        killed_at.append(time.time())
+            killed.extend(pids)
+            killed_at.extend(time.time() for _ in pids)
 
         killer = threading.Thread(target=kill_mid_task)
         killer.start()

@@ -12,33 +12,85 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from helpers.agents import claude_settings
-from helpers.runs import approve, ledger, lo, only
+from helpers.agents import claude_settings, pane_pid
+from helpers.runs import approve, edit_script, ledger, lo, only
 
 from loop_orchestrator import core, demo, integration, usage
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint, gateway_token
 from loop_orchestrator.agents.scripted_script import load_script
-from loop_orchestrator.config import PriceConfig
+from loop_orchestrator.config import PriceConfig, Settings
 from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.supervisor import Outcome, Supervisor
 
 KEYS = usage.TOKEN_KEYS
 OPUS = usage.DEFAULT_PRICES["claude-opus-5-5"]
 
 
 @contextlib.contextmanager
-def cached_endpoint(f: demo.DemoFiles) -> Iterator[ModelEndpoint]:
+def cached_endpoint(f: demo.DemoFiles, **kw: Any) -> Iterator[ModelEndpoint]:
     with ModelEndpoint(
-        load_script(f.script, model=True), cache=True, log_path=f.root / "requests.jsonl"
+        load_script(f.script, model=True),
+        cache=True,
+        log_path=f.root / "requests.jsonl",
+        poll_interval=0.05,
+        **kw,
     ) as endpoint:
         yield endpoint
+
+
+def until_implementing(endpoint: ModelEndpoint, task: str = "tokenize") -> None:
+    """Wait until ``task``'s session has been sent its implement prompt."""
+    endpoint.wait_for(
+        lambda rs: any(r.get("task") == task and r.get("prompt_kind") == "implement" for r in rs),
+        120,
+    )
+
+
+def supervise_beside(
+    repo: Path, settings: Settings, side: Callable[[threading.Event], None]
+) -> Outcome:
+    """Run the supervisor while ``side(stop)`` runs on a thread; ``stop`` is set once the
+    run is over, and the thread joined."""
+    stop = threading.Event()
+    thread = threading.Thread(target=side, args=(stop,))
+    thread.start()
+    try:
+        return Supervisor(repo, settings).run()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def watch_parked(repo: Path, stop: threading.Event) -> list[tuple[str | None, str | None]]:
+    """Until ``stop``: what status said while tokenize was parked by a limit (its
+    waiting_for, and slug's phase meanwhile), every 0.2 s."""
+    seen: list[tuple[str | None, str | None]] = []
+    while not stop.is_set():
+        with contextlib.suppress(Exception):
+            st = Store(RunDir(repo)).read_status("tokenize")
+            doc = core.status_document(repo)
+            slug = next(t for t in doc["tasks"] if t["task"] == "slug")
+            mine = next(t for t in doc["tasks"] if t["task"] == "tokenize")
+            if st.limit_until and mine.get("limit_until"):
+                seen.append((mine["waiting_for"], slug["phase"]))
+        time.sleep(0.2)
+    return seen
+
+
+def assert_resumed_cleanly(repo: Path) -> None:
+    """tokenize waited out one limit and went on: no stall, no rework; slug done too."""
+    st = Store(RunDir(repo)).read_status("tokenize")
+    assert st.phase == Phase.INTEGRATED and st.rework_count == 0 and not st.nudged
+    assert st.limit_hits == 1 and st.limit_until is None
+    assert not ledger(repo, "nudged") and not ledger(repo, "rework")
+    assert Store(RunDir(repo)).read_status("slug").phase == Phase.INTEGRATED
 
 
 def sent(endpoint: ModelEndpoint, task: str) -> dict[str, int]:
@@ -256,34 +308,14 @@ def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
         settings.run.limit_wait_seconds = 6
         approve(demo_files, settings)
         seen: list[tuple[str | None, str | None]] = []
-        stop = threading.Event()
 
-        def watch() -> None:
+        def watch(stop: threading.Event) -> None:
             # one 429 with a long retry-after, once tokenize has begun to implement
-            endpoint.wait_for(
-                lambda rs: any(
-                    r.get("task") == "tokenize" and r.get("prompt_kind") == "implement" for r in rs
-                ),
-                120,
-            )
+            until_implementing(endpoint)
             endpoint.fail(429, times=1, task="tokenize", retry_after=120)
-            while not stop.is_set():
-                with contextlib.suppress(Exception):
-                    st = Store(RunDir(demo_files.repo)).read_status("tokenize")
-                    doc = core.status_document(demo_files.repo)
-                    slug = next(t for t in doc["tasks"] if t["task"] == "slug")
-                    mine = next(t for t in doc["tasks"] if t["task"] == "tokenize")
-                    if st.limit_until and mine.get("limit_until"):
-                        seen.append((mine["waiting_for"], slug["phase"]))
-                time.sleep(0.2)
+            seen.extend(watch_parked(demo_files.repo, stop))
 
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        try:
-            outcome = Supervisor(demo_files.repo, settings).run()
-        finally:
-            stop.set()
-            watcher.join()
+        outcome = supervise_beside(demo_files.repo, settings, watch)
         assert outcome.state == "review", outcome.message
         errors = endpoint.logged(task="tokenize", status=429)
         assert len(errors) == 1, errors  # no retry storm: retry-after was long
@@ -297,11 +329,7 @@ def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
     ), seen
     # while the limit held, the other task was not launched
     assert all(phase == "pending" for _, phase in seen), seen
-    st = Store(RunDir(demo_files.repo)).read_status("tokenize")
-    assert st.phase == Phase.INTEGRATED and st.rework_count == 0 and not st.nudged
-    assert st.limit_hits == 1 and st.limit_until is None
-    assert not ledger(demo_files.repo, "nudged") and not ledger(demo_files.repo, "rework")
-    assert Store(RunDir(demo_files.repo)).read_status("slug").phase == Phase.INTEGRATED
+    assert_resumed_cleanly(demo_files.repo)
 
 
 def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
@@ -315,44 +343,20 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
     only(demo_files, "tokenize", "slug")
     _set_plan(demo_files, lambda p: p.update(concurrency=1))  # slug waits for a free slot
     token = gateway_token()  # a gateway login: the CLI shows the usage-limit message
-    with ModelEndpoint(
-        load_script(demo_files.script, model=True),
-        cache=True,
-        token=token,
-        log_path=demo_files.root / "requests.jsonl",
-    ) as endpoint:
+    with cached_endpoint(demo_files, token=token) as endpoint:
         settings = claude_settings(endpoint)
         settings.agent.env["TZ"] = "Asia/Kolkata"  # a half-hour zone, not UTC
         settings.run.usage_limit_grace_seconds = 2
         approve(demo_files, settings)
         seen: list[tuple[str | None, str | None]] = []
-        stop = threading.Event()
 
-        def watch() -> None:
-            endpoint.wait_for(
-                lambda rs: any(
-                    r.get("task") == "tokenize" and r.get("prompt_kind") == "implement" for r in rs
-                ),
-                120,
-            )
+        def watch(stop: threading.Event) -> None:
+            until_implementing(endpoint)
             # resets 75 s from now: its minute is at least 15 s ahead
             endpoint.fail(429, times=1, task="tokenize", resets_in=75)
-            while not stop.is_set():
-                with contextlib.suppress(Exception):
-                    doc = core.status_document(demo_files.repo)
-                    slug = next(t for t in doc["tasks"] if t["task"] == "slug")
-                    mine = next(t for t in doc["tasks"] if t["task"] == "tokenize")
-                    if mine.get("limit_until"):
-                        seen.append((mine["waiting_for"], slug["phase"]))
-                time.sleep(0.2)
+            seen.extend(watch_parked(demo_files.repo, stop))
 
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        try:
-            outcome = Supervisor(demo_files.repo, settings).run()
-        finally:
-            stop.set()
-            watcher.join()
+        outcome = supervise_beside(demo_files.repo, settings, watch)
         assert outcome.state == "review", outcome.message
         (error,) = endpoint.logged(task="tokenize", status=429)  # no retry storm
     reset = datetime.fromtimestamp(error["resets_at"], UTC)
@@ -379,11 +383,7 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
         w and w.startswith(f"waiting_limit: usage limit, resets {reset:%H:%M}") for w, _ in seen
     ), seen
     assert all(phase == "pending" for _, phase in seen), seen  # nothing launched meanwhile
-    st = Store(RunDir(demo_files.repo)).read_status("tokenize")
-    assert st.phase == Phase.INTEGRATED and st.rework_count == 0 and not st.nudged
-    assert st.limit_hits == 1 and st.limit_until is None
-    assert not ledger(demo_files.repo, "nudged") and not ledger(demo_files.repo, "rework")
-    assert Store(RunDir(demo_files.repo)).read_status("slug").phase == Phase.INTEGRATED
+    assert_resumed_cleanly(demo_files.repo)
 
 
 def test_a_session_that_dies_while_parked_is_noticed_at_once(
@@ -401,47 +401,22 @@ def test_a_session_that_dies_while_parked_is_noticed_at_once(
         approve(demo_files, settings)
         killed: list[datetime] = []
 
-        def attack() -> None:
-            endpoint.wait_for(
-                lambda rs: any(
-                    r.get("task") == "tokenize" and r.get("prompt_kind") == "implement" for r in rs
-                ),
-                120,
-            )
+        def attack(stop: threading.Event) -> None:
+            until_implementing(endpoint)
             endpoint.fail(429, times=1, task="tokenize", retry_after=120)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 with contextlib.suppress(Exception):
                     st = Store(RunDir(demo_files.repo)).read_status("tokenize")
                     if st.limit_until and st.pane_id:
-                        pid = subprocess.run(
-                            [
-                                "tmux",
-                                "-L",
-                                tmux_socket,
-                                "display",
-                                "-p",
-                                "-t",
-                                st.pane_id,
-                                "#{pane_pid}",
-                            ],
-                            capture_output=True,
-                            text=True,
-                            check=True,
-                            timeout=10,
-                        ).stdout.strip()
+                        pid = str(pane_pid(tmux_socket, st.pane_id))
                         killed.append(datetime.now(UTC))
                         # the pane's own process (Claude Code), started by this test's run
                         subprocess.run(["kill", "-9", pid], check=True, timeout=10)
                         return
                 time.sleep(0.2)
 
-        attacker = threading.Thread(target=attack)
-        attacker.start()
-        try:
-            outcome = Supervisor(demo_files.repo, settings).run()
-        finally:
-            attacker.join()
+        outcome = supervise_beside(demo_files.repo, settings, attack)
         assert outcome.state == "review", outcome.message
         assert killed, "the task was never parked"
         (hit,) = ledger(demo_files.repo, "limit_hit", "tokenize")
@@ -478,40 +453,32 @@ def test_an_agent_that_truncates_its_transcript_is_still_blocked_by_its_budget(
     ran (PreToolUse): the spend is exactly what the endpoint reported, the task is stopped
     by its budget, and the ledger names the tampering."""
     only(demo_files, "tokenize")
-    script = yaml.safe_load(demo_files.script.read_text(encoding="utf-8"))
-    actions = script["tokenize"]["implement"][0]
-    # erase, then end the turn before signalling (the turn boundary where budgets bite)
-    actions[len(actions) - 1 : len(actions) - 1] = [
-        {"run": {"argv": ["sh", "-c", TRUNCATE]}},
-        {"stop": {"text": "Almost there."}},
-    ]
-    demo_files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+
+    def erase_then_stop(script: dict[str, Any]) -> None:
+        # erase, then end the turn before signalling (the turn boundary where budgets bite)
+        actions = script["tokenize"]["implement"][0]
+        actions[len(actions) - 1 : len(actions) - 1] = [
+            {"run": {"argv": ["sh", "-c", TRUNCATE]}},
+            {"stop": {"text": "Almost there."}},
+        ]
+
+    edit_script(demo_files, erase_then_stop)
     with cached_endpoint(demo_files) as endpoint:
         settings = claude_settings(endpoint)
         approve(demo_files, settings)
 
-        def set_budget() -> None:
+        def set_budget(stop: threading.Event) -> None:
             # once planning is paid for (two replies): a budget of twice that, which the
             # implementation turn (six replies) exceeds and the one reply left in the
             # emptied transcript does not
-            endpoint.wait_for(
-                lambda rs: any(
-                    r.get("task") == "tokenize" and r.get("prompt_kind") == "implement" for r in rs
-                ),
-                120,
-            )
+            until_implementing(endpoint)
             planned = sum(
                 OPUS.cost(r["usage"])
                 for r in endpoint.logged(kind="reply", task="tokenize", prompt_kind="plan")
             )
             settings.run.task_max_cost_usd = 2 * planned
 
-        setter = threading.Thread(target=set_budget)
-        setter.start()
-        try:
-            outcome = Supervisor(demo_files.repo, settings).run()
-        finally:
-            setter.join()
+        outcome = supervise_beside(demo_files.repo, settings, set_budget)
         assert outcome.state == "blocked", outcome.message
         figures = sent(endpoint, "tokenize")
     cap = settings.run.task_max_cost_usd
@@ -547,9 +514,7 @@ def test_concurrency_drops_after_repeated_rate_limits_and_recovers(
     _set_plan(demo_files, lambda p: p.update(concurrency=2))
     # counts works longer than the quiet period, so the run is still going when the slot
     # comes back, however fast the machine is
-    script = yaml.safe_load(demo_files.script.read_text(encoding="utf-8"))
-    script["counts"]["implement"][0].insert(0, {"sleep": 14})
-    demo_files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+    edit_script(demo_files, lambda d: d["counts"]["implement"][0].insert(0, {"sleep": 14}))
     with cached_endpoint(demo_files) as endpoint:
         settings = claude_settings(endpoint)
         settings.run.limit_wait_seconds = 3

@@ -6,14 +6,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import pytest
 
 from helpers import REPO_ROOT
-from loop_orchestrator import demo
+from loop_orchestrator import demo, procinfo
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
@@ -77,3 +79,38 @@ def claude_settings(
         auditor=AuditorConfig(llm="off"),
         run=RunConfig(concurrency=4, stall_minutes=stall_minutes, stagger_seconds=0.1),
     )
+
+
+def pane_pid(socket: str, pane_id: str) -> int:
+    """The pid of the process tmux runs in ``pane_id`` (on the private ``socket``)."""
+    out = subprocess.run(
+        ["tmux", "-L", socket, "display-message", "-p", "-t", pane_id, "#{pane_pid}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    )
+    return int(out.stdout.strip())
+
+
+def kill_in_pane(
+    socket: str, pane_id: str, matches: Callable[[list[bytes]], bool], *, first: bool = False
+) -> list[int]:
+    """SIGKILL the processes of a pane this test's run started (the pane's own, then those
+    below it) whose argv ``matches`` (only the first such with ``first``); their pids."""
+    top = pane_pid(socket, pane_id)
+    below = [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and top in procinfo.ancestors(int(p.name))
+    ]
+    killed = []
+    for pid in [top, *below]:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if matches(argv):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                if first:
+                    break
+    return killed

@@ -29,9 +29,14 @@ class FakeClaude:
 
     @property
     def calls(self) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text(encoding="utf-8").splitlines()]
+        return calls(self.log)
+
+
+def calls(log: Path) -> list[dict[str, Any]]:
+    """The stand-in's calls (its argv, its stdin...), one logged line each."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
 
 
 def plan_cli(repo: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
