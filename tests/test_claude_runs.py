@@ -26,7 +26,13 @@ from typing import Any
 
 import pytest
 from helpers import REPO_ROOT
-from helpers.agents import agent_cli, claude_settings, endpoint_for, kill_in_pane
+from helpers.agents import (
+    agent_cli,
+    claude_settings,
+    endpoint_for,
+    kill_in_pane,
+    sessions_by_task,
+)
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 from helpers.wait import wait_for
@@ -87,9 +93,7 @@ def test_lo_orch_demo_with_real_claude_code(tmux_socket: str, tmp_path: Path) ->
     repo = root / "textstats"
     requests = [json.loads(x) for x in (root / "model-requests.jsonl").read_text().splitlines()]
     replies = [r for r in requests if r["kind"] == "reply"]
-    by_task: dict[str, set[str]] = {}
-    for r in replies:
-        by_task.setdefault(r["task"], set()).add(r["session"])
+    by_task = sessions_by_task(replies)
     # one Claude Code session per task, and nobody else asked the model anything
     assert sorted(by_task) == sorted(TASKS)
     assert all(len(s) == 1 for s in by_task.values()), by_task

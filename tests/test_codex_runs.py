@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agents import agent_cli, endpoint_for, kill_in_pane
+from helpers.agents import agent_cli, endpoint_for, kill_in_pane, run_and_merge, sessions_by_task
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
-from loop_orchestrator import demo, integration
+from loop_orchestrator import demo
 from loop_orchestrator.agents.api_endpoints import (
     ResponsesEndpoint,
     codex_call,
@@ -53,14 +53,9 @@ def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(demo_files: demo.D
     with endpoint_for(ResponsesEndpoint, demo_files) as endpoint:
         settings = settings_for(endpoint, demo_files)
         approve(demo_files, settings)
-        outcome = Supervisor(demo_files.repo, settings).run()
-        assert outcome.state == "review", outcome.message
-        review = integration.review(demo_files.repo)
-        integration.merge(demo_files.repo, review)
+        review = run_and_merge(demo_files, settings)
     replies = endpoint.logged(kind="reply")
-    by_task: dict[str, set[str]] = {}
-    for r in replies:
-        by_task.setdefault(r["task"], set()).add(r["session"])
+    by_task = sessions_by_task(replies)
     # one Codex session per task, and nobody else asked the model anything
     assert sorted(by_task) == ["counts", "tokenize"]
     assert all(len(s) == 1 for s in by_task.values()), by_task

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.agents import agent_cli, endpoint_for, kill_in_pane
+from helpers.agents import agent_cli, endpoint_for, kill_in_pane, run_and_merge, sessions_by_task
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
-from loop_orchestrator import demo, integration
+from loop_orchestrator import demo
 from loop_orchestrator.agents.api_endpoints import (
     GeminiEndpoint,
     gemini_call,
@@ -55,14 +55,9 @@ def test_a_plan_runs_with_real_gemini_cli_to_gate_2_and_merges(
     with endpoint_for(GeminiEndpoint, demo_files) as endpoint:
         settings = settings_for(endpoint, demo_files)
         approve(demo_files, settings)
-        outcome = Supervisor(demo_files.repo, settings).run()
-        assert outcome.state == "review", outcome.message
-        review = integration.review(demo_files.repo)
-        integration.merge(demo_files.repo, review)
+        review = run_and_merge(demo_files, settings)
     replies = endpoint.logged(kind="reply")
-    by_task: dict[str, set[str]] = {}
-    for r in replies:
-        by_task.setdefault(r["task"], set()).add(r["session"])
+    by_task = sessions_by_task(replies)
     assert sorted(by_task) == ["counts", "tokenize"]
     assert all(len(s) == 1 for s in by_task.values()), by_task
     assert all(r["user_agent"].startswith(f"GeminiCLI-tui/{GEMINI_VERSION}/") for r in replies)

@@ -15,10 +15,12 @@ from typing import Any, Literal, TypeVar
 import pytest
 
 from helpers import REPO_ROOT
-from loop_orchestrator import demo, procinfo
+from loop_orchestrator import demo, integration, procinfo
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
+from loop_orchestrator.integration import Review
+from loop_orchestrator.supervisor import Supervisor
 
 Kind = Literal["claude", "codex", "gemini"]
 #: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,
@@ -114,3 +116,20 @@ def kill_in_pane(
                 if first:
                     break
     return killed
+
+
+def run_and_merge(files: demo.DemoFiles, settings: Settings) -> Review:
+    """The demo's run to Gate 2 (the run must end in review), then merged; its review."""
+    outcome = Supervisor(files.repo, settings).run()
+    assert outcome.state == "review", outcome.message
+    review = integration.review(files.repo)
+    integration.merge(files.repo, review)
+    return review
+
+
+def sessions_by_task(replies: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """task -> the sessions the model endpoint replied to for it."""
+    by_task: dict[str, set[str]] = {}
+    for r in replies:
+        by_task.setdefault(r["task"], set()).add(r["session"])
+    return by_task
