@@ -30,7 +30,7 @@ from helpers.agents import (
     agent_cli,
     claude_settings,
     endpoint_for,
-    kill_in_pane,
+    run_killing_mid_task,
     sessions_by_task,
 )
 from helpers.git import git
@@ -182,29 +182,21 @@ def test_a_killed_claude_code_is_resumed_and_carries_on_with_its_conversation(
     with endpoint_for(ModelEndpoint, demo_files) as endpoint:
         settings = claude_settings(endpoint)
         approve(demo_files, settings)
-        killed: list[int] = []
-        killed_at: list[float] = []
 
-        def kill_mid_task() -> None:
-            endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
-            st = Record.open(demo_files.repo, "demo").task("tokenize")
-            assert st.session_id is not None
-            session = st.session_id.encode()
-            # the Claude Code process of the session this test's run started (not its sandbox)
-            pids = kill_in_pane(
-                tmux_socket,
-                str(st.pane_id),
-                lambda argv: session in argv and Path(argv[0].decode()).name != "bwrap",
-                first=True,
-            )
-            killed.extend(pids)
-            killed_at.extend(time.time() for _ in pids)
-
-        killer = threading.Thread(target=kill_mid_task)
-        killer.start()
-        outcome = Supervisor(demo_files.repo, settings).run()
-        killer.join(timeout=5)
-    assert killed, "the Claude Code process was not found"
+        # the Claude Code process of the session this test's run started (not its sandbox)
+        outcome, killed_at = run_killing_mid_task(
+            endpoint,
+            demo_files,
+            settings,
+            tmux_socket,
+            lambda argv, st: (
+                bool(st.session_id)
+                and str(st.session_id).encode() in argv
+                and Path(argv[0].decode()).name != "bwrap"
+            ),
+            first=True,
+        )
+    assert killed_at, "the Claude Code process was not found"
     assert outcome.state == "review", outcome.message
     status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.relaunches == 1 and status.phase == Phase.INTEGRATED

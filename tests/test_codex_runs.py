@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.agents import agent_cli, endpoint_for, kill_in_pane, run_and_merge, sessions_by_task
+from helpers.agents import (
+    agent_cli,
+    endpoint_for,
+    run_and_merge,
+    run_killing_mid_task,
+    sessions_by_task,
+)
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
@@ -32,7 +38,6 @@ from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
 
 CODEX_VERSION = "0.171.0"
 
@@ -204,34 +209,21 @@ def test_a_killed_codex_is_resumed_in_its_own_conversation(
     tmux_socket: str,
 ) -> None:
     """Codex dies mid-task: the relaunch is `codex resume <its thread>`, which carries on."""
-    import threading
-
-    from loop_orchestrator.record import Record
-
     only(demo_files, "tokenize")
     edit_script(demo_files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
-    killed: list[int] = []
     with endpoint_for(ResponsesEndpoint, demo_files) as endpoint:
         settings = settings_for(endpoint, demo_files)
         approve(demo_files, settings)
 
-        def kill_mid_task() -> None:
-            endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
-            st = Record.open(demo_files.repo, "demo").task("tokenize")
-            # the Codex processes this test's run started
-            killed.extend(
-                kill_in_pane(
-                    tmux_socket,
-                    str(st.pane_id),
-                    lambda argv: any(a.endswith(b"/codex") for a in argv[:2]),
-                )
-            )
-
-        killer = threading.Thread(target=kill_mid_task)
-        killer.start()
-        outcome = Supervisor(demo_files.repo, settings).run()
-        killer.join(timeout=5)
-    assert killed, "no Codex process was found below the pane"
+        # the Codex processes this test's run started
+        outcome, killed_at = run_killing_mid_task(
+            endpoint,
+            demo_files,
+            settings,
+            tmux_socket,
+            lambda argv, _st: any(a.endswith(b"/codex") for a in argv[:2]),
+        )
+    assert killed_at, "no Codex process was found below the pane"
     assert outcome.state == "review", outcome.message
     status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.relaunches == 1 and status.phase == Phase.INTEGRATED

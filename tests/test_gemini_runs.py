@@ -12,7 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.agents import agent_cli, endpoint_for, kill_in_pane, run_and_merge, sessions_by_task
+from helpers.agents import (
+    agent_cli,
+    endpoint_for,
+    run_and_merge,
+    run_killing_mid_task,
+    sessions_by_task,
+)
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
@@ -28,7 +34,6 @@ from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Sett
 from loop_orchestrator.errors import AgentStartError, ConfigError
 from loop_orchestrator.sessions import TmuxBackend
 from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
 
 GEMINI_VERSION = "0.61.0"
 
@@ -165,35 +170,22 @@ def test_a_killed_gemini_is_resumed_in_its_own_conversation(
     tmux_socket: str,
 ) -> None:
     """Gemini CLI dies mid-task: the relaunch is `gemini --resume <its session>`."""
-    import threading
-    import time
-
-    from loop_orchestrator.record import Record
-
     only(demo_files, "tokenize")
     edit_script(demo_files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
-    killed: list[int] = []
-    killed_at: list[float] = []
     with endpoint_for(GeminiEndpoint, demo_files) as endpoint:
         settings = settings_for(endpoint, demo_files)
         settings.run.stall_minutes = 1  # a lost prompt shows as a nudge, soon
         approve(demo_files, settings)
 
-        def kill_mid_task() -> None:
-            endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
-            st = Record.open(demo_files.repo, "demo").task("tokenize")
-            # the Gemini processes this test's run started
-            pids = kill_in_pane(
-                tmux_socket, str(st.pane_id), lambda argv: any(b"gemini" in a for a in argv[:2])
-            )
-            killed.extend(pids)
-            killed_at.extend(time.time() for _ in pids)
-
-        killer = threading.Thread(target=kill_mid_task)
-        killer.start()
-        outcome = Supervisor(demo_files.repo, settings).run()
-        killer.join(timeout=5)
-    assert killed, "no Gemini process was found below the pane"
+        # the Gemini processes this test's run started
+        outcome, killed_at = run_killing_mid_task(
+            endpoint,
+            demo_files,
+            settings,
+            tmux_socket,
+            lambda argv, _st: any(b"gemini" in a for a in argv[:2]),
+        )
+    assert killed_at, "no Gemini process was found below the pane"
     assert outcome.state == "review", outcome.message
     status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.relaunches == 1 and status.phase == Phase.INTEGRATED

@@ -8,6 +8,8 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -20,7 +22,9 @@ from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.integration import Review
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.record import Record
+from loop_orchestrator.state import TaskStatus
+from loop_orchestrator.supervisor import Outcome, Supervisor
 
 Kind = Literal["claude", "codex", "gemini"]
 #: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,
@@ -133,3 +137,30 @@ def sessions_by_task(replies: list[dict[str, Any]]) -> dict[str, set[str]]:
     for r in replies:
         by_task.setdefault(r["task"], set()).add(r["session"])
     return by_task
+
+
+def run_killing_mid_task(
+    endpoint: ModelEndpoint,
+    files: demo.DemoFiles,
+    settings: Settings,
+    socket: str,
+    matches: Callable[[list[bytes], TaskStatus], bool],
+    *,
+    first: bool = False,
+) -> tuple[Outcome, list[float]]:
+    """The demo's run; once tokenize's session has written a file (a Write reached the
+    endpoint), the processes of its pane whose argv ``matches`` (given tokenize's status)
+    are killed. (The run's outcome, when each kill was.)"""
+    killed_at: list[float] = []
+
+    def kill_mid_task() -> None:
+        endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
+        st = Record.open(files.repo, "demo").task("tokenize")
+        pids = kill_in_pane(socket, str(st.pane_id), lambda argv: matches(argv, st), first=first)
+        killed_at.extend(time.time() for _ in pids)
+
+    killer = threading.Thread(target=kill_mid_task)
+    killer.start()
+    outcome = Supervisor(files.repo, settings).run()
+    killer.join(timeout=5)
+    return outcome, killed_at
