@@ -92,7 +92,7 @@ def _only_passes_time(body: list[ast.stmt]) -> bool:
 
 def second_waits(source: str) -> list[str]:
     """A second way of waiting: the package's ``wait_until`` used in a test, a function
-    named for waiting that does not wait through the helper, or a hand-written loop that
+    named wait_…/until… that does not wait through the helper, or a hand-written loop that
     only sleeps until a ``time.monotonic()`` deadline."""
     tree = ast.parse(source)
     out = []
@@ -100,8 +100,7 @@ def second_waits(source: str) -> list[str]:
         if isinstance(node, ast.ImportFrom) and any(a.name == "wait_until" for a in node.names):
             out.append(f"line {node.lineno}: imports wait_until; use helpers.wait.wait_for")
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            words = node.name.lower().strip("_").split("_")
-            waits_by_name = "wait" in words or "until" in words
+            waits_by_name = node.name.lower().lstrip("_").split("_")[0] in ("wait", "until")
             if waits_by_name and not node.name.startswith("test_") and not _calls(node) & WAITS:
                 out.append(f"line {node.lineno}: {node.name} waits without helpers.wait.wait_for")
         elif (

@@ -27,14 +27,17 @@ from loop_orchestrator.supervisor import Supervisor
 TASK = "tokenize"  # the one task of the one_task fixture
 
 
-def block_after_planning(files: demo.DemoFiles) -> None:
-    """The session plans, then says it is blocked: the run stops with its session alive."""
+def run_until_blocked(files: demo.DemoFiles) -> subprocess.CompletedProcess[str]:
+    """The session plans, then says it is blocked: `lo-orch run` (after approval) stops
+    with its session alive."""
     edit_script(
         files,
         lambda d: d[TASK].update(
             plan=[{"signal": {"phase": "blocked", "note": "need a decision"}}]
         ),
     )
+    approve(files)
+    return lo(files.repo, "run")
 
 
 def test_a_deleted_worktree_is_made_again_before_the_next_prompt(
@@ -42,9 +45,7 @@ def test_a_deleted_worktree_is_made_again_before_the_next_prompt(
 ) -> None:
     repo = one_task.repo
     good = one_task.script.read_text(encoding="utf-8")
-    block_after_planning(one_task)
-    approve(one_task)
-    first = lo(repo, "run")
+    first = run_until_blocked(one_task)
     assert first.returncode == 1 and "need a decision" in first.stderr, first.stderr
     before = user_snapshot(repo)
     worktree = repo / ".worktrees" / "demo" / TASK
@@ -74,9 +75,7 @@ def test_a_worktree_that_cannot_be_made_again_blocks_at_once_with_the_reason(
     one_task: demo.DemoFiles,
 ) -> None:
     repo = one_task.repo
-    block_after_planning(one_task)
-    approve(one_task)
-    assert lo(repo, "run").returncode == 1
+    assert run_until_blocked(one_task).returncode == 1
     worktree = repo / ".worktrees" / "demo" / TASK
     subprocess.run(["rm", "-rf", str(worktree)], check=True)
     git(repo, "worktree", "prune")
@@ -261,9 +260,7 @@ def test_a_stale_index_lock_does_not_cost_the_task_a_round(
     start clears it, and the task's work is committed and verified in round 0."""
     repo = one_task.repo
     good = one_task.script.read_text(encoding="utf-8")
-    block_after_planning(one_task)
-    approve(one_task)
-    assert lo(repo, "run").returncode == 1
+    assert run_until_blocked(one_task).returncode == 1
     wt = repo / ".worktrees" / "demo" / TASK
     lock = Path(git(wt, "rev-parse", "--absolute-git-dir").strip()) / "index.lock"
     lock.write_bytes(b"")
@@ -289,9 +286,7 @@ def test_a_garbled_status_file_is_rebuilt_and_reported_never_fatal(
     one_task: demo.DemoFiles,
 ) -> None:
     repo = one_task.repo
-    block_after_planning(one_task)
-    approve(one_task)
-    assert lo(repo, "run").returncode == 1
+    assert run_until_blocked(one_task).returncode == 1
     status_file = RunDir(repo).status_path(TASK)
     status_file.write_bytes(b'{"task": "tokenize", "phase": \x00garbled')
     # `status` still shows every task, from the supervisor's record

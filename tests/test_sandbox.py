@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.agents import bare_context
 from helpers.git import git
 from helpers.wait import wait_for
 
@@ -362,16 +363,7 @@ def test_the_supervisor_launch_is_wrapped(tmp_path: Path) -> None:
     """Every adapter ends with launch_spec_for: the argv runs inside bwrap by default."""
     settings = Settings.model_validate({"agent": {"kind": "scripted", "script": "s.yaml"}})
     (tmp_path / "wt").mkdir()
-    ctx = AgentContext.create(
-        task="api",
-        run_name="r",
-        repo=tmp_path,
-        worktree=tmp_path / "wt",
-        run_dir=tmp_path / ".orchestration",
-        brief_path=tmp_path / "b.md",
-        settings=settings,
-        session_id="sid",
-    )
+    ctx = bare_context(tmp_path, settings)
     spec = make_adapter(settings, tmp_path).launch_spec(ctx, resume=False)
     assert Path(spec.argv[0]).name == "bwrap"
     inner: list[Any] = spec.argv[spec.argv.index("--") + 1 :]
@@ -380,16 +372,7 @@ def test_the_supervisor_launch_is_wrapped(tmp_path: Path) -> None:
     off = settings.model_copy(
         update={"sandbox": settings.sandbox.model_copy(update={"mode": "off"})}
     )
-    ctx_off = AgentContext.create(
-        task="api",
-        run_name="r",
-        repo=tmp_path,
-        worktree=tmp_path / "wt",
-        run_dir=tmp_path / ".orchestration",
-        brief_path=tmp_path / "b.md",
-        settings=off,
-        session_id="sid",
-    )
+    ctx_off = bare_context(tmp_path, off)
     assert ctx_off.sandbox is None
     assert make_adapter(off, tmp_path).launch_spec(ctx_off, resume=False).argv[1:3] == [
         "-m",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.agents import bare_context
 from helpers.served import serve, working
 from helpers.wait import wait_for
 
@@ -476,16 +477,7 @@ def test_adapter_launch_spec_and_factory(tmp_path: Path) -> None:
     adapter = make_adapter(settings, tmp_path)
     assert isinstance(adapter, ScriptedAdapter)
     assert adapter.uses_hooks is True
-    ctx = AgentContext.create(
-        task="api",
-        run_name="r",
-        repo=tmp_path,
-        worktree=tmp_path / "wt",
-        run_dir=tmp_path / ".orchestration",
-        brief_path=tmp_path / "b.md",
-        settings=settings,
-        session_id="sid",
-    )
+    ctx = bare_context(tmp_path, settings)
     spec = adapter.launch_spec(ctx, resume=True)
     assert spec.cwd == tmp_path / "wt"
     assert spec.argv[-5:] == [

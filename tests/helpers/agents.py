@@ -18,6 +18,7 @@ import pytest
 
 from helpers import REPO_ROOT
 from loop_orchestrator import demo, integration, procinfo
+from loop_orchestrator.agents.base import AgentContext
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
@@ -164,3 +165,18 @@ def run_killing_mid_task(
     outcome = Supervisor(files.repo, settings).run()
     killer.join(timeout=5)
     return outcome, killed_at
+
+
+def bare_context(root: Path, settings: Settings) -> AgentContext:
+    """Task api's context in run r under ``root`` (worktree wt, run folder .orchestration,
+    brief b.md), for what an adapter would launch."""
+    return AgentContext.create(
+        task="api",
+        run_name="r",
+        repo=root,
+        worktree=root / "wt",
+        run_dir=root / ".orchestration",
+        brief_path=root / "b.md",
+        settings=settings,
+        session_id="sid",
+    )
