@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.git import git
-from helpers.runs import lo_orch, one_task_files, write_plan
+from helpers.runs import lo_orch, one_task_files, write_demo_plan
 
 from loop_orchestrator import core, demo, integration, runs, workspace
 from loop_orchestrator.config import Settings, WorkspaceConfig
@@ -94,7 +94,7 @@ def test_a_second_run_never_adopts_the_worktree_the_first_run_kept(
     assert Store(RunDir(repo)).read_run().phase == RunPhase.MERGED
 
     # following the advice: another run name works, and never touches the kept worktree
-    write_plan(files.plan, "demo-2", ("tokenize",))
+    write_demo_plan(files.plan, "demo-2", ("tokenize",))
     planned = lo_orch(repo, "plan", str(files.plan))
     assert planned.returncode == 0, planned.stderr
     assert lo_orch(repo, "approve").returncode == 0
@@ -162,7 +162,7 @@ def test_gate2_never_moves_a_feature_branch_the_user_committed_on(
     user_commit = git(repo, "rev-parse", "feat/demo").strip()
 
     # a later run with the same name, from main (which lacks the user's commit)
-    write_plan(files.plan, "demo", ("slug",))
+    write_demo_plan(files.plan, "demo", ("slug",))
     run_to_review(files)
     before_branches, before_files = user_branches(repo), checksums(repo)
     refused = lo_orch(repo, "merge", "--yes")

@@ -63,7 +63,7 @@ def only(files: demo.DemoFiles, *tasks: str) -> None:
     files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
 
 
-def write_plan(plan: Path, name: str, tasks: tuple[str, ...]) -> None:
+def write_demo_plan(plan: Path, name: str, tasks: tuple[str, ...]) -> None:
     """The demo plan (kept beside ``plan`` as full.yaml) cut down to ``tasks``."""
     full = plan.parent / "full.yaml"
     data: dict[str, Any] = yaml.safe_load(full.read_text(encoding="utf-8"))
@@ -92,7 +92,7 @@ def one_task_files(
     committed config for `lo-orch run` in a subprocess."""
     files = demo.prepare_demo(root)
     (root / "full.yaml").write_text(files.plan.read_text(encoding="utf-8"), encoding="utf-8")
-    write_plan(files.plan, name, tasks)
+    write_demo_plan(files.plan, name, tasks)
     commit_config(files)
     return files
 
