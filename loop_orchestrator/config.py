@@ -163,6 +163,30 @@ class NotifyConfig(_Section):
     tmux: bool = True
 
 
+class ClusterConfig(_Section):
+    """``[cluster]``: where sessions run. ``tmux`` (default) runs them on this machine;
+    ``ray`` places each on a node of a Ray cluster that offers a session slot (docs/cluster.md;
+    needs ``pip install loop-orchestrator[ray]``)."""
+
+    backend: Literal["tmux", "ray"] = "tmux"
+    #: the Ray cluster: "auto" (a cluster started on this machine with `ray start`),
+    #: "ray://host:10001" (Ray Client) or "host:6379" (a head's GCS address)
+    address: str = "auto"
+    #: the Ray namespace that holds a run's session actors
+    namespace: str = "lo-orch"
+    #: the custom Ray resource a node declares per session it can hold
+    #: (`ray start --resources '{"lo_session": 4}'`)
+    slot_resource: str = Field(default="lo_session", pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+    #: seconds between a node's work-in-progress bundles (the most work a lost node costs)
+    checkpoint_seconds: float = Field(default=180.0, gt=0, le=86400, allow_inf_nan=False)
+    #: where a node keeps its checkouts ("" = ``~/.cache/lo-orch/nodes`` on that node;
+    #: ``LO_ORCH_NODE_ROOT`` in the node's environment wins)
+    node_root: str = ""
+    #: how `lo-orch attach` reaches a remote session: an ssh destination template such as
+    #: "{host}" or "me@{host}" ({host} = the node's address); "" = a terminal relay through Ray
+    ssh: str = ""
+
+
 class PriceConfig(_Section):
     """``[prices."<model>"]``: dollars per million tokens (usage.py)."""
 
@@ -183,6 +207,7 @@ class Settings(_Section):
 
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     #: per-model prices on top of usage.DEFAULT_PRICES
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
 
@@ -281,8 +306,8 @@ def load_settings(
             msg = f"invalid settings from {source}: {problems}"
             raise ConfigError(
                 msg,
-                hint="See the [agent], [run], [auditor], [workspace], [verify], [intake] and "
-                "[prices] keys in README.",
+                hint="See the [agent], [run], [auditor], [workspace], [verify], [intake], "
+                "[cluster] and [prices] keys in README.",
             ) from exc
         merged = candidate
     return Settings.model_validate(merged)

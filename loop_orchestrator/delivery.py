@@ -6,11 +6,6 @@ separate key after the paste has settled; delivery is confirmed (by the UserProm
 hook for Claude Code, on screen otherwise) and Enter retried a bounded number of times.
 Deliveries are serialized per pane and staggered across panes. A prompt that cannot be
 delivered raises ``DeliveryError`` with the pane's last screen; nothing hangs.
-
-Module API: ``Deliverer(stagger=0.3, *, timeout=15).deliver(backend, pane_id, text, *,
-confirmed=None, timeout=None, enter_retries=3, bracketed=True)``, ``sanitize_prompt(text)``,
-``tidy_screen(text)``, ``error_screen(backend, pane_id, *, dead=False)``,
-``prompt_confirmation(read, task)`` (the ``confirmed`` check for agents with hooks).
 """
 
 from __future__ import annotations

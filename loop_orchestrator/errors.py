@@ -187,3 +187,8 @@ class IntakeError(LoOrchError):
 
 class VerifyError(LoOrchError):
     """Verification could not run (not: verification found problems)."""
+
+
+class ClusterError(LoOrchError):
+    """The cluster backend (``[cluster] backend = "ray"``) cannot be used: Ray missing, the
+    cluster unreachable, no node offering a session slot, a node lost beyond recovery."""

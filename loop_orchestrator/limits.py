@@ -16,8 +16,6 @@ the scripted endpoint (``tests/test_limits.py``)::
 
 The supervisor parks such a session (``waiting_limit``, not a stall, not a failure) and
 resumes it after the reset, or after ``[run] limit_wait_seconds`` for a plain rate limit.
-
-Module API: ``usage_limit_reset(text, now)``, ``Governor`` (concurrency under 429s).
 """
 
 from __future__ import annotations

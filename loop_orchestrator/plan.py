@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from loop_orchestrator.errors import PlanError
 from loop_orchestrator.globs import literal_prefix, patterns_overlap
@@ -45,6 +45,10 @@ class DoneCheck(_Model):
         return shlex.split(self.check or "")
 
 
+_LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$")
+
+
 class Task(_Model):
     id: str
     title: str = ""
@@ -58,6 +62,21 @@ class Task(_Model):
     #: optional budget in dollars for this task's session (wins over [run]
     #: task_max_cost_usd); over it, the task is blocked at its next turn boundary
     max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    #: optional: the Ray node labels this task's session needs (``[cluster] backend = "ray"``),
+    #: e.g. ``{"lo-node": "gpu"}`` for a node started with ``ray start --labels``
+    node_labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("node_labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if not _LABEL_KEY_RE.match(key) or not _LABEL_VALUE_RE.match(val):
+                msg = (
+                    f"node label {key!r}: {val!r} is not a Ray node label: keys are letters,"
+                    " digits, '-', '_', '.', '/' (at most 63), values the same without '/'"
+                )
+                raise ValueError(msg)
+        return value
 
     @property
     def label(self) -> str:
@@ -102,8 +121,16 @@ def slugify(text: str, limit: int = 40) -> str:
 
 
 def plan_hash(plan: Plan) -> str:
-    """sha256 of the canonical JSON of the plan: what Gate 1 approves."""
-    canonical = json.dumps(plan.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """sha256 of the canonical JSON of the plan: what Gate 1 approves.
+
+    A field added later counts only when set, so a plan approved before it existed keeps its
+    hash (a run approved by an older lo-orch is not refused as "changed since approval").
+    """
+    data = plan.model_dump(mode="json")
+    for task in data["tasks"]:
+        if not task.get("node_labels"):
+            task.pop("node_labels", None)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

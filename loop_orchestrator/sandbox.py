@@ -28,10 +28,6 @@ Measured on a shared 2-core Linux VM (bubblewrap 0.8.0), median of 200 starts of
 
 ``[sandbox] mode``: ``auto`` (default: on where bwrap works, else off with a warning),
 ``bwrap`` (required: a clear error where it does not work), ``off``.
-
-Module API: ``available() -> (bool, reason)``, ``status(settings) -> (active, reason)``,
-``require(settings)``, ``Policy.for_task(...)``, ``wrap(argv, policy) -> argv``,
-``confine(spec, policy) -> LaunchSpec``.
 """
 
 from __future__ import annotations

@@ -23,9 +23,6 @@ a message may go unseen (its tokens are small: no tool call). Every message is r
 from the whole file at each event (simple; a long transcript costs a parse per tool call).
 The real API has no proxy here that lo-orch could count at (the scripted endpoint's own
 log is test-only), so the transcript, booked as it grows, is the best source.
-
-Module API: ``SpendBook(path)``, ``SpendBook.observe(task, session_id, transcript)``,
-``SpendBook.messages(task)``, ``BOOK_FILE``.
 """
 
 from __future__ import annotations

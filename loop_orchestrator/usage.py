@@ -16,14 +16,6 @@ Prices are dollars per million tokens per model (``DEFAULT_PRICES``, overridable
 ``[prices.<model>]`` in config). A model without a price makes the cost *unknown* (None),
 never 0, and the note says which model; so does a missing transcript, and an agent that is
 not Claude Code (kind ``command``/``scripted``) has no usage at all (``UNKNOWN``).
-
-Module API: ``Usage`` (``as_json()``, ``add()``), ``Prices``, ``prices_from(settings)``,
-``config_dir(env)``, ``transcript_path(config, cwd, session_id)``,
-``read_transcript(path, prices)``, ``parse_transcript(text)``, ``price(messages, prices)``,
-``bad_note(bad, path)``, ``session_transcript(worktree, session_id, env)``,
-``session_usage(worktree, session_id, env, prices)``, ``Message``,
-``money(cost)``, ``tokens(n)``, ``cell(usage_json)``, ``line(label, usage)``,
-``summary_lines(tasks)``, ``total(usages)``, ``unknown(note)``.
 """
 
 from __future__ import annotations

@@ -297,3 +297,39 @@ def test_profile_env_argument_selects_home(tmp_path: Path, repo: Path) -> None:
         "design": {"kind": "skill", "ref": "d"}
     }
     assert os.environ["HOME"] != str(other)
+
+
+def test_cluster_defaults_to_local_tmux_and_reads_ray_settings(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_settings(None).cluster.backend == "tmux"
+    write(
+        repo_config_path(repo),
+        "[cluster]\nbackend = 'ray'\naddress = 'ray://head:10001'\ncheckpoint_seconds = 60\n",
+    )
+    s = load_settings(repo)
+    assert (s.cluster.backend, s.cluster.address, s.cluster.checkpoint_seconds) == (
+        "ray",
+        "ray://head:10001",
+        60,
+    )
+    assert s.cluster.slot_resource == "lo_session"
+    monkeypatch.setenv("LO_ORCH_CLUSTER_ADDRESS", "auto")
+    assert load_settings(repo).cluster.address == "auto"
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("backend = 'k8s'", "cluster.backend"),
+        ("checkpoint_seconds = 0", "cluster.checkpoint_seconds"),
+        ("slot_resource = 'two words'", "cluster.slot_resource"),
+        ("adress = 'auto'", "cluster.adress"),
+    ],
+)
+def test_a_bad_cluster_setting_names_its_file_and_key(repo: Path, text: str, field: str) -> None:
+    write(repo_config_path(repo), f"[cluster]\n{text}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(repo)
+    assert str(repo_config_path(repo)) in str(info.value)
+    assert field in str(info.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -754,3 +755,34 @@ def test_semantic_problems_on_a_constructed_plan_with_a_cycle() -> None:
     ]
     with pytest.raises(PlanError):
         schedule.topological_order(plan)
+
+
+# node labels (issue 19: placing a task on a cluster node) ---------------------------------
+
+
+def test_node_labels_are_optional_and_kept() -> None:
+    plan = validate_plan_data(plan_data(task("gpu", node_labels={"lo-node": "gpu"}), task("b")))
+    assert plan.task("gpu").node_labels == {"lo-node": "gpu"}
+    assert plan.task("b").node_labels == {}
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [{"lo-node": "two words"}, {"": "gpu"}, {"-lead": "x"}, {"k": "a/b"}, {"k" * 64: "v"}],
+)
+def test_a_malformed_node_label_names_the_task_and_the_rule(labels: dict[str, str]) -> None:
+    problem = only_problem(plan_data(task("gpu", node_labels=labels)))
+    assert "task 'gpu'" in problem and "node_labels" in problem
+    assert "is not a Ray node label" in problem
+
+
+def test_node_labels_change_the_approved_hash_only_when_set() -> None:
+    # A plan approved before the field existed keeps its hash; asking for a node is a change
+    # Gate 1 must see again.
+    plain = validate_plan_data(plan_data(task("a")))
+    dumped = plain.model_dump(mode="json")
+    del dumped["tasks"][0]["node_labels"]
+    legacy = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
+    assert plan_hash(plain) == hashlib.sha256(legacy.encode()).hexdigest()
+    placed = validate_plan_data(plan_data(task("a", node_labels={"lo-node": "gpu"})))
+    assert plan_hash(placed) != plan_hash(plain)

@@ -1,0 +1,89 @@
+"""Joining the Ray cluster of ``[cluster]``: one place that imports Ray and turns its
+failures into errors that say what to do."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from loop_orchestrator.config import ClusterConfig
+from loop_orchestrator.errors import ClusterError
+
+INSTALL_HINT = "Install the Ray extra: pip install 'loop-orchestrator[ray]'"
+
+
+def ray_module() -> Any:
+    """The ``ray`` module, or a ClusterError that says how to install it."""
+    try:
+        module: ModuleType = importlib.import_module("ray")
+    except ImportError as exc:
+        msg = f'[cluster] backend = "ray" needs Ray, which is not installed ({exc})'
+        raise ClusterError(msg, hint=INSTALL_HINT) from exc
+    return module
+
+
+def connect(cluster: ClusterConfig) -> Any:
+    """Join the cluster ``cluster.address`` names, in the run's namespace (once per process);
+    returns the ``ray`` module. A second call with the same settings reuses the connection.
+    """
+    ray = ray_module()
+    if ray.is_initialized():
+        return ray
+    address = cluster.address.strip() or "auto"
+    _reachable(address)
+    try:
+        ray.init(
+            address=address,
+            namespace=cluster.namespace,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            configure_logging=False,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address if address != "auto" else "auto (a cluster started on this machine)"
+        msg = f"cannot reach the Ray cluster at {where}: {exc}"
+        hint = (
+            "Start one (`ray start --head --resources '{\"lo_session\": 4}'`) or set "
+            "[cluster] address to the head's address; `ray status` shows what is running."
+        )
+        raise ClusterError(msg, hint=hint) from exc
+    return ray
+
+
+def _reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on an address nobody answers at (Ray itself retries for minutes)."""
+    if address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        msg = f"[cluster] address {address!r} is not host:port, ray://host:port or auto"
+        raise ClusterError(msg, hint='e.g. address = "ray://head.example:10001"')
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        msg = f"cannot reach the Ray cluster at {address}: {exc}"
+        hint = "Check that its head runs there (`ray status --address HOST:PORT` on the head)."
+        raise ClusterError(msg, hint=hint) from exc
+
+
+def disconnect() -> None:
+    """Leave the cluster (detached session actors keep running)."""
+    ray = ray_module()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def node_root(configured: str, node_id: str) -> Path:
+    """Where a node keeps its checkouts: ``LO_ORCH_NODE_ROOT`` in the node's environment,
+    else ``[cluster] node_root``, else ``~/.cache/lo-orch/nodes``; one folder per Ray node,
+    so nodes sharing a machine (or a home directory) never share a checkout."""
+    base = os.environ.get("LO_ORCH_NODE_ROOT", "").strip() or configured.strip()
+    root = Path(base).expanduser() if base else Path.home() / ".cache" / "lo-orch" / "nodes"
+    return root / node_id[:16]
