@@ -127,8 +127,12 @@ class Deliverer:
         settle: float = 0.25,
         poll: float = 0.05,
         paste_wait: float = 3.0,
+        timeout: float = 15.0,
     ) -> None:
+        """``timeout``: how long a delivery waits for its confirmation unless
+        ``deliver(timeout=...)`` says otherwise."""
         self.stagger = stagger
+        self.timeout = timeout
         self.settle = settle
         self.poll = poll
         self.paste_wait = paste_wait
@@ -155,7 +159,7 @@ class Deliverer:
         text: str,
         *,
         confirmed: Callable[[], bool] | None = None,
-        timeout: float = 15,
+        timeout: float | None = None,
         enter_retries: int = 3,
         bracketed: bool = True,
     ) -> None:
@@ -170,6 +174,8 @@ class Deliverer:
         if not text.strip():
             msg = f"refused to deliver an empty prompt to pane {pane_id}"
             raise DeliveryError(msg)
+        if timeout is None:
+            timeout = self.timeout
         with self._lock_for(pane_id):
             deadline = time.monotonic() + timeout
             self._require_alive(backend, pane_id)

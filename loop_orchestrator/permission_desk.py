@@ -45,10 +45,12 @@ class Desk:
         opened: Any = None,
         closed: Any = None,
         clock: Any = None,
+        dialog_grace: float = DIALOG_GRACE,
     ) -> None:
         import time
 
         self.perms = perms
+        self.dialog_grace = dialog_grace
         self.allow, self.deny = list(allow), list(deny)
         self.bin_cmd = bin_cmd
         self.log = log  # (event, task, **fields): the supervisor's ledger call
@@ -138,7 +140,7 @@ class Desk:
                     "or the session moved on)",
                 )
                 continue
-            if now - self.asked.get(req.id, self.started) < DIALOG_GRACE:
+            if now - self.asked.get(req.id, self.started) < self.dialog_grace:
                 continue
             screen = screen_of(req.task)
             if screen is not None and dialog_on_screen(screen):

@@ -1,4 +1,5 @@
-"""Shared fixtures: isolation from the user's machine, real git repos, private tmux servers.
+"""Shared fixtures and hooks (what else the tests share is in tests/helpers/): isolation
+from the user's machine, real git repos, demo projects, private tmux servers.
 
 Every test runs with a throwaway HOME and XDG folders, a pinned git identity and config,
 no ``TMUX``/``TMUX_PANE`` and a ``TMUX_TMPDIR`` inside pytest's own temporary folder (so
@@ -11,40 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
+import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
+from helpers.git import init_repo
+from helpers.intake import FAKE
+from helpers.runs import one_task_files
 
-from loop_orchestrator.sessions import wait_until
-
-if TYPE_CHECKING:
-    from loop_orchestrator.demo import DemoFiles
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-#: the keys of status/<task>.json (contract, DESIGN.md section 3), written out by hand so a
-#: renamed model field fails the tests
-STATUS_KEYS = (
-    "task",
-    "phase",
-    "wave",
-    "updated_at",
-    "worktree",
-    "branch",
-    "pane_id",
-    "session_id",
-    "rework_count",
-    "last_event",
-    "note",
-    "error",
-    "commit",
-)
+from loop_orchestrator.demo import DemoFiles, prepare_demo
 
 
 @pytest.fixture(autouse=True)
@@ -115,58 +94,37 @@ def tmux_socket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     socket.unlink(missing_ok=True)
 
 
-def git(cwd: Path, *args: str) -> str:
-    """Run git in ``cwd`` for a test and return stdout (raises on failure)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GIT_") or k.startswith("GIT_CONFIG")
-    }
-    out = subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
-    )
-    if out.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed: {out.stderr}")
-    return out.stdout
-
-
 @pytest.fixture
 def git_repo(tmp_path: Path) -> Path:
     """A real git repository on branch main with one commit (a README and a tiny package)."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("# sample\n", encoding="utf-8")
-    (repo / "app").mkdir()
-    (repo / "app" / "__init__.py").write_text("", encoding="utf-8")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--no-gpg-sign", "-m", "initial")
-    return repo
+    return init_repo(tmp_path / "repo")
 
 
-def claude_binary() -> Path | None:
-    """The real Claude Code CLI installed by scripts/test (or LO_ORCH_TEST_CLAUDE)."""
-    explicit = os.environ.get("LO_ORCH_TEST_CLAUDE")
-    if explicit:
-        return Path(explicit)
-    candidate = REPO_ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
-    if candidate.exists():
-        return candidate
-    found = shutil.which("claude")
-    return Path(found) if found else None
+@pytest.fixture
+def demo_files(tmp_path: Path, tmux_socket: str) -> DemoFiles:
+    """The demo project (plan and scripted-agent script beside it) in ``tmp_path``; its
+    sessions run on this test's private tmux socket."""
+    return prepare_demo(tmp_path)
 
 
-def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    """Wait for ``pred`` (polled every 0.1 s); fail the test naming ``what`` on timeout."""
-    if not wait_until(pred, timeout, interval=0.1):
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+@pytest.fixture
+def one_task(tmp_path: Path, tmux_socket: str) -> DemoFiles:
+    """The demo project with a plan of its first task only, a committed config for
+    `lo-orch run` in a subprocess and the user's uncommitted edit in the main checkout."""
+    files = one_task_files(tmp_path, "demo", ("tokenize",))
+    (files.repo / "NOTES.md").write_bytes(b"uncommitted notes of the user\n")
+    return files
 
 
-def edit_script(files: DemoFiles, change: Callable[[dict[str, Any]], None]) -> None:
-    """Change the demo's scripted-agent script (a YAML mapping) in place."""
-    data = yaml.safe_load(files.script.read_text(encoding="utf-8"))
-    change(data)
-    files.script.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+@pytest.fixture
+def fake_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The stand-in for headless Claude Code (helpers.intake.FAKE) as ``[agent] command``,
+    answering with the ``issue_plan`` scenario; the file its calls are logged to."""
+    log = tmp_path / "fake-claude.jsonl"
+    monkeypatch.setenv("LO_ORCH_AGENT_COMMAND", f"{sys.executable} {FAKE}")
+    monkeypatch.setenv("FAKE_CLAUDE_LOG", str(log))
+    monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", "issue_plan")
+    return log
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import edit_script, git
-from test_supervisor import plan_and_approve
+from helpers.git import git
+from helpers.runs import approve, edit_script
 
 from loop_orchestrator import demo, integration
 from loop_orchestrator.errors import GateError, RefTamperedError
@@ -26,11 +26,6 @@ from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path)
 
 
 MARKER = "FORGED-SLUG-7f3a"
@@ -110,7 +105,7 @@ def python_action(code: str) -> dict[str, Any]:
 def run_to_gate2_and_merge(files: demo.DemoFiles, sandbox: str) -> list[dict[str, Any]]:
     settings = demo.demo_settings(files.script)
     settings.sandbox.mode = sandbox  # type: ignore[assignment]
-    plan_and_approve(files, settings)
+    approve(files, settings)
     outcome = Supervisor(files.repo, settings, continue_blocked=True).run()
     assert outcome.state == "review", outcome.message
     statuses = {s.task: s for s in Store(RunDir(files.repo)).list_statuses()}
@@ -225,7 +220,7 @@ subprocess.run(["git", "update-ref", "refs/heads/lo/demo/staging", sha], check=F
         return
     settings = demo.demo_settings(demo_files.script)
     settings.sandbox.mode = "off"
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
     with pytest.raises(RefTamperedError) as info:
         Supervisor(demo_files.repo, settings, continue_blocked=True).run()
     assert info.value.ref == "refs/heads/lo/demo/staging"
@@ -325,7 +320,7 @@ def test_an_agent_that_rewrites_its_brief_does_not_brief_the_auditor(
     settings = demo.demo_settings(demo_files.script)
     settings.sandbox.mode = "off"
     settings.auditor.llm = f"{sys.executable} {auditor}"
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
     outcome = Supervisor(demo_files.repo, settings).run()
     assert outcome.state == "review", outcome.message
     brief_file = RunDir(demo_files.repo).brief_path("slug").read_text(encoding="utf-8")

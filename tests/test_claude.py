@@ -16,12 +16,13 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import claude_binary, git
-from served import serve
+from helpers.agents import agent_cli
+from helpers.git import git
+from helpers.served import serve
+from helpers.wait import wait_for
 
 from loop_orchestrator import resources, runs
 from loop_orchestrator.agents.base import AgentContext, make_adapter
@@ -38,7 +39,6 @@ from loop_orchestrator.delivery import Deliverer, prompt_confirmation
 from loop_orchestrator.errors import AgentError, AgentStartError, NotLoggedInError
 from loop_orchestrator.lifecycle import NOT_LOGGED_IN_ERROR
 from loop_orchestrator.record import Record
-from loop_orchestrator.sessions import wait_until
 from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
 from loop_orchestrator.tmux import TmuxBackend
 
@@ -75,13 +75,7 @@ pytestmark = pytest.mark.claude
 
 
 def claude() -> Path:
-    found = claude_binary()
-    if found is None or not found.exists():
-        pytest.fail(
-            "the Claude Code CLI is not installed: run `scripts/bootstrap --claude` "
-            "(or set LO_ORCH_TEST_CLAUDE to its path)"
-        )
-    return found
+    return agent_cli("claude")
 
 
 def agent(**changes: object) -> AgentConfig:
@@ -116,11 +110,6 @@ def context(
         settings=config,
         session_id=session_id,
     )
-
-
-def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    if not wait_until(predicate, timeout, interval=0.1):
-        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 # argv ---------------------------------------------------------------------------------------
@@ -414,13 +403,14 @@ def test_real_claude_session_end_to_end(
         assert adapter.is_ready(screen)
         assert match_screen(screen, ("dialog", "unknown_dialog", "fatal")) is None
         # the plugin's SessionStart hook reached `lo-orch hook` through LO_ORCH_BIN
-        wait_for("SessionStart", lambda: bool(hooks_seen(store, "SessionStart")))
+        wait_for(lambda: bool(hooks_seen(store, "SessionStart")), 20, "SessionStart")
         start = hooks_seen(store, "SessionStart")[0]
         assert start["source"] == "startup"
         assert start["session_id"] == ctx.session_id
         wait_for(
-            "the session id in the status",
             lambda: store.read_status("alpha").session_id == ctx.session_id,
+            20,
+            "the session id in the status",
         )
 
         brief = (
@@ -441,13 +431,16 @@ def test_real_claude_session_end_to_end(
         assert submit["prompt_sha256"] == hashlib.sha256(brief.encode()).hexdigest()[:16]
 
         # never logged in: the turn fails, StopFailure says so, the adapter raises
-        wait_for("not logged in", lambda: store.read_status("alpha").error == NOT_LOGGED_IN_ERROR)
+        wait_for(
+            lambda: store.read_status("alpha").error == NOT_LOGGED_IN_ERROR, 20, "not logged in"
+        )
         assert hooks_seen(store, "StopFailure")[0]["error"] == "authentication_failed"
         with pytest.raises(NotLoggedInError):
             adapter.check_session(backend.capture(pane, 0), store.read_status("alpha"))
         wait_for(
-            "the screen's login notice",
             lambda: "Not logged in · Please run /login" in backend.capture(pane, 0),
+            20,
+            "the screen's login notice",
         )
         with pytest.raises(NotLoggedInError):
             adapter.check_session(backend.capture(pane, 0))
@@ -455,18 +448,19 @@ def test_real_claude_session_end_to_end(
         backend.paste(pane, "/exit")
         time.sleep(0.3)
         backend.send_keys(pane, "Enter")
-        wait_for("SessionEnd", lambda: bool(hooks_seen(store, "SessionEnd")))
+        wait_for(lambda: bool(hooks_seen(store, "SessionEnd")), 20, "SessionEnd")
         assert hooks_seen(store, "SessionEnd")[0]["reason"] == "prompt_input_exit"
-        wait_for("the pane to die", lambda: not backend.state(pane).alive)
+        wait_for(lambda: not backend.state(pane).alive, 20, "the pane to die")
         wait_for(
-            "SessionEnd in the status",
             lambda: store.read_status("alpha").last_event == "SessionEnd",
+            20,
+            "SessionEnd in the status",
         )
 
         # relaunch in the same pane resumes the same conversation
         backend.respawn(pane, adapter.launch_spec(ctx, resume=True))
         adapter.wait_ready(backend, pane, timeout=60)
-        wait_for("SessionStart on resume", lambda: len(hooks_seen(store, "SessionStart")) == 2)
+        wait_for(lambda: len(hooks_seen(store, "SessionStart")) == 2, 20, "SessionStart on resume")
         resumed = hooks_seen(store, "SessionStart")[1]
         assert resumed["source"] == "resume"
         assert resumed["session_id"] == ctx.session_id
@@ -490,9 +484,7 @@ def test_real_claude_trust_dialog_is_answered_on_screen(
     pane = launch(backend, adapter, ctx)
     try:
         wait_for(
-            "the trust dialog",
-            lambda: "Yes, I trust this folder" in backend.capture(pane, 0),
-            timeout=60,
+            lambda: "Yes, I trust this folder" in backend.capture(pane, 0), 60, "the trust dialog"
         )
         adapter.wait_ready(backend, pane, timeout=60)
         assert adapter.is_ready(backend.capture(pane, 0))
@@ -500,7 +492,9 @@ def test_real_claude_trust_dialog_is_answered_on_screen(
         # Claude Code itself recorded the "Yes" for the main checkout
         data = json.loads(config_file.read_text())
         assert data["projects"][str(git_repo)]["hasTrustDialogAccepted"] is True
-        wait_for("SessionStart", lambda: bool(hooks_seen(Store.for_repo(git_repo), "SessionStart")))
+        wait_for(
+            lambda: bool(hooks_seen(Store.for_repo(git_repo), "SessionStart")), 20, "SessionStart"
+        )
     finally:
         backend.kill_session()
 

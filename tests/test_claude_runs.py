@@ -9,7 +9,6 @@ what the model saw, so a test can tell which prompt reached which session.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -21,15 +20,24 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from conftest import REPO_ROOT, claude_binary, edit_script, git, wait_for
+from helpers import REPO_ROOT
+from helpers.agents import (
+    agent_cli,
+    claude_settings,
+    endpoint_for,
+    run_killing_mid_task,
+    sessions_by_task,
+)
+from helpers.git import git
+from helpers.runs import approve, edit_script, ledger, only
+from helpers.wait import wait_for
 
-from loop_orchestrator import demo, permissions, procinfo, runs
+from loop_orchestrator import demo, permissions
 from loop_orchestrator.agents.claude import (
     BYPASS_SETTINGS,
     claude_config_path,
@@ -37,67 +45,11 @@ from loop_orchestrator.agents.claude import (
     pretrust,
 )
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint
-from loop_orchestrator.agents.scripted_script import load_script
-from loop_orchestrator.commands.plan import plan_from_file
-from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Supervisor
 
 TASKS = ("tokenize", "slug", "counts", "report")
-
-
-def claude() -> Path:
-    found = claude_binary()
-    if found is None or not found.exists():
-        pytest.fail("the Claude Code CLI is missing: `scripts/bootstrap --claude` installs it")
-    return found
-
-
-@pytest.fixture
-def files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path)
-
-
-def only(files: demo.DemoFiles, *tasks: str) -> None:
-    """Keep only ``tasks`` of the demo plan."""
-    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
-    plan["tasks"] = [t for t in plan["tasks"] if t["id"] in tasks]
-    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-
-
-@contextlib.contextmanager
-def endpoint_for(files: demo.DemoFiles) -> Iterator[ModelEndpoint]:
-    with ModelEndpoint(
-        load_script(files.script, model=True), log_path=files.root / "requests.jsonl"
-    ) as endpoint:
-        yield endpoint
-
-
-def settings_for(
-    endpoint: ModelEndpoint, *, token: str | None = None, stall_minutes: float = 5, **agent: Any
-) -> Settings:
-    env = {**endpoint.env(), "IS_SANDBOX": "1"}
-    if token is not None:
-        env["ANTHROPIC_AUTH_TOKEN"] = token
-    return Settings(
-        agent=AgentConfig(kind="claude", command=str(claude()), env=env, ready_timeout=90, **agent),
-        auditor=AuditorConfig(llm="off"),
-        run=RunConfig(concurrency=4, stall_minutes=stall_minutes, stagger_seconds=0.1),
-    )
-
-
-def approve(files: demo.DemoFiles, settings: Settings) -> None:
-    plan_from_file(files.repo, files.plan, settings)
-    runs.approve_plan(files.repo)
-
-
-def ledger(repo: Path, event: str | None = None, task: str | None = None) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in Store(RunDir(repo)).read_ledger()
-        if (event is None or e["event"] == event) and (task is None or e.get("task") == task)
-    ]
 
 
 def prompts_seen(endpoint: ModelEndpoint) -> dict[str, list[tuple[int, str, int]]]:
@@ -120,7 +72,7 @@ def test_lo_orch_demo_with_real_claude_code(tmux_socket: str, tmp_path: Path) ->
     env = {
         **os.environ,
         "TMPDIR": str(tmp_path),
-        "PATH": f"{claude().parent}{os.pathsep}{os.environ['PATH']}",
+        "PATH": f"{agent_cli('claude').parent}{os.pathsep}{os.environ['PATH']}",
     }
     result = subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", "demo", "--agent", "claude", "--keep"],
@@ -141,9 +93,7 @@ def test_lo_orch_demo_with_real_claude_code(tmux_socket: str, tmp_path: Path) ->
     repo = root / "textstats"
     requests = [json.loads(x) for x in (root / "model-requests.jsonl").read_text().splitlines()]
     replies = [r for r in requests if r["kind"] == "reply"]
-    by_task: dict[str, set[str]] = {}
-    for r in replies:
-        by_task.setdefault(r["task"], set()).add(r["session"])
+    by_task = sessions_by_task(replies)
     # one Claude Code session per task, and nobody else asked the model anything
     assert sorted(by_task) == sorted(TASKS)
     assert all(len(s) == 1 for s in by_task.values()), by_task
@@ -178,9 +128,9 @@ def test_lo_orch_demo_with_real_claude_code(tmux_socket: str, tmp_path: Path) ->
 
 
 def test_the_stop_hook_keeps_a_session_working_until_it_signals(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
 ) -> None:
-    only(files, "tokenize")
+    only(demo_files, "tokenize")
 
     def stop_early(data: dict[str, Any]) -> None:
         # the model thinks it is done before reporting, twice: after planning and after
@@ -193,15 +143,15 @@ def test_the_stop_hook_keeps_a_session_working_until_it_signals(
         rnd = data["tokenize"]["implement"][0]
         data["tokenize"]["implement"] = [[*rnd[:2], {"stop": "All written."}, *rnd[2:]]]
 
-    edit_script(files, stop_early)
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint)
-        approve(files, settings)
-        outcome = Supervisor(files.repo, settings).run()
+    edit_script(demo_files, stop_early)
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        settings = claude_settings(endpoint)
+        approve(demo_files, settings)
+        outcome = Supervisor(demo_files.repo, settings).run()
     assert outcome.state == "review", outcome.message
     order = [
         f"stop {e['decision']}" if e["event"] == "hook" else f"signal {e['phase']}"
-        for e in ledger(files.repo)
+        for e in ledger(demo_files.repo)
         if e["event"] == "signal" or e.get("hook_event") == "Stop"
     ]
     # each early stop was blocked, the session signalled, and then it was let stop
@@ -219,71 +169,38 @@ def test_the_stop_hook_keeps_a_session_working_until_it_signals(
     assert [(r["step"], r["tool"]) for r in plan][:2] == [(0, None), (1, "Bash")]
     assert plan[1]["tool_input"]["command"] == "$LO_ORCH_BIN signal plan_ready"
     # and the supervisor heard each signal once, in the right phase
-    assert Store(RunDir(files.repo)).read_status("tokenize").phase == Phase.INTEGRATED
-
-
-def _claude_pid(pane_pid: int, session_id: str) -> int | None:
-    """The Claude Code process of ``session_id`` below a pane's process (or the pane's)."""
-    below = [
-        int(p.name)
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and pane_pid in procinfo.ancestors(int(p.name))
-    ]
-    for pid in [pane_pid, *below]:
-        with contextlib.suppress(OSError):
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if session_id.encode() in argv and Path(argv[0].decode()).name != "bwrap":
-                return pid
-    return None
+    assert Store(RunDir(demo_files.repo)).read_status("tokenize").phase == Phase.INTEGRATED
 
 
 def test_a_killed_claude_code_is_resumed_and_carries_on_with_its_conversation(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
     tmux_socket: str,
 ) -> None:
-    only(files, "tokenize")
+    only(demo_files, "tokenize")
     # a pause after the first file is written: the test kills Claude Code there
-    edit_script(files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint)
-        approve(files, settings)
-        killed: list[int] = []
-        killed_at: list[float] = []
+    edit_script(demo_files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        settings = claude_settings(endpoint)
+        approve(demo_files, settings)
 
-        def kill_mid_task() -> None:
-            endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
-            st = Record.open(files.repo, "demo").task("tokenize")
-            out = subprocess.run(
-                [
-                    "tmux",
-                    "-L",
-                    tmux_socket,
-                    "display-message",
-                    "-p",
-                    "-t",
-                    str(st.pane_id),
-                    "#{pane_pid}",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            assert st.session_id is not None
-            pid = _claude_pid(int(out.stdout.strip()), st.session_id)
-            if pid is not None:
-                killed.append(pid)
-                os.kill(pid, signal.SIGKILL)  # the Claude Code process this test's run started
-                killed_at.append(time.time())
-
-        killer = threading.Thread(target=kill_mid_task)
-        killer.start()
-        outcome = Supervisor(files.repo, settings).run()
-        killer.join(timeout=5)
-    assert killed, "the Claude Code process was not found"
+        # the Claude Code process of the session this test's run started (not its sandbox)
+        outcome, killed_at = run_killing_mid_task(
+            endpoint,
+            demo_files,
+            settings,
+            tmux_socket,
+            lambda argv, st: (
+                bool(st.session_id)
+                and str(st.session_id).encode() in argv
+                and Path(argv[0].decode()).name != "bwrap"
+            ),
+            first=True,
+        )
+    assert killed_at, "the Claude Code process was not found"
     assert outcome.state == "review", outcome.message
-    status = Store(RunDir(files.repo)).read_status("tokenize")
+    status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.relaunches == 1 and status.phase == Phase.INTEGRATED
-    assert [e["event"] for e in ledger(files.repo, task="tokenize")].count("session_died") == 1
+    assert [e["event"] for e in ledger(demo_files.repo, task="tokenize")].count("session_died") == 1
     replies = endpoint.logged(kind="reply", task="tokenize")
     assert {r["session"] for r in replies} == {status.session_id}  # one conversation
     kill_at = next(i for i, r in enumerate(replies) if r["tool"] == "Write")
@@ -296,14 +213,14 @@ def test_a_killed_claude_code_is_resumed_and_carries_on_with_its_conversation(
     assert [r["tool"] for r in after][-2:] == ["Bash", None]  # it signalled, then ended
 
 
-def _user_config(endpoint: ModelEndpoint, files: demo.DemoFiles) -> None:
+def _user_config(endpoint: ModelEndpoint, demo_files: demo.DemoFiles) -> None:
     """Settings for a `lo-orch run` subprocess, in the throwaway HOME's user config."""
     env = {**endpoint.env(), "IS_SANDBOX": "1"}
     inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
     path = Path(os.environ["XDG_CONFIG_HOME"]) / "loop-orchestrator" / "config.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        f'[agent]\nkind = "claude"\ncommand = "{claude()}"\nready_timeout = 90\n'
+        f'[agent]\nkind = "claude"\ncommand = "{agent_cli("claude")}"\nready_timeout = 90\n'
         f"env = {{ {inline} }}\n"
         '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n',
         encoding="utf-8",
@@ -311,18 +228,18 @@ def _user_config(endpoint: ModelEndpoint, files: demo.DemoFiles) -> None:
 
 
 def test_a_sigkilled_supervisor_resumes_adopting_sessions_and_sends_no_prompt_twice(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
 ) -> None:
     # slow sessions: the supervisor is killed while they work, and while signals are sent
     def slow(d: dict[str, Any]) -> None:
         for t in ("tokenize", "slug"):
             d[t]["implement"][0].insert(0, {"sleep": 2})
 
-    edit_script(files, slow)
-    with endpoint_for(files) as endpoint:
-        _user_config(endpoint, files)
-        approve(files, settings_for(endpoint))
-        run = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(files.repo)]
+    edit_script(demo_files, slow)
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        _user_config(endpoint, demo_files)
+        approve(demo_files, claude_settings(endpoint))
+        run = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(demo_files.repo)]
         kills = 0
         for wait_until in ("implement", "signal impl_done", "counts"):
             first = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -341,83 +258,83 @@ def test_a_sigkilled_supervisor_resumes_adopting_sessions_and_sends_no_prompt_tw
         final = subprocess.run(run, capture_output=True, text=True, timeout=400, check=False)
     assert final.returncode == 0, final.stderr[-3000:]
     assert kills >= 2
-    store = Store(RunDir(files.repo))
+    store = Store(RunDir(demo_files.repo))
     assert store.read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
     assert {s.phase for s in store.list_statuses()} == {Phase.INTEGRATED}
-    launched = Counter(e["task"] for e in ledger(files.repo, "session_launched"))
+    launched = Counter(e["task"] for e in ledger(demo_files.repo, "session_launched"))
     assert all(n == 1 for n in launched.values()), launched  # adopted, never relaunched
     # no session received a lo-orch prompt twice (by the model's own account)
     for session, seen in prompts_seen(endpoint).items():
         phase_prompts = lo_phase_prompts(seen)
         assert len(phase_prompts) == len(set(phase_prompts)), (session, seen)
     delivered = Counter(
-        (e["task"], e["phase"], e["rework"]) for e in ledger(files.repo, "prompt_delivered")
+        (e["task"], e["phase"], e["rework"]) for e in ledger(demo_files.repo, "prompt_delivered")
     )
     assert all(n == 1 for n in delivered.values()), delivered
 
 
 def test_an_authentication_failure_blocks_the_task_with_the_login_hint(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
 ) -> None:
-    only(files, "tokenize")
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint, token="expired-token")  # the endpoint answers 401
-        approve(files, settings)
-        outcome = Supervisor(files.repo, settings).run()
+    only(demo_files, "tokenize")
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        settings = claude_settings(endpoint, token="expired-token")  # the endpoint answers 401
+        approve(demo_files, settings)
+        outcome = Supervisor(demo_files.repo, settings).run()
     assert outcome.state == "blocked"
-    status = Store(RunDir(files.repo)).read_status("tokenize")
+    status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.phase == Phase.BLOCKED
     assert status.error is not None and "/login" in status.error
     assert "not logged in" in status.error.lower()
     assert endpoint.logged(kind="unauthorised")
     assert not endpoint.logged(kind="reply")
     assert [
-        e.get("error") for e in ledger(files.repo, "hook") if e["hook_event"] == "StopFailure"
+        e.get("error") for e in ledger(demo_files.repo, "hook") if e["hook_event"] == "StopFailure"
     ] == ["authentication_failed"]
 
 
 def test_rate_limits_and_overload_are_neither_a_stall_nor_a_finished_turn(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
 ) -> None:
-    only(files, "tokenize")
+    only(demo_files, "tokenize")
     # a 429 (retry after 1 s) and a 529 before the first file, then 429 again before the
     # signal; Claude Code retries by itself. The stall limit is shorter than the retries.
     edit_script(
-        files,
+        demo_files,
         lambda d: d["tokenize"]["implement"][0].insert(
             0, {"api_error": {"status": 429, "retry_after": 1}}
         ),
     )
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint, stall_minutes=0.05)  # 3 s
-        approve(files, settings)
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        settings = claude_settings(endpoint, stall_minutes=0.05)  # 3 s
+        approve(demo_files, settings)
         endpoint.fail(529, times=1, task="tokenize")  # the first turn request of planning
-        outcome = Supervisor(files.repo, settings).run()
+        outcome = Supervisor(demo_files.repo, settings).run()
     assert outcome.state == "review", outcome.message
     errors = [r["status"] for r in endpoint.requests if r["kind"] == "error"]
     assert sorted(errors) == [429, 529]
-    events = [e["event"] for e in ledger(files.repo, task="tokenize")]
+    events = [e["event"] for e in ledger(demo_files.repo, task="tokenize")]
     assert "nudged" not in events and "task_blocked" not in events
-    assert not [e for e in ledger(files.repo, "hook") if e["hook_event"] == "StopFailure"]
-    assert Store(RunDir(files.repo)).read_status("tokenize").phase == Phase.INTEGRATED
+    assert not [e for e in ledger(demo_files.repo, "hook") if e["hook_event"] == "StopFailure"]
+    assert Store(RunDir(demo_files.repo)).read_status("tokenize").phase == Phase.INTEGRATED
 
 
 def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
     tmux_socket: str,
 ) -> None:
-    only(files, "tokenize")
+    only(demo_files, "tokenize")
     edit_script(
-        files,
+        demo_files,
         lambda d: d["tokenize"].update(
             plan=[{"run": {"argv": ["touch", "PLAN.md"]}}, {"signal": "plan_ready"}],
             implement=[[{"signal": {"phase": "blocked", "note": "seen enough"}}]],
         ),
     )
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint, stall_minutes=0.05, permission_mode="default")
-        approve(files, settings)
-        sup = Supervisor(files.repo, settings)
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        settings = claude_settings(endpoint, stall_minutes=0.05, permission_mode="default")
+        approve(demo_files, settings)
+        sup = Supervisor(demo_files.repo, settings)
         result: list[Any] = []
         runner = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
         runner.start()
@@ -443,7 +360,7 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
         try:
 
             def waiting() -> str | None:
-                return Record.open(files.repo, "demo").task("tokenize").waiting_for
+                return Record.open(demo_files.repo, "demo").task("tokenize").waiting_for
 
             wait_for(lambda: bool(waiting()), 120, "a permission request")
             assert waiting() == ("a person: Claude Code asks permission to use Bash: touch PLAN.md")
@@ -457,7 +374,7 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
                     "status",
                     "--json",
                     "--repo",
-                    str(files.repo),
+                    str(demo_files.repo),
                 ],
                 capture_output=True,
                 text=True,
@@ -469,43 +386,47 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
                 "it with `lo-orch permit tokenize allow|deny` (or in its pane: "
                 "`lo-orch attach tokenize`)"
             )
-            events = [e["event"] for e in ledger(files.repo, task="tokenize")]
+            events = [e["event"] for e in ledger(demo_files.repo, task="tokenize")]
             assert "nudged" not in events
-            assert [e["message"] for e in ledger(files.repo, "waiting_for_person")] == [
+            assert [e["message"] for e in ledger(demo_files.repo, "waiting_for_person")] == [
                 "a person: Claude Code asks permission to use Bash: touch PLAN.md"
             ]
-            worktree = Path(str(Record.open(files.repo, "demo").task("tokenize").worktree))
+            worktree = Path(str(Record.open(demo_files.repo, "demo").task("tokenize").worktree))
             assert not (worktree / "PLAN.md").exists()
+
             # the person answers yes (the preselected option) to the dialog in the pane
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                st = Record.open(files.repo, "demo").task("tokenize")
+            def answered_and_moved_on() -> bool:
+                nonlocal answered
+                st = Record.open(demo_files.repo, "demo").task("tokenize")
                 if st.phase != Phase.PLANNING:
-                    break
+                    return True
                 if st.pane_id and answer_dialog(st.pane_id):
                     answered += 1
-                time.sleep(0.2)
+                return False
+
+            wait_for(answered_and_moved_on, 90, "tokenize past planning", interval=0.2)
             assert (worktree / "PLAN.md").exists()
-            assert Record.open(files.repo, "demo").task("tokenize").phase != Phase.PLANNING
+            assert Record.open(demo_files.repo, "demo").task("tokenize").phase != Phase.PLANNING
             assert answered >= 1
             # lo-orch's own signal is allowed by its hook, never waits for a person (its
             # dialog may show for the moment the hook takes)
             assert [
-                e["message"].rsplit(": ", 1)[1] for e in ledger(files.repo, "waiting_for_person")
+                e["message"].rsplit(": ", 1)[1]
+                for e in ledger(demo_files.repo, "waiting_for_person")
             ] == ["touch PLAN.md"]
             # answered in the pane: the pending request is closed, nothing waits any more
-            wait_for(lambda: not permissions.pending(files.repo), 30, "the request closed")
-            assert [e["task"] for e in ledger(files.repo, "permission_closed")] == ["tokenize"]
+            wait_for(lambda: not permissions.pending(demo_files.repo), 30, "the request closed")
+            assert [e["task"] for e in ledger(demo_files.repo, "permission_closed")] == ["tokenize"]
         finally:
             # answer whatever else the session asks, so the run can end
             deadline = time.monotonic() + 120
             while runner.is_alive() and time.monotonic() < deadline:
-                st = Record.open(files.repo, "demo").task("tokenize")
+                st = Record.open(demo_files.repo, "demo").task("tokenize")
                 if st.pane_id:
                     answer_dialog(st.pane_id)
                 runner.join(timeout=0.5)
     assert result and result[0].state == "blocked"
-    status = Store(RunDir(files.repo)).read_status("tokenize")
+    status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.note == "seen enough" and status.waiting_for is None
 
 
@@ -513,33 +434,33 @@ def test_a_permission_dialog_is_reported_as_waiting_for_a_person(
     "case", ["root without IS_SANDBOX", "no claude executable", "trust dialog not pre-accepted"]
 )
 def test_launch_problems_end_in_a_clear_outcome(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
     case: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    only(files, "tokenize")
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint)
+    only(demo_files, "tokenize")
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        settings = claude_settings(endpoint)
         if case == "root without IS_SANDBOX":
             settings.agent.env.pop("IS_SANDBOX")
             monkeypatch.delenv("IS_SANDBOX", raising=False)
             monkeypatch.setattr(os, "geteuid", lambda: 0)  # root, also where CI is not
         elif case == "no claude executable":
-            settings.agent.command = str(files.root / "nowhere" / "claude")
+            settings.agent.command = str(demo_files.root / "nowhere" / "claude")
         else:
             # a user who has used Claude Code before, never in this repository
             settings.agent.pretrust = False
             (Path.home() / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
-        approve(files, settings)
-        outcome = Supervisor(files.repo, settings).run()
-    status = Store(RunDir(files.repo)).read_status("tokenize")
+        approve(demo_files, settings)
+        outcome = Supervisor(demo_files.repo, settings).run()
+    status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     if case == "trust dialog not pre-accepted":
         # lo-orch answered Claude Code's trust dialog on screen ("Yes, I trust this
         # folder", which Claude Code itself then recorded) and the run went through
         assert outcome.state == "review", outcome.message
         assert status.phase == Phase.INTEGRATED
         config = json.loads((Path.home() / ".claude.json").read_text())
-        assert config["projects"][str(files.repo)]["hasTrustDialogAccepted"] is True
+        assert config["projects"][str(demo_files.repo)]["hasTrustDialogAccepted"] is True
         return
     assert outcome.state == "blocked"
     assert status.phase == Phase.BLOCKED and status.error
@@ -548,7 +469,7 @@ def test_launch_problems_end_in_a_clear_outcome(
         assert "cannot run in bypassPermissions mode as root" in status.error
         assert 'IS_SANDBOX = "1"' in status.error  # the fix, as config to paste
     else:
-        assert f"{files.root / 'nowhere' / 'claude'} not found" in status.error
+        assert f"{demo_files.root / 'nowhere' / 'claude'} not found" in status.error
         assert "npm install -g @anthropic-ai/claude-code" in status.error
 
 
@@ -587,15 +508,15 @@ def _say(socket: str, pane: str, text: str, endpoint: ModelEndpoint) -> None:
 
 
 def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
     tmux_socket: str,
     tmp_path: Path,
 ) -> None:
     """The natural-language path: the plugin installed as a user installs it, a Claude
     Code coordinator asked to "implement this with the orchestrator" runs the skill's
     commands, and stops at each gate until the person in its pane says yes."""
-    only(files, "tokenize", "slug")
-    binary = str(claude())
+    only(demo_files, "tokenize", "slug")
+    binary = str(agent_cli("claude"))
     quiet = {**os.environ, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
     source = _tracked_copy(tmp_path / "plugin-source")
     for argv in (
@@ -610,7 +531,7 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
     shim.mkdir()
     (shim / "lo-orch").write_text(f'#!/bin/sh\nexec {sys.executable} -m loop_orchestrator "$@"\n')
     (shim / "lo-orch").chmod(0o755)
-    plan_text = files.plan.read_text(encoding="utf-8")
+    plan_text = demo_files.plan.read_text(encoding="utf-8")
     poll = (
         "for i in $(seq 300); do lo-orch status --json | grep -q awaiting_merge_review "
         "&& exit 0; sleep 1; done; exit 1"
@@ -652,10 +573,10 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
             ],
         }
 
-    edit_script(files, add_coordinator)
-    with endpoint_for(files) as endpoint:
-        _user_config(endpoint, files)  # the task sessions: real Claude Code as well
-        pretrust(claude_config_path(), [files.repo])
+    edit_script(demo_files, add_coordinator)
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        _user_config(endpoint, demo_files)  # the task sessions: real Claude Code as well
+        pretrust(claude_config_path(), [demo_files.repo])
         env = {
             **endpoint.env(),
             "IS_SANDBOX": "1",
@@ -686,7 +607,7 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
                 "-y",
                 "50",
                 "-c",
-                str(files.repo),
+                str(demo_files.repo),
                 command,
             ],
             check=True,
@@ -713,11 +634,11 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
         assert mine[1]["result"] == "Launching skill: loop-orchestrator:orchestrate"
         assert [r["result_error"] for r in mine[2:5]] == [False, False, False], mine
         assert "Gate 1" in mine[4]["result"] or "wave" in mine[4]["result"].lower()
-        store = Store(RunDir(files.repo))
+        store = Store(RunDir(demo_files.repo))
         assert store.read_run().phase == RunPhase.AWAITING_PLAN_APPROVAL
         assert store.read_run().approved_plan_sha256 is None  # waiting for the person
         time.sleep(2)
-        assert not (files.repo / ".worktrees").exists()
+        assert not (demo_files.repo / ".worktrees").exists()
 
         _say(tmux_socket, pane, "yes", endpoint)
         assert endpoint.wait_for(said("Both tasks"), 400), screen()
@@ -726,8 +647,8 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
         assert "awaiting_merge_review" in status["result"]
         time.sleep(2)
         # Gate 2 is the person's: nothing has landed on the feature branch
-        assert git(files.repo, "branch", "--list", "feat/demo").strip() == ""
-        reviewed = git(files.repo, "rev-parse", "lo/demo/staging").strip()
+        assert git(demo_files.repo, "branch", "--list", "feat/demo").strip() == ""
+        reviewed = git(demo_files.repo, "rev-parse", "lo/demo/staging").strip()
         shown = endpoint.logged(entry="coordinator", kind="reply")[-1]["result"]
         assert "textstats/slug.py" in shown and "textstats/tokenize.py" in shown
 
@@ -735,7 +656,7 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
         assert endpoint.wait_for(said("Merged into"), 120), screen()
         merged = endpoint.logged(entry="coordinator", kind="reply")[-1]
         assert merged["result_error"] is False, merged["result"]
-    assert git(files.repo, "rev-parse", "feat/demo").strip() == reviewed
-    assert git(files.repo, "status", "--porcelain").strip() == ""
+    assert git(demo_files.repo, "rev-parse", "feat/demo").strip() == reviewed
+    assert git(demo_files.repo, "status", "--porcelain").strip() == ""
     tasks = {r["task"] for r in endpoint.logged(kind="reply") if r["task"]}
     assert tasks == {"tokenize", "slug"}  # the sessions the supervisor started

@@ -10,16 +10,16 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 import pytest
 import yaml
-from click.testing import CliRunner
-from conftest import STATUS_KEYS, git
+from helpers.cli import invoke, write_plan
+from helpers.git import git
+from helpers.runs import STATUS_KEYS
 
 from loop_orchestrator import runs
-from loop_orchestrator.cli.main import cli, run_cli
+from loop_orchestrator.cli.main import cli
 from loop_orchestrator.errors import GateError
 from loop_orchestrator.plan import load_plan, plan_hash
 from loop_orchestrator.state import Phase, RunPhase
@@ -27,22 +27,6 @@ from loop_orchestrator.state import Phase, RunPhase
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "examples" / "plan.yaml"
 EXAMPLE_WAVES = {"note-model": 1, "note-store": 2, "note-search": 2, "notes-cli": 3}
-
-
-class Outcome:
-    def __init__(self, code: int, stdout: str, stderr: str) -> None:
-        self.code, self.stdout, self.stderr = code, stdout, stderr
-
-    def __repr__(self) -> str:
-        return f"Outcome({self.code}, stdout={self.stdout!r}, stderr={self.stderr!r})"
-
-
-def invoke(*args: str | Path) -> Outcome:
-    """Run the CLI in-process through run_cli, the one place that maps errors to exits."""
-    runner = CliRunner()
-    with runner.isolation() as (out, err, _):
-        code = run_cli([str(a) for a in args])
-        return Outcome(code, out.getvalue().decode(), err.getvalue().decode())
 
 
 def lo_orch(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -70,12 +54,6 @@ def plan_file(tmp_path: Path) -> Path:
     path = tmp_path / "plans" / "plan.yaml"
     path.parent.mkdir()
     shutil.copy(EXAMPLE, path)
-    return path
-
-
-def write_plan(tmp_path: Path, data: dict[str, Any], name: str = "bad.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
 
 

@@ -12,16 +12,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from conftest import REPO_ROOT, edit_script, git
+from helpers.agents import (
+    agent_cli,
+    endpoint_for,
+    run_and_merge,
+    run_killing_mid_task,
+    sessions_by_task,
+)
+from helpers.git import git
+from helpers.runs import approve, edit_script, ledger, only
 
-from loop_orchestrator import demo, integration, runs
+from loop_orchestrator import demo
 from loop_orchestrator.agents.base import make_adapter
 from loop_orchestrator.agents.codex import CodexAdapter, find_session
 from loop_orchestrator.agents.codex_endpoint import (
@@ -30,78 +35,32 @@ from loop_orchestrator.agents.codex_endpoint import (
     codex_conversation,
 )
 from loop_orchestrator.agents.scripted_script import load_script
-from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
 
 CODEX_VERSION = "0.171.0"
 
 
-def codex() -> Path:
-    explicit = os.environ.get("LO_ORCH_TEST_CODEX")
-    found = (
-        Path(explicit)
-        if explicit
-        else (REPO_ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex")
-    )
-    if not found.exists():
-        which = shutil.which("codex")
-        if which is None:
-            pytest.fail("the Codex CLI is missing: `scripts/bootstrap --agents` installs it")
-        found = Path(which)
-    return found
-
-
-@pytest.fixture
-def files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path)
-
-
-def only(files: demo.DemoFiles, *tasks: str) -> None:
-    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
-    plan["tasks"] = [t for t in plan["tasks"] if t["id"] in tasks]
-    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-
-
-@contextlib.contextmanager
-def endpoint_for(files: demo.DemoFiles) -> Iterator[ResponsesEndpoint]:
-    with ResponsesEndpoint(
-        load_script(files.script, model=True), log_path=files.root / "requests.jsonl"
-    ) as endpoint:
-        yield endpoint
-
-
-def settings_for(endpoint: ResponsesEndpoint, files: demo.DemoFiles) -> Settings:
-    home = files.root / "home"
+def settings_for(endpoint: ResponsesEndpoint, demo_files: demo.DemoFiles) -> Settings:
+    home = demo_files.root / "home"
     env = {**endpoint.env(home / ".codex"), "HOME": str(home)}
     return Settings(
-        agent=AgentConfig(kind="codex", command=str(codex()), env=env, ready_timeout=90),
+        agent=AgentConfig(kind="codex", command=str(agent_cli("codex")), env=env, ready_timeout=90),
         auditor=AuditorConfig(llm="off"),
         run=RunConfig(concurrency=2, stall_minutes=5, stagger_seconds=0.1),
     )
 
 
-def ledger(repo: Path, event: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in Store(RunDir(repo)).read_ledger() if event is None or e["event"] == event]
-
-
-def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(files: demo.DemoFiles) -> None:
+def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(demo_files: demo.DemoFiles) -> None:
     """Two tasks in two waves, each a real Codex CLI session, reviewed and merged."""
-    only(files, "tokenize", "counts")
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint, files)
-        plan_from_file(files.repo, files.plan, settings)
-        runs.approve_plan(files.repo)
-        outcome = Supervisor(files.repo, settings).run()
-        assert outcome.state == "review", outcome.message
-        review = integration.review(files.repo)
-        integration.merge(files.repo, review)
+    only(demo_files, "tokenize", "counts")
+    with endpoint_for(ResponsesEndpoint, demo_files) as endpoint:
+        settings = settings_for(endpoint, demo_files)
+        approve(demo_files, settings)
+        review = run_and_merge(demo_files, settings)
     replies = endpoint.logged(kind="reply")
-    by_task: dict[str, set[str]] = {}
-    for r in replies:
-        by_task.setdefault(r["task"], set()).add(r["session"])
+    by_task = sessions_by_task(replies)
     # one Codex session per task, and nobody else asked the model anything
     assert sorted(by_task) == ["counts", "tokenize"]
     assert all(len(s) == 1 for s in by_task.values()), by_task
@@ -118,15 +77,15 @@ def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(files: demo.DemoFi
     # counts was reworked once, in the same Codex session (its third prompt)
     counts = {(r["prompt"], r["prompt_kind"], r["round"]) for r in replies if r["task"] == "counts"}
     assert (1, "plan", 0) in counts and (3, "implement", 1) in counts
-    assert [e["task"] for e in ledger(files.repo, "rework")] == ["counts"]
+    assert [e["task"] for e in ledger(demo_files.repo, "rework")] == ["counts"]
     # every prompt was taken when it was sent (none waited for a nudge: a prompt pasted
     # while Codex still starts is lost to its trust dialog)
-    assert not ledger(files.repo, "nudged")
+    assert not ledger(demo_files.repo, "nudged")
     # no Codex process outlived its session (Codex starts a shared app-server daemon
     # unless told not to)
-    assert not _processes_mentioning(str(files.root))
+    assert not _processes_mentioning(str(demo_files.root))
     for task in ("tokenize", "counts"):
-        status = Store(RunDir(files.repo)).read_status(task)
+        status = Store(RunDir(demo_files.repo)).read_status(task)
         assert status.phase == Phase.INTEGRATED
         # cost: Codex records tokens, lo-orch has no price for them: unknown, never $0
         assert status.usage is not None and status.usage["cost_known"] is False, status.usage
@@ -134,15 +93,15 @@ def test_a_plan_runs_with_real_codex_cli_to_gate_2_and_merges(files: demo.DemoFi
             "the agent (kind codex) records tokens lo-orch does not read or price"
         ]
         # the session Codex recorded for the worktree is the one the endpoint served
-        found = find_session(files.root / "home" / ".codex", Path(str(status.worktree)))
+        found = find_session(demo_files.root / "home" / ".codex", Path(str(status.worktree)))
         assert found is not None and found[0] in by_task[task]
         events = [json.loads(x) for x in found[1].read_text().splitlines()]
         assert any(e.get("payload", {}).get("type") == "token_count" for e in events)
-    merged = git(files.repo, "show", f"{review.feature}:textstats/counts.py")
+    merged = git(demo_files.repo, "show", f"{review.feature}:textstats/counts.py")
     assert "return ranked[:n]" in merged
     # the user's HOME was not touched
     assert not (Path.home() / ".codex" / "sessions").exists() or not any(
-        str(files.root) in p.read_text(errors="replace")
+        str(demo_files.root) in p.read_text(errors="replace")
         for p in (Path.home() / ".codex" / "sessions").rglob("*.jsonl")
     )
 
@@ -236,7 +195,8 @@ def test_codex_calls_write_edit_and_read_exactly(tmp_path: Path) -> None:
 
 def test_codex_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path) -> None:
     settings = Settings(
-        agent=AgentConfig(kind="codex", command=str(codex())), auditor=AuditorConfig(llm="off")
+        agent=AgentConfig(kind="codex", command=str(agent_cli("codex"))),
+        auditor=AuditorConfig(llm="off"),
     )
     assert isinstance(make_adapter(settings, tmp_path), CodexAdapter)
     with pytest.raises(ConfigError, match="permission_mode 'default'") as info:
@@ -245,63 +205,27 @@ def test_codex_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path
 
 
 def test_a_killed_codex_is_resumed_in_its_own_conversation(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
     tmux_socket: str,
 ) -> None:
     """Codex dies mid-task: the relaunch is `codex resume <its thread>`, which carries on."""
-    import signal
-    import subprocess
-    import threading
+    only(demo_files, "tokenize")
+    edit_script(demo_files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
+    with endpoint_for(ResponsesEndpoint, demo_files) as endpoint:
+        settings = settings_for(endpoint, demo_files)
+        approve(demo_files, settings)
 
-    from loop_orchestrator import procinfo
-    from loop_orchestrator.record import Record
-
-    only(files, "tokenize")
-    edit_script(files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
-    killed: list[int] = []
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint, files)
-        plan_from_file(files.repo, files.plan, settings)
-        runs.approve_plan(files.repo)
-
-        def kill_mid_task() -> None:
-            endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
-            st = Record.open(files.repo, "demo").task("tokenize")
-            out = subprocess.run(
-                [
-                    "tmux",
-                    "-L",
-                    tmux_socket,
-                    "display-message",
-                    "-p",
-                    "-t",
-                    str(st.pane_id),
-                    "#{pane_pid}",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            pane_pid = int(out.stdout.strip())
-            for proc in Path("/proc").iterdir():
-                if not proc.name.isdigit():
-                    continue
-                pid = int(proc.name)
-                with contextlib.suppress(OSError):
-                    argv = (proc / "cmdline").read_bytes().split(b"\0")
-                    if (pid == pane_pid or pane_pid in procinfo.ancestors(pid)) and any(
-                        a.endswith(b"/codex") for a in argv[:2]
-                    ):
-                        os.kill(pid, signal.SIGKILL)  # a Codex process this test started
-                        killed.append(pid)
-
-        killer = threading.Thread(target=kill_mid_task)
-        killer.start()
-        outcome = Supervisor(files.repo, settings).run()
-        killer.join(timeout=5)
-    assert killed, "no Codex process was found below the pane"
+        # the Codex processes this test's run started
+        outcome, killed_at = run_killing_mid_task(
+            endpoint,
+            demo_files,
+            settings,
+            tmux_socket,
+            lambda argv, _st: any(a.endswith(b"/codex") for a in argv[:2]),
+        )
+    assert killed_at, "no Codex process was found below the pane"
     assert outcome.state == "review", outcome.message
-    status = Store(RunDir(files.repo)).read_status("tokenize")
+    status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.relaunches == 1 and status.phase == Phase.INTEGRATED
     replies = endpoint.logged(kind="reply", task="tokenize")
     # one Codex thread from start to end: the relaunch resumed it (a fresh start would be
@@ -309,7 +233,7 @@ def test_a_killed_codex_is_resumed_in_its_own_conversation(
     assert len({r["session"] for r in replies}) == 1, {r["session"] for r in replies}
     resumed = [r for r in replies if r["prompt_kind"] == "implement"]
     assert max(r["prompt"] for r in resumed) >= 3  # the implement prompt came again
-    assert [e["event"] for e in ledger(files.repo)].count("session_died") == 1
+    assert [e["event"] for e in ledger(demo_files.repo)].count("session_died") == 1
 
 
 # pre-trust, the trust dialog and the not-logged-in screen --------------------------------
@@ -359,7 +283,7 @@ def test_pretrust_refuses_a_broken_config_without_writing(tmp_path: Path) -> Non
 def _adapter_and_context(repo: Path, env: dict[str, str], **agent: Any) -> tuple[CodexAdapter, Any]:
     from loop_orchestrator.agents.base import AgentContext
 
-    config = AgentConfig(kind="codex", command=str(codex()), env=env, **agent)
+    config = AgentConfig(kind="codex", command=str(agent_cli("codex")), env=env, **agent)
     ctx = AgentContext.create(
         task="alpha",
         run_name="r",

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.wait import wait_for
 
 from loop_orchestrator.agents.base import (
     AgentContext,
@@ -19,7 +20,6 @@ from loop_orchestrator.agents.command import STABLE_SECONDS, CommandAdapter, ren
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
-from loop_orchestrator.sessions import wait_until
 from loop_orchestrator.tmux import TmuxBackend
 
 LINE_AGENT = """\
@@ -130,11 +130,11 @@ def test_line_oriented_agent_gets_a_typed_prompt_as_one_line(
     received = ctx.worktree / "received.txt"
     prompt = "Implement the task.\nIt's in $(brief) and `here`.\nThanks, café."
     Deliverer().deliver(backend, pane, prompt, bracketed=bracketed_paste(adapter), timeout=15)
-    assert wait_until(received.exists, 10)
+    wait_for(received.exists, 10, "the first prompt to arrive")
     assert received.read_text(encoding="utf-8") == prompt.replace("\n", " ") + "\n"
     second = "A second prompt\nin two lines"
     Deliverer().deliver(backend, pane, second, bracketed=False, timeout=15)
-    assert wait_until(lambda: received.read_text().count("\n") == 2, 10)
+    wait_for(lambda: received.read_text().count("\n") == 2, 10, "the second prompt to arrive")
     assert received.read_text().splitlines()[1] == "A second prompt in two lines"
 
 
@@ -168,7 +168,7 @@ def test_bracketed_paste_agent_through_a_command_template(tmux_socket: str, tmp_
     adapter.wait_ready(backend, pane, timeout=30)
     prompt = ('Build the page: "quotes", $(cmd), `ticks`, ünïcode 日本.\n' * 200)[:10_000]
     Deliverer().deliver(backend, pane, prompt, bracketed=bracketed_paste(adapter))  # screen
-    assert wait_until(lambda: (record / "web-1.txt").exists(), 10)
+    wait_for(lambda: (record / "web-1.txt").exists(), 10, "web-1 to be recorded")
     assert (record / "web-1.txt").read_bytes() == prompt.encode("utf-8")
     assert not (record / "web-2.txt").exists()
 

@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT, edit_script, git, wait_for
+from helpers import REPO_ROOT
+from helpers.git import git
+from helpers.runs import edit_script
+from helpers.wait import wait_for, wait_in_app
 from textual.widgets import DataTable, OptionList, Static
 
 from loop_orchestrator import demo, private, runs
@@ -37,29 +40,8 @@ from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Outcome, Supervisor
 
 
-@pytest.fixture
-def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path / "a")
-
-
 def run_async(coro: Coroutine[Any, Any, None]) -> None:
     asyncio.run(coro)
-
-
-async def until(
-    pilot: Any,
-    pred: Callable[[], bool],
-    timeout: float,
-    what: str,
-    shown: Callable[[], str] | None = None,
-) -> None:
-    """Let the app run until ``pred`` holds (the app's own loop keeps going meanwhile)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            seen = f"; it shows:\n{shown()}" if shown else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{seen}")
-        await pilot.pause(0.1)
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -177,7 +159,7 @@ def test_gate1_from_the_dashboard_writes_what_approve_writes(
             await pilot.pause()
             assert Store.for_repo(by_ui.repo).read_run().approved_plan_sha256 is None
             await pilot.press("a", "y")
-            await until(
+            await wait_in_app(
                 pilot,
                 lambda: app.snapshot is not None and "Gate 1 approved" in app.snapshot.gates,
                 10,
@@ -270,7 +252,7 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
                     and ("Gate 2 waiting" in app.snapshot.gates)
                 )
 
-            await until(pilot, progressed, 240, "the table to reach Gate 2")
+            await wait_in_app(pilot, progressed, 240, "the table to reach Gate 2")
             assert {"implementing", "integrated"} <= seen
             assert set(table_phases(app).values()) == {"integrated"}
             assert any("Gate 2" in n for n in app.snapshot.needs)
@@ -293,7 +275,7 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
             await pilot.pause()
             assert Store.for_repo(by_ui.repo).read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
             await pilot.press("m", "y")
-            await until(
+            await wait_in_app(
                 pilot,
                 lambda: "Gate 2 merged" in app.snapshot.gates,  # type: ignore[union-attr]
                 30,
@@ -381,7 +363,9 @@ def test_keys_send_and_retry_do_what_the_footer_says(
             table.move_cursor(row=list(table_phases(app)).index("slug"))
             await pilot.pause()
             assert app.selected == "slug"
-            await until(pilot, lambda: "blocked" in pane(), 10, "slug's pane in the preview", pane)
+            await wait_in_app(
+                pilot, lambda: "blocked" in pane(), 10, "slug's pane in the preview", shown=pane
+            )
             await pilot.press("2")
             brief = RunDir(repo).brief_path("slug").read_text(encoding="utf-8")
             assert str(app.query_one("#brief-text", Static).render()) == brief
@@ -396,7 +380,7 @@ def test_keys_send_and_retry_do_what_the_footer_says(
             await pilot.press("s")
             await pilot.press(*"use forty")
             await pilot.press("enter")
-            await until(
+            await wait_in_app(
                 pilot,
                 lambda: any(
                     e["event"] == "message_delivered" and e.get("task") == "slug"
@@ -405,19 +389,19 @@ def test_keys_send_and_retry_do_what_the_footer_says(
                 30,
                 "the message delivered",
             )
-            await until(
-                pilot, lambda: "use forty" in pane(), 10, "the message on slug's screen", pane
+            await wait_in_app(
+                pilot, lambda: "use forty" in pane(), 10, "the message on slug's screen", shown=pane
             )
             # the command does the same, through the same supervisor
             cli("send", "slug", "and keep the dash", "--repo", str(repo))
-            await until(
+            await wait_in_app(
                 pilot,
                 lambda: "and keep the dash" in pane(),
                 30,
                 "the command's message on slug's screen",
-                pane,
+                shown=pane,
             )
-            await until(
+            await wait_in_app(
                 pilot,
                 lambda: (
                     [e["task"] for e in store.read_ledger() if e["event"] == "message_delivered"]
@@ -428,7 +412,7 @@ def test_keys_send_and_retry_do_what_the_footer_says(
             )
 
             await pilot.press("r", *"forty it is", "enter")
-            await until(
+            await wait_in_app(
                 pilot, lambda: store.read_status("slug").phase != Phase.BLOCKED, 10, "slug retried"
             )
             assert app.last_error is None
@@ -705,7 +689,7 @@ def test_reloads_on_file_events_and_not_on_its_own_reads(
             )
             # another process's write is a file event: shown at once
             Store.for_repo(repo).append_ledger("note", task="tokenize", message="hello there")
-            await until(
+            await wait_in_app(
                 pilot,
                 lambda: "hello there" in str(app.query_one("#ledger-text", Static).render()),
                 5,
@@ -832,7 +816,7 @@ def test_screenshot_in_the_readme_is_the_real_app(
         async with app.run_test(size=(150, 42)) as pilot:
             table = app.query_one("#tasks", DataTable)
             table.move_cursor(row=list(table_phases(app)).index("slug"))
-            await until(
+            await wait_in_app(
                 pilot,
                 lambda: "blocked" in str(app.query_one("#pane-text", Static).render()),
                 10,

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, claude_binary, git
+from helpers import REPO_ROOT
+from helpers.agents import agent_cli
+from helpers.git import git
 
 from loop_orchestrator import resources
 from loop_orchestrator.cli.main import run_cli
@@ -23,10 +25,7 @@ pytestmark = pytest.mark.claude
 
 
 def claude() -> Path:
-    found = claude_binary()
-    if found is None or not found.exists():
-        pytest.fail("the Claude Code CLI is not installed: run `scripts/bootstrap --claude`")
-    return found
+    return agent_cli("claude")
 
 
 def write_config(repo: Path, text: str) -> None:

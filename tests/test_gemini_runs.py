@@ -9,18 +9,20 @@ work and run ``lo-orch signal``.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from conftest import REPO_ROOT, git
+from helpers.agents import (
+    agent_cli,
+    endpoint_for,
+    run_and_merge,
+    run_killing_mid_task,
+    sessions_by_task,
+)
+from helpers.git import git
+from helpers.runs import approve, edit_script, ledger, only
 
-from loop_orchestrator import demo, integration, runs
+from loop_orchestrator import demo
 from loop_orchestrator.agents.base import AgentContext, make_adapter
 from loop_orchestrator.agents.gemini import GeminiAdapter, find_session
 from loop_orchestrator.agents.gemini_endpoint import (
@@ -28,84 +30,39 @@ from loop_orchestrator.agents.gemini_endpoint import (
     gemini_call,
     gemini_conversation,
 )
-from loop_orchestrator.agents.scripted_script import load_script
-from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import AgentStartError, ConfigError
 from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
 from loop_orchestrator.tmux import TmuxBackend
 
 GEMINI_VERSION = "0.61.0"
 
 
-def gemini() -> Path:
-    explicit = os.environ.get("LO_ORCH_TEST_GEMINI")
-    found = (
-        Path(explicit)
-        if explicit
-        else (REPO_ROOT / ".cache" / "gemini-cli" / "node_modules" / ".bin" / "gemini")
-    )
-    if not found.exists():
-        which = shutil.which("gemini")
-        if which is None:
-            pytest.fail("the Gemini CLI is missing: `scripts/bootstrap --agents` installs it")
-        found = Path(which)
-    return found
-
-
-@pytest.fixture
-def files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path)
-
-
-def only(files: demo.DemoFiles, *tasks: str) -> None:
-    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
-    plan["tasks"] = [t for t in plan["tasks"] if t["id"] in tasks]
-    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-
-
-@contextlib.contextmanager
-def endpoint_for(files: demo.DemoFiles) -> Iterator[GeminiEndpoint]:
-    with GeminiEndpoint(
-        load_script(files.script, model=True), log_path=files.root / "requests.jsonl"
-    ) as endpoint:
-        yield endpoint
-
-
-def settings_for(endpoint: GeminiEndpoint, files: demo.DemoFiles) -> Settings:
-    env = endpoint.env(files.root / "gemini-home")
+def settings_for(endpoint: GeminiEndpoint, demo_files: demo.DemoFiles) -> Settings:
+    env = endpoint.env(demo_files.root / "gemini-home")
     return Settings(
-        agent=AgentConfig(kind="gemini", command=str(gemini()), env=env, ready_timeout=120),
+        agent=AgentConfig(
+            kind="gemini", command=str(agent_cli("gemini")), env=env, ready_timeout=120
+        ),
         auditor=AuditorConfig(llm="off"),
         run=RunConfig(concurrency=2, stall_minutes=5, stagger_seconds=0.1),
     )
 
 
-def ledger(repo: Path, event: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in Store(RunDir(repo)).read_ledger() if event is None or e["event"] == event]
-
-
 def test_a_plan_runs_with_real_gemini_cli_to_gate_2_and_merges(
-    files: demo.DemoFiles, monkeypatch: pytest.MonkeyPatch
+    demo_files: demo.DemoFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two tasks in two waves, each a real Gemini CLI session, reviewed and merged; from a
     shell that says it is a CI job (Gemini CLI would run headless there and exit)."""
     monkeypatch.setenv("CI", "true")
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
-    only(files, "tokenize", "counts")
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint, files)
-        plan_from_file(files.repo, files.plan, settings)
-        runs.approve_plan(files.repo)
-        outcome = Supervisor(files.repo, settings).run()
-        assert outcome.state == "review", outcome.message
-        review = integration.review(files.repo)
-        integration.merge(files.repo, review)
+    only(demo_files, "tokenize", "counts")
+    with endpoint_for(GeminiEndpoint, demo_files) as endpoint:
+        settings = settings_for(endpoint, demo_files)
+        approve(demo_files, settings)
+        review = run_and_merge(demo_files, settings)
     replies = endpoint.logged(kind="reply")
-    by_task: dict[str, set[str]] = {}
-    for r in replies:
-        by_task.setdefault(r["task"], set()).add(r["session"])
+    by_task = sessions_by_task(replies)
     assert sorted(by_task) == ["counts", "tokenize"]
     assert all(len(s) == 1 for s in by_task.values()), by_task
     assert all(r["user_agent"].startswith(f"GeminiCLI-tui/{GEMINI_VERSION}/") for r in replies)
@@ -120,17 +77,19 @@ def test_a_plan_runs_with_real_gemini_cli_to_gate_2_and_merges(
     assert signals.count("$LO_ORCH_BIN signal plan_ready") == 2
     counts = {(r["prompt"], r["prompt_kind"], r["round"]) for r in replies if r["task"] == "counts"}
     assert (1, "plan", 0) in counts and (3, "implement", 1) in counts
-    assert [e["task"] for e in ledger(files.repo, "rework")] == ["counts"]
-    assert not ledger(files.repo, "nudged")
+    assert [e["task"] for e in ledger(demo_files.repo, "rework")] == ["counts"]
+    assert not ledger(demo_files.repo, "nudged")
     for task in ("tokenize", "counts"):
-        status = Store(RunDir(files.repo)).read_status(task)
+        status = Store(RunDir(demo_files.repo)).read_status(task)
         assert status.phase == Phase.INTEGRATED
         assert status.usage is not None and status.usage["cost_known"] is False
         # Gemini recorded the chat for the worktree, with token counts per message
-        found = find_session(files.root / "gemini-home" / ".gemini", Path(str(status.worktree)))
+        found = find_session(
+            demo_files.root / "gemini-home" / ".gemini", Path(str(status.worktree))
+        )
         assert found is not None, task
         assert '"tokens"' in found[1].read_text(encoding="utf-8")
-    merged = git(files.repo, "show", f"{review.feature}:textstats/counts.py")
+    merged = git(demo_files.repo, "show", f"{review.feature}:textstats/counts.py")
     assert "return ranked[:n]" in merged
 
 
@@ -172,7 +131,8 @@ def test_gemini_conversation_and_calls() -> None:
 
 def test_gemini_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path) -> None:
     settings = Settings(
-        agent=AgentConfig(kind="gemini", command=str(gemini())), auditor=AuditorConfig(llm="off")
+        agent=AgentConfig(kind="gemini", command=str(agent_cli("gemini"))),
+        auditor=AuditorConfig(llm="off"),
     )
     assert isinstance(make_adapter(settings, tmp_path), GeminiAdapter)
     with pytest.raises(ConfigError, match="permission_mode 'plan'"):
@@ -185,7 +145,7 @@ def test_gemini_without_auth_stops_at_its_auth_dialog_with_a_clear_error(
     tmp_path: Path,
 ) -> None:
     env = {"GEMINI_CLI_HOME": str(tmp_path / "home")}
-    config = AgentConfig(kind="gemini", command=str(gemini()), env=env)
+    config = AgentConfig(kind="gemini", command=str(agent_cli("gemini")), env=env)
     ctx = AgentContext.create(
         task="alpha",
         run_name="r",
@@ -206,69 +166,28 @@ def test_gemini_without_auth_stops_at_its_auth_dialog_with_a_clear_error(
 
 
 def test_a_killed_gemini_is_resumed_in_its_own_conversation(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
     tmux_socket: str,
 ) -> None:
     """Gemini CLI dies mid-task: the relaunch is `gemini --resume <its session>`."""
-    import signal
-    import subprocess
-    import threading
-    import time
-
-    from conftest import edit_script
-
-    from loop_orchestrator import procinfo
-    from loop_orchestrator.record import Record
-
-    only(files, "tokenize")
-    edit_script(files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
-    killed: list[int] = []
-    killed_at: list[float] = []
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint, files)
+    only(demo_files, "tokenize")
+    edit_script(demo_files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 8}))
+    with endpoint_for(GeminiEndpoint, demo_files) as endpoint:
+        settings = settings_for(endpoint, demo_files)
         settings.run.stall_minutes = 1  # a lost prompt shows as a nudge, soon
-        plan_from_file(files.repo, files.plan, settings)
-        runs.approve_plan(files.repo)
+        approve(demo_files, settings)
 
-        def kill_mid_task() -> None:
-            endpoint.wait_for(lambda rs: any(r.get("tool") == "Write" for r in rs), 120)
-            st = Record.open(files.repo, "demo").task("tokenize")
-            out = subprocess.run(
-                [
-                    "tmux",
-                    "-L",
-                    tmux_socket,
-                    "display-message",
-                    "-p",
-                    "-t",
-                    str(st.pane_id),
-                    "#{pane_pid}",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            pane_pid = int(out.stdout.strip())
-            for proc in Path("/proc").iterdir():
-                if not proc.name.isdigit():
-                    continue
-                pid = int(proc.name)
-                with contextlib.suppress(OSError):
-                    argv = (proc / "cmdline").read_bytes().split(b"\0")
-                    if (pid == pane_pid or pane_pid in procinfo.ancestors(pid)) and any(
-                        b"gemini" in a for a in argv[:2]
-                    ):
-                        os.kill(pid, signal.SIGKILL)  # a Gemini process this test started
-                        killed.append(pid)
-                        killed_at.append(time.time())
-
-        killer = threading.Thread(target=kill_mid_task)
-        killer.start()
-        outcome = Supervisor(files.repo, settings).run()
-        killer.join(timeout=5)
-    assert killed, "no Gemini process was found below the pane"
+        # the Gemini processes this test's run started
+        outcome, killed_at = run_killing_mid_task(
+            endpoint,
+            demo_files,
+            settings,
+            tmux_socket,
+            lambda argv, _st: any(b"gemini" in a for a in argv[:2]),
+        )
+    assert killed_at, "no Gemini process was found below the pane"
     assert outcome.state == "review", outcome.message
-    status = Store(RunDir(files.repo)).read_status("tokenize")
+    status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.relaunches == 1 and status.phase == Phase.INTEGRATED
     replies = endpoint.logged(kind="reply", task="tokenize")
     # the relaunched Gemini carried the conversation: its requests after the kill hold the
@@ -278,6 +197,6 @@ def test_a_killed_gemini_is_resumed_in_its_own_conversation(
     after = [r for r in replies if r["at"] > killed_at[0]]
     assert after and {r["prompt"] for r in after} == {2}, [r["prompt"] for r in after]
     assert {r["prompt_kind"] for r in after} == {"implement"}
-    assert [e["event"] for e in ledger(files.repo)].count("session_died") == 1
+    assert [e["event"] for e in ledger(demo_files.repo)].count("session_died") == 1
     # the prompt sent to the resumed session was taken (not left for a nudge)
-    assert not ledger(files.repo, "nudged")
+    assert not ledger(demo_files.repo, "nudged")

@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import git
+from helpers.git import git
 
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError, MergeConflictError, RefTamperedError

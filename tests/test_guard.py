@@ -8,13 +8,13 @@ import json
 import os
 import shlex
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import git
+from helpers.git import git
+from helpers.wait import wait_for
 
 from loop_orchestrator import runs, sandbox, workspace
 from loop_orchestrator.agents.base import lo_orch_bin
@@ -172,9 +172,7 @@ def test_merge_refused_from_a_real_tmux_pane(
     )
     backend = TmuxBackend("agents")
     backend.launch(LaunchSpec("alpha", git_repo, ["sh", "-c", command], {"LO_ORCH_TASK": "alpha"}))
-    deadline = time.monotonic() + 60
-    while not (rc.exists() and rc.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: rc.exists() and rc.read_text().strip(), 60, "the merge attempt's exit code")
     assert rc.read_text().strip() == "1", out.read_text()
     assert "`lo-orch merge` is a person's decision" in out.read_text()
     assert snapshot(git_repo) == before

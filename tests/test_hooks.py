@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,8 +20,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO_ROOT, git
-from served import Served, serve, start_run, working
+from helpers.git import git
+from helpers.served import Served, env_for, lo_orch_env, serve, start_run, sub_env, working
 
 from loop_orchestrator import hooks, inbox, listener, plan_checks
 from loop_orchestrator.cli import hook_cmds
@@ -49,11 +48,6 @@ def served(git_repo: Path) -> Iterator[Served]:
         yield s
 
 
-def sub_env(**extra: str) -> dict[str, str]:
-    """The environment for a real `lo-orch` subprocess run from this checkout."""
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **extra}
-
-
 def payload(event: str, cwd: Path | str, **fields: Any) -> str:
     return json.dumps(
         {
@@ -67,23 +61,7 @@ def payload(event: str, cwd: Path | str, **fields: Any) -> str:
     )
 
 
-def env_for(run_dir: Path, task: str = "alpha", **extra: str) -> dict[str, str]:
-    return {"LO_ORCH_TASK": task, "LO_ORCH_RUN_DIR": str(run_dir), **extra}
-
-
 Done = subprocess.CompletedProcess[str]
-
-
-def lo_orch(args: list[str], env: dict[str, str], stdin: str = "") -> Done:
-    return subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=sub_env(**env),
-        timeout=60,
-        check=False,
-    )
 
 
 def from_beta_session(s: Served, args: list[str], env: dict[str, str]) -> Done:
@@ -303,7 +281,7 @@ def run_main(
 
 
 def test_signal_plan_ready_from_planning(served: Served) -> None:
-    result = lo_orch(
+    result = lo_orch_env(
         ["signal", "plan_ready", "--note", "plan in plans/alpha.md"], env_for(served.run_dir)
     )
     assert result.returncode == 0, result.stderr
@@ -358,7 +336,7 @@ def test_signal_refuses_transitions_that_make_no_sense(
 
 def test_impl_done_before_the_rework_prompt_arrived_is_refused(served: Served) -> None:
     served.set("alpha", phase=Phase.IMPLEMENTING, rework_count=1, delivered="implementing:0")
-    result = lo_orch(["signal", "impl_done"], env_for(served.run_dir))
+    result = lo_orch_env(["signal", "impl_done"], env_for(served.run_dir))
     assert result.returncode == 1
     assert "has not reached the session yet" in result.stderr
     assert served.status().phase is Phase.IMPLEMENTING
@@ -436,8 +414,8 @@ def test_hook_command_via_click_keeps_exit_code_and_stderr(served: Served) -> No
 
 def test_a_session_cannot_signal_for_another_task(served: Served) -> None:
     """alpha's session (this process) claims beta's impl_done, by flag and by environment."""
-    by_flag = lo_orch(["signal", "impl_done", "--task", "beta"], env_for(served.run_dir))
-    by_env = lo_orch(["signal", "impl_done"], env_for(served.run_dir, task="beta"))
+    by_flag = lo_orch_env(["signal", "impl_done", "--task", "beta"], env_for(served.run_dir))
+    by_env = lo_orch_env(["signal", "impl_done"], env_for(served.run_dir, task="beta"))
     for result in (by_flag, by_env):
         assert result.returncode == 1
         assert "came from the session of task alpha" in result.stderr
@@ -469,7 +447,7 @@ def test_a_hook_cannot_speak_for_another_task(served: Served) -> None:
 def test_a_process_outside_every_session_is_refused(served: Served) -> None:
     """A user's shell, a stray script, or an agent that left its pane's process tree."""
     served.panes.clear()
-    result = lo_orch(["signal", "plan_ready"], env_for(served.run_dir))
+    result = lo_orch_env(["signal", "plan_ready"], env_for(served.run_dir))
     assert result.returncode == 1
     assert "from outside any session" in result.stderr
     assert served.status().phase is Phase.PLANNING

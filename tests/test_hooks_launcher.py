@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
-from served import serve, working
+from helpers import REPO_ROOT
+from helpers.served import serve, working
 
 from loop_orchestrator.state import Phase, Store
 

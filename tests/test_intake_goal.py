@@ -3,54 +3,25 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from conftest import claude_binary
+from helpers.agents import agent_cli
+from helpers.intake import FIXTURES, FakeClaude, plan_cli
 
-from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import Settings, load_settings
 from loop_orchestrator.errors import IntakeError, NotLoggedInError
 from loop_orchestrator.intake import agent, goal
 from loop_orchestrator.plan import load_plan
 from loop_orchestrator.state import RunDir
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "intake"
-FAKE = FIXTURES / "fake_claude.py"
 GOAL = "Add a slugify helper and a CSV export of users"
-
-
-class FakeClaude:
-    """The stand-in configured as ``[agent] command`` through the environment layer."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-        self.log = tmp_path / "fake-claude.jsonl"
-        self.monkeypatch = monkeypatch
-        monkeypatch.setenv("LO_ORCH_AGENT_COMMAND", f"{sys.executable} {FAKE}")
-        monkeypatch.setenv("FAKE_CLAUDE_LOG", str(self.log))
-
-    def answers(self, *names: str) -> None:
-        self.monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", ",".join(names))
-
-    @property
-    def calls(self) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeClaude:
     return FakeClaude(monkeypatch, tmp_path)
-
-
-def plan_cli(repo: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = run_cli(["plan", *args, "--repo", str(repo)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def flag(argv: list[str], name: str) -> str:
@@ -242,8 +213,7 @@ def test_real_claude_code_accepts_the_flags_and_reports_not_logged_in(
 ) -> None:
     """The real CLI (offline, throwaway HOME, never logged in): the flag set is accepted
     (no "unknown option") and its not-logged-in answer becomes the clear error."""
-    binary = claude_binary()
-    assert binary is not None, "install Claude Code with scripts/test (see CONTRIBUTING.md)"
+    binary = agent_cli("claude")
     home = Path.home()  # conftest's throwaway HOME
     (home / ".claude.json").write_text(
         json.dumps({"hasCompletedOnboarding": True}), encoding="utf-8"

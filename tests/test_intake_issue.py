@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git
 from fixtures.intake.tracker_server import TrackerServer, serve
+from helpers.git import git
+from helpers.intake import FIXTURES, calls, plan_cli
 
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import load_settings
@@ -24,9 +24,6 @@ from loop_orchestrator.intake.issue import (
 )
 from loop_orchestrator.intake.trackers import Issue, IssueTree
 from loop_orchestrator.state import RunDir
-
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "intake"
-FAKE = FIXTURES / "fake_claude.py"
 
 DB_PY = '''\
 """Database access."""
@@ -105,27 +102,6 @@ def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[TrackerServer]:
         monkeypatch.setenv("GITHUB_API_URL", api)
         monkeypatch.setenv("GITHUB_TOKEN", "gh-test-token")
         yield srv
-
-
-@pytest.fixture
-def fake_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    log = tmp_path / "fake-claude.jsonl"
-    monkeypatch.setenv("LO_ORCH_AGENT_COMMAND", f"{sys.executable} {FAKE}")
-    monkeypatch.setenv("FAKE_CLAUDE_LOG", str(log))
-    monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", "issue_plan")
-    return log
-
-
-def calls(log: Path) -> list[dict[str, Any]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-
-
-def plan_cli(repo: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = run_cli(["plan", *args, "--repo", str(repo)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_parent_with_four_children_one_closed(

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git
 from fixtures.intake.tracker_server import TrackerServer, serve
 from fixtures.intake.trackers_doc import GithubTracker, JiraTracker, LinearTracker
+from helpers.git import git
+from helpers.intake import FIXTURES, calls, plan_cli
 
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import IntakeConfig
@@ -36,8 +37,6 @@ from loop_orchestrator.intake.http import NotFoundError, TokenRejectedError, Tra
 from loop_orchestrator.intake.trackers import IssueTree, fetch_tree, parse_key
 from loop_orchestrator.state import RunDir
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "intake"
-FAKE = FIXTURES / "fake_claude.py"
 TRACKER_VARS = (
     "JIRA_URL",
     "JIRA_EMAIL",
@@ -75,27 +74,6 @@ def base_repo(git_repo: Path) -> Path:
     git(git_repo, "add", "-A")
     git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "db access")
     return git_repo
-
-
-@pytest.fixture
-def fake_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    log = tmp_path / "fake-claude.jsonl"
-    monkeypatch.setenv("LO_ORCH_AGENT_COMMAND", f"{sys.executable} {FAKE}")
-    monkeypatch.setenv("FAKE_CLAUDE_LOG", str(log))
-    monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", "issue_plan")
-    return log
-
-
-def calls(log: Path) -> list[dict[str, Any]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-
-
-def plan_cli(repo: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = run_cli(["plan", *args, "--repo", str(repo)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def answer_for(tmp_path: Path, ids: dict[str, str], extra: Sequence[str] = ()) -> str:
@@ -410,6 +388,31 @@ def jira_tree(jira: JiraTracker, epic: bool = False) -> None:
     jira.add("PROJ-9", "Theme", "", "done", "Won't Do", None, **link)  # team-managed style
 
 
+def jira_on(
+    server: TrackerServer, deployment: str, *, epic: bool = False, **kw: Any
+) -> JiraTracker:
+    """A Jira site (``deployment``) with ``jira_tree``'s issues, served by ``server``."""
+    jira = JiraTracker(deployment, **kw)
+    jira_tree(jira, epic=epic)
+    server.fallback = jira
+    return jira
+
+
+def plan_proj_1(
+    repo: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> tuple[str, str]:
+    """`lo-orch plan --issue PROJ-1`, the agent planning PROJ-1's open children; it
+    succeeds: (stdout, stderr)."""
+    ids = {"repo-2": "proj-2", "repo-4": "proj-4", "repo-5": "proj-5"}
+    monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", answer_for(tmp_path, ids))
+    code, out, err = plan_cli(repo, capsys, "--issue", "PROJ-1")
+    assert code == 0, err
+    return out, err
+
+
 JIRA_STATES = [
     ("PROJ-2", "open"),
     ("PROJ-3", "done"),
@@ -423,9 +426,7 @@ JIRA_STATES = [
 
 
 def test_jira_cloud_detected_and_wont_do_is_skipped(server: TrackerServer) -> None:
-    jira = JiraTracker("cloud")
-    jira_tree(jira)
-    server.fallback = jira
+    jira = jira_on(server, "cloud")
     env = {"JIRA_URL": server.url, "JIRA_EMAIL": jira.email, "JIRA_API_TOKEN": jira.token}
     tree = fetch_tree("PROJ-1", Path(), env=env, profile={})
     assert states(tree) == JIRA_STATES
@@ -437,10 +438,8 @@ def test_jira_cloud_detected_and_wont_do_is_skipped(server: TrackerServer) -> No
 def test_jira_data_center_detected_with_pat_epics_and_start_at_pages(
     server: TrackerServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    jira = JiraTracker("datacenter", token="dc-pat-secret")
-    jira_tree(jira, epic=True)
+    jira = jira_on(server, "datacenter", token="dc-pat-secret", epic=True)
     jira.add("PROJ-10", "A sub-task", "", parent="PROJ-1")
-    server.fallback = jira
     env = {"JIRA_URL": server.url + "/", "JIRA_PAT": "dc-pat-secret"}
     with caplog.at_level(logging.DEBUG):
         tree = fetch_tree("PROJ-1", Path(), env=env, profile={})
@@ -459,9 +458,7 @@ def test_jira_data_center_detected_with_pat_epics_and_start_at_pages(
 
 
 def test_jira_server_info_closed_to_anonymous_is_asked_with_the_pat(server: TrackerServer) -> None:
-    jira = JiraTracker("datacenter", anonymous_info=False)
-    jira_tree(jira)
-    server.fallback = jira
+    jira = jira_on(server, "datacenter", anonymous_info=False)
     tree = fetch_tree(
         "PROJ-1", Path(), env={"JIRA_URL": server.url, "JIRA_PAT": jira.token}, profile={}
     )
@@ -473,9 +470,7 @@ def test_jira_server_info_closed_to_anonymous_is_asked_with_the_pat(server: Trac
 
 
 def test_jira_data_center_without_jira_software_reads_sub_tasks(server: TrackerServer) -> None:
-    jira = JiraTracker("datacenter", epic_link=False)
-    jira_tree(jira)
-    server.fallback = jira
+    jira = jira_on(server, "datacenter", epic_link=False)
     env = {"JIRA_URL": server.url, "JIRA_PAT": jira.token}
     tree = fetch_tree("PROJ-1", Path(), env=env, profile={})
     assert states(tree) == JIRA_STATES
@@ -492,16 +487,11 @@ def test_jira_data_center_configured_end_to_end(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    jira = JiraTracker("datacenter")
-    jira_tree(jira)
-    server.fallback = jira
+    jira = jira_on(server, "datacenter")
     write_config(base_repo, '[intake.jira]\ndeployment = "datacenter"\n')
     monkeypatch.setenv("JIRA_URL", server.url)
     monkeypatch.setenv("JIRA_PAT", jira.token)
-    ids = {"repo-2": "proj-2", "repo-4": "proj-4", "repo-5": "proj-5"}
-    monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", answer_for(tmp_path, ids))
-    code, out, err = plan_cli(base_repo, capsys, "--issue", "PROJ-1")
-    assert code == 0, err
+    out, _err = plan_proj_1(base_repo, capsys, monkeypatch, tmp_path)
     assert "/rest/api/2/serverInfo" not in [r.path for r in server.requests]  # configured
     plan = json.loads(RunDir(base_repo).plan_json.read_text(encoding="utf-8"))["plan"]
     assert [t["id"] for t in plan["tasks"]] == ["proj-2", "proj-4", "proj-5"]
@@ -547,10 +537,8 @@ def test_jira_data_center_bad_input_exits_1_naming_what_to_set(
     to_set: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    jira = JiraTracker("datacenter", token="the-real-pat")
-    jira_tree(jira)
+    jira = jira_on(server, "datacenter", token="the-real-pat")
     jira.forbidden.add("PROJ-1") if case == "forbidden" else None
-    server.fallback = jira
     write_config(git_repo, '[intake.jira]\ndeployment = "datacenter"\n')
     monkeypatch.setenv("JIRA_URL", server.url)
     pat = {"wrong-pat": "a-wrong-pat-value", "no-pat": "", "cloud-creds": ""}.get(
@@ -584,9 +572,7 @@ def test_jira_cloud_bad_input_exits_1(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    jira = JiraTracker("cloud")
-    jira_tree(jira)
-    server.fallback = jira
+    jira = jira_on(server, "cloud")
     monkeypatch.setenv("JIRA_URL", server.url)
     monkeypatch.setenv("JIRA_EMAIL", jira.email)
     monkeypatch.setenv("JIRA_API_TOKEN", "not-the-token")
@@ -616,9 +602,7 @@ def test_jira_cloud_api_against_data_center_says_how_to_configure_and_that_works
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    jira = JiraTracker("datacenter")
-    jira_tree(jira)
-    server.fallback = jira
+    jira = jira_on(server, "datacenter")
     write_config(base_repo, '[intake.jira]\ndeployment = "cloud"\n')  # the wrong one
     monkeypatch.setenv("JIRA_URL", server.url)
     monkeypatch.setenv("JIRA_EMAIL", "me@example.com")
@@ -633,10 +617,7 @@ def test_jira_cloud_api_against_data_center_says_how_to_configure_and_that_works
         ".loop-orchestrator/config.toml."
     ) in err
     write_config(base_repo, '[intake.jira]\ndeployment = "datacenter"\n')
-    ids = {"repo-2": "proj-2", "repo-4": "proj-4", "repo-5": "proj-5"}
-    monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", answer_for(tmp_path, ids))
-    code, _out, err = plan_cli(base_repo, capsys, "--issue", "PROJ-1")
-    assert code == 0, err
+    plan_proj_1(base_repo, capsys, monkeypatch, tmp_path)
 
 
 def test_jira_undetectable_site_says_how_to_configure_and_that_works(
@@ -665,10 +646,7 @@ def test_jira_undetectable_site_says_how_to_configure_and_that_works(
     assert 'deployment = "datacenter"' in (
         base_repo / ".loop-orchestrator" / "config.toml"
     ).read_text(encoding="utf-8")
-    ids = {"repo-2": "proj-2", "repo-4": "proj-4", "repo-5": "proj-5"}
-    monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", answer_for(tmp_path, ids))
-    code, _out, err = plan_cli(base_repo, capsys, "--issue", "PROJ-1")
-    assert code == 0, err
+    plan_proj_1(base_repo, capsys, monkeypatch, tmp_path)
 
 
 def test_jira_done_resolutions_extend_the_known_ones(server: TrackerServer) -> None:

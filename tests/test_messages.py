@@ -15,19 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git, wait_for
-from test_recovery import (
-    TASK,
-    events,
-    lo,
-    one_task,  # noqa: F401  a fixture
-    plan_and_approve,
-    set_script,
-    user_snapshot,
-)
+from helpers.git import git
+from helpers.runs import approve, edit_script, ledger, lo, user_snapshot
+from helpers.wait import wait_for
 
 from loop_orchestrator import demo
 from loop_orchestrator.state import RunDir, Store
+
+TASK = "tokenize"  # the one task of the one_task fixture
 
 
 def suggested(text: str) -> str:
@@ -51,20 +46,20 @@ def follow(repo: Path, advice: str, timeout: float = 240) -> subprocess.Complete
 
 
 def test_status_tells_whether_a_supervisor_runs_and_what_tasks_wait_for(
-    one_task: demo.DemoFiles,  # noqa: F811
+    one_task: demo.DemoFiles,
 ) -> None:
     repo = one_task.repo
-    set_script(
+    edit_script(
         one_task, lambda d: d[TASK].update(plan=[{"sleep": 6}, {"signal": {"phase": "plan_ready"}}])
     )
-    plan_and_approve(one_task)
+    approve(one_task)
     sup = subprocess.Popen(
         [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: events(repo, "prompt_delivered") != [], 60, "the plan prompt")
+        wait_for(lambda: ledger(repo, "prompt_delivered") != [], 60, "the plan prompt")
         doc = json.loads(lo(repo, "status", "--json").stdout)
         assert doc["run"]["supervisor"] == {"alive": True, "pid": sup.pid}
         assert doc["tasks"][0]["waiting_for"] == "the agent"
@@ -96,15 +91,15 @@ def test_status_tells_whether_a_supervisor_runs_and_what_tasks_wait_for(
 
 
 def test_status_ages_count_from_the_phase_change_and_notes_fit_the_width(
-    one_task: demo.DemoFiles,  # noqa: F811
+    one_task: demo.DemoFiles,
 ) -> None:
     repo = one_task.repo
     long_note = "the session needs a decision about " + "a very long subject " * 20
-    set_script(
+    edit_script(
         one_task,
         lambda d: d[TASK].update(plan=[{"signal": {"phase": "blocked", "note": long_note}}]),
     )
-    plan_and_approve(one_task)
+    approve(one_task)
     assert lo(repo, "run").returncode == 1
     time.sleep(2.2)
     # a later hook line changes updated_at, not the phase: the age must not restart
@@ -130,13 +125,13 @@ def test_status_ages_count_from_the_phase_change_and_notes_fit_the_width(
 
 
 def _run_to_gate2(files: demo.DemoFiles) -> None:
-    plan_and_approve(files)
+    approve(files)
     done = lo(files.repo, "run")
     assert done.returncode == 0, done.stderr
 
 
 def test_merge_twice_says_it_is_merged_and_the_next_step_works(
-    one_task: demo.DemoFiles,  # noqa: F811
+    one_task: demo.DemoFiles,
 ) -> None:
     repo = one_task.repo
     _run_to_gate2(one_task)
@@ -158,7 +153,7 @@ def test_merge_twice_says_it_is_merged_and_the_next_step_works(
 
 
 def test_merge_lists_the_dirty_worktree_it_kept_and_the_advice_removes_it(
-    one_task: demo.DemoFiles,  # noqa: F811
+    one_task: demo.DemoFiles,
 ) -> None:
     repo = one_task.repo
     _run_to_gate2(one_task)
@@ -328,7 +323,7 @@ def test_a_run_gets_its_own_tmux_server_and_later_commands_ignore_tmux_env(
     plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
     plan["tasks"] = [t for t in plan["tasks"] if t["id"] == TASK]
     files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-    set_script(
+    edit_script(
         files,
         lambda d: d[TASK].update(plan=[{"signal": {"phase": "blocked", "note": "stop here"}}]),
     )
@@ -339,7 +334,7 @@ def test_a_run_gets_its_own_tmux_server_and_later_commands_ignore_tmux_env(
         '[auditor]\nllm = "off"\n[workspace]\nallow_dirty = true\n',
         encoding="utf-8",
     )
-    plan_and_approve(files)
+    approve(files)
     # another tmux server, as the one a user's terminal runs in
     subprocess.run(["tmux", "-L", tmux_socket, "new-session", "-d", "-s", "lo-demo"], check=True)
     other = subprocess.run(

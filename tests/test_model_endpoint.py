@@ -18,6 +18,9 @@ from loop_orchestrator.agents.model_replies import Conversation, classify
 from loop_orchestrator.agents.scripted_script import load_script, parse_script
 from loop_orchestrator.errors import ConfigError
 
+#: the endpoint's server looks for close() this often (0.5 s by default: every teardown
+#: would wait that long)
+FAST = 0.02
 SESSION = "0f7c2a52-6d1e-4a43-9c53-1d3c6f0b9e11"
 CWD = "/work/repo/.worktrees/alpha"
 PLAN_PROMPT = (
@@ -172,7 +175,9 @@ def reply(endpoint: ModelEndpoint, payload: dict[str, Any], **kw: Any) -> dict[s
 
 @pytest.fixture
 def endpoint(tmp_path: Path) -> Any:
-    with ModelEndpoint(parse_script(SCRIPT, "test"), log_path=tmp_path / "requests.jsonl") as e:
+    with ModelEndpoint(
+        parse_script(SCRIPT, "test"), log_path=tmp_path / "requests.jsonl", poll_interval=FAST
+    ) as e:
         yield e
 
 
@@ -301,7 +306,7 @@ def test_scripted_faults_come_once_each_before_the_reply(tmp_path: Path) -> None
         },
         "t",
     )
-    with ModelEndpoint(script) as endpoint:
+    with ModelEndpoint(script, poll_interval=FAST) as endpoint:
         status, headers, data = post(endpoint, body(user(PLAN_PROMPT)))
         assert (status, headers["retry-after"]) == (429, "3")
         assert json.loads(data)["error"]["type"] == "rate_limit_error"
@@ -324,7 +329,7 @@ def test_fail_answers_the_next_turns_of_one_task_with_an_error(endpoint: ModelEn
 
 def test_a_hang_holds_the_request_until_the_endpoint_closes() -> None:
     script = parse_script({"alpha": {"plan": ["hang", "stop"]}}, "t")
-    endpoint = ModelEndpoint(script)
+    endpoint = ModelEndpoint(script, poll_interval=FAST)
     outcome: list[object] = []
 
     def ask() -> None:

@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from conftest import edit_script
+from helpers.runs import edit_script, only, received, recorder
 
 from loop_orchestrator import demo, notify, private, runs
 from loop_orchestrator.commands.plan import plan_from_file
@@ -21,34 +18,6 @@ from loop_orchestrator.supervisor import Supervisor
 
 FIELDS = {"id", "event", "run", "repo", "task", "message", "at"}
 SECRET = "sk-ant-not-a-real-token-0123456789"
-
-
-def recorder(tmp_path: Path) -> tuple[str, Path]:
-    """A notify command that appends what it gets on stdin to a file; (command, file)."""
-    script = tmp_path / "record.py"
-    out = tmp_path / "received.jsonl"
-    script.write_text(
-        "import sys\nwith open(sys.argv[1], 'a') as fh:\n    fh.write(sys.stdin.read())\n",
-        encoding="utf-8",
-    )
-    return shlex.join([sys.executable, str(script), str(out)]), out
-
-
-def received(out: Path) -> list[dict[str, Any]]:
-    if not out.exists():
-        return []
-    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-
-
-@pytest.fixture
-def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path)
-
-
-def only(files: demo.DemoFiles, task: str) -> None:
-    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
-    plan["tasks"] = [t for t in plan["tasks"] if t["id"] == task]
-    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
 
 
 def settings_with(files: demo.DemoFiles, command: str) -> Settings:

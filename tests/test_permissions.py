@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import edit_script
+from helpers.runs import edit_script
 
 from loop_orchestrator import (
     demo,
@@ -240,11 +240,6 @@ def test_hook_output_is_claude_codes_permission_request_answer() -> None:
 # `lo-orch permit` --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path)
-
-
 def only_slug(files: demo.DemoFiles) -> None:
     plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
     plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "slug"]
@@ -397,7 +392,10 @@ def test_a_session_can_neither_answer_itself_nor_fake_a_request_to_avoid_a_stall
 
     edit_script(demo_files, attack)
 
-    outcome = Supervisor(repo, settings).run()
+    sup = Supervisor(repo, settings)
+    sup.desk.dialog_grace = 0.5  # the forged request's dialog is missed sooner than 5 s
+    sup.deliverer.timeout = 2  # the nudge to the hung session fails sooner than 15 s
+    outcome = sup.run()
 
     assert outcome.state == "blocked"
     status = Store(RunDir(repo)).read_status("slug")

@@ -10,36 +10,24 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import edit_script, wait_for
-from test_claude_runs import approve, endpoint_for, files, ledger, only, settings_for
-from test_notify import received, recorder
+from helpers.agents import claude_settings, endpoint_for
+from helpers.runs import approve, edit_script, ledger, lo, only, received, recorder
+from helpers.wait import wait_for
 
 from loop_orchestrator import demo, permissions
+from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.config import NotifyConfig, PermissionsConfig
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
 
-__all__ = ["files"]  # the fixture, used by name
-
 pytestmark = pytest.mark.slow
-
-
-def lo_orch(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", *args, "--repo", str(repo)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def screen(socket: str, pane: str) -> str:
@@ -51,10 +39,10 @@ def screen(socket: str, pane: str) -> str:
     ).stdout
 
 
-def touch_then_signal(files: demo.DemoFiles) -> None:
-    only(files, "tokenize")
+def touch_then_signal(demo_files: demo.DemoFiles) -> None:
+    only(demo_files, "tokenize")
     edit_script(
-        files,
+        demo_files,
         lambda d: d["tokenize"].update(
             plan=[{"run": {"argv": ["touch", "PLAN.md"]}}, {"signal": "plan_ready"}],
             implement=[[{"signal": {"phase": "blocked", "note": "seen enough"}}]],
@@ -71,23 +59,25 @@ def run_in_thread(sup: Supervisor) -> tuple[threading.Thread, list[Any]]:
 
 @pytest.mark.parametrize("decision", ["allow", "deny"])
 def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
     tmux_socket: str,
     decision: str,
     tmp_path: Path,
 ) -> None:
-    touch_then_signal(files)
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint, stall_minutes=0.05, permission_mode="default")
+    touch_then_signal(demo_files)
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        settings = claude_settings(endpoint, stall_minutes=0.05, permission_mode="default")
         command, out = recorder(tmp_path)
         settings.notify = NotifyConfig(command=command, desktop=False)
-        approve(files, settings)
-        sup = Supervisor(files.repo, settings)
+        approve(demo_files, settings)
+        sup = Supervisor(demo_files.repo, settings)
         runner, result = run_in_thread(sup)
         try:
-            wait_for(lambda: bool(permissions.pending(files.repo)), 120, "a permission request")
-            (req,) = permissions.pending(files.repo)
-            st = Record.open(files.repo, "demo").task("tokenize")
+            wait_for(
+                lambda: bool(permissions.pending(demo_files.repo)), 120, "a permission request"
+            )
+            (req,) = permissions.pending(demo_files.repo)
+            st = Record.open(demo_files.repo, "demo").task("tokenize")
             assert (req.task, req.tool, req.command) == ("tokenize", "Bash", "touch PLAN.md")
             assert req.cwd == st.worktree
             worktree = Path(str(st.worktree))
@@ -101,10 +91,10 @@ def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
             )
             # twice the stall limit: a task waiting for a person is not nudged
             time.sleep(6)  # (a wait for nothing to happen)
-            assert ledger(files.repo, "nudged") == []
-            assert permissions.pending(files.repo) == [req]
+            assert ledger(demo_files.repo, "nudged") == []
+            assert permissions.pending(demo_files.repo) == [req]
             started = time.monotonic()
-            done = lo_orch(files.repo, "permit", "tokenize", decision)
+            done = lo(demo_files.repo, "permit", "tokenize", decision)
             assert done.returncode == 0, done.stderr
             if decision == "allow":
                 wait_for(lambda: (worktree / "PLAN.md").exists(), 30, "the command to run")
@@ -117,14 +107,14 @@ def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
         assert not sup_alive, "the run did not end"
     assert result and result[0].state == "blocked", result
     assert (worktree / "PLAN.md").exists() == (decision == "allow")
-    status = Store(RunDir(files.repo)).read_status("tokenize")
+    status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     # the signals went through without a person: lo-orch's own commands are allowed by rule
     assert status.note == "seen enough"
-    by_rule = [e for e in ledger(files.repo, "permission_answered") if e.get("by") == "rule"]
+    by_rule = [e for e in ledger(demo_files.repo, "permission_answered") if e.get("by") == "rule"]
     assert {e["rule"] for e in by_rule} == {"lo-orch signal"}
     assert len(by_rule) >= 2
-    assert [e["request"] for e in ledger(files.repo, "permission_requested")] == [req.id]
-    assert permissions.pending(files.repo) == []
+    assert [e["request"] for e in ledger(demo_files.repo, "permission_requested")] == [req.id]
+    assert permissions.pending(demo_files.repo) == []
     # what the model got back: the tool's output, or lo-orch's refusal
     results = json.dumps(endpoint.requests)
     if decision == "deny":
@@ -142,24 +132,24 @@ def test_lo_orch_permit_answers_a_bash_request_of_the_real_cli(
 
 @pytest.mark.parametrize("rule", ["allow", "deny"])
 def test_a_config_rule_answers_a_matching_request_alone(
-    files: demo.DemoFiles,
+    demo_files: demo.DemoFiles,
     tmux_socket: str,
     rule: str,
 ) -> None:
-    touch_then_signal(files)
-    with endpoint_for(files) as endpoint:
-        settings = settings_for(endpoint, stall_minutes=5, permission_mode="default")
+    touch_then_signal(demo_files)
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        settings = claude_settings(endpoint, stall_minutes=5, permission_mode="default")
         settings.permissions = PermissionsConfig(**{rule: ["Bash(touch *)"]})
-        approve(files, settings)
-        outcome = Supervisor(files.repo, settings).run()
+        approve(demo_files, settings)
+        outcome = Supervisor(demo_files.repo, settings).run()
     assert outcome.state == "blocked", outcome.message
-    worktree = Path(str(Record.open(files.repo, "demo").task("tokenize").worktree))
+    worktree = Path(str(Record.open(demo_files.repo, "demo").task("tokenize").worktree))
     assert (worktree / "PLAN.md").exists() == (rule == "allow")
-    answered = ledger(files.repo, "permission_answered")
+    answered = ledger(demo_files.repo, "permission_answered")
     assert [(e["rule"], e["decision"]) for e in answered if e["message"] == "touch PLAN.md"] == [
         ("Bash(touch *)", rule)
     ]
-    assert ledger(files.repo, "permission_requested") == []  # nobody was asked
-    assert ledger(files.repo, "waiting_for_person") == []
+    assert ledger(demo_files.repo, "permission_requested") == []  # nobody was asked
+    assert ledger(demo_files.repo, "waiting_for_person") == []
     if rule == "deny":
         assert "denied by the rule Bash(touch *)" in json.dumps(endpoint.requests)

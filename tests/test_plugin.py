@@ -12,7 +12,8 @@ from typing import Any
 import click
 import pytest
 import yaml
-from conftest import REPO_ROOT, claude_binary
+from helpers import REPO_ROOT
+from helpers.agents import agent_cli
 
 import loop_orchestrator
 from loop_orchestrator import hooks
@@ -50,10 +51,7 @@ CONTRACT_COMMANDS = {
 
 
 def claude() -> Path:
-    found = claude_binary()
-    if found is None or not found.exists():
-        pytest.fail("the Claude Code CLI is not installed: run `scripts/bootstrap --claude`")
-    return found
+    return agent_cli("claude")
 
 
 def validate(target: Path, *flags: str) -> dict[str, Any]:

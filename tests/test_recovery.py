@@ -6,7 +6,6 @@ byte-identical afterwards.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -14,98 +13,31 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import pytest
-import yaml
-from conftest import git, wait_for
+from helpers.git import git
+from helpers.runs import approve, edit_script, ledger, lo, user_snapshot
+from helpers.wait import wait_for
 
-from loop_orchestrator import demo, gitparse, gitutil, recovery, runs
-from loop_orchestrator.commands.plan import plan_from_file
+from loop_orchestrator import demo, gitparse, gitutil, recovery
 from loop_orchestrator.record import Record
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Supervisor
 
-TASK = "tokenize"
+TASK = "tokenize"  # the one task of the one_task fixture
 
 
-def user_snapshot(repo: Path) -> dict[str, Any]:
-    """Checksums of every file of the user's (outside lo-orch's own folders) and the sha
-    of every branch that is not lo-orch's."""
-    files = {}
-    for path in sorted(repo.rglob("*")):
-        rel = path.relative_to(repo).as_posix()
-        if rel.split("/")[0] in (".git", ".orchestration", ".worktrees") or not path.is_file():
-            continue
-        files[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    refs = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/")
-    branches = {
-        r: s
-        for r, s in (ln.split() for ln in refs.splitlines())
-        if not r.startswith(("refs/heads/lo/", "refs/heads/feat/"))
-    }
-    return {"files": files, "branches": branches}
-
-
-@pytest.fixture
-def one_task(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    """The demo project with a plan of its first task only, the user's uncommitted edit
-    in the main checkout, and a config for `lo-orch run` in a subprocess."""
-    files = demo.prepare_demo(tmp_path)
-    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
-    plan["tasks"] = [t for t in plan["tasks"] if t["id"] == TASK]
-    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-    folder = files.repo / ".loop-orchestrator"
-    folder.mkdir()
-    (folder / "config.toml").write_text(
-        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
-        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n'
-        "[workspace]\nallow_dirty = true\n",
-        encoding="utf-8",
-    )
-    git(files.repo, "add", "-A")
-    git(files.repo, "commit", "-q", "--no-gpg-sign", "-m", "lo-orch config")
-    (files.repo / "NOTES.md").write_bytes(b"uncommitted notes of the user\n")
-    return files
-
-
-def set_script(files: demo.DemoFiles, change: Callable[[dict[str, Any]], None]) -> None:
-    data = yaml.safe_load(files.script.read_text(encoding="utf-8"))
-    change(data)
-    files.script.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-
-
-def plan_and_approve(files: demo.DemoFiles) -> None:
-    from loop_orchestrator import config
-
-    plan_from_file(files.repo, files.plan, config.load_settings(files.repo))
-    runs.approve_plan(files.repo)
-
-
-def lo(repo: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", *args, "--repo", str(repo)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def events(repo: Path, name: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in Store.for_repo(repo).read_ledger() if name is None or e["event"] == name]
-
-
-def block_after_planning(files: demo.DemoFiles) -> None:
-    """The session plans, then says it is blocked: the run stops with its session alive."""
-    set_script(
+def run_until_blocked(files: demo.DemoFiles) -> subprocess.CompletedProcess[str]:
+    """The session plans, then says it is blocked: `lo-orch run` (after approval) stops
+    with its session alive."""
+    edit_script(
         files,
         lambda d: d[TASK].update(
             plan=[{"signal": {"phase": "blocked", "note": "need a decision"}}]
         ),
     )
+    approve(files)
+    return lo(files.repo, "run")
 
 
 def test_a_deleted_worktree_is_made_again_before_the_next_prompt(
@@ -113,9 +45,7 @@ def test_a_deleted_worktree_is_made_again_before_the_next_prompt(
 ) -> None:
     repo = one_task.repo
     good = one_task.script.read_text(encoding="utf-8")
-    block_after_planning(one_task)
-    plan_and_approve(one_task)
-    first = lo(repo, "run")
+    first = run_until_blocked(one_task)
     assert first.returncode == 1 and "need a decision" in first.stderr, first.stderr
     before = user_snapshot(repo)
     worktree = repo / ".worktrees" / "demo" / TASK
@@ -124,7 +54,7 @@ def test_a_deleted_worktree_is_made_again_before_the_next_prompt(
     subprocess.run(["rm", "-rf", str(worktree)], check=True)
     one_task.script.write_text(good, encoding="utf-8")  # the next session does the work
     assert lo(repo, "retry", TASK).returncode == 0
-    retried_at = len(events(repo))
+    retried_at = len(ledger(repo))
 
     second = lo(repo, "run")
 
@@ -132,7 +62,7 @@ def test_a_deleted_worktree_is_made_again_before_the_next_prompt(
     st = Record.open(repo, "demo").task(TASK)
     assert st.phase == Phase.INTEGRATED
     assert st.rework_count == 0  # no round was spent on a session without a folder
-    after = events(repo)[retried_at:]
+    after = ledger(repo)[retried_at:]
     names = [e["event"] for e in after]
     assert "worktree_recreated" in names and "session_relaunched" in names
     first_prompt = names.index("prompt_delivered")
@@ -145,9 +75,7 @@ def test_a_worktree_that_cannot_be_made_again_blocks_at_once_with_the_reason(
     one_task: demo.DemoFiles,
 ) -> None:
     repo = one_task.repo
-    block_after_planning(one_task)
-    plan_and_approve(one_task)
-    assert lo(repo, "run").returncode == 1
+    assert run_until_blocked(one_task).returncode == 1
     worktree = repo / ".worktrees" / "demo" / TASK
     subprocess.run(["rm", "-rf", str(worktree)], check=True)
     git(repo, "worktree", "prune")
@@ -156,14 +84,14 @@ def test_a_worktree_that_cannot_be_made_again_blocks_at_once_with_the_reason(
     git(repo, "worktree", "add", "-q", str(elsewhere), f"lo/demo/{TASK}")
     before = user_snapshot(repo)
     assert lo(repo, "retry", TASK).returncode == 0
-    retried_at = len(events(repo))
+    retried_at = len(ledger(repo))
 
     again = lo(repo, "run")
 
     assert again.returncode == 1
     assert "was deleted and cannot be made again" in again.stderr
     assert f"already checked out at {elsewhere}" in again.stderr
-    after = [e["event"] for e in events(repo)[retried_at:]]
+    after = [e["event"] for e in ledger(repo)[retried_at:]]
     assert "task_blocked" in after
     assert "prompt_delivered" not in after and "rework" not in after
     assert user_snapshot(repo) == before
@@ -213,8 +141,7 @@ def test_temporary_checkouts_of_a_killed_process_are_removed_locked_ones_too(
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom pathlib import Path\n"
-            "from loop_orchestrator import tempcheckout\n"
+            "import sys, time\nfrom pathlib import Path\nfrom loop_orchestrator import gitutil\n"
             "with tempcheckout.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as t:\n"
             "    print(t, flush=True)\n    time.sleep(120)\n",
             str(git_repo),
@@ -278,7 +205,7 @@ def test_a_supervisor_start_removes_the_checkouts_a_killed_one_left(
     one_task: demo.DemoFiles,
 ) -> None:
     repo = one_task.repo
-    plan_and_approve(one_task)
+    approve(one_task)
     head = git(repo, "rev-parse", "HEAD").strip()
     left = _killed_inside_checkout(repo, head)
     from loop_orchestrator import config
@@ -288,7 +215,7 @@ def test_a_supervisor_start_removes_the_checkouts_a_killed_one_left(
 
     assert outcome.state == "review", outcome.message
     assert not left.parent.exists()
-    assert [e for e in events(repo, "checkouts_removed") if str(left.parent) in e["paths"]]
+    assert [e for e in ledger(repo, "checkouts_removed") if str(left.parent) in e["paths"]]
 
 
 def test_a_stale_index_lock_is_cleared_only_when_no_git_holds_it(
@@ -333,9 +260,7 @@ def test_a_stale_index_lock_does_not_cost_the_task_a_round(
     start clears it, and the task's work is committed and verified in round 0."""
     repo = one_task.repo
     good = one_task.script.read_text(encoding="utf-8")
-    block_after_planning(one_task)
-    plan_and_approve(one_task)
-    assert lo(repo, "run").returncode == 1
+    assert run_until_blocked(one_task).returncode == 1
     wt = repo / ".worktrees" / "demo" / TASK
     lock = Path(git(wt, "rev-parse", "--absolute-git-dir").strip()) / "index.lock"
     lock.write_bytes(b"")
@@ -352,8 +277,8 @@ def test_a_stale_index_lock_does_not_cost_the_task_a_round(
     assert again.returncode == 0, again.stderr
     st = Record.open(repo, "demo").task(TASK)
     assert st.phase == Phase.INTEGRATED and st.rework_count == 0
-    assert events(repo, "index_lock_cleared")
-    assert not events(repo, "rework")
+    assert ledger(repo, "index_lock_cleared")
+    assert not ledger(repo, "rework")
     assert user_snapshot(repo) == before
 
 
@@ -361,9 +286,7 @@ def test_a_garbled_status_file_is_rebuilt_and_reported_never_fatal(
     one_task: demo.DemoFiles,
 ) -> None:
     repo = one_task.repo
-    block_after_planning(one_task)
-    plan_and_approve(one_task)
-    assert lo(repo, "run").returncode == 1
+    assert run_until_blocked(one_task).returncode == 1
     status_file = RunDir(repo).status_path(TASK)
     status_file.write_bytes(b'{"task": "tokenize", "phase": \x00garbled')
     # `status` still shows every task, from the supervisor's record
@@ -380,6 +303,6 @@ def test_a_garbled_status_file_is_rebuilt_and_reported_never_fatal(
     assert "Traceback" not in again.stderr
     rebuilt = json.loads(status_file.read_text(encoding="utf-8"))
     assert rebuilt["phase"] == "blocked" and rebuilt["task"] == TASK
-    edited = events(repo, "view_edited")
+    edited = ledger(repo, "view_edited")
     assert edited and f"status/{TASK}.json" in edited[-1]["files"]
     assert Store.for_repo(repo).read_run().phase == RunPhase.RUNNING

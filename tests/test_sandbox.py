@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import git
+from helpers.agents import bare_context
+from helpers.git import git
+from helpers.wait import wait_for
 
 from loop_orchestrator import private, sandbox, workspace
 from loop_orchestrator.agents.base import AgentContext, make_adapter
@@ -210,10 +211,7 @@ def run_probe(settings: Settings, repo: Path, *, strict: bool = False) -> dict[s
         timeout=30,
     )
     report = Path(json.loads((rundir.repo.parent / "targets.json").read_text())["report"])
-    deadline = time.monotonic() + 180
-    while not report.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert report.exists(), backend.capture(pane, 0)
+    wait_for(report.exists, 180, "the probe's report", shown=lambda: backend.capture(pane, 0))
     backend.kill_session()
     data: dict[str, str] = json.loads(report.read_text(encoding="utf-8"))
     return data
@@ -366,16 +364,7 @@ def test_the_supervisor_launch_is_wrapped(tmp_path: Path) -> None:
     """Every adapter ends with launch_spec_for: the argv runs inside bwrap by default."""
     settings = Settings.model_validate({"agent": {"kind": "scripted", "script": "s.yaml"}})
     (tmp_path / "wt").mkdir()
-    ctx = AgentContext.create(
-        task="api",
-        run_name="r",
-        repo=tmp_path,
-        worktree=tmp_path / "wt",
-        run_dir=tmp_path / ".orchestration",
-        brief_path=tmp_path / "b.md",
-        settings=settings,
-        session_id="sid",
-    )
+    ctx = bare_context(tmp_path, settings)
     spec = make_adapter(settings, tmp_path).launch_spec(ctx, resume=False)
     assert Path(spec.argv[0]).name == "bwrap"
     inner: list[Any] = spec.argv[spec.argv.index("--") + 1 :]
@@ -384,16 +373,7 @@ def test_the_supervisor_launch_is_wrapped(tmp_path: Path) -> None:
     off = settings.model_copy(
         update={"sandbox": settings.sandbox.model_copy(update={"mode": "off"})}
     )
-    ctx_off = AgentContext.create(
-        task="api",
-        run_name="r",
-        repo=tmp_path,
-        worktree=tmp_path / "wt",
-        run_dir=tmp_path / ".orchestration",
-        brief_path=tmp_path / "b.md",
-        settings=off,
-        session_id="sid",
-    )
+    ctx_off = bare_context(tmp_path, off)
     assert ctx_off.sandbox is None
     assert make_adapter(off, tmp_path).launch_spec(ctx_off, resume=False).argv[1:3] == [
         "-m",

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from served import serve, working
+from helpers.agents import bare_context
+from helpers.served import serve, working
+from helpers.wait import wait_for
 
 from loop_orchestrator import proc
 from loop_orchestrator.agents.base import AgentContext, make_adapter
@@ -29,7 +31,6 @@ from loop_orchestrator.agents.terminal import InputParser
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
-from loop_orchestrator.sessions import wait_until
 from loop_orchestrator.tmux import TmuxBackend
 
 # script format --------------------------------------------------------------------------
@@ -227,9 +228,12 @@ class Harness:
         )
 
     def wait_stops(self, count: int) -> None:
-        assert wait_until(
-            lambda: sum(h["hook_event_name"] == "Stop" for h in self.hooks()) >= count, 20
-        ), self.backend.capture(self.pane, 0)
+        wait_for(
+            lambda: sum(h["hook_event_name"] == "Stop" for h in self.hooks()) >= count,
+            20,
+            f"{count} Stop hooks",
+            shown=lambda: self.backend.capture(self.pane, 0),
+        )
 
 
 SCRIPT = """\
@@ -288,7 +292,7 @@ def test_phases_and_rounds_drive_the_script_and_hooks_are_claude_shaped(
 
     h.backend.paste(h.pane, "/exit")
     h.backend.send_keys(h.pane, "Enter")
-    assert wait_until(lambda: not h.backend.state(h.pane).alive, 20)
+    wait_for(lambda: not h.backend.state(h.pane).alive, 20, "the pane to exit")
     assert h.backend.state(h.pane).dead_status == 0
 
     hooks = h.hooks()
@@ -342,7 +346,11 @@ def at_trust_dialog(tmp_path: Path, *args: str) -> tuple[Harness, Dialog]:
     """A scripted agent showing its trust dialog (extra ``args`` for the agent)."""
     h = Harness(tmp_path, "api: {}\n", args=("--trust-dialog", *args))
     h.launch()
-    assert wait_until(lambda: "Quick safety check" in h.backend.capture(h.pane, 0), 20)
+    wait_for(
+        lambda: "Quick safety check" in h.backend.capture(h.pane, 0),
+        20,
+        "the trust dialog on the screen",
+    )
     dialog = find_dialog(h.backend.capture(h.pane, 0))
     assert dialog is not None
     return h, dialog
@@ -351,12 +359,16 @@ def at_trust_dialog(tmp_path: Path, *args: str) -> tuple[Harness, Dialog]:
 def test_trust_dialog_enter_alone_exits_with_status_1(tmux_socket: str, tmp_path: Path) -> None:
     h = Harness(tmp_path, "api: {trust_dialog: true}\n")
     h.launch()
-    assert wait_until(lambda: "Yes, I trust this folder" in h.backend.capture(h.pane, 0), 20)
+    wait_for(
+        lambda: "Yes, I trust this folder" in h.backend.capture(h.pane, 0),
+        20,
+        "the trust dialog drawn again",
+    )
     screen = h.backend.capture(h.pane, 0)
     assert "\u276f 1. No, exit" in screen  # the cursor on "No": Enter alone means No
     assert not h.adapter.is_ready(screen)
     h.backend.send_keys(h.pane, "Enter")
-    assert wait_until(lambda: not h.backend.state(h.pane).alive, 10)
+    wait_for(lambda: not h.backend.state(h.pane).alive, 10, "the pane to exit")
     assert h.backend.state(h.pane).dead_status == 1
     assert h.hooks() == []  # no session started
 
@@ -365,7 +377,11 @@ def test_trust_dialog_is_answered_with_yes_by_wait_ready(tmux_socket: str, tmp_p
     h, _ = at_trust_dialog(tmp_path)
     h.adapter.wait_ready(h.backend, h.pane, timeout=20)
     assert h.backend.state(h.pane).alive
-    assert wait_until(lambda: [x["hook_event_name"] for x in h.hooks()] == ["SessionStart"], 10)
+    wait_for(
+        lambda: [x["hook_event_name"] for x in h.hooks()] == ["SessionStart"],
+        10,
+        "the SessionStart hook",
+    )
 
 
 def test_trust_dialog_mounted_again_while_answering_is_answered_again(
@@ -379,7 +395,11 @@ def test_trust_dialog_mounted_again_while_answering_is_answered_again(
     """
     h, dialog = at_trust_dialog(tmp_path, "--trust-remount-after", "1.5")
     answer_dialog(h.backend, h.pane, dialog, settle=0, hold=2.5)
-    assert wait_until(lambda: [x["hook_event_name"] for x in h.hooks()] == ["SessionStart"], 10)
+    wait_for(
+        lambda: [x["hook_event_name"] for x in h.hooks()] == ["SessionStart"],
+        10,
+        "the SessionStart hook",
+    )
     events = (h.run_dir / "received" / "api.events").read_text(encoding="utf-8")
     names = [line.split(" ", 1)[1] for line in events.splitlines()]
     assert names == [
@@ -395,7 +415,7 @@ def test_an_agent_exiting_during_a_dialog_fails_at_once_with_its_screen(
 ) -> None:
     h, dialog = at_trust_dialog(tmp_path)
     h.backend.send_keys(h.pane, "Escape")  # the user (or a stray key) said no
-    assert wait_until(lambda: not h.backend.state(h.pane).alive, 10)
+    wait_for(lambda: not h.backend.state(h.pane).alive, 10, "the pane to exit")
     started = time.monotonic()
     with pytest.raises(AgentStartError) as info:
         answer_dialog(h.backend, h.pane, dialog, settle=0, timeout=30)
@@ -411,25 +431,26 @@ def test_crash_is_seen_with_its_status_and_a_hang_fails_the_next_delivery(
     h.start()
     h.set_phase("planning")
     h.prompt("plan\nit")
-    assert wait_until(lambda: not h.backend.state(h.pane).alive, 20)
+    wait_for(lambda: not h.backend.state(h.pane).alive, 20, "the pane to exit")
     assert h.backend.state(h.pane).dead_status == 3
     assert "SessionEnd" not in [x["hook_event_name"] for x in h.hooks()]  # a crash
 
     h.backend.respawn(h.pane, h.adapter.launch_spec(h.ctx, resume=True))
     h.adapter.wait_ready(h.backend, h.pane, timeout=30)
     # the hook runs after the ready screen is drawn: wait for it, do not race it
-    assert wait_until(
+    wait_for(
         lambda: (
             [x.get("source") for x in h.hooks() if x["hook_event_name"] == "SessionStart"]
             == ["startup", "resume"]
         ),
         10,
+        "SessionStart hooks of a startup and a resume",
     )
     h.set_phase("implementing")
     h.prompt("implement\nit")
-    assert wait_until(lambda: "hanging" in h.backend.capture(h.pane, 0), 20)
+    wait_for(lambda: "hanging" in h.backend.capture(h.pane, 0), 20, "the agent to say it hangs")
     with pytest.raises(DeliveryError) as info:
-        Deliverer().deliver(h.backend, h.pane, "are you there?\nhello", timeout=3, enter_retries=1)
+        Deliverer().deliver(h.backend, h.pane, "are you there?\nhello", timeout=1, enter_retries=1)
     assert "hanging" in info.value.screen
 
 
@@ -451,16 +472,7 @@ def test_adapter_launch_spec_and_factory(tmp_path: Path) -> None:
     adapter = make_adapter(settings, tmp_path)
     assert isinstance(adapter, ScriptedAdapter)
     assert adapter.uses_hooks is True
-    ctx = AgentContext.create(
-        task="api",
-        run_name="r",
-        repo=tmp_path,
-        worktree=tmp_path / "wt",
-        run_dir=tmp_path / ".orchestration",
-        brief_path=tmp_path / "b.md",
-        settings=settings,
-        session_id="sid",
-    )
+    ctx = bare_context(tmp_path, settings)
     spec = adapter.launch_spec(ctx, resume=True)
     assert spec.cwd == tmp_path / "wt"
     assert spec.argv[-5:] == [
@@ -523,18 +535,25 @@ def test_with_the_real_plugin_hooks_and_lo_orch_signal(
     )
     pane = backend.launch(adapter.launch_spec(ctx, resume=False))
     adapter.wait_ready(backend, pane, timeout=30)
-    assert wait_until(lambda: served.status("api").last_event == "SessionStart", 20)
+    wait_for(
+        lambda: served.status("api").last_event == "SessionStart",
+        20,
+        "api's SessionStart to be reported",
+    )
 
     def submitted() -> bool:
         return served.status("api").prompt_submitted_at is not None
 
     Deliverer().deliver(backend, pane, "Plan it.\nThen signal.", confirmed=submitted, timeout=30)
-    assert wait_until(lambda: store.read_status("api").phase == Phase.PLAN_READY, 30), (
-        backend.capture(pane, 0)
+    wait_for(
+        lambda: store.read_status("api").phase == Phase.PLAN_READY,
+        30,
+        "api to reach plan_ready",
+        shown=lambda: backend.capture(pane, 0),
     )
     status = store.read_status("api")
     assert status.note == "done planning"
     assert (worktree / "PLAN.md").read_text() == "plan"
-    assert wait_until(lambda: store.read_status("api").last_event == "Stop", 20)
+    wait_for(lambda: store.read_status("api").last_event == "Stop", 20, "api's Stop to be reported")
     events = [r.get("hook_event") or r["event"] for r in store.read_ledger()]
     assert "UserPromptSubmit" in events and "signal" in events

@@ -12,13 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers.wait import wait_for
 
 from loop_orchestrator.agents.base import AgentContext
 from loop_orchestrator.agents.scripted import ScriptedAdapter
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.delivery import Deliverer, sanitize_prompt
 from loop_orchestrator.errors import DeliveryError, TmuxError
-from loop_orchestrator.sessions import LaunchSpec, wait_until
+from loop_orchestrator.sessions import LaunchSpec
 from loop_orchestrator.tmux import TmuxBackend
 
 
@@ -171,7 +172,7 @@ def test_dead_pane_is_seen_within_a_second_with_its_status(
     assert state.exists and state.alive and state.pid is not None and state.dead_status is None
     trigger.touch()
     start = time.monotonic()
-    assert wait_until(lambda: not backend.state(pane).alive, timeout=5, interval=0.02)
+    wait_for(lambda: not backend.state(pane).alive, 5, "the pane to exit", interval=0.02)
     assert time.monotonic() - start < 1.0
     state = backend.state(pane)
     assert state.exists and state.dead_status == 7 and state.pid is None
@@ -180,7 +181,7 @@ def test_dead_pane_is_seen_within_a_second_with_its_status(
 
 def test_instant_exit_keeps_the_pane_and_status(backend: TmuxBackend, tmp_path: Path) -> None:
     pane = backend.launch(LaunchSpec("fast", tmp_path, ["sh", "-c", "exit 5"]))
-    assert wait_until(lambda: not backend.state(pane).alive, timeout=5)
+    wait_for(lambda: not backend.state(pane).alive, 5, "the pane to exit")
     assert backend.state(pane).dead_status == 5
 
 
@@ -189,7 +190,7 @@ def test_killed_by_signal_reports_128_plus_signal(backend: TmuxBackend, tmp_path
     pid = backend.state(pane).pid
     assert pid is not None
     os.kill(pid, 9)
-    assert wait_until(lambda: not backend.state(pane).alive, timeout=5)
+    wait_for(lambda: not backend.state(pane).alive, 5, "the pane to exit")
     assert backend.state(pane).dead_status == 137
 
 
@@ -206,8 +207,8 @@ def test_argv_and_env_reach_the_program_literally(backend: TmuxBackend, tmp_path
     work = tmp_path / "dir with space"
     work.mkdir()
     backend.launch(LaunchSpec("argv", work, [sys.executable, "-c", code, *tricky], env))
-    assert wait_until(out.exists, timeout=10)
-    assert wait_until(lambda: out.read_text().endswith("}"), timeout=5)
+    wait_for(out.exists, 10, "the output file")
+    wait_for(lambda: out.read_text().endswith("}"), 5, "the whole output")
     data = json.loads(out.read_text())
     assert data == {"argv": tricky, "x": env["LO_X"], "empty": "", "cwd": str(work)}
     assert not (work / "pwned").exists()
@@ -220,9 +221,9 @@ def test_panes_are_found_again_by_a_new_backend_and_respawned_in_place(
     second = backend.launch(LaunchSpec("beta", tmp_path, ["sh", "-c", "exit 3"]))
     again = TmuxBackend("t")  # a restarted supervisor
     assert again.list_panes() == {first: "alpha", second: "beta"}
-    assert wait_until(lambda: not again.state(second).alive, timeout=5)
+    wait_for(lambda: not again.state(second).alive, 5, "the second pane to exit")
     again.respawn(second, LaunchSpec("beta", tmp_path, ["sleep", "60"]))
-    assert wait_until(lambda: again.state(second).alive, timeout=5)
+    wait_for(lambda: again.state(second).alive, 5, "the second pane to be respawned")
     assert again.list_panes() == {first: "alpha", second: "beta"}
 
 
@@ -313,7 +314,7 @@ def test_swallowed_enter_is_overcome_by_the_enter_retry(
     pane = agents.start("sw")
     prompt = "first line\nsecond line with $(x)\n"
     Deliverer().deliver(backend, pane, prompt, timeout=12, enter_retries=3)  # screen-confirmed
-    assert wait_until(lambda: bool(agents.received("sw")), timeout=10)
+    wait_for(lambda: bool(agents.received("sw")), 10, "the agent to receive the prompt")
     assert agents.events("sw") == ["paste #1", "swallowed-enter", "submit"]
     assert [p.read_text() for p in agents.received("sw")] == [prompt]
 
@@ -347,7 +348,7 @@ def test_never_confirmed_delivery_raises_with_the_screen(
 
 def test_delivery_to_a_dead_pane_fails_fast(backend: TmuxBackend, tmp_path: Path) -> None:
     pane = backend.launch(LaunchSpec("d", tmp_path, ["sh", "-c", "echo bye; exit 4"]))
-    assert wait_until(lambda: not backend.state(pane).alive, timeout=5)
+    wait_for(lambda: not backend.state(pane).alive, 5, "the pane to exit")
     with pytest.raises(DeliveryError, match="status 4"):
         Deliverer().deliver(backend, pane, "x", timeout=10)
     with pytest.raises(DeliveryError, match="does not exist"):

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import STATUS_KEYS
+from helpers.runs import STATUS_KEYS
 from pydantic import ValidationError
 
 from loop_orchestrator.errors import StateError

@@ -21,31 +21,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-from conftest import edit_script, git, wait_for
+from helpers.git import git
+from helpers.runs import approve, edit_script, ledger
+from helpers.wait import wait_for
 
 from loop_orchestrator import demo, integration, runs, tempcheckout
 from loop_orchestrator.agents.scripted import READY_RE
 from loop_orchestrator.commands.plan import plan_from_file
-from loop_orchestrator.config import Settings
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Supervisor
 
 TASKS = ("tokenize", "slug", "counts", "report")
-
-
-@pytest.fixture
-def demo_files(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
-    return demo.prepare_demo(tmp_path)
-
-
-def plan_and_approve(files: demo.DemoFiles, settings: Settings) -> None:
-    plan_from_file(files.repo, files.plan, settings)
-    runs.approve_plan(files.repo)
-
-
-def ledger(repo: Path) -> list[dict[str, Any]]:
-    return Store(RunDir(repo)).read_ledger()
 
 
 def phases(repo: Path) -> dict[str, Phase]:
@@ -74,7 +60,7 @@ def tmux_has_session(socket: str, name: str) -> bool:
 def test_four_tasks_run_gate2_and_merge(demo_files: demo.DemoFiles, tmux_socket: str) -> None:
     repo = demo_files.repo
     settings = demo.demo_settings(demo_files.script)
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
     messages: list[str] = []
 
     outcome = Supervisor(repo, settings, progress=messages.append).run()
@@ -162,7 +148,7 @@ def test_sigkill_at_random_moments_then_resume(
     repo = demo_files.repo
     _write_config(demo_files)
     settings = demo.demo_settings(demo_files.script)
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
     rng = random.Random(20261129)
     store = Store(RunDir(repo))
     kills = 0
@@ -209,7 +195,7 @@ def test_a_dirty_checkout_is_refused_and_the_suggested_flag_works(
     flag that exists; following it runs to Gate 2 and leaves the edit byte-identical."""
     repo = demo_files.repo
     _write_config(demo_files)
-    plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
+    approve(demo_files, demo.demo_settings(demo_files.script))
     notes = repo / "NOTES.md"
     notes.write_bytes(b"my uncommitted thoughts\n\x00binary-ish tail")
     before = notes.read_bytes()
@@ -235,7 +221,7 @@ def test_second_supervisor_is_refused_naming_the_holder(
     repo = demo_files.repo
     edit_script(demo_files, lambda d: d["tokenize"].update(plan=["hang"]))
     _write_config(demo_files)
-    plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
+    approve(demo_files, demo.demo_settings(demo_files.script))
     first = subprocess.Popen(_run_cmd(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         info = repo / ".orchestration" / "supervisor.json"
@@ -297,7 +283,7 @@ def test_review_then_fix_and_blocked_after_three_rounds(
 
     edit_script(demo_files, change)
     settings = demo.demo_settings(demo_files.script)
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
 
     outcome = Supervisor(repo, settings).run()
 
@@ -345,7 +331,7 @@ def test_dead_session_is_relaunched_once_then_failed(
     repo = demo_files.repo
     edit_script(demo_files, lambda d: d["slug"].update(implement=[[{"exit": 3}]]))
     settings = demo.demo_settings(demo_files.script)
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
 
     outcome = Supervisor(repo, settings).run()
 
@@ -369,7 +355,7 @@ def test_silent_session_is_nudged_then_blocked(
     edit_script(demo_files, lambda d: d["slug"].update(plan=[{"say": "thinking"}]))
     settings = demo.demo_settings(demo_files.script)
     settings.run.stall_minutes = 0.04  # 2.4 s
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
 
     outcome = Supervisor(repo, settings).run()
 
@@ -408,7 +394,7 @@ def test_detached_supervisor_runs_in_a_tmux_window(
 ) -> None:
     repo = demo_files.repo
     _write_config(demo_files)
-    plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
+    approve(demo_files, demo.demo_settings(demo_files.script))
     result = subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", "run", "--detach", "--repo", str(repo)],
         capture_output=True,
@@ -462,7 +448,7 @@ def test_integration_failure_goes_back_to_the_owning_task(
 
     edit_script(demo_files, buggy_first)
     settings = demo.demo_settings(demo_files.script)
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
 
     outcome = Supervisor(repo, settings).run()
 
@@ -510,7 +496,7 @@ def test_a_person_retries_a_blocked_task(demo_files: demo.DemoFiles, tmux_socket
     edit_script(demo_files, change)
     settings = demo.demo_settings(demo_files.script)
     settings.run.max_rework = 1
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
     assert Supervisor(repo, settings).run().state == "blocked"
     assert Store(RunDir(repo)).read_status("tokenize").phase == Phase.BLOCKED
 
@@ -559,7 +545,7 @@ def test_continue_without_blocked_tasks_reviews_and_merges_the_rest(
     repo = demo_files.repo
     edit_script(demo_files, lambda d: d["slug"].update(implement=[[{"exit": 3}]]))
     settings = demo.demo_settings(demo_files.script)
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
     assert Supervisor(repo, settings).run().state == "blocked"
 
     outcome = Supervisor(repo, settings, continue_blocked=True).run()
@@ -601,7 +587,7 @@ def test_a_generic_command_agent_without_hooks_runs_the_whole_flow(
         ]
     )
     settings.agent.ready_pattern = READY_RE.pattern
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
 
     outcome = Supervisor(repo, settings).run()
 
@@ -644,7 +630,7 @@ def test_a_person_sends_an_integrated_task_back_after_an_unrouted_failure(
 
     edit_script(demo_files, trailing_dash_first)
     settings = demo.demo_settings(demo_files.script)
-    plan_and_approve(demo_files, settings)
+    approve(demo_files, settings)
 
     first = Supervisor(repo, settings).run()
 
@@ -698,7 +684,7 @@ def test_a_prompt_that_arrived_just_before_a_crash_is_not_sent_again(
 
     edit_script(demo_files, change)
     _write_config(demo_files)
-    plan_and_approve(demo_files, demo.demo_settings(demo_files.script))
+    approve(demo_files, demo.demo_settings(demo_files.script))
     store = Store(RunDir(repo))
     key = "implementing:0"
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import claude_binary, git
+from helpers.agents import agent_cli
+from helpers.git import git
 
 from loop_orchestrator import runs
 from loop_orchestrator.commands.plan import plan_from_file
@@ -24,10 +25,7 @@ from loop_orchestrator.supervisor import Supervisor
 def test_supervisor_launches_real_claude_and_reports_not_logged_in(
     git_repo: Path, tmux_socket: str, tmp_path: Path
 ) -> None:
-    binary = claude_binary()
-    assert binary is not None and binary.exists(), (
-        "the Claude Code CLI is missing: scripts/bootstrap --claude installs it"
-    )
+    binary = agent_cli("claude")
     plan = tmp_path / "plan.yaml"
     plan.write_text(
         "goal: Add a greeting\nname: hello\ntasks:\n"

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import edit_script
+from helpers.runs import edit_script
 
 from loop_orchestrator import demo, runs
 from loop_orchestrator.commands.plan import plan_from_file

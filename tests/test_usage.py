@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.intake import FakeClaude, plan_cli
 
 from loop_orchestrator import demo, usage
 from loop_orchestrator.commands.plan import plan_from_file
@@ -309,8 +310,6 @@ def test_headless_calls_are_in_gate2s_costs(
 ) -> None:
     """The planning agent's and the auditor's `total_cost_usd` reach Gate 2's table and
     its run total; an auditor answer without a cost makes its line unknown."""
-    from test_intake_goal import FakeClaude, plan_cli
-
     fake = FakeClaude(monkeypatch, tmp_path)
     fake.answers("valid_plan")
     code, _out, err = plan_cli(git_repo, capsys, "--goal", "Add a slugify helper")

@@ -10,16 +10,12 @@ command it names.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from conftest import git
+from helpers.git import git
+from helpers.runs import lo_orch, one_task_files, write_demo_plan
 
 from loop_orchestrator import demo, integration, runs, workspace
 from loop_orchestrator.commands.plan import plan_from_file
@@ -54,50 +50,6 @@ def user_branches(repo: Path) -> dict[str, str]:
     out = git(repo, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
     pairs = (line.split() for line in out.splitlines())
     return {name: sha for name, sha in pairs if not name.startswith("lo/")}
-
-
-def lo_orch(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    return subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-    )
-
-
-def one_task_files(
-    root: Path, name: str = "demo", tasks: tuple[str, ...] = ("tokenize",)
-) -> demo.DemoFiles:
-    """The demo project with a plan of only ``tasks`` (fast: no rework round)."""
-    files = demo.prepare_demo(root)
-    (root / "full.yaml").write_text(files.plan.read_text(encoding="utf-8"), encoding="utf-8")
-    write_plan(files.plan, name, tasks)
-    folder = files.repo / ".loop-orchestrator"
-    folder.mkdir(exist_ok=True)
-    (folder / "config.toml").write_text(
-        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
-        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n'
-        "[workspace]\nallow_dirty = true\n",
-        encoding="utf-8",
-    )
-    git(files.repo, "add", ".loop-orchestrator")
-    git(files.repo, "commit", "-q", "--no-gpg-sign", "-m", "lo-orch config")
-    return files
-
-
-def write_plan(plan: Path, name: str, tasks: tuple[str, ...]) -> None:
-    """The demo plan (kept beside ``plan`` as full.yaml) cut down to ``tasks``."""
-    full = plan.parent / "full.yaml"
-    data: dict[str, Any] = yaml.safe_load(full.read_text(encoding="utf-8"))
-    data["name"] = name
-    data["tasks"] = [t for t in data["tasks"] if t["id"] in tasks]
-    for t in data["tasks"]:
-        t["consumes"] = []
-    plan.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
 def settings_for(files: demo.DemoFiles) -> Settings:
@@ -143,7 +95,7 @@ def test_a_second_run_never_adopts_the_worktree_the_first_run_kept(
     assert Store(RunDir(repo)).read_run().phase == RunPhase.MERGED
 
     # following the advice: another run name works, and never touches the kept worktree
-    write_plan(files.plan, "demo-2", ("tokenize",))
+    write_demo_plan(files.plan, "demo-2", ("tokenize",))
     planned = lo_orch(repo, "plan", str(files.plan))
     assert planned.returncode == 0, planned.stderr
     assert lo_orch(repo, "approve").returncode == 0
@@ -211,7 +163,7 @@ def test_gate2_never_moves_a_feature_branch_the_user_committed_on(
     user_commit = git(repo, "rev-parse", "feat/demo").strip()
 
     # a later run with the same name, from main (which lacks the user's commit)
-    write_plan(files.plan, "demo", ("slug",))
+    write_demo_plan(files.plan, "demo", ("slug",))
     run_to_review(files)
     before_branches, before_files = user_branches(repo), checksums(repo)
     refused = lo_orch(repo, "merge", "--yes")

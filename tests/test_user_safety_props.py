@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git
-from test_user_safety import lo_orch, one_task_files, write_plan
+from helpers.git import git
+from helpers.runs import lo_orch, one_task_files, write_demo_plan
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +114,7 @@ def run_case(root: Path, seed: int) -> list[str]:
         if op == "plan":
             tasks = rng.choice([("tokenize",), ("slug",), ("tokenize", "slug")])
             plan = root / f"plan-{len(done)}.yaml"  # an earlier plan file stays as it was
-            write_plan(plan, rng.choice(["demo", "demo", "demo", "demo-b"]), tasks)
+            write_demo_plan(plan, rng.choice(["demo", "demo", "demo", "demo-b"]), tasks)
             result = lo_orch(repo, "plan", str(plan))
             outcome = expect_clean_outcome(result, op)
             if result.returncode == 0:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import claude_binary
+from helpers.agents import agent_cli
 
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import NotLoggedInError
@@ -201,9 +201,7 @@ def test_agent_argv_uses_claude_for_other_agent_kinds() -> None:
 
 @pytest.mark.claude
 def test_real_claude_not_logged_in_is_a_clear_error(tmp_path: Path) -> None:
-    binary = claude_binary()
-    if binary is None or not binary.exists():
-        pytest.fail("the Claude Code CLI is not installed: run `scripts/bootstrap --claude`")
+    binary = agent_cli("claude")
     home = Path.home()
     (home / ".claude.json").write_text('{"hasCompletedOnboarding": true}', encoding="utf-8")
     s = settings("agent", timeout=120)

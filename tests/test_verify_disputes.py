@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git
-from served import Served, serve, working
+from helpers.git import commit
+from helpers.served import Served, env_for, lo_orch_env, serve, working
 
 from loop_orchestrator import hooks, inbox
 from loop_orchestrator.config import Settings
 from loop_orchestrator.plan import DoneCheck, Task
 from loop_orchestrator.state import Phase, RunDir
 from loop_orchestrator.verify import disputes, rework_prompt, verify_task, write_review
-from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
+from loop_orchestrator.verify.models import Finding, Severity, Verdict, blocking, warning
 from loop_orchestrator.verify.review import gate2_notes
 
 PY = shlex.quote(sys.executable)
@@ -39,15 +39,6 @@ def test_money_equals_itself():
     m = Money(5)
     assert m == m
 """
-
-
-def commit(repo: Path, files: dict[str, str]) -> str:
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text, encoding="utf-8")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--no-gpg-sign", "-m", "work")
-    return git(repo, "rev-parse", "HEAD").strip()
 
 
 def money_task() -> Task:
@@ -76,6 +67,30 @@ def settings(tmp_path: Path, auditor: str | None) -> Settings:
     return s
 
 
+def verify_money(
+    repo: Path,
+    tmp_path: Path,
+    base: str,
+    head: str,
+    *,
+    task: Task | None = None,
+    auditor: str | None = None,
+    claims: Sequence[tuple[str, str]] = (),
+) -> Verdict:
+    """verify_task of the money task (or ``task``) from ``base`` to ``head``, with the
+    ``settings(tmp_path, auditor)`` and the session's ``claims`` (disputes)."""
+    return verify_task(
+        repo,
+        RunDir(repo),
+        task if task is not None else money_task(),
+        base,
+        head,
+        brief="b",
+        settings=settings(tmp_path, auditor),
+        claims=claims,
+    )
+
+
 @pytest.fixture
 def money(git_repo: Path) -> tuple[Path, str, str]:
     base = commit(git_repo, {"app/__init__.py": '"""The app."""\n'})
@@ -91,9 +106,7 @@ def test_without_a_dispute_the_heuristic_blocks(
     money: tuple[Path, str, str], tmp_path: Path
 ) -> None:
     repo, base, head = money
-    verdict = verify_task(
-        repo, RunDir(repo), money_task(), base, head, brief="b", settings=settings(tmp_path, None)
-    )
+    verdict = verify_money(repo, tmp_path, base, head)
     assert not verdict.passed
     assert [f.check for f in verdict.blocking] == ["tests.tautology"]
     assert verdict.disputes == []
@@ -104,16 +117,7 @@ def test_a_dispute_with_no_auditor_is_carried_to_gate_2(
     money: tuple[Path, str, str], tmp_path: Path
 ) -> None:
     repo, base, head = money
-    verdict = verify_task(
-        repo,
-        RunDir(repo),
-        money_task(),
-        base,
-        head,
-        brief="b",
-        settings=settings(tmp_path, None),
-        claims=[CLAIM],
-    )
+    verdict = verify_money(repo, tmp_path, base, head, claims=[CLAIM])
     assert verdict.passed
     [f] = [f for f in verdict.findings if f.check == "tests.tautology"]
     assert (f.severity, f.dispute) == (Severity.WARNING, CLAIM[1])
@@ -135,16 +139,7 @@ def test_the_auditor_judges_a_dispute(
 ) -> None:
     repo, base, head = money
     task = money_task()
-    verdict = verify_task(
-        repo,
-        RunDir(repo),
-        task,
-        base,
-        head,
-        brief="b",
-        settings=settings(tmp_path, answer),
-        claims=[CLAIM],
-    )
+    verdict = verify_money(repo, tmp_path, base, head, task=task, auditor=answer, claims=[CLAIM])
     assert verdict.passed is passed
     [d] = verdict.disputes
     assert d.outcome == outcome
@@ -160,15 +155,8 @@ def test_the_auditor_judges_a_dispute(
 def test_hard_findings_are_never_disputable(money: tuple[Path, str, str], tmp_path: Path) -> None:
     repo, base, _ = money
     head = commit(repo, {"README.md": "edited outside owns\n"})
-    verdict = verify_task(
-        repo,
-        RunDir(repo),
-        money_task(),
-        base,
-        head,
-        brief="b",
-        settings=settings(tmp_path, None),
-        claims=[CLAIM, ("scope.unowned", "the readme needed it")],
+    verdict = verify_money(
+        repo, tmp_path, base, head, claims=[CLAIM, ("scope.unowned", "the readme needed it")]
     )
     assert not verdict.passed
     assert {f.check for f in verdict.blocking} >= {"scope.unowned", "tests.tautology"}
@@ -184,9 +172,7 @@ def test_the_review_and_the_rework_prompt_offer_disputes_for_heuristics_only(
     repo, base, _ = money
     head = commit(repo, {"README.md": "edited outside owns\n"})
     task = money_task()
-    verdict = verify_task(
-        repo, RunDir(repo), task, base, head, brief="b", settings=settings(tmp_path, None)
-    )
+    verdict = verify_money(repo, tmp_path, base, head, task=task)
     path = write_review(RunDir(repo), task, 1, verdict, max_rounds=3)
     review = path.read_text()
     assert "signal impl_done --dispute CODE" in review
@@ -203,15 +189,8 @@ def test_the_rework_prompt_says_what_became_of_the_disputes(
     # told so instead of sending it again
     repo, base, head = money
     task = money_task()
-    verdict = verify_task(
-        repo,
-        RunDir(repo),
-        task,
-        base,
-        head,
-        brief="b",
-        settings=settings(tmp_path, None),
-        claims=[("tests.no-assertion", "my test asserts")],
+    verdict = verify_money(
+        repo, tmp_path, base, head, task=task, claims=[("tests.no-assertion", "my test asserts")]
     )
     assert not verdict.passed
     assert [f.check for f in verdict.blocking] == ["tests.tautology"]
@@ -344,15 +323,13 @@ def test_the_supervisor_refuses_a_hard_dispute_sent_past_the_client(implementing
 
 
 def test_the_cli_dispute_option(implementing: Served) -> None:
-    from test_hooks import env_for, lo_orch
-
-    result = lo_orch(
+    result = lo_orch_env(
         ["signal", "impl_done", "--dispute", "scope.unowned", "--note", "x"],
         env_for(implementing.run_dir),
     )
     assert result.returncode == 2
     assert "Error: cannot dispute scope.unowned" in result.stderr
-    result = lo_orch(
+    result = lo_orch_env(
         ["signal", "impl_done", "--dispute", "tests.tautology", "--note", CLAIM[1]],
         env_for(implementing.run_dir),
     )

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import git
+from helpers.git import git
 
 from loop_orchestrator.verify import junit
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
@@ -90,7 +90,7 @@ def test_timeout_and_missing_program_are_blocking(git_repo: Path, tmp_path: Path
         DoneSpec("missing", ["definitely-not-a-program-xyz", "--version"]),
     ]
     with clean_checkout(git_repo, head(git_repo)) as tree:
-        runs = run_done_checks(specs, tree, tmp_path / "ev", env=check_env(tree), timeout=1)
+        runs = run_done_checks(specs, tree, tmp_path / "ev", env=check_env(tree), timeout=0.2)
     assert runs[0].timed_out and runs[0].exit_code is None
     assert runs[1].error is not None and not runs[1].timed_out
     assert [f.check for f in check_findings(runs, 1)] == ["done.timeout", "done.error"]

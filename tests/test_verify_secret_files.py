@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import git
+from helpers.git import git
 
 from loop_orchestrator.plan import Task
 from loop_orchestrator.secretfiles import is_secret_path, scan_tree

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_verify_task import FIXED_CALC, HONEST_TESTS, calc_task, commit, off
+from helpers.git import commit
+from helpers.verify import FIXED_CALC, HONEST_TESTS, calc_task, off
 
 from loop_orchestrator.plan import DoneCheck, Task
 from loop_orchestrator.state import RunDir
@@ -37,6 +38,18 @@ PY = sys.executable
 BASE_CALC = "def add(a, b):\n    return a - b\n"
 #: what the task's code must never manage: the tests below fail on this add()
 BROKEN_CALC = FIXED_CALC.replace("return a + b", "return a - b")
+
+
+def pytest_check(repo: Path, target: str, evidence: Path, name: str = "t") -> list[CheckRun]:
+    """`python -m pytest -q TARGET` run as a done check in a clean checkout of HEAD."""
+    with clean_checkout(repo, "HEAD") as tree:
+        return run_done_checks(
+            [DoneSpec(name, [PY, "-m", "pytest", "-q", target])],
+            tree,
+            evidence,
+            env=check_env(tree),
+            timeout=60,
+        )
 
 
 def blocking_checks(verdict: Verdict) -> set[str]:
@@ -122,14 +135,7 @@ def test_report_with_zero_tests_that_ran_fails(git_repo: Path, tmp_path: Path) -
             )
         },
     )
-    with clean_checkout(git_repo, "HEAD") as tree:
-        runs = run_done_checks(
-            [DoneSpec("tests pass", [PY, "-m", "pytest", "-q", "tests"])],
-            tree,
-            tmp_path / "ev",
-            env=check_env(tree),
-            timeout=60,
-        )
+    runs = pytest_check(git_repo, "tests", tmp_path / "ev", name="tests pass")
     assert runs[0].exit_code == 0 and runs[0].junit_path
     findings = report_findings(runs)
     assert [f.check for f in findings] == ["done.no-tests"]
@@ -328,14 +334,7 @@ def test_sys_path_shim_keeps_an_honest_src_layout_working(git_repo: Path, tmp_pa
             "tests/test_pkg.py": "import pkg\n\n\ndef test_value():\n    assert pkg.VALUE == 7\n",
         },
     )
-    with clean_checkout(git_repo, "HEAD") as tree:
-        runs = run_done_checks(
-            [DoneSpec("t", [PY, "-m", "pytest", "-q", "tests"])],
-            tree,
-            tmp_path / "ev",
-            env=check_env(tree),
-            timeout=60,
-        )
+    runs = pytest_check(git_repo, "tests", tmp_path / "ev")
     assert runs[0].exit_code == 0, Path(runs[0].stdout_path or "").read_text()
     assert report_findings(runs) == []
 
@@ -475,14 +474,7 @@ def test_config_in_a_subfolder_keeps_its_rootdir_and_testpaths(
             "\n\ndef test_later():\n    assert mod.X == 4\n",
         },
     )
-    with clean_checkout(git_repo, "HEAD") as tree:
-        runs = run_done_checks(
-            [DoneSpec("t", [PY, "-m", "pytest", "-q", "backend"])],
-            tree,
-            tmp_path / "ev",
-            env=check_env(tree),
-            timeout=60,
-        )
+    runs = pytest_check(git_repo, "backend", tmp_path / "ev")
     assert runs[0].exit_code == 0, Path(runs[0].stdout_path or "").read_text()
     assert report_findings(runs) == []
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import git
+from helpers.git import commit, git
+from helpers.verify import BASE_CALC, FIXED_CALC, HONEST_TESTS, PY, calc_task, off
 
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import Settings
@@ -23,71 +23,6 @@ from loop_orchestrator.verify import (
     verify_task,
     write_review,
 )
-
-PY = shlex.quote(sys.executable)
-
-BASE_CALC = "def add(a, b):\n    return a - b\n"
-FIXED_CALC = """def add(a, b):
-    return a + b
-
-
-def parse(text):
-    text = text.strip()
-    if not text:
-        return 0
-    if not text.lstrip("-").isdigit():
-        raise ValueError(f"not a number: {text!r}")
-    return int(text)
-"""
-HONEST_TESTS = """import pytest
-
-from app import calc
-
-
-def test_add():
-    assert calc.add(2, 3) == 5
-    assert calc.add(-2, 2) == 0
-
-
-def test_parse_rejects_garbage():
-    with pytest.raises(ValueError, match="not a number"):
-        calc.parse("abc")
-
-
-def test_parse_empty_is_zero():
-    assert calc.parse("") == 0
-"""
-
-
-def commit(repo: Path, files: dict[str, str], message: str = "work") -> str:
-    for rel, text in files.items():
-        path = repo / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--no-gpg-sign", "-m", message)
-    return git(repo, "rev-parse", "HEAD").strip()
-
-
-def calc_task() -> Task:
-    return Task(
-        id="calc",
-        title="Calculator",
-        objective="Fix add() and add parse()",
-        owns=["app/calc.py", "tests/test_calc.py"],
-        done=[
-            DoneCheck(
-                criterion="add and parse work", check=f"{PY} -m pytest -q tests/test_calc.py"
-            ),
-            DoneCheck(criterion="parse('abc') raises ValueError"),
-        ],
-    )
-
-
-def off() -> Settings:
-    s = Settings()
-    s.auditor.llm = "off"
-    return s
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import git
+from helpers.git import git
 
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.gitparse import Change, parse_added_lines, parse_worktrees, unquote_path

@@ -91,7 +91,10 @@ class ModelEndpoint:
         log_path: Path | None = None,
         port: int = 0,
         cache: bool = False,
+        poll_interval: float = 0.5,
     ) -> None:
+        """``poll_interval``: how often the server thread looks for ``close()`` (so how
+        long a close can take)."""
         self.script = script
         #: report part of each prompt as cache reads and writes (as prompt caching would),
         #: so that all four usage figures are non-zero
@@ -106,7 +109,10 @@ class ModelEndpoint:
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.endpoint = self
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="model-endpoint", daemon=True
+            target=self._server.serve_forever,
+            args=(poll_interval,),
+            name="model-endpoint",
+            daemon=True,
         )
         self._thread.start()
 

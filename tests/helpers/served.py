@@ -12,11 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from helpers import REPO_ROOT
 from loop_orchestrator import listener, procinfo, record
 from loop_orchestrator.lifecycle import delivery_key
 from loop_orchestrator.record import Record
@@ -110,3 +113,28 @@ def serve(
         yield s
     finally:
         server.close()
+
+
+def sub_env(**extra: str) -> dict[str, str]:
+    """The environment for a real `lo-orch` subprocess run from this checkout."""
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **extra}
+
+
+def env_for(run_dir: Path, task: str = "alpha", **extra: str) -> dict[str, str]:
+    """What lo-orch puts in ``task``'s session environment (its task, its run folder)."""
+    return {"LO_ORCH_TASK": task, "LO_ORCH_RUN_DIR": str(run_dir), **extra}
+
+
+def lo_orch_env(
+    args: list[str], env: dict[str, str], stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`lo-orch ARGS` in a subprocess with ``env`` added to this one's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=sub_env(**env),
+        timeout=60,
+        check=False,
+    )
