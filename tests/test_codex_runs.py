@@ -195,7 +195,7 @@ def test_codex_calls_write_edit_and_read_exactly(tmp_path: Path) -> None:
 
 def test_codex_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path) -> None:
     settings = Settings(
-        agent=AgentConfig(kind="codex", command=str(agent_cli("codex"))),
+        agent=AgentConfig(kind="codex", command="codex"),
         auditor=AuditorConfig(llm="off"),
     )
     assert isinstance(make_adapter(settings, tmp_path), CodexAdapter)

@@ -131,7 +131,7 @@ def test_gemini_conversation_and_calls() -> None:
 
 def test_gemini_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path) -> None:
     settings = Settings(
-        agent=AgentConfig(kind="gemini", command=str(agent_cli("gemini"))),
+        agent=AgentConfig(kind="gemini", command="gemini"),
         auditor=AuditorConfig(llm="off"),
     )
     assert isinstance(make_adapter(settings, tmp_path), GeminiAdapter)
