@@ -141,7 +141,8 @@ def test_temporary_checkouts_of_a_killed_process_are_removed_locked_ones_too(
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom pathlib import Path\nfrom loop_orchestrator import tempcheckout\n"
+            "import sys, time\nfrom pathlib import Path\n"
+            "from loop_orchestrator import tempcheckout\n"
             "with tempcheckout.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as t:\n"
             "    print(t, flush=True)\n    time.sleep(120)\n",
             str(git_repo),
