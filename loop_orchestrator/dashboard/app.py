@@ -175,6 +175,11 @@ class Dashboard(App[None]):
             self.set_timer(wait, self._debounced)
 
     def _debounced(self) -> None:
+        if len(self.screen_stack) > 1:
+            # a gate or message screen is on top: the widgets to fill are under it, and a
+            # query would look on the screen shown. Read the run once it is closed.
+            self.set_timer(DEBOUNCE_SECONDS, self._debounced)
+            return
         self._pending = False
         self.reload()
 
