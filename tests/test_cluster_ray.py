@@ -9,7 +9,9 @@ with two more tasks runs on it with the scripted agent, as locally.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +29,12 @@ from loop_orchestrator.supervisor import Supervisor
 
 pytestmark = pytest.mark.slow
 
+FORGE = (
+    "import os, pathlib\n"
+    "from loop_orchestrator import inbox\n"
+    "print(inbox.send(pathlib.Path(os.environ['LO_ORCH_RUN_DIR']),"
+    " {'type': 'signal', 'task': 'tokenize', 'phase': 'impl_done'}))\n"
+)
 TASKS = ("tokenize", "slug", "counts", "report", "slugb", "tokenizeb")
 
 
@@ -36,6 +44,7 @@ class RayEnv:
     nodes: list[Any]
     base: Path
     audit: Path
+    env: dict[str, str]
 
     def settings(self, script: Path, **cluster: Any) -> Settings:
         settings = demo.demo_settings(script)
@@ -79,7 +88,7 @@ def ray_env() -> Iterator[RayEnv]:
     ]
     cluster.wait_for_nodes()
     try:
-        yield RayEnv(cluster, nodes, base, audit)
+        yield RayEnv(cluster, nodes, base, audit, env)
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]
@@ -161,3 +170,133 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     audit = ray_env.audit.read_text(encoding="utf-8")
     assert "checkout" in audit  # the audit saw the node's own work
     assert str(repo) not in audit and str(repo.resolve()) not in audit
+
+
+def _staging_merges(repo: Path, run: str, task: str) -> int:
+    subjects = git(repo, "log", "--first-parent", "--format=%s", f"lo/{run}/staging").splitlines()
+    return sum(1 for s in subjects if f"task {task}:" in s or f"task {task} " in s)
+
+
+def _edit(files: demo.DemoFiles, change: Any) -> None:
+    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
+    script = yaml.safe_load(files.script.read_text(encoding="utf-8"))
+    change(plan, script)
+    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+    files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+
+
+def test_a_lost_node_costs_at_most_one_checkpoint(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    """The node of a working session is removed after its first checkpoint: the task is
+    launched on another node from that checkpoint and finishes; nothing merges twice."""
+    import threading
+
+    note = (
+        "if [ -e notes.txt ]; then cp notes.txt seen-at-start.txt; fi; "
+        "echo written-before-the-loss >> notes.txt"
+    )
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        entry = next(t for t in plan["tasks"] if t["id"] == "tokenize")
+        entry["owns"] += ["notes.txt", "seen-at-start.txt"]
+        first = script["tokenize"]["implement"][0]
+        script["tokenize"]["implement"][0] = [
+            {"run": {"argv": ["sh", "-c", note]}},
+            {"sleep": {"seconds": 6}},
+            *first,
+        ]
+
+    _edit(six_tasks, change)
+    repo = six_tasks.repo
+    settings = ray_env.settings(six_tasks.script, checkpoint_seconds=1.0)
+    _approve(six_tasks, settings)
+    run = Store(RunDir(repo)).read_run().name
+    outcome: list[Any] = []
+    supervisor = threading.Thread(
+        target=lambda: outcome.append(Supervisor(repo, settings).run()), daemon=True
+    )
+    supervisor.start()
+    wip_ref = f"refs/lo-orch/cluster/{run}/tokenize/wip"
+
+    def checkpointed() -> bool:
+        found = git(repo, "for-each-ref", "--format=%(objectname)", wip_ref).strip()
+        return bool(found) and "notes.txt" in git(repo, "ls-tree", "--name-only", found)
+
+    deadline = time.monotonic() + 120
+    while not checkpointed():
+        assert time.monotonic() < deadline, "no checkpoint of tokenize came back"
+        time.sleep(0.2)
+    where = Store(RunDir(repo)).read_status("tokenize").node or ""
+    victim = next(n for n in ray_env.nodes if n.node_id[:8] in where)
+    ray_env.cluster.remove_node(victim)
+    ray_env.nodes.remove(victim)
+    try:
+        supervisor.join(timeout=300)
+        assert outcome and outcome[0].state == "review", outcome
+    finally:
+        ray_env.nodes.append(
+            ray_env.cluster.add_node(
+                num_cpus=1,
+                resources={"lo_session": 2},
+                env_vars={**ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / "n-new")},
+            )
+        )
+    status = Store(RunDir(repo)).read_status("tokenize")
+    assert status.phase == Phase.INTEGRATED
+    assert victim.node_id[:8] not in (status.node or "")
+    events = _ledger(repo)
+    assert any(e["event"] == "session_died" and e.get("task") == "tokenize" for e in events)
+    # the relaunched checkout began with the checkpointed file (the lost work: the rest)
+    assert status.commit is not None
+    seen = git(repo, "show", f"{status.commit}:seen-at-start.txt")
+    assert seen == "written-before-the-loss\n"
+    # a lost node is no rework round, and nothing was merged twice
+    assert [(e["task"], e["round"]) for e in events if e["event"] == "rework"] == [("counts", 1)]
+    for task in TASKS:
+        assert _staging_merges(repo, run, task) == 1, task
+
+
+def test_a_forged_signal_through_a_nodes_inbox_is_refused(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    """slug's session signals impl_done for tokenize through its node's inbox and plants
+    staging and feature branches in its checkout: refused, logged, and no ref moves."""
+    run_name: list[str] = []
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        run_name.append(plan["name"])
+        run = plan["name"]
+        forge = [
+            # straight into the node's inbox (the CLI would stop at the missing status file)
+            {"run": {"argv": [sys.executable, "-c", FORGE], "check": False}},
+            {
+                "run": {
+                    "argv": [
+                        "sh",
+                        "-c",
+                        f"git branch -f lo/{run}/staging HEAD; git branch feat/{run} HEAD; "
+                        f"git update-ref refs/lo-orch/cluster/{run}/tokenize/head HEAD; exit 0",
+                    ]
+                }
+            },
+        ]
+        script["slug"]["implement"][0] = [*forge, *script["slug"]["implement"][0]]
+
+    _edit(six_tasks, change)
+    repo = six_tasks.repo
+    settings = ray_env.settings(six_tasks.script)
+    _approve(six_tasks, settings)
+    run = run_name[0]
+
+    outcome = Supervisor(repo, settings).run()
+
+    assert outcome.state == "review", outcome.message
+    events = _ledger(repo)
+    refused = [e for e in events if e["event"] == "event_rejected" and e.get("task") == "tokenize"]
+    assert refused and "from the session of task slug" in refused[0]["message"]
+    # tokenize's own impl_done was the one judged: its verdict is of its own work
+    assert _staging_merges(repo, run, "tokenize") == 1
+    assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
+    for task in TASKS:
+        assert _staging_merges(repo, run, task) == 1, task
