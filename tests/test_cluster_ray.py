@@ -9,6 +9,7 @@ with two more tasks runs on it with the scripted agent, as locally.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +24,7 @@ import yaml
 from conftest import git
 
 from loop_orchestrator import core, demo, integration, runs
+from loop_orchestrator.cluster.connect import connect
 from loop_orchestrator.config import ClusterConfig, Settings
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Supervisor
@@ -87,6 +89,8 @@ def ray_env() -> Iterator[RayEnv]:
         for i in range(3)
     ]
     cluster.wait_for_nodes()
+    # the test joins as lo-orch does (its namespace), to see the sessions' actors
+    connect(ClusterConfig(backend="ray", address=cluster.address))
     try:
         yield RayEnv(cluster, nodes, base, audit, env)
     finally:
@@ -300,3 +304,59 @@ def test_a_forged_signal_through_a_nodes_inbox_is_refused(
     assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
     for task in TASKS:
         assert _staging_merges(repo, run, task) == 1, task
+
+
+def test_a_killed_supervisor_readopts_the_remote_sessions(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    """`lo-orch run` SIGKILLed while slug works on its node: the next `lo-orch run` finds
+    slug's actor by name, relays its signal, and starts no second session for it."""
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        script["slug"]["implement"][0] = [
+            {"sleep": {"seconds": 10}},
+            *script["slug"]["implement"][0],
+        ]
+
+    _edit(six_tasks, change)
+    repo = six_tasks.repo
+    folder = repo / ".loop-orchestrator"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.toml").write_text(
+        f'[agent]\nkind = "scripted"\nscript = "{six_tasks.script}"\nready_timeout = 20\n'
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\nconcurrency = 4\n'
+        f'[cluster]\nbackend = "ray"\naddress = "{ray_env.cluster.address}"\n',
+        encoding="utf-8",
+    )
+    settings = ray_env.settings(six_tasks.script)
+    _approve(six_tasks, settings)
+    run = Store(RunDir(repo)).read_run().name
+    argv = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (
+            Store(RunDir(repo)).read_status("slug").phase == Phase.IMPLEMENTING
+            and any("-slug-g" in name for name in _run_actors(run))
+        ):
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        first.kill()
+        first.wait()
+    before = [name for name in _run_actors(run) if "-slug-g" in name]
+    assert len(before) == 1
+
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
+
+    assert second.returncode == 0, second.stdout + second.stderr
+    events = _ledger(repo)
+    assert sum(1 for e in events if e["event"] == "supervisor_started") == 2
+    launched = Counter(e["task"] for e in events if e["event"] == "session_launched")
+    assert launched["slug"] == 1  # the live remote session was adopted, not launched again
+    assert not any(e["event"] == "session_died" for e in events)
+    statuses = {s.task: s.phase for s in Store(RunDir(repo)).list_statuses()}
+    assert statuses == dict.fromkeys(TASKS, Phase.INTEGRATED)
+    for task in TASKS:
+        assert _staging_merges(repo, run, task) == 1, task
+    assert _run_actors(run) == []
