@@ -4,6 +4,7 @@ real git, no Ray."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import git
@@ -149,3 +150,17 @@ def test_paths_sent_to_a_node_stay_inside_its_folder() -> None:
     for bad in ("../x", "/etc/passwd", "a/../../x", ""):
         with pytest.raises(GitError):
             bundles.safe_relpath(bad)
+
+
+def test_status_has_a_node_column_only_when_a_task_runs_on_a_node() -> None:
+    from loop_orchestrator import core
+
+    doc: dict[str, Any] = {"tasks": [{"task": "a"}, {"task": "b"}]}
+    rows = [[f"{t}{i}" for i in range(len(core.STATUS_HEADERS))] for t in "ab"]
+    assert core.with_nodes(doc, core.STATUS_HEADERS, rows) == (list(core.STATUS_HEADERS), rows)
+    doc["tasks"][1]["node"] = "box-2 (10.0.0.2, 1a2b3c4d)"
+    headers, with_node = core.with_nodes(doc, core.STATUS_HEADERS, rows)
+    at = headers.index("node")
+    assert headers[at - 1] == "pane" and len(headers) == len(core.STATUS_HEADERS) + 1
+    assert [r[at] for r in with_node] == ["-", "box-2 (10.0.0.2, 1a2b3c4d)"]
+    assert all(len(r) == len(headers) for r in with_node)

@@ -8,7 +8,10 @@ with two more tasks runs on it with the scripted agent, as locally.
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +27,9 @@ import yaml
 from conftest import git
 
 from loop_orchestrator import core, demo, integration, runs
+from loop_orchestrator.attach import attach_command
 from loop_orchestrator.cluster.connect import connect
+from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
 from loop_orchestrator.config import ClusterConfig, Settings
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Supervisor
@@ -37,6 +42,8 @@ FORGE = (
     "print(inbox.send(pathlib.Path(os.environ['LO_ORCH_RUN_DIR']),"
     " {'type': 'signal', 'task': 'tokenize', 'phase': 'impl_done'}))\n"
 )
+#: the module's cluster address (for helpers that join again)
+ray_address: list[str] = []
 TASKS = ("tokenize", "slug", "counts", "report", "slugb", "tokenizeb")
 
 
@@ -90,6 +97,7 @@ def ray_env() -> Iterator[RayEnv]:
     ]
     cluster.wait_for_nodes()
     # the test joins as lo-orch does (its namespace), to see the sessions' actors
+    ray_address[:] = [cluster.address]
     connect(ClusterConfig(backend="ray", address=cluster.address))
     try:
         yield RayEnv(cluster, nodes, base, audit, env)
@@ -131,6 +139,8 @@ def _ledger(repo: Path) -> list[dict[str, Any]]:
 def _run_actors(run: str) -> list[str]:
     import ray
 
+    if not ray.is_initialized():  # a supervisor that ended left the cluster
+        connect(ClusterConfig(backend="ray", address=ray_address[0]))
     return [
         n for n in ray.util.list_named_actors(all_namespaces=False) if n.startswith(f"lo-{run}-")
     ]
@@ -155,6 +165,10 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     nodes = {s.node for s in statuses.values()}
     assert None not in nodes and len(nodes) >= 2, nodes
     assert store.read_run().cluster is not None
+    doc = core.status_document(repo)
+    headers, rows = core.with_nodes(doc, core.STATUS_HEADERS, core.status_rows(repo, doc))
+    at = headers.index("node")
+    assert {row[0]: row[at] for row in rows} == {t: s.node for t, s in statuses.items()}
     events = _ledger(repo)
     assert [(e["task"], e["round"]) for e in events if e["event"] == "rework"] == [("counts", 1)]
     integrated = Counter(e["task"] for e in events if e["event"] == "task_integrated")
@@ -346,8 +360,41 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
         first.wait()
     before = [name for name in _run_actors(run) if "-slug-g" in name]
     assert len(before) == 1
+    # with no supervisor running, `lo-orch attach slug` still reaches the remote session
+    pane = Store(RunDir(repo)).read_status("slug").pane_id
+    assert pane is not None
+    relay = attach_command(repo, "slug")
+    assert relay[1:3] == ["-m", "loop_orchestrator.cluster.remote_attach"]
+    assert relay[-2:] == ["--pane", pane]
+    state = Store(RunDir(repo)).read_run()
+    assert state.cluster is not None
+    over_ssh = RayBackend(state, cluster_settings({**state.cluster, "ssh": "me@{host}"}))
+    ssh = over_ssh.attach_argv(pane)
+    assert ssh[:2] == ["ssh", "-t"] and ssh[2].startswith("me@")
+    remote = shlex.split(ssh[3])  # what runs on the node: a client of the session's own server
+    assert remote[:3] == ["tmux", "-L", remote[2]] and remote[3] == "attach-session"
+    has = subprocess.run(
+        ["tmux", "-L", remote[2], "has-session", "-t", remote[5]],
+        env={**os.environ, "TMUX_TMPDIR": ray_env.env["TMUX_TMPDIR"]},
+        capture_output=True,
+        check=False,
+    )
+    assert has.returncode == 0, has.stderr
 
-    second = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
+    proc2 = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+    )
+    try:
+        out, err = proc2.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc2.send_signal(signal.SIGABRT)
+        out, err = proc2.communicate()
+        print("ERR", err.decode(errors="replace")[-12000:])
+        raise
+    second = subprocess.CompletedProcess(argv, proc2.returncode, out.decode(), err.decode())
 
     assert second.returncode == 0, second.stdout + second.stderr
     events = _ledger(repo)

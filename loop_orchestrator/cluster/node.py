@@ -32,11 +32,14 @@ from typing import Any
 from loop_orchestrator import listener, procinfo
 from loop_orchestrator.cluster import bundles
 from loop_orchestrator.gitutil import git
+from loop_orchestrator.inbox import CLIENT_TIMEOUT
 from loop_orchestrator.sessions import LaunchSpec, TmuxBackend
 
 AUDIT_ENV = "LO_ORCH_NODE_AUDIT"
 #: the lo-orch ref a node's checkpoints live under in its own checkout
 WIP_REF = "refs/lo-orch/wip"
+#: a queued request older than this lost its waiting sender (the listener answers None)
+STALE_AFTER = CLIENT_TIMEOUT - 2
 
 
 def _install_audit(log_path: str) -> None:
@@ -108,6 +111,7 @@ class SessionHost:
         self._last_wip_tree = ""
         self._server: listener.Server | None = None
         self._closed = threading.Event()
+        self._term: Any = None
 
     # set-up --------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -256,6 +260,35 @@ class SessionHost:
     def attach_target(self) -> dict[str, str]:
         return {"socket": self.socket, "session": self.tmux.session, "pane": self.pane or ""}
 
+    # the terminal relay of `lo-orch attach` (R2's cluster/terminal.py does the pty work) --
+    def _terminal(self) -> Any:
+        if self._term is None:
+            import importlib
+
+            module = importlib.import_module("loop_orchestrator.cluster.terminal")
+            self._term = module.TerminalHost()
+        return self._term
+
+    def term_open(self, rows: int, cols: int) -> str:
+        """A tmux client attached to this session, in a pty on this node (read-write);
+        what it runs is decided here, never by the caller."""
+        tmux = shutil.which("tmux") or "tmux"
+        argv = [tmux, "-L", self.socket, "attach-session", "-t", f"={self.tmux.session}"]
+        return str(self._terminal().open(argv, rows, cols))
+
+    def term_read(self, term_id: str, timeout: float) -> bytes | None:
+        data: bytes | None = self._terminal().read(term_id, timeout)
+        return data
+
+    def term_write(self, term_id: str, data: bytes) -> None:
+        self._terminal().write(term_id, data)
+
+    def term_resize(self, term_id: str, rows: int, cols: int) -> None:
+        self._terminal().resize(term_id, rows, cols)
+
+    def term_close(self, term_id: str) -> None:
+        self._terminal().close(term_id)
+
     # the inbox -------------------------------------------------------------------------
     def _identify(self, pid: int) -> str | None:
         if self.pane is None:
@@ -268,7 +301,12 @@ class SessionHost:
         with self._cond:
             self._pending[rid] = request
             self._queue.append(
-                {"id": rid, "message": request.message, "from_pane": request.task == self.task}
+                {
+                    "id": rid,
+                    "message": request.message,
+                    "from_pane": request.task == self.task,
+                    "queued": time.monotonic(),
+                }
             )
             self._cond.notify_all()
 
@@ -284,6 +322,14 @@ class SessionHost:
                 self._cond.wait(left)
             queue, self._queue = self._queue, []
             checkpoint, self._checkpoint = self._checkpoint, None
+        now = time.monotonic()
+        for item in queue:
+            # its sender stopped waiting for an answer (no supervisor was there): like a
+            # message left in the inbox folder, only a hint now
+            item["stale"] = now - float(item.pop("queued")) > STALE_AFTER
+        # what the session's tools left in this node's inbox folder while nobody answered
+        for kept in listener.drain(self.run_dir, [self.task]):
+            queue.append({"id": "", "message": kept.message, "from_pane": True, "stale": True})
         return {"requests": queue, "checkpoint": checkpoint}
 
     def answer(self, rid: str, reply: Any) -> None:

@@ -98,6 +98,7 @@ class RayBackend:
         self._lock = threading.RLock()
         self._task_locks: dict[str, threading.Lock] = {}
         self._relays: set[str] = set()
+        self._threads: list[threading.Thread] = []
         self._deliver: Callable[[listener.Request], None] | None = None
         self._note: Callable[..., None] | None = None
         self._labels: dict[str, dict[str, str]] | None = None
@@ -440,7 +441,7 @@ class RayBackend:
         return [
             sys.executable,
             "-m",
-            "loop_orchestrator.cluster.attach",
+            "loop_orchestrator.cluster.remote_attach",
             "--repo",
             str(self.repo),
             "--pane",
@@ -461,16 +462,32 @@ class RayBackend:
                     self._placed(task, self._call(pane_id, "info"))
 
     def stop(self) -> None:
+        """Stop relaying (the sessions keep running); waits for the relay threads, since a
+        thread still inside a Ray call when the process exits hangs Ray's shutdown."""
         self._stopped.set()
+        with self._lock:
+            threads = list(self._threads)
+            self._threads.clear()
+        deadline = time.monotonic() + 10.0
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        # leave the cluster now, in order: Ray's own exit-time shutdown was seen to hang a
+        # finished `lo-orch run` (the detached session actors are not affected)
+        from loop_orchestrator.cluster.connect import disconnect
+
+        disconnect()
 
     def _start_relay(self, pane_id: str) -> None:
         with self._lock:
             if self._deliver is None or pane_id in self._relays:
                 return
             self._relays.add(pane_id)
-        threading.Thread(
+        thread = threading.Thread(
             target=self._relay, args=(pane_id,), name=f"lo-relay-{pane_id}", daemon=True
-        ).start()
+        )
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
 
     def _relay(self, pane_id: str) -> None:
         ray = self._ray()
@@ -494,9 +511,13 @@ class RayBackend:
                 except Exception:
                     log.exception("a checkpoint could not be stored", extra={"task": task})
             for req in got.get("requests", []):
-                threading.Thread(
-                    target=self._one, args=(pane_id, task, handle, req), daemon=True
-                ).start()
+                # one at a time, in the order the session sent them (as a local session's
+                # hooks and signals arrive): a signal is never judged before the hook that
+                # confirmed its prompt
+                try:
+                    self._one(pane_id, task, handle, req)
+                except Exception:
+                    log.exception("a remote request could not be relayed", extra={"task": task})
         with self._lock:
             self._relays.discard(pane_id)
 
@@ -506,13 +527,24 @@ class RayBackend:
         if not isinstance(message, dict) or self._deliver is None:
             return
         from_pane = req.get("from_pane") is True
+        if req.get("stale"):
+            # nobody waits for its answer: a hint, as a message left in the inbox folder
+            self._deliver(listener.Request(message, task, None, attested=False))
+            return
         if from_pane and message.get("type") == "signal":
             try:
                 self.sync(pane_id)
             except Exception as exc:
+                # its work did not come back (the node went away?): judged on the old copy
+                # it would fail for nothing. A hint only: the session is asked again.
                 log.warning(
-                    "the node's work could not be fetched", extra={"task": task, "error": str(exc)}
+                    "the node's work could not be fetched",
+                    extra={"task": task, "error": str(exc)},
                 )
+                self._deliver(listener.Request(message, task, None, attested=False))
+                with contextlib.suppress(ray.exceptions.RayError):
+                    handle.answer.remote(req["id"], None)
+                return
         # the task is the one whose pane the sender descends from (the node's kernel says),
         # never what the message claims
         request = listener.Request(message, task if from_pane else None, None, attested=True)
