@@ -535,15 +535,13 @@ class RayBackend:
             try:
                 self.sync(pane_id)
             except Exception as exc:
-                # its work did not come back (the node went away?): judged on the old copy
-                # it would fail for nothing. A hint only: the session is asked again.
+                # its work did not come back: judged on the old copy it would fail for
+                # nothing. Not judged: a live session's client sends it again (no answer),
+                # a lost node's session is relaunched by the dead-pane path.
                 log.warning(
                     "the node's work could not be fetched",
                     extra={"task": task, "error": str(exc)},
                 )
-                self._deliver(listener.Request(message, task, None, attested=False))
-                with contextlib.suppress(ray.exceptions.RayError):
-                    handle.answer.remote(req["id"], None)
                 return
         # the task is the one whose pane the sender descends from (the node's kernel says),
         # never what the message claims
