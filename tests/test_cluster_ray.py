@@ -136,6 +136,29 @@ def _ledger(repo: Path) -> list[dict[str, Any]]:
     return Store(RunDir(repo)).read_ledger()
 
 
+def _print_figures(supervisor: Supervisor, repo: Path) -> None:
+    """What this run measured (shown with ``pytest -s``; benchmarks/cluster.py measures)."""
+    from datetime import datetime
+
+    stats = getattr(supervisor.backend, "stats", {})
+    for task, figures in sorted(stats.items()):
+        by: dict[str, list[float]] = {}
+        for what, value in figures:
+            by.setdefault(what, []).append(value)
+        print(task, {k: [round(v, 3) for v in vs] for k, vs in by.items()})
+    events = _ledger(repo)
+    signals = [(e["task"], e["ts"]) for e in events if e["event"] == "signal"]
+    for task, ts in signals:
+        after = [
+            e["ts"]
+            for e in events
+            if e["event"] == "reacted" and e["task"] == task and e["ts"] >= ts
+        ]
+        if after:
+            lag = datetime.fromisoformat(after[0]) - datetime.fromisoformat(ts)
+            print("signal->reaction", task, round(lag.total_seconds(), 3))
+
+
 def _run_actors(run: str) -> list[str]:
     import ray
 
@@ -155,9 +178,11 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     run = Store(RunDir(repo)).read_run().name
     ray_env.audit.write_text("", encoding="utf-8")
 
-    outcome = Supervisor(repo, settings).run()
+    supervisor = Supervisor(repo, settings)
+    outcome = supervisor.run()
 
     assert outcome.state == "review", outcome.message
+    _print_figures(supervisor, repo)
     store = Store(RunDir(repo))
     statuses = {s.task: s for s in store.list_statuses()}
     assert {t: s.phase for t, s in statuses.items()} == dict.fromkeys(TASKS, Phase.INTEGRATED)
