@@ -29,6 +29,7 @@ from conftest import git
 from loop_orchestrator import core, demo, integration, runs
 from loop_orchestrator.attach import attach_command
 from loop_orchestrator.cluster.connect import connect
+from loop_orchestrator.cluster.node import SessionHost
 from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
 from loop_orchestrator.config import ClusterConfig, Settings
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
@@ -134,6 +135,18 @@ def _approve(files: demo.DemoFiles, settings: Settings) -> None:
 
 def _ledger(repo: Path) -> list[dict[str, Any]]:
     return Store(RunDir(repo)).read_ledger()
+
+
+def _write_config(files: demo.DemoFiles, ray_env: RayEnv) -> None:
+    """The settings of ``RayEnv.settings`` as the repository's config (for `lo-orch run`)."""
+    folder = files.repo / ".loop-orchestrator"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.toml").write_text(
+        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\nconcurrency = 4\n'
+        f'[cluster]\nbackend = "ray"\naddress = "{ray_env.cluster.address}"\n',
+        encoding="utf-8",
+    )
 
 
 def _print_figures(supervisor: Supervisor, repo: Path) -> None:
@@ -359,14 +372,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
 
     _edit(six_tasks, change)
     repo = six_tasks.repo
-    folder = repo / ".loop-orchestrator"
-    folder.mkdir(exist_ok=True)
-    (folder / "config.toml").write_text(
-        f'[agent]\nkind = "scripted"\nscript = "{six_tasks.script}"\nready_timeout = 20\n'
-        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\nconcurrency = 4\n'
-        f'[cluster]\nbackend = "ray"\naddress = "{ray_env.cluster.address}"\n',
-        encoding="utf-8",
-    )
+    _write_config(six_tasks, ray_env)
     settings = ray_env.settings(six_tasks.script)
     _approve(six_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
@@ -432,3 +438,58 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
     for task in TASKS:
         assert _staging_merges(repo, run, task) == 1, task
     assert _run_actors(run) == []
+
+
+def test_cleanup_ends_this_runs_remote_sessions_only(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    """`lo-orch cleanup --abandon` from another terminal, its supervisor killed: the run's
+    actors, their tmux servers and checkouts go; an actor of another run (same name prefix,
+    another digest) is left alone."""
+    import ray
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        script["slug"]["implement"][0] = [{"sleep": {"seconds": 300}}]
+
+    _edit(six_tasks, change)
+    repo = six_tasks.repo
+    settings = ray_env.settings(six_tasks.script)
+    _approve(six_tasks, settings)
+    run = Store(RunDir(repo)).read_run().name
+    # another run's session actor whose name starts like this run's (another digest)
+    decoy: Any = (
+        ray.remote(SessionHost)
+        .options(name=f"lo-{run}-0123456789-slug-g1", lifetime="detached", num_cpus=0)
+        .remote(
+            run=run,
+            digest="0123456789",
+            task="slug",
+            generation=1,
+            node_root=str(ray_env.base / "decoy"),
+            checkpoint_seconds=60.0,
+        )
+    )
+    _write_config(six_tasks, ray_env)
+    argv = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)]
+    supervisor = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while Store(RunDir(repo)).read_status("slug").phase != Phase.IMPLEMENTING:
+            assert supervisor.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        supervisor.kill()
+        supervisor.wait()
+        ours = [n for n in _run_actors(run) if "0123456789" not in n]
+        assert ours
+        checkouts = list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/checkout"))
+        assert checkouts
+
+        integration.cleanup(repo, abandon=True)
+
+        assert [n for n in _run_actors(run) if "0123456789" not in n] == []
+        assert not any(p.exists() for p in checkouts)
+        assert ray.get(decoy.info.remote(), timeout=30)["session"]
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+        ray.kill(decoy)
