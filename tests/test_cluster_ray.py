@@ -493,3 +493,34 @@ def test_cleanup_ends_this_runs_remote_sessions_only(
         supervisor.kill()
         supervisor.wait()
         ray.kill(decoy)
+
+
+def test_a_task_asking_for_a_node_label_runs_there(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    """tokenize asks for `lo-node: gpu` (plan field node_labels): only the one node with
+    that label gets it, though the others have free slots."""
+    gpu = ray_env.cluster.add_node(
+        num_cpus=1,
+        resources={"lo_session": 1},
+        labels={"lo-node": "gpu"},
+        env_vars={**ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / "gpu")},
+    )
+    try:
+
+        def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+            entry = next(t for t in plan["tasks"] if t["id"] == "tokenize")
+            entry["node_labels"] = {"lo-node": "gpu"}
+
+        _edit(six_tasks, change)
+        repo = six_tasks.repo
+        settings = ray_env.settings(six_tasks.script)
+        _approve(six_tasks, settings)
+
+        outcome = Supervisor(repo, settings).run()
+
+        assert outcome.state == "review", outcome.message
+        statuses = {s.task: s for s in Store(RunDir(repo)).list_statuses()}
+        assert gpu.node_id[:8] in (statuses["tokenize"].node or "")
+    finally:
+        ray_env.cluster.remove_node(gpu)
