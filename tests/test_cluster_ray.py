@@ -332,7 +332,9 @@ def test_a_forged_signal_through_a_nodes_inbox_is_refused(
                         "sh",
                         "-c",
                         f"git branch -f lo/{run}/staging HEAD; git branch feat/{run} HEAD; "
-                        f"git update-ref refs/lo-orch/cluster/{run}/tokenize/head HEAD; exit 0",
+                        f"git update-ref refs/lo-orch/cluster/{run}/tokenize/head HEAD; "
+                        # beside its own folder on the node: other tasks' checkouts
+                        'echo planted > "$LO_ORCH_RUN_DIR/../../planted.txt"; exit 0',
                     ]
                 }
             },
@@ -354,6 +356,8 @@ def test_a_forged_signal_through_a_nodes_inbox_is_refused(
     # tokenize's own impl_done was the one judged: its verdict is of its own work
     assert _staging_merges(repo, run, "tokenize") == 1
     assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
+    assert list(ray_env.base.glob(f"n*/*/{run}-*/planted.txt")) == []
+    assert list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/checkout")) == []  # cleaned up
     for task in TASKS:
         assert _staging_merges(repo, run, task) == 1, task
 

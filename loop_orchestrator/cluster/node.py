@@ -19,6 +19,7 @@ node never touched the user's repository.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import shutil
@@ -214,6 +215,10 @@ class SessionHost:
         policy = sandbox.Policy.for_task(
             repo=self.home / "repo", run_dir=self.run_dir, worktree=self.checkout, task=self.task
         )
+        # locally every other task's worktree and the run folder lie inside the read-only
+        # repository; here they are siblings under the run's node folder: read-only too
+        shared = self.home.parent.resolve()
+        policy = dataclasses.replace(policy, read_only=(*policy.read_only, shared))
         return sandbox.confine(LaunchSpec(spec.task, spec.cwd, inner, spec.env), policy)
 
     def launch(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> str:
