@@ -185,6 +185,11 @@ def _run_actors(run: str) -> list[str]:
 def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     ray_env: RayEnv, six_tasks: demo.DemoFiles
 ) -> None:
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        write_plan = 'echo "# tokenize: regex, tests first" > "$LO_ORCH_RUN_DIR/plans/tokenize.md"'
+        script["tokenize"]["plan"].insert(0, {"run": {"argv": ["sh", "-c", write_plan]}})
+
+    _edit(six_tasks, change)
     repo = six_tasks.repo
     settings = ray_env.settings(six_tasks.script)
     _approve(six_tasks, settings)
@@ -203,6 +208,9 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     nodes = {s.node for s in statuses.values()}
     assert None not in nodes and len(nodes) >= 2, nodes
     assert store.read_run().cluster is not None
+    # the plan the session wrote on its node came back with its signal
+    plan_file = RunDir(repo).agent_plan_path("tokenize")
+    assert plan_file.read_text(encoding="utf-8") == "# tokenize: regex, tests first\n"
     doc = core.status_document(repo)
     headers, rows = core.with_nodes(doc, core.STATUS_HEADERS, core.status_rows(repo, doc))
     at = headers.index("node")

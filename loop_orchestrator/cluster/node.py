@@ -362,7 +362,19 @@ class SessionHost:
         head = git(self.checkout, "rev-parse", f"refs/heads/{self.branch}").stdout.strip()
         data = bundles.create(self.checkout, [f"refs/heads/{self.branch}", WIP_REF], self.known)
         tree = git(self.checkout, "rev-parse", f"{wip}^{{tree}}").stdout.strip()
-        return {"head": head, "wip": wip, "tree": tree, "bundle": data, "at": time.time()}
+        plan: bytes | None = None  # the session's plan (plans/<task>.md), agent-written
+        with contextlib.suppress(OSError):
+            path = self.run_dir / "plans" / f"{self.task}.md"
+            if path.is_file() and path.stat().st_size <= 1 << 20:
+                plan = path.read_bytes()
+        return {
+            "head": head,
+            "wip": wip,
+            "tree": tree,
+            "bundle": data,
+            "plan": plan,
+            "at": time.time(),
+        }
 
     def _checkpoints(self) -> None:
         while not self._closed.wait(self.checkpoint_seconds):

@@ -38,6 +38,7 @@ from loop_orchestrator import listener
 from loop_orchestrator.cluster import bundles
 from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import ClusterError, GitError, TmuxError
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.gitutil import git, is_ancestor
 from loop_orchestrator.inbox import CLIENT_TIMEOUT
 from loop_orchestrator.sessions import LaunchSpec, PaneState, RunLike, TmuxBackend, run_socket
@@ -564,6 +565,11 @@ class RayBackend:
             got = self._call(pane_id, "export", [known], timeout=LAUNCH_TIMEOUT)
             head, wip = self._import(task, got)
             self._apply(task, worktree, head, wip)
+            plan = got.get("plan")
+            if isinstance(plan, bytes):  # where a local session writes it (agent-writable)
+                atomic_write_text(
+                    self.rundir.agent_plan_path(task), plan.decode("utf-8", errors="replace")
+                )
         self._call(pane_id, "acknowledge", [head])
         self._stat(task, "sync_seconds", time.monotonic() - started)
         return head, wip
