@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 # Loaded now, not when the first backend is built: libtmux reads ``sys.stdout.encoding`` at
 # import, and inside the dashboard (Textual) stdout is a capture object without one.
@@ -25,6 +25,10 @@ import libtmux  # noqa: F401
 
 if TYPE_CHECKING:
     from loop_orchestrator.tmux import TmuxBackend
+
+if TYPE_CHECKING:
+    from loop_orchestrator.cluster.ray_backend import RayBackend
+    from loop_orchestrator.config import ClusterConfig
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +71,23 @@ def run_socket(run: RunLike) -> str:
     return f"lo-{run.name[:40]}-{digest[:10]}"
 
 
-def run_backend(run: RunLike) -> TmuxBackend:
-    """The session backend of a run: the one place it is built (on the run's own server)."""
+def run_backend(run: RunLike, cluster: ClusterConfig | None = None) -> TmuxBackend | RayBackend:
+    """The session backend of a run: the one place it is built (on the run's own server).
+
+    A run that recorded ``cluster`` in run.json (issue 19) has its sessions on that Ray
+    cluster, from any terminal; ``cluster`` (the settings) chooses only for a run that has
+    not started yet (a run begun on tmux stays there).
+    """
+    recorded: Any = getattr(run, "cluster", None)
+    if isinstance(recorded, dict) and recorded.get("backend") == "ray":
+        from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
+
+        return RayBackend(run, cluster_settings(recorded))
+    fresh = str(getattr(run, "phase", "")) == "awaiting_plan_approval"
+    if recorded is None and cluster is not None and cluster.backend == "ray" and fresh:
+        from loop_orchestrator.cluster.ray_backend import RayBackend
+
+        return RayBackend(run, cluster)
     from loop_orchestrator.tmux import TmuxBackend  # tmux.py builds on this module
 
     return TmuxBackend(run.name, socket=run_socket(run))

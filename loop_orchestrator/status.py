@@ -5,6 +5,7 @@ the dashboard render it)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,21 @@ def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> li
             ]
         )
     return rows
+
+
+def with_nodes(
+    doc: dict[str, Any], headers: Sequence[str], rows: list[list[str]]
+) -> tuple[list[str], list[list[str]]]:
+    """The status table with a ``node`` column after ``pane`` when some task's session runs
+    on a cluster node (issue 19: the task status' optional ``node``); else as it is."""
+    nodes = [t.get("node") for t in doc["tasks"]]
+    if not any(nodes):
+        return list(headers), rows
+    at = list(headers).index("pane") + 1
+    return (
+        [*headers[:at], "node", *headers[at:]],
+        [[*row[:at], node or "-", *row[at:]] for row, node in zip(rows, nodes, strict=True)],
+    )
 
 
 def status_title(doc: dict[str, Any]) -> str:

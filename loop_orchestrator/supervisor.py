@@ -213,6 +213,9 @@ class Supervisor(SessionHealth):
             self._reconcile()
             server = listener.Server(self.rundir.root, self._identify, self._receive)
             server.start()
+            serve = getattr(self.backend, "serve", None)  # remote sessions' inboxes (issue 19)
+            if serve is not None:
+                serve(self._receive, self._set)
             try:
                 while True:
                     self._loop()
@@ -224,6 +227,7 @@ class Supervisor(SessionHealth):
                 raise
             finally:
                 server.close()
+                getattr(self.backend, "stop", lambda: None)()
                 self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _loop(self) -> None:

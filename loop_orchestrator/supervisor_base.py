@@ -118,7 +118,12 @@ class SupervisorBase:
         self.waves = schedule.wave_of(self.plan, self.cap)
         self.deps = schedule.dependencies(self.plan)
         self.ws = workspace.Workspace.for_run(repo, self.state, settings.workspace)
-        self.backend = run_backend(self.state)
+        self.backend = run_backend(self.state, settings.cluster)
+        cluster = getattr(self.backend, "cluster", None)
+        if cluster is not None and self.state.cluster is None:  # every later command finds it
+            from loop_orchestrator.cluster.ray_backend import cluster_record
+
+            self.record.update_run(cluster=cluster_record(cluster))
         self.adapter = make_adapter(settings, repo)
         self.deliverer = Deliverer(stagger=settings.run.stagger_seconds)
         self.tools = load_tool_profile(repo)

@@ -27,6 +27,7 @@ def status(repo: Path, *, rows: bool = True, now: float | None = None) -> Status
     the panes) for `--json`."""
     doc = statusdoc.status_document(repo)
     table = statusdoc.status_rows(repo, doc, now) if rows else []
+    headers, table = statusdoc.with_nodes(doc, statusdoc.STATUS_HEADERS, table)
     spent = (
         usage.line("Spent so far", usage.Usage.from_json(doc["run"]["usage"]))
         if doc["tasks"]
@@ -35,7 +36,7 @@ def status(repo: Path, *, rows: bool = True, now: float | None = None) -> Status
     return StatusReport(
         document=doc,
         title=statusdoc.status_title(doc),
-        headers=statusdoc.STATUS_HEADERS,
+        headers=tuple(headers),
         rows=tuple(tuple(r) for r in table),
         spent=spent,
     )
