@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers.git import git
+from helpers.wait import wait_for
 
 from loop_orchestrator import demo, integration, runs
 from loop_orchestrator import status as statusdoc
@@ -291,10 +291,7 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
         found = git(repo, "for-each-ref", "--format=%(objectname)", wip_ref).strip()
         return bool(found) and "notes.txt" in git(repo, "ls-tree", "--name-only", found)
 
-    deadline = time.monotonic() + 120
-    while not checkpointed():
-        assert time.monotonic() < deadline, "no checkpoint of tokenize came back"
-        time.sleep(0.2)
+    wait_for(checkpointed, 120, "a checkpoint of tokenize", interval=0.2)
     where = Store(RunDir(repo)).read_status("tokenize").node or ""
     victim = next(n for n in ray_env.nodes if n.node_id[:8] in where)
     ray_env.cluster.remove_node(victim)
@@ -395,13 +392,14 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
     argv = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)]
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while not (
-            Store(RunDir(repo)).read_status("slug").phase == Phase.IMPLEMENTING
-            and any("-slug-g" in name for name in _run_actors(run))
-        ):
-            assert first.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
+
+        def slug_works_on_its_node() -> bool:
+            assert first.poll() is None, "the first supervisor ended"
+            return Store(RunDir(repo)).read_status("slug").phase == Phase.IMPLEMENTING and any(
+                "-slug-g" in name for name in _run_actors(run)
+            )
+
+        wait_for(slug_works_on_its_node, 120, "slug implementing on a node", interval=0.2)
     finally:
         first.kill()
         first.wait()
@@ -489,10 +487,12 @@ def test_cleanup_ends_this_runs_remote_sessions_only(
     argv = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)]
     supervisor = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while Store(RunDir(repo)).read_status("slug").phase != Phase.IMPLEMENTING:
-            assert supervisor.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
+
+        def slug_implementing() -> bool:
+            assert supervisor.poll() is None, "the supervisor ended"
+            return Store(RunDir(repo)).read_status("slug").phase == Phase.IMPLEMENTING
+
+        wait_for(slug_implementing, 120, "slug implementing", interval=0.2)
         supervisor.kill()
         supervisor.wait()
         ours = [n for n in _run_actors(run) if "0123456789" not in n]
