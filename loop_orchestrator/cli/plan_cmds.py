@@ -112,9 +112,14 @@ def show_summary(summary: object) -> None:
 @repo_option
 def approve_command(repo: Path | None) -> None:
     """Gate 1: approve the current plan (bound to its sha256)."""
-    from loop_orchestrator import runs
+    from loop_orchestrator import config, runs
 
-    state, plan = runs.approve_plan(resolve_repo(repo))
+    root = resolve_repo(repo)
+    settings = config.load_settings(root)
+    state, plan = runs.approve_plan(root)
+    note = runs.ignored_labels_note(plan, settings)
+    if note:
+        echo(note)
     echo(
         f"Approved plan {state.approved_plan_sha256 and state.approved_plan_sha256[:12]} of run "
         f"{state.name} ({len(plan.tasks)} tasks). Next: `lo-orch run`."
