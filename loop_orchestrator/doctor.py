@@ -5,7 +5,11 @@ login state (best effort and offline: credential files and config keys, never th
 whether agent sessions run inside the OS sandbox (``[sandbox] mode``, bubblewrap),
 whether the Claude Code plugin is installed for the user's own sessions, where the bundled
 plugin folder is, the repository (root, branch, uncommitted files, an existing run), and
-which issue trackers `plan --issue` can reach (variables set, never their values; no network).
+which issue trackers `plan --issue` can reach (variables set, never their values; no network),
+and with ``[cluster] backend = "ray"`` the cluster: reachable, session slots offered, every
+alive node's Ray and lo-orch versions against this machine's, tmux and the agent CLI on
+each node that offers a slot (a zero-CPU probe pinned on each node), and whether the
+current plan's ``node_labels`` can be placed.
 Only missing or unusable *required* pieces fail; everything else informs.
 """
 

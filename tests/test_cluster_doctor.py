@@ -242,7 +242,10 @@ def head() -> Iterator[Any]:
 
     ray = ray_module()
     temp = tempfile.mkdtemp(prefix="lo-r2d-")
-    cluster: Any = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": temp})
+    cluster: Any = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "temp_dir": temp, "include_dashboard": False},
+    )
     try:
         yield cluster
     finally:

@@ -237,7 +237,13 @@ def ray_cluster() -> Iterator[Any]:
     paths = [str(REPO_ROOT), str(REPO_ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
     env = {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     cluster: Any = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": temp, "env_vars": env}
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "temp_dir": temp,
+            "env_vars": env,
+            "include_dashboard": False,
+        },
     )
     try:
         cluster.add_node(num_cpus=1, resources={"lo_session": 2}, env_vars=env)
