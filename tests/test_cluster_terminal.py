@@ -121,6 +121,22 @@ def test_close_kills_a_program_that_ignores_hangup(
     assert not alive(pid)
 
 
+def test_the_program_gets_a_terminal_type_and_no_outer_tmux(
+    host: TerminalHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a node started from inside tmux, by a service manager (no TERM)
+    monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
+    monkeypatch.setenv("TMUX_PANE", "%3")
+    monkeypatch.delenv("TERM", raising=False)
+    term = host.open(
+        ["sh", "-c", 'echo "term=$TERM tmux=${TMUX-unset}/${TMUX_PANE-unset}"'], 24, 80
+    )
+    assert b"term=xterm-256color tmux=unset/unset" in read_until(host, term, b"unset/unset")
+    monkeypatch.setenv("TERM", "screen")
+    term = host.open(["sh", "-c", 'echo "term=$TERM."'], 24, 80)
+    assert b"term=screen." in read_until(host, term, b"term=screen.")
+
+
 def test_open_of_a_missing_program_says_so(host: TerminalHost) -> None:
     with pytest.raises(LoOrchError, match="no-such-program-r2 not found") as caught:
         host.open(["no-such-program-r2"], 24, 80)
@@ -283,6 +299,29 @@ class TermActor:
         return str(ray_module().get_runtime_context().get_node_id())
 
 
+def local(socket: str, *args: str) -> str:
+    """tmux on the test's private socket (the user's terminal)."""
+    out = subprocess.run(
+        ["tmux", "-L", socket, "-f", "/dev/null", *args],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise AssertionError(f"tmux {' '.join(args)} failed: {out.stderr}")
+    return out.stdout
+
+
+def start_relay(socket: str, window: str, entry: list[str]) -> None:
+    """The relay's entry in a new local window of 90x28 (a real terminal)."""
+    if window == "me":
+        local(socket, "new-session", "-d", "-s", "me", "-x", "90", "-y", "28", *entry)
+        local(socket, "set-option", "-t", "me", "remain-on-exit", "on")
+    else:
+        local(socket, "new-window", "-d", "-t", "me", "-n", window, *entry)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_attach_relay_through_a_ray_actor_on_a_real_terminal(
@@ -301,118 +340,82 @@ def test_attach_relay_through_a_ray_actor_on_a_real_terminal(
         # the "remote" side: a tmux session on a private socket, a shell in its pane
         remote = str(tmp_path / "rt.sock")
         tmux(remote, "new-session", "-d", "-s", "task", "-x", "100", "-y", "30", "sh")
-        # a second client of the remote session that the relay must never end
+        argv = ["tmux", "-f", "/dev/null", "-S", remote, "attach", "-t", "task"]
+        # a second client of the remote session (someone else attached): never ended by
+        # what the relay does
         bystander = TerminalHost()
-        other = bystander.open(
-            ["tmux", "-f", "/dev/null", "-S", remote, "attach", "-t", "task"], 24, 80
-        )
+        other = bystander.open(argv, 24, 80)
         other_pid = bystander.pid(other)
         assert other_pid is not None
 
-        # the user's terminal: a local tmux pane running the relay's entry
-        result = tmp_path / "relay-result.json"
-        argv = ["tmux", "-f", "/dev/null", "-S", remote, "attach", "-t", "task"]
-        entry = [
-            sys.executable,
-            str(REPO_ROOT / "tests" / "relay_entry.py"),
-            ray_cluster.address,
-            "lo-r2-test",
-            "r2-term",
-            json.dumps(argv),
-            str(result),
-        ]
-        subprocess.run(
-            [
-                "tmux",
-                "-L",
-                tmux_socket,
-                "-f",
-                "/dev/null",
-                "new-session",
-                "-d",
-                "-s",
-                "me",
-                "-x",
-                "90",
-                "-y",
-                "28",
-                *entry,
-            ],
-            check=True,
-            timeout=20,
-        )
-        subprocess.run(
-            ["tmux", "-L", tmux_socket, "set-option", "-t", "me", "remain-on-exit", "on"],
-            check=True,
-            timeout=20,
-        )
-
-        def local_screen() -> str:
-            return subprocess.run(
-                ["tmux", "-L", tmux_socket, "capture-pane", "-p", "-t", "me"],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            ).stdout
+        def entry(result: Path) -> list[str]:
+            return [
+                sys.executable,
+                str(REPO_ROOT / "tests" / "relay_entry.py"),
+                ray_cluster.address,
+                "lo-r2-test",
+                "r2-term",
+                json.dumps(argv),
+                str(result),
+            ]
 
         def remote_clients() -> list[str]:
-            return tmux(
+            listed = tmux(
                 remote, "list-clients", "-F", "#{client_pid} #{client_width}x#{client_height}"
-            ).split("\n")
+            )
+            return [c for c in listed.split("\n") if c]
 
-        wait_for(
-            lambda: len([c for c in remote_clients() if c]) == 2, 60, "the relay's tmux client"
-        )
+        def remote_screen() -> str:
+            return tmux(remote, "capture-pane", "-p", "-t", "task")
+
+        # the user's terminal: a local tmux pane running the relay's entry
+        first = tmp_path / "first.json"
+        start_relay(tmux_socket, "me", entry(first))
+        wait_for(lambda: len(remote_clients()) == 2, 60, "the relay's tmux client")
         # text on the remote pane appears on the local terminal
         tmux(remote, "send-keys", "-t", "task", "echo REMOTE-$((40+2))", "Enter")
-        wait_for(lambda: "REMOTE-42" in local_screen(), 20, "remote output on the local terminal")
+        wait_for(
+            lambda: "REMOTE-42" in local(tmux_socket, "capture-pane", "-p", "-t", "me"),
+            20,
+            "remote output on the local terminal",
+        )
         # keys typed on the local terminal reach the remote pane one by one (raw mode: a
         # line-buffered terminal would hold them back until Enter)
-        subprocess.run(
-            ["tmux", "-L", tmux_socket, "send-keys", "-t", "me", "echo TYPED-$((1+2))"],
-            check=True,
-            timeout=20,
-        )
+        local(tmux_socket, "send-keys", "-t", "me", "echo TYPED-$((1+2))")
         wait_for(
-            lambda: "echo TYPED-$((1+2))" in tmux(remote, "capture-pane", "-p", "-t", "task"),
+            lambda: "echo TYPED-$((1+2))" in remote_screen(),
             20,
             "keys typed without Enter in the remote pane",
         )
-        subprocess.run(
-            ["tmux", "-L", tmux_socket, "send-keys", "-t", "me", "Enter"], check=True, timeout=20
-        )
-        wait_for(
-            lambda: "TYPED-3" in tmux(remote, "capture-pane", "-p", "-t", "task"),
-            20,
-            "local keys in the remote pane",
-        )
+        local(tmux_socket, "send-keys", "-t", "me", "Enter")
+        wait_for(lambda: "TYPED-3" in remote_screen(), 20, "local keys run in the remote pane")
         # the local window's size follows to the remote client (SIGWINCH through the relay)
-        subprocess.run(
-            ["tmux", "-L", tmux_socket, "resize-window", "-t", "me", "-x", "77", "-y", "21"],
-            check=True,
-            timeout=20,
-        )
+        local(tmux_socket, "resize-window", "-t", "me", "-x", "77", "-y", "21")
         wait_for(
             lambda: any(c.endswith(" 77x21") for c in remote_clients()),
             20,
             "the remote client's size to follow the local window",
         )
-        relay_client = next(c for c in remote_clients() if c and not c.startswith(f"{other_pid} "))
-        relay_pid = int(relay_client.split()[0])
-        # the remote program exits (the shell in the remote pane ends the session): the
-        # relay returns and the local terminal is back as it was
-        subprocess.run(
-            ["tmux", "-L", tmux_socket, "send-keys", "-t", "me", "exit", "Enter"],
-            check=True,
-            timeout=20,
+        relay_pid = next(
+            int(c.split()[0]) for c in remote_clients() if not c.startswith(f"{other_pid} ")
         )
-        wait_for(result.exists, 30, "the relay to return")
-        outcome = json.loads(result.read_text())
-        assert outcome == {"code": 0, "restored": True}, outcome
+        # tmux's own detach key, typed locally, detaches the remote client: the relay
+        # returns, the local terminal is as it was, the session and the other client live on
+        local(tmux_socket, "send-keys", "-t", "me", "C-b", "d")
+        wait_for(first.exists, 30, "the relay to return after the detach key")
+        assert json.loads(first.read_text()) == {"code": 0, "restored": True}
         assert not alive(relay_pid)
-        # the bystander's client ended because the session ended, not because of close:
-        # its host still holds it until closed, and closing it is this host's business
+        assert alive(other_pid)
+        assert [c.split()[0] for c in remote_clients()] == [str(other_pid)]
+
+        # attached again; the remote program exits (the shell ends its session): the relay
+        # returns with the terminal restored
+        second = tmp_path / "second.json"
+        start_relay(tmux_socket, "again", entry(second))
+        wait_for(lambda: len(remote_clients()) == 2, 60, "the second relay's client")
+        local(tmux_socket, "send-keys", "-t", "again", "exit", "Enter")
+        wait_for(second.exists, 30, "the relay to return after the remote exit")
+        assert json.loads(second.read_text()) == {"code": 0, "restored": True}
         bystander.close(other)
     finally:
         ray.shutdown()

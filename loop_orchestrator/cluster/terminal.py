@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: the longest a relay's read waits on the node before asking again
 READ_TIMEOUT = 0.5
+#: the terminal type a program on the node's pty gets when the node's environment has none
+DEFAULT_TERM = "xterm-256color"
 #: how long ``close`` waits for the program to end after SIGHUP before SIGKILL
 CLOSE_GRACE = 2.0
 #: exit code of a relay ended by SIGTERM/SIGHUP (128 + signal, as a shell reports it)
@@ -83,7 +85,7 @@ class TerminalHost:
 
     def open(self, argv: list[str], rows: int, cols: int) -> str:
         """Start ``argv`` on a new pty of ``rows`` x ``cols``; the id of its terminal."""
-        pid, master = proc.spawn_in_pty(argv, _clamp(rows), _clamp(cols))
+        pid, master = proc.spawn_in_pty(argv, _clamp(rows), _clamp(cols), env=_pty_env())
         term_id = uuid.uuid4().hex
         with self._lock:
             self._terms[term_id] = _Terminal(pid, master)
@@ -200,6 +202,16 @@ class TerminalHost:
                 os.close(term.master)
         with self._lock:
             self._terms.pop(term_id, None)
+
+
+def _pty_env() -> dict[str, str]:
+    """The node's environment for a program on a new pty: without ``TMUX``/``TMUX_PANE``
+    (a node started from inside tmux would make `tmux attach` refuse to nest) and with a
+    ``TERM`` (a node started by a service manager has none, and tmux will not draw)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+    if env.get("TERM", "dumb") == "dumb":
+        env["TERM"] = DEFAULT_TERM
+    return env
 
 
 def _clamp(n: int) -> int:
