@@ -185,6 +185,7 @@ def run_one(root: Path, backend: str, address: str, concurrency: int) -> None:
     measured to ``root/result.json``."""
     from loop_orchestrator import core, runs
     from loop_orchestrator.config import Settings
+    from loop_orchestrator.state import RunDir, Store
     from loop_orchestrator.supervisor import Supervisor
 
     repo, plan_path, script = root / "bench", root / "plan.yaml", root / "script.yaml"
@@ -209,7 +210,12 @@ def run_one(root: Path, backend: str, address: str, concurrency: int) -> None:
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     stats = getattr(supervisor.backend, "stats", {})
+    placed: dict[str, int] = {}
+    for status in Store(RunDir(repo)).list_statuses():
+        where = str(getattr(status, "node", None) or "this machine")
+        placed[where] = placed.get(where, 0) + 1
     result = {
+        "nodes": sorted(placed.values(), reverse=True),
         "state": str(outcome.state),
         "message": str(getattr(outcome, "message", "")),
         "wall": wall,
@@ -433,6 +439,7 @@ def analyse(
         "wall": float(result.get("wall", 0.0)),
         "events": events,
         "integrated": len(integrated),
+        "nodes": result.get("nodes", []),
     }
 
 
@@ -462,6 +469,7 @@ def render(results: dict[str, dict[str, Any]], n: int, concurrency: int, slots: 
         ("  run wall s", lambda r: f"{r['wall']:.1f}"),
         ("  tasks integrated", lambda r: f"{r['integrated']}/{r['tasks']}"),
         ("  signals timed/sent", lambda r: f"{r['signals'][0]}/{r['signals'][1]}"),
+        ("  tasks per place (last session)", lambda r: "/".join(map(str, r["nodes"])) or "-"),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [
