@@ -109,6 +109,28 @@ def test_close_ends_only_what_it_started(host: TerminalHost) -> None:
         stranger.wait()
 
 
+def test_a_read_in_flight_never_sees_the_next_terminal(host: TerminalHost) -> None:
+    """Closing a terminal while another thread waits in read (the relay's reader) must not
+    free its fd under that read: the next terminal could get the same fd number, and the
+    stale read its output (another user's screen, on a shared node actor)."""
+    # a program that leaves a process of another session holding the pty: after close
+    # ended the program's group, nothing wakes the read (no EOF while the pty is held)
+    first = host.open(["sh", "-c", "setsid sleep 30 & echo held=$!; exec sleep 300"], 24, 80)
+    holder = int(read_until(host, first, b"\n").split(b"held=")[1].split()[0])
+    got: list[bytes | None] = []
+    try:
+        reader = threading.Thread(target=lambda: got.append(host.read(first, 2.0)))
+        reader.start()
+        time.sleep(0.2)  # the reader waits in select
+        host.close(first)
+        second = host.open(["sh", "-c", "echo SECRET-OUTPUT; sleep 5"], 24, 80)
+        reader.join(10)
+        assert got == [None]
+        assert b"SECRET-OUTPUT" in read_until(host, second, b"SECRET-OUTPUT")
+    finally:
+        os.kill(holder, signal.SIGKILL)  # the test's own leftover, by its pid
+
+
 def test_close_kills_a_program_that_ignores_hangup(
     host: TerminalHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:

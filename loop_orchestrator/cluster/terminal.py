@@ -72,6 +72,9 @@ class _Terminal:
     pid: int
     master: int
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: held while reading and while closing the fd: a close never frees the fd number
+    #: under a read in flight (another terminal could get it, and the read its output)
+    reading: threading.RLock = field(default_factory=threading.RLock)
     exited: bool = False  # reaped: the pid may belong to someone else now, never signal it
     closed: bool = False  # the master fd is closed
 
@@ -96,20 +99,23 @@ class TerminalHost:
         """What the program wrote within ``timeout`` seconds (b"" if nothing); None once it
         exited (or the terminal was closed, or never existed)."""
         term = self._get(term_id)
-        if term is None or term.closed:
+        if term is None:
             return None
-        try:
-            ready, _, _ = select.select([term.master], [], [], max(0.0, timeout))
-            if not ready:
-                return b"" if not self._reaped(term) else None
-            data = os.read(term.master, 65536)
-        except OSError as exc:  # EIO: every holder of the pty's other side is gone
-            if exc.errno not in (errno.EIO, errno.EBADF):
-                raise
-            data = b""
-        if data:
-            return data
-        self._finish(term_id, term)
+        with term.reading:
+            if term.closed:
+                return None
+            try:
+                ready, _, _ = select.select([term.master], [], [], max(0.0, timeout))
+                if not ready:
+                    return b"" if not self._reaped(term) else None
+                data = os.read(term.master, 65536)
+            except OSError as exc:  # EIO: every holder of the pty's other side is gone
+                if exc.errno != errno.EIO:
+                    raise
+                data = b""
+            if data:
+                return data
+            self._finish(term_id, term)
         return None
 
     def write(self, term_id: str, data: bytes) -> None:
@@ -153,7 +159,8 @@ class TerminalHost:
             if not self._reaped(term):
                 self._signal(term, signal.SIGKILL)
                 self._reap(term, block=True)
-        self._finish(term_id, term)
+        with term.reading:  # after a read in flight (it ends: the program is gone)
+            self._finish(term_id, term)
         log.info("terminal closed", extra={"term": term_id, "pid": term.pid})
 
     def pid(self, term_id: str) -> int | None:
