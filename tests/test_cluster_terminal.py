@@ -131,6 +131,19 @@ def test_a_read_in_flight_never_sees_the_next_terminal(host: TerminalHost) -> No
         os.kill(holder, signal.SIGKILL)  # the test's own leftover, by its pid
 
 
+def test_typing_into_a_program_that_reads_nothing_never_wedges_the_host(
+    host: TerminalHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(terminal, "WRITE_TIMEOUT", 0.5)
+    term = host.open(["sh", "-c", "stty -icanon; echo ready; exec sleep 300"], 24, 80)
+    read_until(host, term, b"ready")
+    started = time.monotonic()
+    host.write(term, b"x" * (1 << 20))  # far more than the pty buffers
+    assert time.monotonic() - started < 5
+    host.close(term)  # and closing it does not wait on the write
+    assert host.pid(term) is None
+
+
 def test_close_kills_a_program_that_ignores_hangup(
     host: TerminalHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 READ_TIMEOUT = 0.5
 #: the terminal type a program on the node's pty gets when the node's environment has none
 DEFAULT_TERM = "xterm-256color"
+#: how long typed input waits for a program that reads none before it is dropped
+WRITE_TIMEOUT = 5.0
 #: how long ``close`` waits for the program to end after SIGHUP before SIGKILL
 CLOSE_GRACE = 2.0
 #: exit code of a relay ended by SIGTERM/SIGHUP (128 + signal, as a shell reports it)
@@ -71,7 +73,10 @@ class Endpoint(Protocol):
 class _Terminal:
     pid: int
     master: int
+    #: held while writing to, resizing and closing the fd
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: held while reaping the pid
+    reap_lock: threading.Lock = field(default_factory=threading.Lock)
     #: held while reading and while closing the fd: a close never frees the fd number
     #: under a read in flight (another terminal could get it, and the read its output)
     reading: threading.RLock = field(default_factory=threading.RLock)
@@ -89,6 +94,7 @@ class TerminalHost:
     def open(self, argv: list[str], rows: int, cols: int) -> str:
         """Start ``argv`` on a new pty of ``rows`` x ``cols``; the id of its terminal."""
         pid, master = proc.spawn_in_pty(argv, _clamp(rows), _clamp(cols), env=_pty_env())
+        os.set_blocking(master, False)  # a program that reads no input never blocks a write
         term_id = uuid.uuid4().hex
         with self._lock:
             self._terms[term_id] = _Terminal(pid, master)
@@ -121,15 +127,19 @@ class TerminalHost:
     def write(self, term_id: str, data: bytes) -> None:
         """Type ``data`` into the program (nothing once it exited)."""
         term = self._get(term_id)
-        if term is None or term.closed:
+        if term is None:
             return
         view = memoryview(data)
-        with term.lock:
-            while view:
+        deadline = time.monotonic() + WRITE_TIMEOUT
+        with term.lock:  # closed is checked under the lock the fd is closed under
+            while view and not term.closed:
                 try:
                     written = os.write(term.master, view)
-                except BlockingIOError:
-                    select.select([], [term.master], [], 1.0)
+                except BlockingIOError:  # the program reads no input: wait a little
+                    if time.monotonic() > deadline:
+                        log.warning("terminal input dropped", extra={"term": term_id})
+                        return
+                    select.select([], [term.master], [], 0.1)
                     continue
                 except OSError as exc:
                     if exc.errno in (errno.EIO, errno.EBADF):
@@ -140,10 +150,11 @@ class TerminalHost:
     def resize(self, term_id: str, rows: int, cols: int) -> None:
         """Set the terminal's size; the kernel sends the program SIGWINCH."""
         term = self._get(term_id)
-        if term is None or term.closed:
+        if term is None:
             return
-        with contextlib.suppress(OSError):
-            fcntl.ioctl(term.master, termios.TIOCSWINSZ, _winsize(rows, cols))
+        with term.lock, contextlib.suppress(OSError):
+            if not term.closed:
+                fcntl.ioctl(term.master, termios.TIOCSWINSZ, _winsize(rows, cols))
 
     def close(self, term_id: str) -> None:
         """End the program this host started for ``term_id`` (SIGHUP to its process group,
@@ -182,7 +193,7 @@ class TerminalHost:
         return self._reap(term, block=False)
 
     def _reap(self, term: _Terminal, *, block: bool) -> bool:
-        with term.lock:
+        with term.reap_lock:
             if term.exited:
                 return True
             try:
