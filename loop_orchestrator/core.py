@@ -351,6 +351,21 @@ def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> li
     return rows
 
 
+def with_nodes(
+    doc: dict[str, Any], headers: Sequence[str], rows: list[list[str]]
+) -> tuple[list[str], list[list[str]]]:
+    """The status table with a ``node`` column after ``pane`` when some task's session runs
+    on a cluster node (issue 19: the task status' optional ``node``); else as it is."""
+    nodes = [t.get("node") for t in doc["tasks"]]
+    if not any(nodes):
+        return list(headers), rows
+    at = list(headers).index("pane") + 1
+    return (
+        [*headers[:at], "node", *headers[at:]],
+        [[*row[:at], node or "-", *row[at:]] for row, node in zip(rows, nodes, strict=True)],
+    )
+
+
 def status_title(doc: dict[str, Any]) -> str:
     """The status header: the run's phase as it really is (a run whose supervisor is gone
     is not "running")."""
@@ -381,9 +396,10 @@ def watch_status(repo: Path) -> None:
     def build() -> Table:
         doc = status_document(repo)
         table = Table(title=status_title(doc))
-        for h in STATUS_HEADERS:
+        headers, rows = with_nodes(doc, STATUS_HEADERS, status_rows(repo, doc))
+        for h in headers:
             table.add_column(h, no_wrap=h == "note", overflow="ellipsis")
-        for row in status_rows(repo, doc):
+        for row in rows:
             table.add_row(*row)
         return table
 

@@ -32,13 +32,17 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import libtmux
 from libtmux import exc as libtmux_exc
 
 from loop_orchestrator import proc
 from loop_orchestrator.errors import TmuxError
+
+if TYPE_CHECKING:
+    from loop_orchestrator.cluster.ray_backend import RayBackend
+    from loop_orchestrator.config import ClusterConfig
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +132,23 @@ def run_socket(run: RunLike) -> str:
     return f"lo-{run.name[:40]}-{digest[:10]}"
 
 
-def run_backend(run: RunLike) -> TmuxBackend:
-    """The session backend of a run: the one place it is built (on the run's own server)."""
+def run_backend(run: RunLike, cluster: ClusterConfig | None = None) -> TmuxBackend | RayBackend:
+    """The session backend of a run: the one place it is built (on the run's own server).
+
+    A run that recorded ``cluster`` in run.json (issue 19) has its sessions on that Ray
+    cluster, from any terminal; ``cluster`` (the settings) chooses only for a run that has
+    not started yet (a run begun on tmux stays there).
+    """
+    recorded: Any = getattr(run, "cluster", None)
+    if isinstance(recorded, dict) and recorded.get("backend") == "ray":
+        from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
+
+        return RayBackend(run, cluster_settings(recorded))
+    fresh = str(getattr(run, "phase", "")) == "awaiting_plan_approval"
+    if recorded is None and cluster is not None and cluster.backend == "ray" and fresh:
+        from loop_orchestrator.cluster.ray_backend import RayBackend
+
+        return RayBackend(run, cluster)
     return TmuxBackend(run.name, socket=run_socket(run))
 
 

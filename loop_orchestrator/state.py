@@ -133,6 +133,8 @@ class TaskStatus(BaseModel):
     #: ``rate_limit`` (lo-orch resumes it) or ``usage_limit`` (Claude Code resumes by
     #: itself after the reset; lo-orch only if it did not)
     limit_kind: str | None = None
+    #: where the task's session runs when it runs on a cluster (issue 19): "host (ip, node)"
+    node: str | None = None
     limit_hits: int = 0
 
 
@@ -161,6 +163,8 @@ class RunState(BaseModel):
     tmux_socket: str | None = None
     #: tasks left out of the reviewed result (blocked or failed, run continued without them)
     skipped_tasks: list[str] = Field(default_factory=list)
+    #: the Ray cluster the run's sessions run on (issue 19; None: local tmux)
+    cluster: dict[str, Any] | None = None
     created_at: str = ""
     updated_at: str = ""
 

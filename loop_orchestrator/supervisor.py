@@ -216,7 +216,12 @@ class Supervisor:
         self.waves = schedule.wave_of(self.plan, self.cap)
         self.deps = schedule.dependencies(self.plan)
         self.ws = workspace.Workspace.for_run(repo, self.state, settings.workspace)
-        self.backend = run_backend(self.state)
+        self.backend = run_backend(self.state, settings.cluster)
+        cluster = getattr(self.backend, "cluster", None)
+        if cluster is not None and self.state.cluster is None:  # every later command finds it
+            from loop_orchestrator.cluster.ray_backend import cluster_record
+
+            self.record.update_run(cluster=cluster_record(cluster))
         self.adapter = make_adapter(settings, repo)
         self.deliverer = Deliverer(stagger=settings.run.stagger_seconds)
         self.tools = load_tool_profile(repo)
@@ -373,6 +378,9 @@ class Supervisor:
             self._reconcile()
             server = listener.Server(self.rundir.root, self._identify, self._receive)
             server.start()
+            serve = getattr(self.backend, "serve", None)  # remote sessions' inboxes (issue 19)
+            if serve is not None:
+                serve(self._receive, self._set)
             try:
                 while True:
                     self._loop()
@@ -384,6 +392,7 @@ class Supervisor:
                 raise
             finally:
                 server.close()
+                getattr(self.backend, "stop", lambda: None)()
                 self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _interrupted(self) -> None:

@@ -144,7 +144,7 @@ def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
         return
     doc = core.status_document(root)
     echo(core.status_title(doc))
-    table(core.STATUS_HEADERS, core.status_rows(root, doc), cut_last=True)
+    table(*core.with_nodes(doc, core.STATUS_HEADERS, core.status_rows(root, doc)), cut_last=True)
     from loop_orchestrator import usage
 
     if doc["tasks"]:

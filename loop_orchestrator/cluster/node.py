@@ -1,0 +1,385 @@
+"""The node's end of a remote session: ``SessionHost``, one detached Ray actor per task.
+
+It runs on a node that offers a session slot and owns everything of the session there: a
+checkout under ``connect.node_root`` (made from git bundles, never from the user's
+repository path: the node gets only bytes), a private tmux server with the agent's pane
+(``sessions.TmuxBackend``, the same argv and environment as locally with the paths
+rewritten to the node's), the node's end of the inbox (a ``listener.Server`` on a
+node-local run folder; ``identify`` accepts only processes descending from ITS pane, the
+kernel's attestation as locally), whose requests the supervisor collects with
+``next_requests`` and answers with ``answer``, and a checkpoint thread that turns the whole
+working tree into a work-in-progress commit every ``checkpoint_seconds`` for the
+supervisor to keep. The actor never decides anything: the supervisor does.
+
+With ``LO_ORCH_NODE_AUDIT`` set (tests), every path the actor process opens and every
+command it runs is appended to that file (``sys.addaudithook``), so a test can show the
+node never touched the user's repository.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator import listener, procinfo
+from loop_orchestrator.cluster import bundles
+from loop_orchestrator.gitutil import git
+from loop_orchestrator.inbox import CLIENT_TIMEOUT
+from loop_orchestrator.sessions import LaunchSpec, TmuxBackend
+
+AUDIT_ENV = "LO_ORCH_NODE_AUDIT"
+#: the lo-orch ref a node's checkpoints live under in its own checkout
+WIP_REF = "refs/lo-orch/wip"
+#: a queued request older than this lost its waiting sender (the listener answers None)
+STALE_AFTER = CLIENT_TIMEOUT - 2
+
+
+def _install_audit(log_path: str) -> None:
+    lock = threading.Lock()
+    fh = Path(log_path).open("a", encoding="utf-8")  # noqa: SIM115 (open for the process' life)
+    busy = threading.local()
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event not in ("open", "subprocess.Popen", "os.chdir", "os.exec"):
+            return
+        if getattr(busy, "on", False):
+            return
+        busy.on = True
+        try:
+            if event == "subprocess.Popen":
+                what = f"{event}\t{args[1]!r}\tcwd={args[2]!r}"
+            else:
+                what = f"{event}\t{args[0]!r}"
+            with lock:
+                fh.write(what + "\n")
+                fh.flush()
+        finally:
+            busy.on = False
+
+    sys.addaudithook(hook)
+
+
+class SessionHost:
+    """One task's session on this node (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        run: str,
+        digest: str,
+        task: str,
+        generation: int,
+        node_root: str,
+        checkpoint_seconds: float,
+    ) -> None:
+        audit = os.environ.get(AUDIT_ENV, "").strip()
+        if audit:
+            _install_audit(audit)
+        from loop_orchestrator.cluster.connect import node_root as root_of
+        from loop_orchestrator.cluster.connect import ray_module
+
+        ray = ray_module()
+
+        self.run, self.task, self.generation = run, task, generation
+        self.node_id = str(ray.get_runtime_context().get_node_id())
+        self.host = socket.gethostname()
+        node_ip: Any = ray.util.get_node_ip_address
+        self.ip = str(node_ip())
+        self.home = root_of(node_root, self.node_id) / f"{run}-{digest}" / f"{task}-g{generation}"
+        self.checkout = self.home / "checkout"
+        self.run_dir = self.home / "run"
+        self.socket = f"lon-{digest[:8]}-{task[:24]}-g{generation}"
+        self.tmux = TmuxBackend(f"{run}-{task}"[:64], socket=self.socket)
+        self.branch = ""
+        self.pane: str | None = None
+        self.known: list[str] = []  # commits the supervisor has
+        self.checkpoint_seconds = checkpoint_seconds
+        self._lock = threading.RLock()
+        self._cond = threading.Condition()
+        self._pending: dict[str, listener.Request] = {}
+        self._queue: list[dict[str, Any]] = []
+        self._ids = itertools.count(1)
+        self._checkpoint: dict[str, Any] | None = None
+        self._last_wip_tree = ""
+        self._server: listener.Server | None = None
+        self._closed = threading.Event()
+        self._term: Any = None
+
+    # set-up --------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "host": self.host,
+            "ip": self.ip,
+            "home": str(self.home),
+            "checkout": str(self.checkout),
+            "run_dir": str(self.run_dir),
+            "socket": self.socket,
+            "session": self.tmux.session,
+            "pane": self.pane,
+        }
+
+    def setup(
+        self,
+        bundle: bytes,
+        branch: str,
+        head: str,
+        wip: str | None,
+        wip_ref: str,
+        files: dict[str, bytes],
+        run_files: dict[str, bytes],
+    ) -> dict[str, Any]:
+        """Make the checkout from ``bundle`` (branch ``branch`` at ``head``; the working
+        tree of commit ``wip`` when given) and write the files sent alongside."""
+        started = time.monotonic()
+        with self._lock:
+            if self.home.exists():
+                shutil.rmtree(self.home)
+            # the same layout as the supervisor's: a repository and the task's checkout as
+            # its linked worktree (so the sandbox policy is the same too)
+            repo = self.home / "repo"
+            repo.mkdir(parents=True)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            git(repo, "init", "--quiet")
+            wanted = {f"refs/heads/{branch}": f"refs/lo-orch/in/{branch}"}
+            if wip:
+                wanted[wip_ref] = "refs/lo-orch/in/wip"
+            got = bundles.import_bundle(repo, bundle, wanted)
+            if got.get(f"refs/lo-orch/in/{branch}") != head:
+                msg = f"the start bundle does not carry {branch} at {head}"
+                raise RuntimeError(msg)
+            git(repo, "update-ref", f"refs/heads/{branch}", head)
+            git(repo, "worktree", "add", "--quiet", str(self.checkout), branch)
+            if wip:
+                bundles.apply_tree(self.checkout, wip)
+            for rel, data in files.items():
+                self._write(self.checkout, rel, data)
+            for rel, data in run_files.items():
+                self._write(self.run_dir, rel, data)
+            self.branch = branch
+            self.known = [head]
+        return {"seconds": time.monotonic() - started, **self.info()}
+
+    @staticmethod
+    def _write(root: Path, rel: str, data: bytes) -> None:
+        path = root / bundles.safe_relpath(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+    def put_files(self, run_files: dict[str, bytes]) -> None:
+        """Files of the supervisor's run folder a prompt refers to (reviews, briefs)."""
+        for rel, data in run_files.items():
+            self._write(self.run_dir, rel, data)
+
+    def _spec(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> LaunchSpec:
+        """The local launch rewritten for this node (``paths``: supervisor path -> what it
+        is here: ``checkout`` or ``run``)."""
+        from loop_orchestrator.agents.base import lo_orch_bin
+
+        here = {"checkout": str(self.checkout), "run": str(self.run_dir)}
+        mapping = sorted(((k, here[v]) for k, v in paths.items()), key=lambda kv: -len(kv[0]))
+
+        def rewrite(text: str) -> str:
+            for old, new in mapping:
+                text = text.replace(old, new)
+            return text
+
+        node_env = {k: rewrite(v) for k, v in env.items()}
+        node_env["LO_ORCH_RUN_DIR"] = str(self.run_dir)
+        node_env["LO_ORCH_BIN"] = lo_orch_bin()
+        node_env["LO_ORCH_TMUX_SOCKET"] = self.socket
+        brief = node_env.get("LO_ORCH_BRIEF")
+        if brief:
+            node_env["LO_ORCH_BRIEF"] = rewrite(brief)
+        spec = LaunchSpec(self.task, self.checkout, [rewrite(a) for a in argv], node_env)
+        return self._confine(spec)
+
+    def _confine(self, spec: LaunchSpec) -> LaunchSpec:
+        """A launch the supervisor confined (bubblewrap) is confined here by the node's own
+        policy: its paths, not the supervisor's, are the ones to protect."""
+        from loop_orchestrator import sandbox
+
+        argv = spec.argv
+        if not argv or Path(argv[0]).name != sandbox.BWRAP or "--" not in argv:
+            return spec
+        inner = argv[argv.index("--") + 1 :]
+        policy = sandbox.Policy.for_task(
+            repo=self.home / "repo", run_dir=self.run_dir, worktree=self.checkout, task=self.task
+        )
+        return sandbox.confine(LaunchSpec(spec.task, spec.cwd, inner, spec.env), policy)
+
+    def launch(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> str:
+        """Start the agent in this node's tmux server; the inbox and checkpoints start."""
+        with self._lock:
+            spec = self._spec(argv, env, paths)
+            if self._server is None:
+                self._server = listener.Server(self.run_dir, self._identify, self._deliver)
+                self._server.start()
+                threading.Thread(target=self._checkpoints, daemon=True).start()
+            if self.pane is not None and self.tmux.state(self.pane).exists:
+                self.tmux.respawn(self.pane, spec)
+            else:
+                self.pane = self.tmux.launch(spec)
+            return self.pane
+
+    # the session -----------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        if self.pane is None:
+            return {"alive": False, "dead_status": None, "pid": None, "exists": False}
+        st = self.tmux.state(self.pane)
+        return {
+            "alive": st.alive,
+            "dead_status": st.dead_status,
+            "pid": st.pid,
+            "exists": st.exists,
+        }
+
+    def capture(self, lines: int) -> str:
+        assert self.pane is not None
+        return self.tmux.capture(self.pane, lines)
+
+    def paste(self, text: str, bracketed: bool, paths: dict[str, str]) -> None:
+        assert self.pane is not None
+        here = {"checkout": str(self.checkout), "run": str(self.run_dir)}
+        for old, kind in sorted(paths.items(), key=lambda kv: -len(kv[0])):
+            text = text.replace(old, here[kind])
+        self.tmux.paste(self.pane, text, bracketed=bracketed)
+
+    def send_keys(self, keys: list[str]) -> None:
+        assert self.pane is not None
+        self.tmux.send_keys(self.pane, *keys)
+
+    def attach_target(self) -> dict[str, str]:
+        return {"socket": self.socket, "session": self.tmux.session, "pane": self.pane or ""}
+
+    # the terminal relay of `lo-orch attach` (R2's cluster/terminal.py does the pty work) --
+    def _terminal(self) -> Any:
+        if self._term is None:
+            import importlib
+
+            module = importlib.import_module("loop_orchestrator.cluster.terminal")
+            self._term = module.TerminalHost()
+        return self._term
+
+    def term_open(self, rows: int, cols: int) -> str:
+        """A tmux client attached to this session, in a pty on this node (read-write);
+        what it runs is decided here, never by the caller."""
+        tmux = shutil.which("tmux") or "tmux"
+        argv = [tmux, "-L", self.socket, "attach-session", "-t", f"={self.tmux.session}"]
+        return str(self._terminal().open(argv, rows, cols))
+
+    def term_read(self, term_id: str, timeout: float) -> bytes | None:
+        data: bytes | None = self._terminal().read(term_id, timeout)
+        return data
+
+    def term_write(self, term_id: str, data: bytes) -> None:
+        self._terminal().write(term_id, data)
+
+    def term_resize(self, term_id: str, rows: int, cols: int) -> None:
+        self._terminal().resize(term_id, rows, cols)
+
+    def term_close(self, term_id: str) -> None:
+        self._terminal().close(term_id)
+
+    # the inbox -------------------------------------------------------------------------
+    def _identify(self, pid: int) -> str | None:
+        if self.pane is None:
+            return None
+        root = self.tmux.state(self.pane).pid
+        return self.task if root is not None and root in procinfo.ancestors(pid) else None
+
+    def _deliver(self, request: listener.Request) -> None:
+        rid = str(next(self._ids))
+        with self._cond:
+            self._pending[rid] = request
+            self._queue.append(
+                {
+                    "id": rid,
+                    "message": request.message,
+                    "from_pane": request.task == self.task,
+                    "queued": time.monotonic(),
+                }
+            )
+            self._cond.notify_all()
+
+    def next_requests(self, timeout: float) -> dict[str, Any]:
+        """What the session sent since the last call (waits up to ``timeout`` for one), and
+        the newest checkpoint not yet collected."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._queue and self._checkpoint is None and not self._closed.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            queue, self._queue = self._queue, []
+            checkpoint, self._checkpoint = self._checkpoint, None
+        now = time.monotonic()
+        for item in queue:
+            # its sender stopped waiting for an answer (no supervisor was there): like a
+            # message left in the inbox folder, only a hint now
+            item["stale"] = now - float(item.pop("queued")) > STALE_AFTER
+        # what the session's tools left in this node's inbox folder while nobody answered
+        for kept in listener.drain(self.run_dir, [self.task]):
+            queue.append({"id": "", "message": kept.message, "from_pane": True, "stale": True})
+        return {"requests": queue, "checkpoint": checkpoint}
+
+    def answer(self, rid: str, reply: Any) -> None:
+        with self._cond:
+            request = self._pending.pop(rid, None)
+        if request is not None:
+            request.answer(reply)
+
+    # commits back ------------------------------------------------------------------------
+    def acknowledge(self, commits: list[str]) -> None:
+        """The supervisor has these commits: later bundles leave them out."""
+        with self._lock:
+            self.known = list(dict.fromkeys([*commits, *self.known]))[:16]
+
+    def export(self, known: list[str]) -> dict[str, Any]:
+        """The task branch and a work-in-progress commit of the whole working tree, as one
+        bundle without what the supervisor has (``known``)."""
+        with self._lock:
+            self.acknowledge(known)
+            return self._export()
+
+    def _export(self) -> dict[str, Any]:
+        wip = bundles.wip_commit(self.checkout)
+        git(self.checkout, "update-ref", WIP_REF, wip)
+        head = git(self.checkout, "rev-parse", f"refs/heads/{self.branch}").stdout.strip()
+        data = bundles.create(self.checkout, [f"refs/heads/{self.branch}", WIP_REF], self.known)
+        tree = git(self.checkout, "rev-parse", f"{wip}^{{tree}}").stdout.strip()
+        return {"head": head, "wip": wip, "tree": tree, "bundle": data, "at": time.time()}
+
+    def _checkpoints(self) -> None:
+        while not self._closed.wait(self.checkpoint_seconds):
+            try:
+                with self._lock:
+                    made = self._export()
+            except Exception:  # a checkout mid-change: the next one
+                continue
+            if made["tree"] == self._last_wip_tree:
+                continue
+            self._last_wip_tree = made["tree"]
+            with self._cond:
+                self._checkpoint = made
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """End the session: its tmux server, inbox and checkout go."""
+        self._closed.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._server is not None:
+            self._server.close()
+        with contextlib.suppress(Exception):
+            self.tmux._tmux("kill-server", check=False)
+        shutil.rmtree(self.home, ignore_errors=True)

@@ -1,0 +1,166 @@
+"""Git bundles between the supervisor and the nodes, and work-in-progress commits (issue 19):
+real git, no Ray."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import git
+
+from loop_orchestrator.cluster import bundles
+from loop_orchestrator.errors import GitError
+
+
+def _commit(repo: Path, rel: str, text: str, message: str) -> str:
+    path = repo / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-gpg-sign", "-m", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def _empty(tmp_path: Path, name: str) -> Path:
+    repo = tmp_path / name
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    return repo
+
+
+def test_a_branch_goes_over_and_only_the_new_commits_follow(git_repo: Path, tmp_path: Path) -> None:
+    first = git(git_repo, "rev-parse", "HEAD").strip()
+    node = _empty(tmp_path, "node")
+    whole = bundles.create(git_repo, ["refs/heads/main"])
+    got = bundles.import_bundle(node, whole, {"refs/heads/main": "refs/lo-orch/in/main"})
+    assert got == {"refs/lo-orch/in/main": first}
+    assert git(node, "rev-parse", "refs/lo-orch/in/main").strip() == first
+
+    # nothing new: no bundle at all
+    assert bundles.create(git_repo, ["refs/heads/main"], [first]) == b""
+
+    big = "x" * 200_000
+    _commit(git_repo, "data.txt", big, "big file")
+    second = _commit(git_repo, "small.txt", "small\n", "small change")
+    full = bundles.create(git_repo, ["refs/heads/main"])
+    delta = bundles.create(git_repo, ["refs/heads/main"], [first])
+    only_last = bundles.create(
+        git_repo, ["refs/heads/main"], [git(git_repo, "rev-parse", "HEAD~1").strip()]
+    )
+    assert len(only_last) < len(delta) <= len(full)
+    assert len(only_last) < 2000  # the big file is not sent again
+    got = bundles.import_bundle(node, delta, {"refs/heads/main": "refs/lo-orch/in/main"})
+    assert got == {"refs/lo-orch/in/main": second}
+
+    # a delta needs its prerequisites: a repository without them refuses it, sets nothing
+    other = _empty(tmp_path, "other")
+    with pytest.raises(GitError, match="does not verify"):
+        bundles.import_bundle(other, only_last, {"refs/heads/main": "refs/lo-orch/in/main"})
+    assert git(other, "for-each-ref").strip() == ""
+
+
+def test_a_bundle_sets_only_the_refs_asked_for(git_repo: Path, tmp_path: Path) -> None:
+    """A node's bundle is agent-written: extra heads (a staging or feature branch, a tag)
+    change nothing; only lo-orch refs can be set."""
+    supervisor = tmp_path / "sup"
+    git(tmp_path, "clone", "-q", str(git_repo), str(supervisor))
+    staging_before = git(supervisor, "rev-parse", "HEAD").strip()
+    git(supervisor, "branch", "lo/run/staging")
+    git(git_repo, "switch", "-q", "-c", "lo/run/t1")
+    task_tip = _commit(git_repo, "t1.txt", "work\n", "task work")
+    git(git_repo, "switch", "-q", "-c", "lo/run/staging")
+    evil = _commit(git_repo, "evil.txt", "evil\n", "forged staging")
+    git(git_repo, "tag", "v9", evil)
+    git(git_repo, "branch", "feat/run", evil)
+    data = bundles.create(
+        git_repo,
+        [
+            "refs/heads/lo/run/t1",
+            "refs/heads/lo/run/staging",
+            "refs/heads/feat/run",
+            "refs/tags/v9",
+        ],
+    )
+    assert set(bundles.heads(supervisor, data)) >= {"refs/heads/lo/run/staging", "refs/tags/v9"}
+    refs_before = set(
+        git(supervisor, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+    )
+    got = bundles.import_bundle(
+        supervisor, data, {"refs/heads/lo/run/t1": "refs/lo-orch/cluster/run/t1/head"}
+    )
+    assert got == {"refs/lo-orch/cluster/run/t1/head": task_tip}
+    refs_after = set(
+        git(supervisor, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+    )
+    assert refs_after - refs_before == {f"refs/lo-orch/cluster/run/t1/head {task_tip}"}
+    assert git(supervisor, "rev-parse", "lo/run/staging").strip() == staging_before
+    with pytest.raises(GitError, match="refs/lo-orch"):
+        bundles.import_bundle(
+            supervisor, data, {"refs/heads/lo/run/t1": "refs/heads/lo/run/staging"}
+        )
+    with pytest.raises(GitError):
+        bundles.import_bundle(supervisor, data, {"refs/heads/lo/run/t1": "refs/lo-orch/../heads/x"})
+
+
+def test_a_wip_commit_holds_the_whole_tree_and_leaves_the_index_alone(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    head = git(git_repo, "rev-parse", "HEAD").strip()
+    (git_repo / ".gitignore").write_text("build/\n", encoding="utf-8")
+    (git_repo / "README.md").write_text("# changed\n", encoding="utf-8")  # modified
+    (git_repo / "staged.txt").write_text("staged\n", encoding="utf-8")
+    git(git_repo, "add", "staged.txt")  # the agent's index: one staged file
+    (git_repo / "new.txt").write_text("untracked\n", encoding="utf-8")
+    (git_repo / "build").mkdir()
+    (git_repo / "build" / "out.bin").write_text("ignored\n", encoding="utf-8")
+    (git_repo / "app" / "__init__.py").unlink()  # deleted
+    status_before = git(git_repo, "status", "--porcelain=v1")
+    index_before = git(git_repo, "ls-files", "--stage")
+
+    wip = bundles.wip_commit(git_repo)
+
+    assert git(git_repo, "rev-parse", "HEAD").strip() == head  # no branch moved
+    assert git(git_repo, "status", "--porcelain=v1") == status_before
+    assert git(git_repo, "ls-files", "--stage") == index_before
+    assert git(git_repo, "rev-parse", f"{wip}^").strip() == head
+    files = set(git(git_repo, "ls-tree", "-r", "--name-only", wip).split())
+    assert {"README.md", "staged.txt", "new.txt", ".gitignore"} <= files
+    assert "build/out.bin" not in files and "app/__init__.py" not in files
+    assert git(git_repo, "show", f"{wip}:README.md") == "# changed\n"
+
+    # the tree goes into another checkout of the same HEAD: files, not commits
+    node = tmp_path / "node"
+    git(tmp_path, "clone", "-q", str(git_repo), str(node))
+    (node / "stale.txt").write_text("not in the wip\n", encoding="utf-8")
+    git(git_repo, "update-ref", "refs/lo-orch/wip", wip)
+    data = bundles.create(git_repo, ["refs/lo-orch/wip"], [head])
+    bundles.import_bundle(node, data, {"refs/lo-orch/wip": "refs/lo-orch/in/wip"})
+    bundles.apply_tree(node, wip)
+    assert git(node, "rev-parse", "HEAD").strip() == head
+    assert (node / "new.txt").read_text(encoding="utf-8") == "untracked\n"
+    assert (node / "README.md").read_text(encoding="utf-8") == "# changed\n"
+    assert not (node / "app" / "__init__.py").exists()
+    assert not (node / "stale.txt").exists()
+    assert git(node, "diff", "--cached", "--name-only").strip() == ""  # index at HEAD
+
+
+def test_paths_sent_to_a_node_stay_inside_its_folder() -> None:
+    assert bundles.safe_relpath("a/b.txt") == "a/b.txt"
+    for bad in ("../x", "/etc/passwd", "a/../../x", ""):
+        with pytest.raises(GitError):
+            bundles.safe_relpath(bad)
+
+
+def test_status_has_a_node_column_only_when_a_task_runs_on_a_node() -> None:
+    from loop_orchestrator import core
+
+    doc: dict[str, Any] = {"tasks": [{"task": "a"}, {"task": "b"}]}
+    rows = [[f"{t}{i}" for i in range(len(core.STATUS_HEADERS))] for t in "ab"]
+    assert core.with_nodes(doc, core.STATUS_HEADERS, rows) == (list(core.STATUS_HEADERS), rows)
+    doc["tasks"][1]["node"] = "box-2 (10.0.0.2, 1a2b3c4d)"
+    headers, with_node = core.with_nodes(doc, core.STATUS_HEADERS, rows)
+    at = headers.index("node")
+    assert headers[at - 1] == "pane" and len(headers) == len(core.STATUS_HEADERS) + 1
+    assert [r[at] for r in with_node] == ["-", "box-2 (10.0.0.2, 1a2b3c4d)"]
+    assert all(len(r) == len(headers) for r in with_node)

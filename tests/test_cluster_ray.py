@@ -1,0 +1,495 @@
+"""Sessions on a real multi-node Ray cluster on this machine (issue 19).
+
+A module-wide ``ray.cluster_utils.Cluster``: a head without session slots and three worker
+nodes with ``lo_session`` slots, each with its own working root (``LO_ORCH_NODE_ROOT``) and
+an audit log of every path the session actors open or run a command in. The demo project
+with two more tasks runs on it with the scripted agent, as locally.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import git
+
+from loop_orchestrator import core, demo, integration, runs
+from loop_orchestrator.attach import attach_command
+from loop_orchestrator.cluster.connect import connect
+from loop_orchestrator.cluster.node import SessionHost
+from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
+from loop_orchestrator.config import ClusterConfig, Settings
+from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.supervisor import Supervisor
+
+pytestmark = pytest.mark.slow
+
+FORGE = (
+    "import os, pathlib\n"
+    "from loop_orchestrator import inbox\n"
+    "print(inbox.send(pathlib.Path(os.environ['LO_ORCH_RUN_DIR']),"
+    " {'type': 'signal', 'task': 'tokenize', 'phase': 'impl_done'}))\n"
+)
+#: the module's cluster address (for helpers that join again)
+ray_address: list[str] = []
+TASKS = ("tokenize", "slug", "counts", "report", "slugb", "tokenizeb")
+
+
+@dataclass
+class RayEnv:
+    cluster: Any
+    nodes: list[Any]
+    base: Path
+    audit: Path
+    env: dict[str, str]
+
+    def settings(self, script: Path, **cluster: Any) -> Settings:
+        settings = demo.demo_settings(script)
+        return settings.model_copy(
+            update={
+                "cluster": ClusterConfig(backend="ray", address=self.cluster.address, **cluster)
+            }
+        )
+
+
+@pytest.fixture(scope="module")
+def ray_env() -> Iterator[RayEnv]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    base = Path(tempfile.mkdtemp(prefix="lr-", dir="/tmp"))  # Ray's socket paths stay short
+    home = base / "home"
+    (home / "tmux").mkdir(parents=True)
+    audit = base / "audit.log"
+    env = {
+        "HOME": str(home),
+        "TMUX_TMPDIR": str(home / "tmux"),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "LO_ORCH_LOG_DIR": str(home / "logs"),
+        "LO_ORCH_NODE_AUDIT": str(audit),
+    }
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "temp_dir": str(base / "t"), "env_vars": env},
+    )
+    nodes = [
+        cluster.add_node(
+            num_cpus=1,
+            resources={"lo_session": 2},
+            env_vars={**env, "LO_ORCH_NODE_ROOT": str(base / f"n{i}")},
+        )
+        for i in range(3)
+    ]
+    cluster.wait_for_nodes()
+    # the test joins as lo-orch does (its namespace), to see the sessions' actors
+    ray_address[:] = [cluster.address]
+    connect(ClusterConfig(backend="ray", address=cluster.address))
+    try:
+        yield RayEnv(cluster, nodes, base, audit, env)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _copy_task(plan: dict[str, Any], script: dict[str, Any], old: str, new: str) -> None:
+    """A second, independent task made from ``old`` by renaming every ``old`` in it."""
+    entry = next(t for t in plan["tasks"] if t["id"] == old)
+    plan["tasks"].append(yaml.safe_load(yaml.safe_dump(entry).replace(old, new)))
+    script[new] = yaml.safe_load(yaml.safe_dump(script[old]).replace(old, new))
+
+
+@pytest.fixture
+def six_tasks(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
+    files = demo.prepare_demo(tmp_path)
+    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
+    script = yaml.safe_load(files.script.read_text(encoding="utf-8"))
+    _copy_task(plan, script, "slug", "slugb")
+    _copy_task(plan, script, "tokenize", "tokenizeb")
+    plan["name"] = f"ray{tmp_path.name[-6:]}".replace("_", "")
+    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+    files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+    return files
+
+
+def _approve(files: demo.DemoFiles, settings: Settings) -> None:
+    core.plan_from_file(files.repo, files.plan, settings)
+    runs.approve_plan(files.repo)
+
+
+def _ledger(repo: Path) -> list[dict[str, Any]]:
+    return Store(RunDir(repo)).read_ledger()
+
+
+def _write_config(files: demo.DemoFiles, ray_env: RayEnv) -> None:
+    """The settings of ``RayEnv.settings`` as the repository's config (for `lo-orch run`)."""
+    folder = files.repo / ".loop-orchestrator"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.toml").write_text(
+        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\nconcurrency = 4\n'
+        f'[cluster]\nbackend = "ray"\naddress = "{ray_env.cluster.address}"\n',
+        encoding="utf-8",
+    )
+
+
+def _print_figures(supervisor: Supervisor, repo: Path) -> None:
+    """What this run measured (shown with ``pytest -s``; benchmarks/cluster.py measures)."""
+    from datetime import datetime
+
+    stats = getattr(supervisor.backend, "stats", {})
+    for task, figures in sorted(stats.items()):
+        by: dict[str, list[float]] = {}
+        for what, value in figures:
+            by.setdefault(what, []).append(value)
+        print(task, {k: [round(v, 3) for v in vs] for k, vs in by.items()})
+    events = _ledger(repo)
+    signals = [(e["task"], e["ts"]) for e in events if e["event"] == "signal"]
+    for task, ts in signals:
+        after = [
+            e["ts"]
+            for e in events
+            if e["event"] == "reacted" and e["task"] == task and e["ts"] >= ts
+        ]
+        if after:
+            lag = datetime.fromisoformat(after[0]) - datetime.fromisoformat(ts)
+            print("signal->reaction", task, round(lag.total_seconds(), 3))
+
+
+def _run_actors(run: str) -> list[str]:
+    import ray
+
+    if not ray.is_initialized():  # a supervisor that ended left the cluster
+        connect(ClusterConfig(backend="ray", address=ray_address[0]))
+    return [
+        n for n in ray.util.list_named_actors(all_namespaces=False) if n.startswith(f"lo-{run}-")
+    ]
+
+
+def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    repo = six_tasks.repo
+    settings = ray_env.settings(six_tasks.script)
+    _approve(six_tasks, settings)
+    run = Store(RunDir(repo)).read_run().name
+    ray_env.audit.write_text("", encoding="utf-8")
+
+    supervisor = Supervisor(repo, settings)
+    outcome = supervisor.run()
+
+    assert outcome.state == "review", outcome.message
+    _print_figures(supervisor, repo)
+    store = Store(RunDir(repo))
+    statuses = {s.task: s for s in store.list_statuses()}
+    assert {t: s.phase for t, s in statuses.items()} == dict.fromkeys(TASKS, Phase.INTEGRATED)
+    assert all(s.pane_id and s.pane_id.startswith("ray:") for s in statuses.values())
+    nodes = {s.node for s in statuses.values()}
+    assert None not in nodes and len(nodes) >= 2, nodes
+    assert store.read_run().cluster is not None
+    doc = core.status_document(repo)
+    headers, rows = core.with_nodes(doc, core.STATUS_HEADERS, core.status_rows(repo, doc))
+    at = headers.index("node")
+    assert {row[0]: row[at] for row in rows} == {t: s.node for t, s in statuses.items()}
+    events = _ledger(repo)
+    assert [(e["task"], e["round"]) for e in events if e["event"] == "rework"] == [("counts", 1)]
+    integrated = Counter(e["task"] for e in events if e["event"] == "task_integrated")
+    assert integrated == dict.fromkeys(TASKS, 1)
+    # the node's work came back as bundles into lo-orch's own refs
+    assert git(repo, "for-each-ref", f"refs/lo-orch/cluster/{run}/counts/").count("commit") >= 2
+    assert _run_actors(run) == []  # every session ended when its task was integrated
+
+    review = integration.review(repo)
+    integration.merge(repo, review)
+    assert git(repo, "rev-parse", f"feat/{run}").strip() == review.commit
+    assert "return ranked[:n]" in git(repo, "show", f"feat/{run}:textstats/counts.py")
+    assert "def slugbify" in git(repo, "show", f"feat/{run}:textstats/slugb.py")
+    assert store.read_run().phase == RunPhase.MERGED
+
+    # the node code never opened or ran anything under the user's repository
+    audit = ray_env.audit.read_text(encoding="utf-8")
+    assert "checkout" in audit  # the audit saw the node's own work
+    assert str(repo) not in audit and str(repo.resolve()) not in audit
+
+
+def _staging_merges(repo: Path, run: str, task: str) -> int:
+    subjects = git(repo, "log", "--first-parent", "--format=%s", f"lo/{run}/staging").splitlines()
+    return sum(1 for s in subjects if f"task {task}:" in s or f"task {task} " in s)
+
+
+def _edit(files: demo.DemoFiles, change: Any) -> None:
+    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
+    script = yaml.safe_load(files.script.read_text(encoding="utf-8"))
+    change(plan, script)
+    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+    files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+
+
+def test_a_lost_node_costs_at_most_one_checkpoint(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    """The node of a working session is removed after its first checkpoint: the task is
+    launched on another node from that checkpoint and finishes; nothing merges twice."""
+    import threading
+
+    note = (
+        "if [ -e notes.txt ]; then cp notes.txt seen-at-start.txt; fi; "
+        "echo written-before-the-loss >> notes.txt"
+    )
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        entry = next(t for t in plan["tasks"] if t["id"] == "tokenize")
+        entry["owns"] += ["notes.txt", "seen-at-start.txt"]
+        first = script["tokenize"]["implement"][0]
+        script["tokenize"]["implement"][0] = [
+            {"run": {"argv": ["sh", "-c", note]}},
+            {"sleep": {"seconds": 6}},
+            *first,
+        ]
+
+    _edit(six_tasks, change)
+    repo = six_tasks.repo
+    settings = ray_env.settings(six_tasks.script, checkpoint_seconds=1.0)
+    _approve(six_tasks, settings)
+    run = Store(RunDir(repo)).read_run().name
+    outcome: list[Any] = []
+    supervisor = threading.Thread(
+        target=lambda: outcome.append(Supervisor(repo, settings).run()), daemon=True
+    )
+    supervisor.start()
+    wip_ref = f"refs/lo-orch/cluster/{run}/tokenize/wip"
+
+    def checkpointed() -> bool:
+        found = git(repo, "for-each-ref", "--format=%(objectname)", wip_ref).strip()
+        return bool(found) and "notes.txt" in git(repo, "ls-tree", "--name-only", found)
+
+    deadline = time.monotonic() + 120
+    while not checkpointed():
+        assert time.monotonic() < deadline, "no checkpoint of tokenize came back"
+        time.sleep(0.2)
+    where = Store(RunDir(repo)).read_status("tokenize").node or ""
+    victim = next(n for n in ray_env.nodes if n.node_id[:8] in where)
+    ray_env.cluster.remove_node(victim)
+    ray_env.nodes.remove(victim)
+    try:
+        supervisor.join(timeout=300)
+        assert outcome and outcome[0].state == "review", outcome
+    finally:
+        ray_env.nodes.append(
+            ray_env.cluster.add_node(
+                num_cpus=1,
+                resources={"lo_session": 2},
+                env_vars={**ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / "n-new")},
+            )
+        )
+    status = Store(RunDir(repo)).read_status("tokenize")
+    assert status.phase == Phase.INTEGRATED
+    assert victim.node_id[:8] not in (status.node or "")
+    events = _ledger(repo)
+    assert any(e["event"] == "session_died" and e.get("task") == "tokenize" for e in events)
+    # the relaunched checkout began with the checkpointed file (the lost work: the rest)
+    assert status.commit is not None
+    seen = git(repo, "show", f"{status.commit}:seen-at-start.txt")
+    assert seen == "written-before-the-loss\n"
+    # a lost node is no rework round, and nothing was merged twice
+    assert [(e["task"], e["round"]) for e in events if e["event"] == "rework"] == [("counts", 1)]
+    for task in TASKS:
+        assert _staging_merges(repo, run, task) == 1, task
+
+
+def test_a_forged_signal_through_a_nodes_inbox_is_refused(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    """slug's session signals impl_done for tokenize through its node's inbox and plants
+    staging and feature branches in its checkout: refused, logged, and no ref moves."""
+    run_name: list[str] = []
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        run_name.append(plan["name"])
+        run = plan["name"]
+        forge = [
+            # straight into the node's inbox (the CLI would stop at the missing status file)
+            {"run": {"argv": [sys.executable, "-c", FORGE], "check": False}},
+            {
+                "run": {
+                    "argv": [
+                        "sh",
+                        "-c",
+                        f"git branch -f lo/{run}/staging HEAD; git branch feat/{run} HEAD; "
+                        f"git update-ref refs/lo-orch/cluster/{run}/tokenize/head HEAD; exit 0",
+                    ]
+                }
+            },
+        ]
+        script["slug"]["implement"][0] = [*forge, *script["slug"]["implement"][0]]
+
+    _edit(six_tasks, change)
+    repo = six_tasks.repo
+    settings = ray_env.settings(six_tasks.script)
+    _approve(six_tasks, settings)
+    run = run_name[0]
+
+    outcome = Supervisor(repo, settings).run()
+
+    assert outcome.state == "review", outcome.message
+    events = _ledger(repo)
+    refused = [e for e in events if e["event"] == "event_rejected" and e.get("task") == "tokenize"]
+    assert refused and "from the session of task slug" in refused[0]["message"]
+    # tokenize's own impl_done was the one judged: its verdict is of its own work
+    assert _staging_merges(repo, run, "tokenize") == 1
+    assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
+    for task in TASKS:
+        assert _staging_merges(repo, run, task) == 1, task
+
+
+def test_a_killed_supervisor_readopts_the_remote_sessions(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    """`lo-orch run` SIGKILLed while slug works on its node: the next `lo-orch run` finds
+    slug's actor by name, relays its signal, and starts no second session for it."""
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        script["slug"]["implement"][0] = [
+            {"sleep": {"seconds": 10}},
+            *script["slug"]["implement"][0],
+        ]
+
+    _edit(six_tasks, change)
+    repo = six_tasks.repo
+    _write_config(six_tasks, ray_env)
+    settings = ray_env.settings(six_tasks.script)
+    _approve(six_tasks, settings)
+    run = Store(RunDir(repo)).read_run().name
+    argv = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (
+            Store(RunDir(repo)).read_status("slug").phase == Phase.IMPLEMENTING
+            and any("-slug-g" in name for name in _run_actors(run))
+        ):
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        first.kill()
+        first.wait()
+    before = [name for name in _run_actors(run) if "-slug-g" in name]
+    assert len(before) == 1
+    # with no supervisor running, `lo-orch attach slug` still reaches the remote session
+    pane = Store(RunDir(repo)).read_status("slug").pane_id
+    assert pane is not None
+    relay = attach_command(repo, "slug")
+    assert relay[1:3] == ["-m", "loop_orchestrator.cluster.remote_attach"]
+    assert relay[-2:] == ["--pane", pane]
+    state = Store(RunDir(repo)).read_run()
+    assert state.cluster is not None
+    over_ssh = RayBackend(state, cluster_settings({**state.cluster, "ssh": "me@{host}"}))
+    ssh = over_ssh.attach_argv(pane)
+    assert ssh[:2] == ["ssh", "-t"] and ssh[2].startswith("me@")
+    remote = shlex.split(ssh[3])  # what runs on the node: a client of the session's own server
+    assert remote[:3] == ["tmux", "-L", remote[2]] and remote[3] == "attach-session"
+    has = subprocess.run(
+        ["tmux", "-L", remote[2], "has-session", "-t", remote[5]],
+        env={**os.environ, "TMUX_TMPDIR": ray_env.env["TMUX_TMPDIR"]},
+        capture_output=True,
+        check=False,
+    )
+    assert has.returncode == 0, has.stderr
+
+    proc2 = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+    )
+    try:
+        out, err = proc2.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc2.send_signal(signal.SIGABRT)
+        out, err = proc2.communicate()
+        print("ERR", err.decode(errors="replace")[-12000:])
+        raise
+    second = subprocess.CompletedProcess(argv, proc2.returncode, out.decode(), err.decode())
+
+    assert second.returncode == 0, second.stdout + second.stderr
+    events = _ledger(repo)
+    assert sum(1 for e in events if e["event"] == "supervisor_started") == 2
+    launched = Counter(e["task"] for e in events if e["event"] == "session_launched")
+    assert launched["slug"] == 1  # the live remote session was adopted, not launched again
+    assert not any(e["event"] == "session_died" for e in events)
+    statuses = {s.task: s.phase for s in Store(RunDir(repo)).list_statuses()}
+    assert statuses == dict.fromkeys(TASKS, Phase.INTEGRATED)
+    for task in TASKS:
+        assert _staging_merges(repo, run, task) == 1, task
+    assert _run_actors(run) == []
+
+
+def test_cleanup_ends_this_runs_remote_sessions_only(
+    ray_env: RayEnv, six_tasks: demo.DemoFiles
+) -> None:
+    """`lo-orch cleanup --abandon` from another terminal, its supervisor killed: the run's
+    actors, their tmux servers and checkouts go; an actor of another run (same name prefix,
+    another digest) is left alone."""
+    import ray
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        script["slug"]["implement"][0] = [{"sleep": {"seconds": 300}}]
+
+    _edit(six_tasks, change)
+    repo = six_tasks.repo
+    settings = ray_env.settings(six_tasks.script)
+    _approve(six_tasks, settings)
+    run = Store(RunDir(repo)).read_run().name
+    # another run's session actor whose name starts like this run's (another digest)
+    decoy: Any = (
+        ray.remote(SessionHost)
+        .options(name=f"lo-{run}-0123456789-slug-g1", lifetime="detached", num_cpus=0)
+        .remote(
+            run=run,
+            digest="0123456789",
+            task="slug",
+            generation=1,
+            node_root=str(ray_env.base / "decoy"),
+            checkpoint_seconds=60.0,
+        )
+    )
+    _write_config(six_tasks, ray_env)
+    argv = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)]
+    supervisor = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while Store(RunDir(repo)).read_status("slug").phase != Phase.IMPLEMENTING:
+            assert supervisor.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        supervisor.kill()
+        supervisor.wait()
+        ours = [n for n in _run_actors(run) if "0123456789" not in n]
+        assert ours
+        checkouts = list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/checkout"))
+        assert checkouts
+
+        integration.cleanup(repo, abandon=True)
+
+        assert [n for n in _run_actors(run) if "0123456789" not in n] == []
+        assert not any(p.exists() for p in checkouts)
+        assert ray.get(decoy.info.remote(), timeout=30)["session"]
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+        ray.kill(decoy)
