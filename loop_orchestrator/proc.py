@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
+import shutil
 import signal
+import struct
 import subprocess
+import termios
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -148,3 +152,30 @@ def run_in_group(
     if child.returncode:
         log.warning("command failed", extra={"cmd": argv[0], "exit_code": child.returncode})
     return child.returncode
+
+
+def spawn_in_pty(
+    argv: Sequence[str], rows: int, cols: int, env: Mapping[str, str] | None = None
+) -> tuple[int, int]:
+    """Start ``argv`` on a new pseudo-terminal of ``rows`` x ``cols``, as the leader of a new
+    session whose controlling terminal it is (so it gets SIGWINCH on a resize and its
+    process group id is its pid): ``(pid, master fd)``. The caller reads and writes the
+    master, reaps the pid and closes the fd."""
+    args = [str(a) for a in argv]
+    exe = shutil.which(args[0]) if args else None
+    if exe is None:
+        msg = f"{args[0] if args else '(empty command)'} not found"
+        raise LoOrchError(msg, hint=f"Install {args[0] if args else 'it'} or put it on PATH.")
+    environ = dict(os.environ if env is None else env)
+    size = struct.pack("HHHH", rows, cols, 0, 0)
+    # forkpty, not Popen: Popen cannot make the pty the child's controlling terminal.
+    # Between fork and exec the child only sets the size and execs (no locks, no logging).
+    pid, master = os.forkpty()
+    if pid == 0:  # pragma: no cover - the child; only exec or _exit from here
+        try:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, size)
+            os.execve(exe, args, environ)
+        finally:
+            os._exit(127)
+    log.debug("started on a pty", extra={"cmd": args, "pid": pid})
+    return pid, master

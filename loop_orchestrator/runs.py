@@ -63,6 +63,20 @@ def effective_concurrency(plan: Plan, settings: Settings) -> int:
     return plan.concurrency or settings.run.concurrency
 
 
+def ignored_labels_note(plan: Plan, settings: Settings) -> str | None:
+    """A warning when tasks ask for node labels that the local tmux backend ignores."""
+    if settings.cluster.backend != "tmux":
+        return None
+    asking = [t.id for t in plan.tasks if t.node_labels]
+    if not asking:
+        return None
+    return (
+        f"Warning: node_labels of {', '.join(asking)} are ignored: [cluster] backend = "
+        '"tmux" runs every session on this machine (set backend = "ray" to place them by '
+        "label; docs/cluster.md)."
+    )
+
+
 def _shared_paths(plan: Plan) -> list[dict[str, Any]]:
     owners: dict[str, list[str]] = {}
     for t in plan.tasks:
@@ -194,7 +208,17 @@ def create_run(
         waves=len(waves),
         base_sha=base_sha,
     )
-    return PlanSummary(state, plan, waves, deps, cap, rundir.conflict_matrix, replaced)
+    note = ignored_labels_note(plan, settings)
+    return PlanSummary(
+        state,
+        plan,
+        waves,
+        deps,
+        cap,
+        rundir.conflict_matrix,
+        replaced,
+        notes=(note,) if note else (),
+    )
 
 
 def approve_plan(repo: Path) -> tuple[RunState, Plan]:

@@ -19,7 +19,9 @@ def doctor_command(repo: Path | None) -> None:
 
     Prints one row per check and what to do about each problem; exits 1 when something
     required (git, tmux, the agent CLI, the bundled plugin) is missing or unusable.
-    The login check is offline and best effort: it never contacts the API.
+    The login check is offline and best effort: it never contacts the API. With
+    [cluster] backend = "ray" it also joins the cluster and checks every node (versions,
+    tmux and the agent CLI where sessions run, session slots, the plan's node labels).
     """
     from loop_orchestrator.commands import doctor as doctoring
 

@@ -103,6 +103,8 @@ def approve_command(repo: Path | None) -> None:
     from loop_orchestrator.commands import plan as planning
 
     done = planning.approve(resolve_repo(repo))
+    if done.note:
+        echo(done.note)
     echo(
         f"Approved plan {done.plan_sha256[:12]} of run {done.run} ({done.tasks} tasks). "
         "Next: `lo-orch run`."

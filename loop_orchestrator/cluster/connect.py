@@ -3,6 +3,7 @@ failures into errors that say what to do."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -37,13 +38,18 @@ def connect(cluster: ClusterConfig) -> Any:
     address = cluster.address.strip() or "auto"
     _reachable(address)
     try:
-        ray.init(
-            address=address,
-            namespace=cluster.namespace,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-            configure_logging=False,
-        )
+        # Ray puts the driver's working directory first on every worker's sys.path (Ray
+        # 2.60 worker.py, "Also add the current directory"), and lo-orch runs in the user's
+        # repository: joined from there, node code would import the user's modules (a
+        # `ray.py` or `loop_orchestrator/` in the repository) instead of its own.
+        with contextlib.chdir(_driver_dir()):
+            ray.init(
+                address=address,
+                namespace=cluster.namespace,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                configure_logging=False,
+            )
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address if address != "auto" else "auto (a cluster started on this machine)"
         msg = f"cannot reach the Ray cluster at {where}: {exc}"
@@ -53,6 +59,14 @@ def connect(cluster: ClusterConfig) -> Any:
         )
         raise ClusterError(msg, hint=hint) from exc
     return ray
+
+
+def _driver_dir() -> Path:
+    """An empty folder of lo-orch's own to join the cluster from."""
+    cache = os.environ.get("XDG_CACHE_HOME", "").strip()
+    folder = (Path(cache) if cache else Path.home() / ".cache") / "lo-orch" / "ray-driver"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _reachable(address: str, timeout: float = 5.0) -> None:

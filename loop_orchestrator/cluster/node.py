@@ -266,13 +266,12 @@ class SessionHost:
     def attach_target(self) -> dict[str, str]:
         return {"socket": self.socket, "session": self.tmux.session, "pane": self.pane or ""}
 
-    # the terminal relay of `lo-orch attach` (R2's cluster/terminal.py does the pty work) --
+    # the terminal relay of `lo-orch attach` (cluster/terminal.py does the pty work) --
     def _terminal(self) -> Any:
         if self._term is None:
-            import importlib
+            from loop_orchestrator.cluster.terminal import TerminalHost
 
-            module = importlib.import_module("loop_orchestrator.cluster.terminal")
-            self._term = module.TerminalHost()
+            self._term = TerminalHost()
         return self._term
 
     def term_open(self, rows: int, cols: int) -> str:

@@ -10,7 +10,6 @@ own key (prefix, d) as locally.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         target = endpoint(args.repo, args.pane)
-        terminal = importlib.import_module("loop_orchestrator.cluster.terminal")
-        code: int = terminal.relay(target, stdin_fd=0, stdout_fd=1)
+        from loop_orchestrator.cluster.terminal import relay
+
+        code: int = relay(target, stdin_fd=0, stdout_fd=1)
     except LoOrchError as exc:
         sys.stderr.write(f"Error: {exc.render()}\n")
         return exc.exit_code

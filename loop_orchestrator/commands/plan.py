@@ -149,6 +149,8 @@ class Approved:
     run: str
     plan_sha256: str
     tasks: int
+    #: what the person should know (e.g. node labels the local backend ignores)
+    note: str | None = None
 
 
 def approve(repo: Path, *, shown_sha256: str | None = None) -> Approved:
@@ -163,5 +165,8 @@ def approve(repo: Path, *, shown_sha256: str | None = None) -> Approved:
         raise StateError(msg, hint="Press g to review the current plan.")
     state, approved = runs.approve_plan(repo)
     return Approved(
-        run=state.name, plan_sha256=state.approved_plan_sha256 or "", tasks=len(approved.tasks)
+        run=state.name,
+        plan_sha256=state.approved_plan_sha256 or "",
+        tasks=len(approved.tasks),
+        note=runs.ignored_labels_note(approved, load_settings(repo)),
     )
