@@ -154,6 +154,20 @@ def run_in_group(
     return child.returncode
 
 
+def spawn_detached(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session of its own, with no terminal and no output, and do not
+    wait for it (a watcher that must outlive its parent). The caller may ``poll()`` or
+    ``wait()`` the returned child to reap it."""
+    return subprocess.Popen(
+        [str(a) for a in argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
 def spawn_in_pty(
     argv: Sequence[str], rows: int, cols: int, env: Mapping[str, str] | None = None
 ) -> tuple[int, int]:

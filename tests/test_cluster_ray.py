@@ -8,6 +8,7 @@ with two more tasks runs on it with the scripted agent, as locally.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -107,7 +108,36 @@ def ray_env() -> Iterator[RayEnv]:
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]
+        # the nodes' tmux servers this module's sessions started (their sockets are in its
+        # own TMUX_TMPDIR): with the actors gone, their reapers end each; a leftover is
+        # ended here and fails the module
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: not _node_tmux_servers(home / "tmux"), 20, "reapers", interval=0.5)
+        left = _node_tmux_servers(home / "tmux")
+        for name in left:
+            subprocess.run(
+                ["tmux", "-L", name, "kill-server"],
+                env={**os.environ, "TMUX_TMPDIR": str(home / "tmux")},
+                capture_output=True,
+                check=False,
+            )
         shutil.rmtree(base, ignore_errors=True)
+    assert not left, f"tmux servers outlived their sessions' actors: {left}"
+
+
+def _node_tmux_servers(tmux_tmpdir: Path, fragment: str = "") -> list[str]:
+    """Names of the live tmux servers (``-L``) with sockets in ``tmux_tmpdir``."""
+    names = []
+    for sock in (tmux_tmpdir / f"tmux-{os.getuid()}").glob(f"*{fragment}*"):
+        alive = subprocess.run(
+            ["tmux", "-L", sock.name, "list-sessions"],
+            env={**os.environ, "TMUX_TMPDIR": str(tmux_tmpdir)},
+            capture_output=True,
+            check=False,
+        )
+        if alive.returncode == 0:
+            names.append(sock.name)
+    return names
 
 
 def _copy_task(plan: dict[str, Any], script: dict[str, Any], old: str, new: str) -> None:
@@ -292,10 +322,21 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
         return bool(found) and "notes.txt" in git(repo, "ls-tree", "--name-only", found)
 
     wait_for(checkpointed, 120, "a checkpoint of tokenize", interval=0.2)
-    where = Store(RunDir(repo)).read_status("tokenize").node or ""
+    lost = Store(RunDir(repo)).read_status("tokenize")
+    where = lost.node or ""
     victim = next(n for n in ray_env.nodes if n.node_id[:8] in where)
+    generation = str(lost.pane_id).rsplit(":", 1)[-1]
+    tmux_tmpdir = Path(ray_env.env["TMUX_TMPDIR"])
+    assert _node_tmux_servers(tmux_tmpdir, f"-tokenize-g{generation}")
     ray_env.cluster.remove_node(victim)
     ray_env.nodes.remove(victim)
+    # the lost node's session does not go on unseen: its reaper ends the tmux server (and
+    # the agent in it) once the actor's process is gone
+    wait_for(
+        lambda: not _node_tmux_servers(tmux_tmpdir, f"-tokenize-g{generation}"),
+        30,
+        "the lost session's tmux server ended",
+    )
     try:
         supervisor.join(timeout=300)
         assert outcome and outcome[0].state == "review", outcome

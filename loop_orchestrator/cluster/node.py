@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import listener, procinfo
+from loop_orchestrator import listener, proc, procinfo
 from loop_orchestrator.cluster import bundles
 from loop_orchestrator.gitutil import git
 from loop_orchestrator.inbox import CLIENT_TIMEOUT
@@ -114,6 +114,8 @@ class SessionHost:
         self._server: listener.Server | None = None
         self._closed = threading.Event()
         self._term: Any = None
+        #: the watcher that ends this session's tmux server if this process dies (reaper.py)
+        self._reaper: Any = None
 
     # set-up --------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -234,6 +236,18 @@ class SessionHost:
                 self.tmux.respawn(self.pane, spec)
             else:
                 self.pane = self.tmux.launch(spec)
+            if self._reaper is None or self._reaper.poll() is not None:
+                self._reaper = proc.spawn_detached(
+                    [
+                        sys.executable,
+                        "-m",
+                        "loop_orchestrator.cluster.reaper",
+                        "--pid",
+                        str(os.getpid()),
+                        "--socket",
+                        self.socket,
+                    ]
+                )
             return self.pane
 
     # the session -----------------------------------------------------------------------
@@ -399,4 +413,7 @@ class SessionHost:
             self._server.close()
         with contextlib.suppress(Exception):
             self.tmux._tmux("kill-server", check=False)
+        if self._reaper is not None:  # it sees the server gone and exits: reap it
+            with contextlib.suppress(Exception):
+                self._reaper.wait(timeout=10)
         shutil.rmtree(self.home, ignore_errors=True)

@@ -1,0 +1,65 @@
+"""A session's tmux server never outlives the actor that started it.
+
+A node's ``SessionHost`` starts a private tmux server, and tmux daemonizes: when the actor's
+process dies without closing it (the raylet or the worker killed, the node removed from the
+cluster while the machine lives on), the server and the agent in it would go on working,
+unseen and unverified, with nobody to stop them. So the host starts this watcher beside its
+server: ``python -m loop_orchestrator.cluster.reaper --pid PID --socket NAME``. It polls the
+host's process (by pid *and* start time, so a reused pid does not fool it) and, once that is
+gone, kills the tmux server (its panes get SIGHUP; a sandboxed agent dies with its
+``bwrap --die-with-parent``). It exits on its own when the server is gone first (the host
+closed the session normally).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from loop_orchestrator import proc
+
+INTERVAL = 1.0
+
+
+def start_time(pid: int) -> str | None:
+    """The process' start time in clock ticks since boot (/proc/PID/stat field 22), or None
+    when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces: split after it
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def server_alive(socket: str) -> bool:
+    return proc.run(["tmux", "-L", socket, "list-sessions"], check=False, timeout=10).ok
+
+
+def watch(pid: int, socket: str, *, interval: float = INTERVAL) -> str:
+    """Wait until the host process ``pid`` or the tmux server ``socket`` is gone; kill the
+    server in the first case. Returns what happened ("server gone" or "host gone")."""
+    born = start_time(pid)
+    while True:
+        if born is None or start_time(pid) != born:
+            proc.run(["tmux", "-L", socket, "kill-server"], check=False, timeout=10)
+            return "host gone"
+        if not server_alive(socket):
+            return "server gone"
+        time.sleep(interval)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loop_orchestrator.cluster.reaper")
+    parser.add_argument("--pid", required=True, type=int)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--interval", type=float, default=INTERVAL)
+    args = parser.parse_args(argv)
+    watch(args.pid, args.socket, interval=args.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
