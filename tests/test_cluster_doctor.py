@@ -24,16 +24,15 @@ from helpers.cli import invoke, write_plan
 from helpers.wait import wait_for
 
 from loop_orchestrator import __version__
-from loop_orchestrator.cluster.connect import _reachable, connect, ray_module
-from loop_orchestrator.config import ClusterConfig, Settings
-from loop_orchestrator.doctor import (
-    Check,
+from loop_orchestrator.cluster.checks import (
     NodeFacts,
     agent_program,
     check_cluster,
     judge_cluster,
-    run_checks,
 )
+from loop_orchestrator.cluster.connect import _reachable, connect, ray_module
+from loop_orchestrator.config import ClusterConfig, Settings
+from loop_orchestrator.doctor import Check, run_checks
 from loop_orchestrator.errors import ClusterError
 
 AGENT = "lo-r2-agent"

@@ -1,0 +1,275 @@
+"""`lo-orch doctor` on a Ray cluster (``[cluster] backend = "ray"``): reachable, session
+slots offered, every alive node's Ray and lo-orch versions against this machine's, tmux and
+the agent CLI on each node that offers a slot (a zero-CPU probe pinned on each node), and
+whether the current plan's ``node_labels`` can be placed. The rows join doctor.py's."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator.config import Settings
+from loop_orchestrator.doctor import _PRESETS, Check
+from loop_orchestrator.errors import LoOrchError
+
+#: how long the doctor waits for a node to answer its probe
+NODE_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What one alive Ray node says about itself (``probe_node`` runs there)."""
+
+    node_id: str
+    address: str
+    slots: float
+    labels: dict[str, str]
+    ray_version: str = ""
+    lo_orch_version: str = ""
+    tmux: str = ""
+    agent: str = ""
+    #: why the probe gave no answer ("" when it did)
+    error: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"node {self.node_id[:8]} ({self.address})"
+
+
+def agent_program(settings: Settings) -> str | None:
+    """The program a node needs on PATH for ``[agent]`` (None for the built-in scripted
+    agent): the first word of ``[agent] command``, or the preset's CLI name."""
+    agent = settings.agent
+    if agent.kind == "scripted":
+        return None
+    try:
+        argv = [agent.command] if "/" in agent.command else shlex.split(agent.command)
+    except ValueError:
+        return agent.command
+    if not argv:
+        return ""
+    if agent.kind in _PRESETS and argv == ["claude"]:  # the default of [agent] command
+        return agent.kind
+    return argv[0]
+
+
+def probe_node(agent: str | None) -> dict[str, str]:
+    """Run on a node (a zero-CPU Ray task pinned there): its Ray and lo-orch versions and
+    where tmux and the agent CLI are on its PATH ("" = not found)."""
+    import loop_orchestrator
+    from loop_orchestrator.cluster.connect import ray_module
+
+    ray = ray_module()
+    found = ""
+    if agent:
+        if "/" in agent:
+            found = agent if os.access(agent, os.X_OK) else ""
+        else:
+            found = shutil.which(agent) or ""
+    return {
+        "ray": str(ray.__version__),
+        "lo_orch": str(loop_orchestrator.__version__),
+        "tmux": shutil.which("tmux") or "",
+        "agent": found,
+    }
+
+
+def cluster_facts(ray: Any, settings: Settings, timeout: float = NODE_TIMEOUT) -> list[NodeFacts]:
+    """Probe every alive node of the cluster ``ray`` is connected to, all at once."""
+    pinned_to = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+    slot = settings.cluster.slot_resource
+    agent = agent_program(settings)
+    probe = ray.remote(num_cpus=0, max_retries=0)(probe_node)
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    pending = {}
+    for node in nodes:
+        strategy = pinned_to(node["NodeID"], soft=False)
+        pending[node["NodeID"]] = probe.options(scheduling_strategy=strategy).remote(agent)
+    ready, _ = ray.wait(list(pending.values()), num_returns=len(pending), timeout=timeout)
+    answered = set(ready)
+    facts: list[NodeFacts] = []
+    for node in nodes:
+        node_id = node["NodeID"]
+        base = {
+            "node_id": node_id,
+            "address": str(node.get("NodeManagerAddress", "?")),
+            "slots": float(node.get("Resources", {}).get(slot, 0.0)),
+            "labels": {
+                k: str(v)
+                for k, v in (node.get("Labels") or {}).items()
+                if not k.startswith("ray.io/")  # Ray's own (node id, ...)
+            },
+        }
+        ref = pending[node_id]
+        if ref not in answered:
+            facts.append(NodeFacts(**base, error=f"no answer within {timeout:.0f} s"))
+            continue
+        try:
+            got = ray.get(ref)
+        except ray.exceptions.RayError as exc:  # the probe failed there: a finding to show
+            first = str(exc).strip().splitlines()
+            facts.append(NodeFacts(**base, error=(first[-1] if first else type(exc).__name__)))
+            continue
+        facts.append(
+            NodeFacts(
+                **base,
+                ray_version=got["ray"],
+                lo_orch_version=got["lo_orch"],
+                tmux=got["tmux"],
+                agent=got["agent"],
+            )
+        )
+    return facts
+
+
+def judge_cluster(
+    facts: list[NodeFacts],
+    settings: Settings,
+    *,
+    ray_version: str,
+    lo_orch_version: str,
+    wanted_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[Check]:
+    """One row for the cluster (slots offered), one per node (versions, tmux, the agent CLI
+    where sessions can run) and one for the plan's node labels; every problem names the node
+    and what to do."""
+    slot = settings.cluster.slot_resource
+    agent = agent_program(settings)
+    hosts = [f for f in facts if f.slots > 0]
+    total = sum(f.slots for f in hosts)
+    checks: list[Check] = []
+    summary = (
+        f"{len(facts)} alive node{'s' if len(facts) != 1 else ''}; "
+        f"{total:g} session slot{'s' if total != 1 else ''} ({slot}) on {len(hosts)}"
+    )
+    if not hosts:
+        checks.append(
+            Check(
+                "cluster",
+                "fail",
+                f"{summary}: no node offers a session slot ({slot})",
+                f"Start a node with slots: `ray start --address HEAD:6379 --resources "
+                f"'{{\"{slot}\": 4}}'` (docs/cluster.md), or fix [cluster] slot_resource.",
+            )
+        )
+    else:
+        checks.append(Check("cluster", "ok", summary))
+    for node in facts:
+        checks.append(
+            _judge_node(node, agent=agent, ray_version=ray_version, lo_version=lo_orch_version)
+        )
+    if wanted_labels:
+        checks.append(_judge_labels(hosts, wanted_labels))
+    return checks
+
+
+def _judge_node(node: NodeFacts, *, agent: str | None, ray_version: str, lo_version: str) -> Check:
+    if node.error:
+        return Check(
+            node.name,
+            "fail",
+            f"did not answer: {node.error}",
+            f"Check that lo-orch {lo_version} is installed in that node's Python "
+            "(`python -c 'import loop_orchestrator'` there) and `ray status` shows it.",
+        )
+    problems: list[str] = []
+    advice: list[str] = []
+    if node.ray_version != ray_version:
+        problems.append(f"Ray {node.ray_version}, this machine has {ray_version}")
+        advice.append(f"pip install 'ray=={ray_version}'")
+    if node.lo_orch_version != lo_version:
+        problems.append(f"lo-orch {node.lo_orch_version}, this machine has {lo_version}")
+        advice.append(f"pip install 'loop-orchestrator[ray]=={lo_version}'")
+    holds = f"{node.slots:g} slot{'s' if node.slots != 1 else ''}"
+    if node.slots > 0:
+        if not node.tmux:
+            problems.append("tmux not on PATH")
+            advice.append("apt-get install tmux")
+        if agent and not node.agent:
+            problems.append(f"{agent} (the agent CLI) not on PATH")
+            package = _PRESETS.get(agent, "@anthropic-ai/claude-code")
+            advice.append(
+                f"npm install -g {package} (and sign it in there)"
+                if agent in ("claude", *_PRESETS)
+                else f"install {agent} there"
+            )
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items()))
+    detail = f"{holds}; Ray {node.ray_version}; lo-orch {node.lo_orch_version}" + (
+        f"; labels {labels}" if labels else ""
+    )
+    if problems:
+        return Check(
+            node.name,
+            "fail",
+            "; ".join(problems),
+            f"On {node.address} (node {node.node_id[:8]}): " + "; ".join(advice) + ".",
+        )
+    return Check(node.name, "ok", detail)
+
+
+def _judge_labels(hosts: list[NodeFacts], wanted: Mapping[str, Mapping[str, str]]) -> Check:
+    """Every task's node labels are all held by one node that offers a slot."""
+    missing = [
+        f"{task} ({', '.join(f'{k}={v}' for k, v in sorted(labels.items()))})"
+        for task, labels in wanted.items()
+        if labels and not any(all(h.labels.get(k) == v for k, v in labels.items()) for h in hosts)
+    ]
+    if missing:
+        return Check(
+            "node labels",
+            "fail",
+            "no node with a session slot has the labels of " + "; ".join(missing),
+            'Start such a node with `ray start ... --labels \'{"KEY": "VALUE"}\'`, or change '
+            "the plan's node_labels and run `lo-orch plan FILE` again.",
+        )
+    asked = sum(1 for labels in wanted.values() if labels)
+    return Check("node labels", "ok", f"{asked} task{'s' if asked != 1 else ''} placeable")
+
+
+def plan_labels(repo: Path | None) -> dict[str, dict[str, str]]:
+    """The node labels each task of the repository's current run asks for ({} without a
+    run, or when its plan cannot be read: other rows say so)."""
+    if repo is None:
+        return {}
+    from loop_orchestrator.runs import read_plan
+    from loop_orchestrator.state import RunDir
+
+    try:
+        plan, _ = read_plan(RunDir(repo))
+    except LoOrchError:
+        return {}
+    return {t.id: dict(t.node_labels) for t in plan.tasks if t.node_labels}
+
+
+def check_cluster(repo: Path | None, settings: Settings) -> list[Check]:
+    """The cluster rows of `lo-orch doctor` (none unless ``[cluster] backend = "ray"``):
+    reachable, slots offered, every node's versions and tools, the plan's labels."""
+    if settings.cluster.backend != "ray":
+        return []
+    from loop_orchestrator import __version__
+    from loop_orchestrator.cluster import connect as cluster_connect
+    from loop_orchestrator.errors import ClusterError
+
+    try:
+        ray = cluster_connect.ray_module()
+        joined_here = not ray.is_initialized()
+        ray = cluster_connect.connect(settings.cluster)
+    except ClusterError as exc:
+        return [Check("cluster", "fail", exc.message, exc.hint or "")]
+    try:
+        facts = cluster_facts(ray, settings)
+    finally:
+        if joined_here:
+            cluster_connect.disconnect()
+    return judge_cluster(
+        facts,
+        settings,
+        ray_version=str(ray.__version__),
+        lo_orch_version=__version__,
+        wanted_labels=plan_labels(repo),
+    )
