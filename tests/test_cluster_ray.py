@@ -474,7 +474,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:
-        out, err = proc2.communicate(timeout=120)
+        out, err = proc2.communicate(timeout=300)  # six tasks on Ray, on two shared cores
     except subprocess.TimeoutExpired:
         proc2.send_signal(signal.SIGABRT)
         out, err = proc2.communicate()

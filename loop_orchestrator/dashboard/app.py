@@ -16,6 +16,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Static, TabbedContent
 from textual.widgets import TabPane as Tab
@@ -181,7 +182,10 @@ class Dashboard(App[None]):
             self.set_timer(DEBOUNCE_SECONDS, self._debounced)
             return
         self._pending = False
-        self.reload()
+        try:
+            self.reload()
+        except NoMatches:  # the app is closing: the widgets to fill are already gone
+            return
 
     # reading -----------------------------------------------------------------------
     def reload(self) -> None:
