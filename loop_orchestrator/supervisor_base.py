@@ -250,10 +250,17 @@ class SupervisorBase:
             )
             self.fatal = exc
         except LoOrchError as exc:
+            if self._died_under(task, exc):
+                return  # its session died under this step: relaunched as any dead session
             # an error a person can act on (not logged in, a dialog, a conflict...)
             self._block(task, exc.render())
         finally:
             self.wake.set()
+
+    def _died_under(self, task: str, exc: LoOrchError) -> bool:
+        """Was ``exc`` the session dying under a step (and is that handled)? The delivery
+        layer answers; here: no."""
+        return False
 
     def _block(self, tid: str, reason: str) -> None:
         self.reported_blocked.add(tid)

@@ -21,6 +21,8 @@ from loop_orchestrator.agents.base import (
 from loop_orchestrator.delivery import prompt_confirmation
 from loop_orchestrator.errors import (
     GitError,
+    LoOrchError,
+    TmuxError,
 )
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.lifecycle import (
@@ -33,7 +35,7 @@ from loop_orchestrator.state import (
     TaskStatus,
     now_iso,
 )
-from loop_orchestrator.supervisor_base import DELIVERY_GRACE_SECONDS, epoch
+from loop_orchestrator.supervisor_base import DELIVERY_GRACE_SECONDS, WORKING_PHASES, epoch
 from loop_orchestrator.supervisor_limits import UsageAndLimits
 
 log = logging.getLogger(__name__)
@@ -194,6 +196,26 @@ class Delivery(UsageAndLimits):
                 minutes=f"{self.settings.run.stall_minutes:g}",
             ),
         )
+
+    def _died_under(self, task: str, exc: LoOrchError) -> bool:
+        """A session backend call failed because the session is gone (a Ray node lost while
+        a prompt was being delivered; a pane killed mid-step): the task goes the way of any
+        dead session (relaunched once, resumed), not blocked for a person. Any other error,
+        or a session still alive, is the caller's to report."""
+        if not isinstance(exc, TmuxError):
+            return False
+        st = self.record.task(task)
+        if st.phase not in WORKING_PHASES or not st.pane_id:
+            return False
+        pane = self.backend.state(st.pane_id)
+        if pane.exists and pane.alive:
+            return False
+        self._event("session_lost_mid_step", task, message=exc.message)
+        try:
+            self._pane_died(task, dead_status=pane.dead_status)
+        except LoOrchError as again:
+            self._block(task, again.render())
+        return True
 
     def _pane_died(self, tid: str, dead_status: int | None = None) -> None:
         """Relaunch a dead session once (resuming it), then fail the task."""
