@@ -420,7 +420,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
 
     def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
         script["slug"]["implement"][0] = [
-            {"sleep": {"seconds": 10}},
+            {"sleep": {"seconds": 90}},
             *script["slug"]["implement"][0],
         ]
 
@@ -435,12 +435,19 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
     try:
 
         def slug_works_on_its_node() -> bool:
+            # killed while slug (asleep) works and no other session is mid-task: what is
+            # tested is adopting a live session. A signal sent while no supervisor runs is
+            # a known gap on Ray (issue 19's note): it is not what this test is about.
             assert first.poll() is None, "the first supervisor ended"
-            return Store(RunDir(repo)).read_status("slug").phase == Phase.IMPLEMENTING and any(
-                "-slug-g" in name for name in _run_actors(run)
+            store = Store(RunDir(repo))
+            others = [s.phase for s in store.list_statuses() if s.task != "slug"]
+            return (
+                store.read_status("slug").phase == Phase.IMPLEMENTING
+                and any("-slug-g" in name for name in _run_actors(run))
+                and all(p in (Phase.INTEGRATED, Phase.PENDING) for p in others)
             )
 
-        wait_for(slug_works_on_its_node, 120, "slug implementing on a node", interval=0.2)
+        wait_for(slug_works_on_its_node, 150, "slug implementing on a node", interval=0.2)
     finally:
         first.kill()
         first.wait()
