@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import resource
-import shlex
 import shutil
 import subprocess
 import sys
@@ -41,57 +40,27 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks import common  # noqa: E402
+from loop_orchestrator.procinfo import cpu_and_peak_rss, parent_pid  # noqa: E402
+
 RUN_TIMEOUT = 20 * 60.0
 NODES = 3
 LABELS = {"local": "local tmux", "ray": f"Ray, {NODES} nodes"}
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-
-
-def _ts(iso: str) -> float:
-    return datetime.fromisoformat(iso).timestamp()
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def environment(root: Path) -> dict[str, str]:
-    """A throwaway HOME and XDG folders; no inherited lo-orch, git or tmux variables."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LO_ORCH_", "GIT_")) and k not in ("TMUX", "TMUX_PANE")
-    }
-    home = root / "home"
-    for sub in ("state", "config", "cache", "tmux"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
-    (home / ".gitconfig").write_text(
-        "[user]\n\tname = bench\n\temail = bench@localhost\n", encoding="utf-8"
-    )
+    """The shared throwaway environment, with tmux sockets under it and this tree's code
+    importable (the cluster's nodes start their workers with it)."""
+    env = common.environment(root)
+    (root / "home" / "tmux").mkdir()
     env.update(
-        HOME=str(home),
-        XDG_STATE_HOME=str(home / "state"),
-        XDG_CONFIG_HOME=str(home / "config"),
-        XDG_CACHE_HOME=str(home / "cache"),
-        TMUX_TMPDIR=str(home / "tmux"),
-        SHELL="/bin/sh",
+        TMUX_TMPDIR=str(root / "home" / "tmux"),
         PYTHONPATH=os.pathsep.join(
             p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
         ),
@@ -99,82 +68,24 @@ def environment(root: Path) -> dict[str, str]:
     return env
 
 
-def _signal_run(phase: str, log_dir: Path) -> dict[str, object]:
-    """A ``run:`` action doing what ``signal:`` does, with its start time recorded first."""
-    log = shlex.quote(str(log_dir)) + '/"$LO_ORCH_TASK"'
-    command = f'date "+%s.%N {phase}" >> {log}; eval "exec $LO_ORCH_BIN signal {phase}"'
-    return {"run": {"argv": ["sh", "-c", command], "timeout": 120}}
-
-
 def build(root: Path, n: int, concurrency: int) -> tuple[Path, Path, Path]:
     """The project, the plan and the agent script: (repo, plan, script)."""
-    repo = root / "bench"
-    (repo / "pkg").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "pkg" / "__init__.py").write_text("", encoding="utf-8")
-    (repo / "tests" / "__init__.py").write_text("", encoding="utf-8")
-    (repo / ".gitignore").write_text("__pycache__/\n", encoding="utf-8")
     # some history, so a start bundle carries what a real repository's would
-    (repo / "README.md").write_text("# bench\n" + "lorem ipsum dolor\n" * 400, encoding="utf-8")
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "--no-gpg-sign", "-m", "initial")
+    repo = common.project(root, readme_lines=400)
     starts = root / "timing" / "signal-starts"
     starts.mkdir(parents=True)
-    python = shlex.quote(sys.executable)
-    tasks = []
+    tasks: list[object] = []
     script: dict[str, object] = {}
     for i in range(n):
-        tid = f"t{i:03d}"
-        consumes = [f"f{i - 4:03d}"] if i >= 4 and i % 4 == 0 else []
-        tasks.append(
-            {
-                "id": tid,
-                "objective": f"Add f{i:03d}",
-                "owns": [f"pkg/m{i:03d}.py", f"tests/test_m{i:03d}.py"],
-                "produces": [f"f{i:03d}"],
-                "consumes": consumes,
-                "done": [
-                    {
-                        "criterion": f"f{i:03d}(2) == {2 + i}",
-                        "check": f"{python} -m unittest -q tests.test_m{i:03d}",
-                    }
-                ],
-            }
-        )
-        module = (
-            f"def f{i:03d}(x: int) -> int:\n"
-            f"    if x < 0:\n        raise ValueError('negative')\n"
-            f"    return x + {i}\n"
-        )
-        test = (
-            f"import unittest\n\nfrom pkg.m{i:03d} import f{i:03d}\n\n\n"
-            f"class T(unittest.TestCase):\n"
-            f"    def test_adds(self):\n        self.assertEqual(f{i:03d}(2), {2 + i})\n\n"
-            f"    def test_zero(self):\n        self.assertEqual(f{i:03d}(0), {i})\n\n"
-            f"    def test_negative_is_rejected(self):\n"
-            f"        with self.assertRaises(ValueError):\n            f{i:03d}(-1)\n"
-        )
-        script[tid] = {
-            "plan": [_signal_run("plan_ready", starts)],
-            "implement": [
-                [
-                    {"write": {"path": f"pkg/m{i:03d}.py", "content": module}},
-                    {"write": {"path": f"tests/test_m{i:03d}.py", "content": test}},
-                    _signal_run("impl_done", starts),
-                ]
-            ],
+        tasks.append(common.task(i, 4, sys.executable))
+        script[f"t{i:03d}"] = {
+            "plan": [common.signal_run("plan_ready", starts)],
+            "implement": common.implement(i, common.signal_run("impl_done", starts)),
         }
-    plan = {
-        "goal": f"cluster benchmark with {n} tasks",
-        "name": f"cbench{n}",
-        "concurrency": concurrency,
-        "tasks": tasks,
-    }
-    plan_path, script_path = root / "plan.yaml", root / "script.yaml"
-    plan_path.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-    script_path.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
-    return repo, plan_path, script_path
+    plan, script_path = common.write_plan(
+        root, f"cbench{n}", f"cluster benchmark with {n} tasks", concurrency, tasks, script
+    )
+    return repo, plan, script_path
 
 
 # one measured run, in its own process ----------------------------------------------------
@@ -275,13 +186,8 @@ def _descendants(pid: int) -> set[int]:
     """Every living descendant of ``pid`` (from /proc)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
+        if entry.name.isdigit() and (ppid := parent_pid(int(entry.name))) is not None:
+            children.setdefault(ppid, []).append(int(entry.name))
     found: set[int] = set()
     todo = [pid]
     while todo:
@@ -293,11 +199,8 @@ def _descendants(pid: int) -> set[int]:
 
 
 def _cpu(pid: int) -> float | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    sample = cpu_and_peak_rss(pid)
+    return sample[0] if sample else None
 
 
 class CpuSampler:
@@ -377,20 +280,9 @@ def measure(backend: str, n: int, concurrency: int, slots: int) -> dict[str, Any
             tail = "\n".join(err.strip().splitlines()[-15:])
             return {"problem": f"the run ended without a result (exit {child.returncode}):\n{tail}"}
         result: dict[str, Any] = json.loads(result_file.read_text(encoding="utf-8"))
-        ledger = [
-            json.loads(line)
-            for line in (repo / ".orchestration" / "ledger.jsonl").read_text().splitlines()
-        ]
-        journal = [
-            json.loads(line)
-            for path in sorted((root / "home" / "state").glob("**/journal.jsonl"))
-            for line in path.read_text().splitlines()
-        ]
-        starts = []
-        for file in (root / "timing" / "signal-starts").iterdir():
-            for line in file.read_text().splitlines():
-                ts, phase = line.split()
-                starts.append((file.name, phase, float(ts)))
+        ledger = common.ledger(repo)
+        journal = common.journals(root / "home")
+        starts = common.signal_starts(root / "timing" / "signal-starts")
     return analyse(n, result, ledger, journal, starts) | {"ray_cpu": ray_cpu}
 
 
@@ -401,17 +293,13 @@ def analyse(
     journal: list[dict[str, Any]],
     starts: list[tuple[str, str, float]],
 ) -> dict[str, Any]:
-    reacted: dict[tuple[str, str], float] = {}
-    for e in ledger:
-        if e["event"] == "reacted":
-            key = (str(e.get("task")), str(e.get("to") or e.get("phase")))
-            reacted.setdefault(key, _ts(str(e["ts"])))
+    reacted = common.reacted(ledger)
     reaction = [reacted[(t, ph)] - ts for t, ph, ts in starts if (t, ph) in reacted]
     entered: dict[tuple[str, str], float] = {}
     for entry in journal:
         changes = entry.get("data", {}).get("set", {})
         if entry.get("kind") == "task" and changes.get("phase") in ("launching", "planning"):
-            entered.setdefault((entry["data"]["task"], changes["phase"]), _ts(entry["ts"]))
+            entered.setdefault((entry["data"]["task"], changes["phase"]), common.ts(entry["ts"]))
     launch = [
         entered[(t, "planning")] - entered[(t, "launching")]
         for t in {t for t, _ in entered}
@@ -447,13 +335,13 @@ def analyse(
 def _ms(values: list[float]) -> str:
     if not values:
         return "-"
-    return f"{1000 * _pct(values, 0.5):.0f} / {1000 * _pct(values, 0.95):.0f}"
+    return f"{1000 * common.pct(values, 0.5):.0f} / {1000 * common.pct(values, 0.95):.0f}"
 
 
 def _kib(values: list[float]) -> str:
     if not values:
         return "0 (same disk)"
-    return f"{_pct(values, 0.5) / 1024:.1f} / {max(values) / 1024:.1f}"
+    return f"{common.pct(values, 0.5) / 1024:.1f} / {max(values) / 1024:.1f}"
 
 
 def render(results: dict[str, dict[str, Any]], n: int, concurrency: int, slots: int) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -29,44 +28,19 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks import common  # noqa: E402
 from loop_orchestrator.procinfo import cpu_and_peak_rss  # noqa: E402
 
 RUN_TIMEOUT = 20 * 60.0
 SAMPLE_SECONDS = 0.2
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    )
-
-
 def environment(root: Path, socket: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LO_ORCH_", "GIT_")) and k not in ("TMUX", "TMUX_PANE")
-    }
-    home = root / "home"
-    for sub in ("state", "config", "cache"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
-    (home / ".gitconfig").write_text(
-        "[user]\n\tname = bench\n\temail = bench@localhost\n", encoding="utf-8"
-    )
+    env = common.environment(root)
     env.update(
-        HOME=str(home),
-        XDG_STATE_HOME=str(home / "state"),
-        XDG_CONFIG_HOME=str(home / "config"),
-        XDG_CACHE_HOME=str(home / "cache"),
-        SHELL="/bin/sh",
         LO_ORCH_TMUX_SOCKET=socket,
         PYTHONPATH=str(REPO_ROOT),
         TERM="xterm-256color",
@@ -77,64 +51,16 @@ def environment(root: Path, socket: str) -> dict[str, str]:
 
 def build(root: Path, n: int, concurrency: int, check_python: str) -> Path:
     """A repository and a plan of ``n`` small tasks; the scripted agent does each."""
-    repo = root / "bench"
-    (repo / "pkg").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "pkg" / "__init__.py").write_text("", encoding="utf-8")
-    (repo / "tests" / "__init__.py").write_text("", encoding="utf-8")
-    (repo / ".gitignore").write_text("__pycache__/\n", encoding="utf-8")
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "--no-gpg-sign", "-m", "initial")
-    python = shlex.quote(check_python)
-    tasks, script = [], {}
-    for i in range(n):
-        tid, fn = f"t{i:03d}", f"f{i:03d}"
-        tasks.append(
-            {
-                "id": tid,
-                "objective": f"Add {fn}",
-                "owns": [f"pkg/m{i:03d}.py", f"tests/test_m{i:03d}.py"],
-                "produces": [fn],
-                "consumes": [f"f{i - 8:03d}"] if i >= 8 and i % 8 == 0 else [],
-                "done": [
-                    {
-                        "criterion": f"{fn}(2) == {2 + i}",
-                        "check": f"{python} -m unittest -q tests.test_m{i:03d}",
-                    }
-                ],
-            }
-        )
-        module = (
-            f"def {fn}(x: int) -> int:\n    if x < 0:\n        raise ValueError('x')\n"
-            f"    return x + {i}\n"
-        )
-        test = (
-            f"import unittest\n\nfrom pkg.m{i:03d} import {fn}\n\n\n"
-            f"class T(unittest.TestCase):\n"
-            f"    def test_adds(self):\n        self.assertEqual({fn}(2), {2 + i})\n\n"
-            f"    def test_zero(self):\n        self.assertEqual({fn}(0), {i})\n\n"
-            f"    def test_negative_is_rejected(self):\n"
-            f"        with self.assertRaises(ValueError):\n            {fn}(-1)\n"
-        )
-        script[tid] = {
+    repo = common.project(root)
+    tasks: list[object] = [common.task(i, 8, check_python) for i in range(n)]
+    script = {
+        f"t{i:03d}": {
             "plan": [{"signal": {"phase": "plan_ready"}}],
-            "implement": [
-                [
-                    {"write": {"path": f"pkg/m{i:03d}.py", "content": module}},
-                    {"write": {"path": f"tests/test_m{i:03d}.py", "content": test}},
-                    {"signal": {"phase": "impl_done"}},
-                ]
-            ],
+            "implement": common.implement(i, {"signal": {"phase": "impl_done"}}),
         }
-    plan = {
-        "goal": f"benchmark with {n} tasks",
-        "name": f"dash{n}",
-        "concurrency": concurrency,
-        "tasks": tasks,
+        for i in range(n)
     }
-    (root / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-    (root / "script.yaml").write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+    common.write_plan(root, f"dash{n}", f"benchmark with {n} tasks", concurrency, tasks, script)
     cfg = repo / ".loop-orchestrator"
     cfg.mkdir()
     (cfg / "config.toml").write_text(

@@ -46,16 +46,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 BASELINE = "9b2c2b2"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks import common  # noqa: E402
 from loop_orchestrator.procinfo import cpu_and_peak_rss  # noqa: E402
 
 REACT_PHASES = ("plan_ready", "impl_done")
@@ -88,25 +86,8 @@ class Version:
     pythonpath: Path | None
 
 
-def _ts(iso: str) -> float:
-    return datetime.fromisoformat(iso).timestamp()
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _git_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", *args], cwd=repo, check=True, capture_output=True, env=_git_env(), timeout=120
-    )
 
 
 @contextlib.contextmanager
@@ -115,7 +96,7 @@ def baseline_tree(rev: str) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix="lo-bench-baseline-"))
     tree = tmp / "tree"
     try:
-        _git(REPO_ROOT, "worktree", "add", "--detach", str(tree), rev)
+        common.git(REPO_ROOT, "worktree", "add", "--detach", str(tree), rev)
         yield tree
     finally:
         subprocess.run(
@@ -140,25 +121,9 @@ def baseline_tree(rev: str) -> Iterator[Path]:
 
 def run_env(version: Version, root: Path, socket: str) -> dict[str, str]:
     """The environment of every lo-orch command of one run (panes inherit it)."""
-    env = {
-        k: v
-        for k, v in _git_env().items()
-        if not k.startswith("LO_ORCH_") and k not in ("TMUX", "TMUX_PANE", "PYTHONPATH")
-    }
-    home = root / "home"
-    for sub in ("state", "config", "cache"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
-    (home / ".gitconfig").write_text(
-        "[user]\n\tname = bench\n\temail = bench@localhost\n", encoding="utf-8"
-    )
-    env.update(
-        HOME=str(home),
-        XDG_STATE_HOME=str(home / "state"),
-        XDG_CONFIG_HOME=str(home / "config"),
-        XDG_CACHE_HOME=str(home / "cache"),
-        SHELL="/bin/sh",
-        LO_ORCH_TMUX_SOCKET=socket,
-    )
+    env = common.environment(root)
+    env.pop("PYTHONPATH", None)
+    env["LO_ORCH_TMUX_SOCKET"] = socket
     if version.pythonpath is not None:
         env["PYTHONPATH"] = str(version.pythonpath)
     return env
@@ -181,13 +146,6 @@ def check_import(version: Version, env: dict[str, str], cwd: Path) -> None:
         raise SystemExit(msg)
 
 
-def _signal_run(phase: str, log_dir: Path) -> dict[str, object]:
-    """A ``run:`` action doing what ``signal:`` does, with its start time recorded first."""
-    log = shlex.quote(str(log_dir)) + '/"$LO_ORCH_TASK"'
-    command = f'date "+%s.%N {phase}" >> {log}; eval "exec $LO_ORCH_BIN signal {phase}"'
-    return {"run": {"argv": ["sh", "-c", command], "timeout": 120}}
-
-
 def _plugin(root: Path, version: Version, hook_log: Path) -> Path:
     """A plugin folder whose hooks are the version's own, each under the timing wrapper."""
     plugin = root / "plugin"
@@ -208,64 +166,14 @@ def _plugin(root: Path, version: Version, hook_log: Path) -> Path:
 
 
 def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
-    repo = root / "bench"
-    (repo / "pkg").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "pkg" / "__init__.py").write_text("", encoding="utf-8")
-    (repo / "tests" / "__init__.py").write_text("", encoding="utf-8")
-    (repo / ".gitignore").write_text("__pycache__/\n", encoding="utf-8")
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(
-        repo,
-        "-c",
-        "user.name=bench",
-        "-c",
-        "user.email=bench@localhost",
-        "commit",
-        "-q",
-        "--no-gpg-sign",
-        "-m",
-        "initial",
-    )
+    repo = common.project(root)
     # outside the repository: the AFTER sandbox makes the repository read-only to agents
     starts = root / "timing" / "signal-starts"
     starts.mkdir(parents=True)
-    python = shlex.quote(sys.executable)
-    tasks = []
+    # every fourth task consumes an earlier task's output: a few waves
+    tasks: list[object] = [common.task(i, 4, sys.executable) for i in range(n)]
     script: dict[str, object] = {}
     for i in range(n):
-        tid = f"t{i:03d}"
-        # every fourth task consumes an earlier task's output: a few waves
-        consumes = [f"f{i - 4:03d}"] if i >= 4 and i % 4 == 0 else []
-        tasks.append(
-            {
-                "id": tid,
-                "objective": f"Add f{i:03d}",
-                "owns": [f"pkg/m{i:03d}.py", f"tests/test_m{i:03d}.py"],
-                "produces": [f"f{i:03d}"],
-                "consumes": consumes,
-                "done": [
-                    {
-                        "criterion": f"f{i:03d}(2) == {2 + i}",
-                        "check": f"{python} -m unittest -q tests.test_m{i:03d}",
-                    }
-                ],
-            }
-        )
-        module = (
-            f"def f{i:03d}(x: int) -> int:\n"
-            f"    if x < 0:\n        raise ValueError('negative')\n"
-            f"    return x + {i}\n"
-        )
-        test = (
-            f"import unittest\n\nfrom pkg.m{i:03d} import f{i:03d}\n\n\n"
-            f"class T(unittest.TestCase):\n"
-            f"    def test_adds(self):\n        self.assertEqual(f{i:03d}(2), {2 + i})\n\n"
-            f"    def test_zero(self):\n        self.assertEqual(f{i:03d}(0), {i})\n\n"
-            f"    def test_negative_is_rejected(self):\n"
-            f"        with self.assertRaises(ValueError):\n            f{i:03d}(-1)\n"
-        )
         plan_actions: list[object] = []
         if i == 0:
             # which code the panes run: LO_ORCH_BIN's interpreter with the pane's environment
@@ -275,25 +183,12 @@ def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
                 + shlex.quote(str(root / "timing" / "pane-import"))
             )
             plan_actions.append({"run": {"argv": ["sh", "-c", probe], "timeout": 60}})
-        plan_actions.append(_signal_run("plan_ready", starts))
-        script[tid] = {
+        plan_actions.append(common.signal_run("plan_ready", starts))
+        script[f"t{i:03d}"] = {
             "plan": plan_actions,
-            "implement": [
-                [
-                    {"write": {"path": f"pkg/m{i:03d}.py", "content": module}},
-                    {"write": {"path": f"tests/test_m{i:03d}.py", "content": test}},
-                    _signal_run("impl_done", starts),
-                ]
-            ],
+            "implement": common.implement(i, common.signal_run("impl_done", starts)),
         }
-    plan = {
-        "goal": f"benchmark with {n} tasks",
-        "name": f"bench{n}",
-        "concurrency": concurrency,
-        "tasks": tasks,
-    }
-    (root / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-    (root / "script.yaml").write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+    common.write_plan(root, f"bench{n}", f"benchmark with {n} tasks", concurrency, tasks, script)
     plugin = _plugin(root, version, root / "timing" / "hooks.log")
     agent_env = ""
     if version.pythonpath is not None:  # the pane's own python -m must find the old code too
@@ -383,22 +278,11 @@ def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
         if pane_import.parent != (version.tree / "loop_orchestrator").resolve():
             msg = f"{version.label}: the panes ran {pane_import}, not {version.tree}"
             raise SystemExit(msg)
-        ledger = [
-            json.loads(line)
-            for line in (repo / ".orchestration" / "ledger.jsonl").read_text().splitlines()
-        ]
-        starts = []
-        for file in (root / "timing" / "signal-starts").iterdir():
-            for line in file.read_text().splitlines():
-                ts, phase = line.split()
-                starts.append((file.name, phase, float(ts)))
+        ledger = common.ledger(repo)
+        starts = common.signal_starts(root / "timing" / "signal-starts")
         hooks = [line.split() for line in (root / "timing" / "hooks.log").read_text().splitlines()]
         # AFTER keeps a private journal of every phase change (BEFORE has none)
-        journal = [
-            json.loads(line)
-            for path in sorted((root / "home" / "state").glob("**/journal.jsonl"))
-            for line in path.read_text().splitlines()
-        ]
+        journal = common.journals(root / "home")
     return analyse(n, ledger, starts, hooks, journal) | {
         "wall": wall,
         "cpu": cpu,
@@ -414,20 +298,18 @@ def analyse(
     hooks: list[list[str]],
     journal: list[dict[str, Any]],
 ) -> dict[str, object]:
-    reacted: dict[tuple[str, str], float] = {}
+    reacted = common.reacted(ledger)
     signalled: dict[tuple[str, str], float] = {}
     for e in ledger:
         key = (str(e.get("task")), str(e.get("to") or e.get("phase")))
-        if e["event"] == "reacted":
-            reacted.setdefault(key, _ts(str(e["ts"])))
-        elif e["event"] == "signal" and key[1] in REACT_PHASES:
-            signalled.setdefault(key, _ts(str(e["ts"])))
+        if e["event"] == "signal" and key[1] in REACT_PHASES:
+            signalled.setdefault(key, common.ts(str(e["ts"])))
     latency = [reacted[(t, ph)] - ts for t, ph, ts in starts if (t, ph) in reacted]
     moved: dict[tuple[str, str], float] = {}
     for entry in journal:
         changes = entry.get("data", {}).get("set", {})
         if entry.get("kind") == "task" and changes.get("phase") in NEXT_PHASE.values():
-            moved.setdefault((entry["data"]["task"], changes["phase"]), _ts(entry["ts"]))
+            moved.setdefault((entry["data"]["task"], changes["phase"]), common.ts(entry["ts"]))
     to_phase = [
         moved[(t, NEXT_PHASE[ph])] - ts for t, ph, ts in starts if (t, NEXT_PHASE[ph]) in moved
     ]
@@ -467,7 +349,7 @@ def _ms(values: object) -> str:
     vals = list(values) if isinstance(values, list) else []
     if not vals:
         return "-"
-    return f"{1000 * _pct(vals, 0.5):.1f} / {1000 * _pct(vals, 0.95):.1f}"
+    return f"{1000 * common.pct(vals, 0.5):.1f} / {1000 * common.pct(vals, 0.95):.1f}"
 
 
 def _mean_ms(values: object) -> str:

@@ -1,0 +1,186 @@
+"""What the run benchmarks share: a throwaway environment, the benchmark project, its plan and
+scripted-agent script, and reading what a run left behind.
+
+``benchmarks/supervisor.py``, ``benchmarks/dashboard.py`` and ``benchmarks/cluster.py`` each
+measure a run of ``n`` small tasks done by the scripted agent: task ``tNNN`` owns
+``pkg/mNNN.py`` and ``tests/test_mNNN.py``, produces ``fNNN`` and every ``wave``-th task
+consumes an earlier one's output, so the run comes in a few waves. Imported as
+``benchmarks.common`` (each benchmark puts the repository root on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git(repo: Path, *args: str) -> None:
+    """``git`` in ``repo`` with a bench identity, none of the caller's ``GIT_`` variables."""
+    subprocess.run(
+        ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+        timeout=120,
+    )
+
+
+def environment(root: Path) -> dict[str, str]:
+    """A throwaway HOME and XDG folders under ``root``; no inherited lo-orch, git or tmux
+    variables. Callers add what their run needs (its tmux socket, PYTHONPATH, ...)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LO_ORCH_", "GIT_")) and k not in ("TMUX", "TMUX_PANE")
+    }
+    home = root / "home"
+    for sub in ("state", "config", "cache"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = bench\n\temail = bench@localhost\n", encoding="utf-8"
+    )
+    env.update(
+        HOME=str(home),
+        XDG_STATE_HOME=str(home / "state"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_CACHE_HOME=str(home / "cache"),
+        SHELL="/bin/sh",
+    )
+    return env
+
+
+def project(root: Path, readme_lines: int = 0) -> Path:
+    """``root/bench``: a git repository with empty ``pkg`` and ``tests`` packages, one commit
+    on ``main`` (with a README of ``readme_lines`` lines when asked, for some history)."""
+    repo = root / "bench"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "pkg" / "__init__.py").write_text("", encoding="utf-8")
+    (repo / "tests" / "__init__.py").write_text("", encoding="utf-8")
+    (repo / ".gitignore").write_text("__pycache__/\n", encoding="utf-8")
+    if readme_lines:
+        text = "# bench\n" + "lorem ipsum dolor\n" * readme_lines
+        (repo / "README.md").write_text(text, encoding="utf-8")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-gpg-sign", "-m", "initial")
+    return repo
+
+
+def task(i: int, wave: int, check_python: str) -> dict[str, object]:
+    """Task ``i`` of the plan; every ``wave``-th task consumes the output of the task
+    ``wave`` before it. Its done check runs under ``check_python``."""
+    return {
+        "id": f"t{i:03d}",
+        "objective": f"Add f{i:03d}",
+        "owns": [f"pkg/m{i:03d}.py", f"tests/test_m{i:03d}.py"],
+        "produces": [f"f{i:03d}"],
+        "consumes": [f"f{i - wave:03d}"] if i >= wave and i % wave == 0 else [],
+        "done": [
+            {
+                "criterion": f"f{i:03d}(2) == {2 + i}",
+                "check": f"{shlex.quote(check_python)} -m unittest -q tests.test_m{i:03d}",
+            }
+        ],
+    }
+
+
+def implement(i: int, signal: dict[str, object]) -> list[list[dict[str, object]]]:
+    """The scripted agent's implement step for task ``i``: write the module and its test,
+    then ``signal`` (the action that says impl_done)."""
+    module = (
+        f"def f{i:03d}(x: int) -> int:\n"
+        f"    if x < 0:\n        raise ValueError('negative')\n"
+        f"    return x + {i}\n"
+    )
+    test = (
+        f"import unittest\n\nfrom pkg.m{i:03d} import f{i:03d}\n\n\n"
+        f"class T(unittest.TestCase):\n"
+        f"    def test_adds(self):\n        self.assertEqual(f{i:03d}(2), {2 + i})\n\n"
+        f"    def test_zero(self):\n        self.assertEqual(f{i:03d}(0), {i})\n\n"
+        f"    def test_negative_is_rejected(self):\n"
+        f"        with self.assertRaises(ValueError):\n            f{i:03d}(-1)\n"
+    )
+    return [
+        [
+            {"write": {"path": f"pkg/m{i:03d}.py", "content": module}},
+            {"write": {"path": f"tests/test_m{i:03d}.py", "content": test}},
+            signal,
+        ]
+    ]
+
+
+def signal_run(phase: str, log_dir: Path) -> dict[str, object]:
+    """A ``run:`` action doing what ``signal:`` does, with its start time recorded first
+    (a line ``<epoch seconds> <phase>`` in ``log_dir/<task>``)."""
+    log = shlex.quote(str(log_dir)) + '/"$LO_ORCH_TASK"'
+    command = f'date "+%s.%N {phase}" >> {log}; eval "exec $LO_ORCH_BIN signal {phase}"'
+    return {"run": {"argv": ["sh", "-c", command], "timeout": 120}}
+
+
+def write_plan(
+    root: Path, name: str, goal: str, concurrency: int, tasks: list[object], script: object
+) -> tuple[Path, Path]:
+    """``root/plan.yaml`` and the scripted agent's ``root/script.yaml``: (plan, script)."""
+    plan = {"goal": goal, "name": name, "concurrency": concurrency, "tasks": tasks}
+    plan_path, script_path = root / "plan.yaml", root / "script.yaml"
+    plan_path.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+    script_path.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+    return plan_path, script_path
+
+
+def ts(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank; NaN for none)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def ledger(repo: Path) -> list[dict[str, Any]]:
+    """The run's ledger lines."""
+    path = repo / ".orchestration" / "ledger.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def journals(home: Path) -> list[dict[str, Any]]:
+    """Every line of the supervisors' private journals under the throwaway ``home``."""
+    return [
+        json.loads(line)
+        for path in sorted((home / "state").glob("**/journal.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+
+
+def signal_starts(log_dir: Path) -> list[tuple[str, str, float]]:
+    """What the ``signal_run`` actions recorded: (task, phase, epoch seconds)."""
+    starts = []
+    for file in log_dir.iterdir():
+        for line in file.read_text(encoding="utf-8").splitlines():
+            stamp, phase = line.split()
+            starts.append((file.name, phase, float(stamp)))
+    return starts
+
+
+def reacted(entries: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """When the supervisor first reacted to each (task, phase) signal, from its ledger."""
+    first: dict[tuple[str, str], float] = {}
+    for e in entries:
+        if e["event"] == "reacted":
+            key = (str(e.get("task")), str(e.get("to") or e.get("phase")))
+            first.setdefault(key, ts(str(e["ts"])))
+    return first
