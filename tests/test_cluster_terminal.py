@@ -263,9 +263,10 @@ def test_relay_restores_the_terminal_when_the_endpoint_fails(host: TerminalHost)
 
 
 def tmux(socket: str, *args: str) -> str:
-    """tmux on a private socket path, without the user's config."""
+    """tmux without the user's config on a private socket: a path (the node's, ``-S``) or
+    a name (the test's own server, the user's terminal, ``-L``)."""
     out = subprocess.run(
-        ["tmux", "-f", "/dev/null", "-S", socket, *args],
+        ["tmux", "-f", "/dev/null", "-S" if "/" in socket else "-L", socket, *args],
         capture_output=True,
         text=True,
         timeout=20,
@@ -335,27 +336,13 @@ class TermActor:
         return str(ray_module().get_runtime_context().get_node_id())
 
 
-def local(socket: str, *args: str) -> str:
-    """tmux on the test's private socket (the user's terminal)."""
-    out = subprocess.run(
-        ["tmux", "-L", socket, "-f", "/dev/null", *args],
-        capture_output=True,
-        text=True,
-        timeout=20,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise AssertionError(f"tmux {' '.join(args)} failed: {out.stderr}")
-    return out.stdout
-
-
 def start_relay(socket: str, window: str, entry: list[str]) -> None:
     """The relay's entry in a new local window of 90x28 (a real terminal)."""
     if window == "me":
-        local(socket, "new-session", "-d", "-s", "me", "-x", "90", "-y", "28", *entry)
-        local(socket, "set-option", "-t", "me", "remain-on-exit", "on")
+        tmux(socket, "new-session", "-d", "-s", "me", "-x", "90", "-y", "28", *entry)
+        tmux(socket, "set-option", "-t", "me", "remain-on-exit", "on")
     else:
-        local(socket, "new-window", "-d", "-t", "me", "-n", window, *entry)
+        tmux(socket, "new-window", "-d", "-t", "me", "-n", window, *entry)
 
 
 @pytest.mark.slow
@@ -411,22 +398,22 @@ def test_attach_relay_through_a_ray_actor_on_a_real_terminal(
         # text on the remote pane appears on the local terminal
         tmux(remote, "send-keys", "-t", "task", "echo REMOTE-$((40+2))", "Enter")
         wait_for(
-            lambda: "REMOTE-42" in local(tmux_socket, "capture-pane", "-p", "-t", "me"),
+            lambda: "REMOTE-42" in tmux(tmux_socket, "capture-pane", "-p", "-t", "me"),
             20,
             "remote output on the local terminal",
         )
         # keys typed on the local terminal reach the remote pane one by one (raw mode: a
         # line-buffered terminal would hold them back until Enter)
-        local(tmux_socket, "send-keys", "-t", "me", "echo TYPED-$((1+2))")
+        tmux(tmux_socket, "send-keys", "-t", "me", "echo TYPED-$((1+2))")
         wait_for(
             lambda: "echo TYPED-$((1+2))" in remote_screen(),
             20,
             "keys typed without Enter in the remote pane",
         )
-        local(tmux_socket, "send-keys", "-t", "me", "Enter")
+        tmux(tmux_socket, "send-keys", "-t", "me", "Enter")
         wait_for(lambda: "TYPED-3" in remote_screen(), 20, "local keys run in the remote pane")
         # the local window's size follows to the remote client (SIGWINCH through the relay)
-        local(tmux_socket, "resize-window", "-t", "me", "-x", "77", "-y", "21")
+        tmux(tmux_socket, "resize-window", "-t", "me", "-x", "77", "-y", "21")
         wait_for(
             lambda: any(c.endswith(" 77x21") for c in remote_clients()),
             20,
@@ -437,7 +424,7 @@ def test_attach_relay_through_a_ray_actor_on_a_real_terminal(
         )
         # tmux's own detach key, typed locally, detaches the remote client: the relay
         # returns, the local terminal is as it was, the session and the other client live on
-        local(tmux_socket, "send-keys", "-t", "me", "C-b", "d")
+        tmux(tmux_socket, "send-keys", "-t", "me", "C-b", "d")
         wait_for(first.exists, 30, "the relay to return after the detach key")
         assert json.loads(first.read_text()) == {"code": 0, "restored": True}
         assert not alive(relay_pid)
@@ -449,7 +436,7 @@ def test_attach_relay_through_a_ray_actor_on_a_real_terminal(
         second = tmp_path / "second.json"
         start_relay(tmux_socket, "again", entry(second))
         wait_for(lambda: len(remote_clients()) == 2, 60, "the second relay's client")
-        local(tmux_socket, "send-keys", "-t", "again", "exit", "Enter")
+        tmux(tmux_socket, "send-keys", "-t", "again", "exit", "Enter")
         wait_for(second.exists, 30, "the relay to return after the remote exit")
         assert json.loads(second.read_text()) == {"code": 0, "restored": True}
         bystander.close(other)
