@@ -5,14 +5,13 @@ layers)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO_ROOT
+from helpers.runs import lo_orch
 
 from loop_orchestrator.commands import doctor as doctoring
 from loop_orchestrator.commands import plan as planning
@@ -21,7 +20,6 @@ from loop_orchestrator.commands import status as statuses
 from loop_orchestrator.errors import LoOrchError, StateError, UsageError
 from loop_orchestrator.state import Store
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "examples" / "plan.yaml"
 
 
@@ -39,16 +37,7 @@ def test_a_wrong_plan_call_is_a_usage_error_before_any_repository_is_looked_for(
     with pytest.raises(UsageError, match="--done only goes with --issue"):
         planning.plan(outside, file=EXAMPLE, done=["ABC-3"])
     assert list(outside.iterdir()) == []
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", "plan"],
-        cwd=outside,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = lo_orch(outside, "plan", timeout=60)
     assert result.returncode == 2, result.stderr
     assert "Error: give exactly one of FILE" in result.stderr
     # a right call in the wrong folder is the repository's error, not a usage error

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers.git import git
-from helpers.runs import approve, edit_script, ledger, lo, user_snapshot
+from helpers.runs import approve, edit_script, ledger, lo, lo_orch, user_snapshot
 from helpers.wait import wait_for
 
 from loop_orchestrator import demo
@@ -34,15 +34,7 @@ def suggested(text: str) -> str:
 
 def follow(repo: Path, advice: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """Run a suggested `lo-orch ...` command as the user would (here, in the repo)."""
-    argv = advice.split()[1:]
-    return subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", *argv],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return lo_orch(repo, *advice.split()[1:], timeout=timeout)
 
 
 def test_status_tells_whether_a_supervisor_runs_and_what_tasks_wait_for(

@@ -6,30 +6,20 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.runs import run_state
 
 from loop_orchestrator import private, record, runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.record import NoRecordError, Record, RecordTamperedError
-from loop_orchestrator.state import Phase, RunDir, RunPhase, RunState, TaskStatus
+from loop_orchestrator.state import Phase, RunDir, RunPhase, TaskStatus
 from loop_orchestrator.status import status_document
 
 
 def make_record(
     repo: Path, run: str = "demo", tasks: tuple[str, ...] = ("alpha", "beta")
 ) -> Record:
-    state = RunState(
-        name=run,
-        repo=str(repo),
-        base_ref="main",
-        base_sha="a" * 40,
-        staging_branch=f"lo/{run}/staging",
-        feature_branch=f"feat/{run}",
-        plan_sha256="p" * 64,
-        approved_plan_sha256="p" * 64,
-        created_at="t0",
-    )
-    return record.start(repo, state, [TaskStatus(task=t) for t in tasks])
+    return record.start(repo, run_state(repo, run), [TaskStatus(task=t) for t in tasks])
 
 
 def plan_one_task(repo: Path) -> None:

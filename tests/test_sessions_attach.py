@@ -7,28 +7,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.runs import run_state
 
 from loop_orchestrator.attach import attach_command
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.errors import TmuxError
 from loop_orchestrator.sessions import LaunchSpec
-from loop_orchestrator.state import RunState, Store, TaskStatus
+from loop_orchestrator.state import Store, TaskStatus
 from loop_orchestrator.tmux import TmuxBackend
 
 
 def make_run(repo: Path, name: str = "demo", panes: dict[str, str | None] | None = None) -> None:
     store = Store.for_repo(repo)
-    store.write_run(
-        RunState(
-            name=name,
-            repo=str(repo),
-            base_ref="main",
-            base_sha="0" * 40,
-            staging_branch=f"lo/{name}/staging",
-            feature_branch=f"feat/{name}",
-            plan_sha256="0" * 64,
-        )
-    )
+    store.write_run(run_state(repo, name))
     for task, pane in (panes or {}).items():
         store.write_status(TaskStatus(task=task, pane_id=pane))
 

@@ -21,7 +21,7 @@ from helpers.git import git
 from loop_orchestrator import config, demo, runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
-from loop_orchestrator.state import Store
+from loop_orchestrator.state import RunState, Store
 
 #: the keys of status/<task>.json (contract, DESIGN.md section 3), written out by hand so a
 #: renamed model field fails the tests
@@ -48,6 +48,21 @@ SCRIPTED_CONFIG = (
     '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n'
     "[workspace]\nallow_dirty = true\n"
 )
+
+
+def run_state(repo: Path, name: str = "demo") -> RunState:
+    """An approved run ``name`` of ``repo`` with made-up shas (no plan file, no git)."""
+    return RunState(
+        name=name,
+        repo=str(repo),
+        base_ref="main",
+        base_sha="a" * 40,
+        staging_branch=f"lo/{name}/staging",
+        feature_branch=f"feat/{name}",
+        plan_sha256="p" * 64,
+        approved_plan_sha256="p" * 64,
+        created_at="t",
+    )
 
 
 def edit_script(files: demo.DemoFiles, change: Callable[[dict[str, Any]], None]) -> None:

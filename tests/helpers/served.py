@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from helpers import REPO_ROOT
+from helpers.runs import run_state
 from loop_orchestrator import listener, procinfo, record
 from loop_orchestrator.lifecycle import delivery_key
 from loop_orchestrator.record import Record
 from loop_orchestrator.reports import Reports
-from loop_orchestrator.state import Phase, RunDir, RunState, Store, TaskStatus
+from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
 
 RUN = "demo"
 
@@ -64,18 +65,7 @@ def working(phase: Phase, rework: int = 0) -> dict[str, Any]:
 
 def start_run(repo: Path, tasks: tuple[str, ...] = ("alpha", "beta")) -> Record:
     """An approved run's record (no plan file: only what the inbox needs)."""
-    state = RunState(
-        name=RUN,
-        repo=str(repo),
-        base_ref="main",
-        base_sha="a" * 40,
-        staging_branch=f"lo/{RUN}/staging",
-        feature_branch=f"feat/{RUN}",
-        plan_sha256="p" * 64,
-        approved_plan_sha256="p" * 64,
-        created_at="t",
-    )
-    rec = record.start(repo, state, [TaskStatus(task=t) for t in tasks])
+    rec = record.start(repo, run_state(repo, RUN), [TaskStatus(task=t) for t in tasks])
     rec.publish_all()
     return rec
 
