@@ -74,15 +74,54 @@ def _modules() -> list[Path]:
     )
 
 
+def unplaced(doc: str, modules: list[str]) -> list[str]:
+    """The modules (paths inside the package) that ``doc`` does not place: a top-level
+    module must be named, one in a subfolder must be named in its folder's table row
+    (the row naming ``loop_orchestrator/<folder>/``) or by its path, so that
+    ``commands/doctor.py`` is not taken as placed because ``doctor.py`` is."""
+    rows: dict[str, str] = {}
+    for line in doc.splitlines():
+        if line.startswith("|"):
+            for folder in re.findall(r"`loop_orchestrator/([\w/]+)/`", line):
+                rows[folder] = rows.get(folder, "") + line
+    mentioned = set(re.findall(r"`(?:[\w/]+/)?(\w+\.py)`", doc))
+    out = []
+    for module in modules:
+        folder, _, name = module.rpartition("/")
+        if folder:
+            placed = f"`{name}`" in rows.get(folder, "") or f"{module}`" in doc
+        else:
+            placed = name in mentioned
+        if not placed:
+            out.append(module)
+    return out
+
+
 def test_architecture_names_only_modules_that_exist_and_places_every_module() -> None:
     doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     named = re.findall(r"`(loop_orchestrator/[\w/]+(?:\.py|/))`", doc)
     assert named, "docs/architecture.md names no module"
     gone = [n for n in named if not (ROOT / n).exists()]
     assert not gone, f"docs/architecture.md names modules that do not exist: {gone}"
-    mentioned = set(re.findall(r"`(?:[\w/]+/)?(\w+\.py)`", doc))
-    unplaced = [str(p.relative_to(ROOT)) for p in _modules() if p.name not in mentioned]
-    assert not unplaced, f"modules not placed in docs/architecture.md: {unplaced}"
+    modules = [p.relative_to(PACKAGE).as_posix() for p in _modules()]
+    missing = unplaced(doc, modules)
+    assert not missing, f"modules not placed in docs/architecture.md: {missing}"
+
+
+def test_a_module_is_placed_only_by_its_own_folder_row() -> None:
+    doc = (
+        "| supervision | `loop_orchestrator/doctor.py` | checks |\n"
+        "| commands | `loop_orchestrator/commands/` | `plan.py` (`plan`) |\n"
+        "the agents' `terminal.py` is described elsewhere\n"
+    )
+    assert unplaced(doc, ["doctor.py", "commands/plan.py"]) == []
+    # named only as another module (the top-level doctor.py), or outside its folder's row
+    assert unplaced(doc, ["commands/doctor.py", "agents/terminal.py", "status.py"]) == [
+        "commands/doctor.py",
+        "agents/terminal.py",
+        "status.py",
+    ]
+    assert unplaced(doc + "see `commands/doctor.py`\n", ["commands/doctor.py"]) == []
 
 
 def _imports(path: Path) -> set[str]:
@@ -96,6 +135,45 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+#: calls that start a process (besides the subprocess module): only proc.py makes them
+SPAWNING_CALLS = {
+    "os.system",
+    "os.popen",
+    "os.fork",
+    "os.forkpty",
+    "pty.fork",
+    "pty.spawn",
+    "asyncio.create_subprocess_exec",
+    "asyncio.create_subprocess_shell",
+}
+
+
+def spawn_violations(source: str) -> list[str]:
+    """How a module starts processes other than through proc.py: the subprocess or
+    multiprocessing modules, or a call of SPAWNING_CALLS or ``os.spawn*``/``os.posix_spawn*``
+    (``os.exec*`` replaces the process and starts none)."""
+    tree = ast.parse(source)
+    out = []
+    for node in ast.walk(tree):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules = [node.module]
+        out += [
+            f"line {node.lineno}: imports {m}"
+            for m in modules
+            if m.split(".")[0] in ("subprocess", "multiprocessing") or m == "asyncio.subprocess"
+        ]
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+                called = f"{f.value.id}.{f.attr}"
+                if called in SPAWNING_CALLS or called.startswith(("os.spawn", "os.posix_spawn")):
+                    out.append(f"line {node.lineno}: calls {called}")
+    return out
+
+
 def test_the_package_never_imports_the_cli_and_only_proc_starts_subprocesses() -> None:
     upward = [
         str(p.relative_to(ROOT))
@@ -103,12 +181,27 @@ def test_the_package_never_imports_the_cli_and_only_proc_starts_subprocesses() -
         if any(m.startswith("loop_orchestrator.cli") for m in _imports(p))
     ]
     assert not upward, f"modules below the CLI import it: {upward}"
-    spawners = [
-        str(p.relative_to(ROOT))
+    spawners = {
+        str(p.relative_to(ROOT)): v
         for p in PACKAGE.rglob("*.py")
-        if "subprocess" in _imports(p) and p.name != "proc.py"
-    ]
-    assert not spawners, f"subprocess used outside proc.py: {spawners}"
+        if p.name != "proc.py" and (v := spawn_violations(p.read_text(encoding="utf-8")))
+    }
+    assert not spawners, f"processes started outside proc.py: {spawners}"
+
+
+def test_each_way_of_starting_a_process_is_caught() -> None:
+    for source in (
+        "import subprocess\n",
+        "from subprocess import run\n",
+        "import multiprocessing\n",
+        "import os\nos.system('ls')\n",
+        "import os\nos.posix_spawnp('ls', ['ls'], {})\n",
+        "import os\npid = os.fork()\n",
+        "import pty\npty.spawn(['sh'])\n",
+        "import asyncio\nasyncio.create_subprocess_exec('ls')\n",
+    ):
+        assert spawn_violations(source), source
+    assert spawn_violations("import os\nos.execvp('ls', ['ls'])\nos.getpid()\n") == []
 
 
 def test_the_version_is_written_once() -> None:
