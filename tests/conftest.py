@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers.git import init_repo
-from helpers.intake import FAKE
+from helpers.intake import FakeClaude
 from helpers.runs import one_task_files
 
 from loop_orchestrator.demo import DemoFiles, prepare_demo
@@ -118,13 +117,11 @@ def one_task(tmp_path: Path, tmux_socket: str) -> DemoFiles:
 
 @pytest.fixture
 def fake_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """The stand-in for headless Claude Code (helpers.intake.FAKE) as ``[agent] command``,
+    """The stand-in for headless Claude Code (helpers.intake.FakeClaude) as ``[agent] command``,
     answering with the ``issue_plan`` scenario; the file its calls are logged to."""
-    log = tmp_path / "fake-claude.jsonl"
-    monkeypatch.setenv("LO_ORCH_AGENT_COMMAND", f"{sys.executable} {FAKE}")
-    monkeypatch.setenv("FAKE_CLAUDE_LOG", str(log))
-    monkeypatch.setenv("FAKE_CLAUDE_SCENARIO", "issue_plan")
-    return log
+    fake = FakeClaude(monkeypatch, tmp_path)
+    fake.answers("issue_plan")
+    return fake.log
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
