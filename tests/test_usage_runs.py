@@ -8,10 +8,10 @@ them from its table, and show them in status, `status --json`, Gate 2 and the le
 from __future__ import annotations
 
 import contextlib
+import os
 import re
-import subprocess
+import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +21,7 @@ import pytest
 import yaml
 from helpers.agents import claude_settings, pane_pid
 from helpers.runs import approve, edit_script, ledger, lo, only
+from helpers.wait import wait_for
 
 from loop_orchestrator import demo, integration, usage
 from loop_orchestrator.agents.model_endpoint import ModelEndpoint, gateway_token
@@ -81,7 +82,7 @@ def watch_parked(repo: Path, stop: threading.Event) -> list[tuple[str | None, st
             mine = next(t for t in doc["tasks"] if t["task"] == "tokenize")
             if st.limit_until and mine.get("limit_until"):
                 seen.append((mine["waiting_for"], slug["phase"]))
-        time.sleep(0.2)
+        stop.wait(0.2)
     return seen
 
 
@@ -405,17 +406,21 @@ def test_a_session_that_dies_while_parked_is_noticed_at_once(
         def attack(stop: threading.Event) -> None:
             until_implementing(endpoint)
             endpoint.fail(429, times=1, task="tokenize", retry_after=120)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
+            parked: list[str] = []
+
+            def parked_or_over() -> bool:
                 with contextlib.suppress(Exception):
                     st = Store(RunDir(demo_files.repo)).read_status("tokenize")
                     if st.limit_until and st.pane_id:
-                        pid = str(pane_pid(tmux_socket, st.pane_id))
-                        killed.append(datetime.now(UTC))
-                        # the pane's own process (Claude Code), started by this test's run
-                        subprocess.run(["kill", "-9", pid], check=True, timeout=10)
-                        return
-                time.sleep(0.2)
+                        parked.append(st.pane_id)
+                return bool(parked) or stop.is_set()
+
+            wait_for(parked_or_over, 120, "tokenize parked by the limit", interval=0.2)
+            if parked:
+                pid = pane_pid(tmux_socket, parked[0])
+                killed.append(datetime.now(UTC))
+                # the pane's own process (Claude Code), started by this test's run
+                os.kill(pid, signal.SIGKILL)
 
         outcome = supervise_beside(demo_files.repo, settings, attack)
         assert outcome.state == "review", outcome.message
