@@ -155,16 +155,16 @@ def spawn_violations(source: str) -> list[str]:
     tree = ast.parse(source)
     out = []
     for node in ast.walk(tree):
-        modules: list[str] = []
-        if isinstance(node, ast.Import):
-            modules = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            modules = [node.module]
-        out += [
-            f"line {node.lineno}: imports {m}"
-            for m in modules
-            if m.split(".")[0] in ("subprocess", "multiprocessing") or m == "asyncio.subprocess"
-        ]
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            else:
+                modules = [node.module or ""]
+            out += [
+                f"line {node.lineno}: imports {m}"
+                for m in modules
+                if m.split(".")[0] in ("subprocess", "multiprocessing") or m == "asyncio.subprocess"
+            ]
         if isinstance(node, ast.Call):
             f = node.func
             if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
