@@ -49,9 +49,13 @@ def import_violations(source: str) -> list[str]:
 
 
 def conftest_violations(source: str) -> list[str]:
-    """Top-level functions of conftest.py that are neither fixtures nor pytest hooks."""
+    """What conftest.py holds besides fixtures and pytest hooks (and its docstring and
+    imports): a plain function, a class or a constant."""
     out = []
     for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef | ast.Assign | ast.AnnAssign):
+            out.append(f"line {node.lineno}: a class or constant; move it to helpers")
+            continue
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         decorators = [ast.unparse(d) for d in node.decorator_list]
@@ -164,9 +168,12 @@ def test_the_helpers_package_may_be_imported() -> None:
     [
         "def git(cwd, *args):\n    return ''\n",
         "@pytest.fixture\ndef ok():\n    pass\ndef helper():\n    pass\n",
+        "STATUS_KEYS = ('task', 'phase')\n",
+        "REPO_ROOT: Path = Path(__file__).parent\n",
+        "class Harness:\n    pass\n",
     ],
 )
-def test_a_plain_function_in_conftest_is_caught(source: str) -> None:
+def test_a_plain_function_class_or_constant_in_conftest_is_caught(source: str) -> None:
     assert conftest_violations(source)
 
 
