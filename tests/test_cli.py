@@ -16,7 +16,7 @@ import pytest
 import yaml
 from helpers.cli import invoke, write_plan
 from helpers.git import git
-from helpers.runs import STATUS_KEYS
+from helpers.runs import STATUS_KEYS, lo_orch
 
 from loop_orchestrator import runs
 from loop_orchestrator.cli.main import cli
@@ -27,21 +27,6 @@ from loop_orchestrator.state import Phase, RunPhase
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "examples" / "plan.yaml"
 EXAMPLE_WAVES = {"note-model": 1, "note-store": 2, "note-search": 2, "notes-cli": 3}
-
-
-def lo_orch(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real entry point in a subprocess (sys.exit and all)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "loop_orchestrator", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def exclude_file(repo: Path) -> Path:
@@ -561,10 +546,10 @@ def test_interrupt_exits_130(extra_commands: click.Group) -> None:
 
 @pytest.mark.slow
 def test_real_exit_codes(git_repo: Path, plan_file: Path, tmp_path: Path) -> None:
-    ok = lo_orch("plan", plan_file, "--repo", git_repo)
+    ok = lo_orch(tmp_path, "plan", str(plan_file), "--repo", str(git_repo))
     assert ok.returncode == 0, ok.stderr
     assert "Wave 1: note-model" in ok.stdout
-    status = lo_orch("status", "--json", cwd=git_repo)
+    status = lo_orch(git_repo, "status", "--json")
     assert status.returncode == 0, status.stderr
     assert len(json.loads(status.stdout)["tasks"]) == 4
 
@@ -572,7 +557,7 @@ def test_real_exit_codes(git_repo: Path, plan_file: Path, tmp_path: Path) -> Non
         tmp_path,
         {"goal": "g", "tasks": [{"id": "A", "objective": "o", "owns": ["/x"], "done": []}]},
     )
-    fail = lo_orch("plan", bad, "--repo", git_repo)
+    fail = lo_orch(tmp_path, "plan", str(bad), "--repo", str(git_repo))
     assert fail.returncode == 1
     assert fail.stderr.startswith("Error: ")
     assert "field id: invalid id" in fail.stderr
@@ -580,10 +565,10 @@ def test_real_exit_codes(git_repo: Path, plan_file: Path, tmp_path: Path) -> Non
     assert "field done: no done criteria" in fail.stderr
     assert "Traceback" not in fail.stderr
 
-    usage = lo_orch("plan", "--concurrency", "nope", cwd=git_repo)
+    usage = lo_orch(git_repo, "plan", "--concurrency", "nope")
     assert usage.returncode == 2, usage.stderr
-    assert lo_orch("--help").returncode == 0
-    outside = lo_orch("status", cwd=tmp_path)
+    assert lo_orch(tmp_path, "--help").returncode == 0
+    outside = lo_orch(tmp_path, "status")
     assert outside.returncode == 1 and "not inside a git repository" in outside.stderr
 
 
