@@ -836,3 +836,37 @@ def test_screenshot_in_the_readme_is_the_real_app(
         f"{SCREENSHOT} is not what the dashboard shows now: run this test with "
         f"{UPDATE_ENV}=1 and commit the file"
     )
+
+
+def test_table_shows_the_node_column_of_a_run_on_a_cluster(demo_files: demo.DemoFiles) -> None:
+    """A task whose session runs on a cluster node adds `lo-orch status`'s node column; the
+    dashboard shows the same columns, and a reload with the column still there keeps it.
+    (Before Gate 1 the table reads the status files, which this test writes as a backend
+    does.)"""
+    repo = demo_files.repo
+    plan(demo_files)
+    store = Store.for_repo(repo)
+
+    async def scenario() -> None:
+        app = dashboard.Dashboard(repo, watch=False)
+        async with app.run_test(size=(160, 45)) as pilot:
+            await pilot.pause()
+            table = app.query_one("#tasks", DataTable)
+            assert "node" not in [str(c.value) for c in table.columns]
+            st = store.read_status("tokenize")
+            st.node = "worker-1 (10.0.0.7, n1)"
+            store.write_status(st)
+            app.reload()
+            await pilot.pause()
+            headers = [str(c.value) for c in table.columns]
+            assert headers == list(view.load_snapshot(repo).headers)
+            assert headers[headers.index("pane") + 1] == "node"
+            assert table.get_cell("tokenize", "node") == "worker-1 (10.0.0.7, n1)"
+            others = [str(k.value) for k in table.rows if k.value != "tokenize"]
+            assert others and all(table.get_cell(t, "node") == "-" for t in others)
+            app.reload()  # the same columns again: cells are updated in place
+            await pilot.pause()
+            assert [str(c.value) for c in table.columns] == headers
+            assert table.get_cell("tokenize", "node") == "worker-1 (10.0.0.7, n1)"
+
+    run_async(scenario())

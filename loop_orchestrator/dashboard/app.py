@@ -42,7 +42,6 @@ from loop_orchestrator.dashboard.view import (
 )
 from loop_orchestrator.errors import LoOrchError, StateError
 from loop_orchestrator.state import RunDir, Store
-from loop_orchestrator.status import STATUS_HEADERS
 
 #: file events closer together than this are one reload
 DEBOUNCE_SECONDS = 0.2
@@ -125,9 +124,6 @@ class Dashboard(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#tasks", DataTable)
-        for h in STATUS_HEADERS:
-            table.add_column(h, key=h)
         self.reload()
         self.set_interval(TICK_SECONDS, self.reload)
         self.set_interval(PANE_SECONDS, self.refresh_pane)
@@ -211,9 +207,16 @@ class Dashboard(App[None]):
         table = self.query_one("#tasks", DataTable)
         keys = [str(r.value) for r in table.rows]
         wanted = [row[0] for row in snap.rows]
+        if [str(c.value) for c in table.columns] != snap.headers:
+            # the first reading, or a task's session now runs on a cluster node (the node
+            # column of `lo-orch status`)
+            table.clear(columns=True)
+            for h in snap.headers:
+                table.add_column(h, key=h)
+            keys = []
         if keys == wanted:
             for row in snap.rows:
-                for h, cell in zip(STATUS_HEADERS, row, strict=True):
+                for h, cell in zip(snap.headers, row, strict=True):
                     if table.get_cell(row[0], h) != cell:
                         table.update_cell(row[0], h, cell)
         else:

@@ -28,6 +28,8 @@ class Snapshot:
     doc: dict[str, Any]
     title: str
     gates: str
+    #: the table's columns: `lo-orch status`'s, with ``node`` on a cluster
+    headers: list[str]
     rows: list[list[str]]
     needs: list[str]
     #: task -> its status document (from ``doc``)
@@ -122,6 +124,7 @@ def load_snapshot(repo: Path, now: float | None = None) -> Snapshot:
         doc=doc,
         title=report.title,
         gates=gates_line(doc),
+        headers=list(report.headers),
         rows=[list(r) for r in report.rows],
         needs=needs_you(
             doc, [request_line(r) for r in requests], frozenset(r.task for r in requests)
