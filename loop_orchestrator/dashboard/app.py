@@ -21,8 +21,6 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Static, TabbedContent
 from textual.widgets import TabPane as Tab
 
-# imported before the app runs: libtmux reads sys.stdout.encoding at import, and inside a
-# running Textual app sys.stdout is Textual's capture object, which has none
 from loop_orchestrator import proc
 from loop_orchestrator.commands import merge as merging
 from loop_orchestrator.commands import plan as planning

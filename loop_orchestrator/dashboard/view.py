@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# imported before the app runs: libtmux reads sys.stdout.encoding at import, and inside a
-# running Textual app sys.stdout is Textual's capture object, which has none
+# tmux.py (libtmux) imported before the app runs: libtmux reads sys.stdout.encoding at
+# import, and inside a running Textual app sys.stdout is Textual's capture object, which has
+# none (attach, the pane preview and Gate 2 build the run's TmuxBackend inside the app)
 from loop_orchestrator import runs, sessions, usage
+from loop_orchestrator import tmux as _tmux  # noqa: F401
 from loop_orchestrator.commands import status as statuses
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.errors import LoOrchError
