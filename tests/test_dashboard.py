@@ -29,7 +29,7 @@ from helpers.runs import edit_script
 from helpers.wait import wait_for, wait_in_app
 from textual.widgets import DataTable, OptionList, Static
 
-from loop_orchestrator import demo, private, runs
+from loop_orchestrator import demo, permissions, private, runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.dashboard import app as dashboard
@@ -344,7 +344,6 @@ def test_keys_send_and_retry_do_what_the_footer_says(
                 for (_, b, enabled, _tip) in app.active_bindings.values()
                 if b.show and enabled
             }
-            permit = {"p": "Permit"} if view.permissions_module() else {}
             assert footer == {
                 "q": "Quit",
                 "a": "Attach",
@@ -352,7 +351,7 @@ def test_keys_send_and_retry_do_what_the_footer_says(
                 "r": "Retry",
                 "g": "Gate 1",
                 "m": "Gate 2",
-                **permit,
+                "p": "Permit",
             }
             assert app.snapshot is not None
             assert any(
@@ -707,21 +706,7 @@ def test_permit_key_answers_like_lo_orch_permit(demo_files: demo.DemoFiles) -> N
     repo = demo_files.repo
     plan(demo_files)
     runs.approve_plan(repo)
-    perms = view.permissions_module()
-
-    async def absent() -> None:
-        app = dashboard.Dashboard(repo)
-        async with app.run_test(size=(140, 45)) as pilot:
-            keys = {b.key for (_, b, enabled, _t) in app.active_bindings.values() if enabled}
-            assert "p" not in keys
-            await pilot.press("p")
-            assert app.last_error is None and len(app.screen_stack) == 1
-
-    if perms is None:
-        # this tree has no `lo-orch permit` yet (it comes with issue 17a): no key for it
-        run_async(absent())
-        return
-    store = perms.Permissions.for_repo(repo)
+    store = permissions.Permissions.for_repo(repo)
     asked = {}
     for task in ("tokenize", "slug"):
         req = store.new_request(task, "Bash", {"tool_summary": "pytest -q", "cwd": "/w"})
@@ -736,13 +721,15 @@ def test_permit_key_answers_like_lo_orch_permit(demo_files: demo.DemoFiles) -> N
             assert any(n.startswith("slug asks to use Bash: pytest -q") for n in app.snapshot.needs)
             assert not any(n.startswith("tokenize asks") for n in app.snapshot.needs)
             await pilot.press("p", "escape")  # not now
-            assert store.get(asked["slug"]).state == "open"
+            open_req = store.get(asked["slug"])
+            assert open_req is not None and open_req.state == "open"
             await pilot.press("p", "a")
             await pilot.pause()
             assert app.last_error is None
 
     run_async(present())
     ui, by = store.get(asked["slug"]), store.get(asked["tokenize"])
+    assert ui is not None and by is not None
     assert (
         (ui.state, ui.decision, ui.decided_by)
         == (by.state, by.decision, by.decided_by)

@@ -34,7 +34,6 @@ from loop_orchestrator.dashboard.view import (
     load_snapshot,
     pane_preview,
     pending_requests,
-    permissions_module,
     read_text,
     review_text,
 )
@@ -273,10 +272,6 @@ class Dashboard(App[None]):
         # the bottom of a screen is where a session asks and answers
         self.query_one("#pane VerticalScroll", VerticalScroll).scroll_end(animate=False)
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # no `lo-orch permit` in this tree: no key for it either
-        return action != "permit" or permissions_module() is not None
-
     def action_tab(self, tab: str) -> None:
         self.query_one("#details", TabbedContent).active = tab
         self.show_details()
@@ -428,9 +423,6 @@ class Dashboard(App[None]):
     def action_permit(self) -> None:
         """`lo-orch permit TASK allow|deny [--always] --id ID` for the oldest open request
         of the selected task (of any task when the selected one has none)."""
-        perms = permissions_module()
-        if perms is None:
-            return
         try:
             requests = pending_requests(self.repo)
         except LoOrchError as exc:
