@@ -857,3 +857,39 @@ def test_table_shows_the_node_column_of_a_run_on_a_cluster(demo_files: demo.Demo
             assert table.get_cell("tokenize", "node") == "worker-1 (10.0.0.7, n1)"
 
     run_async(scenario())
+
+
+def test_file_events_while_a_gate_or_message_screen_is_shown_are_read_after_it(
+    demo_files: demo.DemoFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process writes while Gate 1 or the send box is on top: the dashboard neither
+    crashes nor loses the write; the line is shown once the screen is closed (by the file
+    event's reload: the slow clock is off)."""
+    repo = demo_files.repo
+    plan(demo_files)
+    monkeypatch.setattr(dashboard, "TICK_SECONDS", 3600.0)
+    store = Store.for_repo(repo)
+
+    async def scenario() -> None:
+        app = dashboard.Dashboard(repo)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.pause(0.5)
+            await pilot.press("4")  # the selected task's ledger, shown under the screens
+            for key in ("g", "s"):
+                await pilot.press(key)
+                await pilot.pause(0.3)
+                assert len(app.screen_stack) > 1, key
+                store.append_ledger("note", task="tokenize", message=f"under {key}")
+                await pilot.pause(dashboard.MIN_RELOAD_SECONDS + 0.2)  # a reload falls due
+                await pilot.press("escape")
+                await pilot.pause(0.3)
+                assert len(app.screen_stack) == 1 and app.last_error is None
+            await wait_in_app(
+                pilot,
+                lambda: "under s" in str(app.query_one("#ledger-text", Static).render()),
+                5,
+                "the line written under the send box",
+            )
+            assert "under g" in str(app.query_one("#ledger-text", Static).render())
+
+    run_async(scenario())
