@@ -121,6 +121,28 @@ def test_status_gives_the_document_and_the_table_of_the_same_tasks(git_repo: Pat
     assert full.title == "Run notes: waiting for Gate 1 (plan NOT approved: `lo-orch approve`)"
 
 
+def test_status_of_a_task_on_a_cluster_node_in_the_document_and_the_table(
+    git_repo: Path,
+) -> None:
+    """A task whose session runs on a cluster node: `status --json` (no table) carries the
+    node, and the table gains the node column after pane ('-' for the other tasks)."""
+    plan_file = git_repo / "plan.yaml"
+    shutil.copy(EXAMPLE, plan_file)
+    planning.plan(git_repo, file=plan_file)
+    store = Store.for_repo(git_repo)
+    st = store.read_status("note-model")
+    st.node = "worker-1 (10.0.0.7, n1)"
+    store.write_status(st)
+    bare = statuses.status(git_repo, rows=False)
+    assert bare.rows == ()
+    nodes = {t["task"]: t.get("node") for t in bare.document["tasks"]}
+    assert nodes["note-model"] == "worker-1 (10.0.0.7, n1)" and nodes["notes-cli"] is None
+    full = statuses.status(git_repo)
+    at = full.headers.index("node")
+    assert full.headers[at - 1] == "pane"
+    assert {r[0]: r[at] for r in full.rows} == {t: (n or "-") for t, n in nodes.items()}
+
+
 def test_signal_without_a_task_says_what_to_pass_before_looking_for_a_run(
     tmp_path: Path,
 ) -> None:
