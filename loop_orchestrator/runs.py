@@ -221,11 +221,13 @@ def create_run(
     )
 
 
-def approve_plan(repo: Path) -> tuple[RunState, Plan]:
+def approve_plan(repo: Path, *, shown_sha256: str | None = None) -> tuple[RunState, Plan]:
     """Gate 1: approve the current plan, bound to its sha256, and begin the run's record.
 
     The approval is kept in the supervisor's own record (``record.start``), not only in
-    ``run.json``: an agent that edits ``run.json`` approves nothing.
+    ``run.json``: an agent that edits ``run.json`` approves nothing. ``shown_sha256``: the
+    plan a person was shown (the dashboard); compared with the plan read here, the one
+    approved, so a plan written since (even during this call) is refused, not approved.
     """
     from loop_orchestrator import record
 
@@ -235,6 +237,10 @@ def approve_plan(repo: Path) -> tuple[RunState, Plan]:
     plan, _ = read_plan(store.dirs)
     check_plan_unchanged(state, plan)
     sha = planmod.plan_hash(plan)
+    if shown_sha256 is not None and sha != shown_sha256:
+        # the person approves what they saw, not a plan written since
+        msg = "the plan changed while Gate 1 was shown; nothing was approved"
+        raise StateError(msg, hint="Press g to review the current plan.")
 
     def approve(s: RunState) -> None:
         s.approved_plan_sha256 = sha

@@ -19,16 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-# Loaded now, not when the first backend is built: libtmux reads ``sys.stdout.encoding`` at
-# import, and inside the dashboard (Textual) stdout is a capture object without one.
-import libtmux  # noqa: F401
-
-if TYPE_CHECKING:
-    from loop_orchestrator.tmux import TmuxBackend
-
 if TYPE_CHECKING:
     from loop_orchestrator.cluster.ray_backend import RayBackend
     from loop_orchestrator.config import ClusterConfig
+    from loop_orchestrator.tmux import TmuxBackend
 
 log = logging.getLogger(__name__)
 

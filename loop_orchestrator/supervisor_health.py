@@ -77,14 +77,7 @@ class SessionHealth(Verification):
         self.ws.create_staging(self.state.base_sha)
         self._remove_leftovers()
         self.backend.ensure_session()
-        edited = self.record.publish_all()
-        if edited:
-            self._event(
-                "view_edited",
-                files=edited,
-                message=f"{', '.join(edited)} changed outside lo-orch: ignored, "
-                "rewritten from the supervisor's record",
-            )
+        self._view_edited(self.record.publish_all())
         if self.state.phase != RunPhase.RUNNING:
             self.record.update_run(phase=RunPhase.RUNNING)
         self._event(
@@ -182,7 +175,11 @@ class SessionHealth(Verification):
         self.last_view_check = now
         # a hook that found no listener in the moment before it started is read here
         self._drain_inbox()
-        edited = self.record.check_view()
+        self._view_edited(self.record.check_view())
+
+    def _view_edited(self, edited: list[str]) -> None:
+        """Record that the published view (status files) was edited outside lo-orch and
+        rewritten from the record (``Record.publish_all`` / ``check_view`` name them)."""
         if edited:
             self._event(
                 "view_edited",

@@ -65,6 +65,34 @@ def test_gate1_bound_to_the_plan_shown_refuses_a_plan_written_since(git_repo: Pa
     assert Store.for_repo(git_repo).read_run().approved_plan_sha256 == now
 
 
+def test_gate1_refuses_a_plan_written_while_approve_runs(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan written after the dashboard's Gate 1 was answered but before the approval is
+    recorded (another terminal's `lo-orch plan`) is refused too: the plan shown is compared
+    with the plan approved, not with run.json read beforehand."""
+    from loop_orchestrator import runs
+    from loop_orchestrator.guard import refuse_in_session
+
+    plan_file = git_repo / "plan.yaml"
+    shutil.copy(EXAMPLE, plan_file)
+    shown = planning.plan(git_repo, file=plan_file).run.plan_sha256
+    data = yaml.safe_load(plan_file.read_text(encoding="utf-8"))
+    data["goal"] = "a different goal, planned as the person pressed y"
+    plan_file.write_text(yaml.safe_dump(data), encoding="utf-8")
+    replanned: list[str] = []
+
+    def plan_again_first(command: str) -> None:
+        refuse_in_session(command)
+        replanned.append(planning.plan(git_repo, file=plan_file).run.plan_sha256)
+
+    monkeypatch.setattr(runs, "refuse_in_session", plan_again_first)
+    with pytest.raises(StateError, match="plan changed while Gate 1 was shown"):
+        planning.approve(git_repo, shown_sha256=shown)
+    assert replanned and replanned[0] != shown
+    assert Store.for_repo(git_repo).read_run().approved_plan_sha256 is None
+
+
 def test_status_gives_the_document_and_the_table_of_the_same_tasks(git_repo: Path) -> None:
     plan_file = git_repo / "plan.yaml"
     shutil.copy(EXAMPLE, plan_file)
@@ -80,6 +108,28 @@ def test_status_gives_the_document_and_the_table_of_the_same_tasks(git_repo: Pat
     assert [r[0] for r in full.rows] == tasks
     assert all(len(r) == len(full.headers) for r in full.rows)
     assert full.title == "Run notes: waiting for Gate 1 (plan NOT approved: `lo-orch approve`)"
+
+
+def test_status_of_a_task_on_a_cluster_node_in_the_document_and_the_table(
+    git_repo: Path,
+) -> None:
+    """A task whose session runs on a cluster node: `status --json` (no table) carries the
+    node, and the table gains the node column after pane ('-' for the other tasks)."""
+    plan_file = git_repo / "plan.yaml"
+    shutil.copy(EXAMPLE, plan_file)
+    planning.plan(git_repo, file=plan_file)
+    store = Store.for_repo(git_repo)
+    st = store.read_status("note-model")
+    st.node = "worker-1 (10.0.0.7, n1)"
+    store.write_status(st)
+    bare = statuses.status(git_repo, rows=False)
+    assert bare.rows == ()
+    nodes = {t["task"]: t.get("node") for t in bare.document["tasks"]}
+    assert nodes["note-model"] == "worker-1 (10.0.0.7, n1)" and nodes["notes-cli"] is None
+    full = statuses.status(git_repo)
+    at = full.headers.index("node")
+    assert full.headers[at - 1] == "pane"
+    assert {r[0]: r[at] for r in full.rows} == {t: (n or "-") for t, n in nodes.items()}
 
 
 def test_signal_without_a_task_says_what_to_pass_before_looking_for_a_run(

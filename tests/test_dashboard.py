@@ -29,7 +29,7 @@ from helpers.runs import edit_script
 from helpers.wait import wait_for, wait_in_app
 from textual.widgets import DataTable, OptionList, Static
 
-from loop_orchestrator import demo, private, runs
+from loop_orchestrator import demo, permissions, private, runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.dashboard import app as dashboard
@@ -344,7 +344,6 @@ def test_keys_send_and_retry_do_what_the_footer_says(
                 for (_, b, enabled, _tip) in app.active_bindings.values()
                 if b.show and enabled
             }
-            permit = {"p": "Permit"} if view.permissions_module() else {}
             assert footer == {
                 "q": "Quit",
                 "a": "Attach",
@@ -352,7 +351,7 @@ def test_keys_send_and_retry_do_what_the_footer_says(
                 "r": "Retry",
                 "g": "Gate 1",
                 "m": "Gate 2",
-                **permit,
+                "p": "Permit",
             }
             assert app.snapshot is not None
             assert any(
@@ -707,21 +706,7 @@ def test_permit_key_answers_like_lo_orch_permit(demo_files: demo.DemoFiles) -> N
     repo = demo_files.repo
     plan(demo_files)
     runs.approve_plan(repo)
-    perms = view.permissions_module()
-
-    async def absent() -> None:
-        app = dashboard.Dashboard(repo)
-        async with app.run_test(size=(140, 45)) as pilot:
-            keys = {b.key for (_, b, enabled, _t) in app.active_bindings.values() if enabled}
-            assert "p" not in keys
-            await pilot.press("p")
-            assert app.last_error is None and len(app.screen_stack) == 1
-
-    if perms is None:
-        # this tree has no `lo-orch permit` yet (it comes with issue 17a): no key for it
-        run_async(absent())
-        return
-    store = perms.Permissions.for_repo(repo)
+    store = permissions.Permissions.for_repo(repo)
     asked = {}
     for task in ("tokenize", "slug"):
         req = store.new_request(task, "Bash", {"tool_summary": "pytest -q", "cwd": "/w"})
@@ -736,13 +721,15 @@ def test_permit_key_answers_like_lo_orch_permit(demo_files: demo.DemoFiles) -> N
             assert any(n.startswith("slug asks to use Bash: pytest -q") for n in app.snapshot.needs)
             assert not any(n.startswith("tokenize asks") for n in app.snapshot.needs)
             await pilot.press("p", "escape")  # not now
-            assert store.get(asked["slug"]).state == "open"
+            open_req = store.get(asked["slug"])
+            assert open_req is not None and open_req.state == "open"
             await pilot.press("p", "a")
             await pilot.pause()
             assert app.last_error is None
 
     run_async(present())
     ui, by = store.get(asked["slug"]), store.get(asked["tokenize"])
+    assert ui is not None and by is not None
     assert (
         (ui.state, ui.decision, ui.decided_by)
         == (by.state, by.decision, by.decided_by)
@@ -836,3 +823,73 @@ def test_screenshot_in_the_readme_is_the_real_app(
         f"{SCREENSHOT} is not what the dashboard shows now: run this test with "
         f"{UPDATE_ENV}=1 and commit the file"
     )
+
+
+def test_table_shows_the_node_column_of_a_run_on_a_cluster(demo_files: demo.DemoFiles) -> None:
+    """A task whose session runs on a cluster node adds `lo-orch status`'s node column; the
+    dashboard shows the same columns, and a reload with the column still there keeps it.
+    (Before Gate 1 the table reads the status files, which this test writes as a backend
+    does.)"""
+    repo = demo_files.repo
+    plan(demo_files)
+    store = Store.for_repo(repo)
+
+    async def scenario() -> None:
+        app = dashboard.Dashboard(repo, watch=False)
+        async with app.run_test(size=(160, 45)) as pilot:
+            await pilot.pause()
+            table = app.query_one("#tasks", DataTable)
+            assert "node" not in [str(c.value) for c in table.columns]
+            st = store.read_status("tokenize")
+            st.node = "worker-1 (10.0.0.7, n1)"
+            store.write_status(st)
+            app.reload()
+            await pilot.pause()
+            headers = [str(c.value) for c in table.columns]
+            assert headers == list(view.load_snapshot(repo).headers)
+            assert headers[headers.index("pane") + 1] == "node"
+            assert table.get_cell("tokenize", "node") == "worker-1 (10.0.0.7, n1)"
+            others = [str(k.value) for k in table.rows if k.value != "tokenize"]
+            assert others and all(table.get_cell(t, "node") == "-" for t in others)
+            app.reload()  # the same columns again: cells are updated in place
+            await pilot.pause()
+            assert [str(c.value) for c in table.columns] == headers
+            assert table.get_cell("tokenize", "node") == "worker-1 (10.0.0.7, n1)"
+
+    run_async(scenario())
+
+
+def test_file_events_while_a_gate_or_message_screen_is_shown_are_read_after_it(
+    demo_files: demo.DemoFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process writes while Gate 1 or the send box is on top: the dashboard neither
+    crashes nor loses the write; the line is shown once the screen is closed (by the file
+    event's reload: the slow clock is off)."""
+    repo = demo_files.repo
+    plan(demo_files)
+    monkeypatch.setattr(dashboard, "TICK_SECONDS", 3600.0)
+    store = Store.for_repo(repo)
+
+    async def scenario() -> None:
+        app = dashboard.Dashboard(repo)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.pause(0.5)
+            await pilot.press("4")  # the selected task's ledger, shown under the screens
+            for key in ("g", "s"):
+                await pilot.press(key)
+                await pilot.pause(0.3)
+                assert len(app.screen_stack) > 1, key
+                store.append_ledger("note", task="tokenize", message=f"under {key}")
+                await pilot.pause(dashboard.MIN_RELOAD_SECONDS + 0.2)  # a reload falls due
+                await pilot.press("escape")
+                await pilot.pause(0.3)
+                assert len(app.screen_stack) == 1 and app.last_error is None
+            await wait_in_app(
+                pilot,
+                lambda: "under s" in str(app.query_one("#ledger-text", Static).render()),
+                5,
+                "the line written under the send box",
+            )
+            assert "under g" in str(app.query_one("#ledger-text", Static).render())
+
+    run_async(scenario())

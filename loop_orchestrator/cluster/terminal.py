@@ -164,12 +164,7 @@ class TerminalHost:
             return
         if not self._reaped(term):
             self._signal(term, signal.SIGHUP)
-            deadline = time.monotonic() + CLOSE_GRACE
-            while not self._reaped(term) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if not self._reaped(term):
-                self._signal(term, signal.SIGKILL)
-                self._reap(term, block=True)
+            self._kill_after_grace(term)
         with term.reading:  # after a read in flight (it ends: the program is gone)
             self._finish(term_id, term)
         log.info("terminal closed", extra={"term": term_id, "pid": term.pid})
@@ -188,6 +183,16 @@ class TerminalHost:
         # signalled once reaped, so a recycled pid cannot be hit
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(term.pid, sig)
+
+    def _kill_after_grace(self, term: _Terminal) -> None:
+        """Give the program ``CLOSE_GRACE`` seconds to end, then SIGKILL its group and reap
+        it."""
+        deadline = time.monotonic() + CLOSE_GRACE
+        while not self._reaped(term) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not self._reaped(term):
+            self._signal(term, signal.SIGKILL)
+            self._reap(term, block=True)
 
     def _reaped(self, term: _Terminal) -> bool:
         return self._reap(term, block=False)
@@ -208,12 +213,7 @@ class TerminalHost:
         """The program ended (or is being ended): reap it, close the fd, forget the id."""
         if not self._reap(term, block=False):
             # it closed the pty but still runs: give it a moment, then end it
-            deadline = time.monotonic() + CLOSE_GRACE
-            while not self._reaped(term) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if not self._reaped(term):
-                self._signal(term, signal.SIGKILL)
-                self._reap(term, block=True)
+            self._kill_after_grace(term)
         with term.lock:
             if not term.closed:
                 term.closed = True

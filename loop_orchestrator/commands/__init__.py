@@ -14,6 +14,8 @@ the same functions for its keys. Nothing here prints or asks: a person's confirm
     lo-orch doctor    doctor.doctor      lo-orch hook      session.hook
     lo-orch demo      demo.demo
 
-Every command first finds its repository with ``repo.find_repo``. The modules import the
-package lazily where a command must start fast (``session.hook``, ``session.signal``).
+``session.pending`` lists the open permission requests `lo-orch permit` answers (the
+dashboard shows them). Every command first finds its repository with ``repo.find_repo``.
+The modules import the package lazily where a command must start fast (``session.hook``,
+``session.signal``).
 """

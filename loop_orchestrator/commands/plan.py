@@ -10,7 +10,7 @@ from pathlib import Path
 from loop_orchestrator import gitutil, runs, usage, workspace
 from loop_orchestrator import plan as planmod
 from loop_orchestrator.config import Settings, load_settings
-from loop_orchestrator.errors import GitError, StateError, UsageError
+from loop_orchestrator.errors import GitError, UsageError
 from loop_orchestrator.gitutil import git
 from loop_orchestrator.runs import PlanSummary as PlanSummary
 from loop_orchestrator.state import Store, now_iso
@@ -159,11 +159,7 @@ def approve(repo: Path, *, shown_sha256: str | None = None) -> Approved:
     ``shown_sha256``: the plan a person was shown (the dashboard); a plan written since is
     refused, not approved.
     """
-    if shown_sha256 is not None and Store.for_repo(repo).read_run().plan_sha256 != shown_sha256:
-        # the person approves what they saw, not a plan written since
-        msg = "the plan changed while Gate 1 was shown; nothing was approved"
-        raise StateError(msg, hint="Press g to review the current plan.")
-    state, approved = runs.approve_plan(repo)
+    state, approved = runs.approve_plan(repo, shown_sha256=shown_sha256)
     return Approved(
         run=state.name,
         plan_sha256=state.approved_plan_sha256 or "",

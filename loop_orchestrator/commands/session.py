@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from loop_orchestrator.hooks import HookOutcome  # standard library only, like this module
+
+if TYPE_CHECKING:  # pydantic and filelock: not on the hook path
+    from loop_orchestrator.permissions import PermissionRequest as PermissionRequest
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,14 @@ def permit(
 
     req = permissions.answer(repo, task, decision, always=always, request_id=request_id)
     return Permitted(req.task, req.id, req.tool, req.summary)
+
+
+def pending(repo: Path) -> tuple[PermissionRequest, ...]:
+    """The run's open permission requests, oldest first: what `lo-orch permit` answers
+    (the dashboard lists them and answers the one chosen)."""
+    from loop_orchestrator import permissions
+
+    return tuple(permissions.pending(repo))
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,11 @@ def status(repo: Path, *, rows: bool = True, now: float | None = None) -> Status
     """`lo-orch status [--json] [--watch]`; ``rows=False`` skips the table (and its look at
     the panes) for `--json`."""
     doc = statusdoc.status_document(repo)
-    table = statusdoc.status_rows(repo, doc, now) if rows else []
-    headers, table = statusdoc.with_nodes(doc, statusdoc.STATUS_HEADERS, table)
+    headers = list(statusdoc.STATUS_HEADERS)
+    table: list[list[str]] = []
+    if rows:  # the node column goes into rows; `--json` has the node in the document
+        table = statusdoc.status_rows(repo, doc, now)
+        headers, table = statusdoc.with_nodes(doc, statusdoc.STATUS_HEADERS, table)
     spent = (
         usage.line("Spent so far", usage.Usage.from_json(doc["run"]["usage"]))
         if doc["tasks"]

@@ -21,8 +21,6 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Static, TabbedContent
 from textual.widgets import TabPane as Tab
 
-# imported before the app runs: libtmux reads sys.stdout.encoding at import, and inside a
-# running Textual app sys.stdout is Textual's capture object, which has none
 from loop_orchestrator import proc
 from loop_orchestrator.commands import merge as merging
 from loop_orchestrator.commands import plan as planning
@@ -36,13 +34,11 @@ from loop_orchestrator.dashboard.view import (
     load_snapshot,
     pane_preview,
     pending_requests,
-    permissions_module,
     read_text,
     review_text,
 )
 from loop_orchestrator.errors import LoOrchError, StateError
 from loop_orchestrator.state import RunDir, Store
-from loop_orchestrator.status import STATUS_HEADERS
 
 #: file events closer together than this are one reload
 DEBOUNCE_SECONDS = 0.2
@@ -125,9 +121,6 @@ class Dashboard(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#tasks", DataTable)
-        for h in STATUS_HEADERS:
-            table.add_column(h, key=h)
         self.reload()
         self.set_interval(TICK_SECONDS, self.reload)
         self.set_interval(PANE_SECONDS, self.refresh_pane)
@@ -211,9 +204,16 @@ class Dashboard(App[None]):
         table = self.query_one("#tasks", DataTable)
         keys = [str(r.value) for r in table.rows]
         wanted = [row[0] for row in snap.rows]
+        if [str(c.value) for c in table.columns] != snap.headers:
+            # the first reading, or a task's session now runs on a cluster node (the node
+            # column of `lo-orch status`)
+            table.clear(columns=True)
+            for h in snap.headers:
+                table.add_column(h, key=h)
+            keys = []
         if keys == wanted:
             for row in snap.rows:
-                for h, cell in zip(STATUS_HEADERS, row, strict=True):
+                for h, cell in zip(snap.headers, row, strict=True):
                     if table.get_cell(row[0], h) != cell:
                         table.update_cell(row[0], h, cell)
         else:
@@ -271,10 +271,6 @@ class Dashboard(App[None]):
         )
         # the bottom of a screen is where a session asks and answers
         self.query_one("#pane VerticalScroll", VerticalScroll).scroll_end(animate=False)
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # no `lo-orch permit` in this tree: no key for it either
-        return action != "permit" or permissions_module() is not None
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#details", TabbedContent).active = tab
@@ -427,9 +423,6 @@ class Dashboard(App[None]):
     def action_permit(self) -> None:
         """`lo-orch permit TASK allow|deny [--always] --id ID` for the oldest open request
         of the selected task (of any task when the selected one has none)."""
-        perms = permissions_module()
-        if perms is None:
-            return
         try:
             requests = pending_requests(self.repo)
         except LoOrchError as exc:

@@ -3,19 +3,24 @@ readers as `lo-orch status`), testable without a terminal."""
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# imported before the app runs: libtmux reads sys.stdout.encoding at import, and inside a
-# running Textual app sys.stdout is Textual's capture object, which has none
+# tmux.py (libtmux) imported before the app runs: libtmux reads sys.stdout.encoding at
+# import, and inside a running Textual app sys.stdout is Textual's capture object, which has
+# none (attach, the pane preview and Gate 2 build the run's TmuxBackend inside the app)
 from loop_orchestrator import runs, sessions, usage
+from loop_orchestrator import tmux as _tmux  # noqa: F401
+from loop_orchestrator.commands import session
 from loop_orchestrator.commands import status as statuses
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
+
+if TYPE_CHECKING:
+    from loop_orchestrator.commands.session import PermissionRequest
 
 #: the selected task's ledger lines shown
 LEDGER_LINES = 40
@@ -28,12 +33,14 @@ class Snapshot:
     doc: dict[str, Any]
     title: str
     gates: str
+    #: the table's columns: `lo-orch status`'s, with ``node`` on a cluster
+    headers: list[str]
     rows: list[list[str]]
     needs: list[str]
     #: task -> its status document (from ``doc``)
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: open permission requests (``permissions.PermissionRequest``), oldest first
-    requests: list[Any] = field(default_factory=list)
+    #: open permission requests, oldest first
+    requests: list[PermissionRequest] = field(default_factory=list)
 
 
 def gates_line(doc: dict[str, Any]) -> str:
@@ -89,25 +96,12 @@ def needs_you(
     return out
 
 
-def permissions_module() -> Any | None:
-    """``loop_orchestrator.permissions`` (issue 17a: `lo-orch permit`), when installed.
-
-    Looked up by name so the dashboard works (without its permit action) in a tree that
-    does not have it yet.
-    """
-    try:
-        return importlib.import_module("loop_orchestrator.permissions")
-    except ModuleNotFoundError:
-        return None
+def pending_requests(repo: Path) -> list[PermissionRequest]:
+    """The run's open permission requests (``session.pending``), oldest first."""
+    return list(session.pending(repo))
 
 
-def pending_requests(repo: Path) -> list[Any]:
-    """The run's open permission requests (``permissions.pending``), [] without them."""
-    perms = permissions_module()
-    return list(perms.pending(repo)) if perms is not None else []
-
-
-def request_line(req: Any) -> str:
+def request_line(req: PermissionRequest) -> str:
     what = req.command or req.file or req.summary or ""
     where = f" in {req.cwd}" if req.cwd else ""
     return f"{req.task} asks to use {req.tool}: {what}{where} (p answers)"
@@ -122,6 +116,7 @@ def load_snapshot(repo: Path, now: float | None = None) -> Snapshot:
         doc=doc,
         title=report.title,
         gates=gates_line(doc),
+        headers=list(report.headers),
         rows=[list(r) for r in report.rows],
         needs=needs_you(
             doc, [request_line(r) for r in requests], frozenset(r.task for r in requests)
