@@ -20,6 +20,7 @@ from loop_orchestrator.agents.base import (
 )
 from loop_orchestrator.delivery import prompt_confirmation
 from loop_orchestrator.errors import (
+    AgentError,
     GitError,
     LoOrchError,
     TmuxError,
@@ -198,17 +199,20 @@ class Delivery(UsageAndLimits):
         )
 
     def _died_under(self, task: str, exc: LoOrchError) -> bool:
-        """A session backend call failed because the session is gone (a Ray node lost while
-        a prompt was being delivered; a pane killed mid-step): the task goes the way of any
-        dead session (relaunched once, resumed), not blocked for a person. Any other error,
-        or a session still alive, is the caller's to report."""
-        if not isinstance(exc, TmuxError):
+        """A step failed because its session is gone (a Ray node lost while a prompt was
+        being delivered; a pane killed mid-step): the task goes the way of any dead session
+        (relaunched once, resumed), not blocked for a person. A backend call that failed
+        (``TmuxError``) on a dead session counts; so does an agent error (a prompt not
+        confirmed, a ready prompt not reached) when the session no longer exists at all:
+        which of the two a lost session raises depends only on the moment it went. An agent
+        that exited with its pane kept, or any other error, is the caller's to report."""
+        if not isinstance(exc, (TmuxError, AgentError)):
             return False
         st = self.record.task(task)
         if st.phase not in WORKING_PHASES or not st.pane_id:
             return False
         pane = self.backend.state(st.pane_id)
-        if pane.exists and pane.alive:
+        if pane.exists and (pane.alive or isinstance(exc, AgentError)):
             return False
         self._event("session_lost_mid_step", task, message=exc.message)
         try:

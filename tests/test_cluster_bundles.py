@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from helpers.git import git
 
-from loop_orchestrator.cluster import bundles
+from loop_orchestrator.cluster import bundles, node
 from loop_orchestrator.errors import GitError
 
 
@@ -150,6 +150,45 @@ def test_paths_sent_to_a_node_stay_inside_its_folder() -> None:
     for bad in ("../x", "/etc/passwd", "a/../../x", ""):
         with pytest.raises(GitError):
             bundles.safe_relpath(bad)
+
+
+def test_the_node_never_writes_or_reads_through_a_link_the_session_planted(
+    tmp_path: Path,
+) -> None:
+    """The session owns its checkout and plans folder on the node; the actor that writes
+    the supervisor's files there (and reads the plan back) runs outside its sandbox. A link
+    planted where a file goes, or as a folder on the way, must not carry that write or read
+    to a file the sandbox protects or hides."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "credentials"
+    secret.write_text("token\n", encoding="utf-8")
+    bashrc = outside / ".bashrc"
+    bashrc.write_text("# mine\n", encoding="utf-8")
+    run_dir = tmp_path / "run"
+    (run_dir / "plans").mkdir(parents=True)
+    plan = run_dir / "plans" / "t1.md"
+    plan.symlink_to(bashrc)
+    # the supervisor's copy of the plan goes back: it replaces the link, not the target
+    node.write_inside(run_dir, "plans/t1.md", b"the plan\n")
+    assert bashrc.read_text(encoding="utf-8") == "# mine\n"
+    assert not plan.is_symlink()
+    assert plan.read_bytes() == b"the plan\n"
+    # a linked folder on the way is refused, the file behind it untouched
+    (run_dir / "reviews").symlink_to(outside)
+    with pytest.raises(RuntimeError, match="symbolic link"):
+        node.write_inside(run_dir, "reviews/.bashrc", b"evil\n")
+    assert bashrc.read_text(encoding="utf-8") == "# mine\n"
+    with pytest.raises(GitError):
+        node.write_inside(run_dir, "../outside/.bashrc", b"evil\n")
+    # the plan read back for the supervisor: a regular file only, within the limit
+    assert node.read_regular(plan, 1 << 20) == b"the plan\n"
+    assert node.read_regular(plan, 4) is None
+    plan.unlink()
+    plan.symlink_to(secret)
+    assert node.read_regular(plan, 1 << 20) is None
+    assert node.read_regular(run_dir / "plans", 1 << 20) is None
+    assert node.read_regular(run_dir / "plans" / "missing.md", 1 << 20) is None
 
 
 def test_status_has_a_node_column_only_when_a_task_runs_on_a_node() -> None:

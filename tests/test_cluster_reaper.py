@@ -82,6 +82,32 @@ def test_the_reaper_leaves_when_the_server_is_closed_first(tmux_socket: str) -> 
     assert outcome == ["server gone"]
 
 
+def test_the_reaper_sleeps_until_the_kernel_wakes_it(tmux_socket: str) -> None:
+    """No polling: with an hour between polls, the host's end still ends the server at
+    once (the reaper waits on the processes' pidfds)."""
+    import threading
+
+    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    _server(tmux_socket)
+    outcome: list[str] = []
+    watching = threading.Thread(
+        target=lambda: outcome.append(reaper.watch(host.pid, tmux_socket, interval=3600))
+    )
+    try:
+        watching.start()
+        watching.join(timeout=1.0)
+        assert watching.is_alive() and _alive(tmux_socket)
+        host.kill()  # the process this test started, by its id
+        host.wait()
+        watching.join(timeout=10)
+        assert outcome == ["host gone"]
+        assert not _alive(tmux_socket)
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+
+
 def test_a_reused_pid_does_not_keep_the_server(
     tmux_socket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

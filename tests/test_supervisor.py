@@ -6,6 +6,7 @@ fixture; scripts are varied per test to make sessions misbehave.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -14,6 +15,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.git import git
-from helpers.runs import approve, edit_script, ledger
+from helpers.runs import approve, edit_script, ledger, only
 from helpers.wait import wait_for
 
 from loop_orchestrator import demo, integration, runs, tempcheckout
@@ -346,6 +348,53 @@ def test_dead_session_is_relaunched_once_then_failed(
     assert events.count("task_failed") == 1
     assert phases(repo)["tokenize"] == Phase.INTEGRATED
     assert phases(repo)["counts"] == Phase.INTEGRATED
+
+
+def test_a_session_gone_while_its_prompt_is_delivered_is_relaunched_not_blocked(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    """The session vanishes (its pane killed, as a lost Ray node's actor goes) while the
+    supervisor waits for its implement prompt to be confirmed: relaunched and resumed like
+    any dead session, not blocked with a delivery error."""
+    repo = demo_files.repo
+    only(demo_files, "slug")
+    # the agent hangs after its plan, so the implement prompt stays unconfirmed
+    edit_script(demo_files, lambda d: d["slug"].update(plan=[*d["slug"]["plan"], "hang"]))
+    settings = demo.demo_settings(demo_files.script)
+    approve(demo_files, settings)
+    status_file = RunDir(repo).status_path("slug")
+    killed: list[str] = []
+
+    def kill_while_delivering() -> None:
+        # the supervisor is delivering the implement prompt: past the paste's settling
+        # (3 s on a screen that does not change) it waits for the prompt's hook, and the
+        # pane goes then (a pane gone during a tmux call instead fails that call)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                st = json.loads(status_file.read_text(encoding="utf-8"))
+                if str(st.get("delivering") or "").startswith("implementing"):
+                    time.sleep(4.5)
+                    pane = str(st["pane_id"])
+                    subprocess.run(["tmux", "-L", tmux_socket, "kill-pane", "-t", pane], check=True)
+                    killed.append(pane)
+                    return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_while_delivering, daemon=True)
+    watcher.start()
+    Supervisor(repo, settings).run()
+    watcher.join(timeout=5)
+
+    assert killed
+    events = [e for e in ledger(repo) if e.get("task") == "slug"]
+    names = [e["event"] for e in events]
+    assert "session_lost_mid_step" in names, names
+    assert "task_blocked" not in names, names
+    assert names[names.index("session_lost_mid_step") + 1] == "session_died"
+    status = Store(RunDir(repo)).read_status("slug")
+    assert status.relaunches == 1
+    assert status.phase == Phase.INTEGRATED, status.error
 
 
 def test_silent_session_is_nudged_then_blocked(

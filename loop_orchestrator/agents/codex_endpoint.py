@@ -202,19 +202,12 @@ class ResponsesEndpoint(ModelEndpoint):
             return True
         convo = codex_conversation(body)
         call = codex_call(answer.tool, convo.cwd) if answer.tool else None
-        record.update(
-            kind="reply",
-            status=200,
-            stop_reason=answer.stop_reason,
-            tool=answer.tool[0] if answer.tool else None,
-            tool_input=answer.tool[1] if answer.tool else None,
+        self.reply(
+            record,
+            answer,
+            lambda: _responses_stream(handler, body, answer, call),
             call=call[0] if call else None,
-            text=answer.text[:200],
         )
-        if answer.delay:
-            self.closing.wait(answer.delay)
-        usage = _responses_stream(handler, body, answer, call)
-        self._log({**record, "usage": usage})
         return True
 
 

@@ -171,19 +171,12 @@ class GeminiEndpoint(ModelEndpoint):
                 drop_or_hang(handler, answer, self)
             return True
         call = gemini_call(answer.tool, convo.cwd) if answer.tool else None
-        record.update(
-            kind="reply",
-            status=200,
-            stop_reason=answer.stop_reason,
-            tool=answer.tool[0] if answer.tool else None,
-            tool_input=answer.tool[1] if answer.tool else None,
+        self.reply(
+            record,
+            answer,
+            lambda: _gemini_answer(handler, body, answer, call, stream=True),
             call=call[0] if call else None,
-            text=answer.text[:200],
         )
-        if answer.delay:
-            self.closing.wait(answer.delay)
-        usage = _gemini_answer(handler, body, answer, call, stream=True)
-        self._log({**record, "usage": usage})
         return True
 
 

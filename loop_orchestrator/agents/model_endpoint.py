@@ -192,6 +192,24 @@ class ModelEndpoint:
             with self.log_path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record) + "\n")
 
+    def reply(
+        self, record: dict[str, Any], answer: Step, send: Callable[[], Any], **extra: Any
+    ) -> None:
+        """Send a scripted reply (after its delay) with ``send`` and log it with the usage
+        ``send`` returns; ``extra`` (the agent's tool call) joins the record."""
+        record.update(
+            kind="reply",
+            status=200,
+            stop_reason=answer.stop_reason,
+            tool=answer.tool[0] if answer.tool else None,
+            tool_input=answer.tool[1] if answer.tool else None,
+            **extra,
+            text=answer.text[:200],
+        )
+        if answer.delay:
+            self.closing.wait(answer.delay)
+        self._log({**record, "usage": send()})
+
     def authorised(self, headers: Mapping[str, str]) -> bool:
         if self.token is None:
             return True
@@ -339,18 +357,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             endpoint._log({**record, "kind": answer.kind, "status": answer.status or None, **extra})
             self._fault(answer, sent_at)
             return
-        record.update(
-            kind="reply",
-            status=200,
-            stop_reason=answer.stop_reason,
-            tool=answer.tool[0] if answer.tool else None,
-            tool_input=answer.tool[1] if answer.tool else None,
-            text=answer.text[:200],
-        )
-        if answer.delay:
-            endpoint.closing.wait(answer.delay)
-        usage = self._stream(body, answer)
-        endpoint._log({**record, "usage": usage})
+        endpoint.reply(record, answer, lambda: self._stream(body, answer))
 
     # answers ---------------------------------------------------------------------------
     def _plain(self, status: int, text: str) -> None:

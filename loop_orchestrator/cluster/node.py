@@ -24,6 +24,7 @@ import itertools
 import os
 import shutil
 import socket
+import stat
 import sys
 import threading
 import time
@@ -67,6 +68,43 @@ def _install_audit(log_path: str) -> None:
             busy.on = False
 
     sys.addaudithook(hook)
+
+
+def write_inside(root: Path, rel: str, data: bytes) -> None:
+    """Write ``data`` to ``root/rel`` without following a link: the session writes in its
+    checkout and plans folder, and a link it planted there must not carry the actor's
+    write (the actor runs outside the session's sandbox) elsewhere. A linked folder on
+    the way is refused; a link where the file goes is replaced by the file."""
+    path = root / bundles.safe_relpath(rel)
+    here = root
+    for part in Path(rel).parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            msg = f"{here} is a symbolic link; lo-orch does not write through it"
+            raise RuntimeError(msg)
+        here.mkdir(exist_ok=True)
+    if path.is_symlink():
+        path.unlink()
+    # O_NOFOLLOW: a link put back meanwhile fails the open instead of being followed
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file (not a link: the session may have
+    pointed one at a file its sandbox hides) of at most ``limit`` bytes; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    return data if len(data) <= limit else None
 
 
 class SessionHost:
@@ -174,9 +212,7 @@ class SessionHost:
 
     @staticmethod
     def _write(root: Path, rel: str, data: bytes) -> None:
-        path = root / bundles.safe_relpath(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        write_inside(root, rel, data)
 
     def put_files(self, run_files: dict[str, bytes]) -> None:
         """Files of the supervisor's run folder a prompt refers to (reviews, briefs)."""
@@ -376,11 +412,8 @@ class SessionHost:
         head = git(self.checkout, "rev-parse", f"refs/heads/{self.branch}").stdout.strip()
         data = bundles.create(self.checkout, [f"refs/heads/{self.branch}", WIP_REF], self.known)
         tree = git(self.checkout, "rev-parse", f"{wip}^{{tree}}").stdout.strip()
-        plan: bytes | None = None  # the session's plan (plans/<task>.md), agent-written
-        with contextlib.suppress(OSError):
-            path = self.run_dir / "plans" / f"{self.task}.md"
-            if path.is_file() and path.stat().st_size <= 1 << 20:
-                plan = path.read_bytes()
+        # the session's plan (plans/<task>.md), agent-written
+        plan = read_regular(self.run_dir / "plans" / f"{self.task}.md", 1 << 20)
         return {
             "head": head,
             "wip": wip,

@@ -4,16 +4,19 @@ A node's ``SessionHost`` starts a private tmux server, and tmux daemonizes: when
 process dies without closing it (the raylet or the worker killed, the node removed from the
 cluster while the machine lives on), the server and the agent in it would go on working,
 unseen and unverified, with nobody to stop them. So the host starts this watcher beside its
-server: ``python -m loop_orchestrator.cluster.reaper --pid PID --socket NAME``. It polls the
-host's process (by pid *and* start time, so a reused pid does not fool it) and, once that is
-gone, kills the tmux server (its panes get SIGHUP; a sandboxed agent dies with its
+server: ``python -m loop_orchestrator.cluster.reaper --pid PID --socket NAME``. It waits for
+the host's process to end (by pid *and* start time, so a reused pid does not fool it) and then
+kills the tmux server (its panes get SIGHUP; a sandboxed agent dies with its
 ``bwrap --die-with-parent``). It exits on its own when the server is gone first (the host
-closed the session normally).
+closed the session normally). It sleeps on both processes' pidfds (Linux 5.3+: woken by the
+kernel when one ends); where there are none it polls every ``--interval`` seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import time
 from pathlib import Path
 
@@ -38,10 +41,58 @@ def server_alive(socket: str) -> bool:
     return proc.run(["tmux", "-L", socket, "list-sessions"], check=False, timeout=10).ok
 
 
+def server_pid(socket: str) -> int | None:
+    got = proc.run(
+        ["tmux", "-L", socket, "display-message", "-p", "#{pid}"], check=False, timeout=10
+    )
+    text = got.stdout.strip()
+    return int(text) if got.ok and text.isdigit() else None
+
+
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
+def _wait_on_pidfds(pid: int, born: str, socket: str) -> str | None:
+    """The outcome of ``watch`` from the kernel's word (no polling), or None where the
+    processes cannot be held by pidfds."""
+    server = server_pid(socket)
+    if server is None:
+        return None
+    fds = {"host": _pidfd(pid), "server": _pidfd(server)}
+    try:
+        host_fd, server_fd = fds["host"], fds["server"]
+        if host_fd is None or server_fd is None:
+            return None
+        # the fds are taken: now check they hold the host and the server, not processes
+        # that got a pid of theirs since
+        if start_time(pid) != born:
+            return "host gone"
+        if server_pid(socket) != server:
+            return None
+        ready, _, _ = select.select([host_fd, server_fd], [], [])
+        return "host gone" if host_fd in ready else "server gone"
+    finally:
+        for fd in fds.values():
+            if fd is not None:
+                os.close(fd)
+
+
 def watch(pid: int, socket: str, *, interval: float = INTERVAL) -> str:
     """Wait until the host process ``pid`` or the tmux server ``socket`` is gone; kill the
     server in the first case. Returns what happened ("server gone" or "host gone")."""
     born = start_time(pid)
+    outcome = _wait_on_pidfds(pid, born, socket) if born is not None else "host gone"
+    if outcome == "host gone":
+        proc.run(["tmux", "-L", socket, "kill-server"], check=False, timeout=10)
+    if outcome is not None:
+        return outcome
     while True:
         if born is None or start_time(pid) != born:
             proc.run(["tmux", "-L", socket, "kill-server"], check=False, timeout=10)
