@@ -7,19 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.git import git
+from helpers.git import commit, git
 
 from loop_orchestrator.cluster import bundles, node
 from loop_orchestrator.errors import GitError
-
-
-def _commit(repo: Path, rel: str, text: str, message: str) -> str:
-    path = repo / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--no-gpg-sign", "-m", message)
-    return git(repo, "rev-parse", "HEAD").strip()
 
 
 def _empty(tmp_path: Path, name: str) -> Path:
@@ -41,8 +32,8 @@ def test_a_branch_goes_over_and_only_the_new_commits_follow(git_repo: Path, tmp_
     assert bundles.create(git_repo, ["refs/heads/main"], [first]) == b""
 
     big = "x" * 200_000
-    _commit(git_repo, "data.txt", big, "big file")
-    second = _commit(git_repo, "small.txt", "small\n", "small change")
+    commit(git_repo, {"data.txt": big}, "big file")
+    second = commit(git_repo, {"small.txt": "small\n"}, "small change")
     full = bundles.create(git_repo, ["refs/heads/main"])
     delta = bundles.create(git_repo, ["refs/heads/main"], [first])
     only_last = bundles.create(
@@ -68,9 +59,9 @@ def test_a_bundle_sets_only_the_refs_asked_for(git_repo: Path, tmp_path: Path) -
     staging_before = git(supervisor, "rev-parse", "HEAD").strip()
     git(supervisor, "branch", "lo/run/staging")
     git(git_repo, "switch", "-q", "-c", "lo/run/t1")
-    task_tip = _commit(git_repo, "t1.txt", "work\n", "task work")
+    task_tip = commit(git_repo, {"t1.txt": "work\n"}, "task work")
     git(git_repo, "switch", "-q", "-c", "lo/run/staging")
-    evil = _commit(git_repo, "evil.txt", "evil\n", "forged staging")
+    evil = commit(git_repo, {"evil.txt": "evil\n"}, "forged staging")
     git(git_repo, "tag", "v9", evil)
     git(git_repo, "branch", "feat/run", evil)
     data = bundles.create(
@@ -143,6 +134,29 @@ def test_a_wip_commit_holds_the_whole_tree_and_leaves_the_index_alone(
     assert not (node / "app" / "__init__.py").exists()
     assert not (node / "stale.txt").exists()
     assert git(node, "diff", "--cached", "--name-only").strip() == ""  # index at HEAD
+
+
+def test_a_persons_edits_in_the_local_copy_are_kept_before_a_sync(git_repo: Path) -> None:
+    """The local worktree of a remote task mirrors the node's, and each sync replaces its
+    files; what a person changed there since lo-orch last put files in is kept first."""
+    applied = bundles.wip_commit(git_repo)  # what lo-orch put there (here: HEAD's files)
+    assert bundles.keep_edits(git_repo, git_repo, applied, "refs/lo-orch/t/kept/1") is None
+    assert not git(git_repo, "for-each-ref", "refs/lo-orch/t/kept/")  # nothing to keep
+
+    (git_repo / "README.md").write_text("# my note\n", encoding="utf-8")
+    (git_repo / "scratch.py").write_text("x = 1\n", encoding="utf-8")  # untracked
+    kept = bundles.keep_edits(git_repo, git_repo, applied, "refs/lo-orch/t/kept/2")
+    assert kept is not None
+    assert git(git_repo, "rev-parse", "refs/lo-orch/t/kept/2").strip() == kept
+    git(git_repo, "reset", "--quiet", "--hard")  # the sync replaces the files
+    git(git_repo, "clean", "-f", "-d", "--quiet")
+    assert git(git_repo, "show", f"{kept}:README.md") == "# my note\n"
+    assert git(git_repo, "show", f"{kept}:scratch.py") == "x = 1\n"
+
+    # with no record of what lo-orch put there, anything beyond HEAD counts as edits
+    assert bundles.keep_edits(git_repo, git_repo, None, "refs/lo-orch/t/kept/3") is None
+    (git_repo / "README.md").write_text("# again\n", encoding="utf-8")
+    assert bundles.keep_edits(git_repo, git_repo, None, "refs/lo-orch/t/kept/3") is not None
 
 
 def test_paths_sent_to_a_node_stay_inside_its_folder() -> None:

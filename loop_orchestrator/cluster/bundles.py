@@ -135,6 +135,20 @@ def wip_commit(checkout: Path, message: str = "lo-orch work in progress") -> str
         return git(checkout, "commit-tree", tree, "-p", head, "-m", message, env=env).stdout.strip()
 
 
+def keep_edits(repo: Path, checkout: Path, since: str | None, ref: str) -> str | None:
+    """Before lo-orch replaces ``checkout``'s files: if they differ from ``since`` (the commit
+    whose tree lo-orch last put there; None: HEAD's), keep them as a commit at ``ref`` in
+    ``repo`` and return it (None: nothing to keep). A person's edits in a task's local copy
+    of a remote session are never lost to the next sync."""
+    now = wip_commit(checkout, "lo-orch: files found in the local worktree before a sync")
+    base = since or git(checkout, "rev-parse", "HEAD").stdout.strip()
+    same = git(repo, "rev-parse", f"{now}^{{tree}}", f"{base}^{{tree}}").stdout.split()
+    if len(same) == 2 and same[0] == same[1]:
+        return None
+    git(repo, "update-ref", "-m", "lo-orch: local edits kept before a sync", ref, now)
+    return now
+
+
 def apply_tree(checkout: Path, commit: str) -> None:
     """Make ``checkout``'s working tree that of ``commit`` (files it lacks that are neither
     tracked nor ignored are removed), keeping HEAD and leaving the index at HEAD."""

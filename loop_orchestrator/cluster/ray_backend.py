@@ -246,8 +246,25 @@ class RayBackend:
         if on != branch:
             log.warning("worktree not on its branch; node work not applied", extra={"task": task})
             return
+        # the local worktree mirrors the node's; a person may still have edited it: what
+        # differs from what lo-orch last put there is kept before it is replaced
+        applied_ref = self._applied_ref(task)
+        applied = git(
+            self.repo, "rev-parse", "--verify", "--quiet", applied_ref, check=False
+        ).stdout.strip()
+        kept_ref = f"refs/lo-orch/cluster/{self.run_name}/{task}/kept/{time.time_ns()}"
+        if bundles.keep_edits(self.repo, worktree, applied or None, kept_ref):
+            log.warning(
+                "the local worktree of a remote task had edits: kept before the sync",
+                extra={"task": task, "ref": kept_ref},
+            )
         git(worktree, "reset", "--quiet", "--hard", head)
         bundles.apply_tree(worktree, wip)
+        git(self.repo, "update-ref", applied_ref, wip)
+
+    def _applied_ref(self, task: str) -> str:
+        """The commit whose tree lo-orch last put in the task's local worktree."""
+        return f"refs/lo-orch/cluster/{self.run_name}/{task}/applied"
 
     def launch(self, spec: LaunchSpec) -> str:
         ray = self._ray()
@@ -263,6 +280,7 @@ class RayBackend:
             wip = bundles.wip_commit(worktree)
             out_ref = f"refs/lo-orch/cluster/{self.run_name}/{task}/out"
             git(self.repo, "update-ref", out_ref, wip)
+            git(self.repo, "update-ref", self._applied_ref(task), wip)  # what it holds now
             data = bundles.create(self.repo, [f"refs/heads/{branch}", out_ref])
             files: dict[str, bytes] = {}
             total = 0
