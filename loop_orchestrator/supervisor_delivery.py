@@ -211,7 +211,10 @@ class Delivery(UsageAndLimits):
         st = self.record.task(task)
         if st.phase not in WORKING_PHASES or not st.pane_id:
             return False
-        pane = self.backend.state(st.pane_id)
+        try:
+            pane = self.backend.state(st.pane_id)
+        except LoOrchError:  # cannot tell (tmux itself not answering): the step's error stands
+            return False
         if pane.exists and (pane.alive or isinstance(exc, AgentError)):
             return False
         self._event("session_lost_mid_step", task, message=exc.message)
