@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -213,11 +214,15 @@ def test_relay_forwards_both_ways_and_closes_the_remote_when_stdin_ends(
     )
     runner.start()
     os.write(keys_w, b"through-the-relay\n")
-    seen = b""
-    deadline = time.monotonic() + 10
-    while b"through-the-relay" not in seen and time.monotonic() < deadline:
-        seen += os.read(out_r, 4096)
-    assert b"through-the-relay" in seen
+    seen = bytearray()
+
+    def echoed() -> bool:
+        # never a blocking read: with nothing to read the wait's own deadline must fire
+        if select.select([out_r], [], [], 0.1)[0]:
+            seen.extend(os.read(out_r, 4096))
+        return b"through-the-relay" in seen
+
+    wait_for(echoed, 10, "the relayed text echoed back", interval=0)
     pid = host.pid(opened[0])
     assert pid is not None
     os.close(keys_w)  # stdin EOF
