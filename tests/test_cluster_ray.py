@@ -461,6 +461,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
     assert relay[-2:] == ["--pane", pane]
     state = Store(RunDir(repo)).read_run()
     assert state.cluster is not None
+    _attach_through_the_relay(relay, RayBackend(state, cluster_settings(state.cluster)), pane)
     over_ssh = RayBackend(state, cluster_settings({**state.cluster, "ssh": "me@{host}"}))
     ssh = over_ssh.attach_argv(pane)
     assert ssh[:2] == ["ssh", "-t"] and ssh[2].startswith("me@")
@@ -500,6 +501,47 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
     for task in TASKS:
         assert _staging_merges(repo, run, task) == 1, task
     assert _run_actors(run) == []
+
+
+def _attach_through_the_relay(relay: list[str], backend: RayBackend, pane: str) -> None:
+    """`lo-orch attach`'s relay (the package's own endpoint to the node's actor) in a real
+    terminal: the remote session's screen shows up, tmux's detach key typed here reaches
+    the node's client, and the relay ends cleanly, leaving the session alive."""
+    viewer = f"lo-view-{os.getpid()}"
+    command = shlex.join(["sh", "-c", f'{shlex.join(relay)}; echo "relay-exit=$?"; sleep 60'])
+
+    def tmux(*args: str) -> str:
+        return subprocess.run(
+            ["tmux", "-L", viewer, *args], capture_output=True, text=True, check=False
+        ).stdout
+
+    remote = [ln.strip() for ln in backend.capture(pane, lines=0).splitlines()]
+    remote = [ln for ln in remote if len(ln) >= 8]  # lines distinctive enough to look for
+    assert remote, "the remote session shows nothing to look for"
+    subprocess.run(
+        [
+            *("tmux", "-L", viewer, "-f", "/dev/null", "new-session", "-d", "-s", "view"),
+            *("-x", "200", "-y", "50", command),
+        ],
+        check=True,
+    )
+    try:
+        wait_for(
+            lambda: any(ln in tmux("capture-pane", "-p", "-t", "=view:") for ln in remote),
+            60,
+            "the remote screen in the local terminal",
+            shown=lambda: tmux("capture-pane", "-p", "-t", "=view:"),
+        )
+        tmux("send-keys", "-t", "=view:", "C-b", "d")  # tmux's own detach, typed here
+        wait_for(
+            lambda: "relay-exit=0" in tmux("capture-pane", "-p", "-t", "=view:"),
+            30,
+            "the relay ending after the detach",
+            shown=lambda: tmux("capture-pane", "-p", "-t", "=view:"),
+        )
+    finally:
+        tmux("kill-server")
+    assert backend.state(pane).alive  # a detach leaves the session working
 
 
 def test_cleanup_ends_this_runs_remote_sessions_only(
