@@ -239,6 +239,7 @@ class Supervisor(SessionHealth):
             self._check_view()
             statuses = self._statuses()
             self._dispatch(statuses)
+            self._ask_pending(statuses)
             self._pass_messages(statuses)
             self._check_sessions(statuses)
             phases = {t: s.phase for t, s in self._statuses().items()}

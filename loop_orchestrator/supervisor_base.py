@@ -130,6 +130,11 @@ class SupervisorBase:
         self.pool = ThreadPoolExecutor(max_workers=self.cap + 2, thread_name_prefix="lo-task")
         self.jobs: dict[str, Future[None]] = {}
         self.wake = threading.Event()
+        #: task -> the signal to ask its session for again (it arrived unattested); the
+        #: loop asks (``_ask_pending``), and once per signal and round (``asked``)
+        self.asks: dict[str, str] = {}
+        self.asks_lock = threading.Lock()
+        self.asked: dict[str, str] = {}
         #: pane process id -> task, to tell which session a message comes from
         self.pane_pids: dict[int, str] = {}
         self.pane_pids_lock = threading.Lock()

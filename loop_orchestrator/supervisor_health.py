@@ -17,6 +17,7 @@ from loop_orchestrator import (
     templating,
 )
 from loop_orchestrator.lifecycle import (
+    SIGNAL_FROM,
     Event,
 )
 from loop_orchestrator.reports import Reports
@@ -157,15 +158,36 @@ class SessionHealth(Verification):
             self.wake.set()
 
     def _ask_again(self, tid: str, signal: str) -> None:
-        """A signal arrived unattested (no supervisor listened): ask for it once more."""
-        if tid in self.jobs:
-            return
-        self._submit(
-            tid,
-            lambda t: self._deliver_raw(
-                t, templating.render("prompt_signal_again.md.j2", task=t, signal=signal)
-            ),
-        )
+        """A signal arrived unattested (no supervisor listened): the loop asks the session
+        for it once more (``_ask_pending``). Called on the inbox's and the relays' threads,
+        as the hint comes: a step of the task running then does not make it lost."""
+        with self.asks_lock:
+            self.asks[tid] = signal
+        self.wake.set()
+
+    def _ask_pending(self, statuses: dict[str, TaskStatus]) -> None:
+        """Ask sessions for the signals that arrived unattested: after the task's running
+        step, while the task still waits for that signal, once per signal and round."""
+        with self.asks_lock:
+            waiting = dict(self.asks)
+        for tid, signal in waiting.items():
+            if tid in self.jobs:
+                continue  # after this step (a redelivery, a person's message...)
+            with self.asks_lock:
+                self.asks.pop(tid, None)
+            st = statuses.get(tid)
+            if st is None or st.phase.value != SIGNAL_FROM.get(signal):
+                continue  # it moved on (the signal counted after all), or it was not due
+            key = f"{signal}:{st.rework_count}"
+            if self.asked.get(tid) == key:
+                continue  # asked already: one more copy of the same report
+            self.asked[tid] = key
+            self._event("signal_asked_again", tid, phase=signal)
+            self._submit(tid, functools.partial(self._signal_again, signal=signal))
+
+    def _signal_again(self, tid: str, *, signal: str) -> None:
+        text = templating.render("prompt_signal_again.md.j2", task=tid, signal=signal)
+        self._deliver_raw(tid, text)
 
     def _check_view(self) -> None:
         """Report (and undo) edits of the published view by anyone but the supervisor."""

@@ -67,7 +67,7 @@ ERROR_TYPES = {
 
 TASK_RE = re.compile(r"\btask `([^`\s]+)`", re.IGNORECASE)
 _REWORK_RE = re.compile(r"Phase: implementing \(rework (\d+)\)")
-_SIGNAL_AGAIN_RE = re.compile(r"run `\$LO_ORCH_BIN signal (\w+)` again")
+SIGNAL_AGAIN_RE = re.compile(r"run `\$LO_ORCH_BIN signal (\w+)` again")
 _CWD_RE = re.compile(r"Primary working directory: (\S+)")
 REMINDER = "<system-reminder>"
 
@@ -218,7 +218,7 @@ def classify(prompt: str) -> tuple[str, int]:
         return "implement", int(rework.group(1))
     if "Phase: implementing" in prompt:
         return "implement", 0
-    again = _SIGNAL_AGAIN_RE.search(prompt)
+    again = SIGNAL_AGAIN_RE.search(prompt)
     if again:
         return f"signal:{again.group(1)}", 0
     return "turn", 0

@@ -13,6 +13,8 @@ UserPromptSubmit, Stop, SessionEnd).
 After each prompt it performs the actions of its YAML script (scripted_script.py) chosen
 by the task's phase in ``$LO_ORCH_RUN_DIR/status/$LO_ORCH_TASK.json`` (planning -> ``plan``;
 implementing -> ``implement`` round ``rework_count``), else by keywords in the prompt.
+lo-orch's "run `... signal X` again" (a restarted supervisor that could not confirm a
+report) is answered with that signal, as a model does (``model_replies``).
 Every submitted prompt is saved to ``<record-dir>/<task>-<N>.txt`` (default record dir:
 ``$LO_ORCH_RUN_DIR/received``), and notable input events are appended to
 ``<record-dir>/<task>.events``.
@@ -46,9 +48,11 @@ from typing import Any
 from loop_orchestrator import resources
 from loop_orchestrator.agents.base import AgentContext, launch_spec_for, python_module_argv
 from loop_orchestrator.agents.dialogs import find_dialog, wait_until_ready
+from loop_orchestrator.agents.model_replies import SIGNAL_AGAIN_RE
 from loop_orchestrator.agents.scripted_actions import ActionRunner, ScriptExit
 from loop_orchestrator.agents.scripted_hooks import Hooks
 from loop_orchestrator.agents.scripted_script import (
+    SignalAction,
     TaskScript,
     load_script,
 )
@@ -409,6 +413,11 @@ class ScriptedAgent:
         return data if isinstance(data, dict) else None
 
     def _choose(self, prompt: str) -> tuple[list[Any], str]:
+        again = SIGNAL_AGAIN_RE.search(prompt)
+        if again:
+            # asked to say a report again: whatever the phase, the signal it names
+            action = SignalAction.model_validate({"signal": {"phase": again.group(1)}})
+            return [action], f"asked to signal {again.group(1)} again"
         status = self._status()
         key: tuple[str, int]
         if status is not None:

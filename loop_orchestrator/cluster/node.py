@@ -41,7 +41,8 @@ from loop_orchestrator.tmux import TmuxBackend
 AUDIT_ENV = "LO_ORCH_NODE_AUDIT"
 #: the lo-orch ref a node's checkpoints live under in its own checkout
 WIP_REF = "refs/lo-orch/wip"
-#: a queued request older than this lost its waiting sender (the listener answers None)
+#: a queued request older than this is past answering in time: its sender gets None from
+#: the listener and sends it again (a signal) or leaves it in the inbox folder
 STALE_AFTER = CLIENT_TIMEOUT - 2
 
 
@@ -378,14 +379,22 @@ class SessionHost:
             queue, self._queue = self._queue, []
             checkpoint, self._checkpoint = self._checkpoint, None
         now = time.monotonic()
+        fresh = []
         for item in queue:
-            # its sender stopped waiting for an answer (no supervisor was there): like a
-            # message left in the inbox folder, only a hint now
-            item["stale"] = now - float(item.pop("queued")) > STALE_AFTER
-        # what the session's tools left in this node's inbox folder while nobody answered
+            if now - float(item.pop("queued")) <= STALE_AFTER:
+                fresh.append({**item, "stale": False})
+                continue
+            # nobody collected it while its sender waited (no supervisor ran): the sender
+            # gets None now, and sends it again (a signal, to the supervisor now here) or
+            # leaves it in the inbox folder (drained below). Handed over too, this copy
+            # would be a second hint of the same message: the supervisor would ask a
+            # session to signal again after its signal counted.
+            self.answer(item["id"], None)
+        # what the session's tools left in this node's inbox folder while nobody answered:
+        # a hint only (anyone on the node could have written it)
         for kept in listener.drain(self.run_dir, [self.task]):
-            queue.append({"id": "", "message": kept.message, "from_pane": True, "stale": True})
-        return {"requests": queue, "checkpoint": checkpoint}
+            fresh.append({"id": "", "message": kept.message, "from_pane": True, "stale": True})
+        return {"requests": fresh, "checkpoint": checkpoint}
 
     def answer(self, rid: str, reply: Any) -> None:
         with self._cond:

@@ -52,6 +52,8 @@ PANE_RE = re.compile(r"^ray:([A-Za-z0-9][A-Za-z0-9_-]*):([0-9]+)$")
 LAUNCH_TIMEOUT = 300.0
 #: how long one call to a session actor may take
 CALL_TIMEOUT = 60.0
+#: how long ``serve`` waits for what the sessions left while no supervisor ran
+FIRST_PULL_TIMEOUT = 20.0
 #: ignored files of a worktree sent to the node (each, and all together)
 MAX_FILE = 1 << 20
 MAX_FILES = 32 << 20
@@ -474,12 +476,20 @@ class RayBackend:
         ``note(task, **fields)`` records where a session runs."""
         self._deliver, self._note = deliver, note
         self._stopped.clear()
+        first: list[threading.Event] = []
         for pane_id in self.list_panes():
-            self._start_relay(pane_id)
+            first.append(self._start_relay(pane_id))
             task, _ = self._parse(pane_id)
             if task not in self._nodes:
                 with contextlib.suppress(TmuxError):
                     self._placed(task, self._call(pane_id, "info"))
+        # what the sessions sent while no supervisor ran is handed over before the
+        # supervisor's loop decides anything, as the local inbox folder is read first: a
+        # restarted supervisor would otherwise resend a prompt whose arrival is among
+        # those messages, and pass over a signal to ask for again meanwhile
+        deadline = time.monotonic() + FIRST_PULL_TIMEOUT
+        for done in first:
+            done.wait(max(0.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
         """Stop relaying (the sessions keep running); waits for the relay threads, since a
@@ -497,19 +507,30 @@ class RayBackend:
 
         disconnect()
 
-    def _start_relay(self, pane_id: str) -> None:
+    def _start_relay(self, pane_id: str) -> threading.Event:
+        """Relay ``pane_id``'s requests; the event is set once its first batch is handed
+        over (or the relay ended)."""
+        first = threading.Event()
         with self._lock:
             if self._deliver is None or pane_id in self._relays:
-                return
+                first.set()
+                return first
             self._relays.add(pane_id)
         thread = threading.Thread(
-            target=self._relay, args=(pane_id,), name=f"lo-relay-{pane_id}", daemon=True
+            target=self._relay, args=(pane_id, first), name=f"lo-relay-{pane_id}", daemon=True
         )
         with self._lock:
             self._threads.append(thread)
         thread.start()
+        return first
 
-    def _relay(self, pane_id: str) -> None:
+    def _relay(self, pane_id: str, first: threading.Event) -> None:
+        try:
+            self._relay_requests(pane_id, first)
+        finally:
+            first.set()
+
+    def _relay_requests(self, pane_id: str, first: threading.Event) -> None:
         ray = self._ray()
         task, _ = self._parse(pane_id)
         while not self._stopped.is_set():
@@ -520,7 +541,9 @@ class RayBackend:
             if handle is None:
                 break
             try:
-                got = ray.get(handle.next_requests.remote(2.0), timeout=CALL_TIMEOUT)
+                # the first call does not wait: it collects what is there
+                wait = 2.0 if first.is_set() else 0.0
+                got = ray.get(handle.next_requests.remote(wait), timeout=CALL_TIMEOUT)
             except ray.exceptions.GetTimeoutError:
                 continue
             except ray.exceptions.RayError:
@@ -538,6 +561,7 @@ class RayBackend:
                     self._one(pane_id, task, handle, req)
                 except Exception:
                     log.exception("a remote request could not be relayed", extra={"task": task})
+            first.set()
         with self._lock:
             self._relays.discard(pane_id)
 
