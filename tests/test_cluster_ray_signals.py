@@ -150,6 +150,15 @@ def _after_restart(repo: Path) -> list[dict[str, Any]]:
     return [e for e in events[starts[1] :] if e.get("task") in (None, "slug")]
 
 
+def _prompts_arrived(events: list[dict[str, Any]]) -> int:
+    """How many prompts reached slug's session (its attested UserPromptSubmit hooks)."""
+    return sum(
+        1
+        for e in events
+        if e.get("hook_event") == "UserPromptSubmit" and e.get("attested") is not False
+    )
+
+
 def _accepted_promptly(repo: Path, *, hinted: bool, phase: str = "impl_done") -> None:
     events = _after_restart(repo)
     names = [e["event"] for e in events]
@@ -194,6 +203,10 @@ def test_a_signal_left_while_no_supervisor_ran_is_asked_for_again_at_once(
     _started_again(repo, "impl_done")
 
     _accepted_promptly(repo, hinted=True)
+    events = _after_restart(repo)
+    names = [e["event"] for e in events]
+    assert _prompts_arrived(events) == 1, names  # the request to signal again, once
+    assert "signal_rejected" not in names, names
     assert Store(RunDir(repo)).read_status("slug").phase == Phase.INTEGRATED
     assert _staging_merges(repo, run, "slug") == 1
     assert _run_actors(run) == []
@@ -222,23 +235,31 @@ def test_a_signal_still_being_retried_when_the_supervisor_returns_is_judged_once
     _started_again(repo, "impl_done")
 
     _accepted_promptly(repo, hinted=False)
-    names = [e["event"] for e in _after_restart(repo)]
+    events = _after_restart(repo)
+    names = [e["event"] for e in events]
+    # nothing was asked: no prompt reached the session, and no signal was refused
     assert "signal_asked_again" not in names, names
+    assert _prompts_arrived(events) == 0, names
+    assert "signal_rejected" not in names, names
     assert Store(RunDir(repo)).read_status("slug").phase == Phase.INTEGRATED
     assert _staging_merges(repo, run, "slug") == 1
     assert _run_actors(run) == []
 
 
+@pytest.mark.parametrize("restart", ["after_the_client_gave_up", "while_it_retries"])
 def test_a_prompt_arrival_and_a_signal_left_meanwhile_are_read_before_anything_is_sent(
     ray_env: RayEnv,
     slug_alone: demo.DemoFiles,
+    restart: str,
 ) -> None:
     """Killed while delivering slug's planning prompt (the session swallowed the first
     Enter; the supervisor would press it again): the prompt then arrives, and slug plans
     and signals plan_ready with nobody to answer. The next `lo-orch run` reads what the
-    node kept before it decides anything, as it reads the local inbox folder: it does
-    not send the planning prompt again, and asks for the signal at once (a restart that
-    resent the prompt passed over the signal meanwhile, and the task waited for a nudge)."""
+    node kept, in the order it was sent, before it decides anything (as it reads the local
+    inbox folder): it does not send the planning prompt again, and the signal counts at
+    once, asked for again when its client had given up (a restart that resent the prompt
+    passed over the signal meanwhile, and the task waited for a nudge; a signal still
+    retried was judged before the prompt's arrival, and refused)."""
     repo = slug_alone.repo
     script = yaml.safe_load(slug_alone.script.read_text(encoding="utf-8"))
     script["slug"]["swallow_first_enter"] = True
@@ -262,25 +283,33 @@ def test_a_prompt_arrival_and_a_signal_left_meanwhile_are_read_before_anything_i
     assert state.cluster is not None and st.pane_id is not None
     backend, pane = RayBackend(state, cluster_settings(state.cluster)), st.pane_id
     backend.send_keys(pane, "Enter")  # the dead supervisor's second Enter got there
-    wait_for(
-        lambda: _screen_shows(backend, pane, "⎿ signalled"),
-        120,
-        "slug's signal client gave up",
-        interval=1.0,
-    )
+    gave_up = restart == "after_the_client_gave_up"
+    if gave_up:
+        wait_for(
+            lambda: _screen_shows(backend, pane, "⎿ signalled"),
+            120,
+            "slug's signal client gave up",
+            interval=1.0,
+        )
+    else:
+        wait_for(
+            lambda: _screen_shows(backend, pane, "Bash(lo-orch signal plan_ready)"),
+            60,
+            "slug's signal sent",
+            interval=0.5,
+        )
+        time.sleep(12)  # the prompt's arrival is in the node's inbox folder by now
+        assert not _screen_shows(backend, pane, "⎿ signalled")  # its client still tries
 
     _started_again(repo, "plan_ready")
 
-    _accepted_promptly(repo, hinted=True, phase="plan_ready")
+    _accepted_promptly(repo, hinted=gave_up, phase="plan_ready")
     events = _after_restart(repo)
     names = [e["event"] for e in events]
     # the planning prompt was not sent again: the prompts that arrived after the restart
-    # are the request to signal again and the implementation prompt
-    arrived = [
-        e
-        for e in events
-        if e.get("hook_event") == "UserPromptSubmit" and e.get("attested") is not False
-    ]
-    assert len(arrived) == 2, names
+    # are the request to signal again (when the client had given up) and the
+    # implementation prompt
+    assert _prompts_arrived(events) == (2 if gave_up else 1), names
+    assert "signal_rejected" not in names, names
     assert Store(RunDir(repo)).read_status("slug").phase == Phase.INTEGRATED
     assert _staging_merges(repo, run, "slug") == 1

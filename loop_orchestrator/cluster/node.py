@@ -378,23 +378,26 @@ class SessionHost:
                 self._cond.wait(left)
             queue, self._queue = self._queue, []
             checkpoint, self._checkpoint = self._checkpoint, None
+        # what the session's tools left in this node's inbox folder while nobody answered:
+        # a hint only (anyone on the node could have written it). First: each was sent
+        # before its sender's wait of CLIENT_TIMEOUT ended unanswered, so before any
+        # request still fresh below (a prompt's arrival is read before the signal after it)
+        handed = [
+            {"id": "", "message": kept.message, "from_pane": True, "stale": True}
+            for kept in listener.drain(self.run_dir, [self.task])
+        ]
         now = time.monotonic()
-        fresh = []
         for item in queue:
             if now - float(item.pop("queued")) <= STALE_AFTER:
-                fresh.append({**item, "stale": False})
+                handed.append({**item, "stale": False})
                 continue
             # nobody collected it while its sender waited (no supervisor ran): the sender
             # gets None now, and sends it again (a signal, to the supervisor now here) or
-            # leaves it in the inbox folder (drained below). Handed over too, this copy
-            # would be a second hint of the same message: the supervisor would ask a
-            # session to signal again after its signal counted.
+            # leaves it in the inbox folder. Handed over too, this copy would be a second
+            # hint of the same message: a restarted supervisor asked a session to signal
+            # again after its signal had counted.
             self.answer(item["id"], None)
-        # what the session's tools left in this node's inbox folder while nobody answered:
-        # a hint only (anyone on the node could have written it)
-        for kept in listener.drain(self.run_dir, [self.task]):
-            fresh.append({"id": "", "message": kept.message, "from_pane": True, "stale": True})
-        return {"requests": fresh, "checkpoint": checkpoint}
+        return {"requests": handed, "checkpoint": checkpoint}
 
     def answer(self, rid: str, reply: Any) -> None:
         with self._cond:
