@@ -102,6 +102,11 @@ class Reports:
                 f"lo-orch runs (pid {request.pid})"
             )
             return self._reject(request, why)
+        if not request.attested and request.task is not None and request.task != claimed:
+            # left where only task request.task's messages are kept (its node's inbox
+            # folder): not even a hint for another task
+            why = f"a message for task {claimed} was left in task {request.task}'s inbox"
+            return self._reject(request, why)
         if kind == "signal":
             return self._signal(str(claimed), request)
         if kind == "permission":

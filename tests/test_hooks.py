@@ -506,6 +506,42 @@ def test_without_a_supervisor_a_signal_is_kept_and_only_asked_about_again(
     assert rec.task("beta").phase is Phase.PENDING
 
 
+def test_a_message_left_in_one_tasks_inbox_for_another_task_is_refused(git_repo: Path) -> None:
+    """alpha's agent leaves, in its own inbox folder (on a node, the only one it has), a
+    prompt arrival and a signal claiming beta: not even a hint for beta (the arrival would
+    have stopped beta's interrupted prompt from being sent again)."""
+    rec = start_run(git_repo)
+    rec.update_task("alpha", **working(Phase.IMPLEMENTING))
+    rec.update_task(
+        "beta",
+        phase=Phase.PLANNING,
+        delivering="planning:0",
+        delivery_started_at="2026-01-01T00:00:00+00:00",
+    )
+    run_dir = RunDir(git_repo).root
+    for message in (
+        {"type": "hook", "event": "UserPromptSubmit", "task": "beta", "payload": {}},
+        {"type": "signal", "task": "beta", "phase": "plan_ready"},
+    ):
+        inbox.leave(run_dir, "alpha", message)
+    events: list[tuple[str, str | None]] = []
+    asked: list[tuple[str, str]] = []
+    reports = Reports(
+        rec,
+        Store.for_repo(git_repo),
+        ["alpha", "beta"],
+        lambda event, task=None, **_: events.append((event, task)),
+        lambda t, sig: asked.append((t, sig)),
+    )
+    for request in listener.drain(run_dir, ["alpha", "beta"]):
+        reports.handle(request)
+    assert events == [("event_rejected", "beta"), ("event_rejected", "beta")]
+    assert asked == []
+    beta = rec.task("beta")
+    assert (beta.phase, beta.delivered, beta.delivering) == (Phase.PLANNING, None, "planning:0")
+    assert beta.prompt_submitted_at is None
+
+
 def test_a_report_is_logged_before_the_status_shows_it(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
