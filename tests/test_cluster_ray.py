@@ -436,8 +436,8 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
 
         def slug_works_on_its_node() -> bool:
             # killed while slug (asleep) works and no other session is mid-task: what is
-            # tested is adopting a live session. A signal sent while no supervisor runs is
-            # a known gap on Ray (issue 19's note): it is not what this test is about.
+            # tested is adopting a live session (a signal sent while no supervisor runs:
+            # test_cluster_ray_signals.py)
             assert first.poll() is None, "the first supervisor ended"
             store = Store(RunDir(repo))
             others = [s.phase for s in store.list_statuses() if s.task != "slug"]
