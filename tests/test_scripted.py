@@ -14,7 +14,7 @@ from helpers.agents import bare_context
 from helpers.served import serve, working
 from helpers.wait import wait_for
 
-from loop_orchestrator import proc
+from loop_orchestrator import proc, templating
 from loop_orchestrator.agents.base import AgentContext, make_adapter
 from loop_orchestrator.agents.dialogs import Dialog, answer_dialog, find_dialog
 from loop_orchestrator.agents.scripted import READY_RE, ScriptedAdapter
@@ -328,6 +328,24 @@ def test_keywords_choose_the_actions_without_a_status_file(
     h.prompt("Now implement it.\nThanks.")
     h.wait_stops(2)
     assert (h.worktree / "app" / "model.py").read_text() == "X = 1\n"
+
+
+def test_the_signal_again_prompt_is_answered_with_that_signal_once_more(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """lo-orch's request to repeat a report it could not confirm (a restart) makes the
+    agent run that signal, as a model does, even though its round's work is done."""
+    h = Harness(tmp_path, SCRIPT)
+    h.start()
+    h.set_phase("implementing")
+    h.prompt("Your plan is approved: go ahead.\nMore text.")
+    h.wait_stops(1)
+    assert h.signals() == ["signal impl_done"]
+    again = templating.render("prompt_signal_again.md.j2", task="api", signal="impl_done")
+    h.prompt(again)
+    h.wait_stops(2)
+    assert h.signals() == ["signal impl_done", "signal impl_done"]
+    assert (h.worktree / "app" / "model.py").read_text() == "X = 1\n"  # no work redone
 
 
 def test_a_blocking_stop_hook_is_honoured_a_bounded_number_of_times(
