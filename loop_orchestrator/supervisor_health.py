@@ -174,7 +174,8 @@ class SessionHealth(Verification):
             if tid in self.jobs:
                 continue  # after this step (a redelivery, a person's message...)
             with self.asks_lock:
-                self.asks.pop(tid, None)
+                if self.asks.get(tid) == signal:  # (not one that came meanwhile)
+                    del self.asks[tid]
             st = statuses.get(tid)
             if st is None or st.phase.value != SIGNAL_FROM.get(signal):
                 continue  # it moved on (the signal counted after all), or it was not due
