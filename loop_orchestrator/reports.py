@@ -6,11 +6,12 @@ changes (ledger line first, then the record, then the published status) and retu
 answer the sender gets: ``{"ok", "message", "previous", "phase", "repeated"}`` for a
 signal, ``{"exit_code", "stderr"}`` for a hook (exit 2 = the Stop gate holds the session).
 
-A message claiming another task than the session it comes from, or coming from no session,
-is refused and logged (``event_rejected``). A message left while no supervisor listened is
-*unattested*: it is logged, and only ever used as a hint (an unattested signal makes the
-supervisor ask the session for it again; an unattested UserPromptSubmit keeps a prompt that
-did arrive from being sent twice; an unattested Stop says the turn ended).
+A message claiming another task than the session it comes from, coming from no session, or
+left in another task's inbox folder, is refused and logged (``event_rejected``). A message
+left while no supervisor listened is *unattested*: it is logged, and only ever used as a
+hint (an unattested signal makes the supervisor ask the session for it again; an
+unattested UserPromptSubmit keeps a prompt that did arrive from being sent twice; an
+unattested Stop says the turn ended).
 """
 
 from __future__ import annotations
