@@ -33,11 +33,16 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     crash (the published view of the supervisor's record), where a power cut may lose the
     last write but never leaves half a file.
     """
+    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """``atomic_write_text`` for bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())

@@ -100,12 +100,18 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
 
 @dataclass
 class LaunchSpec:
-    """What to run in a task's pane: ``argv`` is executed as is, ``env`` is added to it."""
+    """What to run in a task's pane: ``argv`` is executed as is, ``env`` is added to it.
+
+    ``transcript`` is where the agent keeps its conversation on this machine (Claude Code:
+    ``<config dir>/projects/<cwd>/<session id>.jsonl``), when lo-orch reads it (spend) or
+    the agent needs it to resume: a backend that runs the session elsewhere keeps a copy
+    there and takes it along when the session moves."""
 
     task: str
     cwd: Path
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    transcript: Path | None = None
 
 
 @dataclass

@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.agents import claude_settings, endpoint_for
 from helpers.git import git
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, integration, runs
+from loop_orchestrator import demo, integration, runs, usage
 from loop_orchestrator import status as statusdoc
 from loop_orchestrator.attach import attach_command
 from loop_orchestrator.cluster.connect import connect
@@ -361,6 +362,100 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
     assert [(e["task"], e["round"]) for e in events if e["event"] == "rework"] == [("counts", 1)]
     for task in TASKS:
         assert _staging_merges(repo, run, task) == 1, task
+
+
+@pytest.mark.claude
+def test_real_claude_code_on_a_node_is_priced_and_resumes_its_conversation_on_another(
+    ray_env: RayEnv, tmp_path: Path, tmux_socket: str
+) -> None:
+    """The real Claude Code CLI in a node's session (the scripted model plays the model):
+    the transcript it writes there reaches the supervisor's machine before each tool runs,
+    so its spend is the endpoint's figures exactly; the node is removed while a tool runs,
+    and the session relaunched on another node resumes the same conversation
+    (``--resume`` finds the transcript there) and finishes the task."""
+    import threading
+
+    from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+
+    files = demo.prepare_demo(tmp_path)
+    marker = tmp_path / "slow-tool-started"
+    slow = f"test -e {marker} || {{ touch {marker}; sleep 100; }}"
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        plan["name"] = f"rayc{tmp_path.name[-6:]}".replace("_", "")
+        plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "tokenize"]
+        first = script["tokenize"]["implement"][0]
+        script["tokenize"]["implement"][0] = [{"run": {"argv": ["sh", "-c", slow]}}, *first]
+
+    _edit(files, change)
+    # the nodes' Claude Code is set up (as `claude` run once there leaves it); the trust
+    # dialog of the node's checkout is answered on screen
+    node_config = Path(ray_env.env["HOME"]) / ".claude.json"
+    if not node_config.exists():
+        node_config.write_text('{"hasCompletedOnboarding": true}\n', encoding="utf-8")
+    repo = files.repo
+    with endpoint_for(ModelEndpoint, files) as endpoint:
+        base = claude_settings(endpoint)
+        settings = base.model_copy(
+            update={
+                "cluster": ClusterConfig(
+                    backend="ray", address=ray_env.cluster.address, checkpoint_seconds=2.0
+                )
+            }
+        )
+        _approve(files, settings)
+        outcome: list[Any] = []
+        supervisor = threading.Thread(
+            target=lambda: outcome.append(Supervisor(repo, settings).run()), daemon=True
+        )
+        supervisor.start()
+        wait_for(marker.exists, 240, "the slow tool started on the node", interval=0.2)
+        st = Store(RunDir(repo)).read_status("tokenize")
+        assert st.session_id and st.worktree
+        copy = usage.session_transcript(Path(st.worktree), st.session_id, dict(os.environ))
+        # the message that asked for the tool was home before the tool could run
+        assert slow.encode() in copy.read_bytes()
+        victim = next(n for n in ray_env.nodes if n.node_id[:8] in (st.node or ""))
+        # a lost machine's disk goes with it (here the nodes share one HOME, and Claude
+        # Code's --resume would find the old node's file by its session id)
+        (on_node,) = (Path(ray_env.env["HOME"]) / ".claude" / "projects").glob(
+            f"*/{st.session_id}.jsonl"
+        )
+        assert on_node.read_bytes() == copy.read_bytes()  # the copy is the node's, exactly
+        on_node.unlink()
+        ray_env.cluster.remove_node(victim)
+        ray_env.nodes.remove(victim)
+        try:
+            supervisor.join(timeout=400)
+            assert outcome and outcome[0].state == "review", outcome
+        finally:
+            ray_env.nodes.append(
+                ray_env.cluster.add_node(
+                    num_cpus=1,
+                    resources={"lo_session": 2},
+                    env_vars={**ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / "n-c")},
+                )
+            )
+        replies = endpoint.logged(kind="reply", task="tokenize")
+    status = Store(RunDir(repo)).read_status("tokenize")
+    assert status.phase == Phase.INTEGRATED
+    assert victim.node_id[:8] not in (status.node or "")
+    assert any(e["event"] == "session_died" for e in _ledger(repo) if e.get("task") == "tokenize")
+    # one conversation throughout: after the plan and implement prompts on the lost node,
+    # the prompt sent again on the new node is the third of the same session (a fresh
+    # session there would have started over at the first)
+    assert {r["session"] for r in replies} == {status.session_id}
+    again = [r for r in replies if r["prompt"] >= 3]
+    assert again and again[0]["prompt_kind"] == "implement", replies
+    assert again[0]["messages"] > min(r["messages"] for r in replies if r["prompt"] == 2)
+    # the spend is what the endpoint sent, to the message, on both nodes
+    sent = dict.fromkeys(usage.TOKEN_KEYS, 0)
+    for r in replies:
+        for k in usage.TOKEN_KEYS:
+            sent[k] += r["usage"][k]
+    assert status.usage is not None
+    assert {k: status.usage[k] for k in usage.TOKEN_KEYS} == sent
+    assert status.usage["cost_usd"] is not None and status.usage["cost_usd"] > 0
 
 
 def test_a_forged_signal_through_a_nodes_inbox_is_refused(

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import listener, proc, procinfo
-from loop_orchestrator.cluster import bundles
+from loop_orchestrator import listener, proc, procinfo, usage
+from loop_orchestrator.cluster import bundles, transcripts
 from loop_orchestrator.gitutil import git
 from loop_orchestrator.inbox import CLIENT_TIMEOUT
 from loop_orchestrator.sessions import LaunchSpec
@@ -43,6 +43,8 @@ AUDIT_ENV = "LO_ORCH_NODE_AUDIT"
 WIP_REF = "refs/lo-orch/wip"
 #: a queued request older than this lost its waiting sender (the listener answers None)
 STALE_AFTER = CLIENT_TIMEOUT - 2
+#: how long a PreToolUse hook waits for its tool's message to reach the transcript
+TRANSCRIPT_WAIT = 3.0
 
 
 def _install_audit(log_path: str) -> None:
@@ -154,6 +156,8 @@ class SessionHost:
         self._term: Any = None
         #: the watcher that ends this session's tmux server if this process dies (reaper.py)
         self._reaper: Any = None
+        #: what of the session's transcript the supervisor lacks (transcripts.py)
+        self._tail: transcripts.Tail | None = None
 
     # set-up --------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -260,10 +264,21 @@ class SessionHost:
         policy = dataclasses.replace(policy, read_only=(*policy.read_only, shared))
         return sandbox.confine(LaunchSpec(spec.task, spec.cwd, inner, spec.env), policy)
 
-    def launch(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> str:
-        """Start the agent in this node's tmux server; the inbox and checkpoints start."""
+    def launch(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        paths: dict[str, str],
+        transcript: dict[str, Any] | None = None,
+    ) -> str:
+        """Start the agent in this node's tmux server; the inbox and checkpoints start.
+        ``transcript``: ``{"session": id, "have": bytes | None}`` for an agent whose
+        transcript the supervisor keeps a copy of (``have``: that copy, put where the
+        agent's ``--resume`` looks on this node)."""
         with self._lock:
             spec = self._spec(argv, env, paths)
+            if transcript is not None:
+                self._follow_transcript(spec, transcript)
             if self._server is None:
                 self._server = listener.Server(self.run_dir, self._identify, self._deliver)
                 self._server.start()
@@ -285,6 +300,40 @@ class SessionHost:
                     ]
                 )
             return self.pane
+
+    def _follow_transcript(self, spec: LaunchSpec, transcript: dict[str, Any]) -> None:
+        config = usage.config_dir({**os.environ, **spec.env})
+        path = usage.transcript_path(config, self.checkout.resolve(), str(transcript["session"]))
+        if self._tail is not None and self._tail.path == path:
+            return  # the same session again (a respawn here): its file is here already
+        have = transcript.get("have")
+        have = have if isinstance(have, bytes) else b""
+        if have and read_regular(path, transcripts.MAX_BYTES) is None:
+            write_inside(config, path.relative_to(config).as_posix(), have)
+        self._tail = transcripts.Tail(path, read_regular, have)
+
+    def _wait_for_tool(self, message: dict[str, Any]) -> None:
+        """A ``PreToolUse`` hook waits (briefly) for the message asking for its tool to
+        reach the transcript, so the supervisor has it before the tool can run (as
+        locally: Claude Code may run the hook before it has written that message)."""
+        tail = self._tail
+        payload = message.get("payload")
+        ask = payload.get("tool_use_id") if isinstance(payload, dict) else None
+        if tail is None or message.get("event") != "PreToolUse" or not isinstance(ask, str):
+            return
+        wanted, deadline = ask.encode("utf-8"), time.monotonic() + TRANSCRIPT_WAIT
+        while ask and wanted not in (read_regular(tail.path, transcripts.MAX_BYTES) or b""):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
+
+    def transcript_whole(self) -> dict[str, Any] | None:
+        """The whole transcript (the supervisor's copy did not follow on from a delta)."""
+        with self._cond:
+            if self._tail is None:
+                return None
+            self._tail = transcripts.Tail(self._tail.path, read_regular)
+            return self._tail.delta()
 
     # the session -----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -353,16 +402,21 @@ class SessionHost:
 
     def _deliver(self, request: listener.Request) -> None:
         rid = str(next(self._ids))
+        from_pane = request.task == self.task
+        item = {
+            "id": rid,
+            "message": request.message,
+            "from_pane": from_pane,
+            "queued": time.monotonic(),
+        }
+        if from_pane:
+            self._wait_for_tool(request.message)
         with self._cond:
+            # read and queued under one lock: the deltas reach the supervisor in order
+            if from_pane and self._tail is not None:
+                item["transcript"] = self._tail.delta()
             self._pending[rid] = request
-            self._queue.append(
-                {
-                    "id": rid,
-                    "message": request.message,
-                    "from_pane": request.task == self.task,
-                    "queued": time.monotonic(),
-                }
-            )
+            self._queue.append(item)
             self._cond.notify_all()
 
     def next_requests(self, timeout: float) -> dict[str, Any]:
