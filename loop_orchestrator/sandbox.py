@@ -236,7 +236,9 @@ class Policy:
                 p for p in (state, tmux_socket_dir()) if not worktree.is_relative_to(p.resolve())
             ),
             pinned=tuple(pinned),
-            create=(inbox, plans, state),
+            # the tmux socket folder too: a folder that does not exist yet is not hidden, and
+            # the run's tmux server (made after the first launch's policy) would appear in it
+            create=(inbox, plans, state, tmux_socket_dir()),
             legacy_dirs=tuple(run_dir / name for name in LEGACY_REPORT_DIRS),
             legacy_files=tuple(run_dir / name for name in LEGACY_REPORT_FILES),
         )
