@@ -78,7 +78,18 @@ def ray_env() -> Iterator[RayEnv]:
     home = base / "home"
     (home / "tmux").mkdir(parents=True)
     audit = base / "audit.log"
+    # token authentication on, as Ray 2.61 makes it for every cluster: the token where
+    # `ray get-auth-token --generate` puts it (~/.ray) and in a file the nodes are told of
+    token = base / "ray-token"
+    token.write_text(os.urandom(16).hex(), encoding="utf-8")
+    (home / ".ray").mkdir()
+    shutil.copy(token, home / ".ray" / "auth_token")
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    saved = {k: os.environ.get(k) for k in auth}
+    os.environ.update(auth)  # this process joins too (the supervisor under test)
+    _reread_ray_config()
     env = {
+        **auth,
         "HOME": str(home),
         "TMUX_TMPDIR": str(home / "tmux"),
         "XDG_STATE_HOME": str(home / "state"),
@@ -109,6 +120,12 @@ def ray_env() -> Iterator[RayEnv]:
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _reread_ray_config()
         # the nodes' tmux servers this module's sessions started (their sockets are in its
         # own TMUX_TMPDIR): with the actors gone, their reapers end each; a leftover is
         # ended here and fails the module
@@ -124,6 +141,14 @@ def ray_env() -> Iterator[RayEnv]:
             )
         shutil.rmtree(base, ignore_errors=True)
     assert not left, f"tmux servers outlived their sessions' actors: {left}"
+
+
+def _reread_ray_config() -> None:
+    """Make this process's Ray read RAY_AUTH_MODE again (it keeps what it read first; Ray
+    itself does this when it turns token authentication on)."""
+    from ray._raylet import Config  # type: ignore[attr-defined]
+
+    Config.initialize("")
 
 
 def _node_tmux_servers(tmux_tmpdir: Path, fragment: str = "") -> list[str]:
@@ -505,6 +530,69 @@ def test_a_forged_signal_through_a_nodes_inbox_is_refused(
     assert list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/checkout")) == []  # cleaned up
     for task in TASKS:
         assert _staging_merges(repo, run, task) == 1, task
+
+
+JOIN = (
+    "import sys, ray\n"
+    "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+    "print('JOINED', ray.cluster_resources())\n"
+)
+
+
+def test_a_session_on_a_node_cannot_reach_the_cluster(
+    ray_env: RayEnv, tmp_path: Path, tmux_socket: str
+) -> None:
+    """A session that wants to run code outside its sandbox through Ray (an actor is any
+    program, as the node's user): it finds no Ray variable in its environment or its tmux
+    server's, no token in ~/.ray, nothing in the node's Ray folder, and joining the
+    cluster, by its address or by looking for it, fails."""
+    files = demo.prepare_demo(tmp_path)
+    address = ray_env.cluster.address
+    probe = (
+        "{ echo ENV; env | grep '^RAY_'; tmux -L \"$LO_ORCH_TMUX_SOCKET\" show-environment -g"
+        " 2>/dev/null | grep '^RAY_'; echo TOKEN; cat \"$HOME/.ray/auth_token\" 2>/dev/null;"
+        f" echo; echo FOLDER; ls -A {ray_env.base / 't'} 2>/dev/null; echo JOIN;"
+        f' timeout 90 {sys.executable} -c "$JOIN" {address} 2>&1 | grep JOINED;'
+        f' timeout 90 {sys.executable} -c "$JOIN" auto 2>&1 | grep JOINED;'
+        " echo END; } > probe.txt"
+    )
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        plan["name"] = f"rayp{tmp_path.name[-6:]}".replace("_", "")
+        plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "tokenize"]
+        plan["tasks"][0]["owns"] += ["probe.txt"]
+        first = script["tokenize"]["implement"][0]
+        run = {"argv": ["env", f"JOIN={JOIN}", "sh", "-c", probe], "check": False}
+        script["tokenize"]["implement"][0] = [{"run": run}, *first]
+
+    _edit(files, change)
+    repo = files.repo
+    settings = ray_env.settings(files.script)
+    _approve(files, settings)
+    outcome = Supervisor(repo, settings).run()
+    assert outcome.state == "review", outcome.message
+    status = Store(RunDir(repo)).read_status("tokenize")
+    seen = git(repo, "show", f"{status.commit}:probe.txt")
+    assert seen.startswith("ENV\nTOKEN\n") and seen.endswith("FOLDER\nJOIN\nEND\n"), seen
+    # the attack is real: the node does hold these, outside the session's reach, and the
+    # token is what joining takes
+    assert (Path(ray_env.env["HOME"]) / ".ray" / "auth_token").is_file()
+    assert any((ray_env.base / "t").iterdir())
+    joins = {}
+    for name, env in {
+        "with the token": dict(os.environ),
+        "without": {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_TOKEN")},
+    }.items():
+        done = subprocess.run(
+            [sys.executable, "-c", JOIN, address],
+            env={**env, "HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        joins[name] = "JOINED" in done.stdout
+    assert joins == {"with the token": True, "without": False}
 
 
 def test_a_killed_supervisor_readopts_the_remote_sessions(

@@ -139,7 +139,13 @@ class SessionHost:
         self.checkout = self.home / "checkout"
         self.run_dir = self.home / "run"
         self.socket = f"lon-{digest[:8]}-{task[:24]}-g{generation}"
-        self.tmux = TmuxBackend(f"{run}-{task}"[:64], socket=self.socket)
+        # the session's tmux server starts without this worker's Ray variables (a token, the
+        # cluster's address): a session inherits the server's environment
+        from loop_orchestrator.cluster.connect import ray_env_names
+
+        ray_vars = set(ray_env_names())
+        clean = {k: v for k, v in os.environ.items() if k not in ray_vars}
+        self.tmux = TmuxBackend(f"{run}-{task}"[:64], socket=self.socket, env=clean)
         self.branch = ""
         self.pane: str | None = None
         self.known: list[str] = []  # commits the supervisor has
@@ -261,7 +267,18 @@ class SessionHost:
         # locally every other task's worktree and the run folder lie inside the read-only
         # repository; here they are siblings under the run's node folder: read-only too
         shared = self.home.parent.resolve()
-        policy = dataclasses.replace(policy, read_only=(*policy.read_only, shared))
+        # and what would let it join the cluster (outside any sandbox, as this node's user):
+        # Ray's token and this node's Ray folder are hidden, its variables unset
+        from loop_orchestrator.cluster.connect import ray_env_names, ray_secret_paths
+
+        mine = self.home.resolve()
+        secrets = [p.resolve() for p in ray_secret_paths()]
+        policy = dataclasses.replace(
+            policy,
+            read_only=(*policy.read_only, shared),
+            hidden=(*policy.hidden, *(p for p in secrets if not mine.is_relative_to(p))),
+            unset_env=tuple(ray_env_names()),
+        )
         return sandbox.confine(LaunchSpec(spec.task, spec.cwd, inner, spec.env), policy)
 
     def launch(
