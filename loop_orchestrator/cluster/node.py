@@ -109,6 +109,28 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     return data if len(data) <= limit else None
 
 
+def install_paths() -> dict[str, str]:
+    """Where this machine's lo-orch install is, by kind: the Python it runs in, the folder
+    handed to ``claude --plugin-dir``, its source root (a checkout run from source). A
+    launch names the supervisor's; a node runs its own (installed elsewhere, as likely)."""
+    from loop_orchestrator import resources
+
+    return {
+        "python": str(Path(sys.executable).absolute()),  # not resolved: that leaves the venv
+        "plugin": str(resources.plugin_dir()),
+        "source": str(Path(__file__).resolve().parent.parent.parent),
+    }
+
+
+def rewrite_paths(text: str, paths: dict[str, str], here: dict[str, str]) -> str:
+    """``text`` with each supervisor path of ``paths`` (path -> kind) replaced by what that
+    kind is here (``here``: kind -> path), longest first; a kind unknown here stays."""
+    for old, kind in sorted(paths.items(), key=lambda kv: -len(kv[0])):
+        if kind in here and old:
+            text = text.replace(old, here[kind])
+    return text
+
+
 class SessionHost:
     """One task's session on this node (see the module docstring)."""
 
@@ -229,18 +251,18 @@ class SessionHost:
         for rel, data in run_files.items():
             self._write(self.run_dir, rel, data)
 
+    def _here(self) -> dict[str, str]:
+        return {"checkout": str(self.checkout), "run": str(self.run_dir), **install_paths()}
+
     def _spec(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> LaunchSpec:
         """The local launch rewritten for this node (``paths``: supervisor path -> what it
-        is here: ``checkout`` or ``run``)."""
+        is here: ``checkout``, ``run`` or a part of the lo-orch install, ``install_paths``)."""
         from loop_orchestrator.agents.base import lo_orch_bin
 
-        here = {"checkout": str(self.checkout), "run": str(self.run_dir)}
-        mapping = sorted(((k, here[v]) for k, v in paths.items()), key=lambda kv: -len(kv[0]))
+        here = self._here()
 
         def rewrite(text: str) -> str:
-            for old, new in mapping:
-                text = text.replace(old, new)
-            return text
+            return rewrite_paths(text, paths, here)
 
         node_env = {k: rewrite(v) for k, v in env.items()}
         node_env["LO_ORCH_RUN_DIR"] = str(self.run_dir)
@@ -370,10 +392,7 @@ class SessionHost:
 
     def paste(self, text: str, bracketed: bool, paths: dict[str, str]) -> None:
         assert self.pane is not None
-        here = {"checkout": str(self.checkout), "run": str(self.run_dir)}
-        for old, kind in sorted(paths.items(), key=lambda kv: -len(kv[0])):
-            text = text.replace(old, here[kind])
-        self.tmux.paste(self.pane, text, bracketed=bracketed)
+        self.tmux.paste(self.pane, rewrite_paths(text, paths, self._here()), bracketed=bracketed)
 
     def send_keys(self, keys: list[str]) -> None:
         assert self.pane is not None

@@ -181,7 +181,10 @@ class RayBackend:
         return f"{base}/head", f"{base}/wip"
 
     def _paths(self, spec_cwd: Path) -> dict[str, str]:
-        paths: dict[str, str] = {}
+        """What the node must rewrite in a launch or prompt: supervisor path -> its kind."""
+        from loop_orchestrator.cluster.node import install_paths
+
+        paths: dict[str, str] = {path: kind for kind, path in install_paths().items()}
         for p in (spec_cwd, spec_cwd.resolve()):
             paths[str(p)] = "checkout"
         for p in (self.rundir.root, self.rundir.root.resolve()):
