@@ -430,9 +430,8 @@ def test_real_claude_code_on_a_node_is_priced_and_resumes_its_conversation_on_an
         )
         _approve(files, settings)
         outcome: list[Any] = []
-        supervisor = threading.Thread(
-            target=lambda: outcome.append(Supervisor(repo, settings).run()), daemon=True
-        )
+        running = Supervisor(repo, settings)
+        supervisor = threading.Thread(target=lambda: outcome.append(running.run()), daemon=True)
         supervisor.start()
         wait_for(marker.exists, 240, "the slow tool started on the node", interval=0.2)
         st = Store(RunDir(repo)).read_status("tokenize")
@@ -481,6 +480,15 @@ def test_real_claude_code_on_a_node_is_priced_and_resumes_its_conversation_on_an
     assert status.usage is not None
     assert {k: status.usage[k] for k in usage.TOKEN_KEYS} == sent
     assert status.usage["cost_usd"] is not None and status.usage["cost_usd"] > 0
+    # what came over the network is what the transcript gained, not the file at each event
+    final = usage.session_transcript(
+        Path(str(status.worktree)), str(status.session_id), dict(os.environ)
+    )
+    size = len(final.read_bytes())
+    stats: dict[str, list[tuple[str, float]]] = getattr(running.backend, "stats", {})
+    deltas = [v for what, v in stats["tokenize"] if what == "transcript_bytes"]
+    print(f"transcript {size} bytes; {len(deltas)} deltas, {sum(deltas):.0f} bytes sent")
+    assert len(deltas) > 3 and sum(deltas) <= 1.5 * size
 
 
 def test_a_forged_signal_through_a_nodes_inbox_is_refused(

@@ -405,8 +405,11 @@ class RayBackend:
             return
         if not transcripts.keep(Path(copy), delta):
             whole = self._call(pane_id, "transcript_whole")
-            if isinstance(whole, dict):
-                transcripts.keep(Path(copy), whole)
+            if not isinstance(whole, dict) or not transcripts.keep(Path(copy), whole):
+                return
+            delta = whole
+        data = delta.get("data")
+        self._stat(task, "transcript_bytes", float(len(data) if isinstance(data, bytes) else 0))
 
     def state(self, pane_id: str) -> PaneState:
         ray = self._ray()
