@@ -146,9 +146,10 @@ def ray_env() -> Iterator[RayEnv]:
 def _reread_ray_config() -> None:
     """Make this process's Ray read RAY_AUTH_MODE again (it keeps what it read first; Ray
     itself does this when it turns token authentication on)."""
-    from ray._raylet import Config  # type: ignore[attr-defined]
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()  # and the token it loaded
 
 
 def _node_tmux_servers(tmux_tmpdir: Path, fragment: str = "") -> list[str]:
