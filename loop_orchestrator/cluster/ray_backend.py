@@ -357,8 +357,10 @@ class RayBackend:
     def state(self, pane_id: str) -> PaneState:
         ray = self._ray()
         handle = self._handle(pane_id)
-        if handle is None:
-            return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
+        if handle is None:  # its actor is gone: the session went with its host
+            return PaneState(
+                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=True
+            )
         try:
             got = ray.get(handle.state.remote(), timeout=CALL_TIMEOUT)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
@@ -366,7 +368,9 @@ class RayBackend:
         except ray.exceptions.RayError:
             with self._lock:
                 self._handles.pop(pane_id, None)
-            return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
+            return PaneState(
+                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=True
+            )
         return PaneState(
             pane_id,
             alive=bool(got["alive"]),
