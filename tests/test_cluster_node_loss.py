@@ -119,6 +119,7 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
         thread, outcome = _supervise(repo, settings)
 
         current = first
+        removed: list[str] = []
         for n in (2, 3):
             wait_for(
                 functools.partial(_working_on, repo, current, PAIR),
@@ -131,6 +132,7 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
             added.append(spare)
             ray_env.cluster.remove_node(current)
             added.remove(current)
+            removed.append(current.node_id[:8])
             current = spare
 
         thread.join(timeout=400)
@@ -144,6 +146,7 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
     for task in PAIR:
         st = store.read_status(task)
         assert st.phase == Phase.INTEGRATED, st.error
+        assert not any(node in (st.node or "") for node in removed), st.node
         assert st.node_losses == 2, task
         assert st.relaunches == 0, task  # the agent's own relaunch is still unused
         died = [e for e in events if e["event"] == "session_died" and e.get("task") == task]

@@ -1,6 +1,7 @@
 """A local session's relaunch budget (issue 19's gap): lost cluster nodes are counted apart
 (``node_losses``, ``[cluster] max_node_losses``), but a local pane that goes away is an
-agent's session ending, as before: one relaunch, then the task fails."""
+agent's session ending, as before: one relaunch, then the task fails. And when the
+clean-up drops a run's cluster refs (plain git refs: tested without a cluster here)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo
+from loop_orchestrator import demo, integration
+from loop_orchestrator.cluster import refs
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
 
@@ -79,3 +82,49 @@ def test_a_local_pane_killed_twice_gets_one_relaunch_then_fails(
     died = [e["cause"] for e in events if e["event"] == "session_died"]
     assert died == ["exited"]
     assert [e["cause"] for e in events if e["event"] == "task_failed"] == ["exited"]
+
+
+def _refs(repo: Path, run: str) -> set[str]:
+    out = git(repo, "for-each-ref", "--format=%(refname)", f"refs/lo-orch/cluster/{run}/")
+    return set(out.split())
+
+
+def test_cleanup_keeps_a_resumable_tasks_cluster_refs_until_the_run_is_over(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    """The clean-up rule for `refs/lo-orch/cluster/<run>/` without a cluster (the refs are
+    plain git; as a Ray run leaves them): a plain `lo-orch cleanup` of an unfinished run
+    drops only the integrated task's working refs (slug, failed, may still be retried from
+    its checkpoint); `cleanup --abandon` drops slug's too. A kept/ ref (a person's saved
+    edits) survives both, and each clean-up lists it."""
+    repo = demo_files.repo
+    only(demo_files, "tokenize", "slug")
+    edit_script(demo_files, lambda d: d["slug"].update(implement=[[{"exit": 3}]]))
+    settings = demo.demo_settings(demo_files.script)
+    approve(demo_files, settings)
+    outcome = Supervisor(repo, settings).run()
+    assert outcome.state == "blocked", outcome.message
+    run = Store(RunDir(repo)).read_run().name
+    head = git(repo, "rev-parse", "HEAD").strip()
+    prefix = f"refs/lo-orch/cluster/{run}"
+    working = {f"{prefix}/{t}/{n}" for t in ("tokenize", "slug") for n in refs.WORKING}
+    kept = f"{prefix}/slug/kept/1764000000000000000"
+    for ref in [*working, kept]:
+        git(repo, "update-ref", ref, head)
+    # another run whose name starts like this one's: never touched
+    other = f"refs/lo-orch/cluster/{run}x/slug/wip"
+    git(repo, "update-ref", other, head)
+
+    first = integration.cleanup(repo)
+
+    slug_refs = {r for r in working if "/slug/" in r}
+    assert _refs(repo, run) == {*slug_refs, kept}
+    assert set(first.refs_deleted) == working - slug_refs
+    assert first.refs_kept == [kept]
+
+    second = integration.cleanup(repo, abandon=True)
+
+    assert _refs(repo, run) == {kept}
+    assert set(second.refs_deleted) == slug_refs
+    assert second.refs_kept == [kept]
+    assert git(repo, "rev-parse", other).strip() == head
