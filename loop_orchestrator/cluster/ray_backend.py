@@ -365,11 +365,14 @@ class RayBackend:
             got = ray.get(handle.state.remote(), timeout=CALL_TIMEOUT)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
             return PaneState(pane_id, alive=True, dead_status=None, pid=None, exists=True)
-        except ray.exceptions.RayError:
+        except ray.exceptions.RayError as exc:
             with self._lock:
                 self._handles.pop(pane_id, None)
+            # lost with its host only when the actor itself died (its node, its process);
+            # an actor that answered with an error is the session's own failure
+            lost = isinstance(exc, ray.exceptions.RayActorError)
             return PaneState(
-                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=True
+                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=lost
             )
         return PaneState(
             pane_id,
