@@ -201,7 +201,7 @@ class Delivery(UsageAndLimits):
     def _died_under(self, task: str, exc: LoOrchError) -> bool:
         """A step failed because its session is gone (a Ray node lost while a prompt was
         being delivered; a pane killed mid-step): the task goes the way of any dead session
-        (relaunched once, resumed), not blocked for a person. A backend call that failed
+        (relaunched and resumed), not blocked for a person. A backend call that failed
         (``TmuxError``) on a dead session counts; so does an agent error (a prompt not
         confirmed, a ready prompt not reached) when the session no longer exists at all:
         which of the two a lost session raises depends only on the moment it went. An agent

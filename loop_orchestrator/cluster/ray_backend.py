@@ -3,7 +3,8 @@
 Each task's session is a detached, named ``node.SessionHost`` actor (``lo-<run>-<digest>-
 <task>-g<generation>`` in the ``[cluster] namespace``, one ``slot_resource`` each, the
 task's ``node_labels`` as its label selector, never restarted by Ray: a lost node is seen
-as a gone pane, and the supervisor's dead-pane path launches the task again). Pane ids are
+as a gone pane (``PaneState.lost``: counted apart from an agent's exit, up to ``[cluster]
+max_node_losses``), and the supervisor's dead-pane path launches the task again). Pane ids are
 ``ray:<task>:<generation>``: unique per run and found again by a restarted supervisor from
 the actors' names (``list_panes``).
 
