@@ -305,3 +305,31 @@ def test_a_new_run_of_the_same_name_does_not_take_an_earlier_runs_checkpoint(
     assert len(dropped) == 1
     assert dropped[0]["refs"][f"{prefix}/wip"] == old_wip
     assert git(repo, "rev-parse", f"{prefix}/kept/1").strip() == old_wip
+
+
+def test_an_agent_ending_itself_on_a_node_is_no_lost_node(
+    ray_env: RayEnv, two_tasks: demo.DemoFiles
+) -> None:
+    """slug's agent, on its node, kills itself (SIGKILL to the agent's process) to get a
+    fresh start, twice: its actor and node live on, so that is an agent's exit, not a lost
+    node. One relaunch, then the task fails; the budget for lost nodes is not touched."""
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "slug"]
+        suicide = {"run": {"argv": ["sh", "-c", "kill -9 $PPID"], "check": False}}
+        script["slug"]["implement"] = [[suicide]]
+
+    _edit(two_tasks, change)
+    repo = two_tasks.repo
+    settings = ray_env.settings(two_tasks.script, max_node_losses=5)
+    _approve(two_tasks, settings)
+
+    outcome = Supervisor(repo, settings).run()
+
+    assert outcome.state == "blocked", (outcome.message, _shown(repo))
+    st = Store(RunDir(repo)).read_status("slug")
+    assert st.phase == Phase.FAILED
+    assert (st.relaunches, st.node_losses) == (1, 0)
+    events = [e for e in _ledger(repo) if e.get("task") == "slug"]
+    assert [e["cause"] for e in events if e["event"] == "session_died"] == ["exited"]
+    assert [e["cause"] for e in events if e["event"] == "task_failed"] == ["exited"]
