@@ -121,6 +121,9 @@ class PaneState:
     dead_status: int | None
     pid: int | None
     exists: bool
+    #: the session went with its host (a cluster backend: its actor or node is gone), not
+    #: by its agent exiting or a person killing it; never true for a local pane
+    lost: bool = False
 
 
 class SessionBackend(Protocol):

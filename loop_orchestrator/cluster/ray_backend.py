@@ -3,7 +3,8 @@
 Each task's session is a detached, named ``node.SessionHost`` actor (``lo-<run>-<digest>-
 <task>-g<generation>`` in the ``[cluster] namespace``, one ``slot_resource`` each, the
 task's ``node_labels`` as its label selector, never restarted by Ray: a lost node is seen
-as a gone pane, and the supervisor's dead-pane path launches the task again). Pane ids are
+as a gone pane (``PaneState.lost``: counted apart from an agent's exit, up to ``[cluster]
+max_node_losses``), and the supervisor's dead-pane path launches the task again). Pane ids are
 ``ray:<task>:<generation>``: unique per run and found again by a restarted supervisor from
 the actors' names (``list_panes``).
 
@@ -414,16 +415,23 @@ class RayBackend:
     def state(self, pane_id: str) -> PaneState:
         ray = self._ray()
         handle = self._handle(pane_id)
-        if handle is None:
-            return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
+        if handle is None:  # its actor is gone: the session went with its host
+            return PaneState(
+                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=True
+            )
         try:
             got = ray.get(handle.state.remote(), timeout=CALL_TIMEOUT)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
             return PaneState(pane_id, alive=True, dead_status=None, pid=None, exists=True)
-        except ray.exceptions.RayError:
+        except ray.exceptions.RayError as exc:
             with self._lock:
                 self._handles.pop(pane_id, None)
-            return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
+            # lost with its host only when the actor itself died (its node, its process);
+            # an actor that answered with an error is the session's own failure
+            lost = isinstance(exc, ray.exceptions.RayActorError)
+            return PaneState(
+                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=lost
+            )
         return PaneState(
             pane_id,
             alive=bool(got["alive"]),
