@@ -1,8 +1,8 @@
 """Lost nodes and a run's cluster refs on a real multi-node Ray cluster (issue 19's gaps).
 
-The cluster is test_cluster_ray's module fixture (a head and three nodes with session
-slots); the tests here add nodes with a label of their own (``lo-node: pin``) to place two
-sessions on one node and remove it, and use a two-task run (tokenize, slug) of the demo.
+The cluster is helpers.ray_cluster's (a head and three nodes with session slots); the
+tests here add nodes with a label of their own (``lo-node: pin``) to place two sessions on
+one node and remove it, and use a two-task run (tokenize, slug) of the demo.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_cluster_ray
 import yaml
+from helpers import ray_cluster
 from helpers.git import commit, git
+from helpers.ray_cluster import RayEnv, edit_demo, staging_merges
+from helpers.runs import approve, ledger
 from helpers.wait import wait_for
-from test_cluster_ray import RayEnv, _approve, _edit, _ledger, _staging_merges
 
 from loop_orchestrator import demo, integration, runs
 from loop_orchestrator.state import Phase, RunDir, Store
@@ -28,8 +29,8 @@ from loop_orchestrator.supervisor import Supervisor
 
 pytestmark = pytest.mark.slow
 
-#: the module-wide cluster of test_cluster_ray (a fixture: one cluster for this module too)
-ray_env = test_cluster_ray.ray_env
+#: the module's cluster (helpers.ray_cluster)
+ray_env = ray_cluster.ray_env
 PAIR = ("tokenize", "slug")
 PIN = {"lo-node": "pin"}
 
@@ -45,7 +46,7 @@ def two_tasks(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
         for task in [k for k in script if k not in PAIR]:
             del script[task]
 
-    _edit(files, keep_two)
+    edit_demo(files, keep_two)
     return files
 
 
@@ -111,10 +112,10 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
             for task in PAIR:
                 _sleep_first(script, task, 30)
 
-        _edit(two_tasks, change)
+        edit_demo(two_tasks, change)
         repo = two_tasks.repo
         settings = ray_env.settings(two_tasks.script, checkpoint_seconds=2.0)
-        _approve(two_tasks, settings)
+        approve(two_tasks, settings)
         run = Store(RunDir(repo)).read_run().name
         thread, outcome = _supervise(repo, settings)
 
@@ -142,7 +143,7 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
             ray_env.cluster.remove_node(node)
 
     store = Store(RunDir(repo))
-    events = _ledger(repo)
+    events = ledger(repo)
     for task in PAIR:
         st = store.read_status(task)
         assert st.phase == Phase.INTEGRATED, st.error
@@ -152,7 +153,7 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
         died = [e for e in events if e["event"] == "session_died" and e.get("task") == task]
         assert [e["cause"] for e in died] == ["node_lost", "node_lost"], died
         assert [e["node_losses"] for e in died] == [1, 2]
-        assert _staging_merges(repo, run, task) == 1, task
+        assert staging_merges(repo, run, task) == 1, task
     assert not [e for e in events if e["event"] in ("task_blocked", "task_failed")]
     integrated = Counter(e["task"] for e in events if e["event"] == "task_integrated")
     assert integrated == dict.fromkeys(PAIR, 1)
@@ -173,10 +174,10 @@ def test_a_task_past_max_node_losses_fails_naming_the_cap(
             plan["tasks"][0]["node_labels"] = dict(PIN)
             _sleep_first(script, "slug", 60)
 
-        _edit(two_tasks, change)
+        edit_demo(two_tasks, change)
         repo = two_tasks.repo
         settings = ray_env.settings(two_tasks.script, max_node_losses=0)
-        _approve(two_tasks, settings)
+        approve(two_tasks, settings)
         thread, outcome = _supervise(repo, settings)
         wait_for(
             lambda: _working_on(repo, first, ("slug",)),
@@ -198,9 +199,9 @@ def test_a_task_past_max_node_losses_fails_naming_the_cap(
     assert st.phase == Phase.FAILED
     assert st.error is not None
     assert "max_node_losses = 0" in st.error and "lo-orch retry slug" in st.error
-    failed = [e for e in _ledger(repo) if e["event"] == "task_failed"]
+    failed = [e for e in ledger(repo) if e["event"] == "task_failed"]
     assert [(e["task"], e["cause"]) for e in failed] == [("slug", "node_lost")]
-    assert not any(e["event"] == "session_died" for e in _ledger(repo))
+    assert not any(e["event"] == "session_died" for e in ledger(repo))
 
     again = runs.retry_task(repo, "slug")
     assert again.node_losses == 0 and again.phase != Phase.FAILED
@@ -222,10 +223,10 @@ def test_cleanup_drops_the_runs_cluster_refs_but_keeps_a_persons_saved_edits(
     def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
         _sleep_first(script, "slug", 25)
 
-    _edit(two_tasks, change)
+    edit_demo(two_tasks, change)
     repo = two_tasks.repo
     settings = ray_env.settings(two_tasks.script)
-    _approve(two_tasks, settings)
+    approve(two_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
     thread, outcome = _supervise(repo, settings)
 
@@ -260,7 +261,7 @@ def test_cleanup_drops_the_runs_cluster_refs_but_keeps_a_persons_saved_edits(
     assert shown.returncode == 0, shown.stderr
     assert kept[0] in shown.stdout and "git show --stat <ref>" in shown.stdout
     assert _cluster_refs(repo, run) == kept
-    assert [e["refs_kept"] for e in _ledger(repo) if e["event"] == "cleanup"][-1] == kept
+    assert [e["refs_kept"] for e in ledger(repo) if e["event"] == "cleanup"][-1] == kept
 
 
 def test_a_new_run_of_the_same_name_does_not_take_an_earlier_runs_checkpoint(
@@ -289,7 +290,7 @@ def test_a_new_run_of_the_same_name_does_not_take_an_earlier_runs_checkpoint(
     git(repo, "update-ref", f"{prefix}/kept/1", old_wip)
 
     settings = ray_env.settings(two_tasks.script)
-    _approve(two_tasks, settings)
+    approve(two_tasks, settings)
     outcome = Supervisor(repo, settings).run()
 
     assert outcome.state == "review", (outcome.message, _shown(repo))
@@ -301,7 +302,7 @@ def test_a_new_run_of_the_same_name_does_not_take_an_earlier_runs_checkpoint(
         ["git", "-C", str(repo), "merge-base", "--is-ancestor", old_head, st.commit], check=False
     )
     assert ancestor.returncode == 1
-    dropped = [e for e in _ledger(repo) if e["event"] == "cluster_refs_dropped"]
+    dropped = [e for e in ledger(repo) if e["event"] == "cluster_refs_dropped"]
     assert len(dropped) == 1
     assert dropped[0]["refs"][f"{prefix}/wip"] == old_wip
     assert git(repo, "rev-parse", f"{prefix}/kept/1").strip() == old_wip
@@ -319,10 +320,10 @@ def test_an_agent_ending_itself_on_a_node_is_no_lost_node(
         suicide = {"run": {"argv": ["sh", "-c", "kill -9 $PPID"], "check": False}}
         script["slug"]["implement"] = [[suicide]]
 
-    _edit(two_tasks, change)
+    edit_demo(two_tasks, change)
     repo = two_tasks.repo
     settings = ray_env.settings(two_tasks.script, max_node_losses=5)
-    _approve(two_tasks, settings)
+    approve(two_tasks, settings)
 
     outcome = Supervisor(repo, settings).run()
 
@@ -330,6 +331,6 @@ def test_an_agent_ending_itself_on_a_node_is_no_lost_node(
     st = Store(RunDir(repo)).read_status("slug")
     assert st.phase == Phase.FAILED
     assert (st.relaunches, st.node_losses) == (1, 0)
-    events = [e for e in _ledger(repo) if e.get("task") == "slug"]
+    events = [e for e in ledger(repo) if e.get("task") == "slug"]
     assert [e["cause"] for e in events if e["event"] == "session_died"] == ["exited"]
     assert [e["cause"] for e in events if e["event"] == "task_failed"] == ["exited"]
