@@ -312,7 +312,11 @@ def analyse(
         for what, value in values:
             sums[what] = sums.get(what, 0.0) + float(value)
         sent.append(sums.get("start_bundle_bytes", 0.0))
-        received.append(sums.get("bundle_bytes", 0.0) + sums.get("checkpoint_bytes", 0.0))
+        received.append(
+            sums.get("bundle_bytes", 0.0)
+            + sums.get("checkpoint_bytes", 0.0)
+            + sums.get("transcript_bytes", 0.0)  # a Claude Code session's transcript
+        )
     integrated = {e.get("task") for e in ledger if e["event"] == "task_integrated"}
     events = len(ledger) + len(journal)
     return {

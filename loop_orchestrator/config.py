@@ -179,6 +179,9 @@ class ClusterConfig(_Section):
     slot_resource: str = Field(default="lo_session", pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
     #: seconds between a node's work-in-progress bundles (the most work a lost node costs)
     checkpoint_seconds: float = Field(default=180.0, gt=0, le=86400, allow_inf_nan=False)
+    #: how many lost nodes a task survives (relaunched elsewhere each time, apart from the
+    #: one relaunch an agent that exits gets); the next loss fails the task
+    max_node_losses: int = Field(default=3, ge=0, le=100)
     #: where a node keeps its checkouts ("" = ``~/.cache/lo-orch/nodes`` on that node;
     #: ``LO_ORCH_NODE_ROOT`` in the node's environment wins)
     node_root: str = ""

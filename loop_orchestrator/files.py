@@ -33,11 +33,24 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     crash (the published view of the supervisor's record), where a power cut may lose the
     last write but never leaves half a file.
     """
+    _atomic_write(path, text, durable=durable)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """``atomic_write_text`` for bytes."""
+    _atomic_write(path, data, durable=durable)
+
+
+def _atomic_write(path: Path, data: str | bytes, *, durable: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            # checked and encoded here, inside the try: a bad value leaves no temp file
+            if not isinstance(data, str | bytes):
+                msg = f"can only write str or bytes, not {type(data).__name__}"
+                raise TypeError(msg)
+            fh.write(data if isinstance(data, bytes) else data.encode("utf-8"))
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())

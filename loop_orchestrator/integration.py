@@ -279,6 +279,10 @@ class CleanupResult:
     branches_kept: list[str]
     #: why each kept worktree or branch was kept
     details: dict[str, str] = field(default_factory=dict)
+    #: the run's cluster refs deleted (``refs/lo-orch/cluster/<run>/<task>/head`` ...)
+    refs_deleted: list[str] = field(default_factory=list)
+    #: a person's edits lo-orch saved from a remote task's local worktree (never deleted)
+    refs_kept: list[str] = field(default_factory=list)
 
 
 def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) -> CleanupResult:
@@ -313,12 +317,15 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
         for st in rec.tasks().values():
             if st.phase in (Phase.INTEGRATED,) and st.pane_id:
                 rec.update_task(st.task, pane_id=None)
+    refs_deleted, refs_kept = _cluster_refs(repo, state.name, rec, report.kept_dirty)
     store.append_ledger(
         "cleanup",
         removed=report.removed,
         kept_dirty=report.kept_dirty,
         branches_deleted=report.branches_deleted,
         session_killed=killed,
+        refs_deleted=refs_deleted,
+        refs_kept=refs_kept,
     )
     return CleanupResult(
         killed,
@@ -327,4 +334,30 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
         report.branches_deleted,
         report.branches_kept,
         report.details,
+        refs_deleted,
+        refs_kept,
     )
+
+
+def _cluster_refs(
+    repo: Path, run: str, rec: Record | None, kept_dirty: list[str]
+) -> tuple[list[str], list[str]]:
+    """Drop the run's cluster working refs (``head``, ``wip``, ``out``, ``applied``) of every
+    task whose worktree is gone, once the run is over (merged or stopped) or the task is
+    integrated: a task still to be resumed keeps its checkpoint. ``kept/`` refs (a person's
+    saved edits) stay and are listed."""
+    from loop_orchestrator.cluster import refs as cluster_refs
+
+    found = cluster_refs.listing(repo, run)
+    if not found:
+        return [], []
+    over = rec is None or rec.run.phase in (RunPhase.MERGED, RunPhase.STOPPED)
+    tasks = rec.tasks() if rec is not None else {}
+    names = {ref[len(cluster_refs.prefix(run)) :].partition("/")[0] for ref in found}
+    done = {
+        t
+        for t in names
+        if t not in kept_dirty and (over or (t in tasks and tasks[t].phase == Phase.INTEGRATED))
+    }
+    deleted = cluster_refs.drop(repo, run, done)
+    return sorted(deleted), cluster_refs.kept(repo, run)

@@ -377,6 +377,7 @@ def retry_task(
     changes: dict[str, Any] = {
         "error": None,
         "relaunches": 0,
+        "node_losses": 0,
         "nudged": False,
         "delivered": None,
         "delivering": None,

@@ -199,6 +199,8 @@ class Policy:
     legacy_dirs: tuple[Path, ...] = ()
     legacy_files: tuple[Path, ...] = ()
     legacy_reporting: bool = True
+    #: environment variables the session must not inherit (a node's Ray credentials)
+    unset_env: tuple[str, ...] = ()
 
     @classmethod
     def for_task(cls, *, repo: Path, run_dir: Path, worktree: Path, task: str) -> Policy:
@@ -236,7 +238,9 @@ class Policy:
                 p for p in (state, tmux_socket_dir()) if not worktree.is_relative_to(p.resolve())
             ),
             pinned=tuple(pinned),
-            create=(inbox, plans, state),
+            # the tmux socket folder too: a folder that does not exist yet is not hidden, and
+            # the run's tmux server (made after the first launch's policy) would appear in it
+            create=(inbox, plans, state, tmux_socket_dir()),
             legacy_dirs=tuple(run_dir / name for name in LEGACY_REPORT_DIRS),
             legacy_files=tuple(run_dir / name for name in LEGACY_REPORT_FILES),
         )
@@ -260,8 +264,13 @@ def wrap(argv: list[str], policy: Policy) -> list[str]:
     for path in _existing(policy.pinned):
         out += ["--ro-bind", str(path), str(path)]
     for path in _existing(policy.hidden):
-        # an empty, read-only folder: nothing to read, nothing planted for a later look
-        out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        if path.is_file():
+            out += ["--ro-bind", "/dev/null", str(path)]  # a regular file: empty
+        else:
+            # an empty, read-only folder: nothing to read, nothing planted for a later look
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+    for name in dict.fromkeys(policy.unset_env):
+        out += ["--unsetenv", name]
     return [*out, "--die-with-parent", "--", *argv]
 
 

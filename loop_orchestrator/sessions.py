@@ -100,12 +100,18 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
 
 @dataclass
 class LaunchSpec:
-    """What to run in a task's pane: ``argv`` is executed as is, ``env`` is added to it."""
+    """What to run in a task's pane: ``argv`` is executed as is, ``env`` is added to it.
+
+    ``transcript`` is where the agent keeps its conversation on this machine (Claude Code:
+    ``<config dir>/projects/<cwd>/<session id>.jsonl``), when lo-orch reads it (spend) or
+    the agent needs it to resume: a backend that runs the session elsewhere keeps a copy
+    there and takes it along when the session moves."""
 
     task: str
     cwd: Path
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    transcript: Path | None = None
 
 
 @dataclass
@@ -115,6 +121,9 @@ class PaneState:
     dead_status: int | None
     pid: int | None
     exists: bool
+    #: the session went with its host (a cluster backend: its actor or node is gone), not
+    #: by its agent exiting or a person killing it; never true for a local pane
+    lost: bool = False
 
 
 class SessionBackend(Protocol):

@@ -136,6 +136,9 @@ class TaskStatus(BaseModel):
     #: where the task's session runs when it runs on a cluster (issue 19): "host (ip, node)"
     node: str | None = None
     limit_hits: int = 0
+    #: times the task's session went with its cluster node (not its agent's doing: counted
+    #: apart from ``relaunches``, capped by ``[cluster] max_node_losses``)
+    node_losses: int = 0
 
 
 class RunState(BaseModel):

@@ -121,8 +121,18 @@ class SupervisorBase:
         self.backend = run_backend(self.state, settings.cluster)
         cluster = getattr(self.backend, "cluster", None)
         if cluster is not None and self.state.cluster is None:  # every later command finds it
+            from loop_orchestrator.cluster import refs as cluster_refs
             from loop_orchestrator.cluster.ray_backend import cluster_record
 
+            # a new run on the cluster: refs of an earlier run of the same name are not its
+            # own (a stale checkpoint would be applied to its worktrees); kept/ refs stay
+            stale = cluster_refs.drop(repo, self.state.name)
+            if stale:
+                self.store.append_ledger(
+                    "cluster_refs_dropped",
+                    refs=stale,
+                    message="left by an earlier run of the same name; not this run's",
+                )
             self.record.update_run(cluster=cluster_record(cluster))
         self.adapter = make_adapter(settings, repo)
         self.deliverer = Deliverer(stagger=settings.run.stagger_seconds)

@@ -201,7 +201,7 @@ class Delivery(UsageAndLimits):
     def _died_under(self, task: str, exc: LoOrchError) -> bool:
         """A step failed because its session is gone (a Ray node lost while a prompt was
         being delivered; a pane killed mid-step): the task goes the way of any dead session
-        (relaunched once, resumed), not blocked for a person. A backend call that failed
+        (relaunched and resumed), not blocked for a person. A backend call that failed
         (``TmuxError``) on a dead session counts; so does an agent error (a prompt not
         confirmed, a ready prompt not reached) when the session no longer exists at all:
         which of the two a lost session raises depends only on the moment it went. An agent
@@ -225,36 +225,61 @@ class Delivery(UsageAndLimits):
         return True
 
     def _pane_died(self, tid: str, dead_status: int | None = None) -> None:
-        """Relaunch a dead session once (resuming it), then fail the task."""
+        """Relaunch a dead session once (resuming it), then fail the task. A session that
+        went with its cluster node (``PaneState.lost``) is not its agent's doing: such
+        losses are counted apart and relaunched up to ``[cluster] max_node_losses`` times."""
         st = self.record.task(tid)
         pane = self.backend.state(st.pane_id) if st.pane_id else None
         screen = self.backend.capture(st.pane_id) if pane and pane.exists and st.pane_id else ""
         evidence = self.rundir.task_evidence_dir(tid)
         evidence.mkdir(parents=True, exist_ok=True)
-        screen_file = evidence / f"last-screen-{st.relaunches}.txt"
+        lost = bool(pane is not None and pane.lost)
+        screen_file = evidence / (
+            f"last-screen-lost-{st.node_losses}.txt" if lost else f"last-screen-{st.relaunches}.txt"
+        )
         atomic_write_text(screen_file, screen)
-        if st.relaunches >= 1:
+        cause = "node_lost" if lost else "exited"
+        cap = self.settings.cluster.max_node_losses
+        if lost and st.node_losses >= cap:
+            error = (
+                f"the session was lost with its cluster node {st.node_losses + 1} times, "
+                f"more than [cluster] max_node_losses = {cap} allows; check the nodes with "
+                f"`ray status` and `lo-orch doctor`, then `lo-orch retry {tid}` (or raise "
+                "max_node_losses in .loop-orchestrator/config.toml first)"
+            )
+            self._event("task_failed", tid, cause=cause, node_losses=st.node_losses, message=error)
+            self._move(tid, Event.FAIL, error=error)
+            return
+        if not lost and st.relaunches >= 1:
             error = (
                 f"the session exited (status {dead_status}) again after a relaunch; "
                 f"last screen in {screen_file}"
             )
-            self._event("task_failed", tid, exit_status=dead_status, message=error)
+            self._event("task_failed", tid, cause=cause, exit_status=dead_status, message=error)
             self._move(tid, Event.FAIL, error=error)
             return
         parked = bool(st.limit_until) and time.time() < epoch(st.limit_until)
         self._event(
             "session_died",
             tid,
+            cause=cause,
             exit_status=dead_status,
-            message="relaunching once"
+            **({"node_losses": st.node_losses + 1} if lost else {}),
+            message=(
+                f"its cluster node was lost ({st.node_losses + 1} of at most {cap}): "
+                "relaunching on another node"
+                if lost
+                else "relaunching once"
+            )
             + (" (parked by a limit: no prompt until its wait ends)" if parked else ""),
         )
         # a parked session keeps its prompt as delivered (--resume brings the conversation
         # back): a new prompt would only meet the limit again
+        counted = {"node_losses": st.node_losses + 1} if lost else {"relaunches": st.relaunches + 1}
         st = (
-            self._set(tid, relaunches=st.relaunches + 1, delivering=None)
+            self._set(tid, **counted, delivering=None)
             if parked
-            else self._set(tid, relaunches=st.relaunches + 1, delivered=None, delivering=None)
+            else self._set(tid, **counted, delivered=None, delivering=None)
         )
         spec = self.adapter.launch_spec(self._context(self.plan.task(tid), st), resume=True)
         if pane is not None and pane.exists and st.pane_id:

@@ -75,7 +75,9 @@ class TmuxBackend:
     ``@lo_task`` so a restarted supervisor finds them again.
     """
 
-    def __init__(self, run_name: str, socket: str | None = None) -> None:
+    def __init__(
+        self, run_name: str, socket: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         if not _RUN_NAME_RE.match(run_name):
             msg = f"{run_name!r} cannot name a tmux session"
             raise TmuxError(
@@ -84,6 +86,8 @@ class TmuxBackend:
             )
         self.run_name = run_name
         self.session = session_name(run_name)
+        #: the environment tmux commands run in (so the server starts with it): None = ours
+        self.env = env
         self.socket = socket if socket is not None else tmux_socket()
         self._lock = threading.RLock()
         self._server: libtmux.Server | None = None
@@ -102,7 +106,7 @@ class TmuxBackend:
 
     def _tmux(self, *args: str, input: str | None = None, check: bool = True) -> proc.Result:
         argv = [self._tmux_bin(), *self._server_args(), *args]
-        result = proc.run(argv, input=input, timeout=TMUX_TIMEOUT, check=False)
+        result = proc.run(argv, env=self.env, input=input, timeout=TMUX_TIMEOUT, check=False)
         if check and not result.ok:
             detail = result.stderr.strip() or (
                 "timed out" if result.returncode is None else f"exit {result.returncode}"

@@ -220,3 +220,40 @@ def test_status_has_a_node_column_only_when_a_task_runs_on_a_node() -> None:
     assert headers[at - 1] == "pane" and len(headers) == len(statusdoc.STATUS_HEADERS) + 1
     assert [r[at] for r in with_node] == ["-", "box-2 (10.0.0.2, 1a2b3c4d)"]
     assert all(len(r) == len(headers) for r in with_node)
+
+
+def test_a_launch_runs_the_nodes_own_lo_orch_install() -> None:
+    """The supervisor's launch names its own Python and plugin folder (a laptop's venv);
+    the node, installed elsewhere, runs its own, and its checkout for the worktree."""
+    paths = {
+        "/Users/me/venv/bin/python": "python",
+        "/Users/me/venv/lib/lo/_data/plugin": "plugin",
+        "/Users/me/repo/.worktrees/r/t1": "checkout",
+        "/Users/me/repo/.orchestration": "run",
+        "/Users/me/repo/.orchestration/x": "a kind from a newer supervisor",
+    }
+    here = {
+        "python": "/opt/lo/bin/python",
+        "plugin": "/opt/lo/plugin",
+        "checkout": "/srv/n/t1/checkout",
+        "run": "/srv/n/t1/run",
+    }
+    argv = [
+        "/Users/me/venv/bin/python",
+        "--plugin-dir",
+        "/Users/me/venv/lib/lo/_data/plugin",
+        "--brief=/Users/me/repo/.orchestration/briefs/t1.md",
+        "/Users/me/repo/.worktrees/r/t1/src",
+    ]
+    assert [node.rewrite_paths(a, paths, here) for a in argv] == [
+        "/opt/lo/bin/python",
+        "--plugin-dir",
+        "/opt/lo/plugin",
+        "--brief=/srv/n/t1/run/briefs/t1.md",
+        "/srv/n/t1/checkout/src",
+    ]
+    # a kind this node does not know is left as it was, not an error
+    assert node.rewrite_paths("/Users/me/repo/.orchestration/x/y", paths, here) == (
+        "/srv/n/t1/run/x/y"
+    )
+    assert set(node.install_paths()) == {"python", "plugin", "source"}

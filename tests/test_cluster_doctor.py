@@ -31,7 +31,7 @@ from loop_orchestrator.cluster.checks import (
     judge_cluster,
 )
 from loop_orchestrator.cluster.connect import _reachable, connect, ray_module
-from loop_orchestrator.config import ClusterConfig, Settings
+from loop_orchestrator.config import ClusterConfig, SandboxConfig, Settings
 from loop_orchestrator.doctor import Check, run_checks
 from loop_orchestrator.errors import ClusterError
 
@@ -176,6 +176,30 @@ def test_judge_fails_without_slots_and_on_unplaceable_labels() -> None:
     assert "fit" not in rows["node labels"].detail
     rows = by_name(judge(nodes, {"fit": {"zone": "eu"}}))
     assert rows["node labels"].status == "ok"
+
+
+def test_judge_warns_when_a_session_could_join_the_cluster() -> None:
+    """A session runs as its node's user: without token authentication, or without the
+    sandbox that hides the token, it could join the cluster and run code outside it."""
+    safe = {"auth": "token", "bwrap": "/usr/bin/bwrap"}
+    rows = by_name(judge([facts("a" * 56, **safe), facts("d" * 56, slots=0.0)]))
+    assert rows["cluster access"].status == "ok"
+    rows = by_name(judge([facts("a" * 56, **safe), facts("b" * 56, auth="", bwrap="/b")]))
+    access = rows["cluster access"]
+    assert access.status == "warn" and "token authentication is off on node bbbbbbbb" in (
+        access.detail
+    )
+    assert "aaaaaaaa" not in access.detail and "RAY_AUTH_MODE=token" in access.hint
+    rows = by_name(judge([facts("a" * 56, auth="token", bwrap="")]))
+    assert "no bubblewrap on node aaaaaaaa" in rows["cluster access"].detail
+    assert "apt-get install bubblewrap" in rows["cluster access"].hint
+    off = ray_settings("auto").model_copy(update={"sandbox": SandboxConfig(mode="off")})
+    checks = judge_cluster(
+        [facts("a" * 56, **safe)], off, ray_version="2.60.0", lo_orch_version=__version__
+    )
+    access = by_name(checks)["cluster access"]
+    assert access.status == "warn" and "[sandbox] mode is off" in access.detail
+    assert "bubblewrap" not in access.detail  # not needed when the sandbox is off anyway
 
 
 def labelled_plan(labels: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -329,7 +353,11 @@ def test_doctor_passes_a_healthy_cluster_and_reports_each_broken_node(
     rows = by_name(healthy)
     assert rows["cluster"].status == "ok", healthy
     assert "2 session slots (lo_session) on 1" in rows["cluster"].detail
-    assert all(c.status == "ok" for c in healthy), healthy
+    # this test cluster runs without token authentication: a session could join it
+    access = rows["cluster access"]
+    assert access.status == "warn" and "token authentication is off on node" in access.detail
+    assert "RAY_AUTH_MODE=token" in access.hint
+    assert all(c.status == "ok" for c in healthy if c is not access), healthy
     good_row = row_of(healthy, good.node_id)
     assert "lo-node=gpu" in good_row.detail and f"lo-orch {__version__}" in good_row.detail
     assert not ray_module().is_initialized()  # the doctor left the cluster it joined

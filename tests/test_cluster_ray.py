@@ -8,37 +8,43 @@ with two more tasks runs on it with the scripted agent, as locally.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from helpers import ray_cluster
+from helpers.agents import claude_settings, endpoint_for
 from helpers.git import git
+from helpers.ray_cluster import (
+    RayEnv,
+    edit_demo,
+    node_tmux_servers,
+    ray_address,
+    staging_merges,
+)
+from helpers.runs import approve, ledger
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, integration, runs
+from loop_orchestrator import demo, integration, usage
 from loop_orchestrator import status as statusdoc
 from loop_orchestrator.attach import attach_command
 from loop_orchestrator.cluster.connect import connect
 from loop_orchestrator.cluster.node import SessionHost
 from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
-from loop_orchestrator.commands.plan import plan_from_file
-from loop_orchestrator.config import ClusterConfig, Settings
+from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.supervisor import Supervisor
 
 pytestmark = pytest.mark.slow
+#: the module's cluster (helpers.ray_cluster)
+ray_env = ray_cluster.ray_env
 
 FORGE = (
     "import os, pathlib\n"
@@ -46,98 +52,7 @@ FORGE = (
     "print(inbox.send(pathlib.Path(os.environ['LO_ORCH_RUN_DIR']),"
     " {'type': 'signal', 'task': 'tokenize', 'phase': 'impl_done'}))\n"
 )
-#: the module's cluster address (for helpers that join again)
-ray_address: list[str] = []
 TASKS = ("tokenize", "slug", "counts", "report", "slugb", "tokenizeb")
-
-
-@dataclass
-class RayEnv:
-    cluster: Any
-    nodes: list[Any]
-    base: Path
-    audit: Path
-    env: dict[str, str]
-
-    def settings(self, script: Path, **cluster: Any) -> Settings:
-        settings = demo.demo_settings(script)
-        return settings.model_copy(
-            update={
-                "cluster": ClusterConfig(backend="ray", address=self.cluster.address, **cluster)
-            }
-        )
-
-
-@pytest.fixture(scope="module")
-def ray_env() -> Iterator[RayEnv]:
-    import ray
-    from ray.cluster_utils import Cluster
-
-    base = Path(tempfile.mkdtemp(prefix="lr-", dir="/tmp"))  # Ray's socket paths stay short
-    home = base / "home"
-    (home / "tmux").mkdir(parents=True)
-    audit = base / "audit.log"
-    env = {
-        "HOME": str(home),
-        "TMUX_TMPDIR": str(home / "tmux"),
-        "XDG_STATE_HOME": str(home / "state"),
-        "XDG_CACHE_HOME": str(home / "cache"),
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "LO_ORCH_LOG_DIR": str(home / "logs"),
-        "LO_ORCH_NODE_AUDIT": str(audit),
-    }
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "temp_dir": str(base / "t"), "env_vars": env},
-    )
-    nodes = [
-        cluster.add_node(
-            num_cpus=1,
-            resources={"lo_session": 2},
-            env_vars={**env, "LO_ORCH_NODE_ROOT": str(base / f"n{i}")},
-        )
-        for i in range(3)
-    ]
-    cluster.wait_for_nodes()
-    # the test joins as lo-orch does (its namespace), to see the sessions' actors
-    ray_address[:] = [cluster.address]
-    connect(ClusterConfig(backend="ray", address=cluster.address))
-    try:
-        yield RayEnv(cluster, nodes, base, audit, env)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()  # type: ignore[no-untyped-call]
-        # the nodes' tmux servers this module's sessions started (their sockets are in its
-        # own TMUX_TMPDIR): with the actors gone, their reapers end each; a leftover is
-        # ended here and fails the module
-        with contextlib.suppress(AssertionError):
-            wait_for(lambda: not _node_tmux_servers(home / "tmux"), 20, "reapers", interval=0.5)
-        left = _node_tmux_servers(home / "tmux")
-        for name in left:
-            subprocess.run(
-                ["tmux", "-L", name, "kill-server"],
-                env={**os.environ, "TMUX_TMPDIR": str(home / "tmux")},
-                capture_output=True,
-                check=False,
-            )
-        shutil.rmtree(base, ignore_errors=True)
-    assert not left, f"tmux servers outlived their sessions' actors: {left}"
-
-
-def _node_tmux_servers(tmux_tmpdir: Path, fragment: str = "") -> list[str]:
-    """Names of the live tmux servers (``-L``) with sockets in ``tmux_tmpdir``."""
-    names = []
-    for sock in (tmux_tmpdir / f"tmux-{os.getuid()}").glob(f"*{fragment}*"):
-        alive = subprocess.run(
-            ["tmux", "-L", sock.name, "list-sessions"],
-            env={**os.environ, "TMUX_TMPDIR": str(tmux_tmpdir)},
-            capture_output=True,
-            check=False,
-        )
-        if alive.returncode == 0:
-            names.append(sock.name)
-    return names
 
 
 def _copy_task(plan: dict[str, Any], script: dict[str, Any], old: str, new: str) -> None:
@@ -158,15 +73,6 @@ def six_tasks(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
     files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
     files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
     return files
-
-
-def _approve(files: demo.DemoFiles, settings: Settings) -> None:
-    plan_from_file(files.repo, files.plan, settings)
-    runs.approve_plan(files.repo)
-
-
-def _ledger(repo: Path) -> list[dict[str, Any]]:
-    return Store(RunDir(repo)).read_ledger()
 
 
 def _write_config(files: demo.DemoFiles, ray_env: RayEnv) -> None:
@@ -191,7 +97,7 @@ def _print_figures(supervisor: Supervisor, repo: Path) -> None:
         for what, value in figures:
             by.setdefault(what, []).append(value)
         print(task, {k: [round(v, 3) for v in vs] for k, vs in by.items()})
-    events = _ledger(repo)
+    events = ledger(repo)
     signals = [(e["task"], e["ts"]) for e in events if e["event"] == "signal"]
     for task, ts in signals:
         after = [
@@ -221,10 +127,10 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
         write_plan = 'echo "# tokenize: regex, tests first" > "$LO_ORCH_RUN_DIR/plans/tokenize.md"'
         script["tokenize"]["plan"].insert(0, {"run": {"argv": ["sh", "-c", write_plan]}})
 
-    _edit(six_tasks, change)
+    edit_demo(six_tasks, change)
     repo = six_tasks.repo
     settings = ray_env.settings(six_tasks.script)
-    _approve(six_tasks, settings)
+    approve(six_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
     ray_env.audit.write_text("", encoding="utf-8")
 
@@ -249,7 +155,7 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     )
     at = headers.index("node")
     assert {row[0]: row[at] for row in rows} == {t: s.node for t, s in statuses.items()}
-    events = _ledger(repo)
+    events = ledger(repo)
     assert [(e["task"], e["round"]) for e in events if e["event"] == "rework"] == [("counts", 1)]
     integrated = Counter(e["task"] for e in events if e["event"] == "task_integrated")
     assert integrated == dict.fromkeys(TASKS, 1)
@@ -268,19 +174,6 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     audit = ray_env.audit.read_text(encoding="utf-8")
     assert "checkout" in audit  # the audit saw the node's own work
     assert str(repo) not in audit and str(repo.resolve()) not in audit
-
-
-def _staging_merges(repo: Path, run: str, task: str) -> int:
-    subjects = git(repo, "log", "--first-parent", "--format=%s", f"lo/{run}/staging").splitlines()
-    return sum(1 for s in subjects if f"task {task}:" in s or f"task {task} " in s)
-
-
-def _edit(files: demo.DemoFiles, change: Any) -> None:
-    plan = yaml.safe_load(files.plan.read_text(encoding="utf-8"))
-    script = yaml.safe_load(files.script.read_text(encoding="utf-8"))
-    change(plan, script)
-    files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
-    files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
 
 
 def test_a_lost_node_costs_at_most_one_checkpoint(
@@ -305,10 +198,10 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
             *first,
         ]
 
-    _edit(six_tasks, change)
+    edit_demo(six_tasks, change)
     repo = six_tasks.repo
     settings = ray_env.settings(six_tasks.script, checkpoint_seconds=1.0)
-    _approve(six_tasks, settings)
+    approve(six_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
     outcome: list[Any] = []
     supervisor = threading.Thread(
@@ -327,13 +220,13 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
     victim = next(n for n in ray_env.nodes if n.node_id[:8] in where)
     generation = str(lost.pane_id).rsplit(":", 1)[-1]
     tmux_tmpdir = Path(ray_env.env["TMUX_TMPDIR"])
-    assert _node_tmux_servers(tmux_tmpdir, f"-tokenize-g{generation}")
+    assert node_tmux_servers(tmux_tmpdir, f"-tokenize-g{generation}")
     ray_env.cluster.remove_node(victim)
     ray_env.nodes.remove(victim)
     # the lost node's session does not go on unseen: its reaper ends the tmux server (and
     # the agent in it) once the actor's process is gone
     wait_for(
-        lambda: not _node_tmux_servers(tmux_tmpdir, f"-tokenize-g{generation}"),
+        lambda: not node_tmux_servers(tmux_tmpdir, f"-tokenize-g{generation}"),
         30,
         "the lost session's tmux server ended",
     )
@@ -351,7 +244,7 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
     status = Store(RunDir(repo)).read_status("tokenize")
     assert status.phase == Phase.INTEGRATED
     assert victim.node_id[:8] not in (status.node or "")
-    events = _ledger(repo)
+    events = ledger(repo)
     assert any(e["event"] == "session_died" and e.get("task") == "tokenize" for e in events)
     # the relaunched checkout began with the checkpointed file (the lost work: the rest)
     assert status.commit is not None
@@ -360,7 +253,109 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
     # a lost node is no rework round, and nothing was merged twice
     assert [(e["task"], e["round"]) for e in events if e["event"] == "rework"] == [("counts", 1)]
     for task in TASKS:
-        assert _staging_merges(repo, run, task) == 1, task
+        assert staging_merges(repo, run, task) == 1, task
+
+
+@pytest.mark.claude
+def test_real_claude_code_on_a_node_is_priced_and_resumes_its_conversation_on_another(
+    ray_env: RayEnv, tmp_path: Path, tmux_socket: str
+) -> None:
+    """The real Claude Code CLI in a node's session (the scripted model plays the model):
+    the transcript it writes there reaches the supervisor's machine before each tool runs,
+    so its spend is the endpoint's figures exactly; the node is removed while a tool runs,
+    and the session relaunched on another node resumes the same conversation
+    (``--resume`` finds the transcript there) and finishes the task."""
+    import threading
+
+    from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+
+    files = demo.prepare_demo(tmp_path)
+    marker = tmp_path / "slow-tool-started"
+    slow = f"test -e {marker} || {{ touch {marker}; sleep 100; }}"
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        plan["name"] = f"rayc{tmp_path.name[-6:]}".replace("_", "")
+        plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "tokenize"]
+        first = script["tokenize"]["implement"][0]
+        script["tokenize"]["implement"][0] = [{"run": {"argv": ["sh", "-c", slow]}}, *first]
+
+    edit_demo(files, change)
+    # the nodes' Claude Code is set up (as `claude` run once there leaves it); the trust
+    # dialog of the node's checkout is answered on screen
+    node_config = Path(ray_env.env["HOME"]) / ".claude.json"
+    if not node_config.exists():
+        node_config.write_text('{"hasCompletedOnboarding": true}\n', encoding="utf-8")
+    repo = files.repo
+    with endpoint_for(ModelEndpoint, files) as endpoint:
+        base = claude_settings(endpoint)
+        settings = base.model_copy(
+            update={
+                "cluster": ClusterConfig(
+                    backend="ray", address=ray_env.cluster.address, checkpoint_seconds=2.0
+                )
+            }
+        )
+        approve(files, settings)
+        outcome: list[Any] = []
+        running = Supervisor(repo, settings)
+        supervisor = threading.Thread(target=lambda: outcome.append(running.run()), daemon=True)
+        supervisor.start()
+        wait_for(marker.exists, 240, "the slow tool started on the node", interval=0.2)
+        st = Store(RunDir(repo)).read_status("tokenize")
+        assert st.session_id and st.worktree
+        copy = usage.session_transcript(Path(st.worktree), st.session_id, dict(os.environ))
+        # the message that asked for the tool was home before the tool could run
+        assert slow.encode() in copy.read_bytes()
+        victim = next(n for n in ray_env.nodes if n.node_id[:8] in (st.node or ""))
+        # a lost machine's disk goes with it (here the nodes share one HOME, and Claude
+        # Code's --resume would find the old node's file by its session id)
+        (on_node,) = (Path(ray_env.env["HOME"]) / ".claude" / "projects").glob(
+            f"*/{st.session_id}.jsonl"
+        )
+        assert on_node.read_bytes() == copy.read_bytes()  # the copy is the node's, exactly
+        on_node.unlink()
+        ray_env.cluster.remove_node(victim)
+        ray_env.nodes.remove(victim)
+        try:
+            supervisor.join(timeout=400)
+            assert outcome and outcome[0].state == "review", outcome
+        finally:
+            ray_env.nodes.append(
+                ray_env.cluster.add_node(
+                    num_cpus=1,
+                    resources={"lo_session": 2},
+                    env_vars={**ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / "n-c")},
+                )
+            )
+        replies = endpoint.logged(kind="reply", task="tokenize")
+    status = Store(RunDir(repo)).read_status("tokenize")
+    assert status.phase == Phase.INTEGRATED
+    assert victim.node_id[:8] not in (status.node or "")
+    assert any(e["event"] == "session_died" for e in ledger(repo) if e.get("task") == "tokenize")
+    # one conversation throughout: after the plan and implement prompts on the lost node,
+    # the prompt sent again on the new node is the third of the same session (a fresh
+    # session there would have started over at the first)
+    assert {r["session"] for r in replies} == {status.session_id}
+    again = [r for r in replies if r["prompt"] >= 3]
+    assert again and again[0]["prompt_kind"] == "implement", replies
+    assert again[0]["messages"] > min(r["messages"] for r in replies if r["prompt"] == 2)
+    # the spend is what the endpoint sent, to the message, on both nodes
+    sent = dict.fromkeys(usage.TOKEN_KEYS, 0)
+    for r in replies:
+        for k in usage.TOKEN_KEYS:
+            sent[k] += r["usage"][k]
+    assert status.usage is not None
+    assert {k: status.usage[k] for k in usage.TOKEN_KEYS} == sent
+    assert status.usage["cost_usd"] is not None and status.usage["cost_usd"] > 0
+    # what came over the network is what the transcript gained, not the file at each event
+    final = usage.session_transcript(
+        Path(str(status.worktree)), str(status.session_id), dict(os.environ)
+    )
+    size = len(final.read_bytes())
+    stats: dict[str, list[tuple[str, float]]] = getattr(running.backend, "stats", {})
+    deltas = [v for what, v in stats["tokenize"] if what == "transcript_bytes"]
+    print(f"transcript {size} bytes; {len(deltas)} deltas, {sum(deltas):.0f} bytes sent")
+    assert len(deltas) > 3 and sum(deltas) <= 1.5 * size
 
 
 def test_a_forged_signal_through_a_nodes_inbox_is_refused(
@@ -391,25 +386,88 @@ def test_a_forged_signal_through_a_nodes_inbox_is_refused(
         ]
         script["slug"]["implement"][0] = [*forge, *script["slug"]["implement"][0]]
 
-    _edit(six_tasks, change)
+    edit_demo(six_tasks, change)
     repo = six_tasks.repo
     settings = ray_env.settings(six_tasks.script)
-    _approve(six_tasks, settings)
+    approve(six_tasks, settings)
     run = run_name[0]
 
     outcome = Supervisor(repo, settings).run()
 
     assert outcome.state == "review", outcome.message
-    events = _ledger(repo)
+    events = ledger(repo)
     refused = [e for e in events if e["event"] == "event_rejected" and e.get("task") == "tokenize"]
     assert refused and "from the session of task slug" in refused[0]["message"]
     # tokenize's own impl_done was the one judged: its verdict is of its own work
-    assert _staging_merges(repo, run, "tokenize") == 1
+    assert staging_merges(repo, run, "tokenize") == 1
     assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
     assert list(ray_env.base.glob(f"n*/*/{run}-*/planted.txt")) == []
     assert list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/checkout")) == []  # cleaned up
     for task in TASKS:
-        assert _staging_merges(repo, run, task) == 1, task
+        assert staging_merges(repo, run, task) == 1, task
+
+
+JOIN = (
+    "import sys, ray\n"
+    "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+    "print('JOINED', ray.cluster_resources())\n"
+)
+
+
+def test_a_session_on_a_node_cannot_reach_the_cluster(
+    ray_env: RayEnv, tmp_path: Path, tmux_socket: str
+) -> None:
+    """A session that wants to run code outside its sandbox through Ray (an actor is any
+    program, as the node's user): it finds no Ray variable in its environment or its tmux
+    server's, no token in ~/.ray, nothing in the node's Ray folder, and joining the
+    cluster, by its address or by looking for it, fails."""
+    files = demo.prepare_demo(tmp_path)
+    address = ray_env.cluster.address
+    probe = (
+        "{ echo ENV; env | grep '^RAY_'; tmux -L \"$LO_ORCH_TMUX_SOCKET\" show-environment -g"
+        " 2>/dev/null | grep '^RAY_'; echo TOKEN; cat \"$HOME/.ray/auth_token\" 2>/dev/null;"
+        f" echo; echo FOLDER; ls -A {ray_env.base / 't'} 2>/dev/null; echo JOIN;"
+        f' timeout 90 {sys.executable} -c "$JOIN" {address} 2>&1 | grep JOINED;'
+        f' timeout 90 {sys.executable} -c "$JOIN" auto 2>&1 | grep JOINED;'
+        " echo END; } > probe.txt"
+    )
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        plan["name"] = f"rayp{tmp_path.name[-6:]}".replace("_", "")
+        plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "tokenize"]
+        plan["tasks"][0]["owns"] += ["probe.txt"]
+        first = script["tokenize"]["implement"][0]
+        run = {"argv": ["env", f"JOIN={JOIN}", "sh", "-c", probe], "check": False}
+        script["tokenize"]["implement"][0] = [{"run": run}, *first]
+
+    edit_demo(files, change)
+    repo = files.repo
+    settings = ray_env.settings(files.script)
+    approve(files, settings)
+    outcome = Supervisor(repo, settings).run()
+    assert outcome.state == "review", outcome.message
+    status = Store(RunDir(repo)).read_status("tokenize")
+    seen = git(repo, "show", f"{status.commit}:probe.txt")
+    assert seen.startswith("ENV\nTOKEN\n") and seen.endswith("FOLDER\nJOIN\nEND\n"), seen
+    # the attack is real: the node does hold these, outside the session's reach, and the
+    # token is what joining takes
+    assert (Path(ray_env.env["HOME"]) / ".ray" / "auth_token").is_file()
+    assert any((ray_env.base / "t").iterdir())
+    joins = {}
+    for name, env in {
+        "with the token": dict(os.environ),
+        "without": {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_TOKEN")},
+    }.items():
+        done = subprocess.run(
+            [sys.executable, "-c", JOIN, address],
+            env={**env, "HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        joins[name] = "JOINED" in done.stdout
+    assert joins == {"with the token": True, "without": False}
 
 
 def test_a_killed_supervisor_readopts_the_remote_sessions(
@@ -424,11 +482,11 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
             *script["slug"]["implement"][0],
         ]
 
-    _edit(six_tasks, change)
+    edit_demo(six_tasks, change)
     repo = six_tasks.repo
     _write_config(six_tasks, ray_env)
     settings = ray_env.settings(six_tasks.script)
-    _approve(six_tasks, settings)
+    approve(six_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
     argv = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)]
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -491,7 +549,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
     second = subprocess.CompletedProcess(argv, proc2.returncode, out.decode(), err.decode())
 
     assert second.returncode == 0, second.stdout + second.stderr
-    events = _ledger(repo)
+    events = ledger(repo)
     assert sum(1 for e in events if e["event"] == "supervisor_started") == 2
     launched = Counter(e["task"] for e in events if e["event"] == "session_launched")
     assert launched["slug"] == 1  # the live remote session was adopted, not launched again
@@ -499,7 +557,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
     statuses = {s.task: s.phase for s in Store(RunDir(repo)).list_statuses()}
     assert statuses == dict.fromkeys(TASKS, Phase.INTEGRATED)
     for task in TASKS:
-        assert _staging_merges(repo, run, task) == 1, task
+        assert staging_merges(repo, run, task) == 1, task
     assert _run_actors(run) == []
 
 
@@ -555,10 +613,10 @@ def test_cleanup_ends_this_runs_remote_sessions_only(
     def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
         script["slug"]["implement"][0] = [{"sleep": {"seconds": 300}}]
 
-    _edit(six_tasks, change)
+    edit_demo(six_tasks, change)
     repo = six_tasks.repo
     settings = ray_env.settings(six_tasks.script)
-    _approve(six_tasks, settings)
+    approve(six_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
     # another run's session actor whose name starts like this run's (another digest)
     decoy: Any = (
@@ -618,10 +676,10 @@ def test_a_task_asking_for_a_node_label_runs_there(
             entry = next(t for t in plan["tasks"] if t["id"] == "tokenize")
             entry["node_labels"] = {"lo-node": "gpu"}
 
-        _edit(six_tasks, change)
+        edit_demo(six_tasks, change)
         repo = six_tasks.repo
         settings = ray_env.settings(six_tasks.script)
-        _approve(six_tasks, settings)
+        approve(six_tasks, settings)
 
         outcome = Supervisor(repo, settings).run()
 

@@ -127,7 +127,9 @@ def test_a_read_in_flight_never_sees_the_next_terminal(host: TerminalHost) -> No
         host.close(first)
         second = host.open(["sh", "-c", "echo SECRET-OUTPUT; sleep 5"], 24, 80)
         reader.join(10)
-        assert got == [None]
+        # the read ended empty-handed: None (the close reaped the program first) or b""
+        # (its wait ran out first, on a loaded machine); never the next terminal's output
+        assert len(got) == 1 and not got[0]
         assert b"SECRET-OUTPUT" in read_until(host, second, b"SECRET-OUTPUT")
     finally:
         os.kill(holder, signal.SIGKILL)  # the test's own leftover, by its pid

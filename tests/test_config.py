@@ -333,3 +333,14 @@ def test_a_bad_cluster_setting_names_its_file_and_key(repo: Path, text: str, fie
         load_settings(repo)
     assert str(repo_config_path(repo)) in str(info.value)
     assert field in str(info.value)
+
+
+def test_max_node_losses_defaults_to_three_and_refuses_nonsense(repo: Path) -> None:
+    assert load_settings(None).cluster.max_node_losses == 3
+    write(repo_config_path(repo), "[cluster]\nmax_node_losses = 0\n")
+    assert load_settings(repo).cluster.max_node_losses == 0  # every lost node fails its task
+    for bad in ("-1", "'three'", "2.5", "1000"):
+        write(repo_config_path(repo), f"[cluster]\nmax_node_losses = {bad}\n")
+        with pytest.raises(ConfigError) as info:
+            load_settings(repo)
+        assert "cluster.max_node_losses" in str(info.value), bad

@@ -6,7 +6,10 @@ tmux server) attacks what it must not write; mode "off" is the negative control.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +269,23 @@ def test_sandboxed_agent_cannot_write_what_the_supervisor_trusts(
     # hooks and signals report through the inbox socket: the status files are the
     # supervisor's alone
     assert "Read-only file system" in report["status_file"], report
+
+
+def test_the_first_session_on_a_fresh_machine_cannot_reach_tmux_either(
+    tmp_path: Path, git_repo: Path, tmux_socket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No tmux socket folder exists yet when the first session's sandbox is set up (the
+    run's server is started after): it is made then, so it is hidden like any other."""
+    fresh = Path(tempfile.mkdtemp(prefix="lt-", dir="/tmp"))  # socket paths stay short
+    monkeypatch.setenv("TMUX_TMPDIR", str(fresh))
+    try:
+        assert not sandbox.tmux_socket_dir().exists()
+        settings, _ = prepare(tmp_path, git_repo, "bwrap")
+        report = run_probe(settings, git_repo)
+        assert not ok(report, "tmux"), report["tmux"]
+    finally:
+        subprocess.run(["tmux", "-L", tmux_socket, "kill-server"], capture_output=True, check=False)
+        shutil.rmtree(fresh, ignore_errors=True)
 
 
 def test_strict_policy_also_denies_the_status_files(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from loop_orchestrator import resources
+from loop_orchestrator import resources, usage
 from loop_orchestrator.agents.base import AgentContext, launch_spec_for
 from loop_orchestrator.agents.dialogs import STARTUP_DIALOGS, Dialog, wait_until_ready
 from loop_orchestrator.config import PERMISSION_MODES, AgentConfig
@@ -314,7 +314,12 @@ class ClaudeAdapter:
             # the check passed through the supervisor's own environment: the pane's comes
             # from a tmux server that may be older, so pass it on explicitly
             env.setdefault("IS_SANDBOX", "1")
-        return launch_spec_for(ctx, argv, env)
+        spec = launch_spec_for(ctx, argv, env)
+        # where the supervisor reads its spend (supervisor_limits) and --resume looks
+        spec.transcript = usage.session_transcript(
+            Path(ctx.worktree), ctx.session_id, {**os.environ, **self.settings.env}
+        )
+        return spec
 
     # screens -------------------------------------------------------------------------------
     def is_ready(self, screen: str) -> bool:

@@ -157,6 +157,19 @@ def _show_cleanup(result: CleanupResult) -> None:
             "Save or discard the changes in the kept worktrees (e.g. `git -C <worktree> "
             "stash -u`, or move your files elsewhere), then `lo-orch cleanup` removes them."
         )
+    if result.refs_deleted:
+        echo(f"cluster refs deleted: {len(result.refs_deleted)}")
+    if result.refs_kept:
+        echo(
+            "kept, edits of yours lo-orch saved from a remote task's local worktree before "
+            "a sync replaced them:"
+        )
+        for ref in result.refs_kept:
+            echo(f"  {ref}")
+        echo(
+            "See one with `git show --stat <ref>`, bring a file back with `git checkout "
+            "<ref> -- <path>`; once you have what you need, `git update-ref -d <ref>`."
+        )
 
 
 @click.command("cleanup")

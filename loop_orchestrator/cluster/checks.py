@@ -1,7 +1,8 @@
 """`lo-orch doctor` on a Ray cluster (``[cluster] backend = "ray"``): reachable, session
 slots offered, every alive node's Ray and lo-orch versions against this machine's, tmux and
-the agent CLI on each node that offers a slot (a zero-CPU probe pinned on each node), and
-whether the current plan's ``node_labels`` can be placed. The rows join doctor.py's."""
+the agent CLI on each node that offers a slot (a zero-CPU probe pinned on each node),
+whether a session could join the cluster (token authentication, the sandbox), and whether
+the current plan's ``node_labels`` can be placed. The rows join doctor.py's."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ class NodeFacts:
     lo_orch_version: str = ""
     tmux: str = ""
     agent: str = ""
+    #: the node's RAY_AUTH_MODE ("token": joining takes the cluster's token)
+    auth: str = ""
+    #: where bubblewrap is on its PATH ("" = not found)
+    bwrap: str = ""
     #: why the probe gave no answer ("" when it did)
     error: str = ""
 
@@ -76,6 +81,8 @@ def probe_node(agent: str | None) -> dict[str, str]:
         "lo_orch": str(loop_orchestrator.__version__),
         "tmux": shutil.which("tmux") or "",
         "agent": found,
+        "auth": os.environ.get("RAY_AUTH_MODE", ""),
+        "bwrap": shutil.which("bwrap") or "",
     }
 
 
@@ -122,6 +129,8 @@ def cluster_facts(ray: Any, settings: Settings, timeout: float = NODE_TIMEOUT) -
                 lo_orch_version=got["lo_orch"],
                 tmux=got["tmux"],
                 agent=got["agent"],
+                auth=got.get("auth", ""),
+                bwrap=got.get("bwrap", ""),
             )
         )
     return facts
@@ -163,9 +172,50 @@ def judge_cluster(
         checks.append(
             _judge_node(node, agent=agent, ray_version=ray_version, lo_version=lo_orch_version)
         )
+    if hosts:
+        checks.append(_judge_access([h for h in hosts if not h.error], settings))
     if wanted_labels:
         checks.append(_judge_labels(hosts, wanted_labels))
     return checks
+
+
+def _names(nodes: list[NodeFacts]) -> str:
+    return ", ".join(n.name for n in nodes)
+
+
+def _judge_access(hosts: list[NodeFacts], settings: Settings) -> Check:
+    """Whether a session could join the cluster: it runs as the node's user, and a session
+    that joins runs code outside its sandbox and reaches every session's actor. lo-orch
+    keeps the token out of a sandboxed session's reach (node.py); that takes token
+    authentication on the nodes and the sandbox around their sessions."""
+    open_nodes = [h for h in hosts if h.auth.lower() != "token"]
+    problems: list[str] = []
+    advice: list[str] = []
+    if open_nodes:
+        problems.append(f"token authentication is off on {_names(open_nodes)}")
+        advice.append(
+            "Start every node with RAY_AUTH_MODE=token and the cluster's token "
+            "(`ray get-auth-token --generate` makes one)"
+        )
+    if settings.sandbox.mode == "off":
+        problems.append("[sandbox] mode is off (a session can read the node's Ray token)")
+        advice.append('Set [sandbox] mode = "auto"')
+    else:
+        bare = [h for h in hosts if not h.bwrap]
+        if bare:
+            problems.append(f"no bubblewrap on {_names(bare)}")
+            advice.append("Install bubblewrap there (`apt-get install bubblewrap`)")
+    if problems:
+        return Check(
+            "cluster access",
+            "warn",
+            "; ".join(problems) + ": a session there could join the cluster and run code "
+            "outside its sandbox",
+            "; ".join(advice) + " (docs/cluster.md, what crosses the network).",
+        )
+    return Check(
+        "cluster access", "ok", "token authentication on; sessions sandboxed, the token hidden"
+    )
 
 
 def _judge_node(node: NodeFacts, *, agent: str | None, ray_version: str, lo_version: str) -> Check:

@@ -101,3 +101,29 @@ def node_root(configured: str, node_id: str) -> Path:
     base = os.environ.get("LO_ORCH_NODE_ROOT", "").strip() or configured.strip()
     root = Path(base).expanduser() if base else Path.home() / ".cache" / "lo-orch" / "nodes"
     return root / node_id[:16]
+
+
+#: environment variables of a Ray process that carry (or locate) the cluster's credentials
+#: or address; a session must not inherit them
+RAY_ENV_PREFIXES = ("RAY_",)
+
+
+def ray_env_names(env: dict[str, str] | None = None) -> list[str]:
+    """The Ray variables of ``env`` (this process's environment by default)."""
+    env = dict(os.environ) if env is None else env
+    return sorted(k for k in env if k.startswith(RAY_ENV_PREFIXES))
+
+
+def ray_secret_paths() -> list[Path]:
+    """What on this node would let a process join the cluster: the token file (``RAY_AUTH
+    _TOKEN_PATH``, else ``~/.ray``, where Ray keeps ``auth_token``) and this node's Ray
+    folder (its sockets, logs and session files). Called in a Ray worker (the actor)."""
+    paths = [Path.home() / ".ray"]
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip()
+    if token_path:
+        paths.append(Path(token_path).expanduser())
+    with contextlib.suppress(Exception):
+        ray = ray_module()
+        node = ray._private.worker.global_worker.node  # no public API names this folder
+        paths.append(Path(node.get_session_dir_path()).parent)
+    return paths

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import listener, proc, procinfo
-from loop_orchestrator.cluster import bundles
+from loop_orchestrator import listener, proc, procinfo, usage
+from loop_orchestrator.cluster import bundles, transcripts
 from loop_orchestrator.gitutil import git
 from loop_orchestrator.inbox import CLIENT_TIMEOUT
 from loop_orchestrator.sessions import LaunchSpec
@@ -44,6 +44,8 @@ WIP_REF = "refs/lo-orch/wip"
 #: a queued request older than this is past answering in time: its sender gets None from
 #: the listener and sends it again (a signal) or leaves it in the inbox folder
 STALE_AFTER = CLIENT_TIMEOUT - 2
+#: how long a PreToolUse hook waits for its tool's message to reach the transcript
+TRANSCRIPT_WAIT = 3.0
 
 
 def _install_audit(log_path: str) -> None:
@@ -108,6 +110,28 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     return data if len(data) <= limit else None
 
 
+def install_paths() -> dict[str, str]:
+    """Where this machine's lo-orch install is, by kind: the Python it runs in, the folder
+    handed to ``claude --plugin-dir``, its source root (a checkout run from source). A
+    launch names the supervisor's; a node runs its own (installed elsewhere, as likely)."""
+    from loop_orchestrator import resources
+
+    return {
+        "python": str(Path(sys.executable).absolute()),  # not resolved: that leaves the venv
+        "plugin": str(resources.plugin_dir()),
+        "source": str(Path(__file__).resolve().parent.parent.parent),
+    }
+
+
+def rewrite_paths(text: str, paths: dict[str, str], here: dict[str, str]) -> str:
+    """``text`` with each supervisor path of ``paths`` (path -> kind) replaced by what that
+    kind is here (``here``: kind -> path), longest first; a kind unknown here stays."""
+    for old, kind in sorted(paths.items(), key=lambda kv: -len(kv[0])):
+        if kind in here and old:
+            text = text.replace(old, here[kind])
+    return text
+
+
 class SessionHost:
     """One task's session on this node (see the module docstring)."""
 
@@ -138,7 +162,13 @@ class SessionHost:
         self.checkout = self.home / "checkout"
         self.run_dir = self.home / "run"
         self.socket = f"lon-{digest[:8]}-{task[:24]}-g{generation}"
-        self.tmux = TmuxBackend(f"{run}-{task}"[:64], socket=self.socket)
+        # the session's tmux server starts without this worker's Ray variables (a token, the
+        # cluster's address): a session inherits the server's environment
+        from loop_orchestrator.cluster.connect import ray_env_names
+
+        ray_vars = set(ray_env_names())
+        clean = {k: v for k, v in os.environ.items() if k not in ray_vars}
+        self.tmux = TmuxBackend(f"{run}-{task}"[:64], socket=self.socket, env=clean)
         self.branch = ""
         self.pane: str | None = None
         self.known: list[str] = []  # commits the supervisor has
@@ -155,6 +185,8 @@ class SessionHost:
         self._term: Any = None
         #: the watcher that ends this session's tmux server if this process dies (reaper.py)
         self._reaper: Any = None
+        #: what of the session's transcript the supervisor lacks (transcripts.py)
+        self._tail: transcripts.Tail | None = None
 
     # set-up --------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -220,18 +252,18 @@ class SessionHost:
         for rel, data in run_files.items():
             self._write(self.run_dir, rel, data)
 
+    def _here(self) -> dict[str, str]:
+        return {"checkout": str(self.checkout), "run": str(self.run_dir), **install_paths()}
+
     def _spec(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> LaunchSpec:
         """The local launch rewritten for this node (``paths``: supervisor path -> what it
-        is here: ``checkout`` or ``run``)."""
+        is here: ``checkout``, ``run`` or a part of the lo-orch install, ``install_paths``)."""
         from loop_orchestrator.agents.base import lo_orch_bin
 
-        here = {"checkout": str(self.checkout), "run": str(self.run_dir)}
-        mapping = sorted(((k, here[v]) for k, v in paths.items()), key=lambda kv: -len(kv[0]))
+        here = self._here()
 
         def rewrite(text: str) -> str:
-            for old, new in mapping:
-                text = text.replace(old, new)
-            return text
+            return rewrite_paths(text, paths, here)
 
         node_env = {k: rewrite(v) for k, v in env.items()}
         node_env["LO_ORCH_RUN_DIR"] = str(self.run_dir)
@@ -258,13 +290,35 @@ class SessionHost:
         # locally every other task's worktree and the run folder lie inside the read-only
         # repository; here they are siblings under the run's node folder: read-only too
         shared = self.home.parent.resolve()
-        policy = dataclasses.replace(policy, read_only=(*policy.read_only, shared))
+        # and what would let it join the cluster (outside any sandbox, as this node's user):
+        # Ray's token and this node's Ray folder are hidden, its variables unset
+        from loop_orchestrator.cluster.connect import ray_env_names, ray_secret_paths
+
+        mine = self.home.resolve()
+        secrets = [p.resolve() for p in ray_secret_paths()]
+        policy = dataclasses.replace(
+            policy,
+            read_only=(*policy.read_only, shared),
+            hidden=(*policy.hidden, *(p for p in secrets if not mine.is_relative_to(p))),
+            unset_env=tuple(ray_env_names()),
+        )
         return sandbox.confine(LaunchSpec(spec.task, spec.cwd, inner, spec.env), policy)
 
-    def launch(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> str:
-        """Start the agent in this node's tmux server; the inbox and checkpoints start."""
+    def launch(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        paths: dict[str, str],
+        transcript: dict[str, Any] | None = None,
+    ) -> str:
+        """Start the agent in this node's tmux server; the inbox and checkpoints start.
+        ``transcript``: ``{"session": id, "have": bytes | None}`` for an agent whose
+        transcript the supervisor keeps a copy of (``have``: that copy, put where the
+        agent's ``--resume`` looks on this node)."""
         with self._lock:
             spec = self._spec(argv, env, paths)
+            if transcript is not None:
+                self._follow_transcript(spec, transcript)
             if self._server is None:
                 self._server = listener.Server(self.run_dir, self._identify, self._deliver)
                 self._server.start()
@@ -287,6 +341,40 @@ class SessionHost:
                 )
             return self.pane
 
+    def _follow_transcript(self, spec: LaunchSpec, transcript: dict[str, Any]) -> None:
+        config = usage.config_dir({**os.environ, **spec.env})
+        path = usage.transcript_path(config, self.checkout.resolve(), str(transcript["session"]))
+        if self._tail is not None and self._tail.path == path:
+            return  # the same session again (a respawn here): its file is here already
+        have = transcript.get("have")
+        have = have if isinstance(have, bytes) else b""
+        if have and read_regular(path, transcripts.MAX_BYTES) is None:
+            write_inside(config, path.relative_to(config).as_posix(), have)
+        self._tail = transcripts.Tail(path, read_regular, have)
+
+    def _wait_for_tool(self, message: dict[str, Any]) -> None:
+        """A ``PreToolUse`` hook waits (briefly) for the message asking for its tool to
+        reach the transcript, so the supervisor has it before the tool can run (as
+        locally: Claude Code may run the hook before it has written that message)."""
+        tail = self._tail
+        payload = message.get("payload")
+        ask = payload.get("tool_use_id") if isinstance(payload, dict) else None
+        if tail is None or message.get("event") != "PreToolUse" or not isinstance(ask, str):
+            return
+        wanted, deadline = ask.encode("utf-8"), time.monotonic() + TRANSCRIPT_WAIT
+        while ask and wanted not in (read_regular(tail.path, transcripts.MAX_BYTES) or b""):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
+
+    def transcript_whole(self) -> dict[str, Any] | None:
+        """The whole transcript (the supervisor's copy did not follow on from a delta)."""
+        with self._cond:
+            if self._tail is None:
+                return None
+            self._tail = transcripts.Tail(self._tail.path, read_regular)
+            return self._tail.delta()
+
     # the session -----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         if self.pane is None:
@@ -305,10 +393,7 @@ class SessionHost:
 
     def paste(self, text: str, bracketed: bool, paths: dict[str, str]) -> None:
         assert self.pane is not None
-        here = {"checkout": str(self.checkout), "run": str(self.run_dir)}
-        for old, kind in sorted(paths.items(), key=lambda kv: -len(kv[0])):
-            text = text.replace(old, here[kind])
-        self.tmux.paste(self.pane, text, bracketed=bracketed)
+        self.tmux.paste(self.pane, rewrite_paths(text, paths, self._here()), bracketed=bracketed)
 
     def send_keys(self, keys: list[str]) -> None:
         assert self.pane is not None
@@ -354,16 +439,21 @@ class SessionHost:
 
     def _deliver(self, request: listener.Request) -> None:
         rid = str(next(self._ids))
+        from_pane = request.task == self.task
+        item = {
+            "id": rid,
+            "message": request.message,
+            "from_pane": from_pane,
+            "queued": time.monotonic(),
+        }
+        if from_pane:
+            self._wait_for_tool(request.message)
         with self._cond:
+            # read and queued under one lock: the deltas reach the supervisor in order
+            if from_pane and self._tail is not None:
+                item["transcript"] = self._tail.delta()
             self._pending[rid] = request
-            self._queue.append(
-                {
-                    "id": rid,
-                    "message": request.message,
-                    "from_pane": request.task == self.task,
-                    "queued": time.monotonic(),
-                }
-            )
+            self._queue.append(item)
             self._cond.notify_all()
 
     def next_requests(self, timeout: float) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Each task's session is a detached, named ``node.SessionHost`` actor (``lo-<run>-<digest>-
 <task>-g<generation>`` in the ``[cluster] namespace``, one ``slot_resource`` each, the
 task's ``node_labels`` as its label selector, never restarted by Ray: a lost node is seen
-as a gone pane, and the supervisor's dead-pane path launches the task again). Pane ids are
+as a gone pane (``PaneState.lost``: counted apart from an agent's exit, up to ``[cluster]
+max_node_losses``), and the supervisor's dead-pane path launches the task again). Pane ids are
 ``ray:<task>:<generation>``: unique per run and found again by a restarted supervisor from
 the actors' names (``list_panes``).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import queue
 import re
@@ -34,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import listener
-from loop_orchestrator.cluster import bundles
+from loop_orchestrator import listener, private
+from loop_orchestrator.cluster import bundles, transcripts
 from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import ClusterError, GitError, TmuxError
 from loop_orchestrator.files import atomic_write_text
@@ -182,7 +184,10 @@ class RayBackend:
         return f"{base}/head", f"{base}/wip"
 
     def _paths(self, spec_cwd: Path) -> dict[str, str]:
-        paths: dict[str, str] = {}
+        """What the node must rewrite in a launch or prompt: supervisor path -> its kind."""
+        from loop_orchestrator.cluster.node import install_paths
+
+        paths: dict[str, str] = {path: kind for kind, path in install_paths().items()}
         for p in (spec_cwd, spec_cwd.resolve()):
             paths[str(p)] = "checkout"
         for p in (self.rundir.root, self.rundir.root.resolve()):
@@ -328,7 +333,9 @@ class RayBackend:
                 timeout=LAUNCH_TIMEOUT,
             )
             ray.get(
-                handle.launch.remote(spec.argv, spec.env, self._paths(worktree)),
+                handle.launch.remote(
+                    spec.argv, spec.env, self._paths(worktree), self._transcript(spec, carry=True)
+                ),
                 timeout=CALL_TIMEOUT,
             )
         except ray.exceptions.RayError as exc:
@@ -354,21 +361,79 @@ class RayBackend:
                 self._note(task, node=f"{info['host']} ({info['ip']}, {info['node_id'][:8]})")
 
     def respawn(self, pane_id: str, spec: LaunchSpec) -> None:
-        self._call(pane_id, "launch", spec.argv, spec.env, self._paths(Path(spec.cwd)))
+        self._call(
+            pane_id,
+            "launch",
+            spec.argv,
+            spec.env,
+            self._paths(Path(spec.cwd)),
+            self._transcript(spec, carry=False),  # same node: its file is there
+        )
+
+    # transcripts (transcripts.py) ------------------------------------------------------
+    def _copies_file(self) -> Path:
+        return private.run_dir(self.repo, self.run_name) / "transcripts.json"
+
+    def _transcript(self, spec: LaunchSpec, *, carry: bool) -> dict[str, Any] | None:
+        """What the node needs to follow the session's transcript (and, for a session
+        moving to a new node, the copy to resume from); records where the copy is kept."""
+        if spec.transcript is None:
+            return None
+        copy = spec.transcript
+        with self._lock:
+            copies = self._copies()
+            if copies.get(spec.task) != str(copy):
+                copies[spec.task] = str(copy)
+                atomic_write_text(self._copies_file(), json.dumps(copies, indent=2))
+        have = None
+        if carry:
+            with contextlib.suppress(OSError):
+                have = copy.read_bytes() if copy.is_file() else None
+        return {"session": copy.stem, "have": have}
+
+    def _copies(self) -> dict[str, str]:
+        """task -> where the supervisor keeps its session's transcript."""
+        try:
+            found = json.loads(self._copies_file().read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+    def _keep_transcript(self, pane_id: str, task: str, delta: Any) -> None:
+        if not isinstance(delta, dict):
+            return
+        with self._lock:
+            copy = self._copies().get(task)
+        if copy is None:
+            return
+        if not transcripts.keep(Path(copy), delta):
+            whole = self._call(pane_id, "transcript_whole")
+            if not isinstance(whole, dict) or not transcripts.keep(Path(copy), whole):
+                return
+            delta = whole
+        data = delta.get("data")
+        self._stat(task, "transcript_bytes", float(len(data) if isinstance(data, bytes) else 0))
 
     def state(self, pane_id: str) -> PaneState:
         ray = self._ray()
         handle = self._handle(pane_id)
-        if handle is None:
-            return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
+        if handle is None:  # its actor is gone: the session went with its host
+            return PaneState(
+                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=True
+            )
         try:
             got = ray.get(handle.state.remote(), timeout=CALL_TIMEOUT)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
             return PaneState(pane_id, alive=True, dead_status=None, pid=None, exists=True)
-        except ray.exceptions.RayError:
+        except ray.exceptions.RayError as exc:
             with self._lock:
                 self._handles.pop(pane_id, None)
-            return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
+            # lost with its host only when the actor itself died (its node, its process);
+            # an actor that answered with an error is the session's own failure
+            lost = isinstance(exc, ray.exceptions.RayActorError)
+            return PaneState(
+                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=lost
+            )
         return PaneState(
             pane_id,
             alive=bool(got["alive"]),
@@ -571,6 +636,12 @@ class RayBackend:
         if not isinstance(message, dict) or self._deliver is None:
             return
         from_pane = req.get("from_pane") is True
+        if from_pane and req.get("transcript"):
+            # before the request is handled: its spend is booked from this copy
+            try:
+                self._keep_transcript(pane_id, task, req["transcript"])
+            except (OSError, TmuxError) as exc:
+                log.warning("transcript not kept", extra={"task": task, "error": str(exc)})
         if req.get("stale"):
             # nobody waits for its answer: a hint, as a message left in the inbox folder
             self._deliver(listener.Request(message, task, None, attested=False))
