@@ -26,7 +26,7 @@ from helpers.ray_cluster import (
     RayEnv,
     edit_demo,
     node_tmux_servers,
-    ray_address,
+    run_actors,
     staging_merges,
 )
 from helpers.runs import approve, ledger
@@ -35,7 +35,6 @@ from helpers.wait import wait_for
 from loop_orchestrator import demo, integration, usage
 from loop_orchestrator import status as statusdoc
 from loop_orchestrator.attach import attach_command
-from loop_orchestrator.cluster.connect import connect
 from loop_orchestrator.cluster.node import SessionHost
 from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
 from loop_orchestrator.config import ClusterConfig
@@ -110,16 +109,6 @@ def _print_figures(supervisor: Supervisor, repo: Path) -> None:
             print("signal->reaction", task, round(lag.total_seconds(), 3))
 
 
-def _run_actors(run: str) -> list[str]:
-    import ray
-
-    if not ray.is_initialized():  # a supervisor that ended left the cluster
-        connect(ClusterConfig(backend="ray", address=ray_address[0]))
-    return [
-        n for n in ray.util.list_named_actors(all_namespaces=False) if n.startswith(f"lo-{run}-")
-    ]
-
-
 def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     ray_env: RayEnv, six_tasks: demo.DemoFiles
 ) -> None:
@@ -161,7 +150,7 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     assert integrated == dict.fromkeys(TASKS, 1)
     # the node's work came back as bundles into lo-orch's own refs
     assert git(repo, "for-each-ref", f"refs/lo-orch/cluster/{run}/counts/").count("commit") >= 2
-    assert _run_actors(run) == []  # every session ended when its task was integrated
+    assert run_actors(run) == []  # every session ended when its task was integrated
 
     review = integration.review(repo)
     integration.merge(repo, review)
@@ -501,7 +490,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
             others = [s.phase for s in store.list_statuses() if s.task != "slug"]
             return (
                 store.read_status("slug").phase == Phase.IMPLEMENTING
-                and any("-slug-g" in name for name in _run_actors(run))
+                and any("-slug-g" in name for name in run_actors(run))
                 and all(p in (Phase.INTEGRATED, Phase.PENDING) for p in others)
             )
 
@@ -509,7 +498,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
     finally:
         first.kill()
         first.wait()
-    before = [name for name in _run_actors(run) if "-slug-g" in name]
+    before = [name for name in run_actors(run) if "-slug-g" in name]
     assert len(before) == 1
     # with no supervisor running, `lo-orch attach slug` still reaches the remote session
     pane = Store(RunDir(repo)).read_status("slug").pane_id
@@ -558,7 +547,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
     assert statuses == dict.fromkeys(TASKS, Phase.INTEGRATED)
     for task in TASKS:
         assert staging_merges(repo, run, task) == 1, task
-    assert _run_actors(run) == []
+    assert run_actors(run) == []
 
 
 def _attach_through_the_relay(relay: list[str], backend: RayBackend, pane: str) -> None:
@@ -643,14 +632,14 @@ def test_cleanup_ends_this_runs_remote_sessions_only(
         wait_for(slug_implementing, 120, "slug implementing", interval=0.2)
         supervisor.kill()
         supervisor.wait()
-        ours = [n for n in _run_actors(run) if "0123456789" not in n]
+        ours = [n for n in run_actors(run) if "0123456789" not in n]
         assert ours
         checkouts = list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/checkout"))
         assert checkouts
 
         integration.cleanup(repo, abandon=True)
 
-        assert [n for n in _run_actors(run) if "0123456789" not in n] == []
+        assert [n for n in run_actors(run) if "0123456789" not in n] == []
         assert not any(p.exists() for p in checkouts)
         assert ray.get(decoy.info.remote(), timeout=30)["session"]
     finally:

@@ -1,6 +1,6 @@
 """A remote session's signal sent while no supervisor runs (issue 19's gap), on a real
-multi-node Ray cluster (the module fixture of ``test_cluster_ray``: a head and three
-worker nodes with ``lo_session`` slots).
+multi-node Ray cluster (``helpers.ray_cluster``: a head and three worker nodes with
+``lo_session`` slots).
 
 The supervisor (`lo-orch run`) is SIGKILLed while slug's session works; the session then
 signals ``impl_done`` to its node's inbox with nobody to answer. A new `lo-orch run` must
@@ -23,16 +23,10 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ray_cluster
+from helpers.ray_cluster import RayEnv, edit_demo, run_actors, staging_merges
+from helpers.runs import approve, ledger
 from helpers.wait import wait_for
-from test_cluster_ray import (
-    RayEnv,
-    _approve,
-    _edit,
-    _ledger,
-    _run_actors,
-    _staging_merges,
-)
-from test_cluster_ray import ray_env as ray_env  # the cluster, started again for this module
 
 from loop_orchestrator import demo
 from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
@@ -40,6 +34,8 @@ from loop_orchestrator.inbox import INBOX_DIR
 from loop_orchestrator.state import Phase, RunDir, Store
 
 pytestmark = pytest.mark.slow
+#: the module's cluster (helpers.ray_cluster)
+ray_env = ray_cluster.ray_env
 
 #: how long the new supervisor may take from its start to the accepted signal (it starts
 #: Python, joins the cluster, re-adopts the session and has a prompt typed there)
@@ -59,7 +55,7 @@ def _prepare(
         for task, actions in first.items():
             script[task]["implement"][0] = [*actions, *script[task]["implement"][0]]
 
-    _edit(files, change)
+    edit_demo(files, change)
     folder = files.repo / ".loop-orchestrator"
     folder.mkdir(exist_ok=True)
     (folder / "config.toml").write_text(
@@ -68,7 +64,7 @@ def _prepare(
         f'[cluster]\nbackend = "ray"\naddress = "{ray_env.cluster.address}"\n',
         encoding="utf-8",
     )
-    _approve(files, ray_env.settings(files.script))
+    approve(files, ray_env.settings(files.script))
     return files
 
 
@@ -149,7 +145,7 @@ def _ts(event: dict[str, Any]) -> float:
 
 def _after_restart(repo: Path) -> list[dict[str, Any]]:
     """slug's ledger events since the second supervisor started (none before it did)."""
-    events = _ledger(repo)
+    events = ledger(repo)
     starts = [i for i, e in enumerate(events) if e["event"] == "supervisor_started"]
     if len(starts) < 2:
         return []
@@ -214,8 +210,8 @@ def test_a_signal_left_while_no_supervisor_ran_is_asked_for_again_at_once(
     assert _prompts_arrived(events) == 1, names  # the request to signal again, once
     assert "signal_rejected" not in names, names
     assert Store(RunDir(repo)).read_status("slug").phase == Phase.INTEGRATED
-    assert _staging_merges(repo, run, "slug") == 1
-    assert _run_actors(run) == []
+    assert staging_merges(repo, run, "slug") == 1
+    assert run_actors(run) == []
 
 
 def test_a_signal_still_being_retried_when_the_supervisor_returns_is_judged_once(
@@ -248,8 +244,8 @@ def test_a_signal_still_being_retried_when_the_supervisor_returns_is_judged_once
     assert _prompts_arrived(events) == 0, names
     assert "signal_rejected" not in names, names
     assert Store(RunDir(repo)).read_status("slug").phase == Phase.INTEGRATED
-    assert _staging_merges(repo, run, "slug") == 1
-    assert _run_actors(run) == []
+    assert staging_merges(repo, run, "slug") == 1
+    assert run_actors(run) == []
 
 
 @pytest.mark.parametrize("restart", ["after_the_client_gave_up", "while_it_retries"])
@@ -318,7 +314,7 @@ def test_a_prompt_arrival_and_a_signal_left_meanwhile_are_read_before_anything_i
     assert _prompts_arrived(events) == (2 if gave_up else 1), names
     assert "signal_rejected" not in names, names
     assert Store(RunDir(repo)).read_status("slug").phase == Phase.INTEGRATED
-    assert _staging_merges(repo, run, "slug") == 1
+    assert staging_merges(repo, run, "slug") == 1
 
 
 def test_a_signal_that_counted_just_before_the_kill_is_not_asked_for_again(
@@ -336,7 +332,7 @@ def test_a_signal_that_counted_just_before_the_kill_is_not_asked_for_again(
         def counted() -> bool:
             assert first.poll() is None, "the first supervisor ended"
             return any(
-                e["event"] == "signal" and e.get("phase") == "impl_done" for e in _ledger(repo)
+                e["event"] == "signal" and e.get("phase") == "impl_done" for e in ledger(repo)
             )
 
         wait_for(counted, 150, "slug's impl_done counted", interval=0.05)
@@ -351,10 +347,10 @@ def test_a_signal_that_counted_just_before_the_kill_is_not_asked_for_again(
     names = [e["event"] for e in events]
     assert "signal_asked_again" not in names, names
     assert _prompts_arrived(events) == 0, names
-    accepted = [e for e in _ledger(repo) if e["event"] == "signal" and e["phase"] == "impl_done"]
+    accepted = [e for e in ledger(repo) if e["event"] == "signal" and e["phase"] == "impl_done"]
     assert len(accepted) == 1, names
     assert Store(RunDir(repo)).read_status("slug").phase == Phase.INTEGRATED
-    assert _staging_merges(repo, run, "slug") == 1
+    assert staging_merges(repo, run, "slug") == 1
 
 
 #: what slug's agent runs: a prompt arrival and a signal for tokenize, left in the only
@@ -386,7 +382,7 @@ def test_a_signal_forged_into_a_nodes_inbox_folder_is_not_a_hint_for_another_tas
     run = Store(RunDir(repo)).read_run().name
     _finish(_start(repo), 300)
 
-    events = _ledger(repo)
+    events = ledger(repo)
     refused = [e for e in events if e["event"] == "event_rejected" and e.get("task") == "tokenize"]
     assert len(refused) == 2, refused
     assert all("left in task slug's inbox" in e["message"] for e in refused)
@@ -398,4 +394,4 @@ def test_a_signal_forged_into_a_nodes_inbox_folder_is_not_a_hint_for_another_tas
     assert accepted == ["plan_ready", "impl_done"], names
     for task in ("tokenize", "slug"):
         assert Store(RunDir(repo)).read_status(task).phase == Phase.INTEGRATED
-        assert _staging_merges(repo, run, task) == 1
+        assert staging_merges(repo, run, task) == 1

@@ -155,3 +155,13 @@ def edit_demo(files: demo.DemoFiles, change: Any) -> None:
     change(plan, script)
     files.plan.write_text(yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
     files.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
+
+
+def run_actors(run: str) -> list[str]:
+    import ray
+
+    if not ray.is_initialized():  # a supervisor that ended left the cluster
+        connect(ClusterConfig(backend="ray", address=ray_address[0]))
+    return [
+        n for n in ray.util.list_named_actors(all_namespaces=False) if n.startswith(f"lo-{run}-")
+    ]
