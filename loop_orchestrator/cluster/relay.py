@@ -1,0 +1,263 @@
+"""What comes back from a Ray cluster's sessions: ``Relay``, the layer of ``RayBackend``
+between its actor calls (``actors.py``) and the backend interface (``ray_backend.py``).
+
+``serve``: one relay thread per session pulls what the session's tools sent to its node's
+inbox and hands it to the supervisor, attested by the actor that holds the pane the sender
+descends from, never by what it says; a restarted supervisor gets what the sessions left
+before its loop decides anything. Before a signal is handed over, ``sync`` fetches the
+node's branch and whole working tree and moves the local worktree to them. Checkpoints
+are kept as ``refs/lo-orch/cluster/<run>/<task>/wip``. A Claude Code session's transcript
+is kept on this machine too (``transcripts.py``), updated before each request is handled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator import listener, private
+from loop_orchestrator.cluster import bundles, transcripts
+from loop_orchestrator.cluster.actors import CALL_TIMEOUT, LAUNCH_TIMEOUT, ActorCalls, log
+from loop_orchestrator.errors import GitError, TmuxError
+from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.gitutil import git
+from loop_orchestrator.inbox import CLIENT_TIMEOUT
+from loop_orchestrator.sessions import LaunchSpec
+
+#: how long ``serve`` waits for what the sessions left while no supervisor ran
+FIRST_PULL_TIMEOUT = 20.0
+
+
+class Relay(ActorCalls):
+    """Requests, commits, checkpoints and transcripts back from the sessions' nodes."""
+
+    def _copies_file(self) -> Path:
+        return private.run_dir(self.repo, self.run_name) / "transcripts.json"
+
+    def _transcript(self, spec: LaunchSpec, *, carry: bool) -> dict[str, Any] | None:
+        """What the node needs to follow the session's transcript (and, for a session
+        moving to a new node, the copy to resume from); records where the copy is kept."""
+        if spec.transcript is None:
+            return None
+        copy = spec.transcript
+        with self._lock:
+            copies = self._copies()
+            if copies.get(spec.task) != str(copy):
+                copies[spec.task] = str(copy)
+                atomic_write_text(self._copies_file(), json.dumps(copies, indent=2))
+        have = None
+        if carry:
+            with contextlib.suppress(OSError):
+                have = copy.read_bytes() if copy.is_file() else None
+        return {"session": copy.stem, "have": have}
+
+    def _copies(self) -> dict[str, str]:
+        """task -> where the supervisor keeps its session's transcript."""
+        try:
+            found = json.loads(self._copies_file().read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+    def _keep_transcript(self, pane_id: str, task: str, delta: Any) -> None:
+        if not isinstance(delta, dict):
+            return
+        with self._lock:
+            copy = self._copies().get(task)
+        if copy is None:
+            return
+        if not transcripts.keep(Path(copy), delta):
+            whole = self._call(pane_id, "transcript_whole")
+            if not isinstance(whole, dict) or not transcripts.keep(Path(copy), whole):
+                return
+            delta = whole
+        data = delta.get("data")
+        self._stat(task, "transcript_bytes", float(len(data) if isinstance(data, bytes) else 0))
+
+    def serve(self, deliver: Callable[[listener.Request], None], note: Callable[..., None]) -> None:
+        """Relay every session's requests to ``deliver`` (the supervisor's own handling);
+        ``note(task, **fields)`` records where a session runs."""
+        self._deliver, self._note = deliver, note
+        self._stopped.clear()
+        first: list[threading.Event] = []
+        for pane_id in self.list_panes():
+            first.append(self._start_relay(pane_id))
+            task, _ = self._parse(pane_id)
+            if task not in self._nodes:
+                with contextlib.suppress(TmuxError):
+                    self._placed(task, self._call(pane_id, "info"))
+        # what the sessions sent while no supervisor ran is handed over before the
+        # supervisor's loop decides anything, as the local inbox folder is read first: a
+        # restarted supervisor would otherwise resend a prompt whose arrival is among
+        # those messages, and pass over a signal to ask for again meanwhile
+        deadline = time.monotonic() + FIRST_PULL_TIMEOUT
+        for done in first:
+            done.wait(max(0.0, deadline - time.monotonic()))
+
+    def stop(self) -> None:
+        """Stop relaying (the sessions keep running); waits for the relay threads, since a
+        thread still inside a Ray call when the process exits hangs Ray's shutdown."""
+        self._stopped.set()
+        with self._lock:
+            threads = list(self._threads)
+            self._threads.clear()
+        deadline = time.monotonic() + 10.0
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        # leave the cluster now, in order: Ray's own exit-time shutdown was seen to hang a
+        # finished `lo-orch run` (the detached session actors are not affected)
+        from loop_orchestrator.cluster.connect import disconnect
+
+        disconnect()
+
+    def _start_relay(self, pane_id: str) -> threading.Event:
+        """Relay ``pane_id``'s requests; the event is set once its first batch is handed
+        over (or the relay ended)."""
+        first = threading.Event()
+        with self._lock:
+            if self._deliver is None or pane_id in self._relays:
+                first.set()
+                return first
+            self._relays.add(pane_id)
+        thread = threading.Thread(
+            target=self._relay, args=(pane_id, first), name=f"lo-relay-{pane_id}", daemon=True
+        )
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+        return first
+
+    def _relay(self, pane_id: str, first: threading.Event) -> None:
+        try:
+            self._relay_requests(pane_id, first)
+        finally:
+            first.set()
+
+    def _relay_requests(self, pane_id: str, first: threading.Event) -> None:
+        ray = self._ray()
+        task, _ = self._parse(pane_id)
+        while not self._stopped.is_set():
+            with self._lock:
+                if pane_id not in self._relays:
+                    return
+            handle = self._handle(pane_id)
+            if handle is None:
+                break
+            try:
+                # the first call does not wait: it collects what is there
+                wait = 2.0 if first.is_set() else 0.0
+                got = ray.get(handle.next_requests.remote(wait), timeout=CALL_TIMEOUT)
+            except ray.exceptions.GetTimeoutError:
+                continue
+            except ray.exceptions.RayError:
+                break
+            if got.get("checkpoint"):
+                try:
+                    self._keep_checkpoint(task, got["checkpoint"])
+                except Exception:
+                    log.exception("a checkpoint could not be stored", extra={"task": task})
+            for req in got.get("requests", []):
+                # one at a time, in the order the session sent them (as a local session's
+                # hooks and signals arrive): a signal is never judged before the hook that
+                # confirmed its prompt
+                try:
+                    self._one(pane_id, task, handle, req)
+                except Exception:
+                    log.exception("a remote request could not be relayed", extra={"task": task})
+            first.set()
+        with self._lock:
+            self._relays.discard(pane_id)
+
+    def _one(self, pane_id: str, task: str, handle: Any, req: dict[str, Any]) -> None:
+        ray = self._ray()
+        message = req.get("message")
+        if not isinstance(message, dict) or self._deliver is None:
+            return
+        from_pane = req.get("from_pane") is True
+        if from_pane and req.get("transcript"):
+            # before the request is handled: its spend is booked from this copy
+            try:
+                self._keep_transcript(pane_id, task, req["transcript"])
+            except (OSError, TmuxError) as exc:
+                log.warning("transcript not kept", extra={"task": task, "error": str(exc)})
+        if req.get("stale"):
+            # nobody waits for its answer: a hint, as a message left in the inbox folder
+            self._deliver(listener.Request(message, task, None, attested=False))
+            return
+        if from_pane and message.get("type") == "signal":
+            try:
+                self.sync(pane_id)
+            except Exception as exc:
+                # its work did not come back: judged on the old copy it would fail for
+                # nothing. Not judged: a live session's client sends it again (no answer),
+                # a lost node's session is relaunched by the dead-pane path.
+                log.warning(
+                    "the node's work could not be fetched",
+                    extra={"task": task, "error": str(exc)},
+                )
+                return
+        # the task is the one whose pane the sender descends from (the node's kernel says),
+        # never what the message claims
+        request = listener.Request(message, task if from_pane else None, None, attested=True)
+        self._deliver(request)
+        try:
+            reply = request._answer.get(timeout=CLIENT_TIMEOUT - 2)
+        except queue.Empty:
+            reply = None
+        with contextlib.suppress(ray.exceptions.RayError):
+            handle.answer.remote(req["id"], reply)
+
+    def sync(self, pane_id: str) -> tuple[str, str]:
+        """Fetch the node's branch and working tree and move the local worktree to them."""
+        task, _ = self._parse(pane_id)
+        worktree = self.rundir.worktree_path(self.run_name, task)
+        started = time.monotonic()
+        with self._task_lock(task):
+            known = git(worktree, "rev-parse", "HEAD").stdout.strip()
+            got = self._call(pane_id, "export", [known], timeout=LAUNCH_TIMEOUT)
+            head, wip = self._import(task, got)
+            self._apply(task, worktree, head, wip)
+            plan = got.get("plan")
+            if isinstance(plan, bytes):  # where a local session writes it (agent-writable)
+                atomic_write_text(
+                    self.rundir.agent_plan_path(task), plan.decode("utf-8", errors="replace")
+                )
+        self._call(pane_id, "acknowledge", [head])
+        self._stat(task, "sync_seconds", time.monotonic() - started)
+        return head, wip
+
+    def _import(self, task: str, got: dict[str, Any]) -> tuple[str, str]:
+        head_ref, wip_ref = self._refs(task)
+        branch = f"refs/heads/lo/{self.run_name}/{task}"
+        data = got.get("bundle") or b""
+        head, wip = str(got.get("head", "")), str(got.get("wip", ""))
+        if data:
+            self._stat(task, "bundle_bytes", float(len(data)))
+            # only the task branch and the checkpoint ref, into lo-orch's own refs
+            got_refs = bundles.import_bundle(
+                self.repo, data, {branch: head_ref, "refs/lo-orch/wip": wip_ref}
+            )
+            head = got_refs.get(head_ref, head)
+            wip = got_refs.get(wip_ref, wip)
+        for sha in (head, wip):
+            if (
+                not re.fullmatch(r"[0-9a-f]{40}", sha)
+                or not git(self.repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).ok
+            ):
+                msg = f"the node of task {task} sent no usable commit ({sha[:40]!r})"
+                raise GitError(msg)
+        git(self.repo, "update-ref", head_ref, head)
+        git(self.repo, "update-ref", wip_ref, wip)
+        return head, wip
+
+    def _keep_checkpoint(self, task: str, got: dict[str, Any]) -> None:
+        with self._task_lock(task):
+            self._import(task, got)
+        self._stat(task, "checkpoint_bytes", float(len(got.get("bundle") or b"")))
