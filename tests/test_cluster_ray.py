@@ -74,18 +74,6 @@ def six_tasks(tmp_path: Path, tmux_socket: str) -> demo.DemoFiles:
     return files
 
 
-def _write_config(files: demo.DemoFiles, ray_env: RayEnv) -> None:
-    """The settings of ``RayEnv.settings`` as the repository's config (for `lo-orch run`)."""
-    folder = files.repo / ".loop-orchestrator"
-    folder.mkdir(exist_ok=True)
-    (folder / "config.toml").write_text(
-        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
-        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\nconcurrency = 4\n'
-        f'[cluster]\nbackend = "ray"\naddress = "{ray_env.cluster.address}"\n',
-        encoding="utf-8",
-    )
-
-
 def _print_figures(supervisor: Supervisor, repo: Path) -> None:
     """What this run measured (shown with ``pytest -s``; benchmarks/cluster.py measures)."""
     from datetime import datetime
@@ -223,13 +211,7 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
         supervisor.join(timeout=300)
         assert outcome and outcome[0].state == "review", outcome
     finally:
-        ray_env.nodes.append(
-            ray_env.cluster.add_node(
-                num_cpus=1,
-                resources={"lo_session": 2},
-                env_vars={**ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / "n-new")},
-            )
-        )
+        ray_env.add_node("n-new")
     status = Store(RunDir(repo)).read_status("tokenize")
     assert status.phase == Phase.INTEGRATED
     assert victim.node_id[:8] not in (status.node or "")
@@ -309,13 +291,7 @@ def test_real_claude_code_on_a_node_is_priced_and_resumes_its_conversation_on_an
             supervisor.join(timeout=400)
             assert outcome and outcome[0].state == "review", outcome
         finally:
-            ray_env.nodes.append(
-                ray_env.cluster.add_node(
-                    num_cpus=1,
-                    resources={"lo_session": 2},
-                    env_vars={**ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / "n-c")},
-                )
-            )
+            ray_env.add_node("n-c")
         replies = endpoint.logged(kind="reply", task="tokenize")
     status = Store(RunDir(repo)).read_status("tokenize")
     assert status.phase == Phase.INTEGRATED
@@ -473,7 +449,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
 
     edit_demo(six_tasks, change)
     repo = six_tasks.repo
-    _write_config(six_tasks, ray_env)
+    ray_env.write_config(six_tasks, "concurrency = 4")
     settings = ray_env.settings(six_tasks.script)
     approve(six_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
@@ -620,7 +596,7 @@ def test_cleanup_ends_this_runs_remote_sessions_only(
             checkpoint_seconds=60.0,
         )
     )
-    _write_config(six_tasks, ray_env)
+    ray_env.write_config(six_tasks, "concurrency = 4")
     argv = [sys.executable, "-m", "loop_orchestrator", "run", "--repo", str(repo)]
     supervisor = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -56,14 +56,7 @@ def _prepare(
             script[task]["implement"][0] = [*actions, *script[task]["implement"][0]]
 
     edit_demo(files, change)
-    folder = files.repo / ".loop-orchestrator"
-    folder.mkdir(exist_ok=True)
-    (folder / "config.toml").write_text(
-        f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
-        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\nstall_minutes = 60\n'
-        f'[cluster]\nbackend = "ray"\naddress = "{ray_env.cluster.address}"\n',
-        encoding="utf-8",
-    )
+    ray_env.write_config(files, "stall_minutes = 60")
     approve(files, ray_env.settings(files.script))
     return files
 

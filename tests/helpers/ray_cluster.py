@@ -45,6 +45,29 @@ class RayEnv:
             }
         )
 
+    def write_config(self, files: demo.DemoFiles, run: str) -> None:
+        """``settings`` as the repository's config, for `lo-orch run` (``run``: the lines
+        of its ``[run]`` section besides the stagger)."""
+        folder = files.repo / ".loop-orchestrator"
+        folder.mkdir(exist_ok=True)
+        (folder / "config.toml").write_text(
+            f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
+            f'[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n{run}\n'
+            f'[cluster]\nbackend = "ray"\naddress = "{self.cluster.address}"\n',
+            encoding="utf-8",
+        )
+
+    def add_node(self, root: str, **options: Any) -> Any:
+        """A node with two session slots and a working root of its own (``root``)."""
+        node = self.cluster.add_node(
+            num_cpus=1,
+            resources={"lo_session": 2},
+            env_vars={**self.env, "LO_ORCH_NODE_ROOT": str(self.base / root)},
+            **options,
+        )
+        self.nodes.append(node)
+        return node
+
 
 @pytest.fixture(scope="module")
 def ray_env() -> Iterator[RayEnv]:
