@@ -19,11 +19,12 @@ import pytest
 import yaml
 from helpers import ray_cluster
 from helpers.git import commit, git
-from helpers.ray_cluster import RayEnv, edit_demo, staging_merges
+from helpers.ray_cluster import RayEnv, edit_demo, run_actors, staging_merges
 from helpers.runs import approve, ledger
 from helpers.wait import wait_for
 
 from loop_orchestrator import demo, integration, runs
+from loop_orchestrator.config import SandboxConfig
 from loop_orchestrator.state import Phase, RunDir, Store
 from loop_orchestrator.supervisor import Supervisor
 
@@ -334,3 +335,50 @@ def test_an_agent_ending_itself_on_a_node_is_no_lost_node(
     events = [e for e in ledger(repo) if e.get("task") == "slug"]
     assert [e["cause"] for e in events if e["event"] == "session_died"] == ["exited"]
     assert [e["cause"] for e in events if e["event"] == "task_failed"] == ["exited"]
+
+
+def test_a_session_whose_tmux_server_ended_under_a_live_actor_leaves_no_actor_behind(
+    ray_env: RayEnv, two_tasks: demo.DemoFiles, tmp_path: Path
+) -> None:
+    """slug's agent (unsandboxed) ends its node's tmux server: the pane is gone, its actor
+    lives on. The relaunch runs in a new actor and ends the old one, which would otherwise
+    hold its session slot (and its checkout) until cleanup."""
+    marker = tmp_path / "server-ended-once"
+    end_server = (
+        f'test -e {marker} || {{ touch {marker}; tmux -L "$LO_ORCH_TMUX_SOCKET" kill-server; }}'
+    )
+
+    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+        plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "slug"]
+        first = script["slug"]["implement"][0]
+        script["slug"]["implement"][0] = [
+            {"run": {"argv": ["sh", "-c", end_server]}},
+            {"sleep": {"seconds": 15}},  # the relaunched session, working: actors checked
+            *first,
+        ]
+
+    edit_demo(two_tasks, change)
+    repo = two_tasks.repo
+    settings = ray_env.settings(two_tasks.script).model_copy(
+        update={"sandbox": SandboxConfig(mode="off")}
+    )
+    approve(two_tasks, settings)
+    run = Store(RunDir(repo)).read_run().name
+
+    outcome: list[Any] = []
+    supervisor = threading.Thread(
+        target=lambda: outcome.append(Supervisor(repo, settings).run()), daemon=True
+    )
+    supervisor.start()
+    store = Store(RunDir(repo))
+    wait_for(lambda: store.read_status("slug").relaunches == 1, 120, "slug relaunched")
+    wait_for(lambda: store.read_status("slug").delivered is not None, 120, "its prompt delivered")
+    # the session that runs on is the relaunched one; the first one's actor is gone
+    st = store.read_status("slug")
+    live = [n for n in run_actors(run) if "-slug-g" in n]
+    assert len(live) == 1 and live[0].endswith(f"-g{str(st.pane_id).rsplit(':', 1)[-1]}"), live
+    supervisor.join(timeout=300)
+    assert outcome and outcome[0].state == "review", (outcome, _shown(repo))
+    assert marker.exists()
+    st = store.read_status("slug")
+    assert (st.relaunches, st.node_losses) == (1, 0)

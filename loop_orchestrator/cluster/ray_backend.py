@@ -106,6 +106,13 @@ class RayBackend(Relay):
 
         task, worktree = spec.task, Path(spec.cwd)
         started = time.monotonic()
+        # one session per task: an earlier one still here lost its pane under a live actor
+        # (its tmux server ended); it would hold its slot until cleanup. Its work since the
+        # last checkpoint goes with it, as with a lost node
+        for old, owner in self.list_panes().items():
+            if owner == task:
+                log.warning("ending a stale session of the task", extra={"pane": old})
+                self.kill_pane(old)
         with self._task_lock(task):
             self._start_point(task, worktree)
             branch = git(worktree, "symbolic-ref", "--short", "HEAD").stdout.strip()
