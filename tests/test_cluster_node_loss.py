@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,13 @@ import pytest
 import yaml
 from helpers import ray_cluster
 from helpers.git import commit, git
-from helpers.ray_cluster import RayEnv, edit_demo, run_actors, staging_merges
+from helpers.ray_cluster import (
+    RayEnv,
+    edit_demo,
+    run_actors,
+    staging_merges,
+    supervise_in_background,
+)
 from helpers.runs import approve, ledger
 from helpers.wait import wait_for
 
@@ -66,15 +71,6 @@ def _sleep_first(script: dict[str, Any], task: str, seconds: float) -> None:
     script[task]["implement"][0] = [{"sleep": {"seconds": seconds}}, *script[task]["implement"][0]]
 
 
-def _supervise(repo: Path, settings: Any) -> tuple[threading.Thread, list[Any]]:
-    outcome: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: outcome.append(Supervisor(repo, settings).run()), daemon=True
-    )
-    thread.start()
-    return thread, outcome
-
-
 def _working_on(repo: Path, node: Any, tasks: tuple[str, ...]) -> bool:
     """Every one of ``tasks`` has its implement prompt confirmed by a session on ``node``."""
     store = Store(RunDir(repo))
@@ -118,7 +114,7 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
         settings = ray_env.settings(two_tasks.script, checkpoint_seconds=2.0)
         approve(two_tasks, settings)
         run = Store(RunDir(repo)).read_run().name
-        thread, outcome = _supervise(repo, settings)
+        thread, outcome = supervise_in_background(repo, settings)
 
         current = first
         removed: list[str] = []
@@ -179,7 +175,7 @@ def test_a_task_past_max_node_losses_fails_naming_the_cap(
         repo = two_tasks.repo
         settings = ray_env.settings(two_tasks.script, max_node_losses=0)
         approve(two_tasks, settings)
-        thread, outcome = _supervise(repo, settings)
+        thread, outcome = supervise_in_background(repo, settings)
         wait_for(
             lambda: _working_on(repo, first, ("slug",)),
             180,
@@ -229,7 +225,7 @@ def test_cleanup_drops_the_runs_cluster_refs_but_keeps_a_persons_saved_edits(
     settings = ray_env.settings(two_tasks.script)
     approve(two_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
-    thread, outcome = _supervise(repo, settings)
+    thread, outcome = supervise_in_background(repo, settings)
 
     def slug_works() -> bool:
         st = Store(RunDir(repo)).read_status("slug")
@@ -365,11 +361,7 @@ def test_a_session_whose_tmux_server_ended_under_a_live_actor_leaves_no_actor_be
     approve(two_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
 
-    outcome: list[Any] = []
-    supervisor = threading.Thread(
-        target=lambda: outcome.append(Supervisor(repo, settings).run()), daemon=True
-    )
-    supervisor.start()
+    supervisor, outcome = supervise_in_background(repo, settings)
     store = Store(RunDir(repo))
     wait_for(lambda: store.read_status("slug").relaunches == 1, 120, "slug relaunched")
     wait_for(lambda: store.read_status("slug").delivered is not None, 120, "its prompt delivered")

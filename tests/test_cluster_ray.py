@@ -28,6 +28,7 @@ from helpers.ray_cluster import (
     node_tmux_servers,
     run_actors,
     staging_merges,
+    supervise_in_background,
 )
 from helpers.runs import approve, ledger
 from helpers.wait import wait_for
@@ -158,7 +159,6 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
 ) -> None:
     """The node of a working session is removed after its first checkpoint: the task is
     launched on another node from that checkpoint and finishes; nothing merges twice."""
-    import threading
 
     note = (
         "if [ -e notes.txt ]; then cp notes.txt seen-at-start.txt; fi; "
@@ -180,11 +180,7 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
     settings = ray_env.settings(six_tasks.script, checkpoint_seconds=1.0)
     approve(six_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
-    outcome: list[Any] = []
-    supervisor = threading.Thread(
-        target=lambda: outcome.append(Supervisor(repo, settings).run()), daemon=True
-    )
-    supervisor.start()
+    supervisor, outcome = supervise_in_background(repo, settings)
     wip_ref = f"refs/lo-orch/cluster/{run}/tokenize/wip"
 
     def checkpointed() -> bool:

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,3 +189,16 @@ def run_actors(run: str) -> list[str]:
     return [
         n for n in ray.util.list_named_actors(all_namespaces=False) if n.startswith(f"lo-{run}-")
     ]
+
+
+def supervise_in_background(repo: Path, settings: Settings) -> tuple[threading.Thread, list[Any]]:
+    """A supervisor of ``repo`` running on a thread (a test removes nodes meanwhile); the
+    list gets its outcome."""
+    from loop_orchestrator.supervisor import Supervisor
+
+    outcome: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(Supervisor(repo, settings).run()), daemon=True
+    )
+    thread.start()
+    return thread, outcome
