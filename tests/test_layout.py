@@ -187,7 +187,7 @@ def test_fixtures_and_hooks_are_what_conftest_may_hold() -> None:
 
 
 SECOND_HELPERS = {
-    "the package's wait_until": "from loop_orchestrator.sessions import wait_until\n",
+    "the package's wait_until": "from loop_orchestrator.sessions.backend import wait_until\n",
     "a helper of its own, argument order swapped": (
         "def wait_for_it(what, predicate, timeout=20):\n"
         "    if not poll(predicate, timeout):\n"

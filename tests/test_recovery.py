@@ -19,10 +19,13 @@ from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, lo, user_snapshot
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, gitparse, gitutil, recovery
-from loop_orchestrator.record import Record
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.git import gateway as gitutil
+from loop_orchestrator.git import parse as gitparse
+from loop_orchestrator.runstate.journal import Record
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor import recovery
+from loop_orchestrator.supervisor.main import Supervisor
 
 TASK = "tokenize"  # the one task of the one_task fixture
 
@@ -103,7 +106,7 @@ def _killed_inside_checkout(repo: Path, commit: str) -> Path:
     code = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from loop_orchestrator import tempcheckout\n"
+        "from loop_orchestrator.git import checkouts as tempcheckout\n"
         "with tempcheckout.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as tree:\n"
         "    print(tree, flush=True)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -142,7 +145,7 @@ def test_temporary_checkouts_of_a_killed_process_are_removed_locked_ones_too(
             sys.executable,
             "-c",
             "import sys, time\nfrom pathlib import Path\n"
-            "from loop_orchestrator import tempcheckout\n"
+            "from loop_orchestrator.git import checkouts as tempcheckout\n"
             "with tempcheckout.temp_checkout(Path(sys.argv[1]), sys.argv[2]) as t:\n"
             "    print(t, flush=True)\n    time.sleep(120)\n",
             str(git_repo),

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from loop_orchestrator.errors import StateError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.state import (
+from loop_orchestrator.runstate.state import (
     Phase,
     RunDir,
     RunState,
@@ -33,7 +33,7 @@ WRITER = r"""
 import sys, time
 from pathlib import Path
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.state import RunDir, Store, TaskStatus
+from loop_orchestrator.runstate.state import RunDir, Store, TaskStatus
 
 repo, wid, count, mode = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 store = Store(RunDir(repo))
@@ -63,7 +63,7 @@ for i in range(count):
 LEDGER_WRITER = r"""
 import sys
 from pathlib import Path
-from loop_orchestrator.state import RunDir, Store
+from loop_orchestrator.runstate.state import RunDir, Store
 
 repo, wid, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 store = Store(RunDir(repo))

@@ -1,0 +1,3 @@
+"""What sessions cost: tokens from transcripts, the supervisor's spend book, rate and usage
+limits.
+"""
