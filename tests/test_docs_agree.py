@@ -109,19 +109,20 @@ def test_architecture_names_only_modules_that_exist_and_places_every_module() ->
 
 
 def test_a_module_is_placed_only_by_its_own_folder_row() -> None:
+    # made-up module names: a rename of real modules must not change this test
     doc = (
-        "| supervision | `loop_orchestrator/doctor.py` | checks |\n"
+        "| supervision | `loop_orchestrator/checkup.py` | checks |\n"
         "| commands | `loop_orchestrator/commands/` | `plan.py` (`plan`) |\n"
         "the agents' `terminal.py` is described elsewhere\n"
     )
-    assert unplaced(doc, ["doctor.py", "commands/plan.py"]) == []
-    # named only as another module (the top-level doctor.py), or outside its folder's row
-    assert unplaced(doc, ["commands/doctor.py", "agents/terminal.py", "status.py"]) == [
-        "commands/doctor.py",
+    assert unplaced(doc, ["checkup.py", "commands/plan.py"]) == []
+    # named only as another module (the top-level checkup.py), or outside its folder's row
+    assert unplaced(doc, ["commands/checkup.py", "agents/terminal.py", "status.py"]) == [
+        "commands/checkup.py",
         "agents/terminal.py",
         "status.py",
     ]
-    assert unplaced(doc + "see `commands/doctor.py`\n", ["commands/doctor.py"]) == []
+    assert unplaced(doc + "see `commands/checkup.py`\n", ["commands/checkup.py"]) == []
 
 
 def _imports(path: Path) -> set[str]:
