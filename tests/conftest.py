@@ -133,3 +133,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         uses_tmux = "tmux_socket" in fixtures
         if (uses_tmux or item.get_closest_marker("claude")) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+        # test_cluster_terminal and test_cluster_doctor start Ray clusters of their own
+        own_cluster = item.path.stem in ("test_cluster_terminal", "test_cluster_doctor")
+        if "ray_env" in fixtures or own_cluster:
+            # One Ray cluster at a time: a head takes fixed ports, and the module fixture
+            # (a 3-node cluster, about a minute to start) is built once, not per worker.
+            item.add_marker(pytest.mark.xdist_group("ray"))
