@@ -354,3 +354,54 @@ def expectations(path: str, tree: ast.AST) -> list[Expectation]:
             if exp is not None:
                 out.append(exp)
     return out
+
+
+# helpers a test calls ------------------------------------------------------------------
+
+
+def helper_functions(tree: ast.Module, test: PyTest, depth: int = 3) -> list[ast.FunctionDef]:
+    """The functions of the module a test calls, to ``depth`` levels: module-level
+    ``helper(...)``, and ``self.helper(...)`` / ``cls.helper(...)`` methods of the test's
+    class or of a base class the module defines. What they assert is the test's too."""
+    top: dict[str, ast.FunctionDef] = {}
+    classes: dict[str, ast.ClassDef] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef) and not stmt.name.startswith("test"):
+            top[stmt.name] = stmt
+        elif isinstance(stmt, ast.ClassDef):
+            classes[stmt.name] = stmt
+    methods: dict[str, ast.FunctionDef] = {}
+    owner = test.qualname.split("::")[0] if "::" in test.qualname else None
+    todo = [owner] if owner else []
+    seen_classes: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen_classes or name not in classes:
+            continue
+        seen_classes.add(name)
+        for stmt in classes[name].body:
+            if isinstance(stmt, ast.FunctionDef) and not stmt.name.startswith("test"):
+                methods.setdefault(stmt.name, stmt)
+        todo += [dotted(b) for b in classes[name].bases]
+    found: list[ast.FunctionDef] = []
+    frontier: list[ast.AST] = [test.node]
+    for _ in range(depth):
+        nxt: list[ast.AST] = []
+        for fn in frontier:
+            for node in walk_shallow(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                target: ast.FunctionDef | None = None
+                if isinstance(node.func, ast.Name):
+                    target = top.get(node.func.id)
+                elif (
+                    isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in ("self", "cls")
+                ):
+                    target = methods.get(node.func.attr)
+                if target is not None and target not in found:
+                    found.append(target)
+                    nxt.append(target)
+        frontier = nxt
+    return found
