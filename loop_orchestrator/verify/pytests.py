@@ -430,18 +430,20 @@ def expectations(path: str, tree: ast.AST) -> list[Expectation]:
     """``assert f(3) == 42``, ``assertEqual(f(3), 42)`` and the mirrored forms, one per
     parametrize row when the arguments or the expected value are the row's."""
     out: list[Expectation] = []
-    inside: set[int] = set()
     tests = list(_test_functions(tree.body)) if isinstance(tree, ast.Module) else []
-    scopes: list[tuple[str, ast.AST, list[_Env]]] = [
-        (qual, fn, parametrize_rows(fn)) for qual, fn in tests
+    skip = {id(fn) for _, fn in tests}
+    scopes: list[tuple[str, list[ast.AST], list[_Env]]] = [
+        (qual, list(ast.walk(fn)), parametrize_rows(fn)) for qual, fn in tests
     ]
-    for _, fn, _rows in scopes:
-        inside |= {id(n) for n in ast.walk(fn)}
-    scopes.append(("", tree, [{}]))
-    for qual, scope, rows in scopes:
-        for node in ast.walk(scope):
-            if not qual and id(node) in inside:
-                continue
+    rest: list[ast.AST] = []  # the module outside its tests, walked once
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        rest.append(node)
+        stack.extend(n for n in ast.iter_child_nodes(node) if id(n) not in skip)
+    scopes.append(("", rest, [{}]))
+    for qual, nodes, rows in scopes:
+        for node in nodes:
             for a, b in _pairs(node):
                 line = node.lineno  # type: ignore[attr-defined]
                 seen: set[str] = set()  # by repr: the values may be unhashable lists
