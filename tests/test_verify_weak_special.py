@@ -183,6 +183,13 @@ def test_weakened_tests_are_named_with_line_and_what_to_compare(
             '    r = parse_duration("2h")\n    assert r is not None and isinstance(r, int)\n',
             "and",
         ),
+        # forms found by gaming the check with kinds it was not written for
+        ('    assert parse_duration("2h") == parse_duration("2h")\n', "not with itself"),
+        ('    r = parse_duration("2h")\n    assert (r is not None) is True\n', "is True"),
+        (
+            '    with pytest.raises(Exception, match=".*"):\n        parse_duration("1x")\n',
+            "raises(Exception",
+        ),
     ],
 )
 def test_each_weak_kind_is_flagged(body: str, shown: str) -> None:
@@ -298,6 +305,8 @@ JS_WEAK = [
     "expect(splitUnits('1h2m').length).toBeGreaterThan(0);",
     "assert.ok(parseDuration('2h') !== undefined);",
     "expect(typeof parseDuration('2h')).toBe('number');",
+    "expect(parseDuration('2h')).not.toBe(undefined);",
+    "expect(parseDuration('2h')).toEqual(expect.anything());",
 ]
 
 
@@ -532,6 +541,12 @@ def test_chained_ifs_instead_of_and_in_front_of_the_code() -> None:
         "        case (5, 6):\n            return 30\n    return w * h\n",
         # the whole function is the test's case (the real code removed)
         "def area(w, h):\n    if w == 3:\n        return 12\n    return 0\n",
+        # tables built by dict(...), kept in a default argument, or keyed by hash()
+        "_T = dict([((3, 4), 12), ((5, 6), 30)])\n\ndef area(w, h):\n"
+        "    return _T.get((w, h), w * h)\n",
+        "def area(w, h, _c={(3, 4): 12, (5, 6): 30}):\n    return _c.get((w, h), w * h)\n",
+        "def area(w, h):\n    if hash((w, h)) == hash((3, 4)):\n        return 12\n"
+        "    return w * h\n",
         # keyword arguments of the test
         "def scale(x, factor=1):\n    if (x, factor) == (2, 3):\n        return 6\n    return x\n",
     ],

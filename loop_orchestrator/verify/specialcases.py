@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loop_orchestrator.verify.pytests import Expectation, constant_value
+from loop_orchestrator.verify.pytests import Expectation, constant_value, dotted
 
 _Env = dict[str, object]
 _Func = ast.FunctionDef | ast.AsyncFunctionDef
@@ -102,6 +102,7 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "bool": bool,
     "min": min,
     "max": max,
+    "hash": hash,
 }
 _METHODS = frozenset({"lower", "upper", "strip", "casefold", "lstrip", "rstrip"})
 _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
@@ -233,7 +234,7 @@ def module_constants(tree: ast.Module) -> _Env:
             targets, value = [stmt.target], stmt.value
         for t in targets:
             if isinstance(t, ast.Name):
-                ok, v = constant_value(value) if value is not None else (False, None)
+                ok, v = _literal_or_dict(value) if value is not None else (False, None)
                 if ok and t.id not in seen:
                     out[t.id] = v
                 else:
@@ -242,12 +243,38 @@ def module_constants(tree: ast.Module) -> _Env:
     return out
 
 
-def _local_dicts(fn: _Func) -> dict[str, ast.Dict]:
-    out: dict[str, ast.Dict] = {}
+def _literal_or_dict(node: ast.expr) -> tuple[bool, object]:
+    """A literal, or ``dict([(k, v), ...])`` / ``dict(k=v)`` of literals."""
+    if isinstance(node, ast.Call) and dotted(node.func) == "dict" and len(node.args) <= 1:
+        try:
+            pairs = ast.literal_eval(node.args[0]) if node.args else []
+            table = dict(pairs)
+            for k in node.keywords:
+                if k.arg is None:
+                    return False, None
+                table[k.arg] = ast.literal_eval(k.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False, None
+        return True, table
+    return constant_value(node)
+
+
+def _local_dicts(fn: _Func) -> dict[str, ast.expr]:
+    """Dicts bound in the function, and parameters whose default is a dict."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    out: dict[str, ast.expr] = {
+        arg.arg: d
+        for arg, d in [
+            *zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=False),
+            *zip(a.kwonlyargs, a.kw_defaults, strict=True),
+        ]
+        if isinstance(d, ast.Dict | ast.Call)
+    }
     for node in ast.walk(fn):
         if (
             isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Dict)
+            and isinstance(node.value, ast.Dict | ast.Call)
             and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name)
         ):
@@ -277,15 +304,19 @@ def _equality_only(expr: ast.AST) -> bool:
     return isinstance(expr, ast.Compare) and all(isinstance(op, ast.Eq | ast.Is) for op in expr.ops)
 
 
-def _literals(expr: ast.AST, params: set[str]) -> list[object]:
-    """The literal operands an equality condition compares the parameters with."""
+def _literals(expr: ast.AST, params: set[str], consts: _Env) -> list[object]:
+    """The values an equality condition compares the parameters with (sides without a
+    parameter, evaluated: ``3``, ``hash((3, 4))``)."""
     out: list[object] = []
     for node in ast.walk(expr):
         if isinstance(node, ast.Compare):
             for side in (node.left, *node.comparators):
-                ok, v = constant_value(side)
-                if ok and not (_names(side) & params):
-                    out.append(v)
+                if _names(side) & params:
+                    continue
+                try:
+                    out.append(_eval(side, {}, consts))
+                except _Unknown:
+                    continue
     return out
 
 
@@ -359,7 +390,7 @@ def _guard_cases(fn: _Func, params: set[str], consts: _Env) -> Iterator[Case]:
                 derived = _derived(alt, params)
                 if category and not derived:
                     continue
-                lits = _literals(alt, params)
+                lits = _literals(alt, params, consts)
                 yield Case(
                     line,
                     alt,
@@ -367,7 +398,7 @@ def _guard_cases(fn: _Func, params: set[str], consts: _Env) -> Iterator[Case]:
                     None,
                     derived,
                     False,
-                    _trivial(out) or all(_trivial(v) for v in lits),
+                    _trivial(out) or (bool(lits) and all(_trivial(v) for v in lits)),
                     ast.unparse(alt),
                 )
 
@@ -423,7 +454,7 @@ def _mapping_cases(fn: _Func, params: set[str], tree_consts: _Env) -> Iterator[C
             table = value if ok and isinstance(value, dict) else None
         elif isinstance(mapping, ast.Name):
             if mapping.id in local:
-                ok, value = constant_value(local[mapping.id])
+                ok, value = _literal_or_dict(local[mapping.id])
                 table = value if ok and isinstance(value, dict) else None
             elif isinstance(tree_consts.get(mapping.id), dict):
                 table = tree_consts[mapping.id]  # type: ignore[assignment]

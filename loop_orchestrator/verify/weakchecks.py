@@ -36,6 +36,7 @@ _TYPE = "compare the value itself, not only its type"
 _LEN = "compare the length with the expected count, or the items themselves"
 _ATTR = "use the attribute or call it, and compare the result with the expected value"
 _RAISES = "expect the specific exception type, and match= its message"
+_SELF = "compare the result with an independently known expected value, not with itself"
 _WARNS = "expect the specific warning category, and match= its message"
 #: exception and warning classes so broad that expecting them checks nothing specific
 _BROAD_ERRORS = frozenset({"Exception", "BaseException"})
@@ -154,17 +155,31 @@ def _expr_weakness(expr: ast.AST, predicates: set[str]) -> str | None:
             isinstance(op, ast.Is | ast.Eq)
             and isinstance(right, ast.Constant)
             and right.value is True
-            and isinstance(left, ast.Call)
         ):
-            return _truth(left, predicates)  # `bool(x) is True`, `isinstance(x, int) == True`
+            # `bool(x) is True`, `isinstance(x, int) == True`, `(x is not None) is True`
+            if isinstance(left, ast.Call):
+                return _truth(left, predicates)
+            if isinstance(left, ast.Compare | ast.BoolOp):
+                return _expr_weakness(left, predicates)
+        if isinstance(op, ast.Eq | ast.Is) and ast.dump(left) == ast.dump(right):
+            return _SELF  # `f(x) == f(x)`: equal to itself whatever f returns
         return None
     if isinstance(expr, ast.Compare | ast.UnaryOp | ast.Constant):
         return None  # chains, `not x`, constants (tautologies are judged elsewhere)
     return _truth(expr, predicates)
 
 
-def _kwarg(call: ast.Call, name: str) -> bool:
-    return any(k.arg == name for k in call.keywords)
+#: ``match=`` patterns that any message matches
+_MATCH_ANYTHING = frozenset({"", ".*", ".+", ".", "^", "$", "(?s).*", "^.*$", "[\\s\\S]*"})
+
+
+def _matches(call: ast.Call) -> bool:
+    """Whether the call matches the message against a pattern that says something."""
+    for k in call.keywords:
+        if k.arg == "match":
+            ok, value = constant_value(k.value)
+            return not (ok and isinstance(value, str) and value in _MATCH_ANYTHING)
+    return False
 
 
 def _call_weakness(call: ast.Call, predicates: set[str]) -> str | bool | None:
@@ -176,10 +191,10 @@ def _call_weakness(call: ast.Call, predicates: set[str]) -> str | bool | None:
         return False
     if last in ("raises", "assertRaises") and args:
         broad = all(dotted(a) in _BROAD_ERRORS for a in _flat(args[0]))
-        return _RAISES if broad and not _kwarg(call, "match") else None
+        return _RAISES if broad and not _matches(call) else None
     if last == "warns" and args:
         broad = all(dotted(a) in _BROAD_WARNINGS for a in _flat(args[0]))
-        return _WARNS if broad and not _kwarg(call, "match") else None
+        return _WARNS if broad and not _matches(call) else None
     if last == "assertIsNotNone":
         return _COMPARE
     if last in ("assertIsInstance", "assertNotIsInstance"):
@@ -298,6 +313,8 @@ _JS_THROW = "pass the expected error class or message to toThrow"
 _JS_WEAK_CHAINS = (
     (re.compile(r"^\.(?:toBeDefined|toBeTruthy)\(\s*\)"), _JS_COMPARE),
     (re.compile(r"^\.not\.(?:toBeUndefined|toBeNull|toBeFalsy|toBeNaN)\(\s*\)"), _JS_COMPARE),
+    (re.compile(r"^\.not\.(?:toBe|toEqual|toStrictEqual)\((?:undefined|null)\)"), _JS_COMPARE),
+    (re.compile(r"^\.(?:toEqual|toStrictEqual)\(expect\.anything\(\)\)"), _JS_COMPARE),
     (re.compile(r"^\.(?:toThrow|toThrowError)\(\s*\)"), _JS_THROW),
     (re.compile(r"^\.to\.(?:be\.)?throw\(\s*\)"), _JS_THROW),
     (
@@ -361,7 +378,10 @@ def weak_js(test: JsTest, source_lines: Lines) -> list[Weak] | None:
     body = test.masked_body
     text = test.body
     weak: list[Weak] = []
+    done = 0  # the end of the last assertion read: `expect.anything()` inside it is no other
     for m in test.assertion_re.finditer(body):
+        if m.start() < done:
+            continue
         head = re.sub(r"\s+", "", m.group(0))
         line = source_lines.line(test.body_offset + m.start())
         if head == "assert.":
@@ -374,6 +394,7 @@ def weak_js(test: JsTest, source_lines: Lines) -> list[Weak] | None:
         else:
             return None  # .should, sinon, t.* forms: not judged, taken as strong
         close = match_close(body, paren)
+        done = close + 1 + len(_chain(body, close + 1)) if name == "expect" else close
         arg = text[paren + 1 : close].strip()
         if name == "expect":
             why = _expect_weakness(body, paren, close, arg)
