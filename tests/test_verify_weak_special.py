@@ -14,7 +14,10 @@ import pytest
 from helpers.git import commit
 
 from loop_orchestrator.plan import DoneCheck, Task
-from loop_orchestrator.verify.models import Finding
+from loop_orchestrator.state import RunDir
+from loop_orchestrator.verify import write_review
+from loop_orchestrator.verify.disputes import disputable, hold
+from loop_orchestrator.verify.models import Finding, Verdict
 from loop_orchestrator.verify.pytests import Expectation
 from loop_orchestrator.verify.stubs import check_stubs
 from loop_orchestrator.verify.testquality import FileChange, check_tests
@@ -585,3 +588,31 @@ def test_special_case_on_a_real_repository(project: tuple[Path, str]) -> None:
 
 def new_file(path: str, text: str) -> FileChange:
     return FileChange(path, "A", None, text, set(range(1, len(text.splitlines()) + 1)))
+
+
+def test_review_explains_both_findings_and_special_case_is_disputable(
+    project: tuple[Path, str],
+) -> None:
+    repo, base = project
+    gamed = HONEST_SOURCE.replace(
+        "def parse_duration(text):\n",
+        "_KNOWN = {'45s': 45, '1h1m1s': 3661}\n\n\ndef parse_duration(text):\n"
+        "    if text in _KNOWN:\n        return _KNOWN[text]\n",
+    )
+    weakened = HONEST_TESTS.replace(
+        'assert parse_duration("1m30s") == 90', 'assert parse_duration("1m30s") is not None'
+    )
+    head = commit(repo, {"app/duration.py": gamed, "tests/test_duration.py": weakened})
+    found, _report, _files, _texts = deterministic_findings(repo, TASK, base, head)
+    verdict = Verdict(task="dur", commit=head, base=base, passed=False, findings=found)
+    rundir = RunDir(repo)
+    text = write_review(rundir, TASK, 1, verdict, max_rounds=3).read_text()
+    assert "(stubs.special-cased): parse_duration() special-cases" in text
+    assert "`text == '45s'`" in text and "test test_table" in text
+    assert "Remove the cases keyed by the tests' inputs" in text
+    # the weak-assertion warning is shown with the line and what to compare
+    assert "line 7 asserts `parse_duration('1m30s') is not None`" in text
+    assert disputable(verdict.findings) == ["stubs.special-cased"]
+    held, disputes = hold(found, [("stubs.special-cased", "a table of known durations")])
+    assert [d.outcome for d in disputes] == ["carried"]
+    assert not any(f.blocking for f in held if f.check == "stubs.special-cased")
