@@ -377,13 +377,16 @@ def _judge_python(
     touched = {t.qualname for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
     _skips(f, pyevasions.skip_markers(mod.tree), report, pyevasions.optional_import_skips(mod.tree))
     report.expectations += pytests.expectations(f.path, mod.tree)
+    checkers = frozenset(
+        s.name for s in mod.tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+    )
     for t in mod.tests:
         if t.qualname not in touched:
             continue
         helpers = pytests.helper_functions(mod.tree, t)
         scopes: list[ast.AST] = [t.node, *helpers]
         asserted = [a for s in scopes for a in weakchecks.python_assertions(s)]
-        weak = weakchecks.weak_python(asserted, scopes)
+        weak = weakchecks.weak_python(asserted, scopes, checkers)
         if weak:
             report.findings.append(_weak_finding(f.path, t.qualname, weak, changed))
         for line, reason, certain in pytautologies.tautologies(t.node):

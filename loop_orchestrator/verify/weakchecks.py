@@ -61,7 +61,7 @@ _BUILTIN_TYPES = frozenset(
 )
 #: call names whose truth is a real answer (predicates), not "returned something"
 _PREDICATE = re.compile(
-    r"^(?:is|has|can|should|must|was|were|will|does|did|contains|exists|matches|equals"
+    r"^(?:is[a-z]+$|is|has|can|should|must|was|were|will|does|did|contains|exists|matches|equals"
     r"|startswith|endswith|issubset|issuperset|isdisjoint|isfile|isdir|is_file|is_dir"
     r"|any|all|match|fullmatch|search|allclose|isclose|array_equal)(?:_|$|[A-Z])"
 )
@@ -110,7 +110,7 @@ def _weak_len(left: ast.AST, op: ast.cmpop, right: ast.AST) -> bool:
     return False
 
 
-def _truth(expr: ast.AST, predicates: set[str]) -> str | None:
+def _truth(expr: ast.AST, predicates: set[str], bound: set[str]) -> str | None:
     """Why asserting the truth of ``expr`` is weak, or None when it is a real answer."""
     if isinstance(expr, ast.Call):
         name = dotted(expr.func)
@@ -120,23 +120,23 @@ def _truth(expr: ast.AST, predicates: set[str]) -> str | None:
         if name in ("hasattr", "callable"):
             return _ATTR
         if name == "bool" and expr.args:
-            return _truth(expr.args[0], predicates)
+            return _truth(expr.args[0], predicates, bound)
         if name == "len":
             return _LEN
-        if _PREDICATE.match(last):
+        if _PREDICATE.match(last) or last in predicates:
             return None
         return _COMPARE
     if isinstance(expr, ast.Name):
-        return None if expr.id in predicates else _COMPARE
-    if isinstance(expr, ast.Attribute | ast.Subscript):
-        return _COMPARE
+        # a name bound to a call's result (`r = parse(s)`); a flag, a fixture or an
+        # attribute (`verdict.passed`) may well be a real boolean answer
+        return _COMPARE if expr.id in bound and expr.id not in predicates else None
     return None
 
 
-def _expr_weakness(expr: ast.AST, predicates: set[str]) -> str | None:
+def _expr_weakness(expr: ast.AST, predicates: set[str], bound: set[str]) -> str | None:
     """Why the asserted expression ``expr`` is weak, or None when it is strong."""
     if isinstance(expr, ast.BoolOp):
-        parts = [_expr_weakness(v, predicates) for v in expr.values]
+        parts = [_expr_weakness(v, predicates, bound) for v in expr.values]
         if isinstance(expr.op, ast.And):
             # weak only when every part is
             return parts[0] if all(parts) else None
@@ -158,15 +158,21 @@ def _expr_weakness(expr: ast.AST, predicates: set[str]) -> str | None:
         ):
             # `bool(x) is True`, `isinstance(x, int) == True`, `(x is not None) is True`
             if isinstance(left, ast.Call):
-                return _truth(left, predicates)
+                return _truth(left, predicates, bound)
             if isinstance(left, ast.Compare | ast.BoolOp):
-                return _expr_weakness(left, predicates)
-        if isinstance(op, ast.Eq | ast.Is) and ast.dump(left) == ast.dump(right):
-            return _SELF  # `f(x) == f(x)`: equal to itself whatever f returns
+                return _expr_weakness(left, predicates, bound)
+        if (
+            isinstance(op, ast.Eq | ast.Is)
+            and ast.dump(left) == ast.dump(right)
+            and any(isinstance(n, ast.Call) for n in ast.walk(left))
+        ):
+            # `f(x) == f(x)`: equal to itself whatever f returns (a name compared with
+            # itself is the tautology check's: it may test the type's own __eq__)
+            return _SELF
         return None
     if isinstance(expr, ast.Compare | ast.UnaryOp | ast.Constant):
         return None  # chains, `not x`, constants (tautologies are judged elsewhere)
-    return _truth(expr, predicates)
+    return _truth(expr, predicates, bound)
 
 
 #: ``match=`` patterns that any message matches
@@ -182,7 +188,7 @@ def _matches(call: ast.Call) -> bool:
     return False
 
 
-def _call_weakness(call: ast.Call, predicates: set[str]) -> str | bool | None:
+def _call_weakness(call: ast.Call, predicates: set[str], bound: set[str]) -> str | bool | None:
     """Why an assertion call is weak; None when strong; False when it checks nothing."""
     name = dotted(call.func)
     last = name.rsplit(".", 1)[-1]
@@ -200,7 +206,7 @@ def _call_weakness(call: ast.Call, predicates: set[str]) -> str | bool | None:
     if last in ("assertIsInstance", "assertNotIsInstance"):
         return _TYPE
     if last in ("assertTrue", "assert_") and args:
-        return _expr_weakness(args[0], predicates)
+        return _expr_weakness(args[0], predicates, bound)
     if last in ("assertIsNot", "assertNotEqual") and len(args) >= 2:
         if _is_none(args[0]) or _is_none(args[1]):
             return _COMPARE
@@ -279,21 +285,30 @@ def python_assertions(fn: ast.AST) -> list[ast.AST]:
     return [n for n in ast.walk(fn) if is_assertion(n)]
 
 
-def weak_python(assertions: Sequence[ast.AST], scopes: Sequence[ast.AST]) -> list[Weak] | None:
+def weak_python(
+    assertions: Sequence[ast.AST],
+    scopes: Sequence[ast.AST],
+    checkers: frozenset[str] = frozenset(),
+) -> list[Weak] | None:
     """Every check in ``assertions`` when all of them are weak; None when one is strong (or
-    there is none). ``scopes``: the test and its helpers, read for the names they bind."""
+    there is none). ``scopes``: the test and its helpers, read for the names they bind;
+    ``checkers``: functions of the test module, whose truth is a check they compute
+    (``assert _linked(lru, 3)``)."""
     calls: dict[str, str] = {}
     for scope in scopes:
         calls |= bound_calls(scope)
-    predicates = {name for name, fn in calls.items() if _PREDICATE.match(fn)}
+    predicates = {
+        name for name, fn in calls.items() if _PREDICATE.match(fn) or fn in checkers
+    } | set(checkers)
+    bound = set(calls)
     weak: list[Weak] = []
     for node in assertions:
         why: str | bool | None
         if isinstance(node, ast.Assert):
-            why = _expr_weakness(node.test, predicates)
+            why = _expr_weakness(node.test, predicates, bound)
             expr: ast.AST = node.test
         elif isinstance(node, ast.Call):
-            why = _call_weakness(node, predicates)
+            why = _call_weakness(node, predicates, bound)
             expr = node
         else:
             continue
