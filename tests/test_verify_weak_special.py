@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers.git import commit
 
-from loop_orchestrator.plan import DoneCheck, Task
-from loop_orchestrator.state import RunDir
+from loop_orchestrator.plan.model import DoneCheck, Task
+from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify import write_review
 from loop_orchestrator.verify.disputes import disputable, hold
 from loop_orchestrator.verify.models import Finding, Verdict
