@@ -121,9 +121,7 @@ def test_hard_coded_return_matching_the_test_is_blocking() -> None:
 def test_special_casing_the_test_input_is_blocking() -> None:
     exps = _expectations("from app import area\n\ndef test_area():\n    assert area(3, 4) == 12\n")
     source = "def area(w, h):\n    if w == 3:\n        return 12\n    return 0\n"
-    assert stub_checks("app/__init__.py", source, exps) == [
-        ("stubs.hardcoded-return", "blocking", 1)
-    ]
+    assert stub_checks("app/__init__.py", source, exps) == [("stubs.special-cased", "blocking", 2)]
 
 
 def test_constant_function_without_parameters_is_legitimate() -> None:

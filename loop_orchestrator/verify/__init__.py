@@ -23,9 +23,14 @@ the change removed the code it called; ``verify.coverage``) · tests.fewer-asser
 when turned into a parametrized table, or the removed assertions are in another changed
 test) ·
 tests.duplicate-name B · tests.unparsable B · tests.renamed W (same body) ·
-tests.broad-raises W · tests.no-error-case W · tests.no-boundary-case W · tests.none-added W
+tests.broad-raises W · tests.weak-assertions W (a changed or new test whose every check,
+its helpers' included, is weak: is not None, isinstance, truthiness, len > 0, hasattr,
+raises(Exception), warns(Warning); JS toBeDefined, toBeTruthy, not.toBeNull, assert.ok,
+toThrow()) · tests.no-error-case W · tests.no-boundary-case W · tests.none-added W
 
-stubs.not-implemented B · stubs.empty-body B · stubs.hardcoded-return B · stubs.todo B (W
+stubs.not-implemented B · stubs.empty-body B · stubs.hardcoded-return B · stubs.special-cased
+B (guards or literal mappings that answer the tests' literal inputs with their expected
+values; base cases and enumerations kept: ``verify.specialcases``) · stubs.todo B (W
 with an issue reference or in docs) · stubs.placeholder B (W in docs) · stubs.unparsable W
 
 secrets.<provider> B (also in the printable text of binary files) · secrets.file B (a

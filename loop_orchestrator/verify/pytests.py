@@ -310,47 +310,199 @@ class Expectation:
     expected: object
     path: str
     line: int
+    #: literal keyword arguments, (name, value) in call order
+    kwargs: tuple[tuple[str, object], ...] = ()
+    #: the test making the assertion ("TestX::test_y"), "" outside a test
+    test: str = ""
 
 
-def _call_side(call: ast.AST, other: ast.AST, path: str, line: int) -> Expectation | None:
+_Env = dict[str, object]
+
+
+def _value(node: ast.AST, env: _Env) -> tuple[bool, object]:
+    """A literal, or a parametrize argument's value in this row."""
+    if isinstance(node, ast.Name) and node.id in env:
+        return True, env[node.id]
+    return constant_value(node)
+
+
+def _call_side(
+    call: ast.AST, other: ast.AST, path: str, line: int, env: _Env, test: str
+) -> Expectation | None:
     if not isinstance(call, ast.Call):
         return None
-    ok, expected = constant_value(other)
+    ok, expected = _value(other, env)
     if not ok:
         return None
     name = dotted(call.func).rsplit(".", 1)[-1]
     if not name:
         return None
     literal_args: list[object] = []
+    kwargs: list[tuple[str, object]] = []
     for a in call.args:
-        is_c, v = constant_value(a)
+        is_c, v = _value(a, env)
         if not is_c:
-            return Expectation(name, None, expected, path, line)
+            return Expectation(name, None, expected, path, line, test=test)
         literal_args.append(v)
-    return Expectation(name, tuple(literal_args), expected, path, line)
+    for k in call.keywords:
+        is_c, v = _value(k.value, env)
+        if k.arg is None or not is_c:
+            return Expectation(name, None, expected, path, line, test=test)
+        kwargs.append((k.arg, v))
+    return Expectation(name, tuple(literal_args), expected, path, line, tuple(kwargs), test)
+
+
+#: the most parametrize rows read for one test (a product of decorators can be large)
+_MAX_ROWS = 200
+
+
+def parametrize_rows(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[_Env]:
+    """The literal argument values of each ``pytest.mark.parametrize`` row (a product over
+    stacked decorators); ``[{}]`` without one. A value that is not literal is left out."""
+    rows: list[_Env] = [{}]
+    for deco in fn.decorator_list:
+        if not (isinstance(deco, ast.Call) and dotted(deco.func).endswith("parametrize")):
+            continue
+        if len(deco.args) < 2:
+            continue
+        ok, names_value = constant_value(deco.args[0])
+        if not ok:
+            continue
+        if isinstance(names_value, str):
+            names = [n.strip() for n in names_value.split(",") if n.strip()]
+        elif isinstance(names_value, list | tuple):
+            names = [str(n) for n in names_value]
+        else:
+            continue
+        table = deco.args[1]
+        if not isinstance(table, ast.List | ast.Tuple):
+            continue
+        mine: list[_Env] = []
+        for row in table.elts:
+            if isinstance(row, ast.Call) and dotted(row.func).endswith("param"):
+                values: list[ast.expr] = list(row.args)
+            elif len(names) == 1:
+                values = [row]
+            elif isinstance(row, ast.Tuple | ast.List):
+                values = list(row.elts)
+            else:
+                continue
+            env: _Env = {}
+            for name, node in zip(names, values, strict=False):
+                is_c, v = constant_value(node)
+                if is_c:
+                    env[name] = v
+            mine.append(env)
+        rows = [old | new for old in rows for new in mine][:_MAX_ROWS]
+    return rows
+
+
+def _pairs(node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+    if (
+        isinstance(node, ast.Assert)
+        and isinstance(node.test, ast.Compare)
+        and len(node.test.ops) == 1
+        and isinstance(node.test.ops[0], ast.Eq | ast.Is)
+    ):
+        return [(node.test.left, node.test.comparators[0])]
+    if (
+        isinstance(node, ast.Call)
+        and len(node.args) >= 2
+        and dotted(node.func).rsplit(".", 1)[-1] in ("assertEqual", "assertEquals", "assertIs")
+    ):
+        return [(node.args[0], node.args[1])]
+    return []
+
+
+def _test_functions(
+    body: list[ast.stmt], prefix: str = ""
+) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    for stmt in body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name.startswith(
+            "test"
+        ):
+            yield prefix + stmt.name, stmt
+        elif isinstance(stmt, ast.ClassDef):
+            yield from _test_functions(stmt.body, f"{prefix}{stmt.name}::")
 
 
 def expectations(path: str, tree: ast.AST) -> list[Expectation]:
-    """``assert f(3) == 42``, ``assertEqual(f(3), 42)`` and the mirrored forms."""
+    """``assert f(3) == 42``, ``assertEqual(f(3), 42)`` and the mirrored forms, one per
+    parametrize row when the arguments or the expected value are the row's."""
     out: list[Expectation] = []
-    for node in ast.walk(tree):
-        pairs: list[tuple[ast.AST, ast.AST]] = []
-        if (
-            isinstance(node, ast.Assert)
-            and isinstance(node.test, ast.Compare)
-            and len(node.test.ops) == 1
-            and isinstance(node.test.ops[0], ast.Eq | ast.Is)
-        ):
-            pairs = [(node.test.left, node.test.comparators[0])]
-        elif (
-            isinstance(node, ast.Call)
-            and len(node.args) >= 2
-            and dotted(node.func).rsplit(".", 1)[-1] in ("assertEqual", "assertEquals", "assertIs")
-        ):
-            pairs = [(node.args[0], node.args[1])]
-        for a, b in pairs:
-            line = node.lineno  # type: ignore[attr-defined]
-            exp = _call_side(a, b, path, line) or _call_side(b, a, path, line)
-            if exp is not None:
-                out.append(exp)
+    tests = list(_test_functions(tree.body)) if isinstance(tree, ast.Module) else []
+    skip = {id(fn) for _, fn in tests}
+    scopes: list[tuple[str, list[ast.AST], list[_Env]]] = [
+        (qual, list(ast.walk(fn)), parametrize_rows(fn)) for qual, fn in tests
+    ]
+    rest: list[ast.AST] = []  # the module outside its tests, walked once
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        rest.append(node)
+        stack.extend(n for n in ast.iter_child_nodes(node) if id(n) not in skip)
+    scopes.append(("", rest, [{}]))
+    for qual, nodes, rows in scopes:
+        for node in nodes:
+            for a, b in _pairs(node):
+                line = node.lineno  # type: ignore[attr-defined]
+                seen: set[str] = set()  # by repr: the values may be unhashable lists
+                for env in rows:
+                    exp = _call_side(a, b, path, line, env, qual) or _call_side(
+                        b, a, path, line, env, qual
+                    )
+                    if exp is not None and repr(exp) not in seen:
+                        seen.add(repr(exp))
+                        out.append(exp)
     return out
+
+
+# helpers a test calls ------------------------------------------------------------------
+
+
+def helper_functions(tree: ast.Module, test: PyTest, depth: int = 3) -> list[ast.FunctionDef]:
+    """The functions of the module a test calls, to ``depth`` levels: module-level
+    ``helper(...)``, and ``self.helper(...)`` / ``cls.helper(...)`` methods of the test's
+    class or of a base class the module defines. What they assert is the test's too."""
+    top: dict[str, ast.FunctionDef] = {}
+    classes: dict[str, ast.ClassDef] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef) and not stmt.name.startswith("test"):
+            top[stmt.name] = stmt
+        elif isinstance(stmt, ast.ClassDef):
+            classes[stmt.name] = stmt
+    methods: dict[str, ast.FunctionDef] = {}
+    owner = test.qualname.split("::")[0] if "::" in test.qualname else None
+    todo = [owner] if owner else []
+    seen_classes: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen_classes or name not in classes:
+            continue
+        seen_classes.add(name)
+        for stmt in classes[name].body:
+            if isinstance(stmt, ast.FunctionDef) and not stmt.name.startswith("test"):
+                methods.setdefault(stmt.name, stmt)
+        todo += [dotted(b) for b in classes[name].bases]
+    found: list[ast.FunctionDef] = []
+    frontier: list[ast.AST] = [test.node]
+    for _ in range(depth):
+        nxt: list[ast.AST] = []
+        for fn in frontier:
+            for node in walk_shallow(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                target: ast.FunctionDef | None = None
+                if isinstance(node.func, ast.Name):
+                    target = top.get(node.func.id)
+                elif (
+                    isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in ("self", "cls")
+                ):
+                    target = methods.get(node.func.attr)
+                if target is not None and target not in found:
+                    found.append(target)
+                    nxt.append(target)
+        frontier = nxt
+    return found

@@ -7,8 +7,9 @@
   A TODO that names an issue (``TODO(#12)``, ``TODO(PROJ-12)``, ``TODO: https://...``) is a
   tracked follow-up: a warning. In documentation files every marker is a warning.
 - Hard-coded answers: a function with parameters whose whole body returns the literal a
-  test expects from it (``assert f(3) == 42`` and ``def f(x): return 42``), or one that
-  compares a parameter with a tested input and returns the tested output.
+  test expects from it (``assert f(3) == 42`` and ``def f(x): return 42``).
+- Special-cased inputs: a function that recognises the tests' literal inputs (guards,
+  mappings) and returns their expected outputs; the rule is ``specialcases``'.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import re
 from collections.abc import Iterator, Sequence
 
 from loop_orchestrator import pyast
-from loop_orchestrator.verify import classify, jstests
+from loop_orchestrator.verify import classify, jstests, specialcases
 from loop_orchestrator.verify.models import Finding, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation, dotted, walk_shallow
+from loop_orchestrator.verify.specialcases import SpecialCase
 from loop_orchestrator.verify.testquality import FileChange
 
 _MARKER = re.compile(r"\b(TODO|FIXME|XXX|HACK)\b")
@@ -187,6 +189,7 @@ def _python(f: FileChange, expectations: Sequence[Expectation]) -> list[Finding]
             )
         ]
     out: list[Finding] = []
+    consts = specialcases.module_constants(tree)
     for fn, cls in _functions(tree.body, None):
         span = range(fn.lineno, (fn.end_lineno or fn.lineno) + 1)
         if not any(ln in f.added for ln in span):
@@ -230,7 +233,13 @@ def _python(f: FileChange, expectations: Sequence[Expectation]) -> list[Finding]
                         fix="Implement it, or remove it if nothing calls it.",
                     )
                 )
-        out += _hardcoded(f, fn, name, body, _params(fn, cls), expectations)
+        params = _params(fn, cls)
+        hard = _hardcoded(f, fn, name, body, params, expectations)
+        out += hard
+        if not hard:
+            found = specialcases.special_cases(fn, params, expectations, consts)
+            if found:
+                out += _special_cased(f, fn, name, params, found)
     return out
 
 
@@ -259,34 +268,34 @@ def _hardcoded(
                         fix="Compute the result from the arguments.",
                     )
                 ]
-    returns = [
-        _literal(n.value)[1]
-        for n in walk_shallow(fn)
-        if isinstance(n, ast.Return) and _literal(n.value)[0]
-    ]
-    compared: list[object] = []
-    for node in walk_shallow(fn):
-        if isinstance(node, ast.Compare):
-            operands = [node.left, *node.comparators]
-            if any(isinstance(o, ast.Name) and o.id in params for o in operands):
-                compared += [v for ok, v in map(_literal, operands) if ok]
-    for e in mine:
-        if (
-            e.args
-            and any(_same(r, e.expected) for r in returns)
-            and any(_same(c, a) for c in compared for a in e.args)
-        ):
-            return [
-                blocking(
-                    f"{name}() special-cases the input the test at {e.path}:{e.line} uses and "
-                    f"returns the expected {e.expected!r}: the test case is hard-coded.",
-                    "stubs.hardcoded-return",
-                    f.path,
-                    fn.lineno,
-                    fix="Implement the general rule instead of matching test inputs.",
-                )
-            ]
     return []
+
+
+def _special_cased(
+    f: FileChange, fn: _Func, name: str, params: list[str], found: Sequence[SpecialCase]
+) -> list[Finding]:
+    first = found[0]
+    e = first.expectation
+    where = f"test {e.test} ({e.path}:{e.line})" if e.test else f"the test at {e.path}:{e.line}"
+    others = f"; and {len(found) - 1} more of the tests' cases" if len(found) > 1 else ""
+    return [
+        blocking(
+            f"{name}() special-cases the tests' literal inputs: line {first.line} returns "
+            f"{first.output!r} when `{first.shown}`, the input and expected value of {where}: "
+            f"`{e.func}{_call_text(e)} == {e.expected!r}`{others}. It answers the tests "
+            "instead of computing the result.",
+            "stubs.special-cased",
+            f.path,
+            first.line,
+            fix="Remove the cases keyed by the tests' inputs and implement the general rule "
+            "they are examples of.",
+        )
+    ]
+
+
+def _call_text(e: Expectation) -> str:
+    args = [repr(a) for a in e.args or ()] + [f"{k}={v!r}" for k, v in e.kwargs]
+    return f"({', '.join(args)})"
 
 
 # JavaScript / TypeScript ---------------------------------------------------------------

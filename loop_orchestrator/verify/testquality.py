@@ -9,13 +9,23 @@ Check ids and severities are listed in ``loop_orchestrator.verify`` (package doc
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Literal
 
-from loop_orchestrator.verify import classify, coverage, jstests, pyevasions, pytautologies, pytests
+from loop_orchestrator import pyast
+from loop_orchestrator.verify import (
+    classify,
+    coverage,
+    jstests,
+    pyevasions,
+    pytautologies,
+    pytests,
+    weakchecks,
+)
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation
 from loop_orchestrator.verify.testchanges import NEVER_WEAKEN, compare_versions
@@ -146,6 +156,7 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
     """Findings about the tests in ``files`` and the list of tests the task touched."""
     report = TestReport()
     removed: set[str] = set()  # functions and classes the change removed from the code
+    changed = changed_functions(files)
     for f in files:
         if classify.is_test_code(f.path) or f.old is None:
             continue
@@ -179,11 +190,66 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
 
     for f, mod in head_modules:
         if isinstance(mod, pytests.PyModule):
-            _judge_python(f, mod, base, report)
+            _judge_python(f, mod, base, report, changed)
         elif isinstance(mod, jstests.JsModule):
-            _judge_js(f, mod, base, report)
+            _judge_js(f, mod, base, report, changed)
     compare_versions(base, head, report, removed)
     return report
+
+
+_JS_DEF_LINE = re.compile(
+    r"(?:function\s*\*?\s*([A-Za-z_$][\w$]*)|(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=)"
+)
+
+
+def changed_functions(files: Sequence[FileChange]) -> dict[str, str]:
+    """Functions of the non-test code whose definition has an added line: name -> path."""
+    out: dict[str, str] = {}
+    for f in files:
+        if f.new is None or not f.added or classify.is_test_code(f.path):
+            continue
+        if classify.is_python(f.path):
+            try:
+                tree = pyast.parse(f.new, f.path)
+            except (SyntaxError, ValueError):
+                continue
+            for n in ast.walk(tree):
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                    ln in f.added for ln in range(n.lineno, (n.end_lineno or n.lineno) + 1)
+                ):
+                    out.setdefault(n.name, f.path)
+        elif classify.is_js(f.path):
+            lines = f.new.splitlines()
+            for ln in sorted(f.added):
+                for m in _JS_DEF_LINE.finditer(lines[ln - 1] if ln <= len(lines) else ""):
+                    out.setdefault(m.group(1) or m.group(2), f.path)
+    return out
+
+
+def _weak_finding(
+    path: str, test: str, weak: list[weakchecks.Weak], changed: dict[str, str]
+) -> Finding:
+    """``tests.weak-assertions`` for a test whose every check is weak."""
+    shown = [f"line {w.line} asserts `{w.text}`: {w.instead}" for w in weak[:3]]
+    more = f"; and {len(weak) - 3} more" if len(weak) > 3 else ""
+    mine = sorted({w.subject for w in weak if w.subject and w.subject in changed})
+    touched = "".join(
+        f" The checks are on the result of {name}(), which this change modifies "
+        f"({changed[name]}): a wrong result would pass them."
+        for name in mine[:2]
+    )
+    return warning(
+        f"test {test} makes only weak checks, which almost any result passes: "
+        + "; ".join(shown)
+        + more
+        + "."
+        + touched,
+        "tests.weak-assertions",
+        path,
+        weak[0].line,
+        fix="Compare the results with the values the behaviour must produce, and expect the "
+        "exact exception type (with its message).",
+    )
 
 
 def _touched(f: FileChange, t: TestVersion, base: dict[tuple[str, str], TestVersion]) -> bool:
@@ -305,14 +371,24 @@ def _judge_python(
     mod: pytests.PyModule,
     base: dict[tuple[str, str], TestVersion],
     report: TestReport,
+    changed: dict[str, str],
 ) -> None:
     cases = (pytests.has_error_case(mod), pytests.has_boundary_case(mod))
     touched = {t.qualname for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
     _skips(f, pyevasions.skip_markers(mod.tree), report, pyevasions.optional_import_skips(mod.tree))
     report.expectations += pytests.expectations(f.path, mod.tree)
+    checkers = frozenset(
+        s.name for s in mod.tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+    )
     for t in mod.tests:
         if t.qualname not in touched:
             continue
+        helpers = pytests.helper_functions(mod.tree, t)
+        scopes: list[ast.AST] = [t.node, *helpers]
+        asserted = [a for s in scopes for a in weakchecks.python_assertions(s)]
+        weak = weakchecks.weak_python(asserted, scopes, checkers)
+        if weak:
+            report.findings.append(_weak_finding(f.path, t.qualname, weak, changed))
         for line, reason, certain in pytautologies.tautologies(t.node):
             if certain:
                 report.findings.append(
@@ -394,6 +470,7 @@ def _judge_js(
     mod: jstests.JsModule,
     base: dict[tuple[str, str], TestVersion],
     report: TestReport,
+    changed: dict[str, str],
 ) -> None:
     cases = (jstests.has_error_case(mod), jstests.has_boundary_case(mod))
     touched = {t.qualname for t in _common(f, _js_tests(mod), mod.duplicates, base, report, cases)}
@@ -404,6 +481,9 @@ def _judge_js(
     for t in mod.tests:
         if t.qualname not in touched:
             continue
+        weak = weakchecks.weak_js(t, lines)
+        if weak:
+            report.findings.append(_weak_finding(f.path, f"'{t.qualname}'", weak, changed))
         for line, reason in jstests.tautologies(t, lines):
             report.findings.append(
                 blocking(
