@@ -9,6 +9,7 @@ Check ids and severities are listed in ``loop_orchestrator.verify`` (package doc
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Literal
 from loop_orchestrator.verify import classify, coverage, jstests, pyevasions, pytautologies, pytests
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation
-from loop_orchestrator.verify.testchanges import NEVER_WEAKEN, compare_versions
+from loop_orchestrator.verify.testchanges import NEVER_WEAKEN, compare_versions, removed_code
 
 Lang = Literal["python", "js"]
 
@@ -50,6 +51,13 @@ class TestRef:
         return self.qualname.rsplit("::", 1)[-1]
 
 
+@dataclass(frozen=True)
+class ConditionalSkip:
+    path: str
+    line: int
+    tests: tuple[TestRef, ...]
+
+
 @dataclass
 class TestReport:
     __test__ = False  # not a pytest test class, despite the name
@@ -59,6 +67,12 @@ class TestReport:
     #: their subclasses' names, so they are not looked up there
     inherited: list[TestRef] = field(default_factory=list)
     expectations: list[Expectation] = field(default_factory=list)
+    #: (path, qualname) of a test defined in a class -> the same test run through its
+    #: subclasses, as a test report names it (``pytests.runs_as``)
+    runs_as: dict[tuple[str, str], list[TestRef]] = field(default_factory=dict)
+    #: added skips that fire only under a condition, with the tests they govern: not a skip
+    #: where the checks' report shows those tests ran (``redgreen.judge_skips``)
+    conditional_skips: list[ConditionalSkip] = field(default_factory=list)
 
     @property
     def new_tests(self) -> list[TestRef]:
@@ -81,6 +95,12 @@ class TestVersion:
     collect: Callable[[], coverage.Evidence] = field(repr=False, compare=False)
     #: a mixin's test, run (and reported) only under its subclasses' names
     inherited: bool = False
+    #: lines outside its body that make its cases (parametrize rows, the tables it reads)
+    case_lines: frozenset[int] = frozenset()
+    #: its function (Python), to tell what it exercised once deleted
+    node: ast.FunctionDef | ast.AsyncFunctionDef | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @cached_property
     def evidence(self) -> coverage.Evidence:
@@ -100,6 +120,8 @@ def _py_tests(mod: pytests.PyModule) -> list[TestVersion]:
             "python",
             partial(coverage.python, t.node),
             t.inherited,
+            t.case_lines,
+            t.node,
         )
         for t in mod.tests
     ]
@@ -146,11 +168,13 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
     """Findings about the tests in ``files`` and the list of tests the task touched."""
     report = TestReport()
     removed: set[str] = set()  # functions and classes the change removed from the code
+    code_pairs: list[tuple[str | None, str | None]] = []
     for f in files:
         if classify.is_test_code(f.path) or f.old is None:
             continue
         if classify.is_python(f.path):
             removed |= coverage.defined_names(f.old) - coverage.defined_names(f.new)
+            code_pairs.append((f.old, f.new))
         elif classify.is_js(f.path):
             removed |= coverage.js_defined_names(f.old) - coverage.js_defined_names(f.new)
     base: dict[tuple[str, str], TestVersion] = {}
@@ -182,13 +206,22 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
             _judge_python(f, mod, base, report)
         elif isinstance(mod, jstests.JsModule):
             _judge_js(f, mod, base, report)
-    compare_versions(base, head, report, removed)
+    aliases = pytests.runs_as([m for _, m in head_modules if isinstance(m, pytests.PyModule)])
+    report.runs_as = {
+        key: [TestRef(p, q, "python", False) for p, q in also] for key, also in aliases.items()
+    }
+    gone = removed_code(code_pairs) if any(k not in head for k in base) else set()
+    compare_versions(base, head, report, removed, gone)
     return report
 
 
 def _touched(f: FileChange, t: TestVersion, base: dict[tuple[str, str], TestVersion]) -> bool:
-    return (t.path, t.qualname) not in base or any(
-        ln in f.added for ln in range(t.lineno, t.end_lineno + 1)
+    """New, or an added line in its body or in what makes its cases: a parametrize row, or
+    a row of a table its decorator or its loop reads, is a test case added."""
+    return (
+        (t.path, t.qualname) not in base
+        or any(ln in f.added for ln in range(t.lineno, t.end_lineno + 1))
+        or bool(t.case_lines & f.added)
     )
 
 
@@ -232,8 +265,9 @@ def _common(
                     "tests.no-assertion",
                     t.path,
                     t.lineno,
-                    fix="Assert on the result (assert / self.assert* / expect). A helper that "
-                    "asserts must be named assert_* to be counted.",
+                    fix="Assert on the result (assert / self.assert* / expect). A helper of "
+                    "the same file that asserts counts (a function, or a method of the test's "
+                    "class or its bases); one imported from elsewhere must be named assert_*.",
                 )
             )
     if (f.status == "A" or f.old is None) and mod_tests:
@@ -273,8 +307,16 @@ def _skips(
     markers: list[tuple[int, str]],
     report: TestReport,
     optional: set[int] | None = None,
+    conditional: dict[int, list[str]] | None = None,
 ) -> None:
     for line, what in markers:
+        governed = (conditional or {}).get(line)
+        if line in f.added and governed:
+            report.conditional_skips.append(
+                ConditionalSkip(
+                    f.path, line, tuple(TestRef(f.path, q, "python", False) for q in governed)
+                )
+            )
         if line in f.added and line in (optional or set()):
             report.findings.append(
                 warning(
@@ -308,7 +350,13 @@ def _judge_python(
 ) -> None:
     cases = (pytests.has_error_case(mod), pytests.has_boundary_case(mod))
     touched = {t.qualname for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
-    _skips(f, pyevasions.skip_markers(mod.tree), report, pyevasions.optional_import_skips(mod.tree))
+    _skips(
+        f,
+        pyevasions.skip_markers(mod.tree),
+        report,
+        pyevasions.optional_import_skips(mod.tree),
+        pyevasions.conditional_skips(mod.tree),
+    )
     report.expectations += pytests.expectations(f.path, mod.tree)
     for t in mod.tests:
         if t.qualname not in touched:

@@ -41,7 +41,7 @@ from loop_orchestrator.verify.models import (
     blocking,
     warning,
 )
-from loop_orchestrator.verify.redgreen import pytest_prefix, red_green
+from loop_orchestrator.verify.redgreen import judge_skips, pytest_prefix, red_green
 from loop_orchestrator.verify.testquality import FileChange, check_tests
 
 if TYPE_CHECKING:
@@ -267,15 +267,26 @@ def verify_task(
                 base_sha,
                 tree,
                 prefix=pytest_prefix(argvs),
-                touched=report.touched,
+                # a mixin's tests, where a subclass in the task's files runs them
+                touched=[
+                    *report.touched,
+                    *(r for r in report.inherited if (r.path, r.qualname) in report.runs_as),
+                ],
                 test_files=test_files,
                 evidence=evidence,
                 timeout=timeout,
                 module_created=_module_created(texts),
                 done_runs=runs,
+                runs_as=report.runs_as,
             )
             runs += rg.runs
             findings += rg.findings
+            findings = judge_skips(
+                findings,
+                report.conditional_skips,
+                [r for r in runs if r.cwd_kind == "commit"],
+                report.runs_as,
+            )
             new_files = [
                 f.path for f in files if f.status == "A" and classify.is_python_test_module(f.path)
             ]
