@@ -30,18 +30,21 @@ def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
 
 
-def task() -> Task:
+def task(*owns: str) -> Task:
     return Task(
         id="t",
         objective="the change",
-        owns=["app/**", "tests/**"],
+        owns=["app/**", "tests/**", *owns],
         done=[DoneCheck(criterion="tests pass", check=f"{PY} -m pytest -q tests")],
     )
 
 
-def verify(repo: Path, base: str, head: str, claims: Sequence[tuple[str, str]] = ()) -> Verdict:
+def verify(
+    repo: Path, base: str, head: str, claims: Sequence[tuple[str, str]] = (), owns: str = ""
+) -> Verdict:
+    the_task = task(owns) if owns else task()
     return verify_task(
-        repo, RunDir(repo), task(), base, head, brief="b", settings=off(), claims=claims
+        repo, RunDir(repo), the_task, base, head, brief="b", settings=off(), claims=claims
     )
 
 
@@ -269,6 +272,69 @@ def test_a_change_with_no_test_row_added_still_has_no_tests(git_repo: Path) -> N
     findings, report, _, _ = deterministic_findings(git_repo, task(), base, head)
     assert report.touched == []
     assert ("tests.none-added", Severity.WARNING) in [(f.check, f.severity) for f in findings]
+
+
+FIXTURE_CONFTEST = dedent("""
+    import pytest
+
+
+    @pytest.fixture(params=[1, 2])
+    def value(request):
+        return request.param
+
+
+    @pytest.fixture
+    def pair(value):
+        return value, value + value
+""")
+FIXTURE_TESTS = dedent("""
+    from app.calc import double
+
+
+    def test_double(pair):
+        value, expected = pair
+        assert double(value) == expected
+
+
+    def test_unrelated():
+        assert double(0) == 0
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        # honest: the fixture gains the case the fix needs, red at the parent
+        ("[1, 2, 6]", []),
+        # a case that passes at the parent: the users' tests show nothing about the change
+        ("[1, 2, 3]", [("redgreen.not-red", "warning")]),
+    ],
+)
+def test_a_changed_conftest_fixture_makes_its_users_the_changed_tests(
+    git_repo: Path, params: str, expected: list[tuple[str, str]]
+) -> None:
+    base = commit(
+        git_repo,
+        {
+            "app/calc.py": DOUBLE_BASE,
+            "tests/conftest.py": FIXTURE_CONFTEST,
+            "tests/test_calc.py": FIXTURE_TESTS,
+        },
+    )
+    conftest = FIXTURE_CONFTEST.replace("[1, 2]", params)
+    head = commit(git_repo, {"app/calc.py": DOUBLE_FIXED, "tests/conftest.py": conftest})
+    owned = "tests/conftest.py"  # a conftest is test configuration: the plan names it
+    findings, report, _, _ = deterministic_findings(git_repo, task(owned), base, head)
+    # test_double uses `pair`, which uses the changed `value`; test_unrelated uses neither
+    assert [t.qualname for t in report.fixture_users] == ["test_double"]
+    assert "tests.none-added" not in [f.check for f in findings]
+    verdict = verify(git_repo, base, head, owns=owned)
+    assert checks(verdict, "redgreen.") + checks(verdict, "tests.") == expected, [
+        f.render() for f in verdict.findings
+    ]
+    red = next(r for r in verdict.checks if r.name == "red")
+    assert red.exit_code == (1 if not expected else 0)
 
 
 # an assertion made in a helper the test calls is the test's ------------------------------

@@ -539,3 +539,93 @@ def expectations(path: str, tree: ast.AST) -> list[Expectation]:
             if exp is not None:
                 out.append(exp)
     return out
+
+
+# fixtures: a changed fixture changes the tests that use it -------------------------------
+
+
+def _is_fixture(fn: FunctionNode) -> bool:
+    return any(dotted(d).rsplit(".", 1)[-1] == "fixture" for d in fn.decorator_list)
+
+
+def _params(fn: FunctionNode) -> set[str]:
+    a = fn.args
+    return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+
+
+def _uses(fn: FunctionNode) -> set[str]:
+    """The fixtures a test or fixture asks for: its parameters and ``usefixtures`` names."""
+    names = _params(fn)
+    for d in fn.decorator_list:
+        if isinstance(d, ast.Call) and dotted(d.func).endswith("usefixtures"):
+            names |= {
+                a.value for a in d.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            }
+    return names
+
+
+def changed_fixtures(tree: ast.Module, added: set[int]) -> set[str]:
+    """The fixtures of a module (a conftest) with an added line (decorator included), and
+    those of the module that ask for one of them."""
+    fixtures = {
+        s.name: s
+        for s in ast.walk(tree)
+        if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and _is_fixture(s)
+    }
+    changed = {
+        name
+        for name, fn in fixtures.items()
+        if added
+        & set(
+            range(
+                min([fn.lineno, *(d.lineno for d in fn.decorator_list)]),
+                (fn.end_lineno or fn.lineno) + 1,
+            )
+        )
+    }
+    grew = True
+    while grew:
+        more = {n for n, fn in fixtures.items() if n not in changed and _uses(fn) & changed}
+        changed |= more
+        grew = bool(more)
+    return changed
+
+
+def fixture_users(tree: ast.Module, fixtures: set[str]) -> list[str]:
+    """Qualnames of the tests of a module that use one of ``fixtures`` (as a parameter, by
+    ``usefixtures``, or through a fixture of the module that uses one); a fixture of the
+    module with the same name hides the one of the conftest."""
+    local = {
+        s.name: s
+        for s in ast.walk(tree)
+        if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and _is_fixture(s)
+    }
+    wanted = set(fixtures) - set(local)
+    grew = True
+    while grew:
+        more = {n for n, fn in local.items() if n not in wanted and _uses(fn) & wanted}
+        wanted |= more
+        grew = bool(more)
+    out: list[str] = []
+
+    def visit(body: list[ast.stmt], prefix: str, inherited: set[str]) -> None:
+        for s in body:
+            if isinstance(s, ast.ClassDef):
+                marks = set(inherited)
+                for d in s.decorator_list:
+                    if isinstance(d, ast.Call) and dotted(d.func).endswith("usefixtures"):
+                        marks |= {
+                            a.value
+                            for a in d.args
+                            if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                        }
+                visit(s.body, f"{prefix}{s.name}::", marks)
+            elif (
+                isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+                and s.name.startswith("test")
+                and (_uses(s) | inherited) & wanted
+            ):
+                out.append(prefix + s.name)
+
+    visit(tree.body, "", set())
+    return out

@@ -14,8 +14,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from pathlib import PurePosixPath
 from typing import Literal
 
+from loop_orchestrator import pyast
 from loop_orchestrator.verify import classify, coverage, jstests, pyevasions, pytautologies, pytests
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation
@@ -73,6 +75,12 @@ class TestReport:
     #: added skips that fire only under a condition, with the tests they govern: not a skip
     #: where the checks' report shows those tests ran (``redgreen.judge_skips``)
     conditional_skips: list[ConditionalSkip] = field(default_factory=list)
+    #: conftest path -> its fixtures the task changed; the tests that use them are tests
+    #: the task changed (``fixture_refs``)
+    fixtures: dict[str, set[str]] = field(default_factory=dict)
+    #: tests whose own text is unchanged but that use a changed fixture: red-green judges
+    #: them, the other checks (about what a test's text says) do not
+    fixture_users: list[TestRef] = field(default_factory=list)
 
     @property
     def new_tests(self) -> list[TestRef]:
@@ -181,6 +189,14 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
     head: dict[tuple[str, str], TestVersion] = {}
     head_modules: list[tuple[FileChange, object]] = []
     for f in files:
+        if PurePosixPath(f.path).name == "conftest.py" and f.new and f.added:
+            try:
+                tree = pyast.parse(f.new, f.path)
+            except SyntaxError:
+                continue
+            changed = pytests.changed_fixtures(tree, f.added)
+            if changed:
+                report.fixtures[f.path] = changed
         if not classify.is_test_module(f.path):
             continue
         old_mod, _ = _parse(f.path, f.old)
@@ -210,9 +226,43 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
     report.runs_as = {
         key: [TestRef(p, q, "python", False) for p, q in also] for key, also in aliases.items()
     }
+    known = {(r.path, r.qualname) for r in [*report.touched, *report.inherited]}
+    for f, mod in head_modules:
+        if isinstance(mod, pytests.PyModule):
+            own = pytests.changed_fixtures(mod.tree, f.added)
+            for q in pytests.fixture_users(mod.tree, own) if own else []:
+                if (f.path, q) not in known:
+                    report.fixture_users.append(TestRef(f.path, q, "python", False))
     gone = removed_code(code_pairs) if any(k not in head for k in base) else set()
     compare_versions(base, head, report, removed, gone)
     return report
+
+
+def fixture_refs(
+    fixtures: dict[str, set[str]], modules: dict[str, str], known: set[tuple[str, str]]
+) -> list[TestRef]:
+    """The tests of ``modules`` (path -> text at the commit) that use a fixture of
+    ``fixtures`` (conftest path -> changed fixtures) in the conftest's folder or below,
+    except those in ``known`` (already judged as changed)."""
+    out: list[TestRef] = []
+    for path, text in sorted(modules.items()):
+        names: set[str] = set()
+        for conftest, changed in fixtures.items():
+            folder = str(PurePosixPath(conftest).parent)
+            if folder == "." or path.startswith(folder + "/"):
+                names |= changed
+        if not names:
+            continue
+        try:
+            tree = pyast.parse(text, path)
+        except SyntaxError:
+            continue
+        out += [
+            TestRef(path, q, "python", False)
+            for q in pytests.fixture_users(tree, names)
+            if (path, q) not in known
+        ]
+    return out
 
 
 def _touched(f: FileChange, t: TestVersion, base: dict[tuple[str, str], TestVersion]) -> bool:

@@ -42,7 +42,7 @@ from loop_orchestrator.verify.models import (
     warning,
 )
 from loop_orchestrator.verify.redgreen import judge_skips, pytest_prefix, red_green
-from loop_orchestrator.verify.testquality import FileChange, check_tests
+from loop_orchestrator.verify.testquality import FileChange, check_tests, fixture_refs
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import Settings
@@ -177,7 +177,18 @@ def deterministic_findings(
         and not classify.is_test_code(f.path)
         and f.added
     ]
-    if code and not (report.touched or report.inherited):
+    if report.fixtures:
+        modules = {
+            path: text
+            for path in gitutil.list_files(repo, commit)
+            if classify.is_python_test_module(path) and (text := texts.at(commit, path))
+        }
+        known = {
+            (r.path, r.qualname)
+            for r in [*report.touched, *report.inherited, *report.fixture_users]
+        }
+        report.fixture_users += fixture_refs(report.fixtures, modules, known)
+    if code and not (report.touched or report.inherited or report.fixture_users):
         findings.append(
             warning(
                 f"the task changes code ({', '.join(code[:3])}{', ...' if len(code) > 3 else ''}) "
@@ -246,8 +257,8 @@ def verify_task(
         for f in files
         if f.new is not None
         and classify.is_test_code(f.path)
-        and not classify.is_test_config_path(f.path)
-    }
+        and (not classify.is_test_config_path(f.path) or f.path in report.fixtures)
+    }  # a conftest whose fixtures changed goes too: its users are the changed tests
 
     argvs = [s.argv for s in specs if s.argv]
     if site_baseline is not None:
@@ -271,6 +282,7 @@ def verify_task(
                 touched=[
                     *report.touched,
                     *(r for r in report.inherited if (r.path, r.qualname) in report.runs_as),
+                    *report.fixture_users,
                 ],
                 test_files=test_files,
                 evidence=evidence,
