@@ -18,6 +18,7 @@ import pytest
 from helpers.git import commit
 from helpers.verify import PY, off
 
+from loop_orchestrator import pyast
 from loop_orchestrator.plan import DoneCheck, Task
 from loop_orchestrator.state import RunDir
 from loop_orchestrator.verify import disputes, verify_task
@@ -602,3 +603,42 @@ def test_a_dispute_of_a_deleted_test_whose_behaviour_still_exists_is_refused(
     if len(gone) == 1:
         # nothing grounds a dispute: the review does not offer one
         assert "tests.deleted" not in disputes.disputable(verdict.findings)
+
+
+def test_which_skips_are_conditional_and_which_tests_they_govern() -> None:
+    from loop_orchestrator.verify.pyevasions import conditional_skips
+
+    source = dedent("""
+        import sys
+        import unittest
+
+        import pytest
+
+
+        @pytest.mark.skipif("sys.platform == 'win32'")
+        def test_a():
+            assert sys
+
+
+        @unittest.skipIf("always", "a non-empty string is true")
+        def test_b():
+            assert sys
+
+
+        @unittest.skipIf(True, "always")
+        def test_c():
+            assert sys
+
+
+        @unittest.skipIf(sys.version_info[0] < 3, "py2")
+        class TestX(unittest.TestCase):
+            def test_d(self):
+                assert sys
+
+            def test_e(self):
+                if sys.platform == "win32":
+                    self.skipTest("windows")
+                self.skipTest("always")
+    """)
+    found = conditional_skips(pyast.parse(source))
+    assert found == {7: ["test_a"], 22: ["TestX::test_d", "TestX::test_e"], 29: ["TestX::test_e"]}
