@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from loop_orchestrator import gitparse, gitutil
@@ -178,10 +178,13 @@ def deterministic_findings(
         and f.added
     ]
     if report.fixtures:
+        folders = {str(PurePosixPath(c).parent) for c in report.fixtures}
         modules = {
             path: text
             for path in gitutil.list_files(repo, commit)
-            if classify.is_python_test_module(path) and (text := texts.at(commit, path))
+            if classify.is_python_test_module(path)
+            and ("." in folders or any(path.startswith(d + "/") for d in folders))
+            and (text := texts.at(commit, path))
         }
         known = {
             (r.path, r.qualname)
