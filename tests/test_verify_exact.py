@@ -19,8 +19,8 @@ from helpers.git import commit
 from helpers.verify import PY, off
 
 from loop_orchestrator import pyast
-from loop_orchestrator.plan import DoneCheck, Task
-from loop_orchestrator.state import RunDir
+from loop_orchestrator.plan.model import DoneCheck, Task
+from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify import disputes, verify_task
 from loop_orchestrator.verify.models import Severity, Verdict
 from loop_orchestrator.verify.testquality import FileChange, TestReport, check_tests

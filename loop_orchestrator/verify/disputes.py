@@ -13,7 +13,7 @@ and its verdict settles the dispute (PASS: upheld, the finding stays as a warnin
 rejected, it blocks). With no auditor, the finding is carried to Gate 2 as a warning the
 person judges. Hard findings are facts, not guesses, and are never disputable: scope,
 secrets, conflict markers, failed or missing done-checks and test evidence
-(``loop_orchestrator.disputes``, shared with `lo-orch signal`).
+(``loop_orchestrator.verify.disputable``, shared with `lo-orch signal`).
 
 Some disputes are judged on the diff first (``JUDGED_ON_DIFF``): a deleted test may be
 disputed only as a test of behaviour the same change removes, and that is a fact of the
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loop_orchestrator.disputes import JUDGED_ON_DIFF, MAX_NOTE, is_hard, problem
+from loop_orchestrator.verify.disputable import JUDGED_ON_DIFF, MAX_NOTE, is_hard, problem
 from loop_orchestrator.verify.models import Dispute, Finding, Severity
 
 
