@@ -16,10 +16,14 @@ scope.symlink B out of the repo, W inside · scope.submodule W · scope.no-chang
 tests.no-assertion B · tests.tautology B (W for a project object compared with itself in a
 test that also compares it with other values: a reflexivity test of its own operators) ·
 tests.skip B (skip/xfail/only/skipTest/todo added; W for importorskip or a skip under
-``except ImportError``: done.new-test-skipped proves whether it ran) · tests.early-exit B (W
+``except ImportError``: done.new-test-skipped proves whether it ran; W for a skip under a
+non-constant condition when the checks' report shows every test it governs ran) ·
+tests.early-exit B (W
 when conditional) · tests.dead-code B · tests.swallowed-assertion B · tests.deleted B (W
 when what it checked is visibly still checked: its assertions in a new or changed test, or
-the change removed the code it called; ``verify.coverage``) · tests.fewer-assertions B (W
+the change removed the code it called; ``verify.coverage``; a dispute of it is judged on the
+diff: refused unless the change removes a name, parameter or value the test used) ·
+tests.fewer-assertions B (W
 when turned into a parametrized table, or the removed assertions are in another changed
 test) ·
 tests.duplicate-name B · tests.unparsable B · tests.renamed W (same body) ·

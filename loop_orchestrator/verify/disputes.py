@@ -15,6 +15,11 @@ person judges. Hard findings are facts, not guesses, and are never disputable: s
 secrets, conflict markers, failed or missing done-checks and test evidence
 (``loop_orchestrator.verify.disputable``, shared with `lo-orch signal`).
 
+Some disputes are judged on the diff first (``JUDGED_ON_DIFF``): a deleted test may be
+disputed only as a test of behaviour the same change removes, and that is a fact of the
+diff (``Finding.grounds``: the code it used is gone). A dispute of such a finding without
+grounds is refused and the finding keeps blocking, whatever the reason says.
+
 Pure functions; the supervisor records every dispute and its outcome in the ledger and the
 review file.
 """
@@ -23,17 +28,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loop_orchestrator.verify.disputable import MAX_NOTE, is_hard, problem
+from loop_orchestrator.verify.disputable import JUDGED_ON_DIFF, MAX_NOTE, is_hard, problem
 from loop_orchestrator.verify.models import Dispute, Finding, Severity
 
 
 def disputable(findings: Sequence[Finding]) -> list[str]:
     """The ids of the blocking findings a session may dispute, in order of appearance."""
     out: list[str] = []
+    refused = {f.check for f in findings if f.blocking and _ungrounded(f)}
     for f in findings:
-        if f.blocking and not is_hard(f.check) and f.check not in out:
+        if f.blocking and not is_hard(f.check) and f.check not in refused and f.check not in out:
             out.append(f.check)
     return out
+
+
+def _ungrounded(f: Finding) -> bool:
+    """A finding judged on the diff for which the diff shows nothing a dispute can rest on."""
+    return f.check in JUDGED_ON_DIFF and f.grounds is None
 
 
 def _normal(claims: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -75,6 +86,19 @@ def hold(
                     note=note,
                     outcome="moot",
                     reason="no blocking finding with this id in this round",
+                )
+            )
+            continue
+        bare = [out[i] for i in hits if _ungrounded(out[i])]
+        if bare:
+            where = ", ".join(f.message.split(" (", 1)[0] for f in bare[:3])
+            disputes.append(
+                Dispute(
+                    check=check,
+                    note=note,
+                    outcome="refused",
+                    reason=f"judged on the diff: the change does not remove what {where} "
+                    "exercised (the code it used still exists); restore the test",
                 )
             )
             continue

@@ -91,8 +91,10 @@ def matches(case: Case, ref: TestRef) -> bool:
     return bool(cn) and (full == cn or full.endswith("." + cn))
 
 
-def results_for(cases: Sequence[Case], ref: TestRef) -> list[Case]:
-    return [c for c in cases if matches(c, ref)]
+def results_for(cases: Sequence[Case], ref: TestRef, also: Sequence[TestRef] = ()) -> list[Case]:
+    """The cases of ``ref``, and of the same test run as each of ``also`` (through the
+    subclasses of its class: ``TestSub::test_m`` for ``test_m`` written in a base)."""
+    return [c for c in cases if matches(c, ref) or any(matches(c, a) for a in also)]
 
 
 def in_module(case: Case, path: str) -> bool:

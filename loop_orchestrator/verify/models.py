@@ -34,6 +34,10 @@ class Finding(BaseModel):
     fix: str | None = None  # what to change
     #: the implementing session's reason when it disputes this finding (issue 14)
     dispute: str | None = None
+    #: what the change itself shows that a dispute of this finding can rest on (a deleted
+    #: test: the code it exercised that the change removes); for the findings whose
+    #: disputes are judged on the diff, a dispute without grounds is refused
+    grounds: str | None = None
 
     @property
     def blocking(self) -> bool:

@@ -187,3 +187,73 @@ def skip_markers(tree: ast.AST) -> list[tuple[int, str]]:
         ):
             found.setdefault(node.lineno, "raise SkipTest")
     return sorted(found.items())
+
+
+#: skips that take a condition as their first argument (``skipUnless`` skips when it is false)
+_CONDITIONED = ("skipIf", "skipUnless", "skipif")
+#: skips that fire when reached (under an ``if``, their condition is the ``if``'s)
+_REACHED = ("skip", "skipTest", "SkipTest")
+
+
+def _conditioned(deco: ast.AST) -> bool:
+    """A ``skipIf(cond, ...)`` / ``mark.skipif(cond, ...)`` whose condition is not a constant
+    (``skipIf(True)`` skips everywhere: it is a skip, whatever the report says)."""
+    if not isinstance(deco, ast.Call) or not deco.args:
+        return False
+    last = dotted(deco.func).rsplit(".", 1)[-1]
+    constant, value = constant_value(deco.args[0])
+    # pytest evaluates a string condition (``skipif("sys.platform == 'win32'")``)
+    return last in _CONDITIONED and (not constant or (last == "skipif" and isinstance(value, str)))
+
+
+def _guarded_skips(fn: ast.AST) -> set[int]:
+    """Lines of skips in a test's body that run only under an ``if`` whose test is not a
+    constant: ``if sys.platform == "win32": self.skipTest(...)``."""
+    lines: set[int] = set()
+    for node in walk_shallow(fn):
+        if isinstance(node, ast.If) and not constant_value(node.test)[0]:
+            for n in (m for s in node.body for m in ast.walk(s)):
+                if (isinstance(n, ast.Call) and dotted(n.func).rsplit(".", 1)[-1] in _REACHED) or (
+                    isinstance(n, ast.Raise)
+                    and n.exc is not None
+                    and dotted(n.exc).endswith("SkipTest")
+                ):
+                    lines.add(n.lineno)
+    return lines
+
+
+def conditional_skips(tree: ast.Module) -> dict[int, list[str]]:
+    """Skips that fire only when a condition holds, by line, with the tests they govern
+    (qualnames ``Class::test``): a conditioned decorator on a test or on its class, or a
+    skip under an ``if`` in a test's body. Whether the condition held where the checks ran
+    is a fact of the checks' report (the test ran, or was skipped), not of the source."""
+    out: dict[int, list[str]] = {}
+
+    def tests_in(body: list[ast.stmt], prefix: str) -> list[str]:
+        found = []
+        for s in body:
+            if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name.startswith("test"):
+                found.append(prefix + s.name)
+            elif isinstance(s, ast.ClassDef):
+                found += tests_in(s.body, f"{prefix}{s.name}::")
+        return found
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for s in body:
+            if isinstance(s, ast.ClassDef):
+                governed = tests_in(s.body, f"{prefix}{s.name}::")
+                for deco in s.decorator_list:
+                    if _conditioned(deco):
+                        out.setdefault(deco.lineno, []).extend(governed)
+                visit(s.body, f"{prefix}{s.name}::")
+            elif isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef):
+                if not s.name.startswith("test"):
+                    continue
+                for deco in s.decorator_list:
+                    if _conditioned(deco):
+                        out.setdefault(deco.lineno, []).append(prefix + s.name)
+                for line in _guarded_skips(s):
+                    out.setdefault(line, []).append(prefix + s.name)
+
+    visit(tree.body, "")
+    return out

@@ -88,6 +88,9 @@ class PyTest:
     #: defined in a helper class (a mixin) and run only through its subclasses, so a test
     #: report names it after each subclass, never after ``qualname``
     inherited: bool = False
+    #: lines outside its body that make its cases: its decorators (parametrize rows) and
+    #: the module or class assignments of the tables they or its loops read
+    case_lines: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -125,9 +128,186 @@ def parse_module(path: str, source: str) -> PyModule:
     tests: list[PyTest] = []
     dups: list[tuple[str, int, int]] = []
     _collect(
-        path, tree.body, "", is_test_scope=True, tests=tests, dups=dups, mixins=_mixins(tree.body)
+        path,
+        tree.body,
+        "",
+        is_test_scope=True,
+        tests=tests,
+        dups=dups,
+        mixins=_mixins(tree.body),
+        scope=Scope.of(tree),
     )
     return PyModule(path=path, tree=tree, tests=tests, duplicates=dups)
+
+
+def runs_as(mods: list[PyModule]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(path, qualname) of a test defined in a class -> the (path, qualname) of the same test
+    run through each subclass in ``mods`` that does not define it again (a test report
+    names it ``TestSub::test_m``, wherever ``test_m`` is written). Base classes are matched
+    by their last name, in the module itself or in another of ``mods``."""
+    classes: list[tuple[str, ast.ClassDef]] = [
+        (m.path, s) for m in mods for s in m.tree.body if isinstance(s, ast.ClassDef)
+    ]
+    children: dict[tuple[str, str], list[tuple[str, ast.ClassDef]]] = {}
+    names = {(path, c.name) for path, c in classes}
+    for path, c in classes:
+        for b in c.bases:
+            base = dotted(b).rsplit(".", 1)[-1]
+            owner = (path, base) if (path, base) in names else None
+            if owner is None:
+                owner = next(((p, n) for p, n in names if n == base and p != path), None)
+            if owner is not None:
+                children.setdefault(owner, []).append((path, c))
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for m in mods:
+        for t in m.tests:
+            cls, sep, name = t.qualname.rpartition("::")
+            if not sep or "::" in cls:
+                continue
+            found: list[tuple[str, str]] = []
+            seen: set[tuple[str, str]] = set()
+            todo = list(children.get((m.path, cls), []))
+            while todo:
+                path, c = todo.pop(0)
+                if (path, c.name) in seen:
+                    continue
+                seen.add((path, c.name))
+                own = {
+                    s.name for s in c.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+                }
+                if name in own:
+                    continue  # its own test_m: another test
+                if _collected(c):
+                    found.append((path, f"{c.name}::{name}"))
+                todo += children.get((path, c.name), [])
+            if found:
+                out[(t.path, t.qualname)] = found
+    return out
+
+
+# helpers a test calls, and the tables it reads ------------------------------------------
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+#: how many calls deep an assertion made in a helper still counts as the test's
+HELPER_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a test's calls can reach in its own file: the module's functions and its
+    classes (by name), and the assignments of module and class level names."""
+
+    functions: dict[str, FunctionNode]
+    classes: dict[str, ast.ClassDef]
+    #: name -> the lines of its module or class level assignments
+    tables: dict[str, frozenset[int]]
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> Scope:
+        functions = {
+            s.name: s for s in tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        classes: dict[str, ast.ClassDef] = {}
+        tables: dict[str, set[int]] = {}
+        todo: list[list[ast.stmt]] = [tree.body]
+        while todo:
+            for s in todo.pop():
+                if isinstance(s, ast.ClassDef):
+                    classes.setdefault(s.name, s)
+                    todo.append(s.body)
+                targets = (
+                    s.targets
+                    if isinstance(s, ast.Assign)
+                    else [s.target]
+                    if isinstance(s, ast.AnnAssign | ast.AugAssign)
+                    else []
+                )
+                for t in targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name):
+                            lines = range(s.lineno, (s.end_lineno or s.lineno) + 1)
+                            tables.setdefault(n.id, set()).update(lines)
+        return cls(functions, classes, {k: frozenset(v) for k, v in tables.items()})
+
+    def methods(self, cls_name: str | None) -> dict[str, FunctionNode]:
+        """The methods of class ``cls_name`` and of its bases defined in the file, the
+        nearest definition of each name winning (as attribute lookup does)."""
+        out: dict[str, FunctionNode] = {}
+        seen: set[str] = set()
+        todo = [cls_name] if cls_name else []
+        while todo:
+            name = todo.pop(0)
+            node = self.classes.get(name)
+            if node is None or name in seen:
+                continue
+            seen.add(name)
+            for s in node.body:
+                if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef):
+                    out.setdefault(s.name, s)
+            todo += [dotted(b).rsplit(".", 1)[-1] for b in node.bases]
+        return out
+
+
+def _callee(call: ast.Call, scope: Scope, methods: dict[str, FunctionNode]) -> FunctionNode | None:
+    """The function of the file a call runs: ``helper(...)``, ``self.helper(...)``,
+    ``cls.helper(...)``, ``super().helper(...)``, ``Class.helper(...)``."""
+    f = call.func
+    if isinstance(f, ast.Name):
+        return scope.functions.get(f.id)
+    if isinstance(f, ast.Attribute):
+        owner = f.value
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            return methods.get(f.attr)
+        if isinstance(owner, ast.Call) and dotted(owner.func) == "super":
+            return methods.get(f.attr)
+        if isinstance(owner, ast.Name) and owner.id in scope.classes:
+            return scope.methods(owner.id).get(f.attr)
+    return None
+
+
+def reached_assertions(
+    fn: FunctionNode, scope: Scope, cls_name: str | None = None, depth: int = HELPER_DEPTH
+) -> list[ast.AST]:
+    """The assertion nodes a test runs: its own, and those of the helpers of its file it
+    calls (module functions, methods of its class and its bases there), up to ``depth``
+    calls deep, each helper read once. A test that checks through ``self.check_parse(...)``
+    asserts what ``check_parse`` asserts."""
+    methods = scope.methods(cls_name)
+    out: list[ast.AST] = []
+    seen = {id(fn)}
+    todo: list[tuple[ast.AST, int]] = [(fn, 0)]
+    while todo:
+        node, level = todo.pop(0)
+        for n in ast.walk(node):
+            if is_assertion(n):
+                out.append(n)
+            elif isinstance(n, ast.Call) and level < depth:
+                helper = _callee(n, scope, methods)
+                if helper is not None and id(helper) not in seen:
+                    seen.add(id(helper))
+                    todo.append((helper, level + 1))
+    return out
+
+
+def case_lines(fn: FunctionNode, scope: Scope) -> frozenset[int]:
+    """Lines outside ``fn``'s body that make its cases: its decorators (``parametrize``
+    rows), and the module or class assignments of names its decorators or its loops
+    (``for case in CASES: with self.subTest(case)``) read."""
+    lines: set[int] = set()
+    names: set[str] = set()
+    for deco in fn.decorator_list:
+        lines.update(range(deco.lineno, (deco.end_lineno or deco.lineno) + 1))
+        names |= {n.id for n in ast.walk(deco) if isinstance(n, ast.Name)}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.For | ast.AsyncFor | ast.comprehension):
+            for m in ast.walk(n.iter):
+                if isinstance(m, ast.Name):
+                    names.add(m.id)
+                elif isinstance(m, ast.Attribute) and dotted(m.value) in ("self", "cls"):
+                    names.add(m.attr)  # a class-level table: self.CASES
+    for name in names:
+        lines |= scope.tables.get(name, frozenset())
+    return frozenset(lines)
 
 
 def _is_unittest_class(cls: ast.ClassDef) -> bool:
@@ -168,6 +348,8 @@ def _collect(
     dups: list[tuple[str, int, int]],
     mixins: frozenset[str] = frozenset(),
     inherited: bool = False,
+    scope: Scope,
+    cls_name: str | None = None,
 ) -> None:
     seen: dict[str, int] = {}
     for stmt in body:
@@ -187,10 +369,11 @@ def _collect(
                     name=stmt.name,
                     lineno=stmt.lineno,
                     end_lineno=stmt.end_lineno or stmt.lineno,
-                    assertions=count_assertions(stmt),
+                    assertions=len(reached_assertions(stmt, scope, cls_name)),
                     body_dump="\n".join(ast.dump(s) for s in stmt.body),
                     node=stmt,
                     inherited=inherited,
+                    case_lines=case_lines(stmt, scope),
                 )
             )
         elif isinstance(stmt, ast.ClassDef):
@@ -204,6 +387,8 @@ def _collect(
                     tests=tests,
                     dups=dups,
                     inherited=inherited or mixin,
+                    scope=scope,
+                    cls_name=stmt.name,
                 )
 
 
@@ -506,3 +691,93 @@ def helper_functions(tree: ast.Module, test: PyTest, depth: int = 3) -> list[ast
                     nxt.append(target)
         frontier = nxt
     return found
+
+
+# fixtures: a changed fixture changes the tests that use it -------------------------------
+
+
+def _is_fixture(fn: FunctionNode) -> bool:
+    return any(dotted(d).rsplit(".", 1)[-1] == "fixture" for d in fn.decorator_list)
+
+
+def _params(fn: FunctionNode) -> set[str]:
+    a = fn.args
+    return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+
+
+def _uses(fn: FunctionNode) -> set[str]:
+    """The fixtures a test or fixture asks for: its parameters and ``usefixtures`` names."""
+    names = _params(fn)
+    for d in fn.decorator_list:
+        if isinstance(d, ast.Call) and dotted(d.func).endswith("usefixtures"):
+            names |= {
+                a.value for a in d.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            }
+    return names
+
+
+def changed_fixtures(tree: ast.Module, added: set[int]) -> set[str]:
+    """The fixtures of a module (a conftest) with an added line (decorator included), and
+    those of the module that ask for one of them."""
+    fixtures = {
+        s.name: s
+        for s in ast.walk(tree)
+        if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and _is_fixture(s)
+    }
+    changed = {
+        name
+        for name, fn in fixtures.items()
+        if added
+        & set(
+            range(
+                min([fn.lineno, *(d.lineno for d in fn.decorator_list)]),
+                (fn.end_lineno or fn.lineno) + 1,
+            )
+        )
+    }
+    grew = True
+    while grew:
+        more = {n for n, fn in fixtures.items() if n not in changed and _uses(fn) & changed}
+        changed |= more
+        grew = bool(more)
+    return changed
+
+
+def fixture_users(tree: ast.Module, fixtures: set[str]) -> list[str]:
+    """Qualnames of the tests of a module that use one of ``fixtures`` (as a parameter, by
+    ``usefixtures``, or through a fixture of the module that uses one); a fixture of the
+    module with the same name hides the one of the conftest."""
+    local = {
+        s.name: s
+        for s in ast.walk(tree)
+        if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and _is_fixture(s)
+    }
+    wanted = set(fixtures) - set(local)
+    grew = True
+    while grew:
+        more = {n for n, fn in local.items() if n not in wanted and _uses(fn) & wanted}
+        wanted |= more
+        grew = bool(more)
+    out: list[str] = []
+
+    def visit(body: list[ast.stmt], prefix: str, inherited: set[str]) -> None:
+        for s in body:
+            if isinstance(s, ast.ClassDef):
+                marks = set(inherited)
+                for d in s.decorator_list:
+                    if isinstance(d, ast.Call) and dotted(d.func).endswith("usefixtures"):
+                        marks |= {
+                            a.value
+                            for a in d.args
+                            if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                        }
+                visit(s.body, f"{prefix}{s.name}::", marks)
+            elif (
+                isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+                and s.name.startswith("test")
+                and (_uses(s) | inherited) & wanted
+            ):
+                out.append(prefix + s.name)
+
+    visit(tree.body, "", set())
+    return out

@@ -8,6 +8,10 @@ file is new, not that the test checks the new behaviour.
 Green: the same test files at the commit pass (the run's JUnit report joins the
 done-checks' reports as proof that the new tests ran; see ``donechecks.new_test_findings``).
 
+A test is red wherever it runs: one written in a base class (or a mixin) is judged by the
+results of every subclass that runs it (``TestReport.runs_as``), and a parametrized test by
+all of its rows.
+
 Outcomes at the base that are not red are *warnings*, not blocking: when the new test
 imports a module the task creates, red cannot be shown at all ("the module under test does
 not exist at base"), and a refactoring task may honestly add tests that already pass. The
@@ -29,7 +33,7 @@ from loop_orchestrator.verify import junit
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
 from loop_orchestrator.verify.donechecks import pinned, pytest_index, run_one, with_junit
 from loop_orchestrator.verify.models import CheckRun, Finding, warning
-from loop_orchestrator.verify.testquality import TestRef
+from loop_orchestrator.verify.testquality import ConditionalSkip, TestRef
 
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 _NO_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
@@ -100,10 +104,21 @@ def run_red(
         )
 
 
+RunsAs = Mapping[tuple[str, str], Sequence[TestRef]]
+
+
+def _also(ref: TestRef, runs_as: RunsAs) -> Sequence[TestRef]:
+    return runs_as.get((ref.path, ref.qualname), ())
+
+
 def judge_red(
-    run: CheckRun, refs: Sequence[TestRef], module_created: Callable[[str], bool]
+    run: CheckRun,
+    refs: Sequence[TestRef],
+    module_created: Callable[[str], bool],
+    runs_as: RunsAs | None = None,
 ) -> list[Finding]:
     """Warnings when the base run does not show the tests failing on an assertion."""
+    runs_as = runs_as or {}
     if run.error or run.timed_out:
         why = run.error or "it timed out"
         return [
@@ -113,7 +128,7 @@ def judge_red(
             )
         ]
     cases = junit.parse(Path(run.junit_path)) if run.junit_path else []
-    per_ref = {ref: junit.results_for(cases, ref) for ref in refs}
+    per_ref = {ref: junit.results_for(cases, ref, _also(ref, runs_as)) for ref in refs}
     if any(c.is_assertion_failure for hits in per_ref.values() for c in hits):
         return []
     if refs and all(hits and all(c.outcome == "passed" for c in hits) for hits in per_ref.values()):
@@ -183,11 +198,13 @@ def judge_red(
     ]
 
 
-def all_passed(refs: Sequence[TestRef], runs: Sequence[CheckRun]) -> bool:
+def all_passed(
+    refs: Sequence[TestRef], runs: Sequence[CheckRun], runs_as: RunsAs | None = None
+) -> bool:
     """Whether every test in ``refs`` passed (and none skipped) in the runs' JUnit reports."""
     cases = [c for r in runs if r.junit_path for c in junit.parse(Path(r.junit_path))]
     for ref in refs:
-        hits = junit.results_for(cases, ref)
+        hits = junit.results_for(cases, ref, _also(ref, runs_as or {}))
         if not hits or any(c.outcome != "passed" for c in hits):
             return False
     return True
@@ -205,12 +222,15 @@ def red_green(
     timeout: float,
     module_created: Callable[[str], bool],
     done_runs: Sequence[CheckRun] = (),
+    runs_as: RunsAs | None = None,
 ) -> RedGreen:
     """Run green at the commit and red at the base for the task's Python tests.
 
-    Green is skipped when the done-checks' reports already show every one of these tests
-    passing (the same proof, one pytest run less).
+    ``touched`` may hold the tests of mixins too: with ``runs_as`` they are judged by the
+    subclasses that run them. Green is skipped when the done-checks' reports already show
+    every one of these tests passing (the same proof, one pytest run less).
     """
+    runs_as = runs_as or {}
     refs = [t for t in touched if t.language == "python"]
     result = RedGreen()
     if not refs:
@@ -225,10 +245,54 @@ def red_green(
             )
         )
         return result
-    modules = sorted({r.path for r in refs})
-    if not all_passed(refs, done_runs):
+    modules = sorted({r.path for r in refs} | {a.path for r in refs for a in _also(r, runs_as)})
+    if not all_passed(refs, done_runs, runs_as):
         result.runs.append(run_green(prefix, modules, commit_tree, evidence, timeout=timeout))
     red = run_red(repo, base, prefix, modules, test_files, evidence, timeout=timeout)
     result.runs.append(red)
-    result.findings += judge_red(red, refs, module_created)
+    result.findings += judge_red(red, refs, module_created, runs_as)
     return result
+
+
+def judge_skips(
+    findings: Sequence[Finding],
+    skips: Sequence[ConditionalSkip],
+    runs: Sequence[CheckRun],
+    runs_as: RunsAs | None = None,
+) -> list[Finding]:
+    """A conditional skip the checks' reports show did not fire is not a skip.
+
+    ``@skipIf(sys.version_info[0] < 3, ...)`` on the interpreter that runs the checks: each
+    test it governs ran there (passed or failed, in a report of ``runs``, the runs at the
+    commit), so its ``tests.skip`` finding becomes a warning. A skip that fired (the
+    report says skipped), a test no report shows, and a skip with a constant condition
+    (never in ``skips``) keep blocking.
+    """
+    cases = [c for r in runs if r.junit_path for c in junit.parse(Path(r.junit_path))]
+    ran: dict[tuple[str, int], str] = {}
+    for skip in skips:
+        outcomes = [
+            [c.outcome for c in junit.results_for(cases, t, _also(t, runs_as or {}))]
+            for t in skip.tests
+        ]
+        if skip.tests and all(o and "skipped" not in o for o in outcomes):
+            names = ", ".join(t.qualname for t in skip.tests[:3])
+            ran[(skip.path, skip.line)] = names
+    out: list[Finding] = []
+    for f in findings:
+        governed = ran.get((f.path or "", f.line or 0))
+        if not (f.check == "tests.skip" and f.blocking and governed):
+            out.append(f)
+            continue
+        out.append(
+            warning(
+                f"{f.message.split(':')[0]} under a condition that does not hold where the "
+                f"checks run: {governed} ran there (the checks' report shows it passed or "
+                "failed, not skipped). Elsewhere it may be skipped.",
+                "tests.skip",
+                f.path,
+                f.line,
+                fix="Make sure the condition names only environments the task does not target.",
+            )
+        )
+    return out

@@ -6,15 +6,87 @@ what it did is not. Pure; ``testquality`` calls ``compare_versions``.
 
 from __future__ import annotations
 
+import ast
 from typing import TYPE_CHECKING
 
-from loop_orchestrator.verify import coverage
+from loop_orchestrator import pyast
+from loop_orchestrator.verify import coverage, pytests
 from loop_orchestrator.verify.models import blocking, warning
 
 if TYPE_CHECKING:
     from loop_orchestrator.verify.testquality import TestReport, TestVersion
 
 NEVER_WEAKEN = "Never weaken, skip or delete a test to pass a check."
+
+
+def _tree(source: str | None) -> ast.Module | None:
+    if not source:
+        return None
+    try:
+        return pyast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _code_facts(tree: ast.Module | None) -> set[str]:
+    """What a code module offers a test, as tokens a test's can meet: the names it defines
+    (functions, classes, module and class attributes), each function's parameters as
+    ``func(param=)``, and its distinctive literals (``'strict'``, ``1024``)."""
+    if tree is None:
+        return set()
+    out: set[str] = set()
+    bodies = [tree.body]
+    for n in ast.walk(tree):
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(n.name)
+            if isinstance(n, ast.ClassDef):
+                bodies.append(n.body)
+            else:
+                args = n.args
+                for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                    out.add(f"{n.name}({a.arg}=)")
+        elif isinstance(n, ast.Constant) and not isinstance(n.value, bool):
+            out |= coverage.distinctive(frozenset({repr(n.value)}))
+    # module and class attributes (a function's locals are nothing a test can use)
+    for body in bodies:
+        for s in body:
+            targets = (
+                s.targets
+                if isinstance(s, ast.Assign)
+                else [s.target]
+                if isinstance(s, ast.AnnAssign)
+                else []
+            )
+            out |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return out
+
+
+def removed_code(pairs: list[tuple[str | None, str | None]]) -> set[str]:
+    """What the change removes from the code (Python modules, ``(old, new)`` texts): the
+    facts of ``_code_facts`` at the base that no changed module has at the commit."""
+    old: set[str] = set()
+    new: set[str] = set()
+    for before, after in pairs:
+        old |= _code_facts(_tree(before))
+        new |= _code_facts(_tree(after))
+    return old - new
+
+
+def exercised(fn: ast.AST) -> set[str]:
+    """What a test exercises, as tokens ``removed_code`` can meet: the names it uses, the
+    keywords it passes (``parse(text=)``) and its literals."""
+    out: set[str] = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+        elif isinstance(n, ast.Call):
+            name = pytests.dotted(n.func).rsplit(".", 1)[-1]
+            out |= {f"{name}({k.arg}=)" for k in n.keywords if k.arg}
+        elif isinstance(n, ast.Constant) and not isinstance(n.value, bool):
+            out.add(repr(n.value))
+    return out
 
 
 def _changed(
@@ -89,11 +161,31 @@ def _moved_into(
     return None
 
 
+def _grounds(old: TestVersion, gone: set[str]) -> str | None:
+    """What the change removes that the deleted test ``old`` exercised, in words; None when
+    everything it used still exists."""
+    hit = sorted(exercised(old.node) & gone) if old.node is not None else []
+    if not hit:
+        return None
+    names = [h for h in hit if h.isidentifier()]
+    params = [h.replace("=)", ")") for h in hit if h.endswith("=)")]
+    values = [h for h in hit if h not in names and not h.endswith("=)")]
+    parts = []
+    if names:
+        parts.append("the code it used: " + ", ".join(names[:5]))
+    if params:
+        parts.append("the parameters it passed: " + ", ".join(params[:5]))
+    if values:
+        parts.append("the values its cases named: " + ", ".join(values[:5]))
+    return "; ".join(parts)
+
+
 def compare_versions(
     base: dict[tuple[str, str], TestVersion],
     head: dict[tuple[str, str], TestVersion],
     report: TestReport,
     removed: set[str] | None = None,
+    gone: set[str] | None = None,
 ) -> None:
     """Deleted, renamed, moved and weakened tests.
 
@@ -104,6 +196,7 @@ def compare_versions(
     assertions reappear in another changed test, is a warning.
     """
     removed = removed or set()
+    gone = gone or set()
     changed = _changed(base, head)
     new_heads = [t for key, t in head.items() if key not in base]
     for key, old in sorted(base.items()):
@@ -150,16 +243,25 @@ def compare_versions(
                         )
                     )
                     continue
-                report.findings.append(
-                    blocking(
-                        f"test {old.qualname} ({old.path}:{old.lineno} at the base) was deleted "
-                        "or renamed and changed; the behaviour it checked is no longer checked.",
-                        "tests.deleted",
-                        old.path,
-                        None,
-                        fix=f"Restore the test. {NEVER_WEAKEN}",
-                    )
+                grounds = _grounds(old, gone)
+                deleted = blocking(
+                    f"test {old.qualname} ({old.path}:{old.lineno} at the base) was deleted "
+                    "or renamed and changed; the behaviour it checked is no longer checked.",
+                    "tests.deleted",
+                    old.path,
+                    None,
+                    fix=f"Restore the test. {NEVER_WEAKEN}",
                 )
+                if grounds:
+                    deleted = deleted.model_copy(
+                        update={
+                            "grounds": f"the change removes {grounds}",
+                            "fix": f"Restore the test, unless the task removes the behaviour "
+                            f"it checked (the change removes {grounds}): then dispute this "
+                            "finding saying so.",
+                        }
+                    )
+                report.findings.append(deleted)
                 continue
         if now.assertions < old.assertions:
             why = None

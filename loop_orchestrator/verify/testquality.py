@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from pathlib import PurePosixPath
 from typing import Literal
 
 from loop_orchestrator import pyast
@@ -28,7 +29,7 @@ from loop_orchestrator.verify import (
 )
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation
-from loop_orchestrator.verify.testchanges import NEVER_WEAKEN, compare_versions
+from loop_orchestrator.verify.testchanges import NEVER_WEAKEN, compare_versions, removed_code
 
 Lang = Literal["python", "js"]
 
@@ -60,6 +61,13 @@ class TestRef:
         return self.qualname.rsplit("::", 1)[-1]
 
 
+@dataclass(frozen=True)
+class ConditionalSkip:
+    path: str
+    line: int
+    tests: tuple[TestRef, ...]
+
+
 @dataclass
 class TestReport:
     __test__ = False  # not a pytest test class, despite the name
@@ -69,6 +77,18 @@ class TestReport:
     #: their subclasses' names, so they are not looked up there
     inherited: list[TestRef] = field(default_factory=list)
     expectations: list[Expectation] = field(default_factory=list)
+    #: (path, qualname) of a test defined in a class -> the same test run through its
+    #: subclasses, as a test report names it (``pytests.runs_as``)
+    runs_as: dict[tuple[str, str], list[TestRef]] = field(default_factory=dict)
+    #: added skips that fire only under a condition, with the tests they govern: not a skip
+    #: where the checks' report shows those tests ran (``redgreen.judge_skips``)
+    conditional_skips: list[ConditionalSkip] = field(default_factory=list)
+    #: conftest path -> its fixtures the task changed; the tests that use them are tests
+    #: the task changed (``fixture_refs``)
+    fixtures: dict[str, set[str]] = field(default_factory=dict)
+    #: tests whose own text is unchanged but that use a changed fixture: red-green judges
+    #: them, the other checks (about what a test's text says) do not
+    fixture_users: list[TestRef] = field(default_factory=list)
 
     @property
     def new_tests(self) -> list[TestRef]:
@@ -91,6 +111,12 @@ class TestVersion:
     collect: Callable[[], coverage.Evidence] = field(repr=False, compare=False)
     #: a mixin's test, run (and reported) only under its subclasses' names
     inherited: bool = False
+    #: lines outside its body that make its cases (parametrize rows, the tables it reads)
+    case_lines: frozenset[int] = frozenset()
+    #: its function (Python), to tell what it exercised once deleted
+    node: ast.FunctionDef | ast.AsyncFunctionDef | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @cached_property
     def evidence(self) -> coverage.Evidence:
@@ -110,6 +136,8 @@ def _py_tests(mod: pytests.PyModule) -> list[TestVersion]:
             "python",
             partial(coverage.python, t.node),
             t.inherited,
+            t.case_lines,
+            t.node,
         )
         for t in mod.tests
     ]
@@ -157,17 +185,27 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
     report = TestReport()
     removed: set[str] = set()  # functions and classes the change removed from the code
     changed = changed_functions(files)
+    code_pairs: list[tuple[str | None, str | None]] = []
     for f in files:
         if classify.is_test_code(f.path) or f.old is None:
             continue
         if classify.is_python(f.path):
             removed |= coverage.defined_names(f.old) - coverage.defined_names(f.new)
+            code_pairs.append((f.old, f.new))
         elif classify.is_js(f.path):
             removed |= coverage.js_defined_names(f.old) - coverage.js_defined_names(f.new)
     base: dict[tuple[str, str], TestVersion] = {}
     head: dict[tuple[str, str], TestVersion] = {}
     head_modules: list[tuple[FileChange, object]] = []
     for f in files:
+        if PurePosixPath(f.path).name == "conftest.py" and f.new and f.added:
+            try:
+                tree = pyast.parse(f.new, f.path)
+            except SyntaxError:
+                continue
+            own_fixtures = pytests.changed_fixtures(tree, f.added)
+            if own_fixtures:
+                report.fixtures[f.path] = own_fixtures
         if not classify.is_test_module(f.path):
             continue
         old_mod, _ = _parse(f.path, f.old)
@@ -193,7 +231,19 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
             _judge_python(f, mod, base, report, changed)
         elif isinstance(mod, jstests.JsModule):
             _judge_js(f, mod, base, report, changed)
-    compare_versions(base, head, report, removed)
+    aliases = pytests.runs_as([m for _, m in head_modules if isinstance(m, pytests.PyModule)])
+    report.runs_as = {
+        key: [TestRef(p, q, "python", False) for p, q in also] for key, also in aliases.items()
+    }
+    known = {(r.path, r.qualname) for r in [*report.touched, *report.inherited]}
+    for f, mod in head_modules:
+        if isinstance(mod, pytests.PyModule):
+            own = pytests.changed_fixtures(mod.tree, f.added)
+            for q in pytests.fixture_users(mod.tree, own) if own else []:
+                if (f.path, q) not in known:
+                    report.fixture_users.append(TestRef(f.path, q, "python", False))
+    gone = removed_code(code_pairs) if any(k not in head for k in base) else set()
+    compare_versions(base, head, report, removed, gone)
     return report
 
 
@@ -252,9 +302,40 @@ def _weak_finding(
     )
 
 
+def fixture_refs(
+    fixtures: dict[str, set[str]], modules: dict[str, str], known: set[tuple[str, str]]
+) -> list[TestRef]:
+    """The tests of ``modules`` (path -> text at the commit) that use a fixture of
+    ``fixtures`` (conftest path -> changed fixtures) in the conftest's folder or below,
+    except those in ``known`` (already judged as changed)."""
+    out: list[TestRef] = []
+    for path, text in sorted(modules.items()):
+        names: set[str] = set()
+        for conftest, changed in fixtures.items():
+            folder = str(PurePosixPath(conftest).parent)
+            if folder == "." or path.startswith(folder + "/"):
+                names |= changed
+        if not names:
+            continue
+        try:
+            tree = pyast.parse(text, path)
+        except SyntaxError:
+            continue
+        out += [
+            TestRef(path, q, "python", False)
+            for q in pytests.fixture_users(tree, names)
+            if (path, q) not in known
+        ]
+    return out
+
+
 def _touched(f: FileChange, t: TestVersion, base: dict[tuple[str, str], TestVersion]) -> bool:
-    return (t.path, t.qualname) not in base or any(
-        ln in f.added for ln in range(t.lineno, t.end_lineno + 1)
+    """New, or an added line in its body or in what makes its cases: a parametrize row, or
+    a row of a table its decorator or its loop reads, is a test case added."""
+    return (
+        (t.path, t.qualname) not in base
+        or any(ln in f.added for ln in range(t.lineno, t.end_lineno + 1))
+        or bool(t.case_lines & f.added)
     )
 
 
@@ -298,8 +379,9 @@ def _common(
                     "tests.no-assertion",
                     t.path,
                     t.lineno,
-                    fix="Assert on the result (assert / self.assert* / expect). A helper that "
-                    "asserts must be named assert_* to be counted.",
+                    fix="Assert on the result (assert / self.assert* / expect). A helper of "
+                    "the same file that asserts counts (a function, or a method of the test's "
+                    "class or its bases); one imported from elsewhere must be named assert_*.",
                 )
             )
     if (f.status == "A" or f.old is None) and mod_tests:
@@ -339,8 +421,16 @@ def _skips(
     markers: list[tuple[int, str]],
     report: TestReport,
     optional: set[int] | None = None,
+    conditional: dict[int, list[str]] | None = None,
 ) -> None:
     for line, what in markers:
+        governed = (conditional or {}).get(line)
+        if line in f.added and governed:
+            report.conditional_skips.append(
+                ConditionalSkip(
+                    f.path, line, tuple(TestRef(f.path, q, "python", False) for q in governed)
+                )
+            )
         if line in f.added and line in (optional or set()):
             report.findings.append(
                 warning(
@@ -375,7 +465,13 @@ def _judge_python(
 ) -> None:
     cases = (pytests.has_error_case(mod), pytests.has_boundary_case(mod))
     touched = {t.qualname for t in _common(f, _py_tests(mod), mod.duplicates, base, report, cases)}
-    _skips(f, pyevasions.skip_markers(mod.tree), report, pyevasions.optional_import_skips(mod.tree))
+    _skips(
+        f,
+        pyevasions.skip_markers(mod.tree),
+        report,
+        pyevasions.optional_import_skips(mod.tree),
+        pyevasions.conditional_skips(mod.tree),
+    )
     report.expectations += pytests.expectations(f.path, mod.tree)
     checkers = frozenset(
         s.name for s in mod.tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from loop_orchestrator.files import atomic_write_text
@@ -42,8 +42,8 @@ from loop_orchestrator.verify.models import (
     blocking,
     warning,
 )
-from loop_orchestrator.verify.redgreen import pytest_prefix, red_green
-from loop_orchestrator.verify.testquality import FileChange, check_tests
+from loop_orchestrator.verify.redgreen import judge_skips, pytest_prefix, red_green
+from loop_orchestrator.verify.testquality import FileChange, check_tests, fixture_refs
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import Settings
@@ -178,7 +178,21 @@ def deterministic_findings(
         and not classify.is_test_code(f.path)
         and f.added
     ]
-    if code and not (report.touched or report.inherited):
+    if report.fixtures:
+        folders = {str(PurePosixPath(c).parent) for c in report.fixtures}
+        modules = {
+            path: text
+            for path in gitutil.list_files(repo, commit)
+            if classify.is_python_test_module(path)
+            and ("." in folders or any(path.startswith(d + "/") for d in folders))
+            and (text := texts.at(commit, path))
+        }
+        known = {
+            (r.path, r.qualname)
+            for r in [*report.touched, *report.inherited, *report.fixture_users]
+        }
+        report.fixture_users += fixture_refs(report.fixtures, modules, known)
+    if code and not (report.touched or report.inherited or report.fixture_users):
         findings.append(
             warning(
                 f"the task changes code ({', '.join(code[:3])}{', ...' if len(code) > 3 else ''}) "
@@ -247,8 +261,8 @@ def verify_task(
         for f in files
         if f.new is not None
         and classify.is_test_code(f.path)
-        and not classify.is_test_config_path(f.path)
-    }
+        and (not classify.is_test_config_path(f.path) or f.path in report.fixtures)
+    }  # a conftest whose fixtures changed goes too: its users are the changed tests
 
     argvs = [s.argv for s in specs if s.argv]
     if site_baseline is not None:
@@ -268,15 +282,27 @@ def verify_task(
                 base_sha,
                 tree,
                 prefix=pytest_prefix(argvs),
-                touched=report.touched,
+                # a mixin's tests, where a subclass in the task's files runs them
+                touched=[
+                    *report.touched,
+                    *(r for r in report.inherited if (r.path, r.qualname) in report.runs_as),
+                    *report.fixture_users,
+                ],
                 test_files=test_files,
                 evidence=evidence,
                 timeout=timeout,
                 module_created=_module_created(texts),
                 done_runs=runs,
+                runs_as=report.runs_as,
             )
             runs += rg.runs
             findings += rg.findings
+            findings = judge_skips(
+                findings,
+                report.conditional_skips,
+                [r for r in runs if r.cwd_kind == "commit"],
+                report.runs_as,
+            )
             new_files = [
                 f.path for f in files if f.status == "A" and classify.is_python_test_module(f.path)
             ]
