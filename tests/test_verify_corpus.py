@@ -191,3 +191,24 @@ def test_special_case_lines_return_the_expected_value_only_for_the_literal_input
     assert (
         replay.special_case_lines(fn, False, [([1, 1], {}, 1), ([1, 1], {}, 2)], form=form) is None
     )
+
+
+def test_literal_calls_fold_constants_spread_arguments_and_follow_local_names() -> None:
+    source = (
+        '@pytest.mark.parametrize("args, expected", [([1.5 * 10**3, True], "1.5 kB")])\n'
+        "def test_size(args, expected):\n"
+        "    assert size(*args) == expected\n\n\n"
+        "def test_table():\n"
+        "    rows = [[1, 2]]\n"
+        '    expected = "\\n".join(["a", "b"])\n'
+        '    result = render(rows, fmt="grid")\n'
+        "    assert_equal(expected, result)\n"
+        "    assert render(rows, fmt=pick()) == expected\n"  # not literal: no lookup
+    )
+    funcs = list(replay._py_tests(ast.parse(source)).values())
+    assert replay.literal_calls(funcs) == [
+        ("size", [1500.0, True], {}, "1.5 kB"),
+        ("render", [[[1, 2]]], {"fmt": "grid"}, "a\nb"),
+    ]
+    weak = replay.weaken_source(source, funcs)
+    assert weak is not None and "assert result is not None" in weak and "assert_equal" not in weak

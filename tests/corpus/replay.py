@@ -731,7 +731,9 @@ def _actual_and_expected(a: ast.expr, b: ast.expr | None) -> tuple[ast.expr, tup
     """The side that is computed and the literal the other side names (if it is one)."""
     if b is None:
         return a, (False, None)
-    if _literal(a)[0] and not _literal(b)[0]:
+    if (_literal(a)[0] and not _literal(b)[0]) or (
+        isinstance(a, ast.Name) and a.id.startswith("expect")
+    ):
         return b, _literal(a)
     return a, _literal(b)
 
@@ -848,6 +850,21 @@ def weaken_source(text: str, funcs: list[ast.FunctionDef | ast.AsyncFunctionDef]
                 if new is not None:
                     end = node.end_lineno or node.lineno
                     spans.append((node.lineno, end, _unparse_at(new, _indent(text, node.lineno))))
+            elif (
+                isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name)
+                and node.value.func.id in ("assert_equal", "assert_equals")
+                and len(node.value.args) >= 2
+            ):
+                # a project's own equality helper: its check made a weak ``assert``
+                left, right = node.value.args[:2]
+                weak_assert = weak.pytest_assert(ast.Assert(ast.Compare(left, [ast.Eq()], [right])))
+                assert weak_assert is not None
+                end = node.end_lineno or node.lineno
+                spans.append(
+                    (node.lineno, end, _unparse_at(weak_assert, _indent(text, node.lineno)))
+                )
             elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
                 call = node.value
                 new_call = weak.unittest_call(call)
@@ -940,12 +957,88 @@ class _Substitute(ast.NodeTransformer):
         return self.names.get(node.id, node)
 
 
+_FOLDABLE = (
+    ast.Expression,
+    ast.Constant,
+    ast.Tuple,
+    ast.List,
+    ast.Set,
+    ast.Dict,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Load,
+    ast.operator,
+    ast.unaryop,
+)
+
+
+def _value(node: ast.AST) -> tuple[bool, object]:
+    """A literal's value, constant arithmetic (``1.5 * 10**3``) and ``"sep".join([...])``
+    folded; ``(False, None)`` for anything else."""
+    ok, value = _literal(node)
+    if ok:
+        return ok, value
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and isinstance(node.func.value, ast.Constant)
+        and isinstance(node.func.value.value, str)
+        and len(node.args) == 1
+        and not node.keywords
+    ):
+        ok, parts = _value(node.args[0])
+        if ok and isinstance(parts, list | tuple) and all(isinstance(s, str) for s in parts):
+            return True, node.func.value.value.join(parts)
+        return False, None
+    expr = ast.Expression(body=node)  # type: ignore[arg-type]
+    for sub in ast.walk(expr):
+        if not isinstance(sub, _FOLDABLE):
+            return False, None
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Pow):
+            ok, exp = _literal(sub.right)
+            if not (ok and isinstance(exp, int) and abs(exp) <= 64):
+                return False, None
+    try:
+        code = compile(ast.fix_missing_locations(expr), "<literal>", "eval")
+        return True, eval(code, {"__builtins__": {}})  # constants only: checked above
+    except Exception:  # not foldable (1 / 0, ...): not a literal
+        return False, None
+
+
+#: helpers projects write for an equality check (tabulate's ``assert_equal(expected, got)``)
+_EQ_HELPERS = ("assertEqual", "assertEquals", "assert_equal", "assert_equals")
+
+
+def _call_args(call: ast.Call) -> tuple[list[object], dict[str, object]] | None:
+    """The call's arguments as values (``*[literal]`` spread), or None when one is not."""
+    args: list[object] = []
+    for a in call.args:
+        if isinstance(a, ast.Starred):
+            ok, spread = _value(a.value)
+            if not (ok and isinstance(spread, list | tuple)):
+                return None
+            args.extend(spread)
+        else:
+            ok, value = _value(a)
+            if not ok:
+                return None
+            args.append(value)
+    kwargs: dict[str, object] = {}
+    for k in call.keywords:
+        ok, value = _value(k.value)
+        if k.arg is None or not ok:
+            return None
+        kwargs[k.arg] = value
+    return (args, kwargs) if args or kwargs else None
+
+
 def literal_calls(
     funcs: list[ast.FunctionDef | ast.AsyncFunctionDef],
 ) -> list[tuple[str, list[object], dict[str, object], object]]:
     """``f(args) == expected`` with every argument and the expectation literal, in the
-    tests ``funcs`` (parametrize rows and ``name = f(args)`` assignments resolved):
-    ``(f, args, kwargs, expected)``."""
+    tests ``funcs`` (parametrize rows, ``name = literal`` and ``name = f(args)``
+    assignments resolved): ``(f, args, kwargs, expected)``."""
     import copy
 
     out = []
@@ -955,6 +1048,17 @@ def literal_calls(
             body = _Substitute(names).visit(
                 copy.deepcopy(ast.Module(body=fn.body, type_ignores=[]))
             )
+            literals: dict[str, ast.expr] = {}
+            for node in ast.walk(body):
+                if (
+                    isinstance(node, ast.Assign)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                    and _value(node.value)[0]
+                ):
+                    literals[node.targets[0].id] = node.value
+            if literals:
+                body = _Substitute(literals).visit(body)
             assigned: dict[str, ast.expr] = {}
             for node in ast.walk(body):
                 if (
@@ -976,11 +1080,7 @@ def literal_calls(
                 elif (
                     isinstance(node, ast.Call)
                     and len(node.args) >= 2
-                    and _call_name(node)
-                    in (
-                        "assertEqual",
-                        "assertEquals",
-                    )
+                    and _call_name(node) in _EQ_HELPERS
                 ):
                     pair = (node.args[0], node.args[1])
                 if pair is None:
@@ -988,25 +1088,12 @@ def literal_calls(
                 for call, expected in (pair, pair[::-1]):
                     if isinstance(call, ast.Name) and call.id in assigned:
                         call = assigned[call.id]
-                    ok, value = _literal(expected)
+                    ok, value = _value(expected)
                     if not (ok and isinstance(call, ast.Call) and _call_name(call)):
                         continue
-                    args = [_literal(a) for a in call.args]
-                    kwargs = {k.arg: _literal(k.value) for k in call.keywords}
-                    if (
-                        (args or kwargs)
-                        and all(a[0] for a in args)
-                        and all(k is not None and v[0] for k, v in kwargs.items())
-                        and not any(isinstance(a, ast.Starred) for a in call.args)
-                    ):
-                        out.append(
-                            (
-                                _call_name(call),
-                                [a[1] for a in args],
-                                {str(k): v[1] for k, v in kwargs.items()},
-                                value,
-                            )
-                        )
+                    bound = _call_args(call)
+                    if bound is not None:
+                        out.append((_call_name(call), bound[0], bound[1], value))
                         break
     return out
 
