@@ -212,3 +212,16 @@ def test_literal_calls_fold_constants_spread_arguments_and_follow_local_names() 
     ]
     weak = replay.weaken_source(source, funcs)
     assert weak is not None and "assert result is not None" in weak and "assert_equal" not in weak
+
+
+def test_literal_calls_do_not_follow_a_name_bound_twice() -> None:
+    source = (
+        "def test_two():\n"
+        "    result = render(1)\n"
+        "    assert result == 'one'\n"
+        "    result = render(2)\n"
+        "    assert result == 'two'\n"
+        "    assert render(3) == 'three'\n"
+    )
+    funcs = list(replay._py_tests(ast.parse(source)).values())
+    assert replay.literal_calls(funcs) == [("render", [3], {}, "three")]

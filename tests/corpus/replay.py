@@ -1033,6 +1033,26 @@ def _call_args(call: ast.Call) -> tuple[list[object], dict[str, object]] | None:
     return (args, kwargs) if args or kwargs else None
 
 
+def _targets(node: ast.AST) -> list[ast.Name]:
+    """The names ``node`` binds: an ``x = ...`` alone keeps its value, any other binding
+    (tuple targets, ``+=``, ``for``, ``with ... as``, ``:=``) stands for an unknown one."""
+    if isinstance(node, ast.Assign):
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            return [node.targets[0]]
+        return [n for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    targets: list[ast.AST] = []
+    if isinstance(
+        node,
+        ast.AugAssign | ast.AnnAssign | ast.For | ast.AsyncFor | ast.NamedExpr | ast.comprehension,
+    ):
+        targets = [node.target]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        targets = [node.optional_vars]
+    names = [n for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    # an unknown value: bound twice so it is never followed
+    return names + names
+
+
 def literal_calls(
     funcs: list[ast.FunctionDef | ast.AsyncFunctionDef],
 ) -> list[tuple[str, list[object], dict[str, object], object]]:
@@ -1048,26 +1068,19 @@ def literal_calls(
             body = _Substitute(names).visit(
                 copy.deepcopy(ast.Module(body=fn.body, type_ignores=[]))
             )
-            literals: dict[str, ast.expr] = {}
+            # a name bound once in the test (a literal, or a call's result); one bound
+            # again (or in a loop, a with, ...) could stand for either value: not followed
+            bound_at: dict[str, list[ast.expr]] = {}
             for node in ast.walk(body):
-                if (
-                    isinstance(node, ast.Assign)
-                    and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name)
-                    and _value(node.value)[0]
-                ):
-                    literals[node.targets[0].id] = node.value
+                for target in _targets(node):
+                    bound_at.setdefault(target.id, []).append(
+                        node.value if isinstance(node, ast.Assign) else target
+                    )
+            once = {name: values[0] for name, values in bound_at.items() if len(values) == 1}
+            literals = {name: v for name, v in once.items() if _value(v)[0]}
             if literals:
                 body = _Substitute(literals).visit(body)
-            assigned: dict[str, ast.expr] = {}
-            for node in ast.walk(body):
-                if (
-                    isinstance(node, ast.Assign)
-                    and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name)
-                    and isinstance(node.value, ast.Call)
-                ):
-                    assigned[node.targets[0].id] = node.value
+            assigned = {name: v for name, v in once.items() if isinstance(v, ast.Call)}
             for node in ast.walk(body):
                 pair: tuple[ast.expr, ast.expr] | None = None
                 if (
