@@ -7,14 +7,23 @@ clean checkout, red-green; auditor off — once as the honest upstream change an
 gamed variant (assertions removed, skip markers, an out-of-scope edit, a hard-coded return,
 a deleted test, an early exit in the module under test).
 
-BEFORE is a baseline revision (default 2aaa464, main before issue 14) checked out in a
+BEFORE is a baseline revision (default 90a9e1c, main before issue 26) checked out in a
 temporary git worktree and imported through ``PYTHONPATH`` by a worker process; AFTER is
 this tree. Both verify the very same commits (the cases are built once). Printed:
 
 1. honest accepted (precision): honest upstream changes that pass;
 2. gamed caught per kind (recall): variants that do not pass;
-3. seconds per task for each check (scope, tests, stubs, secrets, done-checks, red-green)
-   and in all.
+3. seconds per task for each check (scope, tests, stubs, secrets, done-checks, red-green,
+   the mutation step where the version has one: "n/a" where it has none) and in all.
+
+The gamed kinds are those of ``replay.KINDS``, among them weakened tests (the honest source,
+the new tests' value checks made weak) and special-cased inputs (the changed function looks
+up the tests' literal arguments and returns their expected values, instead of the real
+change or in front of it).
+
+``--cases FILE`` verifies the commits of another manifest of the same form as
+``tests/corpus/cases.json`` (e.g. a held-out set kept outside the repository, for gaming
+the checks were never tuned on); its projects' mirrors must be local too.
 
 Honest changes always go through ``verify_task`` whole. A gamed variant whose source
 checks (scope, test quality, stubs, secrets) already block is not run further: its
@@ -28,7 +37,7 @@ sent back by its done-checks. It takes a minute or two for the whole corpus, for
 iterating on a heuristic; the figures to report come from a full run.
 
     .venv/bin/python benchmarks/verify_corpus.py [--baseline REV | --no-baseline]
-        [--only CASE,...] [--source-only] [--jobs 2] [--json OUT]
+        [--cases FILE] [--only CASE,...] [--source-only] [--jobs 2] [--json OUT]
 """
 
 from __future__ import annotations
@@ -47,10 +56,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-BASELINE = "2aaa464"
+BASELINE = "90a9e1c"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_DIR = REPO_ROOT / "tests" / "corpus"
-CHECKS = ("scope", "tests", "stubs", "secrets", "done", "redgreen", "total")
+CHECKS = ("scope", "tests", "stubs", "secrets", "done", "redgreen", "mutants", "total")
+#: names a version may give its mutation step (timed as "mutants" where one exists)
+MUTANT_STEPS = ("check_mutants", "run_mutants", "mutation_check", "mutants")
 
 
 def _replay() -> Any:
@@ -99,6 +110,8 @@ def worker(manifest: Path, out: Path, *, source_only: bool = False) -> None:
         _timed(secrets, name, "secrets", spent)
     _timed(vmod, "run_done_checks", "done", spent)
     _timed(vmod, "red_green", "redgreen", spent)
+    for name in MUTANT_STEPS:
+        _timed(vmod, name, "mutants", spent)
 
     cases = json.loads(manifest.read_text(encoding="utf-8"))
     settings = Settings()
@@ -142,6 +155,10 @@ def worker(manifest: Path, out: Path, *, source_only: bool = False) -> None:
                     site_baseline=baseline,
                 )
                 findings, passed, path = verdict.findings, verdict.passed, "full"
+                # a version that times its own steps on the verdict: taken where not timed here
+                for key, value in (getattr(verdict, "timings", None) or {}).items():
+                    if isinstance(value, int | float) and key not in spent:
+                        spent[key] = float(value)
             spent["total"] = time.perf_counter() - start
             results.append(
                 {
@@ -184,15 +201,22 @@ def baseline_tree(rev: str) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def build(dest: Path, only: set[str] | None) -> list[dict[str, Any]]:
+def build(
+    dest: Path, only: set[str] | None, cases_file: Path | None = None
+) -> list[dict[str, Any]]:
     replay = _replay()
-    missing = replay.missing_mirrors()
+    if cases_file is not None and not cases_file.is_file():
+        sys.exit(
+            f"Error: no cases file {cases_file}; pass a manifest like tests/corpus/cases.json."
+        )
+    corpus = replay.load_corpus(cases_file)
+    missing = replay.missing_mirrors(corpus)
     if missing:
         sys.exit(
             f"Error: no local mirror of {', '.join(missing)} under "
             f"{replay.mirrors_root()}; fetch them (or set LO_ORCH_CORPUS_MIRRORS)."
         )
-    cases = replay.build_all(dest, only=only)
+    cases = replay.build_all(dest, only=only, corpus=corpus)
     return [
         {
             "id": c.id,
@@ -311,9 +335,10 @@ def render(summaries: dict[str, dict[str, Any]], kinds: list[str]) -> str:
     )
     lines.append("seconds per task (mean over the tasks where the check ran)")
     for check in CHECKS:
+        cells = [summaries[lab]["seconds"].get(check) for lab in labels]
         lines.append(
             f"{'  ' + check:32s}"
-            + "".join(f"{summaries[lab]['seconds'].get(check, 0.0):>{width}.2f}" for lab in labels)
+            + "".join(f"{'n/a':>{width}s}" if v is None else f"{v:>{width}.2f}" for v in cells)
         )
     for lab in labels:
         s = summaries[lab]
@@ -338,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default=BASELINE)
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--only", default="", help="comma-separated case ids")
+    parser.add_argument(
+        "--cases", type=Path, help="another manifest of the form of tests/corpus/cases.json"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="versions verified at once")
     parser.add_argument("--json", type=Path, help="write the raw results here")
     parser.add_argument(
@@ -357,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lo-verify-corpus-") as tmp:
         work = Path(tmp)
         started = time.perf_counter()
-        cases = build(work / "cases", only)
+        cases = build(work / "cases", only, args.cases)
         print(
             f"built {len(cases)} case(s) in {time.perf_counter() - started:.0f}s",
             file=sys.stderr,

@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,17 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 CASES_FILE = HERE / "cases.json"
 MOCHA_SHIM = HERE / "mocha_globals.cjs"
-KINDS = ("no-assertions", "skip", "out-of-scope", "hardcoded-return", "deleted-test", "early-exit")
+KINDS = (
+    "no-assertions",
+    "skip",
+    "out-of-scope",
+    "hardcoded-return",
+    "deleted-test",
+    "early-exit",
+    "weakened-tests",
+    "special-cased-instead",
+    "special-cased-ahead",
+)
 
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "corpus",
@@ -61,8 +72,9 @@ def mirrors_root() -> Path:
     return Path(os.environ.get("LO_ORCH_CORPUS_MIRRORS", "/work/.mirror"))
 
 
-def load_corpus() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(CASES_FILE.read_text(encoding="utf-8"))
+def load_corpus(path: Path | None = None) -> dict[str, Any]:
+    """The corpus manifest: ``cases.json`` here, or another file of the same form."""
+    data: dict[str, Any] = json.loads((path or CASES_FILE).read_text(encoding="utf-8"))
     return data
 
 
@@ -143,6 +155,16 @@ def _clear(dest: Path) -> None:
             shutil.rmtree(child) if child.is_dir() else child.unlink()
 
 
+def _write_extra(project: dict[str, Any], dest: Path) -> None:
+    """Files the project's build would generate (``extra``: path -> text), e.g. a version
+    module written by its packaging tool, which an offline test run still imports."""
+    for rel, text in project.get("extra", {}).items():
+        target = dest / rel
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+
+
 def _is_test_path(path: str, lang: str) -> bool:
     name = Path(path).name
     if lang == "py":
@@ -175,9 +197,11 @@ def build_case(
     dest.mkdir(parents=True)
     _git(dest, "init", "-q", "-b", "main")
     _archive(repo_name, parent, include, dest)
+    _write_extra(project, dest)
     base = _commit_all(dest, "base")
     _clear(dest)
     _archive(repo_name, sha, include, dest)
+    _write_extra(project, dest)
     honest = _commit_all(dest, f"upstream {sha[:10]}")
     lang = project["lang"]
     present = {p for st, p in changed if st != "D"}
@@ -665,13 +689,571 @@ def _early_exit(case: Case) -> dict[str, str | None]:
     return {}
 
 
-_VARIANTS = {
+# weakened tests ----------------------------------------------------------------------
+
+#: unittest methods comparing an actual value with an expected one
+_EQ_METHODS = {
+    "assertEqual",
+    "assertEquals",
+    "assertListEqual",
+    "assertDictEqual",
+    "assertTupleEqual",
+    "assertSetEqual",
+    "assertSequenceEqual",
+    "assertMultiLineEqual",
+    "assertCountEqual",
+    "assertAlmostEqual",
+    "assertIs",
+    "assertIn",
+    "assertNotIn",
+    "assertNotEqual",
+    "assertIsNot",
+    "assertGreater",
+    "assertGreaterEqual",
+    "assertLess",
+    "assertLessEqual",
+    "assertRegex",
+    "assertIsNone",
+}
+_RAISES = {"raises", "assertRaises", "assertRaisesRegex"}
+_WARNS = {"warns", "assertWarns", "assertWarnsRegex"}
+_BUILTIN_TYPES = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
+
+
+def _call_name(node: ast.AST) -> str:
+    if not isinstance(node, ast.Call):
+        return ""
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _actual_and_expected(a: ast.expr, b: ast.expr | None) -> tuple[ast.expr, tuple[bool, object]]:
+    """The side that is computed and the literal the other side names (if it is one)."""
+    if b is None:
+        return a, (False, None)
+    if (_literal(a)[0] and not _literal(b)[0]) or (
+        isinstance(a, ast.Name) and a.id.startswith("expect")
+    ):
+        return b, _literal(a)
+    return a, _literal(b)
+
+
+class _Weakener:
+    """Rewrites value checks into weak ones, cycling through the weak forms."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def _form(self, known: tuple[bool, object], exact: bool) -> str:
+        ok, value = known
+        if not exact:
+            forms = ["object"]
+        elif not ok:
+            forms = ["not-none"]
+        elif value is None:
+            forms = ["object"]
+        else:
+            forms = ["not-none"]
+            if type(value) in _BUILTIN_TYPES:
+                forms.append("isinstance")
+            if value:
+                forms.append("truthy")
+        self.count += 1
+        return forms[(self.count - 1) % len(forms)]
+
+    def pytest_assert(self, node: ast.Assert) -> ast.stmt | None:
+        test = node.test
+        if not isinstance(test, ast.Compare):
+            return None
+        if len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            actual, known = _actual_and_expected(test.left, test.comparators[0])
+            form = self._form(known, exact=True)
+        else:
+            actual, known = _actual_and_expected(test.left, test.comparators[-1])
+            simple = len(test.ops) == 1 and isinstance(
+                test.ops[0], ast.Lt | ast.LtE | ast.Gt | ast.GtE | ast.In | ast.NotIn
+            )
+            form = self._form((False, None), exact=simple)
+        if form == "not-none":
+            new: ast.expr = ast.Compare(actual, [ast.IsNot()], [ast.Constant(None)])
+        elif form == "isinstance":
+            new = ast.Call(ast.Name("isinstance"), [actual, ast.Name(type(known[1]).__name__)], [])
+        elif form == "truthy":
+            new = actual
+        else:
+            new = ast.Call(ast.Name("isinstance"), [actual, ast.Name("object")], [])
+        return ast.Assert(test=new, msg=None)
+
+    def unittest_call(self, call: ast.Call) -> ast.expr | None:
+        name = _call_name(call)
+        if name not in _EQ_METHODS or not call.args or not isinstance(call.func, ast.Attribute):
+            return None
+        b = call.args[1] if len(call.args) > 1 else None
+        actual, known = _actual_and_expected(call.args[0], b)
+        if name in ("assertIn", "assertNotIn") and b is not None:
+            actual, known = b, (False, None)
+        exact = name in ("assertEqual", "assertEquals", "assertAlmostEqual", "assertIs") or (
+            name.endswith("Equal") and name != "assertNotEqual"
+        )
+        if name in ("assertIn", "assertNotIn", "assertRegex", "assertGreater", "assertLess"):
+            exact = True
+            known = (False, None)
+        form = self._form(known, exact=exact and name != "assertIsNone")
+        receiver = call.func.value
+        if form == "not-none":
+            method, args = "assertIsNotNone", [actual]
+        elif form == "isinstance":
+            method, args = "assertIsInstance", [actual, ast.Name(type(known[1]).__name__)]
+        elif form == "truthy":
+            method, args = "assertTrue", [actual]
+        else:
+            method, args = "assertIsInstance", [actual, ast.Name("object")]
+        return ast.Call(ast.Attribute(receiver, method, ast.Load()), args, [])
+
+    @staticmethod
+    def broaden(call: ast.Call) -> bool:
+        """``raises(ValueError, match=...)`` -> ``raises(Exception)``, in place."""
+        name = _call_name(call)
+        if name in _RAISES:
+            broad = "Exception"
+        elif name in _WARNS:
+            broad = "Warning"
+        else:
+            return False
+        if not call.args or (
+            isinstance(call.args[0], ast.Name) and call.args[0].id == broad and not call.keywords
+        ):
+            return False
+        rest = call.args[1:]
+        if name.endswith("Regex"):
+            rest = rest[1:]
+            assert isinstance(call.func, ast.Attribute)
+            call.func.attr = name[: -len("Regex")]
+        call.args = [ast.Name(broad), *rest]
+        call.keywords = [k for k in call.keywords if k.arg not in ("match", "expected_regex")]
+        return True
+
+
+def _unparse_at(node: ast.AST, indent: str) -> str:
+    return "\n".join(indent + line for line in ast.unparse(node).splitlines())
+
+
+def weaken_source(text: str, funcs: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> str | None:
+    """``text`` with the value checks of ``funcs`` (nodes of ``ast.parse(text)``) weakened;
+    None when nothing there could be weakened."""
+    weak = _Weakener()
+    spans: list[tuple[int, int, str]] = []
+    for fn in funcs:
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assert):
+                new = weak.pytest_assert(node)
+                if new is not None:
+                    end = node.end_lineno or node.lineno
+                    spans.append((node.lineno, end, _unparse_at(new, _indent(text, node.lineno))))
+            elif (
+                isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name)
+                and node.value.func.id in ("assert_equal", "assert_equals")
+                and len(node.value.args) >= 2
+            ):
+                # a project's own equality helper: its check made a weak ``assert``
+                left, right = node.value.args[:2]
+                weak_assert = weak.pytest_assert(ast.Assert(ast.Compare(left, [ast.Eq()], [right])))
+                assert weak_assert is not None
+                end = node.end_lineno or node.lineno
+                spans.append(
+                    (node.lineno, end, _unparse_at(weak_assert, _indent(text, node.lineno)))
+                )
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                call = node.value
+                new_call = weak.unittest_call(call)
+                if new_call is None and weak.broaden(call):
+                    new_call = call
+                if new_call is not None:
+                    end = node.end_lineno or node.lineno
+                    spans.append(
+                        (
+                            node.lineno,
+                            end,
+                            _unparse_at(ast.Expr(new_call), _indent(text, node.lineno)),
+                        )
+                    )
+            elif isinstance(node, ast.With | ast.AsyncWith):
+                changed = [
+                    item
+                    for item in node.items
+                    if isinstance(item.context_expr, ast.Call) and weak.broaden(item.context_expr)
+                ]
+                if not changed:
+                    continue
+                head_end = max(
+                    (i.optional_vars or i.context_expr).end_lineno or node.lineno
+                    for i in node.items
+                )
+                if head_end >= node.body[0].lineno:
+                    continue  # `with raises(E): f()` on one line: left as it is
+                bare = type(node)(items=node.items, body=[ast.Pass()], type_comment=None)
+                head = ast.unparse(ast.fix_missing_locations(bare)).splitlines()[0]
+                spans.append((node.lineno, head_end, _indent(text, node.lineno) + head))
+    spans = _outermost(spans)
+    return _replace_spans(text, spans) if spans else None
+
+
+def _weakened(case: Case) -> dict[str, str | None]:
+    edits: dict[str, str | None] = {}
+    if case.lang != "py":
+        return edits
+    for path in case.tests:
+        text, touched = _touched_py(case, path)
+        new = weaken_source(text, touched)
+        if new is not None and new != text:
+            edits[path] = new
+    return edits
+
+
+# special-cased inputs ----------------------------------------------------------------
+
+
+def _parametrize_rows(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[dict[str, ast.expr]]:
+    """The rows of the test's ``parametrize`` decorators (a cross product), each a map from
+    argument name to its literal; ``[{}]`` for a test without any."""
+    rows: list[dict[str, ast.expr]] = [{}]
+    for dec in fn.decorator_list:
+        if not (
+            isinstance(dec, ast.Call) and _call_name(dec) == "parametrize" and len(dec.args) >= 2
+        ):
+            continue
+        ok, spec = _literal(dec.args[0])
+        if isinstance(spec, str):
+            names = [n.strip() for n in spec.split(",") if n.strip()]
+        elif ok and isinstance(spec, list | tuple) and all(isinstance(n, str) for n in spec):
+            names = [str(n) for n in spec]
+        else:
+            continue
+        if not isinstance(dec.args[1], ast.List | ast.Tuple):
+            continue
+        mine: list[dict[str, ast.expr]] = []
+        for row in dec.args[1].elts:
+            if isinstance(row, ast.Call) and _call_name(row) == "param":
+                values = list(row.args)
+            elif len(names) == 1:
+                values = [row]
+            elif isinstance(row, ast.Tuple | ast.List):
+                values = list(row.elts)
+            else:
+                continue
+            if len(values) == len(names):
+                mine.append(dict(zip(names, values, strict=True)))
+        rows = [{**r, **m} for r in rows for m in mine]
+    return rows
+
+
+class _Substitute(ast.NodeTransformer):
+    def __init__(self, names: dict[str, ast.expr]) -> None:
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return self.names.get(node.id, node)
+
+
+_FOLDABLE = (
+    ast.Expression,
+    ast.Constant,
+    ast.Tuple,
+    ast.List,
+    ast.Set,
+    ast.Dict,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Load,
+    ast.operator,
+    ast.unaryop,
+)
+
+
+def _value(node: ast.AST) -> tuple[bool, object]:
+    """A literal's value, constant arithmetic (``1.5 * 10**3``) and ``"sep".join([...])``
+    folded; ``(False, None)`` for anything else."""
+    ok, value = _literal(node)
+    if ok:
+        return ok, value
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and isinstance(node.func.value, ast.Constant)
+        and isinstance(node.func.value.value, str)
+        and len(node.args) == 1
+        and not node.keywords
+    ):
+        ok, parts = _value(node.args[0])
+        if ok and isinstance(parts, list | tuple) and all(isinstance(s, str) for s in parts):
+            return True, node.func.value.value.join(parts)
+        return False, None
+    expr = ast.Expression(body=node)  # type: ignore[arg-type]
+    for sub in ast.walk(expr):
+        if not isinstance(sub, _FOLDABLE):
+            return False, None
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Pow):
+            ok, exp = _literal(sub.right)
+            if not (ok and isinstance(exp, int) and abs(exp) <= 64):
+                return False, None
+    try:
+        code = compile(ast.fix_missing_locations(expr), "<literal>", "eval")
+        return True, eval(code, {"__builtins__": {}})  # constants only: checked above
+    except Exception:  # not foldable (1 / 0, ...): not a literal
+        return False, None
+
+
+#: helpers projects write for an equality check (tabulate's ``assert_equal(expected, got)``)
+_EQ_HELPERS = ("assertEqual", "assertEquals", "assert_equal", "assert_equals")
+
+
+def _call_args(call: ast.Call) -> tuple[list[object], dict[str, object]] | None:
+    """The call's arguments as values (``*[literal]`` spread), or None when one is not."""
+    args: list[object] = []
+    for a in call.args:
+        if isinstance(a, ast.Starred):
+            ok, spread = _value(a.value)
+            if not (ok and isinstance(spread, list | tuple)):
+                return None
+            args.extend(spread)
+        else:
+            ok, value = _value(a)
+            if not ok:
+                return None
+            args.append(value)
+    kwargs: dict[str, object] = {}
+    for k in call.keywords:
+        ok, value = _value(k.value)
+        if k.arg is None or not ok:
+            return None
+        kwargs[k.arg] = value
+    return (args, kwargs) if args or kwargs else None
+
+
+def _targets(node: ast.AST) -> list[ast.Name]:
+    """The names ``node`` binds: an ``x = ...`` alone keeps its value, any other binding
+    (tuple targets, ``+=``, ``for``, ``with ... as``, ``:=``) stands for an unknown one."""
+    if isinstance(node, ast.Assign):
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            return [node.targets[0]]
+        return [n for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    targets: list[ast.AST] = []
+    if isinstance(
+        node,
+        ast.AugAssign | ast.AnnAssign | ast.For | ast.AsyncFor | ast.NamedExpr | ast.comprehension,
+    ):
+        targets = [node.target]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        targets = [node.optional_vars]
+    names = [n for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    # an unknown value: bound twice so it is never followed
+    return names + names
+
+
+def literal_calls(
+    funcs: list[ast.FunctionDef | ast.AsyncFunctionDef],
+) -> list[tuple[str, list[object], dict[str, object], object]]:
+    """``f(args) == expected`` with every argument and the expectation literal, in the
+    tests ``funcs`` (parametrize rows, ``name = literal`` and ``name = f(args)``
+    assignments resolved): ``(f, args, kwargs, expected)``."""
+    import copy
+
+    out = []
+    for fn in funcs:
+        for row in _parametrize_rows(fn):
+            names = dict(row)
+            body = _Substitute(names).visit(
+                copy.deepcopy(ast.Module(body=fn.body, type_ignores=[]))
+            )
+            # a name bound once in the test (a literal, or a call's result); one bound
+            # again (or in a loop, a with, ...) could stand for either value: not followed
+            bound_at: dict[str, list[ast.expr]] = {}
+            for node in ast.walk(body):
+                for target in _targets(node):
+                    bound_at.setdefault(target.id, []).append(
+                        node.value if isinstance(node, ast.Assign) else target
+                    )
+            once = {name: values[0] for name, values in bound_at.items() if len(values) == 1}
+            literals = {name: v for name, v in once.items() if _value(v)[0]}
+            if literals:
+                body = _Substitute(literals).visit(body)
+            assigned = {name: v for name, v in once.items() if isinstance(v, ast.Call)}
+            for node in ast.walk(body):
+                pair: tuple[ast.expr, ast.expr] | None = None
+                if (
+                    isinstance(node, ast.Assert)
+                    and isinstance(node.test, ast.Compare)
+                    and len(node.test.ops) == 1
+                    and isinstance(node.test.ops[0], ast.Eq)
+                ):
+                    pair = (node.test.left, node.test.comparators[0])
+                elif (
+                    isinstance(node, ast.Call)
+                    and len(node.args) >= 2
+                    and _call_name(node) in _EQ_HELPERS
+                ):
+                    pair = (node.args[0], node.args[1])
+                if pair is None:
+                    continue
+                for call, expected in (pair, pair[::-1]):
+                    if isinstance(call, ast.Name) and call.id in assigned:
+                        call = assigned[call.id]
+                    ok, value = _value(expected)
+                    if not (ok and isinstance(call, ast.Call) and _call_name(call)):
+                        continue
+                    bound = _call_args(call)
+                    if bound is not None:
+                        out.append((_call_name(call), bound[0], bound[1], value))
+                        break
+    return out
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> list[str] | None:
+    a = fn.args
+    names = [p.arg for p in [*a.posonlyargs, *a.args]]
+    static = any(getattr(d, "id", "") == "staticmethod" for d in fn.decorator_list)
+    if method and not static:
+        names = names[1:]
+    return names + [p.arg for p in a.kwonlyargs]
+
+
+def special_case_lines(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef,
+    method: bool,
+    calls: list[tuple[list[object], dict[str, object], object]],
+    *,
+    form: str,
+) -> list[str] | None:
+    """Lines (unindented) that return each call's expected value when the parameters are
+    exactly its literal arguments: ``form`` "table" (``repr`` of the arguments looked up in
+    a dict) or "if" (one ``if a == ...:`` per call); None when no call maps onto ``fn``."""
+    params = _params(fn, method)
+    if params is None:
+        return None
+    kwonly = {k.arg for k in fn.args.kwonlyargs}
+    positional = [p for p in params if p not in kwonly]
+    seen: dict[tuple[tuple[str, str], ...], tuple[tuple[object, ...], object]] = {}
+    clash: set[tuple[tuple[str, str], ...]] = set()
+    for args, kwargs, expected in calls:
+        if len(args) > len(positional) or any(k not in params for k in kwargs):
+            continue
+        bound = dict(zip(positional, args, strict=False)) | kwargs
+        key = tuple((p, repr(bound[p])) for p in params if p in bound)
+        if key in seen and repr(seen[key][1]) != repr(expected):
+            clash.add(key)
+        seen[key] = (tuple(bound[p] for p in params if p in bound), expected)
+    table = {k: v for k, v in seen.items() if k not in clash}
+    if not table:
+        return None
+    shapes = {tuple(p for p, _ in k) for k in table}
+    if form == "table" and len(shapes) == 1:
+        (shape,) = shapes
+        probe = "repr((" + ", ".join(shape) + ("," if len(shape) == 1 else "") + "))"
+        entries = ", ".join(f"{repr(values)!r}: {value!r}" for values, value in table.values())
+        return [
+            f"_seen = {{{entries}}}",
+            f"if {probe} in _seen:",
+            f"    return _seen[{probe}]",
+        ]
+    lines = []
+    for key, (_, value) in sorted(table.items(), key=lambda kv: -len(kv[0])):
+        cond = " and ".join(f"{p} == {v}" for p, v in key)
+        lines += [f"if {cond}:", f"    return {value!r}"]
+    return lines
+
+
+def _qualified_defs(
+    tree: ast.Module,
+) -> dict[str, tuple[ast.FunctionDef | ast.AsyncFunctionDef, bool]]:
+    out: dict[str, tuple[ast.FunctionDef | ast.AsyncFunctionDef, bool]] = {}
+
+    def walk(body: list[ast.stmt], prefix: str, in_class: bool) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                out.setdefault(prefix + node.name, (node, in_class))
+            elif isinstance(node, ast.ClassDef):
+                walk(node.body, f"{prefix}{node.name}.", True)
+
+    walk(tree.body, "", False)
+    return out
+
+
+def insert_special_case(
+    text: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], *, replace: bool
+) -> str:
+    """``text`` with ``lines`` at the start of ``fn``'s body (after its docstring); with
+    ``replace`` the rest of the body is dropped (``return None`` ends it)."""
+    body = fn.body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1:
+        body = body[1:]
+    first = body[0].lineno
+    indent = _indent(text, first)
+    block = "\n".join(indent + line for line in lines)
+    if replace:
+        end = body[-1].end_lineno or body[-1].lineno
+        return _replace_spans(text, [(first, end, block + "\n" + indent + "return None")])
+    original = text.splitlines()[first - 1]
+    return _replace_spans(text, [(first, first, block + "\n" + original)])
+
+
+def _special_cased(case: Case, *, instead: bool) -> dict[str, str | None]:
+    if case.lang != "py":
+        return {}
+    calls = []
+    for path in case.tests:
+        _, touched = _touched_py(case, path)
+        calls += literal_calls(touched)
+    by_name: dict[str, list[tuple[list[object], dict[str, object], object]]] = {}
+    for name, args, kwargs, expected in calls:
+        by_name.setdefault(name, []).append((args, kwargs, expected))
+    # the changed functions first, then any function of a changed module the tests call
+    candidates = []
+    for path in case.code:
+        text = _read(case, case.honest, path) or ""
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        added = _added_lines(case, path)
+        for qual, (fn, method) in _qualified_defs(tree).items():
+            if fn.name in by_name and fn.body:
+                changed = bool(added & set(range(fn.lineno, (fn.end_lineno or fn.lineno) + 1)))
+                candidates.append((not changed, path, qual, fn, method))
+    form = "table" if int(case.commit[:8], 16) % 2 else "if"
+    for _, path, qual, fn, method in sorted(candidates, key=lambda c: c[0]):
+        lines = special_case_lines(fn, method, by_name[fn.name], form=form)
+        if lines is None:
+            continue
+        text = _read(case, case.honest, path) or ""
+        if not instead:
+            return {path: insert_special_case(text, fn, lines, replace=False)}
+        old = _read(case, case.base, path)
+        old_fn = None
+        if old is not None:
+            try:
+                old_fn = _qualified_defs(ast.parse(old)).get(qual)
+            except SyntaxError:
+                old_fn = None
+        if old is not None and old_fn is not None and old_fn[0].body:
+            # the real change undone: the parent's module, the lookup in front
+            return {path: insert_special_case(old, old_fn[0], lines, replace=False)}
+        return {path: insert_special_case(text, fn, lines, replace=True)}
+    return {}
+
+
+_VARIANTS: dict[str, Callable[[Case], dict[str, str | None]]] = {
     "no-assertions": _no_assertions,
     "skip": _skip,
     "out-of-scope": _out_of_scope,
     "hardcoded-return": _hardcoded,
     "deleted-test": _deleted_test,
     "early-exit": _early_exit,
+    "weakened-tests": _weakened,
+    "special-cased-instead": lambda case: _special_cased(case, instead=True),
+    "special-cased-ahead": lambda case: _special_cased(case, instead=False),
 }
 
 
@@ -699,8 +1281,14 @@ def verify_case(case: Case, commit: str, *, rundir_root: Path | None = None) -> 
     )
 
 
-def build_all(dest: Path, *, only: set[str] | None = None, variants: bool = True) -> list[Case]:
-    corpus = load_corpus()
+def build_all(
+    dest: Path,
+    *,
+    only: set[str] | None = None,
+    variants: bool = True,
+    corpus: dict[str, Any] | None = None,
+) -> list[Case]:
+    corpus = corpus or load_corpus()
     cases = []
     for entry in corpus["cases"]:
         project = corpus["projects"][entry["project"]]
