@@ -124,6 +124,8 @@ def test_a_parked_session_is_resumed_when_its_wait_ends_and_never_stalls() -> No
 
 
 def test_a_stalled_session_is_nudged_then_blocked() -> None:
+    """The stall rule (the whole path, a hung session nudged and then blocked, runs end to
+    end in test_permissions, under attack)."""
     quiet = obs(pane=Pane(alive=True), stall_minutes=20, last_activity=NOW - 20 * MIN)
     assert decide.watch(quiet) == Nudge()
     step = decide.watch(replace(quiet, nudged=True))
