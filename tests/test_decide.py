@@ -370,6 +370,7 @@ def test_a_locked_index_blocks_instead_of_a_rework_round() -> None:
 
 def test_a_moved_ref_stops_the_run_other_errors_block_the_task() -> None:
     assert decide.after_error(decide.StepError.REFS_TAMPERED, "moved") == decide.StopRun("moved")
+    assert decide.after_error(decide.StepError.SESSION_GONE, "gone", 137) == Relaunch(137)
     assert decide.after_error(decide.StepError.SESSION_GONE, "gone") == Relaunch(None)
     assert decide.after_error(decide.StepError.OTHER, "conflict") == Block("conflict")
 

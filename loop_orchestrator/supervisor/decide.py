@@ -197,7 +197,9 @@ def decide(obs: Observation) -> list[TaskStep]:
 
     What the record asks for comes first (a step, or a block to report); when no step was
     taken and the sessions' liveness was checked, a dead pane, the end of a limit's wait,
-    or a stall.
+    or a stall. The supervisor's loop applies the two halves at their own points of a tick
+    (``react`` for every task, then a person's messages, then ``watch`` on the liveness
+    check), so a step started in between is seen as ``busy``; this is their composition.
     """
     steps = react(obs)
     if steps:
@@ -487,14 +489,16 @@ class StepError(StrEnum):
     OTHER = "other"  # not logged in, a dialog, a conflict...
 
 
-def after_error(kind: StepError, message: str) -> StopRun | Relaunch | Block:
+def after_error(
+    kind: StepError, message: str, dead_status: int | None = None
+) -> StopRun | Relaunch | Block:
     """What an error of a task's step leads to: a moved ref stops the whole run (no other
     step starts meanwhile); a session that died under the step is relaunched as any dead
     session; anything else blocks the task with the message."""
     if kind is StepError.REFS_TAMPERED:
         return StopRun(message)
     if kind is StepError.SESSION_GONE:
-        return Relaunch(None)
+        return Relaunch(dead_status)
     return Block(message)
 
 

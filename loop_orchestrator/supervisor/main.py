@@ -12,29 +12,22 @@ idempotent, so nothing is launched, verified or merged twice.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
 
-from filelock import FileLock, Timeout
-
 from loop_orchestrator.agents.contract import lo_orch_bin, make_adapter
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import (
-    LockHeldError,
     LoOrchError,
     NotLoggedInError,
     RefTamperedError,
 )
-from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.permissions import desk as permission_desk
 from loop_orchestrator.permissions import requests as permissions
 from loop_orchestrator.plan import schedule
@@ -48,7 +41,6 @@ from loop_orchestrator.runstate.state import (
     RunState,
     Store,
     TaskStatus,
-    now_iso,
 )
 from loop_orchestrator.sessions import listener
 from loop_orchestrator.sessions.backend import LaunchSpec, run_backend, run_socket
@@ -61,6 +53,7 @@ from loop_orchestrator.supervisor.integration import Integration
 from loop_orchestrator.supervisor.jobs import Jobs
 from loop_orchestrator.supervisor.journal import Journal, Progress, epoch
 from loop_orchestrator.supervisor.lifecycle import NOT_LOGGED_IN_HINT, Event
+from loop_orchestrator.supervisor.lock import supervisor_lock
 from loop_orchestrator.supervisor.sessions import Sessions
 from loop_orchestrator.supervisor.verification import Verification
 from loop_orchestrator.workspace import workspace
@@ -78,76 +71,6 @@ class Outcome:
     state: OutcomeState
     message: str
     blocked: dict[str, str] = field(default_factory=dict)
-
-
-def lock_holder(rundir: RunDir) -> int | None:
-    """The pid of the process holding the supervisor lock now, or None when nobody does.
-
-    Asked of the kernel (``/proc/locks``: the ``flock`` on ``supervisor.lock``), never of
-    what a supervisor last wrote: one killed with SIGKILL leaves its ``supervisor.json``
-    behind, and `lo-orch status` must not call that run alive. Without
-    ``/proc/locks`` the pid in ``supervisor.json`` counts if that process still runs.
-    """
-    try:
-        st = rundir.supervisor_lock.stat()
-    except OSError:
-        return None
-    try:
-        table = Path("/proc/locks").read_text(encoding="utf-8")
-    except OSError:
-        table = None
-    if table is not None:
-        for line in table.splitlines():
-            parts = line.split()
-            if len(parts) < 6 or parts[1] == "->" or parts[1] != "FLOCK":
-                continue
-            try:
-                major, minor, inode = parts[5].split(":")
-                if (
-                    int(inode) == st.st_ino
-                    and int(major, 16) == os.major(st.st_dev)
-                    and int(minor, 16) == os.minor(st.st_dev)
-                ):
-                    return int(parts[4])
-            except ValueError:
-                continue
-        return None
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        data = json.loads((rundir.root / "supervisor.json").read_text(encoding="utf-8"))
-        pid = int(data["pid"])
-        os.kill(pid, 0)
-        return pid
-    return None
-
-
-@contextlib.contextmanager
-def supervisor_lock(rundir: RunDir) -> Iterator[None]:
-    """Hold the repository's supervisor lock; name the holder when it is taken."""
-    rundir.root.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(rundir.supervisor_lock), timeout=0)
-    info = rundir.root / "supervisor.json"
-    try:
-        lock.acquire()
-    except Timeout:
-        pid = lock_holder(rundir)
-        holder = f"pid {pid}" if pid else "another process"
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            data = json.loads(info.read_text(encoding="utf-8"))
-            if pid is None or data["pid"] == pid:
-                holder = f"pid {data['pid']} (started {data['started_at']})"
-        msg = f"another supervisor is running for this repository: {holder}"
-        raise LockHeldError(
-            msg,
-            hint="Watch it with `lo-orch status --watch`, or stop it (Ctrl-C in its window) "
-            "before starting another.",
-        ) from None
-    try:
-        atomic_write_text(info, json.dumps({"pid": os.getpid(), "started_at": now_iso()}) + "\n")
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            info.unlink()
-        lock.release()
 
 
 def detach(repo: Path, *, continue_blocked: bool = False, allow_dirty: bool = False) -> str:
@@ -736,15 +659,16 @@ class Supervisor:
                 found=exc.found,
                 message=exc.message,
             )
-            kind = decide.StepError.REFS_TAMPERED
-        elif self.sessions.died_under(task, exc):
-            # (relaunched there, as any dead session, or blocked if that failed too)
-            kind = decide.StepError.SESSION_GONE
+            kind, dead_status = decide.StepError.REFS_TAMPERED, None
+        elif (pane := self.sessions.gone_under(task, exc)) is not None:
+            kind, dead_status = decide.StepError.SESSION_GONE, pane.dead_status
         else:
-            kind = decide.StepError.OTHER
-        step = decide.after_error(kind, exc.render())
+            kind, dead_status = decide.StepError.OTHER, None
+        step = decide.after_error(kind, exc.render(), dead_status)
         if isinstance(step, decide.StopRun):
             self.fatal = exc  # the loop raises it; no other step starts meanwhile
+        elif isinstance(step, decide.Relaunch):
+            self.sessions.lost_mid_step(task, exc, step.dead_status)
         elif isinstance(step, decide.Block):
             # an error a person can act on (not logged in, a dialog, a conflict...)
             self.journal.block(task, step.reason)

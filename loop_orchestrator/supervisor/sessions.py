@@ -32,7 +32,7 @@ from loop_orchestrator.runstate.state import (
     TaskStatus,
     now_iso,
 )
-from loop_orchestrator.sessions.backend import SessionBackend
+from loop_orchestrator.sessions.backend import PaneState, SessionBackend
 from loop_orchestrator.sessions.delivery import Deliverer, prompt_confirmation
 from loop_orchestrator.supervisor import decide, lifecycle, recovery
 from loop_orchestrator.supervisor.accounting import Accounting
@@ -244,34 +244,34 @@ class Sessions:
             ),
         )
 
-    def died_under(self, task: str, exc: LoOrchError) -> bool:
-        """A step failed because its session is gone (a Ray node lost while a prompt was
-        being delivered; a pane killed mid-step): the task goes the way of any dead session
-        (relaunched and resumed), not blocked for a person. A backend call that failed
-        (``TmuxError``) on a dead session counts; so does an agent error (a prompt not
-        confirmed, a ready prompt not reached) when the session no longer exists at all:
-        which of the two a lost session raises depends only on the moment it went. An agent
-        that exited with its pane kept, or any other error, is the caller's to report."""
+    def gone_under(self, task: str, exc: LoOrchError) -> PaneState | None:
+        """The session's pane, when a step failed because that session is gone (a Ray node
+        lost while a prompt was being delivered; a pane killed mid-step): the task goes the
+        way of any dead session (relaunched and resumed), not blocked for a person. A
+        backend call that failed (``TmuxError``) on a dead session counts; so does an agent
+        error (a prompt not confirmed, a ready prompt not reached) when the session no
+        longer exists at all (``decide.session_gone``). None: the error is the step's own."""
         if not isinstance(exc, (TmuxError, AgentError)):
-            return False
+            return None
         st = self.journal.record.task(task)
         if st.phase not in WORKING_PHASES or not st.pane_id:
-            return False
+            return None
         try:
             pane = self.backend.state(st.pane_id)
         except LoOrchError:  # cannot tell (tmux itself not answering): the step's error stands
-            return False
+            return None
         gone = decide.session_gone(
             agent_error=isinstance(exc, AgentError), exists=pane.exists, alive=pane.alive
         )
-        if not gone:
-            return False
+        return pane if gone else None
+
+    def lost_mid_step(self, task: str, exc: LoOrchError, dead_status: int | None) -> None:
+        """Relaunch a session that died under a step (or block the task if that fails)."""
         self.journal.event("session_lost_mid_step", task, message=exc.message)
         try:
-            self.pane_died(task, dead_status=pane.dead_status)
+            self.pane_died(task, dead_status=dead_status)
         except LoOrchError as again:
             self.journal.block(task, again.render())
-        return True
 
     def pane_died(self, tid: str, dead_status: int | None = None) -> None:
         """Relaunch a dead session once (resuming it), then fail the task. A session that
