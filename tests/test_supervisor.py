@@ -416,27 +416,6 @@ def test_a_session_gone_while_its_prompt_is_delivered_is_relaunched_not_blocked(
     assert status.phase == Phase.INTEGRATED, status.error
 
 
-def test_silent_session_is_nudged_then_blocked(
-    demo_files: demo.DemoFiles, tmux_socket: str
-) -> None:
-    repo = demo_files.repo
-    edit_script(demo_files, lambda d: d["slug"].update(plan=[{"say": "thinking"}]))
-    settings = demo.demo_settings(demo_files.script)
-    settings.run.stall_minutes = 0.04  # 2.4 s
-    approve(demo_files, settings)
-
-    outcome = Supervisor(repo, settings).run()
-
-    assert outcome.state == "blocked"
-    status = Store(RunDir(repo)).read_status("slug")
-    assert status.phase == Phase.BLOCKED
-    assert status.nudged is True
-    assert status.error is not None
-    assert "no activity" in status.error
-    events = [e["event"] for e in ledger(repo) if e.get("task") == "slug"]
-    assert events.index("nudged") < events.index("task_blocked")
-
-
 def test_run_refuses_a_plan_that_is_not_approved(
     demo_files: demo.DemoFiles, tmux_socket: str
 ) -> None:

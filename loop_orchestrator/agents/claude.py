@@ -329,6 +329,9 @@ class ClaudeAdapter:
             return False
         return match_screen(screen, ("ready",)) is not None
 
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Nothing to wait for before a prompt is sent."""
+
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         """Answer the known start-up dialogs until the input box shows.
 

@@ -109,6 +109,9 @@ class CommandAdapter:
             return bool(self.ready_re.search(screen))
         return bool(screen.strip())
 
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Nothing to wait for before a prompt is sent."""
+
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         wait_until_ready(
             backend,

@@ -161,6 +161,14 @@ class AgentAdapter(Protocol):
 
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None: ...
 
+    #: whether prompts go in as bracketed pastes
+    bracketed_paste: bool
+
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Wait until the session can take a prompt (an agent that drops a prompt sent
+        while it works); a no-op for one that queues it."""
+        ...
+
     def is_ready(self, screen: str) -> bool: ...
 
 
@@ -204,6 +212,9 @@ class UnattendedAdapter:
 
     def is_ready(self, screen: str) -> bool:
         raise NotImplementedError
+
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Nothing to wait for before a prompt is sent."""
 
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         """Wait until ``is_ready``, answering ``dialogs``; a ``fatal_screens`` screen raises."""

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, assert_never
 
 from loop_orchestrator.errors import LoOrchError, StateError
 from loop_orchestrator.runstate.state import TaskStatus
+
+if TYPE_CHECKING:
+    from loop_orchestrator.supervisor.main import Outcome
 
 
 @dataclass(frozen=True)
@@ -45,22 +48,40 @@ def run(
     sup = supervisor.Supervisor(
         repo, settings, continue_blocked=continue_blocked, progress=progress
     )
-    outcome = sup.run()
-    if outcome.state == "review":
+    return result_of(sup.run())
+
+
+def result_of(outcome: Outcome) -> RunResult:
+    """What `lo-orch run` says of how the supervisor ended: a result, or the error with
+    the hint that fits (tasks that need a person, an integration failure nobody owns, a
+    run that stopped)."""
+    from loop_orchestrator.supervisor.decide import OutcomeState
+
+    state = outcome.state
+    if state is OutcomeState.REVIEW:
         return RunResult("review", outcome.message)
-    if outcome.state == "merged":
+    if state is OutcomeState.MERGED:
         return RunResult("merged", outcome.message)
-    if outcome.state == "blocked":
+    if state is OutcomeState.BLOCKED:
         raise StateError(
             "the run stopped with tasks that need a human:\n" + outcome.message,
             hint="Attach with `lo-orch attach TASK` to help, then `lo-orch run` again; or "
             "`lo-orch run --continue-blocked` to review and merge without them.",
         )
-    raise LoOrchError(
-        outcome.message,
-        hint="The failure names no file a task owns, so it waits for you: send the task that "
-        'should fix it back with `lo-orch retry TASK --note "..."`, then `lo-orch run`.',
-    )
+    if state is OutcomeState.INTEGRATION_FAILED:
+        raise LoOrchError(
+            outcome.message,
+            hint="The failure names no file a task owns, so it waits for you: send the task "
+            'that should fix it back with `lo-orch retry TASK --note "..."`, then '
+            "`lo-orch run`.",
+        )
+    if state is OutcomeState.STOPPED:
+        raise LoOrchError(
+            outcome.message,
+            hint="The run stopped before Gate 2: see why in `lo-orch status` and the run's "
+            "ledger; when that is fixed, `lo-orch run` again.",
+        )
+    assert_never(state)
 
 
 def retry(

@@ -27,7 +27,7 @@ def status_document(repo: Path) -> dict[str, Any]:
     any task's cost is unknown).
     """
     from loop_orchestrator.runstate.journal import Record
-    from loop_orchestrator.supervisor.main import lock_holder
+    from loop_orchestrator.supervisor.lock import lock_holder
 
     store = Store.for_repo(repo)
     state = store.read_run()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from loop_orchestrator.cluster.ray_backend import RayBackend
     from loop_orchestrator.config import ClusterConfig
+    from loop_orchestrator.sessions import listener
     from loop_orchestrator.sessions.tmux import TmuxBackend
 
 log = logging.getLogger(__name__)
@@ -156,3 +157,28 @@ class SessionBackend(Protocol):
     def alive_panes(self) -> dict[str, bool]: ...
 
     def task_pids(self) -> dict[int, str]: ...
+
+    @property
+    def socket(self) -> str | None:
+        """The run's local tmux server, ``tmux -L`` (None: tmux's default one); the
+        supervisor's own window is there."""
+        ...
+
+    @property
+    def session(self) -> str:
+        """The run's tmux session on ``socket``."""
+        ...
+
+    @property
+    def cluster(self) -> ClusterConfig | None:
+        """The cluster the sessions run on (None: local tmux)."""
+        ...
+
+    def serve(self, deliver: Callable[[listener.Request], None], note: Callable[..., None]) -> None:
+        """Hand what remote sessions send to ``deliver`` (a no-op where the supervisor's
+        own inbox hears every session); ``note(task, **fields)`` records where one runs."""
+        ...
+
+    def stop(self) -> None:
+        """Stop what ``serve`` started (the sessions keep running)."""
+        ...

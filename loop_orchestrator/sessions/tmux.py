@@ -24,6 +24,8 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import libtmux
 from libtmux import exc as libtmux_exc
@@ -42,6 +44,9 @@ from loop_orchestrator.sessions.tmuxargs import (
     pane_command,
     parse_pane_line,
 )
+
+if TYPE_CHECKING:
+    from loop_orchestrator.sessions import listener
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +97,17 @@ class TmuxBackend:
         self._lock = threading.RLock()
         self._server: libtmux.Server | None = None
         self._version_ok = False
+
+    @property
+    def cluster(self) -> None:
+        """Local panes: no cluster."""
+        return None
+
+    def serve(self, deliver: Callable[[listener.Request], None], note: Callable[..., None]) -> None:
+        """Nothing to relay: every local session reaches the supervisor's inbox itself."""
+
+    def stop(self) -> None:
+        """Nothing was started by ``serve``."""
 
     # plumbing ----------------------------------------------------------------------
     def _tmux_bin(self) -> str:

@@ -100,6 +100,12 @@ def action(st: TaskStatus) -> Action | None:
     Pure: the same recorded state always gives the same step, so a supervisor restarted at
     any moment picks up exactly where the record stands.
     """
+    return action_for(st.phase, prompt_received(st), st.error == NOT_LOGGED_IN_ERROR)
+
+
+def action_for(phase: Phase, received: bool, not_logged_in: bool) -> Action | None:
+    """``action`` of a task in ``phase`` whose session has (``received``) the prompt of its
+    phase and round or not, and said it is not logged in or not."""
     simple = {
         Phase.LAUNCHING: Action.START,  # a launch a restart interrupted reuses its pane
         Phase.PLAN_READY: Action.IMPLEMENT,
@@ -107,11 +113,11 @@ def action(st: TaskStatus) -> Action | None:
         Phase.VERIFYING: Action.VERIFY,
         Phase.APPROVED: Action.INTEGRATE,
     }
-    if st.phase in simple:
-        return simple[st.phase]
-    if st.phase in OWED and not prompt_received(st):
+    if phase in simple:
+        return simple[phase]
+    if phase in OWED and not received:
         return Action.REDELIVER
-    if st.phase in (Phase.LAUNCHING, *OWED) and st.error == NOT_LOGGED_IN_ERROR:
+    if phase in (Phase.LAUNCHING, *OWED) and not_logged_in:
         return Action.NOT_LOGGED_IN
     return None
 

@@ -12,129 +12,65 @@ idempotent, so nothing is launched, verified or merged twice.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import logging
 import os
+import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, assert_never
 
-from filelock import FileLock, Timeout
-
-from loop_orchestrator.agents.contract import (
-    lo_orch_bin,
-)
+from loop_orchestrator.agents.contract import lo_orch_bin, make_adapter
+from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import (
-    LockHeldError,
     LoOrchError,
     NotLoggedInError,
+    RefTamperedError,
 )
-from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.permissions import desk as permission_desk
+from loop_orchestrator.permissions import requests as permissions
 from loop_orchestrator.plan import schedule
+from loop_orchestrator.plan.model import Task
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import (
     ACTIVE_PHASES,
     Phase,
     RunDir,
     RunPhase,
+    RunState,
     Store,
     TaskStatus,
-    now_iso,
 )
 from loop_orchestrator.sessions import listener
 from loop_orchestrator.sessions.backend import LaunchSpec, run_backend, run_socket
-from loop_orchestrator.supervisor import lifecycle, notify
-from loop_orchestrator.supervisor.base import TICK_SECONDS, WORKING_PHASES
-from loop_orchestrator.supervisor.health import SessionHealth
-from loop_orchestrator.supervisor.lifecycle import (
-    NOT_LOGGED_IN_HINT,
-    Action,
-    Event,
-)
+from loop_orchestrator.sessions.delivery import Deliverer
+from loop_orchestrator.supervisor import decide, lifecycle, notify, recovery
+from loop_orchestrator.supervisor.accounting import Accounting
+from loop_orchestrator.supervisor.decide import WORKING_PHASES, OutcomeState
+from loop_orchestrator.supervisor.inbox import Inbox
+from loop_orchestrator.supervisor.integration import Integration
+from loop_orchestrator.supervisor.jobs import Jobs
+from loop_orchestrator.supervisor.journal import Journal, Progress, epoch
+from loop_orchestrator.supervisor.lifecycle import NOT_LOGGED_IN_HINT, Event
+from loop_orchestrator.supervisor.lock import supervisor_lock
+from loop_orchestrator.supervisor.sessions import Sessions
+from loop_orchestrator.supervisor.verification import Verification
+from loop_orchestrator.workspace import workspace
 
 log = logging.getLogger(__name__)
+
+#: the loop's tick: pane liveness and stalls are checked this often (and the published view)
+TICK_SECONDS = 0.5
 
 
 @dataclass
 class Outcome:
     """How a supervisor run ended."""
 
-    state: str  # "review" | "blocked" | "integration_failed" | "merged" | "stopped"
+    state: OutcomeState
     message: str
     blocked: dict[str, str] = field(default_factory=dict)
-
-
-def lock_holder(rundir: RunDir) -> int | None:
-    """The pid of the process holding the supervisor lock now, or None when nobody does.
-
-    Asked of the kernel (``/proc/locks``: the ``flock`` on ``supervisor.lock``), never of
-    what a supervisor last wrote: one killed with SIGKILL leaves its ``supervisor.json``
-    behind, and `lo-orch status` must not call that run alive (issue 12, item 7). Without
-    ``/proc/locks`` the pid in ``supervisor.json`` counts if that process still runs.
-    """
-    try:
-        st = rundir.supervisor_lock.stat()
-    except OSError:
-        return None
-    try:
-        table = Path("/proc/locks").read_text(encoding="utf-8")
-    except OSError:
-        table = None
-    if table is not None:
-        for line in table.splitlines():
-            parts = line.split()
-            if len(parts) < 6 or parts[1] == "->" or parts[1] != "FLOCK":
-                continue
-            try:
-                major, minor, inode = parts[5].split(":")
-                if (
-                    int(inode) == st.st_ino
-                    and int(major, 16) == os.major(st.st_dev)
-                    and int(minor, 16) == os.minor(st.st_dev)
-                ):
-                    return int(parts[4])
-            except ValueError:
-                continue
-        return None
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        data = json.loads((rundir.root / "supervisor.json").read_text(encoding="utf-8"))
-        pid = int(data["pid"])
-        os.kill(pid, 0)
-        return pid
-    return None
-
-
-@contextlib.contextmanager
-def supervisor_lock(rundir: RunDir) -> Iterator[None]:
-    """Hold the repository's supervisor lock; name the holder when it is taken."""
-    rundir.root.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(rundir.supervisor_lock), timeout=0)
-    info = rundir.root / "supervisor.json"
-    try:
-        lock.acquire()
-    except Timeout:
-        pid = lock_holder(rundir)
-        holder = f"pid {pid}" if pid else "another process"
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            data = json.loads(info.read_text(encoding="utf-8"))
-            if pid is None or data["pid"] == pid:
-                holder = f"pid {data['pid']} (started {data['started_at']})"
-        msg = f"another supervisor is running for this repository: {holder}"
-        raise LockHeldError(
-            msg,
-            hint="Watch it with `lo-orch status --watch`, or stop it (Ctrl-C in its window) "
-            "before starting another.",
-        ) from None
-    try:
-        atomic_write_text(info, json.dumps({"pid": os.getpid(), "started_at": now_iso()}) + "\n")
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            info.unlink()
-        lock.release()
 
 
 def detach(repo: Path, *, continue_blocked: bool = False, allow_dirty: bool = False) -> str:
@@ -161,16 +97,170 @@ def detach(repo: Path, *, continue_blocked: bool = False, allow_dirty: bool = Fa
     return f"tmux session lo-{state.name}, window 'supervisor' ({pane})"
 
 
-class Supervisor(SessionHealth):
-    """Drives every task of one run from ``pending`` to ``integrated`` (the layers it is built
-    of: ``supervisor_base``)."""
+class Supervisor:
+    """Drives every task of one run from ``pending`` to ``integrated``.
+
+    Assembled of services, each with what it needs: the journal (ledger, records, blocks),
+    accounting (limits, spend, budgets), sessions (launch, deliver, relaunch, heal),
+    verification, integration, the inbox (what sessions report) and the jobs (one running
+    step per task). The constructor only assembles (it reads the approved plan); the run's
+    start-up work is ``start``'s. The loop observes, asks ``decide``, and carries the steps
+    out.
+    """
+
+    def __init__(
+        self,
+        repo: Path,
+        settings: Settings,
+        *,
+        continue_blocked: bool = False,
+        progress: Progress | None = None,
+    ) -> None:
+        self.repo = repo
+        self.settings = settings
+        self.continue_blocked = continue_blocked
+        self.rundir = RunDir(repo)
+        self.record, self.plan = runs.load_approved(repo)
+        run = self.record.run
+        self.cap = runs.effective_concurrency(self.plan, settings)
+        self.waves = schedule.wave_of(self.plan, self.cap)
+        self.deps = schedule.dependencies(self.plan)
+        self.ws = workspace.Workspace.for_run(repo, run, settings.workspace)
+        self.backend = run_backend(run, settings.cluster)
+        self.adapter = make_adapter(settings, repo)
+        self.deliverer = Deliverer(stagger=settings.run.stagger_seconds)
+        notifier = notify.Notifier(
+            repo,
+            run.name,
+            settings.notify,
+            tmux_socket=self.backend.socket,
+            tmux_session=self.backend.session,
+        )
+        self.journal = Journal(
+            self.record,
+            Store(self.rundir),
+            self.rundir,
+            [t.id for t in self.plan.tasks],
+            notifier,
+            progress,
+        )
+        self.wake = threading.Event()
+        #: an error that stops the whole run, raised by the loop (a job cannot raise it)
+        self.fatal: LoOrchError | None = None
+        self.jobs = Jobs(self.cap + 2, self.wake, self._step_failed)
+        self.pool = self.jobs.pool
+        # Workspace is not thread-safe (ref moves and the refs book go together): one writer.
+        git_lock = threading.Lock()
+        self.accounting = Accounting(
+            self.journal,
+            settings,
+            self.plan,
+            agent=self.adapter.name,
+            capture=self.backend.capture,
+            cap=self.cap,
+        )
+        self.sessions = Sessions(
+            self.journal,
+            self.accounting,
+            settings=settings,
+            plan=self.plan,
+            repo=repo,
+            rundir=self.rundir,
+            ws=self.ws,
+            backend=self.backend,
+            adapter=self.adapter,
+            deliverer=self.deliverer,
+            git_lock=git_lock,
+            tools=load_tool_profile(repo),
+            waves=self.waves,
+            deps=self.deps,
+        )
+        self.integration = Integration(
+            self.journal,
+            self.sessions,
+            settings=settings,
+            plan=self.plan,
+            repo=repo,
+            rundir=self.rundir,
+            ws=self.ws,
+            backend=self.backend,
+            git_lock=git_lock,
+            deps=self.deps,
+            submit=self.jobs.submit,
+        )
+        #: the checks' Python environments as they are before any agent runs (``start``)
+        self.site_baseline: Any = None
+        self.verification = Verification(
+            self.journal,
+            self.sessions,
+            settings=settings,
+            plan=self.plan,
+            repo=repo,
+            rundir=self.rundir,
+            ws=self.ws,
+            git_lock=git_lock,
+            site_baseline=lambda: self.site_baseline,
+            integrate=self.integration.integrate,
+        )
+        self.desk = self._make_desk()
+        self.inbox = Inbox(
+            self.journal,
+            self.sessions,
+            self.accounting,
+            self.desk,
+            root=self.rundir.root,
+            backend=self.backend,
+            wake=self.wake,
+            submit=self.jobs.submit,
+        )
+        self.last_view_check = 0.0
+        self.last_liveness = 0.0
+        #: what the stall rule knows of each task's screen
+        self.screens: dict[str, decide.Screen] = {}
+
+    @property
+    def state(self) -> RunState:
+        """The run as the supervisor's record has it (never read back from run.json)."""
+        return self.record.run
+
+    def render_brief(self, task: Task) -> str:
+        """The task's brief as its session gets it."""
+        return self.sessions.render_brief(task)
+
+    def start(self) -> None:
+        """The run's start-up work, under the supervisor lock: the cluster the run's
+        sessions go to is recorded (refs an earlier run of the same name left there are
+        dropped), so is the tmux server, and the checks' Python environments are
+        fingerprinted before any agent runs."""
+        cluster = self.backend.cluster
+        if cluster is not None and self.state.cluster is None:  # every later command finds it
+            from loop_orchestrator.cluster import refs as cluster_refs
+            from loop_orchestrator.cluster.ray_backend import cluster_record
+
+            # a new run on the cluster: refs of an earlier run of the same name are not its
+            # own (a stale checkpoint would be applied to its worktrees); kept/ refs stay
+            stale = cluster_refs.drop(self.repo, self.state.name)
+            if stale:
+                self.journal.store.append_ledger(
+                    "cluster_refs_dropped",
+                    refs=stale,
+                    message="left by an earlier run of the same name; not this run's",
+                )
+            self.record.update_run(cluster=cluster_record(cluster))
+        from loop_orchestrator.verify import pyenv
+
+        self.site_baseline = pyenv.take_baseline(
+            self.repo, [d.argv() for t in self.plan.tasks for d in t.done if d.check]
+        )
+        if self.backend.socket != self.state.tmux_socket:
+            self.record.update_run(tmux_socket=self.backend.socket)
 
     def run(self) -> Outcome:
         ended = self.state.phase in (RunPhase.AWAITING_MERGE_REVIEW, RunPhase.MERGED)
         try:
             outcome = self._run_locked()
         except BaseException:
-            self.notifier.close(timeout=0)
+            self.journal.notifier.close(timeout=0)
             raise
         if not ended:
             self._notify_finished(outcome)
@@ -181,51 +271,60 @@ class Supervisor(SessionHealth):
         import hashlib
 
         first = outcome.message.splitlines()[0] if outcome.message else ""
-        if outcome.state == "review":
-            self.notifier.notify(
+        if outcome.state is OutcomeState.REVIEW:
+            self.journal.notifier.notify(
                 "gate2_waiting",
-                str(getattr(self.integration, "commit", "")),
+                self.integration.last.commit if self.integration.last is not None else "",
                 "the run is ready for Gate 2: review it with `lo-orch merge`",
             )
         digest = hashlib.sha256(f"{outcome.state}\n{outcome.message}".encode()).hexdigest()[:16]
         # a restart that ends the same way is not news; after a person's retry it is
-        retries = self._retries()
-        self.notifier.notify(
+        retries = self.journal.retries()
+        self.journal.notifier.notify(
             "run_finished",
             f"{outcome.state}:{retries}:{digest}",
             f"the supervisor stopped ({outcome.state}): {first}"[:300],
         )
-        self.notifier.close(timeout=self.settings.notify.timeout + 2 * notify.CHANNEL_TIMEOUT)
+        self.journal.notifier.close(
+            timeout=self.settings.notify.timeout + 2 * notify.CHANNEL_TIMEOUT
+        )
 
     def _run_locked(self) -> Outcome:
         with supervisor_lock(self.rundir):
+            self.start()
             if self.state.phase == RunPhase.AWAITING_MERGE_REVIEW:
-                return Outcome("review", "the run is waiting for Gate 2: `lo-orch merge`")
+                return Outcome(
+                    OutcomeState.REVIEW, "the run is waiting for Gate 2: `lo-orch merge`"
+                )
             if self.state.phase == RunPhase.MERGED:
-                return Outcome("merged", "the run is already merged")
+                return Outcome(OutcomeState.MERGED, "the run is already merged")
             self._start_run()
             # What sessions left while no supervisor listened is read before anyone is
             # heard: a signal waiting to connect is judged after the prompt-arrival hook
             # that was left before it (a kill mid-delivery, then a fast session).
             self._reconcile()
-            server = listener.Server(self.rundir.root, self._identify, self._receive)
+            server = listener.Server(self.rundir.root, self.inbox.identify, self.inbox.receive)
             server.start()
-            serve = getattr(self.backend, "serve", None)  # remote sessions' inboxes (issue 19)
-            if serve is not None:
-                serve(self._receive, self._set)
+            self.backend.serve(self.inbox.receive, self._note)  # remote sessions' inboxes
             try:
                 while True:
                     self._loop()
                     outcome = self._finish()
-                    if outcome.state != "integration_failed" or not self._route_integration():
+                    failed = outcome.state is OutcomeState.INTEGRATION_FAILED
+                    last = self.integration.last
+                    if not failed or last is None or not self.integration.route(last):
                         return outcome
             except KeyboardInterrupt:
                 self._interrupted()
                 raise
             finally:
                 server.close()
-                getattr(self.backend, "stop", lambda: None)()
-                self.pool.shutdown(wait=True, cancel_futures=True)
+                self.backend.stop()
+                self.jobs.shutdown()
+
+    def _note(self, task: str, **changes: Any) -> None:
+        """Where a remote session runs, as its backend reports it: into its record."""
+        self.journal.set(task, **changes)
 
     def _loop(self) -> None:
         while True:
@@ -234,44 +333,48 @@ class Supervisor(SessionHealth):
             self.record.refresh()  # a person's `lo-orch retry` is appended by another process
             self._collect_jobs()
             self._check_view()
-            statuses = self._statuses()
+            statuses = self.journal.statuses()
             self._dispatch(statuses)
-            self._ask_pending(statuses)
+            self.inbox.ask_pending(statuses, self.jobs)
             self._pass_messages(statuses)
             self._check_sessions(statuses)
-            phases = {t: s.phase for t, s in self._statuses().items()}
+            phases = {t: s.phase for t, s in self.journal.statuses().items()}
             limited = any(
-                s.limit_until and s.phase in WORKING_PHASES for s in self._statuses().values()
+                s.limit_until and s.phase in WORKING_PHASES
+                for s in self.journal.statuses().values()
             )
-            for tid in [] if limited else self._ready(phases):
-                # (no new session while a limit holds the account)
-                if tid in self.jobs:
-                    continue
-                spent = self._run_budget_spent(tid)
-                if spent:
-                    self._block(tid, spent)
+            for tid in self._ready(phases) if decide.may_release(bool(limited)) else []:
+                cap = self.settings.run.max_cost_usd
+                own = self.record.task(tid).budget_usd is not None
+                step = decide.release(
+                    tid,
+                    wave=self.waves[tid],
+                    busy=tid in self.jobs,
+                    run_cap=cap,
+                    # (the run's usage is added up only where it counts)
+                    run_spent=self.accounting.run_usage().cost_usd
+                    if cap is not None and not own and tid not in self.jobs
+                    else None,
+                    own_budget=own,
+                )
+                if isinstance(step, decide.Block):
+                    self.journal.block(tid, step.reason)
                     phases[tid] = Phase.BLOCKED
-                    continue
-                self._event("task_released", tid, wave=self.waves[tid])
-                self._move(tid, Event.RELEASE, error=None)
-                self._submit(tid, self._start_task)
-                phases[tid] = Phase.LAUNCHING
-            if not self.jobs and self._settled(phases):
-                return
+                elif isinstance(step, decide.Release):
+                    self.journal.event("task_released", tid, wave=step.wave)
+                    self.journal.move(tid, Event.RELEASE, error=None)
+                    self.jobs.submit(tid, self.sessions.start_task)
+                    phases[tid] = Phase.LAUNCHING
+            if not decide.running(phases, jobs=bool(self.jobs)) and not self._ready(phases):
+                return  # settled: all integrated, or the rest is stuck
             self.wake.wait(TICK_SECONDS)
             self.wake.clear()
 
-    def _settled(self, phases: dict[str, Phase]) -> bool:
-        """Nothing is running and nothing can start: all integrated, or the rest is stuck."""
-        if any(p in ACTIVE_PHASES for p in phases.values()):
-            return False
-        return not self._ready(phases)
-
     def _ready(self, phases: dict[str, Phase]) -> list[str]:
-        before = self.governor.current
-        cap = self.governor.tick(time.time())
+        before = self.accounting.governor.current
+        cap = self.accounting.governor.tick(time.time())
         if cap != before:
-            self._event(
+            self.journal.event(
                 "concurrency_raised",
                 concurrency=cap,
                 message=f"no rate limit for a while: up to {cap} sessions again",
@@ -286,45 +389,19 @@ class Supervisor(SessionHealth):
         )
 
     def _collect_jobs(self) -> None:
-        for task, fut in list(self.jobs.items()):
-            if not fut.done():
-                continue
-            del self.jobs[task]
-            exc = fut.exception()
+        for task, exc in self.jobs.done():
             if exc is not None:
                 # a bug, not a user error: keep the run going, mark the task failed
                 log.error("task job crashed", exc_info=exc, extra={"task": task})
-                self._event("task_failed", task, message=f"internal error: {exc!r}")
-                self._move(task, Event.FAIL, error=f"internal error: {exc!r}")
+                self.journal.event("task_failed", task, message=f"internal error: {exc!r}")
+                self.journal.move(task, Event.FAIL, error=f"internal error: {exc!r}")
 
     def _dispatch(self, statuses: dict[str, TaskStatus]) -> None:
         for tid, st in statuses.items():
             if st.phase != Phase.BLOCKED:
-                self.reported_blocked.discard(tid)  # retried by a person (`lo-orch retry`)
-            if tid in self.jobs:
-                continue
-            step = lifecycle.action(st)
-            if step is Action.START:
-                self._submit(tid, self._start_task)
-            elif step is Action.IMPLEMENT:
-                self._event("reacted", tid, to=st.phase.value)
-                self._submit(tid, self._to_implement)
-            elif step is Action.VERIFY:
-                if st.phase == Phase.IMPL_DONE:
-                    self._event("reacted", tid, to=st.phase.value)
-                self._submit(tid, self._verify)
-            elif step is Action.INTEGRATE:
-                self._submit(tid, self._integrate)
-            elif step is Action.REDELIVER:
-                self._submit(tid, self._redeliver)
-            elif step is Action.NOT_LOGGED_IN:
-                error = NotLoggedInError("Claude Code is not logged in", hint=NOT_LOGGED_IN_HINT)
-                self._block(tid, error.render())
-            if st.phase == Phase.BLOCKED and tid not in self.reported_blocked:
-                # blocked by the session itself (`lo-orch signal blocked --note ...`)
-                self.reported_blocked.add(tid)
-                self._event("task_blocked", tid, message=st.error or st.note or "blocked")
-                self._notify_blocked(tid)
+                self.journal.unblocked(tid)  # retried by a person (`lo-orch retry`)
+            for step in decide.react(self._observe(st)):
+                self._carry_out(tid, st, step)
 
     def _pass_messages(self, statuses: dict[str, TaskStatus]) -> None:
         """A person's `lo-orch send`: delivered like a prompt, one job at a time per task."""
@@ -334,51 +411,264 @@ class Supervisor(SessionHealth):
                 continue
             if st.phase not in ACTIVE_PHASES | {Phase.BLOCKED} or not st.pane_id:
                 self.record.append("message_done", id=mid, delivered=False)
-                self._event(
+                self.journal.event(
                     "message_dropped",
                     tid,
                     id=mid,
                     message=f"no session to deliver it to ({st.phase.value})",
                 )
                 continue
-            self._submit(tid, functools.partial(self._deliver_message, mid=mid, text=text))
-
-    def _deliver_message(self, tid: str, *, mid: str, text: str) -> None:
-        try:
-            self._deliver_raw(tid, text)
-        except LoOrchError as exc:  # the session is busy in a dialog, or gone: say so
-            self.record.append("message_done", id=mid, delivered=False)
-            self._event("message_failed", tid, id=mid, message=exc.render())
-            return
-        self.record.append("message_done", id=mid, delivered=True)
-        self._event("message_delivered", tid, id=mid)
+            self.jobs.submit(
+                tid, functools.partial(self.sessions.deliver_message, mid=mid, text=text)
+            )
 
     def _finish(self) -> Outcome:
-        from loop_orchestrator.workspace import integration
-
-        for tid in self.plan_ids:  # the last turns' figures, before anyone reviews them
-            self._refresh_usage(tid)
-        run_usage = self._run_usage()
-        self.store.append_ledger("run_usage", **run_usage.as_json())
-        statuses = self._statuses()
+        for tid in self.journal.task_ids:  # the last turns' figures, before anyone reviews them
+            self.accounting.refresh_usage(tid)
+        run_usage = self.accounting.run_usage()
+        self.journal.store.append_ledger("run_usage", **run_usage.as_json())
+        statuses = self.journal.statuses()
         stuck = {
             t: (s.error or s.note or s.phase.value)
             for t, s in statuses.items()
             if s.phase in (Phase.BLOCKED, Phase.FAILED)
         }
         waiting = schedule.waiting_on(self.plan, {t: s.phase for t, s in statuses.items()})
-        if stuck and not self.continue_blocked:
-            lines = [f"{t}: {why}" for t, why in stuck.items()]
-            lines += [f"{t}: waiting on {', '.join(c)}" for t, c in waiting.items()]
-            self._event("run_paused", message=f"{len(stuck)} task(s) need a human")
-            return Outcome("blocked", "\n".join(lines), stuck)
-        skipped = sorted(set(stuck) | set(waiting))
-        result = integration.integrate(
-            self.repo, self.settings, self.plan, skipped=skipped, record=self.record
-        )
-        self.integration = result
+        step = decide.finish(stuck, waiting, continue_blocked=self.continue_blocked)
+        if isinstance(step, decide.Pause):
+            self.journal.event("run_paused", message=f"{len(stuck)} task(s) need a human")
+            return Outcome(OutcomeState.BLOCKED, "\n".join(step.lines), stuck)
+        skipped = list(step.skipped)
+        result = self.integration.integrate_run(step.skipped)
         if not result.passed:
-            self._event("integration_failed", exit_code=result.exit_code, message=result.summary)
-            return Outcome("integration_failed", result.summary)
-        self._event("awaiting_merge_review", staging=result.commit, skipped=skipped)
-        return Outcome("review", result.summary)
+            self.journal.event(
+                "integration_failed", exit_code=result.exit_code, message=result.summary
+            )
+            return Outcome(OutcomeState.INTEGRATION_FAILED, result.summary)
+        self.journal.event("awaiting_merge_review", staging=result.commit, skipped=skipped)
+        return Outcome(OutcomeState.REVIEW, result.summary)
+
+    def _interrupted(self) -> None:
+        """Ctrl-C: stop supervising, leave the sessions running; a second Ctrl-C quits at
+        once (state on disk is crash-safe: `lo-orch run` resumes either way)."""
+        running = self.jobs.unfinished()
+        self.journal.store.append_ledger("supervisor_interrupted", running=running)
+        if running:
+            self.journal.progress(
+                f"stopping: letting {', '.join(running)} finish the current step "
+                "(Ctrl-C again to quit now); the sessions keep running"
+            )
+        try:
+            self.jobs.shutdown()
+        except KeyboardInterrupt:
+            os._exit(130)
+
+    def _start_run(self) -> None:
+        first = self.state.phase == RunPhase.AWAITING_PLAN_APPROVAL
+        if first:
+            self.ws.preflight(allow_dirty=self.settings.workspace.allow_dirty)
+        self.ws.ensure_excludes()
+        self.ws.create_staging(self.state.base_sha)
+        self._remove_leftovers()
+        self.backend.ensure_session()
+        self.journal.view_edited(self.record.publish_all())
+        if self.state.phase != RunPhase.RUNNING:
+            self.record.update_run(phase=RunPhase.RUNNING)
+        self.journal.event(
+            "supervisor_started",
+            run=self.state.name,
+            pid=os.getpid(),
+            resumed=not first,
+            message=f"run {self.state.name}, {len(self.plan.tasks)} tasks, cap {self.cap}",
+        )
+
+    def _remove_leftovers(self) -> None:
+        """What a killed supervisor (or a killed git process) left: its temporary checkouts
+        and stale ``index.lock`` files in task worktrees."""
+        removed = recovery.remove_orphan_checkouts(self.repo)
+        if removed:
+            self.journal.event(
+                "checkouts_removed",
+                paths=[str(p) for p in removed],
+                message=f"{len(removed)} temporary checkout(s) of a killed supervisor removed",
+            )
+        for st in self.record.tasks().values():
+            if st.worktree:
+                self.sessions.clear_index_lock(st.task, wait=0.0)
+
+    def _reconcile(self) -> None:
+        panes = self.backend.list_panes()  # pane id -> task, from the pane's @lo_task tag
+        by_task = {task: pane for pane, task in panes.items()}
+        for st in self.record.tasks().values():
+            pane = by_task.get(st.task)
+            if pane and pane != st.pane_id:
+                # launched, then killed before the pane id was saved: adopt it
+                self.journal.set(st.task, pane_id=pane)
+                self.journal.event("pane_adopted", st.task, pane_id=pane)
+            if st.phase == Phase.INTEGRATED and pane:
+                self.backend.kill_pane(pane)
+            if st.phase == Phase.LAUNCHING and not pane:
+                # nothing was started: launch again from the top
+                self.journal.event("relaunch_pending", st.task, message="launch was interrupted")
+                self.journal.move(st.task, Event.RELAUNCH)
+        self.inbox.drain()
+
+    def _check_view(self) -> None:
+        """Report (and undo) edits of the published view by anyone but the supervisor."""
+        now = time.monotonic()
+        if now - self.last_view_check < TICK_SECONDS:
+            return
+        self.last_view_check = now
+        # a hook that found no listener in the moment before it started is read here
+        self.inbox.drain()
+        self.journal.view_edited(self.record.check_view())
+
+    def _check_sessions(self, statuses: dict[str, TaskStatus]) -> None:
+        now = time.monotonic()
+        if now - self.last_liveness < TICK_SECONDS:
+            return
+        self.last_liveness = now
+        self.desk.sweep(self.sessions.screen_of)  # before the stall checks: only real requests wait
+        alive = self.backend.alive_panes()  # one tmux call for every pane
+        for tid, st in statuses.items():
+            if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
+                continue
+            pane = decide.Pane(alive=True)
+            if not alive.get(st.pane_id):
+                found = self.backend.state(st.pane_id)  # dead or gone: the details
+                if not found.exists or not found.alive:
+                    pane = decide.Pane(alive=False, dead_status=found.dead_status)
+            step = decide.watch(self._observe(st, pane))
+            if step is not None:
+                self._carry_out(tid, st, step)
+
+    def _screen_changed(self, st: TaskStatus, now: float) -> float:
+        """When the task's screen last changed (sampled every ``SCREEN_SAMPLE_SECONDS``)."""
+        assert st.pane_id is not None
+        seen = self.screens.get(st.task)
+        if decide.screen_due(seen, now):
+            digest = hash(self.backend.capture(st.pane_id, lines=50))
+            seen = decide.screen_seen(seen, digest, now)
+            self.screens[st.task] = seen
+        assert seen is not None
+        return seen.changed
+
+    def _observe(self, st: TaskStatus, pane: decide.Pane | None = None) -> decide.Observation:
+        """What the pure core needs to know of one task now (``pane``: its liveness, when
+        it was checked this tick). What costs a read or a tmux call (an open permission
+        request, the screen) is looked at only where the stall rule can apply."""
+        busy = st.task in self.jobs
+        now = time.time()
+        stall_due = (
+            pane is not None
+            and pane.alive
+            and not busy
+            and st.phase in WORKING_PHASES
+            and not st.limit_until
+        )
+        waiting = stall_due and self.desk.is_waiting(st.task)
+        activity = max(epoch(st.last_event_at), epoch(st.updated_at))
+        if stall_due and not waiting:
+            activity = max(activity, self._screen_changed(st, now))
+        return decide.Observation(
+            task=st.task,
+            phase=st.phase,
+            now=now,
+            busy=busy,
+            prompt_received=lifecycle.prompt_received(st),
+            not_logged_in=st.error == lifecycle.NOT_LOGGED_IN_ERROR,
+            reported_blocked=st.task in self.journal.reported_blocked,
+            blocked_reason=st.error or st.note or "blocked",
+            pane=pane,
+            limited=bool(st.limit_until),
+            limit_until=epoch(st.limit_until),
+            permission_waiting=waiting,
+            last_activity=activity,
+            nudged=st.nudged,
+            stall_minutes=self.settings.run.stall_minutes,
+        )
+
+    def _carry_out(self, tid: str, st: TaskStatus, step: decide.TaskStep) -> None:
+        """One step the core decided for ``tid``."""
+        if isinstance(step, decide.Launch):
+            self.jobs.submit(tid, self.sessions.start_task)
+        elif isinstance(step, decide.Implement):
+            self.journal.event("reacted", tid, to=st.phase.value)
+            self.jobs.submit(tid, self.sessions.to_implement)
+        elif isinstance(step, decide.Verify):
+            if step.reacted:
+                self.journal.event("reacted", tid, to=st.phase.value)
+            self.jobs.submit(tid, self.verification.verify)
+        elif isinstance(step, decide.Integrate):
+            self.jobs.submit(tid, self.integration.integrate)
+        elif isinstance(step, decide.Redeliver):
+            self.jobs.submit(tid, self.sessions.redeliver)
+        elif isinstance(step, decide.NotLoggedIn):
+            error = NotLoggedInError("Claude Code is not logged in", hint=NOT_LOGGED_IN_HINT)
+            self.journal.block(tid, error.render())
+        elif isinstance(step, decide.ReportBlocked):
+            # blocked by the session itself (`lo-orch signal blocked --note ...`)
+            self.journal.report_blocked(tid, step.reason)
+        elif isinstance(step, decide.Relaunch):
+            self.jobs.submit(
+                tid, functools.partial(self.sessions.pane_died, dead_status=step.dead_status)
+            )
+        elif isinstance(step, decide.Resume):
+            self.jobs.submit(tid, self.sessions.resume_after_limit)
+        elif isinstance(step, decide.Nudge):
+            self.jobs.submit(tid, self.sessions.nudge)
+        elif isinstance(step, decide.Block):
+            self.journal.block(tid, step.reason)
+        else:
+            assert_never(step)
+
+    def _make_desk(self) -> permission_desk.Desk:
+        """Permission requests: the config's rules, lo-orch's own signals."""
+        cfg = self.settings.permissions
+        return permission_desk.Desk(
+            permissions.Permissions.for_run(self.repo, self.state.name),
+            permissions.parse_rules(cfg.allow, "[permissions] allow"),
+            permissions.parse_rules(cfg.deny, "[permissions] deny"),
+            lo_orch_bin(),
+            log=self.journal.event,
+            closed=self._permission_closed,
+            opened=lambda req: self.journal.notifier.notify(
+                "permission_request",
+                req.id,
+                f"asks to use {req.tool}"
+                + (f": {req.summary}" if req.summary else "")
+                + f"; answer with `lo-orch permit {req.task} allow|deny`",
+                req.task,
+            ),
+        )
+
+    def _permission_closed(self, tid: str) -> None:
+        """Nothing of ``tid`` waits for a person's answer any more."""
+        if self.record.task(tid).waiting_for and not self.record.task(tid).limit_until:
+            self.journal.set(tid, waiting_for=None)
+
+    def _step_failed(self, task: str, exc: LoOrchError) -> None:
+        """A task's step ended in an error (on the job's thread): what ``decide`` says."""
+        if isinstance(exc, RefTamperedError):
+            # not this task's problem: a ref of the run moved under it
+            self.journal.event(
+                "refs_tampered",
+                task,
+                ref=exc.ref,
+                expected=exc.expected,
+                found=exc.found,
+                message=exc.message,
+            )
+            kind, dead_status = decide.StepError.REFS_TAMPERED, None
+        elif (pane := self.sessions.gone_under(task, exc)) is not None:
+            kind, dead_status = decide.StepError.SESSION_GONE, pane.dead_status
+        else:
+            kind, dead_status = decide.StepError.OTHER, None
+        step = decide.after_error(kind, exc.render(), dead_status)
+        if isinstance(step, decide.StopRun):
+            self.fatal = exc  # the loop raises it; no other step starts meanwhile
+        elif isinstance(step, decide.Relaunch):
+            self.sessions.lost_mid_step(task, exc, step.dead_status)
+        elif isinstance(step, decide.Block):
+            # an error a person can act on (not logged in, a dialog, a conflict...)
+            self.journal.block(task, step.reason)
