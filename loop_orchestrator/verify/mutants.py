@@ -102,13 +102,18 @@ _SYMBOL: dict[type[ast.AST], str] = {
 }
 #: longest code shown in a message
 _SHOWN = 60
-#: ``return X`` becomes ``return`` this applied to X: the empty value of X's type for the
-#: built-in value types (0, "", [], False...), None for anything else. A plain ``return
-#: None`` would be killed by exactly the weak tests this check is for (``is not None``);
-#: an empty value of the right type survives them and fails every test of the value.
+#: ``return X`` becomes ``return`` this applied to X: for the built-in value types another
+#: value of X's type, the empty one (0, "", [], False...) or, when X is already empty, a
+#: non-empty one (1, "x", [None]...); None for any other type. A plain ``return None`` would
+#: be killed by exactly the weak tests this check is for (``is not None``, ``isinstance``);
+#: a different value of the right type survives them and fails every test of the value.
+_OTHER = (
+    "{int: 1, float: 1.0, complex: 1j, str: 'x', bytes: b'x', bool: True, list: [None], "
+    "dict: {None: None}, tuple: (None,), set: {None}, frozenset: frozenset({None})}"
+)
 NEUTRAL = (
-    "(lambda v: type(v)() if type(v) in "
-    "(int, float, complex, str, bytes, bool, list, dict, tuple, set, frozenset) else None)"
+    f"(lambda v, t=({_OTHER}): (type(v)() if v != type(v)() else t[type(v)]) "
+    "if type(v) in t else None)"
 )
 #: simple statements a mutant may replace by ``pass``
 _REMOVABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Raise, ast.Delete)
@@ -336,7 +341,7 @@ def mutants_of(path: str, source: str, lines: Iterable[int]) -> list[Mutant]:
             add(
                 "return",
                 f"return {text.segment(node.value)}",
-                "return <empty value of its type: 0, '', [], None...>",
+                "return <another value of its type: 0, '', [] or 1, 'x'...; else None>",
                 node.value,
                 f"{NEUTRAL}({text.raw(node.value)})",
             )
