@@ -49,6 +49,7 @@ MAX_LISTED = 10
 SURVIVE = "tests.mutants-survive"
 FEW_KILLED = "tests.mutants-few-killed"
 NOT_RUN = "tests.mutants-not-run"
+UNEXECUTED = "tests.mutants-unexecuted"
 
 _COMPARE: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.LtE,
@@ -416,7 +417,26 @@ def judge(results: Sequence[Result], *, seconds: float) -> list[Finding]:
     """
     ran = [r for r in results if r.outcome in (*KILLED, "survived")]
     not_run = [r for r in results if r.outcome == "not-run"]
+    unexecuted = sorted(
+        {(r.mutant.path, r.mutant.line) for r in results}
+        - {(r.mutant.path, r.mutant.line) for r in results if r.outcome != "not-executed"}
+    )
     if not ran:
+        if unexecuted and not not_run:
+            shown = ", ".join(f"{p}:{n}" for p, n in unexecuted[:MAX_LISTED])
+            more = (
+                f" and {len(unexecuted) - MAX_LISTED} more" if len(unexecuted) > MAX_LISTED else ""
+            )
+            return [
+                warning(
+                    f"the task's new and changed tests execute none of the source lines it "
+                    f"changed ({shown}{more}): they cannot show that the change works.",
+                    UNEXECUTED,
+                    unexecuted[0][0],
+                    unexecuted[0][1],
+                    fix="Add tests that call the changed code and check its results.",
+                )
+            ]
         if not_run:
             return [
                 warning(
