@@ -243,7 +243,10 @@ def mutation_check(
             tree, prefix, modules, sorted(sources), max(1.0, deadline - time.monotonic())
         )
         if not passed:
-            run.skipped = "the task's tests did not pass unmutated in the mutation checkout"
+            run.skipped = (
+                "the task's tests did not pass unmutated in the mutation checkout (failed, or "
+                "did not finish within the budget)"
+            )
         else:
             covered = (
                 candidates if hits is None else [m for m in candidates if mutants.executed(m, hits)]
