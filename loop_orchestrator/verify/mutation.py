@@ -10,7 +10,8 @@ In the clean checkout of the task's commit that verification already uses:
    over the lines, deterministic); mutants of lines the tests never run are not run at all
    (they survive whatever the tests assert) and are reported apart in ``mutants.json``;
 3. each chosen mutant is written into its own copy of the checkout (never the session's
-   worktree, never the checkout other checks read) and the same tests run there, stopping
+   worktree, never the checkout other checks read) and the same tests run there (the
+   task's tests by node id; their whole modules when pytest does not find one), stopping
    at the first failure, several at once up to the machine's cores. A mutant whose run
    fails is killed; one that runs past its timeout (a loop that no longer ends) counts as
    killed too; one whose run passes survived. The whole step stops at ``mutants_seconds``:
@@ -238,10 +239,17 @@ def mutation_check(
         if not candidates:
             run.skipped = "no mutant of the changed source lines"
     if run.skipped is None and prefix is not None:
-        modules = sorted({r.path for r in refs})
+        # the tests themselves (a module may hold hundreds of others); their modules when
+        # pytest does not know a test by the name the source gives it
+        modules = sorted({f"{r.path}::{r.qualname}" for r in refs})
         passed, base_seconds, hits = _trace(
             tree, prefix, modules, sorted(sources), max(1.0, deadline - time.monotonic())
         )
+        if not passed and deadline - time.monotonic() > 1.0:
+            modules = sorted({r.path for r in refs})
+            passed, base_seconds, hits = _trace(
+                tree, prefix, modules, sorted(sources), deadline - time.monotonic()
+            )
         if not passed:
             run.skipped = (
                 "the task's tests did not pass unmutated in the mutation checkout (failed, or "
