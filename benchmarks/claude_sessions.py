@@ -45,9 +45,6 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from loop_orchestrator import runs  # noqa: E402
-from loop_orchestrator.agents.model_endpoint import ModelEndpoint  # noqa: E402
-from loop_orchestrator.agents.scripted_script import load_script  # noqa: E402
 from loop_orchestrator.commands.plan import plan_from_file  # noqa: E402
 from loop_orchestrator.config import (  # noqa: E402
     AgentConfig,
@@ -56,7 +53,10 @@ from loop_orchestrator.config import (  # noqa: E402
     SandboxConfig,
     Settings,
 )
-from loop_orchestrator.supervisor import Supervisor  # noqa: E402
+from loop_orchestrator.runstate import create as runs  # noqa: E402
+from loop_orchestrator.simulator.endpoint import ModelEndpoint  # noqa: E402
+from loop_orchestrator.simulator.script import load_script  # noqa: E402
+from loop_orchestrator.supervisor.main import Supervisor  # noqa: E402
 
 
 def _ts(text: str) -> float:

@@ -47,7 +47,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import common  # noqa: E402
-from loop_orchestrator.procinfo import cpu_and_peak_rss, parent_pid  # noqa: E402
+from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss, parent_pid  # noqa: E402
 
 RUN_TIMEOUT = 20 * 60.0
 NODES = 3
@@ -94,11 +94,11 @@ def build(root: Path, n: int, concurrency: int) -> tuple[Path, Path, Path]:
 def run_one(root: Path, backend: str, address: str, concurrency: int) -> None:
     """Plan, approve and supervise the run under ``root`` in this process; write what was
     measured to ``root/result.json``."""
-    from loop_orchestrator import runs
     from loop_orchestrator.commands.plan import plan_from_file
     from loop_orchestrator.config import Settings
-    from loop_orchestrator.state import RunDir, Store
-    from loop_orchestrator.supervisor import Supervisor
+    from loop_orchestrator.runstate import create as runs
+    from loop_orchestrator.runstate.state import RunDir, Store
+    from loop_orchestrator.supervisor.main import Supervisor
 
     repo, plan_path, script = root / "bench", root / "plan.yaml", root / "script.yaml"
     settings = Settings.model_validate(

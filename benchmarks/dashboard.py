@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import common  # noqa: E402
-from loop_orchestrator.procinfo import cpu_and_peak_rss  # noqa: E402
+from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss  # noqa: E402
 
 RUN_TIMEOUT = 20 * 60.0
 SAMPLE_SECONDS = 0.2

@@ -31,15 +31,15 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loop_orchestrator.plan import Plan, validate_plan_data
-from loop_orchestrator.schedule import (
+from loop_orchestrator.plan.model import Plan, validate_plan_data
+from loop_orchestrator.plan.schedule import (
     dependencies,
     ready_tasks,
     topological_order,
     wave_of,
     waves,
 )
-from loop_orchestrator.state import Phase
+from loop_orchestrator.runstate.state import Phase
 
 T = TypeVar("T")
 

@@ -54,7 +54,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import common  # noqa: E402
-from loop_orchestrator.procinfo import cpu_and_peak_rss  # noqa: E402
+from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss  # noqa: E402
 
 REACT_PHASES = ("plan_ready", "impl_done")
 #: a run that has not ended by then is stopped (and reported as such)

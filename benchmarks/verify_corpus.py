@@ -80,8 +80,8 @@ def _timed(module: Any, name: str, bucket: str, spent: dict[str, float]) -> None
 
 def worker(manifest: Path, out: Path, *, source_only: bool = False) -> None:
     from loop_orchestrator.config import Settings
-    from loop_orchestrator.plan import DoneCheck, Task
-    from loop_orchestrator.state import RunDir
+    from loop_orchestrator.plan.model import DoneCheck, Task
+    from loop_orchestrator.runstate.state import RunDir
     from loop_orchestrator.verify import pyenv, scope, secrets, stubs
     from loop_orchestrator.verify import verdict as vmod
 

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     # Run from a checkout without installing: the package lives next to benchmarks/.
     sys.path.insert(0, str(ROOT))
     from loop_orchestrator.config import WorkspaceConfig
-    from loop_orchestrator.workspace import Workspace
+    from loop_orchestrator.workspace.workspace import Workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="lo-bench-"))
     try:

@@ -8,12 +8,12 @@ if __name__ == "__main__":
         # `$LO_ORCH_BIN hook EVENT` runs on every prompt and stop of every managed session
         # (LO_ORCH_BIN is `python -m loop_orchestrator`): answer before importing click and
         # the commands, which would double the hook's cost (see hooks.py).
-        from loop_orchestrator.hooks import hook_main
+        from loop_orchestrator.sessions.hooks import hook_main
 
         sys.exit(hook_main(argv[1]))
     if argv and argv[0] == "signal":
         # a session's report to the supervisor: the same reasoning (hooks.signal_main)
-        from loop_orchestrator.hooks import signal_main
+        from loop_orchestrator.sessions.hooks import signal_main
 
         code = signal_main(argv[1:])
         if code is not None:

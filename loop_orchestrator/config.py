@@ -148,7 +148,7 @@ class PermissionsConfig(_Section):
     @field_validator("allow", "deny")
     @classmethod
     def _rules(cls, value: list[str]) -> list[str]:
-        from loop_orchestrator.permissions import parse_rule
+        from loop_orchestrator.permissions.requests import parse_rule
 
         for text in value:
             parse_rule(text)  # a ValueError names the rule and the syntax

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from loop_orchestrator import gitutil
+from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.resources import templates_dir
 
 if TYPE_CHECKING:
-    from loop_orchestrator.plan import Plan, Task
-    from loop_orchestrator.signatures import Signature
-    from loop_orchestrator.state import RunDir
+    from loop_orchestrator.plan.model import Plan, Task
+    from loop_orchestrator.plan.signatures import Signature
+    from loop_orchestrator.runstate.state import RunDir
 
 
 @lru_cache(maxsize=1)
@@ -76,8 +76,8 @@ def consumed_signatures(
 ) -> list[Signature]:
     """Exact signatures of what ``task`` consumes: given by done tasks, else read from the
     code (producers' files on staging; the base tree for done tasks without signatures)."""
-    from loop_orchestrator import signatures
-    from loop_orchestrator.globs import path_matches
+    from loop_orchestrator.plan import signatures
+    from loop_orchestrator.plan.globs import path_matches
 
     found: list[Signature] = []
     producers = {out: t for t in plan.tasks for out in t.produces}

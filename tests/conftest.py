@@ -22,7 +22,7 @@ from helpers.git import init_repo
 from helpers.intake import FakeClaude
 from helpers.runs import one_task_files
 
-from loop_orchestrator.demo import DemoFiles, prepare_demo
+from loop_orchestrator.simulator.demo_flow import DemoFiles, prepare_demo
 
 
 @pytest.fixture(autouse=True)

@@ -20,10 +20,11 @@ import pytest
 from helpers.git import git
 from helpers.runs import approve, edit_script
 
-from loop_orchestrator import demo, integration
 from loop_orchestrator.errors import GateError, RefTamperedError
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor.main import Supervisor
+from loop_orchestrator.workspace import integration
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,7 @@ from helpers.git import git
 from helpers.served import serve
 from helpers.wait import wait_for
 
-from loop_orchestrator import resources, runs
-from loop_orchestrator.agents.base import AgentContext, make_adapter
+from loop_orchestrator import resources
 from loop_orchestrator.agents.claude import (
     BYPASS_SETTINGS,
     SCREENS,
@@ -34,13 +33,15 @@ from loop_orchestrator.agents.claude import (
     match_screen,
     pretrust,
 )
+from loop_orchestrator.agents.contract import AgentContext, make_adapter
 from loop_orchestrator.config import AgentConfig, Settings
-from loop_orchestrator.delivery import Deliverer, prompt_confirmation
 from loop_orchestrator.errors import AgentError, AgentStartError, NotLoggedInError
-from loop_orchestrator.lifecycle import NOT_LOGGED_IN_ERROR
-from loop_orchestrator.record import Record
-from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
-from loop_orchestrator.tmux import TmuxBackend
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.journal import Record
+from loop_orchestrator.runstate.state import Phase, RunDir, Store, TaskStatus
+from loop_orchestrator.sessions.delivery import Deliverer, prompt_confirmation
+from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.supervisor.lifecycle import NOT_LOGGED_IN_ERROR
 
 # Screens as Claude Code 2.1.332 draws them in a 200-column tmux pane (captured by hand).
 RULE = "─" * 120

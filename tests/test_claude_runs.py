@@ -37,17 +37,18 @@ from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, permissions
 from loop_orchestrator.agents.claude import (
     BYPASS_SETTINGS,
     claude_config_path,
     match_screen,
     pretrust,
 )
-from loop_orchestrator.agents.model_endpoint import ModelEndpoint
-from loop_orchestrator.record import Record
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.permissions import requests as permissions
+from loop_orchestrator.runstate.journal import Record
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.simulator.endpoint import ModelEndpoint
+from loop_orchestrator.supervisor.main import Supervisor
 
 TASKS = ("tokenize", "slug", "counts", "report")
 

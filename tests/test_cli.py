@@ -18,11 +18,11 @@ from helpers.cli import invoke, write_plan
 from helpers.git import git
 from helpers.runs import STATUS_KEYS, lo_orch
 
-from loop_orchestrator import runs
 from loop_orchestrator.cli.main import cli
 from loop_orchestrator.errors import GateError
-from loop_orchestrator.plan import load_plan, plan_hash
-from loop_orchestrator.state import Phase, RunPhase
+from loop_orchestrator.plan.model import load_plan, plan_hash
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import Phase, RunPhase
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "examples" / "plan.yaml"

@@ -206,7 +206,7 @@ def test_the_node_never_writes_or_reads_through_a_link_the_session_planted(
 
 
 def test_status_has_a_node_column_only_when_a_task_runs_on_a_node() -> None:
-    from loop_orchestrator import status as statusdoc
+    from loop_orchestrator.runstate import progress as statusdoc
 
     doc: dict[str, Any] = {"tasks": [{"task": "a"}, {"task": "b"}]}
     rows = [[f"{t}{i}" for i in range(len(statusdoc.STATUS_HEADERS))] for t in "ab"]

@@ -32,8 +32,8 @@ from loop_orchestrator.cluster.checks import (
 )
 from loop_orchestrator.cluster.connect import _reachable, connect, ray_module
 from loop_orchestrator.config import ClusterConfig, SandboxConfig, Settings
-from loop_orchestrator.doctor import Check, run_checks
 from loop_orchestrator.errors import ClusterError
+from loop_orchestrator.readiness import Check, run_checks
 
 AGENT = "lo-r2-agent"
 

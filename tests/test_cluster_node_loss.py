@@ -28,10 +28,12 @@ from helpers.ray_cluster import (
 from helpers.runs import approve, ledger
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, integration, runs
 from loop_orchestrator.config import SandboxConfig
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor.main import Supervisor
+from loop_orchestrator.workspace import integration
 
 pytestmark = pytest.mark.slow
 

@@ -33,14 +33,16 @@ from helpers.ray_cluster import (
 from helpers.runs import approve, ledger
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, integration, usage
-from loop_orchestrator import status as statusdoc
-from loop_orchestrator.attach import attach_command
 from loop_orchestrator.cluster.node import SessionHost
 from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
 from loop_orchestrator.config import ClusterConfig
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.cost import usage
+from loop_orchestrator.runstate import progress as statusdoc
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.sessions.attach import attach_command
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor.main import Supervisor
+from loop_orchestrator.workspace import integration
 
 pytestmark = pytest.mark.slow
 #: the module's cluster (helpers.ray_cluster)
@@ -234,7 +236,7 @@ def test_real_claude_code_on_a_node_is_priced_and_resumes_its_conversation_on_an
     (``--resume`` finds the transcript there) and finishes the task."""
     import threading
 
-    from loop_orchestrator.agents.model_endpoint import ModelEndpoint
+    from loop_orchestrator.simulator.endpoint import ModelEndpoint
 
     files = demo.prepare_demo(tmp_path)
     marker = tmp_path / "slow-tool-started"

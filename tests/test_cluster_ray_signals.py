@@ -28,10 +28,10 @@ from helpers.ray_cluster import RayEnv, edit_demo, run_actors, staging_merges
 from helpers.runs import approve, ledger
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo
 from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
-from loop_orchestrator.inbox import INBOX_DIR
-from loop_orchestrator.state import Phase, RunDir, Store
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.sessions.inbox import INBOX_DIR
+from loop_orchestrator.simulator import demo_flow as demo
 
 pytestmark = pytest.mark.slow
 #: the module's cluster (helpers.ray_cluster)

@@ -26,18 +26,18 @@ from helpers.agents import (
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
-from loop_orchestrator import demo
-from loop_orchestrator.agents.base import make_adapter
 from loop_orchestrator.agents.codex import CodexAdapter, find_session
-from loop_orchestrator.agents.codex_endpoint import (
+from loop_orchestrator.agents.contract import make_adapter
+from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
+from loop_orchestrator.errors import ConfigError
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.simulator.codex_endpoint import (
     ResponsesEndpoint,
     codex_call,
     codex_conversation,
 )
-from loop_orchestrator.agents.scripted_script import load_script
-from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
-from loop_orchestrator.errors import ConfigError
-from loop_orchestrator.state import Phase, RunDir, Store
+from loop_orchestrator.simulator.script import load_script
 
 CODEX_VERSION = "0.171.0"
 
@@ -281,7 +281,7 @@ def test_pretrust_refuses_a_broken_config_without_writing(tmp_path: Path) -> Non
 
 
 def _adapter_and_context(repo: Path, env: dict[str, str], **agent: Any) -> tuple[CodexAdapter, Any]:
-    from loop_orchestrator.agents.base import AgentContext
+    from loop_orchestrator.agents.contract import AgentContext
 
     config = AgentConfig(kind="codex", command=str(agent_cli("codex")), env=env, **agent)
     ctx = AgentContext.create(
@@ -302,7 +302,7 @@ def test_without_pretrust_the_trust_dialog_is_answered_before_ready(
     tmp_path: Path,
 ) -> None:
     from loop_orchestrator.agents.codex import READY_RE
-    from loop_orchestrator.tmux import TmuxBackend
+    from loop_orchestrator.sessions.tmux import TmuxBackend
 
     script = tmp_path / "script.yaml"
     script.write_text("default:\n  turns:\n    - [{say: hi}]\n", encoding="utf-8")
@@ -338,7 +338,7 @@ def test_codex_without_a_login_stops_at_its_sign_in_screen_with_a_clear_error(
     tmp_path: Path,
 ) -> None:
     from loop_orchestrator.errors import AgentStartError
-    from loop_orchestrator.tmux import TmuxBackend
+    from loop_orchestrator.sessions.tmux import TmuxBackend
 
     home = tmp_path / "home"
     env = {"HOME": str(home), "CODEX_HOME": str(home / ".codex")}

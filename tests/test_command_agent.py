@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 from helpers.wait import wait_for
 
-from loop_orchestrator.agents.base import (
+from loop_orchestrator.agents.command import STABLE_SECONDS, CommandAdapter, render_command
+from loop_orchestrator.agents.contract import (
     AgentContext,
     bracketed_paste,
     make_adapter,
     python_module_argv,
 )
-from loop_orchestrator.agents.command import STABLE_SECONDS, CommandAdapter, render_command
 from loop_orchestrator.config import AgentConfig, Settings
-from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
-from loop_orchestrator.tmux import TmuxBackend
+from loop_orchestrator.sessions.delivery import Deliverer
+from loop_orchestrator.sessions.tmux import TmuxBackend
 
 LINE_AGENT = """\
 import sys
@@ -148,7 +148,7 @@ def test_bracketed_paste_agent_through_a_command_template(tmux_socket: str, tmp_
         kind="command",
         command=shlex.join(
             [
-                *python_module_argv("loop_orchestrator.agents.scripted"),
+                *python_module_argv("loop_orchestrator.simulator.agent"),
                 "--script",
                 str(script),
                 "--plugin-dir",

@@ -18,7 +18,7 @@ from loop_orchestrator.commands import plan as planning
 from loop_orchestrator.commands import session
 from loop_orchestrator.commands import status as statuses
 from loop_orchestrator.errors import LoOrchError, StateError, UsageError
-from loop_orchestrator.state import Store
+from loop_orchestrator.runstate.state import Store
 
 EXAMPLE = REPO_ROOT / "examples" / "plan.yaml"
 
@@ -71,8 +71,8 @@ def test_gate1_refuses_a_plan_written_while_approve_runs(
     """A plan written after the dashboard's Gate 1 was answered but before the approval is
     recorded (another terminal's `lo-orch plan`) is refused too: the plan shown is compared
     with the plan approved, not with run.json read beforehand."""
-    from loop_orchestrator import runs
-    from loop_orchestrator.guard import refuse_in_session
+    from loop_orchestrator.runstate import create as runs
+    from loop_orchestrator.sessions.guard import refuse_in_session
 
     plan_file = git_repo / "plan.yaml"
     shutil.copy(EXAMPLE, plan_file)

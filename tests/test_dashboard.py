@@ -29,15 +29,18 @@ from helpers.runs import edit_script
 from helpers.wait import wait_for, wait_in_app
 from textual.widgets import DataTable, OptionList, Static
 
-from loop_orchestrator import demo, permissions, private, runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.dashboard import app as dashboard
 from loop_orchestrator.dashboard import screens, view
 from loop_orchestrator.errors import LoOrchError
-from loop_orchestrator.record import JOURNAL_FILE
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
-from loop_orchestrator.supervisor import Outcome, Supervisor
+from loop_orchestrator.permissions import requests as permissions
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate import private
+from loop_orchestrator.runstate.journal import JOURNAL_FILE
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor.main import Outcome, Supervisor
 
 
 def run_async(coro: Coroutine[Any, Any, None]) -> None:

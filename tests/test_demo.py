@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loop_orchestrator import private
+from loop_orchestrator.runstate import private
 
 
 def test_demo_runs_the_whole_flow_and_cleans_up(tmux_socket: str, tmp_path: Path) -> None:

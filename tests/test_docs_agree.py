@@ -110,7 +110,7 @@ def test_architecture_names_only_modules_that_exist_and_places_every_module() ->
 
 def test_a_module_is_placed_only_by_its_own_folder_row() -> None:
     doc = (
-        "| supervision | `loop_orchestrator/doctor.py` | checks |\n"
+        "| supervision | `loop_orchestrator/readiness.py` | checks |\n"
         "| commands | `loop_orchestrator/commands/` | `plan.py` (`plan`) |\n"
         "the agents' `terminal.py` is described elsewhere\n"
     )
@@ -227,7 +227,10 @@ CLI_MAY_IMPORT = {
 }
 CLI_EXCEPTIONS = {
     ("main.py", "loop_orchestrator.__version__"): "`lo-orch --version`",
-    ("main.py", "loop_orchestrator.hooks"): "the click-free fast paths of `hook` and `signal`",
+    (
+        "main.py",
+        "loop_orchestrator.sessions.hooks",
+    ): "the click-free fast paths of `hook` and `signal`",
     ("dashboard_cmds.py", "loop_orchestrator.dashboard.app"): "the other front end",
 }
 
@@ -284,13 +287,13 @@ BEHIND_THE_COMMANDS = {
 }
 #: modules a front end never imports: what they do goes through commands/
 FRONT_ENDS_NEVER_IMPORT = {
-    "loop_orchestrator.integration",
-    "loop_orchestrator.attach",
-    "loop_orchestrator.permissions",
-    "loop_orchestrator.supervisor",
-    "loop_orchestrator.hooks",
-    "loop_orchestrator.doctor",
-    "loop_orchestrator.demo",
+    "loop_orchestrator.workspace.integration",
+    "loop_orchestrator.sessions.attach",
+    "loop_orchestrator.permissions.requests",
+    "loop_orchestrator.supervisor.main",
+    "loop_orchestrator.sessions.hooks",
+    "loop_orchestrator.readiness",
+    "loop_orchestrator.simulator.demo_flow",
     "loop_orchestrator.verify.on_demand",
 }
 

@@ -18,7 +18,7 @@ from helpers.git import git
 from loop_orchestrator import resources
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import Settings
-from loop_orchestrator.doctor import check_login, check_plugin_installed
+from loop_orchestrator.readiness import check_login, check_plugin_installed
 
 # these tests run the real Claude Code CLI (or the adapter built around its path)
 pytestmark = pytest.mark.claude

@@ -22,18 +22,18 @@ from helpers.agents import (
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
-from loop_orchestrator import demo
-from loop_orchestrator.agents.base import AgentContext, make_adapter
+from loop_orchestrator.agents.contract import AgentContext, make_adapter
 from loop_orchestrator.agents.gemini import GeminiAdapter, find_session
-from loop_orchestrator.agents.gemini_endpoint import (
+from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
+from loop_orchestrator.errors import AgentStartError, ConfigError
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.simulator.gemini_endpoint import (
     GeminiEndpoint,
     gemini_call,
     gemini_conversation,
 )
-from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
-from loop_orchestrator.errors import AgentStartError, ConfigError
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.tmux import TmuxBackend
 
 GEMINI_VERSION = "0.61.0"
 

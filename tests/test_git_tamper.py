@@ -17,13 +17,13 @@ from helpers.git import git
 
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError, MergeConflictError, RefTamperedError
-from loop_orchestrator.gitutil import added_lines, diff_text, file_at
-from loop_orchestrator.plan import Task
-from loop_orchestrator.refbook import FileRefBook
-from loop_orchestrator.state import RunDir
-from loop_orchestrator.tempcheckout import temp_checkout
+from loop_orchestrator.git.checkouts import temp_checkout
+from loop_orchestrator.git.gateway import added_lines, diff_text, file_at
+from loop_orchestrator.git.refbook import FileRefBook
+from loop_orchestrator.plan.model import Task
+from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify.verdict import deterministic_findings
-from loop_orchestrator.workspace import Workspace
+from loop_orchestrator.workspace.workspace import Workspace
 
 AUTHOR = {"author_name": "Lo Bot", "author_email": "bot@example.org"}
 TOKEN = "ghp_Zq8XkP3vLm2NwR7tYb5HcJ4dFs6GaE1uTo9K"
@@ -440,9 +440,10 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
 
     The task carries a token that a textconv driver of the repository hides from plain git.
     """
-    from loop_orchestrator import integration, runs
     from loop_orchestrator.commands.plan import plan_from_file
     from loop_orchestrator.config import load_settings
+    from loop_orchestrator.runstate import create as runs
+    from loop_orchestrator.workspace import integration
 
     plan_file = tmp_path / "plan.yaml"
     plan_file.write_text(
@@ -471,7 +472,7 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str, str]:
 def test_gate2_shows_raw_content_and_lands_the_reviewed_commit(
     git_repo: Path, tmp_path: Path, tmux_socket: str
 ) -> None:
-    from loop_orchestrator import integration
+    from loop_orchestrator.workspace import integration
 
     ws, staging, _ = _awaiting_review(git_repo, tmp_path)
     # after the review, a hook would move the feature branch: it never runs
@@ -493,9 +494,10 @@ def test_gate2_shows_raw_content_and_lands_the_reviewed_commit(
 def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
     git_repo: Path, tmp_path: Path
 ) -> None:
-    from loop_orchestrator import integration, runs
     from loop_orchestrator.config import load_settings
-    from loop_orchestrator.state import Store
+    from loop_orchestrator.runstate import create as runs
+    from loop_orchestrator.runstate.state import Store
+    from loop_orchestrator.workspace import integration
 
     _ws, staging, commit = _awaiting_review(git_repo, tmp_path)
     store = Store.for_repo(git_repo)
@@ -520,7 +522,7 @@ def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(
 
 @pytest.mark.slow
 def test_grafts_do_not_fake_history(git_repo: Path) -> None:
-    from loop_orchestrator.gitutil import is_ancestor
+    from loop_orchestrator.git.gateway import is_ancestor
 
     ws = started(git_repo)
     staging = ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")

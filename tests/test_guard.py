@@ -16,15 +16,17 @@ import yaml
 from helpers.git import git
 from helpers.wait import wait_for
 
-from loop_orchestrator import runs, sandbox, workspace
-from loop_orchestrator.agents.base import lo_orch_bin
+from loop_orchestrator.agents.contract import lo_orch_bin
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
-from loop_orchestrator.guard import SessionGateError
-from loop_orchestrator.sessions import LaunchSpec
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
-from loop_orchestrator.tmux import TmuxBackend
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.sessions import sandbox
+from loop_orchestrator.sessions.backend import LaunchSpec
+from loop_orchestrator.sessions.guard import SessionGateError
+from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.workspace import workspace
 
 RUN = "gates"
 PLAN = {

@@ -23,19 +23,20 @@ from click.testing import CliRunner
 from helpers.git import git
 from helpers.served import Served, env_for, lo_orch_env, serve, start_run, sub_env, working
 
-from loop_orchestrator import hooks, inbox, listener, plan_checks
 from loop_orchestrator.cli import hook_cmds
 from loop_orchestrator.cli.main import cli, run_cli
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
-from loop_orchestrator.lifecycle import MAX_STOP_BLOCKS, NOT_LOGGED_IN_ERROR
-from loop_orchestrator.record import Record
-from loop_orchestrator.reports import Reports
-from loop_orchestrator.state import (
+from loop_orchestrator.plan import validation as plan_checks
+from loop_orchestrator.runstate.journal import Record
+from loop_orchestrator.runstate.state import (
     Phase,
     RunDir,
     Store,
     TaskStatus,
 )
+from loop_orchestrator.sessions import hooks, inbox, listener
+from loop_orchestrator.supervisor.lifecycle import MAX_STOP_BLOCKS, NOT_LOGGED_IN_ERROR
+from loop_orchestrator.supervisor.reports import Reports
 
 SID = "5b0f4c1e-7d7a-4b7e-9a57-3f1f0d7e2c11"
 
@@ -103,7 +104,7 @@ def test_hook_path_imports_no_heavy_module(served: Served) -> None:
         "try:\n    runpy.run_module('loop_orchestrator', run_name='__main__')\n"
         "except SystemExit as exc:\n    code = exc.code\n"
         "heavy = [m for m in ('pydantic', 'filelock', 'libtmux', 'rich', 'jinja2', 'git',"
-        " 'yaml', 'watchdog', 'loop_orchestrator.state', 'loop_orchestrator.listener',"
+        " 'yaml', 'watchdog', 'loop_orchestrator.runstate.state', 'loop_orchestrator.sessions.listener',"
         " 'threading', 'logging', 'queue', 'dataclasses') if m in sys.modules]\n"
         "print(code, heavy, file=sys.stderr)\n"
     )

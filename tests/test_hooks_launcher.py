@@ -18,7 +18,7 @@ import pytest
 from helpers import REPO_ROOT
 from helpers.served import serve, working
 
-from loop_orchestrator.state import Phase, Store
+from loop_orchestrator.runstate.state import Phase, Store
 
 LO_HOOK = REPO_ROOT / "hooks" / "lo-hook"
 SID = "0d7e2c11-5b0f-4c1e-7d7a-4b7e9a573f1f"

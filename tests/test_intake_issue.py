@@ -23,7 +23,7 @@ from loop_orchestrator.intake.issue import (
     mentioned_paths,
 )
 from loop_orchestrator.intake.trackers import Issue, IssueTree
-from loop_orchestrator.state import RunDir
+from loop_orchestrator.runstate.state import RunDir
 
 DB_PY = '''\
 """Database access."""
@@ -148,7 +148,7 @@ def test_parent_with_four_children_one_closed(
     # Gate 1, then the dependent's brief as the supervisor renders it
     assert run_cli(["approve", "--repo", str(base_repo)]) == 0
     from loop_orchestrator import templating
-    from loop_orchestrator.supervisor import Supervisor
+    from loop_orchestrator.supervisor.main import Supervisor
 
     sup = Supervisor(base_repo, load_settings(base_repo))
     try:

@@ -35,7 +35,7 @@ from loop_orchestrator.errors import IntakeError
 from loop_orchestrator.intake import linear
 from loop_orchestrator.intake.http import NotFoundError, TokenRejectedError, TrackerHttpError
 from loop_orchestrator.intake.trackers import IssueTree, fetch_tree, parse_key
-from loop_orchestrator.state import RunDir
+from loop_orchestrator.runstate.state import RunDir
 
 TRACKER_VARS = (
     "JIRA_URL",
@@ -856,7 +856,7 @@ def test_doctor_lists_the_trackers_and_what_is_missing_without_values(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from loop_orchestrator.config import Settings
-    from loop_orchestrator.doctor import check_intake
+    from loop_orchestrator.readiness import check_intake
 
     bare = check_intake(Settings(), {})
     assert bare.status == "info"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loop_orchestrator.signatures import find, python_signatures, signatures_in, ts_signatures
+from loop_orchestrator.plan.signatures import find, python_signatures, signatures_in, ts_signatures
 
 PY = '''\
 """A module."""

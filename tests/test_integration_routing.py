@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from helpers.git import git
 
-from loop_orchestrator import gitutil, workspace
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError
+from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.verify import failing_files
+from loop_orchestrator.workspace import workspace
 
 FILES = [
     "app/__init__.py",

@@ -6,9 +6,14 @@ import itertools
 
 import pytest
 
-from loop_orchestrator import lifecycle
-from loop_orchestrator.lifecycle import Event, IllegalTransition, decide_signal, next_phase
-from loop_orchestrator.state import ACTIVE_PHASES, Phase, TaskStatus
+from loop_orchestrator.runstate.state import ACTIVE_PHASES, Phase, TaskStatus
+from loop_orchestrator.supervisor import lifecycle
+from loop_orchestrator.supervisor.lifecycle import (
+    Event,
+    IllegalTransition,
+    decide_signal,
+    next_phase,
+)
 
 # The whole table written out by hand: a changed transition must change this test too.
 EXPECTED = {

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from loop_orchestrator.limits import usage_limit_reset
+from loop_orchestrator.cost.limits import usage_limit_reset
 
 #: (the session's TZ, when it was said (UTC), the message, the reset the endpoint sent (UTC));
 #: the minutes are as measured, the seconds as near as the run's log gave them

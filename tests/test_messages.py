@@ -19,8 +19,8 @@ from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, lo, lo_orch, user_snapshot
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo
-from loop_orchestrator.state import RunDir, Store
+from loop_orchestrator.runstate.state import RunDir, Store
+from loop_orchestrator.simulator import demo_flow as demo
 
 TASK = "tokenize"  # the one task of the one_task fixture
 
@@ -95,7 +95,7 @@ def test_status_ages_count_from_the_phase_change_and_notes_fit_the_width(
     assert lo(repo, "run").returncode == 1
     time.sleep(2.2)
     # a later hook line changes updated_at, not the phase: the age must not restart
-    from loop_orchestrator.record import Record
+    from loop_orchestrator.runstate.journal import Record
 
     Record.open(repo, "demo").update_task(TASK, last_event="Stop")
     out = subprocess.run(

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from loop_orchestrator.agents.model_endpoint import DEFAULT_TOKEN, ModelEndpoint
-from loop_orchestrator.agents.model_replies import Conversation, classify
-from loop_orchestrator.agents.scripted_script import load_script, parse_script
 from loop_orchestrator.errors import ConfigError
+from loop_orchestrator.simulator.endpoint import DEFAULT_TOKEN, ModelEndpoint
+from loop_orchestrator.simulator.replies import Conversation, classify
+from loop_orchestrator.simulator.script import load_script, parse_script
 
 #: the endpoint's server looks for close() this often (0.5 s by default: every teardown
 #: would wait that long)

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 from helpers.runs import edit_script, only, received, recorder
 
-from loop_orchestrator import demo, notify, private, runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import NotifyConfig, Settings
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate import private
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor import notify
+from loop_orchestrator.supervisor.main import Supervisor
 
 FIELDS = {"id", "event", "run", "repo", "task", "message", "at"}
 SECRET = "sk-ant-not-a-real-token-0123456789"

@@ -18,22 +18,23 @@ import pytest
 import yaml
 from helpers.runs import edit_script
 
-from loop_orchestrator import (
-    demo,
-    hooks,
-    inbox,
-    permission_desk,
-    permissions,
-    private,
-    runs,
-    sandbox,
-)
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.errors import ConfigError, StateError
-from loop_orchestrator.permissions import PermissionRequest, Permissions, decide, parse_rule
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.permissions import desk as permission_desk
+from loop_orchestrator.permissions import requests as permissions
+from loop_orchestrator.permissions.requests import (
+    PermissionRequest,
+    Permissions,
+    decide,
+    parse_rule,
+)
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate import private
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.sessions import hooks, inbox, sandbox
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor.main import Supervisor
 
 
 def req(tool: str = "Bash", summary: str = "", cwd: str | None = "/w/t") -> PermissionRequest:

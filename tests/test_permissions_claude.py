@@ -20,12 +20,13 @@ from helpers.agents import claude_settings, endpoint_for
 from helpers.runs import approve, edit_script, ledger, lo, only, received, recorder
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, permissions
-from loop_orchestrator.agents.model_endpoint import ModelEndpoint
 from loop_orchestrator.config import NotifyConfig, PermissionsConfig
-from loop_orchestrator.record import Record
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.permissions import requests as permissions
+from loop_orchestrator.runstate.journal import Record
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.simulator.endpoint import ModelEndpoint
+from loop_orchestrator.supervisor.main import Supervisor
 
 pytestmark = pytest.mark.slow
 

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from loop_orchestrator import plan_checks, schedule
 from loop_orchestrator.errors import PlanError
-from loop_orchestrator.globs import path_matches, patterns_overlap
-from loop_orchestrator.plan import DoneCheck, Plan, load_plan, plan_hash, validate_plan_data
-from loop_orchestrator.plan_checks import semantic_problems
-from loop_orchestrator.schedule import dependencies, waves
+from loop_orchestrator.plan import schedule
+from loop_orchestrator.plan import validation as plan_checks
+from loop_orchestrator.plan.globs import path_matches, patterns_overlap
+from loop_orchestrator.plan.model import DoneCheck, Plan, load_plan, plan_hash, validate_plan_data
+from loop_orchestrator.plan.schedule import dependencies, waves
+from loop_orchestrator.plan.validation import semantic_problems
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,9 +16,9 @@ from helpers import REPO_ROOT
 from helpers.agents import agent_cli
 
 import loop_orchestrator
-from loop_orchestrator import hooks
-from loop_orchestrator import plan as planmod
 from loop_orchestrator.cli.main import cli
+from loop_orchestrator.plan import model as planmod
+from loop_orchestrator.sessions import hooks
 from loop_orchestrator.verify.llm_auditor import AUDITOR_TOOLS, parse_verdict_text
 
 HOOK_EVENTS = {

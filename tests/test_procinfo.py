@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from loop_orchestrator.procinfo import cpu_and_peak_rss
+from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss
 
 BUSY = (
     "import time\n"

@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 from helpers.runs import run_state
 
-from loop_orchestrator import private, record, runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
-from loop_orchestrator.record import NoRecordError, Record, RecordTamperedError
-from loop_orchestrator.state import Phase, RunDir, RunPhase, TaskStatus
-from loop_orchestrator.status import status_document
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate import journal as record
+from loop_orchestrator.runstate import private
+from loop_orchestrator.runstate.journal import NoRecordError, Record, RecordTamperedError
+from loop_orchestrator.runstate.progress import status_document
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, TaskStatus
 
 
 def make_record(

@@ -19,10 +19,13 @@ from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, lo, user_snapshot
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, gitparse, gitutil, recovery
-from loop_orchestrator.record import Record
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.git import gateway as gitutil
+from loop_orchestrator.git import parse as gitparse
+from loop_orchestrator.runstate.journal import Record
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor import recovery
+from loop_orchestrator.supervisor.main import Supervisor
 
 TASK = "tokenize"  # the one task of the one_task fixture
 

@@ -15,10 +15,11 @@ from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, integration
 from loop_orchestrator.cluster import refs
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor.main import Supervisor
+from loop_orchestrator.workspace import integration
 
 pytestmark = pytest.mark.slow
 

@@ -19,15 +19,17 @@ from helpers.agents import bare_context
 from helpers.git import git
 from helpers.wait import wait_for
 
-from loop_orchestrator import private, sandbox, workspace
-from loop_orchestrator.agents.base import AgentContext, make_adapter
+from loop_orchestrator.agents.contract import AgentContext, make_adapter
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
-from loop_orchestrator.delivery import Deliverer
 from loop_orchestrator.errors import ConfigError
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.tmux import TmuxBackend
+from loop_orchestrator.runstate import private
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.sessions import sandbox
+from loop_orchestrator.sessions.delivery import Deliverer
+from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.workspace import workspace
 
 pytestmark = pytest.mark.skipif(not sandbox.available()[0], reason="bubblewrap does not work")
 
@@ -388,7 +390,7 @@ def test_the_supervisor_launch_is_wrapped(tmp_path: Path) -> None:
     spec = make_adapter(settings, tmp_path).launch_spec(ctx, resume=False)
     assert Path(spec.argv[0]).name == "bwrap"
     inner: list[Any] = spec.argv[spec.argv.index("--") + 1 :]
-    assert inner[1:3] == ["-m", "loop_orchestrator.agents.scripted"]
+    assert inner[1:3] == ["-m", "loop_orchestrator.simulator.agent"]
     assert (tmp_path / ".orchestration" / "inbox" / "api").is_dir()
     off = settings.model_copy(
         update={"sandbox": settings.sandbox.model_copy(update={"mode": "off"})}
@@ -397,5 +399,5 @@ def test_the_supervisor_launch_is_wrapped(tmp_path: Path) -> None:
     assert ctx_off.sandbox is None
     assert make_adapter(off, tmp_path).launch_spec(ctx_off, resume=False).argv[1:3] == [
         "-m",
-        "loop_orchestrator.agents.scripted",
+        "loop_orchestrator.simulator.agent",
     ]

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from loop_orchestrator.plan import Plan, validate_plan_data
-from loop_orchestrator.schedule import (
+from loop_orchestrator.plan.model import Plan, validate_plan_data
+from loop_orchestrator.plan.schedule import (
     ready_tasks,
     waiting_on,
     wave_of,
     waves,
 )
-from loop_orchestrator.state import Phase
+from loop_orchestrator.runstate.state import Phase
 
 
 def task(tid: str, *deps: str) -> dict[str, Any]:

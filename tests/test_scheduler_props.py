@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from loop_orchestrator.errors import PlanError
-from loop_orchestrator.globs import patterns_overlap
-from loop_orchestrator.plan import Plan, validate_plan_data
-from loop_orchestrator.schedule import (
+from loop_orchestrator.plan.globs import patterns_overlap
+from loop_orchestrator.plan.model import Plan, validate_plan_data
+from loop_orchestrator.plan.schedule import (
     dependencies,
     levels,
     ready_tasks,
@@ -27,7 +27,7 @@ from loop_orchestrator.schedule import (
     wave_of,
     waves,
 )
-from loop_orchestrator.state import ACTIVE_PHASES, Phase
+from loop_orchestrator.runstate.state import ACTIVE_PHASES, Phase
 
 PROPS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ACTIVE = sorted(ACTIVE_PHASES)
@@ -380,7 +380,7 @@ PATH = st.lists(
 @settings(max_examples=400, deadline=None)
 @given(PATTERN, PATTERN, PATH)
 def test_patterns_overlap_never_misses_a_common_path(a: str, b: str, path: str) -> None:
-    from loop_orchestrator.globs import path_matches
+    from loop_orchestrator.plan.globs import path_matches
 
     if path_matches(path, [a]) and path_matches(path, [b]):
         assert patterns_overlap(a, b), (a, b, path)

@@ -15,10 +15,15 @@ from helpers.served import serve, working
 from helpers.wait import wait_for
 
 from loop_orchestrator import proc, templating
-from loop_orchestrator.agents.base import AgentContext, make_adapter
+from loop_orchestrator.agents.contract import AgentContext, make_adapter
 from loop_orchestrator.agents.dialogs import Dialog, answer_dialog, find_dialog
-from loop_orchestrator.agents.scripted import READY_RE, ScriptedAdapter
-from loop_orchestrator.agents.scripted_script import (
+from loop_orchestrator.config import AgentConfig, Settings
+from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
+from loop_orchestrator.sessions.delivery import Deliverer
+from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.simulator.agent import READY_RE, ScriptedAdapter
+from loop_orchestrator.simulator.keys import InputParser
+from loop_orchestrator.simulator.script import (
     ExitAction,
     HangAction,
     SayAction,
@@ -27,11 +32,6 @@ from loop_orchestrator.agents.scripted_script import (
     load_script,
     parse_script,
 )
-from loop_orchestrator.agents.terminal import InputParser
-from loop_orchestrator.config import AgentConfig, Settings
-from loop_orchestrator.delivery import Deliverer
-from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
-from loop_orchestrator.tmux import TmuxBackend
 
 # script format --------------------------------------------------------------------------
 
@@ -519,7 +519,7 @@ def test_with_the_real_plugin_hooks_and_lo_orch_signal(
 ) -> None:
     """The whole path the supervisor relies on: real hooks.json, `lo-orch hook`/`signal`
     through the inbox, the pane's process tree telling which task reports."""
-    from loop_orchestrator.state import Phase, RunDir, Store
+    from loop_orchestrator.runstate.state import Phase, RunDir, Store
 
     backend = TmuxBackend("r")
     served = stack.enter_context(

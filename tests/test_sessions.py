@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from helpers.wait import wait_for
 
-from loop_orchestrator.agents.base import AgentContext
-from loop_orchestrator.agents.scripted import ScriptedAdapter
+from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.config import AgentConfig
-from loop_orchestrator.delivery import Deliverer, sanitize_prompt
 from loop_orchestrator.errors import DeliveryError, TmuxError
-from loop_orchestrator.sessions import LaunchSpec
-from loop_orchestrator.tmux import TmuxBackend
+from loop_orchestrator.sessions.backend import LaunchSpec
+from loop_orchestrator.sessions.delivery import Deliverer, sanitize_prompt
+from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.simulator.agent import ScriptedAdapter
 
 
 def tmux(socket: str, *args: str) -> str:

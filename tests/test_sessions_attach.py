@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from helpers.runs import run_state
 
-from loop_orchestrator.attach import attach_command
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.errors import TmuxError
-from loop_orchestrator.sessions import LaunchSpec
-from loop_orchestrator.state import Store, TaskStatus
-from loop_orchestrator.tmux import TmuxBackend
+from loop_orchestrator.runstate.state import Store, TaskStatus
+from loop_orchestrator.sessions.attach import attach_command
+from loop_orchestrator.sessions.backend import LaunchSpec
+from loop_orchestrator.sessions.tmux import TmuxBackend
 
 
 def make_run(repo: Path, name: str = "demo", panes: dict[str, str | None] | None = None) -> None:

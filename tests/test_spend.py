@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loop_orchestrator import usage
-from loop_orchestrator.spend import SpendBook
+from loop_orchestrator.cost import usage
+from loop_orchestrator.cost.spend import SpendBook
 
 OPUS = usage.DEFAULT_PRICES
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from loop_orchestrator.errors import StateError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.state import (
+from loop_orchestrator.runstate.state import (
     Phase,
     RunDir,
     RunState,

@@ -27,11 +27,14 @@ from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, integration, runs, tempcheckout
-from loop_orchestrator.agents.scripted import READY_RE
 from loop_orchestrator.commands.plan import plan_from_file
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.git import checkouts as tempcheckout
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.simulator.agent import READY_RE
+from loop_orchestrator.supervisor.main import Supervisor
+from loop_orchestrator.workspace import integration
 
 TASKS = ("tokenize", "slug", "counts", "report")
 
@@ -642,7 +645,7 @@ def test_a_generic_command_agent_without_hooks_runs_the_whole_flow(
         [
             sys.executable,
             "-m",
-            "loop_orchestrator.agents.scripted",
+            "loop_orchestrator.simulator.agent",
             "--script",
             str(demo_files.script),
             "--plugin-dir",

@@ -15,11 +15,11 @@ from pathlib import Path
 from helpers.agents import agent_cli
 from helpers.git import git
 
-from loop_orchestrator import runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.supervisor.main import Supervisor
 
 
 def test_supervisor_launches_real_claude_and_reports_not_logged_in(

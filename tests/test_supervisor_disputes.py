@@ -20,11 +20,12 @@ from typing import Any
 
 from helpers.runs import edit_script
 
-from loop_orchestrator import demo, runs
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor.main import Supervisor
 
 #: the real tests of the demo's report task plus one the tautology check blocks
 SELF_COMPARED = (

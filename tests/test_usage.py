@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 from helpers.intake import FakeClaude, plan_cli
 
-from loop_orchestrator import demo, usage
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import AgentConfig, load_settings
+from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import ConfigError
-from loop_orchestrator.state import RunDir, Store
-from loop_orchestrator.status import status_document
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.runstate.progress import status_document
+from loop_orchestrator.runstate.state import RunDir, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor.main import Supervisor
 
 OPUS = usage.DEFAULT_PRICES["claude-opus-5-5"]
 SID = "0b7e7c8e-3c55-4f0c-9a55-2f1f5d7d1e11"
@@ -240,12 +241,12 @@ def test_an_agent_that_is_not_claude_code_costs_unknown_never_zero(
     files = demo.prepare_demo(tmp_path)
     settings = demo.demo_settings(files.script)
     scripted = " ".join(
-        [sys.executable, "-m", "loop_orchestrator.agents.scripted", "--script", str(files.script)]
+        [sys.executable, "-m", "loop_orchestrator.simulator.agent", "--script", str(files.script)]
     )
     settings.agent = AgentConfig(
         kind="command", command=scripted, ready_pattern="│ \u276f", ready_timeout=20
     )
-    from loop_orchestrator import runs
+    from loop_orchestrator.runstate import create as runs
 
     plan_from_file(files.repo, files.plan, settings)
     runs.approve_plan(files.repo)
@@ -268,7 +269,7 @@ def test_an_agent_that_is_not_claude_code_costs_unknown_never_zero(
     rows = [line for line in shown.stdout.splitlines() if "integrated" in line]
     assert len(rows) == 4 and all("unknown" in r and "$0" not in r for r in rows), rows
     assert "Spent so far: unknown" in shown.stdout
-    from loop_orchestrator import integration
+    from loop_orchestrator.workspace import integration
 
     costs = integration.review(files.repo).costs
     assert costs[-1].startswith("run total: unknown")
@@ -278,7 +279,7 @@ def test_an_agent_that_is_not_claude_code_costs_unknown_never_zero(
 
 def test_a_plan_budget_is_optional_and_must_be_positive() -> None:
     from loop_orchestrator.errors import PlanError
-    from loop_orchestrator.plan import validate_plan_data
+    from loop_orchestrator.plan.model import validate_plan_data
 
     def plan(**fields: Any) -> dict[str, Any]:
         return {
@@ -381,7 +382,7 @@ def test_gate1_shows_a_forecast_marked_as_an_estimate(
 def test_a_usage_limit_message_gives_its_reset_time() -> None:
     from datetime import UTC, datetime
 
-    from loop_orchestrator.limits import usage_limit_reset
+    from loop_orchestrator.cost.limits import usage_limit_reset
 
     now = datetime(2026, 11, 30, 1, 30, tzinfo=UTC)
     screen = "⎿ You've hit your 5-hour limit · resets 2:11am (UTC)\n/upgrade to increase"
@@ -411,7 +412,7 @@ def test_a_usage_limit_message_gives_its_reset_time() -> None:
 
 
 def test_concurrency_drops_after_repeated_rate_limits_and_recovers() -> None:
-    from loop_orchestrator.limits import Governor
+    from loop_orchestrator.cost.limits import Governor
 
     g = Governor(3, hits_to_lower=2, window=300, quiet=600)
     assert g.hit(0) == 3  # one hit: nothing yet

@@ -23,13 +23,15 @@ from helpers.agents import claude_settings, pane_pid
 from helpers.runs import approve, edit_script, ledger, lo, only
 from helpers.wait import wait_for
 
-from loop_orchestrator import demo, integration, usage
-from loop_orchestrator.agents.model_endpoint import ModelEndpoint, gateway_token
-from loop_orchestrator.agents.scripted_script import load_script
 from loop_orchestrator.config import PriceConfig, Settings
-from loop_orchestrator.state import Phase, RunDir, Store
-from loop_orchestrator.status import status_document
-from loop_orchestrator.supervisor import Outcome, Supervisor
+from loop_orchestrator.cost import usage
+from loop_orchestrator.runstate.progress import status_document
+from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.simulator.endpoint import ModelEndpoint, gateway_token
+from loop_orchestrator.simulator.script import load_script
+from loop_orchestrator.supervisor.main import Outcome, Supervisor
+from loop_orchestrator.workspace import integration
 
 KEYS = usage.TOKEN_KEYS
 OPUS = usage.DEFAULT_PRICES["claude-opus-5-5"]

@@ -17,12 +17,14 @@ import pytest
 from helpers.git import git
 from helpers.runs import lo_orch, one_task_files, write_demo_plan
 
-from loop_orchestrator import demo, integration, runs, workspace
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings, WorkspaceConfig
 from loop_orchestrator.errors import GitError
-from loop_orchestrator.state import RunDir, RunPhase, Store
-from loop_orchestrator.supervisor import Supervisor
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import RunDir, RunPhase, Store
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.supervisor.main import Supervisor
+from loop_orchestrator.workspace import integration, workspace
 
 pytestmark = pytest.mark.slow
 

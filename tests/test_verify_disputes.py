@@ -14,10 +14,10 @@ import pytest
 from helpers.git import commit
 from helpers.served import Served, env_for, lo_orch_env, serve, working
 
-from loop_orchestrator import hooks, inbox
 from loop_orchestrator.config import Settings
-from loop_orchestrator.plan import DoneCheck, Task
-from loop_orchestrator.state import Phase, RunDir
+from loop_orchestrator.plan.model import DoneCheck, Task
+from loop_orchestrator.runstate.state import Phase, RunDir
+from loop_orchestrator.sessions import hooks, inbox
 from loop_orchestrator.verify import disputes, rework_prompt, verify_task, write_review
 from loop_orchestrator.verify.models import Finding, Severity, Verdict, blocking, warning
 from loop_orchestrator.verify.review import gate2_notes

@@ -11,8 +11,8 @@ import pytest
 from helpers.git import commit, git
 from helpers.verify import PY, off
 
-from loop_orchestrator.plan import DoneCheck, Task
-from loop_orchestrator.state import RunDir
+from loop_orchestrator.plan.model import DoneCheck, Task
+from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify import disputes, verify_task, write_review
 from loop_orchestrator.verify.checkout import clean_checkout
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning

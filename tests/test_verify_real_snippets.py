@@ -676,7 +676,7 @@ def test_a_change_tested_in_a_mixin_has_tests(git_repo: Path) -> None:
     # cachetools adds its tests to the mixins: "changes code but adds no test" is wrong there
     from helpers.git import git
 
-    from loop_orchestrator.plan import Task
+    from loop_orchestrator.plan.model import Task
     from loop_orchestrator.verify.verdict import deterministic_findings
 
     def commit(files: dict[str, str]) -> str:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from helpers.git import git
 
-from loop_orchestrator import gitutil
-from loop_orchestrator.globs import path_matches
+from loop_orchestrator.git import gateway as gitutil
+from loop_orchestrator.plan.globs import path_matches
 from loop_orchestrator.verify import classify
 from loop_orchestrator.verify.models import Finding
 from loop_orchestrator.verify.scope import check_scope, literally_owned

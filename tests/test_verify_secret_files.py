@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers.git import git
 
-from loop_orchestrator.plan import Task
-from loop_orchestrator.secretfiles import is_secret_path, scan_tree
+from loop_orchestrator.git.secretfiles import is_secret_path, scan_tree
+from loop_orchestrator.plan.model import Task
 from loop_orchestrator.verify.models import Finding
 from loop_orchestrator.verify.secrets import printable_runs
 from loop_orchestrator.verify.verdict import deterministic_findings

@@ -20,8 +20,8 @@ import pytest
 from helpers.git import commit
 from helpers.verify import FIXED_CALC, HONEST_TESTS, calc_task, off
 
-from loop_orchestrator.plan import DoneCheck, Task
-from loop_orchestrator.state import RunDir
+from loop_orchestrator.plan.model import DoneCheck, Task
+from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify import pyenv, verify_task
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
 from loop_orchestrator.verify.donechecks import (

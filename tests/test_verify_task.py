@@ -14,8 +14,8 @@ from helpers.verify import BASE_CALC, FIXED_CALC, HONEST_TESTS, PY, calc_task, o
 
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import Settings
-from loop_orchestrator.plan import DoneCheck, Task
-from loop_orchestrator.state import RunDir
+from loop_orchestrator.plan.model import DoneCheck, Task
+from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify import (
     load_verdict,
     rework_prompt,

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from helpers.git import git
 
-from loop_orchestrator import tempcheckout
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import (
     CommandError,
@@ -18,8 +17,9 @@ from loop_orchestrator.errors import (
     SecretFileError,
     StaleReviewError,
 )
-from loop_orchestrator.gitutil import changed_paths, update_ref
-from loop_orchestrator.workspace import Workspace, init_repo
+from loop_orchestrator.git import checkouts as tempcheckout
+from loop_orchestrator.git.gateway import changed_paths, update_ref
+from loop_orchestrator.workspace.workspace import Workspace, init_repo
 
 AUTHOR = {"author_name": "Lo Bot", "author_email": "bot@example.org"}
 

@@ -8,8 +8,8 @@ import pytest
 from helpers.git import git
 
 from loop_orchestrator.errors import GitError
-from loop_orchestrator.gitparse import Change, parse_added_lines, parse_worktrees, unquote_path
-from loop_orchestrator.gitutil import (
+from loop_orchestrator.git.checkouts import temp_checkout
+from loop_orchestrator.git.gateway import (
     added_lines,
     changed_paths,
     diff_stat,
@@ -19,8 +19,8 @@ from loop_orchestrator.gitutil import (
     list_files,
     rev_parse,
 )
-from loop_orchestrator.secretfiles import is_secret_path, scan_tree
-from loop_orchestrator.tempcheckout import temp_checkout
+from loop_orchestrator.git.parse import Change, parse_added_lines, parse_worktrees, unquote_path
+from loop_orchestrator.git.secretfiles import is_secret_path, scan_tree
 
 
 def commit_all(repo: Path, message: str = "change") -> str:

@@ -8,7 +8,7 @@ demo, agents/scripted.py). The shared interface is in agents/base.py; get an ada
 
 from __future__ import annotations
 
-from loop_orchestrator.agents.base import (
+from loop_orchestrator.agents.contract import (
     AgentAdapter,
     AgentContext,
     agent_env,

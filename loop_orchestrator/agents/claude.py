@@ -29,17 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from loop_orchestrator import resources, usage
-from loop_orchestrator.agents.base import AgentContext, launch_spec_for
+from loop_orchestrator import resources
+from loop_orchestrator.agents.contract import AgentContext, launch_spec_for
 from loop_orchestrator.agents.dialogs import STARTUP_DIALOGS, Dialog, wait_until_ready
 from loop_orchestrator.config import PERMISSION_MODES, AgentConfig
+from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError, NotLoggedInError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.lifecycle import NOT_LOGGED_IN_ERROR, NOT_LOGGED_IN_HINT
-from loop_orchestrator.sessions import LaunchSpec, SessionBackend
+from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
+from loop_orchestrator.supervisor.lifecycle import NOT_LOGGED_IN_ERROR, NOT_LOGGED_IN_HINT
 
 if TYPE_CHECKING:
-    from loop_orchestrator.state import TaskStatus
+    from loop_orchestrator.runstate.state import TaskStatus
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,11 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from loop_orchestrator.agents.base import AgentContext, UnattendedAdapter, launch_spec_for
+from loop_orchestrator.agents.contract import AgentContext, UnattendedAdapter, launch_spec_for
 from loop_orchestrator.agents.dialogs import Dialog
 from loop_orchestrator.errors import AgentError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.sessions import LaunchSpec
+from loop_orchestrator.sessions.backend import LaunchSpec
 
 #: the flags that make an interactive Codex CLI run without asking anyone
 UNATTENDED = ["--dangerously-bypass-approvals-and-sandbox"]

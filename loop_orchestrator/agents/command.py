@@ -18,11 +18,11 @@ import shlex
 import shutil
 from pathlib import Path
 
-from loop_orchestrator.agents.base import AgentContext, launch_spec_for
+from loop_orchestrator.agents.contract import AgentContext, launch_spec_for
 from loop_orchestrator.agents.dialogs import wait_until_ready
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import AgentError, ConfigError
-from loop_orchestrator.sessions import LaunchSpec, SessionBackend
+from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 
 #: without a ready pattern, the screen must stay unchanged this long
 STABLE_SECONDS = 1.0

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loop_orchestrator.delivery import error_screen, tidy_screen
 from loop_orchestrator.errors import AgentStartError, TmuxError
-from loop_orchestrator.sessions import SessionBackend, wait_until
+from loop_orchestrator.sessions.backend import SessionBackend, wait_until
+from loop_orchestrator.sessions.delivery import error_screen, tidy_screen
 
 if TYPE_CHECKING:
     pass

@@ -31,9 +31,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from loop_orchestrator.agents.base import AgentContext, UnattendedAdapter, launch_spec_for
+from loop_orchestrator.agents.contract import AgentContext, UnattendedAdapter, launch_spec_for
 from loop_orchestrator.errors import TmuxError
-from loop_orchestrator.sessions import LaunchSpec, SessionBackend
+from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 
 UNATTENDED = ["--approval-mode=yolo", "--skip-trust"]
 #: what makes Gemini CLI headless whatever its terminal, removed from its environment

@@ -135,12 +135,12 @@ def main() -> None:
         # Claude Code runs `lo-orch hook EVENT` on every prompt, stop and notification of
         # every managed session: answer without registering the other commands (budget
         # 150 ms; see hooks.py). `lo-orch hook --help` still goes through click.
-        from loop_orchestrator.hooks import hook_main
+        from loop_orchestrator.sessions.hooks import hook_main
 
         sys.exit(hook_main(argv[1]))
     if argv and argv[0] == "signal":
         # a session's report: the same fast path (hooks.signal_main), click for the rest
-        from loop_orchestrator.hooks import signal_main
+        from loop_orchestrator.sessions.hooks import signal_main
 
         code = signal_main(argv[1:])
         if code is not None:

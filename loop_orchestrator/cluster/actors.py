@@ -16,14 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import listener
 from loop_orchestrator.cluster import bundles
 from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import GitError, TmuxError
-from loop_orchestrator.gitutil import git
-from loop_orchestrator.sessions import RunLike, run_socket
-from loop_orchestrator.state import RunDir
-from loop_orchestrator.tmux import TmuxBackend
+from loop_orchestrator.git.gateway import git
+from loop_orchestrator.runstate.state import RunDir
+from loop_orchestrator.sessions import listener
+from loop_orchestrator.sessions.backend import RunLike, run_socket
+from loop_orchestrator.sessions.tmux import TmuxBackend
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class ActorCalls:
 
     def _labels_of(self, task: str) -> dict[str, str]:
         if self._labels is None:
-            from loop_orchestrator import runs
+            from loop_orchestrator.runstate import create as runs
 
             try:
                 plan, _ = runs.read_plan(self.rundir)

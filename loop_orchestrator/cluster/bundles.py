@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from loop_orchestrator.errors import GitError
-from loop_orchestrator.gitutil import git
+from loop_orchestrator.git.gateway import git
 
 #: the identity of work-in-progress commits (never merged: only their tree is used)
 WIP_IDENTITY = {

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator.config import Settings
-from loop_orchestrator.doctor import _PRESETS, Check
 from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.readiness import _PRESETS, Check
 
 #: how long the doctor waits for a node to answer its probe
 NODE_TIMEOUT = 60.0
@@ -286,8 +286,8 @@ def plan_labels(repo: Path | None) -> dict[str, dict[str, str]]:
     run, or when its plan cannot be read: other rows say so)."""
     if repo is None:
         return {}
-    from loop_orchestrator.runs import read_plan
-    from loop_orchestrator.state import RunDir
+    from loop_orchestrator.runstate.create import read_plan
+    from loop_orchestrator.runstate.state import RunDir
 
     try:
         plan, _ = read_plan(RunDir(repo))

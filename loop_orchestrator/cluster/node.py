@@ -31,12 +31,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import listener, proc, procinfo, usage
+from loop_orchestrator import proc
 from loop_orchestrator.cluster import bundles, transcripts
-from loop_orchestrator.gitutil import git
-from loop_orchestrator.inbox import CLIENT_TIMEOUT
-from loop_orchestrator.sessions import LaunchSpec
-from loop_orchestrator.tmux import TmuxBackend
+from loop_orchestrator.cost import usage
+from loop_orchestrator.git.gateway import git
+from loop_orchestrator.sessions import listener, procinfo
+from loop_orchestrator.sessions.backend import LaunchSpec
+from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT
+from loop_orchestrator.sessions.tmux import TmuxBackend
 
 AUDIT_ENV = "LO_ORCH_NODE_AUDIT"
 #: the lo-orch ref a node's checkpoints live under in its own checkout
@@ -258,7 +260,7 @@ class SessionHost:
     def _spec(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> LaunchSpec:
         """The local launch rewritten for this node (``paths``: supervisor path -> what it
         is here: ``checkout``, ``run`` or a part of the lo-orch install, ``install_paths``)."""
-        from loop_orchestrator.agents.base import lo_orch_bin
+        from loop_orchestrator.agents.contract import lo_orch_bin
 
         here = self._here()
 
@@ -278,7 +280,7 @@ class SessionHost:
     def _confine(self, spec: LaunchSpec) -> LaunchSpec:
         """A launch the supervisor confined (bubblewrap) is confined here by the node's own
         policy: its paths, not the supervisor's, are the ones to protect."""
-        from loop_orchestrator import sandbox
+        from loop_orchestrator.sessions import sandbox
 
         argv = spec.argv
         if not argv or Path(argv[0]).name != sandbox.BWRAP or "--" not in argv:

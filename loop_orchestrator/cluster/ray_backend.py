@@ -39,8 +39,8 @@ from loop_orchestrator.cluster.actors import CALL_TIMEOUT, LAUNCH_TIMEOUT, MAX_F
 from loop_orchestrator.cluster.relay import Relay
 from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import ClusterError, TmuxError
-from loop_orchestrator.gitutil import git, is_ancestor
-from loop_orchestrator.sessions import LaunchSpec, PaneState
+from loop_orchestrator.git.gateway import git, is_ancestor
+from loop_orchestrator.sessions.backend import LaunchSpec, PaneState
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,8 @@ class RayBackend(Relay):
 
     def launch(self, spec: LaunchSpec) -> str:
         ray = self._ray()
-        from loop_orchestrator import worktrees
         from loop_orchestrator.cluster.node import SessionHost
+        from loop_orchestrator.workspace import worktrees
 
         task, worktree = spec.task, Path(spec.cwd)
         started = time.monotonic()

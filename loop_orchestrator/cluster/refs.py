@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from loop_orchestrator.gitutil import git
+from loop_orchestrator.git.gateway import git
 
 ROOT = "refs/lo-orch/cluster"
 #: the per-task refs that are lo-orch's working copies (never a person's work)

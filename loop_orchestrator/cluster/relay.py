@@ -22,14 +22,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import listener, private
 from loop_orchestrator.cluster import bundles, transcripts
 from loop_orchestrator.cluster.actors import CALL_TIMEOUT, LAUNCH_TIMEOUT, ActorCalls, log
 from loop_orchestrator.errors import GitError, TmuxError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.gitutil import git
-from loop_orchestrator.inbox import CLIENT_TIMEOUT
-from loop_orchestrator.sessions import LaunchSpec
+from loop_orchestrator.git.gateway import git
+from loop_orchestrator.runstate import private
+from loop_orchestrator.sessions import listener
+from loop_orchestrator.sessions.backend import LaunchSpec
+from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT
 
 #: how long ``serve`` waits for what the sessions left while no supervisor ran
 FIRST_PULL_TIMEOUT = 20.0

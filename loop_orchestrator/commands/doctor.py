@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loop_orchestrator import config
-from loop_orchestrator import doctor as checks_mod
-from loop_orchestrator.doctor import Check
+from loop_orchestrator import readiness as checks_mod
 from loop_orchestrator.errors import ConfigError, LoOrchError
+from loop_orchestrator.readiness import Check
 
 
 @dataclass(frozen=True)

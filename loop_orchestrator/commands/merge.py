@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loop_orchestrator import integration
-from loop_orchestrator.integration import CleanupResult as CleanupResult
-from loop_orchestrator.integration import Merged as Merged
-from loop_orchestrator.integration import Review as Review
+from loop_orchestrator.workspace import integration
+from loop_orchestrator.workspace.integration import CleanupResult as CleanupResult
+from loop_orchestrator.workspace.integration import Merged as Merged
+from loop_orchestrator.workspace.integration import Review as Review
 
 
 def review(repo: Path, *, branch: str | None = None) -> Review:

@@ -7,13 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from loop_orchestrator import gitutil, runs, usage, workspace
-from loop_orchestrator import plan as planmod
 from loop_orchestrator.config import Settings, load_settings
+from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import GitError, UsageError
-from loop_orchestrator.gitutil import git
-from loop_orchestrator.runs import PlanSummary as PlanSummary
-from loop_orchestrator.state import Store, now_iso
+from loop_orchestrator.git import gateway as gitutil
+from loop_orchestrator.git.gateway import git
+from loop_orchestrator.plan import model as planmod
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.create import PlanSummary as PlanSummary
+from loop_orchestrator.runstate.state import Store, now_iso
+from loop_orchestrator.workspace import workspace
 
 
 def plan(
@@ -104,7 +107,7 @@ def record_plan(
         checkout=repo,
         main_checkout=workspace.main_checkout(repo),
     )
-    from loop_orchestrator import notify
+    from loop_orchestrator.supervisor import notify
 
     notify.for_plan(repo, plan.run_name, settings.notify, created_at, len(plan.tasks))
     return summary

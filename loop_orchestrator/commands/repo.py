@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loop_orchestrator import workspace
 from loop_orchestrator.errors import GitError
-from loop_orchestrator.gitutil import git
+from loop_orchestrator.git.gateway import git
+from loop_orchestrator.workspace import workspace
 
 
 def find_repo(path: Path | None = None) -> Path:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from loop_orchestrator.hooks import HookOutcome  # standard library only, like this module
+from loop_orchestrator.sessions.hooks import HookOutcome  # standard library only, like this module
 
 if TYPE_CHECKING:  # pydantic and filelock: not on the hook path
-    from loop_orchestrator.permissions import PermissionRequest as PermissionRequest
+    from loop_orchestrator.permissions.requests import PermissionRequest as PermissionRequest
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Attach:
 def attach(repo: Path, task: str | None = None) -> Attach:
     """`lo-orch attach [TASK]`: attach (or switch) to the run's tmux session, on TASK's
     pane."""
-    from loop_orchestrator import attach as attaching
+    from loop_orchestrator.sessions import attach as attaching
 
     return Attach(tuple(attaching.attach_command(repo, task)))
 
@@ -43,7 +43,7 @@ class Sent:
 
 def send(repo: Path, task: str, message: str) -> Sent:
     """`lo-orch send TASK MESSAGE`: recorded; the running supervisor delivers it."""
-    from loop_orchestrator import runs
+    from loop_orchestrator.runstate import create as runs
 
     return Sent(task, runs.send_message(repo, task, message))
 
@@ -67,7 +67,7 @@ def permit(
     request_id: str | None = None,
 ) -> Permitted:
     """`lo-orch permit TASK allow|deny [--always] [--id ID]`: the request answered."""
-    from loop_orchestrator import permissions
+    from loop_orchestrator.permissions import requests as permissions
 
     req = permissions.answer(repo, task, decision, always=always, request_id=request_id)
     return Permitted(req.task, req.id, req.tool, req.summary)
@@ -76,7 +76,7 @@ def permit(
 def pending(repo: Path) -> tuple[PermissionRequest, ...]:
     """The run's open permission requests, oldest first: what `lo-orch permit` answers
     (the dashboard lists them and answers the one chosen)."""
-    from loop_orchestrator import permissions
+    from loop_orchestrator.permissions import requests as permissions
 
     return tuple(permissions.pending(repo))
 
@@ -105,8 +105,8 @@ def signal(
     """`lo-orch signal PHASE [--task] [--note] [--dispute CODE]... [--repo]`: a session's
     report to the supervisor. The task defaults to ``$LO_ORCH_TASK``; the run to
     ``$LO_ORCH_RUN_DIR`` unless ``repo`` is given."""
-    from loop_orchestrator import hooks
     from loop_orchestrator.errors import UsageError
+    from loop_orchestrator.sessions import hooks
 
     task = task or environ.get("LO_ORCH_TASK")
     if not task:
@@ -120,7 +120,7 @@ def signal(
         run_dir = Path(run_dir_env)
     else:
         from loop_orchestrator.commands.repo import find_repo
-        from loop_orchestrator.state import RunDir
+        from loop_orchestrator.runstate.state import RunDir
 
         run_dir = RunDir(find_repo(repo)).root
     result = hooks.signal_task(run_dir, phase, task=task, note=note, disputes=disputes)
@@ -130,6 +130,6 @@ def signal(
 def hook(event: str, raw: str, environ: Mapping[str, str]) -> HookOutcome:
     """`lo-orch hook EVENT`: record a Claude Code hook event (its JSON in ``raw``) for its
     task; what to answer Claude Code (never raises)."""
-    from loop_orchestrator import hooks
+    from loop_orchestrator.sessions import hooks
 
     return hooks.run_hook(event, raw, environ)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import status as statusdoc
-from loop_orchestrator import usage
+from loop_orchestrator.cost import usage
+from loop_orchestrator.runstate import progress as statusdoc
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from loop_orchestrator.dashboard.view import (
     review_text,
 )
 from loop_orchestrator.errors import LoOrchError, StateError
-from loop_orchestrator.state import RunDir, Store
+from loop_orchestrator.runstate.state import RunDir, Store
 
 #: file events closer together than this are one reload
 DEBOUNCE_SECONDS = 0.2
@@ -152,7 +152,7 @@ class Dashboard(App[None]):
         self._observer.schedule(Handler(), str(root), recursive=True)
         # the run's private folder: permission requests (issue 17a) live there
         with contextlib.suppress(LoOrchError, ValueError):
-            from loop_orchestrator import private
+            from loop_orchestrator.runstate import private
 
             name = Store.for_repo(self.repo).read_run().name
             self._observer.schedule(
@@ -468,9 +468,9 @@ def run_dashboard(repo: Path) -> None:
     Store.for_repo(repo).read_run()  # no run: the same clear error as `lo-orch status`
     # what the actions import lazily, imported while sys.stdout is still the terminal's
     for name in (
-        "loop_orchestrator.supervisor",
-        "loop_orchestrator.integration",
-        "loop_orchestrator.record",
+        "loop_orchestrator.supervisor.main",
+        "loop_orchestrator.workspace.integration",
+        "loop_orchestrator.runstate.journal",
     ):
         importlib.import_module(name)
     with contextlib.suppress(KeyboardInterrupt):

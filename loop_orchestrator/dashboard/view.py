@@ -8,16 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# tmux.py (libtmux) imported before the app runs: libtmux reads sys.stdout.encoding at
-# import, and inside a running Textual app sys.stdout is Textual's capture object, which has
-# none (attach, the pane preview and Gate 2 build the run's TmuxBackend inside the app)
-from loop_orchestrator import runs, sessions, usage
-from loop_orchestrator import tmux as _tmux  # noqa: F401
 from loop_orchestrator.commands import session
 from loop_orchestrator.commands import status as statuses
 from loop_orchestrator.config import load_settings
+from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import LoOrchError
-from loop_orchestrator.state import Phase, RunDir, RunPhase, Store
+
+# tmux.py (libtmux) imported before the app runs: libtmux reads sys.stdout.encoding at
+# import, and inside a running Textual app sys.stdout is Textual's capture object, which has
+# none (attach, the pane preview and Gate 2 build the run's TmuxBackend inside the app)
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.sessions import backend as sessions
+from loop_orchestrator.sessions import tmux as _tmux  # noqa: F401
 
 if TYPE_CHECKING:
     from loop_orchestrator.commands.session import PermissionRequest
@@ -174,7 +177,7 @@ def ledger_lines(repo: Path, task: str, limit: int = LEDGER_LINES) -> list[str]:
 
 def pane_preview(repo: Path, doc: dict[str, Any], task: str) -> str:
     """What the task's pane shows now (only that pane is captured)."""
-    from loop_orchestrator.state import RunState
+    from loop_orchestrator.runstate.state import RunState
 
     t = next((x for x in doc["tasks"] if x["task"] == task), None)
     if t is None or not t.get("pane_id"):
@@ -191,7 +194,7 @@ def pane_preview(repo: Path, doc: dict[str, Any], task: str) -> str:
 
 def gate1_text(repo: Path) -> tuple[str, str]:
     """(the plan sha256 shown, the Gate 1 summary and conflict matrix as text)."""
-    from loop_orchestrator import schedule
+    from loop_orchestrator.plan import schedule
 
     store = Store.for_repo(repo)
     state = store.read_run()

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
 
-from loop_orchestrator import gitutil
-from loop_orchestrator.gitparse import split_z
-from loop_orchestrator.gitutil import git, oid
-from loop_orchestrator.signatures import SOURCE_SUFFIXES
+from loop_orchestrator.git import gateway as gitutil
+from loop_orchestrator.git.gateway import git, oid
+from loop_orchestrator.git.parse import split_z
+from loop_orchestrator.plan.signatures import SOURCE_SUFFIXES
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,16 @@ from typing import Any
 
 import yaml
 
-from loop_orchestrator import gitutil, runs, templating, worktrees
+from loop_orchestrator import templating
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import IntakeError, PlanError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.intake import agent
-from loop_orchestrator.plan import Plan, parse_plan_text, validate_plan_data
-from loop_orchestrator.state import RunDir, Store
+from loop_orchestrator.git import gateway as gitutil
+from loop_orchestrator.intake import planner as agent
+from loop_orchestrator.plan.model import Plan, parse_plan_text, validate_plan_data
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import RunDir, Store
+from loop_orchestrator.workspace import worktrees
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import signatures, templating
+from loop_orchestrator import templating
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import IntakeError
 from loop_orchestrator.intake import goal as goalmod
 from loop_orchestrator.intake.basetree import BaseTree
 from loop_orchestrator.intake.trackers import Issue, IssueTree, fetch_tree, task_id_for
-from loop_orchestrator.plan import DoneTask
+from loop_orchestrator.plan import signatures
+from loop_orchestrator.plan.model import DoneTask
 
 log = logging.getLogger(__name__)
 

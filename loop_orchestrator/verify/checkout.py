@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from loop_orchestrator import proc
-from loop_orchestrator.tempcheckout import temp_checkout
+from loop_orchestrator.git.checkouts import temp_checkout
 
 
 def clean_checkout(

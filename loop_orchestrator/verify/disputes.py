@@ -13,7 +13,7 @@ and its verdict settles the dispute (PASS: upheld, the finding stays as a warnin
 rejected, it blocks). With no auditor, the finding is carried to Gate 2 as a warning the
 person judges. Hard findings are facts, not guesses, and are never disputable: scope,
 secrets, conflict markers, failed or missing done-checks and test evidence
-(``loop_orchestrator.disputes``, shared with `lo-orch signal`).
+(``loop_orchestrator.verify.disputable``, shared with `lo-orch signal`).
 
 Pure functions; the supervisor records every dispute and its outcome in the ledger and the
 review file.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loop_orchestrator.disputes import MAX_NOTE, is_hard, problem
+from loop_orchestrator.verify.disputable import MAX_NOTE, is_hard, problem
 from loop_orchestrator.verify.models import Dispute, Finding, Severity
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loop_orchestrator import gitutil
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GitError, StateError
-from loop_orchestrator.state import Store
+from loop_orchestrator.git import gateway as gitutil
+from loop_orchestrator.runstate.state import Store
 from loop_orchestrator.verify.models import Verdict
 
 
@@ -29,7 +29,7 @@ def task_commit(repo: Path, run_name: str, task_id: str, status_commit: str | No
 
 def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = True) -> Verdict:
     """Run every check on ``task_id``'s current commit against where the task began."""
-    from loop_orchestrator import runs
+    from loop_orchestrator.runstate import create as runs
     from loop_orchestrator.verify.verdict import verify_task
 
     store = Store.for_repo(repo)
@@ -48,7 +48,7 @@ def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = 
     if not use_llm:
         settings = settings.model_copy(deep=True)
         settings.auditor.llm = "off"
-    from loop_orchestrator import workspace
+    from loop_orchestrator.workspace import workspace
 
     # measured from where the task began (staging at launch), not from the run's base,
     # which lacks the producers' work the task started from

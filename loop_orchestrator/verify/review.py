@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.state import RunDir
+from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify import disputes
 from loop_orchestrator.verify.models import Verdict
 
 if TYPE_CHECKING:
-    from loop_orchestrator.plan import Task
+    from loop_orchestrator.plan.model import Task
 
 #: how many findings the rework prompt repeats inline (the review file has all of them)
 PROMPT_FINDINGS = 8
@@ -166,7 +166,7 @@ def route_integration_failure(
     transitive or direct dependencies) defaults to each task's ``depends_on``. A ``None``
     key means a human must look: the run waits.
     """
-    from loop_orchestrator.globs import path_matches
+    from loop_orchestrator.plan.globs import path_matches
 
     deps = {t.id: set(t.depends_on) for t in tasks}
     if depends is not None:

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from loop_orchestrator.secretfiles import is_secret_path
+from loop_orchestrator.git.secretfiles import is_secret_path
 from loop_orchestrator.verify import classify
 from loop_orchestrator.verify.models import Finding, blocking, warning
 

@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loop_orchestrator import gitparse, gitutil
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.state import RunDir, now_iso
+from loop_orchestrator.git import gateway as gitutil
+from loop_orchestrator.git import parse as gitparse
+from loop_orchestrator.runstate.state import RunDir, now_iso
 from loop_orchestrator.verify import classify, disputes, pyenv, scope, secrets, stubs
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
 from loop_orchestrator.verify.donechecks import (
@@ -49,7 +50,7 @@ from loop_orchestrator.verify.testquality import FileChange, check_tests
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import Settings
-    from loop_orchestrator.plan import Task
+    from loop_orchestrator.plan.model import Task
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def deterministic_findings(
     repo: Path, task: Task, base: str, commit: str, all_tasks: Sequence[Task] | None = None
 ) -> tuple[list[Finding], Any, list[FileChange], _Texts]:
     """Scope, test quality, stubs, secrets, conflict markers: no command is run."""
-    from loop_orchestrator.globs import path_matches
+    from loop_orchestrator.plan.globs import path_matches
 
     texts = _Texts(repo, base, commit)
     changes = gitutil.changed_paths(repo, base, commit)

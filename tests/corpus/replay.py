@@ -681,8 +681,8 @@ _VARIANTS = {
 def verify_case(case: Case, commit: str, *, rundir_root: Path | None = None) -> Any:
     """Verify ``commit`` of ``case`` as its task, auditor off; the ``Verdict``."""
     from loop_orchestrator.config import Settings
-    from loop_orchestrator.plan import DoneCheck, Task
-    from loop_orchestrator.state import RunDir
+    from loop_orchestrator.plan.model import DoneCheck, Task
+    from loop_orchestrator.runstate.state import RunDir
     from loop_orchestrator.verify import verify_task
 
     task = Task(

@@ -17,15 +17,17 @@ from typing import Any, Literal, TypeVar
 import pytest
 
 from helpers import REPO_ROOT
-from loop_orchestrator import demo, integration, procinfo
-from loop_orchestrator.agents.base import AgentContext
-from loop_orchestrator.agents.model_endpoint import ModelEndpoint
-from loop_orchestrator.agents.scripted_script import load_script
+from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
-from loop_orchestrator.integration import Review
-from loop_orchestrator.record import Record
-from loop_orchestrator.state import TaskStatus
-from loop_orchestrator.supervisor import Outcome, Supervisor
+from loop_orchestrator.runstate.journal import Record
+from loop_orchestrator.runstate.state import TaskStatus
+from loop_orchestrator.sessions import procinfo
+from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.simulator.endpoint import ModelEndpoint
+from loop_orchestrator.simulator.script import load_script
+from loop_orchestrator.supervisor.main import Outcome, Supervisor
+from loop_orchestrator.workspace import integration
+from loop_orchestrator.workspace.integration import Review
 
 Kind = Literal["claude", "codex", "gemini"]
 #: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,

@@ -22,9 +22,9 @@ import yaml
 
 from helpers.git import git
 from helpers.wait import wait_for
-from loop_orchestrator import demo
 from loop_orchestrator.cluster.connect import connect
 from loop_orchestrator.config import ClusterConfig, Settings
+from loop_orchestrator.simulator import demo_flow as demo
 
 #: the cluster's address (for helpers that join again)
 ray_address: list[str] = []
@@ -194,7 +194,7 @@ def run_actors(run: str) -> list[str]:
 def supervise_in_background(repo: Path, settings: Settings) -> tuple[threading.Thread, list[Any]]:
     """A supervisor of ``repo`` running on a thread (a test removes nodes meanwhile); the
     list gets its outcome."""
-    from loop_orchestrator.supervisor import Supervisor
+    from loop_orchestrator.supervisor.main import Supervisor
 
     outcome: list[Any] = []
     thread = threading.Thread(

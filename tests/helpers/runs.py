@@ -18,10 +18,12 @@ import yaml
 
 from helpers import REPO_ROOT
 from helpers.git import git
-from loop_orchestrator import config, demo, runs
+from loop_orchestrator import config
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
-from loop_orchestrator.state import RunState, Store
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import RunState, Store
+from loop_orchestrator.simulator import demo_flow as demo
 
 #: the keys of status/<task>.json (contract, DESIGN.md section 3), written out by hand so a
 #: renamed model field fails the tests

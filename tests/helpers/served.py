@@ -21,11 +21,12 @@ from typing import Any
 
 from helpers import REPO_ROOT
 from helpers.runs import run_state
-from loop_orchestrator import listener, procinfo, record
-from loop_orchestrator.lifecycle import delivery_key
-from loop_orchestrator.record import Record
-from loop_orchestrator.reports import Reports
-from loop_orchestrator.state import Phase, RunDir, Store, TaskStatus
+from loop_orchestrator.runstate import journal as record
+from loop_orchestrator.runstate.journal import Record
+from loop_orchestrator.runstate.state import Phase, RunDir, Store, TaskStatus
+from loop_orchestrator.sessions import listener, procinfo
+from loop_orchestrator.supervisor.lifecycle import delivery_key
+from loop_orchestrator.supervisor.reports import Reports
 
 RUN = "demo"
 

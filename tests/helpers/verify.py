@@ -6,7 +6,7 @@ import shlex
 import sys
 
 from loop_orchestrator.config import Settings
-from loop_orchestrator.plan import DoneCheck, Task
+from loop_orchestrator.plan.model import DoneCheck, Task
 
 PY = shlex.quote(sys.executable)
 

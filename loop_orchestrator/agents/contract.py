@@ -1,0 +1,275 @@
+"""What every agent adapter shares: the context, the environment contract, the adapter
+protocol, the factory.
+
+``AgentContext.create`` fills a session's environment (``agent_env``: ``[agent] env`` plus
+the contract variables ``LO_ORCH_TASK``, ``LO_ORCH_RUN_DIR``, ``LO_ORCH_BRIEF`` and
+``LO_ORCH_BIN``, which win, and the supervisor's ``LO_ORCH_TMUX_SOCKET`` and ``PATH``
+unless configured) and, with the sandbox on, its ``sandbox.Policy``. ``launch_spec_for``
+is how every adapter ends ``launch_spec``: the one place an agent's argv is put inside the
+sandbox. ``UnattendedAdapter`` is the common start of the adapters of CLIs lo-orch can only
+run unattended (Codex CLI, Gemini CLI). Start-up dialogs live in ``dialogs.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from loop_orchestrator.agents.dialogs import Dialog, wait_until_ready
+from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
+from loop_orchestrator.sessions import sandbox
+from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
+
+if TYPE_CHECKING:
+    from loop_orchestrator.config import AgentConfig, Settings
+
+log = logging.getLogger(__name__)
+
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@functools.cache
+def _installed_for_interpreter() -> bool:
+    """Does a fresh ``sys.executable`` started elsewhere import *this* copy of the package?
+
+    An agent pane runs in a worktree, where a source checkout that is only importable from
+    its own folder is not on the path; an installed (or editable) package is. Asked once.
+    """
+    from loop_orchestrator import proc
+
+    result = proc.run(
+        [sys.executable, "-c", "import loop_orchestrator; print(loop_orchestrator.__file__)"],
+        cwd="/",
+        timeout=30,
+        check=False,
+    )
+    if not result.ok or not result.stdout.strip():
+        return False
+    found = Path(result.stdout.strip().splitlines()[-1]).resolve().parent
+    return found == _SOURCE_ROOT / "loop_orchestrator"
+
+
+def python_module_argv(module: str) -> list[str]:
+    """An argv running ``python -m module`` with this interpreter, from any folder."""
+    python = str(Path(sys.executable).absolute())  # not resolved: that would leave the venv
+    if _installed_for_interpreter():
+        return [python, "-m", module]
+    bootstrap = (
+        "import runpy, sys; "
+        f"sys.path.insert(0, {str(_SOURCE_ROOT)!r}); "
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+    return [python, "-c", bootstrap]
+
+
+def lo_orch_bin() -> str:
+    """The command line that runs this lo-orch (``LO_ORCH_BIN``), usable with ``sh -c``."""
+    return shlex.join(python_module_argv("loop_orchestrator"))
+
+
+def _agent_config(settings: Settings | AgentConfig) -> AgentConfig:
+    from loop_orchestrator.config import Settings
+
+    return settings.agent if isinstance(settings, Settings) else settings
+
+
+def agent_env(
+    *, task: str, run_dir: Path, brief: Path, settings: Settings | AgentConfig
+) -> dict[str, str]:
+    """The environment added to an agent pane (contract, DESIGN.md section 6)."""
+    agent = _agent_config(settings)
+    env = dict(agent.env)
+    contract = {
+        "LO_ORCH_TASK": task,
+        "LO_ORCH_RUN_DIR": str(Path(run_dir).absolute()),
+        "LO_ORCH_BRIEF": str(Path(brief).absolute()),
+        "LO_ORCH_BIN": lo_orch_bin(),
+    }
+    overridden = sorted(k for k in contract if k in env and env[k] != contract[k])
+    if overridden:
+        log.warning("agent.env cannot override contract variables: %s", ", ".join(overridden))
+    env.update(contract)
+    socket = os.environ.get("LO_ORCH_TMUX_SOCKET")
+    if socket:
+        env.setdefault("LO_ORCH_TMUX_SOCKET", socket)
+    # A pane starts from the tmux server's environment, which may be older than ours:
+    # the agent should find the same programs the supervisor found.
+    if "PATH" in os.environ:
+        env.setdefault("PATH", os.environ["PATH"])
+    return env
+
+
+@dataclass
+class AgentContext:
+    task: str
+    run_name: str
+    repo: Path
+    worktree: Path
+    run_dir: Path
+    brief_path: Path
+    session_id: str | None
+    env: dict[str, str] = field(default_factory=dict)
+    #: what the session may write (None: not sandboxed)
+    sandbox: sandbox.Policy | None = None
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        task: str,
+        run_name: str,
+        repo: Path,
+        worktree: Path,
+        run_dir: Path,
+        brief_path: Path,
+        settings: Settings | AgentConfig,
+        session_id: str | None = None,
+    ) -> AgentContext:
+        from loop_orchestrator.config import Settings
+
+        env = agent_env(task=task, run_dir=run_dir, brief=brief_path, settings=settings)
+        policy = None
+        if isinstance(settings, Settings) and sandbox.require(settings):
+            policy = sandbox.Policy.for_task(
+                repo=repo, run_dir=run_dir, worktree=worktree, task=task
+            )
+        return cls(task, run_name, repo, worktree, run_dir, brief_path, session_id, env, policy)
+
+
+def launch_spec_for(ctx: AgentContext, argv: list[str], env: dict[str, str]) -> LaunchSpec:
+    """The launch of ``argv`` in ``ctx``'s worktree, inside its sandbox when it has one."""
+    spec = LaunchSpec(task=ctx.task, cwd=ctx.worktree, argv=argv, env=env)
+    return sandbox.confine(spec, ctx.sandbox) if ctx.sandbox is not None else spec
+
+
+class AgentAdapter(Protocol):
+    name: str
+    uses_hooks: bool
+
+    def prepare(self, ctx: AgentContext) -> None: ...
+
+    def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec: ...
+
+    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None: ...
+
+    def is_ready(self, screen: str) -> bool: ...
+
+
+def bracketed_paste(adapter: AgentAdapter) -> bool:
+    """Deliver prompts as bracketed pastes unless the adapter says otherwise."""
+    return bool(getattr(adapter, "bracketed_paste", True))
+
+
+class UnattendedAdapter:
+    """The common start of an adapter for an agent CLI that lo-orch runs only unattended
+    (Codex CLI, Gemini CLI): it refuses every other ``[agent] permission_mode`` and finds
+    the program (``[agent] command``, or ``program`` while that is left at its default)."""
+
+    #: ``[agent] kind``
+    name: str
+    #: the CLI's name in messages, the program run by default, the command installing it
+    label: str
+    program: str
+    install: str
+    #: what ``bypassPermissions`` means for this CLI (said in the hint that asks for it)
+    bypass: str
+    #: screens that end the start (pattern, what, hint), the dialogs answered on the way,
+    #: and how long the ready screen must stay unchanged
+    fatal_screens: tuple[tuple[re.Pattern[str], str, str], ...] = ()
+    dialogs: tuple[Dialog, ...] = ()
+    ready_stable: float = 0.0
+
+    def __init__(self, settings: AgentConfig, repo: Path) -> None:
+        self.settings = settings
+        self.repo = repo
+        if settings.permission_mode != "bypassPermissions":
+            msg = (
+                f"[agent] permission_mode {settings.permission_mode!r} has no {self.label} "
+                "equivalent lo-orch can run unattended"
+            )
+            raise ConfigError(
+                msg,
+                hint=f'Use permission_mode = "bypassPermissions" with kind = "{self.name}" '
+                f"({self.bypass}).",
+            )
+
+    def is_ready(self, screen: str) -> bool:
+        raise NotImplementedError
+
+    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Wait until ``is_ready``, answering ``dialogs``; a ``fatal_screens`` screen raises."""
+
+        def ready(screen: str) -> bool:
+            for pattern, what, hint in self.fatal_screens:
+                if pattern.search(screen):
+                    raise AgentStartError(what, screen, hint=hint)
+            return self.is_ready(screen)
+
+        wait_until_ready(
+            backend,
+            pane_id,
+            is_ready=ready,
+            timeout=timeout,
+            what=self.label,
+            dialogs=self.dialogs,
+            stable_for=self.ready_stable,
+        )
+
+    def _command(self, env: Mapping[str, str]) -> list[str]:
+        command = self.settings.command.strip()
+        if not command or command == "claude":  # the default of [agent] command
+            command = self.program
+        argv = [command] if Path(command).is_file() else shlex.split(command)
+        exe = argv[0]
+        found = exe if "/" in exe else shutil.which(exe, path=env.get("PATH"))
+        if not found or not Path(found).exists():
+            msg = f"{exe} not found"
+            raise AgentError(
+                msg,
+                hint=f"Install {self.label} (`{self.install}`) or set [agent] command to its path.",
+            )
+        return argv
+
+
+# factory ---------------------------------------------------------------------------
+
+
+def make_adapter(settings: Settings, repo: Path) -> AgentAdapter:
+    """The adapter for ``[agent] kind``; each kind's module is imported only when used.
+
+    Fails here, before any session starts, when ``[sandbox] mode = "bwrap"`` cannot be met.
+    """
+    sandbox.require(settings)
+    kind = settings.agent.kind
+    if kind == "claude":
+        from loop_orchestrator.agents.claude import ClaudeAdapter
+
+        adapter: AgentAdapter = ClaudeAdapter(settings.agent, repo)
+        return adapter
+    if kind == "codex":
+        from loop_orchestrator.agents.codex import CodexAdapter
+
+        return CodexAdapter(settings.agent, repo)
+    if kind == "gemini":
+        from loop_orchestrator.agents.gemini import GeminiAdapter
+
+        return GeminiAdapter(settings.agent, repo)
+    if kind == "command":
+        from loop_orchestrator.agents.command import CommandAdapter
+
+        return CommandAdapter(settings.agent, repo)
+    if kind == "scripted":
+        from loop_orchestrator.simulator.agent import ScriptedAdapter
+
+        return ScriptedAdapter(settings.agent, repo)
+    msg = f"unknown agent kind {kind!r}"
+    raise ConfigError(msg, hint="Set [agent] kind to claude, codex, gemini, command or scripted.")

@@ -1,0 +1,1 @@
+"""What sessions cost: tokens from transcripts, the supervisor's spend book, rate and usage limits."""

@@ -1,0 +1,125 @@
+"""The refs book: every ref value lo-orch set, and what it decided about refs, out of the
+agents' reach (DESIGN.md section 10, "Refs it owns").
+
+``Workspace`` writes here before and after each ref it moves and compares git with it before
+each merge, at integration and at Gate 2. Names are strings: a full ref name
+(``refs/heads/lo/<run>/staging``) for a ref whose value must match exactly, and other keys
+the workspace defines (a task's start commit, the run's base). Nothing of it lives in
+``.git`` (every agent's worktree shares it), so an agent cannot widen a task's base or claim
+a branch as lo-orch's.
+
+``RefBook`` is the interface; ``FileRefBook`` keeps it as one JSON file in the run's private
+folder (``private.run_dir``). Whoever owns the supervisor's record may back it by that
+record instead.
+
+A book belongs to one *instance* of a run (issue 12): two runs planned under the same name
+share the private folder, but not what they recorded. A book opened for an instance reads a
+book stamped with another instance (or none) as empty, so nothing an earlier run of the
+same name set or kept (a branch, a worktree it left dirty) is ever taken for this run's;
+the first write replaces the earlier run's entries.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Protocol
+
+from filelock import FileLock
+
+from loop_orchestrator.errors import StateError
+from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.runstate import private
+
+REFS_FILE = "refs.json"
+#: the key that stamps a book with the run instance it belongs to
+INSTANCE_KEY = "run-instance"
+
+
+class RefBook(Protocol):
+    """What lo-orch recorded about refs: ``name -> sha``."""
+
+    def get(self, name: str) -> str | None: ...
+
+    def set(self, name: str, sha: str) -> None: ...
+
+    def drop(self, name: str) -> None: ...
+
+    def items(self) -> dict[str, str]: ...
+
+
+class FileRefBook:
+    """A ``RefBook`` in one JSON file, written atomically under a file lock."""
+
+    def __init__(self, path: Path, instance: str | None = None) -> None:
+        """``instance``: the run instance this book is for (None: whatever the file holds)."""
+        self.path = path
+        self.instance = instance
+        self._lock = FileLock(str(path) + ".lock")
+        self._thread_lock = threading.Lock()
+
+    @classmethod
+    def for_run(cls, repo: Path, run: str, instance: str | None = None) -> FileRefBook:
+        """The book of run ``run`` (instance ``instance``) in ``repo``, in the run's private
+        folder."""
+        return cls(private.run_dir(repo, run) / REFS_FILE, instance)
+
+    def _read(self) -> tuple[dict[str, str], str | None]:
+        """This instance's entries (an earlier instance's book reads as empty) and the stamp
+        to write back (this instance's; a book opened for no instance keeps the file's)."""
+        data = self._read_file()
+        stamp = data.pop(INSTANCE_KEY, None)
+        if self.instance is None:
+            return data, stamp
+        return (data if stamp == self.instance else {}), self.instance
+
+    def _read_file(self) -> dict[str, str]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            msg = f"the refs book {self.path} is not valid JSON: {exc}"
+            raise StateError(
+                msg,
+                hint="It is lo-orch's own record; restore it or start the "
+                "run afresh under another name.",
+            ) from exc
+        if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+        ):
+            msg = f"the refs book {self.path} does not map names to shas"
+            raise StateError(msg, hint="Restore it or start the run afresh under another name.")
+        return data
+
+    def _write(self, data: dict[str, str], stamp: str | None) -> None:
+        if stamp is not None:
+            data = {**data, INSTANCE_KEY: stamp}
+        atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+    def get(self, name: str) -> str | None:
+        with self._thread_lock, self._lock:
+            return self._read()[0].get(name)
+
+    def set(self, name: str, sha: str) -> None:
+        if name == INSTANCE_KEY:
+            msg = f"{name!r} is the book's own key"
+            raise ValueError(msg)
+        with self._thread_lock, self._lock:
+            data, stamp = self._read()
+            if data.get(name) != sha:
+                data[name] = sha
+                self._write(data, stamp)
+
+    def drop(self, name: str) -> None:
+        with self._thread_lock, self._lock:
+            data, stamp = self._read()
+            if data.pop(name, None) is not None:
+                self._write(data, stamp)
+
+    def items(self) -> dict[str, str]:
+        with self._thread_lock, self._lock:
+            return dict(self._read()[0])

@@ -1,0 +1,1 @@
+"""Sessions' permission requests, rules, and the supervisor's desk that answers them."""

@@ -1,0 +1,272 @@
+"""The status document behind `lo-orch status` and the dashboard: what each task waits for,
+in plain words, and the table's rows and title (``commands.status`` calls it; the CLI and
+the dashboard render it)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator.config import load_settings
+from loop_orchestrator.cost import usage
+from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.plan import schedule
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import ACTIVE_PHASES, Phase, RunPhase, Store, TaskStatus
+
+
+def status_document(repo: Path) -> dict[str, Any]:
+    """``{"run": {...}, "tasks": [status objects]}`` (contract of `status --json`).
+
+    Extended (additively): ``run.supervisor = {"alive", "pid"}`` — the process holding the
+    supervisor lock now — and per task ``"waiting_for"``, what it waits for in plain words;
+    ``run.usage``, the tasks' ``usage`` summed (usage.Usage.as_json; ``cost_usd`` None when
+    any task's cost is unknown).
+    """
+    from loop_orchestrator.runstate.journal import Record
+    from loop_orchestrator.supervisor.main import lock_holder
+
+    store = Store.for_repo(repo)
+    state = store.read_run()
+    if Record.exists(repo, state.name) and state.approved_plan_sha256:
+        # an approved run: what the supervisor recorded, not files anyone can edit
+        rec = Record.open(repo, state.name)
+        if rec.run.created_at == state.created_at:
+            state = rec.run
+            statuses = list(rec.tasks().values())
+        else:
+            statuses = store.list_statuses_lenient()
+    else:
+        statuses = store.list_statuses_lenient()
+    order: dict[str, int] = {}
+    deps: dict[str, list[str]] = {}
+    cap = 0
+    try:
+        plan, _ = runs.read_plan(store.dirs)
+        order = {t.id: i for i, t in enumerate(plan.tasks)}
+        deps = schedule.dependencies(plan)
+        cap = plan.concurrency or load_settings(repo).run.concurrency
+    except LoOrchError:
+        pass
+    statuses.sort(key=lambda s: (s.wave, order.get(s.task, 1 << 30), s.task))
+    pid = lock_holder(store.dirs)
+    phases = {s.task: s.phase for s in statuses}
+    active = sum(1 for p in phases.values() if p in ACTIVE_PHASES)
+    tasks = []
+    for st in statuses:
+        doc = st.model_dump(mode="json")
+        doc["waiting_for"] = waiting_for(
+            st,
+            state.phase,
+            alive=pid is not None,
+            deps=deps.get(st.task, []),
+            phases=phases,
+            full=bool(cap) and active >= cap,
+        )
+        tasks.append(doc)
+    run = state.model_dump(mode="json")
+    run["supervisor"] = {"alive": pid is not None, "pid": pid}
+    run["usage"] = usage.total(
+        usage.Usage.from_json(t.get("usage")) for t in tasks if t.get("usage") is not None
+    ).as_json()
+    return {"run": run, "tasks": tasks}
+
+
+#: hook events and signals as a person would say them (the status table's last activity)
+PLAIN_EVENTS = {
+    "SessionStart": "session started",
+    "UserPromptSubmit": "prompt received",
+    "Stop": "finished a turn",
+    "StopFailure": "turn failed",
+    "Notification": "asked for attention",
+    "SessionEnd": "session ended",
+    "PreCompact": "compacting its context",
+    "plan_ready": "signalled plan ready",
+    "impl_done": "signalled work done",
+    "blocked": "signalled blocked",
+}
+_NOTIFICATIONS = {
+    "permission_prompt": "asks for permission",
+    "idle_prompt": "waiting for input",
+}
+
+
+def plain_event(task: dict[str, Any]) -> str:
+    """The task's last session activity in plain words (never a hook name)."""
+    event = task.get("last_event")
+    if not event:
+        return "-"
+    if event == "Notification":
+        return _NOTIFICATIONS.get(task.get("last_notification") or "", PLAIN_EVENTS[event])
+    return PLAIN_EVENTS.get(event, str(event).replace("_", " "))
+
+
+def waiting_for(
+    st: TaskStatus,
+    run_phase: RunPhase,
+    *,
+    alive: bool,
+    deps: list[str],
+    phases: dict[str, Phase],
+    full: bool,
+) -> str:
+    """What a task waits for: its dependencies, a free slot (the limit), the agent,
+    verification, the supervisor, or a person (with the command that person runs)."""
+    task = st.task
+    if st.phase in (Phase.BLOCKED, Phase.FAILED):
+        return f"a person: help it, then `lo-orch retry {task}`"
+    if st.phase == Phase.INTEGRATED:
+        if run_phase == RunPhase.AWAITING_MERGE_REVIEW:
+            return "a person: Gate 2, `lo-orch merge`"
+        return "nothing (merged)" if run_phase == RunPhase.MERGED else "nothing (done)"
+    if run_phase == RunPhase.AWAITING_PLAN_APPROVAL:
+        return "a person: Gate 1, `lo-orch approve`"
+    if run_phase == RunPhase.STOPPED:
+        return "nothing (run stopped)"
+    if st.phase == Phase.PENDING:
+        waiting = [d for d in deps if phases.get(d) != Phase.INTEGRATED]
+        if waiting:
+            return "tasks " + ", ".join(waiting)
+        if full:
+            return "a free session slot (concurrency limit)"
+    if not alive:
+        return "the supervisor: none runs, `lo-orch run`"
+    if st.phase == Phase.PENDING:
+        return "the supervisor to start it"
+    if st.phase in (Phase.PLANNING, Phase.IMPLEMENTING, Phase.LAUNCHING):
+        if st.limit_until and st.waiting_for:  # "waiting_limit: ...; lo-orch resumes it at"
+            return st.waiting_for
+        if st.waiting_for:  # a permission dialog, named by the PermissionRequest hook
+            return (
+                f"{st.waiting_for}; answer it with `lo-orch permit {task} allow|deny` "
+                f"(or in its pane: `lo-orch attach {task}`)"
+            )
+        if st.last_event == "Notification" and st.last_notification == "permission_prompt":
+            return f"a person: a permission prompt, `lo-orch attach {task}`"
+        return "the agent" if st.phase != Phase.LAUNCHING else "the agent to start"
+    if st.phase in (Phase.IMPL_DONE, Phase.VERIFYING):
+        return "verification"
+    if st.phase == Phase.APPROVED:
+        return "merge into staging"
+    return "the supervisor"
+
+
+def panes_alive(repo: Path) -> dict[str, bool]:
+    """pane id -> alive for the run's tmux session ({} when there is none)."""
+    from loop_orchestrator.sessions.backend import run_backend
+
+    state = Store.for_repo(repo).read_run()
+    try:
+        return run_backend(state).alive_panes()
+    except LoOrchError:
+        return {}
+
+
+def pane_cell(task: dict[str, Any], alive: dict[str, bool]) -> str:
+    """The task's pane in plain words: a merged task's pane was closed on purpose."""
+    pane_id = task.get("pane_id")
+    if task.get("phase") == Phase.INTEGRATED.value:
+        return "closed (done)"
+    if not pane_id:
+        return "-"
+    if pane_id not in alive:
+        return "gone"
+    return "alive" if alive[pane_id] else "exited"
+
+
+def age(iso: str | None, now: float | None = None) -> str:
+    """``12s``, ``5m``, ``3h`` since an ISO timestamp; ``-`` when unknown."""
+    if not iso:
+        return "-"
+    try:
+        then = datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return "-"
+    secs = max(0, int((now if now is not None else time.time()) - then))
+    if secs < 120:
+        return f"{secs}s"
+    if secs < 7200:
+        return f"{secs // 60}m"
+    return f"{secs // 3600}h"
+
+
+#: the columns of `lo-orch status` (the last one, the note, is cut to the width)
+STATUS_HEADERS = (
+    "task",
+    "wave",
+    "phase",
+    "in phase",
+    "waiting for",
+    "rework",
+    "last activity",
+    "pane",
+    "cost",
+    "note",
+)
+
+
+def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> list[list[str]]:
+    """One row per task for the status table, in plain words."""
+    now = time.time() if now is None else now
+    alive = panes_alive(repo)
+    rows = []
+    for t in doc["tasks"]:
+        since = t.get("phase_since") or t.get("updated_at")
+        activity = plain_event(t)
+        if activity != "-":
+            activity += f" {age(t.get('last_event_at'), now)} ago"
+        rows.append(
+            [
+                t["task"],
+                str(t["wave"]),
+                t["phase"],
+                age(since, now),
+                t.get("waiting_for") or "-",
+                str(t["rework_count"]),
+                activity,
+                pane_cell(t, alive),
+                usage.cell(t.get("usage")),
+                " ".join((t.get("error") or t.get("note") or "").split()),
+            ]
+        )
+    return rows
+
+
+def with_nodes(
+    doc: dict[str, Any], headers: Sequence[str], rows: list[list[str]]
+) -> tuple[list[str], list[list[str]]]:
+    """The status table with a ``node`` column after ``pane`` when some task's session runs
+    on a cluster node (issue 19: the task status' optional ``node``); else as it is."""
+    nodes = [t.get("node") for t in doc["tasks"]]
+    if not any(nodes):
+        return list(headers), rows
+    at = list(headers).index("pane") + 1
+    return (
+        [*headers[:at], "node", *headers[at:]],
+        [[*row[:at], node or "-", *row[at:]] for row, node in zip(rows, nodes, strict=True)],
+    )
+
+
+def status_title(doc: dict[str, Any]) -> str:
+    """The status header: the run's phase as it really is (a run whose supervisor is gone
+    is not "running")."""
+    run = doc["run"]
+    sup = run.get("supervisor") or {}
+    phase = run["phase"]
+    title: str = f"Run {run['name']}: "
+    if phase == RunPhase.RUNNING.value:
+        if sup.get("alive"):
+            return title + f"running (supervisor pid {sup.get('pid')})"
+        return title + "started, but no supervisor is running: `lo-orch run` resumes it"
+    if phase == RunPhase.AWAITING_PLAN_APPROVAL.value:
+        if run.get("approved_plan_sha256") == run.get("plan_sha256"):
+            return title + "plan approved; `lo-orch run` starts it"
+        return title + "waiting for Gate 1 (plan NOT approved: `lo-orch approve`)"
+    if phase == RunPhase.AWAITING_MERGE_REVIEW.value:
+        return title + "waiting for Gate 2: review and land it with `lo-orch merge`"
+    if phase == RunPhase.MERGED.value:
+        return title + f"merged ({(run.get('merged_commit') or '')[:12]})"
+    return title + str(phase)

@@ -1,0 +1,438 @@
+"""What managed sessions report: Claude Code hook events and `lo-orch signal`.
+
+Both only *carry* a report: `lo-orch hook EVENT` and `lo-orch signal PHASE` send it to the
+running supervisor over its socket (``inbox``), which decides what it means (``lifecycle``)
+and answers. Neither writes a status file or the ledger: those are the supervisor's
+published view (DESIGN.md section 10).
+
+`lo-orch hook EVENT` runs for every hook event of every Claude Code session that loads the
+plugin (each prompt, each stop, each notification), so its path stays light: the standard
+library only (importing ``state``'s pydantic models alone would cost about 200 ms).
+
+Contract of a hook: in a session lo-orch does not manage, or when anything is missing or
+broken, print nothing and exit 0, never disturbing the user's session. The answers that
+are not silence: the Stop gate, exit 2 with the reason on stderr (Claude keeps working); and
+a PermissionRequest answered by a rule or by `lo-orch permit` (the hook waits for it),
+``hookSpecificOutput`` JSON on stdout (permissions.py, docs/permissions.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from loop_orchestrator.errors import StateError, UsageError
+from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
+
+# A mirror of plan_checks.ID_RE, kept here so this module imports no plan module (they bring
+# pydantic; tests assert they agree).
+TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
+EVENT_RE = re.compile(r"^[A-Za-z]{1,40}$")
+
+SIGNAL_PHASES = ("plan_ready", "impl_done", "blocked")
+#: how long the PermissionRequest hook waits for a person's answer (hooks.json gives it
+#: 3600 s); then it steps aside and the dialog on screen is the only way to answer
+PERMISSION_WAIT = 3500.0
+#: how often it asks the supervisor whether the request was answered
+PERMISSION_POLL = 0.5
+#: the longest command or path sent whole to the supervisor (a longer one is only asked)
+MAX_TOOL_INPUT = 16 * 1024
+#: how long `lo-orch signal` waits for a supervisor that is not listening
+SIGNAL_WAIT = 30.0
+
+
+class HookTarget(NamedTuple):
+    """The task a hook event belongs to."""
+
+    run_dir: Path  # the absolute .orchestration folder
+    task: str
+
+    @property
+    def status_path(self) -> Path:
+        return self.run_dir / "status" / f"{self.task}.json"
+
+
+class HookOutcome(NamedTuple):
+    exit_code: int = 0
+    stdout: str = ""
+    stderr: str = ""
+
+
+QUIET = HookOutcome()
+
+
+def now_iso() -> str:
+    # same format as state.now_iso (sortable, parseable)
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+# locating the task ----------------------------------------------------------------------
+
+
+def locate(payload: Mapping[str, Any], env: Mapping[str, str]) -> HookTarget | None:
+    """The managed task this event belongs to, or None for a session lo-orch does not run.
+
+    ``LO_ORCH_TASK`` + ``LO_ORCH_RUN_DIR`` (the pane's environment) decide when both are
+    set; otherwise the payload's ``cwd`` must lie in ``<repo>/.worktrees/<run>/<task>`` of a
+    repo whose ``.orchestration/status/<task>.json`` exists. Either way the status file must
+    exist, so a stale environment or a foreign ``.worktrees`` folder stays silent.
+    """
+    task = env.get("LO_ORCH_TASK", "")
+    run_dir = env.get("LO_ORCH_RUN_DIR", "")
+    if task and run_dir:
+        target = HookTarget(Path(run_dir), task)
+        if TASK_ID_RE.match(task) and Path(run_dir).is_absolute() and target.status_path.is_file():
+            return target
+        return None
+    cwd = payload.get("cwd")
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
+        return None
+    parts = Path(cwd).parts
+    # innermost first: a repository may itself sit in some other tool's .worktrees folder
+    for i in range(len(parts) - 3, 0, -1):
+        if (
+            parts[i] == WORKTREES_DIR
+            and TASK_ID_RE.match(parts[i + 1])
+            and TASK_ID_RE.match(parts[i + 2])
+        ):
+            target = HookTarget(Path(*parts[:i]) / ORCH_DIR, parts[i + 2])
+            if target.status_path.is_file():
+                return target
+    return None
+
+
+# the hook -------------------------------------------------------------------------------
+
+
+def run_hook(event: str, raw: str, env: Mapping[str, str]) -> HookOutcome:
+    """Record one hook event for its task; the answer to give Claude Code.
+
+    Never raises: a failure is written to ``<run dir>/logs/hooks.log`` when the run is
+    known and the hook stays silent, because a broken supervisor must not break the
+    user's session.
+    """
+    if not EVENT_RE.match(event):
+        return QUIET
+    try:
+        payload = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        return QUIET
+    if not isinstance(payload, dict):
+        return QUIET
+    try:
+        target = locate(payload, env)
+    except OSError:
+        return QUIET
+    if target is None:
+        return QUIET
+    try:
+        return _handle(event, payload, target, env)
+    except Exception:
+        # The one catch-all: whatever broke is logged with its traceback, and Claude Code
+        # must not show the user a hook error for lo-orch's own problem.
+        _log_failure(target, event)
+        return QUIET
+
+
+def hook_main(event: str) -> int:
+    """``lo-orch hook EVENT`` without click: read stdin, answer, return the exit code."""
+    stdin = sys.stdin
+    raw = "" if stdin is None or stdin.isatty() else stdin.read()
+    outcome = run_hook(event, raw, os.environ)
+    if outcome.stdout:
+        sys.stdout.write(outcome.stdout)
+        sys.stdout.flush()
+    if outcome.stderr:
+        sys.stderr.write(outcome.stderr)
+        sys.stderr.flush()
+    return outcome.exit_code
+
+
+def _handle(
+    event: str, payload: dict[str, Any], target: HookTarget, env: Mapping[str, str]
+) -> HookOutcome:
+    """Hand the event to the supervisor and give Claude Code its answer.
+
+    The supervisor decides (it records the event and, for Stop, answers the loop gate);
+    this process only carries the message. The prompt's text is never sent, only its size
+    and a digest. With no supervisor listening the event is left in the task's inbox for
+    the next one, and the session is never held up.
+    """
+    from loop_orchestrator.sessions import inbox
+
+    message = {
+        "type": "hook",
+        "event": event,
+        "task": target.task,
+        "payload": _trim(payload),
+        "bin": "$LO_ORCH_BIN" if env.get("LO_ORCH_BIN") else "lo-orch",
+    }
+    reply = inbox.send(target.run_dir, message)
+    if reply is None:
+        inbox.leave(target.run_dir, target.task, message)
+        return QUIET
+    if isinstance(reply, dict) and reply.get("exit_code") == 2 and reply.get("stderr"):
+        return HookOutcome(exit_code=2, stderr=str(reply["stderr"]))
+    if event == "PermissionRequest" and isinstance(reply, dict):
+        if isinstance(reply.get("stdout"), str):  # a rule answered at once
+            return HookOutcome(stdout=reply["stdout"])
+        if isinstance(reply.get("permission"), str):  # a person answers: wait for it
+            return _await_answer(target, reply["permission"])
+    return QUIET
+
+
+def _await_answer(
+    target: HookTarget, request_id: str, wait: float = PERMISSION_WAIT
+) -> HookOutcome:
+    """Ask the supervisor until a person answered request ``request_id`` (the answer for
+    Claude Code), it was closed (answered in the pane, the turn moved on: silence), or
+    ``wait`` ran out (silence: the dialog on screen stays). Claude Code shows its dialog
+    meanwhile (docs/permissions.md)."""
+    from loop_orchestrator.sessions import inbox
+
+    poll = {"type": "permission", "task": target.task, "id": request_id}
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        time.sleep(PERMISSION_POLL)
+        reply = inbox.send(target.run_dir, poll)
+        if not isinstance(reply, dict):
+            continue  # no supervisor (one being restarted): ask again
+        if isinstance(reply.get("stdout"), str):
+            return HookOutcome(stdout=reply["stdout"])
+        if reply.get("state") != "open":
+            return QUIET
+    return QUIET
+
+
+def tool_summary(tool_input: Any) -> str:
+    """What a tool call does, in one line of at most 200 characters: the Bash command, the
+    file a file tool touches, else the input's first string value."""
+    if not isinstance(tool_input, dict):
+        return ""
+    for key in ("command", "file_path", "path", "url", "pattern"):
+        value = tool_input.get(key)
+        if isinstance(value, str) and value:
+            return " ".join(value.split())[:200]
+    first = next((v for v in tool_input.values() if isinstance(v, str)), "")
+    return " ".join(first.split())[:200]
+
+
+def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a hook payload the supervisor uses, bounded in size."""
+    out: dict[str, Any] = {}
+    for key in (
+        "session_id",
+        "error",
+        "notification_type",
+        "reason",
+        "source",
+        "cwd",
+        "tool_use_id",
+    ):
+        value = payload.get(key)
+        if isinstance(value, str):
+            out[key] = value[:200]
+    message = payload.get("message")
+    if isinstance(message, str):
+        out["message"] = message[:200]
+    said = payload.get("last_assistant_message")
+    if isinstance(said, str):
+        # a StopFailure's last words name a usage limit's reset time (limits.py); the end
+        # of a long message is where Claude Code puts it
+        out["last_assistant_message"] = said[-500:]
+    tool = payload.get("tool_name")
+    if isinstance(tool, str):
+        out["tool_name"] = tool[:100]
+        out["tool_summary"] = tool_summary(payload.get("tool_input"))
+        raw = payload.get("tool_input")
+        tool_input: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        # the exact command or file, for the permission rules (a summary is collapsed and
+        # cut: "pytest -q<newline>curl evil" must not read as one pytest command)
+        for key in ("command", "file_path"):
+            value = tool_input.get(key)
+            if isinstance(value, str) and len(value) <= MAX_TOOL_INPUT:
+                out[f"tool_{key}"] = value
+            elif isinstance(value, str):
+                out["tool_input_cut"] = True
+    out["stop_hook_active"] = payload.get("stop_hook_active") is True
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        out["prompt_chars"] = len(prompt)
+        out["prompt_sha256"] = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
+    return out
+
+
+def _log_failure(target: HookTarget, event: str) -> None:
+    import traceback  # only on failure: keeps the hook's import time down
+
+    with contextlib.suppress(OSError):
+        logs = target.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with (logs / "hooks.log").open("a", encoding="utf-8") as fh:
+            fh.write(f"{now_iso()} hook {event} for task {target.task} failed:\n")
+            fh.write(traceback.format_exc())
+
+
+class SignalResult(NamedTuple):
+    previous: str  # the phase before the signal ("" when the supervisor did not answer)
+    phase: str  # the phase after it
+    changed: bool  # False: repeated, or left for the next supervisor
+    message: str
+
+
+def signal_task(
+    run_dir: Path,
+    phase: str,
+    *,
+    task: str,
+    note: str | None = None,
+    disputes: tuple[str, ...] | list[str] = (),
+) -> SignalResult:
+    """Send a session's report (`lo-orch signal`) to the supervisor, which decides.
+
+    The supervisor accepts it only from the session of ``task`` (by the caller's process
+    ancestry) and only where the lifecycle allows it (``lifecycle.decide_signal``); a
+    refusal is a StateError with the supervisor's reason. With no supervisor running the
+    report is left in the task's inbox and the next supervisor asks for it again.
+    """
+    from loop_orchestrator.sessions import inbox
+
+    if phase not in SIGNAL_PHASES:
+        msg = f"unknown signal {phase!r}"
+        raise UsageError(msg, hint=f"Signal one of: {', '.join(SIGNAL_PHASES)}.")
+    if not TASK_ID_RE.match(task):
+        msg = f"{task!r} is not a task id"
+        raise UsageError(msg, hint="Pass --task with the task's id (see `lo-orch status`).")
+    note = note.strip() if note else None
+    if phase == "blocked" and not note:
+        msg = "`signal blocked` needs a note saying what is missing"
+        raise UsageError(
+            msg,
+            hint='For example: lo-orch signal blocked --note "needs ownership of app/db.py"',
+        )
+    if not (run_dir / "status" / f"{task}.json").is_file():
+        msg = f"no task {task!r} in the run at {run_dir}"
+        raise StateError(
+            msg,
+            hint="Check the task id with `lo-orch status`; inside a session it is $LO_ORCH_TASK.",
+        )
+    if disputes:
+        from loop_orchestrator.verify import disputable as rules
+
+        if phase != "impl_done":
+            msg = "--dispute goes with `signal impl_done` only"
+            raise UsageError(msg, hint='lo-orch signal impl_done --dispute CODE --note "why"')
+        if not note:
+            msg = "a dispute needs a reason: --note saying why the check is wrong here"
+            raise UsageError(
+                msg,
+                hint=(
+                    f"lo-orch signal impl_done --dispute {disputes[0]} "
+                    '--note "why the check is wrong about this change"'
+                ),
+            )
+        for code in disputes:
+            why = rules.problem(code)
+            if why:
+                msg = f"cannot dispute {code}: {why}"
+                raise UsageError(
+                    msg,
+                    hint="Dispute only the heuristic findings the review "
+                    "lists as disputable (tests.*, stubs.*).",
+                )
+    message: dict[str, Any] = {"type": "signal", "task": task, "phase": phase, "note": note}
+    if disputes:
+        # only when given: a message without the key is what older supervisors know
+        message["disputes"] = list(dict.fromkeys(disputes))
+    # a supervisor being restarted is back within seconds: wait for it rather than leave
+    # an unattested report that it can only ask about again
+    deadline = time.monotonic() + SIGNAL_WAIT
+    while True:
+        reply = inbox.send(run_dir, message, wait=max(0.0, deadline - time.monotonic()))
+        if reply is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)  # it went away before answering: ask the next one
+    if reply is None:
+        inbox.leave(run_dir, task, message)
+        return SignalResult(
+            "",
+            phase,
+            False,
+            "the supervisor is not running: your report is kept, and when `lo-orch run` "
+            "resumes it will ask you to signal again",
+        )
+    if not isinstance(reply, dict) or not reply.get("ok"):
+        reason = reply.get("message") if isinstance(reply, dict) else None
+        raise StateError(
+            str(reason or "the supervisor refused the signal"),
+            hint=_signal_hint(str(reply.get("previous", "")) if isinstance(reply, dict) else ""),
+        )
+    return SignalResult(
+        str(reply.get("previous", "")),
+        str(reply.get("phase", phase)),
+        not reply.get("repeated"),
+        str(reply.get("message", "")),
+    )
+
+
+def signal_main(args: list[str]) -> int | None:
+    """``lo-orch signal PHASE [--task T] [--note N]`` inside a session, without click.
+
+    The common call from a managed session (``$LO_ORCH_RUN_DIR`` set, no ``--repo``) is
+    answered on the standard library alone, so the report reaches the supervisor in tens of
+    milliseconds rather than after click, pydantic and git are imported. None: anything
+    else (help, ``--repo``, a usage error), which the click command handles with its
+    messages.
+    """
+    run_dir = os.environ.get("LO_ORCH_RUN_DIR", "")
+    if not args or args[0] not in SIGNAL_PHASES or not run_dir.startswith("/"):
+        return None
+    opts: dict[str, str] = {}
+    rest = args[1:]
+    while rest:
+        key = rest[0]
+        if key.startswith("--") and "=" in key:
+            key, value = key.split("=", 1)
+            rest = rest[1:]
+        elif len(rest) >= 2:
+            value, rest = rest[1], rest[2:]
+        else:
+            return None
+        if key not in ("--task", "--note") or key in opts:
+            return None
+        opts[key] = value
+    task = opts.get("--task") or os.environ.get("LO_ORCH_TASK", "")
+    if not task:
+        return None
+    try:
+        result = signal_task(Path(run_dir), args[0], task=task, note=opts.get("--note"))
+    except (StateError, UsageError) as exc:
+        sys.stderr.write(f"Error: {exc.render()}\n")
+        return exc.exit_code
+    if result.changed:
+        sys.stdout.write(f"{task}: {result.previous} -> {result.phase}\n")
+    else:
+        sys.stdout.write(f"{task}: {result.message}\n")
+    return 0
+
+
+def _signal_hint(current: str) -> str:
+    if current == "planning":
+        return "Finish the plan, then `signal plan_ready` (or `signal blocked --note ...`)."
+    if current == "implementing":
+        return "Finish the task, then `signal impl_done` (or `signal blocked --note ...`)."
+    if current in ("pending", "launching"):
+        return "Wait for the prompt that starts the task's planning or implementation."
+    return (
+        "Nothing is owed in this phase; the supervisor moves the task on. "
+        "Check with `lo-orch status --json`."
+    )

@@ -1,0 +1,295 @@
+"""The OS sandbox around an agent session (bubblewrap): what an agent process may write.
+
+An agent runs as the same user as lo-orch, so file permissions alone stop nothing. Each
+agent's whole process (Claude Code with its Bash tool *and* its built-in file tools, its
+hooks, a ``command`` or ``scripted`` agent) is started inside ``bwrap``, in a mount
+namespace where the filesystem is the host's (``--dev-bind / /``) except:
+
+- read-only: the repository (main checkout, ``.git``, ``.orchestration/``, other tasks'
+  worktrees, the project's ``.venv``), this lo-orch's own installation and the user's
+  lo-orch configuration;
+- writable again on top: the task's worktree, the git object store and the worktree's own
+  admin folder ``.git/worktrees/<name>/`` (so ``git add``/``git status`` work; refs,
+  ``config``, ``hooks``, ``info``, ``packed-refs`` stay read-only), the plans folder and
+  the task's inbox ``.orchestration/inbox/<task>/``; inside those, the files that point
+  the worktree at its repository (``<worktree>/.git``, ``commondir``, ``gitdir``) are
+  read-only again;
+- hidden (an empty read-only tmpfs): the supervisor's private state (``private.state_home()``) and
+  the tmux socket folder, so no key can be read and no ``send-keys`` reach another pane;
+- its own PID namespace (``--unshare-pid`` with a fresh ``/proc``): it cannot read other
+  sessions' ``/proc/<pid>/environ``, signal the supervisor, and a process that detaches
+  (setsid, double fork, ``env -i``) is reparented to the sandbox's init, which was started
+  with ``LO_ORCH_TASK``, so ``guard.refuse_in_session`` still finds it.
+
+The network is shared (the agent talks to its model API; ``lo-orch`` over a unix socket),
+and so is the terminal session (``--new-session`` would break the interactive tty).
+Measured on a shared 2-core Linux VM (bubblewrap 0.8.0), median of 200 starts of
+``/bin/true``: 0.8 ms bare, 8.4-9.4 ms under a full task policy; once per session launch.
+
+``[sandbox] mode``: ``auto`` (default: on where bwrap works, else off with a warning),
+``bwrap`` (required: a clear error where it does not work), ``off``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import site
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loop_orchestrator import proc
+from loop_orchestrator.errors import ConfigError
+from loop_orchestrator.runstate import private
+
+if TYPE_CHECKING:
+    from loop_orchestrator.config import Settings
+    from loop_orchestrator.sessions.backend import LaunchSpec
+
+log = logging.getLogger(__name__)
+
+BWRAP = "bwrap"
+INSTALL_HINT = "Install bubblewrap (`apt-get install bubblewrap`)"
+
+#: what tools running inside a session write under ``.orchestration/`` besides the inbox:
+#: ``lo-orch hook``'s failure log and the scripted agent's record of the prompts it got
+#: (``received/``, for tests and the demo). Status files, the ledger and ``run.json`` are
+#: the supervisor's alone: hooks and signals report through the inbox socket.
+LEGACY_REPORT_DIRS = ("logs", "received")
+LEGACY_REPORT_FILES: tuple[str, ...] = ()
+
+
+@functools.cache
+def available() -> tuple[bool, str]:
+    """Does bubblewrap work here? ``(True, version)`` or ``(False, why not)``."""
+    exe = shutil.which(BWRAP)
+    if exe is None:
+        return False, f"{BWRAP} not found on PATH"
+    # a real namespace setup, as used for agents: some kernels and containers forbid it
+    probe = [
+        exe,
+        "--dev-bind",
+        "/",
+        "/",
+        "--unshare-pid",
+        "--proc",
+        "/proc",
+        "--die-with-parent",
+        "--",
+        "/bin/true",
+    ]
+    try:
+        result = proc.run(probe, timeout=15, check=False)
+    except OSError as exc:
+        return False, f"{exe} cannot run: {exc}"
+    if not result.ok:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        why = detail[-1] if detail else f"exit {result.returncode}"
+        return False, f"{exe} cannot create a sandbox here: {why}"
+    version = proc.run([exe, "--version"], timeout=15, check=False).stdout.strip()
+    return True, version or exe
+
+
+@functools.cache
+def _warn_off(reason: str) -> None:
+    log.warning("agent sandbox off: %s", reason, extra={"reason": reason})
+
+
+def status(settings: Settings) -> tuple[bool, str]:
+    """Will agents run sandboxed? ``(active, reason)`` for ``[sandbox] mode``."""
+    mode = settings.sandbox.mode
+    if mode == "off":
+        return False, 'off ([sandbox] mode = "off")'
+    ok, detail = available()
+    if ok:
+        return True, f'bubblewrap ({detail}), [sandbox] mode = "{mode}"'
+    return False, detail
+
+
+def require(settings: Settings) -> bool:
+    """Whether to sandbox agents; raises when ``mode = "bwrap"`` and bwrap does not work.
+
+    ``auto`` without a working bwrap logs a warning (once per reason) and goes on unconfined.
+    """
+    active, reason = status(settings)
+    if active:
+        return True
+    if settings.sandbox.mode == "bwrap":
+        msg = f'the agent sandbox is required ([sandbox] mode = "bwrap") but {reason}'
+        raise ConfigError(msg, hint=f'{INSTALL_HINT}, or set [sandbox] mode = "auto".')
+    if settings.sandbox.mode == "auto":
+        _warn_off(reason)
+    return False
+
+
+def tmux_socket_dir() -> Path:
+    """The folder of this user's tmux sockets (tmux: ``$TMUX_TMPDIR/tmux-<uid>``)."""
+    return Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+
+
+def _admin_dir(worktree: Path) -> Path | None:
+    """The worktree's own admin folder (``.git/worktrees/<name>``) from its ``.git`` file."""
+    try:
+        text = (worktree / ".git").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    path = Path(text[len("gitdir:") :].strip())
+    return (path if path.is_absolute() else worktree / path).resolve()
+
+
+def _common_dir(repo: Path) -> Path:
+    """The repository's shared git folder (``.git``, or the main one for a linked checkout)."""
+    dot_git = repo / ".git"
+    if dot_git.is_file():
+        admin = _admin_dir(repo)
+        if admin is not None:
+            common = admin / "commondir"
+            if common.is_file():
+                rel = Path(common.read_text(encoding="utf-8").strip())
+                return (rel if rel.is_absolute() else admin / rel).resolve()
+            return admin
+    return dot_git.resolve()
+
+
+def _lo_orch_install() -> list[Path]:
+    """Where this lo-orch's code and interpreter live (a ``.pth`` there runs in the
+    supervisor): the package folder (an editable checkout too), the environment's prefix
+    and the user's site-packages."""
+    paths = [Path(__file__).resolve().parent, Path(sys.prefix).resolve()]
+    user_site = site.getusersitepackages()
+    if isinstance(user_site, str):
+        paths.append(Path(user_site))
+    return paths
+
+
+def _user_config_dirs() -> list[Path]:
+    """The user's lo-orch settings and tool profile (an agent could switch the sandbox or
+    the auditor off there)."""
+    from loop_orchestrator.config import user_config_path
+
+    home = Path(os.environ.get("HOME") or Path.home())
+    return [user_config_path().parent, home / ".claude" / "loop-orchestrator"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one agent session may write; paths are absolute and resolved.
+
+    Mount order (later mounts over earlier ones): ``read_only``, ``writable``, ``pinned``,
+    ``hidden``. Paths that do not exist at launch are left out (there is nothing to
+    protect; a writable one could not be bound).
+    """
+
+    task: str
+    read_only: tuple[Path, ...]
+    writable: tuple[Path, ...]
+    hidden: tuple[Path, ...]
+    #: read-only again inside ``writable``: the files that tie the worktree to this
+    #: repository (``<worktree>/.git``, the admin folder's ``commondir`` and ``gitdir``), so
+    #: the supervisor's own git commands in the worktree cannot be pointed elsewhere
+    pinned: tuple[Path, ...] = ()
+    #: folders to create before the launch (a mount needs its target)
+    create: tuple[Path, ...] = ()
+    #: what session-side tools write besides the inbox (``LEGACY_REPORT_DIRS``/``_FILES``)
+    legacy_dirs: tuple[Path, ...] = ()
+    legacy_files: tuple[Path, ...] = ()
+    legacy_reporting: bool = True
+    #: environment variables the session must not inherit (a node's Ray credentials)
+    unset_env: tuple[str, ...] = ()
+
+    @classmethod
+    def for_task(cls, *, repo: Path, run_dir: Path, worktree: Path, task: str) -> Policy:
+        """The policy of ``task``'s session in ``repo`` (``run_dir``: ``.orchestration``)."""
+        repo = repo.resolve()
+        run_dir = run_dir.resolve()
+        worktree = worktree.resolve()
+        common = _common_dir(repo)
+        inbox = run_dir / "inbox" / task
+        plans = run_dir / "plans"
+        state = private.state_home()
+        writable = [worktree, common / "objects"]
+        pinned = [worktree / ".git"]
+        admin = _admin_dir(worktree)
+        if admin is not None:
+            writable.append(admin)
+            pinned += [admin / "commondir", admin / "gitdir"]
+        # The plans folder, not only plans/<task>.md: a bind-mounted file cannot be replaced
+        # by rename (EBUSY), and Claude Code writes files atomically (temp file + rename).
+        writable += [plans, inbox]
+        home = Path(os.environ.get("HOME") or Path.home()).resolve()
+        # an interpreter prefix may be a folder above the user's home (``/``, a conda
+        # install in it): read-only there would take the agent's own config folders too
+        protect = [
+            p
+            for p in (*_lo_orch_install(), *_user_config_dirs())
+            if not home.is_relative_to(p.resolve())
+        ]
+        return cls(
+            task=task,
+            read_only=(repo, common, *protect),
+            writable=tuple(writable),
+            # never hide a folder that holds the worktree (a state home set to /tmp, say)
+            hidden=tuple(
+                p for p in (state, tmux_socket_dir()) if not worktree.is_relative_to(p.resolve())
+            ),
+            pinned=tuple(pinned),
+            # the tmux socket folder too: a folder that does not exist yet is not hidden, and
+            # the run's tmux server (made after the first launch's policy) would appear in it
+            create=(inbox, plans, state, tmux_socket_dir()),
+            legacy_dirs=tuple(run_dir / name for name in LEGACY_REPORT_DIRS),
+            legacy_files=tuple(run_dir / name for name in LEGACY_REPORT_FILES),
+        )
+
+    def strict(self) -> Policy:
+        """This policy without even the log and prompt-record grants."""
+        return replace(self, legacy_reporting=False)
+
+
+def wrap(argv: list[str], policy: Policy) -> list[str]:
+    """``argv`` run inside bwrap under ``policy`` (paths that do not exist are skipped)."""
+    exe = shutil.which(BWRAP) or BWRAP
+    out = [exe, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
+    for path in _existing(policy.read_only):
+        out += ["--ro-bind", str(path), str(path)]
+    writable = policy.writable
+    if policy.legacy_reporting:
+        writable += policy.legacy_dirs + policy.legacy_files
+    for path in _existing(writable):
+        out += ["--bind", str(path), str(path)]
+    for path in _existing(policy.pinned):
+        out += ["--ro-bind", str(path), str(path)]
+    for path in _existing(policy.hidden):
+        if path.is_file():
+            out += ["--ro-bind", "/dev/null", str(path)]  # a regular file: empty
+        else:
+            # an empty, read-only folder: nothing to read, nothing planted for a later look
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+    for name in dict.fromkeys(policy.unset_env):
+        out += ["--unsetenv", name]
+    return [*out, "--die-with-parent", "--", *argv]
+
+
+def _existing(paths: tuple[Path, ...]) -> list[Path]:
+    seen: list[Path] = []
+    for path in paths:
+        if path not in seen and path.exists():
+            seen.append(path)
+    return seen
+
+
+def confine(spec: LaunchSpec, policy: Policy) -> LaunchSpec:
+    """``spec`` run inside the sandbox (its folders created first)."""
+    for folder in policy.create:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if policy.legacy_reporting:
+        for folder in policy.legacy_dirs:
+            folder.mkdir(parents=True, exist_ok=True)
+        for file in policy.legacy_files:
+            file.touch()
+    return replace(spec, argv=wrap(spec.argv, policy))

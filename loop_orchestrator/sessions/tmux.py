@@ -1,0 +1,485 @@
+"""The local tmux session backend: agent sessions as panes of the tmux session ``lo-<run>``
+on the run's own server (``sessions.run_socket``).
+
+tmux facts this relies on (tmux 3.3a): a shell command given as several arguments is
+executed directly (no ``default-shell``), so the user's shell never parses agent argv;
+``remain-on-exit`` is inherited by panes split from a window that has it, which avoids the
+race of setting it after a fast-dying process already exited; pane ids (``%N``) are unique
+per server but reused after a server restart, so every pane operation first checks that the
+pane belongs to this run's session.
+
+libtmux is used for the exact session lookup; everything else goes through ``proc.run``
+with plain tmux argument lists, because delivery needs stdin (``load-buffer -``), options
+libtmux does not expose (``-e`` on respawn-pane, pane user options) and timeouts (libtmux
+calls have none, and a supervisor must never hang on a wedged tmux server).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+import uuid
+
+import libtmux
+from libtmux import exc as libtmux_exc
+
+from loop_orchestrator import proc
+from loop_orchestrator.errors import TmuxError
+from loop_orchestrator.sessions.backend import LaunchSpec, PaneState, tmux_socket
+from loop_orchestrator.sessions.tmuxargs import (
+    KEY_RE,
+    NAMED_KEYS,
+    PANE_FIELDS,
+    PaneInfo,
+    check_pane_id,
+    check_spec,
+    env_options,
+    pane_command,
+    parse_pane_line,
+)
+
+log = logging.getLogger(__name__)
+
+#: agent panes per window before a new window is opened
+PANES_PER_WINDOW = 4
+#: size of a detached session's windows (tmux's default 80x24 is too small for 4 panes)
+DEFAULT_SIZE = ("240", "60")
+#: how long one tmux client call may take before it counts as a failure
+TMUX_TIMEOUT = 20.0
+
+_INSTALL_HINT = "Install it with `apt-get install tmux` (Debian/Ubuntu) or `brew install tmux`."
+_RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+#: a process on the placeholder pane of an empty window (never an agent)
+_KEEPER_ARGV = (
+    "/bin/sh",
+    "-c",
+    "printf '%s\\n' 'loop-orchestrator: agent panes open here'; exec sleep 2147483647",
+)
+
+
+def session_name(run_name: str) -> str:
+    return f"lo-{run_name}"
+
+
+class TmuxBackend:
+    """Agent sessions as panes of the tmux session ``lo-<run>``.
+
+    Agent panes are tiled, at most four per window; a window is opened with a placeholder
+    ("keeper") pane that is removed once the first agent pane is split from it. Panes keep
+    ``remain-on-exit on`` so an exit is seen with its status. Panes carry the user option
+    ``@lo_task`` so a restarted supervisor finds them again.
+    """
+
+    def __init__(
+        self, run_name: str, socket: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        if not _RUN_NAME_RE.match(run_name):
+            msg = f"{run_name!r} cannot name a tmux session"
+            raise TmuxError(
+                msg,
+                hint="Run names use letters, digits, '-' and '_' only.",
+            )
+        self.run_name = run_name
+        self.session = session_name(run_name)
+        #: the environment tmux commands run in (so the server starts with it): None = ours
+        self.env = env
+        self.socket = socket if socket is not None else tmux_socket()
+        self._lock = threading.RLock()
+        self._server: libtmux.Server | None = None
+        self._version_ok = False
+
+    # plumbing ----------------------------------------------------------------------
+    def _tmux_bin(self) -> str:
+        found = shutil.which("tmux")
+        if not found:
+            msg = "tmux not found"
+            raise TmuxError(msg, hint=_INSTALL_HINT)
+        return found
+
+    def _server_args(self) -> list[str]:
+        return ["-L", self.socket] if self.socket else []
+
+    def _tmux(self, *args: str, input: str | None = None, check: bool = True) -> proc.Result:
+        argv = [self._tmux_bin(), *self._server_args(), *args]
+        result = proc.run(argv, env=self.env, input=input, timeout=TMUX_TIMEOUT, check=False)
+        if check and not result.ok:
+            detail = result.stderr.strip() or (
+                "timed out" if result.returncode is None else f"exit {result.returncode}"
+            )
+            msg = f"tmux {args[0]} failed for session {self.session}: {detail}"
+            raise TmuxError(
+                msg,
+                hint="Check the tmux server with `tmux"
+                + (f" -L {self.socket}" if self.socket else "")
+                + " ls`.",
+            )
+        return result
+
+    def _libtmux_server(self) -> libtmux.Server:
+        if self._server is None:
+            self._server = libtmux.Server(socket_name=self.socket)
+        return self._server
+
+    def _panes(self) -> list[PaneInfo]:
+        """Every pane of this run's session (empty when there is no session)."""
+        result = self._tmux(
+            "list-panes", "-s", "-t", f"={self.session}", "-F", PANE_FIELDS, check=False
+        )
+        if not result.ok:
+            return []
+        infos = [parse_pane_line(line) for line in result.stdout.splitlines()]
+        return [i for i in infos if i is not None and i.session == self.session]
+
+    def _pane_info(self, pane_id: str) -> PaneInfo | None:
+        """The pane if it exists *in this run's session*; another session's pane is None."""
+        check_pane_id(pane_id)
+        result = self._tmux("list-panes", "-t", pane_id, "-F", PANE_FIELDS, check=False)
+        if not result.ok:
+            return None
+        for line in result.stdout.splitlines():
+            info = parse_pane_line(line)
+            if info is not None and info.pane_id == pane_id:
+                return info if info.session == self.session else None
+        return None
+
+    def _own_pane(self, pane_id: str, action: str) -> PaneInfo:
+        info = self._pane_info(pane_id)
+        if info is None:
+            msg = f"cannot {action} pane {pane_id}: it is not a pane of session {self.session}"
+            raise TmuxError(
+                msg,
+                hint="The session may have ended; `lo-orch status` shows the task's state.",
+            )
+        return info
+
+    # sessions ----------------------------------------------------------------------
+    def session_exists(self) -> bool:
+        self._tmux_bin()
+        try:
+            return bool(self._libtmux_server().has_session(self.session, exact=True))
+        except libtmux_exc.TmuxCommandNotFound as exc:
+            msg = "tmux not found"
+            raise TmuxError(msg, hint=_INSTALL_HINT) from exc
+
+    def _check_version(self) -> None:
+        """tmux 3.0 or newer: ``-e`` on split-window/respawn-pane and pane options."""
+        if self._version_ok:
+            return
+        result = self._tmux("-V", check=False)
+        match = re.search(r"(\d+)\.(\d+)", result.stdout)
+        if match and (int(match.group(1)), int(match.group(2))) < (3, 0):
+            msg = f"{result.stdout.strip()} is too old: lo-orch needs tmux 3.0 or newer"
+            raise TmuxError(msg, hint=_INSTALL_HINT)
+        self._version_ok = True
+
+    def ensure_session(self) -> None:
+        """Create ``lo-<run>`` (detached) unless it exists."""
+        with self._lock:
+            self._check_version()
+            if self.session_exists():
+                return
+            result = self._tmux(
+                "new-session",
+                "-d",
+                "-s",
+                self.session,
+                "-n",
+                "agents",
+                "-x",
+                DEFAULT_SIZE[0],
+                "-y",
+                DEFAULT_SIZE[1],
+                "-P",
+                "-F",
+                "#{window_id}\t#{pane_id}",
+                *_KEEPER_ARGV,
+                check=False,
+            )
+            if not result.ok:
+                if self.session_exists():  # created by someone else meanwhile
+                    return
+                msg = f"could not create tmux session {self.session}: {result.stderr.strip()}"
+                raise TmuxError(
+                    msg,
+                    hint=_INSTALL_HINT if "not found" in result.stderr else None,
+                )
+            window_id, pane_id = result.stdout.strip().split("\t")
+            self._prepare_window(window_id, pane_id)
+            log.info("tmux session created", extra={"session": self.session})
+
+    def _prepare_window(self, window_id: str, keeper_pane: str) -> None:
+        self._tmux("set-option", "-w", "-t", window_id, "remain-on-exit", "on")
+        self._tmux("set-option", "-p", "-t", keeper_pane, "@lo_keeper", "1")
+
+    def kill_session(self) -> None:
+        """Kill ``lo-<run>`` by its exact name (never a prefix match)."""
+        with self._lock:
+            if not self.session_exists():
+                return
+            self._tmux("kill-session", "-t", f"={self.session}")
+            log.info("tmux session killed", extra={"session": self.session})
+
+    # panes -------------------------------------------------------------------------
+    def launch(self, spec: LaunchSpec) -> str:
+        """Start ``spec`` in a new tiled pane (a new window when the last one has 4)."""
+        check_spec(spec)
+        with self._lock:
+            self.ensure_session()
+            window_id = self._window_with_room() or self._new_window()
+            try:
+                pane_id = self._split(window_id, spec)
+            except TmuxError as exc:
+                if "no space for new pane" not in exc.message:
+                    raise
+                # a small attached client shrank the window: open another one
+                window_id = self._new_window()
+                pane_id = self._split(window_id, spec)
+            self._tmux("set-option", "-p", "-t", pane_id, "@lo_task", spec.task)
+            for info in self._panes():
+                if info.window_id == window_id and info.keeper:
+                    self._tmux("kill-pane", "-t", info.pane_id)
+            self._tmux("select-layout", "-t", window_id, "tiled")
+        log.info("agent pane launched", extra={"task": spec.task, "pane": pane_id})
+        return pane_id
+
+    def _new_window(self) -> str:
+        result = self._tmux(
+            "new-window",
+            "-d",
+            "-t",
+            f"={self.session}:",
+            "-n",
+            "agents",
+            "-P",
+            "-F",
+            "#{window_id}\t#{pane_id}",
+            *_KEEPER_ARGV,
+        )
+        window_id, keeper = result.stdout.strip().split("\t")
+        self._prepare_window(window_id, keeper)
+        return window_id
+
+    def _split(self, window_id: str, spec: LaunchSpec) -> str:
+        # Splitting from a window with remain-on-exit makes the pane inherit it before the
+        # agent runs, so even an instant exit leaves a dead pane with its status.
+        self._tmux("select-layout", "-t", window_id, "tiled")
+        result = self._tmux(
+            "split-window",
+            "-d",
+            "-t",
+            window_id,
+            "-c",
+            str(spec.cwd),
+            *env_options(spec.env),
+            "-P",
+            "-F",
+            "#{pane_id}",
+            *pane_command(spec.argv),
+        )
+        return result.stdout.strip()
+
+    def _window_with_room(self) -> str | None:
+        counts: dict[str, int] = {}
+        other: set[str] = set()  # windows holding a pane that is no agent (the supervisor)
+        for info in self._panes():  # in window order
+            counts.setdefault(info.window_id, 0)
+            if info.task:
+                counts[info.window_id] += 1
+            elif not info.keeper:
+                other.add(info.window_id)
+        for window_id, count in counts.items():
+            if count < PANES_PER_WINDOW and window_id not in other:
+                return window_id
+        return None
+
+    def open_window(self, name: str, spec: LaunchSpec) -> str:
+        """Run ``spec`` in a window of its own named ``name`` (not an agent pane: it is not
+        tagged with a task and agents are never tiled into it); returns its pane id."""
+        check_spec(spec)
+        with self._lock:
+            self.ensure_session()
+            result = self._tmux(
+                "new-window",
+                "-d",
+                "-t",
+                f"={self.session}:",
+                "-n",
+                name,
+                "-c",
+                str(spec.cwd),
+                *env_options(spec.env),
+                "-P",
+                "-F",
+                "#{pane_id}",
+                *pane_command(spec.argv),
+            )
+            pane_id = result.stdout.strip()
+            self._tmux("set-option", "-p", "-t", pane_id, "remain-on-exit", "on")
+        log.info("window opened", extra={"window": name, "pane": pane_id})
+        return pane_id
+
+    def respawn(self, pane_id: str, spec: LaunchSpec) -> None:
+        """Run ``spec`` again in the same pane (``respawn-pane -k``), dead or alive."""
+        check_spec(spec)
+        with self._lock:
+            self._own_pane(pane_id, "respawn")
+            self._tmux(
+                "respawn-pane",
+                "-k",
+                "-t",
+                pane_id,
+                "-c",
+                str(spec.cwd),
+                *env_options(spec.env),
+                *pane_command(spec.argv),
+            )
+            self._tmux("set-option", "-p", "-t", pane_id, "@lo_task", spec.task)
+        log.info("agent pane respawned", extra={"task": spec.task, "pane": pane_id})
+
+    def state(self, pane_id: str) -> PaneState:
+        info = self._pane_info(pane_id)
+        # tmux marks a pane dead when its pty closes, a moment before it collects the exit
+        # status on SIGCHLD. With libutempter (Debian's tmux) that SIGCHLD can be lost for
+        # good: utempter's own handler is installed while tmux removes the utmp record of
+        # the closing pane (tmux/tmux#311), leaving a zombie and no status. The fix the
+        # tmux author suggests is to send tmux a SIGCHLD, which only makes it reap.
+        nudged = False
+        deadline = time.monotonic() + 1.0
+        while info is not None and info.dead and info.dead_status is None:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+            if not nudged:
+                nudged = self._nudge_server()
+            info = self._pane_info(pane_id)
+        if info is None:
+            return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
+        return PaneState(
+            pane_id, alive=not info.dead, dead_status=info.dead_status, pid=info.pid, exists=True
+        )
+
+    def _nudge_server(self) -> bool:
+        """Send this tmux server a SIGCHLD so it reaps exited panes (see ``state``)."""
+        result = self._tmux("display-message", "-p", "#{pid}", check=False)
+        pid = result.stdout.strip()
+        if not result.ok or not pid.isdigit():
+            return False
+        try:
+            os.kill(int(pid), signal.SIGCHLD)
+        except OSError:
+            return False
+        log.debug("tmux server nudged to reap", extra={"server_pid": pid})
+        return True
+
+    def capture(self, pane_id: str, lines: int = 200) -> str:
+        """The pane's text: the visible screen plus ``lines`` lines of history (0: none).
+
+        Spaces the program wrote at a line's end are kept (``-N``), so a ready pattern such
+        as ``^> `` can match a prompt that ends in a space.
+        """
+        self._own_pane(pane_id, "read")
+        start = str(-max(lines, 0))
+        return self._tmux("capture-pane", "-p", "-N", "-t", pane_id, "-S", start).stdout
+
+    def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
+        """Paste ``text`` through a uniquely named tmux buffer (deleted after the paste).
+
+        ``bracketed`` sends it as a bracketed paste (``-p``; only when the program asked
+        for it, as a terminal would). Without it every line break becomes a space, so a
+        line-oriented program receives one line.
+        """
+        self._own_pane(pane_id, "paste into")
+        name = f"lo-{uuid.uuid4().hex}"
+        self._tmux("load-buffer", "-b", name, "-", input=text)
+        mode = ["-p"] if bracketed else ["-s", " "]
+        try:
+            self._tmux("paste-buffer", "-d", *mode, "-b", name, "-t", pane_id)
+        except TmuxError:
+            self._tmux("delete-buffer", "-b", name, check=False)
+            raise
+
+    def send_keys(self, pane_id: str, *keys: str) -> None:
+        """Send named keys ("Enter", "Down", "C-c", a single character), never text."""
+        for key in keys:
+            if key not in NAMED_KEYS and not KEY_RE.match(key):
+                msg = f"send_keys takes key names, not text: {key[:40]!r}"
+                raise TmuxError(
+                    msg,
+                    hint="Deliver text with paste(); send Enter separately.",
+                )
+        self._own_pane(pane_id, "send keys to")
+        self._tmux("send-keys", "-t", pane_id, *keys)
+
+    def kill_pane(self, pane_id: str) -> None:
+        """Kill one of this session's panes by id; a pane of another session is refused."""
+        check_pane_id(pane_id)
+        with self._lock:
+            result = self._tmux("list-panes", "-t", pane_id, "-F", PANE_FIELDS, check=False)
+            if not result.ok:
+                return  # already gone
+            self._own_pane(pane_id, "kill")
+            if all(info.pane_id == pane_id for info in self._panes()):
+                # The session's last pane: without it the session ends, the tmux server
+                # exits, and a new server numbers panes from %0 again, so a task's recorded
+                # pane id could name another task's pane. A keeper window keeps it alive.
+                self._new_window()
+            self._tmux("kill-pane", "-t", pane_id)
+        log.info("agent pane killed", extra={"pane": pane_id})
+
+    def list_panes(self) -> dict[str, str]:
+        """pane id -> task for every agent pane of the session (found by ``@lo_task``)."""
+        return {info.pane_id: info.task for info in self._panes() if info.task}
+
+    def alive_panes(self) -> dict[str, bool]:
+        """pane id -> alive, for every pane of the session, in one tmux call."""
+        return {info.pane_id: not info.dead for info in self._panes()}
+
+    def task_pids(self) -> dict[int, str]:
+        """The process id of every live agent pane -> its task (``@lo_task``).
+
+        tmux starts the pane's process and reports its pid: the root of everything the
+        session runs, which no process inside the pane can change.
+        """
+        return {info.pid: info.task for info in self._panes() if info.task and info.pid}
+
+    def windows(self) -> dict[str, list[str]]:
+        """window id -> its pane ids, in window order (for tests and `doctor`)."""
+        out: dict[str, list[str]] = {}
+        for info in self._panes():
+            out.setdefault(info.window_id, []).append(info.pane_id)
+        return out
+
+    # attach ------------------------------------------------------------------------
+    def attach_argv(self, pane_id: str | None) -> list[str]:
+        """The command a user runs to see the session, focused on ``pane_id`` if given.
+
+        Inside tmux (``$TMUX``) on the same server it switches the client; inside another
+        tmux server it attaches a nested client (``TMUX`` unset, as tmux requires).
+        """
+        if not self.session_exists():
+            msg = f"run {self.run_name} has no tmux session ({self.session})"
+            raise TmuxError(
+                msg,
+                hint="Sessions exist while tasks run; start them with `lo-orch run`.",
+            )
+        base = [self._tmux_bin(), *self._server_args()]
+        focus: list[str] = []
+        if pane_id is not None:
+            self._own_pane(pane_id, "attach to")
+            focus = ["select-window", "-t", pane_id, ";", "select-pane", "-t", pane_id, ";"]
+        target = f"={self.session}"
+        inside = os.environ.get("TMUX", "")
+        if inside and self._same_server(inside):
+            return [*base, *focus, "switch-client", "-t", target]
+        prefix = ["env", "-u", "TMUX"] if inside else []
+        return [*prefix, *base, *focus, "attach-session", "-t", target]
+
+    def _same_server(self, tmux_env: str) -> bool:
+        socket_path = tmux_env.split(",")[0]
+        result = self._tmux("display-message", "-p", "#{socket_path}", check=False)
+        return result.ok and result.stdout.strip() == socket_path

@@ -1,0 +1,1 @@
+"""The supervisor: drives every task from pending to integrated."""

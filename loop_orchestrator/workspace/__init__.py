@@ -1,0 +1,1 @@
+"""The workspace of one run: branches, worktrees, staging, integration and Gate 2."""

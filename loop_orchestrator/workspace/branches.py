@@ -1,0 +1,293 @@
+"""The branches of one run and the refs book that records them: names, compare-and-swap
+moves written ahead, ``check_refs``, clashes with branches that are not the run's.
+
+The base of ``Workspace`` (``workspace.py`` says the safety rules): ``worktrees.py``,
+``staging.py`` and ``workspace.py`` build on it in that order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loop_orchestrator import proc
+from loop_orchestrator.errors import (
+    GitError,
+    RefTamperedError,
+)
+from loop_orchestrator.files import WORKTREES_DIR
+from loop_orchestrator.git.gateway import git, oid, update_ref
+from loop_orchestrator.git.parse import WorktreeInfo, parse_worktrees
+
+if TYPE_CHECKING:
+    from loop_orchestrator.config import WorkspaceConfig
+    from loop_orchestrator.git.refbook import RefBook
+
+
+log = logging.getLogger(__name__)
+
+TASK_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+RUN_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+RESERVED_TASKS = frozenset({"staging"})
+#: refs-book keys besides full ref names (spelled here only)
+BOOK_BASE = "base"
+BOOK_START = "start/"
+BOOK_NEXT = "next:"
+BOOK_WORKTREE = "worktree/"
+ABSENT = "0" * 40
+
+
+def is_sha(text: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{40}(?:[0-9a-f]{24})?", text) is not None
+
+
+class Branches:
+    """The branches of one run in one repository and the refs book that records them."""
+
+    def __init__(
+        self,
+        repo: Path,
+        run: str,
+        settings: WorkspaceConfig,
+        refs: RefBook | None = None,
+        *,
+        instance: str | None = None,
+    ) -> None:
+        """``refs`` is where the run records its refs (default: a ``FileRefBook`` in the
+        run's private folder, for run instance ``instance``: see ``for_run``)."""
+        if not RUN_RE.match(run):
+            msg = f"invalid run name {run!r}"
+            raise GitError(
+                msg,
+                hint="Use 1-40 of a-z, 0-9 and '-', starting with a letter or "
+                "digit (plan field `name`).",
+            )
+        self.repo = repo.resolve()
+        self.run = run
+        self.settings = settings
+        self.instance = instance
+        if refs is None:
+            from loop_orchestrator.git.refbook import FileRefBook
+
+            refs = FileRefBook.for_run(self.repo, run, instance)
+        self.refs: RefBook = refs
+
+    # names --------------------------------------------------------------------------
+
+    @property
+    def staging_branch(self) -> str:
+        return f"lo/{self.run}/staging"
+
+    @property
+    def feature_branch(self) -> str:
+        return f"feat/{self.run}"
+
+    def task_branch(self, task: str) -> str:
+        return f"lo/{self.run}/{self._check_task(task)}"
+
+    def worktree_path(self, task: str) -> Path:
+        return self.repo / WORKTREES_DIR / self.run / self._check_task(task)
+
+    @staticmethod
+    def _check_task(task: str) -> str:
+        if not TASK_RE.match(task) or task in RESERVED_TASKS:
+            msg = f"invalid task id {task!r}"
+            raise GitError(msg, hint="Task ids are 1-40 of a-z, 0-9 and '-' and not 'staging'.")
+        return task
+
+    def _check_branch_name(self, name: str) -> str:
+        bad = (
+            not name
+            or name.startswith(("-", "lo/"))
+            or "@{" in name
+            or not git(self.repo, "check-ref-format", f"refs/heads/{name}", check=False).ok
+        )
+        if bad:
+            msg = f"invalid branch name {name!r}"
+            raise GitError(msg, hint="Use a valid git branch name outside lo/ (e.g. feat/x).")
+        return name
+
+    # small git helpers --------------------------------------------------------------
+
+    def _git(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> proc.Result:
+        return git(self.repo, *args, check=check, input=input, env=env)
+
+    def _branches(self) -> dict[str, str]:
+        out = self._git("for-each-ref", "--format=%(refname)%00%(objectname)", "refs/heads/")
+        pairs = (line.split("\0") for line in out.stdout.splitlines() if line)
+        return {ref[len("refs/heads/") :]: sha for ref, sha in pairs}
+
+    def _tip(self, branch: str) -> str | None:
+        return self._branches().get(branch)
+
+    def _key(self, branch: str) -> str:
+        """The book key that makes ``branch`` this run's: a task's start, else the ref."""
+        prefix = f"lo/{self.run}/"
+        if branch.startswith(prefix) and branch != self.staging_branch:
+            return BOOK_START + branch[len(prefix) :]
+        return f"refs/heads/{branch}"
+
+    def _is_ours(self, branch: str) -> bool:
+        return self.refs.get(self._key(branch)) is not None
+
+    def _move(self, branch: str, new: str | None, old: str | None, reason: str) -> None:
+        """Compare-and-swap ``branch`` from ``old`` to ``new`` (None: absent) and record it.
+
+        The new value is written ahead, so ``check_refs`` after a crash between the update
+        and the record recognises lo-orch's own move instead of calling it tampering.
+        """
+        ref = f"refs/heads/{branch}"
+        checked = not self._key(branch).startswith(BOOK_START)
+        if checked:
+            self.refs.set(BOOK_NEXT + ref, new or ABSENT)
+        update_ref(self.repo, branch, new, old, reason)
+        if checked:
+            if new:
+                self.refs.set(ref, new)
+            else:
+                self.refs.drop(ref)
+            self.refs.drop(BOOK_NEXT + ref)
+
+    def _create_branch(self, name: str, sha: str) -> None:
+        # Record first: a crash between the two steps leaves a record without a branch
+        # (harmless), never a branch of ours that looks like a user's.
+        key = self._key(name)
+        if key.startswith(BOOK_START):
+            self.refs.set(key, sha)
+        try:
+            self._move(name, sha, None, f"lo-orch: run {self.run} created {name}")
+        except GitError:
+            if key.startswith(BOOK_START):
+                self.refs.drop(key)
+            raise
+        log.info("branch created", extra={"branch": name, "sha": sha})
+
+    def _delete_branch(self, name: str, sha: str) -> None:
+        # a compare-and-swap delete: only what was checked to be merged goes
+        self._move(name, None, sha, f"lo-orch: run {self.run} deleted {name}")
+        self.refs.drop(self._key(name))
+        log.info("branch deleted", extra={"branch": name, "sha": sha})
+
+    # the refs book ----------------------------------------------------------------------
+
+    def check_refs(self) -> None:
+        """Compare every ref the book records with git; ``RefTamperedError`` on a difference.
+
+        A value written ahead (``_move``) that git shows is adopted: lo-orch moved the ref
+        and stopped before recording it.
+        """
+        book = self.refs.items()
+        branches = {f"refs/heads/{b}": sha for b, sha in self._branches().items()}
+        for name, ahead in book.items():
+            if not name.startswith(BOOK_NEXT):
+                continue
+            ref = name[len(BOOK_NEXT) :]
+            found = branches.get(ref, ABSENT)
+            if found == ahead:
+                if ahead == ABSENT:
+                    self.refs.drop(ref)
+                else:
+                    self.refs.set(ref, ahead)
+                book[ref] = ahead
+            self.refs.drop(name)
+        for name, expected in sorted(book.items()):
+            if not name.startswith("refs/"):
+                continue
+            now = branches.get(name)
+            if expected != ABSENT and now != expected:
+                raise RefTamperedError(name, expected, now)
+
+    def recorded(self, branch: str) -> str:
+        """The value lo-orch set ``branch`` (staging, the feature branch) to, checked
+        against git; ``GitError`` when it never set it."""
+        self.check_refs()
+        sha = self.refs.get(f"refs/heads/{branch}")
+        if sha is None:
+            msg = f"{branch} was not created by run {self.run}"
+            raise GitError(msg, hint="Start the run with `lo-orch run`, which creates it.")
+        return sha
+
+    def base(self, fallback: str | None = None) -> str:
+        """The run's base commit as recorded when staging was created (``fallback`` for a
+        run recorded before the book existed)."""
+        sha = self.refs.get(BOOK_BASE)
+        if sha is None:
+            if fallback is None:
+                msg = f"run {self.run} has no recorded base commit"
+                raise GitError(msg, hint="Start the run with `lo-orch run`.")
+            return oid(self.repo, fallback)
+        if fallback is not None and is_sha(fallback) and fallback != sha:
+            what = f"the base of run {self.run}"
+            raise RefTamperedError(
+                what,
+                sha,
+                fallback,
+                hint=(
+                    "The run's published state (run.json) names another base than lo-orch "
+                    "recorded; nothing was changed. Restore run.json or plan the run afresh."
+                ),
+            )
+        return sha
+
+    def hand_over(self, branch: str) -> None:
+        """Gate 2 is done: ``branch`` is the user's from now on (no longer checked)."""
+        self.refs.drop(f"refs/heads/{branch}")
+
+    def _clash(self, wanted: str, branches: Mapping[str, str]) -> str | None:
+        if wanted in branches and not self._is_ours(wanted):
+            return f"branch {wanted} already exists and was not created by run {self.run}"
+        for name in branches:
+            if wanted.startswith(name + "/") or name.startswith(wanted + "/"):
+                return f"branch {name} exists, so git cannot also hold a branch {wanted}"
+        return None
+
+    def _raise_clashes(self, problems: Sequence[str]) -> None:
+        if problems:
+            msg = (
+                f"run {self.run} would reuse branches or worktrees it did not create:\n"
+                + "\n".join(f"  - {p}" for p in problems)
+            )
+            raise GitError(
+                msg,
+                hint="lo-orch never adopts, resets or removes what it did not "
+                "create for this run. Choose another run name (plan `name:`), or "
+                "once you have saved what you need from them, remove those "
+                "worktrees (`git worktree remove PATH`) and rename or delete those "
+                "branches yourself.",
+            )
+
+    def _worktrees(self) -> list[WorktreeInfo]:
+        out = self._git("worktree", "list", "--porcelain", "-z").stdout
+        infos = parse_worktrees(out)
+        if any(w.prunable for w in infos):
+            self._git("worktree", "prune")
+            infos = parse_worktrees(self._git("worktree", "list", "--porcelain", "-z").stdout)
+        return infos
+
+    def _worktree_at(self, path: Path) -> WorktreeInfo | None:
+        target = path.resolve()
+        return next((w for w in self._worktrees() if w.path.resolve() == target), None)
+
+    def _refuse_checked_out(self, branch: str) -> None:
+        for w in self._worktrees():
+            if w.branch == branch:
+                msg = (
+                    f"{branch} is checked out at {w.path}; moving it without that checkout "
+                    "would leave the checkout out of date"
+                )
+                raise GitError(msg, hint="Switch that checkout to another branch, then retry.")
+
+    def _rel(self, path: Path) -> str:
+        with contextlib.suppress(ValueError):
+            return path.relative_to(self.repo).as_posix()
+        return str(path)
