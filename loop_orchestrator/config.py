@@ -104,6 +104,11 @@ class VerifyConfig(_Section):
     command: str | None = None
     check_timeout: float = 600.0
     integration_timeout: float = 1800.0
+    #: mutation check (verify/mutation.py): at most this many mutants of the task's changed
+    #: source lines, run against its new and changed tests; 0 turns the check off
+    mutants_max: int = Field(default=25, ge=0)
+    #: the mutation check's whole time budget for one task, in seconds
+    mutants_seconds: float = Field(default=60.0, ge=0)
 
 
 class SandboxConfig(_Section):

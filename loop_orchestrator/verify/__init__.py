@@ -49,6 +49,12 @@ that ran and passed) · done.environment-changed B (the checks' site folders cha
 done.new-test-missing B · done.new-test-skipped B · done.new-test-failed B · redgreen.not-red W ·
 redgreen.unprovable W · redgreen.not-run W
 
+tests.mutants-survive B (the task's tests kill none of the mutants of the changed lines they
+execute; ``verify.mutants``, run by ``verify.mutation``) · tests.mutants-few-killed W (fewer
+than a third) · tests.mutants-unexecuted W (the tests run none of the changed lines) ·
+tests.mutants-not-run W (no mutant finished within the budget) · tests.weak-assertions W,
+B with redgreen.not-red or surviving mutants (``verdict.escalate``)
+
 Heuristic findings (tests.*, stubs.*) are disputable: the session signals
 ``impl_done --dispute CODE --note WHY``; the auditor settles the dispute, or without one it
 is carried to Gate 2 as a warning (``verify.disputes``). Hard findings (scope.*, secrets.*,

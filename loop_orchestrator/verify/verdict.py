@@ -38,11 +38,14 @@ from loop_orchestrator.verify.models import (
     AuditorResult,
     CheckRun,
     Finding,
+    Severity,
     Verdict,
     blocking,
     warning,
 )
-from loop_orchestrator.verify.redgreen import judge_skips, pytest_prefix, red_green
+from loop_orchestrator.verify.mutants import FEW_KILLED, SURVIVE
+from loop_orchestrator.verify.mutation import mutation_check
+from loop_orchestrator.verify.redgreen import all_passed, judge_skips, pytest_prefix, red_green
 from loop_orchestrator.verify.testquality import FileChange, check_tests, fixture_refs
 
 if TYPE_CHECKING:
@@ -221,6 +224,37 @@ def deterministic_findings(
     return findings, report, files, texts
 
 
+#: produced by the test-quality check: a changed or new test whose every check is weak
+WEAK_ASSERTIONS = "tests.weak-assertions"
+#: findings that show the task's tests do not depend on its change
+_UNPROVEN = {
+    "redgreen.not-red": "the task's tests also pass at the parent, without the change",
+    SURVIVE: "mutants of the change survive the task's tests",
+    FEW_KILLED: "mutants of the change survive the task's tests",
+}
+
+
+def escalate(findings: Sequence[Finding]) -> list[Finding]:
+    """Weak assertions are blocking when other evidence agrees that the tests do not check
+    the change: the tests also pass at the parent (``redgreen.not-red``) or mutants of the
+    change survive them. Alone, a weak assertion stays a warning (a test of a function that
+    returns nothing may honestly check little). A heuristic: the session may dispute it."""
+    reasons = list(dict.fromkeys(_UNPROVEN[f.check] for f in findings if f.check in _UNPROVEN))
+    if not reasons:
+        return list(findings)
+    return [
+        f.model_copy(
+            update={
+                "severity": Severity.BLOCKING,
+                "message": f"{f.message} This blocks because {' and '.join(reasons)}.",
+            }
+        )
+        if f.check == WEAK_ASSERTIONS and not f.blocking
+        else f
+        for f in findings
+    ]
+
+
 def verify_task(
     repo: Path,
     rundir: RunDir,
@@ -306,11 +340,23 @@ def verify_task(
             new_files = [
                 f.path for f in files if f.status == "A" and classify.is_python_test_module(f.path)
             ]
-            findings += new_test_findings(
-                report.touched, [r for r in runs if r.cwd_kind == "commit"], new_files
-            )
+            commit_runs = [r for r in runs if r.cwd_kind == "commit"]
+            findings += new_test_findings(report.touched, commit_runs, new_files)
+            py_refs = [t for t in report.touched if t.language == "python"]
+            if all_passed(py_refs, commit_runs):
+                # mutants mean something only against tests that pass unmutated
+                findings += mutation_check(
+                    tree,
+                    files,
+                    prefix=pytest_prefix(argvs),
+                    touched=report.touched,
+                    evidence=evidence,
+                    max_mutants=settings.verify.mutants_max,
+                    seconds=settings.verify.mutants_seconds,
+                ).findings
             # the checks ran the task's code: it must not have changed their interpreter
             findings += pyenv.findings(pyenv.changes(site_baseline), when="while the checks ran")
+        findings = escalate(findings)
         findings, held = disputes.hold(findings, claims)
         clean = not any(f.blocking for f in findings)
         if clean:
@@ -355,6 +401,8 @@ def verify_task(
         files_kept += [p for p in (r.stdout_path, r.stderr_path, r.junit_path) if p]
     if auditor.output_path:
         files_kept.append(auditor.output_path)
+    if (evidence / "mutants.json").exists():
+        files_kept.append(str(evidence / "mutants.json"))
     verdict = Verdict(
         task=task.id,
         commit=commit_sha,
