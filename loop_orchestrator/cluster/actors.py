@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator import resources
 from loop_orchestrator.cluster import bundles
 from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import GitError, TmuxError
@@ -149,9 +150,7 @@ class ActorCalls:
 
     def _paths(self, spec_cwd: Path) -> dict[str, str]:
         """What the node must rewrite in a launch or prompt: supervisor path -> its kind."""
-        from loop_orchestrator.cluster.node import install_paths
-
-        paths: dict[str, str] = {path: kind for kind, path in install_paths().items()}
+        paths: dict[str, str] = {path: kind for kind, path in resources.install_paths().items()}
         for p in (spec_cwd, spec_cwd.resolve()):
             paths[str(p)] = "checkout"
         for p in (self.rundir.root, self.rundir.root.resolve()):

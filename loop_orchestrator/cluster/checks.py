@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator.agents.support import PRESET_PACKAGES, npm_package
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
-from loop_orchestrator.readiness import _PRESETS, Check
+from loop_orchestrator.readiness import Check
 
 #: how long the doctor waits for a node to answer its probe
 NODE_TIMEOUT = 60.0
@@ -58,7 +59,7 @@ def agent_program(settings: Settings) -> str | None:
         return agent.command
     if not argv:
         return ""
-    if agent.kind in _PRESETS and argv == ["claude"]:  # the default of [agent] command
+    if agent.kind in PRESET_PACKAGES and argv == ["claude"]:  # the default of [agent] command
         return agent.kind
     return argv[0]
 
@@ -242,10 +243,10 @@ def _judge_node(node: NodeFacts, *, agent: str | None, ray_version: str, lo_vers
             advice.append("apt-get install tmux")
         if agent and not node.agent:
             problems.append(f"{agent} (the agent CLI) not on PATH")
-            package = _PRESETS.get(agent, "@anthropic-ai/claude-code")
+            package = npm_package(agent)
             advice.append(
                 f"npm install -g {package} (and sign it in there)"
-                if agent in ("claude", *_PRESETS)
+                if agent in ("claude", *PRESET_PACKAGES)
                 else f"install {agent} there"
             )
     labels = ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items()))

@@ -31,10 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import proc
+from loop_orchestrator import proc, resources
 from loop_orchestrator.cluster import bundles, transcripts
 from loop_orchestrator.cost import usage
 from loop_orchestrator.git.gateway import git
+from loop_orchestrator.resources import lo_orch_bin
 from loop_orchestrator.sessions import listener, procinfo
 from loop_orchestrator.sessions.backend import LaunchSpec
 from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT
@@ -110,19 +111,6 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     with os.fdopen(fd, "rb") as fh:
         data = fh.read(limit + 1)
     return data if len(data) <= limit else None
-
-
-def install_paths() -> dict[str, str]:
-    """Where this machine's lo-orch install is, by kind: the Python it runs in, the folder
-    handed to ``claude --plugin-dir``, its source root (a checkout run from source). A
-    launch names the supervisor's; a node runs its own (installed elsewhere, as likely)."""
-    from loop_orchestrator import resources
-
-    return {
-        "python": str(Path(sys.executable).absolute()),  # not resolved: that leaves the venv
-        "plugin": str(resources.plugin_dir()),
-        "source": str(Path(__file__).resolve().parent.parent.parent),
-    }
 
 
 def rewrite_paths(text: str, paths: dict[str, str], here: dict[str, str]) -> str:
@@ -255,13 +243,16 @@ class SessionHost:
             self._write(self.run_dir, rel, data)
 
     def _here(self) -> dict[str, str]:
-        return {"checkout": str(self.checkout), "run": str(self.run_dir), **install_paths()}
+        return {
+            "checkout": str(self.checkout),
+            "run": str(self.run_dir),
+            **resources.install_paths(),
+        }
 
     def _spec(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> LaunchSpec:
         """The local launch rewritten for this node (``paths``: supervisor path -> what it
-        is here: ``checkout``, ``run`` or a part of the lo-orch install, ``install_paths``)."""
-        from loop_orchestrator.agents.contract import lo_orch_bin
-
+        is here: ``checkout``, ``run`` or a part of the lo-orch install,
+        ``resources.install_paths``)."""
         here = self._here()
 
         def rewrite(text: str) -> str:

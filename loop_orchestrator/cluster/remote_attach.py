@@ -50,7 +50,7 @@ def endpoint(repo: Path, pane_id: str) -> _Endpoint:
     """The terminal endpoint of ``pane_id``'s actor in the run of ``repo``."""
     from loop_orchestrator.cluster.ray_backend import RayBackend
     from loop_orchestrator.runstate.state import Store
-    from loop_orchestrator.sessions.backend import run_backend
+    from loop_orchestrator.sessions.factory import run_backend
 
     backend = run_backend(Store.for_repo(repo).read_run())
     if not isinstance(backend, RayBackend):

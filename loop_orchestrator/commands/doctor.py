@@ -7,6 +7,7 @@ from pathlib import Path
 
 from loop_orchestrator import config
 from loop_orchestrator import readiness as checks_mod
+from loop_orchestrator.cluster.checks import check_cluster
 from loop_orchestrator.errors import ConfigError, LoOrchError
 from loop_orchestrator.readiness import Check
 
@@ -53,4 +54,5 @@ def doctor(repo: Path | None = None) -> DoctorReport:
         checks.append(Check("config", "fail", exc.message, exc.hint or ""))
         settings = config.Settings()
     checks += checks_mod.run_checks(root, settings)
+    checks += check_cluster(root, settings)
     return DoctorReport(tuple(checks))

@@ -12,6 +12,7 @@ from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import GitError, UsageError
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.git.gateway import git
+from loop_orchestrator.plan import loading
 from loop_orchestrator.plan import model as planmod
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.create import PlanSummary as PlanSummary
@@ -56,7 +57,7 @@ def plan(
 
 def plan_from_file(repo: Path, file: Path, settings: Settings) -> PlanSummary:
     """`lo-orch plan FILE`: validate everything, then record the run."""
-    loaded = planmod.load_plan(file)
+    loaded = loading.load_plan(file)
     return record_plan(repo, loaded, settings, source=file)
 
 

@@ -19,8 +19,8 @@ from loop_orchestrator import templating
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GateError, StateError
 from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.plan import loading, schedule
 from loop_orchestrator.plan import model as planmod
-from loop_orchestrator.plan import schedule
 from loop_orchestrator.plan.model import Plan
 from loop_orchestrator.runstate.state import (
     ACTIVE_PHASES,
@@ -115,7 +115,7 @@ def read_plan(rundir: RunDir) -> tuple[Plan, dict[str, Any]]:
     except json.JSONDecodeError as exc:
         msg = f"{path} is not valid JSON: {exc}"
         raise StateError(msg, hint="Run `lo-orch plan FILE` again.") from exc
-    plan = planmod.validate_plan_data(doc.get("plan"), str(path))
+    plan = loading.validate_plan_data(doc.get("plan"), str(path))
     return plan, doc
 
 

@@ -24,13 +24,16 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import libtmux
 from libtmux import exc as libtmux_exc
 
 from loop_orchestrator import proc
+from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import TmuxError
 from loop_orchestrator.sessions.backend import LaunchSpec, PaneState, tmux_socket
+from loop_orchestrator.sessions.listener import Request
 from loop_orchestrator.sessions.tmuxargs import (
     KEY_RE,
     NAMED_KEYS,
@@ -92,6 +95,17 @@ class TmuxBackend:
         self._lock = threading.RLock()
         self._server: libtmux.Server | None = None
         self._version_ok = False
+
+    @property
+    def cluster(self) -> ClusterConfig | None:
+        """None: the sessions run on this machine."""
+        return None
+
+    def serve(self, deliver: Callable[[Request], None], note: Callable[..., None]) -> None:
+        """Nothing to relay: local sessions reach the supervisor's listener themselves."""
+
+    def stop(self) -> None:
+        """Nothing started by ``serve`` to stop."""
 
     # plumbing ----------------------------------------------------------------------
     def _tmux_bin(self) -> str:

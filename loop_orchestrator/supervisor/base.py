@@ -21,9 +21,8 @@ from typing import Any
 from loop_orchestrator.agents.contract import (
     AgentContext,
     bracketed_paste,
-    lo_orch_bin,
-    make_adapter,
 )
+from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.cost import limits, spend, usage
 from loop_orchestrator.errors import (
@@ -36,6 +35,7 @@ from loop_orchestrator.permissions import desk as permission_desk
 from loop_orchestrator.permissions import requests as permissions
 from loop_orchestrator.plan import schedule
 from loop_orchestrator.plan.model import Task
+from loop_orchestrator.resources import lo_orch_bin
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import (
     Phase,
@@ -44,8 +44,9 @@ from loop_orchestrator.runstate.state import (
     Store,
     TaskStatus,
 )
-from loop_orchestrator.sessions.backend import run_backend, wait_until
+from loop_orchestrator.sessions.backend import wait_until
 from loop_orchestrator.sessions.delivery import Deliverer
+from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.supervisor import lifecycle, notify, recovery
 from loop_orchestrator.supervisor.lifecycle import (
     Event,

@@ -24,9 +24,6 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from loop_orchestrator.agents.contract import (
-    lo_orch_bin,
-)
 from loop_orchestrator.errors import (
     LockHeldError,
     LoOrchError,
@@ -34,6 +31,7 @@ from loop_orchestrator.errors import (
 )
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.plan import schedule
+from loop_orchestrator.resources import lo_orch_bin
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import (
     ACTIVE_PHASES,
@@ -45,7 +43,8 @@ from loop_orchestrator.runstate.state import (
     now_iso,
 )
 from loop_orchestrator.sessions import listener
-from loop_orchestrator.sessions.backend import LaunchSpec, run_backend, run_socket
+from loop_orchestrator.sessions.backend import LaunchSpec, run_socket
+from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.supervisor import lifecycle, notify
 from loop_orchestrator.supervisor.base import TICK_SECONDS, WORKING_PHASES
 from loop_orchestrator.supervisor.health import SessionHealth

@@ -1,20 +1,45 @@
 """Test quality across versions: every test that existed at the base, compared with the
 task's commit. A test deleted, renamed without its assertions, or weakened (fewer
 assertions, a lost error case) is a finding; one moved into another test that now covers
-what it did is not. Pure; ``testquality`` calls ``compare_versions``.
+what it did is not. Pure; ``testquality`` calls ``compare_versions`` with the
+``TestVersion``s of both sides.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
 
 from loop_orchestrator.verify import coverage
-from loop_orchestrator.verify.models import blocking, warning
-
-if TYPE_CHECKING:
-    from loop_orchestrator.verify.testquality import TestReport, TestVersion
+from loop_orchestrator.verify.models import Finding, blocking, warning
 
 NEVER_WEAKEN = "Never weaken, skip or delete a test to pass a check."
+
+Lang = Literal["python", "js"]
+
+
+@dataclass
+class TestVersion:
+    """What comparing needs from a Python or JS test."""
+
+    path: str
+    qualname: str
+    name: str
+    lineno: int
+    end_lineno: int
+    assertions: int
+    fingerprint: str
+    language: Lang
+    #: computes what it checks, when a deleted or shrunk test needs it (most never do)
+    collect: Callable[[], coverage.Evidence] = field(repr=False, compare=False)
+    #: a mixin's test, run (and reported) only under its subclasses' names
+    inherited: bool = False
+
+    @cached_property
+    def evidence(self) -> coverage.Evidence:
+        return self.collect()
 
 
 def _changed(
@@ -92,9 +117,8 @@ def _moved_into(
 def compare_versions(
     base: dict[tuple[str, str], TestVersion],
     head: dict[tuple[str, str], TestVersion],
-    report: TestReport,
     removed: set[str] | None = None,
-) -> None:
+) -> list[Finding]:
     """Deleted, renamed, moved and weakened tests.
 
     A deleted test blocks unless what it checked is visibly still checked (its assertions
@@ -104,6 +128,7 @@ def compare_versions(
     assertions reappear in another changed test, is a warning.
     """
     removed = removed or set()
+    findings: list[Finding] = []
     changed = _changed(base, head)
     new_heads = [t for key, t in head.items() if key not in base]
     for key, old in sorted(base.items()):
@@ -125,7 +150,7 @@ def compare_versions(
                     if t.language == old.language and t.fingerprint == old.fingerprint
                 ]
                 if twins:
-                    report.findings.append(
+                    findings.append(
                         warning(
                             f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
                             f"renamed to {twins[0].qualname} with the same body.",
@@ -138,7 +163,7 @@ def compare_versions(
                     continue
                 why = _moved_into(old, changed, removed, base)
                 if why:
-                    report.findings.append(
+                    findings.append(
                         warning(
                             f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
                             f"deleted; what it checked looks still checked: {why}. Not proven: "
@@ -150,7 +175,7 @@ def compare_versions(
                         )
                     )
                     continue
-                report.findings.append(
+                findings.append(
                     blocking(
                         f"test {old.qualname} ({old.path}:{old.lineno} at the base) was deleted "
                         "or renamed and changed; the behaviour it checked is no longer checked.",
@@ -181,7 +206,7 @@ def compare_versions(
                 if lost and lost <= old.evidence.specific and lost <= elsewhere:
                     why = "the removed assertions appear in other tests this change touched"
             if why:
-                report.findings.append(
+                findings.append(
                     warning(
                         f"test {old.qualname} has {now.assertions} assertion(s), "
                         f"{old.assertions} at the base, but {why}. Not proven: the auditor and "
@@ -193,7 +218,7 @@ def compare_versions(
                     )
                 )
                 continue
-            report.findings.append(
+            findings.append(
                 blocking(
                     f"test {old.qualname} has {now.assertions} assertion(s), {old.assertions} at "
                     "the base: checks were removed.",
@@ -203,3 +228,4 @@ def compare_versions(
                     fix=f"Restore the removed assertions. {NEVER_WEAKEN}",
                 )
             )
+    return findings

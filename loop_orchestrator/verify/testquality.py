@@ -10,17 +10,14 @@ Check ids and severities are listed in ``loop_orchestrator.verify`` (package doc
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, partial
-from typing import Literal
+from functools import partial
 
 from loop_orchestrator.verify import classify, coverage, jstests, pyevasions, pytautologies, pytests
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation
-from loop_orchestrator.verify.testchanges import NEVER_WEAKEN, compare_versions
-
-Lang = Literal["python", "js"]
+from loop_orchestrator.verify.testchanges import NEVER_WEAKEN, Lang, TestVersion, compare_versions
 
 
 @dataclass
@@ -63,28 +60,6 @@ class TestReport:
     @property
     def new_tests(self) -> list[TestRef]:
         return [t for t in self.touched if t.new]
-
-
-@dataclass
-class TestVersion:
-    """What comparing needs from a Python or JS test."""
-
-    path: str
-    qualname: str
-    name: str
-    lineno: int
-    end_lineno: int
-    assertions: int
-    fingerprint: str
-    language: Lang
-    #: computes what it checks, when a deleted or shrunk test needs it (most never do)
-    collect: Callable[[], coverage.Evidence] = field(repr=False, compare=False)
-    #: a mixin's test, run (and reported) only under its subclasses' names
-    inherited: bool = False
-
-    @cached_property
-    def evidence(self) -> coverage.Evidence:
-        return self.collect()
 
 
 def _py_tests(mod: pytests.PyModule) -> list[TestVersion]:
@@ -182,7 +157,7 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
             _judge_python(f, mod, base, report)
         elif isinstance(mod, jstests.JsModule):
             _judge_js(f, mod, base, report)
-    compare_versions(base, head, report, removed)
+    report.findings += compare_versions(base, head, removed)
     return report
 
 

@@ -33,6 +33,7 @@ from loop_orchestrator.runstate.state import (
     Store,
     now_iso,
 )
+from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.sessions.guard import refuse_in_session
 from loop_orchestrator.workspace import workspace
 
@@ -293,8 +294,6 @@ class CleanupResult:
 def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) -> CleanupResult:
     """Kill the run's tmux session by exact name; remove clean worktrees; delete merged
     task branches. Dirty worktrees and unmerged branches are kept and listed."""
-    from loop_orchestrator.sessions.backend import run_backend
-
     if abandon:
         refuse_in_session("lo-orch cleanup --abandon")
     store = Store.for_repo(repo)
