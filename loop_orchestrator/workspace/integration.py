@@ -68,7 +68,7 @@ def integrate(
     store = Store.for_repo(repo)
     state = record.run
     ws = workspace.Workspace.for_run(repo, state, settings.workspace)
-    commit = ws.recorded(ws.staging_branch)
+    commit = ws.branches.recorded(ws.staging_branch)
     command = integration_command(plan, settings, repo)
     evidence = store.dirs.task_evidence_dir("_integration")
     evidence.mkdir(parents=True, exist_ok=True)
@@ -177,8 +177,8 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
     if state.phase != RunPhase.AWAITING_MERGE_REVIEW:
         raise _not_at_gate2(state)
     ws = workspace.Workspace.for_run(repo, state, load_settings(repo).workspace)
-    commit = ws.recorded(ws.staging_branch)
-    base = ws.base(state.base_sha)
+    commit = ws.branches.recorded(ws.staging_branch)
+    base = ws.branches.base(state.base_sha)
     integration = state.integration or {}
     if integration.get("commit") != commit:
         msg = "staging moved since the integration tests ran"
@@ -268,11 +268,11 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Mer
     cleaned = cleanup(repo, delete_staging=True)
     # checked once more (nothing may have moved it during the clean-up), then it is the
     # user's: lo-orch no longer watches or moves it
-    ws.check_refs()
+    ws.branches.check_refs()
     if gitutil.rev_parse(repo, reviewed.feature) != reviewed.commit:
         msg = f"{reviewed.feature} is not at the reviewed commit {reviewed.commit[:12]}"
         raise GateError(msg, hint="Inspect it with `git log`; nothing else was changed.")
-    ws.hand_over(reviewed.feature)
+    ws.branches.hand_over(reviewed.feature)
     return Merged(state, cleaned)
 
 
