@@ -14,10 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import loop_orchestrator
+from loop_orchestrator import __version__
 from loop_orchestrator.agents.support import PRESET_PACKAGES, npm_package
+from loop_orchestrator.cluster import connect as cluster_connect
+from loop_orchestrator.cluster.connect import ray_module
 from loop_orchestrator.config import Settings
-from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.errors import ClusterError, LoOrchError
 from loop_orchestrator.readiness import Check
+from loop_orchestrator.runstate.create import read_plan
+from loop_orchestrator.runstate.state import RunDir
 
 #: how long the doctor waits for a node to answer its probe
 NODE_TIMEOUT = 60.0
@@ -67,8 +73,6 @@ def agent_program(settings: Settings) -> str | None:
 def probe_node(agent: str | None) -> dict[str, str]:
     """Run on a node (a zero-CPU Ray task pinned there): its Ray and lo-orch versions and
     where tmux and the agent CLI are on its PATH ("" = not found)."""
-    import loop_orchestrator
-    from loop_orchestrator.cluster.connect import ray_module
 
     ray = ray_module()
     found = ""
@@ -287,8 +291,6 @@ def plan_labels(repo: Path | None) -> dict[str, dict[str, str]]:
     run, or when its plan cannot be read: other rows say so)."""
     if repo is None:
         return {}
-    from loop_orchestrator.runstate.create import read_plan
-    from loop_orchestrator.runstate.state import RunDir
 
     try:
         plan, _ = read_plan(RunDir(repo))
@@ -302,9 +304,6 @@ def check_cluster(repo: Path | None, settings: Settings) -> list[Check]:
     reachable, slots offered, every node's versions and tools, the plan's labels."""
     if settings.cluster.backend != "ray":
         return []
-    from loop_orchestrator import __version__
-    from loop_orchestrator.cluster import connect as cluster_connect
-    from loop_orchestrator.errors import ClusterError
 
     try:
         ray = cluster_connect.ray_module()

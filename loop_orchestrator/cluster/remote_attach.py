@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator.cluster.ray_backend import RayBackend
+from loop_orchestrator.cluster.terminal import relay
 from loop_orchestrator.errors import LoOrchError, TmuxError
 from loop_orchestrator.runstate.state import Store
 from loop_orchestrator.sessions.factory import run_backend
@@ -69,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         target = endpoint(args.repo, args.pane)
-        from loop_orchestrator.cluster.terminal import relay
 
         code: int = relay(target, stdin_fd=0, stdout_fd=1)
     except LoOrchError as exc:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
+from typing import TYPE_CHECKING, Any
+
 from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.runstate.state import RunPhase, RunState
 from loop_orchestrator.sessions.backend import SessionBackend, run_socket
 from loop_orchestrator.sessions.tmux import TmuxBackend
+
+if TYPE_CHECKING:
+    from loop_orchestrator.cluster.ray_backend import RayBackend
 
 
 def run_backend(run: RunState, cluster: ClusterConfig | None = None) -> SessionBackend:
@@ -18,8 +22,18 @@ def run_backend(run: RunState, cluster: ClusterConfig | None = None) -> SessionB
     """
     recorded = run.cluster
     if isinstance(recorded, dict) and recorded.get("backend") == "ray":
-        return RayBackend(run, cluster_settings(recorded))
+        return _ray_backend(run, recorded)
     fresh = run.phase == RunPhase.AWAITING_PLAN_APPROVAL
     if recorded is None and cluster is not None and cluster.backend == "ray" and fresh:
-        return RayBackend(run, cluster)
+        return _ray_backend(run, cluster)
     return TmuxBackend(run.name, socket=run_socket(run))
+
+
+def _ray_backend(run: RunState, cluster: ClusterConfig | dict[str, Any]) -> RayBackend:
+    """A Ray backend on ``cluster``: the settings, or what run.json recorded of them."""
+    # deferred: the Ray backend and the node code it ships cost every command that builds
+    # a backend (`lo-orch status`, attach, the dashboard) 0.15 s; only a cluster run needs it
+    from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
+
+    settings = cluster if isinstance(cluster, ClusterConfig) else cluster_settings(cluster)
+    return RayBackend(run, settings)

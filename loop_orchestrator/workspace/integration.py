@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop_orchestrator import proc
+from loop_orchestrator.cluster import refs as cluster_refs
 from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import GateError, LoOrchError
@@ -35,6 +36,8 @@ from loop_orchestrator.runstate.state import (
 )
 from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.sessions.guard import refuse_in_session
+from loop_orchestrator.verify import load_verdict
+from loop_orchestrator.verify.review import gate2_notes
 from loop_orchestrator.workspace import workspace
 
 
@@ -153,9 +156,6 @@ class Review:
 
 def _verdict_notes(repo: Path, rec: Record) -> list[str]:
     """Disputes and warnings of the verdicts the supervisor recorded (issue 14)."""
-    from loop_orchestrator.runstate.state import RunDir
-    from loop_orchestrator.verify import load_verdict
-    from loop_orchestrator.verify.review import gate2_notes
 
     rundir = RunDir(repo)
     verdicts = {}
@@ -350,7 +350,6 @@ def _cluster_refs(
     task whose worktree is gone, once the run is over (merged or stopped) or the task is
     integrated: a task still to be resumed keeps its checkpoint. ``kept/`` refs (a person's
     saved edits) stay and are listed."""
-    from loop_orchestrator.cluster import refs as cluster_refs
 
     found = cluster_refs.listing(repo, run)
     if not found:
