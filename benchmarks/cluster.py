@@ -94,6 +94,7 @@ def build(root: Path, n: int, concurrency: int) -> tuple[Path, Path, Path]:
 def run_one(root: Path, backend: str, address: str, concurrency: int) -> None:
     """Plan, approve and supervise the run under ``root`` in this process; write what was
     measured to ``root/result.json``."""
+    from loop_orchestrator.cluster.ray_backend import RayBackend
     from loop_orchestrator.commands.plan import plan_from_file
     from loop_orchestrator.config import Settings
     from loop_orchestrator.runstate import create as runs
@@ -121,7 +122,9 @@ def run_one(root: Path, backend: str, address: str, concurrency: int) -> None:
     outcome = supervisor.run()
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
-    stats = getattr(supervisor.backend, "stats", {})
+    ray_backend = supervisor.backend
+    assert isinstance(ray_backend, RayBackend)
+    stats = ray_backend.stats
     placed: dict[str, int] = {}
     for status in Store(RunDir(repo)).list_statuses():
         where = str(getattr(status, "node", None) or "this machine")

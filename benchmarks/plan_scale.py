@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loop_orchestrator.plan.model import Plan, validate_plan_data
+from loop_orchestrator.plan.loading import validate_plan_data
+from loop_orchestrator.plan.model import Plan
 from loop_orchestrator.plan.schedule import (
     dependencies,
     ready_tasks,

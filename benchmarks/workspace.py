@@ -139,9 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             commits[task] = timer.time("commit task", ws.commit_task, task, task)
 
         for task in tasks:
-            conflicts = timer.time("merge pre-check vs staging", ws.merge_precheck, commits[task])
+            conflicts = timer.time(
+                "merge pre-check vs staging", ws.staging.merge_precheck, commits[task]
+            )
             assert conflicts == [], conflicts
-        pairs = timer.time("pairwise pre-check (all pairs)", ws.pairwise_precheck, commits)
+        pairs = timer.time("pairwise pre-check (all pairs)", ws.staging.pairwise_precheck, commits)
         assert pairs == [], pairs
         for task in tasks:
             timer.time("merge into staging", ws.merge_into_staging, task, commits[task], task)

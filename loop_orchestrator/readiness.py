@@ -6,7 +6,8 @@ whether agent sessions run inside the OS sandbox (``[sandbox] mode``, bubblewrap
 whether the Claude Code plugin is installed for the user's own sessions, where the bundled
 plugin folder is, the repository (root, branch, uncommitted files, an existing run), and
 which issue trackers `plan --issue` can reach (variables set, never their values; no network),
-and with ``[cluster] backend = "ray"`` the cluster (``cluster/checks.py``).
+and with ``[cluster] backend = "ray"`` the cluster (``cluster/checks.py``, whose rows
+``commands.doctor`` adds).
 Only missing or unusable *required* pieces fail; everything else informs.
 """
 
@@ -23,10 +24,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loop_orchestrator import proc, resources
+from loop_orchestrator.agents.claude import ROOT_HINT, claude_config_path
+from loop_orchestrator.agents.support import PRESET_PACKAGES, SUPPORT, npm_package, support_lines
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.files import ORCH_DIR
 from loop_orchestrator.git.gateway import MIN_GIT, git
+from loop_orchestrator.sessions import sandbox
 
 Status = Literal["ok", "warn", "fail", "info"]
 
@@ -100,7 +104,7 @@ def check_agent(settings: Settings) -> Check:
         )
     if not argv:
         return Check("agent CLI", "fail", "[agent] command is empty", "Set [agent] command.")
-    if agent.kind in _PRESETS and argv == ["claude"]:  # the default of [agent] command
+    if agent.kind in PRESET_PACKAGES and argv == ["claude"]:  # the default of [agent] command
         argv = [agent.kind]
     if agent.kind == "command":
         exe = argv[0] if "/" in argv[0] else shutil.which(argv[0])
@@ -111,7 +115,7 @@ def check_agent(settings: Settings) -> Check:
         return Check("agent CLI", "ok", f"{exe} (kind = command)")
     line, detail = _tool_version([*argv, "--version"])
     if line is None:
-        package = _PRESETS.get(agent.kind, "@anthropic-ai/claude-code")
+        package = npm_package(agent.kind)
         return Check(
             "agent CLI",
             "fail",
@@ -121,14 +125,8 @@ def check_agent(settings: Settings) -> Check:
     return Check("agent CLI", "ok", f"{line} ({detail})")
 
 
-#: agent kinds with a preset, and their npm package
-_PRESETS = {"codex": "@openai/codex", "gemini": "@google/gemini-cli"}
-
-
 def check_agent_support(settings: Settings) -> Check:
     """How well the configured kind is supported (status source, resume, cost), and the rest."""
-    from loop_orchestrator.agents.support import SUPPORT, support_lines
-
     kind = settings.agent.kind
     mine = SUPPORT[kind]
     others = [line for line in support_lines() if not line.startswith(f"{kind}:")]
@@ -158,10 +156,8 @@ def claude_dir(env: Mapping[str, str]) -> Path:
 
 def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
     """Best effort, offline: where Claude Code would find credentials. Never calls the API."""
-    from loop_orchestrator.agents.claude import claude_config_path
-
     name = "claude login"
-    if settings.agent.kind in _PRESETS:
+    if settings.agent.kind in PRESET_PACKAGES:
         return Check(
             f"{settings.agent.kind} login",
             "info",
@@ -249,8 +245,6 @@ def check_sandbox(settings: Settings, env: Mapping[str, str]) -> Check | None:
         return None
     if (agent.env.get("IS_SANDBOX") or env.get("IS_SANDBOX")) == "1":
         return Check("root + bypass", "ok", "IS_SANDBOX=1 is set")
-    from loop_orchestrator.agents.claude import ROOT_HINT
-
     return Check(
         "root + bypass",
         "fail",
@@ -261,8 +255,6 @@ def check_sandbox(settings: Settings, env: Mapping[str, str]) -> Check | None:
 
 def check_agent_sandbox(settings: Settings) -> Check:
     """Will agent sessions run inside the OS sandbox (sandbox.py), and if not, why not."""
-    from loop_orchestrator.sessions import sandbox
-
     name = "agent sandbox"
     active, reason = sandbox.status(settings)
     if active:
@@ -332,9 +324,6 @@ def run_checks(
         check_repository(repo),
     ]
     checks.append(check_intake(settings, env))
-    from loop_orchestrator.cluster.checks import check_cluster  # imports this module
-
-    checks += check_cluster(repo, settings)
     return checks
 
 

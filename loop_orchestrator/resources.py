@@ -1,4 +1,5 @@
-"""Where the files that ship with lo-orch live: templates, the plugin, the examples.
+"""Where this lo-orch is installed and the files that ship with it live: templates, the
+plugin, the examples, and the command line that runs it (``lo_orch_bin``).
 
 In a wheel they are under ``loop_orchestrator/_data/``; in a source checkout (editable
 install, tests) they are at the repository root, which is itself the Claude Code plugin.
@@ -6,7 +7,12 @@ install, tests) they are at the repository root, which is itself the Claude Code
 
 from __future__ import annotations
 
+import functools
+import shlex
+import sys
 from pathlib import Path
+
+from loop_orchestrator import proc
 
 _PKG = Path(__file__).resolve().parent
 _DATA = _PKG / "_data"
@@ -28,3 +34,51 @@ def plugin_dir() -> Path:
 
 def examples_dir() -> Path:
     return _DATA / "examples" if _installed() else _SOURCE_ROOT / "examples"
+
+
+@functools.cache
+def installed_for_interpreter() -> bool:
+    """Does a fresh ``sys.executable`` started elsewhere import *this* copy of the package?
+
+    An agent pane runs in a worktree, where a source checkout that is only importable from
+    its own folder is not on the path; an installed (or editable) package is. Asked once.
+    """
+    result = proc.run(
+        [sys.executable, "-c", "import loop_orchestrator; print(loop_orchestrator.__file__)"],
+        cwd="/",
+        timeout=30,
+        check=False,
+    )
+    if not result.ok or not result.stdout.strip():
+        return False
+    found = Path(result.stdout.strip().splitlines()[-1]).resolve().parent
+    return found == _PKG
+
+
+def python_module_argv(module: str) -> list[str]:
+    """An argv running ``python -m module`` with this interpreter, from any folder."""
+    python = str(Path(sys.executable).absolute())  # not resolved: that would leave the venv
+    if installed_for_interpreter():
+        return [python, "-m", module]
+    bootstrap = (
+        "import runpy, sys; "
+        f"sys.path.insert(0, {str(_SOURCE_ROOT)!r}); "
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+    return [python, "-c", bootstrap]
+
+
+def lo_orch_bin() -> str:
+    """The command line that runs this lo-orch (``LO_ORCH_BIN``), usable with ``sh -c``."""
+    return shlex.join(python_module_argv("loop_orchestrator"))
+
+
+def install_paths() -> dict[str, str]:
+    """Where this machine's lo-orch install is, by kind: the Python it runs in, the folder
+    handed to ``claude --plugin-dir``, its source root (a checkout run from source). A
+    launch names the supervisor's; a node runs its own (installed elsewhere, as likely)."""
+    return {
+        "python": str(Path(sys.executable).absolute()),  # not resolved: that leaves the venv
+        "plugin": str(plugin_dir()),
+        "source": str(_SOURCE_ROOT),
+    }

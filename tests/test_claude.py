@@ -33,7 +33,8 @@ from loop_orchestrator.agents.claude import (
     match_screen,
     pretrust,
 )
-from loop_orchestrator.agents.contract import AgentContext, make_adapter
+from loop_orchestrator.agents.contract import AgentContext
+from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import AgentError, AgentStartError, NotLoggedInError
 from loop_orchestrator.runstate import create as runs

@@ -20,7 +20,8 @@ from helpers.runs import STATUS_KEYS, lo_orch
 
 from loop_orchestrator.cli.main import cli
 from loop_orchestrator.errors import GateError
-from loop_orchestrator.plan.model import load_plan, plan_hash
+from loop_orchestrator.plan.loading import load_plan
+from loop_orchestrator.plan.model import plan_hash
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Phase, RunPhase
 

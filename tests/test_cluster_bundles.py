@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from helpers.git import commit, git
 
+from loop_orchestrator import resources
 from loop_orchestrator.cluster import bundles, node
 from loop_orchestrator.errors import GitError
 
@@ -256,4 +257,4 @@ def test_a_launch_runs_the_nodes_own_lo_orch_install() -> None:
     assert node.rewrite_paths("/Users/me/repo/.orchestration/x/y", paths, here) == (
         "/srv/n/t1/run/x/y"
     )
-    assert set(node.install_paths()) == {"python", "plugin", "source"}
+    assert set(resources.install_paths()) == {"python", "plugin", "source"}

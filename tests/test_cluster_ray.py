@@ -81,7 +81,9 @@ def _print_figures(supervisor: Supervisor, repo: Path) -> None:
     """What this run measured (shown with ``pytest -s``; benchmarks/cluster.py measures)."""
     from datetime import datetime
 
-    stats = getattr(supervisor.backend, "stats", {})
+    backend = supervisor.backend
+    assert isinstance(backend, RayBackend)
+    stats = backend.stats
     for task, figures in sorted(stats.items()):
         by: dict[str, list[float]] = {}
         for what, value in figures:
@@ -315,7 +317,8 @@ def test_real_claude_code_on_a_node_is_priced_and_resumes_its_conversation_on_an
         Path(str(status.worktree)), str(status.session_id), dict(os.environ)
     )
     size = len(final.read_bytes())
-    stats: dict[str, list[tuple[str, float]]] = getattr(running.backend, "stats", {})
+    assert isinstance(running.backend, RayBackend)
+    stats = running.backend.stats
     deltas = [v for what, v in stats["tokenize"] if what == "transcript_bytes"]
     print(f"transcript {size} bytes; {len(deltas)} deltas, {sum(deltas):.0f} bytes sent")
     assert len(deltas) > 3 and sum(deltas) <= 1.5 * size

@@ -27,7 +27,7 @@ from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
 from loop_orchestrator.agents.codex import CodexAdapter, find_session
-from loop_orchestrator.agents.contract import make_adapter
+from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.runstate.state import Phase, RunDir, Store

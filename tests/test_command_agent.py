@@ -14,11 +14,11 @@ from loop_orchestrator.agents.command import STABLE_SECONDS, CommandAdapter, ren
 from loop_orchestrator.agents.contract import (
     AgentContext,
     bracketed_paste,
-    make_adapter,
-    python_module_argv,
 )
+from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
+from loop_orchestrator.resources import python_module_argv
 from loop_orchestrator.sessions.delivery import Deliverer
 from loop_orchestrator.sessions.tmux import TmuxBackend
 

@@ -22,8 +22,9 @@ from helpers.agents import (
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
-from loop_orchestrator.agents.contract import AgentContext, make_adapter
+from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.agents.gemini import GeminiAdapter, find_session
+from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.errors import AgentStartError, ConfigError
 from loop_orchestrator.runstate.state import Phase, RunDir, Store

@@ -24,6 +24,7 @@ from loop_orchestrator.plan.model import Task
 from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify.verdict import deterministic_findings
 from loop_orchestrator.workspace.workspace import Workspace
+from loop_orchestrator.workspace.worktrees import dirty_paths
 
 AUTHOR = {"author_name": "Lo Bot", "author_email": "bot@example.org"}
 TOKEN = "ghp_Zq8XkP3vLm2NwR7tYb5HcJ4dFs6GaE1uTo9K"
@@ -108,7 +109,7 @@ def test_fsmonitor_in_repo_config_never_runs(git_repo: Path, tmp_path: Path) -> 
     ws = started(git_repo)
     commit = work(ws, "a", {"a.txt": "a\n"})
     ws.merge_into_staging("a", commit, "A")
-    assert ws.worktree_dirty(ws.worktree_path("a")) == []
+    assert dirty_paths(ws.worktree_path("a")) == []
     assert not marker.exists()
     git(git_repo, "status", "--porcelain")  # negative control
     assert marker.exists()
@@ -291,7 +292,7 @@ def test_staging_moved_outside_lo_orch_stops_the_merge(git_repo: Path) -> None:
     with pytest.raises(RefTamperedError, match="lo/r1/staging"):
         ws.finish(b)
     with pytest.raises(RefTamperedError, match="lo/r1/staging"):
-        ws.check_refs()
+        ws.branches.check_refs()
     assert not isinstance(err.value, GitError)  # no git-failure fallback swallows it
 
 
@@ -301,17 +302,17 @@ def test_deleted_staging_and_moved_feature_are_named(git_repo: Path) -> None:
     ws.finish(staging)
     git(git_repo, "update-ref", "refs/heads/feat/r1", head(git_repo, "main"))
     with pytest.raises(RefTamperedError, match=r"refs/heads/feat/r1.*found"):
-        ws.check_refs()
+        ws.branches.check_refs()
     git(git_repo, "update-ref", "refs/heads/feat/r1", staging)
     git(git_repo, "update-ref", "-d", "refs/heads/lo/r1/staging")
     with pytest.raises(RefTamperedError, match=r"lo/r1/staging.*found absent"):
-        ws.check_refs()
+        ws.branches.check_refs()
 
 
 def test_a_crash_between_update_and_record_is_recognised(git_repo: Path) -> None:
     ws = started(git_repo)
     commit = work(ws, "a", {"a.txt": "a\n"})
-    book = ws.refs
+    book = ws.branches.refs
     recorded = book.get("refs/heads/lo/r1/staging")
     real_set = book.set
 
@@ -332,14 +333,14 @@ def test_a_crash_between_update_and_record_is_recognised(git_repo: Path) -> None
     # resume: lo-orch's own move is adopted, and the task is not merged a second time
     fresh = Workspace(git_repo, "r1", WorkspaceConfig.model_validate(AUTHOR))
     assert fresh.merge_into_staging("a", commit, "A") == moved
-    assert fresh.refs.get("refs/heads/lo/r1/staging") == moved
+    assert fresh.branches.refs.get("refs/heads/lo/r1/staging") == moved
     assert git(git_repo, "rev-list", "--count", f"{recorded}..{moved}").strip() == "1"
 
 
 def test_refs_book_lives_outside_the_repository(git_repo: Path) -> None:
     ws = started(git_repo)
     work(ws, "a", {"a.txt": "a\n"})
-    book = ws.refs
+    book = ws.branches.refs
     assert isinstance(book, FileRefBook)
     assert git_repo not in book.path.parents
     assert stat.S_IMODE(book.path.parent.stat().st_mode) == 0o700
@@ -351,7 +352,7 @@ def test_refs_book_lives_outside_the_repository(git_repo: Path) -> None:
 @pytest.mark.slow
 def test_forged_start_commit_in_config_has_no_effect(git_repo: Path) -> None:
     ws = started(git_repo)
-    start = ws.task_start("a") if ws.refs.get("start/a") else None
+    start = ws.task_start("a") if ws.branches.refs.get("start/a") else None
     assert start is None
     path = ws.ensure_worktree("a")
     start = ws.task_start("a")
@@ -488,7 +489,7 @@ def test_gate2_shows_raw_content_and_lands_the_reviewed_commit(
     assert TOKEN not in git(ws.worktree_path("a"), "diff", review.state.base_sha, staging)
     integration.merge(git_repo, review)
     assert head(git_repo, "feat/r1") == staging
-    assert ws.refs.get("refs/heads/feat/r1") is None  # handed over to the user
+    assert ws.branches.refs.get("refs/heads/feat/r1") is None  # handed over to the user
 
 
 def test_gate2_and_integration_refuse_moved_refs_and_a_forged_base(

@@ -16,10 +16,10 @@ import yaml
 from helpers.git import git
 from helpers.wait import wait_for
 
-from loop_orchestrator.agents.contract import lo_orch_bin
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
+from loop_orchestrator.resources import lo_orch_bin
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.sessions import sandbox

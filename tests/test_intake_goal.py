@@ -14,7 +14,7 @@ from loop_orchestrator.config import Settings, load_settings
 from loop_orchestrator.errors import IntakeError, NotLoggedInError
 from loop_orchestrator.intake import goal
 from loop_orchestrator.intake import planner as agent
-from loop_orchestrator.plan.model import load_plan
+from loop_orchestrator.plan.loading import load_plan
 from loop_orchestrator.runstate.state import RunDir
 
 GOAL = "Add a slugify helper and a CSV export of users"

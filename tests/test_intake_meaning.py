@@ -33,8 +33,9 @@ from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.config import IntakeConfig
 from loop_orchestrator.errors import IntakeError
 from loop_orchestrator.intake import linear
+from loop_orchestrator.intake.fetch import fetch_tree
 from loop_orchestrator.intake.http import NotFoundError, TokenRejectedError, TrackerHttpError
-from loop_orchestrator.intake.trackers import IssueTree, fetch_tree, parse_key
+from loop_orchestrator.intake.trackers import IssueTree, parse_key
 from loop_orchestrator.runstate.state import RunDir
 
 TRACKER_VARS = (

@@ -14,10 +14,10 @@ from fixtures.intake.tracker_server import Request, TrackerServer, serve
 
 from loop_orchestrator.errors import IntakeError
 from loop_orchestrator.intake import github, jira, linear
+from loop_orchestrator.intake.fetch import fetch_tree
 from loop_orchestrator.intake.http import NotFoundError, RateLimitedError, TokenRejectedError
 from loop_orchestrator.intake.trackers import (
     IssueRef,
-    fetch_tree,
     parse_key,
     task_id_for,
 )

@@ -14,7 +14,8 @@ from loop_orchestrator.errors import PlanError
 from loop_orchestrator.plan import schedule
 from loop_orchestrator.plan import validation as plan_checks
 from loop_orchestrator.plan.globs import path_matches, patterns_overlap
-from loop_orchestrator.plan.model import DoneCheck, Plan, load_plan, plan_hash, validate_plan_data
+from loop_orchestrator.plan.loading import load_plan, validate_plan_data
+from loop_orchestrator.plan.model import DoneCheck, Plan, plan_hash
 from loop_orchestrator.plan.schedule import dependencies, waves
 from loop_orchestrator.plan.validation import semantic_problems
 

@@ -17,7 +17,7 @@ from helpers.agents import agent_cli
 
 import loop_orchestrator
 from loop_orchestrator.cli.main import cli
-from loop_orchestrator.plan import model as planmod
+from loop_orchestrator.plan import loading
 from loop_orchestrator.sessions import hooks
 from loop_orchestrator.verify.llm_auditor import AUDITOR_TOOLS, parse_verdict_text
 
@@ -210,7 +210,7 @@ def test_loop_implement_skill_signals_with_lo_orch_bin() -> None:
 def test_orchestrate_skill_example_plan_is_a_valid_plan() -> None:
     text = (REPO_ROOT / "skills" / "orchestrate" / "SKILL.md").read_text(encoding="utf-8")
     [block] = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
-    plan = planmod.validate_plan_data(planmod.parse_plan_text(block, "SKILL.md"), "SKILL.md")
+    plan = loading.validate_plan_data(loading.parse_plan_text(block, "SKILL.md"), "SKILL.md")
     assert [t.id for t in plan.tasks] == ["slugify", "article-urls"]
     checks = [d.argv() for t in plan.tasks for d in t.done if d.check]
     # the behaviour checks are argument lists with concrete expected values, no shell

@@ -19,7 +19,8 @@ from helpers.agents import bare_context
 from helpers.git import git
 from helpers.wait import wait_for
 
-from loop_orchestrator.agents.contract import AgentContext, make_adapter
+from loop_orchestrator.agents.contract import AgentContext
+from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings

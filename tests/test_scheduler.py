@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from loop_orchestrator.plan.model import Plan, validate_plan_data
+from loop_orchestrator.plan.loading import validate_plan_data
+from loop_orchestrator.plan.model import Plan
 from loop_orchestrator.plan.schedule import (
     ready_tasks,
     waiting_on,

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from loop_orchestrator.errors import PlanError
 from loop_orchestrator.plan.globs import patterns_overlap
-from loop_orchestrator.plan.model import Plan, validate_plan_data
+from loop_orchestrator.plan.loading import validate_plan_data
+from loop_orchestrator.plan.model import Plan
 from loop_orchestrator.plan.schedule import (
     dependencies,
     levels,

@@ -15,8 +15,9 @@ from helpers.served import serve, working
 from helpers.wait import wait_for
 
 from loop_orchestrator import proc, templating
-from loop_orchestrator.agents.contract import AgentContext, make_adapter
+from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.agents.dialogs import Dialog, answer_dialog, find_dialog
+from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
 from loop_orchestrator.sessions.delivery import Deliverer

@@ -279,7 +279,7 @@ def test_an_agent_that_is_not_claude_code_costs_unknown_never_zero(
 
 def test_a_plan_budget_is_optional_and_must_be_positive() -> None:
     from loop_orchestrator.errors import PlanError
-    from loop_orchestrator.plan.model import validate_plan_data
+    from loop_orchestrator.plan.loading import validate_plan_data
 
     def plan(**fields: Any) -> dict[str, Any]:
         return {

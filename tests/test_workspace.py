@@ -20,6 +20,7 @@ from loop_orchestrator.errors import (
 from loop_orchestrator.git import checkouts as tempcheckout
 from loop_orchestrator.git.gateway import changed_paths, update_ref
 from loop_orchestrator.workspace.workspace import Workspace, init_repo
+from loop_orchestrator.workspace.worktrees import dirty_paths
 
 AUTHOR = {"author_name": "Lo Bot", "author_email": "bot@example.org"}
 
@@ -138,7 +139,7 @@ def test_invalid_run_and_task_names(git_repo: Path) -> None:
             ws.task_branch(bad)
     assert ws.task_branch("a-1") == "lo/r1/a-1"
     assert ws.staging_branch == "lo/r1/staging"
-    assert ws.feature_branch == "feat/r1"
+    assert ws.branches.feature_branch == "feat/r1"
 
 
 # init outside a repository -----------------------------------------------------------
@@ -423,7 +424,7 @@ def test_merge_into_staging_one_commit_without_checkout(git_repo: Path) -> None:
     before = snapshot(git_repo)
     old = git(git_repo, "rev-parse", "lo/r1/staging").strip()
     commit = work(ws, "a", {"a.txt": "a\n"})
-    assert ws.merge_precheck(commit) == []
+    assert ws.staging.merge_precheck(commit) == []
     new = ws.merge_into_staging("a", commit, "Add a")
     assert new == git(git_repo, "rev-parse", "lo/r1/staging").strip()
     # one new commit, even when ff was possible; its tree is the task's, not its history
@@ -449,9 +450,9 @@ def test_conflicting_pair_is_reported_and_staging_kept(git_repo: Path) -> None:
     a = work(ws, "a", {"README.md": "# from a\n"})
     b = work(ws, "b", {"README.md": "# from b\n", "b.txt": "b\n"})
     c = work(ws, "c", {"c.txt": "c\n"})
-    assert ws.pairwise_precheck({"a": a, "b": b, "c": c}) == [("a", "b", ["README.md"])]
+    assert ws.staging.pairwise_precheck({"a": a, "b": b, "c": c}) == [("a", "b", ["README.md"])]
     staging = ws.merge_into_staging("a", a, "A")
-    assert ws.merge_precheck(b) == ["README.md"]
+    assert ws.staging.merge_precheck(b) == ["README.md"]
     before = snapshot(git_repo)
     with pytest.raises(MergeConflictError, match="task b conflicts with lo/r1/staging") as err:
         ws.merge_into_staging("b", b, "B")
@@ -577,7 +578,7 @@ def test_cleanup_keeps_dirty_worktree_and_unmerged_branch(git_repo: Path) -> Non
     for p in sorted(ws.worktree_path("gone").rglob("*"), reverse=True):
         p.unlink() if p.is_file() else p.rmdir()
     ws.worktree_path("gone").rmdir()  # deleted by hand: a stale record
-    assert ws.remove_worktree("dirty") is False
+    assert ws.worktrees.remove_worktree("dirty") is False
     report = ws.cleanup(["done", "dirty", "unmerged", "gone"])
     assert report.removed == ["done", "unmerged"]
     assert report.kept_dirty == ["dirty"]
@@ -592,8 +593,8 @@ def test_cleanup_keeps_dirty_worktree_and_unmerged_branch(git_repo: Path) -> Non
     assert "gone" not in git(git_repo, "worktree", "list")
     assert "lo/r1/done" not in git(git_repo, "config", "--list")
     (ws.worktree_path("dirty") / "unsaved.txt").unlink()
-    assert ws.remove_worktree("dirty") is True
-    assert ws.remove_worktree("dirty") is True  # nothing left to remove
+    assert ws.worktrees.remove_worktree("dirty") is True
+    assert ws.worktrees.remove_worktree("dirty") is True  # nothing left to remove
 
 
 def test_cleanup_after_finish_deletes_staging_only_when_asked(git_repo: Path) -> None:
@@ -612,7 +613,7 @@ def test_cleanup_keeps_untracked_and_foreign_owned(git_repo: Path) -> None:
     ws = started(git_repo)
     path = ws.ensure_worktree("a")
     (path / "new-untracked.txt").write_text("u\n", encoding="utf-8")
-    assert ws.worktree_dirty(path) == ["new-untracked.txt"]
+    assert dirty_paths(path) == ["new-untracked.txt"]
     other = started(git_repo, run="r2")
     assert other.ensure_worktree("a") != path  # one folder per run: never shared
     other.ensure_worktree("b")
@@ -631,7 +632,7 @@ def test_detached_worktree_with_unreachable_commit_is_kept(git_repo: Path) -> No
     path = ws.ensure_worktree("a")
     git(path, "switch", "-q", "--detach")
     agent_commit(path, "lost.txt", "l\n", "only here")
-    assert ws.remove_worktree("a") is False
+    assert ws.worktrees.remove_worktree("a") is False
     assert (path / "lost.txt").exists()
     assert path.is_dir()
 

@@ -1,5 +1,5 @@
 """What every agent adapter shares: the context, the environment contract, the adapter
-protocol, the factory.
+protocol. The factory is ``registry.make_adapter``.
 
 ``AgentContext.create`` fills a session's environment (``agent_env``: ``[agent] env`` plus
 the contract variables ``LO_ORCH_TASK``, ``LO_ORCH_RUN_DIR``, ``LO_ORCH_BRIEF`` and
@@ -12,73 +12,27 @@ run unattended (Codex CLI, Gemini CLI). Start-up dialogs live in ``dialogs.py``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
 import shlex
 import shutil
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from loop_orchestrator.agents.dialogs import Dialog, wait_until_ready
+from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
+from loop_orchestrator.resources import lo_orch_bin
 from loop_orchestrator.sessions import sandbox
 from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 
-if TYPE_CHECKING:
-    from loop_orchestrator.config import AgentConfig, Settings
-
 log = logging.getLogger(__name__)
-
-_SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-@functools.cache
-def _installed_for_interpreter() -> bool:
-    """Does a fresh ``sys.executable`` started elsewhere import *this* copy of the package?
-
-    An agent pane runs in a worktree, where a source checkout that is only importable from
-    its own folder is not on the path; an installed (or editable) package is. Asked once.
-    """
-    from loop_orchestrator import proc
-
-    result = proc.run(
-        [sys.executable, "-c", "import loop_orchestrator; print(loop_orchestrator.__file__)"],
-        cwd="/",
-        timeout=30,
-        check=False,
-    )
-    if not result.ok or not result.stdout.strip():
-        return False
-    found = Path(result.stdout.strip().splitlines()[-1]).resolve().parent
-    return found == _SOURCE_ROOT / "loop_orchestrator"
-
-
-def python_module_argv(module: str) -> list[str]:
-    """An argv running ``python -m module`` with this interpreter, from any folder."""
-    python = str(Path(sys.executable).absolute())  # not resolved: that would leave the venv
-    if _installed_for_interpreter():
-        return [python, "-m", module]
-    bootstrap = (
-        "import runpy, sys; "
-        f"sys.path.insert(0, {str(_SOURCE_ROOT)!r}); "
-        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
-    )
-    return [python, "-c", bootstrap]
-
-
-def lo_orch_bin() -> str:
-    """The command line that runs this lo-orch (``LO_ORCH_BIN``), usable with ``sh -c``."""
-    return shlex.join(python_module_argv("loop_orchestrator"))
 
 
 def _agent_config(settings: Settings | AgentConfig) -> AgentConfig:
-    from loop_orchestrator.config import Settings
-
     return settings.agent if isinstance(settings, Settings) else settings
 
 
@@ -134,8 +88,6 @@ class AgentContext:
         settings: Settings | AgentConfig,
         session_id: str | None = None,
     ) -> AgentContext:
-        from loop_orchestrator.config import Settings
-
         env = agent_env(task=task, run_dir=run_dir, brief=brief_path, settings=settings)
         policy = None
         if isinstance(settings, Settings) and sandbox.require(settings):
@@ -249,38 +201,3 @@ class UnattendedAdapter:
                 hint=f"Install {self.label} (`{self.install}`) or set [agent] command to its path.",
             )
         return argv
-
-
-# factory ---------------------------------------------------------------------------
-
-
-def make_adapter(settings: Settings, repo: Path) -> AgentAdapter:
-    """The adapter for ``[agent] kind``; each kind's module is imported only when used.
-
-    Fails here, before any session starts, when ``[sandbox] mode = "bwrap"`` cannot be met.
-    """
-    sandbox.require(settings)
-    kind = settings.agent.kind
-    if kind == "claude":
-        from loop_orchestrator.agents.claude import ClaudeAdapter
-
-        adapter: AgentAdapter = ClaudeAdapter(settings.agent, repo)
-        return adapter
-    if kind == "codex":
-        from loop_orchestrator.agents.codex import CodexAdapter
-
-        return CodexAdapter(settings.agent, repo)
-    if kind == "gemini":
-        from loop_orchestrator.agents.gemini import GeminiAdapter
-
-        return GeminiAdapter(settings.agent, repo)
-    if kind == "command":
-        from loop_orchestrator.agents.command import CommandAdapter
-
-        return CommandAdapter(settings.agent, repo)
-    if kind == "scripted":
-        from loop_orchestrator.simulator.agent import ScriptedAdapter
-
-        return ScriptedAdapter(settings.agent, repo)
-    msg = f"unknown agent kind {kind!r}"
-    raise ConfigError(msg, hint="Set [agent] kind to claude, codex, gemini, command or scripted.")

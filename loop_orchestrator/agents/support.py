@@ -61,3 +61,16 @@ def support_lines() -> list[str]:
         f"{kind}: {s.name}; status: {s.status}; resume: {s.resume}; cost: {s.cost}"
         for kind, s in SUPPORT.items()
     ]
+
+
+#: agent kinds with a preset (their own program is run while ``[agent] command`` is left at
+#: its default, ``claude``), and the npm package that installs it
+PRESET_PACKAGES: dict[str, str] = {"codex": "@openai/codex", "gemini": "@google/gemini-cli"}
+#: the npm package of Claude Code
+CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
+
+
+def npm_package(kind: str) -> str:
+    """The npm package that installs the agent CLI of ``[agent] kind`` (Claude Code's for
+    a kind without a preset)."""
+    return PRESET_PACKAGES.get(kind, CLAUDE_PACKAGE)

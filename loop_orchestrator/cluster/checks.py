@@ -14,9 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import loop_orchestrator
+from loop_orchestrator import __version__
+from loop_orchestrator.agents.support import PRESET_PACKAGES, npm_package
+from loop_orchestrator.cluster import connect as cluster_connect
+from loop_orchestrator.cluster.connect import ray_module
 from loop_orchestrator.config import Settings
-from loop_orchestrator.errors import LoOrchError
-from loop_orchestrator.readiness import _PRESETS, Check
+from loop_orchestrator.errors import ClusterError, LoOrchError
+from loop_orchestrator.readiness import Check
+from loop_orchestrator.runstate.create import read_plan
+from loop_orchestrator.runstate.state import RunDir
 
 #: how long the doctor waits for a node to answer its probe
 NODE_TIMEOUT = 60.0
@@ -58,7 +65,7 @@ def agent_program(settings: Settings) -> str | None:
         return agent.command
     if not argv:
         return ""
-    if agent.kind in _PRESETS and argv == ["claude"]:  # the default of [agent] command
+    if agent.kind in PRESET_PACKAGES and argv == ["claude"]:  # the default of [agent] command
         return agent.kind
     return argv[0]
 
@@ -66,8 +73,6 @@ def agent_program(settings: Settings) -> str | None:
 def probe_node(agent: str | None) -> dict[str, str]:
     """Run on a node (a zero-CPU Ray task pinned there): its Ray and lo-orch versions and
     where tmux and the agent CLI are on its PATH ("" = not found)."""
-    import loop_orchestrator
-    from loop_orchestrator.cluster.connect import ray_module
 
     ray = ray_module()
     found = ""
@@ -242,10 +247,10 @@ def _judge_node(node: NodeFacts, *, agent: str | None, ray_version: str, lo_vers
             advice.append("apt-get install tmux")
         if agent and not node.agent:
             problems.append(f"{agent} (the agent CLI) not on PATH")
-            package = _PRESETS.get(agent, "@anthropic-ai/claude-code")
+            package = npm_package(agent)
             advice.append(
                 f"npm install -g {package} (and sign it in there)"
-                if agent in ("claude", *_PRESETS)
+                if agent in ("claude", *PRESET_PACKAGES)
                 else f"install {agent} there"
             )
     labels = ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items()))
@@ -286,8 +291,6 @@ def plan_labels(repo: Path | None) -> dict[str, dict[str, str]]:
     run, or when its plan cannot be read: other rows say so)."""
     if repo is None:
         return {}
-    from loop_orchestrator.runstate.create import read_plan
-    from loop_orchestrator.runstate.state import RunDir
 
     try:
         plan, _ = read_plan(RunDir(repo))
@@ -301,9 +304,6 @@ def check_cluster(repo: Path | None, settings: Settings) -> list[Check]:
     reachable, slots offered, every node's versions and tools, the plan's labels."""
     if settings.cluster.backend != "ray":
         return []
-    from loop_orchestrator import __version__
-    from loop_orchestrator.cluster import connect as cluster_connect
-    from loop_orchestrator.errors import ClusterError
 
     try:
         ray = cluster_connect.ray_module()

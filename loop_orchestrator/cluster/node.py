@@ -31,11 +31,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import proc
+from loop_orchestrator import proc, resources
 from loop_orchestrator.cluster import bundles, transcripts
+from loop_orchestrator.cluster.connect import node_root as root_of
+from loop_orchestrator.cluster.connect import ray_env_names, ray_module, ray_secret_paths
+from loop_orchestrator.cluster.terminal import TerminalHost
 from loop_orchestrator.cost import usage
 from loop_orchestrator.git.gateway import git
-from loop_orchestrator.sessions import listener, procinfo
+from loop_orchestrator.resources import lo_orch_bin
+from loop_orchestrator.sessions import listener, procinfo, sandbox
 from loop_orchestrator.sessions.backend import LaunchSpec
 from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT
 from loop_orchestrator.sessions.tmux import TmuxBackend
@@ -112,19 +116,6 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     return data if len(data) <= limit else None
 
 
-def install_paths() -> dict[str, str]:
-    """Where this machine's lo-orch install is, by kind: the Python it runs in, the folder
-    handed to ``claude --plugin-dir``, its source root (a checkout run from source). A
-    launch names the supervisor's; a node runs its own (installed elsewhere, as likely)."""
-    from loop_orchestrator import resources
-
-    return {
-        "python": str(Path(sys.executable).absolute()),  # not resolved: that leaves the venv
-        "plugin": str(resources.plugin_dir()),
-        "source": str(Path(__file__).resolve().parent.parent.parent),
-    }
-
-
 def rewrite_paths(text: str, paths: dict[str, str], here: dict[str, str]) -> str:
     """``text`` with each supervisor path of ``paths`` (path -> kind) replaced by what that
     kind is here (``here``: kind -> path), longest first; a kind unknown here stays."""
@@ -150,8 +141,6 @@ class SessionHost:
         audit = os.environ.get(AUDIT_ENV, "").strip()
         if audit:
             _install_audit(audit)
-        from loop_orchestrator.cluster.connect import node_root as root_of
-        from loop_orchestrator.cluster.connect import ray_module
 
         ray = ray_module()
 
@@ -166,7 +155,6 @@ class SessionHost:
         self.socket = f"lon-{digest[:8]}-{task[:24]}-g{generation}"
         # the session's tmux server starts without this worker's Ray variables (a token, the
         # cluster's address): a session inherits the server's environment
-        from loop_orchestrator.cluster.connect import ray_env_names
 
         ray_vars = set(ray_env_names())
         clean = {k: v for k, v in os.environ.items() if k not in ray_vars}
@@ -255,13 +243,16 @@ class SessionHost:
             self._write(self.run_dir, rel, data)
 
     def _here(self) -> dict[str, str]:
-        return {"checkout": str(self.checkout), "run": str(self.run_dir), **install_paths()}
+        return {
+            "checkout": str(self.checkout),
+            "run": str(self.run_dir),
+            **resources.install_paths(),
+        }
 
     def _spec(self, argv: list[str], env: dict[str, str], paths: dict[str, str]) -> LaunchSpec:
         """The local launch rewritten for this node (``paths``: supervisor path -> what it
-        is here: ``checkout``, ``run`` or a part of the lo-orch install, ``install_paths``)."""
-        from loop_orchestrator.agents.contract import lo_orch_bin
-
+        is here: ``checkout``, ``run`` or a part of the lo-orch install,
+        ``resources.install_paths``)."""
         here = self._here()
 
         def rewrite(text: str) -> str:
@@ -280,7 +271,6 @@ class SessionHost:
     def _confine(self, spec: LaunchSpec) -> LaunchSpec:
         """A launch the supervisor confined (bubblewrap) is confined here by the node's own
         policy: its paths, not the supervisor's, are the ones to protect."""
-        from loop_orchestrator.sessions import sandbox
 
         argv = spec.argv
         if not argv or Path(argv[0]).name != sandbox.BWRAP or "--" not in argv:
@@ -294,7 +284,6 @@ class SessionHost:
         shared = self.home.parent.resolve()
         # and what would let it join the cluster (outside any sandbox, as this node's user):
         # Ray's token and this node's Ray folder are hidden, its variables unset
-        from loop_orchestrator.cluster.connect import ray_env_names, ray_secret_paths
 
         mine = self.home.resolve()
         secrets = [p.resolve() for p in ray_secret_paths()]
@@ -407,8 +396,6 @@ class SessionHost:
     # the terminal relay of `lo-orch attach` (cluster/terminal.py does the pty work) --
     def _terminal(self) -> Any:
         if self._term is None:
-            from loop_orchestrator.cluster.terminal import TerminalHost
-
             self._term = TerminalHost()
         return self._term
 

@@ -19,28 +19,46 @@ gates run on this machine unchanged. Checkpoints (every ``checkpoint_seconds``) 
 as ``refs/lo-orch/cluster/<run>/<task>/wip``; a relaunch starts from the newer of that and
 the local worktree.
 
-The class is built in layers: ``actors.ActorCalls`` (state, naming and calling actors),
-``relay.Relay`` (what comes back: requests, commits, checkpoints, transcripts), and here
-the backend interface (launch, state, screens, attach).
+``RayBackend`` is the backend interface (launch, state, screens, attach) over three
+collaborators: ``actors.ActorCalls`` (naming, finding and calling the run's actors),
+``mirror.Mirror`` (the local worktrees kept in step with the nodes') and ``relay.Relay``
+(what comes back: requests, checkpoints, transcripts, where each session runs). What a
+launch or a prompt sends along (the run folder's files, the paths a node rewrites) is
+this module's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator import resources
 from loop_orchestrator.cluster import bundles
-from loop_orchestrator.cluster.actors import CALL_TIMEOUT, LAUNCH_TIMEOUT, MAX_FILE, MAX_FILES
+from loop_orchestrator.cluster.actors import (
+    CALL_TIMEOUT,
+    LAUNCH_TIMEOUT,
+    MAX_FILE,
+    MAX_FILES,
+    ActorCalls,
+)
+from loop_orchestrator.cluster.mirror import Mirror
+from loop_orchestrator.cluster.node import SessionHost
 from loop_orchestrator.cluster.relay import Relay
 from loop_orchestrator.config import ClusterConfig
-from loop_orchestrator.errors import ClusterError, TmuxError
-from loop_orchestrator.git.gateway import git, is_ancestor
-from loop_orchestrator.sessions.backend import LaunchSpec, PaneState
+from loop_orchestrator.errors import ClusterError, GitError, TmuxError
+from loop_orchestrator.git.gateway import git
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.sessions.backend import LaunchSpec, PaneState, RunLike, run_socket
+from loop_orchestrator.sessions.listener import Request
+from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.workspace import worktrees
 
 log = logging.getLogger(__name__)
 
@@ -64,19 +82,50 @@ def cluster_settings(recorded: dict[str, Any]) -> ClusterConfig:
     return ClusterConfig.model_validate({**known, "backend": "ray"})
 
 
-class RayBackend(Relay):
+class RayBackend:
     """Sessions as ``SessionHost`` actors on a Ray cluster (see the module docstring)."""
+
+    def __init__(self, run: RunLike, cluster: ClusterConfig) -> None:
+        self.calls = ActorCalls(run, cluster)
+        self.mirror = Mirror(self.calls)
+        self.relay = Relay(self.calls, self.mirror)
+        # the supervisor's own window (`run --detach`) stays in local tmux
+        self.local = TmuxBackend(run.name, socket=run_socket(run))
+        self.repo = self.calls.repo
+        self.run_name = run.name
+        self.rundir = self.calls.rundir
+        self._labels: dict[str, dict[str, str]] | None = None
+
+    @property
+    def cluster(self) -> ClusterConfig:
+        return self.calls.cluster
+
+    @property
+    def socket(self) -> str | None:
+        return self.local.socket
+
+    @property
+    def session(self) -> str:
+        return self.local.session
+
+    @property
+    def stats(self) -> dict[str, list[tuple[str, float]]]:
+        """What was measured: launch seconds, bundle bytes, sync seconds per task."""
+        return self.calls.stats
 
     # sessions --------------------------------------------------------------------------
     def ensure_session(self) -> None:
-        self._ray()
+        self.calls.ray()
 
     def session_exists(self) -> bool:
         return bool(self.list_panes()) or self.local.session_exists()
 
+    def list_panes(self) -> dict[str, str]:
+        return self.calls.list_panes()
+
     def kill_session(self) -> None:
         """End every session of this run (by its actors' names) and the local window."""
-        self._stopped.set()
+        self.relay.halt()
         for pane_id in list(self.list_panes()):
             self.kill_pane(pane_id)
         self.local.kill_session()
@@ -84,26 +133,21 @@ class RayBackend(Relay):
     def open_window(self, name: str, spec: LaunchSpec) -> str:
         return self.local.open_window(name, spec)
 
+    # what comes back ---------------------------------------------------------------------
+    def serve(self, deliver: Callable[[Request], None], note: Callable[..., None]) -> None:
+        self.relay.serve(deliver, note)
+
+    def stop(self) -> None:
+        self.relay.stop()
+
+    def sync(self, pane_id: str) -> tuple[str, str]:
+        """Bring the node's work into the task's local worktree (``mirror.Mirror.sync``)."""
+        return self.mirror.sync(pane_id)
+
     # launch ----------------------------------------------------------------------------
-    def _start_point(self, task: str, worktree: Path) -> None:
-        """Bring the newest checkpoint into the worktree when it is newer than what the
-        worktree holds (a relaunch after a lost node)."""
-        _head_ref, wip_ref = self._refs(task)
-        wip = git(
-            self.repo, "rev-parse", "--verify", "--quiet", wip_ref, check=False
-        ).stdout.strip()
-        if not wip:
-            return
-        parent = git(self.repo, "rev-parse", f"{wip}^").stdout.strip()
-        tip = git(worktree, "rev-parse", "HEAD").stdout.strip()
-        if parent == tip or not is_ancestor(self.repo, parent, tip):
-            self._apply(task, worktree, parent, wip)
-
     def launch(self, spec: LaunchSpec) -> str:
-        ray = self._ray()
-        from loop_orchestrator.cluster.node import SessionHost
-        from loop_orchestrator.workspace import worktrees
-
+        calls = self.calls
+        ray = calls.ray()
         task, worktree = spec.task, Path(spec.cwd)
         started = time.monotonic()
         # one session per task: an earlier one still here lost its pane under a live actor
@@ -113,14 +157,14 @@ class RayBackend(Relay):
             if owner == task:
                 log.warning("ending a stale session of the task", extra={"pane": old})
                 self.kill_pane(old)
-        with self._task_lock(task):
-            self._start_point(task, worktree)
+        with calls.task_lock(task):
+            self.mirror.start_point(task, worktree)
             branch = git(worktree, "symbolic-ref", "--short", "HEAD").stdout.strip()
             head = git(worktree, "rev-parse", "HEAD").stdout.strip()
             wip = bundles.wip_commit(worktree)
             out_ref = f"refs/lo-orch/cluster/{self.run_name}/{task}/out"
             git(self.repo, "update-ref", out_ref, wip)
-            git(self.repo, "update-ref", self._applied_ref(task), wip)  # what it holds now
+            git(self.repo, "update-ref", self.mirror.applied_ref(task), wip)  # what it holds now
             data = bundles.create(self.repo, [f"refs/heads/{branch}", out_ref])
             files: dict[str, bytes] = {}
             total = 0
@@ -138,7 +182,7 @@ class RayBackend(Relay):
         generation = int(time.time() * 1000)
         pane_id = f"ray:{task}:{generation}"
         options: dict[str, Any] = {
-            "name": self._name(task, generation),
+            "name": calls.name(task, generation),
             "namespace": self.cluster.namespace,
             "lifetime": "detached",
             "num_cpus": 0,
@@ -152,14 +196,13 @@ class RayBackend(Relay):
         host_cls = ray.remote(SessionHost)
         handle = host_cls.options(**options).remote(
             run=self.run_name,
-            digest=self.digest,
+            digest=calls.digest,
             task=task,
             generation=generation,
             node_root=self.cluster.node_root,
             checkpoint_seconds=self.cluster.checkpoint_seconds,
         )
-        with self._lock:
-            self._handles[pane_id] = handle
+        calls.keep(pane_id, handle)
         try:
             info = ray.get(
                 handle.setup.remote(ray.put(data), branch, head, wip, out_ref, files, run_files),
@@ -167,7 +210,10 @@ class RayBackend(Relay):
             )
             ray.get(
                 handle.launch.remote(
-                    spec.argv, spec.env, self._paths(worktree), self._transcript(spec, carry=True)
+                    spec.argv,
+                    spec.env,
+                    self._paths(worktree),
+                    self.relay.transcript(spec, carry=True),
                 ),
                 timeout=CALL_TIMEOUT,
             )
@@ -180,27 +226,27 @@ class RayBackend(Relay):
                 hint="`ray status` shows whether a node offers a free "
                 f"{self.cluster.slot_resource} slot (and the labels the task asks for).",
             ) from exc
-        self._stat(task, "launch_seconds", time.monotonic() - started)
-        self._stat(task, "start_bundle_bytes", float(len(data)))
-        self._placed(task, info)
-        self._start_relay(pane_id)
+        calls.stat(task, "launch_seconds", time.monotonic() - started)
+        calls.stat(task, "start_bundle_bytes", float(len(data)))
+        self.relay.placed(task, info)
+        self.relay.start(pane_id)
         log.info("remote session launched", extra={"task": task, "pane": pane_id})
         return pane_id
 
     def respawn(self, pane_id: str, spec: LaunchSpec) -> None:
-        self._call(
+        self.calls.call(
             pane_id,
             "launch",
             spec.argv,
             spec.env,
             self._paths(Path(spec.cwd)),
-            self._transcript(spec, carry=False),  # same node: its file is there
+            self.relay.transcript(spec, carry=False),  # same node: its file is there
         )
 
     # the sessions' state and screens ----------------------------------------------
     def state(self, pane_id: str) -> PaneState:
-        ray = self._ray()
-        handle = self._handle(pane_id)
+        ray = self.calls.ray()
+        handle = self.calls.handle(pane_id)
         if handle is None:  # its actor is gone: the session went with its host
             return PaneState(
                 pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=True
@@ -210,8 +256,7 @@ class RayBackend(Relay):
         except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
             return PaneState(pane_id, alive=True, dead_status=None, pid=None, exists=True)
         except ray.exceptions.RayError as exc:
-            with self._lock:
-                self._handles.pop(pane_id, None)
+            self.calls.forget(pane_id)
             # lost with its host only when the actor itself died (its node, its process);
             # an actor that answered with an error is the session's own failure
             lost = isinstance(exc, ray.exceptions.RayActorError)
@@ -227,24 +272,23 @@ class RayBackend(Relay):
         )
 
     def capture(self, pane_id: str, lines: int = 200) -> str:
-        return str(self._call(pane_id, "capture", lines))
+        return str(self.calls.call(pane_id, "capture", lines))
 
     def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
-        task, _ = self._parse(pane_id)
+        task, _ = self.calls.parse(pane_id)
         files = {**self._run_files(text), **self._status_file(task)}
-        self._call(pane_id, "put_files", files)
+        self.calls.call(pane_id, "put_files", files)
         worktree = self.rundir.worktree_path(self.run_name, task)
-        self._call(pane_id, "paste", text, bracketed, self._paths(worktree))
+        self.calls.call(pane_id, "paste", text, bracketed, self._paths(worktree))
 
     def send_keys(self, pane_id: str, *keys: str) -> None:
-        self._call(pane_id, "send_keys", list(keys))
+        self.calls.call(pane_id, "send_keys", list(keys))
 
     def kill_pane(self, pane_id: str) -> None:
-        ray = self._ray()
-        handle = self._handle(pane_id)
-        with self._lock:
-            self._handles.pop(pane_id, None)
-            self._relays.discard(pane_id)
+        ray = self.calls.ray()
+        handle = self.calls.handle(pane_id)
+        self.calls.forget(pane_id)
+        self.relay.forget(pane_id)
         if handle is None:
             return
         with contextlib.suppress(ray.exceptions.RayError):
@@ -254,14 +298,14 @@ class RayBackend(Relay):
         log.info("remote session killed", extra={"pane": pane_id})
 
     def alive_panes(self) -> dict[str, bool]:
-        ray = self._ray()
-        calls: dict[str, Any] = {}
+        ray = self.calls.ray()
+        asked: dict[str, Any] = {}
         for pane_id in self.list_panes():
-            handle = self._handle(pane_id)
+            handle = self.calls.handle(pane_id)
             if handle is not None:
-                calls[pane_id] = handle.state.remote()
+                asked[pane_id] = handle.state.remote()
         out: dict[str, bool] = {}
-        for pane_id, ref in calls.items():
+        for pane_id, ref in asked.items():
             try:
                 out[pane_id] = bool(ray.get(ref, timeout=CALL_TIMEOUT)["alive"])
             except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
@@ -275,11 +319,12 @@ class RayBackend(Relay):
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         """task -> where its session runs (host, ip, node id), for live sessions."""
+        nodes = self.relay.nodes
         for pane_id, task in self.list_panes().items():
-            if task not in self._nodes:
+            if task not in nodes:
                 with contextlib.suppress(TmuxError):
-                    self._nodes[task] = self._call(pane_id, "info")
-        return dict(self._nodes)
+                    nodes[task] = self.calls.call(pane_id, "info")
+        return dict(nodes)
 
     # attach ----------------------------------------------------------------------------
     def attach_argv(self, pane_id: str | None) -> list[str]:
@@ -289,8 +334,8 @@ class RayBackend(Relay):
                 msg = f"run {self.run_name} has no session on the cluster"
                 raise TmuxError(msg, hint="Sessions exist while tasks run; `lo-orch status`.")
             pane_id = sorted(panes)[0]
-        target = self._call(pane_id, "attach_target")
-        info = self._call(pane_id, "info")
+        target = self.calls.call(pane_id, "attach_target")
+        info = self.calls.call(pane_id, "info")
         if self.cluster.ssh:
             dest = self.cluster.ssh.replace("{host}", str(info["ip"]))
             remote = shlex.join(
@@ -306,3 +351,43 @@ class RayBackend(Relay):
             "--pane",
             pane_id,
         ]
+
+    # what a launch or a prompt sends along --------------------------------------------
+    def _labels_of(self, task: str) -> dict[str, str]:
+        if self._labels is None:
+            try:
+                plan, _ = runs.read_plan(self.rundir)
+                self._labels = {t.id: dict(t.node_labels or {}) for t in plan.tasks}
+            except Exception:
+                self._labels = {}
+        return self._labels.get(task, {})
+
+    def _paths(self, spec_cwd: Path) -> dict[str, str]:
+        """What the node must rewrite in a launch or prompt: supervisor path -> its kind."""
+        paths: dict[str, str] = {path: kind for kind, path in resources.install_paths().items()}
+        for p in (spec_cwd, spec_cwd.resolve()):
+            paths[str(p)] = "checkout"
+        for p in (self.rundir.root, self.rundir.root.resolve()):
+            paths[str(p)] = "run"
+        return paths
+
+    def _run_files(self, text: str) -> dict[str, bytes]:
+        """Files of the run folder ``text`` names (a prompt, an env value), as bytes."""
+        found: dict[str, bytes] = {}
+        root = str(self.rundir.root)
+        for match in re.finditer(re.escape(root) + r"/[^\s'\"`)\]]+", text):
+            path = Path(match.group(0).rstrip(".,:;"))
+            try:
+                rel = path.relative_to(self.rundir.root).as_posix()
+                if path.is_file() and path.stat().st_size <= MAX_FILE:
+                    found[bundles.safe_relpath(rel)] = path.read_bytes()
+            except (OSError, ValueError, GitError):
+                continue
+        return found
+
+    def _status_file(self, task: str) -> dict[str, bytes]:
+        """The task's published status (a view: the session's tools read its phase there)."""
+        path = self.rundir.status_path(task)
+        with contextlib.suppress(OSError):
+            return {f"status/{task}.json": path.read_bytes()}
+        return {}

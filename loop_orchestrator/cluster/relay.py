@@ -1,48 +1,64 @@
-"""What comes back from a Ray cluster's sessions: ``Relay``, the layer of ``RayBackend``
-between its actor calls (``actors.py``) and the backend interface (``ray_backend.py``).
+"""What comes back from a Ray cluster's sessions: ``Relay``, one collaborator of
+``RayBackend``, given its ``actors.ActorCalls`` and ``mirror.Mirror``.
 
 ``serve``: one relay thread per session pulls what the session's tools sent to its node's
 inbox and hands it to the supervisor, attested by the actor that holds the pane the sender
 descends from, never by what it says; a restarted supervisor gets what the sessions left
-before its loop decides anything. Before a signal is handed over, ``sync`` fetches the
-node's branch and whole working tree and moves the local worktree to them. Checkpoints
-are kept as ``refs/lo-orch/cluster/<run>/<task>/wip``. A Claude Code session's transcript
-is kept on this machine too (``transcripts.py``), updated before each request is handled.
+before its loop decides anything. Before a signal is handed over, the mirror's ``sync``
+brings the node's work into the local worktree; checkpoints the node sends are stored by
+the mirror. A Claude Code session's transcript is kept on this machine too
+(``transcripts.py``), updated before each request is handled. Where each session runs
+(``nodes``) is recorded here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.cluster import bundles, transcripts
-from loop_orchestrator.cluster.actors import CALL_TIMEOUT, LAUNCH_TIMEOUT, ActorCalls, log
-from loop_orchestrator.errors import GitError, TmuxError
+from loop_orchestrator.cluster import transcripts
+from loop_orchestrator.cluster.actors import CALL_TIMEOUT, ActorCalls
+from loop_orchestrator.cluster.connect import disconnect
+from loop_orchestrator.cluster.mirror import Mirror
+from loop_orchestrator.errors import TmuxError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.git.gateway import git
 from loop_orchestrator.runstate import private
 from loop_orchestrator.sessions import listener
 from loop_orchestrator.sessions.backend import LaunchSpec
 from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT
 
+log = logging.getLogger(__name__)
+
 #: how long ``serve`` waits for what the sessions left while no supervisor ran
 FIRST_PULL_TIMEOUT = 20.0
 
 
-class Relay(ActorCalls):
-    """Requests, commits, checkpoints and transcripts back from the sessions' nodes."""
+class Relay:
+    """Requests, checkpoints and transcripts back from the sessions' nodes."""
+
+    def __init__(self, calls: ActorCalls, mirror: Mirror) -> None:
+        self.calls = calls
+        self.mirror = mirror
+        self._lock = calls.lock
+        self._relays: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._deliver: Callable[[listener.Request], None] | None = None
+        self._note: Callable[..., None] | None = None
+        self._stopped = threading.Event()
+        #: task -> where its session runs (host, ip, node id)
+        self.nodes: dict[str, dict[str, Any]] = {}
 
     def _copies_file(self) -> Path:
-        return private.run_dir(self.repo, self.run_name) / "transcripts.json"
+        return private.run_dir(self.calls.repo, self.calls.run_name) / "transcripts.json"
 
-    def _transcript(self, spec: LaunchSpec, *, carry: bool) -> dict[str, Any] | None:
+    def transcript(self, spec: LaunchSpec, *, carry: bool) -> dict[str, Any] | None:
         """What the node needs to follow the session's transcript (and, for a session
         moving to a new node, the copy to resume from); records where the copy is kept."""
         if spec.transcript is None:
@@ -75,12 +91,21 @@ class Relay(ActorCalls):
         if copy is None:
             return
         if not transcripts.keep(Path(copy), delta):
-            whole = self._call(pane_id, "transcript_whole")
+            whole = self.calls.call(pane_id, "transcript_whole")
             if not isinstance(whole, dict) or not transcripts.keep(Path(copy), whole):
                 return
             delta = whole
         data = delta.get("data")
-        self._stat(task, "transcript_bytes", float(len(data) if isinstance(data, bytes) else 0))
+        self.calls.stat(
+            task, "transcript_bytes", float(len(data) if isinstance(data, bytes) else 0)
+        )
+
+    def placed(self, task: str, info: dict[str, Any]) -> None:
+        """Record where the task's session runs (and tell the supervisor, once serving)."""
+        self.nodes[task] = info
+        if self._note is not None:
+            with contextlib.suppress(Exception):
+                self._note(task, node=f"{info['host']} ({info['ip']}, {info['node_id'][:8]})")
 
     def serve(self, deliver: Callable[[listener.Request], None], note: Callable[..., None]) -> None:
         """Relay every session's requests to ``deliver`` (the supervisor's own handling);
@@ -88,12 +113,12 @@ class Relay(ActorCalls):
         self._deliver, self._note = deliver, note
         self._stopped.clear()
         first: list[threading.Event] = []
-        for pane_id in self.list_panes():
-            first.append(self._start_relay(pane_id))
-            task, _ = self._parse(pane_id)
-            if task not in self._nodes:
+        for pane_id in self.calls.list_panes():
+            first.append(self.start(pane_id))
+            task, _ = self.calls.parse(pane_id)
+            if task not in self.nodes:
                 with contextlib.suppress(TmuxError):
-                    self._placed(task, self._call(pane_id, "info"))
+                    self.placed(task, self.calls.call(pane_id, "info"))
         # what the sessions sent while no supervisor ran is handed over before the
         # supervisor's loop decides anything, as the local inbox folder is read first: a
         # restarted supervisor would otherwise resend a prompt whose arrival is among
@@ -114,11 +139,18 @@ class Relay(ActorCalls):
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         # leave the cluster now, in order: Ray's own exit-time shutdown was seen to hang a
         # finished `lo-orch run` (the detached session actors are not affected)
-        from loop_orchestrator.cluster.connect import disconnect
-
         disconnect()
 
-    def _start_relay(self, pane_id: str) -> threading.Event:
+    def halt(self) -> None:
+        """Let every relay thread end (the run's sessions are being killed)."""
+        self._stopped.set()
+
+    def forget(self, pane_id: str) -> None:
+        """Stop relaying ``pane_id`` (its session was killed)."""
+        with self._lock:
+            self._relays.discard(pane_id)
+
+    def start(self, pane_id: str) -> threading.Event:
         """Relay ``pane_id``'s requests; the event is set once its first batch is handed
         over (or the relay ended)."""
         first = threading.Event()
@@ -142,13 +174,13 @@ class Relay(ActorCalls):
             first.set()
 
     def _relay_requests(self, pane_id: str, first: threading.Event) -> None:
-        ray = self._ray()
-        task, _ = self._parse(pane_id)
+        ray = self.calls.ray()
+        task, _ = self.calls.parse(pane_id)
         while not self._stopped.is_set():
             with self._lock:
                 if pane_id not in self._relays:
                     return
-            handle = self._handle(pane_id)
+            handle = self.calls.handle(pane_id)
             if handle is None:
                 break
             try:
@@ -161,7 +193,7 @@ class Relay(ActorCalls):
                 break
             if got.get("checkpoint"):
                 try:
-                    self._keep_checkpoint(task, got["checkpoint"])
+                    self.mirror.keep_checkpoint(task, got["checkpoint"])
                 except Exception:
                     log.exception("a checkpoint could not be stored", extra={"task": task})
             for req in got.get("requests", []):
@@ -177,7 +209,7 @@ class Relay(ActorCalls):
             self._relays.discard(pane_id)
 
     def _one(self, pane_id: str, task: str, handle: Any, req: dict[str, Any]) -> None:
-        ray = self._ray()
+        ray = self.calls.ray()
         message = req.get("message")
         if not isinstance(message, dict) or self._deliver is None:
             return
@@ -194,7 +226,7 @@ class Relay(ActorCalls):
             return
         if from_pane and message.get("type") == "signal":
             try:
-                self.sync(pane_id)
+                self.mirror.sync(pane_id)
             except Exception as exc:
                 # its work did not come back: judged on the old copy it would fail for
                 # nothing. Not judged: a live session's client sends it again (no answer),
@@ -214,51 +246,3 @@ class Relay(ActorCalls):
             reply = None
         with contextlib.suppress(ray.exceptions.RayError):
             handle.answer.remote(req["id"], reply)
-
-    def sync(self, pane_id: str) -> tuple[str, str]:
-        """Fetch the node's branch and working tree and move the local worktree to them."""
-        task, _ = self._parse(pane_id)
-        worktree = self.rundir.worktree_path(self.run_name, task)
-        started = time.monotonic()
-        with self._task_lock(task):
-            known = git(worktree, "rev-parse", "HEAD").stdout.strip()
-            got = self._call(pane_id, "export", [known], timeout=LAUNCH_TIMEOUT)
-            head, wip = self._import(task, got)
-            self._apply(task, worktree, head, wip)
-            plan = got.get("plan")
-            if isinstance(plan, bytes):  # where a local session writes it (agent-writable)
-                atomic_write_text(
-                    self.rundir.agent_plan_path(task), plan.decode("utf-8", errors="replace")
-                )
-        self._call(pane_id, "acknowledge", [head])
-        self._stat(task, "sync_seconds", time.monotonic() - started)
-        return head, wip
-
-    def _import(self, task: str, got: dict[str, Any]) -> tuple[str, str]:
-        head_ref, wip_ref = self._refs(task)
-        branch = f"refs/heads/lo/{self.run_name}/{task}"
-        data = got.get("bundle") or b""
-        head, wip = str(got.get("head", "")), str(got.get("wip", ""))
-        if data:
-            self._stat(task, "bundle_bytes", float(len(data)))
-            # only the task branch and the checkpoint ref, into lo-orch's own refs
-            got_refs = bundles.import_bundle(
-                self.repo, data, {branch: head_ref, "refs/lo-orch/wip": wip_ref}
-            )
-            head = got_refs.get(head_ref, head)
-            wip = got_refs.get(wip_ref, wip)
-        for sha in (head, wip):
-            if (
-                not re.fullmatch(r"[0-9a-f]{40}", sha)
-                or not git(self.repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).ok
-            ):
-                msg = f"the node of task {task} sent no usable commit ({sha[:40]!r})"
-                raise GitError(msg)
-        git(self.repo, "update-ref", head_ref, head)
-        git(self.repo, "update-ref", wip_ref, wip)
-        return head, wip
-
-    def _keep_checkpoint(self, task: str, got: dict[str, Any]) -> None:
-        with self._task_lock(task):
-            self._import(task, got)
-        self._stat(task, "checkpoint_bytes", float(len(got.get("bundle") or b"")))

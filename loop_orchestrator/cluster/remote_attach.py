@@ -14,7 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator.cluster.ray_backend import RayBackend
+from loop_orchestrator.cluster.terminal import relay
 from loop_orchestrator.errors import LoOrchError, TmuxError
+from loop_orchestrator.runstate.state import Store
+from loop_orchestrator.sessions.factory import run_backend
 
 
 class _Endpoint:
@@ -48,19 +52,15 @@ class _Endpoint:
 
 def endpoint(repo: Path, pane_id: str) -> _Endpoint:
     """The terminal endpoint of ``pane_id``'s actor in the run of ``repo``."""
-    from loop_orchestrator.cluster.ray_backend import RayBackend
-    from loop_orchestrator.runstate.state import Store
-    from loop_orchestrator.sessions.backend import run_backend
-
     backend = run_backend(Store.for_repo(repo).read_run())
     if not isinstance(backend, RayBackend):
         msg = "this run's sessions are not on a cluster"
         raise TmuxError(msg, hint="Use `lo-orch attach TASK`.")
-    handle = backend._handle(pane_id)
+    handle = backend.calls.handle(pane_id)
     if handle is None:
         msg = f"the session {pane_id} is gone"
         raise TmuxError(msg, hint="`lo-orch status` shows the task; `lo-orch run` relaunches it.")
-    return _Endpoint(backend._ray(), handle)
+    return _Endpoint(backend.calls.ray(), handle)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         target = endpoint(args.repo, args.pane)
-        from loop_orchestrator.cluster.terminal import relay
 
         code: int = relay(target, stdin_fd=0, stdout_fd=1)
     except LoOrchError as exc:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from loop_orchestrator import config
 from loop_orchestrator.verify.models import Verdict, VerificationFailed
+from loop_orchestrator.verify.on_demand import audit_task
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,5 @@ class AuditResult:
 def audit(repo: Path, task: str, *, use_llm: bool = True) -> AuditResult:
     """`lo-orch audit TASK [--no-llm]`: verify the task's commit (its status's, else its
     branch tip) against the run's base."""
-    from loop_orchestrator import config
-    from loop_orchestrator.verify.on_demand import audit_task
 
     return AuditResult(audit_task(repo, task, config.load_settings(repo), use_llm=use_llm))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from loop_orchestrator.simulator import demo_flow as demo_mod
 from loop_orchestrator.simulator.demo_flow import DemoResult
 
 
@@ -12,6 +13,5 @@ def demo(
 ) -> DemoResult:
     """`lo-orch demo [--keep] [--agent scripted|claude]`: plan, approve, run and merge a
     small run; the report's lines."""
-    from loop_orchestrator.simulator import demo_flow as demo_mod
 
     return demo_mod.run_demo(keep=keep, progress=progress, agent=agent)

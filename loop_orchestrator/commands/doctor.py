@@ -7,6 +7,8 @@ from pathlib import Path
 
 from loop_orchestrator import config
 from loop_orchestrator import readiness as checks_mod
+from loop_orchestrator.cluster.checks import check_cluster
+from loop_orchestrator.commands.repo import find_repo
 from loop_orchestrator.errors import ConfigError, LoOrchError
 from loop_orchestrator.readiness import Check
 
@@ -37,7 +39,6 @@ class DoctorReport:
 def doctor(repo: Path | None = None) -> DoctorReport:
     """`lo-orch doctor [--repo]`: outside a repository it still checks the machine (an
     explicit ``repo`` that is not one is an error)."""
-    from loop_orchestrator.commands.repo import find_repo
 
     root: Path | None
     try:
@@ -53,4 +54,5 @@ def doctor(repo: Path | None = None) -> DoctorReport:
         checks.append(Check("config", "fail", exc.message, exc.hint or ""))
         settings = config.Settings()
     checks += checks_mod.run_checks(root, settings)
+    checks += check_cluster(root, settings)
     return DoctorReport(tuple(checks))

@@ -7,15 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from loop_orchestrator.commands.repo import find_repo
 from loop_orchestrator.config import Settings, load_settings
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import GitError, UsageError
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.git.gateway import git
+from loop_orchestrator.plan import loading
 from loop_orchestrator.plan import model as planmod
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.create import PlanSummary as PlanSummary
 from loop_orchestrator.runstate.state import Store, now_iso
+from loop_orchestrator.supervisor import notify
 from loop_orchestrator.workspace import workspace
 
 
@@ -34,8 +37,6 @@ def plan(
     ``repo`` is a folder in the repository (None: the current directory), found after the
     arguments are checked (a wrong call is a usage error wherever it is made).
     """
-    from loop_orchestrator.commands.repo import find_repo
-
     given = [x for x in (file, goal, issue) if x]
     if len(given) != 1:
         msg = "give exactly one of FILE, --goal TEXT or --issue KEY"
@@ -56,7 +57,7 @@ def plan(
 
 def plan_from_file(repo: Path, file: Path, settings: Settings) -> PlanSummary:
     """`lo-orch plan FILE`: validate everything, then record the run."""
-    loaded = planmod.load_plan(file)
+    loaded = loading.load_plan(file)
     return record_plan(repo, loaded, settings, source=file)
 
 
@@ -107,14 +108,13 @@ def record_plan(
         checkout=repo,
         main_checkout=workspace.main_checkout(repo),
     )
-    from loop_orchestrator.supervisor import notify
-
     notify.for_plan(repo, plan.run_name, settings.notify, created_at, len(plan.tasks))
     return summary
 
 
 def plan_from_goal(repo: Path, goal: str, settings: Settings) -> PlanSummary:
     """`lo-orch plan --goal`: the planning agent drafts a plan file, then as `plan FILE`."""
+    # deferred: intake (a planner, trackers) costs `lo-orch plan FILE` 0.2 s it never uses
     from loop_orchestrator.intake import goal as intake_goal
 
     draft = intake_goal.draft_from_goal(repo, goal, settings)
@@ -138,6 +138,7 @@ def plan_from_issue(
 
     ``done`` names child keys to treat as done (partial resume) besides the tracker's own.
     """
+    # deferred: as intake.goal above
     from loop_orchestrator.intake import issue as intake_issue
 
     draft = intake_issue.draft_from_issue(repo, key, settings, done_keys=done)

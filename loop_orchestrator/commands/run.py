@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, assert_never
 
+from loop_orchestrator import config
 from loop_orchestrator.errors import LoOrchError, StateError
+from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import TaskStatus
+from loop_orchestrator.supervisor import main as supervisor
 
 if TYPE_CHECKING:
     from loop_orchestrator.supervisor.main import Outcome
@@ -36,8 +39,6 @@ def run(
     Raises ``StateError`` when tasks that need a person stopped the run, ``LoOrchError``
     when integration failed or the run stopped.
     """
-    from loop_orchestrator import config
-    from loop_orchestrator.supervisor import main as supervisor
 
     settings = config.load_settings(repo)
     if allow_dirty:
@@ -89,6 +90,5 @@ def retry(
 ) -> TaskStatus:
     """`lo-orch retry TASK [--note] [--budget]`: a blocked or failed task goes back to work;
     its status after."""
-    from loop_orchestrator.runstate import create as runs
 
     return runs.retry_task(repo, task, note=note, budget=budget)

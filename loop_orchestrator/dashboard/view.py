@@ -13,14 +13,14 @@ from loop_orchestrator.commands import status as statuses
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import LoOrchError
-
-# tmux.py (libtmux) imported before the app runs: libtmux reads sys.stdout.encoding at
-# import, and inside a running Textual app sys.stdout is Textual's capture object, which has
-# none (attach, the pane preview and Gate 2 build the run's TmuxBackend inside the app)
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
-from loop_orchestrator.sessions import backend as sessions
-from loop_orchestrator.sessions import tmux as _tmux  # noqa: F401
+
+# the factory imports tmux.py (libtmux) before the app runs: libtmux reads
+# sys.stdout.encoding at import, and inside a running Textual app sys.stdout is Textual's
+# capture object, which has none (attach, the pane preview and Gate 2 build the run's
+# TmuxBackend inside the app)
+from loop_orchestrator.sessions.factory import run_backend
 
 if TYPE_CHECKING:
     from loop_orchestrator.commands.session import PermissionRequest
@@ -186,7 +186,7 @@ def pane_preview(repo: Path, doc: dict[str, Any], task: str) -> str:
         return f"{task} is done: its pane was closed."
     run = RunState.model_validate(doc["run"])
     try:
-        backend = sessions.run_backend(run)
+        backend = run_backend(run)
         return str(backend.capture(t["pane_id"], lines=0)).rstrip()
     except LoOrchError as exc:
         return f"(no screen: {exc.message})"

@@ -28,7 +28,8 @@ from loop_orchestrator.errors import IntakeError, PlanError
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.intake import planner as agent
-from loop_orchestrator.plan.model import Plan, parse_plan_text, validate_plan_data
+from loop_orchestrator.plan.loading import parse_plan_text, validate_plan_data
+from loop_orchestrator.plan.model import Plan
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import RunDir, Store
 from loop_orchestrator.workspace import worktrees

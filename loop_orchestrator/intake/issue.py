@@ -27,7 +27,8 @@ from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import IntakeError
 from loop_orchestrator.intake import goal as goalmod
 from loop_orchestrator.intake.basetree import BaseTree
-from loop_orchestrator.intake.trackers import Issue, IssueTree, fetch_tree, task_id_for
+from loop_orchestrator.intake.fetch import fetch_tree
+from loop_orchestrator.intake.trackers import Issue, IssueTree, task_id_for
 from loop_orchestrator.plan import signatures
 from loop_orchestrator.plan.model import DoneTask
 

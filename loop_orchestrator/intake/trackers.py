@@ -1,4 +1,5 @@
-"""Issue keys, the tracker-neutral issue tree, and the dispatch to one tracker adapter.
+"""Issue keys, the tracker-neutral issue tree, and the intake command (``fetch.py`` sends a
+key to its tracker).
 
 A key's form picks the tracker:
 
@@ -324,37 +325,3 @@ def intake_command(profile: Mapping[str, Mapping[str, Any]]) -> str | None:
             hint='Set it, e.g. {"intake": {"kind": "cli", "command": "my-issues --json"}}.',
         )
     return command
-
-
-def fetch_tree(
-    key: str,
-    repo: Path,
-    *,
-    env: Mapping[str, str] | None = None,
-    profile: Mapping[str, Mapping[str, Any]] | None = None,
-    intake: IntakeConfig | None = None,
-) -> IssueTree:
-    """The parent issue and its children, from the tracker the key (or profile) names;
-    ``intake`` is the ``[intake]`` settings (GitHub Enterprise hosts, Jira deployment)."""
-    env = os.environ if env is None else env
-    if profile is None:
-        from loop_orchestrator.config import load_tool_profile
-
-        profile = load_tool_profile(repo, env=env)
-    command = intake_command(profile)
-    if command is not None:
-        log.info("issue read with the intake command", extra={"command": command})
-        return fetch_with_command(command, key, repo)
-    intake = IntakeConfig() if intake is None else intake
-    ref = parse_key(key, env, intake)
-    if ref.tracker == "github":
-        from loop_orchestrator.intake import github
-
-        return github.fetch(ref, env)
-    if ref.tracker == "jira":
-        from loop_orchestrator.intake import jira
-
-        return jira.fetch(ref, env, intake.jira)
-    from loop_orchestrator.intake import linear
-
-    return linear.fetch(ref, env)

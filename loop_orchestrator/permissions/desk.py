@@ -6,6 +6,7 @@ the screen, is closed (``permissions.py`` has the requests, rules and the store)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,7 +48,6 @@ class Desk:
         clock: Any = None,
         dialog_grace: float = DIALOG_GRACE,
     ) -> None:
-        import time
 
         self.perms = perms
         self.dialog_grace = dialog_grace

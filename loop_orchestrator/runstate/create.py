@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,9 +20,11 @@ from loop_orchestrator import templating
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GateError, StateError
 from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.plan import loading, schedule
 from loop_orchestrator.plan import model as planmod
-from loop_orchestrator.plan import schedule
 from loop_orchestrator.plan.model import Plan
+from loop_orchestrator.runstate import journal as record
+from loop_orchestrator.runstate.journal import NoRecordError, Record
 from loop_orchestrator.runstate.state import (
     ACTIVE_PHASES,
     Phase,
@@ -33,6 +36,7 @@ from loop_orchestrator.runstate.state import (
     now_iso,
 )
 from loop_orchestrator.sessions.guard import refuse_in_session
+from loop_orchestrator.supervisor import lifecycle
 
 if TYPE_CHECKING:
     from loop_orchestrator.runstate.journal import Record
@@ -115,7 +119,7 @@ def read_plan(rundir: RunDir) -> tuple[Plan, dict[str, Any]]:
     except json.JSONDecodeError as exc:
         msg = f"{path} is not valid JSON: {exc}"
         raise StateError(msg, hint="Run `lo-orch plan FILE` again.") from exc
-    plan = planmod.validate_plan_data(doc.get("plan"), str(path))
+    plan = loading.validate_plan_data(doc.get("plan"), str(path))
     return plan, doc
 
 
@@ -230,7 +234,6 @@ def approve_plan(repo: Path, *, shown_sha256: str | None = None) -> tuple[RunSta
     plan a person was shown (the dashboard); compared with the plan read here, the one
     approved, so a plan written since (even during this call) is refused, not approved.
     """
-    from loop_orchestrator.runstate import journal as record
 
     refuse_in_session("lo-orch approve")
     store = Store.for_repo(repo)
@@ -264,7 +267,6 @@ def _waves_of(store: Store) -> dict[str, int]:
 
 def open_record(repo: Path) -> Record:
     """The supervisor's record of the repository's current run (raises if none)."""
-    from loop_orchestrator.runstate.journal import Record
 
     store = Store.for_repo(repo)
     return Record.open(repo, store.read_run().name)
@@ -295,7 +297,6 @@ def load_approved(repo: Path) -> tuple[Record, Plan]:
     The approval is the one in the supervisor's record; ``plan.json`` must still hash to
     it (an edited plan is refused, whatever ``run.json`` says).
     """
-    from loop_orchestrator.runstate.journal import NoRecordError
 
     store = Store.for_repo(repo)
     state = store.read_run()
@@ -338,7 +339,6 @@ def retry_task(
     the config's, and lets it start although the run's budget is spent. A task blocked for
     its budget and retried without a larger one is blocked again at its next turn end.
     """
-    from loop_orchestrator.supervisor import lifecycle
 
     refuse_in_session("lo-orch retry")
     store = Store.for_repo(repo)
@@ -439,7 +439,6 @@ def send_message(repo: Path, task: str, text: str) -> str:
 
     Refused from inside a managed session: an agent must not speak for the person.
     """
-    import uuid
 
     refuse_in_session("lo-orch send")
     body = text.strip()

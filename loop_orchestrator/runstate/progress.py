@@ -16,6 +16,7 @@ from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.plan import schedule
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import ACTIVE_PHASES, Phase, RunPhase, Store, TaskStatus
+from loop_orchestrator.sessions.factory import run_backend
 
 
 def status_document(repo: Path) -> dict[str, Any]:
@@ -156,8 +157,6 @@ def waiting_for(
 
 def panes_alive(repo: Path) -> dict[str, bool]:
     """pane id -> alive for the run's tmux session ({} when there is none)."""
-    from loop_orchestrator.sessions.backend import run_backend
-
     state = Store.for_repo(repo).read_run()
     try:
         return run_backend(state).alive_panes()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from loop_orchestrator.errors import TmuxError
 from loop_orchestrator.runstate.state import Store
-from loop_orchestrator.sessions.backend import run_backend
+from loop_orchestrator.sessions.factory import run_backend
 
 
 def attach_command(repo: Path, task: str | None = None) -> list[str]:

@@ -1,11 +1,10 @@
-"""Agent sessions: the backend interface and ``run_backend`` (delivery: delivery.py).
+"""Agent sessions: the backend interface (delivery: delivery.py).
 
 The supervisor talks only to a ``SessionBackend`` (create the place for a task's session,
-launch, deliver, read the screen, alive?, kill, the command a user runs to attach), so a
-backend that runs sessions elsewhere can come later without touching it.
-
-The local tmux backend is ``tmux.py``; ``run_backend`` is the one place a run's backend is
-built.
+launch, deliver, read the screen, alive?, kill, the command a user runs to attach, relay
+remote sessions' requests), so a backend that runs sessions elsewhere fits without touching
+it. The local tmux backend is ``tmux.py``, the Ray one ``cluster/ray_backend.py``;
+``factory.run_backend`` is the one place a run's backend is built.
 """
 
 from __future__ import annotations
@@ -17,13 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from loop_orchestrator.cluster.ray_backend import RayBackend
-    from loop_orchestrator.config import ClusterConfig
-    from loop_orchestrator.sessions import listener
-    from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.config import ClusterConfig
+from loop_orchestrator.sessions.listener import Request
 
 log = logging.getLogger(__name__)
 
@@ -64,28 +60,6 @@ def run_socket(run: RunLike) -> str:
         return chosen
     digest = hashlib.sha256(f"{run.repo}\0{run.name}\0{run.created_at}".encode()).hexdigest()
     return f"lo-{run.name[:40]}-{digest[:10]}"
-
-
-def run_backend(run: RunLike, cluster: ClusterConfig | None = None) -> TmuxBackend | RayBackend:
-    """The session backend of a run: the one place it is built (on the run's own server).
-
-    A run that recorded ``cluster`` in run.json (issue 19) has its sessions on that Ray
-    cluster, from any terminal; ``cluster`` (the settings) chooses only for a run that has
-    not started yet (a run begun on tmux stays there).
-    """
-    recorded: Any = getattr(run, "cluster", None)
-    if isinstance(recorded, dict) and recorded.get("backend") == "ray":
-        from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
-
-        return RayBackend(run, cluster_settings(recorded))
-    fresh = str(getattr(run, "phase", "")) == "awaiting_plan_approval"
-    if recorded is None and cluster is not None and cluster.backend == "ray" and fresh:
-        from loop_orchestrator.cluster.ray_backend import RayBackend
-
-        return RayBackend(run, cluster)
-    from loop_orchestrator.sessions.tmux import TmuxBackend  # tmux.py builds on this module
-
-    return TmuxBackend(run.name, socket=run_socket(run))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
@@ -130,6 +104,36 @@ class PaneState:
 class SessionBackend(Protocol):
     """Where agent sessions run. The supervisor talks only to this."""
 
+    @property
+    def socket(self) -> str | None:
+        """The local tmux server (``tmux -L`` name; None: tmux's default) of the run's own
+        windows (the supervisor's, `run --detach`)."""
+        ...
+
+    @property
+    def session(self) -> str:
+        """The local tmux session of the run's own windows."""
+        ...
+
+    @property
+    def cluster(self) -> ClusterConfig | None:
+        """The cluster the sessions run on (None: this machine)."""
+        ...
+
+    def open_window(self, name: str, spec: LaunchSpec) -> str:
+        """Run ``spec`` in a local window of its own named ``name`` (not a task's pane)."""
+        ...
+
+    def serve(self, deliver: Callable[[Request], None], note: Callable[..., None]) -> None:
+        """Hand requests of sessions whose inbox the supervisor's listener cannot reach to
+        ``deliver``; ``note(task, **fields)`` records where a session runs. A no-op where
+        sessions use the local inbox."""
+        ...
+
+    def stop(self) -> None:
+        """Stop what ``serve`` started (the sessions keep running)."""
+        ...
+
     def ensure_session(self) -> None: ...
 
     def launch(self, spec: LaunchSpec) -> str: ...
@@ -157,28 +161,3 @@ class SessionBackend(Protocol):
     def alive_panes(self) -> dict[str, bool]: ...
 
     def task_pids(self) -> dict[int, str]: ...
-
-    @property
-    def socket(self) -> str | None:
-        """The run's local tmux server, ``tmux -L`` (None: tmux's default one); the
-        supervisor's own window is there."""
-        ...
-
-    @property
-    def session(self) -> str:
-        """The run's tmux session on ``socket``."""
-        ...
-
-    @property
-    def cluster(self) -> ClusterConfig | None:
-        """The cluster the sessions run on (None: local tmux)."""
-        ...
-
-    def serve(self, deliver: Callable[[listener.Request], None], note: Callable[..., None]) -> None:
-        """Hand what remote sessions send to ``deliver`` (a no-op where the supervisor's
-        own inbox hears every session); ``note(task, **fields)`` records where one runs."""
-        ...
-
-    def stop(self) -> None:
-        """Stop what ``serve`` started (the sessions keep running)."""
-        ...

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loop_orchestrator import proc
+from loop_orchestrator.config import user_config_path
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.runstate import private
 
@@ -171,7 +172,6 @@ def _lo_orch_install() -> list[Path]:
 def _user_config_dirs() -> list[Path]:
     """The user's lo-orch settings and tool profile (an agent could switch the sandbox or
     the auditor off there)."""
-    from loop_orchestrator.config import user_config_path
 
     home = Path(os.environ.get("HOME") or Path.home())
     return [user_config_path().parent, home / ".claude" / "loop-orchestrator"]

@@ -25,14 +25,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import libtmux
 from libtmux import exc as libtmux_exc
 
 from loop_orchestrator import proc
+from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import TmuxError
 from loop_orchestrator.sessions.backend import LaunchSpec, PaneState, tmux_socket
+from loop_orchestrator.sessions.listener import Request
 from loop_orchestrator.sessions.tmuxargs import (
     KEY_RE,
     NAMED_KEYS,
@@ -44,9 +45,6 @@ from loop_orchestrator.sessions.tmuxargs import (
     pane_command,
     parse_pane_line,
 )
-
-if TYPE_CHECKING:
-    from loop_orchestrator.sessions import listener
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +97,15 @@ class TmuxBackend:
         self._version_ok = False
 
     @property
-    def cluster(self) -> None:
-        """Local panes: no cluster."""
+    def cluster(self) -> ClusterConfig | None:
+        """None: the sessions run on this machine."""
         return None
 
-    def serve(self, deliver: Callable[[listener.Request], None], note: Callable[..., None]) -> None:
-        """Nothing to relay: every local session reaches the supervisor's inbox itself."""
+    def serve(self, deliver: Callable[[Request], None], note: Callable[..., None]) -> None:
+        """Nothing to relay: local sessions reach the supervisor's listener themselves."""
 
     def stop(self) -> None:
-        """Nothing was started by ``serve``."""
+        """Nothing started by ``serve`` to stop."""
 
     # plumbing ----------------------------------------------------------------------
     def _tmux_bin(self) -> str:

@@ -46,7 +46,7 @@ from types import FrameType
 from typing import Any
 
 from loop_orchestrator import resources
-from loop_orchestrator.agents.contract import AgentContext, launch_spec_for, python_module_argv
+from loop_orchestrator.agents.contract import AgentContext, launch_spec_for
 from loop_orchestrator.agents.dialogs import find_dialog, wait_until_ready
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import ConfigError
@@ -103,7 +103,7 @@ class ScriptedAdapter:
 
     def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
         argv = [
-            *python_module_argv("loop_orchestrator.simulator.agent"),
+            *resources.python_module_argv("loop_orchestrator.simulator.agent"),
             "--script",
             str(self.script_path),
         ]

@@ -10,12 +10,20 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from loop_orchestrator import proc
 
-if TYPE_CHECKING:
-    from loop_orchestrator.simulator.agent import ScriptedAgent
+
+class HookHost(Protocol):
+    """What the hooks read of the scripted agent running them, and how they speak."""
+
+    session_id: str
+    transcript: Path
+    cwd: Path
+    permission_mode: str
+
+    def say(self, text: str) -> None: ...
 
 
 @dataclass
@@ -29,7 +37,7 @@ class HookOutcome:
 class Hooks:
     """The plugin's ``hooks/hooks.json``, run as Claude Code runs them."""
 
-    def __init__(self, agent: ScriptedAgent, plugin_dir: Path) -> None:
+    def __init__(self, agent: HookHost, plugin_dir: Path) -> None:
         self.agent = agent
         self.plugin_dir = plugin_dir
         self.config: dict[str, Any] = {}

@@ -8,12 +8,11 @@ import contextlib
 import http.server
 import json
 import socket
+import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from loop_orchestrator.simulator.endpoint import ModelEndpoint
-    from loop_orchestrator.simulator.replies import Fault
+from loop_orchestrator.simulator.replies import Fault
 
 #: the longest a ``hang`` holds a request (the endpoint's close releases it sooner)
 HANG_SECONDS = 600.0
@@ -58,8 +57,15 @@ def send_json(
     handler.wfile.write(raw)
 
 
+class Closable(Protocol):
+    """An endpoint as a hung request sees it: set when the endpoint closes."""
+
+    @property
+    def closing(self) -> threading.Event: ...
+
+
 def drop_or_hang(
-    handler: http.server.BaseHTTPRequestHandler, fault: Fault, endpoint: ModelEndpoint
+    handler: http.server.BaseHTTPRequestHandler, fault: Fault, endpoint: Closable
 ) -> None:
     """Serve a fault that is not an answer: ``drop`` cuts the connection, ``hang`` holds
     the request until the endpoint closes (``HANG_SECONDS`` at most)."""

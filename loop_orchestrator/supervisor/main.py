@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
 
-from loop_orchestrator.agents.contract import lo_orch_bin, make_adapter
+from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import (
     LoOrchError,
@@ -32,6 +32,7 @@ from loop_orchestrator.permissions import desk as permission_desk
 from loop_orchestrator.permissions import requests as permissions
 from loop_orchestrator.plan import schedule
 from loop_orchestrator.plan.model import Task
+from loop_orchestrator.resources import lo_orch_bin
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import (
     ACTIVE_PHASES,
@@ -43,8 +44,9 @@ from loop_orchestrator.runstate.state import (
     TaskStatus,
 )
 from loop_orchestrator.sessions import listener
-from loop_orchestrator.sessions.backend import LaunchSpec, run_backend, run_socket
+from loop_orchestrator.sessions.backend import LaunchSpec, run_socket
 from loop_orchestrator.sessions.delivery import Deliverer
+from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.supervisor import decide, lifecycle, notify, recovery
 from loop_orchestrator.supervisor.accounting import Accounting
 from loop_orchestrator.supervisor.decide import WORKING_PHASES, OutcomeState

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from loop_orchestrator import proc
+from loop_orchestrator import proc, templating
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError, NotLoggedInError, VerifyError
 from loop_orchestrator.files import atomic_write_text
@@ -90,7 +90,6 @@ def instructions() -> str:
 
 
 def build_prompt(inp: AuditInput, *, structured: bool) -> str:
-    from loop_orchestrator import templating
 
     diff = inp.diff
     truncated = len(diff) > MAX_DIFF_CHARS

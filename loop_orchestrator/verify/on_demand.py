@@ -7,8 +7,11 @@ from pathlib import Path
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GitError, StateError
 from loop_orchestrator.git import gateway as gitutil
+from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Store
 from loop_orchestrator.verify.models import Verdict
+from loop_orchestrator.verify.verdict import verify_task
+from loop_orchestrator.workspace import workspace
 
 
 def task_commit(repo: Path, run_name: str, task_id: str, status_commit: str | None) -> str:
@@ -29,8 +32,6 @@ def task_commit(repo: Path, run_name: str, task_id: str, status_commit: str | No
 
 def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = True) -> Verdict:
     """Run every check on ``task_id``'s current commit against where the task began."""
-    from loop_orchestrator.runstate import create as runs
-    from loop_orchestrator.verify.verdict import verify_task
 
     store = Store.for_repo(repo)
     rec, plan = runs.load_approved(repo)
@@ -48,7 +49,6 @@ def audit_task(repo: Path, task_id: str, settings: Settings, *, use_llm: bool = 
     if not use_llm:
         settings = settings.model_copy(deep=True)
         settings.auditor.llm = "off"
-    from loop_orchestrator.workspace import workspace
 
     # measured from where the task began (staging at launch), not from the run's base,
     # which lacks the producers' work the task started from

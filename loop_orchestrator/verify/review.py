@@ -8,7 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loop_orchestrator import templating
 from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.plan.globs import path_matches
 from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify import disputes
 from loop_orchestrator.verify.models import Verdict
@@ -24,7 +26,6 @@ def write_review(
     rundir: RunDir, task: Task, round_no: int, verdict: Verdict, *, max_rounds: int | None = None
 ) -> Path:
     """Render ``reviews/<task>-rN.md`` from templates/review.md.j2 and return its path."""
-    from loop_orchestrator import templating
 
     path = rundir.review_path(task.id, round_no)
     text = templating.render(
@@ -53,7 +54,6 @@ def rework_prompt(
     verdict: Verdict | None = None,
 ) -> str:
     """The prompt sent to the session for rework round ``round_no`` (prompt_rework.md.j2)."""
-    from loop_orchestrator import templating
 
     lines: list[str] = []
     disputable: list[str] = []
@@ -166,7 +166,6 @@ def route_integration_failure(
     transitive or direct dependencies) defaults to each task's ``depends_on``. A ``None``
     key means a human must look: the run waits.
     """
-    from loop_orchestrator.plan.globs import path_matches
 
     deps = {t.id: set(t.depends_on) for t in tasks}
     if depends is not None:

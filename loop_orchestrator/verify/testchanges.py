@@ -7,16 +7,46 @@ what it did is not. Pure; ``testquality`` calls ``compare_versions``.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
 
 from loop_orchestrator import pyast
 from loop_orchestrator.verify import coverage, pytests
-from loop_orchestrator.verify.models import blocking, warning
+from loop_orchestrator.verify.models import Finding, blocking, warning
 
-if TYPE_CHECKING:
-    from loop_orchestrator.verify.testquality import TestReport, TestVersion
+Lang = Literal["python", "js"]
 
 NEVER_WEAKEN = "Never weaken, skip or delete a test to pass a check."
+
+
+@dataclass
+class TestVersion:
+    """What comparing needs from a Python or JS test."""
+
+    path: str
+    qualname: str
+    name: str
+    lineno: int
+    end_lineno: int
+    assertions: int
+    fingerprint: str
+    language: Lang
+    #: computes what it checks, when a deleted or shrunk test needs it (most never do)
+    collect: Callable[[], coverage.Evidence] = field(repr=False, compare=False)
+    #: a mixin's test, run (and reported) only under its subclasses' names
+    inherited: bool = False
+    #: lines outside its body that make its cases (parametrize rows, the tables it reads)
+    case_lines: frozenset[int] = frozenset()
+    #: its function (Python), to tell what it exercised once deleted
+    node: ast.FunctionDef | ast.AsyncFunctionDef | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @cached_property
+    def evidence(self) -> coverage.Evidence:
+        return self.collect()
 
 
 def _tree(source: str | None) -> ast.Module | None:
@@ -183,10 +213,9 @@ def _grounds(old: TestVersion, gone: set[str]) -> str | None:
 def compare_versions(
     base: dict[tuple[str, str], TestVersion],
     head: dict[tuple[str, str], TestVersion],
-    report: TestReport,
     removed: set[str] | None = None,
     gone: set[str] | None = None,
-) -> None:
+) -> list[Finding]:
     """Deleted, renamed, moved and weakened tests.
 
     A deleted test blocks unless what it checked is visibly still checked (its assertions
@@ -197,6 +226,7 @@ def compare_versions(
     """
     removed = removed or set()
     gone = gone or set()
+    findings: list[Finding] = []
     changed = _changed(base, head)
     new_heads = [t for key, t in head.items() if key not in base]
     for key, old in sorted(base.items()):
@@ -218,7 +248,7 @@ def compare_versions(
                     if t.language == old.language and t.fingerprint == old.fingerprint
                 ]
                 if twins:
-                    report.findings.append(
+                    findings.append(
                         warning(
                             f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
                             f"renamed to {twins[0].qualname} with the same body.",
@@ -231,7 +261,7 @@ def compare_versions(
                     continue
                 why = _moved_into(old, changed, removed, base)
                 if why:
-                    report.findings.append(
+                    findings.append(
                         warning(
                             f"test {old.qualname} ({old.path}:{old.lineno} at the base) was "
                             f"deleted; what it checked looks still checked: {why}. Not proven: "
@@ -261,7 +291,7 @@ def compare_versions(
                             "finding saying so.",
                         }
                     )
-                report.findings.append(deleted)
+                findings.append(deleted)
                 continue
         if now.assertions < old.assertions:
             why = None
@@ -283,7 +313,7 @@ def compare_versions(
                 if lost and lost <= old.evidence.specific and lost <= elsewhere:
                     why = "the removed assertions appear in other tests this change touched"
             if why:
-                report.findings.append(
+                findings.append(
                     warning(
                         f"test {old.qualname} has {now.assertions} assertion(s), "
                         f"{old.assertions} at the base, but {why}. Not proven: the auditor and "
@@ -295,7 +325,7 @@ def compare_versions(
                     )
                 )
                 continue
-            report.findings.append(
+            findings.append(
                 blocking(
                     f"test {old.qualname} has {now.assertions} assertion(s), {old.assertions} at "
                     "the base: checks were removed.",
@@ -305,3 +335,4 @@ def compare_versions(
                     fix=f"Restore the removed assertions. {NEVER_WEAKEN}",
                 )
             )
+    return findings

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import partial
 from pathlib import PurePosixPath
-from typing import Literal
 
 from loop_orchestrator import pyast
 from loop_orchestrator.verify import (
@@ -29,9 +28,13 @@ from loop_orchestrator.verify import (
 )
 from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
 from loop_orchestrator.verify.pytests import Expectation
-from loop_orchestrator.verify.testchanges import NEVER_WEAKEN, compare_versions, removed_code
-
-Lang = Literal["python", "js"]
+from loop_orchestrator.verify.testchanges import (
+    NEVER_WEAKEN,
+    Lang,
+    TestVersion,
+    compare_versions,
+    removed_code,
+)
 
 
 @dataclass
@@ -93,34 +96,6 @@ class TestReport:
     @property
     def new_tests(self) -> list[TestRef]:
         return [t for t in self.touched if t.new]
-
-
-@dataclass
-class TestVersion:
-    """What comparing needs from a Python or JS test."""
-
-    path: str
-    qualname: str
-    name: str
-    lineno: int
-    end_lineno: int
-    assertions: int
-    fingerprint: str
-    language: Lang
-    #: computes what it checks, when a deleted or shrunk test needs it (most never do)
-    collect: Callable[[], coverage.Evidence] = field(repr=False, compare=False)
-    #: a mixin's test, run (and reported) only under its subclasses' names
-    inherited: bool = False
-    #: lines outside its body that make its cases (parametrize rows, the tables it reads)
-    case_lines: frozenset[int] = frozenset()
-    #: its function (Python), to tell what it exercised once deleted
-    node: ast.FunctionDef | ast.AsyncFunctionDef | None = field(
-        default=None, repr=False, compare=False
-    )
-
-    @cached_property
-    def evidence(self) -> coverage.Evidence:
-        return self.collect()
 
 
 def _py_tests(mod: pytests.PyModule) -> list[TestVersion]:
@@ -243,7 +218,7 @@ def check_tests(files: Sequence[FileChange]) -> TestReport:
                 if (f.path, q) not in known:
                     report.fixture_users.append(TestRef(f.path, q, "python", False))
     gone = removed_code(code_pairs) if any(k not in head for k in base) else set()
-    compare_versions(base, head, report, removed, gone)
+    report.findings += compare_versions(base, head, removed, gone)
     return report
 
 

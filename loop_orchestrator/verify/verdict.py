@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.git import parse as gitparse
+from loop_orchestrator.plan.globs import path_matches
 from loop_orchestrator.runstate.state import RunDir, now_iso
 from loop_orchestrator.verify import classify, disputes, pyenv, scope, secrets, stubs
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
@@ -147,7 +148,6 @@ def deterministic_findings(
     repo: Path, task: Task, base: str, commit: str, all_tasks: Sequence[Task] | None = None
 ) -> tuple[list[Finding], Any, list[FileChange], _Texts]:
     """Scope, test quality, stubs, secrets, conflict markers: no command is run."""
-    from loop_orchestrator.plan.globs import path_matches
 
     texts = _Texts(repo, base, commit)
     changes = gitutil.changed_paths(repo, base, commit)

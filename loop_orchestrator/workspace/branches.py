@@ -1,8 +1,10 @@
 """The branches of one run and the refs book that records them: names, compare-and-swap
-moves written ahead, ``check_refs``, clashes with branches that are not the run's.
+moves written ahead, ``check_refs``, each task's start commit, clashes with branches that
+are not the run's.
 
-The base of ``Workspace`` (``workspace.py`` says the safety rules): ``worktrees.py``,
-``staging.py`` and ``workspace.py`` build on it in that order.
+``Branches`` is the one collaborator of a run's workspace that moves refs and writes the
+book (``workspace.py`` says the safety rules); ``worktrees.Worktrees`` and
+``staging.Staging`` are given one.
 """
 
 from __future__ import annotations
@@ -12,21 +14,14 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from loop_orchestrator import proc
 from loop_orchestrator.errors import (
     GitError,
     RefTamperedError,
 )
-from loop_orchestrator.files import WORKTREES_DIR
 from loop_orchestrator.git.gateway import git, oid, update_ref
 from loop_orchestrator.git.parse import WorktreeInfo, parse_worktrees
-
-if TYPE_CHECKING:
-    from loop_orchestrator.config import WorkspaceConfig
-    from loop_orchestrator.git.refbook import RefBook
-
+from loop_orchestrator.git.refbook import FileRefBook, RefBook
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +40,42 @@ def is_sha(text: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{40}(?:[0-9a-f]{24})?", text) is not None
 
 
+def check_task(task: str) -> str:
+    """``task`` when it can name a task of a run (its branch, its worktree); else GitError."""
+    if not TASK_RE.match(task) or task in RESERVED_TASKS:
+        msg = f"invalid task id {task!r}"
+        raise GitError(msg, hint="Task ids are 1-40 of a-z, 0-9 and '-' and not 'staging'.")
+    return task
+
+
+def rel(repo: Path, path: Path) -> str:
+    """``path`` as messages name it: relative to the repository when inside it."""
+    with contextlib.suppress(ValueError):
+        return path.relative_to(repo).as_posix()
+    return str(path)
+
+
+def list_worktrees(repo: Path) -> list[WorktreeInfo]:
+    """The repository's worktrees (stale entries pruned first)."""
+    out = git(repo, "worktree", "list", "--porcelain", "-z").stdout
+    infos = parse_worktrees(out)
+    if any(w.prunable for w in infos):
+        git(repo, "worktree", "prune")
+        infos = parse_worktrees(git(repo, "worktree", "list", "--porcelain", "-z").stdout)
+    return infos
+
+
+def worktree_at(repo: Path, path: Path) -> WorktreeInfo | None:
+    """The worktree checked out at ``path``, if any."""
+    target = path.resolve()
+    return next((w for w in list_worktrees(repo) if w.path.resolve() == target), None)
+
+
 class Branches:
     """The branches of one run in one repository and the refs book that records them."""
 
     def __init__(
-        self,
-        repo: Path,
-        run: str,
-        settings: WorkspaceConfig,
-        refs: RefBook | None = None,
-        *,
-        instance: str | None = None,
+        self, repo: Path, run: str, refs: RefBook | None = None, *, instance: str | None = None
     ) -> None:
         """``refs`` is where the run records its refs (default: a ``FileRefBook`` in the
         run's private folder, for run instance ``instance``: see ``for_run``)."""
@@ -68,13 +88,8 @@ class Branches:
             )
         self.repo = repo.resolve()
         self.run = run
-        self.settings = settings
         self.instance = instance
-        if refs is None:
-            from loop_orchestrator.git.refbook import FileRefBook
-
-            refs = FileRefBook.for_run(self.repo, run, instance)
-        self.refs: RefBook = refs
+        self.refs: RefBook = refs or FileRefBook.for_run(self.repo, run, instance)
 
     # names --------------------------------------------------------------------------
 
@@ -87,19 +102,10 @@ class Branches:
         return f"feat/{self.run}"
 
     def task_branch(self, task: str) -> str:
-        return f"lo/{self.run}/{self._check_task(task)}"
+        return f"lo/{self.run}/{check_task(task)}"
 
-    def worktree_path(self, task: str) -> Path:
-        return self.repo / WORKTREES_DIR / self.run / self._check_task(task)
-
-    @staticmethod
-    def _check_task(task: str) -> str:
-        if not TASK_RE.match(task) or task in RESERVED_TASKS:
-            msg = f"invalid task id {task!r}"
-            raise GitError(msg, hint="Task ids are 1-40 of a-z, 0-9 and '-' and not 'staging'.")
-        return task
-
-    def _check_branch_name(self, name: str) -> str:
+    def check_branch_name(self, name: str) -> str:
+        """``name`` when lo-orch may create or move a branch of that name (outside lo/)."""
         bad = (
             not name
             or name.startswith(("-", "lo/"))
@@ -111,24 +117,16 @@ class Branches:
             raise GitError(msg, hint="Use a valid git branch name outside lo/ (e.g. feat/x).")
         return name
 
-    # small git helpers --------------------------------------------------------------
+    # what git holds -------------------------------------------------------------------
 
-    def _git(
-        self,
-        *args: str,
-        check: bool = True,
-        input: str | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> proc.Result:
-        return git(self.repo, *args, check=check, input=input, env=env)
-
-    def _branches(self) -> dict[str, str]:
-        out = self._git("for-each-ref", "--format=%(refname)%00%(objectname)", "refs/heads/")
+    def tips(self) -> dict[str, str]:
+        """branch -> sha of every local branch."""
+        out = git(self.repo, "for-each-ref", "--format=%(refname)%00%(objectname)", "refs/heads/")
         pairs = (line.split("\0") for line in out.stdout.splitlines() if line)
         return {ref[len("refs/heads/") :]: sha for ref, sha in pairs}
 
-    def _tip(self, branch: str) -> str | None:
-        return self._branches().get(branch)
+    def tip(self, branch: str) -> str | None:
+        return self.tips().get(branch)
 
     def _key(self, branch: str) -> str:
         """The book key that makes ``branch`` this run's: a task's start, else the ref."""
@@ -137,14 +135,16 @@ class Branches:
             return BOOK_START + branch[len(prefix) :]
         return f"refs/heads/{branch}"
 
-    def _is_ours(self, branch: str) -> bool:
+    def is_ours(self, branch: str) -> bool:
+        """Whether this run (instance) created ``branch``, by its book."""
         return self.refs.get(self._key(branch)) is not None
 
-    def _move(self, branch: str, new: str | None, old: str | None, reason: str) -> None:
+    def move(self, branch: str, new: str | None, old: str | None, reason: str) -> None:
         """Compare-and-swap ``branch`` from ``old`` to ``new`` (None: absent) and record it.
 
         The new value is written ahead, so ``check_refs`` after a crash between the update
         and the record recognises lo-orch's own move instead of calling it tampering.
+        A task's branch is not checked (its agent moves it): only its start is recorded.
         """
         ref = f"refs/heads/{branch}"
         checked = not self._key(branch).startswith(BOOK_START)
@@ -158,23 +158,25 @@ class Branches:
                 self.refs.drop(ref)
             self.refs.drop(BOOK_NEXT + ref)
 
-    def _create_branch(self, name: str, sha: str) -> None:
+    def create(self, name: str, sha: str) -> None:
+        """Create the branch ``name`` at ``sha`` as this run's (recorded first)."""
         # Record first: a crash between the two steps leaves a record without a branch
         # (harmless), never a branch of ours that looks like a user's.
         key = self._key(name)
         if key.startswith(BOOK_START):
             self.refs.set(key, sha)
         try:
-            self._move(name, sha, None, f"lo-orch: run {self.run} created {name}")
+            self.move(name, sha, None, f"lo-orch: run {self.run} created {name}")
         except GitError:
             if key.startswith(BOOK_START):
                 self.refs.drop(key)
             raise
         log.info("branch created", extra={"branch": name, "sha": sha})
 
-    def _delete_branch(self, name: str, sha: str) -> None:
+    def delete(self, name: str, sha: str) -> None:
+        """Delete the run's branch ``name`` if it is still at ``sha``."""
         # a compare-and-swap delete: only what was checked to be merged goes
-        self._move(name, None, sha, f"lo-orch: run {self.run} deleted {name}")
+        self.move(name, None, sha, f"lo-orch: run {self.run} deleted {name}")
         self.refs.drop(self._key(name))
         log.info("branch deleted", extra={"branch": name, "sha": sha})
 
@@ -183,11 +185,11 @@ class Branches:
     def check_refs(self) -> None:
         """Compare every ref the book records with git; ``RefTamperedError`` on a difference.
 
-        A value written ahead (``_move``) that git shows is adopted: lo-orch moved the ref
+        A value written ahead (``move``) that git shows is adopted: lo-orch moved the ref
         and stopped before recording it.
         """
         book = self.refs.items()
-        branches = {f"refs/heads/{b}": sha for b, sha in self._branches().items()}
+        branches = {f"refs/heads/{b}": sha for b, sha in self.tips().items()}
         for name, ahead in book.items():
             if not name.startswith(BOOK_NEXT):
                 continue
@@ -243,15 +245,37 @@ class Branches:
         """Gate 2 is done: ``branch`` is the user's from now on (no longer checked)."""
         self.refs.drop(f"refs/heads/{branch}")
 
-    def _clash(self, wanted: str, branches: Mapping[str, str]) -> str | None:
-        if wanted in branches and not self._is_ours(wanted):
+    def task_start(self, task: str) -> str:
+        """The staging commit a task's branch began at, as recorded: what its own changes
+        are measured against (its producers' work, already on staging, is not its change).
+        Never derived from anything an agent can move."""
+        start = self.refs.get(BOOK_START + check_task(task))
+        if start is None:
+            msg = f"task {task} has no recorded start commit in run {self.run}"
+            raise GitError(
+                msg,
+                hint="lo-orch did not create its branch; delete the branch "
+                f"{self.task_branch(task)} to start the task afresh.",
+            )
+        return start
+
+    def restart(self, task: str, commit: str) -> None:
+        """Record ``commit`` as the task's new start (staging merged into its branch)."""
+        self.refs.set(BOOK_START + check_task(task), commit)
+
+    # clashes -----------------------------------------------------------------------------
+
+    def clash(self, wanted: str, branches: Mapping[str, str]) -> str | None:
+        """Why the run may not create ``wanted`` among ``branches`` (None: it may)."""
+        if wanted in branches and not self.is_ours(wanted):
             return f"branch {wanted} already exists and was not created by run {self.run}"
         for name in branches:
             if wanted.startswith(name + "/") or name.startswith(wanted + "/"):
                 return f"branch {name} exists, so git cannot also hold a branch {wanted}"
         return None
 
-    def _raise_clashes(self, problems: Sequence[str]) -> None:
+    def raise_clashes(self, problems: Sequence[str]) -> None:
+        """GitError listing ``problems`` (clashes with what is not this run's), if any."""
         if problems:
             msg = (
                 f"run {self.run} would reuse branches or worktrees it did not create:\n"
@@ -266,28 +290,13 @@ class Branches:
                 "branches yourself.",
             )
 
-    def _worktrees(self) -> list[WorktreeInfo]:
-        out = self._git("worktree", "list", "--porcelain", "-z").stdout
-        infos = parse_worktrees(out)
-        if any(w.prunable for w in infos):
-            self._git("worktree", "prune")
-            infos = parse_worktrees(self._git("worktree", "list", "--porcelain", "-z").stdout)
-        return infos
-
-    def _worktree_at(self, path: Path) -> WorktreeInfo | None:
-        target = path.resolve()
-        return next((w for w in self._worktrees() if w.path.resolve() == target), None)
-
-    def _refuse_checked_out(self, branch: str) -> None:
-        for w in self._worktrees():
+    def refuse_checked_out(self, branch: str) -> None:
+        """GitError when ``branch`` is checked out somewhere (moving it would leave that
+        checkout out of date)."""
+        for w in list_worktrees(self.repo):
             if w.branch == branch:
                 msg = (
                     f"{branch} is checked out at {w.path}; moving it without that checkout "
                     "would leave the checkout out of date"
                 )
                 raise GitError(msg, hint="Switch that checkout to another branch, then retry.")
-
-    def _rel(self, path: Path) -> str:
-        with contextlib.suppress(ValueError):
-            return path.relative_to(self.repo).as_posix()
-        return str(path)

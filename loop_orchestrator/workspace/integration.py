@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop_orchestrator import proc
+from loop_orchestrator.cluster import refs as cluster_refs
 from loop_orchestrator.config import Settings, load_settings, load_tool_profile
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import GateError, LoOrchError
@@ -33,7 +34,10 @@ from loop_orchestrator.runstate.state import (
     Store,
     now_iso,
 )
+from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.sessions.guard import refuse_in_session
+from loop_orchestrator.verify import load_verdict
+from loop_orchestrator.verify.review import gate2_notes
 from loop_orchestrator.workspace import workspace
 
 
@@ -67,7 +71,7 @@ def integrate(
     store = Store.for_repo(repo)
     state = record.run
     ws = workspace.Workspace.for_run(repo, state, settings.workspace)
-    commit = ws.recorded(ws.staging_branch)
+    commit = ws.branches.recorded(ws.staging_branch)
     command = integration_command(plan, settings, repo)
     evidence = store.dirs.task_evidence_dir("_integration")
     evidence.mkdir(parents=True, exist_ok=True)
@@ -152,9 +156,6 @@ class Review:
 
 def _verdict_notes(repo: Path, rec: Record) -> list[str]:
     """Disputes and warnings of the verdicts the supervisor recorded (issue 14)."""
-    from loop_orchestrator.runstate.state import RunDir
-    from loop_orchestrator.verify import load_verdict
-    from loop_orchestrator.verify.review import gate2_notes
 
     rundir = RunDir(repo)
     verdicts = {}
@@ -176,8 +177,8 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
     if state.phase != RunPhase.AWAITING_MERGE_REVIEW:
         raise _not_at_gate2(state)
     ws = workspace.Workspace.for_run(repo, state, load_settings(repo).workspace)
-    commit = ws.recorded(ws.staging_branch)
-    base = ws.base(state.base_sha)
+    commit = ws.branches.recorded(ws.staging_branch)
+    base = ws.branches.base(state.base_sha)
     integration = state.integration or {}
     if integration.get("commit") != commit:
         msg = "staging moved since the integration tests ran"
@@ -267,11 +268,11 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Mer
     cleaned = cleanup(repo, delete_staging=True)
     # checked once more (nothing may have moved it during the clean-up), then it is the
     # user's: lo-orch no longer watches or moves it
-    ws.check_refs()
+    ws.branches.check_refs()
     if gitutil.rev_parse(repo, reviewed.feature) != reviewed.commit:
         msg = f"{reviewed.feature} is not at the reviewed commit {reviewed.commit[:12]}"
         raise GateError(msg, hint="Inspect it with `git log`; nothing else was changed.")
-    ws.hand_over(reviewed.feature)
+    ws.branches.hand_over(reviewed.feature)
     return Merged(state, cleaned)
 
 
@@ -293,8 +294,6 @@ class CleanupResult:
 def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) -> CleanupResult:
     """Kill the run's tmux session by exact name; remove clean worktrees; delete merged
     task branches. Dirty worktrees and unmerged branches are kept and listed."""
-    from loop_orchestrator.sessions.backend import run_backend
-
     if abandon:
         refuse_in_session("lo-orch cleanup --abandon")
     store = Store.for_repo(repo)
@@ -351,7 +350,6 @@ def _cluster_refs(
     task whose worktree is gone, once the run is over (merged or stopped) or the task is
     integrated: a task still to be resumed keeps its checkpoint. ``kept/`` refs (a person's
     saved edits) stay and are listed."""
-    from loop_orchestrator.cluster import refs as cluster_refs
 
     found = cluster_refs.listing(repo, run)
     if not found:

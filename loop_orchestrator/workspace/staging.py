@@ -2,7 +2,8 @@
 commit a task on staging (``git merge-tree --write-tree``, ``git commit-tree``, no
 checkout), and setting the feature branch to the reviewed staging commit.
 
-Builds on ``worktrees.py``; ``workspace.Workspace`` is the class callers use.
+``Staging`` is given the run's ``branches.Branches`` (every ref it moves goes through it)
+and ``worktrees.Worktrees`` (a task's worktree, when staging is brought into it).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
+from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import (
     GitError,
     MergeConflictError,
@@ -30,12 +31,20 @@ from loop_orchestrator.git.gateway import (
 )
 from loop_orchestrator.git.parse import split_z
 from loop_orchestrator.git.secretfiles import is_secret_path
-from loop_orchestrator.workspace.branches import BOOK_BASE, BOOK_START, is_sha
-from loop_orchestrator.workspace.worktrees import OWN_PREFIXES, Worktrees
-
-if TYPE_CHECKING:
-    pass
-
+from loop_orchestrator.workspace.branches import (
+    BOOK_BASE,
+    Branches,
+    check_task,
+    is_sha,
+    list_worktrees,
+    rel,
+)
+from loop_orchestrator.workspace.worktrees import (
+    OWN_PREFIXES,
+    Worktrees,
+    dirty_paths,
+    refuse_secrets,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +53,26 @@ TASK_TRAILER = "Lo-Orch-Task"
 VERIFIED_TRAILER = "Lo-Orch-Verified"
 
 
-class Staging(Worktrees):
+class Staging:
     """The staging branch of one run, and the feature branch Gate 2 sets."""
+
+    def __init__(self, branches: Branches, worktrees: Worktrees, settings: WorkspaceConfig) -> None:
+        self.branches = branches
+        self.worktrees = worktrees
+        self.settings = settings
+        self.repo = branches.repo
+        self.run = branches.run
 
     def create_staging(self, base_sha: str) -> str:
         """Create the staging branch at ``base_sha``; an existing one of this run is kept."""
+        book = self.branches
         base = rev_parse(self.repo, base_sha)
-        name = self.staging_branch
-        self.check_refs()
-        branches = self._branches()
+        name = book.staging_branch
+        book.check_refs()
+        branches = book.tips()
         tip = branches.get(name)
-        if tip is not None and self._is_ours(name):
-            self.refs.set(BOOK_BASE, self.refs.get(BOOK_BASE) or base)
+        if tip is not None and book.is_ours(name):
+            book.refs.set(BOOK_BASE, book.refs.get(BOOK_BASE) or base)
             if not is_ancestor(self.repo, base, tip):
                 msg = f"{name} exists but does not contain the base commit {base[:12]}"
                 raise GitError(
@@ -64,17 +81,17 @@ class Staging(Worktrees):
                     "clean that run up or choose another run name.",
                 )
             return tip
-        problem = self._clash(name, branches)
-        self._raise_clashes([problem] if problem else [])
-        self.refs.set(BOOK_BASE, base)
-        self._create_branch(name, base)
+        problem = book.clash(name, branches)
+        book.raise_clashes([problem] if problem else [])
+        book.refs.set(BOOK_BASE, base)
+        book.create(name, base)
         return base
 
     # merges -------------------------------------------------------------------------------
 
     def merge_precheck(self, commit: str, onto: str | None = None) -> list[str]:
         """Paths that would conflict merging ``commit`` onto ``onto`` (default staging)."""
-        ours = rev_parse(self.repo, onto or self.staging_branch)
+        ours = rev_parse(self.repo, onto or self.branches.staging_branch)
         return merge_tree(self.repo, ours, rev_parse(self.repo, commit))[1]
 
     def pairwise_precheck(self, commits: Mapping[str, str]) -> list[tuple[str, str, list[str]]]:
@@ -88,7 +105,7 @@ class Staging(Worktrees):
                     found.append((task_a, task_b, paths))
         return found
 
-    def _squashed(self, tip: str) -> dict[str, str]:
+    def squashed(self, tip: str) -> dict[str, str]:
         """``verified commit -> staging commit`` for every task commit squashed onto the
         first-parent history of ``tip`` since the run's base.
 
@@ -96,7 +113,7 @@ class Staging(Worktrees):
         checked against the book, and each staging value lo-orch set has the previous one
         as its only parent.
         """
-        base = self.refs.get(BOOK_BASE)
+        base = self.branches.refs.get(BOOK_BASE)
         span = f"{base}..{tip}" if base else tip
         out = git(
             self.repo, "log", "--first-parent", "--format=%H%x00%B%x00", span, "--", view=True
@@ -113,11 +130,11 @@ class Staging(Worktrees):
 
     def is_merged(self, commit: str) -> bool:
         """Whether the task commit ``commit`` is on staging (squashed, or an ancestor)."""
-        tip = self._tip(self.staging_branch)
+        tip = self.branches.tip(self.branches.staging_branch)
         if tip is None:
             return False
         sha = oid(self.repo, commit)
-        return sha in self._squashed(tip) or is_ancestor(self.repo, sha, tip)
+        return sha in self.squashed(tip) or is_ancestor(self.repo, sha, tip)
 
     def merge_into_staging(self, task: str, commit: str, title: str) -> str:
         """Put a verified task commit's tree onto staging; return staging's new sha.
@@ -129,17 +146,18 @@ class Staging(Worktrees):
         ``MergeConflictError`` and changes nothing; a commit already on staging returns the
         current staging sha (crash-resume).
         """
-        self._check_task(task)
-        name = self.staging_branch
+        book = self.branches
+        name = book.staging_branch
+        check_task(task)
         theirs = oid(self.repo, commit)
-        if not self._is_ours(name) or self._tip(name) is None:
+        if not book.is_ours(name) or book.tip(name) is None:
             msg = f"{name} does not exist or is not this run's staging branch"
             raise GitError(msg, hint="Start the run with `lo-orch run`, which creates it.")
-        old = self.recorded(name)
-        if theirs in self._squashed(old) or is_ancestor(self.repo, theirs, old):
+        old = book.recorded(name)
+        if theirs in self.squashed(old) or is_ancestor(self.repo, theirs, old):
             log.info("task already merged", extra={"task": task, "staging": old})
             return old
-        self._refuse_checked_out(name)
+        book.refuse_checked_out(name)
         tree, conflicts = merge_tree(self.repo, old, theirs)
         if tree is None:
             msg = f"task {task} conflicts with {name} in: {quote_list(conflicts)}"
@@ -166,7 +184,7 @@ class Staging(Worktrees):
         )
         secrets = [p for p in added if is_secret_path(p)]
         if secrets:
-            self._refuse_secrets(task, secrets, "merge")
+            refuse_secrets(task, secrets, "merge")
         text = (
             f"lo-orch: task {task}: {title}\n\n"
             f"{TASK_TRAILER}: {task}\n{VERIFIED_TRAILER}: {theirs}\n"
@@ -184,7 +202,7 @@ class Staging(Worktrees):
             env=identity(self.settings),
             view=True,
         ).stdout.strip()
-        self._move(name, new, old, f"lo-orch: task {task} onto {name}")
+        book.move(name, new, old, f"lo-orch: task {task} onto {name}")
         log.info("task merged into staging", extra={"task": task, "staging": new})
         return new
 
@@ -199,9 +217,10 @@ class Staging(Worktrees):
         review. ``merge_into`` also merges the feature branch into that local branch (never
         pushed).
         """
-        staging = self.staging_branch
+        book = self.branches
+        staging = book.staging_branch
         reviewed = oid(self.repo, reviewed_commit)
-        tip = self.recorded(staging)
+        tip = book.recorded(staging)
         if tip != reviewed:
             now = tip[:12] if tip else "missing"
             msg = (
@@ -209,33 +228,31 @@ class Staging(Worktrees):
                 "nothing was changed"
             )
             raise StaleReviewError(msg, hint="Review the new diff and confirm again.")
-        name = self._check_branch_name(feature or self.feature_branch)
-        target = self._check_branch_name(merge_into) if merge_into else None
-        branches = self._branches()
+        name = book.check_branch_name(feature or book.feature_branch)
+        target = book.check_branch_name(merge_into) if merge_into else None
+        branches = book.tips()
         current = branches.get(name)
         if current is None:
-            problem = self._clash(name, branches)
-            self._raise_clashes([problem] if problem else [])
-            self._create_branch(name, reviewed)
+            problem = book.clash(name, branches)
+            book.raise_clashes([problem] if problem else [])
+            book.create(name, reviewed)
         elif current != reviewed:
             # Moved only over a value lo-orch set itself, or forward (nothing is dropped):
             # a commit someone made on the branch is never left on no branch (issue 12).
-            ours = self._is_ours(name) and self.refs.get(f"refs/heads/{name}") == current
+            ours = book.is_ours(name) and book.refs.get(f"refs/heads/{name}") == current
             if not ours and not is_ancestor(self.repo, current, reviewed):
                 self._refuse_moving(name, current, reviewed)
-            self._refuse_checked_out(name)
+            book.refuse_checked_out(name)
             if ours:
-                self._move(
-                    name, reviewed, self.recorded(name), f"lo-orch: gate 2 of run {self.run}"
-                )
+                book.move(name, reviewed, book.recorded(name), f"lo-orch: gate 2 of run {self.run}")
             else:
-                self._move(
+                book.move(
                     name, reviewed, current, f"lo-orch: gate 2 of run {self.run} (fast-forward)"
                 )
         log.info("feature branch set", extra={"branch": name, "sha": reviewed})
         if target:
             self._merge_into_local(name, reviewed, target)
-        self.check_refs()
+        book.check_refs()
         return reviewed
 
     def _refuse_moving(self, name: str, current: str, reviewed: str) -> None:
@@ -265,7 +282,7 @@ class Staging(Worktrees):
         )
 
     def _merge_into_local(self, source: str, sha: str, target: str) -> str:
-        target_tip = self._tip(target)
+        target_tip = self.branches.tip(target)
         if target_tip is None or target == source:
             msg = f"cannot merge {source} into {target!r}: no such other local branch"
             raise GitError(
@@ -283,7 +300,7 @@ class Staging(Worktrees):
                 f"merge it into {target} yourself and resolve them.",
             )
         text = f"lo-orch: merge {source} into {target}"
-        checkout = next((w for w in self._worktrees() if w.branch == target), None)
+        checkout = next((w for w in list_worktrees(self.repo) if w.branch == target), None)
         if checkout is None:
             new = (
                 sha
@@ -306,7 +323,7 @@ class Staging(Worktrees):
             )
             update_ref(self.repo, target, new, target_tip, text)
             return new
-        dirty = [p for p in self.worktree_dirty(checkout.path) if not p.startswith(OWN_PREFIXES)]
+        dirty = [p for p in dirty_paths(checkout.path) if not p.startswith(OWN_PREFIXES)]
         if dirty:
             msg = (
                 f"{target} is checked out at {checkout.path} with uncommitted changes "
@@ -363,15 +380,15 @@ class Staging(Worktrees):
         """Bring staging into a task's branch (a merge commit in its worktree) before the
         task is reopened; the merge becomes the task's new start, so verification still
         measures only the task's own change. Returns the new start commit."""
-        branch = self.task_branch(task)
-        path = self.worktree_path(task)
-        staging = self._tip(self.staging_branch)
+        book = self.branches
+        branch = book.task_branch(task)
+        staging = book.tip(book.staging_branch)
         if staging is None or is_ancestor(self.repo, staging, oid(self.repo, branch)):
-            return self.task_start(task)
-        self._require_own_worktree(task)
-        if self.worktree_dirty(path):
+            return book.task_start(task)
+        path = self.worktrees.require_own(task)
+        if dirty_paths(path):
             msg = f"task {task}'s worktree has uncommitted changes; staging cannot be merged in"
-            raise GitError(msg, hint=f"Commit or discard them in {self._rel(path)}.")
+            raise GitError(msg, hint=f"Commit or discard them in {rel(self.repo, path)}.")
         res = git(
             path,
             "merge",
@@ -380,7 +397,7 @@ class Staging(Worktrees):
             "--no-verify",
             "--no-gpg-sign",
             "-m",
-            f"lo-orch: bring {self.staging_branch} into {task}",
+            f"lo-orch: bring {book.staging_branch} into {task}",
             staging,
             check=False,
             env=identity(self.settings),
@@ -395,6 +412,6 @@ class Staging(Worktrees):
                 hint="Resolve it by hand in the worktree, then `lo-orch run` again.",
             )
         head = git(path, "rev-parse", "HEAD").stdout.strip()
-        self.refs.set(BOOK_START + task, head)
+        book.restart(task, head)
         log.info("staging merged into task", extra={"task": task, "commit": head})
         return head

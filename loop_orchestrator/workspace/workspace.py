@@ -1,9 +1,12 @@
 """The workspace of one run: its branches, worktrees, commits, merges and cleanup.
 
-``Workspace`` is built in layers, each in its own module: ``branches.py`` (names, the refs
-book, compare-and-swap moves), ``worktrees.py`` (worktrees, ignored files, committing a
-task), ``staging.py`` (merging onto staging, Gate 2's move of the feature branch) and this
-module (preflight, branch-name checks, cleanup, and the repository-level helpers).
+``Workspace`` assembles three collaborators, each in its own module and each given what
+it needs: ``branches.Branches`` (names, the refs book, compare-and-swap moves, each task's
+start), ``worktrees.Worktrees`` (a ``Branches``: worktrees, ignored files, committing a
+task, removing a worktree) and ``staging.Staging`` (both: merging onto staging, Gate 2's
+move of the feature branch, staging brought into a task). This module holds what spans
+them (preflight, branch-name checks, cleanup) and the repository-level helpers; the
+methods most callers use are delegated here, the rest are the collaborators' own.
 
 Safety (DESIGN.md sections 9 and 10): nothing is pushed and nothing is forced. Every
 branch this module creates, every value it sets a ref to and each task's start commit are
@@ -29,14 +32,14 @@ no checkout). Rejected rounds stay on the task branch until cleanup.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from loop_orchestrator import proc
+from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.files import WORKTREES_DIR
 from loop_orchestrator.git.gateway import (
@@ -47,14 +50,23 @@ from loop_orchestrator.git.gateway import (
     require_git,
     rev_parse,
 )
+from loop_orchestrator.git.refbook import RefBook
 from loop_orchestrator.git.secretfiles import scan_tree
-from loop_orchestrator.workspace.branches import BOOK_WORKTREE
+from loop_orchestrator.runstate.state import RunState
+from loop_orchestrator.workspace.branches import (
+    Branches,
+    check_task,
+    list_worktrees,
+    rel,
+    worktree_at,
+)
 from loop_orchestrator.workspace.staging import Staging
-from loop_orchestrator.workspace.worktrees import OWN_PREFIXES, ensure_excludes
-
-if TYPE_CHECKING:
-    from loop_orchestrator.config import WorkspaceConfig
-    from loop_orchestrator.runstate.state import RunState
+from loop_orchestrator.workspace.worktrees import (
+    OWN_PREFIXES,
+    Worktrees,
+    dirty_paths,
+    ensure_excludes,
+)
 
 __all__ = ["CleanupReport", "Workspace", "init_repo", "repo_root"]
 
@@ -160,8 +172,6 @@ def init_repo(path: Path, settings: WorkspaceConfig | None = None) -> Path:
             "yourself and ignore them), then run again. Nothing was changed.",
         )
     if settings is None:
-        from loop_orchestrator.config import WorkspaceConfig
-
         settings = WorkspaceConfig()
     git(path, "init", "--quiet")
     ensure_excludes(path)
@@ -192,13 +202,76 @@ class CleanupReport:
     details: dict[str, str] = field(default_factory=dict)
 
 
-class Workspace(Staging):
-    """The branches and worktrees of one run in one repository."""
+class Workspace:
+    """The branches and worktrees of one run in one repository: ``branches``,
+    ``worktrees`` and ``staging`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        repo: Path,
+        run: str,
+        settings: WorkspaceConfig,
+        refs: RefBook | None = None,
+        *,
+        instance: str | None = None,
+    ) -> None:
+        """``refs`` is where the run records its refs (default: a ``FileRefBook`` in the
+        run's private folder, for run instance ``instance``: see ``for_run``)."""
+        self.branches = Branches(repo, run, refs, instance=instance)
+        self.worktrees = Worktrees(self.branches, settings)
+        self.staging = Staging(self.branches, self.worktrees, settings)
+        self.settings = settings
+        self.repo = self.branches.repo
+        self.run = run
 
     @classmethod
     def for_run(cls, repo: Path, state: RunState, settings: WorkspaceConfig) -> Workspace:
         """The workspace of the run ``state`` describes (this instance of its name only)."""
         return cls(repo, state.name, settings, instance=instance_of(state.created_at))
+
+    # what most callers use, delegated ------------------------------------------------
+
+    @property
+    def staging_branch(self) -> str:
+        return self.branches.staging_branch
+
+    def task_branch(self, task: str) -> str:
+        return self.branches.task_branch(task)
+
+    def task_start(self, task: str) -> str:
+        return self.branches.task_start(task)
+
+    def worktree_path(self, task: str) -> Path:
+        return self.worktrees.worktree_path(task)
+
+    def ensure_excludes(self) -> None:
+        self.worktrees.ensure_excludes()
+
+    def ensure_worktree(self, task: str) -> Path:
+        return self.worktrees.ensure_worktree(task)
+
+    def run_setup(self, worktree: Path) -> proc.Result | None:
+        return self.worktrees.run_setup(worktree)
+
+    def commit_task(self, task: str, message: str) -> str:
+        return self.worktrees.commit_task(task, message)
+
+    def create_staging(self, base_sha: str) -> str:
+        return self.staging.create_staging(base_sha)
+
+    def is_merged(self, commit: str) -> bool:
+        return self.staging.is_merged(commit)
+
+    def merge_into_staging(self, task: str, commit: str, title: str) -> str:
+        return self.staging.merge_into_staging(task, commit, title)
+
+    def refresh_task(self, task: str) -> str:
+        return self.staging.refresh_task(task)
+
+    def finish(
+        self, reviewed_commit: str, feature: str | None = None, merge_into: str | None = None
+    ) -> str:
+        return self.staging.finish(reviewed_commit, feature, merge_into)
 
     # preflight ------------------------------------------------------------------------
 
@@ -209,12 +282,12 @@ class Workspace(Staging):
         if root != self.repo:
             msg = f"{self.repo} is not the top of its git checkout ({root})"
             raise GitError(msg, hint=f"Pass --repo {root}.")
-        head = self._git("rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
+        head = git(self.repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
         if not head.ok:
             msg = f"{self.repo} has no commits yet"
             raise GitError(msg, hint="Commit your files first: every run starts from a commit.")
         self.ensure_excludes()
-        dirty = [p for p in self.worktree_dirty(self.repo) if not p.startswith(OWN_PREFIXES)]
+        dirty = [p for p in dirty_paths(self.repo) if not p.startswith(OWN_PREFIXES)]
         if not dirty:
             return
         if allow_dirty or self.settings.allow_dirty:
@@ -240,120 +313,77 @@ class Workspace(Staging):
 
         An existing feature branch is no clash: Gate 2 decides whether it may move it.
         """
+        book = self.branches
         for task in tasks:
-            self._check_task(task)
-        feature = self._check_branch_name(feature or self.feature_branch)
-        wanted = [self.staging_branch, *(self.task_branch(t) for t in tasks)]
-        branches = self._branches()
-        problems = [p for w in wanted if (p := self._clash(w, branches))]
+            check_task(task)
+        feature = book.check_branch_name(feature or book.feature_branch)
+        wanted = [book.staging_branch, *(book.task_branch(t) for t in tasks)]
+        branches = book.tips()
+        problems = [p for w in wanted if (p := book.clash(w, branches))]
         if feature not in branches:
-            problems += [p for p in [self._clash(feature, branches)] if p]
-        worktrees = self._worktrees()
+            problems += [p for p in [book.clash(feature, branches)] if p]
+        worktrees = list_worktrees(self.repo)
         for task in tasks:
-            path = self.worktree_path(task)
-            if self._owns_worktree(task) or not (path.exists() or path.is_symlink()):
+            path = self.worktrees.worktree_path(task)
+            if self.worktrees.owns(task) or not (path.exists() or path.is_symlink()):
                 continue
-            rel = self._rel(path)
+            where = rel(self.repo, path)
             info = next((w for w in worktrees if w.path.resolve() == path.resolve()), None)
             if info is None:
-                problems.append(f"{rel} exists and is not a worktree this run created")
+                problems.append(f"{where} exists and is not a worktree this run created")
                 continue
-            dirty = self.worktree_dirty(path)
+            dirty = dirty_paths(path)
             what = f"uncommitted changes ({quote_list(dirty)})" if dirty else "no changes"
             problems.append(
-                f"{rel} is a worktree an earlier run left (on "
+                f"{where} is a worktree an earlier run left (on "
                 f"{info.branch or 'a detached HEAD'}, {what}); it is yours now"
             )
-        self._raise_clashes(problems)
+        book.raise_clashes(problems)
 
     # cleanup -----------------------------------------------------------------------------
 
-    def remove_worktree(self, task: str) -> bool:
-        """Remove the task's worktree if it is clean (never forced); False when kept."""
-        return self._remove(task) is None
-
-    def _remove(self, task: str) -> str | None:
-        """None when no worktree remains, otherwise why it was kept."""
-        path = self.worktree_path(task)
-        rel = self._rel(path)
-        info = self._worktree_at(path)
-        if info is None:
-            if path.exists():
-                return f"{rel} is not a worktree of this repository; left as it is"
-            return None
-        if not self._owns_worktree(task):
-            return f"{rel} was not created by run {self.run}; left as it is"
-        if info.branch is not None and info.branch != self.task_branch(task):
-            return f"{rel} is on {info.branch}, not this run's {self.task_branch(task)}"
-        if info.locked:
-            return f"{rel} is locked (`git worktree unlock` it to allow removal)"
-        dirty = self.worktree_dirty(path)
-        if dirty:
-            return f"{rel} has uncommitted changes: {quote_list(dirty)}"
-        users = self.user_ignored_files(task)
-        if users:
-            return f"{rel} holds files git ignores that lo-orch did not create: {quote_list(users)}"
-        if (
-            info.branch is None
-            and info.head
-            and not self._git(
-                "for-each-ref", "--contains", info.head, "--format=x", "refs/heads/"
-            ).stdout
-        ):
-            return f"{rel} is on a detached HEAD with commits no branch holds"
-        res = self._git("worktree", "remove", str(path), check=False)
-        if not res.ok:
-            return f"{rel} was kept: {res.stderr.strip()}"
-        self.refs.drop(BOOK_WORKTREE + task)
-        self._own_files_path(task).unlink(missing_ok=True)
-        for folder in (path.parent, path.parent.parent):  # .worktrees/<run>, .worktrees
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only when empty
-        log.info("worktree removed", extra={"task": task, "path": str(path)})
-        return None
-
     def cleanup(self, tasks: Sequence[str], *, delete_staging: bool = False) -> CleanupReport:
         """Remove clean worktrees and merged task branches; keep and list everything else."""
+        book = self.branches
         report = CleanupReport()
-        self._git("worktree", "prune")
+        git(self.repo, "worktree", "prune")
         for task in tasks:
-            existed = self._worktree_at(self.worktree_path(task)) is not None
-            kept = self._remove(task)
+            existed = worktree_at(self.repo, self.worktrees.worktree_path(task)) is not None
+            kept = self.worktrees.remove(task)
             if kept is not None:
                 report.kept_dirty.append(task)
                 report.details[task] = kept
             elif existed:
                 report.removed.append(task)
-        branches = self._branches()
+        staging_branch, feature_branch = book.staging_branch, book.feature_branch
+        branches = book.tips()
         targets = [
-            t
-            for n in (self.staging_branch, self.feature_branch)
-            if (t := branches.get(n)) is not None
+            t for n in (staging_branch, feature_branch) if (t := branches.get(n)) is not None
         ]
-        squashed = {sha for t in targets for sha in self._squashed(t)}
-        checked_out = {w.branch for w in self._worktrees()}
+        squashed = {sha for t in targets for sha in self.staging.squashed(t)}
+        checked_out = {w.branch for w in list_worktrees(self.repo)}
         for task in tasks:
-            name = self.task_branch(task)
+            name = book.task_branch(task)
             tip = branches.get(name)
-            if tip is None or not self._is_ours(name):
+            if tip is None or not book.is_ours(name):
                 continue  # a user's branch is never touched
             reason = None
             if name in checked_out:
                 reason = "its worktree was kept"
             elif tip not in squashed and not any(is_ancestor(self.repo, tip, t) for t in targets):
-                reason = f"not merged into {self.staging_branch}"
+                reason = f"not merged into {staging_branch}"
             if reason is None:
-                self._delete_branch(name, tip)
+                book.delete(name, tip)
                 report.branches_deleted.append(name)
             else:
                 report.branches_kept.append(name)
                 report.details[name] = reason
-        staging, feat = branches.get(self.staging_branch), branches.get(self.feature_branch)
-        if delete_staging and staging and feat and self.staging_branch not in checked_out:
+        staging, feat = branches.get(staging_branch), branches.get(feature_branch)
+        if delete_staging and staging and feat and staging_branch not in checked_out:
             if is_ancestor(self.repo, staging, feat):
-                self._delete_branch(self.staging_branch, staging)
-                report.branches_deleted.append(self.staging_branch)
+                book.delete(staging_branch, staging)
+                report.branches_deleted.append(staging_branch)
             else:
-                report.branches_kept.append(self.staging_branch)
-                report.details[self.staging_branch] = f"not merged into {self.feature_branch}"
+                report.branches_kept.append(staging_branch)
+                report.details[staging_branch] = f"not merged into {feature_branch}"
         return report

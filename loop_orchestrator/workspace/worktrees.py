@@ -1,12 +1,14 @@
-"""The worktrees of one run and what is committed from them: creating and reusing a
-task's worktree, the setup command, ignored files (lo-orch's own or the user's), dirty
-paths, committing a task and refreshing it onto staging.
+"""The worktrees of one run and what is committed from them: creating, reusing and
+removing a task's worktree, the setup command, ignored files (lo-orch's own or the user's),
+dirty paths, committing a task.
 
-Builds on ``branches.py``; ``staging.py`` and ``workspace.py`` build on it.
+``Worktrees`` is given the run's ``branches.Branches``: it creates a task's branch and
+records its worktrees in the refs book through it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -16,9 +18,9 @@ import shlex
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from loop_orchestrator import proc
+from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import (
     CommandError,
     ConfigError,
@@ -36,11 +38,17 @@ from loop_orchestrator.git.gateway import (
 )
 from loop_orchestrator.git.parse import parse_status, split_z
 from loop_orchestrator.git.secretfiles import is_secret_path
-from loop_orchestrator.workspace.branches import BOOK_START, BOOK_WORKTREE, TASK_RE, Branches
-
-if TYPE_CHECKING:
-    pass
-
+from loop_orchestrator.runstate import private
+from loop_orchestrator.workspace.branches import (
+    BOOK_START,
+    BOOK_WORKTREE,
+    TASK_RE,
+    Branches,
+    check_task,
+    list_worktrees,
+    rel,
+    worktree_at,
+)
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +168,45 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-class Worktrees(Branches):
+def refuse_secrets(task: str, paths: Sequence[str], verb: str = "commit") -> None:
+    """``SecretFileError``: the task's work holds secret-like ``paths``."""
+    msg = f"task {task}: refusing to {verb} secret-like files: {quote_list(paths)}"
+    raise SecretFileError(
+        msg,
+        paths,
+        hint="Nothing was changed. Delete them from the "
+        "worktree or ignore them (.gitignore); if the agent committed one, "
+        "its branch must be rewritten without it.",
+    )
+
+
+def dirty_paths(path: Path) -> list[str]:
+    """Uncommitted and untracked paths of a checkout (ignored files do not count)."""
+    res = git(
+        path,
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--no-renames",
+        "--untracked-files=all",
+        check=False,
+    )
+    if not res.ok:
+        raise git_failure(res, hint=f"{path} is not a usable git checkout.")
+    return [e.path for e in parse_status(res.stdout)]
+
+
+class Worktrees:
     """The worktrees of one run and the commits taken from them."""
+
+    def __init__(self, branches: Branches, settings: WorkspaceConfig) -> None:
+        self.branches = branches
+        self.settings = settings
+        self.repo = branches.repo
+        self.run = branches.run
+
+    def worktree_path(self, task: str) -> Path:
+        return self.repo / WORKTREES_DIR / self.run / check_task(task)
 
     # worktrees ------------------------------------------------------------------------
 
@@ -171,28 +216,29 @@ class Worktrees(Branches):
 
     def ensure_worktree(self, task: str) -> Path:
         """``.worktrees/<task>`` on ``lo/<run>/<task>`` from the staging tip; reused if there."""
-        branch = self.task_branch(task)
+        book = self.branches
+        branch = book.task_branch(task)
         path = self.worktree_path(task)
-        rel = self._rel(path)
-        branches = self._branches()
-        staging = branches.get(self.staging_branch)
+        where = rel(self.repo, path)
+        branches = book.tips()
+        staging = branches.get(book.staging_branch)
         if staging is None:
-            msg = f"{self.staging_branch} does not exist"
+            msg = f"{book.staging_branch} does not exist"
             raise GitError(msg, hint="Create the run's staging branch before its worktrees.")
-        worktrees = self._worktrees()
+        worktrees = list_worktrees(self.repo)
         here = next((w for w in worktrees if w.path.resolve() == path.resolve()), None)
         if here is not None:
-            if here.branch != branch or not self._owns_worktree(task):
+            if here.branch != branch or not self.owns(task):
                 on = here.branch or "a detached HEAD"
                 msg = (
-                    f"{rel} is a worktree on {on} that run {self.run} did not create; it "
+                    f"{where} is a worktree on {on} that run {self.run} did not create; it "
                     "was left as it is and will not be used"
                 )
                 raise GitError(
                     msg,
                     hint="Choose another run name (plan `name:`), or once "
                     f"you have saved what you need from it, `git worktree remove "
-                    f"{rel}` and run again.",
+                    f"{where}` and run again.",
                 )
             self._check_launch(branch, branches[branch], staging)
             log.info("worktree reused", extra={"task": task, "path": str(path)})
@@ -200,36 +246,37 @@ class Worktrees(Branches):
         other = next((w for w in worktrees if w.branch == branch), None)
         if other is not None:
             msg = f"{branch} is already checked out at {other.path}"
-            raise GitError(msg, hint="Remove that worktree, or move it back to " + rel + ".")
+            raise GitError(msg, hint="Remove that worktree, or move it back to " + where + ".")
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            msg = f"{rel} exists and is not a worktree of this repository; it was left as it is"
+            msg = f"{where} exists and is not a worktree of this repository; it was left as it is"
             raise GitError(msg, hint="Move it away or delete it, then run again.")
-        problem = self._clash(branch, branches)
-        self._raise_clashes([problem] if problem else [])
+        problem = book.clash(branch, branches)
+        book.raise_clashes([problem] if problem else [])
         if branch in branches:  # crash-resume: the branch outlived its worktree
             self._check_launch(branch, branches[branch], staging)
         else:
-            self._create_branch(branch, staging)
+            book.create(branch, staging)
         self.ensure_excludes()
         path.parent.mkdir(parents=True, exist_ok=True)
         # recorded first: a crash after `worktree add` leaves a worktree known as this run's
-        self.refs.set(BOOK_WORKTREE + task, str(path))
+        book.refs.set(BOOK_WORKTREE + task, str(path))
         try:
-            self._git("worktree", "add", "--quiet", str(path), branch)
+            git(self.repo, "worktree", "add", "--quiet", str(path), branch)
         except GitError:
-            self.refs.drop(BOOK_WORKTREE + task)
+            book.refs.drop(BOOK_WORKTREE + task)
             raise
         log.info("worktree created", extra={"task": task, "path": str(path), "branch": branch})
         return path
 
-    def _owns_worktree(self, task: str) -> bool:
+    def owns(self, task: str) -> bool:
         """Whether this run (instance) created the task's worktree, by its own record."""
-        return self.refs.get(BOOK_WORKTREE + task) == str(self.worktree_path(task))
+        return self.branches.refs.get(BOOK_WORKTREE + task) == str(self.worktree_path(task))
 
-    def _require_own_worktree(self, task: str) -> Path:
+    def require_own(self, task: str) -> Path:
+        """The task's worktree; GitError unless this run created it."""
         path = self.worktree_path(task)
-        if not self._owns_worktree(task):
-            msg = f"{self._rel(path)} was not created by run {self.run}; it is left as it is"
+        if not self.owns(task):
+            msg = f"{rel(self.repo, path)} was not created by run {self.run}; it is left as it is"
             raise GitError(
                 msg,
                 hint="lo-orch commits and merges only in worktrees it created "
@@ -237,34 +284,21 @@ class Worktrees(Branches):
             )
         return path
 
-    def task_start(self, task: str) -> str:
-        """The staging commit a task's branch began at, as recorded: what its own changes
-        are measured against (its producers' work, already on staging, is not its change).
-        Never derived from anything an agent can move."""
-        start = self.refs.get(BOOK_START + self._check_task(task))
-        if start is None:
-            msg = f"task {task} has no recorded start commit in run {self.run}"
-            raise GitError(
-                msg,
-                hint="lo-orch did not create its branch; delete the branch "
-                f"{self.task_branch(task)} to start the task afresh.",
-            )
-        return start
-
     def _check_launch(self, branch: str, tip: str, staging: str) -> None:
         """Trust a task branch only if it still grows from the staging commit it began at."""
         task = branch[len(f"lo/{self.run}/") :]
-        launch = self.refs.get(BOOK_START + task)
+        launch = self.branches.refs.get(BOOK_START + task)
         ok = (
             launch is not None
-            and self._git("cat-file", "-e", f"{launch}^{{commit}}", check=False).ok
+            and git(self.repo, "cat-file", "-e", f"{launch}^{{commit}}", check=False).ok
             and is_ancestor(self.repo, launch, staging)
             and is_ancestor(self.repo, launch, tip)
         )
         if not ok:
             msg = (
-                f"{branch} is not based on {self.staging_branch} (it no longer contains the "
-                "commit it was started from); it was left as it is and will not be used"
+                f"{branch} is not based on {self.branches.staging_branch} (it no longer "
+                "contains the commit it was started from); it was left as it is and will not "
+                "be used"
             )
             raise GitError(
                 msg,
@@ -297,7 +331,7 @@ class Worktrees(Branches):
                 else f"exited {result.returncode}"
             )
             tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
-            msg = f"worktree setup `{command}` {status} in {self._rel(worktree)}"
+            msg = f"worktree setup `{command}` {status} in {rel(self.repo, worktree)}"
             raise CommandError(
                 argv,
                 result.returncode,
@@ -314,10 +348,8 @@ class Worktrees(Branches):
     # ignored files: lo-orch's own, or the user's ---------------------------------------
 
     def _own_files_path(self, task: str) -> Path:
-        from loop_orchestrator.runstate import private
-
         folder = private.run_dir(self.repo, self.run) / "own-files"
-        return folder / f"{self.instance or 'run'}-{self._check_task(task)}.json"
+        return folder / f"{self.branches.instance or 'run'}-{check_task(task)}.json"
 
     def _record_own_files(self, worktree: Path) -> None:
         """Remember the ignored files lo-orch's setup left in a task's new worktree (their
@@ -348,20 +380,55 @@ class Worktrees(Branches):
         found = ignored_files(path)
         return [rel for rel in found if own.get(rel) is None or own[rel] != file_digest(path / rel)]
 
-    def worktree_dirty(self, path: Path) -> list[str]:
-        """Uncommitted and untracked paths of a checkout (ignored files do not count)."""
-        res = git(
-            path,
-            "status",
-            "--porcelain=v1",
-            "-z",
-            "--no-renames",
-            "--untracked-files=all",
-            check=False,
-        )
+    # removal ----------------------------------------------------------------------------
+
+    def remove_worktree(self, task: str) -> bool:
+        """Remove the task's worktree if it is clean (never forced); False when kept."""
+        return self.remove(task) is None
+
+    def remove(self, task: str) -> str | None:
+        """Remove the task's worktree unless something in it is not lo-orch's to drop:
+        None when no worktree remains, otherwise why it was kept."""
+        path = self.worktree_path(task)
+        where = rel(self.repo, path)
+        info = worktree_at(self.repo, path)
+        if info is None:
+            if path.exists():
+                return f"{where} is not a worktree of this repository; left as it is"
+            return None
+        if not self.owns(task):
+            return f"{where} was not created by run {self.run}; left as it is"
+        branch = self.branches.task_branch(task)
+        if info.branch is not None and info.branch != branch:
+            return f"{where} is on {info.branch}, not this run's {branch}"
+        if info.locked:
+            return f"{where} is locked (`git worktree unlock` it to allow removal)"
+        dirty = dirty_paths(path)
+        if dirty:
+            return f"{where} has uncommitted changes: {quote_list(dirty)}"
+        users = self.user_ignored_files(task)
+        if users:
+            return (
+                f"{where} holds files git ignores that lo-orch did not create: {quote_list(users)}"
+            )
+        if (
+            info.branch is None
+            and info.head
+            and not git(
+                self.repo, "for-each-ref", "--contains", info.head, "--format=x", "refs/heads/"
+            ).stdout
+        ):
+            return f"{where} is on a detached HEAD with commits no branch holds"
+        res = git(self.repo, "worktree", "remove", str(path), check=False)
         if not res.ok:
-            raise git_failure(res, hint=f"{path} is not a usable git checkout.")
-        return [e.path for e in parse_status(res.stdout)]
+            return f"{where} was kept: {res.stderr.strip()}"
+        self.branches.refs.drop(BOOK_WORKTREE + task)
+        self._own_files_path(task).unlink(missing_ok=True)
+        for folder in (path.parent, path.parent.parent):  # .worktrees/<run>, .worktrees
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+        log.info("worktree removed", extra={"task": task, "path": str(path)})
+        return None
 
     # commits ----------------------------------------------------------------------------
 
@@ -371,22 +438,23 @@ class Worktrees(Branches):
         Secret-like files are refused before anything is staged, also when the agent
         committed one itself. Work the agent already committed is accepted as it is.
         """
-        branch = self.task_branch(task)
+        branch = self.branches.task_branch(task)
         path = self.worktree_path(task)
-        info = self._worktree_at(path)
+        where = rel(self.repo, path)
+        info = worktree_at(self.repo, path)
         if info is not None:
-            self._require_own_worktree(task)
+            self.require_own(task)
         if info is None:
-            msg = f"task {task} has no worktree at {self._rel(path)}"
+            msg = f"task {task} has no worktree at {where}"
             raise GitError(msg, hint="Launch the task (its worktree is created then).")
         if info.branch != branch:
             msg = (
-                f"{self._rel(path)} is on {info.branch or 'a detached HEAD'}, not {branch}; "
+                f"{where} is on {info.branch or 'a detached HEAD'}, not {branch}; "
                 "the task's work must be on its branch"
             )
             raise GitError(msg, hint=f"In the worktree run `git switch {branch}`, then retry.")
         if split_z(git(path, "ls-files", "--unmerged", "-z").stdout):
-            msg = f"task {task} has unresolved merge conflicts in {self._rel(path)}"
+            msg = f"task {task} has unresolved merge conflicts in {where}"
             raise GitError(msg, hint="Resolve or abort the merge in the worktree, then retry.")
         entries = parse_status(
             git(
@@ -396,7 +464,7 @@ class Worktrees(Branches):
         present = [e.path for e in entries if os.path.lexists(path / e.path)]
         bad = sorted({p for p in [*present, *self._committed_paths(branch)] if is_secret_path(p)})
         if bad:
-            self._refuse_secrets(task, bad)
+            refuse_secrets(task, bad)
         if entries:
             git(path, "add", "--all")
             staged = split_z(
@@ -413,7 +481,7 @@ class Worktrees(Branches):
             leaked = [p for p in staged if is_secret_path(p)]
             if leaked:
                 git(path, "reset", "--quiet")
-                self._refuse_secrets(task, leaked)
+                refuse_secrets(task, leaked)
             if git(path, "diff", "--cached", "--quiet", check=False).returncode == 1:
                 text = message.strip() or f"lo-orch: task {task}"
                 git(
@@ -433,7 +501,8 @@ class Worktrees(Branches):
 
     def _committed_paths(self, branch: str) -> list[str]:
         """Paths added or modified by the branch's own commits (since it left staging)."""
-        staging, tip = self._tip(self.staging_branch), self._tip(branch)
+        tips = self.branches.tips()
+        staging, tip = tips.get(self.branches.staging_branch), tips.get(branch)
         if staging is None or tip is None:
             return []
         try:
@@ -452,13 +521,3 @@ class Worktrees(Branches):
             view=True,
         ).stdout
         return [p.strip("\n") for p in split_z(out) if p.strip("\n")]
-
-    def _refuse_secrets(self, task: str, paths: Sequence[str], verb: str = "commit") -> None:
-        msg = f"task {task}: refusing to {verb} secret-like files: {quote_list(paths)}"
-        raise SecretFileError(
-            msg,
-            paths,
-            hint="Nothing was changed. Delete them from the "
-            "worktree or ignore them (.gitignore); if the agent committed one, "
-            "its branch must be rewritten without it.",
-        )

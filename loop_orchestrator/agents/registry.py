@@ -1,0 +1,41 @@
+"""The adapter of a run's ``[agent] kind``: ``make_adapter``, the one place one is built."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from loop_orchestrator.agents.claude import ClaudeAdapter
+from loop_orchestrator.agents.codex import CodexAdapter
+from loop_orchestrator.agents.command import CommandAdapter
+from loop_orchestrator.agents.contract import AgentAdapter
+from loop_orchestrator.agents.gemini import GeminiAdapter
+from loop_orchestrator.config import AgentConfig, Settings
+from loop_orchestrator.errors import ConfigError
+from loop_orchestrator.sessions import sandbox
+from loop_orchestrator.simulator.agent import ScriptedAdapter
+
+#: ``[agent] kind`` -> its adapter class
+ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {
+    "claude": ClaudeAdapter,
+    "codex": CodexAdapter,
+    "gemini": GeminiAdapter,
+    "command": CommandAdapter,
+    "scripted": ScriptedAdapter,
+}
+
+
+def make_adapter(settings: Settings, repo: Path) -> AgentAdapter:
+    """The adapter for ``[agent] kind``.
+
+    Fails here, before any session starts, when ``[sandbox] mode = "bwrap"`` cannot be met.
+    """
+    sandbox.require(settings)
+    kind = settings.agent.kind
+    adapter = ADAPTERS.get(kind)
+    if adapter is None:
+        msg = f"unknown agent kind {kind!r}"
+        raise ConfigError(
+            msg, hint="Set [agent] kind to claude, codex, gemini, command or scripted."
+        )
+    return adapter(settings.agent, repo)
