@@ -2,7 +2,7 @@
 
 Kinds (``[agent] kind``): ``claude`` (agents/claude.py), ``command`` (any CLI,
 agents/command.py) and ``scripted`` (a built-in imitation of Claude Code for tests and the
-demo, agents/scripted.py). The shared interface is in agents/base.py; get an adapter with
+demo, simulator/agent.py). The shared interface is in agents/base.py; get an adapter with
 ``make_adapter(settings, repo)``.
 """
 

@@ -10,11 +10,11 @@ character (U+276F), bracketed paste read from a raw tty (a multi-line paste show
 hooks run through ``sh -c`` with Claude-shaped JSON on stdin (SessionStart,
 UserPromptSubmit, Stop, SessionEnd).
 
-After each prompt it performs the actions of its YAML script (scripted_script.py) chosen
+After each prompt it performs the actions of its YAML script (``script.py``) chosen
 by the task's phase in ``$LO_ORCH_RUN_DIR/status/$LO_ORCH_TASK.json`` (planning -> ``plan``;
 implementing -> ``implement`` round ``rework_count``), else by keywords in the prompt.
 lo-orch's "run `... signal X` again" (a restarted supervisor that could not confirm a
-report) is answered with that signal, as a model does (``model_replies``).
+report) is answered with that signal, as a model does (``replies.py``).
 Every submitted prompt is saved to ``<record-dir>/<task>-<N>.txt`` (default record dir:
 ``$LO_ORCH_RUN_DIR/received``), and notable input events are appended to
 ``<record-dir>/<task>.events``.

@@ -1,5 +1,5 @@
-"""How the scripted endpoints answer over HTTP, whatever the API: JSON, a stream of
-server-sent events, or a fault that is no answer (a dropped connection, a hung request).
+"""How a scripted endpoint answers over HTTP, whatever the API: a stream of server-sent
+events, or a fault that is no answer (a dropped connection, a hung request).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import contextlib
 import http.server
 import json
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -39,23 +39,6 @@ def send_events(
             head = f"event: {name}\n" if name is not None else ""
             handler.wfile.write(f"{head}data: {json.dumps(data)}{end}".encode())
         handler.wfile.flush()
-
-
-def send_json(
-    handler: http.server.BaseHTTPRequestHandler,
-    status: int,
-    data: Any,
-    extra: Mapping[str, str] | None = None,
-) -> None:
-    """Answer ``status`` with ``data`` as JSON (and the ``extra`` headers)."""
-    raw = json.dumps(data).encode()
-    handler.send_response(status)
-    handler.send_header("content-type", "application/json")
-    handler.send_header("content-length", str(len(raw)))
-    for key, value in (extra or {}).items():
-        handler.send_header(key, value)
-    handler.end_headers()
-    handler.wfile.write(raw)
 
 
 def drop_or_hang(
