@@ -1,4 +1,5 @@
-"""The ``lo-orch`` entry point: the command group and the one place mapping errors to exits.
+"""The ``lo-orch`` command group and the one place mapping errors to exits (``run_cli``; the
+process entry, with what sessions run answered before click, is ``entry.py``).
 
 Exit codes (contract): 0 ok, 1 user-facing error (``Error: ...`` on stderr), 2 usage error,
 3 unexpected error (log file path printed), 130 interrupted.
@@ -127,22 +128,3 @@ def run_cli(args: list[str] | None = None) -> int:
     if isinstance(code, int) and not isinstance(code, bool):
         return code
     return EXIT_OK
-
-
-def main() -> None:
-    argv = sys.argv[1:]
-    if len(argv) == 2 and argv[0] == "hook" and not argv[1].startswith("-"):
-        # Claude Code runs `lo-orch hook EVENT` on every prompt, stop and notification of
-        # every managed session: answer without registering the other commands (budget
-        # 150 ms; see hooks.py). `lo-orch hook --help` still goes through click.
-        from loop_orchestrator.sessions.hooks import hook_main
-
-        sys.exit(hook_main(argv[1]))
-    if argv and argv[0] == "signal":
-        # a session's report: the same fast path (hooks.signal_main), click for the rest
-        from loop_orchestrator.sessions.hooks import signal_main
-
-        code = signal_main(argv[1:])
-        if code is not None:
-            sys.exit(code)
-    sys.exit(run_cli())

@@ -21,9 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
-import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -141,20 +139,6 @@ def run_hook(event: str, raw: str, env: Mapping[str, str]) -> HookOutcome:
         # must not show the user a hook error for lo-orch's own problem.
         _log_failure(target, event)
         return QUIET
-
-
-def hook_main(event: str) -> int:
-    """``lo-orch hook EVENT`` without click: read stdin, answer, return the exit code."""
-    stdin = sys.stdin
-    raw = "" if stdin is None or stdin.isatty() else stdin.read()
-    outcome = run_hook(event, raw, os.environ)
-    if outcome.stdout:
-        sys.stdout.write(outcome.stdout)
-        sys.stdout.flush()
-    if outcome.stderr:
-        sys.stderr.write(outcome.stderr)
-        sys.stderr.flush()
-    return outcome.exit_code
 
 
 def _handle(
@@ -382,47 +366,6 @@ def signal_task(
         not reply.get("repeated"),
         str(reply.get("message", "")),
     )
-
-
-def signal_main(args: list[str]) -> int | None:
-    """``lo-orch signal PHASE [--task T] [--note N]`` inside a session, without click.
-
-    The common call from a managed session (``$LO_ORCH_RUN_DIR`` set, no ``--repo``) is
-    answered on the standard library alone, so the report reaches the supervisor in tens of
-    milliseconds rather than after click, pydantic and git are imported. None: anything
-    else (help, ``--repo``, a usage error), which the click command handles with its
-    messages.
-    """
-    run_dir = os.environ.get("LO_ORCH_RUN_DIR", "")
-    if not args or args[0] not in SIGNAL_PHASES or not run_dir.startswith("/"):
-        return None
-    opts: dict[str, str] = {}
-    rest = args[1:]
-    while rest:
-        key = rest[0]
-        if key.startswith("--") and "=" in key:
-            key, value = key.split("=", 1)
-            rest = rest[1:]
-        elif len(rest) >= 2:
-            value, rest = rest[1], rest[2:]
-        else:
-            return None
-        if key not in ("--task", "--note") or key in opts:
-            return None
-        opts[key] = value
-    task = opts.get("--task") or os.environ.get("LO_ORCH_TASK", "")
-    if not task:
-        return None
-    try:
-        result = signal_task(Path(run_dir), args[0], task=task, note=opts.get("--note"))
-    except (StateError, UsageError) as exc:
-        sys.stderr.write(f"Error: {exc.render()}\n")
-        return exc.exit_code
-    if result.changed:
-        sys.stdout.write(f"{task}: {result.previous} -> {result.phase}\n")
-    else:
-        sys.stdout.write(f"{task}: {result.message}\n")
-    return 0
 
 
 def _signal_hint(current: str) -> str:
