@@ -24,7 +24,7 @@ from helpers import REPO_ROOT
 from helpers.git import git
 from helpers.served import Served, env_for, lo_orch_env, serve, start_run, sub_env, working
 
-from loop_orchestrator.cli import hook_cmds
+from loop_orchestrator.cli import session as session_cli
 from loop_orchestrator.cli.main import cli, run_cli
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 from loop_orchestrator.plan import validation as plan_checks
@@ -91,7 +91,7 @@ def test_mirrored_constants_agree_with_plan() -> None:
         Phase.IMPL_DONE,
         Phase.BLOCKED,
     }
-    assert tuple(hook_cmds.SIGNAL_CHOICES) == hooks.SIGNAL_PHASES
+    assert tuple(session_cli.SIGNAL_CHOICES) == hooks.SIGNAL_PHASES
 
 
 #: how each program a session runs starts lo-orch: ``$LO_ORCH_BIN`` (``python -m
