@@ -148,6 +148,16 @@ def test_hook_path_imports_no_heavy_module(served: Served, start: str) -> None:
     assert served.status().last_event == "Stop"
 
 
+def test_each_answer_goes_out_its_own_way() -> None:
+    block = hooks.HookOutcome(hooks.HookAnswer.BLOCK, "signal first")
+    assert (block.exit_code, block.stdout, block.stderr) == (2, "", "signal first")
+    decide = hooks.HookOutcome(hooks.HookAnswer.DECIDE, '{"hookSpecificOutput": {}}')
+    assert (decide.exit_code, decide.stdout, decide.stderr) == (0, decide.text, "")
+    quiet = hooks.HookOutcome(hooks.HookAnswer.QUIET, "anything")
+    assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert hooks.QUIET.answer is hooks.HookAnswer.QUIET
+
+
 # locating the task -------------------------------------------------------------------------
 
 

@@ -48,7 +48,7 @@ class Draft:
 
     path: Path
     plan: Plan
-    usage: agent.Usage
+    usage: agent.PlanningUsage
     notes: list[str] = field(default_factory=list)
 
 
@@ -179,7 +179,7 @@ def draft_plan(
     schema = plan_schema()
     path = draft_path(repo)
     worktrees.ensure_excludes(repo)
-    usage = agent.Usage()
+    usage = agent.PlanningUsage()
     notes: list[str] = []
 
     answer = agent.ask(repo, settings, prompt, schema)

@@ -25,8 +25,9 @@ import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from loop_orchestrator.errors import StateError, UsageError
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
@@ -59,10 +60,34 @@ class HookTarget(NamedTuple):
         return self.run_dir / "status" / f"{self.task}.json"
 
 
+class HookAnswer(StrEnum):
+    """What a hook event answers Claude Code."""
+
+    #: nothing: print nothing, exit 0 (never disturb the session)
+    QUIET = "quiet"
+    #: the Stop gate: exit 2 with the reason on stderr, so Claude keeps working
+    BLOCK = "block"
+    #: a PermissionRequest decided: ``hookSpecificOutput`` JSON on stdout, exit 0
+    DECIDE = "decide"
+
+
 class HookOutcome(NamedTuple):
-    exit_code: int = 0
-    stdout: str = ""
-    stderr: str = ""
+    """A hook event's answer and its text (the Stop gate's reason, or the decision's JSON)."""
+
+    answer: HookAnswer = HookAnswer.QUIET
+    text: str = ""
+
+    @property
+    def exit_code(self) -> Literal[0, 2]:
+        return 2 if self.answer is HookAnswer.BLOCK else 0
+
+    @property
+    def stdout(self) -> str:
+        return self.text if self.answer is HookAnswer.DECIDE else ""
+
+    @property
+    def stderr(self) -> str:
+        return self.text if self.answer is HookAnswer.BLOCK else ""
 
 
 QUIET = HookOutcome()
@@ -165,10 +190,10 @@ def _handle(
         inbox.leave(target.run_dir, target.task, message)
         return QUIET
     if isinstance(reply, dict) and reply.get("exit_code") == 2 and reply.get("stderr"):
-        return HookOutcome(exit_code=2, stderr=str(reply["stderr"]))
+        return HookOutcome(HookAnswer.BLOCK, str(reply["stderr"]))
     if event == "PermissionRequest" and isinstance(reply, dict):
         if isinstance(reply.get("stdout"), str):  # a rule answered at once
-            return HookOutcome(stdout=reply["stdout"])
+            return HookOutcome(HookAnswer.DECIDE, reply["stdout"])
         if isinstance(reply.get("permission"), str):  # a person answers: wait for it
             return _await_answer(target, reply["permission"])
     return QUIET
@@ -191,7 +216,7 @@ def _await_answer(
         if not isinstance(reply, dict):
             continue  # no supervisor (one being restarted): ask again
         if isinstance(reply.get("stdout"), str):
-            return HookOutcome(stdout=reply["stdout"])
+            return HookOutcome(HookAnswer.DECIDE, reply["stdout"])
         if reply.get("state") != "open":
             return QUIET
     return QUIET
