@@ -13,7 +13,7 @@ from loop_orchestrator.runstate.state import Phase, RunPhase, TaskStatus
 RUNNING = RunPhase.RUNNING
 
 
-def _wait(phase: Phase, run: RunPhase = RUNNING, **kw: Any) -> Wait:
+def _decided(phase: Phase, run: RunPhase = RUNNING, **kw: Any) -> Wait:
     st = TaskStatus(task="t", phase=phase, **kw.pop("status", {}))
     return wait_of(
         st,
@@ -62,7 +62,7 @@ CASES: dict[Wait, tuple[Phase, RunPhase, dict[str, Any]]] = {
 @pytest.mark.parametrize("expected", list(CASES), ids=[w.value for w in CASES])
 def test_each_situation_has_its_wait(expected: Wait) -> None:
     phase, run, kw = CASES[expected]
-    assert _wait(phase, run, **kw) is expected
+    assert _decided(phase, run, **kw) is expected
 
 
 def test_every_wait_is_reached_and_worded() -> None:
