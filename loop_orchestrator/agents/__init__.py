@@ -12,7 +12,6 @@ from loop_orchestrator.agents.contract import (
     AgentAdapter,
     AgentContext,
     agent_env,
-    bracketed_paste,
     lo_orch_bin,
     make_adapter,
 )
@@ -21,7 +20,6 @@ __all__ = [
     "AgentAdapter",
     "AgentContext",
     "agent_env",
-    "bracketed_paste",
     "lo_orch_bin",
     "make_adapter",
 ]

@@ -236,6 +236,9 @@ class ClaudeAdapter:
         self.settings = settings
         self.repo = repo
 
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """A no-op: Claude Code queues a prompt sent while it works."""
+
     # environment and launch ------------------------------------------------------------------
     def _sandboxed(self, ctx: AgentContext | None) -> bool:
         configured = self.settings.env.get("IS_SANDBOX") or (

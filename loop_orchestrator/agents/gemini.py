@@ -1,7 +1,7 @@
 """Interactive Gemini CLI (npm ``@google/gemini-cli``) as a task's agent
 (``[agent] kind = "gemini"``).
 
-The supervisor calls ``wait_idle`` (when an adapter has it) before it sends a prompt.
+The supervisor calls ``wait_idle`` before it sends a prompt (a no-op for the other agents).
 Gemini CLI keeps its state in ``$GEMINI_CLI_HOME/.gemini`` or ``~/.gemini``
 (``gemini_dir``); ``find_session`` finds the newest chat it recorded for a task's worktree.
 

@@ -125,6 +125,9 @@ class ScriptedAdapter:
     def is_ready(self, screen: str) -> bool:
         return bool(READY_RE.search(screen)) and find_dialog(screen) is None
 
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """A no-op: the scripted agent reads a prompt sent while it works after its turn."""
+
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         wait_until_ready(
             backend, pane_id, is_ready=self.is_ready, timeout=timeout, what="the scripted agent"

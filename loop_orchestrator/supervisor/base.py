@@ -20,7 +20,6 @@ from typing import Any
 
 from loop_orchestrator.agents.contract import (
     AgentContext,
-    bracketed_paste,
     lo_orch_bin,
     make_adapter,
 )
@@ -399,5 +398,5 @@ class SupervisorBase:
         st = self.record.task(tid)
         if st.pane_id:
             self.deliverer.deliver(
-                self.backend, st.pane_id, text.strip(), bracketed=bracketed_paste(self.adapter)
+                self.backend, st.pane_id, text.strip(), bracketed=self.adapter.bracketed_paste
             )

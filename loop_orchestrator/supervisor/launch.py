@@ -10,9 +10,6 @@ import time
 import uuid
 
 from loop_orchestrator import templating
-from loop_orchestrator.agents.contract import (
-    bracketed_paste,
-)
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import (
     AgentError,
@@ -123,15 +120,14 @@ class Delivery(UsageAndLimits):
         if self.adapter.uses_hooks:
             confirmed = prompt_confirmation(self.record.task, tid)
             self._set(tid, delivering=key, delivery_started_at=now_iso())
-        wait_idle = getattr(self.adapter, "wait_idle", None)
-        if wait_idle is not None:  # an agent that drops a prompt sent while it works
-            wait_idle(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
+        # a no-op but for an agent that drops a prompt sent while it works
+        self.adapter.wait_idle(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
         self.deliverer.deliver(
             self.backend,
             st.pane_id,
             text,
             confirmed=confirmed,
-            bracketed=bracketed_paste(self.adapter),
+            bracketed=self.adapter.bracketed_paste,
         )
         self._event(
             "prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count, chars=len(text)
