@@ -575,7 +575,8 @@ def test_real_exit_codes(git_repo: Path, plan_file: Path, tmp_path: Path) -> Non
 
 CRASHER = """
 import sys
-from loop_orchestrator.cli.main import cli, main
+from loop_orchestrator.cli.main import cli
+from loop_orchestrator.entry import main
 
 @cli.command("boom")
 def boom() -> None:

@@ -32,6 +32,7 @@ from loop_orchestrator.cluster.ray_backend import RayBackend, cluster_settings
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.sessions.inbox import INBOX_DIR
 from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.simulator.agent import record_dir_for
 
 pytestmark = pytest.mark.slow
 #: the module's cluster (helpers.ray_cluster)
@@ -265,7 +266,8 @@ def test_a_prompt_arrival_and_a_signal_left_meanwhile_are_read_before_anything_i
 
         def swallowed() -> bool:
             assert first.poll() is None, "the first supervisor ended"
-            found = ray_env.base.glob(f"n*/*/{run}-*/slug-g*/run/received/slug.events")
+            runs = ray_env.base.glob(f"n*/*/{run}-*/slug-g*/run")
+            found = [p for r in runs if (p := record_dir_for(r) / "slug.events").exists()]
             return any("swallowed-enter" in p.read_text(encoding="utf-8") for p in found)
 
         wait_for(swallowed, 150, "slug's first Enter swallowed", interval=0.1)

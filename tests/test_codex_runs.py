@@ -1,5 +1,5 @@
 """Whole runs with the real Codex CLI (npm ``@openai/codex``), its model played by the
-scripted endpoint in the OpenAI Responses API's format (agents/codex_endpoint.py).
+scripted endpoint in the OpenAI Responses API's format (tests/helpers/codex_endpoint.py).
 
 Everything but the model's judgement is Codex's own: its TUI in tmux panes on a private
 socket, a throwaway ``CODEX_HOME`` (and HOME), offline (the ``scripted`` model provider is
@@ -23,6 +23,11 @@ from helpers.agents import (
     run_killing_mid_task,
     sessions_by_task,
 )
+from helpers.codex_endpoint import (
+    ResponsesEndpoint,
+    codex_call,
+    codex_conversation,
+)
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
@@ -32,11 +37,6 @@ from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Sett
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.simulator import demo_flow as demo
-from loop_orchestrator.simulator.codex_endpoint import (
-    ResponsesEndpoint,
-    codex_call,
-    codex_conversation,
-)
 from loop_orchestrator.simulator.script import load_script
 
 CODEX_VERSION = "0.171.0"

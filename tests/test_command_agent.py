@@ -13,7 +13,6 @@ from helpers.wait import wait_for
 from loop_orchestrator.agents.command import STABLE_SECONDS, CommandAdapter, render_command
 from loop_orchestrator.agents.contract import (
     AgentContext,
-    bracketed_paste,
 )
 from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import AgentConfig, Settings
@@ -102,9 +101,9 @@ def test_factory_and_delivery_mode(tmp_path: Path) -> None:
     adapter = make_adapter(settings, tmp_path)
     assert isinstance(adapter, CommandAdapter)
     assert adapter.uses_hooks is False
-    assert bracketed_paste(adapter) is False
+    assert adapter.bracketed_paste is False
     settings.agent.delivery = "paste"
-    assert bracketed_paste(make_adapter(settings, tmp_path)) is True
+    assert make_adapter(settings, tmp_path).bracketed_paste is True
 
 
 def test_line_oriented_agent_gets_a_typed_prompt_as_one_line(
@@ -129,7 +128,7 @@ def test_line_oriented_agent_gets_a_typed_prompt_as_one_line(
 
     received = ctx.worktree / "received.txt"
     prompt = "Implement the task.\nIt's in $(brief) and `here`.\nThanks, café."
-    Deliverer().deliver(backend, pane, prompt, bracketed=bracketed_paste(adapter), timeout=15)
+    Deliverer().deliver(backend, pane, prompt, bracketed=adapter.bracketed_paste, timeout=15)
     wait_for(received.exists, 10, "the first prompt to arrive")
     assert received.read_text(encoding="utf-8") == prompt.replace("\n", " ") + "\n"
     second = "A second prompt\nin two lines"
@@ -167,7 +166,7 @@ def test_bracketed_paste_agent_through_a_command_template(tmux_socket: str, tmp_
     pane = backend.launch(adapter.launch_spec(ctx, resume=False))
     adapter.wait_ready(backend, pane, timeout=30)
     prompt = ('Build the page: "quotes", $(cmd), `ticks`, ünïcode 日本.\n' * 200)[:10_000]
-    Deliverer().deliver(backend, pane, prompt, bracketed=bracketed_paste(adapter))  # screen
+    Deliverer().deliver(backend, pane, prompt, bracketed=adapter.bracketed_paste)  # screen
     wait_for(lambda: (record / "web-1.txt").exists(), 10, "web-1 to be recorded")
     assert (record / "web-1.txt").read_bytes() == prompt.encode("utf-8")
     assert not (record / "web-2.txt").exists()

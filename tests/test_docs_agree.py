@@ -176,10 +176,12 @@ def spawn_violations(source: str) -> list[str]:
 
 
 def test_the_package_never_imports_the_cli_and_only_proc_starts_subprocesses() -> None:
+    # the process entry sits above the CLI: it hands what is not a session's call to click
     upward = [
         str(p.relative_to(ROOT))
         for p in _modules()
-        if any(m.startswith("loop_orchestrator.cli") for m in _imports(p))
+        if p != PACKAGE / "entry.py"
+        and any(m.startswith("loop_orchestrator.cli") for m in _imports(p))
     ]
     assert not upward, f"modules below the CLI import it: {upward}"
     spawners = {
@@ -228,12 +230,10 @@ CLI_MAY_IMPORT = {
 }
 CLI_EXCEPTIONS = {
     ("main.py", "loop_orchestrator.__version__"): "`lo-orch --version`",
-    (
-        "main.py",
-        "loop_orchestrator.sessions.hooks",
-    ): "the click-free fast paths of `hook` and `signal`",
-    ("dashboard_cmds.py", "loop_orchestrator.dashboard.app"): "the other front end",
+    ("dashboard.py", "loop_orchestrator.dashboard.app"): "the other front end",
 }
+#: the modules of cli/ that hold no command
+CLI_SUPPORT = {"__init__", "main", "common", "render"}
 
 #: each click command -> the functions of commands/ its callback calls (module.function)
 COMMAND_FUNCTIONS = {
@@ -430,6 +430,24 @@ def _is_typed_result(returns: object) -> bool:
     return issubclass(returns, BaseModel) or (
         issubclass(returns, tuple) and hasattr(returns, "_fields")
     )
+
+
+def test_cli_maps_one_to_one_onto_commands() -> None:
+    """``cli/<name>.py`` holds exactly the click commands whose application functions are
+    in ``commands/<name>.py`` (the dashboard, a front end of its own, in cli/dashboard.py)."""
+    import inspect
+
+    wrong: list[str] = []
+    for name, cmd in cli.commands.items():
+        assert cmd.callback is not None
+        where = Path(inspect.getfile(cmd.callback)).stem
+        homes = {f.split(".")[0] for f in COMMAND_FUNCTIONS[name]} or {"dashboard"}
+        if homes != {where}:
+            wrong.append(f"lo-orch {name} is in cli/{where}.py, its functions in {sorted(homes)}")
+    assert not wrong, wrong
+    holders = {p.stem for p in (PACKAGE / "cli").glob("*.py")} - CLI_SUPPORT
+    applications = {p.stem for p in (PACKAGE / "commands").glob("*.py")} - {"__init__", "repo"}
+    assert holders == applications | {"dashboard"}
 
 
 def test_the_dashboard_keys_call_the_same_functions_as_the_commands() -> None:

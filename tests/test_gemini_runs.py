@@ -1,5 +1,5 @@
 """Whole runs with the real Gemini CLI (npm ``@google/gemini-cli``), its model played by the
-scripted endpoint in the Gemini API's format (agents/gemini_endpoint.py).
+scripted endpoint in the Gemini API's format (tests/helpers/gemini_endpoint.py).
 
 Gemini CLI runs in tmux panes on a private socket with a throwaway ``GEMINI_CLI_HOME``,
 offline (``GOOGLE_GEMINI_BASE_URL`` is the endpoint on 127.0.0.1, API key auth chosen in
@@ -19,6 +19,11 @@ from helpers.agents import (
     run_killing_mid_task,
     sessions_by_task,
 )
+from helpers.gemini_endpoint import (
+    GeminiEndpoint,
+    gemini_call,
+    gemini_conversation,
+)
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
@@ -30,11 +35,6 @@ from loop_orchestrator.errors import AgentStartError, ConfigError
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.simulator import demo_flow as demo
-from loop_orchestrator.simulator.gemini_endpoint import (
-    GeminiEndpoint,
-    gemini_call,
-    gemini_conversation,
-)
 
 GEMINI_VERSION = "0.61.0"
 

@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import REPO_ROOT
 from helpers.git import git
 from helpers.served import Served, env_for, lo_orch_env, serve, start_run, sub_env, working
 
-from loop_orchestrator.cli import hook_cmds
+from loop_orchestrator.cli import session as session_cli
 from loop_orchestrator.cli.main import cli, run_cli
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 from loop_orchestrator.plan import validation as plan_checks
@@ -90,22 +91,48 @@ def test_mirrored_constants_agree_with_plan() -> None:
         Phase.IMPL_DONE,
         Phase.BLOCKED,
     }
-    assert tuple(hook_cmds.SIGNAL_CHOICES) == hooks.SIGNAL_PHASES
+    assert tuple(session_cli.SIGNAL_CHOICES) == hooks.SIGNAL_PHASES
 
 
-def test_hook_path_imports_no_heavy_module(served: Served) -> None:
-    """`$LO_ORCH_BIN hook Stop` (``python -m loop_orchestrator``), a managed session held by
-    the Stop gate: no pydantic, filelock, threads or logging on the hook's side (the
+#: how each program a session runs starts lo-orch: ``$LO_ORCH_BIN`` (``python -m
+#: loop_orchestrator``, also what the plugin's hooks/lo-hook runs) and the ``lo-orch``
+#: console script (the module and function pyproject.toml names)
+STARTS = {
+    "python -m": "runpy.run_module('loop_orchestrator', run_name='__main__')",
+    "lo-orch": "from {module} import {function}\n    {function}()",
+}
+
+
+def _console_script() -> tuple[str, str]:
+    import tomllib
+
+    doc = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    module, function = doc["project"]["scripts"]["lo-orch"].split(":")
+    return module, function
+
+
+def test_every_start_goes_through_the_one_entry_module() -> None:
+    assert _console_script() == ("loop_orchestrator.entry", "main")
+    main = (REPO_ROOT / "loop_orchestrator" / "__main__.py").read_text(encoding="utf-8")
+    assert "from loop_orchestrator.entry import main" in main
+    assert "lo-orch hook" in (REPO_ROOT / "hooks" / "lo-hook").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("start", STARTS.values(), ids=STARTS.keys())
+def test_hook_path_imports_no_heavy_module(served: Served, start: str) -> None:
+    """`$LO_ORCH_BIN hook Stop` and `lo-orch hook Stop`, a managed session held by the Stop
+    gate: no click, pydantic, filelock, threads or logging on the hook's side (the
     supervisor does the work)."""
+    module, function = _console_script()
     code = (
         "import sys\n"
         "import runpy\n"
         "sys.argv = ['lo-orch', 'hook', 'Stop']\n"
-        "try:\n    runpy.run_module('loop_orchestrator', run_name='__main__')\n"
+        f"try:\n    {start.format(module=module, function=function)}\n"
         "except SystemExit as exc:\n    code = exc.code\n"
-        "heavy = [m for m in ('pydantic', 'filelock', 'libtmux', 'rich', 'jinja2', 'git',"
-        " 'yaml', 'watchdog', 'loop_orchestrator.runstate.state',"
-        " 'loop_orchestrator.sessions.listener',"
+        "heavy = [m for m in ('click', 'pydantic', 'filelock', 'libtmux', 'rich', 'jinja2',"
+        " 'git', 'yaml', 'watchdog', 'loop_orchestrator.runstate.state',"
+        " 'loop_orchestrator.sessions.listener', 'loop_orchestrator.cli.main',"
         " 'threading', 'logging', 'queue', 'dataclasses') if m in sys.modules]\n"
         "print(code, heavy, file=sys.stderr)\n"
     )
@@ -119,6 +146,16 @@ def test_hook_path_imports_no_heavy_module(served: Served) -> None:
     )
     assert out.stderr.strip().splitlines()[-1] == "2 []"
     assert served.status().last_event == "Stop"
+
+
+def test_each_answer_goes_out_its_own_way() -> None:
+    block = hooks.HookOutcome(hooks.HookAnswer.BLOCK, "signal first")
+    assert (block.exit_code, block.stdout, block.stderr) == (2, "", "signal first")
+    decide = hooks.HookOutcome(hooks.HookAnswer.DECIDE, '{"hookSpecificOutput": {}}')
+    assert (decide.exit_code, decide.stdout, decide.stderr) == (0, decide.text, "")
+    quiet = hooks.HookOutcome(hooks.HookAnswer.QUIET, "anything")
+    assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert hooks.QUIET.answer is hooks.HookAnswer.QUIET
 
 
 # locating the task -------------------------------------------------------------------------

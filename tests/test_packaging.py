@@ -181,3 +181,15 @@ def test_plan_of_the_shipped_example_from_the_installed_wheel(
     run([lo_orch, "approve", "--repo", git_repo], cwd=installed["work"])
     run_json = json.loads((orch / "run.json").read_text())
     assert run_json["approved_plan_sha256"] == doc["sha256"]
+
+
+def test_the_wheel_ships_the_simulator_and_no_test_double(installed: dict[str, Path]) -> None:
+    import zipfile
+
+    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    simulator = {n.rsplit("/", 1)[1] for n in names if n.startswith("loop_orchestrator/simulator/")}
+    # what `lo-orch demo` runs is shipped, on purpose
+    assert {"agent.py", "script.py", "endpoint.py", "replies.py", "demo_flow.py"} <= simulator
+    # the endpoints only the tests use are not, nor anything of tests/ or benchmarks/
+    assert not [n for n in names if "codex_endpoint" in n or "gemini_endpoint" in n]
+    assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "helpers/"))]

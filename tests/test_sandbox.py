@@ -71,6 +71,8 @@ WRITES = {
     "tmp": "tmp_file",
     "worktree_gitfile": "worktree_gitfile",
     "commondir": "commondir",
+    # a folder once writable by every agent only for the scripted agent's records
+    "received": "received_file",
 }
 
 PROBE = r"""
@@ -175,6 +177,7 @@ def prepare(tmp_path: Path, git_repo: Path, mode: str) -> tuple[Settings, dict[s
         "own_file": str(own / "app" / "alpha.py"),
         "plan_file": str(rundir.agent_plan_path("alpha")),
         "inbox_file": str(rundir.root / "inbox" / "alpha" / "event.json"),
+        "received_file": str(rundir.root / "received" / "alpha-1.txt"),
         "tmp_file": str(tmp_path / "agent-tmp.txt"),
         # redirecting these would point the supervisor's git in the worktree elsewhere
         "worktree_gitfile": str(own / ".git"),
@@ -238,6 +241,7 @@ DENIED = (
     "tmux",
     "worktree_gitfile",
     "commondir",
+    "received",
 )
 ALLOWED = ("own_worktree", "plan_file", "inbox", "tmp", "git_add_status", "pytest")
 
@@ -252,7 +256,7 @@ def test_sandboxed_agent_cannot_write_what_the_supervisor_trusts(
 
     for name in DENIED:
         assert not ok(report, name), (name, report[name])
-    for name in ("git_config", "run_json", "venv_pth", "private_write"):
+    for name in ("git_config", "run_json", "venv_pth", "private_write", "received"):
         assert "Read-only file system" in report[name] or "No such file" in report[name], report
     for name in ALLOWED:
         assert ok(report, name), (name, report[name])
@@ -267,6 +271,8 @@ def test_sandboxed_agent_cannot_write_what_the_supervisor_trusts(
     assert not Path(targets["other_worktree"]).exists()
     assert not Path(targets["venv_pth"]).exists()
     assert not Path(targets["private_file"]).exists()
+    # no session can plant a record of prompts "received" under .orchestration/
+    assert not Path(targets["received_file"]).parent.exists()
     assert "evil" not in git(git_repo, "branch", "--list", "evil")
     assert Path(targets["plan_file"]).read_text().endswith("# written by the agent\n")
     # hooks and signals report through the inbox socket: the status files are the
@@ -342,6 +348,14 @@ def test_policy_mount_order_and_missing_paths(tmp_path: Path, git_repo: Path) ->
     assert f"--ro-bind {repo / '.git'} " in flat
     assert f"--bind {repo / '.git' / 'objects'} " in flat
     assert f"--bind {repo / '.git'} " not in flat
+    # under .orchestration/ only the plans, the task's inbox and the hook failure log
+    orch = repo / ".orchestration"
+    granted = {str(p) for p in (*policy.writable, *policy.legacy_dirs, *policy.legacy_files)}
+    assert {p for p in granted if p.startswith(f"{orch}/")} == {
+        f"{orch}/plans",
+        f"{orch}/inbox/alpha",
+        f"{orch}/logs",
+    }
 
 
 def test_mode_bwrap_without_bwrap_is_a_clear_error(

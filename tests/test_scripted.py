@@ -22,7 +22,7 @@ from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
 from loop_orchestrator.sessions.delivery import Deliverer
 from loop_orchestrator.sessions.tmux import TmuxBackend
-from loop_orchestrator.simulator.agent import READY_RE, ScriptedAdapter
+from loop_orchestrator.simulator.agent import READY_RE, ScriptedAdapter, record_dir_for
 from loop_orchestrator.simulator.keys import InputParser
 from loop_orchestrator.simulator.script import (
     ExitAction,
@@ -203,7 +203,7 @@ class Harness:
         (self.run_dir / "status" / "api.json").write_text(json.dumps(status))
 
     def received(self) -> list[str]:
-        folder = self.run_dir / "received"
+        folder = record_dir_for(self.run_dir)
         files = sorted(folder.glob("api-*.txt"), key=lambda p: int(p.stem.split("-")[-1]))
         return [p.read_text(encoding="utf-8") for p in files]
 
@@ -419,7 +419,7 @@ def test_trust_dialog_mounted_again_while_answering_is_answered_again(
         10,
         "the SessionStart hook",
     )
-    events = (h.run_dir / "received" / "api.events").read_text(encoding="utf-8")
+    events = (record_dir_for(h.run_dir) / "api.events").read_text(encoding="utf-8")
     names = [line.split(" ", 1)[1] for line in events.splitlines()]
     assert names == [
         "trust dialog key Down",

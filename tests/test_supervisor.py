@@ -32,7 +32,7 @@ from loop_orchestrator.git import checkouts as tempcheckout
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.simulator import demo_flow as demo
-from loop_orchestrator.simulator.agent import READY_RE
+from loop_orchestrator.simulator.agent import READY_RE, record_dir_for
 from loop_orchestrator.supervisor.main import Supervisor
 from loop_orchestrator.workspace import integration
 
@@ -736,7 +736,7 @@ def test_a_prompt_that_arrived_just_before_a_crash_is_not_sent_again(
     key = "implementing:0"
 
     def prompts() -> int:  # what the scripted agent received, one file per submitted prompt
-        return len(list((store.dirs.root / "received").glob("tokenize-*.txt")))
+        return len(list(record_dir_for(store.dirs.root).glob("tokenize-*.txt")))
 
     def supervise_until(pred: Callable[[], bool], what: str) -> None:
         proc = subprocess.Popen(

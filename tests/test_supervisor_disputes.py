@@ -25,6 +25,7 @@ from loop_orchestrator.config import Settings
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.simulator import demo_flow as demo
+from loop_orchestrator.simulator.agent import record_dir_for
 from loop_orchestrator.supervisor.main import Supervisor
 
 #: the real tests of the demo's report task plus one the tautology check blocks
@@ -73,7 +74,7 @@ def _disputes(repo: Path, task: str) -> list[tuple[str, str, str]]:
 
 
 def _prompts(repo: Path, task: str) -> list[str]:
-    received = RunDir(repo).root / "received"
+    received = record_dir_for(RunDir(repo).root)
     files = sorted(received.glob(f"{task}-*.txt"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
     return [p.read_text(encoding="utf-8") for p in files]
 

@@ -15,7 +15,7 @@ from loop_orchestrator.plan.model import DoneCheck, Task
 from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify import disputes, verify_task, write_review
 from loop_orchestrator.verify.checkout import clean_checkout
-from loop_orchestrator.verify.models import Finding, Severity, blocking, warning
+from loop_orchestrator.verify.models import CheckId, Finding, Severity, blocking, warning
 from loop_orchestrator.verify.mutants import (
     FEW_KILLED,
     NOT_RUN,
@@ -226,7 +226,7 @@ def test_weak_assertions_alone_stay_a_warning() -> None:
     ],
 )
 def test_weak_assertions_block_with_evidence_that_the_tests_do_not_check_the_change(
-    evidence: str, reason: str
+    evidence: CheckId, reason: str
 ) -> None:
     other = warning("no error case", "tests.no-error-case")
     proof = (blocking if evidence == SURVIVE else warning)("...", evidence)

@@ -236,6 +236,9 @@ class ClaudeAdapter:
         self.settings = settings
         self.repo = repo
 
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """A no-op: Claude Code queues a prompt sent while it works."""
+
     # environment and launch ------------------------------------------------------------------
     def _sandboxed(self, ctx: AgentContext | None) -> bool:
         configured = self.settings.env.get("IS_SANDBOX") or (
@@ -328,9 +331,6 @@ class ClaudeAdapter:
         if match_screen(screen, ("dialog", "unknown_dialog")) is not None:
             return False
         return match_screen(screen, ("ready",)) is not None
-
-    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        """Nothing to wait for before a prompt is sent."""
 
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         """Answer the known start-up dialogs until the input box shows.

@@ -6,7 +6,7 @@
 a relaunch resumes; its rollout file holds the token counts).
 
 Facts (Codex CLI 0.171.0, in tmux with a throwaway ``CODEX_HOME``, offline against
-``agents/codex_endpoint.ResponsesEndpoint``; docs/agents.md has the details):
+the tests' ``helpers/codex_endpoint.ResponsesEndpoint``; docs/agents.md has the details):
 
 - unattended: ``--dangerously-bypass-approvals-and-sandbox`` (no approvals, no Codex
   sandbox: lo-orch's own bwrap sandbox, ``[sandbox] mode``, is the confinement; Codex's

@@ -60,7 +60,7 @@ class CommandAdapter:
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         self.settings = settings
         self.repo = repo
-        self.bracketed_paste = settings.delivery == "paste"
+        self.bracketed_paste: bool = settings.delivery == "paste"
         self.ready_re: re.Pattern[str] | None = None
         if settings.ready_pattern:
             try:
@@ -104,13 +104,13 @@ class CommandAdapter:
         # supervisor sends the phase's prompt again.
         return launch_spec_for(ctx, self._argv(ctx), dict(ctx.env))
 
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """A no-op: a generic program's turns are not known."""
+
     def is_ready(self, screen: str) -> bool:
         if self.ready_re is not None:
             return bool(self.ready_re.search(screen))
         return bool(screen.strip())
-
-    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        """Nothing to wait for before a prompt is sent."""
 
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         wait_until_ready(

@@ -104,8 +104,13 @@ def launch_spec_for(ctx: AgentContext, argv: list[str], env: dict[str, str]) -> 
 
 
 class AgentAdapter(Protocol):
+    """Everything the supervisor and the sessions' code use of an agent kind."""
+
     name: str
+    #: it runs the plugin's hooks (a prompt's arrival is confirmed by UserPromptSubmit)
     uses_hooks: bool
+    #: prompts go as bracketed pastes (False: typed, for a program that mishandles pastes)
+    bracketed_paste: bool
 
     def prepare(self, ctx: AgentContext) -> None: ...
 
@@ -113,20 +118,12 @@ class AgentAdapter(Protocol):
 
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None: ...
 
-    #: whether prompts go in as bracketed pastes
-    bracketed_paste: bool
-
-    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        """Wait until the session can take a prompt (an agent that drops a prompt sent
-        while it works); a no-op for one that queues it."""
-        ...
-
     def is_ready(self, screen: str) -> bool: ...
 
-
-def bracketed_paste(adapter: AgentAdapter) -> bool:
-    """Deliver prompts as bracketed pastes unless the adapter says otherwise."""
-    return bool(getattr(adapter, "bracketed_paste", True))
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Return once the agent can take a prompt (called before each one is sent): a
+        no-op for an agent that queues a prompt sent while it works; gives up quietly
+        after ``timeout``."""
 
 
 class UnattendedAdapter:
@@ -166,7 +163,7 @@ class UnattendedAdapter:
         raise NotImplementedError
 
     def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        """Nothing to wait for before a prompt is sent."""
+        """A no-op unless the CLI drops a prompt sent while it works (Gemini CLI's does)."""
 
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         """Wait until ``is_ready``, answering ``dialogs``; a ``fatal_screens`` screen raises."""

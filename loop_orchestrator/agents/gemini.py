@@ -1,12 +1,12 @@
 """Interactive Gemini CLI (npm ``@google/gemini-cli``) as a task's agent
 (``[agent] kind = "gemini"``).
 
-The supervisor calls ``wait_idle`` (when an adapter has it) before it sends a prompt.
+The supervisor calls ``wait_idle`` before it sends a prompt (a no-op for the other agents).
 Gemini CLI keeps its state in ``$GEMINI_CLI_HOME/.gemini`` or ``~/.gemini``
 (``gemini_dir``); ``find_session`` finds the newest chat it recorded for a task's worktree.
 
 Facts (Gemini CLI 0.61.0, in tmux with a throwaway home, offline against
-``agents/gemini_endpoint.GeminiEndpoint``; docs/agents.md has the details):
+the tests' ``helpers/gemini_endpoint.GeminiEndpoint``; docs/agents.md has the details):
 
 - unattended: ``--approval-mode=yolo``; ``--skip-trust`` trusts the folder for this
   session (otherwise "Do you trust the files in this folder?" comes first);

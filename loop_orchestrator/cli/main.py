@@ -1,4 +1,5 @@
-"""The ``lo-orch`` entry point: the command group and the one place mapping errors to exits.
+"""The ``lo-orch`` command group and the one place mapping errors to exits (``run_cli``; the
+process entry, with what sessions run answered before click, is ``entry.py``).
 
 Exit codes (contract): 0 ok, 1 user-facing error (``Error: ...`` on stderr), 2 usage error,
 3 unexpected error (log file path printed), 130 interrupted.
@@ -18,14 +19,15 @@ import click
 
 from loop_orchestrator import __version__
 from loop_orchestrator.cli import (
-    attach_cmds,
-    audit_cmds,
-    dashboard_cmds,
-    doctor_cmds,
-    hook_cmds,
-    permit_cmds,
-    plan_cmds,
-    run_cmds,
+    audit,
+    dashboard,
+    demo,
+    doctor,
+    merge,
+    plan,
+    run,
+    session,
+    status,
 )
 from loop_orchestrator.errors import LoOrchError
 
@@ -57,25 +59,26 @@ def cli(verbose: int) -> None:
     root.setLevel(level)
 
 
-# Each command lives in a module of cli/ that knows nothing of this group; they are added
-# here (`lo-orch --help` lists them alphabetically).
+# Each command lives in the module of cli/ named like the module of commands/ that holds its
+# application function, and knows nothing of this group; they are added here (`lo-orch
+# --help` lists them alphabetically).
 for _command in (
-    plan_cmds.plan_command,
-    plan_cmds.approve_command,
-    run_cmds.run_command,
-    plan_cmds.status_command,
-    dashboard_cmds.dashboard_command,
-    attach_cmds.attach_command,
-    run_cmds.retry_command,
-    dashboard_cmds.send_command,
-    permit_cmds.permit_command,
-    hook_cmds.signal_command,
-    hook_cmds.hook_command,
-    audit_cmds.audit_command,
-    run_cmds.merge_command,
-    run_cmds.cleanup_command,
-    run_cmds.demo_command,
-    doctor_cmds.doctor_command,
+    plan.plan_command,
+    plan.approve_command,
+    run.run_command,
+    status.status_command,
+    dashboard.dashboard_command,
+    session.attach_command,
+    run.retry_command,
+    session.send_command,
+    session.permit_command,
+    session.signal_command,
+    session.hook_command,
+    audit.audit_command,
+    merge.merge_command,
+    merge.cleanup_command,
+    demo.demo_command,
+    doctor.doctor_command,
 ):
     cli.add_command(_command)
 
@@ -127,22 +130,3 @@ def run_cli(args: list[str] | None = None) -> int:
     if isinstance(code, int) and not isinstance(code, bool):
         return code
     return EXIT_OK
-
-
-def main() -> None:
-    argv = sys.argv[1:]
-    if len(argv) == 2 and argv[0] == "hook" and not argv[1].startswith("-"):
-        # Claude Code runs `lo-orch hook EVENT` on every prompt, stop and notification of
-        # every managed session: answer without registering the other commands (budget
-        # 150 ms; see hooks.py). `lo-orch hook --help` still goes through click.
-        from loop_orchestrator.sessions.hooks import hook_main
-
-        sys.exit(hook_main(argv[1]))
-    if argv and argv[0] == "signal":
-        # a session's report: the same fast path (hooks.signal_main), click for the rest
-        from loop_orchestrator.sessions.hooks import signal_main
-
-        code = signal_main(argv[1:])
-        if code is not None:
-            sys.exit(code)
-    sys.exit(run_cli())

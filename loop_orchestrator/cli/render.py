@@ -89,3 +89,21 @@ def live_table(build: Callable[[], TableData]) -> None:
         while True:
             time.sleep(1)
             live.update(render())
+
+
+def printer() -> Callable[[str], None]:
+    """A progress line printer: rich on a terminal, plain stable text otherwise."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console()
+
+        def show(msg: str) -> None:
+            console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {msg}", highlight=False)
+
+        return show
+
+    def plain(msg: str) -> None:
+        click.echo(f"{time.strftime('%H:%M:%S')} {msg}")
+
+    return plain

@@ -2,7 +2,7 @@
 managed session reports, `lo-orch signal` and `lo-orch hook`.
 
 The package is imported inside each function: `hook` and `signal` run on every prompt and
-stop of every session and must start fast (the fast paths of ``cli/main.py`` skip click).
+stop of every session and must start fast (``entry.py`` answers them before click).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Draft:
 
     path: Path
     plan: Plan
-    usage: agent.Usage
+    usage: agent.PlanningUsage
     notes: list[str] = field(default_factory=list)
 
 
@@ -180,7 +180,7 @@ def draft_plan(
     schema = plan_schema()
     path = draft_path(repo)
     worktrees.ensure_excludes(repo)
-    usage = agent.Usage()
+    usage = agent.PlanningUsage()
     notes: list[str] = []
 
     answer = agent.ask(repo, settings, prompt, schema)

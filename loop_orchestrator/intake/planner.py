@@ -51,7 +51,7 @@ class AgentNotLoggedInError(NotLoggedInError, IntakeError):
 
 
 @dataclass
-class Usage:
+class PlanningUsage:
     """What the planning calls cost, summed over calls."""
 
     calls: int = 0

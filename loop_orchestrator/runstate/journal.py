@@ -66,8 +66,9 @@ class NoRecordError(StateError):
 
 
 @dataclass
-class Verdict:
-    """A verdict the supervisor computed, bound to one commit."""
+class RecordedVerdict:
+    """The journal's record of a verdict the supervisor computed, bound to one commit (the
+    verdict itself, with its findings, is ``verify.models.Verdict``)."""
 
     commit: str
     passed: bool
@@ -80,7 +81,7 @@ class Folded:
 
     run: RunState | None = None
     tasks: dict[str, TaskStatus] = field(default_factory=dict)
-    verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
+    verdicts: dict[str, dict[str, RecordedVerdict]] = field(default_factory=dict)
     approved_plan_sha256: str | None = None
     #: a person's messages for sessions (`lo-orch send`): id -> (task, text), until delivered
     messages: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -293,7 +294,7 @@ class Record:
             "verdict", task=task, commit=commit, passed=passed, digest=_file_digest(evidence_text)
         )
 
-    def verdict(self, task: str, commit: str) -> Verdict | None:
+    def verdict(self, task: str, commit: str) -> RecordedVerdict | None:
         return self.state.verdicts.get(task, {}).get(commit)
 
     def verdict_matches(self, task: str, commit: str, evidence_text: str) -> bool:
@@ -402,7 +403,7 @@ def _fold(state: Folded, kind: str, data: Mapping[str, Any]) -> None:
         base = old.model_dump() if old else {"task": task}
         state.tasks[task] = TaskStatus.model_validate({**base, **data["set"]})
     elif kind == "verdict":
-        state.verdicts.setdefault(data["task"], {})[data["commit"]] = Verdict(
+        state.verdicts.setdefault(data["task"], {})[data["commit"]] = RecordedVerdict(
             data["commit"], bool(data["passed"]), str(data["digest"])
         )
     elif kind == "message":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,120 @@ def plain_event(task: dict[str, Any]) -> str:
     return PLAIN_EVENTS.get(event, str(event).replace("_", " "))
 
 
+class Wait(StrEnum):
+    """What a task waits for (``waiting_for`` says it in plain words)."""
+
+    #: a person: help the blocked or failed task, then `lo-orch retry`
+    RETRY = "retry"
+    #: a person: Gate 2, `lo-orch merge`
+    GATE_2 = "gate-2"
+    #: a person: Gate 1, `lo-orch approve`
+    GATE_1 = "gate-1"
+    #: nothing: merged, done, or the run stopped
+    MERGED = "merged"
+    DONE = "done"
+    STOPPED = "stopped"
+    #: tasks it depends on, not integrated yet
+    DEPENDENCIES = "dependencies"
+    #: a free session slot (the concurrency limit)
+    SLOT = "slot"
+    #: a supervisor: none runs
+    NO_SUPERVISOR = "no-supervisor"
+    #: the supervisor to start it
+    START = "start"
+    #: a usage limit's reset (lo-orch resumes it then)
+    LIMIT = "limit"
+    #: a person: a permission request the PermissionRequest hook named (`lo-orch permit`)
+    PERMISSION = "permission"
+    #: a person: a permission prompt in its pane (`lo-orch attach`)
+    PERMISSION_PROMPT = "permission-prompt"
+    #: the agent: working, or starting
+    AGENT = "agent"
+    AGENT_START = "agent-start"
+    #: verification of its commit
+    VERIFICATION = "verification"
+    #: its merge into staging
+    STAGING = "staging"
+    #: the supervisor's next step
+    SUPERVISOR = "supervisor"
+
+
+def wait_of(
+    st: TaskStatus,
+    run_phase: RunPhase,
+    *,
+    alive: bool,
+    deps: list[str],
+    phases: dict[str, Phase],
+    full: bool,
+) -> Wait:
+    """What a task waits for: its dependencies, a free slot (the limit), the agent,
+    verification, the supervisor, or a person."""
+    if st.phase in (Phase.BLOCKED, Phase.FAILED):
+        return Wait.RETRY
+    if st.phase == Phase.INTEGRATED:
+        if run_phase == RunPhase.AWAITING_MERGE_REVIEW:
+            return Wait.GATE_2
+        return Wait.MERGED if run_phase == RunPhase.MERGED else Wait.DONE
+    if run_phase == RunPhase.AWAITING_PLAN_APPROVAL:
+        return Wait.GATE_1
+    if run_phase == RunPhase.STOPPED:
+        return Wait.STOPPED
+    if st.phase == Phase.PENDING:
+        if _unmerged(deps, phases):
+            return Wait.DEPENDENCIES
+        if full:
+            return Wait.SLOT
+    if not alive:
+        return Wait.NO_SUPERVISOR
+    if st.phase == Phase.PENDING:
+        return Wait.START
+    if st.phase in (Phase.PLANNING, Phase.IMPLEMENTING, Phase.LAUNCHING):
+        if st.limit_until and st.waiting_for:  # "waiting_limit: ...; lo-orch resumes it at"
+            return Wait.LIMIT
+        if st.waiting_for:  # a permission dialog, named by the PermissionRequest hook
+            return Wait.PERMISSION
+        if st.last_event == "Notification" and st.last_notification == "permission_prompt":
+            return Wait.PERMISSION_PROMPT
+        return Wait.AGENT if st.phase != Phase.LAUNCHING else Wait.AGENT_START
+    if st.phase in (Phase.IMPL_DONE, Phase.VERIFYING):
+        return Wait.VERIFICATION
+    if st.phase == Phase.APPROVED:
+        return Wait.STAGING
+    return Wait.SUPERVISOR
+
+
+def _unmerged(deps: list[str], phases: dict[str, Phase]) -> list[str]:
+    return [d for d in deps if phases.get(d) != Phase.INTEGRATED]
+
+
+#: each wait in plain words (``{task}``, ``{tasks}``, ``{named}``: the task, the tasks it
+#: waits for, what the status names it waits for)
+WAIT_TEXT = {
+    Wait.RETRY: "a person: help it, then `lo-orch retry {task}`",
+    Wait.GATE_2: "a person: Gate 2, `lo-orch merge`",
+    Wait.GATE_1: "a person: Gate 1, `lo-orch approve`",
+    Wait.MERGED: "nothing (merged)",
+    Wait.DONE: "nothing (done)",
+    Wait.STOPPED: "nothing (run stopped)",
+    Wait.DEPENDENCIES: "tasks {tasks}",
+    Wait.SLOT: "a free session slot (concurrency limit)",
+    Wait.NO_SUPERVISOR: "the supervisor: none runs, `lo-orch run`",
+    Wait.START: "the supervisor to start it",
+    Wait.LIMIT: "{named}",
+    Wait.PERMISSION: (
+        "{named}; answer it with `lo-orch permit {task} allow|deny` "
+        "(or in its pane: `lo-orch attach {task}`)"
+    ),
+    Wait.PERMISSION_PROMPT: "a person: a permission prompt, `lo-orch attach {task}`",
+    Wait.AGENT: "the agent",
+    Wait.AGENT_START: "the agent to start",
+    Wait.VERIFICATION: "verification",
+    Wait.STAGING: "merge into staging",
+    Wait.SUPERVISOR: "the supervisor",
+}
+
+
 def waiting_for(
     st: TaskStatus,
     run_phase: RunPhase,
@@ -114,45 +229,11 @@ def waiting_for(
     phases: dict[str, Phase],
     full: bool,
 ) -> str:
-    """What a task waits for: its dependencies, a free slot (the limit), the agent,
-    verification, the supervisor, or a person (with the command that person runs)."""
-    task = st.task
-    if st.phase in (Phase.BLOCKED, Phase.FAILED):
-        return f"a person: help it, then `lo-orch retry {task}`"
-    if st.phase == Phase.INTEGRATED:
-        if run_phase == RunPhase.AWAITING_MERGE_REVIEW:
-            return "a person: Gate 2, `lo-orch merge`"
-        return "nothing (merged)" if run_phase == RunPhase.MERGED else "nothing (done)"
-    if run_phase == RunPhase.AWAITING_PLAN_APPROVAL:
-        return "a person: Gate 1, `lo-orch approve`"
-    if run_phase == RunPhase.STOPPED:
-        return "nothing (run stopped)"
-    if st.phase == Phase.PENDING:
-        waiting = [d for d in deps if phases.get(d) != Phase.INTEGRATED]
-        if waiting:
-            return "tasks " + ", ".join(waiting)
-        if full:
-            return "a free session slot (concurrency limit)"
-    if not alive:
-        return "the supervisor: none runs, `lo-orch run`"
-    if st.phase == Phase.PENDING:
-        return "the supervisor to start it"
-    if st.phase in (Phase.PLANNING, Phase.IMPLEMENTING, Phase.LAUNCHING):
-        if st.limit_until and st.waiting_for:  # "waiting_limit: ...; lo-orch resumes it at"
-            return st.waiting_for
-        if st.waiting_for:  # a permission dialog, named by the PermissionRequest hook
-            return (
-                f"{st.waiting_for}; answer it with `lo-orch permit {task} allow|deny` "
-                f"(or in its pane: `lo-orch attach {task}`)"
-            )
-        if st.last_event == "Notification" and st.last_notification == "permission_prompt":
-            return f"a person: a permission prompt, `lo-orch attach {task}`"
-        return "the agent" if st.phase != Phase.LAUNCHING else "the agent to start"
-    if st.phase in (Phase.IMPL_DONE, Phase.VERIFYING):
-        return "verification"
-    if st.phase == Phase.APPROVED:
-        return "merge into staging"
-    return "the supervisor"
+    """What a task waits for in plain words (with the command a person runs)."""
+    wait = wait_of(st, run_phase, alive=alive, deps=deps, phases=phases, full=full)
+    return WAIT_TEXT[wait].format(
+        task=st.task, tasks=", ".join(_unmerged(deps, phases)), named=st.waiting_for or ""
+    )
 
 
 def panes_alive(repo: Path) -> dict[str, bool]:

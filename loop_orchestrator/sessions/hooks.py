@@ -21,14 +21,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
-import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from loop_orchestrator.errors import StateError, UsageError
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
@@ -61,10 +60,34 @@ class HookTarget(NamedTuple):
         return self.run_dir / "status" / f"{self.task}.json"
 
 
+class HookAnswer(StrEnum):
+    """What a hook event answers Claude Code."""
+
+    #: nothing: print nothing, exit 0 (never disturb the session)
+    QUIET = "quiet"
+    #: the Stop gate: exit 2 with the reason on stderr, so Claude keeps working
+    BLOCK = "block"
+    #: a PermissionRequest decided: ``hookSpecificOutput`` JSON on stdout, exit 0
+    DECIDE = "decide"
+
+
 class HookOutcome(NamedTuple):
-    exit_code: int = 0
-    stdout: str = ""
-    stderr: str = ""
+    """A hook event's answer and its text (the Stop gate's reason, or the decision's JSON)."""
+
+    answer: HookAnswer = HookAnswer.QUIET
+    text: str = ""
+
+    @property
+    def exit_code(self) -> Literal[0, 2]:
+        return 2 if self.answer is HookAnswer.BLOCK else 0
+
+    @property
+    def stdout(self) -> str:
+        return self.text if self.answer is HookAnswer.DECIDE else ""
+
+    @property
+    def stderr(self) -> str:
+        return self.text if self.answer is HookAnswer.BLOCK else ""
 
 
 QUIET = HookOutcome()
@@ -143,20 +166,6 @@ def run_hook(event: str, raw: str, env: Mapping[str, str]) -> HookOutcome:
         return QUIET
 
 
-def hook_main(event: str) -> int:
-    """``lo-orch hook EVENT`` without click: read stdin, answer, return the exit code."""
-    stdin = sys.stdin
-    raw = "" if stdin is None or stdin.isatty() else stdin.read()
-    outcome = run_hook(event, raw, os.environ)
-    if outcome.stdout:
-        sys.stdout.write(outcome.stdout)
-        sys.stdout.flush()
-    if outcome.stderr:
-        sys.stderr.write(outcome.stderr)
-        sys.stderr.flush()
-    return outcome.exit_code
-
-
 def _handle(
     event: str, payload: dict[str, Any], target: HookTarget, env: Mapping[str, str]
 ) -> HookOutcome:
@@ -181,10 +190,10 @@ def _handle(
         inbox.leave(target.run_dir, target.task, message)
         return QUIET
     if isinstance(reply, dict) and reply.get("exit_code") == 2 and reply.get("stderr"):
-        return HookOutcome(exit_code=2, stderr=str(reply["stderr"]))
+        return HookOutcome(HookAnswer.BLOCK, str(reply["stderr"]))
     if event == "PermissionRequest" and isinstance(reply, dict):
         if isinstance(reply.get("stdout"), str):  # a rule answered at once
-            return HookOutcome(stdout=reply["stdout"])
+            return HookOutcome(HookAnswer.DECIDE, reply["stdout"])
         if isinstance(reply.get("permission"), str):  # a person answers: wait for it
             return _await_answer(target, reply["permission"])
     return QUIET
@@ -207,7 +216,7 @@ def _await_answer(
         if not isinstance(reply, dict):
             continue  # no supervisor (one being restarted): ask again
         if isinstance(reply.get("stdout"), str):
-            return HookOutcome(stdout=reply["stdout"])
+            return HookOutcome(HookAnswer.DECIDE, reply["stdout"])
         if reply.get("state") != "open":
             return QUIET
     return QUIET
@@ -382,47 +391,6 @@ def signal_task(
         not reply.get("repeated"),
         str(reply.get("message", "")),
     )
-
-
-def signal_main(args: list[str]) -> int | None:
-    """``lo-orch signal PHASE [--task T] [--note N]`` inside a session, without click.
-
-    The common call from a managed session (``$LO_ORCH_RUN_DIR`` set, no ``--repo``) is
-    answered on the standard library alone, so the report reaches the supervisor in tens of
-    milliseconds rather than after click, pydantic and git are imported. None: anything
-    else (help, ``--repo``, a usage error), which the click command handles with its
-    messages.
-    """
-    run_dir = os.environ.get("LO_ORCH_RUN_DIR", "")
-    if not args or args[0] not in SIGNAL_PHASES or not run_dir.startswith("/"):
-        return None
-    opts: dict[str, str] = {}
-    rest = args[1:]
-    while rest:
-        key = rest[0]
-        if key.startswith("--") and "=" in key:
-            key, value = key.split("=", 1)
-            rest = rest[1:]
-        elif len(rest) >= 2:
-            value, rest = rest[1], rest[2:]
-        else:
-            return None
-        if key not in ("--task", "--note") or key in opts:
-            return None
-        opts[key] = value
-    task = opts.get("--task") or os.environ.get("LO_ORCH_TASK", "")
-    if not task:
-        return None
-    try:
-        result = signal_task(Path(run_dir), args[0], task=task, note=opts.get("--note"))
-    except (StateError, UsageError) as exc:
-        sys.stderr.write(f"Error: {exc.render()}\n")
-        return exc.exit_code
-    if result.changed:
-        sys.stdout.write(f"{task}: {result.previous} -> {result.phase}\n")
-    else:
-        sys.stdout.write(f"{task}: {result.message}\n")
-    return 0
 
 
 def _signal_hint(current: str) -> str:

@@ -57,10 +57,10 @@ BWRAP = "bwrap"
 INSTALL_HINT = "Install bubblewrap (`apt-get install bubblewrap`)"
 
 #: what tools running inside a session write under ``.orchestration/`` besides the inbox:
-#: ``lo-orch hook``'s failure log and the scripted agent's record of the prompts it got
-#: (``received/``, for tests and the demo). Status files, the ledger and ``run.json`` are
-#: the supervisor's alone: hooks and signals report through the inbox socket.
-LEGACY_REPORT_DIRS = ("logs", "received")
+#: ``lo-orch hook``'s failure log. Status files, the ledger and ``run.json`` are the
+#: supervisor's alone: hooks and signals report through the inbox socket. Nothing here is
+#: for the simulator: the scripted agent writes only where any agent may.
+LEGACY_REPORT_DIRS = ("logs",)
 LEGACY_REPORT_FILES: tuple[str, ...] = ()
 
 
@@ -247,7 +247,7 @@ class Policy:
         )
 
     def strict(self) -> Policy:
-        """This policy without even the log and prompt-record grants."""
+        """This policy without even the hook failure log's grant."""
         return replace(self, legacy_reporting=False)
 
 

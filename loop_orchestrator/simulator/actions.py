@@ -1,4 +1,4 @@
-"""The scripted agent's actions (``scripted_script.py``) done in its working folder: write,
+"""The scripted agent's actions (``script.py``) done in its working folder: write,
 patch, delete, run a command, signal lo-orch, sleep, say, crash (``exit``) or hang. Each
 says on screen what it does, as Claude Code's tool calls do.
 """

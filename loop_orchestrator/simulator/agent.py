@@ -10,14 +10,15 @@ character (U+276F), bracketed paste read from a raw tty (a multi-line paste show
 hooks run through ``sh -c`` with Claude-shaped JSON on stdin (SessionStart,
 UserPromptSubmit, Stop, SessionEnd).
 
-After each prompt it performs the actions of its YAML script (scripted_script.py) chosen
+After each prompt it performs the actions of its YAML script (``script.py``) chosen
 by the task's phase in ``$LO_ORCH_RUN_DIR/status/$LO_ORCH_TASK.json`` (planning -> ``plan``;
 implementing -> ``implement`` round ``rework_count``), else by keywords in the prompt.
 lo-orch's "run `... signal X` again" (a restarted supervisor that could not confirm a
-report) is answered with that signal, as a model does (``model_replies``).
-Every submitted prompt is saved to ``<record-dir>/<task>-<N>.txt`` (default record dir:
-``$LO_ORCH_RUN_DIR/received``), and notable input events are appended to
-``<record-dir>/<task>.events``.
+report) is answered with that signal, as a model does (``replies.py``).
+Every submitted prompt is saved to ``<record-dir>/<task>-<N>.txt`` and notable input
+events are appended to ``<record-dir>/<task>.events``. The default record dir
+(``record_dir_for``) is in the temporary folder, beside the transcripts, one per run: a
+place any agent may write, so the sandbox grants the simulator nothing a real agent lacks.
 Terminal input is parsed by ``agents/terminal.py``, actions are done by
 ``scripted_actions.py``, the plugin's hooks run by ``scripted_hooks.py``.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import re
@@ -74,6 +76,14 @@ TRUST_OPTIONS = ("No, exit", "Yes, I trust this folder")
 TRUST_REMOUNT_AFTER = 0.15
 
 
+def record_dir_for(run_dir: Path) -> Path:
+    """Where a scripted agent of the run in ``run_dir`` records what it got (unless
+    ``--record-dir`` says): in the temporary folder beside its transcripts, one folder per
+    run, never under ``.orchestration/`` (which the sandbox keeps read-only)."""
+    digest = hashlib.sha256(str(run_dir.resolve()).encode("utf-8")).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "lo-scripted" / "received" / digest
+
+
 # adapter -------------------------------------------------------------------------------
 
 
@@ -116,7 +126,7 @@ class ScriptedAdapter:
         return bool(READY_RE.search(screen)) and find_dialog(screen) is None
 
     def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        """Nothing to wait for before a prompt is sent."""
+        """A no-op: the scripted agent reads a prompt sent while it works after its turn."""
 
     def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         wait_until_ready(
@@ -174,7 +184,7 @@ class ScriptedAgent:
         if args.record_dir:
             self.record_dir: Path | None = Path(args.record_dir)
         else:
-            self.record_dir = self.run_dir / "received" if self.run_dir else None
+            self.record_dir = record_dir_for(self.run_dir) if self.run_dir else None
         self.transcript = Path(tempfile.gettempdir()) / "lo-scripted" / f"{self.session_id}.jsonl"
         self.log_lines: list[str] = []
         self.segments: list[str | _Paste] = []

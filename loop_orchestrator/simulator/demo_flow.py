@@ -7,7 +7,7 @@ No Claude login is needed: the scripted agent stands in for the model's work onl
 git, hooks, verification and merging are the real ones.
 
 ``--agent claude`` runs the same demo with real Claude Code sessions whose model is the
-scripted endpoint (agents/model_endpoint.py) serving the same script: Claude Code's own
+scripted endpoint (``simulator/endpoint.py``) serving the same script: Claude Code's own
 Write and Bash tools do the work, its hooks report, offline, in a throwaway
 ``CLAUDE_CONFIG_DIR`` (the user's ``~/.claude*`` is neither read nor written).
 """

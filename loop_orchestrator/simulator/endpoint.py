@@ -6,7 +6,7 @@ tools really run (Write, Edit, Read, Bash in the session's folder), its hooks fi
 permission modes ask, its Stop hook sends it back. Tests and ``lo-orch demo --agent
 claude`` use it; no Claude login and no network is needed.
 
-Which reply a request gets is ``model_replies.py``'s; this module serves it (each reply's
+Which reply a request gets is ``replies.py``'s; this module serves it (each reply's
 usage figures derived from the request's size) and logs every request. From the command
 line: ``python -m loop_orchestrator.simulator.endpoint --script FILE [--port N]``.
 """

@@ -27,7 +27,7 @@ class HookHost(Protocol):
 
 
 @dataclass
-class HookOutcome:
+class HooksDecision:
     """What the hooks of one event decided: ``blocked`` (with the reason they gave)."""
 
     blocked: bool = False
@@ -68,7 +68,7 @@ class Hooks:
                     out.append((str(hook["command"]), float(hook.get("timeout", 60))))
         return out
 
-    def fire(self, event: str, subject: str | None = None, **fields: Any) -> HookOutcome:
+    def fire(self, event: str, subject: str | None = None, **fields: Any) -> HooksDecision:
         agent = self.agent
         payload = {
             "session_id": agent.session_id,
@@ -80,11 +80,11 @@ class Hooks:
         }
         commands = self._commands(event, subject)
         if not commands:
-            return HookOutcome()
+            return HooksDecision()
         env = dict(os.environ)
         env["CLAUDE_PROJECT_DIR"] = str(agent.cwd)
         env["CLAUDE_PLUGIN_ROOT"] = str(self.plugin_dir)
-        outcome = HookOutcome()
+        outcome = HooksDecision()
         for command, timeout in commands:
             line = command.replace("${CLAUDE_PLUGIN_ROOT}", str(self.plugin_dir))
             result = proc.run(
@@ -101,10 +101,10 @@ class Hooks:
                     with contextlib.suppress(json.JSONDecodeError):
                         answer = json.loads(text)
                         if isinstance(answer, dict) and answer.get("decision") == "block":
-                            outcome = HookOutcome(True, str(answer.get("reason", "")))
+                            outcome = HooksDecision(True, str(answer.get("reason", "")))
                 continue
             if result.returncode == 2:
-                outcome = HookOutcome(True, result.stderr.strip())
+                outcome = HooksDecision(True, result.stderr.strip())
             else:
                 status = "timed out" if result.returncode is None else f"exit {result.returncode}"
                 detail = (result.stderr.strip().splitlines() or [""])[-1]

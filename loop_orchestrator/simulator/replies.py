@@ -1,10 +1,11 @@
-"""The scripted model's replies: which reply a request to ``model_endpoint`` (and the other
-APIs, ``codex_endpoint`` and ``gemini_endpoint``) gets from the script. Pure: requests in,
-replies out.
+"""The scripted model's replies: which reply a request to a scripted endpoint gets from the
+script, whatever the API (``endpoint.py`` serves them as the Messages API; an endpoint for
+another API turns a request into a ``Conversation`` and sends each ``Step`` in its own
+format). Pure: requests in, replies out.
 
 How a reply is chosen
 ---------------------
-The script is the scripted agent's (``agents/scripted_script.py``): one entry per task id
+The script is the scripted agent's (``script.py``): one entry per task id
 (or ``default``, or an entry whose ``match`` regex the session's first prompt contains).
 A session is known by Claude Code's ``X-Claude-Code-Session-Id`` header. Its task is the
 one its lo-orch prompts name (``task `ID```). Each user prompt of the conversation (a user

@@ -24,7 +24,7 @@ Short forms: ``say: text``, ``sleep: 2``, ``exit: 3``, ``signal: impl_done``,
 Misbehaviour is written as actions: crash (``exit``), hang, never signal (no ``signal``),
 a test without assertions or an edit outside ``owns`` (``write``).
 
-Model-only actions, for the scripted model endpoint (agents/model_endpoint.py) that drives
+Model-only actions, for the scripted model endpoint (``endpoint.py``) that drives
 the real Claude Code CLI; the scripted agent refuses a script that uses them:
 ``stop {text}`` (end the turn here; the Stop hook may send the session back),
 ``api_error {status, type, message, retry_after, resets_in, limit}`` (answer the next
@@ -151,7 +151,7 @@ class ApiErrorArgs(_Model):
     message: str | None = None
     retry_after: float | None = Field(default=None, ge=0)
     #: a subscriber's usage limit: its reset this many seconds after the answer (sent as
-    #: Anthropic's ``anthropic-ratelimit-unified-*`` headers, see model_replies.Fault)
+    #: Anthropic's ``anthropic-ratelimit-unified-*`` headers, see replies.Fault)
     resets_in: float | None = Field(default=None, ge=0)
     #: which limit was hit (``anthropic-ratelimit-unified-representative-claim``)
     limit: Literal["five_hour", "seven_day", "seven_day_opus", "seven_day_sonnet"] = "five_hour"

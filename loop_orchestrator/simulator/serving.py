@@ -1,5 +1,5 @@
-"""How the scripted endpoints answer over HTTP, whatever the API: JSON, a stream of
-server-sent events, or a fault that is no answer (a dropped connection, a hung request).
+"""How a scripted endpoint answers over HTTP, whatever the API: a stream of server-sent
+events, or a fault that is no answer (a dropped connection, a hung request).
 """
 
 from __future__ import annotations
@@ -9,13 +9,20 @@ import http.server
 import json
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from loop_orchestrator.simulator.replies import Fault
 
 #: the longest a ``hang`` holds a request (the endpoint's close releases it sooner)
 HANG_SECONDS = 600.0
+
+
+class Closable(Protocol):
+    """An endpoint as a hung request sees it: set when the endpoint closes."""
+
+    @property
+    def closing(self) -> threading.Event: ...
 
 
 def send_events(
@@ -38,30 +45,6 @@ def send_events(
             head = f"event: {name}\n" if name is not None else ""
             handler.wfile.write(f"{head}data: {json.dumps(data)}{end}".encode())
         handler.wfile.flush()
-
-
-def send_json(
-    handler: http.server.BaseHTTPRequestHandler,
-    status: int,
-    data: Any,
-    extra: Mapping[str, str] | None = None,
-) -> None:
-    """Answer ``status`` with ``data`` as JSON (and the ``extra`` headers)."""
-    raw = json.dumps(data).encode()
-    handler.send_response(status)
-    handler.send_header("content-type", "application/json")
-    handler.send_header("content-length", str(len(raw)))
-    for key, value in (extra or {}).items():
-        handler.send_header(key, value)
-    handler.end_headers()
-    handler.wfile.write(raw)
-
-
-class Closable(Protocol):
-    """An endpoint as a hung request sees it: set when the endpoint closes."""
-
-    @property
-    def closing(self) -> threading.Event: ...
 
 
 def drop_or_hang(

@@ -7,7 +7,7 @@ never reused for another sha (issue 6; DESIGN.md section 7).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,12 +21,84 @@ class Severity(StrEnum):
     WARNING = "warning"
 
 
+#: every finding id: the table in ``verify/__init__.py`` (stable: reviews, disputes, the
+#: ledger and Gate 2 name them; a test keeps the two alike)
+CheckId = Literal[
+    "scope.unowned",
+    "scope.ci",
+    "scope.test-config",
+    "scope.orchestration",
+    "scope.interpreter-hook",
+    "scope.symlink",
+    "scope.submodule",
+    "scope.no-change",
+    "tests.no-assertion",
+    "tests.tautology",
+    "tests.skip",
+    "tests.early-exit",
+    "tests.dead-code",
+    "tests.swallowed-assertion",
+    "tests.deleted",
+    "tests.fewer-assertions",
+    "tests.duplicate-name",
+    "tests.unparsable",
+    "tests.renamed",
+    "tests.broad-raises",
+    "tests.no-error-case",
+    "tests.no-boundary-case",
+    "tests.none-added",
+    "tests.mutants-survive",
+    "tests.mutants-few-killed",
+    "tests.mutants-unexecuted",
+    "tests.mutants-not-run",
+    "tests.weak-assertions",
+    "stubs.not-implemented",
+    "stubs.empty-body",
+    "stubs.hardcoded-return",
+    "stubs.todo",
+    "stubs.placeholder",
+    "stubs.unparsable",
+    "stubs.special-cased",
+    "secrets.anthropic",
+    "secrets.aws",
+    "secrets.github",
+    "secrets.google",
+    "secrets.kubeconfig",
+    "secrets.npm",
+    "secrets.openai",
+    "secrets.private-key",
+    "secrets.slack",
+    "secrets.stripe",
+    "secrets.file",
+    "secrets.cloud-credentials",
+    "secrets.assignment",
+    "secrets.url-credentials",
+    "secrets.high-entropy",
+    "secrets.unscanned",
+    "conflict-marker",
+    "done.failed",
+    "done.timeout",
+    "done.error",
+    "done.no-report",
+    "done.no-tests",
+    "done.report-failed",
+    "done.environment-changed",
+    "done.new-test-missing",
+    "done.new-test-skipped",
+    "done.new-test-failed",
+    "redgreen.not-red",
+    "redgreen.unprovable",
+    "redgreen.not-run",
+]
+CHECK_IDS: frozenset[str] = frozenset(get_args(CheckId))
+
+
 class Finding(BaseModel):
     """One problem a check found, with a place, a reason and what to change."""
 
     model_config = ConfigDict(extra="forbid")
 
-    check: str  # stable id, e.g. "tests.no-assertion"
+    check: CheckId
     severity: Severity
     message: str  # the reason, in words a person understands
     path: str | None = None
@@ -60,7 +132,7 @@ class Finding(BaseModel):
 
 def blocking(
     message: str,
-    check: str,
+    check: CheckId,
     path: str | None = None,
     line: int | None = None,
     fix: str | None = None,
@@ -72,7 +144,7 @@ def blocking(
 
 def warning(
     message: str,
-    check: str,
+    check: CheckId,
     path: str | None = None,
     line: int | None = None,
     fix: str | None = None,

@@ -29,7 +29,7 @@ import ast
 import copy
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from loop_orchestrator import pyast
 from loop_orchestrator.verify.models import Finding, blocking, warning
@@ -46,10 +46,10 @@ FEW_KILLED_MIN = 3
 MAX_LISTED = 10
 
 #: finding ids
-SURVIVE = "tests.mutants-survive"
-FEW_KILLED = "tests.mutants-few-killed"
-NOT_RUN = "tests.mutants-not-run"
-UNEXECUTED = "tests.mutants-unexecuted"
+SURVIVE: Final = "tests.mutants-survive"
+FEW_KILLED: Final = "tests.mutants-few-killed"
+NOT_RUN: Final = "tests.mutants-not-run"
+UNEXECUTED: Final = "tests.mutants-unexecuted"
 
 _COMPARE: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.LtE,

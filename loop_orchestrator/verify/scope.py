@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from loop_orchestrator.verify import classify
-from loop_orchestrator.verify.models import Finding, blocking, warning
+from loop_orchestrator.verify.models import CheckId, Finding, blocking, warning
 
 SYMLINK_MODE = "120000"
 GITLINK_MODE = "160000"
@@ -129,10 +129,11 @@ def _check_one(
                 fix=revert + " Keep virtual environments out of the repository (.gitignore).",
             )
         ]
-    for kind, test, what in (
+    config: tuple[tuple[CheckId, Callable[[str], bool], str], ...] = (
         ("scope.ci", classify.is_ci, "a CI file"),
         ("scope.test-config", classify.is_test_config_path, "test configuration"),
-    ):
+    )
+    for kind, test, what in config:
         if not test(path):
             continue
         if literally_owned(path, owns):

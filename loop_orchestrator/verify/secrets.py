@@ -28,22 +28,22 @@ from typing import Protocol
 
 from loop_orchestrator.git.secretfiles import is_secret_path
 from loop_orchestrator.verify import classify
-from loop_orchestrator.verify.models import Finding, blocking, warning
+from loop_orchestrator.verify.models import CheckId, Finding, blocking, warning
 
 #: (check id suffix, what it is, pattern); group "key" is the secret when present
-_PROVIDERS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+_PROVIDERS: tuple[tuple[CheckId, str, re.Pattern[str]], ...] = (
     (
-        "private-key",
+        "secrets.private-key",
         "a private key block",
         re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
     ),
     (
-        "aws",
+        "secrets.aws",
         "an AWS access key id",
         re.compile(r"(?<![A-Z0-9])(?P<key>(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16})(?![A-Z0-9])"),
     ),
     (
-        "aws",
+        "secrets.aws",
         "an AWS secret access key",
         re.compile(
             r"(?i)aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?"
@@ -51,13 +51,17 @@ _PROVIDERS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         ),
     ),
     (
-        "github",
+        "secrets.github",
         "a GitHub token",
         re.compile(r"(?<![\w])(?P<key>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
     ),
-    ("slack", "a Slack token", re.compile(r"(?<![\w])(?P<key>xox[baprse]-[A-Za-z0-9-]{10,})")),
     (
-        "slack",
+        "secrets.slack",
+        "a Slack token",
+        re.compile(r"(?<![\w])(?P<key>xox[baprse]-[A-Za-z0-9-]{10,})"),
+    ),
+    (
+        "secrets.slack",
         "a Slack webhook URL",
         re.compile(
             r"(?P<key>https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/"
@@ -65,25 +69,29 @@ _PROVIDERS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         ),
     ),
     (
-        "anthropic",
+        "secrets.anthropic",
         "an Anthropic API key",
         re.compile(r"(?<![\w-])(?P<key>sk-ant-[A-Za-z0-9_-]{20,})"),
     ),
     (
-        "openai",
+        "secrets.openai",
         "an OpenAI API key",
         re.compile(r"(?<![\w-])(?P<key>sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,})"),
     ),
-    ("google", "a Google API key", re.compile(r"(?<![\w-])(?P<key>AIza[0-9A-Za-z_-]{35})")),
+    ("secrets.google", "a Google API key", re.compile(r"(?<![\w-])(?P<key>AIza[0-9A-Za-z_-]{35})")),
     (
-        "stripe",
+        "secrets.stripe",
         "a Stripe live key",
         re.compile(r"(?<![\w])(?P<key>(?:sk|rk)_live_[0-9a-zA-Z]{20,})"),
     ),
-    ("private-key", "a PuTTY private key", re.compile(r"PuTTY-User-Key-File-\d+:")),
-    ("npm", "an npm registry token", re.compile(r"_authToken\s*=\s*(?P<key>[A-Za-z0-9_\-.]{20,})")),
+    ("secrets.private-key", "a PuTTY private key", re.compile(r"PuTTY-User-Key-File-\d+:")),
     (
-        "kubeconfig",
+        "secrets.npm",
+        "an npm registry token",
+        re.compile(r"_authToken\s*=\s*(?P<key>[A-Za-z0-9_\-.]{20,})"),
+    ),
+    (
+        "secrets.kubeconfig",
         "a Kubernetes client key",
         re.compile(r"client-key-data:\s*(?P<key>[A-Za-z0-9+/=]{40,})"),
     ),
@@ -154,7 +162,7 @@ _FIX = (
 
 
 def _provider(path: str, ln: int, text: str) -> Finding | None:
-    for kind, what, pattern in _PROVIDERS:
+    for check, what, pattern in _PROVIDERS:
         m = pattern.search(text)
         if not m:
             continue
@@ -162,7 +170,7 @@ def _provider(path: str, ln: int, text: str) -> Finding | None:
         if key is not None and _looks_fake(key):
             continue
         shown = f" ({_mask(key)})" if key else ""
-        return blocking(f"adds {what}{shown}.", f"secrets.{kind}", path, ln, fix=_FIX)
+        return blocking(f"adds {what}{shown}.", check, path, ln, fix=_FIX)
     return None
 
 

@@ -17,7 +17,7 @@ import logging
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.git import gateway as gitutil
@@ -225,7 +225,7 @@ def deterministic_findings(
 
 
 #: produced by the test-quality check: a changed or new test whose every check is weak
-WEAK_ASSERTIONS = "tests.weak-assertions"
+WEAK_ASSERTIONS: Final = "tests.weak-assertions"
 #: findings that show the task's tests do not depend on its change
 _UNPROVEN = {
     "redgreen.not-red": "the task's tests also pass at the parent, without the change",

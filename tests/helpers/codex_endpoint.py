@@ -1,12 +1,14 @@
-"""The scripted model endpoint as the OpenAI Responses API, for the real Codex CLI.
+"""The scripted model endpoint as the OpenAI Responses API, for the real Codex CLI: a test
+double, kept with the tests (the package ships only what ``lo-orch demo`` needs).
 
-The script, the choice of replies and the faults are ``model_replies``' (served by
-``model_endpoint.ModelEndpoint``): the same YAML drives Claude Code, Codex CLI and Gemini
-CLI (``gemini_endpoint.py``). Only the wire differs: how a request tells its session, its
-prompts and its folder (a ``Conversation``), and how one reply (a ``Step``: text and at
-most one tool call) is sent. Codex CLI runs everything through its shell tool
-``exec_command``, so Claude Code's tool calls of a step become shell commands (a Write is
-a base64 decode into the file, an Edit a one-line Python replace, a Read a ``cat``).
+The script, the choice of replies and the faults are the simulator's
+(``loop_orchestrator.simulator.replies``, served by ``simulator.endpoint.ModelEndpoint``):
+the same YAML drives Claude Code, Codex CLI and Gemini CLI (``gemini_endpoint.py``). Only
+the wire differs: how a request tells its session, its prompts and its folder (a
+``Conversation``), and how one reply (a ``Step``: text and at most one tool call) is sent.
+Codex CLI runs everything through its shell tool ``exec_command``, so Claude Code's tool
+calls of a step become shell commands (a Write is a base64 decode into the file, an Edit a
+one-line Python replace, a Read a ``cat``).
 
 ``ResponsesEndpoint`` serves ``POST /v1/responses`` (streamed); its ``env`` writes a Codex
 ``config.toml`` with a ``scripted`` model provider pointing here.
@@ -26,7 +28,7 @@ from typing import Any
 
 from loop_orchestrator.simulator.endpoint import DEFAULT_TOKEN, ModelEndpoint
 from loop_orchestrator.simulator.replies import Conversation, Fault, Step
-from loop_orchestrator.simulator.serving import drop_or_hang, send_events, send_json
+from loop_orchestrator.simulator.serving import drop_or_hang, send_events
 
 #: the environment variable Codex CLI reads the scripted provider's key from
 CODEX_KEY_ENV = "LO_ORCH_SCRIPTED_MODEL"
@@ -42,6 +44,23 @@ _EDIT_PY = (
     "o in t or sys.exit('the old text is not in '+sys.argv[1]);"
     "p.write_text(t.replace(o,n,1))"
 )
+
+
+def send_json(
+    handler: http.server.BaseHTTPRequestHandler,
+    status: int,
+    data: Any,
+    extra: Mapping[str, str] | None = None,
+) -> None:
+    """Answer ``status`` with ``data`` as JSON (and the ``extra`` headers)."""
+    raw = json.dumps(data).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(raw)))
+    for key, value in (extra or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(raw)
 
 
 def _b64(text: str) -> str:

@@ -1,7 +1,9 @@
-"""The scripted model endpoint as the Gemini API, for the real Gemini CLI.
+"""The scripted model endpoint as the Gemini API, for the real Gemini CLI: a test double,
+kept with the tests (the package ships only what ``lo-orch demo`` needs).
 
-The script, the choice of replies and the faults are ``model_replies``' (served by
-``model_endpoint.ModelEndpoint``), as for Claude Code and Codex CLI
+The script, the choice of replies and the faults are the simulator's
+(``loop_orchestrator.simulator.replies``, served by ``simulator.endpoint.ModelEndpoint``),
+as for Claude Code and Codex CLI
 (``codex_endpoint.py``). Claude Code's tool calls of a step become Gemini CLI's
 ``write_file``, ``replace``, ``read_file`` and ``run_shell_command``.
 
@@ -20,10 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.simulator.codex_endpoint import codex_call
+from helpers.codex_endpoint import codex_call, send_json
 from loop_orchestrator.simulator.endpoint import DEFAULT_TOKEN, ModelEndpoint
 from loop_orchestrator.simulator.replies import Conversation, Fault, Step
-from loop_orchestrator.simulator.serving import drop_or_hang, send_events, send_json
+from loop_orchestrator.simulator.serving import drop_or_hang, send_events
 
 #: a user text of Gemini CLI's own (its session context, reminders), not a prompt
 _GEMINI_CONTEXT_RE = re.compile(r"^\s*<[a-z_ -]+>")

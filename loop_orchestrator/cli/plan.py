@@ -1,15 +1,14 @@
-"""`lo-orch plan`, `approve` and `status`."""
+"""`lo-orch plan` and `lo-orch approve` (Gate 1)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
-from loop_orchestrator.cli.render import live_table, table
+from loop_orchestrator.cli.render import table
 
 if TYPE_CHECKING:
     from loop_orchestrator.commands.plan import PlanSummary
@@ -109,26 +108,3 @@ def approve_command(repo: Path | None) -> None:
         f"Approved plan {done.plan_sha256[:12]} of run {done.run} ({done.tasks} tasks). "
         "Next: `lo-orch run`."
     )
-
-
-@click.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print {run, tasks} as JSON.")
-@click.option("--watch", is_flag=True, help="A live table, refreshed every second.")
-@repo_option
-def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
-    """One row per task: phase and how long it has been in it, what it waits for, its
-    last activity, its session's pane, its cost so far and note."""
-    from loop_orchestrator.commands import status as statuses
-
-    root = resolve_repo(repo)
-    if as_json:
-        click.echo(json.dumps(statuses.status(root, rows=False).document, indent=2))
-        return
-    if watch:
-        live_table(lambda: statuses.status(root))
-        return
-    report = statuses.status(root)
-    echo(report.title)
-    table(report.headers, report.rows, cut_last=True)
-    if report.spent is not None:
-        echo(report.spent)

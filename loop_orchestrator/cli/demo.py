@@ -1,0 +1,32 @@
+"""`lo-orch demo`: the whole flow on a throwaway repository with the simulator."""
+
+from __future__ import annotations
+
+import click
+
+from loop_orchestrator.cli.render import printer
+
+
+@click.command("demo")
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Keep the throwaway repository and its run state (ledger, reviews, "
+    "evidence) to inspect; Gate 2 still closes the sessions and removes the "
+    "worktrees, as in a real run.",
+)
+@click.option(
+    "--agent",
+    type=click.Choice(["scripted", "claude"]),
+    default="scripted",
+    show_default=True,
+    help="scripted: no install needed; claude: real Claude Code sessions (the "
+    "`claude` on PATH) driven offline by a built-in scripted model.",
+)
+def demo_command(keep: bool, agent: str) -> None:
+    """The whole flow on a throwaway repo with the scripted agent (no Claude login)."""
+    from loop_orchestrator.commands import demo as demos
+
+    result = demos.demo(keep=keep, agent=agent, progress=printer())
+    for line in result.report:
+        click.echo(line)

@@ -1,0 +1,34 @@
+"""`lo-orch status`: the run's tasks, once or live."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
+from loop_orchestrator.cli.render import live_table, table
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print {run, tasks} as JSON.")
+@click.option("--watch", is_flag=True, help="A live table, refreshed every second.")
+@repo_option
+def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
+    """One row per task: phase and how long it has been in it, what it waits for, its
+    last activity, its session's pane, its cost so far and note."""
+    from loop_orchestrator.commands import status as statuses
+
+    root = resolve_repo(repo)
+    if as_json:
+        click.echo(json.dumps(statuses.status(root, rows=False).document, indent=2))
+        return
+    if watch:
+        live_table(lambda: statuses.status(root))
+        return
+    report = statuses.status(root)
+    echo(report.title)
+    table(report.headers, report.rows, cut_last=True)
+    if report.spent is not None:
+        echo(report.spent)
