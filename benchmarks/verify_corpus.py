@@ -1,4 +1,4 @@
-"""Verification on real history, BEFORE and AFTER side by side (issue 14).
+"""Verification on real history, BEFORE and AFTER side by side.
 
 Every case of ``tests/corpus/cases.json`` (a real upstream commit of a small open-source
 project, rebuilt offline from a local mirror by ``tests/corpus/replay.py``) is verified as

@@ -1,4 +1,4 @@
-"""Benchmark the git workspace layer (issue 3, item 9).
+"""Benchmark the git workspace layer.
 
 Generates a repository of ``--files`` files (default 10,000), then for ``--worktrees``
 tasks (default 16): creates each worktree from staging, commits a change in each,

@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-#: a repository's run state (contract, DESIGN.md section 3)
+#: a repository's run state (contract, docs/design.md section 3)
 ORCH_DIR = ".orchestration"
 #: the task worktrees, ``.worktrees/<run>/<task>``
 WORKTREES_DIR = ".worktrees"

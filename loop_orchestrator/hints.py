@@ -1,7 +1,7 @@
 """How a message names the lo-orch command that works where the user is.
 
 Every hint says `lo-orch ...`; when lo-orch was started through `scripts/lo-orch` and no
-``lo-orch`` is on PATH, the person must type that script's path instead (issue 12, item 9).
+``lo-orch`` is on PATH, the person must type that script's path instead.
 The CLI and the dashboard both show messages through ``for_user``.
 """
 
@@ -16,7 +16,7 @@ PROG_ENV = "LO_ORCH_PROG"
 
 
 def prog() -> str:
-    """The command that runs this lo-orch from where the user is (issue 12, item 9):
+    """The command that runs this lo-orch from where the user is:
     ``lo-orch`` when that is on PATH (or lo-orch was not started by `scripts/lo-orch`),
     else the path `scripts/lo-orch` was called by."""
     typed = os.environ.get(PROG_ENV, "").strip()

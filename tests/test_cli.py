@@ -1,4 +1,4 @@
-"""`lo-orch plan`, `approve`, `status` and the exit-code contract (DESIGN.md section 5)."""
+"""`lo-orch plan`, `approve`, `status` and the exit-code contract (docs/design.md section 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Git bundles between the supervisor and the nodes, and work-in-progress commits (issue 19):
+"""Git bundles between the supervisor and the nodes, and work-in-progress commits:
 real git, no Ray."""
 
 from __future__ import annotations

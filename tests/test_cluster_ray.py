@@ -1,4 +1,4 @@
-"""Sessions on a real multi-node Ray cluster on this machine (issue 19).
+"""Sessions on a real multi-node Ray cluster on this machine.
 
 A module-wide ``ray.cluster_utils.Cluster``: a head without session slots and three worker
 nodes with ``lo_session`` slots, each with its own working root (``LO_ORCH_NODE_ROOT``) and

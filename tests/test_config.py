@@ -1,4 +1,4 @@
-"""Layered settings (DESIGN.md section 8) and the seed-compatible tool profile."""
+"""Layered settings (docs/design.md section 8) and the seed-compatible tool profile."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Intake as the trackers mean it (issue 18): against trackers written from their docs.
+"""Intake as the trackers mean it: against trackers written from their docs.
 
 - a child closed without its work done (GitHub ``not_planned`` / ``duplicate``, a Jira
   "Won't Do" resolution, a Linear ``canceled`` / ``duplicate`` state) is skipped: no task, no

@@ -1,4 +1,4 @@
-"""Honest status and messages (issue 12, items 6-9), each reproduced on a real repository
+"""Honest status and messages (items 6-9), each reproduced on a real repository
 with a private tmux server, and each piece of advice followed by running the command it
 names: it must work.
 """

@@ -1,4 +1,4 @@
-"""Notifications (issue 17): each event once, in order, as JSON, never holding anyone up."""
+"""Notifications: each event once, in order, as JSON, never holding anyone up."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Permission requests (issue 17): rules, lo-orch's own signals, `lo-orch permit`, attacks.
+"""Permission requests: rules, lo-orch's own signals, `lo-orch permit`, attacks.
 
 The real Claude Code CLI's requests are in test_permissions_claude.py; here the rules are
 checked one by one, and a scripted session attacks the desk: it forges an answer and a

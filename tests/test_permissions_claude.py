@@ -1,4 +1,4 @@
-"""Permission requests with the real Claude Code CLI in a non-bypass mode (issue 17).
+"""Permission requests with the real Claude Code CLI in a non-bypass mode.
 
 Claude Code 2.1.332 in a tmux pane on a private socket, its model played by the scripted
 endpoint: a Bash call asks, lo-orch's PermissionRequest hook hands the request to the

@@ -1,4 +1,4 @@
-"""Plan validation (DESIGN.md section 4): every problem at once, each naming task and field."""
+"""Plan validation (docs/design.md section 4): every problem at once, each naming task and field."""
 
 from __future__ import annotations
 
@@ -752,7 +752,7 @@ def test_semantic_problems_on_a_constructed_plan_with_a_cycle() -> None:
         schedule.topological_order(plan)
 
 
-# node labels (issue 19: placing a task on a cluster node) ---------------------------------
+# node labels (placing a task on a cluster node) ---------------------------------
 
 
 def test_node_labels_are_optional_and_kept() -> None:

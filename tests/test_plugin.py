@@ -30,9 +30,9 @@ HOOK_EVENTS = {
     "PermissionRequest",
     "SessionEnd",
     "PreToolUse",
-}  # PreToolUse: the spend book reads before each tool (issue 16)
+}  # PreToolUse: the spend book reads before each tool
 SKILLS = ("orchestrate", "loop-implement")
-#: DESIGN.md section 5 (plus `audit`): what skills may tell a model to run
+#: docs/design.md section 5 (plus `audit`): what skills may tell a model to run
 CONTRACT_COMMANDS = {
     "plan",
     "approve",
@@ -47,7 +47,7 @@ CONTRACT_COMMANDS = {
     "doctor",
     "audit",
     "retry",
-}  # retry: a compatible extension of DESIGN.md section 5
+}  # retry: a compatible extension of docs/design.md section 5
 
 
 def claude() -> Path:

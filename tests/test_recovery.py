@@ -1,4 +1,4 @@
-"""Self-healing (issue 12, item 4), on real git repositories, a private tmux server and the
+"""Self-healing, on real git repositories, a private tmux server and the
 scripted agent: a deleted task worktree, temporary checkouts of a killed process, a stale
 ``index.lock``, a garbled status file. Each test checks the user's files and commits are
 byte-identical afterwards.

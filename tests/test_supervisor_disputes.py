@@ -1,4 +1,4 @@
-"""Disputes end to end (issue 14): the supervisor, real tmux (private socket), real git and
+"""Disputes end to end: the supervisor, real tmux (private socket), real git and
 the scripted agent, on the demo project.
 
 The `report` task writes an honest-looking test the heuristics cannot judge (a report

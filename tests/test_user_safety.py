@@ -1,4 +1,4 @@
-"""Nothing of the user's is ever lost (issue 12, items 1, 2, 3 and 5), on real repositories
+"""Nothing of the user's is ever lost (items 1, 2, 3 and 5), on real repositories
 with a user's habits: uncommitted edits, a second run with the same name, commits on the
 feature branch, a linked worktree, ignored local files in a task's worktree.
 

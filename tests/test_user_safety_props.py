@@ -1,4 +1,4 @@
-"""Property (issue 12): whatever a user does in whatever order — plan, run, kill -9 the
+"""Property: whatever a user does in whatever order — plan, run, kill -9 the
 supervisor, cleanup, merge, plan a new run with the same name, edit files, commit — no byte
 the user wrote and no commit the user made is ever lost.
 

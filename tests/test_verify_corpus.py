@@ -1,4 +1,4 @@
-"""The real-history corpus (issue 14): its manifest.
+"""The real-history corpus: its manifest.
 
 The cases are rebuilt offline from local mirrors of the projects, whose code may not be
 stored in this repository (see tests/corpus/replay.py), so replaying them is the job of

@@ -1,4 +1,4 @@
-"""Disputable findings (issue 14): `lo-orch signal impl_done --dispute CODE --note ...`,
+"""Disputable findings: `lo-orch signal impl_done --dispute CODE --note ...`,
 judged by the auditor or carried to Gate 2; hard findings never disputable; every dispute
 and its outcome in the review file and the ledger."""
 

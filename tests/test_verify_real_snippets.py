@@ -1,4 +1,4 @@
-"""The heuristics the real-history corpus showed wrong (issue 14), each with the pattern of
+"""The heuristics the real-history corpus showed wrong, each with the pattern of
 the upstream change that was wrongly blocked, and the gamed change it must still block.
 
 The snippets are minimal re-typed reproductions of the upstream pattern (the commit is

@@ -39,7 +39,7 @@ def _agent_config(settings: Settings | AgentConfig) -> AgentConfig:
 def agent_env(
     *, task: str, run_dir: Path, brief: Path, settings: Settings | AgentConfig
 ) -> dict[str, str]:
-    """The environment added to an agent pane (contract, DESIGN.md section 6)."""
+    """The environment added to an agent pane (contract, docs/design.md section 6)."""
     agent = _agent_config(settings)
     env = dict(agent.env)
     contract = {

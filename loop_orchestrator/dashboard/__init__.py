@@ -1,4 +1,4 @@
-"""`lo-orch dashboard`: one full-screen place to watch a run and answer it (issue 17).
+"""`lo-orch dashboard`: one full-screen place to watch a run and answer it.
 
 The view is the run's published state, read by the same function as `lo-orch status`
 (``commands.status.status``), refreshed when a file under ``.orchestration/`` changes

@@ -150,7 +150,7 @@ class Dashboard(App[None]):
         root.mkdir(parents=True, exist_ok=True)
         self._observer = Observer()
         self._observer.schedule(Handler(), str(root), recursive=True)
-        # the run's private folder: permission requests (issue 17a) live there
+        # the run's private folder: permission requests live there
         with contextlib.suppress(LoOrchError, ValueError):
             from loop_orchestrator.runstate import private
 

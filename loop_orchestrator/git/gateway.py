@@ -3,7 +3,7 @@
 Nothing here decides policy; ``workspace`` does. Parsing git's output lives in
 ``gitparse.py``, secret-looking file names in ``secretfiles.py``, temporary checkouts in
 ``tempcheckout.py``. Every git process lo-orch starts goes
-through ``git()`` (DESIGN.md section 10, "Git"), which agents cannot steer: an argument list
+through ``git()`` (docs/design.md section 10, "Git"), which agents cannot steer: an argument list
 via ``proc.run``, leaked ``GIT_*`` variables removed, no system or global config (an agent
 runs as the same user and can edit ``~/.gitconfig``), no replace objects, no repository
 hooks, fsmonitor, external diff or global attributes file, English messages, and a

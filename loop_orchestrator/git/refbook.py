@@ -1,5 +1,5 @@
 """The refs book: every ref value lo-orch set, and what it decided about refs, out of the
-agents' reach (DESIGN.md section 10, "Refs it owns").
+agents' reach (docs/design.md section 10, "Refs it owns").
 
 ``Workspace`` writes here before and after each ref it moves and compares git with it before
 each merge, at integration and at Gate 2. Names are strings: a full ref name
@@ -12,7 +12,7 @@ a branch as lo-orch's.
 folder (``private.run_dir``). Whoever owns the supervisor's record may back it by that
 record instead.
 
-A book belongs to one *instance* of a run (issue 12): two runs planned under the same name
+A book belongs to one *instance* of a run: two runs planned under the same name
 share the private folder, but not what they recorded. A book opened for an instance reads a
 book stamped with another instance (or none) as empty, so nothing an earlier run of the
 same name set or kept (a branch, a worktree it left dirty) is ever taken for this run's;

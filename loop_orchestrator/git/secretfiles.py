@@ -1,4 +1,4 @@
-"""Which files look like secrets, by name or by folder and name (DESIGN.md section 9), and
+"""Which files look like secrets, by name or by folder and name (docs/design.md section 9), and
 a walk of a tree for them and for nested repositories.
 
 ``worktrees``, ``staging`` and ``workspace`` refuse to commit or merge such files;
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     pass
 
-#: basenames that look like secrets (DESIGN.md section 9, issue 3, and "Tamper-proof
-#: supervision" item 10); matched case-insensitively against every part of a path
+#: basenames that look like secrets (docs/design.md sections 9 and 10); matched
+#: case-insensitively against every part of a path
 SECRET_PATTERNS = (
     ".env*",
     "*.env",

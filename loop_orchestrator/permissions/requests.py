@@ -8,7 +8,7 @@ commands, ``[permissions]`` rules of the config, rules a person added with ``--a
 else keeps it here as a *pending request* until a person answers it with
 ``lo-orch permit`` (or the dashboard), and the hook prints the answer for Claude Code.
 
-Where (the trust boundary, DESIGN.md section 10): requests, answers and the run's rules
+Where (the trust boundary, docs/design.md section 10): requests, answers and the run's rules
 live in the run's private folder (``private.run_dir``), outside the repository and hidden
 from the sandboxed agent, so a session can neither answer its own request nor add a rule;
 ``lo-orch permit`` is a person's act and is refused inside a managed session

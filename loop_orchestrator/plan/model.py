@@ -1,4 +1,4 @@
-"""The plan file (contract, DESIGN.md section 4): its model and hash.
+"""The plan file (contract, docs/design.md section 4): its model and hash.
 
 Reading and validating one is ``loading``'s (the semantic checks are ``validation``'s);
 scheduling (waves, the ready queue) is in ``schedule``, owned-path patterns in ``globs``.

@@ -1,4 +1,4 @@
-"""The plan's meaning checked (contract, DESIGN.md section 4): ids and names, dependencies
+"""The plan's meaning checked (contract, docs/design.md section 4): ids and names, dependencies
 (known, no cycle), owned paths (inside the repository, not lo-orch's folders, no two
 independent tasks owning the same files), done-checks (argument lists, not shell syntax).
 Every problem is collected, naming the task and field; ``loading.validate_plan_data`` reports

@@ -319,7 +319,7 @@ def with_nodes(
     doc: dict[str, Any], headers: Sequence[str], rows: list[list[str]]
 ) -> tuple[list[str], list[list[str]]]:
     """The status table with a ``node`` column after ``pane`` when some task's session runs
-    on a cluster node (issue 19: the task status' optional ``node``); else as it is."""
+    on a cluster node (the task status' optional ``node``); else as it is."""
     nodes = [t.get("node") for t in doc["tasks"]]
     if not any(nodes):
         return list(headers), rows

@@ -26,7 +26,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Phase(StrEnum):
-    """A task's phase (contract, DESIGN.md section 3)."""
+    """A task's phase (contract, docs/design.md section 3)."""
 
     PENDING = "pending"
     LAUNCHING = "launching"
@@ -58,7 +58,7 @@ TERMINAL_PHASES = frozenset({Phase.INTEGRATED, Phase.BLOCKED, Phase.FAILED})
 
 
 class RunPhase(StrEnum):
-    """A run's state (contract, DESIGN.md section 3)."""
+    """A run's state (contract, docs/design.md section 3)."""
 
     AWAITING_PLAN_APPROVAL = "awaiting_plan_approval"
     RUNNING = "running"
@@ -115,7 +115,7 @@ class TaskStatus(BaseModel):
     #: when the task entered its current phase (the age `lo-orch status` shows)
     phase_since: str | None = None
     #: heuristic findings the session disputes with its last impl_done,
-    #: ``[{"check", "note"}]`` (issue 14; judged by the next verification)
+    #: ``[{"check", "note"}]`` (judged by the next verification)
     disputes: list[dict[str, str]] = Field(default_factory=list)
     #: tokens and dollars of the task's session so far, from Claude Code's transcript
     #: (usage.Usage.as_json: the four token counts, cost_usd (None = unknown),
@@ -133,7 +133,7 @@ class TaskStatus(BaseModel):
     #: ``rate_limit`` (lo-orch resumes it) or ``usage_limit`` (Claude Code resumes by
     #: itself after the reset; lo-orch only if it did not)
     limit_kind: str | None = None
-    #: where the task's session runs when it runs on a cluster (issue 19): "host (ip, node)"
+    #: where the task's session runs when it runs on a cluster: "host (ip, node)"
     node: str | None = None
     limit_hits: int = 0
     #: times the task's session went with its cluster node (not its agent's doing: counted
@@ -166,7 +166,7 @@ class RunState(BaseModel):
     tmux_socket: str | None = None
     #: tasks left out of the reviewed result (blocked or failed, run continued without them)
     skipped_tasks: list[str] = Field(default_factory=list)
-    #: the Ray cluster the run's sessions run on (issue 19; None: local tmux)
+    #: the Ray cluster the run's sessions run on (None: local tmux)
     cluster: dict[str, Any] | None = None
     created_at: str = ""
     updated_at: str = ""

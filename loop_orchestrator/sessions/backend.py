@@ -43,7 +43,7 @@ class RunLike(Protocol):
 
 def run_socket(run: RunLike) -> str:
     """The tmux server (``tmux -L`` name) of a run; never the user's default server unless
-    configured (issue 12, item 6).
+    configured.
 
     The server a run recorded when its supervisor started wins, so every later command
     (`attach`, `status`, `merge`, `cleanup`) reaches it from any terminal, whatever ``$TMUX``

@@ -5,7 +5,7 @@
 CLI, the demo and any other caller pass the same check.
 
 How a session is recognised: lo-orch starts every agent pane with ``LO_ORCH_TASK`` in its
-environment (DESIGN.md section 6). The agent can unset it in its own shell
+environment (docs/design.md section 6). The agent can unset it in its own shell
 (``env -u LO_ORCH_TASK lo-orch merge --yes``), but not the start environment of its
 ancestors, which the kernel keeps in ``/proc/<pid>/environ`` (``procinfo.managed_ancestor``).
 

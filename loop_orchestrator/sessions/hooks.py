@@ -3,7 +3,7 @@
 Both only *carry* a report: `lo-orch hook EVENT` and `lo-orch signal PHASE` send it to the
 running supervisor over its socket (``inbox``), which decides what it means (``lifecycle``)
 and answers. Neither writes a status file or the ledger: those are the supervisor's
-published view (DESIGN.md section 10).
+published view (docs/design.md section 10).
 
 `lo-orch hook EVENT` runs for every hook event of every Claude Code session that loads the
 plugin (each prompt, each stop, each notification), so its path stays light: the standard

@@ -61,7 +61,7 @@ def start_environ(pid: int) -> dict[str, str]:
 def managed_ancestor(pid: int | None = None) -> tuple[int, str] | None:
     """The nearest process in ``pid``'s chain that lo-orch started as an agent session.
 
-    lo-orch starts every agent pane with ``LO_ORCH_TASK`` in its environment (DESIGN.md
+    lo-orch starts every agent pane with ``LO_ORCH_TASK`` in its environment (docs/design.md
     section 6); ``(pid, task)`` of the first ancestor (``pid`` included) whose start
     environment has it, else None.
     """

@@ -85,7 +85,7 @@ class RunArgs(_Model):
 class SignalArgs(_Model):
     phase: str = Field(min_length=1)
     note: str | None = None
-    #: finding ids disputed with it (``--dispute CODE``, issue 14)
+    #: finding ids disputed with it (``--dispute CODE``)
     dispute: list[str] = Field(default_factory=list)
 
 

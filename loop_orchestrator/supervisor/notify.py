@@ -1,4 +1,4 @@
-"""Notifications: tell a person, who may be away, that something needs them (issue 17).
+"""Notifications: tell a person, who may be away, that something needs them.
 
 Events (the ``event`` field): ``permission_request`` (a session asks to use a tool),
 ``task_blocked`` (a task needs a person: it signalled blocked, stalled, ran out of rework

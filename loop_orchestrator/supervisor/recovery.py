@@ -1,5 +1,4 @@
-"""Self-healing: what a killed supervisor or a killed git process left behind (issue 12,
-item 4).
+"""Self-healing: what a killed supervisor or a killed git process left behind.
 
 - Temporary checkouts (``lo-orch-checkout-*``, ``tempcheckout.temp_checkout``) of a process that
   no longer runs: ``remove_orphan_checkouts`` unregisters and deletes them, locked ones

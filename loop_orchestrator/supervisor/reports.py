@@ -75,7 +75,7 @@ class Reports:
         #: a StopFailure for a rate or usage limit: the supervisor parks the task (given
         #: the hook's ``last_assistant_message``, which names a usage limit's reset time)
         self.limit_hit = limit_hit
-        #: permission requests (issue 17): rules answer, the rest waits for a person
+        #: permission requests: rules answer, the rest waits for a person
         self.desk = desk
         #: at every other hook event (PreToolUse before each tool): read the task's
         #: transcript into the supervisor's spend book before the tool can touch it
@@ -273,7 +273,7 @@ class Reports:
 def _disputes(
     raw: object, signal: str, note: str | None
 ) -> tuple[list[dict[str, str]], str | None]:
-    """The disputes a signal carries (issue 14), or why the signal is refused. A message
+    """The disputes a signal carries, or why the signal is refused. A message
     without the key (every older client) disputes nothing."""
     if raw is None:
         return [], None

@@ -1,5 +1,5 @@
 """Independent verification of a task's commit: deterministic checks, the LLM auditor,
-the verdict, reviews and rework prompts (issue 6; DESIGN.md section 7).
+the verdict, reviews and rework prompts (docs/design.md section 7).
 
 Importing this package pulls in pydantic and git helpers only; never tmux.
 

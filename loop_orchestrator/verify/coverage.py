@@ -1,4 +1,4 @@
-"""Whether what a deleted or shrunk test checked is still checked (issue 14).
+"""Whether what a deleted or shrunk test checked is still checked.
 
 Replayed on real upstream commits, "a test was deleted" and "a test has fewer assertions"
 were often honest: the checks moved into a neighbouring test (more-itertools folded

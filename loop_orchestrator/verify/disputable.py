@@ -1,4 +1,4 @@
-"""Which verification findings a session may dispute (issue 14); standard library only, so
+"""Which verification findings a session may dispute; standard library only, so
 the sessions' end (`lo-orch signal`) and the supervisor judge by the same rule.
 
 Heuristic findings (test quality, stubs) are guesses that can be wrong about honest work;

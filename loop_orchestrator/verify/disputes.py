@@ -1,4 +1,4 @@
-"""Disputable findings (issue 14).
+"""Disputable findings.
 
 A heuristic finding can be wrong about honest work (a test of a class's own ``__ge__``
 compares a value with itself on purpose). Sent back for it, an agent would make the code

@@ -1,4 +1,4 @@
-"""The LLM test-quality auditor (DESIGN.md section 7.7), run by the supervisor, read-only.
+"""The LLM test-quality auditor (docs/design.md section 7.7), run by the supervisor, read-only.
 
 ``[auditor] llm``:
 - ``"agent"``: Claude Code headless (``-p --output-format json --json-schema ...``) with
@@ -14,7 +14,7 @@
 Anything else — no verdict, contradictory verdicts, a non-zero exit, a timeout, a missing
 program, an error result — is FAIL. Nothing here decides by default in the agent's favour.
 One exception: Claude Code reporting that it is not logged in raises ``NotLoggedInError``
-(DESIGN.md section 6), since no rework by the task could fix that.
+(docs/design.md section 6), since no rework by the task could fix that.
 """
 
 from __future__ import annotations

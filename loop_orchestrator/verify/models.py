@@ -1,7 +1,7 @@
 """What verification produces: findings, check runs, the auditor's answer and the verdict.
 
 A ``Verdict`` is bound to one commit sha: it is stored next to that commit's evidence and
-never reused for another sha (issue 6; DESIGN.md section 7).
+never reused for another sha (docs/design.md section 7).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class Finding(BaseModel):
     path: str | None = None
     line: int | None = None
     fix: str | None = None  # what to change
-    #: the implementing session's reason when it disputes this finding (issue 14)
+    #: the implementing session's reason when it disputes this finding
     dispute: str | None = None
     #: what the change itself shows that a dispute of this finding can rest on (a deleted
     #: test: the code it exercised that the change removes); for the findings whose
@@ -195,7 +195,7 @@ class AuditorResult(BaseModel):
 
 
 class Dispute(BaseModel):
-    """A session's dispute of a heuristic finding, and how it was settled (issue 14).
+    """A session's dispute of a heuristic finding, and how it was settled.
 
     outcome: ``upheld`` (the auditor agreed: the finding is a warning), ``rejected`` (the
     auditor did not: it blocks), ``carried`` (no auditor: the finding is a warning the

@@ -240,7 +240,7 @@ def tautologies(fn: ast.AST) -> list[tuple[int, str, bool]]:
     A value compared with itself is certain when it is of a built-in type; a project
     object compared with itself is uncertain (a reflexivity check of its own operators)
     only in a test that also compares it with other values, and certain otherwise: a lone
-    ``assert result == result`` checks nothing (issue 14).
+    ``assert result == result`` checks nothing.
     """
     builtins = builtin_names(fn)
     out: list[tuple[int, str, bool]] = []

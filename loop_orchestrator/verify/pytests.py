@@ -3,7 +3,7 @@
 Knows pytest (``test*`` functions, ``Test*`` classes) and unittest (``TestCase``
 subclasses), and the test methods of helper classes whose tests run through a subclass
 (``class DecoratorTestMixin`` inherited by ``class LRUDecoratorTest(DecoratorTestMixin,
-TestCase)``, as cachetools writes them; issue 14). Pure functions of source text;
+TestCase)``, as cachetools writes them). Pure functions of source text;
 ``testquality`` turns the facts into findings. Tautologies are ``pytautologies.py``'s,
 the other ways a test avoids failing (early returns, skips...) ``pyevasions.py``'s.
 """

@@ -90,7 +90,7 @@ GATE2_WARNINGS = 5
 
 
 def gate2_notes(verdicts: Mapping[str, Verdict]) -> list[str]:
-    """What the person at Gate 2 must judge in the verified tasks (issue 14): disputes the
+    """What the person at Gate 2 must judge in the verified tasks: disputes the
     auditor did not settle (carried) or upheld, and the heuristics' warnings (a check that
     could not be sure says so instead of blocking). ``verdicts``: task -> its verdict."""
     lines: list[str] = []

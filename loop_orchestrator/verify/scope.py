@@ -4,7 +4,7 @@ Input is the raw change list (``git diff --no-renames --raw base commit``): a re
 deletion plus an addition, so both sides must be owned; mode and type changes (symlinks,
 submodules) are seen too.
 
-Rules (issue 6; DESIGN.md section 7.1):
+Rules (docs/design.md section 7.1):
 - ``.orchestration/``, ``.worktrees/``, ``.git/``: always out of scope.
 - Interpreter start-up code (``*.pth``, ``sitecustomize``, ``usercustomize``) and virtual
   environments (``.venv/``, ``venv/``, ``pyvenv.cfg``): always out of scope, whatever

@@ -137,7 +137,7 @@ def _moved_into(
     removed: set[str],
     base: dict[tuple[str, str], TestVersion],
 ) -> str | None:
-    """Why the behaviour ``old`` checked is still checked, or None (issue 14).
+    """Why the behaviour ``old`` checked is still checked, or None.
 
     Evidence is looked for in the assertions this change added to a new or changed test
     (what that test asserted at the base proves nothing new): every one of ``old``'s
@@ -220,7 +220,7 @@ def compare_versions(
 
     A deleted test blocks unless what it checked is visibly still checked (its assertions
     moved into a test this change added or changed, or the change removed the code it
-    called): then it is a warning for the auditor and the human (issue 14). The same for
+    called): then it is a warning for the auditor and the human. The same for
     fewer assertions: a test turned into a parametrized table, or whose removed
     assertions reappear in another changed test, is a warning.
     """

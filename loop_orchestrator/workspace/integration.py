@@ -155,7 +155,7 @@ class Review:
 
 
 def _verdict_notes(repo: Path, rec: Record) -> list[str]:
-    """Disputes and warnings of the verdicts the supervisor recorded (issue 14)."""
+    """Disputes and warnings of the verdicts the supervisor recorded."""
 
     rundir = RunDir(repo)
     verdicts = {}

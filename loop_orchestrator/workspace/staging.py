@@ -238,7 +238,7 @@ class Staging:
             book.create(name, reviewed)
         elif current != reviewed:
             # Moved only over a value lo-orch set itself, or forward (nothing is dropped):
-            # a commit someone made on the branch is never left on no branch (issue 12).
+            # a commit someone made on the branch is never left on no branch.
             ours = book.is_ours(name) and book.refs.get(f"refs/heads/{name}") == current
             if not ours and not is_ancestor(self.repo, current, reviewed):
                 self._refuse_moving(name, current, reviewed)

@@ -8,7 +8,7 @@ move of the feature branch, staging brought into a task). This module holds what
 them (preflight, branch-name checks, cleanup) and the repository-level helpers; the
 methods most callers use are delegated here, the rest are the collaborators' own.
 
-Safety (DESIGN.md sections 9 and 10): nothing is pushed and nothing is forced. Every
+Safety (docs/design.md sections 9 and 10): nothing is pushed and nothing is forced. Every
 branch this module creates, every value it sets a ref to and each task's start commit are
 recorded in the run's refs book (``refbook``), outside the repository: a user's branch that
 happens to have the same name is refused, never reused or moved, and a ref of the run that
@@ -16,7 +16,7 @@ something else moved stops the run (``RefTamperedError``) before each merge, at 
 and at Gate 2. Every ref update is a compare-and-swap ``git update-ref``, read back, and
 written ahead in the book so a crash in between is recognised on resume.
 
-Runs never share anything (issue 12): each run's worktrees live in ``.worktrees/<run>/``,
+Runs never share anything: each run's worktrees live in ``.worktrees/<run>/``,
 and the book belongs to one run *instance* (``Workspace.for_run``), so a branch or worktree
 an earlier run of the same name left behind (a worktree its cleanup kept because it held
 uncommitted changes) is not this run's: it is never adopted, reset, committed from or
@@ -83,8 +83,8 @@ def instance_of(created_at: str) -> str | None:
 def repo_root(path: Path) -> Path:
     """The checkout a command run in ``path`` works on: the top of its work tree.
 
-    A linked worktree of the user's is a checkout of its own (its HEAD, its run state:
-    issue 12); a task worktree of lo-orch's (``<checkout>/.worktrees/<run>/<task>``) maps
+    A linked worktree of the user's is a checkout of its own (its HEAD, its run state);
+    a task worktree of lo-orch's (``<checkout>/.worktrees/<run>/<task>``) maps
     to the checkout that runs it, so an agent's `lo-orch status` finds its run.
     """
     if not path.exists():

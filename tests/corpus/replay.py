@@ -1,4 +1,4 @@
-"""Replaying real upstream commits as tasks, honest and gamed (issue 14).
+"""Replaying real upstream commits as tasks, honest and gamed.
 
 The corpus (``cases.json`` next to this file) names commits of small open-source projects:
 project, repository, commit, licence. Their code is not stored in this repository (the

@@ -25,7 +25,7 @@ from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import RunState, Store
 from loop_orchestrator.simulator import demo_flow as demo
 
-#: the keys of status/<task>.json (contract, DESIGN.md section 3), written out by hand so a
+#: the keys of status/<task>.json (contract, docs/design.md section 3), written out by hand so a
 #: renamed model field fails the tests
 STATUS_KEYS = (
     "task",
