@@ -8,6 +8,7 @@ each gamed commit weakens its tests or special-cases the tests' inputs.
 from __future__ import annotations
 
 import textwrap
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -616,3 +617,31 @@ def test_review_explains_both_findings_and_special_case_is_disputable(
     held, disputes = hold(found, [("stubs.special-cased", "a table of known durations")])
     assert [d.outcome for d in disputes] == ["carried"]
     assert not any(f.blocking for f in held if f.check == "stubs.special-cased")
+
+
+def test_a_format_spec_in_the_code_cannot_make_the_check_build_a_huge_string() -> None:
+    """The evaluator runs the session's expressions on the tests' inputs: a field width of a
+    billion would take a gigabyte; it is not evaluated (so not a case), and a
+    table keyed by a sane f-string next to it is still found."""
+    huge = dedent("""
+        def area(w, h):
+            if f"{w:>999999999}" == "3":
+                return 12
+            return w * h
+    """)
+    tracemalloc.start()
+    try:
+        assert special(huge) == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20, f"the check allocated {peak / 2**20:.0f} MiB"
+    sane = dedent("""
+        _CASES = {"3x4": 12, "5x6": 30}
+
+        def area(w, h):
+            if f"{w:>1}x{h}" in _CASES:
+                return _CASES[f"{w:>1}x{h}"]
+            return w * h
+    """)
+    assert [f.line for f in special(sane)]

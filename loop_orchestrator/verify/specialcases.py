@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +105,8 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "max": max,
     "hash": hash,
 }
+#: the widest field or precision a format spec may ask the evaluator for
+_MAX_WIDTH = 256
 _METHODS = frozenset({"lower", "upper", "strip", "casefold", "lstrip", "rstrip"})
 _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,
@@ -184,6 +187,8 @@ def _eval(node: ast.AST, env: _Env, consts: _Env) -> Any:
                 if v.conversion in convert:
                     x = _apply(convert[v.conversion], x)
                 spec = _eval(v.format_spec, env, consts) if v.format_spec else ""
+                if any(int(n) > _MAX_WIDTH for n in re.findall(r"\d+", str(spec))):
+                    raise _Unknown  # `f"{a:>999999999}"` would build a gigabyte here
                 parts.append(_apply(format, x, spec))
         return "".join(parts)
     if isinstance(node, ast.Call) and not node.keywords:
