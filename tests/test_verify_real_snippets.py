@@ -708,3 +708,62 @@ def test_a_change_tested_in_a_mixin_has_tests(git_repo: Path) -> None:
         git_repo, task, only_code, commit({"app/__init__.py": code + "\n\nY = 2\n"})
     )[0]
     assert "tests.none-added" in [f.check for f in findings]
+
+
+# tests.no-assertion: overrides d18bdb8e (a hand-written assertRaises: try, raise, except)
+
+EXPECTS_RAISE = dedent("""
+    import unittest
+
+    from app.final import final_check
+
+
+    class FinalTests(unittest.TestCase):
+        def test_final_fails_inner_class(self):
+            try:
+                final_check("inner")
+                raise RuntimeError("Should not go here")
+            except TypeError:
+                pass
+
+        def test_final_fails_in_else(self):
+            try:
+                final_check("other")
+            except (TypeError, ValueError):
+                pass
+            else:
+                raise AssertionError("no error")
+""")
+
+
+def test_a_try_that_raises_past_handlers_of_other_exceptions_is_an_assertion() -> None:
+    report = check_tests([change("tests/test_final.py", None, EXPECTS_RAISE)])
+    assert found(report, "tests.no-assertion") == []
+    assert found(report, "tests.weak-assertions") == []
+
+
+RAISE_LINE = '            raise RuntimeError("Should not go here")\n'
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # the closing raise removed: nothing fails when final_check accepts "inner"
+        (RAISE_LINE, ""),
+        # a handler that catches the closing raise too
+        ("except TypeError:", "except Exception:"),
+        ("except TypeError:", "except RuntimeError:"),
+        ("except TypeError:", "except:"),
+        ("except TypeError:", "except (KeyError, BaseException):"),
+        # the raise only under a condition
+        (RAISE_LINE, "            if False:\n    " + RAISE_LINE),
+    ],
+)
+def test_a_try_whose_closing_raise_is_caught_or_missing_is_still_no_assertion(
+    old: str, new: str
+) -> None:
+    gamed = EXPECTS_RAISE.split("    def test_final_fails_in_else")[0]
+    assert old in gamed
+    report = check_tests([change("tests/test_final.py", None, gamed.replace(old, new))])
+    assert found(report, "tests.unparsable") == []
+    assert found(report, "tests.no-assertion") == ["blocking"]

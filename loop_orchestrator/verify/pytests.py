@@ -11,6 +11,7 @@ the other ways a test avoids failing (early returns, skips...) ``pyevasions.py``
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -404,9 +405,55 @@ def walk_shallow(node: ast.AST) -> Iterator[ast.AST]:
             stack.extend(ast.iter_child_nodes(child))
 
 
+def _builtin_exception(node: ast.AST | None) -> type[BaseException] | None:
+    """The builtin exception class ``node`` names (``TypeError``, ``raise TypeError(...)``'s
+    callee), or None for anything else."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if not isinstance(node, ast.Name):
+        return None
+    value = getattr(builtins, node.id, None)
+    return value if isinstance(value, type) and issubclass(value, BaseException) else None
+
+
+def _catches(handler: ast.ExceptHandler, raised: type[BaseException]) -> bool:
+    """Whether ``handler`` may catch ``raised``: a bare ``except:``, a builtin base of it,
+    or a name this module cannot resolve to a builtin that is anything but a plain name."""
+    if handler.type is None:
+        return True
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    for kind in kinds:
+        builtin = _builtin_exception(kind)
+        if builtin is not None:
+            if issubclass(raised, builtin):
+                return True
+        elif not isinstance(kind, ast.Name | ast.Attribute):
+            return True
+    return False
+
+
+def expects_raise(node: ast.AST) -> bool:
+    """A hand-written ``assertRaises``: a ``try`` whose body ends by raising a builtin
+    exception that none of its handlers catches (``raise RuntimeError("not reached")``
+    under ``except TypeError:``), or whose ``else:`` raises. The test fails unless the
+    body raised what a handler names. A handler that catches the closing raise too
+    (``except Exception:``, a bare ``except:``) checks nothing."""
+    if not isinstance(node, ast.Try | ast.TryStar) or not node.handlers:
+        return False
+    if any(isinstance(s, ast.Raise) for s in node.orelse):
+        return True
+    last = node.body[-1]
+    if not isinstance(last, ast.Raise) or len(node.body) < 2:
+        return False
+    raised = _builtin_exception(last.exc)
+    return raised is not None and not any(_catches(h, raised) for h in node.handlers)
+
+
 def is_assertion(node: ast.AST) -> bool:
     if isinstance(node, ast.Assert):
         return True
+    if isinstance(node, ast.Try | ast.TryStar):
+        return expects_raise(node)
     if isinstance(node, ast.Call):
         name = dotted(node.func)
         last = name.rsplit(".", 1)[-1]

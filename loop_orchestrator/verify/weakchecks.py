@@ -280,6 +280,17 @@ def bound_calls(fn: ast.AST) -> dict[str, str]:
     return out
 
 
+def _broad_handler(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(dotted(k).rsplit(".", 1)[-1] in ("Exception", "BaseException") for k in kinds)
+
+
+def _handled(node: ast.Try | ast.TryStar) -> str:
+    return ", ".join(ast.unparse(h.type) if h.type else "(bare)" for h in node.handlers)
+
+
 def python_assertions(fn: ast.AST) -> list[ast.AST]:
     """The assertion nodes of one function (the test, or a helper it calls)."""
     return [n for n in ast.walk(fn) if is_assertion(n)]
@@ -310,6 +321,13 @@ def weak_python(
         elif isinstance(node, ast.Call):
             why = _call_weakness(node, predicates, bound)
             expr = node
+        elif isinstance(node, ast.Try | ast.TryStar):
+            # a hand-written assertRaises: weak when a handler takes any exception
+            if not any(_broad_handler(h) for h in node.handlers):
+                return None
+            line = getattr(node, "lineno", 0)
+            weak.append(Weak(line, f"try: ... except {_handled(node)}", _RAISES))
+            continue
         else:
             continue
         if why is False:
