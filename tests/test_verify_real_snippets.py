@@ -767,3 +767,72 @@ def test_a_try_whose_closing_raise_is_caught_or_missing_is_still_no_assertion(
     report = check_tests([change("tests/test_final.py", None, gamed.replace(old, new))])
     assert found(report, "tests.unparsable") == []
     assert found(report, "tests.no-assertion") == ["blocking"]
+
+
+# tests.fewer-assertions: tomli 9eb2125e (an expected-failure branch removed from a loop)
+
+DATA_TEST_BASE = dedent("""
+    import unittest
+
+    from app import loads
+    from tests.data import CASES
+
+
+    class TestData(unittest.TestCase):
+        def test_valid(self):
+            for name, text, expected in CASES:
+                with self.subTest(msg=name):
+                    if name in {"no-seconds", "common-31"}:
+                        with self.assertRaises(ValueError):
+                            loads(text)
+                        continue
+                    actual = loads(text)
+                    self.assertEqual(actual, expected)
+                    self.assertIn(name, CASES.names)
+""")
+EXEMPTION = dedent("""
+    if name in {"no-seconds", "common-31"}:
+        with self.assertRaises(ValueError):
+            loads(text)
+        continue
+""")
+EXEMPTION = textwrap.indent(EXEMPTION, " " * 16)
+
+
+def test_an_expected_failure_branch_removed_whole_is_a_warning() -> None:
+    assert EXEMPTION in DATA_TEST_BASE
+    honest = DATA_TEST_BASE.replace(EXEMPTION, "")
+    report = check_tests([change("tests/test_data.py", DATA_TEST_BASE, honest)])
+    assert found(report, "tests.fewer-assertions") == ["warning"]
+    (finding,) = [f for f in report.findings if f.check == "tests.fewer-assertions"]
+    assert "exempted its cases" in finding.message
+
+
+LAST_CHECK = "                self.assertIn(name, CASES.names)\n"
+EXEMPTION_LAST = DATA_TEST_BASE.replace(EXEMPTION, "").replace(LAST_CHECK, LAST_CHECK + EXEMPTION)
+
+
+@pytest.mark.parametrize(
+    ("base", "gamed"),
+    [
+        # the assertion dropped, the exemption kept: those cases are checked by nothing
+        (
+            DATA_TEST_BASE,
+            DATA_TEST_BASE.replace(
+                "                    with self.assertRaises(ValueError):\n"
+                "                        loads(text)\n",
+                "",
+            ),
+        ),
+        # the exemption removed, and one of the checks after it with it
+        (DATA_TEST_BASE, DATA_TEST_BASE.replace(EXEMPTION, "").replace(LAST_CHECK, "")),
+        # an exemption no check followed (its cases had them all already), removed
+        (EXEMPTION_LAST, DATA_TEST_BASE.replace(EXEMPTION, "")),
+    ],
+)
+def test_an_assertion_dropped_from_or_after_an_exemption_still_blocks(
+    base: str, gamed: str
+) -> None:
+    assert gamed != base and "assertRaises" in base and LAST_CHECK in DATA_TEST_BASE
+    report = check_tests([change("tests/test_data.py", base, gamed)])
+    assert found(report, "tests.fewer-assertions") == ["blocking"]
