@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from loop_orchestrator.verify import classify, secrets
+from loop_orchestrator.verify.models import warning
 from loop_orchestrator.verify.testquality import FileChange, TestReport, check_tests
+from loop_orchestrator.verify.verdict import escalate
 
 
 def change(path: str, old: str | None, new: str | None) -> FileChange:
@@ -836,3 +838,47 @@ def test_an_assertion_dropped_from_or_after_an_exemption_still_blocks(
     assert gamed != base and "assertRaises" in base and LAST_CHECK in DATA_TEST_BASE
     report = check_tests([change("tests/test_data.py", base, gamed)])
     assert found(report, "tests.fewer-assertions") == ["blocking"]
+
+
+# tests.no-assertion: tomli 41881885 (a test that only imports a module, to see it loads)
+
+IMPORT_TEST = dedent("""
+    import importlib
+    import unittest
+
+    import app
+
+
+    class TestMisc(unittest.TestCase):
+        def test_types_import(self):
+            \"\"\"The module is for annotations only; nothing else imports it.\"\"\"
+            importlib.import_module(f"{app.__name__}._types")
+""")
+
+
+def test_a_test_that_only_imports_is_a_weak_check_blocking_when_it_passes_at_the_parent() -> None:
+    report = check_tests([change("tests/test_misc.py", None, IMPORT_TEST)])
+    assert found(report, "tests.no-assertion") == []
+    (weak,) = [f for f in report.findings if f.check == "tests.weak-assertions"]
+    assert weak.severity.value == "warning" and "only that the module loads" in weak.message
+    # red-green shows it passes without the change: weak and not red blocks
+    not_red = warning("passes at the parent", "redgreen.not-red", "tests/test_misc.py")
+    assert [f.severity.value for f in escalate([weak, not_red])] == ["blocking", "warning"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # an import and a call whose result nobody checks
+        'importlib.import_module("app._types")\n        app.parse("x = 1")',
+        # the module bound and used, nothing asserted
+        'mod = importlib.import_module("app._types")\n        mod.parse("x = 1")',
+        'mod = importlib.import_module("app._types")',
+    ],
+)
+def test_an_import_next_to_unchecked_code_is_still_no_assertion(body: str) -> None:
+    gamed = IMPORT_TEST.replace('importlib.import_module(f"{app.__name__}._types")', body)
+    assert gamed != IMPORT_TEST
+    report = check_tests([change("tests/test_misc.py", None, gamed)])
+    assert found(report, "tests.unparsable") == []
+    assert found(report, "tests.no-assertion") == ["blocking"]

@@ -370,7 +370,8 @@ def _collect(
                     name=stmt.name,
                     lineno=stmt.lineno,
                     end_lineno=stmt.end_lineno or stmt.lineno,
-                    assertions=len(reached_assertions(stmt, scope, cls_name)),
+                    assertions=len(reached_assertions(stmt, scope, cls_name))
+                    or len(import_checks(stmt)),
                     body_dump="\n".join(ast.dump(s) for s in stmt.body),
                     node=stmt,
                     inherited=inherited,
@@ -447,6 +448,30 @@ def expects_raise(node: ast.AST) -> bool:
         return False
     raised = _builtin_exception(last.exc)
     return raised is not None and not any(_catches(h, raised) for h in node.handlers)
+
+
+_IMPORT_CALLS = frozenset({"importlib.import_module", "import_module", "__import__"})
+
+
+def import_checks(fn: FunctionNode) -> list[ast.stmt]:
+    """The statements of a test that only imports (``import m``, ``from m import x``,
+    ``importlib.import_module(...)``; a docstring aside): its one check is that the module
+    loads without error, a weak one (``weakchecks``). Empty for any other test: an import
+    next to a call that asserts nothing is no check."""
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    for stmt in body:
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            continue
+        if (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and dotted(stmt.value.func) in _IMPORT_CALLS
+        ):
+            continue
+        return []
+    return list(body)
 
 
 def is_assertion(node: ast.AST) -> bool:

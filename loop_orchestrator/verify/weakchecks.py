@@ -37,6 +37,10 @@ _LEN = "compare the length with the expected count, or the items themselves"
 _ATTR = "use the attribute or call it, and compare the result with the expected value"
 _RAISES = "expect the specific exception type, and match= its message"
 _SELF = "compare the result with an independently known expected value, not with itself"
+_IMPORTS = (
+    "it checks only that the module loads; call what the change makes it do and compare "
+    "the results with the expected values"
+)
 _WARNS = "expect the specific warning category, and match= its message"
 #: exception and warning classes so broad that expecting them checks nothing specific
 _BROAD_ERRORS = frozenset({"Exception", "BaseException"})
@@ -321,6 +325,10 @@ def weak_python(
         elif isinstance(node, ast.Call):
             why = _call_weakness(node, predicates, bound)
             expr = node
+        elif isinstance(node, ast.Import | ast.ImportFrom | ast.Expr):
+            # a test that only imports: the module loads, whatever its code does
+            weak.append(Weak(getattr(node, "lineno", 0), ast.unparse(node), _IMPORTS))
+            continue
         elif isinstance(node, ast.Try | ast.TryStar):
             # a hand-written assertRaises: weak when a handler takes any exception
             if not any(_broad_handler(h) for h in node.handlers):
