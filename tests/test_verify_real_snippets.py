@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from loop_orchestrator.verify import classify, secrets
+from loop_orchestrator.verify.models import warning
 from loop_orchestrator.verify.testquality import FileChange, TestReport, check_tests
+from loop_orchestrator.verify.verdict import escalate
 
 
 def change(path: str, old: str | None, new: str | None) -> FileChange:
@@ -708,3 +710,175 @@ def test_a_change_tested_in_a_mixin_has_tests(git_repo: Path) -> None:
         git_repo, task, only_code, commit({"app/__init__.py": code + "\n\nY = 2\n"})
     )[0]
     assert "tests.none-added" in [f.check for f in findings]
+
+
+# tests.no-assertion: overrides d18bdb8e (a hand-written assertRaises: try, raise, except)
+
+EXPECTS_RAISE = dedent("""
+    import unittest
+
+    from app.final import final_check
+
+
+    class FinalTests(unittest.TestCase):
+        def test_final_fails_inner_class(self):
+            try:
+                final_check("inner")
+                raise RuntimeError("Should not go here")
+            except TypeError:
+                pass
+
+        def test_final_fails_in_else(self):
+            try:
+                final_check("other")
+            except (TypeError, ValueError):
+                pass
+            else:
+                raise AssertionError("no error")
+""")
+
+
+def test_a_try_that_raises_past_handlers_of_other_exceptions_is_an_assertion() -> None:
+    report = check_tests([change("tests/test_final.py", None, EXPECTS_RAISE)])
+    assert found(report, "tests.no-assertion") == []
+    assert found(report, "tests.weak-assertions") == []
+
+
+RAISE_LINE = '            raise RuntimeError("Should not go here")\n'
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # the closing raise removed: nothing fails when final_check accepts "inner"
+        (RAISE_LINE, ""),
+        # a handler that catches the closing raise too
+        ("except TypeError:", "except Exception:"),
+        ("except TypeError:", "except RuntimeError:"),
+        ("except TypeError:", "except:"),
+        ("except TypeError:", "except (KeyError, BaseException):"),
+        # the raise only under a condition
+        (RAISE_LINE, "            if False:\n    " + RAISE_LINE),
+    ],
+)
+def test_a_try_whose_closing_raise_is_caught_or_missing_is_still_no_assertion(
+    old: str, new: str
+) -> None:
+    gamed = EXPECTS_RAISE.split("    def test_final_fails_in_else")[0]
+    assert old in gamed
+    report = check_tests([change("tests/test_final.py", None, gamed.replace(old, new))])
+    assert found(report, "tests.unparsable") == []
+    assert found(report, "tests.no-assertion") == ["blocking"]
+
+
+# tests.fewer-assertions: tomli 9eb2125e (an expected-failure branch removed from a loop)
+
+DATA_TEST_BASE = dedent("""
+    import unittest
+
+    from app import loads
+    from tests.data import CASES
+
+
+    class TestData(unittest.TestCase):
+        def test_valid(self):
+            for name, text, expected in CASES:
+                with self.subTest(msg=name):
+                    if name in {"no-seconds", "common-31"}:
+                        with self.assertRaises(ValueError):
+                            loads(text)
+                        continue
+                    actual = loads(text)
+                    self.assertEqual(actual, expected)
+                    self.assertIn(name, CASES.names)
+""")
+EXEMPTION = dedent("""
+    if name in {"no-seconds", "common-31"}:
+        with self.assertRaises(ValueError):
+            loads(text)
+        continue
+""")
+EXEMPTION = textwrap.indent(EXEMPTION, " " * 16)
+
+
+def test_an_expected_failure_branch_removed_whole_is_a_warning() -> None:
+    assert EXEMPTION in DATA_TEST_BASE
+    honest = DATA_TEST_BASE.replace(EXEMPTION, "")
+    report = check_tests([change("tests/test_data.py", DATA_TEST_BASE, honest)])
+    assert found(report, "tests.fewer-assertions") == ["warning"]
+    (finding,) = [f for f in report.findings if f.check == "tests.fewer-assertions"]
+    assert "exempted its cases" in finding.message
+
+
+LAST_CHECK = "                self.assertIn(name, CASES.names)\n"
+EXEMPTION_LAST = DATA_TEST_BASE.replace(EXEMPTION, "").replace(LAST_CHECK, LAST_CHECK + EXEMPTION)
+
+
+@pytest.mark.parametrize(
+    ("base", "gamed"),
+    [
+        # the assertion dropped, the exemption kept: those cases are checked by nothing
+        (
+            DATA_TEST_BASE,
+            DATA_TEST_BASE.replace(
+                "                    with self.assertRaises(ValueError):\n"
+                "                        loads(text)\n",
+                "",
+            ),
+        ),
+        # the exemption removed, and one of the checks after it with it
+        (DATA_TEST_BASE, DATA_TEST_BASE.replace(EXEMPTION, "").replace(LAST_CHECK, "")),
+        # an exemption no check followed (its cases had them all already), removed
+        (EXEMPTION_LAST, DATA_TEST_BASE.replace(EXEMPTION, "")),
+    ],
+)
+def test_an_assertion_dropped_from_or_after_an_exemption_still_blocks(
+    base: str, gamed: str
+) -> None:
+    assert gamed != base and "assertRaises" in base and LAST_CHECK in DATA_TEST_BASE
+    report = check_tests([change("tests/test_data.py", base, gamed)])
+    assert found(report, "tests.fewer-assertions") == ["blocking"]
+
+
+# tests.no-assertion: tomli 41881885 (a test that only imports a module, to see it loads)
+
+IMPORT_TEST = dedent("""
+    import importlib
+    import unittest
+
+    import app
+
+
+    class TestMisc(unittest.TestCase):
+        def test_types_import(self):
+            \"\"\"The module is for annotations only; nothing else imports it.\"\"\"
+            importlib.import_module(f"{app.__name__}._types")
+""")
+
+
+def test_a_test_that_only_imports_is_a_weak_check_blocking_when_it_passes_at_the_parent() -> None:
+    report = check_tests([change("tests/test_misc.py", None, IMPORT_TEST)])
+    assert found(report, "tests.no-assertion") == []
+    (weak,) = [f for f in report.findings if f.check == "tests.weak-assertions"]
+    assert weak.severity.value == "warning" and "only that the module loads" in weak.message
+    # red-green shows it passes without the change: weak and not red blocks
+    not_red = warning("passes at the parent", "redgreen.not-red", "tests/test_misc.py")
+    assert [f.severity.value for f in escalate([weak, not_red])] == ["blocking", "warning"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # an import and a call whose result nobody checks
+        'importlib.import_module("app._types")\n        app.parse("x = 1")',
+        # the module bound and used, nothing asserted
+        'mod = importlib.import_module("app._types")\n        mod.parse("x = 1")',
+        'mod = importlib.import_module("app._types")',
+    ],
+)
+def test_an_import_next_to_unchecked_code_is_still_no_assertion(body: str) -> None:
+    gamed = IMPORT_TEST.replace('importlib.import_module(f"{app.__name__}._types")', body)
+    assert gamed != IMPORT_TEST
+    report = check_tests([change("tests/test_misc.py", None, gamed)])
+    assert found(report, "tests.unparsable") == []
+    assert found(report, "tests.no-assertion") == ["blocking"]

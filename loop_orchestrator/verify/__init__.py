@@ -13,8 +13,10 @@ scope.interpreter-hook B (*.pth, sitecustomize, usercustomize, .venv/, venv/,
 pyvenv.cfg: never, whatever owns says) ·
 scope.symlink B out of the repo, W inside · scope.submodule W · scope.no-change B
 
-tests.no-assertion B · tests.tautology B (W for a project object compared with itself in a
-test that also compares it with other values: a reflexivity test of its own operators) ·
+tests.no-assertion B (a helper's assertions count; so does a ``try`` ending in a raise no
+handler catches: a hand-written assertRaises) · tests.tautology B (W for a project object
+compared with itself in a test that also compares it with other values: a reflexivity test
+of its own operators) ·
 tests.skip B (skip/xfail/only/skipTest/todo added; W for importorskip or a skip under
 ``except ImportError``: done.new-test-skipped proves whether it ran; W for a skip under a
 non-constant condition when the checks' report shows every test it governs ran) ·
@@ -24,13 +26,14 @@ when what it checked is visibly still checked: its assertions in a new or change
 the change removed the code it called; ``verify.coverage``; a dispute of it is judged on the
 diff: refused unless the change removes a name, parameter or value the test used) ·
 tests.fewer-assertions B (W
-when turned into a parametrized table, or the removed assertions are in another changed
-test) ·
+when turned into a parametrized table, the removed assertions are in another changed
+test, or they were an expected-failure branch removed whole: ``if ...: assert; continue``) ·
 tests.duplicate-name B · tests.unparsable B · tests.renamed W (same body) ·
 tests.broad-raises W · tests.weak-assertions W (a changed or new test whose every check,
 its helpers' included, is weak: is not None, isinstance, truthiness, len > 0, hasattr,
-raises(Exception), warns(Warning); JS toBeDefined, toBeTruthy, not.toBeNull, assert.ok,
-toThrow()) · tests.no-error-case W · tests.no-boundary-case W · tests.none-added W
+raises(Exception), warns(Warning), a test that only imports a module; JS toBeDefined,
+toBeTruthy, not.toBeNull, assert.ok, toThrow()) · tests.no-error-case W ·
+tests.no-boundary-case W · tests.none-added W
 
 stubs.not-implemented B · stubs.empty-body B · stubs.hardcoded-return B · stubs.special-cased
 B (guards or literal mappings that answer the tests' literal inputs with their expected

@@ -11,6 +11,7 @@ the other ways a test avoids failing (early returns, skips...) ``pyevasions.py``
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -369,7 +370,8 @@ def _collect(
                     name=stmt.name,
                     lineno=stmt.lineno,
                     end_lineno=stmt.end_lineno or stmt.lineno,
-                    assertions=len(reached_assertions(stmt, scope, cls_name)),
+                    assertions=len(reached_assertions(stmt, scope, cls_name))
+                    or len(import_checks(stmt)),
                     body_dump="\n".join(ast.dump(s) for s in stmt.body),
                     node=stmt,
                     inherited=inherited,
@@ -404,9 +406,79 @@ def walk_shallow(node: ast.AST) -> Iterator[ast.AST]:
             stack.extend(ast.iter_child_nodes(child))
 
 
+def _builtin_exception(node: ast.AST | None) -> type[BaseException] | None:
+    """The builtin exception class ``node`` names (``TypeError``, ``raise TypeError(...)``'s
+    callee), or None for anything else."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if not isinstance(node, ast.Name):
+        return None
+    value = getattr(builtins, node.id, None)
+    return value if isinstance(value, type) and issubclass(value, BaseException) else None
+
+
+def _catches(handler: ast.ExceptHandler, raised: type[BaseException]) -> bool:
+    """Whether ``handler`` may catch ``raised``: a bare ``except:``, a builtin base of it,
+    or a name this module cannot resolve to a builtin that is anything but a plain name."""
+    if handler.type is None:
+        return True
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    for kind in kinds:
+        builtin = _builtin_exception(kind)
+        if builtin is not None:
+            if issubclass(raised, builtin):
+                return True
+        elif not isinstance(kind, ast.Name | ast.Attribute):
+            return True
+    return False
+
+
+def expects_raise(node: ast.AST) -> bool:
+    """A hand-written ``assertRaises``: a ``try`` whose body ends by raising a builtin
+    exception that none of its handlers catches (``raise RuntimeError("not reached")``
+    under ``except TypeError:``), or whose ``else:`` raises. The test fails unless the
+    body raised what a handler names. A handler that catches the closing raise too
+    (``except Exception:``, a bare ``except:``) checks nothing."""
+    if not isinstance(node, ast.Try | ast.TryStar) or not node.handlers:
+        return False
+    if any(isinstance(s, ast.Raise) for s in node.orelse):
+        return True
+    last = node.body[-1]
+    if not isinstance(last, ast.Raise) or len(node.body) < 2:
+        return False
+    raised = _builtin_exception(last.exc)
+    return raised is not None and not any(_catches(h, raised) for h in node.handlers)
+
+
+_IMPORT_CALLS = frozenset({"importlib.import_module", "import_module", "__import__"})
+
+
+def import_checks(fn: FunctionNode) -> list[ast.stmt]:
+    """The statements of a test that only imports (``import m``, ``from m import x``,
+    ``importlib.import_module(...)``; a docstring aside): its one check is that the module
+    loads without error, a weak one (``weakchecks``). Empty for any other test: an import
+    next to a call that asserts nothing is no check."""
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    for stmt in body:
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            continue
+        if (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and dotted(stmt.value.func) in _IMPORT_CALLS
+        ):
+            continue
+        return []
+    return list(body)
+
+
 def is_assertion(node: ast.AST) -> bool:
     if isinstance(node, ast.Assert):
         return True
+    if isinstance(node, ast.Try | ast.TryStar):
+        return expects_raise(node)
     if isinstance(node, ast.Call):
         name = dotted(node.func)
         last = name.rsplit(".", 1)[-1]

@@ -7,6 +7,7 @@ what it did is not. Pure; ``testquality`` calls ``compare_versions``.
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -210,6 +211,53 @@ def _grounds(old: TestVersion, gone: set[str]) -> str | None:
     return "; ".join(parts)
 
 
+def _asserts(node: ast.AST) -> Counter[str]:
+    return Counter(ast.dump(n) for n in ast.walk(node) if pytests.is_assertion(n))
+
+
+def _exemption_removed(old: ast.AST | None, now: ast.AST | None) -> str | None:
+    """Why the assertions ``now`` lacks were an exemption, or None.
+
+    An exemption is an ``if`` of the test that checks something and leaves (``continue``,
+    ``return``) before the test's other checks, which the cases it takes then skip (an
+    expected-failure list: ``if name in KNOWN_BAD: assertRaises(...); continue``). Removing
+    it whole hands those cases to the checks after it: nothing is checked less. Only when
+    every lost assertion was inside such an ``if`` that is gone (its condition nowhere in
+    the test now), and every assertion outside those ``if``s is kept; dropping only the
+    assertion and keeping the ``if ...: continue`` is exempting cases, not this."""
+    if old is None or now is None:
+        return None
+    conditions = {ast.dump(n.test) for n in ast.walk(now) if isinstance(n, ast.If)}
+    removed = [
+        n
+        for n in pytests.walk_shallow(old)
+        if isinstance(n, ast.If)
+        and n.body
+        and isinstance(n.body[-1], ast.Continue | ast.Return)
+        and ast.dump(n.test) not in conditions
+    ]
+    inside = Counter[str]()
+    ids: set[int] = set()
+    for branch in removed:
+        for stmt in branch.body:
+            inside += _asserts(stmt)
+            ids |= {id(n) for n in ast.walk(stmt)}
+    lost = _asserts(old) - _asserts(now)
+    if not inside or not lost or lost - inside:
+        return None
+    rest = [n for n in ast.walk(old) if pytests.is_assertion(n) and id(n) not in ids]
+    # each removed exemption is followed by checks its cases now reach, all of them kept
+    end = max(b.end_lineno or b.lineno for b in removed if _asserts(b))
+    if not any(getattr(n, "lineno", 0) > end for n in rest):
+        return None
+    cond = ast.unparse(removed[0].test)
+    cond = cond if len(cond) <= 60 else cond[:57] + "..."
+    return (
+        f"the removed ones were in `if {cond}:`, a branch that exempted its cases from the "
+        "test's other checks and is removed with them: those cases now get the other checks"
+    )
+
+
 def compare_versions(
     base: dict[tuple[str, str], TestVersion],
     head: dict[tuple[str, str], TestVersion],
@@ -297,6 +345,8 @@ def compare_versions(
             why = None
             if now.evidence.data_driven and not old.evidence.data_driven and now.assertions:
                 why = "it now takes its cases from a table (parametrize or a loop)"
+            elif exemption := _exemption_removed(old.node, now.node):
+                why = exemption
             else:
                 lost = old.evidence.asserted - now.evidence.asserted
                 elsewhere = (

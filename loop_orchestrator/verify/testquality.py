@@ -457,6 +457,7 @@ def _judge_python(
         helpers = pytests.helper_functions(mod.tree, t)
         scopes: list[ast.AST] = [t.node, *helpers]
         asserted = [a for s in scopes for a in weakchecks.python_assertions(s)]
+        asserted = asserted or [*pytests.import_checks(t.node)]
         weak = weakchecks.weak_python(asserted, scopes, checkers)
         if weak:
             report.findings.append(_weak_finding(f.path, t.qualname, weak, changed))

@@ -37,6 +37,10 @@ _LEN = "compare the length with the expected count, or the items themselves"
 _ATTR = "use the attribute or call it, and compare the result with the expected value"
 _RAISES = "expect the specific exception type, and match= its message"
 _SELF = "compare the result with an independently known expected value, not with itself"
+_IMPORTS = (
+    "it checks only that the module loads; call what the change makes it do and compare "
+    "the results with the expected values"
+)
 _WARNS = "expect the specific warning category, and match= its message"
 #: exception and warning classes so broad that expecting them checks nothing specific
 _BROAD_ERRORS = frozenset({"Exception", "BaseException"})
@@ -280,6 +284,17 @@ def bound_calls(fn: ast.AST) -> dict[str, str]:
     return out
 
 
+def _broad_handler(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(dotted(k).rsplit(".", 1)[-1] in ("Exception", "BaseException") for k in kinds)
+
+
+def _handled(node: ast.Try | ast.TryStar) -> str:
+    return ", ".join(ast.unparse(h.type) if h.type else "(bare)" for h in node.handlers)
+
+
 def python_assertions(fn: ast.AST) -> list[ast.AST]:
     """The assertion nodes of one function (the test, or a helper it calls)."""
     return [n for n in ast.walk(fn) if is_assertion(n)]
@@ -310,6 +325,17 @@ def weak_python(
         elif isinstance(node, ast.Call):
             why = _call_weakness(node, predicates, bound)
             expr = node
+        elif isinstance(node, ast.Import | ast.ImportFrom | ast.Expr):
+            # a test that only imports: the module loads, whatever its code does
+            weak.append(Weak(getattr(node, "lineno", 0), ast.unparse(node), _IMPORTS))
+            continue
+        elif isinstance(node, ast.Try | ast.TryStar):
+            # a hand-written assertRaises: weak when a handler takes any exception
+            if not any(_broad_handler(h) for h in node.handlers):
+                return None
+            line = getattr(node, "lineno", 0)
+            weak.append(Weak(line, f"try: ... except {_handled(node)}", _RAISES))
+            continue
         else:
             continue
         if why is False:
