@@ -616,3 +616,133 @@ def test_review_explains_both_findings_and_special_case_is_disputable(
     held, disputes = hold(found, [("stubs.special-cased", "a table of known durations")])
     assert [d.outcome for d in disputes] == ["carried"]
     assert not any(f.blocking for f in held if f.check == "stubs.special-cased")
+
+
+# the tests' inputs and expected values read as a test writes them: through names bound
+# once, an equality helper, a joined string, ``*args`` of a parametrize row
+
+BOUND_TESTS = dedent("""
+    import pytest
+
+    from app.text import join_words, render, split_on
+    from common import assert_equal
+
+
+    def test_render():
+        result = render([["a", 1]], headers=("x", "y"))
+        expected = "\\n".join(["x  y", "a  1"])
+        assert_equal(expected, result)
+
+
+    def test_split_on():
+        values = [1, None, 2]
+        assert split_on(values, None) == [[1], [2]]
+
+
+    @pytest.mark.parametrize(
+        "args, expected",
+        [([["a", "b"]], "a and b"), ([["a", "b", "c"]], "a, b and c"), ([[]], "")],
+    )
+    def test_join_words(args, expected):
+        assert join_words(*args) == expected
+""")
+HONEST_TEXT = dedent("""
+    def render(rows, headers=()):
+        lines = ["  ".join(str(h) for h in headers)] if headers else []
+        lines += ["  ".join(str(c) for c in row) for row in rows]
+        return "\\n".join(lines)
+
+
+    def split_on(values, sep):
+        out, part = [], []
+        for v in values:
+            if v == sep:
+                out.append(part)
+                part = []
+            else:
+                part.append(v)
+        out.append(part)
+        return out
+
+
+    def join_words(words):
+        if not words:
+            return ""
+        if len(words) == 1:
+            return words[0]
+        return ", ".join(words[:-1]) + " and " + words[-1]
+""")
+
+
+def test_bound_names_helpers_joins_and_star_args_are_expectations() -> None:
+    exps = check_tests([new_file("tests/test_text.py", BOUND_TESTS)]).expectations
+    got = {repr((e.func, e.args, e.kwargs, e.expected)) for e in exps if e.args is not None}
+    assert repr(("render", ([["a", 1]],), (("headers", ("x", "y")),), "x  y\na  1")) in got
+    assert repr(("split_on", ([1, None, 2], None), (), [[1], [2]])) in got
+    assert repr(("join_words", (["a", "b"],), (), "a and b")) in got
+    assert repr(("join_words", ([],), (), "")) in got
+
+
+def test_a_name_bound_again_or_changed_in_place_is_not_read_as_its_first_value() -> None:
+    tests = dedent("""
+        from app.text import split_on
+
+
+        def test_changed():
+            values = [1, None]
+            values.append(2)
+            assert split_on(values, None) == [[1], [2]]
+
+
+        def test_rebound():
+            sep = None
+            sep = 0
+            assert split_on([1, 0, 2], sep) == [[1], [2]]
+    """)
+    exps = check_tests([new_file("tests/test_text.py", tests)]).expectations
+    assert [e.args for e in exps if e.func == "split_on"] == [None, None]
+
+
+def text_special(source: str) -> list[Finding]:
+    return special(source, BOUND_TESTS)
+
+
+def test_honest_code_read_through_bound_names_is_not_special_cased() -> None:
+    assert text_special(HONEST_TEXT) == []
+
+
+@pytest.mark.parametrize(
+    ("gamed", "line"),
+    [
+        # the keyword call of the test, compared in front of the real code
+        (
+            HONEST_TEXT.replace(
+                "    lines = [",
+                "    if rows == [['a', 1]] and headers == ('x', 'y'):\n"
+                "        return 'x  y\\na  1'\n    lines = [",
+            ),
+            2,
+        ),
+        # the list a test binds to a name, as the repr of the arguments
+        (
+            HONEST_TEXT.replace(
+                "    out, part = [], []",
+                "    _seen = {'([1, None, 2], None)': [[1], [2]]}\n"
+                "    if repr((values, sep)) in _seen:\n"
+                "        return _seen[repr((values, sep))]\n    out, part = [], []",
+            ),
+            10,
+        ),
+        # the parametrize rows spread by *args, instead of the real code
+        (
+            HONEST_TEXT.split("def join_words")[0] + "def join_words(words):\n"
+            "    if words == ['a', 'b']:\n        return 'a and b'\n"
+            "    if words == ['a', 'b', 'c']:\n        return 'a, b and c'\n"
+            "    return None\n",
+            20,
+        ),
+    ],
+)
+def test_special_cases_of_inputs_read_through_bound_names_are_caught(gamed: str, line: int) -> None:
+    (found,) = text_special(gamed)
+    assert found.blocking and found.line == line

@@ -502,21 +502,126 @@ class Expectation:
 
 
 _Env = dict[str, object]
+#: names a test binds once to an expression (``values = [1, 2]``, ``result = f(3)``)
+_Bound = dict[str, ast.expr]
+#: how deep a name bound to another name is followed
+_MAX_DEPTH = 8
 
 
-def _value(node: ast.AST, env: _Env) -> tuple[bool, object]:
-    """A literal, or a parametrize argument's value in this row."""
-    if isinstance(node, ast.Name) and node.id in env:
-        return True, env[node.id]
-    return constant_value(node)
+class _Scope:
+    """What a name means in one parametrize row of a test: the row's value, or the one
+    expression the test binds it to."""
+
+    def __init__(self, env: _Env, bound: _Bound | None = None) -> None:
+        self.env = env
+        self.bound = bound or {}
+
+    def value(self, node: ast.AST, depth: int = 0) -> tuple[bool, object]:
+        """A literal, folded: the row's values and the test's names substituted,
+        containers of them, ``-x`` and ``"sep".join([...])``."""
+        ok, v = constant_value(node)
+        if ok or depth > _MAX_DEPTH:
+            return ok, v
+        try:
+            return True, self._fold(node, depth)
+        except (_NotLiteral, TypeError):
+            return False, None
+
+    def call(self, node: ast.AST, depth: int = 0) -> ast.AST:
+        """``node``, or the call a name stands for (``result = f(3)``)."""
+        while isinstance(node, ast.Name) and node.id not in self.env and depth <= _MAX_DEPTH:
+            bound = self.bound.get(node.id)
+            if bound is None:
+                break
+            node, depth = bound, depth + 1
+        return node
+
+    def _fold(self, node: ast.AST, depth: int) -> object:
+        ok, v = constant_value(node)
+        if ok:
+            return v
+        if isinstance(node, ast.Name):
+            if node.id in self.env:
+                return self.env[node.id]
+            if node.id in self.bound:
+                ok, v = self.value(self.bound[node.id], depth + 1)
+                if ok:
+                    return v
+            raise _NotLiteral
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            items = [self._fold(e, depth) for e in node.elts]
+            if isinstance(node, ast.List):
+                return items
+            return tuple(items) if isinstance(node, ast.Tuple) else set(items)
+        if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+            return {
+                self._fold(k, depth): self._fold(v, depth)
+                for k, v in zip(node.keys, node.values, strict=True)
+                if k is not None
+            }
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            x = self._fold(node.operand, depth)
+            if isinstance(x, int | float | complex) and not isinstance(x, bool):
+                return -x if isinstance(node.op, ast.USub) else x
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "join"
+            and isinstance(node.func.value, ast.Constant)
+            and isinstance(node.func.value.value, str)
+            and len(node.args) == 1
+            and not node.keywords
+        ):
+            parts = self._fold(node.args[0], depth)
+            if isinstance(parts, list | tuple) and all(isinstance(x, str) for x in parts):
+                return node.func.value.value.join(parts)
+        raise _NotLiteral
+
+
+class _NotLiteral(Exception):
+    """The expression is not a literal in this scope."""
+
+
+def _bound_once(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> _Bound:
+    """Names ``fn`` binds exactly once, by a plain ``name = expr``, and never mutates in
+    place (``name.append``, ``name[k] = v``) when they hold a container; its parameters
+    (fixtures, parametrize arguments) are not among them."""
+    stores: dict[str, int] = {}
+    value: _Bound = {}
+    mutated: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            value[node.targets[0].id] = node.value
+        if (
+            isinstance(node, ast.Attribute | ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and (isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load))
+        ):
+            mutated.add(node.value.id)
+    a = fn.args
+    params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x}
+    return {
+        name: expr
+        for name, expr in value.items()
+        if stores.get(name) == 1
+        and name not in params
+        and not (name in mutated and isinstance(expr, ast.List | ast.Dict | ast.Set))
+    }
 
 
 def _call_side(
-    call: ast.AST, other: ast.AST, path: str, line: int, env: _Env, test: str
+    call: ast.AST, other: ast.AST, path: str, line: int, scope: _Scope, test: str
 ) -> Expectation | None:
+    call = scope.call(call)
     if not isinstance(call, ast.Call):
         return None
-    ok, expected = _value(other, env)
+    ok, expected = scope.value(other)
     if not ok:
         return None
     name = dotted(call.func).rsplit(".", 1)[-1]
@@ -525,12 +630,21 @@ def _call_side(
     literal_args: list[object] = []
     kwargs: list[tuple[str, object]] = []
     for a in call.args:
-        is_c, v = _value(a, env)
+        if isinstance(a, ast.Starred):
+            is_c, v = scope.value(a.value)
+            if not (is_c and isinstance(v, list | tuple)):
+                return Expectation(name, None, expected, path, line, test=test)
+            literal_args.extend(v)
+            continue
+        is_c, v = scope.value(a)
         if not is_c:
             return Expectation(name, None, expected, path, line, test=test)
         literal_args.append(v)
     for k in call.keywords:
-        is_c, v = _value(k.value, env)
+        is_c, v = scope.value(k.value)
+        if k.arg is None and is_c and isinstance(v, dict) and all(isinstance(x, str) for x in v):
+            kwargs.extend((str(x), y) for x, y in v.items())
+            continue
         if k.arg is None or not is_c:
             return Expectation(name, None, expected, path, line, test=test)
         kwargs.append((k.arg, v))
@@ -582,6 +696,11 @@ def parametrize_rows(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[_Env]:
     return rows
 
 
+#: calls that assert their first two arguments equal (unittest's, and the ``assert_equal``
+#: of nose, numpy.testing and many projects' own test helpers)
+_EQUALITY_HELPERS = ("assertEqual", "assertEquals", "assertIs", "assert_equal", "assert_equals")
+
+
 def _pairs(node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
     if (
         isinstance(node, ast.Assert)
@@ -593,7 +712,7 @@ def _pairs(node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
     if (
         isinstance(node, ast.Call)
         and len(node.args) >= 2
-        and dotted(node.func).rsplit(".", 1)[-1] in ("assertEqual", "assertEquals", "assertIs")
+        and dotted(node.func).rsplit(".", 1)[-1] in _EQUALITY_HELPERS
     ):
         return [(node.args[0], node.args[1])]
     return []
@@ -617,8 +736,10 @@ def expectations(path: str, tree: ast.AST) -> list[Expectation]:
     out: list[Expectation] = []
     tests = list(_test_functions(tree.body)) if isinstance(tree, ast.Module) else []
     skip = {id(fn) for _, fn in tests}
-    scopes: list[tuple[str, list[ast.AST], list[_Env]]] = [
-        (qual, list(ast.walk(fn)), parametrize_rows(fn)) for qual, fn in tests
+    scopes: list[tuple[str, list[ast.AST], list[_Scope]]] = [
+        (qual, list(ast.walk(fn)), [_Scope(row, bound) for row in parametrize_rows(fn)])
+        for qual, fn in tests
+        for bound in [_bound_once(fn)]
     ]
     rest: list[ast.AST] = []  # the module outside its tests, walked once
     stack: list[ast.AST] = [tree]
@@ -626,15 +747,15 @@ def expectations(path: str, tree: ast.AST) -> list[Expectation]:
         node = stack.pop()
         rest.append(node)
         stack.extend(n for n in ast.iter_child_nodes(node) if id(n) not in skip)
-    scopes.append(("", rest, [{}]))
+    scopes.append(("", rest, [_Scope({})]))
     for qual, nodes, rows in scopes:
         for node in nodes:
             for a, b in _pairs(node):
                 line = node.lineno  # type: ignore[attr-defined]
                 seen: set[str] = set()  # by repr: the values may be unhashable lists
-                for env in rows:
-                    exp = _call_side(a, b, path, line, env, qual) or _call_side(
-                        b, a, path, line, env, qual
+                for scope in rows:
+                    exp = _call_side(a, b, path, line, scope, qual) or _call_side(
+                        b, a, path, line, scope, qual
                     )
                     if exp is not None and repr(exp) not in seen:
                         seen.add(repr(exp))
