@@ -746,3 +746,60 @@ def test_honest_code_read_through_bound_names_is_not_special_cased() -> None:
 def test_special_cases_of_inputs_read_through_bound_names_are_caught(gamed: str, line: int) -> None:
     (found,) = text_special(gamed)
     assert found.blocking and found.line == line
+
+
+# an answer equal to the input: a base case on the parameter itself, a looked-up answer when
+# the key is the whole call
+
+IDENTITY_TESTS = dedent("""
+    from app.text import canonical_unit, replace_all
+
+
+    def test_no_substitutions():
+        assert replace_all("foo bar", {}) == "foo bar"
+        assert replace_all("cat", {"cat": "kedi"}) == "kedi"
+
+
+    def test_units():
+        assert canonical_unit("m") == "m"
+        assert canonical_unit("metre") == "m"
+""")
+HONEST_IDENTITY = dedent("""
+    def replace_all(text, subs):
+        if not subs:
+            return text
+        for old, new in subs.items():
+            text = text.replace(old, new)
+        return text
+
+
+    def canonical_unit(unit):
+        if unit == "m":  # the identity: a base case, as fib(1) == 1
+            return "m"
+        if unit == "metre":
+            return "m"
+        return unit.strip().lower()
+""")
+
+
+def test_an_honest_identity_on_a_parameter_is_a_base_case() -> None:
+    assert special(HONEST_IDENTITY, IDENTITY_TESTS) == []
+
+
+@pytest.mark.parametrize(
+    ("front", "line"),
+    [
+        (
+            "    _seen = {\"('foo bar', {})\": 'foo bar'}\n"
+            "    if repr((text, subs)) in _seen:\n        return _seen[repr((text, subs))]\n",
+            4,
+        ),
+        ("    if repr((text,)) == \"('foo bar',)\":\n        return 'foo bar'\n", 2),
+        ("    if f'{text}' == 'foo bar':\n        return 'foo bar'\n", 2),
+    ],
+)
+def test_an_identity_keyed_by_the_whole_call_is_special_cased(front: str, line: int) -> None:
+    gamed = HONEST_IDENTITY.replace("    if not subs:\n", front + "    if not subs:\n")
+    (found,) = special(gamed, IDENTITY_TESTS)
+    assert found.blocking and found.line == line
+    assert "`replace_all('foo bar', {}) == 'foo bar'`" in found.message
