@@ -803,3 +803,40 @@ def test_an_identity_keyed_by_the_whole_call_is_special_cased(front: str, line: 
     (found,) = special(gamed, IDENTITY_TESTS)
     assert found.blocking and found.line == line
     assert "`replace_all('foo bar', {}) == 'foo bar'`" in found.message
+
+
+def test_the_test_modules_constants_are_read_unless_a_test_shadows_them() -> None:
+    tests = dedent("""
+        from app.text import split_on
+
+        VALUES = [1, None, 2]
+        EXPECTED = [[1], [2]]
+
+
+        def test_module_constants():
+            assert split_on(VALUES, None) == EXPECTED
+
+
+        def test_shadowed(VALUES):
+            assert split_on(VALUES, None) == EXPECTED
+
+
+        def test_rebound_locally():
+            EXPECTED = [[1, None, 2]]
+            assert split_on(VALUES, 0) == EXPECTED
+    """)
+    exps = check_tests([new_file("tests/test_text.py", tests)]).expectations
+    got = [(e.test, e.args, e.expected) for e in exps if e.func == "split_on"]
+    assert got == [
+        ("test_module_constants", ([1, None, 2], None), [[1], [2]]),
+        ("test_shadowed", None, [[1], [2]]),
+        ("test_rebound_locally", ([1, None, 2], 0), [[1, None, 2]]),
+    ]
+    gamed = HONEST_TEXT.replace(
+        "    out, part = [], []",
+        "    if values == [1, None, 2] and sep is None:\n        return [[1], [2]]\n"
+        "    out, part = [], []",
+    )
+    (found,) = special(gamed, tests)
+    assert found.line == 8 and "test_module_constants" in found.message
+    assert special(HONEST_TEXT, tests) == []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from loop_orchestrator import pyast
@@ -582,14 +582,51 @@ class _NotLiteral(Exception):
     """The expression is not a literal in this scope."""
 
 
-def _bound_once(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> _Bound:
+def _bound_once(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: _Bound) -> _Bound:
     """Names ``fn`` binds exactly once, by a plain ``name = expr``, and never mutates in
     place (``name.append``, ``name[k] = v``) when they hold a container; its parameters
-    (fixtures, parametrize arguments) are not among them."""
+    (fixtures, parametrize arguments) are not among them. ``module``'s names (the test
+    module's, ``_module_bound``) that ``fn`` neither binds nor takes are kept."""
+    stores, value, mutated = _bindings(ast.walk(fn))
+    a = fn.args
+    params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x}
+    mine = {
+        name: expr
+        for name, expr in value.items()
+        if stores.get(name) == 1
+        and name not in params
+        and not (name in mutated and isinstance(expr, ast.List | ast.Dict | ast.Set))
+    }
+    inherited = {
+        name: expr
+        for name, expr in module.items()
+        if name not in stores
+        and name not in params
+        and not (name in mutated and isinstance(expr, ast.List | ast.Dict | ast.Set))
+    }
+    return inherited | mine
+
+
+def _module_bound(tree: ast.Module) -> _Bound:
+    """Names the module's top level binds exactly once, by a plain ``NAME = expr``."""
+    top: list[ast.AST] = []
+    stack: list[ast.AST] = list(tree.body)
+    while stack:  # the top level's statements, not the bodies of functions and classes
+        node = stack.pop()
+        top.append(node)
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
+    stores, value, _mutated = _bindings(top)
+    return {name: expr for name, expr in value.items() if stores.get(name) == 1}
+
+
+def _bindings(nodes: Iterable[ast.AST]) -> tuple[dict[str, int], _Bound, set[str]]:
+    """How often each name is bound among ``nodes``, the value of each plain
+    ``name = expr``, and the names changed in place (``name.x``, ``name[k] = v``)."""
     stores: dict[str, int] = {}
     value: _Bound = {}
     mutated: set[str] = set()
-    for node in ast.walk(fn):
+    for node in nodes:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
             stores[node.id] = stores.get(node.id, 0) + 1
         elif (
@@ -604,15 +641,12 @@ def _bound_once(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> _Bound:
             and (isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load))
         ):
             mutated.add(node.value.id)
-    a = fn.args
-    params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x}
-    return {
-        name: expr
-        for name, expr in value.items()
-        if stores.get(name) == 1
-        and name not in params
-        and not (name in mutated and isinstance(expr, ast.List | ast.Dict | ast.Set))
-    }
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            stores[node.name] = stores.get(node.name, 0) + 1
+        elif isinstance(node, ast.alias):
+            name = (node.asname or node.name).split(".")[0]
+            stores[name] = stores.get(name, 0) + 1
+    return stores, value, mutated
 
 
 def _call_side(
@@ -736,10 +770,11 @@ def expectations(path: str, tree: ast.AST) -> list[Expectation]:
     out: list[Expectation] = []
     tests = list(_test_functions(tree.body)) if isinstance(tree, ast.Module) else []
     skip = {id(fn) for _, fn in tests}
+    module = _module_bound(tree) if isinstance(tree, ast.Module) else {}
     scopes: list[tuple[str, list[ast.AST], list[_Scope]]] = [
         (qual, list(ast.walk(fn)), [_Scope(row, bound) for row in parametrize_rows(fn)])
         for qual, fn in tests
-        for bound in [_bound_once(fn)]
+        for bound in [_bound_once(fn, module)]
     ]
     rest: list[ast.AST] = []  # the module outside its tests, walked once
     stack: list[ast.AST] = [tree]

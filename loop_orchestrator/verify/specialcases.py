@@ -7,7 +7,8 @@ A *case* is a literal input mapped to a literal output on a function's parameter
 entry of a literal mapping looked up by the parameters and returned (``return
 _CASES[repr((a, b))]``, ``_CASES.get(x)``; a dict literal, local or module-level). A case
 *matches* a test when it fires at the test's literal inputs (``f(3) == 9``,
-``assertEqual(f(3), 9)``, parametrize rows; evaluated, not pattern-matched) and returns
+``assertEqual(f(3), 9)``, parametrize rows and ``f(*args)`` of them, names the test or its
+module binds once: ``pytests.expectations``; evaluated, not pattern-matched) and returns
 exactly the value the test expects.
 
 Honest code has cases too (``if n == 0: return 1`` in a factorial). The rule:
