@@ -840,3 +840,43 @@ def test_the_test_modules_constants_are_read_unless_a_test_shadows_them() -> Non
     (found,) = special(gamed, tests)
     assert found.line == 8 and "test_module_constants" in found.message
     assert special(HONEST_TEXT, tests) == []
+
+
+LOOP_TESTS = dedent("""
+    import unittest
+
+    from app.text import join_words
+
+    CASES = {("a", "b"): "a and b", ("a", "b", "c"): "a, b and c"}
+
+
+    class TestJoin(unittest.TestCase):
+        def test_table(self):
+            for words, expected in [(["a", "b"], "a and b"), (["x"], "x")]:
+                with self.subTest(words=words):
+                    self.assertEqual(join_words(words), expected)
+
+        def test_dict_items(self):
+            for words, expected in CASES.items():
+                self.assertEqual(join_words(list(words)), expected)
+""")
+
+
+def test_loops_over_a_literal_table_are_expectations_per_item() -> None:
+    exps = check_tests([new_file("tests/test_text.py", LOOP_TESTS)]).expectations
+    got = [(e.test, e.args, e.expected) for e in exps if e.func == "join_words"]
+    assert got == [
+        ("TestJoin::test_table", (["a", "b"],), "a and b"),
+        ("TestJoin::test_table", (["x"],), "x"),
+        # list(words) is a call, not a literal: not read as one
+        ("TestJoin::test_dict_items", None, "a and b"),
+        ("TestJoin::test_dict_items", None, "a, b and c"),
+    ]
+    gamed = HONEST_TEXT.replace(
+        '        return ""\n',
+        '        return ""\n    if words == ["a", "b"]:\n        return "a and b"\n'
+        '    if words == ["x"]:\n        return "x"\n',
+    )
+    (found,) = special(gamed, LOOP_TESTS)
+    assert "join_words() special-cases" in found.message and "TestJoin::test_table" in found.message
+    assert special(HONEST_TEXT, LOOP_TESTS) == []

@@ -583,8 +583,8 @@ class _NotLiteral(Exception):
 
 
 def _bound_once(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: _Bound) -> _Bound:
-    """Names ``fn`` binds exactly once, by a plain ``name = expr``, and never mutates in
-    place (``name.append``, ``name[k] = v``) when they hold a container; its parameters
+    """Names ``fn`` binds exactly once, by a plain ``name = expr``, and never changes in
+    place (``name.append(x)``, ``name[k] = v``) when they hold a container; its parameters
     (fixtures, parametrize arguments) are not among them. ``module``'s names (the test
     module's, ``_module_bound``) that ``fn`` neither binds nor takes are kept."""
     stores, value, mutated = _bindings(ast.walk(fn))
@@ -620,9 +620,20 @@ def _module_bound(tree: ast.Module) -> _Bound:
     return {name: expr for name, expr in value.items() if stores.get(name) == 1}
 
 
+#: the methods that change a list, dict or set in place
+_MUTATORS = frozenset(
+    {
+        "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+        "update", "setdefault", "popitem", "add", "discard", "difference_update",
+        "intersection_update", "symmetric_difference_update",
+        "__setitem__", "__delitem__", "__iadd__",
+    }
+)  # fmt: skip
+
+
 def _bindings(nodes: Iterable[ast.AST]) -> tuple[dict[str, int], _Bound, set[str]]:
     """How often each name is bound among ``nodes``, the value of each plain
-    ``name = expr``, and the names changed in place (``name.x``, ``name[k] = v``)."""
+    ``name = expr``, and the names changed in place (``name.append(x)``, ``name[k] = v``)."""
     stores: dict[str, int] = {}
     value: _Bound = {}
     mutated: set[str] = set()
@@ -638,7 +649,11 @@ def _bindings(nodes: Iterable[ast.AST]) -> tuple[dict[str, int], _Bound, set[str
         if (
             isinstance(node, ast.Attribute | ast.Subscript)
             and isinstance(node.value, ast.Name)
-            and (isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load))
+            and (
+                node.attr in _MUTATORS
+                if isinstance(node, ast.Attribute)
+                else not isinstance(node.ctx, ast.Load)
+            )
         ):
             mutated.add(node.value.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -764,27 +779,89 @@ def _test_functions(
             yield from _test_functions(stmt.body, f"{prefix}{stmt.name}::")
 
 
+def _with_loop_rows(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, rows: list[_Scope]
+) -> list[tuple[ast.AST, list[_Scope]]]:
+    """Each node of ``fn`` with the rows it runs in: the parametrize rows, times the items
+    of each ``for`` loop over a literal table around it (``for x, want in [(1, 2), ...]``,
+    ``CASES.items()``) with the loop's names bound to the item."""
+    out: list[tuple[ast.AST, list[_Scope]]] = []
+    stack: list[tuple[ast.AST, list[_Scope]]] = [(fn, rows)]
+    while stack:
+        node, mine = stack.pop()
+        out.append((node, mine))
+        if isinstance(node, ast.For | ast.AsyncFor):
+            inner = [
+                _Scope(scope.env | env, scope.bound)
+                for scope in mine
+                for env in _loop_items(node, scope)
+            ][:_MAX_ROWS]
+            for child in ast.iter_child_nodes(node):
+                in_body = any(child is s for s in node.body)
+                stack.append((child, inner if in_body and inner else mine))
+        else:
+            stack.extend((child, mine) for child in ast.iter_child_nodes(node))
+    return out
+
+
+def _loop_items(loop: ast.For | ast.AsyncFor, scope: _Scope) -> list[_Env]:
+    """The loop's names bound to each item of its literal table; [] when it is not one."""
+    source: ast.AST = loop.iter
+    items_of_dict = (
+        isinstance(source, ast.Call)
+        and isinstance(source.func, ast.Attribute)
+        and source.func.attr == "items"
+        and not source.args
+    )
+    if items_of_dict:
+        source = source.func.value  # type: ignore[attr-defined]
+    ok, table = scope.value(source)
+    if items_of_dict:
+        table = list(table.items()) if ok and isinstance(table, dict) else None
+    if not (ok and isinstance(table, list | tuple)):
+        return []
+    out: list[_Env] = []
+    for item in table:
+        env: _Env = {}
+        if not _unpack(loop.target, item, env):
+            return []
+        out.append(env)
+    return out
+
+
+def _unpack(target: ast.expr, value: object, env: _Env) -> bool:
+    if isinstance(target, ast.Name):
+        env[target.id] = value
+        return True
+    if isinstance(target, ast.Tuple | ast.List) and isinstance(value, tuple | list):
+        if len(target.elts) != len(value) or any(isinstance(e, ast.Starred) for e in target.elts):
+            return False
+        return all(_unpack(t, v, env) for t, v in zip(target.elts, value, strict=True))
+    return False
+
+
 def expectations(path: str, tree: ast.AST) -> list[Expectation]:
     """``assert f(3) == 42``, ``assertEqual(f(3), 42)`` and the mirrored forms, one per
-    parametrize row when the arguments or the expected value are the row's."""
+    parametrize row, and per item of a loop over a literal table, when the arguments or the
+    expected value are the row's."""
     out: list[Expectation] = []
     tests = list(_test_functions(tree.body)) if isinstance(tree, ast.Module) else []
     skip = {id(fn) for _, fn in tests}
     module = _module_bound(tree) if isinstance(tree, ast.Module) else {}
-    scopes: list[tuple[str, list[ast.AST], list[_Scope]]] = [
-        (qual, list(ast.walk(fn)), [_Scope(row, bound) for row in parametrize_rows(fn)])
+    scopes: list[tuple[str, list[tuple[ast.AST, list[_Scope]]]]] = [
+        (qual, _with_loop_rows(fn, [_Scope(row, bound) for row in parametrize_rows(fn)]))
         for qual, fn in tests
         for bound in [_bound_once(fn, module)]
     ]
-    rest: list[ast.AST] = []  # the module outside its tests, walked once
+    rest: list[tuple[ast.AST, list[_Scope]]] = []  # the module outside its tests, once
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
-        rest.append(node)
+        rest.append((node, [_Scope({})]))
         stack.extend(n for n in ast.iter_child_nodes(node) if id(n) not in skip)
-    scopes.append(("", rest, [_Scope({})]))
-    for qual, nodes, rows in scopes:
-        for node in nodes:
+    scopes.append(("", rest))
+    for qual, nodes in scopes:
+        for node, rows in nodes:
             for a, b in _pairs(node):
                 line = node.lineno  # type: ignore[attr-defined]
                 seen: set[str] = set()  # by repr: the values may be unhashable lists
