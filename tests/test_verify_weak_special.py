@@ -880,3 +880,45 @@ def test_loops_over_a_literal_table_are_expectations_per_item() -> None:
     (found,) = special(gamed, LOOP_TESTS)
     assert "join_words() special-cases" in found.message and "TestJoin::test_table" in found.message
     assert special(HONEST_TEXT, LOOP_TESTS) == []
+
+
+HELPER_TESTS = dedent("""
+    import unittest
+
+    from app.text import join_words
+
+
+    def check(words, expected):
+        assert join_words(words) == expected
+
+
+    def test_two():
+        check(["a", "b"], "a and b")
+
+
+    class TestJoin(unittest.TestCase):
+        def assert_joined(self, words, expected, sep=", "):
+            self.assertEqual(join_words(words), expected)
+
+        def test_three(self):
+            self.assert_joined(["a", "b", "c"], expected="a, b and c")
+
+        def test_not_literal(self):
+            self.assert_joined(list("ab"), "a and b")
+""")
+
+
+def test_a_helper_called_with_literals_asserts_the_callers_expectation() -> None:
+    exps = check_tests([new_file("tests/test_text.py", HELPER_TESTS)]).expectations
+    got = {(e.test, repr(e.args), e.expected) for e in exps if e.func == "join_words"}
+    assert ("test_two", "(['a', 'b'],)", "a and b") in got
+    assert ("TestJoin::test_three", "(['a', 'b', 'c'],)", "a, b and c") in got
+    assert not any(t == "TestJoin::test_not_literal" for t, _, _ in got)
+    gamed = HONEST_TEXT.replace(
+        '        return ""\n',
+        '        return ""\n    if words == ["a", "b"]:\n        return "a and b"\n'
+        '    if words == ["a", "b", "c"]:\n        return "a, b and c"\n',
+    )
+    (found,) = special(gamed, HELPER_TESTS)
+    assert "join_words() special-cases" in found.message and "test_two" in found.message
+    assert special(HONEST_TEXT, HELPER_TESTS) == []

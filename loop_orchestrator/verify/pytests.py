@@ -829,6 +829,77 @@ def _loop_items(loop: ast.For | ast.AsyncFor, scope: _Scope) -> list[_Env]:
     return out
 
 
+def _helpers(tree: ast.Module) -> dict[str, tuple[ast.FunctionDef, bool]]:
+    """The test module's functions and its classes' methods that are not tests, by name,
+    each with whether it is a method; a name defined twice is left out."""
+    out: dict[str, tuple[ast.FunctionDef, bool]] = {}
+    twice: set[str] = set()
+    defs = [(stmt, False) for stmt in tree.body] + [
+        (m, True) for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body
+    ]
+    for stmt, method in defs:
+        if isinstance(stmt, ast.FunctionDef) and not stmt.name.startswith("test"):
+            if stmt.name in out:
+                twice.add(stmt.name)
+            out[stmt.name] = (stmt, method)
+    return {k: v for k, v in out.items() if k not in twice}
+
+
+def _helper_calls(
+    nodes: list[tuple[ast.AST, list[_Scope]]],
+    helpers: dict[str, tuple[ast.FunctionDef, bool]],
+    module: _Bound,
+) -> list[tuple[ast.AST, list[_Scope]]]:
+    """The nodes of the helpers a test calls with literal arguments (``check(3, 4, 12)``,
+    ``self.check(...)``), each in the rows of the helper's parameters bound to them."""
+    out: list[tuple[ast.AST, list[_Scope]]] = []
+    for node, rows in nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        name, method = "", False
+        if isinstance(node.func, ast.Name):
+            name = node.func.id
+        elif (
+            isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in ("self", "cls")
+        ):
+            name, method = node.func.attr, True
+        if name not in helpers or helpers[name][1] != method:
+            continue
+        helper = helpers[name][0]
+        bound = _bound_once(helper, module)
+        envs = [env for scope in rows if (env := _bind_helper(helper, method, node, scope))]
+        if envs:
+            out += _with_loop_rows(helper, [_Scope(env, bound) for env in envs])
+    return out
+
+
+def _bind_helper(helper: ast.FunctionDef, method: bool, call: ast.Call, scope: _Scope) -> _Env:
+    """The helper's parameters bound to the call's literal arguments and the helper's
+    literal defaults; {} when an argument is not a literal or does not fit."""
+    a = helper.args
+    positional = [x.arg for x in (*a.posonlyargs, *a.args)][1 if method else 0 :]
+    if len(call.args) > len(positional) or a.vararg is not None or a.kwarg is not None:
+        return {}
+    env: _Env = {}
+    defaults = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=False))
+    defaults += [(x.arg, d) for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d]
+    for name, d in defaults:
+        ok, v = constant_value(d)
+        if ok:
+            env[name] = v
+    names = set(positional) | {x.arg for x in a.kwonlyargs}
+    pairs: list[tuple[str | None, ast.expr]] = list(zip(positional, call.args, strict=False))
+    pairs += [(k.arg, k.value) for k in call.keywords]
+    for key, value in pairs:
+        ok, v = scope.value(value)
+        if key is None or key not in names or isinstance(value, ast.Starred) or not ok:
+            return {}
+        env[key] = v
+    return env if names <= set(env) else {}
+
+
 def _unpack(target: ast.expr, value: object, env: _Env) -> bool:
     if isinstance(target, ast.Name):
         env[target.id] = value
@@ -853,6 +924,9 @@ def expectations(path: str, tree: ast.AST) -> list[Expectation]:
         for qual, fn in tests
         for bound in [_bound_once(fn, module)]
     ]
+    helpers = _helpers(tree) if isinstance(tree, ast.Module) else {}
+    for _qual, nodes in scopes:
+        nodes += _helper_calls(nodes, helpers, module)
     rest: list[tuple[ast.AST, list[_Scope]]] = []  # the module outside its tests, once
     stack: list[ast.AST] = [tree]
     while stack:
