@@ -645,3 +645,309 @@ def test_a_format_spec_in_the_code_cannot_make_the_check_build_a_huge_string() -
             return w * h
     """)
     assert [f.line for f in special(sane)]
+
+
+# the tests' inputs and expected values read as a test writes them: through names bound
+# once, an equality helper, a joined string, ``*args`` of a parametrize row
+
+BOUND_TESTS = dedent("""
+    import pytest
+
+    from app.text import join_words, render, split_on
+    from common import assert_equal
+
+
+    def test_render():
+        result = render([["a", 1]], headers=("x", "y"))
+        expected = "\\n".join(["x  y", "a  1"])
+        assert_equal(expected, result)
+
+
+    def test_split_on():
+        values = [1, None, 2]
+        assert split_on(values, None) == [[1], [2]]
+
+
+    @pytest.mark.parametrize(
+        "args, expected",
+        [([["a", "b"]], "a and b"), ([["a", "b", "c"]], "a, b and c"), ([[]], "")],
+    )
+    def test_join_words(args, expected):
+        assert join_words(*args) == expected
+""")
+HONEST_TEXT = dedent("""
+    def render(rows, headers=()):
+        lines = ["  ".join(str(h) for h in headers)] if headers else []
+        lines += ["  ".join(str(c) for c in row) for row in rows]
+        return "\\n".join(lines)
+
+
+    def split_on(values, sep):
+        out, part = [], []
+        for v in values:
+            if v == sep:
+                out.append(part)
+                part = []
+            else:
+                part.append(v)
+        out.append(part)
+        return out
+
+
+    def join_words(words):
+        if not words:
+            return ""
+        if len(words) == 1:
+            return words[0]
+        return ", ".join(words[:-1]) + " and " + words[-1]
+""")
+
+
+def test_bound_names_helpers_joins_and_star_args_are_expectations() -> None:
+    exps = check_tests([new_file("tests/test_text.py", BOUND_TESTS)]).expectations
+    got = {repr((e.func, e.args, e.kwargs, e.expected)) for e in exps if e.args is not None}
+    assert repr(("render", ([["a", 1]],), (("headers", ("x", "y")),), "x  y\na  1")) in got
+    assert repr(("split_on", ([1, None, 2], None), (), [[1], [2]])) in got
+    assert repr(("join_words", (["a", "b"],), (), "a and b")) in got
+    assert repr(("join_words", ([],), (), "")) in got
+
+
+def test_a_name_bound_again_or_changed_in_place_is_not_read_as_its_first_value() -> None:
+    tests = dedent("""
+        from app.text import split_on
+
+
+        def test_changed():
+            values = [1, None]
+            values.append(2)
+            assert split_on(values, None) == [[1], [2]]
+
+
+        def test_rebound():
+            sep = None
+            sep = 0
+            assert split_on([1, 0, 2], sep) == [[1], [2]]
+    """)
+    exps = check_tests([new_file("tests/test_text.py", tests)]).expectations
+    assert [e.args for e in exps if e.func == "split_on"] == [None, None]
+
+
+def text_special(source: str) -> list[Finding]:
+    return special(source, BOUND_TESTS)
+
+
+def test_honest_code_read_through_bound_names_is_not_special_cased() -> None:
+    assert text_special(HONEST_TEXT) == []
+
+
+@pytest.mark.parametrize(
+    ("gamed", "line"),
+    [
+        # the keyword call of the test, compared in front of the real code
+        (
+            HONEST_TEXT.replace(
+                "    lines = [",
+                "    if rows == [['a', 1]] and headers == ('x', 'y'):\n"
+                "        return 'x  y\\na  1'\n    lines = [",
+            ),
+            2,
+        ),
+        # the list a test binds to a name, as the repr of the arguments
+        (
+            HONEST_TEXT.replace(
+                "    out, part = [], []",
+                "    _seen = {'([1, None, 2], None)': [[1], [2]]}\n"
+                "    if repr((values, sep)) in _seen:\n"
+                "        return _seen[repr((values, sep))]\n    out, part = [], []",
+            ),
+            10,
+        ),
+        # the parametrize rows spread by *args, instead of the real code
+        (
+            HONEST_TEXT.split("def join_words")[0] + "def join_words(words):\n"
+            "    if words == ['a', 'b']:\n        return 'a and b'\n"
+            "    if words == ['a', 'b', 'c']:\n        return 'a, b and c'\n"
+            "    return None\n",
+            20,
+        ),
+    ],
+)
+def test_special_cases_of_inputs_read_through_bound_names_are_caught(gamed: str, line: int) -> None:
+    (found,) = text_special(gamed)
+    assert found.blocking and found.line == line
+
+
+# an answer equal to the input: a base case on the parameter itself, a looked-up answer when
+# the key is the whole call
+
+IDENTITY_TESTS = dedent("""
+    from app.text import canonical_unit, replace_all
+
+
+    def test_no_substitutions():
+        assert replace_all("foo bar", {}) == "foo bar"
+        assert replace_all("cat", {"cat": "kedi"}) == "kedi"
+
+
+    def test_units():
+        assert canonical_unit("m") == "m"
+        assert canonical_unit("metre") == "m"
+""")
+HONEST_IDENTITY = dedent("""
+    def replace_all(text, subs):
+        if not subs:
+            return text
+        for old, new in subs.items():
+            text = text.replace(old, new)
+        return text
+
+
+    def canonical_unit(unit):
+        if unit == "m":  # the identity: a base case, as fib(1) == 1
+            return "m"
+        if unit == "metre":
+            return "m"
+        return unit.strip().lower()
+""")
+
+
+def test_an_honest_identity_on_a_parameter_is_a_base_case() -> None:
+    assert special(HONEST_IDENTITY, IDENTITY_TESTS) == []
+
+
+@pytest.mark.parametrize(
+    ("front", "line"),
+    [
+        (
+            "    _seen = {\"('foo bar', {})\": 'foo bar'}\n"
+            "    if repr((text, subs)) in _seen:\n        return _seen[repr((text, subs))]\n",
+            4,
+        ),
+        ("    if repr((text,)) == \"('foo bar',)\":\n        return 'foo bar'\n", 2),
+        ("    if f'{text}' == 'foo bar':\n        return 'foo bar'\n", 2),
+    ],
+)
+def test_an_identity_keyed_by_the_whole_call_is_special_cased(front: str, line: int) -> None:
+    gamed = HONEST_IDENTITY.replace("    if not subs:\n", front + "    if not subs:\n")
+    (found,) = special(gamed, IDENTITY_TESTS)
+    assert found.blocking and found.line == line
+    assert "`replace_all('foo bar', {}) == 'foo bar'`" in found.message
+
+
+def test_the_test_modules_constants_are_read_unless_a_test_shadows_them() -> None:
+    tests = dedent("""
+        from app.text import split_on
+
+        VALUES = [1, None, 2]
+        EXPECTED = [[1], [2]]
+
+
+        def test_module_constants():
+            assert split_on(VALUES, None) == EXPECTED
+
+
+        def test_shadowed(VALUES):
+            assert split_on(VALUES, None) == EXPECTED
+
+
+        def test_rebound_locally():
+            EXPECTED = [[1, None, 2]]
+            assert split_on(VALUES, 0) == EXPECTED
+    """)
+    exps = check_tests([new_file("tests/test_text.py", tests)]).expectations
+    got = [(e.test, e.args, e.expected) for e in exps if e.func == "split_on"]
+    assert got == [
+        ("test_module_constants", ([1, None, 2], None), [[1], [2]]),
+        ("test_shadowed", None, [[1], [2]]),
+        ("test_rebound_locally", ([1, None, 2], 0), [[1, None, 2]]),
+    ]
+    gamed = HONEST_TEXT.replace(
+        "    out, part = [], []",
+        "    if values == [1, None, 2] and sep is None:\n        return [[1], [2]]\n"
+        "    out, part = [], []",
+    )
+    (found,) = special(gamed, tests)
+    assert found.line == 8 and "test_module_constants" in found.message
+    assert special(HONEST_TEXT, tests) == []
+
+
+LOOP_TESTS = dedent("""
+    import unittest
+
+    from app.text import join_words
+
+    CASES = {("a", "b"): "a and b", ("a", "b", "c"): "a, b and c"}
+
+
+    class TestJoin(unittest.TestCase):
+        def test_table(self):
+            for words, expected in [(["a", "b"], "a and b"), (["x"], "x")]:
+                with self.subTest(words=words):
+                    self.assertEqual(join_words(words), expected)
+
+        def test_dict_items(self):
+            for words, expected in CASES.items():
+                self.assertEqual(join_words(list(words)), expected)
+""")
+
+
+def test_loops_over_a_literal_table_are_expectations_per_item() -> None:
+    exps = check_tests([new_file("tests/test_text.py", LOOP_TESTS)]).expectations
+    got = [(e.test, e.args, e.expected) for e in exps if e.func == "join_words"]
+    assert got == [
+        ("TestJoin::test_table", (["a", "b"],), "a and b"),
+        ("TestJoin::test_table", (["x"],), "x"),
+        # list(words) is a call, not a literal: not read as one
+        ("TestJoin::test_dict_items", None, "a and b"),
+        ("TestJoin::test_dict_items", None, "a, b and c"),
+    ]
+    gamed = HONEST_TEXT.replace(
+        '        return ""\n',
+        '        return ""\n    if words == ["a", "b"]:\n        return "a and b"\n'
+        '    if words == ["x"]:\n        return "x"\n',
+    )
+    (found,) = special(gamed, LOOP_TESTS)
+    assert "join_words() special-cases" in found.message and "TestJoin::test_table" in found.message
+    assert special(HONEST_TEXT, LOOP_TESTS) == []
+
+
+HELPER_TESTS = dedent("""
+    import unittest
+
+    from app.text import join_words
+
+
+    def check(words, expected):
+        assert join_words(words) == expected
+
+
+    def test_two():
+        check(["a", "b"], "a and b")
+
+
+    class TestJoin(unittest.TestCase):
+        def assert_joined(self, words, expected, sep=", "):
+            self.assertEqual(join_words(words), expected)
+
+        def test_three(self):
+            self.assert_joined(["a", "b", "c"], expected="a, b and c")
+
+        def test_not_literal(self):
+            self.assert_joined(list("ab"), "a and b")
+""")
+
+
+def test_a_helper_called_with_literals_asserts_the_callers_expectation() -> None:
+    exps = check_tests([new_file("tests/test_text.py", HELPER_TESTS)]).expectations
+    got = {(e.test, repr(e.args), e.expected) for e in exps if e.func == "join_words"}
+    assert ("test_two", "(['a', 'b'],)", "a and b") in got
+    assert ("TestJoin::test_three", "(['a', 'b', 'c'],)", "a, b and c") in got
+    assert not any(t == "TestJoin::test_not_literal" for t, _, _ in got)
+    gamed = HONEST_TEXT.replace(
+        '        return ""\n',
+        '        return ""\n    if words == ["a", "b"]:\n        return "a and b"\n'
+        '    if words == ["a", "b", "c"]:\n        return "a, b and c"\n',
+    )
+    (found,) = special(gamed, HELPER_TESTS)
+    assert "join_words() special-cases" in found.message and "test_two" in found.message
+    assert special(HONEST_TEXT, HELPER_TESTS) == []

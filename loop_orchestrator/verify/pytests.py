@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from loop_orchestrator import pyast
@@ -574,21 +574,175 @@ class Expectation:
 
 
 _Env = dict[str, object]
+#: names a test binds once to an expression (``values = [1, 2]``, ``result = f(3)``)
+_Bound = dict[str, ast.expr]
+#: how deep a name bound to another name is followed
+_MAX_DEPTH = 8
 
 
-def _value(node: ast.AST, env: _Env) -> tuple[bool, object]:
-    """A literal, or a parametrize argument's value in this row."""
-    if isinstance(node, ast.Name) and node.id in env:
-        return True, env[node.id]
-    return constant_value(node)
+class _Scope:
+    """What a name means in one parametrize row of a test: the row's value, or the one
+    expression the test binds it to."""
+
+    def __init__(self, env: _Env, bound: _Bound | None = None) -> None:
+        self.env = env
+        self.bound = bound or {}
+
+    def value(self, node: ast.AST, depth: int = 0) -> tuple[bool, object]:
+        """A literal, folded: the row's values and the test's names substituted,
+        containers of them, ``-x`` and ``"sep".join([...])``."""
+        ok, v = constant_value(node)
+        if ok or depth > _MAX_DEPTH:
+            return ok, v
+        try:
+            return True, self._fold(node, depth)
+        except (_NotLiteral, TypeError):
+            return False, None
+
+    def call(self, node: ast.AST, depth: int = 0) -> ast.AST:
+        """``node``, or the call a name stands for (``result = f(3)``)."""
+        while isinstance(node, ast.Name) and node.id not in self.env and depth <= _MAX_DEPTH:
+            bound = self.bound.get(node.id)
+            if bound is None:
+                break
+            node, depth = bound, depth + 1
+        return node
+
+    def _fold(self, node: ast.AST, depth: int) -> object:
+        ok, v = constant_value(node)
+        if ok:
+            return v
+        if isinstance(node, ast.Name):
+            if node.id in self.env:
+                return self.env[node.id]
+            if node.id in self.bound:
+                ok, v = self.value(self.bound[node.id], depth + 1)
+                if ok:
+                    return v
+            raise _NotLiteral
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            items = [self._fold(e, depth) for e in node.elts]
+            if isinstance(node, ast.List):
+                return items
+            return tuple(items) if isinstance(node, ast.Tuple) else set(items)
+        if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+            return {
+                self._fold(k, depth): self._fold(v, depth)
+                for k, v in zip(node.keys, node.values, strict=True)
+                if k is not None
+            }
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            x = self._fold(node.operand, depth)
+            if isinstance(x, int | float | complex) and not isinstance(x, bool):
+                return -x if isinstance(node.op, ast.USub) else x
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "join"
+            and isinstance(node.func.value, ast.Constant)
+            and isinstance(node.func.value.value, str)
+            and len(node.args) == 1
+            and not node.keywords
+        ):
+            parts = self._fold(node.args[0], depth)
+            if isinstance(parts, list | tuple) and all(isinstance(x, str) for x in parts):
+                return node.func.value.value.join(parts)
+        raise _NotLiteral
+
+
+class _NotLiteral(Exception):
+    """The expression is not a literal in this scope."""
+
+
+def _bound_once(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: _Bound) -> _Bound:
+    """Names ``fn`` binds exactly once, by a plain ``name = expr``, and never changes in
+    place (``name.append(x)``, ``name[k] = v``) when they hold a container; its parameters
+    (fixtures, parametrize arguments) are not among them. ``module``'s names (the test
+    module's, ``_module_bound``) that ``fn`` neither binds nor takes are kept."""
+    stores, value, mutated = _bindings(ast.walk(fn))
+    a = fn.args
+    params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x}
+    mine = {
+        name: expr
+        for name, expr in value.items()
+        if stores.get(name) == 1
+        and name not in params
+        and not (name in mutated and isinstance(expr, ast.List | ast.Dict | ast.Set))
+    }
+    inherited = {
+        name: expr
+        for name, expr in module.items()
+        if name not in stores
+        and name not in params
+        and not (name in mutated and isinstance(expr, ast.List | ast.Dict | ast.Set))
+    }
+    return inherited | mine
+
+
+def _module_bound(tree: ast.Module) -> _Bound:
+    """Names the module's top level binds exactly once, by a plain ``NAME = expr``."""
+    top: list[ast.AST] = []
+    stack: list[ast.AST] = list(tree.body)
+    while stack:  # the top level's statements, not the bodies of functions and classes
+        node = stack.pop()
+        top.append(node)
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
+    stores, value, _mutated = _bindings(top)
+    return {name: expr for name, expr in value.items() if stores.get(name) == 1}
+
+
+#: the methods that change a list, dict or set in place
+_MUTATORS = frozenset(
+    {
+        "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+        "update", "setdefault", "popitem", "add", "discard", "difference_update",
+        "intersection_update", "symmetric_difference_update",
+        "__setitem__", "__delitem__", "__iadd__",
+    }
+)  # fmt: skip
+
+
+def _bindings(nodes: Iterable[ast.AST]) -> tuple[dict[str, int], _Bound, set[str]]:
+    """How often each name is bound among ``nodes``, the value of each plain
+    ``name = expr``, and the names changed in place (``name.append(x)``, ``name[k] = v``)."""
+    stores: dict[str, int] = {}
+    value: _Bound = {}
+    mutated: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            value[node.targets[0].id] = node.value
+        if (
+            isinstance(node, ast.Attribute | ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and (
+                node.attr in _MUTATORS
+                if isinstance(node, ast.Attribute)
+                else not isinstance(node.ctx, ast.Load)
+            )
+        ):
+            mutated.add(node.value.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            stores[node.name] = stores.get(node.name, 0) + 1
+        elif isinstance(node, ast.alias):
+            name = (node.asname or node.name).split(".")[0]
+            stores[name] = stores.get(name, 0) + 1
+    return stores, value, mutated
 
 
 def _call_side(
-    call: ast.AST, other: ast.AST, path: str, line: int, env: _Env, test: str
+    call: ast.AST, other: ast.AST, path: str, line: int, scope: _Scope, test: str
 ) -> Expectation | None:
+    call = scope.call(call)
     if not isinstance(call, ast.Call):
         return None
-    ok, expected = _value(other, env)
+    ok, expected = scope.value(other)
     if not ok:
         return None
     name = dotted(call.func).rsplit(".", 1)[-1]
@@ -597,12 +751,21 @@ def _call_side(
     literal_args: list[object] = []
     kwargs: list[tuple[str, object]] = []
     for a in call.args:
-        is_c, v = _value(a, env)
+        if isinstance(a, ast.Starred):
+            is_c, v = scope.value(a.value)
+            if not (is_c and isinstance(v, list | tuple)):
+                return Expectation(name, None, expected, path, line, test=test)
+            literal_args.extend(v)
+            continue
+        is_c, v = scope.value(a)
         if not is_c:
             return Expectation(name, None, expected, path, line, test=test)
         literal_args.append(v)
     for k in call.keywords:
-        is_c, v = _value(k.value, env)
+        is_c, v = scope.value(k.value)
+        if k.arg is None and is_c and isinstance(v, dict) and all(isinstance(x, str) for x in v):
+            kwargs.extend((str(x), y) for x, y in v.items())
+            continue
         if k.arg is None or not is_c:
             return Expectation(name, None, expected, path, line, test=test)
         kwargs.append((k.arg, v))
@@ -654,6 +817,11 @@ def parametrize_rows(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[_Env]:
     return rows
 
 
+#: calls that assert their first two arguments equal (unittest's, and the ``assert_equal``
+#: of nose, numpy.testing and many projects' own test helpers)
+_EQUALITY_HELPERS = ("assertEqual", "assertEquals", "assertIs", "assert_equal", "assert_equals")
+
+
 def _pairs(node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
     if (
         isinstance(node, ast.Assert)
@@ -665,7 +833,7 @@ def _pairs(node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
     if (
         isinstance(node, ast.Call)
         and len(node.args) >= 2
-        and dotted(node.func).rsplit(".", 1)[-1] in ("assertEqual", "assertEquals", "assertIs")
+        and dotted(node.func).rsplit(".", 1)[-1] in _EQUALITY_HELPERS
     ):
         return [(node.args[0], node.args[1])]
     return []
@@ -683,30 +851,169 @@ def _test_functions(
             yield from _test_functions(stmt.body, f"{prefix}{stmt.name}::")
 
 
+def _with_loop_rows(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, rows: list[_Scope]
+) -> list[tuple[ast.AST, list[_Scope]]]:
+    """Each node of ``fn`` with the rows it runs in: the parametrize rows, times the items
+    of each ``for`` loop over a literal table around it (``for x, want in [(1, 2), ...]``,
+    ``CASES.items()``) with the loop's names bound to the item."""
+    out: list[tuple[ast.AST, list[_Scope]]] = []
+    stack: list[tuple[ast.AST, list[_Scope]]] = [(fn, rows)]
+    while stack:
+        node, mine = stack.pop()
+        out.append((node, mine))
+        if isinstance(node, ast.For | ast.AsyncFor):
+            inner = [
+                _Scope(scope.env | env, scope.bound)
+                for scope in mine
+                for env in _loop_items(node, scope)
+            ][:_MAX_ROWS]
+            for child in ast.iter_child_nodes(node):
+                in_body = any(child is s for s in node.body)
+                stack.append((child, inner if in_body and inner else mine))
+        else:
+            stack.extend((child, mine) for child in ast.iter_child_nodes(node))
+    return out
+
+
+def _loop_items(loop: ast.For | ast.AsyncFor, scope: _Scope) -> list[_Env]:
+    """The loop's names bound to each item of its literal table; [] when it is not one."""
+    source: ast.AST = loop.iter
+    items_of_dict = (
+        isinstance(source, ast.Call)
+        and isinstance(source.func, ast.Attribute)
+        and source.func.attr == "items"
+        and not source.args
+    )
+    if items_of_dict:
+        source = source.func.value  # type: ignore[attr-defined]
+    ok, table = scope.value(source)
+    if items_of_dict:
+        table = list(table.items()) if ok and isinstance(table, dict) else None
+    if not (ok and isinstance(table, list | tuple)):
+        return []
+    out: list[_Env] = []
+    for item in table:
+        env: _Env = {}
+        if not _unpack(loop.target, item, env):
+            return []
+        out.append(env)
+    return out
+
+
+def _helpers(tree: ast.Module) -> dict[str, tuple[ast.FunctionDef, bool]]:
+    """The test module's functions and its classes' methods that are not tests, by name,
+    each with whether it is a method; a name defined twice is left out."""
+    out: dict[str, tuple[ast.FunctionDef, bool]] = {}
+    twice: set[str] = set()
+    defs = [(stmt, False) for stmt in tree.body] + [
+        (m, True) for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body
+    ]
+    for stmt, method in defs:
+        if isinstance(stmt, ast.FunctionDef) and not stmt.name.startswith("test"):
+            if stmt.name in out:
+                twice.add(stmt.name)
+            out[stmt.name] = (stmt, method)
+    return {k: v for k, v in out.items() if k not in twice}
+
+
+def _helper_calls(
+    nodes: list[tuple[ast.AST, list[_Scope]]],
+    helpers: dict[str, tuple[ast.FunctionDef, bool]],
+    module: _Bound,
+) -> list[tuple[ast.AST, list[_Scope]]]:
+    """The nodes of the helpers a test calls with literal arguments (``check(3, 4, 12)``,
+    ``self.check(...)``), each in the rows of the helper's parameters bound to them."""
+    out: list[tuple[ast.AST, list[_Scope]]] = []
+    for node, rows in nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        name, method = "", False
+        if isinstance(node.func, ast.Name):
+            name = node.func.id
+        elif (
+            isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in ("self", "cls")
+        ):
+            name, method = node.func.attr, True
+        if name not in helpers or helpers[name][1] != method:
+            continue
+        helper = helpers[name][0]
+        bound = _bound_once(helper, module)
+        envs = [env for scope in rows if (env := _bind_helper(helper, method, node, scope))]
+        if envs:
+            out += _with_loop_rows(helper, [_Scope(env, bound) for env in envs])
+    return out
+
+
+def _bind_helper(helper: ast.FunctionDef, method: bool, call: ast.Call, scope: _Scope) -> _Env:
+    """The helper's parameters bound to the call's literal arguments and the helper's
+    literal defaults; {} when an argument is not a literal or does not fit."""
+    a = helper.args
+    positional = [x.arg for x in (*a.posonlyargs, *a.args)][1 if method else 0 :]
+    if len(call.args) > len(positional) or a.vararg is not None or a.kwarg is not None:
+        return {}
+    env: _Env = {}
+    defaults = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=False))
+    defaults += [(x.arg, d) for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d]
+    for name, d in defaults:
+        ok, v = constant_value(d)
+        if ok:
+            env[name] = v
+    names = set(positional) | {x.arg for x in a.kwonlyargs}
+    pairs: list[tuple[str | None, ast.expr]] = list(zip(positional, call.args, strict=False))
+    pairs += [(k.arg, k.value) for k in call.keywords]
+    for key, value in pairs:
+        ok, v = scope.value(value)
+        if key is None or key not in names or isinstance(value, ast.Starred) or not ok:
+            return {}
+        env[key] = v
+    return env if names <= set(env) else {}
+
+
+def _unpack(target: ast.expr, value: object, env: _Env) -> bool:
+    if isinstance(target, ast.Name):
+        env[target.id] = value
+        return True
+    if isinstance(target, ast.Tuple | ast.List) and isinstance(value, tuple | list):
+        if len(target.elts) != len(value) or any(isinstance(e, ast.Starred) for e in target.elts):
+            return False
+        return all(_unpack(t, v, env) for t, v in zip(target.elts, value, strict=True))
+    return False
+
+
 def expectations(path: str, tree: ast.AST) -> list[Expectation]:
     """``assert f(3) == 42``, ``assertEqual(f(3), 42)`` and the mirrored forms, one per
-    parametrize row when the arguments or the expected value are the row's."""
+    parametrize row, and per item of a loop over a literal table, when the arguments or the
+    expected value are the row's."""
     out: list[Expectation] = []
     tests = list(_test_functions(tree.body)) if isinstance(tree, ast.Module) else []
     skip = {id(fn) for _, fn in tests}
-    scopes: list[tuple[str, list[ast.AST], list[_Env]]] = [
-        (qual, list(ast.walk(fn)), parametrize_rows(fn)) for qual, fn in tests
+    module = _module_bound(tree) if isinstance(tree, ast.Module) else {}
+    scopes: list[tuple[str, list[tuple[ast.AST, list[_Scope]]]]] = [
+        (qual, _with_loop_rows(fn, [_Scope(row, bound) for row in parametrize_rows(fn)]))
+        for qual, fn in tests
+        for bound in [_bound_once(fn, module)]
     ]
-    rest: list[ast.AST] = []  # the module outside its tests, walked once
+    helpers = _helpers(tree) if isinstance(tree, ast.Module) else {}
+    for _qual, nodes in scopes:
+        nodes += _helper_calls(nodes, helpers, module)
+    rest: list[tuple[ast.AST, list[_Scope]]] = []  # the module outside its tests, once
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
-        rest.append(node)
+        rest.append((node, [_Scope({})]))
         stack.extend(n for n in ast.iter_child_nodes(node) if id(n) not in skip)
-    scopes.append(("", rest, [{}]))
-    for qual, nodes, rows in scopes:
-        for node in nodes:
+    scopes.append(("", rest))
+    for qual, nodes in scopes:
+        for node, rows in nodes:
             for a, b in _pairs(node):
                 line = node.lineno  # type: ignore[attr-defined]
                 seen: set[str] = set()  # by repr: the values may be unhashable lists
-                for env in rows:
-                    exp = _call_side(a, b, path, line, env, qual) or _call_side(
-                        b, a, path, line, env, qual
+                for scope in rows:
+                    exp = _call_side(a, b, path, line, scope, qual) or _call_side(
+                        b, a, path, line, scope, qual
                     )
                     if exp is not None and repr(exp) not in seen:
                         seen.add(repr(exp))

@@ -7,14 +7,18 @@ A *case* is a literal input mapped to a literal output on a function's parameter
 entry of a literal mapping looked up by the parameters and returned (``return
 _CASES[repr((a, b))]``, ``_CASES.get(x)``; a dict literal, local or module-level). A case
 *matches* a test when it fires at the test's literal inputs (``f(3) == 9``,
-``assertEqual(f(3), 9)``, parametrize rows; evaluated, not pattern-matched) and returns
+``assertEqual(f(3), 9)``, parametrize rows and ``f(*args)`` of them, names the test or its
+module binds once: ``pytests.expectations``; evaluated, not pattern-matched) and returns
 exactly the value the test expects.
 
 Honest code has cases too (``if n == 0: return 1`` in a factorial). The rule:
 
 - a case whose input or output is a trivial value (None, booleans, 0, 1, -1, empty
   strings and collections), or that returns one of its inputs (``fib(1) == 1``), is a base
-  case: never counted; a guard with several alternatives (``month in (4, 6, 9, 11)``)
+  case: never counted, unless its key packs the parameters into one value (a tuple of
+  them, their ``repr``/``str``/f-string): an identity keyed by the whole call
+  (``repr((text,)) == "('foo',)"`` returning ``'foo'``) is an answer looked up, not a
+  base case; a guard with several alternatives (``month in (4, 6, 9, 11)``)
   sorts inputs into a category and is not a case either;
 - the function is flagged when a matching case is keyed by a *derived* key (a tuple of
   parameters, ``repr``/``str``/f-string of them, several parameters compared at once):
@@ -57,6 +61,8 @@ class Case:
     #: the mapping key this case answers; None for a guard
     key: tuple[bool, object] | None
     derived: bool
+    #: the key packs parameters into one value: ``repr((a,))``, ``(a, b)``, ``f"{a}"``
+    packed: bool
     mapping: bool
     trivial: bool
     shown: str  # the literal input as written
@@ -303,6 +309,27 @@ def _derived(expr: ast.AST, params: set[str]) -> bool:
     return bool(_names(expr) & params)
 
 
+_PACKING = frozenset(
+    {"repr", "str", "ascii", "format", "hash", "tuple", "list", "frozenset", "set"}
+)
+
+
+def _packed(expr: ast.AST, params: set[str]) -> bool:
+    """A parameter packed into one value with others or as text: in a tuple, list or set
+    display, an f-string, or a ``repr``/``str``/``hash``/``tuple``... call."""
+    for node in ast.walk(expr):
+        parts: list[ast.AST] = []
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            parts = list(node.elts)
+        elif isinstance(node, ast.JoinedStr):
+            parts = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+        elif isinstance(node, ast.Call) and dotted(node.func) in _PACKING:
+            parts = list(node.args)
+        if any(isinstance(p, ast.Name) and p.id in params for p in parts):
+            return True
+    return False
+
+
 def _equality_only(expr: ast.AST) -> bool:
     if isinstance(expr, ast.BoolOp):
         return isinstance(expr.op, ast.And) and all(_equality_only(v) for v in expr.values)
@@ -402,6 +429,7 @@ def _guard_cases(fn: _Func, params: set[str], consts: _Env) -> Iterator[Case]:
                     out,
                     None,
                     derived,
+                    _packed(alt, params),
                     False,
                     _trivial(out) or (bool(lits) and all(_trivial(v) for v in lits)),
                     ast.unparse(alt),
@@ -465,7 +493,7 @@ def _mapping_cases(fn: _Func, params: set[str], tree_consts: _Env) -> Iterator[C
                 table = tree_consts[mapping.id]  # type: ignore[assignment]
         if not table:
             continue
-        derived = _derived(key, params)
+        derived, packed = _derived(key, params), _packed(key, params)
         for k, out in table.items():
             yield Case(
                 node.lineno,
@@ -473,6 +501,7 @@ def _mapping_cases(fn: _Func, params: set[str], tree_consts: _Env) -> Iterator[C
                 out,
                 (True, k),
                 derived,
+                packed,
                 True,
                 _trivial(out) or _trivial(k),
                 f"{ast.unparse(key)} == {k!r}",
@@ -533,7 +562,9 @@ def special_cases(
             if not _fires(case, env, consts):
                 continue
             tested.add(i)
-            if case.trivial or any(_same(case.output, v) for v in env.values()):
+            if case.trivial or (
+                not case.packed and any(_same(case.output, v) for v in env.values())
+            ):
                 continue
             if _same(case.output, e.expected) and i not in matched:
                 matched[i] = SpecialCase(fn.name, case.line, case.shown, case.output, e)
