@@ -47,7 +47,13 @@ from loop_orchestrator.verify.models import (
 from loop_orchestrator.verify.mutants import FEW_KILLED, SURVIVE
 from loop_orchestrator.verify.mutation import mutation_check
 from loop_orchestrator.verify.redgreen import all_passed, judge_skips, pytest_prefix, red_green
-from loop_orchestrator.verify.testquality import FileChange, check_tests, fixture_refs
+from loop_orchestrator.verify.testquality import (
+    FileChange,
+    TestRef,
+    TestReport,
+    check_tests,
+    fixture_refs,
+)
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import Settings
@@ -255,6 +261,22 @@ def escalate(findings: Sequence[Finding]) -> list[Finding]:
     ]
 
 
+def tests_as_run(report: TestReport) -> list[TestRef]:
+    """The task's changed tests under the names they run as: a test of a base class or a
+    mixin as its subclasses run it, and the tests that use a changed fixture."""
+    out: list[TestRef] = []
+    for ref in [*report.touched, *report.inherited, *report.fixture_users]:
+        also = report.runs_as.get((ref.path, ref.qualname))
+        if also:
+            out += also
+        elif ref in report.touched or ref in report.fixture_users:
+            out.append(ref)
+    unique: dict[tuple[str, str], TestRef] = {}
+    for r in out:
+        unique.setdefault((r.path, r.qualname), r)
+    return list(unique.values())
+
+
 def verify_task(
     repo: Path,
     rundir: RunDir,
@@ -344,12 +366,13 @@ def verify_task(
             findings += new_test_findings(report.touched, commit_runs, new_files)
             py_refs = [t for t in report.touched if t.language == "python"]
             if all_passed(py_refs, commit_runs):
-                # mutants mean something only against tests that pass unmutated
+                # mutants mean something only against tests that pass unmutated; they run
+                # the tests where they run (a base class's test under its subclasses)
                 findings += mutation_check(
                     tree,
                     files,
                     prefix=pytest_prefix(argvs),
-                    touched=report.touched,
+                    touched=tests_as_run(report),
                     evidence=evidence,
                     max_mutants=settings.verify.mutants_max,
                     seconds=settings.verify.mutants_seconds,
