@@ -587,7 +587,12 @@ def test_cleanup_ends_this_runs_remote_sessions_only(
     # another run's session actor whose name starts like this run's (another digest)
     decoy: Any = (
         ray.remote(SessionHost)
-        .options(name=f"lo-{run}-0123456789-slug-g1", lifetime="detached", num_cpus=0)
+        .options(
+            name=f"lo-{run}-0123456789-slug-g1",
+            namespace=settings.cluster.namespace,
+            lifetime="detached",
+            num_cpus=0,
+        )
         .remote(
             run=run,
             digest="0123456789",

@@ -115,7 +115,12 @@ class ActorCalls:
         """pane id -> task of this run's live session actors (found by name)."""
         ray = self.ray()
         newest: dict[str, int] = {}
-        for name in ray.util.list_named_actors(all_namespaces=False):
+        # the run's namespace by name, as get_actor asks: this process may have joined the
+        # cluster in another one first (a connection is made once per process)
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if not isinstance(actor, dict) or actor.get("namespace") != self.cluster.namespace:
+                continue
+            name = actor.get("name")
             if not isinstance(name, str) or not name.startswith(self.prefix):
                 continue
             task, sep, gen = name[len(self.prefix) :].rpartition("-g")

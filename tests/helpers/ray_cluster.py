@@ -186,8 +186,13 @@ def run_actors(run: str) -> list[str]:
 
     if not ray.is_initialized():  # a supervisor that ended left the cluster
         connect(ClusterConfig(backend="ray", address=ray_address[0]))
+    # the sessions' namespace, whatever namespace this process joined last (a supervisor
+    # run in this process, or a test's own connection, may have left it in another)
+    namespace = ClusterConfig().namespace
     return [
-        n for n in ray.util.list_named_actors(all_namespaces=False) if n.startswith(f"lo-{run}-")
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == namespace and a["name"].startswith(f"lo-{run}-")
     ]
 
 
