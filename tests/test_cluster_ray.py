@@ -584,6 +584,9 @@ def test_cleanup_ends_this_runs_remote_sessions_only(
     settings = ray_env.settings(six_tasks.script)
     approve(six_tasks, settings)
     run = Store(RunDir(repo)).read_run().name
+    # join this module's cluster first: a test before may have left this process outside
+    # it, and `.remote` would then join whatever cluster Ray's address file names
+    run_actors(run)
     # another run's session actor whose name starts like this run's (another digest)
     decoy: Any = (
         ray.remote(SessionHost)
