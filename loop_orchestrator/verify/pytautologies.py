@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import itertools
 
-from loop_orchestrator.verify.pytests import constant_value, dotted, walk_shallow
+from loop_orchestrator.verify.pytests import BUILTIN_TYPES, constant_value, dotted, walk_shallow
 
 
 def _has_call(node: ast.AST) -> bool:
@@ -16,20 +16,8 @@ def _has_call(node: ast.AST) -> bool:
 
 
 #: calls that build a value of a built-in type: comparing it with itself runs no project code
-_BUILTIN_CONSTRUCTORS = frozenset(
+_BUILTIN_CONSTRUCTORS = (BUILTIN_TYPES - {"type", "object"}) | frozenset(
     {
-        "int",
-        "float",
-        "complex",
-        "str",
-        "bytes",
-        "bytearray",
-        "bool",
-        "list",
-        "dict",
-        "set",
-        "frozenset",
-        "tuple",
         "range",
         "len",
         "sorted",

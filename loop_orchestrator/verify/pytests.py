@@ -70,6 +70,27 @@ _BOUNDARY_NAMES = frozenset(
 )
 
 
+#: the built-in types: a value compared with one, or built by one, is no project value
+BUILTIN_TYPES = frozenset(
+    {
+        "int",
+        "float",
+        "complex",
+        "str",
+        "bytes",
+        "bytearray",
+        "bool",
+        "list",
+        "dict",
+        "set",
+        "frozenset",
+        "tuple",
+        "type",
+        "object",
+    }
+)
+
+
 def words(identifier: str) -> set[str]:
     """``test_MaxLen_empty`` -> {"test", "max", "len", "empty"}."""
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", identifier)

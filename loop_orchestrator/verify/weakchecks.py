@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from loop_orchestrator.verify.jstests import JsTest, Lines, match_close
-from loop_orchestrator.verify.pytests import constant_value, dotted, is_assertion
+from loop_orchestrator.verify.pytests import BUILTIN_TYPES, constant_value, dotted, is_assertion
 
 
 @dataclass(frozen=True)
@@ -45,24 +45,6 @@ _WARNS = "expect the specific warning category, and match= its message"
 #: exception and warning classes so broad that expecting them checks nothing specific
 _BROAD_ERRORS = frozenset({"Exception", "BaseException"})
 _BROAD_WARNINGS = frozenset({"Warning"})
-_BUILTIN_TYPES = frozenset(
-    {
-        "int",
-        "float",
-        "complex",
-        "str",
-        "bytes",
-        "bytearray",
-        "bool",
-        "list",
-        "dict",
-        "set",
-        "frozenset",
-        "tuple",
-        "type",
-        "object",
-    }
-)
 #: call names whose truth is a real answer (predicates), not "returned something"
 _PREDICATE = re.compile(
     r"^(?:is[a-z]+$|is|has|can|should|must|was|were|will|does|did|contains|exists|matches|equals"
@@ -87,7 +69,7 @@ def _is_type_expr(node: ast.AST) -> bool:
         return True
     if isinstance(node, ast.Attribute) and node.attr == "__class__":
         return True
-    return isinstance(node, ast.Name) and node.id in _BUILTIN_TYPES
+    return isinstance(node, ast.Name) and node.id in BUILTIN_TYPES
 
 
 def _int(node: ast.AST) -> int | None:
@@ -245,7 +227,7 @@ def _subject(expr: ast.AST, calls: dict[str, str]) -> str | None:
             name = dotted(node.func).rsplit(".", 1)[-1]
             if (
                 name
-                and name not in _BUILTIN_TYPES
+                and name not in BUILTIN_TYPES
                 and name
                 not in (
                     "isinstance",
