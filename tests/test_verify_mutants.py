@@ -348,6 +348,33 @@ def test_a_test_that_asserts_nothing_meaningful_is_blocked_with_the_survivors(
     assert "tests.mutants-survive" in review.split("Disputable here:")[1]
 
 
+#: a session's test that switches the line tracer off, so that every mutant would look
+#: "not executed" (a warning) instead of surviving (blocking): at import, or by putting a
+#: tracer of its own in place inside the test
+TRACER_OFF = {
+    "at-import": "import sys\n\nsys.settrace(None)\n" + NOT_NONE,
+    "own-tracer": NOT_NONE.replace(
+        "def test_clamp():\n",
+        "def test_clamp():\n    import sys\n\n    sys.settrace(lambda *a: None)\n",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(TRACER_OFF))
+def test_tests_that_switch_the_tracer_off_do_not_hide_surviving_mutants(
+    git_repo: Path, how: str
+) -> None:
+    base = commit(git_repo, {"app/__init__.py": "", "app/clamp.py": CLAMP_BASE}, "base")
+    head = commit(git_repo, {"app/clamp.py": CLAMP, "tests/test_clamp.py": TRACER_OFF[how]})
+    run = _mutate(git_repo, base, head, max_mutants=4)
+    outcomes = [r.outcome for r in run.results]
+    assert "not-executed" not in outcomes, outcomes  # the tracer's word was not taken
+    assert [f.check for f in run.findings if f.blocking] == [SURVIVE], [
+        f.render() for f in run.findings
+    ]
+
+
 HANG_BASE = """def countdown(n):
     steps = 0
     while n > 0:

@@ -86,12 +86,19 @@ def _global(frame, event, arg):
 
 _sys.settrace(_global)
 _threading.settrace(_global)
+#: a test ended with another trace function than ours (the code under test replaced it)
+_REPLACED = []
+
+
+def pytest_runtest_teardown(item):
+    if _sys.gettrace() is not _global:
+        _REPLACED.append(item.nodeid)
 
 
 def pytest_unconfigure(config):
     _sys.settrace(None)
     with open(_os.environ["@OUT@"], "w", encoding="utf-8") as fh:
-        _json.dump(sorted(_HITS), fh)
+        _json.dump({"hits": sorted(_HITS), "replaced": _REPLACED}, fh)
 """.replace("@FILES@", _FILES_VAR).replace("@OUT@", _OUT_VAR)
 
 
@@ -137,15 +144,26 @@ def _env(tree: Path, extra_path: Path | None = None) -> dict[str, str]:
 
 
 def _trace(
-    tree: Path, prefix: Sequence[str], modules: Sequence[str], paths: Sequence[str], timeout: float
+    tree: Path,
+    prefix: Sequence[str],
+    modules: Sequence[str],
+    paths: Sequence[str],
+    timeout: float,
+    tests: Sequence[str] = (),
 ) -> tuple[bool, float, set[tuple[str, int]] | None]:
-    """Run the tests unmutated under the tracer: (passed, seconds, lines hit or None)."""
+    """Run the tests unmutated under the tracer: (passed, seconds, lines of ``paths`` hit,
+    or None where that is not known).
+
+    The tracer runs inside the tests' own process, so what it reports is only believed
+    while it shows it stayed on: it saw lines of the test files ``tests`` run and no test
+    ended with another trace function in place (a test that calls ``sys.settrace(None)``
+    would otherwise make every mutant "not executed", a warning instead of a verdict)."""
     with tempfile.TemporaryDirectory(prefix="lo-orch-trace-") as tmp:
         folder = Path(tmp)
         (folder / f"{_PLUGIN}.py").write_text(_TRACER, encoding="utf-8")
         out = folder / "hits.json"
         names: dict[str, str] = {}
-        for rel in paths:
+        for rel in [*paths, *tests]:
             for full in {str(tree / rel), str((tree / rel).resolve())}:
                 names[full] = rel
         env = _env(tree, folder)
@@ -156,13 +174,25 @@ def _trace(
             res = proc.run(argv, cwd=tree, env=env, timeout=timeout, check=False, input="")
         except (LoOrchError, OSError):
             return False, 0.0, None
-        try:
-            raw = json.loads(out.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            hits = None
-        else:
-            hits = {(names[f], int(n)) for f, n in raw if f in names}
-        return res.returncode == 0, res.duration, hits
+        return res.returncode == 0, res.duration, _hits(out, names, paths, tests)
+
+
+def _hits(
+    out: Path, names: dict[str, str], paths: Sequence[str], tests: Sequence[str]
+) -> set[tuple[str, int]] | None:
+    """The lines of ``paths`` the tracer's report ``out`` says ran; None when the report is
+    missing, malformed, or shows the tracer was switched off (no line of the test files
+    ``tests`` ran under it, or a test replaced it)."""
+    try:
+        raw = json.loads(out.read_text(encoding="utf-8"))
+        seen = {(names[f], int(n)) for f, n in raw["hits"] if f in names}
+        replaced = bool(raw["replaced"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if replaced or (tests and not any(rel in tests for rel, _ in seen)):
+        return None
+    wanted = set(paths)
+    return {(rel, n) for rel, n in seen if rel in wanted}
 
 
 def _run_mutant(
@@ -242,13 +272,14 @@ def mutation_check(
         # the tests themselves (a module may hold hundreds of others); their modules when
         # pytest does not know a test by the name the source gives it
         modules = sorted({f"{r.path}::{r.qualname}" for r in refs})
+        tests = sorted({r.path for r in refs})
         passed, base_seconds, hits = _trace(
-            tree, prefix, modules, sorted(sources), max(1.0, deadline - time.monotonic())
+            tree, prefix, modules, sorted(sources), max(1.0, deadline - time.monotonic()), tests
         )
         if not passed and deadline - time.monotonic() > 1.0:
-            modules = sorted({r.path for r in refs})
+            modules = tests
             passed, base_seconds, hits = _trace(
-                tree, prefix, modules, sorted(sources), deadline - time.monotonic()
+                tree, prefix, modules, sorted(sources), deadline - time.monotonic(), tests
             )
         if not passed:
             run.skipped = (
