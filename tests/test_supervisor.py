@@ -793,3 +793,21 @@ def test_a_prompt_that_arrived_just_before_a_crash_is_not_sent_again(
     time.sleep(0.5)
     assert prompts() == before + 1  # once
     assert store.read_status("tokenize").prompt_submitted_at != submitted
+
+
+def test_a_prompt_queued_for_a_task_blocked_meanwhile_is_not_sent_nor_blocked_again(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    """A delivery job queued before the session's last hook found the task over its budget
+    and blocked it: the job sends nothing and logs no second block (the budget run showed
+    two `task_blocked` for one block on a loaded machine)."""
+    settings = demo.demo_settings(demo_files.script)
+    approve(demo_files, settings)
+    sup = Supervisor(demo_files.repo, settings)
+    sup.journal.block("tokenize", "over its budget: spent $1 of $0.5")
+    before = ledger(demo_files.repo, "task_blocked", "tokenize")
+    sup.sessions.deliver("tokenize", "prompt_plan.md.j2")
+    assert ledger(demo_files.repo, "task_blocked", "tokenize") == before
+    assert len(before) == 1
+    st = Store(RunDir(demo_files.repo)).read_status("tokenize")
+    assert st.phase == Phase.BLOCKED and st.delivering is None

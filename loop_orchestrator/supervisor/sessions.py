@@ -159,6 +159,10 @@ class Sessions:
         return "prompt_implement.md.j2"
 
     def deliver(self, tid: str, template: str) -> None:
+        if self.journal.record.task(tid).phase == Phase.BLOCKED:
+            # blocked since this job was queued (its session's last hook found it over its
+            # budget): no prompt, and no second block
+            return
         over = self.accounting.over_budget(tid)  # a new prompt is a turn boundary too
         if over:
             self.journal.block(tid, over)
