@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loop_orchestrator import templating
+from loop_orchestrator import templating, verify
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError, MergeConflictError
 from loop_orchestrator.files import atomic_write_text
@@ -98,7 +98,6 @@ class Integration:
         True when at least one task was reopened (the run goes on); False when nothing
         could be routed, and the run waits for a human with the output.
         """
-        from loop_orchestrator import verify
 
         if not result.output:
             return False

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from loop_orchestrator import verify
 from loop_orchestrator.runstate.state import RunDir, RunState, Store, TaskStatus
 from loop_orchestrator.supervisor import lifecycle
 from loop_orchestrator.supervisor.lifecycle import Event
@@ -131,8 +132,6 @@ class Journal:
 
     def recorded_verdict(self, tid: str, commit: str) -> Verdict | None:
         """The verdict of ``commit`` if the supervisor recorded exactly it, else None."""
-        from loop_orchestrator import verify
-
         if self.record.verdict(tid, commit) is None:
             return None
         verdict = verify.load_verdict(self.rundir, tid, commit)

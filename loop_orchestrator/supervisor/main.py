@@ -58,6 +58,7 @@ from loop_orchestrator.supervisor.lifecycle import NOT_LOGGED_IN_HINT, Event
 from loop_orchestrator.supervisor.lock import supervisor_lock
 from loop_orchestrator.supervisor.sessions import Sessions
 from loop_orchestrator.supervisor.verification import Verification
+from loop_orchestrator.verify import pyenv
 from loop_orchestrator.workspace import workspace
 
 log = logging.getLogger(__name__)
@@ -249,7 +250,6 @@ class Supervisor:
                     message="left by an earlier run of the same name; not this run's",
                 )
             self.record.update_run(cluster=cluster_record(cluster))
-        from loop_orchestrator.verify import pyenv
 
         self.site_baseline = pyenv.take_baseline(
             self.repo, [d.argv() for t in self.plan.tasks for d in t.done if d.check]

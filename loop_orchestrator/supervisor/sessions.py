@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import templating
+from loop_orchestrator import templating, verify
 from loop_orchestrator.agents.contract import AgentAdapter, AgentContext
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import usage
@@ -214,8 +214,6 @@ class Sessions:
 
     def render_prompt(self, tid: str, template: str, st: TaskStatus) -> str:
         if template == "prompt_rework.md.j2":
-            from loop_orchestrator import verify
-
             verdict = self.journal.recorded_verdict(tid, st.commit) if st.commit else None
             return verify.rework_prompt(
                 self.rundir.review_path(tid, st.rework_count),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator import verify
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.files import atomic_write_text
@@ -20,6 +21,7 @@ from loop_orchestrator.supervisor import decide, lifecycle
 from loop_orchestrator.supervisor.journal import Journal
 from loop_orchestrator.supervisor.lifecycle import Event
 from loop_orchestrator.supervisor.sessions import Sessions
+from loop_orchestrator.verify.disputes import judged
 from loop_orchestrator.workspace.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -57,9 +59,6 @@ class Verification:
         self.integrate = integrate
 
     def verify(self, tid: str) -> None:
-        from loop_orchestrator import verify
-        from loop_orchestrator.verify.disputes import judged
-
         task = self.plan.task(tid)
         self.journal.move(tid, Event.VERIFY)
         self.sessions.heal_worktree(tid)
@@ -142,8 +141,6 @@ class Verification:
 
     def rework(self, tid: str, verdict: Any, summary: str) -> None:
         """Send the task back with a review, or block it after ``max_rework`` rounds."""
-        from loop_orchestrator import verify
-
         st = self.journal.record.task(tid)
         max_rounds = lifecycle.rework_limit(st, self.settings.run.max_rework)
         step = decide.rework(rework_count=st.rework_count, limit=max_rounds, summary=summary)
