@@ -124,6 +124,12 @@ class TmuxError(LoOrchError):
     """tmux is missing or a tmux operation failed."""
 
 
+class PaneGoneError(TmuxError):
+    """The pane is not there (any more): killed by a person or the agent, exited, or gone
+    with its cluster node. It can go between any two calls; whoever only looks at a screen
+    treats it as nothing to see, and the next liveness check handles the death."""
+
+
 class AgentError(LoOrchError):
     """An agent session could not be launched, reached or talked to."""
 

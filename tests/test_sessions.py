@@ -16,7 +16,7 @@ from helpers.wait import wait_for
 
 from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.config import AgentConfig
-from loop_orchestrator.errors import DeliveryError, TmuxError
+from loop_orchestrator.errors import DeliveryError, PaneGoneError, TmuxError
 from loop_orchestrator.sessions.backend import LaunchSpec
 from loop_orchestrator.sessions.delivery import Deliverer, sanitize_prompt
 from loop_orchestrator.sessions.tmux import TmuxBackend
@@ -241,6 +241,35 @@ def test_killing_the_last_agent_pane_keeps_pane_ids_unique(
     assert second != first
     assert backend.list_panes() == {second: "beta"}
     assert not backend.state(first).exists
+
+
+class KilledWhileLooking(TmuxBackend):
+    """A real backend whose pane a person kills (raw tmux, as the test did in CI) right
+    after the backend checked that it is there and before the capture-pane call."""
+
+    def _own_pane(self, pane_id: str, action: str):  # type: ignore[no-untyped-def]
+        info = super()._own_pane(pane_id, action)
+        subprocess.run(["tmux", "-L", str(self.socket), "kill-pane", "-t", pane_id], check=True)
+        return info
+
+
+@pytest.mark.parametrize("last", [True, False], ids=["last pane", "one of two"])
+def test_a_pane_killed_mid_capture_is_gone_not_a_tmux_failure(
+    tmux_socket: str, tmp_path: Path, last: bool
+) -> None:
+    """A pane can go between any two tmux calls. Killed after the ownership check, its
+    capture raises PaneGoneError (what the supervisor treats as "nothing to see"), also
+    when it was the session's last pane and the session (and server) went with it; a
+    plain TmuxError there stopped a whole run (CI, test_relaunch_budget)."""
+    backend = KilledWhileLooking("t")
+    pane = backend.launch(LaunchSpec("a", tmp_path, ["sleep", "60"]))
+    if not last:
+        backend.launch(LaunchSpec("b", tmp_path, ["sleep", "60"]))
+    with pytest.raises(PaneGoneError):
+        backend.capture(pane)
+    assert not TmuxBackend("t").state(pane).exists
+    with pytest.raises(PaneGoneError):  # and once gone, the ownership check says so
+        TmuxBackend("t").capture(pane)
 
 
 def test_kill_session_uses_the_exact_name(tmux_socket: str, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from libtmux import exc as libtmux_exc
 
 from loop_orchestrator import proc
 from loop_orchestrator.config import ClusterConfig
-from loop_orchestrator.errors import TmuxError
+from loop_orchestrator.errors import PaneGoneError, TmuxError
 from loop_orchestrator.sessions.backend import LaunchSpec, PaneState, tmux_socket
 from loop_orchestrator.sessions.listener import Request
 from loop_orchestrator.sessions.tmuxargs import (
@@ -165,7 +165,7 @@ class TmuxBackend:
         info = self._pane_info(pane_id)
         if info is None:
             msg = f"cannot {action} pane {pane_id}: it is not a pane of session {self.session}"
-            raise TmuxError(
+            raise PaneGoneError(
                 msg,
                 hint="The session may have ended; `lo-orch status` shows the task's state.",
             )
@@ -398,7 +398,12 @@ class TmuxBackend:
         """
         self._own_pane(pane_id, "read")
         start = str(-max(lines, 0))
-        return self._tmux("capture-pane", "-p", "-N", "-t", pane_id, "-S", start).stdout
+        try:
+            return self._tmux("capture-pane", "-p", "-N", "-t", pane_id, "-S", start).stdout
+        except TmuxError as exc:
+            if self._pane_info(pane_id) is None:  # it went since _own_pane looked
+                raise PaneGoneError(exc.message, hint=exc.hint) from exc
+            raise
 
     def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
         """Paste ``text`` through a uniquely named tmux buffer (deleted after the paste).

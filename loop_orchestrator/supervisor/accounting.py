@@ -8,6 +8,7 @@ the recording.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import limits, spend, usage
+from loop_orchestrator.errors import PaneGoneError
 from loop_orchestrator.plan.model import Plan
 from loop_orchestrator.runstate.state import Phase
 from loop_orchestrator.sessions.backend import wait_until
@@ -81,7 +83,8 @@ class Accounting:
         now = datetime.now(UTC)
         reset = limits.usage_limit_reset(said or "", now)
         if reset is None and st.pane_id:
-            reset = limits.usage_limit_reset(self.capture(st.pane_id, lines=60), now)
+            with contextlib.suppress(PaneGoneError):  # gone: no screen to read it from
+                reset = limits.usage_limit_reset(self.capture(st.pane_id, lines=60), now)
         parked = decide.park(
             error=error,
             now=now.timestamp(),

@@ -26,6 +26,7 @@ from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import (
     LoOrchError,
     NotLoggedInError,
+    PaneGoneError,
     RefTamperedError,
 )
 from loop_orchestrator.permissions import desk as permission_desk
@@ -549,7 +550,10 @@ class Supervisor:
         assert st.pane_id is not None
         seen = self.screens.get(st.task)
         if decide.screen_due(seen, now):
-            digest = hash(self.backend.capture(st.pane_id, lines=50))
+            try:
+                digest = hash(self.backend.capture(st.pane_id, lines=50))
+            except PaneGoneError:  # killed since the liveness check: the next tick's news
+                return seen.changed if seen is not None else now
             seen = decide.screen_seen(seen, digest, now)
             self.screens[st.task] = seen
         assert seen is not None

@@ -21,6 +21,7 @@ from loop_orchestrator.errors import (
     AgentError,
     GitError,
     LoOrchError,
+    PaneGoneError,
     TmuxError,
 )
 from loop_orchestrator.files import atomic_write_text
@@ -281,7 +282,7 @@ class Sessions:
         losses are counted apart and relaunched up to ``[cluster] max_node_losses`` times."""
         st = self.journal.record.task(tid)
         pane = self.backend.state(st.pane_id) if st.pane_id else None
-        screen = self.backend.capture(st.pane_id) if pane and pane.exists and st.pane_id else ""
+        screen = self.last_screen(st.pane_id, 200) if pane and pane.exists else ""
         evidence = self.rundir.task_evidence_dir(tid)
         evidence.mkdir(parents=True, exist_ok=True)
         lost = bool(pane is not None and pane.lost)
@@ -457,6 +458,16 @@ class Sessions:
             self.deliverer.deliver(
                 self.backend, st.pane_id, text.strip(), bracketed=self.adapter.bracketed_paste
             )
+
+    def last_screen(self, pane_id: str | None, lines: int) -> str:
+        """The pane's screen, or "" when there is no pane (any more): it can go at any
+        moment, and a screen is only ever evidence."""
+        if not pane_id:
+            return ""
+        try:
+            return self.backend.capture(pane_id, lines=lines)
+        except PaneGoneError:
+            return ""
 
     def screen_of(self, tid: str) -> str | None:
         pane = self.journal.record.task(tid).pane_id
