@@ -82,6 +82,32 @@ def test_impl_done_before_the_rework_prompt_arrived_is_refused() -> None:
     assert d.changes == {}
 
 
+def test_without_hooks_the_sessions_signal_for_the_prompt_being_delivered_counts() -> None:
+    """An agent without hooks is confirmed on screen, which a fast program outruns: once
+    the first Enter of its prompt was pressed (``delivering``), its signal for it is the
+    evidence that it arrived (CI: the signal refused, the run waited for ever). With hooks
+    the UserPromptSubmit hook comes first, and the same signal is still refused."""
+    st = status(Phase.IMPLEMENTING, delivered="planning:0", delivering="implementing:0")
+    d = decide_signal(st, "impl_done", None, on_screen=True)
+    assert d.accepted and d.changes["phase"] == Phase.IMPL_DONE
+    assert not decide_signal(st, "impl_done", None).accepted
+    # a rework round's prompt in flight: that round's signal counts, none of another phase
+    st = status(
+        Phase.IMPLEMENTING, rework=1, delivered="implementing:0", delivering="implementing:1"
+    )
+    assert decide_signal(st, "impl_done", None, on_screen=True).accepted
+    assert not decide_signal(st, "plan_ready", None, on_screen=True).accepted
+
+
+def test_without_hooks_a_signal_before_its_prompts_enter_is_still_refused() -> None:
+    """Nothing in flight (the prompt not yet pasted, or round 0's key still in flight in
+    round 1): the session's impl_done is one left over from before, as with hooks."""
+    for delivering in (None, "implementing:0"):
+        st = status(Phase.IMPLEMENTING, rework=1, delivered="implementing:0", delivering=delivering)
+        d = decide_signal(st, "impl_done", None, on_screen=True)
+        assert not d.accepted and "has not reached the session" in d.message
+
+
 def test_plan_ready_while_implementing_prompt_is_pending_is_refused() -> None:
     st = status(Phase.IMPLEMENTING, delivered="planning:0")
     assert not decide_signal(st, "plan_ready", None).accepted

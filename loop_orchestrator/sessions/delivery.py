@@ -162,11 +162,13 @@ class Deliverer:
         timeout: float | None = None,
         enter_retries: int = 3,
         bracketed: bool = True,
+        on_enter: Callable[[], None] | None = None,
     ) -> None:
         """Paste ``text`` into the pane, press Enter, and make sure it was submitted.
 
         ``confirmed`` (for Claude Code: a UserPromptSubmit hook recorded after the send)
         decides; without it the screen must show that the prompt left the input line.
+        ``on_enter`` is called once, just before the first Enter is pressed.
         Enter is pressed again up to ``enter_retries`` times. Raises ``DeliveryError``
         with the last screen when the pane is gone or died, or nothing confirms in time.
         """
@@ -199,6 +201,8 @@ class Deliverer:
             for attempt in range(enter_retries + 1):
                 if time.monotonic() >= deadline:
                     break
+                if attempt == 0 and on_enter is not None:
+                    on_enter()
                 backend.send_keys(pane_id, "Enter")
                 until = min(deadline, time.monotonic() + per_attempt)
                 if self._wait_confirmed(backend, pane_id, check, until):

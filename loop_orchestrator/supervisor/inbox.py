@@ -59,6 +59,7 @@ class Inbox:
             limit_hit=accounting.limit_hit,
             desk=desk,
             observe=accounting.refresh_usage,
+            on_screen=not sessions.adapter.uses_hooks,
         )
         #: task -> the signal to ask its session for again (it arrived unattested); the
         #: loop asks (``ask_pending``), and once per signal and round (``asked``)

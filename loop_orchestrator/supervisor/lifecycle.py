@@ -145,6 +145,11 @@ def prompt_received(st: TaskStatus) -> bool:
     return st.delivered == delivery_key(st.phase, st.rework_count)
 
 
+def prompt_in_flight(st: TaskStatus) -> bool:
+    """Whether the prompt of the task's current phase and round is being delivered."""
+    return st.delivering == delivery_key(st.phase, st.rework_count)
+
+
 def rework_limit(st: TaskStatus, max_rework: int) -> int:
     """The one rework policy: the configured rounds plus every round a person granted."""
     return max_rework + st.extra_rounds
@@ -160,13 +165,20 @@ class Decision:
     repeated: bool = False
 
 
-def decide_signal(st: TaskStatus, signal: str, note: str | None) -> Decision:
+def decide_signal(
+    st: TaskStatus, signal: str, note: str | None, *, on_screen: bool = False
+) -> Decision:
     """Whether a session's ``signal`` is accepted in its task's state, and what changes.
 
     ``plan_ready`` and ``impl_done`` are accepted only from the phase they follow *and*
     once the prompt of that phase and round has reached the session; ``blocked`` from any
     active phase once a prompt has reached it (with a note). Repeating the signal of the
     phase the task is in changes nothing.
+
+    ``on_screen``: the agent has no hooks, so its prompt's arrival is confirmed on its
+    screen, which a fast program can outrun: its own signal for the prompt being delivered
+    (``delivering``) is that evidence first. (With hooks the UserPromptSubmit hook comes
+    before anything the session does.)
     """
     event = SIGNALS.get(signal)
     if event is None:
@@ -184,7 +196,7 @@ def decide_signal(st: TaskStatus, signal: str, note: str | None) -> Decision:
             return Decision(False, "`signal blocked` needs a note saying what is missing")
         if st.delivered is None:
             return Decision(False, f"task {st.task} has not received a prompt yet")
-    elif not prompt_received(st):
+    elif not prompt_received(st) and not (on_screen and prompt_in_flight(st)):
         return Decision(
             False,
             f"task {st.task} is {st.phase.value} (round {st.rework_count}) but its prompt "

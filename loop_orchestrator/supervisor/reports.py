@@ -62,6 +62,8 @@ class Reports:
         limit_hit: Callable[[str, str, str | None], None] | None = None,
         desk: Desk | None = None,
         observe: Callable[[str, str | None], object] | None = None,
+        *,
+        on_screen: bool = False,
     ) -> None:
         self.record = record
         self.store = store
@@ -80,6 +82,8 @@ class Reports:
         #: at every other hook event (PreToolUse before each tool): read the task's
         #: transcript into the supervisor's spend book before the tool can touch it
         self.observe = observe
+        #: the agent has no hooks: its prompts are confirmed on screen (``decide_signal``)
+        self.on_screen = on_screen
 
     def handle(self, request: Request) -> Reply | None:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
@@ -153,7 +157,7 @@ class Reports:
                 "phase": signal,
                 "repeated": False,
             }
-        decision = lifecycle.decide_signal(st, signal, note)
+        decision = lifecycle.decide_signal(st, signal, note, on_screen=self.on_screen)
         reply = {
             "ok": decision.accepted,
             "message": decision.message,

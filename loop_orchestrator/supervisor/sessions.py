@@ -173,10 +173,14 @@ class Sessions:
         assert st.pane_id is not None
         key = delivery_key(st.phase, st.rework_count)
         text = self.render_prompt(tid, template, st).strip()
+
+        def started() -> None:
+            self.journal.set(tid, delivering=key, delivery_started_at=now_iso())
+
         confirmed = None
         if self.adapter.uses_hooks:
             confirmed = prompt_confirmation(self.journal.record.task, tid)
-            self.journal.set(tid, delivering=key, delivery_started_at=now_iso())
+            started()
         # (an agent that drops a prompt sent while it works waits for its turn's end)
         self.adapter.wait_idle(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
         self.deliverer.deliver(
@@ -185,6 +189,9 @@ class Sessions:
             text,
             confirmed=confirmed,
             bracketed=self.adapter.bracketed_paste,
+            # without hooks: from the first Enter on, the session's own signal for this
+            # prompt may come before its screen confirms it (lifecycle.decide_signal)
+            on_enter=None if self.adapter.uses_hooks else started,
         )
         self.journal.event(
             "prompt_delivered", tid, phase=st.phase.value, rework=st.rework_count, chars=len(text)
