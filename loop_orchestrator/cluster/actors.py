@@ -14,7 +14,7 @@ from typing import Any
 
 from loop_orchestrator.cluster.connect import connect
 from loop_orchestrator.config import ClusterConfig
-from loop_orchestrator.errors import TmuxError
+from loop_orchestrator.errors import PaneGoneError, TmuxError
 from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.sessions.backend import RunLike
 
@@ -94,17 +94,22 @@ class ActorCalls:
         return handle
 
     def call(self, pane_id: str, method: str, *args: Any, timeout: float = CALL_TIMEOUT) -> Any:
-        """``method(*args)`` on the actor holding ``pane_id``; TmuxError when it is gone or
-        does not answer."""
+        """``method(*args)`` on the actor holding ``pane_id``; PaneGoneError when it is gone
+        (not in the cluster, or it died), TmuxError when it does not answer."""
         ray = self.ray()
         handle = self.handle(pane_id)
         if handle is None:
             msg = f"the session {pane_id} is gone (its actor is not in the cluster)"
-            raise TmuxError(
+            raise PaneGoneError(
                 msg, hint="`lo-orch status` shows the task; the supervisor relaunches it."
             )
         try:
             return ray.get(getattr(handle, method).remote(*args), timeout=timeout)
+        except ray.exceptions.RayActorError as exc:
+            msg = f"the session {pane_id} is gone (its actor died): {type(exc).__name__}"
+            raise PaneGoneError(
+                msg, hint="Its node may be lost; the supervisor relaunches it."
+            ) from exc
         except ray.exceptions.RayError as exc:
             msg = f"the session {pane_id} did not answer {method}: {type(exc).__name__}"
             raise TmuxError(

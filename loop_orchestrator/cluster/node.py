@@ -457,6 +457,10 @@ class SessionHost:
                 self._cond.wait(left)
             queue, self._queue = self._queue, []
             checkpoint, self._checkpoint = self._checkpoint, None
+            # what the session wrote since the last request's delta, read after every
+            # queued one: Claude Code may write a turn's last message after its Stop hook
+            # ran (anthropics/claude-code#15813), and no request of the session may follow
+            trailing = self._tail.delta() if self._tail is not None else None
         # what the session's tools left in this node's inbox folder while nobody answered:
         # a hint only (anyone on the node could have written it). First: each was sent
         # before its sender's wait of CLIENT_TIMEOUT ended unanswered, so before any
@@ -476,7 +480,12 @@ class SessionHost:
             # hint of the same message: a restarted supervisor asked a session to signal
             # again after its signal had counted.
             self.answer(item["id"], None)
-        return {"requests": handed, "checkpoint": checkpoint}
+        return {"requests": handed, "checkpoint": checkpoint, "transcript": trailing}
+
+    def transcript_delta(self) -> dict[str, Any] | None:
+        """What of the transcript the supervisor lacks (the session is about to end)."""
+        with self._cond:
+            return self._tail.delta() if self._tail is not None else None
 
     def answer(self, rid: str, reply: Any) -> None:
         with self._cond:

@@ -287,10 +287,18 @@ class RayBackend:
     def kill_pane(self, pane_id: str) -> None:
         ray = self.calls.ray()
         handle = self.calls.handle(pane_id)
-        self.calls.forget(pane_id)
         self.relay.forget(pane_id)
         if handle is None:
+            self.calls.forget(pane_id)
             return
+        # the transcript's last lines first (its final message may have been written after
+        # the session's last request): the spend is booked from the copy here
+        with contextlib.suppress(ray.exceptions.RayError):
+            last = ray.get(handle.transcript_delta.remote(), timeout=CALL_TIMEOUT)
+            if last:
+                task, _ = self.calls.parse(pane_id)
+                self.relay.keep_transcript(pane_id, task, last)
+        self.calls.forget(pane_id)
         with contextlib.suppress(ray.exceptions.RayError):
             ray.get(handle.close.remote(), timeout=CALL_TIMEOUT)
         with contextlib.suppress(Exception):

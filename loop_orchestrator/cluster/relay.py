@@ -83,6 +83,14 @@ class Relay:
             return {}
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
+    def keep_transcript(self, pane_id: str, task: str, delta: Any) -> None:
+        """Put a delta of the session's transcript into the supervisor's copy (a failure
+        is logged: the copy stays what it was, and the next delta asks for the whole)."""
+        try:
+            self._keep_transcript(pane_id, task, delta)
+        except (OSError, TmuxError) as exc:
+            log.warning("transcript not kept", extra={"task": task, "error": str(exc)})
+
     def _keep_transcript(self, pane_id: str, task: str, delta: Any) -> None:
         if not isinstance(delta, dict):
             return
@@ -204,6 +212,8 @@ class Relay:
                     self._one(pane_id, task, handle, req)
                 except Exception:
                     log.exception("a remote request could not be relayed", extra={"task": task})
+            if got.get("transcript"):  # taken after the requests' own: kept after them
+                self.keep_transcript(pane_id, task, got["transcript"])
             first.set()
         with self._lock:
             self._relays.discard(pane_id)
@@ -216,10 +226,7 @@ class Relay:
         from_pane = req.get("from_pane") is True
         if from_pane and req.get("transcript"):
             # before the request is handled: its spend is booked from this copy
-            try:
-                self._keep_transcript(pane_id, task, req["transcript"])
-            except (OSError, TmuxError) as exc:
-                log.warning("transcript not kept", extra={"task": task, "error": str(exc)})
+            self.keep_transcript(pane_id, task, req["transcript"])
         if req.get("stale"):
             # nobody waits for its answer: a hint, as a message left in the inbox folder
             self._deliver(listener.Request(message, task, None, attested=False))

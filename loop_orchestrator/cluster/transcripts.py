@@ -10,6 +10,9 @@ So the node's actor sends, with every request of the session (a hook fires befor
 tool runs), what was added to the transcript since it last sent (``Tail.delta``), and the
 supervisor writes it into its copy at the path the transcript would have had had the
 session run here (``LaunchSpec.transcript``): every reader finds it where it always looks.
+What is written after the session's last request (Claude Code may write a turn's final
+message after its Stop hook ran) follows with the relay's next poll, and once more just
+before the supervisor ends the session.
 A relaunch on another node takes that copy along, and the new node starts its ``Tail``
 from it.
 
