@@ -14,7 +14,7 @@ from helpers.runs import one_task_files
 
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
-from loop_orchestrator.errors import GitError
+from loop_orchestrator.errors import GitError, StateError
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate import progress
 from loop_orchestrator.runstate.state import RunDir, RunState, Store
@@ -210,6 +210,10 @@ def test_a_third_rerun_beside_kept_worktrees_and_a_users_folder_on_the_next_name
     own.mkdir()
     (own / "draft.md").write_bytes(b"mine, not lo-orch's\n\x00")
     git(repo, "branch", "feat/demo-4")
+    # the first run's cluster refs: a working one and a person's saved edit
+    tip = git(repo, "rev-parse", "lo/demo/tokenize").strip()
+    for ref in ("wip", "kept/1"):
+        git(repo, "update-ref", f"refs/lo-orch/cluster/demo/tokenize/{ref}", tip)
     before = {p: stamps(p) for p in (first, kept_second, own)}
     before_refs = refs(repo)
 
@@ -230,6 +234,13 @@ def test_a_third_rerun_beside_kept_worktrees_and_a_users_folder_on_the_next_name
     ws.ensure_worktree("tokenize")
     assert instances.choose("demo", instances.look(repo)).run == "demo-6"
     assert runs.load_approved(repo)[0].run.name == "demo-5"
+    # a started run is not replaced by a new instance: today's rule, whatever the name
+    status = RunDir(repo).status_dir / "tokenize.json"
+    published = status.read_text(encoding="utf-8")
+    status.write_text(published.replace('"pending"', '"implementing"'), encoding="utf-8")
+    with pytest.raises(StateError, match="run 'demo-5' is in progress"):
+        plan_from_file(repo, files.plan, settings)
+    status.write_text(published, encoding="utf-8")
     assert json.loads(RunDir(repo).run_json.read_text(encoding="utf-8"))["name"] == "demo-5"
 
     report = integration.cleanup(repo)
@@ -239,6 +250,7 @@ def test_a_third_rerun_beside_kept_worktrees_and_a_users_folder_on_the_next_name
         "branch lo/demo/staging",
         "branch lo/demo/tokenize",
         "worktree .worktrees/demo/tokenize (uncommitted changes: mine.txt)",
+        "ref refs/lo-orch/cluster/demo/tokenize/kept/1",
     ]
     assert report.earlier["demo-2"][-1] == (
         "worktree .worktrees/demo-2/tokenize (uncommitted changes: mine.txt)"

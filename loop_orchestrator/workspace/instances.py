@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loop_orchestrator.cluster import refs as cluster_refs
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.files import WORKTREES_DIR
 from loop_orchestrator.git.gateway import git, quote_list
@@ -139,8 +140,9 @@ def look(repo: Path) -> Holdings:
 
 def earlier(repo: Path, run: str, plan_name: str | None) -> dict[str, list[str]]:
     """What still holds each earlier name of the run ``run`` (a numbered instance of
-    ``plan_name``), as `lo-orch cleanup` lists it: a worktree with its uncommitted paths.
-    Nothing is changed."""
+    ``plan_name``), as `lo-orch cleanup` lists it: a worktree with its uncommitted paths,
+    and the ``kept/`` cluster refs (a person's saved edits) under that name. Nothing is
+    changed."""
     if not plan_name or plan_name == run:
         return {}
     holdings = look(repo)
@@ -158,6 +160,7 @@ def earlier(repo: Path, run: str, plan_name: str | None) -> dict[str, list[str]]
                     dirty = []
                 item += f" (uncommitted changes: {quote_list(dirty)})" if dirty else " (clean)"
             items.append(item)
+        items += [f"ref {ref}" for ref in cluster_refs.kept(repo, name)]  # a person's edits
         if items:
             found[name] = items
     return found
