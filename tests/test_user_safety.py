@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.cli import invoke
 from helpers.git import git
 from helpers.runs import lo_orch, one_task_files, write_demo_plan
 
@@ -106,29 +107,29 @@ def test_a_same_name_rerun_gets_an_instance_of_its_own_beside_the_kept_worktree(
     assert kept_branch == kept_head
 
     # the same plan again: a new instance, demo-2, and Gate 1 says why and what it keeps
-    planned = lo_orch(repo, "plan", str(files.plan))
-    assert planned.returncode == 0, planned.stderr
+    planned = invoke("plan", files.plan, "--repo", repo)
+    assert planned.code == 0, planned
     assert planned.stdout.startswith("Run demo-2: "), planned.stdout
     assert "A new instance of run demo" in planned.stdout
     assert "feature branch feat/demo-2 of its own" in planned.stdout
     assert "  demo: branch lo/demo/tokenize, worktree .worktrees/demo/tokenize" in planned.stdout
     run = Store(RunDir(repo)).read_run()
     assert (run.name, run.plan_name, run.staging_branch) == ("demo-2", "demo", "lo/demo-2/staging")
-    status = lo_orch(repo, "status")
-    assert "Run demo-2 (a new instance of run demo" in status.stdout, status.stdout
-    assert lo_orch(repo, "approve").returncode == 0
-    ran = lo_orch(repo, "run")
-    assert ran.returncode == 0, ran.stderr
+    status = invoke("status", "--repo", repo)
+    assert "Run demo-2 (a new instance of run demo" in status.stdout, status
+    assert invoke("approve", "--repo", repo).code == 0
+    outcome = Supervisor(repo, settings_for(files)).run()
+    assert outcome.state == "review", outcome.message
     assert (repo / ".worktrees" / "demo-2" / "tokenize").is_dir()
-    merged = lo_orch(repo, "merge", "--yes")
-    assert merged.returncode == 0, merged.stderr
+    merged = invoke("merge", "--yes", "--repo", repo)
+    assert merged.code == 0, merged
     assert "feat/demo-2 is now" in merged.stdout
     assert "kept from earlier runs of the same name" in merged.stdout
     # attach and cleanup act on the current instance, and cleanup lists the older one
-    attach = lo_orch(repo, "attach")
-    assert "run demo-2 has no tmux session (lo-demo-2)" in attach.stderr, attach.stderr
-    cleaned = lo_orch(repo, "cleanup")
-    assert cleaned.returncode == 0, cleaned.stderr
+    attach = invoke("attach", "--repo", repo)
+    assert "run demo-2 has no tmux session (lo-demo-2)" in attach.stderr, attach
+    cleaned = invoke("cleanup", "--repo", repo)
+    assert cleaned.code == 0, cleaned
     assert (
         "  demo: branch lo/demo/tokenize, worktree .worktrees/demo/tokenize (uncommitted "
         "changes: textstats/tokenize.py, scratch.txt)" in cleaned.stdout
