@@ -14,6 +14,7 @@ from helpers.runs import one_task_files
 
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
+from loop_orchestrator.dashboard import view
 from loop_orchestrator.errors import GitError, StateError
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate import progress
@@ -224,6 +225,7 @@ def test_a_third_rerun_beside_kept_worktrees_and_a_users_folder_on_the_next_name
     assert third.held["demo-4"] == ("branch feat/demo-4",)
     assert third.instance_note is not None and "feat/demo-5" in third.instance_note
     assert third.run.staging_branch == "lo/demo-5/staging"
+    assert third.instance_note in view.gate1_text(repo)[1]  # the dashboard's Gate 1
 
     # once demo-5 holds things of its own, a fresh choice would differ; every command
     # (and a resumed supervisor) takes the one recorded at Gate 1

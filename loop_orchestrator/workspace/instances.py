@@ -102,8 +102,8 @@ def choose(name: str, holdings: Holdings) -> Choice:
     raise GitError(
         msg,
         hint="Choose another run name (plan `name:`), or once you have saved what you need "
-        "from those worktrees and branches, remove them yourself (`git worktree remove "
-        "PATH`, `git branch -D NAME`).",
+        "from them, remove those worktrees (`git worktree remove PATH`) and rename or "
+        "delete those branches yourself.",
     )
 
 
@@ -127,7 +127,7 @@ def look(repo: Path) -> Holdings:
     if root.is_dir():
         with os.scandir(root) as entries:
             for entry in entries:
-                if not entry.is_dir(follow_symlinks=False) or any(Path(entry.path).iterdir()):
+                if not entry.is_dir(follow_symlinks=False) or _not_empty(Path(entry.path)):
                     folders.add(entry.name)
     trees: set[str] = set()
     for info in list_worktrees(repo):
@@ -136,6 +136,14 @@ def look(repo: Path) -> Holdings:
         except ValueError:
             continue
     return Holdings(branches, frozenset(folders), frozenset(trees))
+
+
+def _not_empty(folder: Path) -> bool:
+    """Whether ``folder`` holds anything (one that cannot be read counts as holding)."""
+    try:
+        return any(folder.iterdir())
+    except OSError:
+        return True
 
 
 def earlier(repo: Path, run: str, plan_name: str | None) -> dict[str, list[str]]:
