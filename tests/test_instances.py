@@ -13,7 +13,7 @@ from helpers.git import git
 from helpers.runs import one_task_files
 
 from loop_orchestrator.commands.plan import plan_from_file
-from loop_orchestrator.config import Settings
+from loop_orchestrator.config import Settings, WorkspaceConfig
 from loop_orchestrator.dashboard import view
 from loop_orchestrator.errors import GitError, StateError
 from loop_orchestrator.runstate import create as runs
@@ -266,3 +266,39 @@ def test_a_third_rerun_beside_kept_worktrees_and_a_users_folder_on_the_next_name
     assert {p: stamps(p) for p in before} == before
     assert {r: s for r, s in refs(repo).items() if "/demo-5/" not in r} == before_refs
     assert Store(RunDir(repo)).read_run().name == "demo-5"
+
+
+def test_a_plan_that_fails_half_way_leaves_nothing_of_the_instance_half_made(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """`lo-orch plan` stops after the choice, between plan.json and run.json: nothing of
+    git's was made for the instance and nothing earlier moved; planning again picks the
+    same instance and Gate 1 approves it."""
+    author = WorkspaceConfig.model_validate({"author_name": "a", "author_email": "a@b.c"})
+    earlier = workspace.Workspace(git_repo, "demo", author, instance="one")
+    earlier.create_staging(git(git_repo, "rev-parse", "HEAD").strip())
+    kept = earlier.ensure_worktree("a")
+    (kept / "mine.txt").write_text("the user's\n", encoding="utf-8")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "goal: g\nname: demo\ntasks:\n  - id: a\n    title: A\n    objective: o\n"
+        "    owns: [app/a.py]\n    done:\n      - criterion: c\n        check: python -V\n",
+        encoding="utf-8",
+    )
+    before = refs(git_repo), stamps(kept)
+    blocker = RunDir(git_repo).status_dir
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("", encoding="utf-8")  # no status file can be written: it fails half way
+    with pytest.raises(OSError):
+        plan_from_file(git_repo, plan, Settings())
+    assert RunDir(git_repo).plan_json.exists() and not RunDir(git_repo).run_json.exists()
+    assert (refs(git_repo), stamps(kept)) == before
+    assert not (git_repo / ".worktrees" / "demo-2").exists()
+    blocker.unlink()
+    again = plan_from_file(git_repo, plan, Settings())
+    assert (again.run.name, dict(again.held)) == (
+        "demo-2",
+        {"demo": ("branch lo/demo/a", "branch lo/demo/staging", "worktree .worktrees/demo/a")},
+    )
+    assert runs.approve_plan(git_repo)[0].name == "demo-2"
+    assert (refs(git_repo), stamps(kept)) == before
