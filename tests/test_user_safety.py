@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.cli import invoke
 from helpers.git import git
 from helpers.runs import lo_orch, one_task_files, write_demo_plan
 
@@ -21,7 +22,7 @@ from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings, WorkspaceConfig
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.runstate import create as runs
-from loop_orchestrator.runstate.state import RunDir, RunPhase, Store
+from loop_orchestrator.runstate.state import RunDir, Store
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.supervisor.main import Supervisor
 from loop_orchestrator.workspace import integration, workspace
@@ -71,50 +72,82 @@ def run_to_review(files: demo.DemoFiles) -> None:
 # item 1: a second run with the same name never adopts what the first one kept ----------
 
 
-def test_a_second_run_never_adopts_the_worktree_the_first_run_kept(
+def stamps(root: Path) -> dict[str, tuple[str, int]]:
+    """sha256 and mtime (ns) of every file under ``root`` but ``.git``."""
+    return {
+        p.relative_to(root).as_posix(): (
+            hashlib.sha256(p.read_bytes()).hexdigest(),
+            p.stat().st_mtime_ns,
+        )
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".git"
+    }
+
+
+def test_a_same_name_rerun_gets_an_instance_of_its_own_beside_the_kept_worktree(
     tmp_path: Path, tmux_socket: str
 ) -> None:
     files = one_task_files(tmp_path)
     repo = files.repo
     run_to_review(files)
     kept = repo / ".worktrees" / "demo" / "tokenize"
-    # the user works in the task's worktree before Gate 2: an uncommitted edit and a new file
+    # before Gate 2 the user commits in the task's worktree, then leaves an uncommitted
+    # edit and a new file there
+    (kept / "NOTES.md").write_text("a user's commit on the task branch\n", encoding="utf-8")
+    git(kept, "add", "NOTES.md")
+    git(kept, "commit", "-q", "--no-gpg-sign", "-m", "user notes")
     (kept / "textstats" / "tokenize.py").write_bytes(b"# my experiment\n\x00\xff")
     (kept / "scratch.txt").write_text("my notes\n", encoding="utf-8")
     integration.merge(repo, integration.review(repo))
     assert kept.is_dir()  # kept: it holds the user's changes
-    before_files, before_kept = checksums(repo), checksums(kept)
+    before_files, before_kept = checksums(repo), stamps(kept)
     before_branches = user_branches(repo)
     kept_head = git(kept, "rev-parse", "HEAD")
+    kept_branch = git(repo, "rev-parse", "lo/demo/tokenize")
+    assert kept_branch == kept_head
 
-    # the same plan again: refused at `lo-orch plan`, naming the worktree and what to do
-    again = lo_orch(repo, "plan", str(files.plan))
-    assert again.returncode == 1, again.stderr
-    assert ".worktrees/demo/tokenize is a worktree an earlier run left" in again.stderr
-    assert "uncommitted changes" in again.stderr and "scratch.txt" in again.stderr
-    assert "Choose another run name (plan `name:`)" in again.stderr
-    # ...and `lo-orch run` of the old, merged run does not touch it either
-    assert Store(RunDir(repo)).read_run().phase == RunPhase.MERGED
+    # the same plan again: a new instance, demo-2, and Gate 1 says why and what it keeps
+    planned = invoke("plan", files.plan, "--repo", repo)
+    assert planned.code == 0, planned
+    assert planned.stdout.startswith("Run demo-2: "), planned.stdout
+    assert "A new instance of run demo" in planned.stdout
+    assert "feature branch feat/demo-2 of its own" in planned.stdout
+    assert "  demo: branch lo/demo/tokenize, worktree .worktrees/demo/tokenize" in planned.stdout
+    run = Store(RunDir(repo)).read_run()
+    assert (run.name, run.plan_name, run.staging_branch) == ("demo-2", "demo", "lo/demo-2/staging")
+    status = invoke("status", "--repo", repo)
+    assert "Run demo-2 (a new instance of run demo" in status.stdout, status
+    assert invoke("approve", "--repo", repo).code == 0
+    outcome = Supervisor(repo, settings_for(files)).run()
+    assert outcome.state == "review", outcome.message
+    assert (repo / ".worktrees" / "demo-2" / "tokenize").is_dir()
+    merged = invoke("merge", "--yes", "--repo", repo)
+    assert merged.code == 0, merged
+    assert "feat/demo-2 is now" in merged.stdout
+    assert "kept from earlier runs of the same name" in merged.stdout
+    # attach and cleanup act on the current instance, and cleanup lists the older one
+    attach = invoke("attach", "--repo", repo)
+    assert "run demo-2 has no tmux session (lo-demo-2)" in attach.stderr, attach
+    cleaned = invoke("cleanup", "--repo", repo)
+    assert cleaned.code == 0, cleaned
+    assert (
+        "  demo: branch lo/demo/tokenize, worktree .worktrees/demo/tokenize (uncommitted "
+        "changes: textstats/tokenize.py, scratch.txt)" in cleaned.stdout
+    ), cleaned.stdout
+    assert not (repo / ".worktrees" / "demo-2").exists()
 
-    # following the advice: another run name works, and never touches the kept worktree
-    write_demo_plan(files.plan, "demo-2", ("tokenize",))
-    planned = lo_orch(repo, "plan", str(files.plan))
-    assert planned.returncode == 0, planned.stderr
-    assert lo_orch(repo, "approve").returncode == 0
-    ran = lo_orch(repo, "run")
-    assert ran.returncode == 0, ran.stderr
-    merged = lo_orch(repo, "merge", "--yes")
-    assert merged.returncode == 0, merged.stderr
-    assert checksums(kept) == before_kept
+    # nothing of the first run's was touched: content and mtime, its branch, its HEAD
+    assert stamps(kept) == before_kept
     assert git(kept, "rev-parse", "HEAD") == kept_head
+    assert git(repo, "rev-parse", "lo/demo/tokenize") == kept_branch
     assert git(kept, "status", "--porcelain", "--untracked-files=all").splitlines() == [
         " M textstats/tokenize.py",
         "?? scratch.txt",
     ]
     assert checksums(repo) == before_files
     after = user_branches(repo)
-    assert {k: after[k] for k in before_branches} == before_branches
-    assert "feat/demo-2" in after
+    assert {k: after[k] for k in before_branches} == before_branches  # feat/demo included
+    assert git(repo, "show", "feat/demo-2:textstats/tokenize.py")
 
 
 def test_a_worktree_not_recorded_for_this_run_is_never_used_or_removed(git_repo: Path) -> None:

@@ -89,6 +89,10 @@ def _show_cleanup(result: CleanupResult) -> None:
             "See one with `git show --stat <ref>`, bring a file back with `git checkout "
             "<ref> -- <path>`; once you have what you need, `git update-ref -d <ref>`."
         )
+    if result.earlier:
+        echo("kept from earlier runs of the same name (lo-orch leaves them as they are):")
+        for name, items in result.earlier.items():
+            echo(f"  {name}: {', '.join(items)}")
 
 
 @click.command("cleanup")

@@ -56,6 +56,10 @@ def show_summary(summary: PlanSummary) -> None:
     plan, run = summary.plan, summary.run
     wave_of = {tid: n for n, w in enumerate(summary.waves, start=1) for tid in w}
     click.echo(f"Run {run.name}: {plan.goal}")
+    if summary.instance_note:
+        click.echo(summary.instance_note + " Held by earlier runs:")
+        for name, items in summary.held.items():
+            click.echo(f"  {name}: {', '.join(items)}")
     click.echo(f"Base {run.base_ref} @ {run.base_sha[:12]}; plan sha256 {run.plan_sha256[:12]}")
     if summary.checkout is not None:
         where = f"Checkout {summary.checkout}"

@@ -19,7 +19,7 @@ from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.create import PlanSummary as PlanSummary
 from loop_orchestrator.runstate.state import Store, now_iso
 from loop_orchestrator.supervisor import notify
-from loop_orchestrator.workspace import workspace
+from loop_orchestrator.workspace import instances, workspace
 
 
 def plan(
@@ -77,9 +77,11 @@ def record_plan(
     base_sha = gitutil.rev_parse(repo, base_ref)
     runs.refuse_run_in_progress(Store.for_repo(repo))  # the clearest message first
     # the new run is a new instance: what an earlier run of the same name left is not its
+    # own, and where that still holds the name the run gets a numbered name of its own
+    choice = instances.choose(plan.run_name, instances.look(repo))
     created_at = now_iso()
     ws = workspace.Workspace(
-        repo, plan.run_name, settings.workspace, instance=workspace.instance_of(created_at)
+        repo, choice.run, settings.workspace, instance=workspace.instance_of(created_at)
     )
     ws.check_branch_names([t.id for t in plan.tasks])
     ws.ensure_excludes()
@@ -91,6 +93,7 @@ def record_plan(
         base_sha=base_sha,
         base_ref=base_ref,
         created_at=created_at,
+        run_name=choice.run,
     )
     forecast = (
         usage.forecast_line(
@@ -107,8 +110,14 @@ def record_plan(
         notes=(*summary.notes, forecast),
         checkout=repo,
         main_checkout=workspace.main_checkout(repo),
+        held=choice.held,
+        instance_note=(
+            instances.notice(choice.run, choice.plan_name, summary.run.feature_branch)
+            if choice.numbered
+            else None
+        ),
     )
-    notify.for_plan(repo, plan.run_name, settings.notify, created_at, len(plan.tasks))
+    notify.for_plan(repo, choice.run, settings.notify, created_at, len(plan.tasks))
     return summary
 
 

@@ -416,6 +416,12 @@ class Dashboard(App[None]):
                 f"{rev.feature} is now {rev.commit[:12]} (run {merged.state.name} "
                 "merged). Nothing was pushed."
                 + (f" Kept, with changes of yours: {', '.join(kept)}." if kept else "")
+                + (
+                    " Left as they are, from earlier runs of the same name: "
+                    f"{', '.join(merged.cleanup.earlier)} (`lo-orch cleanup` lists them)."
+                    if merged.cleanup.earlier
+                    else ""
+                )
             )
 
         self.push_screen(Gate2(rev), answered)

@@ -21,6 +21,7 @@ from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
 # capture object, which has none (attach, the pane preview and Gate 2 build the run's
 # TmuxBackend inside the app)
 from loop_orchestrator.sessions.factory import run_backend
+from loop_orchestrator.workspace import instances
 
 if TYPE_CHECKING:
     from loop_orchestrator.commands.session import PermissionRequest
@@ -203,6 +204,11 @@ def gate1_text(repo: Path) -> tuple[str, str]:
     waves = {s.task: s.wave for s in store.list_statuses_lenient()}
     lines = [
         f"Run {state.name}: {plan.goal}",
+        *(
+            [instances.notice(state.name, state.plan_name, state.feature_branch)]
+            if state.plan_name
+            else []
+        ),
         f"Base {state.base_ref} @ {state.base_sha[:12]}; plan sha256 {state.plan_sha256[:12]}",
         "",
         f"{'task':<20} {'wave':>4}  {'owns':<40} depends on",

@@ -12,7 +12,8 @@ import json
 import math
 import shutil
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,10 @@ class PlanSummary:
     #: the checkout the run works on, and its main checkout when that is a linked worktree
     checkout: Path | None = None
     main_checkout: Path | None = None
+    #: a numbered instance (``run.plan_name`` set): what holds each name it passed over
+    held: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: what Gate 1 says of a numbered instance (None: the run has its plan's name)
+    instance_note: str | None = None
 
 
 def file_sha256(path: Path) -> str:
@@ -155,8 +160,13 @@ def create_run(
     base_sha: str,
     base_ref: str,
     created_at: str | None = None,
+    run_name: str | None = None,
 ) -> PlanSummary:
-    """Record a validated plan as the repository's current run (awaiting Gate 1)."""
+    """Record a validated plan as the repository's current run (awaiting Gate 1).
+
+    ``run_name``: the instance of the plan's name the run is (``workspace.instances``;
+    default the plan's name itself).
+    """
     rundir = RunDir(repo)
     store = Store(rundir)
     cap = effective_concurrency(plan, settings)
@@ -166,7 +176,7 @@ def create_run(
 
     replaced = refuse_run_in_progress(store)
 
-    run_name = plan.run_name
+    run_name = run_name or plan.run_name
     now = created_at or now_iso()
     state = RunState(
         name=run_name,
@@ -179,6 +189,7 @@ def create_run(
         plan_source=str(source.resolve()) if source else None,
         plan_source_sha256=file_sha256(source) if source and source.exists() else None,
         created_at=now,
+        plan_name=plan.run_name if run_name != plan.run_name else None,
     )
     matrix = templating.render(
         "conflict_matrix.md.j2",
@@ -212,6 +223,7 @@ def create_run(
         tasks=len(plan.tasks),
         waves=len(waves),
         base_sha=base_sha,
+        **({"plan_name": state.plan_name} if state.plan_name else {}),
     )
     note = ignored_labels_note(plan, settings)
     return PlanSummary(

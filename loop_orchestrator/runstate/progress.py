@@ -337,6 +337,11 @@ def status_title(doc: dict[str, Any]) -> str:
     sup = run.get("supervisor") or {}
     phase = run["phase"]
     title: str = f"Run {run['name']}: "
+    if run.get("plan_name"):
+        title = (
+            f"Run {run['name']} (a new instance of run {run['plan_name']}, whose earlier "
+            "worktrees and branches are left as they are): "
+        )
     if phase == RunPhase.RUNNING.value:
         if sup.get("alive"):
             return title + f"running (supervisor pid {sup.get('pid')})"

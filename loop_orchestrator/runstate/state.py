@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from filelock import FileLock
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from loop_orchestrator.errors import StateError
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR, append_durable, atomic_write_text
@@ -170,6 +177,17 @@ class RunState(BaseModel):
     cluster: dict[str, Any] | None = None
     created_at: str = ""
     updated_at: str = ""
+    #: the plan's name when this run is a numbered instance of it (run ``demo-2`` of plan
+    #: name ``demo``: an earlier run's kept worktrees or branches hold ``demo``); omitted
+    #: from run.json otherwise, so a run with its plan's name looks as it always did
+    plan_name: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_plan_name(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("plan_name") is None:
+            data.pop("plan_name", None)
+        return data
 
 
 class RunDir:

@@ -38,7 +38,7 @@ from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.sessions.guard import refuse_in_session
 from loop_orchestrator.verify import load_verdict
 from loop_orchestrator.verify.review import gate2_notes
-from loop_orchestrator.workspace import workspace
+from loop_orchestrator.workspace import instances, workspace
 
 
 @dataclass
@@ -289,6 +289,9 @@ class CleanupResult:
     refs_deleted: list[str] = field(default_factory=list)
     #: a person's edits lo-orch saved from a remote task's local worktree (never deleted)
     refs_kept: list[str] = field(default_factory=list)
+    #: a numbered instance: what still holds each earlier name of its plan's name (earlier
+    #: runs' kept worktrees and branches, never touched), name -> what
+    earlier: dict[str, list[str]] = field(default_factory=dict)
 
 
 def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) -> CleanupResult:
@@ -340,6 +343,7 @@ def cleanup(repo: Path, *, abandon: bool = False, delete_staging: bool = False) 
         report.details,
         refs_deleted,
         refs_kept,
+        instances.earlier(repo, owner.name, owner.plan_name),
     )
 
 

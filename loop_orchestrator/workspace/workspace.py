@@ -20,7 +20,9 @@ Runs never share anything: each run's worktrees live in ``.worktrees/<run>/``,
 and the book belongs to one run *instance* (``Workspace.for_run``), so a branch or worktree
 an earlier run of the same name left behind (a worktree its cleanup kept because it held
 uncommitted changes) is not this run's: it is never adopted, reset, committed from or
-removed, and the new run stops at ``lo-orch plan`` naming it. Worktrees are recorded in the
+removed. Where it holds the name, the new run is a numbered instance with names of its own
+(``instances``); ``check_branch_names`` still stops `lo-orch plan` at anything left that
+the chosen names would reuse. Worktrees are recorded in the
 book like branches; only recorded ones are reused, committed from and removed. Cleanup also
 keeps a worktree holding files git ignores that lo-orch's setup did not create (an
 ``.env``, a local config): those are the user's too.
