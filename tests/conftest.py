@@ -51,6 +51,11 @@ def _isolated_home(
     tmux_dir = tmp_path_factory.getbasetemp() / "tmux"
     tmux_dir.mkdir(exist_ok=True)
     monkeypatch.setenv("TMUX_TMPDIR", str(tmux_dir))
+    # The test projects' checks run this virtual environment's pytest, which would load the
+    # suite's own plugins into each of those processes (hypothesis alone is most of a
+    # second of start-up there: the checks compile without a bytecode cache). No test
+    # project uses them. (Set per test: the suite's own workers keep theirs.)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     for var in (
         "TMUX",
         "TMUX_PANE",

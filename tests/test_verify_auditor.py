@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers.agents import agent_cli
+from helpers.verify import off
 
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import NotLoggedInError
@@ -57,7 +58,7 @@ def script(tmp_path: Path, body: str, name: str = "auditor.py") -> str:
 
 
 def settings(llm: str, timeout: float = 30.0) -> Settings:
-    s = Settings()
+    s = off()  # (the auditor is set below)
     s.auditor.llm = llm
     s.auditor.timeout = timeout
     return s
@@ -193,7 +194,7 @@ def test_agent_mode_runs_claude_headless_read_only(tmp_path: Path, mode: str, st
 
 
 def test_agent_argv_uses_claude_for_other_agent_kinds() -> None:
-    s = Settings()
+    s = off()  # (the auditor is set below)
     s.agent.kind = "command"
     s.agent.command = "codex --full-auto"
     assert agent_argv(s)[0] == "claude"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from helpers.git import commit
 from helpers.served import Served, env_for, lo_orch_env, serve, working
+from helpers.verify import off
 
 from loop_orchestrator.config import Settings
 from loop_orchestrator.plan.model import DoneCheck, Task
@@ -51,7 +52,7 @@ def money_task() -> Task:
 
 
 def settings(tmp_path: Path, auditor: str | None) -> Settings:
-    s = Settings()
+    s = off()  # (the auditor is set below)
     if auditor is None:
         s.auditor.llm = "off"
         return s

@@ -326,8 +326,7 @@ def test_a_test_that_asserts_nothing_meaningful_is_blocked_with_the_survivors(
     base = commit(git_repo, {"app/__init__.py": "", "app/clamp.py": CLAMP_BASE}, "base")
     head = commit(git_repo, {"app/clamp.py": CLAMP, "tests/test_clamp.py": NOT_NONE})
     task = _task(["app/**", "tests/**"])
-    settings = off()
-    settings.verify.mutants_max = 6
+    settings = off(mutants=6)
     settings.verify.mutants_seconds = BUDGET
     rundir = RunDir(git_repo)
     verdict = verify_task(git_repo, rundir, task, base, head, brief="b", settings=settings)
@@ -451,7 +450,7 @@ def test_an_honest_refactor_whose_tests_pass_at_the_parent_is_not_blocked(
             "tests/test_total.py": REFACTOR_TESTS,
         },
     )
-    settings = off()
+    settings = off(mutants=None)
     settings.verify.mutants_seconds = BUDGET
     task = _task(["app/**", "tests/**"])
     verdict = verify_task(

@@ -129,7 +129,7 @@ def _auditor(tmp_path: Path, verdict_line: str) -> Settings:
         f"print({verdict_line!r})\nprint('REASONS: judged')\n",
         encoding="utf-8",
     )
-    s = Settings()
+    s = off()  # (the auditor is set below)
     s.auditor.llm = f"{PY} {shlex.quote(str(script))}"
     return s
 

@@ -58,7 +58,16 @@ def calc_task() -> Task:
     )
 
 
-def off() -> Settings:
+#: mutants a verification in these tests runs: the mutation check is part of every
+#: verification here (a false finding of it on honest work fails a test), on a few mutants;
+#: tests/test_verify_mutants.py runs it at its default bound
+FEW_MUTANTS = 4
+
+
+def off(*, mutants: int | None = FEW_MUTANTS) -> Settings:
+    """No LLM auditor; at most ``mutants`` mutants (None: the default bound)."""
     s = Settings()
     s.auditor.llm = "off"
+    if mutants is not None:
+        s.verify.mutants_max = mutants
     return s
