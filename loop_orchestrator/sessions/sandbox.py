@@ -46,6 +46,7 @@ from loop_orchestrator import proc
 from loop_orchestrator.config import user_config_path
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.runstate import private
+from loop_orchestrator.workspace.ownref import MIRROR_DIR, OwnBranch, task_branch_name
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import Settings
@@ -181,9 +182,9 @@ def _user_config_dirs() -> list[Path]:
 class Policy:
     """What one agent session may write; paths are absolute and resolved.
 
-    Mount order (later mounts over earlier ones): ``read_only``, ``writable``, ``pinned``,
-    ``hidden``. Paths that do not exist at launch are left out (there is nothing to
-    protect; a writable one could not be bound).
+    Mount order (later mounts over earlier ones): ``read_only``, ``writable``, the own
+    branch's mirror (``own``), ``pinned``, ``hidden``. Paths that do not exist at launch are
+    left out (there is nothing to protect; a writable one could not be bound).
     """
 
     task: str
@@ -196,6 +197,11 @@ class Policy:
     pinned: tuple[Path, ...] = ()
     #: folders to create before the launch (a mount needs its target)
     create: tuple[Path, ...] = ()
+    #: files created empty before the launch when missing, so that they can be pinned
+    #: (git reads a worktree's ``config.worktree`` once the repository enables it)
+    placeholders: tuple[Path, ...] = ()
+    #: the task's branch, the one ref the session may move (``workspace.ownref``)
+    own: OwnBranch | None = None
     #: what session-side tools write besides the inbox (``LEGACY_REPORT_DIRS``/``_FILES``)
     legacy_dirs: tuple[Path, ...] = ()
     legacy_files: tuple[Path, ...] = ()
@@ -204,8 +210,11 @@ class Policy:
     unset_env: tuple[str, ...] = ()
 
     @classmethod
-    def for_task(cls, *, repo: Path, run_dir: Path, worktree: Path, task: str) -> Policy:
-        """The policy of ``task``'s session in ``repo`` (``run_dir``: ``.orchestration``)."""
+    def for_task(
+        cls, *, repo: Path, run_dir: Path, worktree: Path, task: str, run: str | None = None
+    ) -> Policy:
+        """The policy of ``task``'s session in ``repo`` (``run_dir``: ``.orchestration``);
+        with ``run``, its branch ``lo/<run>/<task>`` is the one ref it may move."""
         repo = repo.resolve()
         run_dir = run_dir.resolve()
         worktree = worktree.resolve()
@@ -215,10 +224,19 @@ class Policy:
         state = private.state_home()
         writable = [worktree, common / "objects"]
         pinned = [worktree / ".git"]
+        placeholders: list[Path] = []
         admin = _admin_dir(worktree)
         if admin is not None:
             writable.append(admin)
-            pinned += [admin / "commondir", admin / "gitdir"]
+            # HEAD too: pointed at staging or another branch, the supervisor's own commit or
+            # merge in the worktree would move that ref (a commit on the branch only locks
+            # HEAD beside it and appends to logs/HEAD: both stay writable)
+            pinned += [admin / name for name in ("commondir", "gitdir", "HEAD", "config.worktree")]
+            placeholders.append(admin / "config.worktree")
+        own = None
+        if run is not None and admin is not None:
+            mirror = private.run_dir(repo, run, create=False) / MIRROR_DIR / task
+            own = OwnBranch(repo, common, task_branch_name(run, task), mirror)
         # The plans folder, not only plans/<task>.md: a bind-mounted file cannot be replaced
         # by rename (EBUSY), and Claude Code writes files atomically (temp file + rename).
         writable += [plans, inbox]
@@ -239,6 +257,8 @@ class Policy:
                 p for p in (state, tmux_socket_dir()) if not worktree.is_relative_to(p.resolve())
             ),
             pinned=tuple(pinned),
+            placeholders=tuple(placeholders),
+            own=own,
             # the tmux socket folder too: a folder that does not exist yet is not hidden, and
             # the run's tmux server (made after the first launch's policy) would appear in it
             create=(inbox, plans, state, tmux_socket_dir()),
@@ -254,7 +274,10 @@ class Policy:
 def wrap(argv: list[str], policy: Policy) -> list[str]:
     """``argv`` run inside bwrap under ``policy`` (paths that do not exist are skipped)."""
     exe = shutil.which(BWRAP) or BWRAP
-    out = [exe, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
+    # no capabilities inside: started by root, bwrap leaves the agent every capability it
+    # has, and CAP_SYS_ADMIN remounts the read-only repository writable (`mount -o
+    # remount,rw`; bubblewrap 0.8.0 as uid 0)
+    out = [exe, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--cap-drop", "ALL"]
     for path in _existing(policy.read_only):
         out += ["--ro-bind", str(path), str(path)]
     writable = policy.writable
@@ -262,6 +285,12 @@ def wrap(argv: list[str], policy: Policy) -> list[str]:
         writable += policy.legacy_dirs + policy.legacy_files
     for path in _existing(writable):
         out += ["--bind", str(path), str(path)]
+    if policy.own is not None and policy.own.refs.is_dir():
+        # bwrap takes every source from the host's tree (never from an earlier mount)
+        for source, target in policy.own.mounts():
+            out += ["--bind", str(source), str(target)]
+        for source, target in policy.own.frozen():
+            out += ["--ro-bind", str(source), str(target)]
     for path in _existing(policy.pinned):
         out += ["--ro-bind", str(path), str(path)]
     for path in _existing(policy.hidden):
@@ -287,6 +316,11 @@ def confine(spec: LaunchSpec, policy: Policy) -> LaunchSpec:
     """``spec`` run inside the sandbox (its folders created first)."""
     for folder in policy.create:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for file in policy.placeholders:
+        if file.parent.is_dir() and not file.is_symlink():
+            file.touch()
+    if policy.own is not None:
+        policy.own.seed()
     if policy.legacy_reporting:
         for folder in policy.legacy_dirs:
             folder.mkdir(parents=True, exist_ok=True)
