@@ -227,6 +227,21 @@ def test_the_session_commits_to_its_own_branch(boxed: Sandboxed) -> None:
     assert git(repo, "show", f"{second}:app/alpha.py") == "A = 2\n"
 
 
+def test_a_relaunch_keeps_the_commits_the_supervisor_has_not_taken_yet(
+    boxed: Sandboxed,
+) -> None:
+    out = boxed.run(
+        f"echo 'A = 3' > app/alpha.py && git add -A && git {IDENTITY} commit -qm mine "
+        "&& git rev-parse HEAD"
+    )
+    mine = out.stdout.split()[-1]
+
+    again = boxed.run("git rev-parse HEAD && git log --format=%s -1")  # a new launch
+
+    assert again.stdout.split()[0] == mine, again.stdout + again.stderr
+    assert git(boxed.repo, "rev-parse", f"lo/{RUN}/alpha").strip() == mine
+
+
 def test_a_symlink_for_its_branch_makes_the_supervisor_write_nothing_else(
     boxed: Sandboxed,
 ) -> None:

@@ -12,14 +12,19 @@ namespace where the filesystem is the host's (``--dev-bind / /``) except:
   admin folder ``.git/worktrees/<name>/`` (so ``git add``/``git status`` work; refs,
   ``config``, ``hooks``, ``info``, ``packed-refs`` stay read-only), the plans folder and
   the task's inbox ``.orchestration/inbox/<task>/``; inside those, the files that point
-  the worktree at its repository (``<worktree>/.git``, ``commondir``, ``gitdir``) are
-  read-only again;
+  the worktree at its repository (``<worktree>/.git``, ``commondir``, ``gitdir``) and the
+  worktree's ``HEAD`` and ``config.worktree`` are read-only again;
+- the task's own branch: ``refs/heads/lo/<run>/`` is the session's own copy of that folder,
+  where only its branch can be moved, and that branch's reflog is writable
+  (``workspace.ownref`` says how, and how the supervisor takes the commits);
 - hidden (an empty read-only tmpfs): the supervisor's private state (``private.state_home()``) and
   the tmux socket folder, so no key can be read and no ``send-keys`` reach another pane;
 - its own PID namespace (``--unshare-pid`` with a fresh ``/proc``): it cannot read other
   sessions' ``/proc/<pid>/environ``, signal the supervisor, and a process that detaches
   (setsid, double fork, ``env -i``) is reparented to the sandbox's init, which was started
-  with ``LO_ORCH_TASK``, so ``guard.refuse_in_session`` still finds it.
+  with ``LO_ORCH_TASK``, so ``guard.refuse_in_session`` still finds it;
+- no capabilities (``--cap-drop ALL``): started by root, bwrap would leave the agent
+  CAP_SYS_ADMIN, and one ``mount -o remount,rw`` would undo every read-only bind.
 
 The network is shared (the agent talks to its model API; ``lo-orch`` over a unix socket),
 and so is the terminal session (``--new-session`` would break the interactive tty).

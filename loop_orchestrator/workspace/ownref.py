@@ -116,7 +116,10 @@ class OwnBranch:
     def seed(self) -> None:
         """Make the mirror afresh before a launch: the branch's tip and every other ref of
         its folder as git holds them now (loose or packed); the branch's reflog and the
-        folder the mirror is bound over exist."""
+        folder the mirror is bound over exist. What the last session committed and the
+        supervisor has not taken yet is taken first (a relaunch loses none of it)."""
+        with contextlib.suppress(GitError):  # a lost race is logged; the files stay
+            self.adopt()
         self.ref_dir.mkdir(parents=True, exist_ok=True)
         self.reflog.parent.mkdir(parents=True, exist_ok=True)
         if not self.reflog.exists():
