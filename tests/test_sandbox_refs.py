@@ -213,9 +213,12 @@ def test_the_session_commits_to_its_own_branch(boxed: Sandboxed) -> None:
 
     assert out.returncode == 0, out.stderr
     mine = out.stdout.split()[-1]
-    assert git(repo, "rev-parse", f"{mine}^").strip() == start
+    # its objects are in its own store until taken
+    assert git(repo, "cat-file", "-t", start) == "commit\n"
+    assert subprocess.run(["git", "cat-file", "-e", mine], cwd=repo).returncode != 0
     # taken when the supervisor takes the task's work: the session's commit as it is
     assert boxed.ws.commit_task("alpha", "alpha") == mine
+    assert git(repo, "rev-parse", f"{mine}^").strip() == start
     assert git(repo, "rev-parse", branch).strip() == mine
     assert git(repo, "status", "--porcelain").strip() == ""
     assert {b: git(repo, "rev-parse", b).strip() for b in others} == others
@@ -279,3 +282,53 @@ def test_another_tasks_session_cannot_take_this_tasks_commits(boxed: Sandboxed) 
     assert "refused" in out.stdout, out.stdout + out.stderr
     boxed.ws.commit_task("alpha", "alpha")
     assert git(repo, "rev-parse", f"lo/{RUN}/alpha").strip() == alpha
+
+
+#: the session puts other content under the name of an object staging's tree already
+#: holds (README.md), in the object store it sees, and tries the repository's own store
+#: where the sandbox shows it read-only
+FORGE_OBJECT = f"""
+obj() {{ echo "$1/$(echo $2 | cut -c1-2)/$(echo $2 | cut -c3-)"; }}
+T=$(git rev-parse "refs/heads/lo/{RUN}/staging:README.md")
+N=$(echo forged | git hash-object -w --stdin)
+mkdir -p "$(dirname $(obj $C/objects $T))"
+try sh -c "cp -f $(obj $C/objects $N) $C/objects/t && mv -f $C/objects/t $(obj $C/objects $T)"
+try sh -c "cp -f $(obj $C/objects $N) $(obj $G/lo-orch-objects $T)"
+try sh -c "cp -f $(obj $C/objects $N) $(obj $C/objects {"ab" * 20})"
+"""
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "off"])
+def test_a_session_cannot_change_an_object_the_repository_holds(
+    tmp_path: Path, git_repo: Path, mode: str
+) -> None:
+    """Without the sandbox the forged object replaces staging's README; inside it the
+    forgery stays in the session's own store and is never taken."""
+    box = make(tmp_path, git_repo, mode)
+    staging = f"lo/{RUN}/staging"
+
+    out = box.run(FORGE_OBJECT)
+    box.ws.commit_task("alpha", "alpha")  # the supervisor takes the session's objects
+
+    if mode == "off":
+        assert out.stdout.splitlines()[0].startswith("ALLOWED"), out.stdout + out.stderr
+        assert git(git_repo, "show", f"{staging}:README.md") == "forged\n"
+        return
+    assert "ALLOWED" in out.stdout.splitlines()[0]  # its own store: its view only
+    assert out.stdout.splitlines()[1].startswith("denied"), out.stdout + out.stderr
+    assert git(git_repo, "show", f"{staging}:README.md") == "# sample\n"
+    fsck = subprocess.run(["git", "fsck", "--full"], cwd=git_repo, capture_output=True, text=True)
+    assert fsck.returncode == 0 and "mismatch" not in fsck.stderr, fsck.stderr
+    assert subprocess.run(["git", "cat-file", "-e", "ab" * 20], cwd=git_repo).returncode != 0
+
+
+def test_objects_the_session_packed_are_taken_checked(boxed: Sandboxed) -> None:
+    out = boxed.run(
+        f"echo 'A = 9' > app/alpha.py && git add -A && git {IDENTITY} commit -qm mine "
+        "&& git repack -a -d -q && ls $C/objects/pack && git rev-parse HEAD"
+    )
+    assert ".pack" in out.stdout, out.stdout + out.stderr
+    mine = out.stdout.split()[-1]
+
+    assert boxed.ws.commit_task("alpha", "alpha") == mine
+    assert git(boxed.repo, "show", f"{mine}:app/alpha.py") == "A = 9\n"

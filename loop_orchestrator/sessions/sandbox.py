@@ -227,10 +227,13 @@ class Policy:
         inbox = run_dir / "inbox" / task
         plans = run_dir / "plans"
         state = private.state_home()
-        writable = [worktree, common / "objects"]
+        admin = _admin_dir(worktree)
+        # the object store is the session's own when it has a run (``workspace.ownobjects``)
+        writable = (
+            [worktree] if run is not None and admin is not None else [worktree, common / "objects"]
+        )
         pinned = [worktree / ".git"]
         placeholders: list[Path] = []
-        admin = _admin_dir(worktree)
         if admin is not None:
             writable.append(admin)
             # HEAD too: pointed at staging or another branch, the supervisor's own commit or
@@ -241,7 +244,9 @@ class Policy:
         own = None
         if run is not None and admin is not None:
             mirror = private.run_dir(repo, run, create=False) / MIRROR_DIR / task
-            own = OwnBranch(repo, common, task_branch_name(run, task), mirror)
+            own = OwnBranch(
+                repo, common, task_branch_name(run, task), mirror, admin / "lo-orch-objects"
+            )
         # The plans folder, not only plans/<task>.md: a bind-mounted file cannot be replaced
         # by rename (EBUSY), and Claude Code writes files atomically (temp file + rename).
         writable += [plans, inbox]

@@ -37,11 +37,14 @@ from pathlib import Path
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.git.gateway import git, is_ancestor, update_ref
 from loop_orchestrator.runstate import private
+from loop_orchestrator.workspace import ownobjects
 
 log = logging.getLogger(__name__)
 
 #: the folder of each task's mirror in the run's private state
 MIRROR_DIR = "own-branch"
+#: the folder of each task's own object store there
+STORE_DIR = "own-objects"
 _SHA = re.compile(rb"^([0-9a-f]{40}(?:[0-9a-f]{24})?)\n?\Z")
 _NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
@@ -66,6 +69,9 @@ class OwnBranch:
     common: Path
     branch: str
     mirror: Path
+    #: where the sandbox sees the repository's object store, read-only, while its own store
+    #: (``ownobjects``) is bound over ``.git/objects``; None: no own store
+    objects_view: Path | None = None
 
     @classmethod
     def of(cls, repo: Path, run: str, task: str) -> OwnBranch:
@@ -96,16 +102,27 @@ class OwnBranch:
         """The mirror's copy of ``ref_dir``."""
         return self.mirror / "refs"
 
+    @property
+    def store(self) -> Path:
+        """The session's own object store (kept across launches until taken)."""
+        return self.mirror.parent.parent / STORE_DIR / self.mirror.name
+
     def mounts(self) -> tuple[tuple[Path, Path], ...]:
         """Writable binds ``(host path, where the sandbox sees it)``."""
-        return ((self.refs, self.ref_dir), (self.reflog, self.reflog))
+        binds = [(self.refs, self.ref_dir), (self.reflog, self.reflog)]
+        if self.objects_view is not None:
+            binds.append((self.store, self.common / "objects"))
+        return tuple(binds)
 
     def frozen(self) -> tuple[tuple[Path, Path], ...]:
         """Read-only binds made after ``mounts``: every other ref's file in the mirror
-        onto itself."""
+        onto itself, and the repository's object store at ``objects_view``."""
         own = self.refs / self.leaf
         files = sorted(p for p in self.refs.rglob("*") if p != own and p.is_file())
-        return tuple((p, self.ref_dir / p.relative_to(self.refs)) for p in files)
+        binds = [(p, self.ref_dir / p.relative_to(self.refs)) for p in files]
+        if self.objects_view is not None:
+            binds.append((self.common / "objects", self.objects_view))
+        return tuple(binds)
 
     def tip(self) -> str | None:
         res = git(self.repo, "rev-parse", "--verify", "--quiet", self.ref, check=False)
@@ -131,6 +148,11 @@ class OwnBranch:
         self.mirror.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.mirror.mkdir(mode=0o700)
         self.refs.mkdir()
+        if self.objects_view is not None:
+            (self.store / "pack").mkdir(mode=0o700, parents=True, exist_ok=True)
+            (self.store / "info").mkdir(exist_ok=True)
+            (self.store / "info" / "alternates").write_text(f"{self.objects_view}\n")
+            self.objects_view.mkdir(exist_ok=True)
         prefix = self.ref.rsplit("/", 1)[0] + "/"
         out = git(self.repo, "for-each-ref", "--format=%(refname)%00%(objectname)", prefix)
         for line in out.stdout.splitlines():
@@ -196,6 +218,7 @@ class OwnBranch:
         tip, or None when there was nothing to take. A move that is not a fast-forward
         (an amend, a reset) is not taken: the worktree still holds its files, and the
         supervisor's commit of the worktree carries them onto the branch."""
+        ownobjects.take(self.repo, self.common, self.store)
         sha, tip = self.read(), self.tip()
         if sha is None or tip is None or sha == tip:
             return None
