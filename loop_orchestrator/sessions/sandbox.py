@@ -8,15 +8,18 @@ namespace where the filesystem is the host's (``--dev-bind / /``) except:
 - read-only: the repository (main checkout, ``.git``, ``.orchestration/``, other tasks'
   worktrees, the project's ``.venv``), this lo-orch's own installation and the user's
   lo-orch configuration;
-- writable again on top: the task's worktree, the git object store and the worktree's own
-  admin folder ``.git/worktrees/<name>/`` (so ``git add``/``git status`` work; refs,
-  ``config``, ``hooks``, ``info``, ``packed-refs`` stay read-only), the plans folder and
-  the task's inbox ``.orchestration/inbox/<task>/``; inside those, the files that point
-  the worktree at its repository (``<worktree>/.git``, ``commondir``, ``gitdir``) and the
-  worktree's ``HEAD`` and ``config.worktree`` are read-only again;
+- writable again on top: the task's worktree and the worktree's own admin folder
+  ``.git/worktrees/<name>/`` (so ``git add``/``git status`` work; refs, ``config``,
+  ``hooks``, ``info``, ``packed-refs`` stay read-only), the plans folder and the task's
+  inbox ``.orchestration/inbox/<task>/``; inside those, the files that point the worktree
+  at its repository (``<worktree>/.git``, ``commondir``, ``gitdir``) and the worktree's
+  ``HEAD`` and ``config.worktree`` are read-only again;
 - the task's own branch: ``refs/heads/lo/<run>/`` is the session's own copy of that folder,
   where only its branch can be moved, and that branch's reflog is writable
   (``workspace.ownref`` says how, and how the supervisor takes the commits);
+- its own object store over ``.git/objects``, with the repository's store read-only as its
+  alternate (``workspace.ownobjects``: what it adds is hashed again when it is taken). A
+  launch without a run (a cluster node's) writes the repository's store as before;
 - hidden (an empty read-only tmpfs): the supervisor's private state (``private.state_home()``) and
   the tmux socket folder, so no key can be read and no ``send-keys`` reach another pane;
 - its own PID namespace (``--unshare-pid`` with a fresh ``/proc``): it cannot read other
