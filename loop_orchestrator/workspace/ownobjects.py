@@ -183,6 +183,6 @@ def _take_pack(repo: Path, pack_dir: Path, path: Path) -> int:
             tmp = pack_dir / f"tmp_pack_import_{secrets.token_hex(8)}"
             shutil.copyfile(copy.with_suffix(suffix), tmp)
             tmp.replace(pack_dir / f"pack-{checksum}{suffix}")
-    for suffix in (".pack", ".idx", ".rev"):
+    for suffix in (".pack", ".idx", ".rev", ".bitmap", ".keep"):
         path.with_suffix(suffix).unlink(missing_ok=True)
     return 1

@@ -219,7 +219,8 @@ class OwnBranch:
         (an amend, a reset) is not taken: the worktree still holds its files, and the
         supervisor's commit of the worktree carries them onto the branch."""
         ownobjects.take(self.repo, self.common, self.store)
-        sha, tip = self.read(), self.tip()
+        sha = self.read()
+        tip = self.tip() if sha is not None else None
         if sha is None or tip is None or sha == tip:
             return None
         exists = git(self.repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).ok
