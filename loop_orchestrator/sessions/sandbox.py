@@ -26,8 +26,8 @@ namespace where the filesystem is the host's (``--dev-bind / /``) except:
   sessions' ``/proc/<pid>/environ``, signal the supervisor, and a process that detaches
   (setsid, double fork, ``env -i``) is reparented to the sandbox's init, which was started
   with ``LO_ORCH_TASK``, so ``guard.refuse_in_session`` still finds it;
-- no capabilities (``--cap-drop ALL``): started by root, bwrap would leave the agent
-  CAP_SYS_ADMIN, and one ``mount -o remount,rw`` would undo every read-only bind.
+- no capabilities (``--cap-drop ALL`` when lo-orch runs as root: bwrap would leave the
+  agent CAP_SYS_ADMIN, and one ``mount -o remount,rw`` would undo every read-only bind).
 
 The network is shared (the agent talks to its model API; ``lo-orch`` over a unix socket),
 and so is the terminal session (``--new-session`` would break the interactive tty).
@@ -287,10 +287,13 @@ class Policy:
 def wrap(argv: list[str], policy: Policy) -> list[str]:
     """``argv`` run inside bwrap under ``policy`` (paths that do not exist are skipped)."""
     exe = shutil.which(BWRAP) or BWRAP
-    # no capabilities inside: started by root, bwrap leaves the agent every capability it
-    # has, and CAP_SYS_ADMIN remounts the read-only repository writable (`mount -o
-    # remount,rw`; bubblewrap 0.8.0 as uid 0)
-    out = [exe, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--cap-drop", "ALL"]
+    out = [exe, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
+    if os.geteuid() == 0:
+        # started by root, bwrap leaves the agent every capability, and CAP_SYS_ADMIN
+        # remounts the read-only repository writable (`mount -o remount,rw`; bubblewrap
+        # 0.8.0). For anyone else it keeps none (measured), and a setuid bwrap refuses
+        # --cap-drop from a user who is not root.
+        out += ["--cap-drop", "ALL"]
     for path in _existing(policy.read_only):
         out += ["--ro-bind", str(path), str(path)]
     writable = policy.writable
