@@ -332,3 +332,38 @@ def test_objects_the_session_packed_are_taken_checked(boxed: Sandboxed) -> None:
 
     assert boxed.ws.commit_task("alpha", "alpha") == mine
     assert git(boxed.repo, "show", f"{mine}:app/alpha.py") == "A = 9\n"
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "off"])
+def test_a_git_planted_on_the_supervisors_path_is_refused(
+    tmp_path: Path, git_repo: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``git`` in a folder on the supervisor's PATH before the real one runs, outside
+    the sandbox, at the supervisor's next git call, and may move any ref."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    box = make(tmp_path, git_repo, mode)
+    plant = bindir / "git"
+
+    out = box.run(f"printf '#!/bin/sh\\nexit 0\\n' > {plant} && chmod +x {plant} && echo planted")
+
+    if mode == "off":
+        assert "planted" in out.stdout and plant.exists()
+        return
+    assert not plant.exists(), out.stdout
+    assert "Read-only file system" in out.stderr, out.stderr
+
+
+def test_root_cannot_replace_the_systems_programs_or_config(boxed: Sandboxed) -> None:
+    """As root (file modes do not stop it, and it has no capabilities inside): no file
+    in /usr/bin (where the supervisor's git is) or /etc (/etc/gitconfig)."""
+    probe = f".lo-orch-probe-{os.getpid()}"
+    targets = [Path("/usr/bin") / probe, Path("/etc") / probe]
+    try:
+        out = boxed.run("; ".join(f"try touch {t}" for t in targets))
+        assert out.stdout.count("denied") == 2, out.stdout + out.stderr
+    finally:
+        for target in targets:
+            target.unlink(missing_ok=True)
+    assert not any(t.exists() for t in targets)

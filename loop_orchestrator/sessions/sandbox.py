@@ -6,8 +6,10 @@ hooks, a ``command`` or ``scripted`` agent) is started inside ``bwrap``, in a mo
 namespace where the filesystem is the host's (``--dev-bind / /``) except:
 
 - read-only: the repository (main checkout, ``.git``, ``.orchestration/``, other tasks'
-  worktrees, the project's ``.venv``), this lo-orch's own installation and the user's
-  lo-orch configuration;
+  worktrees, the project's ``.venv``), this lo-orch's own installation, the user's
+  lo-orch configuration and every folder on the supervisor's ``PATH`` (a ``git`` planted
+  there would run outside the sandbox); for root also the system's folders (``/usr``,
+  ``/etc``, ``/lib``...: root owns them, and the supervisor runs ``/usr/bin/git``);
 - writable again on top: the task's worktree and the worktree's own admin folder
   ``.git/worktrees/<name>/`` (so ``git add``/``git status`` work; refs, ``config``,
   ``hooks``, ``info``, ``packed-refs`` stay read-only), the plans folder and the task's
@@ -46,6 +48,7 @@ import os
 import shutil
 import site
 import sys
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -178,6 +181,21 @@ def _lo_orch_install() -> list[Path]:
     return paths
 
 
+#: what root may write that programs outside the sandbox then run or read: the system's
+#: programs and libraries (``/usr/bin/git``, libc) and its configuration (``/etc/gitconfig``)
+SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot")
+
+
+def _executable_dirs() -> list[Path]:
+    """The folders the supervisor finds its programs in (``git``, ``tmux``, ``bwrap``): every
+    folder on its ``PATH``, and for root the system's folders. A program planted in one
+    (``~/.local/bin/git``) would run outside the sandbox at the supervisor's next call."""
+    found = [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    if os.geteuid() == 0:
+        found += [Path(d) for d in SYSTEM_DIRS]
+    return [p.resolve() for p in found if p.is_absolute() and p.is_dir()]
+
+
 def _user_config_dirs() -> list[Path]:
     """The user's lo-orch settings and tool profile (an agent could switch the sandbox or
     the auditor off there)."""
@@ -256,10 +274,12 @@ class Policy:
         home = Path(os.environ.get("HOME") or Path.home()).resolve()
         # an interpreter prefix may be a folder above the user's home (``/``, a conda
         # install in it): read-only there would take the agent's own config folders too
+        # and never a folder that holds the agent's home, temp dir or worktree (``/`` on PATH)
+        tmp = Path(tempfile.gettempdir()).resolve()
         protect = [
             p
-            for p in (*_lo_orch_install(), *_user_config_dirs())
-            if not home.is_relative_to(p.resolve())
+            for p in (*_lo_orch_install(), *_user_config_dirs(), *_executable_dirs())
+            if not any(q.is_relative_to(p.resolve()) for q in (home, tmp, worktree))
         ]
         return cls(
             task=task,
