@@ -357,12 +357,13 @@ def test_a_git_planted_on_the_supervisors_path_is_refused(
 
 def test_root_cannot_replace_the_systems_programs_or_config(boxed: Sandboxed) -> None:
     """As root (file modes do not stop it, and it has no capabilities inside): no file
-    in /usr/bin (where the supervisor's git is) or /etc (/etc/gitconfig)."""
+    in /usr/bin (where the supervisor's git is), /etc (/etc/gitconfig) or /var/spool
+    (cron's tables)."""
     probe = f".lo-orch-probe-{os.getpid()}"
-    targets = [Path("/usr/bin") / probe, Path("/etc") / probe]
+    targets = [Path(d) / probe for d in ("/usr/bin", "/etc", "/var/spool")]
     try:
         out = boxed.run("; ".join(f"try touch {t}" for t in targets))
-        assert out.stdout.count("denied") == 2, out.stdout + out.stderr
+        assert out.stdout.count("denied") == len(targets), out.stdout + out.stderr
     finally:
         for target in targets:
             target.unlink(missing_ok=True)

@@ -182,8 +182,22 @@ def _lo_orch_install() -> list[Path]:
 
 
 #: what root may write that programs outside the sandbox then run or read: the system's
-#: programs and libraries (``/usr/bin/git``, libc) and its configuration (``/etc/gitconfig``)
-SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot")
+#: programs and libraries (``/usr/bin/git``, libc), its configuration (``/etc/gitconfig``,
+#: ``/etc/cron.d``), cron's and the package manager's state (``/var/spool/cron``, a
+#: package's ``postinst``)
+SYSTEM_DIRS = (
+    "/usr",
+    "/etc",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/boot",
+    "/var/spool",
+    "/var/lib",
+)
 
 
 def _executable_dirs() -> list[Path]:
