@@ -368,3 +368,37 @@ def test_root_cannot_replace_the_systems_programs_or_config(boxed: Sandboxed) ->
         for target in targets:
             target.unlink(missing_ok=True)
     assert not any(t.exists() for t in targets)
+
+
+def test_symlinks_in_its_own_store_make_the_supervisor_remove_or_write_nothing(
+    boxed: Sandboxed,
+) -> None:
+    """The session's store is what it sees as .git/objects: it swaps its folders for
+    symlinks to the repository's own objects (named as the supervisor sees them), hoping
+    the supervisor, taking its objects, removes those; and its info/alternates for one to
+    .git/config, hoping the next launch writes through it."""
+    repo = boxed.repo
+    real = repo / ".git" / "objects"
+    git(repo, "gc", "-q")
+    extra = repo.parent / "extra.txt"
+    extra.write_text("a loose object of the repository's\n", encoding="utf-8")
+    name = git(repo, "hash-object", "-w", str(extra)).strip()
+    kept = sorted(p.name for p in (real / "pack").iterdir()), (real / name[:2] / name[2:])
+    config = (repo / ".git" / "config").read_bytes()
+
+    out = boxed.run(
+        f'O=$C/objects; rm -rf "$O/pack" "$O/info" "$O/{name[:2]}"; '
+        f'ln -s {real / "pack"} "$O/pack" && ln -s {real / name[:2]} "$O/{name[:2]}" '
+        f'&& mkdir "$O/info" && ln -s {repo / ".git" / "config"} "$O/info/alternates" '
+        "&& echo planted"
+    )
+    assert "planted" in out.stdout, out.stderr
+    boxed.ws.commit_task("alpha", "alpha")  # takes the session's objects
+    boxed.run(f'rm -rf "$C/objects/info" && ln -s {repo / ".git"} "$C/objects/info"')
+    boxed.run("true")  # a launch writes the store's info afresh
+
+    assert sorted(p.name for p in (real / "pack").iterdir()) == kept[0]
+    assert kept[1].exists()
+    assert (repo / ".git" / "config").read_bytes() == config
+    assert not (repo / ".git" / "alternates").exists()
+    assert git(repo, "fsck", "--no-dangling") == ""

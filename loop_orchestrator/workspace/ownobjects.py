@@ -26,6 +26,7 @@ import shutil
 import stat
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -40,44 +41,71 @@ _CHUNK = 1 << 16
 
 def take(repo: Path, common: Path, store: Path) -> int:
     """Copy what the session added in ``store`` into ``common``'s object store, checked;
-    the number of objects taken (packs count one each)."""
+    the number of objects taken (packs count one each).
+
+    The session may change its store while this runs: every folder in it is opened once,
+    without following a symlink, and every file is read, and removed, through the folder
+    it was found in (a folder swapped for a symlink to the repository's own objects
+    cannot make this remove those)."""
     try:
-        folder = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        root = os.open(store, _DIR)
     except OSError:
         return 0
-    os.close(folder)
-    algo = git(repo, "rev-parse", "--show-object-format").stdout.strip() or "sha1"
-    width = hashlib.new(algo).digest_size * 2
-    taken = 0
-    for sub in _entries(store, dirs=True):
-        if len(sub.name) != 2 or not _HEX.match(sub.name):
-            continue
-        for entry in _entries(Path(sub.path), dirs=False):
-            name = sub.name + entry.name
-            if len(name) == width and _HEX.match(entry.name):
-                taken += _take_loose(Path(entry.path), common / "objects", name, algo)
-    for entry in _entries(store / "pack", dirs=False):
-        if entry.name.endswith(".pack"):
-            taken += _take_pack(repo, common / "objects" / "pack", Path(entry.path))
+    try:
+        algo = git(repo, "rev-parse", "--show-object-format").stdout.strip() or "sha1"
+        width = hashlib.new(algo).digest_size * 2
+        taken = 0
+        for sub in _names(root):
+            if len(sub) != 2 or not _HEX.match(sub):
+                continue
+            with _subdir(root, sub) as folder:
+                if folder is None:
+                    continue
+                for entry in _names(folder):
+                    name = sub + entry
+                    if len(name) == width and _HEX.match(entry):
+                        taken += _take_loose(folder, entry, common / "objects", name, algo)
+        with _subdir(root, "pack") as folder:
+            if folder is not None:
+                for entry in _names(folder):
+                    if entry.endswith(".pack"):
+                        taken += _take_pack(
+                            repo, common / "objects" / "pack", folder, entry, store.parent
+                        )
+    finally:
+        os.close(root)
     if taken:
         log.info("session objects taken", extra={"count": taken, "store": str(store)})
     return taken
 
 
-def _entries(folder: Path, *, dirs: bool) -> list[os.DirEntry[str]]:
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def _names(folder: int) -> list[str]:
     try:
-        with os.scandir(folder) as it:
-            found = list(it)
+        return sorted(os.listdir(folder))
     except OSError:
         return []
-    if dirs:
-        return [e for e in found if e.is_dir(follow_symlinks=False)]
-    return [e for e in found if e.is_file(follow_symlinks=False)]
 
 
-def _open_plain(path: Path) -> int | None:
+@contextlib.contextmanager
+def _subdir(parent: int, name: str) -> Iterator[int | None]:
+    """The folder ``name`` in ``parent`` opened (None: not a folder, or a symlink)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(name, _DIR, dir_fd=parent)
+    except OSError:
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open_plain(folder: int, name: str) -> int | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
     except OSError:
         return None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -86,13 +114,18 @@ def _open_plain(path: Path) -> int | None:
     return fd
 
 
-def _take_loose(path: Path, objects: Path, name: str, algo: str) -> int:
+def _unlink(folder: int, name: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(name, dir_fd=folder)
+
+
+def _take_loose(folder: int, entry: str, objects: Path, name: str, algo: str) -> int:
     """Copy one loose object if its content hashes to ``name``; remove it from the store."""
     final = objects / name[:2] / name[2:]
     if final.exists():
-        path.unlink(missing_ok=True)
+        _unlink(folder, entry)
         return 0
-    fd = _open_plain(path)
+    fd = _open_plain(folder, entry)
     if fd is None:
         return 0
     final.parent.mkdir(exist_ok=True)
@@ -107,9 +140,9 @@ def _take_loose(path: Path, objects: Path, name: str, algo: str) -> int:
     finally:
         tmp.unlink(missing_ok=True)
     if not ok:
-        log.warning("session object refused", extra={"object": name, "path": str(path)})
+        log.warning("session object refused", extra={"object": name})
         return 0
-    path.unlink(missing_ok=True)
+    _unlink(folder, entry)
     return 1
 
 
@@ -161,28 +194,28 @@ def _copy_hashed_raw(src: BinaryIO, dst: BinaryIO, name: str, algo: str) -> bool
     return inflate.eof and expected == seen and digest.hexdigest() == name
 
 
-def _take_pack(repo: Path, pack_dir: Path, path: Path) -> int:
-    """Check a pack with ``git index-pack`` on a private copy, then keep it; remove it from
-    the store."""
-    fd = _open_plain(path)
+def _take_pack(repo: Path, pack_dir: Path, folder: int, entry: str, private: Path) -> int:
+    """Check a pack with ``git index-pack`` on a copy in ``private`` (out of the session's
+    reach: it cannot swap the pack after the check), then keep that copy; remove the pack
+    from the store."""
+    fd = _open_plain(folder, entry)
     if fd is None:
         return 0
-    with tempfile.TemporaryDirectory(prefix="lo-orch-pack-") as tmpdir:
+    with tempfile.TemporaryDirectory(prefix="pack-", dir=private) as tmpdir:
         copy = Path(tmpdir) / "incoming.pack"
         with os.fdopen(fd, "rb") as src, copy.open("xb") as dst:
             shutil.copyfileobj(src, dst)
         res = git(repo, "index-pack", str(copy), check=False)
         checksum = res.stdout.strip().split()[-1] if res.ok and res.stdout.strip() else ""
         if not res.ok or not _HEX.match(checksum):
-            log.warning(
-                "session pack refused", extra={"path": str(path), "error": res.stderr.strip()}
-            )
+            log.warning("session pack refused", extra={"pack": entry, "error": res.stderr.strip()})
             return 0
         pack_dir.mkdir(parents=True, exist_ok=True)
         for suffix in (".pack", ".idx"):  # the index last: git looks for packs by it
             tmp = pack_dir / f"tmp_pack_import_{secrets.token_hex(8)}"
             shutil.copyfile(copy.with_suffix(suffix), tmp)
             tmp.replace(pack_dir / f"pack-{checksum}{suffix}")
+    stem = entry[: -len(".pack")]
     for suffix in (".pack", ".idx", ".rev", ".bitmap", ".keep"):
-        path.with_suffix(suffix).unlink(missing_ok=True)
+        _unlink(folder, stem + suffix)
     return 1

@@ -149,9 +149,7 @@ class OwnBranch:
         self.mirror.mkdir(mode=0o700)
         self.refs.mkdir()
         if self.objects_view is not None:
-            (self.store / "pack").mkdir(mode=0o700, parents=True, exist_ok=True)
-            (self.store / "info").mkdir(exist_ok=True)
-            (self.store / "info" / "alternates").write_text(f"{self.objects_view}\n")
+            self._fresh_store_info()
             self.objects_view.mkdir(exist_ok=True)
         prefix = self.ref.rsplit("/", 1)[0] + "/"
         out = git(self.repo, "for-each-ref", "--format=%(refname)%00%(objectname)", prefix)
@@ -165,6 +163,21 @@ class OwnBranch:
         tip = self.tip()
         if tip is not None:
             self.publish(tip)
+
+    def _fresh_store_info(self) -> None:
+        """The store's ``info/alternates`` (the repository's store, where the sandbox shows
+        it) written afresh: the session may have left ``info`` or the file as a symlink to
+        something of the repository's, so what is there is removed, never written through."""
+        self.store.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = self.store / "info"
+        if info.is_symlink() or info.is_file():
+            info.unlink()
+        elif info.exists():
+            shutil.rmtree(info)
+        info.mkdir()
+        fd = os.open(info / "alternates", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(f"{self.objects_view}\n")
 
     def read(self) -> str | None:
         """The sha the session left for its branch, or None (no mirror, no plain file
