@@ -402,3 +402,16 @@ def test_symlinks_in_its_own_store_make_the_supervisor_remove_or_write_nothing(
     assert (repo / ".git" / "config").read_bytes() == config
     assert not (repo / ".git" / "alternates").exists()
     assert git(repo, "fsck", "--no-dangling") == ""
+
+
+def test_removing_the_worktree_takes_what_the_session_committed_first(boxed: Sandboxed) -> None:
+    out = boxed.run(
+        f"echo 'A = 5' > app/alpha.py && git add -A && git {IDENTITY} commit -qm last "
+        "&& git rev-parse HEAD"
+    )
+    mine = out.stdout.split()[-1]
+
+    assert boxed.ws.worktrees.remove("alpha") is None  # clean once the commit is taken
+
+    assert git(boxed.repo, "rev-parse", f"lo/{RUN}/alpha").strip() == mine
+    assert git(boxed.repo, "show", f"{mine}:app/alpha.py") == "A = 5\n"

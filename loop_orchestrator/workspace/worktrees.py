@@ -404,6 +404,9 @@ class Worktrees:
             return f"{where} is on {info.branch}, not this run's {branch}"
         if info.locked:
             return f"{where} is locked (`git worktree unlock` it to allow removal)"
+        # what a sandboxed session committed and nobody took yet: onto its branch first
+        with contextlib.suppress(GitError):  # a lost race is logged; the worktree is kept
+            OwnBranch.of(self.repo, self.run, task).adopt()
         dirty = dirty_paths(path)
         if dirty:
             return f"{where} has uncommitted changes: {quote_list(dirty)}"
