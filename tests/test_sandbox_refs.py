@@ -415,3 +415,19 @@ def test_removing_the_worktree_takes_what_the_session_committed_first(boxed: San
 
     assert git(boxed.repo, "rev-parse", f"lo/{RUN}/alpha").strip() == mine
     assert git(boxed.repo, "show", f"{mine}:app/alpha.py") == "A = 5\n"
+
+
+def test_only_a_move_the_session_made_is_taken(boxed: Sandboxed) -> None:
+    """The branch moved outside the sandbox after the launch (back to its start, as a
+    node's work or a person may move it): the copy's older value is lo-orch's own, not the
+    session's, and does not move the branch forward again."""
+    repo, branch = boxed.repo, f"lo/{RUN}/alpha"
+    start = git(repo, "rev-parse", branch).strip()
+    out = boxed.run(f"echo 'A = 7' > app/alpha.py && git add -A && git {IDENTITY} commit -qm c")
+    assert out.returncode == 0, out.stderr
+    first = boxed.ws.commit_task("alpha", "alpha")
+    git(repo, "update-ref", f"refs/heads/{branch}", start, first)
+    git(boxed.worktree, "reset", "-q", "--hard", start)
+
+    assert boxed.ws.commit_task("alpha", "alpha") == start
+    assert git(repo, "rev-parse", branch).strip() == start

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 MIRROR_DIR = "own-branch"
 #: the folder of each task's own object store there
 STORE_DIR = "own-objects"
+#: in a mirror, beside ``refs``: what the supervisor last wrote for the branch
+PUBLISHED = "published"
 _SHA = re.compile(rb"^([0-9a-f]{40}(?:[0-9a-f]{24})?)\n?\Z")
 _NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
@@ -225,16 +227,29 @@ class OwnBranch:
             raise
         finally:
             os.close(folder)
+        # beside the copy, out of the session's sight (only ``refs`` is bound in its sandbox)
+        (self.mirror / PUBLISHED).write_text(f"{sha}\n", encoding="ascii")
+
+    def published(self) -> str | None:
+        """The value the supervisor last wrote into the copy."""
+        try:
+            return (self.mirror / PUBLISHED).read_text(encoding="ascii").strip() or None
+        except OSError:
+            return None
 
     def adopt(self) -> str | None:
         """Move the branch to where the session committed it (a fast-forward only); the new
         tip, or None when there was nothing to take. A move that is not a fast-forward
         (an amend, a reset) is not taken: the worktree still holds its files, and the
-        supervisor's commit of the worktree carries them onto the branch."""
+        supervisor's commit of the worktree carries them onto the branch. Only a value the
+        session wrote counts: the one the supervisor wrote itself may be older than the
+        branch (moved since by a node's work, say), and is no move of the session's."""
         ownobjects.take(self.repo, self.common, self.store)
         sha = self.read()
-        tip = self.tip() if sha is not None else None
-        if sha is None or tip is None or sha == tip:
+        if sha is None or sha == self.published():
+            return None
+        tip = self.tip()
+        if tip is None or sha == tip:
             return None
         exists = git(self.repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).ok
         if not exists or not is_ancestor(self.repo, tip, sha):
