@@ -147,7 +147,9 @@ class OwnBranch:
             self.mirror.unlink()
         elif self.mirror.exists():
             shutil.rmtree(self.mirror)  # fd-based: a symlink planted inside is not followed
-        self.mirror.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        run_dir = self.mirror.parent.parent
+        private.run_dir(self.repo, run_dir.name)  # 0700, as the run's private folder is made
+        self.mirror.parent.mkdir(mode=0o700, exist_ok=True)
         self.mirror.mkdir(mode=0o700)
         self.refs.mkdir()
         if self.objects_view is not None:
