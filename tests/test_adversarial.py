@@ -32,10 +32,10 @@ pytestmark = pytest.mark.slow
 MARKER = "FORGED-SLUG-7f3a"
 STUB = f'def slugify(text, max_length=40):\n    return "{MARKER}"\n'
 
-# Runs inside the agent's pane: commits the stub itself, so it knows the commit's sha (the
-# sandbox refuses the commit's ref update; then HEAD is the start commit). Every write is
-# tried and its outcome printed: under the sandbox they fail, without it they succeed and
-# must change nothing.
+# Runs inside the agent's pane: commits the stub itself, so it knows the commit's sha (its
+# own branch is the one ref the sandbox lets it move; the supervisor takes the commit as
+# the task's work). Every write is tried and its outcome printed: under the sandbox they
+# fail, without it they succeed and must change nothing.
 COMMIT_ITSELF = """
 import os, subprocess
 subprocess.run(["git", "add", "-A"], check=False)

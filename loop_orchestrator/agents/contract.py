@@ -92,7 +92,7 @@ class AgentContext:
         policy = None
         if isinstance(settings, Settings) and sandbox.require(settings):
             policy = sandbox.Policy.for_task(
-                repo=repo, run_dir=run_dir, worktree=worktree, task=task
+                repo=repo, run_dir=run_dir, worktree=worktree, task=task, run=run_name
             )
         return cls(task, run_name, repo, worktree, run_dir, brief_path, session_id, env, policy)
 

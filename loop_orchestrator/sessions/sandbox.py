@@ -6,20 +6,30 @@ hooks, a ``command`` or ``scripted`` agent) is started inside ``bwrap``, in a mo
 namespace where the filesystem is the host's (``--dev-bind / /``) except:
 
 - read-only: the repository (main checkout, ``.git``, ``.orchestration/``, other tasks'
-  worktrees, the project's ``.venv``), this lo-orch's own installation and the user's
-  lo-orch configuration;
-- writable again on top: the task's worktree, the git object store and the worktree's own
-  admin folder ``.git/worktrees/<name>/`` (so ``git add``/``git status`` work; refs,
-  ``config``, ``hooks``, ``info``, ``packed-refs`` stay read-only), the plans folder and
-  the task's inbox ``.orchestration/inbox/<task>/``; inside those, the files that point
-  the worktree at its repository (``<worktree>/.git``, ``commondir``, ``gitdir``) are
-  read-only again;
+  worktrees, the project's ``.venv``), this lo-orch's own installation, the user's
+  lo-orch configuration and every folder on the supervisor's ``PATH`` (a ``git`` planted
+  there would run outside the sandbox); for root also the system's folders (``/usr``,
+  ``/etc``, ``/lib``...: root owns them, and the supervisor runs ``/usr/bin/git``);
+- writable again on top: the task's worktree and the worktree's own admin folder
+  ``.git/worktrees/<name>/`` (so ``git add``/``git status`` work; refs, ``config``,
+  ``hooks``, ``info``, ``packed-refs`` stay read-only), the plans folder and the task's
+  inbox ``.orchestration/inbox/<task>/``; inside those, the files that point the worktree
+  at its repository (``<worktree>/.git``, ``commondir``, ``gitdir``) and the worktree's
+  ``HEAD`` and ``config.worktree`` are read-only again;
+- the task's own branch: ``refs/heads/lo/<run>/`` is the session's own copy of that folder,
+  where only its branch can be moved, and that branch's reflog is writable
+  (``workspace.ownref`` says how, and how the supervisor takes the commits);
+- its own object store over ``.git/objects``, with the repository's store read-only as its
+  alternate (``workspace.ownobjects``: what it adds is hashed again when it is taken). A
+  launch without a run (a cluster node's) writes the repository's store as before;
 - hidden (an empty read-only tmpfs): the supervisor's private state (``private.state_home()``) and
   the tmux socket folder, so no key can be read and no ``send-keys`` reach another pane;
 - its own PID namespace (``--unshare-pid`` with a fresh ``/proc``): it cannot read other
   sessions' ``/proc/<pid>/environ``, signal the supervisor, and a process that detaches
   (setsid, double fork, ``env -i``) is reparented to the sandbox's init, which was started
-  with ``LO_ORCH_TASK``, so ``guard.refuse_in_session`` still finds it.
+  with ``LO_ORCH_TASK``, so ``guard.refuse_in_session`` still finds it;
+- no capabilities (``--cap-drop ALL`` when lo-orch runs as root: bwrap would leave the
+  agent CAP_SYS_ADMIN, and one ``mount -o remount,rw`` would undo every read-only bind).
 
 The network is shared (the agent talks to its model API; ``lo-orch`` over a unix socket),
 and so is the terminal session (``--new-session`` would break the interactive tty).
@@ -38,6 +48,7 @@ import os
 import shutil
 import site
 import sys
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +57,7 @@ from loop_orchestrator import proc
 from loop_orchestrator.config import user_config_path
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.runstate import private
+from loop_orchestrator.workspace.ownref import MIRROR_DIR, OwnBranch, task_branch_name
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import Settings
@@ -169,6 +181,35 @@ def _lo_orch_install() -> list[Path]:
     return paths
 
 
+#: what root may write that programs outside the sandbox then run or read: the system's
+#: programs and libraries (``/usr/bin/git``, libc), its configuration (``/etc/gitconfig``,
+#: ``/etc/cron.d``), cron's and the package manager's state (``/var/spool/cron``, a
+#: package's ``postinst``)
+SYSTEM_DIRS = (
+    "/usr",
+    "/etc",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/boot",
+    "/var/spool",
+    "/var/lib",
+)
+
+
+def _executable_dirs() -> list[Path]:
+    """The folders the supervisor finds its programs in (``git``, ``tmux``, ``bwrap``): every
+    folder on its ``PATH``, and for root the system's folders. A program planted in one
+    (``~/.local/bin/git``) would run outside the sandbox at the supervisor's next call."""
+    found = [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    if os.geteuid() == 0:
+        found += [Path(d) for d in SYSTEM_DIRS]
+    return [p.resolve() for p in found if p.is_absolute() and p.is_dir()]
+
+
 def _user_config_dirs() -> list[Path]:
     """The user's lo-orch settings and tool profile (an agent could switch the sandbox or
     the auditor off there)."""
@@ -181,9 +222,9 @@ def _user_config_dirs() -> list[Path]:
 class Policy:
     """What one agent session may write; paths are absolute and resolved.
 
-    Mount order (later mounts over earlier ones): ``read_only``, ``writable``, ``pinned``,
-    ``hidden``. Paths that do not exist at launch are left out (there is nothing to
-    protect; a writable one could not be bound).
+    Mount order (later mounts over earlier ones): ``read_only``, ``writable``, the own
+    branch's mirror (``own``), ``pinned``, ``hidden``. Paths that do not exist at launch are
+    left out (there is nothing to protect; a writable one could not be bound).
     """
 
     task: str
@@ -196,6 +237,11 @@ class Policy:
     pinned: tuple[Path, ...] = ()
     #: folders to create before the launch (a mount needs its target)
     create: tuple[Path, ...] = ()
+    #: files created empty before the launch when missing, so that they can be pinned
+    #: (git reads a worktree's ``config.worktree`` once the repository enables it)
+    placeholders: tuple[Path, ...] = ()
+    #: the task's branch, the one ref the session may move (``workspace.ownref``)
+    own: OwnBranch | None = None
     #: what session-side tools write besides the inbox (``LEGACY_REPORT_DIRS``/``_FILES``)
     legacy_dirs: tuple[Path, ...] = ()
     legacy_files: tuple[Path, ...] = ()
@@ -204,8 +250,11 @@ class Policy:
     unset_env: tuple[str, ...] = ()
 
     @classmethod
-    def for_task(cls, *, repo: Path, run_dir: Path, worktree: Path, task: str) -> Policy:
-        """The policy of ``task``'s session in ``repo`` (``run_dir``: ``.orchestration``)."""
+    def for_task(
+        cls, *, repo: Path, run_dir: Path, worktree: Path, task: str, run: str | None = None
+    ) -> Policy:
+        """The policy of ``task``'s session in ``repo`` (``run_dir``: ``.orchestration``);
+        with ``run``, its branch ``lo/<run>/<task>`` is the one ref it may move."""
         repo = repo.resolve()
         run_dir = run_dir.resolve()
         worktree = worktree.resolve()
@@ -213,22 +262,38 @@ class Policy:
         inbox = run_dir / "inbox" / task
         plans = run_dir / "plans"
         state = private.state_home()
-        writable = [worktree, common / "objects"]
-        pinned = [worktree / ".git"]
         admin = _admin_dir(worktree)
+        # the object store is the session's own when it has a run (``workspace.ownobjects``)
+        writable = (
+            [worktree] if run is not None and admin is not None else [worktree, common / "objects"]
+        )
+        pinned = [worktree / ".git"]
+        placeholders: list[Path] = []
         if admin is not None:
             writable.append(admin)
-            pinned += [admin / "commondir", admin / "gitdir"]
+            # HEAD too: pointed at staging or another branch, the supervisor's own commit or
+            # merge in the worktree would move that ref (a commit on the branch only locks
+            # HEAD beside it and appends to logs/HEAD: both stay writable)
+            pinned += [admin / name for name in ("commondir", "gitdir", "HEAD", "config.worktree")]
+            placeholders.append(admin / "config.worktree")
+        own = None
+        if run is not None and admin is not None:
+            mirror = private.run_dir(repo, run, create=False) / MIRROR_DIR / task
+            own = OwnBranch(
+                repo, common, task_branch_name(run, task), mirror, admin / "lo-orch-objects"
+            )
         # The plans folder, not only plans/<task>.md: a bind-mounted file cannot be replaced
         # by rename (EBUSY), and Claude Code writes files atomically (temp file + rename).
         writable += [plans, inbox]
         home = Path(os.environ.get("HOME") or Path.home()).resolve()
         # an interpreter prefix may be a folder above the user's home (``/``, a conda
         # install in it): read-only there would take the agent's own config folders too
+        # and never a folder that holds the agent's home, temp dir or worktree (``/`` on PATH)
+        tmp = Path(tempfile.gettempdir()).resolve()
         protect = [
             p
-            for p in (*_lo_orch_install(), *_user_config_dirs())
-            if not home.is_relative_to(p.resolve())
+            for p in (*_lo_orch_install(), *_user_config_dirs(), *_executable_dirs())
+            if not any(q.is_relative_to(p.resolve()) for q in (home, tmp, worktree))
         ]
         return cls(
             task=task,
@@ -239,6 +304,8 @@ class Policy:
                 p for p in (state, tmux_socket_dir()) if not worktree.is_relative_to(p.resolve())
             ),
             pinned=tuple(pinned),
+            placeholders=tuple(placeholders),
+            own=own,
             # the tmux socket folder too: a folder that does not exist yet is not hidden, and
             # the run's tmux server (made after the first launch's policy) would appear in it
             create=(inbox, plans, state, tmux_socket_dir()),
@@ -255,6 +322,12 @@ def wrap(argv: list[str], policy: Policy) -> list[str]:
     """``argv`` run inside bwrap under ``policy`` (paths that do not exist are skipped)."""
     exe = shutil.which(BWRAP) or BWRAP
     out = [exe, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
+    if os.geteuid() == 0:
+        # started by root, bwrap leaves the agent every capability, and CAP_SYS_ADMIN
+        # remounts the read-only repository writable (`mount -o remount,rw`; bubblewrap
+        # 0.8.0). For anyone else it keeps none (measured), and a setuid bwrap refuses
+        # --cap-drop from a user who is not root.
+        out += ["--cap-drop", "ALL"]
     for path in _existing(policy.read_only):
         out += ["--ro-bind", str(path), str(path)]
     writable = policy.writable
@@ -262,6 +335,12 @@ def wrap(argv: list[str], policy: Policy) -> list[str]:
         writable += policy.legacy_dirs + policy.legacy_files
     for path in _existing(writable):
         out += ["--bind", str(path), str(path)]
+    if policy.own is not None and policy.own.refs.is_dir():
+        # bwrap takes every source from the host's tree (never from an earlier mount)
+        for source, target in policy.own.mounts():
+            out += ["--bind", str(source), str(target)]
+        for source, target in policy.own.frozen():
+            out += ["--ro-bind", str(source), str(target)]
     for path in _existing(policy.pinned):
         out += ["--ro-bind", str(path), str(path)]
     for path in _existing(policy.hidden):
@@ -287,6 +366,11 @@ def confine(spec: LaunchSpec, policy: Policy) -> LaunchSpec:
     """``spec`` run inside the sandbox (its folders created first)."""
     for folder in policy.create:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for file in policy.placeholders:
+        if file.parent.is_dir() and not file.is_symlink():
+            file.touch()
+    if policy.own is not None:
+        policy.own.seed()
     if policy.legacy_reporting:
         for folder in policy.legacy_dirs:
             folder.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from loop_orchestrator.errors import (
 from loop_orchestrator.git.gateway import git, oid, update_ref
 from loop_orchestrator.git.parse import WorktreeInfo, parse_worktrees
 from loop_orchestrator.git.refbook import FileRefBook, RefBook
+from loop_orchestrator.workspace.ownref import task_branch_name
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class Branches:
         return f"feat/{self.run}"
 
     def task_branch(self, task: str) -> str:
-        return f"lo/{self.run}/{check_task(task)}"
+        return task_branch_name(self.run, check_task(task))
 
     def check_branch_name(self, name: str) -> str:
         """``name`` when lo-orch may create or move a branch of that name (outside lo/)."""

@@ -39,6 +39,7 @@ from loop_orchestrator.workspace.branches import (
     list_worktrees,
     rel,
 )
+from loop_orchestrator.workspace.ownref import OwnBranch
 from loop_orchestrator.workspace.worktrees import (
     OWN_PREFIXES,
     Worktrees,
@@ -386,6 +387,8 @@ class Staging:
         if staging is None or is_ancestor(self.repo, staging, oid(self.repo, branch)):
             return book.task_start(task)
         path = self.worktrees.require_own(task)
+        own = OwnBranch.of(self.repo, book.run, task)
+        own.adopt()  # the session's own commits first: they are not uncommitted changes
         if dirty_paths(path):
             msg = f"task {task}'s worktree has uncommitted changes; staging cannot be merged in"
             raise GitError(msg, hint=f"Commit or discard them in {rel(self.repo, path)}.")
@@ -412,6 +415,7 @@ class Staging:
                 hint="Resolve it by hand in the worktree, then `lo-orch run` again.",
             )
         head = git(path, "rev-parse", "HEAD").stdout.strip()
+        own.settle()
         book.restart(task, head)
         log.info("staging merged into task", extra={"task": task, "commit": head})
         return head

@@ -49,6 +49,7 @@ from loop_orchestrator.workspace.branches import (
     rel,
     worktree_at,
 )
+from loop_orchestrator.workspace.ownref import OwnBranch
 
 log = logging.getLogger(__name__)
 
@@ -403,6 +404,9 @@ class Worktrees:
             return f"{where} is on {info.branch}, not this run's {branch}"
         if info.locked:
             return f"{where} is locked (`git worktree unlock` it to allow removal)"
+        # what a sandboxed session committed and nobody took yet: onto its branch first
+        with contextlib.suppress(GitError):  # a lost race is logged; the worktree is kept
+            OwnBranch.of(self.repo, self.run, task).adopt()
         dirty = dirty_paths(path)
         if dirty:
             return f"{where} has uncommitted changes: {quote_list(dirty)}"
@@ -453,6 +457,9 @@ class Worktrees:
                 "the task's work must be on its branch"
             )
             raise GitError(msg, hint=f"In the worktree run `git switch {branch}`, then retry.")
+        # a sandboxed session's own commits are in its view of the branch until taken here
+        own = OwnBranch.of(self.repo, self.run, task)
+        own.adopt()
         if split_z(git(path, "ls-files", "--unmerged", "-z").stdout):
             msg = f"task {task} has unresolved merge conflicts in {where}"
             raise GitError(msg, hint="Resolve or abort the merge in the worktree, then retry.")
@@ -496,6 +503,7 @@ class Worktrees:
                     env=identity(self.settings),
                 )
         head = git(path, "rev-parse", "HEAD").stdout.strip()
+        own.settle()
         log.info("task committed", extra={"task": task, "commit": head})
         return head
 
