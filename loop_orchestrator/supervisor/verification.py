@@ -43,6 +43,7 @@ class Verification:
         git_lock: threading.Lock,
         site_baseline: Callable[[], Any],
         integrate: Callable[[str], None],
+        tampered: Callable[[str], str | None] = lambda _task: None,
     ) -> None:
         self.journal = journal
         self.sessions = sessions
@@ -57,6 +58,8 @@ class Verification:
         self.site_baseline = site_baseline
         #: an accepted task goes on to integration at once (``Integration.integrate``)
         self.integrate = integrate
+        #: takes the round a task owes for moving refs of the run (``RefGuard.owed``)
+        self.tampered = tampered
 
     def verify(self, tid: str) -> None:
         task = self.plan.task(tid)
@@ -133,14 +136,36 @@ class Verification:
             passed=verdict.passed,
             message=summary.splitlines()[0] if summary else "",
         )
-        if verdict.passed:
+        # a round owed for moving refs is this one: a passing verdict does not land it
+        what = self.tampered(tid)
+        if verdict.passed and what is None:
             self.journal.move(tid, Event.PASS, commit=commit, error=None, note=None)
             self.integrate(tid)
+        elif what is not None:
+            self.rework(tid, verdict, f"{what}\n\n{summary}", tampered=True)
         else:
             self.rework(tid, verdict, summary)
 
-    def rework(self, tid: str, verdict: Any, summary: str) -> None:
-        """Send the task back with a review, or block it after ``max_rework`` rounds."""
+    def tamper_round(self, tid: str, what: str) -> None:
+        """The task's session moved refs of the run (``what``, as ``RefGuard`` found it):
+        a rework round whose review says so, or a block after the round limit."""
+        st = self.journal.record.task(tid)
+        max_rounds = lifecycle.rework_limit(st, self.settings.run.max_rework)
+        step = decide.after_tamper(tid, rework_count=st.rework_count, limit=max_rounds, what=what)
+        if isinstance(step, decide.Block):
+            self.journal.block(tid, step.reason)
+            return
+        review = self.rundir.review_path(tid, step.round)
+        atomic_write_text(review, tamper_review(tid, step.round, max_rounds, what))
+        self.journal.move(tid, Event.TAMPERED, rework_count=step.round, note=what[:200])
+        self.journal.event(
+            "rework", tid, round=step.round, review=str(review), cause="refs_tampered"
+        )
+        self.sessions.deliver(tid, "prompt_rework.md.j2")
+
+    def rework(self, tid: str, verdict: Any, summary: str, *, tampered: bool = False) -> None:
+        """Send the task back with a review, or block it after ``max_rework`` rounds
+        (``tampered``: its session moved refs of the run, which ``summary`` begins with)."""
         st = self.journal.record.task(tid)
         max_rounds = lifecycle.rework_limit(st, self.settings.run.max_rework)
         step = decide.rework(rework_count=st.rework_count, limit=max_rounds, summary=summary)
@@ -153,6 +178,11 @@ class Verification:
             review = verify.write_review(
                 self.rundir, task, round_no, verdict, max_rounds=max_rounds
             )
+            if tampered:
+                text = review.read_text(encoding="utf-8")
+                title, _, rest = text.partition("\n")
+                what = summary.split("\n\n", 1)[0]
+                atomic_write_text(review, f"{title}\n\n## Refs moved\n\n{what}\n{rest}")
         else:
             review = self.rundir.review_path(tid, round_no)
             atomic_write_text(
@@ -163,3 +193,15 @@ class Verification:
         self.journal.move(tid, Event.REWORK, rework_count=round_no, note=first_line)
         self.journal.event("rework", tid, round=round_no, review=str(review))
         self.sessions.deliver(tid, "prompt_rework.md.j2")
+
+
+def tamper_review(task: str, round_no: int, max_rounds: int, what: str) -> str:
+    """The review of a round sent because the task's session moved refs of the run."""
+    return (
+        f"# Review of {task}, round {round_no} of {max_rounds}\n\n"
+        "## Refs moved\n\n"
+        f"{what}.\n\n"
+        "Nothing of that attempt was verified or kept on a branch. Do the task's work in "
+        "your worktree, commit nothing onto other branches, and signal `impl_done`: lo-orch "
+        "verifies the work and merges it itself.\n"
+    )

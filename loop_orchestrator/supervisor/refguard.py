@@ -1,0 +1,171 @@
+"""The supervisor's guard over the run's refs: a watch on the ref files, the comparison
+with the refs book whenever one changes (or a step met a moved ref), the repair, and the
+rework round of the task whose session did it (docs/design.md section 10, "Refs it owns").
+
+What is decided lives in ``decide`` (which refs are put back, whose round it is, when it is
+sent, the block after the limit); this service only observes and carries it out. The
+comparison runs under the workspace's git lock, the one lo-orch's own moves and their
+records are made under, so a move of lo-orch's is never seen half-recorded: a watch event
+for it finds git and the book agreeing, and nothing happens.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from loop_orchestrator.git.refwatch import RefWatch
+from loop_orchestrator.runstate.state import Phase, TaskStatus
+from loop_orchestrator.supervisor import decide
+from loop_orchestrator.supervisor.journal import Journal
+from loop_orchestrator.workspace.branches import QUARANTINE, Repaired
+from loop_orchestrator.workspace.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+Submit = Callable[[str, Callable[[str], None]], None]
+#: a tampering task's round: ``(task, what it did)``
+Round = Callable[[str, str], None]
+
+
+class RefGuard:
+    """Watches the run's refs, puts back what moved, and owes the tampering task a round."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        ws: Workspace,
+        *,
+        git_lock: threading.Lock,
+        wake: threading.Event,
+        submit: Submit,
+        tamper_round: Round,
+    ) -> None:
+        self.journal = journal
+        self.ws = ws
+        self.git_lock = git_lock
+        self.wake = wake
+        self.submit = submit
+        self.tamper_round = tamper_round
+        #: set by the watch and by a step that met a moved ref: compare at the next turn
+        self.due = threading.Event()
+        self._owed: dict[str, str] = {}  # task -> what its session did (the review's words)
+        self._owed_lock = threading.Lock()
+        branches = ws.branches
+        self.watch = RefWatch(
+            ws.repo,
+            [branches.staging_ref, f"refs/heads/{branches.feature_branch}", QUARANTINE],
+            self.request,
+        )
+
+    # the watch ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.watch.start()
+        self.request()  # whatever moved while no supervisor watched
+
+    def stop(self) -> None:
+        self.watch.stop()
+
+    def request(self) -> None:
+        """Compare the refs with the book at the loop's next turn (any thread)."""
+        self.due.set()
+        self.wake.set()
+
+    # the comparison and the repair ----------------------------------------------------------
+
+    def check(self, statuses: Mapping[str, TaskStatus]) -> list[Repaired]:
+        """When due: compare every recorded ref with git; put back lo-orch's own and owe
+        the tampering tasks a round. A moved branch a person may move (the feature branch)
+        raises ``RefTamperedError``: the run stops, as before, and nothing is moved."""
+        if not self.due.is_set():
+            return []
+        self.due.clear()
+        branches = self.ws.branches
+        with self.git_lock:
+            moved = branches.moved()
+            if not moved:
+                return []
+            theirs = [m for m in moved if not decide.puts_back(self.kind(m.ref))]
+            if theirs:
+                raise theirs[0].error()
+            repaired = branches.repair(moved, time.time())
+            suspects = [t for t, st in statuses.items() if may_have_done_it(st.phase)]
+            holders = {t for r in repaired if r.found for t in branches.holders(r.found, suspects)}
+        tasks = decide.tampering_tasks(sorted(holders), sorted(suspects))
+        for r in repaired:
+            self.journal.event(
+                "refs_repaired",
+                ref=r.ref,
+                expected=r.expected,
+                found=r.found,
+                kept=r.kept,
+                tasks=list(tasks),
+                by_ancestry=bool(holders),
+                message=describe(r) + (f"; reworking {', '.join(tasks)}" if tasks else ""),
+            )
+        what = "; ".join(describe(r) for r in repaired)
+        if not holders and len(tasks) > 1:
+            what += (
+                " (lo-orch cannot tell which session did it: every running task gets this round)"
+            )
+        with self._owed_lock:
+            for t in tasks:
+                self._owed[t] = f"{what}. Never move lo-orch's refs: signal, and lo-orch merges"
+        return repaired
+
+    def kind(self, ref: str) -> decide.RefKind:
+        branches = self.ws.branches
+        if ref == branches.staging_ref:
+            return decide.RefKind.STAGING
+        if branches.is_quarantine(ref):
+            return decide.RefKind.QUARANTINE
+        return decide.RefKind.BRANCH
+
+    # the rounds owed ------------------------------------------------------------------------
+
+    def owed(self, task: str) -> str | None:
+        """Take the round ``task`` owes for moving refs, if any (its verification does)."""
+        with self._owed_lock:
+            return self._owed.pop(task, None)
+
+    def send_rounds(self, statuses: Mapping[str, TaskStatus], busy: Callable[[str], bool]) -> None:
+        """Send every round owed that is due (``decide.tamper_due``)."""
+        with self._owed_lock:
+            owed = dict(self._owed)
+        for task, what in owed.items():
+            st = statuses.get(task)
+            if st is None:
+                continue
+            due = decide.tamper_due(st.phase, busy=busy(task))
+            if due is decide.TamperDue.AFTER_STEP:
+                continue
+            if self.owed(task) is None:
+                continue  # its verification took it meanwhile
+            if due is decide.TamperDue.NOW:
+                self.submit(task, functools.partial(self.tamper_round, what=what))  # type: ignore[call-arg]
+            else:
+                self.journal.event(
+                    "tamper_round_dropped",
+                    task,
+                    message=f"nothing left to rework ({st.phase.value}): {what}",
+                )
+
+
+def may_have_done_it(phase: Phase) -> bool:
+    """Whether a task in ``phase`` has a session whose work is not verified yet."""
+    return phase is Phase.LAUNCHING or decide.tamper_due(phase, busy=False) is decide.TamperDue.NOW
+
+
+def describe(r: Repaired) -> str:
+    """One repair in a person's words."""
+    name = r.ref.removeprefix("refs/heads/")
+    if r.found is None:
+        return f"{name} was deleted outside lo-orch; lo-orch put it back on {r.expected[:12]}"
+    return (
+        f"{name} was moved outside lo-orch (to {r.found[:12]}); lo-orch put it back on "
+        f"{r.expected[:12]} and keeps what it found at {r.kept} (`git log {r.kept}`)"
+    )
