@@ -34,11 +34,12 @@ def common_dir(repo: Path) -> Path:
 
 def concerns(rel: str, prefixes: Sequence[str]) -> bool:
     """Whether a change of the file ``rel`` (relative to the common git folder, ``/``
-    separated) may have changed a ref under ``prefixes``."""
+    separated) may have changed a ref of ``prefixes`` (a ref name, or a folder of refs
+    ending in ``/``)."""
     name = rel.removesuffix(".lock")
     if name == PACKED_REFS:
         return True
-    return any(name == p.rstrip("/") or name.startswith(p) for p in prefixes)
+    return any(name == p or (p.endswith("/") and name.startswith(p)) for p in prefixes)
 
 
 class RefWatch:
