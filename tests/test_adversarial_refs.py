@@ -21,6 +21,8 @@ import pytest
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 
+from loop_orchestrator.commands import status
+from loop_orchestrator.dashboard import view
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.supervisor.main import Supervisor
@@ -119,6 +121,15 @@ def assert_repaired_and_reworked(files: demo.DemoFiles, out: Path) -> dict[str, 
     assert repaired["tasks"] == ["slug"] and repaired["by_ancestry"] is True
     assert quarantined(repo, "demo") == [(repaired["kept"], forged)]
     assert repaired["kept"].startswith("refs/lo-orch/quarantine/demo/heads/lo/demo/staging/")
+    # named where a person looks: `lo-orch status` (and --json) and the dashboard
+    report = status.status(repo)
+    assert report.document["run"]["quarantined"] == [{"ref": repaired["kept"], "sha": forged}]
+    line = (
+        "lo/demo/staging was moved outside lo-orch and put back; what was found there is "
+        f"kept: `git log {repaired['kept']}`"
+    )
+    assert report.quarantined == (line,)
+    assert line in view.load_snapshot(repo).needs
     reworks = ledger(repo, "rework", "slug")
     assert [(e["round"], e.get("cause")) for e in reworks] == [(1, "refs_tampered")]
     review = RunDir(repo).review_path("slug", 1).read_text(encoding="utf-8")
