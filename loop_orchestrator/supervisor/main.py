@@ -207,7 +207,6 @@ class Supervisor:
             git_lock=git_lock,
             site_baseline=lambda: self.site_baseline,
             integrate=self.integration.integrate,
-            tampered=lambda tid: self.refguard.owed(tid),
         )
         #: the run's refs: watched, compared with the book, put back when moved
         self.refguard = RefGuard(

@@ -11,7 +11,6 @@ for it finds git and the book agreeing, and nothing happens.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -27,8 +26,6 @@ from loop_orchestrator.workspace.workspace import Workspace
 log = logging.getLogger(__name__)
 
 Submit = Callable[[str, Callable[[str], None]], None]
-#: a tampering task's round: ``(task, what it did)``
-Round = Callable[[str, str], None]
 
 
 class RefGuard:
@@ -42,7 +39,7 @@ class RefGuard:
         git_lock: threading.Lock,
         wake: threading.Event,
         submit: Submit,
-        tamper_round: Round,
+        tamper_round: Callable[[str], None],
     ) -> None:
         self.journal = journal
         self.ws = ws
@@ -52,8 +49,6 @@ class RefGuard:
         self.tamper_round = tamper_round
         #: set by the watch and by a step that met a moved ref: compare at the next turn
         self.due = threading.Event()
-        self._owed: dict[str, str] = {}  # task -> what its session did (the review's words)
-        self._owed_lock = threading.Lock()
         branches = ws.branches
         self.watch = RefWatch(
             ws.repo,
@@ -112,9 +107,10 @@ class RefGuard:
             what += (
                 " (lo-orch cannot tell which session did it: every running task gets this round)"
             )
-        with self._owed_lock:
-            for t in tasks:
-                self._owed[t] = f"{what}. Never move lo-orch's refs: signal, and lo-orch merges"
+        for t in tasks:
+            with self.journal.record.lock:
+                before = self.journal.task(t).tampered
+                self.journal.set(t, tampered=f"{before}; {what}" if before else what)
         return repaired
 
     def kind(self, ref: str) -> decide.RefKind:
@@ -127,31 +123,21 @@ class RefGuard:
 
     # the rounds owed ------------------------------------------------------------------------
 
-    def owed(self, task: str) -> str | None:
-        """Take the round ``task`` owes for moving refs, if any (its verification does)."""
-        with self._owed_lock:
-            return self._owed.pop(task, None)
-
     def send_rounds(self, statuses: Mapping[str, TaskStatus], busy: Callable[[str], bool]) -> None:
-        """Send every round owed that is due (``decide.tamper_due``)."""
-        with self._owed_lock:
-            owed = dict(self._owed)
-        for task, what in owed.items():
-            st = statuses.get(task)
-            if st is None:
+        """Send every round owed (``TaskStatus.tampered``) that is due (``decide.tamper_due``):
+        the round's job clears it with the move, so a restart in between sends it still."""
+        for task, st in statuses.items():
+            if not st.tampered:
                 continue
             due = decide.tamper_due(st.phase, busy=busy(task))
-            if due is decide.TamperDue.AFTER_STEP:
-                continue
-            if self.owed(task) is None:
-                continue  # its verification took it meanwhile
             if due is decide.TamperDue.NOW:
-                self.submit(task, functools.partial(self.tamper_round, what=what))  # type: ignore[call-arg]
-            else:
+                self.submit(task, self.tamper_round)
+            elif due is decide.TamperDue.DROP:
+                self.journal.set(task, tampered=None)
                 self.journal.event(
                     "tamper_round_dropped",
                     task,
-                    message=f"nothing left to rework ({st.phase.value}): {what}",
+                    message=f"nothing left to rework ({st.phase.value}): {st.tampered}",
                 )
 
 

@@ -43,7 +43,6 @@ class Verification:
         git_lock: threading.Lock,
         site_baseline: Callable[[], Any],
         integrate: Callable[[str], None],
-        tampered: Callable[[str], str | None] = lambda _task: None,
     ) -> None:
         self.journal = journal
         self.sessions = sessions
@@ -58,8 +57,6 @@ class Verification:
         self.site_baseline = site_baseline
         #: an accepted task goes on to integration at once (``Integration.integrate``)
         self.integrate = integrate
-        #: takes the round a task owes for moving refs of the run (``RefGuard.owed``)
-        self.tampered = tampered
 
     def verify(self, tid: str) -> None:
         task = self.plan.task(tid)
@@ -136,8 +133,9 @@ class Verification:
             passed=verdict.passed,
             message=summary.splitlines()[0] if summary else "",
         )
-        # a round owed for moving refs is this one: a passing verdict does not land it
-        what = self.tampered(tid)
+        # a round owed for moving refs of the run (``RefGuard``) is this one: a passing
+        # verdict does not land it
+        what = self.journal.task(tid).tampered
         if verdict.passed and what is None:
             self.journal.move(tid, Event.PASS, commit=commit, error=None, note=None)
             self.integrate(tid)
@@ -146,18 +144,24 @@ class Verification:
         else:
             self.rework(tid, verdict, summary)
 
-    def tamper_round(self, tid: str, what: str) -> None:
-        """The task's session moved refs of the run (``what``, as ``RefGuard`` found it):
-        a rework round whose review says so, or a block after the round limit."""
+    def tamper_round(self, tid: str) -> None:
+        """The task's session moved refs of the run (its ``tampered``, as ``RefGuard``
+        found it): a rework round whose review says so, or a block after the round limit."""
         st = self.journal.record.task(tid)
+        what = st.tampered
+        if not what:
+            return  # its verification sent the round meanwhile
         max_rounds = lifecycle.rework_limit(st, self.settings.run.max_rework)
         step = decide.after_tamper(tid, rework_count=st.rework_count, limit=max_rounds, what=what)
         if isinstance(step, decide.Block):
+            self.journal.set(tid, tampered=None)
             self.journal.block(tid, step.reason)
             return
         review = self.rundir.review_path(tid, step.round)
         atomic_write_text(review, tamper_review(tid, step.round, max_rounds, what))
-        self.journal.move(tid, Event.TAMPERED, rework_count=step.round, note=what[:200])
+        self.journal.move(
+            tid, Event.TAMPERED, rework_count=step.round, note=what[:200], tampered=None
+        )
         self.journal.event(
             "rework", tid, round=step.round, review=str(review), cause="refs_tampered"
         )
@@ -170,6 +174,8 @@ class Verification:
         max_rounds = lifecycle.rework_limit(st, self.settings.run.max_rework)
         step = decide.rework(rework_count=st.rework_count, limit=max_rounds, summary=summary)
         if isinstance(step, decide.Block):
+            if tampered:
+                self.journal.set(tid, tampered=None)
             self.journal.block(tid, step.reason)
             return
         round_no, first_line = step.round, step.summary
@@ -190,8 +196,16 @@ class Verification:
                 f"# Review of {tid}, round {round_no}\n\n{summary}\n\n"
                 "Never weaken, skip or delete tests to pass a check.\n",
             )
-        self.journal.move(tid, Event.REWORK, rework_count=round_no, note=first_line)
-        self.journal.event("rework", tid, round=round_no, review=str(review))
+        if tampered:  # the round owed for it is this one (cleared with the move)
+            self.journal.move(
+                tid, Event.REWORK, rework_count=round_no, note=first_line, tampered=None
+            )
+            self.journal.event(
+                "rework", tid, round=round_no, review=str(review), cause="refs_tampered"
+            )
+        else:
+            self.journal.move(tid, Event.REWORK, rework_count=round_no, note=first_line)
+            self.journal.event("rework", tid, round=round_no, review=str(review))
         self.sessions.deliver(tid, "prompt_rework.md.j2")
 
 
