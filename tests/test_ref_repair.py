@@ -12,11 +12,17 @@ from pathlib import Path
 
 import pytest
 from helpers.git import git
+from helpers.runs import ledger
 from helpers.wait import wait_for
 
-from loop_orchestrator.config import WorkspaceConfig
+from loop_orchestrator.commands.plan import plan_from_file
+from loop_orchestrator.config import WorkspaceConfig, load_settings
 from loop_orchestrator.errors import GitError, RefTamperedError
 from loop_orchestrator.git.refwatch import RefWatch, concerns
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.state import RunDir
+from loop_orchestrator.supervisor.main import Supervisor
+from loop_orchestrator.workspace import integration
 from loop_orchestrator.workspace.branches import QUARANTINE, Moved, quarantined
 from loop_orchestrator.workspace.workspace import Workspace
 
@@ -156,3 +162,69 @@ def test_the_watch_sees_a_foreign_move_within_a_second_and_lo_orchs_own_are_no_a
         assert ws.branches.moved() == [Moved(STAGING, staging, None)]
     finally:
         watch.stop()
+
+
+def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str]:
+    """A run ``r1`` of one task, integrated, waiting for Gate 2: (workspace, staging)."""
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(
+        "goal: g\nname: r1\ntasks:\n  - id: a\n    title: A\n    objective: o\n"
+        "    owns: ['a.txt']\n    done:\n      - criterion: c\n        check: 'true'\n",
+        encoding="utf-8",
+    )
+    settings = load_settings(repo)
+    plan_from_file(repo, plan_file, settings)
+    runs.approve_plan(repo)
+    ws = Workspace.for_run(repo, runs.open_record(repo).run, settings.workspace)
+    ws.create_staging(ws.resolve_base(None))
+    staging = ws.merge_into_staging("a", work(ws, "a", "a.txt"), "A")
+    plan, _ = runs.read_plan(RunDir(repo))
+    record = runs.open_record(repo)
+    assert integration.integrate(repo, settings, plan, skipped=[], record=record).passed
+    return ws, staging
+
+
+def test_a_run_waiting_for_gate2_gets_staging_put_back_by_lo_orch_run(
+    git_repo: Path, tmp_path: Path, tmux_socket: str
+) -> None:
+    """Moved while no supervisor watched: Gate 2 refuses it and says `lo-orch run` puts it
+    back; `lo-orch run` does, and Gate 2 lands the reviewed commit."""
+    _ws, staging = _awaiting_review(git_repo, tmp_path)
+    forged = forge(git_repo, staging)
+    git(git_repo, "update-ref", STAGING, forged)
+    with pytest.raises(RefTamperedError) as err:
+        integration.review(git_repo)
+    assert "`lo-orch run` puts it back" in err.value.render()
+    outcome = Supervisor(git_repo, load_settings(git_repo)).run()
+    assert outcome.state == "review"
+    assert git(git_repo, "rev-parse", STAGING).strip() == staging
+    [event] = ledger(git_repo, "refs_repaired")
+    assert event["found"] == forged and event["tasks"] == []  # no session runs
+    assert quarantined(git_repo, "r1") == [(event["kept"], forged)]
+    review = integration.review(git_repo)
+    assert review.commit == staging
+    integration.merge(git_repo, review)
+    assert git(git_repo, "rev-parse", "feat/r1").strip() == staging
+    assert quarantined(git_repo, "r1") == [(event["kept"], forged)]  # kept after the run
+
+
+def test_a_persons_commit_on_the_feature_branch_is_never_put_back(
+    git_repo: Path, tmp_path: Path, tmux_socket: str
+) -> None:
+    """Gate 2 set the feature branch and stopped before handing it over; the user then
+    committed on it. The supervisor stops naming the branch and moves nothing."""
+    ws, staging = _awaiting_review(git_repo, tmp_path)
+    ws.branches.create("feat/r1", staging)  # Gate 2's move, recorded, not handed over
+    git(git_repo, "switch", "-q", "feat/r1")
+    (git_repo / "mine.txt").write_text("the user's own work\n", encoding="utf-8")
+    git(git_repo, "add", "mine.txt")
+    git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "my commit")
+    mine = git(git_repo, "rev-parse", "HEAD").strip()
+    git(git_repo, "switch", "-q", "main")
+    with pytest.raises(RefTamperedError) as err:
+        Supervisor(git_repo, load_settings(git_repo)).run()
+    assert err.value.ref == "refs/heads/feat/r1" and err.value.found == mine
+    assert git(git_repo, "rev-parse", "feat/r1").strip() == mine  # never moved over
+    assert git(git_repo, "rev-parse", STAGING).strip() == staging
+    assert quarantined(git_repo, "r1") == [] and ledger(git_repo, "refs_repaired") == []
+    assert ledger(git_repo, "refs_tampered")[0]["ref"] == "refs/heads/feat/r1"

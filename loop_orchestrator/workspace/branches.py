@@ -250,8 +250,23 @@ class Branches:
         """Compare every ref the book records with git; ``RefTamperedError`` on a difference
         (the first, by name)."""
         moved = self.moved()
-        if moved:
-            raise moved[0].error()
+        if not moved:
+            return
+        first = moved[0]
+        if first.ref == self.staging_ref or self.is_quarantine(first.ref):
+            # only lo-orch moves these: its supervisor puts them back
+            raise RefTamperedError(
+                first.ref,
+                first.expected,
+                first.found,
+                hint=(
+                    "Nothing was changed. Only lo-orch moves this ref: `lo-orch run` puts it "
+                    f"back on {first.expected[:12]} and keeps what it found under "
+                    f"{QUARANTINE}{self.run}/ (while a supervisor runs it does so by "
+                    "itself), then run this again."
+                ),
+            )
+        raise first.error()
 
     def moved(self) -> list[Moved]:
         """Every ref the book records that git shows elsewhere (gone included), by name.
