@@ -92,6 +92,9 @@ def test_four_tasks_run_gate2_and_merge(demo_files: demo.DemoFiles, tmux_socket:
     assert released["counts"] > done_at["tokenize"]
     assert released["report"] > max(done_at["counts"], done_at["slug"])
     assert order.index("report") == 3
+    # lo-orch's own moves of staging (four merges, watched all along) are no alarm
+    assert not [e for e in events if e["event"] in ("refs_repaired", "refs_tampered")]
+    assert git(repo, "for-each-ref", "refs/lo-orch/quarantine/").strip() == ""
 
     # dependents' briefs carry their producers' exact signatures, read from staging
     briefs = RunDir(repo).briefs_dir
