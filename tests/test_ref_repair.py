@@ -104,6 +104,26 @@ def test_no_task_is_named_for_a_commit_of_nobodys_work(git_repo: Path) -> None:
     assert ws.branches.holders("f" * 40, ["b"]) == []  # not even an object
 
 
+def test_a_task_branch_rewritten_behind_its_start_is_reported_not_moved(git_repo: Path) -> None:
+    ws = started(git_repo)
+    base = git(git_repo, "rev-parse", STAGING).strip()
+    ws.merge_into_staging("a", work(ws, "a", "a.txt"), "A")
+    mine = work(ws, "b", "b.txt")  # b starts from staging with a's work
+    start = ws.task_start("b")
+    assert start != base and ws.branches.lost_starts(["a", "b"]) == []
+    # b's agent rebuilds its branch on the run's base: a's work would look like its undoing
+    worktree = ws.worktree_path("b")
+    git(worktree, "reset", "-q", "--hard", base)
+    (worktree / "b.txt").write_text("b\n", encoding="utf-8")
+    git(worktree, "add", "b.txt")
+    git(worktree, "-c", "user.name=agent", "-c", "user.email=a@localhost", "commit", "-qm", "b")
+    tip = git(worktree, "rev-parse", "HEAD").strip()
+    assert ws.branches.lost_starts(["a", "b"]) == [Moved("refs/heads/lo/r1/b", start, tip)]
+    assert git(git_repo, "rev-parse", "lo/r1/b").strip() == tip  # nothing moved
+    git(worktree, "merge", "-q", "--no-edit", mine)  # merged back: contains its start again
+    assert ws.branches.lost_starts(["b"]) == []
+
+
 def test_which_ref_files_concern_the_watch() -> None:
     prefixes = [STAGING, "refs/heads/feat/r1", QUARANTINE]
     assert concerns("refs/heads/lo/r1/staging", prefixes)

@@ -20,7 +20,7 @@ from loop_orchestrator.git.refwatch import RefWatch
 from loop_orchestrator.runstate.state import Phase, TaskStatus
 from loop_orchestrator.supervisor import decide
 from loop_orchestrator.supervisor.journal import Journal
-from loop_orchestrator.workspace.branches import QUARANTINE, Repaired
+from loop_orchestrator.workspace.branches import QUARANTINE, Moved, Repaired
 from loop_orchestrator.workspace.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -49,10 +49,16 @@ class RefGuard:
         self.tamper_round = tamper_round
         #: set by the watch and by a step that met a moved ref: compare at the next turn
         self.due = threading.Event()
+        #: ``(task, start)`` of task branches found without their start (reported once)
+        self.lost_reported: set[tuple[str, str]] = set()
         branches = ws.branches
         self.watch = RefWatch(
             ws.repo,
-            [branches.staging_ref, f"refs/heads/{branches.feature_branch}", QUARANTINE],
+            [
+                f"refs/heads/lo/{ws.run}/",  # staging, and the task branches (their starts)
+                f"refs/heads/{branches.feature_branch}",
+                QUARANTINE,
+            ],
             self.request,
         )
 
@@ -80,16 +86,23 @@ class RefGuard:
             return []
         self.due.clear()
         branches = self.ws.branches
+        repaired: list[Repaired] = []
+        holders: set[str] = set()
         with self.git_lock:
+            suspects = [t for t, st in statuses.items() if may_have_done_it(st.phase)]
+            lost = branches.lost_starts(suspects)
             moved = branches.moved()
-            if not moved:
-                return []
             theirs = [m for m in moved if not decide.puts_back(self.kind(m.ref))]
             if theirs:
                 raise theirs[0].error()
-            repaired = branches.repair(moved, time.time())
-            suspects = [t for t, st in statuses.items() if may_have_done_it(st.phase)]
-            holders = {t for r in repaired if r.found for t in branches.holders(r.found, suspects)}
+            if moved:
+                repaired = branches.repair(moved, time.time())
+                holders = {
+                    t for r in repaired if r.found for t in branches.holders(r.found, suspects)
+                }
+        self._lost(lost)
+        if not repaired:
+            return []
         tasks = decide.tampering_tasks(sorted(holders), sorted(suspects))
         for r in repaired:
             self.journal.event(
@@ -108,10 +121,34 @@ class RefGuard:
                 " (lo-orch cannot tell which session did it: every running task gets this round)"
             )
         for t in tasks:
-            with self.journal.record.lock:
-                before = self.journal.task(t).tampered
-                self.journal.set(t, tampered=f"{before}; {what}" if before else what)
+            self._owe(t, what)
         return repaired
+
+    def _lost(self, lost: list[Moved]) -> None:
+        """Task branches that dropped their start: the task owes a round (once a start)."""
+        prefix = f"refs/heads/lo/{self.ws.run}/"
+        for m in lost:
+            task = m.ref.removeprefix(prefix)
+            if (task, m.expected) in self.lost_reported:
+                continue
+            self.lost_reported.add((task, m.expected))
+            what = (
+                f"{m.ref.removeprefix('refs/heads/')} no longer contains the commit it "
+                f"started from ({m.expected[:12]}), which its work is measured from; merge it "
+                f"back (`git merge {m.expected[:12]}`) instead of rewriting the branch"
+            )
+            self.journal.event(
+                "task_start_lost", task, start=m.expected, found=m.found, message=what
+            )
+            self._owe(task, what)
+
+    def _owe(self, task: str, what: str) -> None:
+        """Record the round ``task`` owes for ``what`` (added to one owed already)."""
+        with self.journal.record.lock:
+            before = self.journal.task(task).tampered
+            if before and what in before:
+                return
+            self.journal.set(task, tampered=f"{before}; {what}" if before else what)
 
     def kind(self, ref: str) -> decide.RefKind:
         branches = self.ws.branches

@@ -21,7 +21,7 @@ from loop_orchestrator.errors import (
     GitError,
     RefTamperedError,
 )
-from loop_orchestrator.git.gateway import git, oid, ref_transaction, update_ref
+from loop_orchestrator.git.gateway import git, is_ancestor, oid, ref_transaction, update_ref
 from loop_orchestrator.git.parse import WorktreeInfo, parse_worktrees
 from loop_orchestrator.git.refbook import FileRefBook, RefBook
 
@@ -332,6 +332,21 @@ class Branches:
             extra={"refs": [r.ref for r in done], "kept": [r.kept for r in done]},
         )
         return done
+
+    def lost_starts(self, tasks: Sequence[str]) -> list[Moved]:
+        """The task branches of ``tasks`` that no longer contain their recorded start (the
+        staging commit their work is measured from): ``Moved(branch ref, start, tip)``.
+        Not put back (a task's branch is its agent's), only reported."""
+        tips = self.tips()
+        lost = []
+        for task in tasks:
+            start = self.refs.get(BOOK_START + task)
+            tip = tips.get(self.task_branch(task))
+            if start is None or tip is None or tip == start:
+                continue
+            if not is_ancestor(self.repo, start, tip):
+                lost.append(Moved(f"refs/heads/{self.task_branch(task)}", start, tip))
+        return lost
 
     def holders(self, commit: str, tasks: Sequence[str]) -> list[str]:
         """Which of ``tasks`` have work ``commit`` contains: a commit of the task's branch
