@@ -18,7 +18,8 @@ from loop_orchestrator.plan import schedule
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import ACTIVE_PHASES, Phase, RunPhase, Store, TaskStatus
 from loop_orchestrator.sessions.factory import run_backend
-from loop_orchestrator.workspace.branches import quarantined
+from loop_orchestrator.workspace.branches import Branches
+from loop_orchestrator.workspace.workspace import instance_of
 
 
 def status_document(repo: Path) -> dict[str, Any]:
@@ -28,7 +29,8 @@ def status_document(repo: Path) -> dict[str, Any]:
     supervisor lock now — and per task ``"waiting_for"``, what it waits for in plain words;
     ``run.usage``, the tasks' ``usage`` summed (usage.Usage.as_json; ``cost_usd`` None when
     any task's cost is unknown); ``run.quarantined``, ``[{"ref", "sha"}]``: what lo-orch
-    found on a ref of the run that moved outside it, kept when it put the ref back.
+    found on a ref of the run that moved outside it, kept when it put the ref back (only
+    those its refs book records for this run instance).
     """
     from loop_orchestrator.runstate.journal import Record
     from loop_orchestrator.supervisor.lock import lock_holder
@@ -77,7 +79,7 @@ def status_document(repo: Path) -> dict[str, Any]:
         usage.Usage.from_json(t.get("usage")) for t in tasks if t.get("usage") is not None
     ).as_json()
     try:
-        kept = quarantined(repo, state.name)
+        kept = Branches(repo, state.name, instance=instance_of(state.created_at)).kept()
     except LoOrchError:
         kept = []
     run["quarantined"] = [{"ref": ref, "sha": sha} for ref, sha in kept]

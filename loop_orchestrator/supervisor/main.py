@@ -330,7 +330,13 @@ class Supervisor:
         try:
             while True:
                 self._loop()
-                outcome = self._finish()
+                try:
+                    outcome = self._finish()
+                except RefTamperedError:  # moved while the run was integrated: put back
+                    self.refguard.request()
+                    continue
+                self.refguard.request()  # what moved while the integration command ran
+                self._check_refs()
                 failed = outcome.state is OutcomeState.INTEGRATION_FAILED
                 last = self.integration.last
                 if not failed or last is None or not self.integration.route(last):

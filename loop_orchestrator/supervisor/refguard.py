@@ -49,6 +49,8 @@ class RefGuard:
         self.tamper_round = tamper_round
         #: set by the watch and by a step that met a moved ref: compare at the next turn
         self.due = threading.Event()
+        #: compare at every turn (the watch could not start)
+        self.every_turn = False
         #: ``(task, start)`` of task branches found without their start (reported once)
         self.lost_reported: set[tuple[str, str]] = set()
         branches = ws.branches
@@ -65,7 +67,15 @@ class RefGuard:
     # the watch ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.watch.start()
+        try:
+            self.watch.start()
+        except OSError as exc:  # inotify's limits (max_user_watches) reached
+            self.every_turn = True
+            self.journal.event(
+                "ref_watch_unavailable",
+                message=f"the ref files cannot be watched ({exc}); the refs are compared "
+                "with the record at every turn of the loop instead",
+            )
         self.request()  # whatever moved while no supervisor watched
 
     def stop(self) -> None:
@@ -82,7 +92,7 @@ class RefGuard:
         """When due: compare every recorded ref with git; put back lo-orch's own and owe
         the tampering tasks a round. A moved branch a person may move (the feature branch)
         raises ``RefTamperedError``: the run stops, as before, and nothing is moved."""
-        if not self.due.is_set():
+        if not self.due.is_set() and not self.every_turn:
             return []
         self.due.clear()
         branches = self.ws.branches

@@ -188,6 +188,12 @@ class Branches:
     def staging_ref(self) -> str:
         return f"refs/heads/{self.staging_branch}"
 
+    def kept(self) -> list[tuple[str, str]]:
+        """``(ref, sha)`` of the quarantine refs this run (instance) made, oldest first
+        (one an agent made up, or an earlier run of the same name left, is not listed)."""
+        book = self.refs.items()
+        return [(r, s) for r, s in quarantined(self.repo, self.run) if book.get(r) == s]
+
     def is_quarantine(self, ref: str) -> bool:
         """Whether ``ref`` is one of this run's quarantine refs."""
         return ref.startswith(f"{QUARANTINE}{self.run}/")
