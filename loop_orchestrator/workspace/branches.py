@@ -1,6 +1,7 @@
 """The branches of one run and the refs book that records them: names, compare-and-swap
-moves written ahead, ``check_refs``, each task's start commit, clashes with branches that
-are not the run's.
+moves written ahead, ``check_refs`` and ``moved``, the repair of a moved ref with what was
+found on it kept under ``refs/lo-orch/quarantine/``, each task's start commit, clashes with
+branches that are not the run's.
 
 ``Branches`` is the one collaborator of a run's workspace that moves refs and writes the
 book (``workspace.py`` says the safety rules); ``worktrees.Worktrees`` and
