@@ -204,6 +204,7 @@ def _awaiting_review(repo: Path, tmp_path: Path) -> tuple[Workspace, str]:
     return ws, staging
 
 
+@pytest.mark.slow
 def test_a_run_waiting_for_gate2_gets_staging_put_back_by_lo_orch_run(
     git_repo: Path, tmp_path: Path, tmux_socket: str
 ) -> None:
@@ -228,6 +229,7 @@ def test_a_run_waiting_for_gate2_gets_staging_put_back_by_lo_orch_run(
     assert quarantined(git_repo, "r1") == [(event["kept"], forged)]  # kept after the run
 
 
+@pytest.mark.slow
 def test_a_persons_commit_on_the_feature_branch_is_never_put_back(
     git_repo: Path, tmp_path: Path, tmux_socket: str
 ) -> None:
