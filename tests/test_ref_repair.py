@@ -79,6 +79,26 @@ def test_a_moved_staging_is_put_back_and_what_was_found_is_kept(git_repo: Path) 
     ws.branches.check_refs()
 
 
+def test_no_decision_reads_a_moved_staging(git_repo: Path) -> None:
+    """Between the move and the repair, nothing takes the forged commit for staging: no
+    task starts from it, nothing counts as merged by it, no conflict check uses it."""
+    ws = started(git_repo)
+    staging = ws.merge_into_staging("a", work(ws, "a", "a.txt"), "A")
+    b = work(ws, "b", "b.txt")
+    git(git_repo, "update-ref", STAGING, forge(git_repo, staging, b))
+    with pytest.raises(RefTamperedError, match="lo/r1/staging"):
+        ws.ensure_worktree("c")  # would start c on b's unverified work
+    assert "lo/r1/c" not in ws.branches.tips()
+    with pytest.raises(RefTamperedError):
+        ws.is_merged(b)  # the forged merge holds b
+    with pytest.raises(RefTamperedError):
+        ws.staging.merge_precheck(b)
+    ws.branches.repair(ws.branches.moved(), 1_800_000_000.0)
+    ws.ensure_worktree("c")
+    assert ws.task_start("c") == staging
+    assert not ws.is_merged(b)
+
+
 def test_a_repair_is_all_or_nothing(git_repo: Path) -> None:
     ws = started(git_repo)
     staging = ws.merge_into_staging("a", work(ws, "a", "a.txt"), "A")

@@ -393,6 +393,15 @@ class Branches:
             raise GitError(msg, hint="Start the run with `lo-orch run`, which creates it.")
         return sha
 
+    def staging_tip(self) -> str | None:
+        """Staging as lo-orch set it, for every decision that reads it (a task's start, what
+        is merged, a brief's signatures): None while the run has not created it;
+        ``RefTamperedError`` when git shows any recorded ref elsewhere (never the moved
+        value)."""
+        if self.refs.get(self.staging_ref) is None:
+            return None
+        return self.recorded(self.staging_branch)
+
     def base(self, fallback: str | None = None) -> str:
         """The run's base commit as recorded when staging was created (``fallback`` for a
         run recorded before the book existed)."""
