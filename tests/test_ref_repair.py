@@ -111,6 +111,7 @@ def test_a_repair_is_all_or_nothing(git_repo: Path) -> None:
         ws.branches.repair(moved, 1_800_000_000.0)
     assert git(git_repo, "rev-parse", STAGING).strip() == again  # nothing changed
     assert quarantined(git_repo, "r1") == []
+    assert not [r for r in ws.branches.refs.items() if r.startswith(QUARANTINE)]
     with pytest.raises(RefTamperedError):
         ws.branches.check_refs()
 

@@ -182,6 +182,9 @@ def test_sigkill_at_random_moments_then_resume(
     assert merges_per_task(repo, "lo/demo/staging") == dict.fromkeys(TASKS, 1)
     launched = Counter(e["task"] for e in ledger(repo) if e["event"] == "session_launched")
     assert all(n <= 1 for n in launched.values()), launched
+    # a move killed half-recorded is lo-orch's own on resume, never a repair
+    alarms = ("refs_repaired", "refs_tampered", "task_start_lost")
+    assert not [e for e in ledger(repo) if e["event"] in alarms]
     # no orphan pane: every integrated task's pane is gone
     panes = subprocess.run(
         ["tmux", "-L", tmux_socket, "list-panes", "-s", "-t", "=lo-demo", "-F", "#{@lo_task}"],

@@ -321,7 +321,15 @@ class Branches:
         updates = [(r.ref, r.expected, r.found or ABSENT) for r in done]
         updates += [(r.kept, r.found, ABSENT) for r in done if r.kept and r.found]
         reason = f"lo-orch: run {self.run} put back refs moved outside lo-orch"
+        # the quarantine refs are recorded first: a crash after the transaction leaves them
+        # recorded (watched, listed); one before it makes the next check create them
+        for r in done:
+            if r.kept and r.found:
+                self.refs.set(r.kept, r.found)
         if not ref_transaction(self.repo, updates, reason):
+            for r in done:
+                if r.kept:
+                    self.refs.drop(r.kept)
             msg = (
                 f"could not put back {', '.join(m.ref for m in moved)}: a ref moved again "
                 "while lo-orch was repairing it; nothing changed"
@@ -331,9 +339,6 @@ class Branches:
                 hint="lo-orch checks the refs again at once; if this "
                 "repeats, stop whatever keeps moving them.",
             )
-        for r in done:
-            if r.kept and r.found:
-                self.refs.set(r.kept, r.found)
         log.warning(
             "refs put back",
             extra={"refs": [r.ref for r in done], "kept": [r.kept for r in done]},
