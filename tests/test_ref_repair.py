@@ -255,7 +255,8 @@ def test_a_persons_commit_on_the_feature_branch_is_never_put_back(
     git_repo: Path, tmp_path: Path, tmux_socket: str
 ) -> None:
     """Gate 2 set the feature branch and stopped before handing it over; the user then
-    committed on it. The supervisor stops naming the branch and moves nothing."""
+    committed on it, and a session moved staging too. The supervisor puts staging back,
+    then stops naming the feature branch, which it never moves."""
     ws, staging = _awaiting_review(git_repo, tmp_path)
     ws.branches.create("feat/r1", staging)  # Gate 2's move, recorded, not handed over
     git(git_repo, "switch", "-q", "feat/r1")
@@ -264,10 +265,14 @@ def test_a_persons_commit_on_the_feature_branch_is_never_put_back(
     git(git_repo, "commit", "-q", "--no-gpg-sign", "-m", "my commit")
     mine = git(git_repo, "rev-parse", "HEAD").strip()
     git(git_repo, "switch", "-q", "main")
+    forged = forge(git_repo, staging)
+    git(git_repo, "update-ref", STAGING, forged)
     with pytest.raises(RefTamperedError) as err:
         Supervisor(git_repo, load_settings(git_repo)).run()
     assert err.value.ref == "refs/heads/feat/r1" and err.value.found == mine
     assert git(git_repo, "rev-parse", "feat/r1").strip() == mine  # never moved over
     assert git(git_repo, "rev-parse", STAGING).strip() == staging
-    assert quarantined(git_repo, "r1") == [] and ledger(git_repo, "refs_repaired") == []
+    [repaired] = ledger(git_repo, "refs_repaired")
+    assert repaired["ref"] == STAGING  # only staging was put back
+    assert quarantined(git_repo, "r1") == [(repaired["kept"], forged)]
     assert ledger(git_repo, "refs_tampered")[0]["ref"] == "refs/heads/feat/r1"

@@ -417,7 +417,8 @@ class Supervisor:
         except GitError as exc:  # moved again while it was put back: next tick
             log.warning("refs not repaired", extra={"error": exc.message})
             self.refguard.due.set()
-        self.refguard.send_rounds(statuses, lambda tid: tid in self.jobs)
+        # (read again: the check may have recorded a round owed just now)
+        self.refguard.send_rounds(self.journal.statuses(), lambda tid: tid in self.jobs)
 
     def _ready(self, phases: dict[str, Phase]) -> list[str]:
         before = self.accounting.governor.current

@@ -103,16 +103,21 @@ class RefGuard:
             lost = branches.lost_starts(suspects)
             moved = branches.moved()
             theirs = [m for m in moved if not decide.puts_back(self.kind(m.ref))]
-            if theirs:
-                raise theirs[0].error()
-            if moved:
-                repaired = branches.repair(moved, time.time())
+            mine = [m for m in moved if m not in theirs]
+            if mine:
+                repaired = branches.repair(mine, time.time())
                 holders = {
                     t for r in repaired if r.found for t in branches.holders(r.found, suspects)
                 }
         self._lost(lost)
-        if not repaired:
-            return []
+        if repaired:
+            self._repaired(repaired, holders, suspects)
+        if theirs:  # put back what is lo-orch's own first; a person's branch stops the run
+            raise theirs[0].error()
+        return repaired
+
+    def _repaired(self, repaired: list[Repaired], holders: set[str], suspects: list[str]) -> None:
+        """Name each repair in the ledger and owe the tampering tasks their round."""
         tasks = decide.tampering_tasks(sorted(holders), sorted(suspects))
         for r in repaired:
             self.journal.event(
@@ -132,7 +137,6 @@ class RefGuard:
             )
         for t in tasks:
             self._owe(t, what)
-        return repaired
 
     def _lost(self, lost: list[Moved]) -> None:
         """Task branches that dropped their start: the task owes a round (once a start)."""
