@@ -319,15 +319,16 @@ class Supervisor:
             return Outcome(OutcomeState.REVIEW, "the run is waiting for Gate 2: `lo-orch merge`")
         if self.state.phase == RunPhase.MERGED:
             return Outcome(OutcomeState.MERGED, "the run is already merged")
-        self._start_run()
-        # What sessions left while no supervisor listened is read before anyone is
-        # heard: a signal waiting to connect is judged after the prompt-arrival hook
-        # that was left before it (a kill mid-delivery, then a fast session).
-        self._reconcile()
-        server = listener.Server(self.rundir.root, self.inbox.identify, self.inbox.receive)
-        server.start()
-        self.backend.serve(self.inbox.receive, self._note)  # remote sessions' inboxes
-        try:
+        server: listener.Server | None = None
+        try:  # (a Ctrl-C during the start-up is an interruption too)
+            self._start_run()
+            # What sessions left while no supervisor listened is read before anyone is
+            # heard: a signal waiting to connect is judged after the prompt-arrival hook
+            # that was left before it (a kill mid-delivery, then a fast session).
+            self._reconcile()
+            server = listener.Server(self.rundir.root, self.inbox.identify, self.inbox.receive)
+            server.start()
+            self.backend.serve(self.inbox.receive, self._note)  # remote sessions' inboxes
             while True:
                 self._loop()
                 try:
@@ -345,7 +346,8 @@ class Supervisor:
             self._interrupted()
             raise
         finally:
-            server.close()
+            if server is not None:
+                server.close()
             self.backend.stop()
             self.jobs.shutdown()
 
