@@ -95,7 +95,8 @@ class RefTamperedError(LoOrchError):
     """A ref lo-orch owns is not where lo-orch set it: something else moved it.
 
     Not a ``GitError`` on purpose: no handler that retries or falls back on a git failure
-    may swallow it; the run stops.
+    may swallow it. The supervisor puts a ref only lo-orch moves back and goes on
+    (``supervisor/refguard.py``); anything else (a branch a person may move, Gate 2) stops.
     """
 
     def __init__(

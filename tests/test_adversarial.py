@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 from helpers.git import git
-from helpers.runs import approve, edit_script
+from helpers.runs import approve, edit_script, only
 
-from loop_orchestrator.errors import GateError, RefTamperedError
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.supervisor.main import Supervisor
@@ -204,10 +203,11 @@ def test_an_agent_that_signals_for_other_tasks_moves_none_of_them(
 
 
 @SANDBOX
-def test_an_agent_that_moves_staging_stops_the_run_naming_the_ref(
+def test_an_agent_that_moves_staging_every_round_is_put_back_then_blocked(
     demo_files: demo.DemoFiles, tmux_socket: str, sandbox: str
 ) -> None:
-    """slug commits its stub and points lo/demo/staging at it with `git update-ref`."""
+    """slug commits its stub and points lo/demo/staging at it with `git update-ref`, every
+    round (one rework round allowed)."""
     move = python_action(
         COMMIT_ITSELF
         + """
@@ -219,19 +219,25 @@ subprocess.run(["git", "update-ref", "refs/heads/lo/demo/staging", sha], check=F
         run_to_gate2_and_merge(demo_files, sandbox)
         assert_marker_only_on_the_task_branch(demo_files.repo)
         return
+    only(demo_files, "tokenize", "slug")  # one other task goes on beside it
     settings = demo.demo_settings(demo_files.script)
     settings.sandbox.mode = "off"
+    settings.run.max_rework = 1
     approve(demo_files, settings)
-    with pytest.raises(RefTamperedError) as info:
-        Supervisor(demo_files.repo, settings, continue_blocked=True).run()
-    assert info.value.ref == "refs/heads/lo/demo/staging"
-    assert "was changed outside lo-orch" in info.value.message
+    outcome = Supervisor(demo_files.repo, settings, continue_blocked=True).run()
+    assert outcome.state == "review", outcome.message  # the run went on without slug
     events = Store(RunDir(demo_files.repo)).read_ledger()
-    assert any(e["event"] == "refs_tampered" for e in events)
-    # nothing went on to the user's branch, and Gate 2 refuses the moved staging too
-    assert "feat/demo" not in git(demo_files.repo, "branch", "--list", "feat/demo")
-    with pytest.raises((RefTamperedError, GateError)):
-        integration.review(demo_files.repo)
+    repaired = [e for e in events if e["event"] == "refs_repaired"]
+    assert len(repaired) == 2 and all(e["ref"] == "refs/heads/lo/demo/staging" for e in repaired)
+    assert all(e["tasks"] == ["slug"] for e in repaired)
+    slug = {s.task: s for s in Store(RunDir(demo_files.repo)).list_statuses()}["slug"]
+    assert slug.phase is Phase.BLOCKED and slug.rework_count == 1
+    assert "lo/demo/staging was moved outside lo-orch" in (slug.error or "")
+    kept = git(demo_files.repo, "for-each-ref", "--format=%(refname)", "refs/lo-orch/quarantine/")
+    assert sorted(kept.split()) == sorted(e["kept"] for e in repaired)
+    integration.merge(demo_files.repo, integration.review(demo_files.repo))
+    assert_marker_only_on_the_task_branch(demo_files.repo)
+    assert git(demo_files.repo, "show", "feat/demo:textstats/tokenize.py")
 
 
 @SANDBOX

@@ -368,11 +368,73 @@ def test_a_locked_index_blocks_instead_of_a_rework_round() -> None:
 # ---------------------------------------------------------------- errors and the end
 
 
-def test_a_moved_ref_stops_the_run_other_errors_block_the_task() -> None:
-    assert decide.after_error(decide.StepError.REFS_TAMPERED, "moved") == decide.StopRun("moved")
+def test_a_moved_ref_is_checked_at_once_other_errors_block_the_task() -> None:
+    assert decide.after_error(decide.StepError.REFS_TAMPERED, "moved") == decide.CheckRefs()
     assert decide.after_error(decide.StepError.SESSION_GONE, "gone", 137) == Relaunch(137)
     assert decide.after_error(decide.StepError.SESSION_GONE, "gone") == Relaunch(None)
     assert decide.after_error(decide.StepError.OTHER, "conflict") == Block("conflict")
+
+
+# ---------------------------------------------------------------- moved refs
+
+
+def test_only_refs_nobody_but_lo_orch_may_move_are_put_back() -> None:
+    assert decide.puts_back(decide.RefKind.STAGING)
+    assert decide.puts_back(decide.RefKind.QUARANTINE)
+    # the feature branch (a person may commit on it) is never moved over
+    assert not decide.puts_back(decide.RefKind.BRANCH)
+    assert [k for k in decide.RefKind if not decide.puts_back(k)] == [decide.RefKind.BRANCH]
+
+
+def test_the_task_whose_work_the_forged_commit_holds_is_the_one_reworked() -> None:
+    running = ["alpha", "beta", "gamma"]
+    assert decide.tampering_tasks(["beta"], running) == ("beta",)
+    assert decide.tampering_tasks(["gamma", "alpha"], running) == ("alpha", "gamma")
+    # no task's commits in it (a commit of its own, a deleted ref): every running task
+    assert decide.tampering_tasks([], running) == ("alpha", "beta", "gamma")
+    # a holder that is not running any more (integrated) is not reworked; then all running
+    assert decide.tampering_tasks(["delta"], running) == ("alpha", "beta", "gamma")
+    assert decide.tampering_tasks([], []) == ()
+
+
+def test_a_tampering_task_is_sent_back_then_blocked_after_the_limit() -> None:
+    what = "lo/r/staging was moved outside lo-orch"
+    assert decide.after_tamper("alpha", rework_count=0, limit=3, what=what) == decide.SendBack(
+        1, what
+    )
+    assert decide.after_tamper("alpha", rework_count=2, limit=3, what=what) == decide.SendBack(
+        3, what
+    )
+    last = decide.after_tamper("alpha", rework_count=3, limit=3, what=what)
+    assert isinstance(last, Block)
+    assert last.reason.startswith(what)
+    assert "after 3 rework round(s)" in last.reason and "lo-orch retry alpha" in last.reason
+
+
+@pytest.mark.parametrize(
+    ("phase", "busy", "due"),
+    [
+        (Phase.IMPLEMENTING, False, decide.TamperDue.NOW),
+        (Phase.PLANNING, False, decide.TamperDue.NOW),
+        (Phase.PLAN_READY, False, decide.TamperDue.NOW),
+        (Phase.IMPL_DONE, False, decide.TamperDue.NOW),
+        (Phase.VERIFYING, False, decide.TamperDue.NOW),
+        (Phase.APPROVED, False, decide.TamperDue.NOW),
+        # a step runs: its verification takes the round, or the round follows it
+        (Phase.VERIFYING, True, decide.TamperDue.AFTER_STEP),
+        (Phase.IMPLEMENTING, True, decide.TamperDue.AFTER_STEP),
+        (Phase.LAUNCHING, False, decide.TamperDue.AFTER_STEP),
+        # verified and merged, or stuck with a person: nothing to rework
+        (Phase.INTEGRATED, False, decide.TamperDue.DROP),
+        (Phase.BLOCKED, False, decide.TamperDue.DROP),
+        (Phase.FAILED, False, decide.TamperDue.DROP),
+        (Phase.PENDING, False, decide.TamperDue.DROP),
+    ],
+)
+def test_when_a_tamper_round_is_sent(phase: Phase, busy: bool, due: decide.TamperDue) -> None:
+    assert decide.tamper_due(phase, busy=busy) is due
+    if due is decide.TamperDue.NOW:  # and the lifecycle allows the round from there
+        assert lifecycle.next_phase(phase, lifecycle.Event.TAMPERED) is Phase.IMPLEMENTING
 
 
 def test_stuck_tasks_pause_the_run_unless_told_to_continue() -> None:

@@ -40,6 +40,16 @@ for _p in (Phase.BLOCKED, Phase.FAILED):
     EXPECTED[(_p, Event.RETRY_PLAN)] = Phase.PLANNING
 for _p in (Phase.BLOCKED, Phase.FAILED, Phase.INTEGRATED):
     EXPECTED[(_p, Event.RETRY_IMPLEMENT)] = Phase.IMPLEMENTING
+# a session that moved a ref of the run: never from a task whose work was integrated
+for _p in (
+    Phase.PLANNING,
+    Phase.PLAN_READY,
+    Phase.IMPLEMENTING,
+    Phase.IMPL_DONE,
+    Phase.VERIFYING,
+    Phase.APPROVED,
+):
+    EXPECTED[(_p, Event.TAMPERED)] = Phase.IMPLEMENTING
 
 
 @pytest.mark.parametrize(("phase", "event"), list(itertools.product(Phase, Event)))

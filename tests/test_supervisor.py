@@ -92,6 +92,10 @@ def test_four_tasks_run_gate2_and_merge(demo_files: demo.DemoFiles, tmux_socket:
     assert released["counts"] > done_at["tokenize"]
     assert released["report"] > max(done_at["counts"], done_at["slug"])
     assert order.index("report") == 3
+    # lo-orch's own moves of staging (four merges, watched all along) are no alarm
+    alarms = ("refs_repaired", "refs_tampered", "task_start_lost")
+    assert not [e for e in events if e["event"] in alarms]
+    assert git(repo, "for-each-ref", "refs/lo-orch/quarantine/").strip() == ""
 
     # dependents' briefs carry their producers' exact signatures, read from staging
     briefs = RunDir(repo).briefs_dir
@@ -178,6 +182,9 @@ def test_sigkill_at_random_moments_then_resume(
     assert merges_per_task(repo, "lo/demo/staging") == dict.fromkeys(TASKS, 1)
     launched = Counter(e["task"] for e in ledger(repo) if e["event"] == "session_launched")
     assert all(n <= 1 for n in launched.values()), launched
+    # a move killed half-recorded is lo-orch's own on resume, never a repair
+    alarms = ("refs_repaired", "refs_tampered", "task_start_lost")
+    assert not [e for e in ledger(repo) if e["event"] in alarms]
     # no orphan pane: every integrated task's pane is gone
     panes = subprocess.run(
         ["tmux", "-L", tmux_socket, "list-panes", "-s", "-t", "=lo-demo", "-F", "#{@lo_task}"],

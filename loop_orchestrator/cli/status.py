@@ -32,3 +32,5 @@ def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
     table(report.headers, report.rows, cut_last=True)
     if report.spent is not None:
         echo(report.spent)
+    for line in report.quarantined:
+        echo(line)

@@ -20,6 +20,8 @@ class StatusReport:
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     spent: str | None
+    #: refs of the run lo-orch put back, and where what was found on them is kept
+    quarantined: tuple[str, ...] = ()
 
 
 def status(repo: Path, *, rows: bool = True, now: float | None = None) -> StatusReport:
@@ -42,4 +44,5 @@ def status(repo: Path, *, rows: bool = True, now: float | None = None) -> Status
         headers=tuple(headers),
         rows=tuple(tuple(r) for r in table),
         spent=spent,
+        quarantined=tuple(statusdoc.quarantine_lines(doc)),
     )

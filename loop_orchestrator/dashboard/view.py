@@ -14,6 +14,7 @@ from loop_orchestrator.config import load_settings
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.progress import quarantine_lines
 from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
 
 # the factory imports tmux.py (libtmux) before the app runs: libtmux reads
@@ -85,6 +86,7 @@ def needs_you(
         out.append("Gate 2: review the diff and merge it (m)")
     if phase == RunPhase.RUNNING.value and not (run.get("supervisor") or {}).get("alive"):
         out.append("No supervisor is running: `lo-orch run` resumes the run")
+    out += quarantine_lines(doc)
     for t in doc["tasks"]:
         why = " ".join((t.get("error") or t.get("note") or "").split())
         if t["phase"] in (Phase.BLOCKED.value, Phase.FAILED.value):

@@ -450,6 +450,23 @@ def update_ref(repo: Path, branch: str, new: str | None, old: str | None, reason
         raise GitError(msg, hint="Something else changed the branch; run again to retry.")
 
 
+def ref_transaction(repo: Path, updates: Sequence[tuple[str, str, str]], reason: str) -> bool:
+    """Apply ``updates`` (``(ref, new, old)``; a 40-zero ``new`` deletes, a 40-zero ``old``
+    requires the ref to be absent) in one atomic ``git update-ref --stdin`` transaction
+    (start, prepare, commit): all of them or none. False when git refused it (a ref was not
+    at its ``old`` value any more): nothing changed."""
+    zero = "0" * 40
+    lines = ["start"]
+    for ref, new, old in updates:
+        if new == zero:
+            lines.append(f"delete {ref} {old}")
+        else:
+            lines.append(f"update {ref} {new} {old}")
+    lines += ["prepare", "commit", ""]
+    res = git(repo, "update-ref", "-m", reason, "--stdin", input="\n".join(lines), check=False)
+    return res.ok
+
+
 def merge_tree(repo: Path, ours: str, theirs: str) -> tuple[str | None, list[str]]:
     """(tree, []) for a clean merge, (None, conflicting paths) otherwise. No checkout."""
     res = git(

@@ -2,11 +2,11 @@
 agents' reach (docs/design.md section 10, "Refs it owns").
 
 ``Workspace`` writes here before and after each ref it moves and compares git with it before
-each merge, at integration and at Gate 2. Names are strings: a full ref name
-(``refs/heads/lo/<run>/staging``) for a ref whose value must match exactly, and other keys
-the workspace defines (a task's start commit, the run's base). Nothing of it lives in
-``.git`` (every agent's worktree shares it), so an agent cannot widen a task's base or claim
-a branch as lo-orch's.
+each merge, at integration and at Gate 2, and the supervisor whenever a ref file changes.
+Names are strings: a full ref name (``refs/heads/lo/<run>/staging``) for a ref whose value
+must match exactly, and other keys the workspace defines (a task's start commit, the run's
+base). Nothing of it lives in ``.git`` (every agent's worktree shares it), so an agent
+cannot widen a task's base or claim a branch as lo-orch's.
 
 ``RefBook`` is the interface; ``FileRefBook`` keeps it as one JSON file in the run's private
 folder (``private.run_dir``). Whoever owns the supervisor's record may back it by that

@@ -18,6 +18,8 @@ from loop_orchestrator.plan import schedule
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import ACTIVE_PHASES, Phase, RunPhase, Store, TaskStatus
 from loop_orchestrator.sessions.factory import run_backend
+from loop_orchestrator.workspace.branches import Branches
+from loop_orchestrator.workspace.workspace import instance_of
 
 
 def status_document(repo: Path) -> dict[str, Any]:
@@ -26,7 +28,9 @@ def status_document(repo: Path) -> dict[str, Any]:
     Extended (additively): ``run.supervisor = {"alive", "pid"}`` — the process holding the
     supervisor lock now — and per task ``"waiting_for"``, what it waits for in plain words;
     ``run.usage``, the tasks' ``usage`` summed (usage.Usage.as_json; ``cost_usd`` None when
-    any task's cost is unknown).
+    any task's cost is unknown); ``run.quarantined``, ``[{"ref", "sha"}]``: what lo-orch
+    found on a ref of the run that moved outside it, kept when it put the ref back (only
+    those its refs book records for this run instance).
     """
     from loop_orchestrator.runstate.journal import Record
     from loop_orchestrator.supervisor.lock import lock_holder
@@ -74,7 +78,25 @@ def status_document(repo: Path) -> dict[str, Any]:
     run["usage"] = usage.total(
         usage.Usage.from_json(t.get("usage")) for t in tasks if t.get("usage") is not None
     ).as_json()
+    try:
+        kept = Branches(repo, state.name, instance=instance_of(state.created_at)).kept()
+    except LoOrchError:
+        kept = []
+    run["quarantined"] = [{"ref": ref, "sha": sha} for ref, sha in kept]
     return {"run": run, "tasks": tasks}
+
+
+def quarantine_lines(doc: dict[str, Any]) -> list[str]:
+    """What lo-orch put back and kept, in a person's words (one line a quarantine ref)."""
+    lines = []
+    for q in doc["run"].get("quarantined") or []:
+        # refs/lo-orch/quarantine/<run>/<ref without refs/>/<time>
+        ref = q["ref"].split("/", 4)[-1].rsplit("/", 1)[0].removeprefix("heads/")
+        lines.append(
+            f"{ref} was moved outside lo-orch and put back; what was found there is "
+            f"kept: `git log {q['ref']}`"
+        )
+    return lines
 
 
 #: hook events and signals as a person would say them (the status table's last activity)

@@ -143,6 +143,9 @@ class TaskStatus(BaseModel):
     #: where the task's session runs when it runs on a cluster: "host (ip, node)"
     node: str | None = None
     limit_hits: int = 0
+    #: what the task's session did to the run's refs, which lo-orch put back: the rework
+    #: round it owes for it (sent when no step runs for it); None otherwise
+    tampered: str | None = None
     #: times the task's session went with its cluster node (not its agent's doing: counted
     #: apart from ``relaunches``, capped by ``[cluster] max_node_losses``)
     node_losses: int = 0

@@ -7,7 +7,8 @@ supervisor *decides* lives here, so it can be tested in milliseconds: what a tas
 asks for next, the liveness and stall rule, parking at a limit and resuming after it, the
 relaunch policy of a dead session, the rework and review-round limits, the task's and the
 run's budgets, when a run may start new sessions, how it ends, and what a moved ref does
-(it stops the run).
+(lo-orch's own refs are put back and the task whose work they held is reworked; a branch a
+person may move stops the run).
 """
 
 from __future__ import annotations
@@ -126,10 +127,9 @@ class Park:
 
 
 @dataclass(frozen=True)
-class StopRun:
-    """Not one task's problem: the whole run stops (a ref of the run moved under it)."""
-
-    reason: str
+class CheckRefs:
+    """A step found a ref of the run moved: check and repair the refs now; the task's
+    step is taken again on its next turn."""
 
 
 TaskStep = (
@@ -478,6 +478,61 @@ def commit_failed(
     return SendBack(0, f"the work could not be committed: {error}")
 
 
+# ---------------------------------------------------------------- moved refs
+
+
+class RefKind(StrEnum):
+    """Who may move a ref the refs book records."""
+
+    STAGING = "staging"  # lo/<run>/staging: only lo-orch, one verified task at a time
+    QUARANTINE = "quarantine"  # refs/lo-orch/quarantine/<run>/...: lo-orch's evidence
+    BRANCH = "branch"  # any other branch (the feature branch Gate 2 set): a person may
+
+
+def puts_back(kind: RefKind) -> bool:
+    """Whether lo-orch puts a moved ref of ``kind`` back on its recorded value: only a ref
+    nobody but lo-orch may move. A branch a person may commit on (the feature branch) is
+    never moved over: the run stops and says what to do, as Gate 2 does."""
+    return kind in (RefKind.STAGING, RefKind.QUARANTINE)
+
+
+def tampering_tasks(holders: Sequence[str], running: Sequence[str]) -> tuple[str, ...]:
+    """Whose session moved a ref, as far as lo-orch can tell: the running tasks whose
+    work the commit found on it contains (``holders``, by ancestry); every running task
+    when none does (a commit of no task's, a deleted ref)."""
+    held = [t for t in running if t in holders]
+    return tuple(held or running)
+
+
+class TamperDue(StrEnum):
+    """When a tampering task's rework round is sent."""
+
+    NOW = "now"  # no step runs for it: a round now
+    AFTER_STEP = "after_step"  # a step runs (its verification takes the round)
+    DROP = "drop"  # nothing left to rework (integrated, stuck, not started)
+
+
+def tamper_due(phase: Phase, *, busy: bool) -> TamperDue:
+    """When the round of a task found tampering is sent (its verified, integrated work is
+    not taken back: it was checked, whatever its session did since)."""
+    if busy or phase is Phase.LAUNCHING:
+        return TamperDue.AFTER_STEP
+    if (phase, lifecycle.Event.TAMPERED) in lifecycle.TABLE:
+        return TamperDue.NOW
+    return TamperDue.DROP
+
+
+def after_tamper(task: str, *, rework_count: int, limit: int, what: str) -> SendBack | Block:
+    """A task found moving refs of the run (``what``: which, and where its find is kept):
+    a rework round whose review says so, or a block after ``limit`` rounds."""
+    if rework_count + 1 > limit:
+        return Block(
+            f"{what}; after {rework_count} rework round(s) it is blocked: read the "
+            f"reviews, then `lo-orch retry {task}` if it should go on"
+        )
+    return SendBack(rework_count + 1, what)
+
+
 # ---------------------------------------------------------------- errors of a step
 
 
@@ -491,12 +546,13 @@ class StepError(StrEnum):
 
 def after_error(
     kind: StepError, message: str, dead_status: int | None = None
-) -> StopRun | Relaunch | Block:
-    """What an error of a task's step leads to: a moved ref stops the whole run (no other
-    step starts meanwhile); a session that died under the step is relaunched as any dead
-    session; anything else blocks the task with the message."""
+) -> CheckRefs | Relaunch | Block:
+    """What an error of a task's step leads to: a moved ref is checked and repaired at once
+    (``after_tamper`` says the rest) and the step is taken again; a session that died
+    under the step is relaunched as any dead session; anything else blocks the task with
+    the message."""
     if kind is StepError.REFS_TAMPERED:
-        return StopRun(message)
+        return CheckRefs()
     if kind is StepError.SESSION_GONE:
         return Relaunch(dead_status)
     return Block(message)

@@ -41,6 +41,7 @@ class Event(StrEnum):
     RETRY_PLAN = "retry_plan"  # a person's retry of a task that was planning
     RETRY_IMPLEMENT = "retry_implement"  # a person's retry with a rework round
     REOPEN = "reopen"  # the integration tests blame an integrated task's files
+    TAMPERED = "tampered"  # its session moved a ref of the run: another round
 
 
 _ANY_ACTIVE = tuple(sorted(ACTIVE_PHASES))
@@ -61,6 +62,18 @@ TABLE: Mapping[tuple[Phase, Event], Phase] = {
     (Phase.VERIFYING, Event.REWORK): Phase.IMPLEMENTING,
     (Phase.APPROVED, Event.INTEGRATED): Phase.INTEGRATED,
     (Phase.INTEGRATED, Event.REOPEN): Phase.IMPLEMENTING,
+    # a session that moved a ref of the run, from any phase its work is not verified in yet
+    **{
+        (p, Event.TAMPERED): Phase.IMPLEMENTING
+        for p in (
+            Phase.PLANNING,
+            Phase.PLAN_READY,
+            Phase.IMPLEMENTING,
+            Phase.IMPL_DONE,
+            Phase.VERIFYING,
+            Phase.APPROVED,
+        )
+    },
     # a person is needed: from anywhere a task can still be worked on
     **{(p, Event.BLOCK): Phase.BLOCKED for p in (*_OPEN, Phase.BLOCKED)},
     **{(p, Event.FAIL): Phase.FAILED for p in (*_OPEN, Phase.FAILED)},

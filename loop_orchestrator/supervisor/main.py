@@ -24,6 +24,7 @@ from typing import Any, assert_never
 from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import Settings, load_tool_profile
 from loop_orchestrator.errors import (
+    GitError,
     LoOrchError,
     NotLoggedInError,
     PaneGoneError,
@@ -57,6 +58,7 @@ from loop_orchestrator.supervisor.jobs import Jobs
 from loop_orchestrator.supervisor.journal import Journal, Progress, epoch
 from loop_orchestrator.supervisor.lifecycle import NOT_LOGGED_IN_HINT, Event
 from loop_orchestrator.supervisor.lock import supervisor_lock
+from loop_orchestrator.supervisor.refguard import RefGuard
 from loop_orchestrator.supervisor.sessions import Sessions
 from loop_orchestrator.supervisor.verification import Verification
 from loop_orchestrator.verify import pyenv
@@ -206,6 +208,15 @@ class Supervisor:
             site_baseline=lambda: self.site_baseline,
             integrate=self.integration.integrate,
         )
+        #: the run's refs: watched, compared with the book, put back when moved
+        self.refguard = RefGuard(
+            self.journal,
+            self.ws,
+            git_lock=git_lock,
+            wake=self.wake,
+            submit=self.jobs.submit,
+            tamper_round=self.verification.tamper_round,
+        )
         self.desk = self._make_desk()
         self.inbox = Inbox(
             self.journal,
@@ -295,12 +306,21 @@ class Supervisor:
     def _run_locked(self) -> Outcome:
         with supervisor_lock(self.rundir):
             self.start()
-            if self.state.phase == RunPhase.AWAITING_MERGE_REVIEW:
-                return Outcome(
-                    OutcomeState.REVIEW, "the run is waiting for Gate 2: `lo-orch merge`"
-                )
-            if self.state.phase == RunPhase.MERGED:
-                return Outcome(OutcomeState.MERGED, "the run is already merged")
+            self.refguard.start()
+            try:
+                return self._supervise()
+            finally:
+                self.refguard.stop()
+
+    def _supervise(self) -> Outcome:
+        """The run under the lock, its refs watched."""
+        if self.state.phase == RunPhase.AWAITING_MERGE_REVIEW:
+            self._check_refs()  # what moved while it waited is put back for the review
+            return Outcome(OutcomeState.REVIEW, "the run is waiting for Gate 2: `lo-orch merge`")
+        if self.state.phase == RunPhase.MERGED:
+            return Outcome(OutcomeState.MERGED, "the run is already merged")
+        server: listener.Server | None = None
+        try:  # (a Ctrl-C during the start-up is an interruption too)
             self._start_run()
             # What sessions left while no supervisor listened is read before anyone is
             # heard: a signal waiting to connect is judged after the prompt-arrival hook
@@ -309,21 +329,27 @@ class Supervisor:
             server = listener.Server(self.rundir.root, self.inbox.identify, self.inbox.receive)
             server.start()
             self.backend.serve(self.inbox.receive, self._note)  # remote sessions' inboxes
-            try:
-                while True:
-                    self._loop()
+            while True:
+                self._loop()
+                try:
                     outcome = self._finish()
-                    failed = outcome.state is OutcomeState.INTEGRATION_FAILED
-                    last = self.integration.last
-                    if not failed or last is None or not self.integration.route(last):
-                        return outcome
-            except KeyboardInterrupt:
-                self._interrupted()
-                raise
-            finally:
+                except RefTamperedError:  # moved while the run was integrated: put back
+                    self.refguard.request()
+                    continue
+                self.refguard.request()  # what moved while the integration command ran
+                self._check_refs()
+                failed = outcome.state is OutcomeState.INTEGRATION_FAILED
+                last = self.integration.last
+                if not failed or last is None or not self.integration.route(last):
+                    return outcome
+        except KeyboardInterrupt:
+            self._interrupted()
+            raise
+        finally:
+            if server is not None:
                 server.close()
-                self.backend.stop()
-                self.jobs.shutdown()
+            self.backend.stop()
+            self.jobs.shutdown()
 
     def _note(self, task: str, **changes: Any) -> None:
         """Where a remote session runs, as its backend reports it: into its record."""
@@ -335,6 +361,7 @@ class Supervisor:
                 raise self.fatal
             self.record.refresh()  # a person's `lo-orch retry` is appended by another process
             self._collect_jobs()
+            self._check_refs()
             self._check_view()
             statuses = self.journal.statuses()
             self._dispatch(statuses)
@@ -372,6 +399,28 @@ class Supervisor:
                 return  # settled: all integrated, or the rest is stuck
             self.wake.wait(TICK_SECONDS)
             self.wake.clear()
+
+    def _check_refs(self) -> None:
+        """The run's refs, when the watch or a step says one may have moved: lo-orch's own
+        are put back and the tampering task owes a round (sent when it is due); a branch a
+        person may move stops the run, as before."""
+        statuses = self.journal.statuses()
+        try:
+            self.refguard.check(statuses)
+        except RefTamperedError as exc:
+            self.journal.event(
+                "refs_tampered",
+                ref=exc.ref,
+                expected=exc.expected,
+                found=exc.found,
+                message=exc.message,
+            )
+            raise
+        except GitError as exc:  # moved again while it was put back: next tick
+            log.warning("refs not repaired", extra={"error": exc.message})
+            self.refguard.due.set()
+        # (read again: the check may have recorded a round owed just now)
+        self.refguard.send_rounds(self.journal.statuses(), lambda tid: tid in self.jobs)
 
     def _ready(self, phases: dict[str, Phase]) -> list[str]:
         before = self.accounting.governor.current
@@ -471,6 +520,7 @@ class Supervisor:
         if first:
             self.ws.preflight(allow_dirty=self.settings.workspace.allow_dirty)
         self.ws.ensure_excludes()
+        self._check_refs()  # what moved while no supervisor watched
         self.ws.create_staging(self.state.base_sha)
         self._remove_leftovers()
         self.backend.ensure_session()
@@ -656,7 +706,7 @@ class Supervisor:
     def _step_failed(self, task: str, exc: LoOrchError) -> None:
         """A task's step ended in an error (on the job's thread): what ``decide`` says."""
         if isinstance(exc, RefTamperedError):
-            # not this task's problem: a ref of the run moved under it
+            # not (necessarily) this task's doing: a ref of the run moved under its step
             self.journal.event(
                 "refs_tampered",
                 task,
@@ -671,8 +721,8 @@ class Supervisor:
         else:
             kind, dead_status = decide.StepError.OTHER, None
         step = decide.after_error(kind, exc.render(), dead_status)
-        if isinstance(step, decide.StopRun):
-            self.fatal = exc  # the loop raises it; no other step starts meanwhile
+        if isinstance(step, decide.CheckRefs):
+            self.refguard.request()  # put back before the step is taken again
         elif isinstance(step, decide.Relaunch):
             self.sessions.lost_mid_step(task, exc, step.dead_status)
         elif isinstance(step, decide.Block):

@@ -368,10 +368,9 @@ class Sessions:
         self.deliver(tid, "prompt_rework.md.j2")
 
     def render_brief(self, task: Task) -> str:
-        try:
-            staging = gitutil.rev_parse(self.repo, self.ws.staging_branch)
-        except GitError:  # before the first `run` there is no staging: the base it will be
-            staging = self.journal.run.base_sha
+        # staging as lo-orch set it (a moved one never feeds a brief); before the first
+        # `run` there is none: the base it will be
+        staging = self.ws.branches.staging_tip() or self.journal.run.base_sha
         return templating.task_brief(
             self.plan,
             task,

@@ -133,18 +133,49 @@ class Verification:
             passed=verdict.passed,
             message=summary.splitlines()[0] if summary else "",
         )
-        if verdict.passed:
+        # a round owed for moving refs of the run (``RefGuard``) is this one: a passing
+        # verdict does not land it
+        what = self.journal.task(tid).tampered
+        if verdict.passed and what is None:
             self.journal.move(tid, Event.PASS, commit=commit, error=None, note=None)
             self.integrate(tid)
+        elif what is not None:
+            self.rework(tid, verdict, f"{what}\n\n{summary}", tampered=True)
         else:
             self.rework(tid, verdict, summary)
 
-    def rework(self, tid: str, verdict: Any, summary: str) -> None:
-        """Send the task back with a review, or block it after ``max_rework`` rounds."""
+    def tamper_round(self, tid: str) -> None:
+        """The task's session moved refs of the run (its ``tampered``, as ``RefGuard``
+        found it): a rework round whose review says so, or a block after the round limit."""
+        st = self.journal.record.task(tid)
+        what = st.tampered
+        if not what:
+            return  # its verification sent the round meanwhile
+        max_rounds = lifecycle.rework_limit(st, self.settings.run.max_rework)
+        step = decide.after_tamper(tid, rework_count=st.rework_count, limit=max_rounds, what=what)
+        if isinstance(step, decide.Block):
+            self.journal.set(tid, tampered=None)
+            self.journal.block(tid, step.reason)
+            return
+        review = self.rundir.review_path(tid, step.round)
+        atomic_write_text(review, tamper_review(tid, step.round, max_rounds, what))
+        self.journal.move(
+            tid, Event.TAMPERED, rework_count=step.round, note=what[:200], tampered=None
+        )
+        self.journal.event(
+            "rework", tid, round=step.round, review=str(review), cause="refs_tampered"
+        )
+        self.sessions.deliver(tid, "prompt_rework.md.j2")
+
+    def rework(self, tid: str, verdict: Any, summary: str, *, tampered: bool = False) -> None:
+        """Send the task back with a review, or block it after ``max_rework`` rounds
+        (``tampered``: its session moved refs of the run, which ``summary`` begins with)."""
         st = self.journal.record.task(tid)
         max_rounds = lifecycle.rework_limit(st, self.settings.run.max_rework)
         step = decide.rework(rework_count=st.rework_count, limit=max_rounds, summary=summary)
         if isinstance(step, decide.Block):
+            if tampered:
+                self.journal.set(tid, tampered=None)
             self.journal.block(tid, step.reason)
             return
         round_no, first_line = step.round, step.summary
@@ -153,6 +184,11 @@ class Verification:
             review = verify.write_review(
                 self.rundir, task, round_no, verdict, max_rounds=max_rounds
             )
+            if tampered:
+                text = review.read_text(encoding="utf-8")
+                title, _, rest = text.partition("\n")
+                what = summary.split("\n\n", 1)[0]
+                atomic_write_text(review, f"{title}\n\n## Refs moved\n\n{what}\n{rest}")
         else:
             review = self.rundir.review_path(tid, round_no)
             atomic_write_text(
@@ -160,6 +196,26 @@ class Verification:
                 f"# Review of {tid}, round {round_no}\n\n{summary}\n\n"
                 "Never weaken, skip or delete tests to pass a check.\n",
             )
-        self.journal.move(tid, Event.REWORK, rework_count=round_no, note=first_line)
-        self.journal.event("rework", tid, round=round_no, review=str(review))
+        if tampered:  # the round owed for it is this one (cleared with the move)
+            self.journal.move(
+                tid, Event.REWORK, rework_count=round_no, note=first_line, tampered=None
+            )
+            self.journal.event(
+                "rework", tid, round=round_no, review=str(review), cause="refs_tampered"
+            )
+        else:
+            self.journal.move(tid, Event.REWORK, rework_count=round_no, note=first_line)
+            self.journal.event("rework", tid, round=round_no, review=str(review))
         self.sessions.deliver(tid, "prompt_rework.md.j2")
+
+
+def tamper_review(task: str, round_no: int, max_rounds: int, what: str) -> str:
+    """The review of a round sent because the task's session moved refs of the run."""
+    return (
+        f"# Review of {task}, round {round_no} of {max_rounds}\n\n"
+        "## Refs moved\n\n"
+        f"{what}.\n\n"
+        "Nothing of that attempt was verified or kept on a branch. Do the task's work in "
+        "your worktree, commit nothing onto other branches, and signal `impl_done`: lo-orch "
+        "verifies the work and merges it itself.\n"
+    )

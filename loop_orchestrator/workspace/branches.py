@@ -1,6 +1,7 @@
 """The branches of one run and the refs book that records them: names, compare-and-swap
-moves written ahead, ``check_refs``, each task's start commit, clashes with branches that
-are not the run's.
+moves written ahead, ``check_refs`` and ``moved``, the repair of a moved ref with what was
+found on it kept under ``refs/lo-orch/quarantine/``, each task's start commit, clashes with
+branches that are not the run's.
 
 ``Branches`` is the one collaborator of a run's workspace that moves refs and writes the
 book (``workspace.py`` says the safety rules); ``worktrees.Worktrees`` and
@@ -12,14 +13,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from loop_orchestrator.errors import (
     GitError,
     RefTamperedError,
 )
-from loop_orchestrator.git.gateway import git, oid, update_ref
+from loop_orchestrator.git.gateway import git, is_ancestor, oid, ref_transaction, update_ref
 from loop_orchestrator.git.parse import WorktreeInfo, parse_worktrees
 from loop_orchestrator.git.refbook import FileRefBook, RefBook
 from loop_orchestrator.workspace.ownref import task_branch_name
@@ -35,6 +38,8 @@ BOOK_START = "start/"
 BOOK_NEXT = "next:"
 BOOK_WORKTREE = "worktree/"
 ABSENT = "0" * 40
+#: where what was found on a ref lo-orch put back is kept, per run (never a branch)
+QUARANTINE = "refs/lo-orch/quarantine/"
 
 
 def is_sha(text: str) -> bool:
@@ -70,6 +75,45 @@ def worktree_at(repo: Path, path: Path) -> WorktreeInfo | None:
     """The worktree checked out at ``path``, if any."""
     target = path.resolve()
     return next((w for w in list_worktrees(repo) if w.path.resolve() == target), None)
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A ref the book records that git shows elsewhere: ``found`` None when it is gone."""
+
+    ref: str
+    expected: str
+    found: str | None
+
+    def error(self) -> RefTamperedError:
+        return RefTamperedError(self.ref, self.expected, self.found)
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """A ref put back on ``expected``; what was found on it kept at ``kept`` (None: the
+    ref was gone, nothing to keep)."""
+
+    ref: str
+    expected: str
+    found: str | None
+    kept: str | None
+
+
+def quarantine_name(run: str, ref: str, when: float) -> str:
+    """``refs/lo-orch/quarantine/<run>/<ref without refs/>/<UTC time>`` for what was found
+    on ``ref`` at ``when`` (epoch seconds)."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(when)) + f"{int(when * 1e6) % 10**6:06d}Z"
+    return f"{QUARANTINE}{run}/{ref.removeprefix('refs/')}/{stamp}"
+
+
+def quarantined(repo: Path, run: str) -> list[tuple[str, str]]:
+    """``(ref, sha)`` of every quarantine ref of run ``run``, oldest first."""
+    out = git(
+        repo, "for-each-ref", "--format=%(refname)%00%(objectname)", f"{QUARANTINE}{run}/"
+    ).stdout
+    pairs = [(p[0], p[1]) for line in out.splitlines() if line for p in [line.split("\0")]]
+    return sorted(pairs, key=lambda p: (p[0].rsplit("/", 1)[-1], p[0]))
 
 
 class Branches:
@@ -129,6 +173,33 @@ class Branches:
     def tip(self, branch: str) -> str | None:
         return self.tips().get(branch)
 
+    def watched_refs(self) -> dict[str, str]:
+        """ref -> sha of every branch and of the run's quarantine refs (what the book can
+        record)."""
+        out = git(
+            self.repo,
+            "for-each-ref",
+            "--format=%(refname)%00%(objectname)",
+            "refs/heads/",
+            f"{QUARANTINE}{self.run}/",
+        )
+        pairs = (line.split("\0") for line in out.stdout.splitlines() if line)
+        return {p[0]: p[1] for p in pairs}
+
+    @property
+    def staging_ref(self) -> str:
+        return f"refs/heads/{self.staging_branch}"
+
+    def kept(self) -> list[tuple[str, str]]:
+        """``(ref, sha)`` of the quarantine refs this run (instance) made, oldest first
+        (one an agent made up, or an earlier run of the same name left, is not listed)."""
+        book = self.refs.items()
+        return [(r, s) for r, s in quarantined(self.repo, self.run) if book.get(r) == s]
+
+    def is_quarantine(self, ref: str) -> bool:
+        """Whether ``ref`` is one of this run's quarantine refs."""
+        return ref.startswith(f"{QUARANTINE}{self.run}/")
+
     def _key(self, branch: str) -> str:
         """The book key that makes ``branch`` this run's: a task's start, else the ref."""
         prefix = f"lo/{self.run}/"
@@ -184,18 +255,40 @@ class Branches:
     # the refs book ----------------------------------------------------------------------
 
     def check_refs(self) -> None:
-        """Compare every ref the book records with git; ``RefTamperedError`` on a difference.
+        """Compare every ref the book records with git; ``RefTamperedError`` on a difference
+        (the first, by name)."""
+        moved = self.moved()
+        if not moved:
+            return
+        first = moved[0]
+        if first.ref == self.staging_ref or self.is_quarantine(first.ref):
+            # only lo-orch moves these: its supervisor puts them back
+            raise RefTamperedError(
+                first.ref,
+                first.expected,
+                first.found,
+                hint=(
+                    "Nothing was changed. Only lo-orch moves this ref: `lo-orch run` puts it "
+                    f"back on {first.expected[:12]} and keeps what it found under "
+                    f"{QUARANTINE}{self.run}/ (while a supervisor runs it does so by "
+                    "itself), then run this again."
+                ),
+            )
+        raise first.error()
+
+    def moved(self) -> list[Moved]:
+        """Every ref the book records that git shows elsewhere (gone included), by name.
 
         A value written ahead (``move``) that git shows is adopted: lo-orch moved the ref
-        and stopped before recording it.
+        and stopped before recording it. Nothing else is changed.
         """
         book = self.refs.items()
-        branches = {f"refs/heads/{b}": sha for b, sha in self.tips().items()}
+        now = self.watched_refs()
         for name, ahead in book.items():
             if not name.startswith(BOOK_NEXT):
                 continue
             ref = name[len(BOOK_NEXT) :]
-            found = branches.get(ref, ABSENT)
+            found = now.get(ref, ABSENT)
             if found == ahead:
                 if ahead == ABSENT:
                     self.refs.drop(ref)
@@ -203,12 +296,98 @@ class Branches:
                     self.refs.set(ref, ahead)
                 book[ref] = ahead
             self.refs.drop(name)
-        for name, expected in sorted(book.items()):
-            if not name.startswith("refs/"):
+        return [
+            Moved(name, expected, now.get(name))
+            for name, expected in sorted(book.items())
+            if name.startswith("refs/") and expected != ABSENT and now.get(name) != expected
+        ]
+
+    def repair(self, moved: Sequence[Moved], when: float) -> list[Repaired]:
+        """Put every ref of ``moved`` back on its recorded value and keep what was found on
+        it under ``quarantine_name``: one atomic ref transaction (all or nothing), checked
+        against what was found (a ref that moved again meanwhile fails it: nothing changes,
+        ``GitError``). The quarantine refs are recorded in the book, so they are watched
+        like the rest."""
+        if not moved:
+            return []
+        done = [
+            Repaired(
+                m.ref,
+                m.expected,
+                m.found,
+                quarantine_name(self.run, m.ref, when) if m.found else None,
+            )
+            for m in moved
+        ]
+        updates = [(r.ref, r.expected, r.found or ABSENT) for r in done]
+        updates += [(r.kept, r.found, ABSENT) for r in done if r.kept and r.found]
+        reason = f"lo-orch: run {self.run} put back refs moved outside lo-orch"
+        # the quarantine refs are recorded first: a crash after the transaction leaves them
+        # recorded (watched, listed); one before it makes the next check create them
+        for r in done:
+            if r.kept and r.found:
+                self.refs.set(r.kept, r.found)
+        if not ref_transaction(self.repo, updates, reason):
+            for r in done:
+                if r.kept:
+                    self.refs.drop(r.kept)
+            msg = (
+                f"could not put back {', '.join(m.ref for m in moved)}: a ref moved again "
+                "while lo-orch was repairing it; nothing changed"
+            )
+            raise GitError(
+                msg,
+                hint="lo-orch checks the refs again at once; if this "
+                "repeats, stop whatever keeps moving them.",
+            )
+        log.warning(
+            "refs put back",
+            extra={"refs": [r.ref for r in done], "kept": [r.kept for r in done]},
+        )
+        return done
+
+    def lost_starts(self, tasks: Sequence[str]) -> list[Moved]:
+        """The task branches of ``tasks`` that no longer contain their recorded start (the
+        staging commit their work is measured from): ``Moved(branch ref, start, tip)``.
+        Not put back (a task's branch is its agent's), only reported."""
+        tips = self.tips()
+        lost = []
+        for task in tasks:
+            start = self.refs.get(BOOK_START + task)
+            tip = tips.get(self.task_branch(task))
+            if start is None or tip is None or tip == start:
                 continue
-            now = branches.get(name)
-            if expected != ABSENT and now != expected:
-                raise RefTamperedError(name, expected, now)
+            if not is_ancestor(self.repo, start, tip):
+                lost.append(Moved(f"refs/heads/{self.task_branch(task)}", start, tip))
+        return lost
+
+    def holders(self, commit: str, tasks: Sequence[str]) -> list[str]:
+        """Which of ``tasks`` have work ``commit`` contains: a commit of the task's branch
+        since its recorded start is an ancestor of ``commit``."""
+        if (
+            not is_sha(commit)
+            or git(self.repo, "cat-file", "-t", commit, check=False, view=True).stdout.strip()
+            != "commit"
+        ):
+            return []
+        found = []
+        tips = self.tips()
+        for task in tasks:
+            start = self.refs.get(BOOK_START + task)
+            tip = tips.get(self.task_branch(task))
+            if start is None or tip is None or tip == start:
+                continue
+            own = git(
+                self.repo, "rev-list", tip, f"^{start}", view=True, check=False
+            ).stdout.split()
+            inside = set(
+                git(
+                    self.repo, "rev-list", commit, f"^{start}", view=True, check=False
+                ).stdout.split()
+            )
+            if any(c in inside for c in own):
+                found.append(task)
+        return found
 
     def recorded(self, branch: str) -> str:
         """The value lo-orch set ``branch`` (staging, the feature branch) to, checked
@@ -219,6 +398,15 @@ class Branches:
             msg = f"{branch} was not created by run {self.run}"
             raise GitError(msg, hint="Start the run with `lo-orch run`, which creates it.")
         return sha
+
+    def staging_tip(self) -> str | None:
+        """Staging as lo-orch set it, for every decision that reads it (a task's start, what
+        is merged, a brief's signatures): None while the run has not created it;
+        ``RefTamperedError`` when git shows any recorded ref elsewhere (never the moved
+        value)."""
+        if self.refs.get(self.staging_ref) is None:
+            return None
+        return self.recorded(self.staging_branch)
 
     def base(self, fallback: str | None = None) -> str:
         """The run's base commit as recorded when staging was created (``fallback`` for a

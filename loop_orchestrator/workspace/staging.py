@@ -92,7 +92,10 @@ class Staging:
 
     def merge_precheck(self, commit: str, onto: str | None = None) -> list[str]:
         """Paths that would conflict merging ``commit`` onto ``onto`` (default staging)."""
-        ours = rev_parse(self.repo, onto or self.branches.staging_branch)
+        ours = rev_parse(self.repo, onto) if onto else self.branches.staging_tip()
+        if ours is None:
+            msg = f"{self.branches.staging_branch} was not created by run {self.run}"
+            raise GitError(msg, hint="Start the run with `lo-orch run`, which creates it.")
         return merge_tree(self.repo, ours, rev_parse(self.repo, commit))[1]
 
     def pairwise_precheck(self, commits: Mapping[str, str]) -> list[tuple[str, str, list[str]]]:
@@ -131,7 +134,7 @@ class Staging:
 
     def is_merged(self, commit: str) -> bool:
         """Whether the task commit ``commit`` is on staging (squashed, or an ancestor)."""
-        tip = self.branches.tip(self.branches.staging_branch)
+        tip = self.branches.staging_tip()
         if tip is None:
             return False
         sha = oid(self.repo, commit)
@@ -383,7 +386,7 @@ class Staging:
         measures only the task's own change. Returns the new start commit."""
         book = self.branches
         branch = book.task_branch(task)
-        staging = book.tip(book.staging_branch)
+        staging = book.staging_tip()
         if staging is None or is_ancestor(self.repo, staging, oid(self.repo, branch)):
             return book.task_start(task)
         path = self.worktrees.require_own(task)

@@ -12,9 +12,10 @@ Safety (docs/design.md sections 9 and 10): nothing is pushed and nothing is forc
 branch this module creates, every value it sets a ref to and each task's start commit are
 recorded in the run's refs book (``refbook``), outside the repository: a user's branch that
 happens to have the same name is refused, never reused or moved, and a ref of the run that
-something else moved stops the run (``RefTamperedError``) before each merge, at integration
-and at Gate 2. Every ref update is a compare-and-swap ``git update-ref``, read back, and
-written ahead in the book so a crash in between is recognised on resume.
+something else moved is refused (``RefTamperedError``) before each merge, at integration and
+at Gate 2 (the supervisor puts lo-orch's own back: ``Branches.repair``). Every ref update is
+a compare-and-swap ``git update-ref``, read back, and written ahead in the book so a crash
+in between is recognised on resume.
 
 Runs never share anything: each run's worktrees live in ``.worktrees/<run>/``,
 and the book belongs to one run *instance* (``Workspace.for_run``), so a branch or worktree

@@ -222,7 +222,7 @@ class Worktrees:
         path = self.worktree_path(task)
         where = rel(self.repo, path)
         branches = book.tips()
-        staging = branches.get(book.staging_branch)
+        staging = book.staging_tip()  # as lo-orch set it: a task never starts on a moved one
         if staging is None:
             msg = f"{book.staging_branch} does not exist"
             raise GitError(msg, hint="Create the run's staging branch before its worktrees.")
@@ -509,8 +509,7 @@ class Worktrees:
 
     def _committed_paths(self, branch: str) -> list[str]:
         """Paths added or modified by the branch's own commits (since it left staging)."""
-        tips = self.branches.tips()
-        staging, tip = tips.get(self.branches.staging_branch), tips.get(branch)
+        staging, tip = self.branches.staging_tip(), self.branches.tip(branch)
         if staging is None or tip is None:
             return []
         try:
