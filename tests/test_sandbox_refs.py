@@ -8,7 +8,9 @@ repository with a run's staging, two tasks' worktrees, the feature branch and a
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -368,6 +370,31 @@ def test_root_cannot_replace_the_systems_programs_or_config(boxed: Sandboxed) ->
         for target in targets:
             target.unlink(missing_ok=True)
     assert not any(t.exists() for t in targets)
+
+
+def test_root_cannot_open_the_hosts_disk_devices(boxed: Sandboxed) -> None:
+    """Without capabilities root still owns the host's device files, and a raw write to
+    the disk undoes every read-only bind: the session has a /dev of its own, with the
+    character devices a program needs and no disk. (Opened read-write, never written.)"""
+    disks = sorted(
+        p for p in Path("/dev").iterdir() if p.is_block_device() and os.access(p, os.W_OK)
+    )
+    if not disks:  # not root: no disk is this user's to open, inside or out
+        assert os.geteuid() != 0
+        disks = sorted(p for p in Path("/dev").iterdir() if p.is_block_device())[:1]
+        assert disks, "no block device on this machine to try"
+    opener = "import os,sys; os.close(os.open(sys.argv[1], os.O_RDWR))"
+    out = boxed.run(
+        "; ".join(f"try {sys.executable} -c {shlex.quote(opener)} {d}" for d in disks[:3])
+        + "; try sh -c 'echo x > /dev/null' && try test -c /dev/urandom && try test -d /dev/shm"
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith(("ALLOWED", "denied"))]
+    assert lines[: len(disks[:3])] == [
+        f"denied: {sys.executable} -c {opener} {d}" for d in disks[:3]
+    ], out.stdout
+    assert all(line.startswith("ALLOWED") for line in lines[len(disks[:3]) :]), out.stdout
+    if os.geteuid() == 0:  # the same open outside the sandbox works: what makes it an escape
+        os.close(os.open(disks[0], os.O_RDWR))
 
 
 def test_symlinks_in_its_own_store_make_the_supervisor_remove_or_write_nothing(

@@ -29,7 +29,9 @@ namespace where the filesystem is the host's (``--dev-bind / /``) except:
   (setsid, double fork, ``env -i``) is reparented to the sandbox's init, which was started
   with ``LO_ORCH_TASK``, so ``guard.refuse_in_session`` still finds it;
 - no capabilities (``--cap-drop ALL`` when lo-orch runs as root: bwrap would leave the
-  agent CAP_SYS_ADMIN, and one ``mount -o remount,rw`` would undo every read-only bind).
+  agent CAP_SYS_ADMIN, and one ``mount -o remount,rw`` would undo every read-only bind),
+  and, for root, a ``/dev`` of its own (``--dev``): root owns the host's disk devices, and
+  one raw write to ``/dev/vda`` would undo every bind too.
 
 The network is shared (the agent talks to its model API; ``lo-orch`` over a unix socket),
 and so is the terminal session (``--new-session`` would break the interactive tty).
@@ -326,8 +328,10 @@ def wrap(argv: list[str], policy: Policy) -> list[str]:
         # started by root, bwrap leaves the agent every capability, and CAP_SYS_ADMIN
         # remounts the read-only repository writable (`mount -o remount,rw`; bubblewrap
         # 0.8.0). For anyone else it keeps none (measured), and a setuid bwrap refuses
-        # --cap-drop from a user who is not root.
-        out += ["--cap-drop", "ALL"]
+        # --cap-drop from a user who is not root. Without capabilities root still owns
+        # the host's device files (``/dev/vda``: the disk, written raw under every mount):
+        # the agent gets a /dev of its own (null, zero, random, tty, pts, shm...).
+        out += ["--cap-drop", "ALL", "--dev", "/dev"]
     for path in _existing(policy.read_only):
         out += ["--ro-bind", str(path), str(path)]
     writable = policy.writable
