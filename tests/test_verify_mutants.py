@@ -29,7 +29,8 @@ from loop_orchestrator.verify.mutants import (
     select,
 )
 from loop_orchestrator.verify.mutation import MutationRun, mutation_check
-from loop_orchestrator.verify.verdict import WEAK_ASSERTIONS, deterministic_findings, escalate
+from loop_orchestrator.verify.verdict import deterministic_findings
+from loop_orchestrator.verify.weakproof import WEAK_ASSERTIONS, escalate
 
 # -- mutants (pure) ----------------------------------------------------------------------
 
