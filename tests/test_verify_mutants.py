@@ -492,3 +492,47 @@ def test_gaming_the_check_was_not_written_for_is_caught(git_repo: Path, tests: s
     run = _mutate(git_repo, base, head, max_mutants=5)
     assert [(f.check, f.severity) for f in run.findings] == [(SURVIVE, Severity.BLOCKING)]
     assert all(r.outcome in ("survived", "not-executed") for r in run.results)
+
+
+# -- weak tests of a new function: blocking on their own evidence (verify.weakproof) ------
+
+TOP_BASE = "def first(xs):\n    return xs[0]\n"
+TOP = TOP_BASE + "\n\ndef top(xs, n):\n    return sorted(xs, reverse=True)[:n]\n"
+#: gamed forms the rule was not written on: a truthiness check through a second name (the
+#: `return []` mutant dies, `reverse=False` survives), and a unittest check that only
+#: asks whether the name is callable (it runs no changed line: no mutant is executed)
+WEAK_NEW = {
+    "truthy": "from app.top import top\n\n\ndef test_top():\n"
+    "    out = top([3, 1, 2], 2)\n    result = out\n    assert result\n",
+    "callable": "import unittest\n\nfrom app.top import top\n\n\n"
+    "class TestTop(unittest.TestCase):\n    def test_top(self):\n"
+    "        self.assertTrue(callable(top))\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", sorted(WEAK_NEW))
+def test_weak_tests_of_a_new_function_block_with_the_parents_error_and_the_survivor(
+    git_repo: Path, form: str
+) -> None:
+    base = commit(git_repo, {"app/__init__.py": "", "app/top.py": TOP_BASE}, "base")
+    head = commit(git_repo, {"app/top.py": TOP, "tests/test_top.py": WEAK_NEW[form]})
+    settings = off()
+    settings.verify.mutants_seconds = BUDGET
+    task = _task(["app/**", "tests/**"])
+    rundir = RunDir(git_repo)
+    verdict = verify_task(git_repo, rundir, task, base, head, brief="b", settings=settings)
+    assert not verdict.passed
+    (weak,) = [f for f in verdict.findings if f.check == WEAK_ASSERTIONS]
+    assert weak.blocking, weak.render()
+    # at the parent the test stops at `from app.top import top`: no check of it ran
+    assert "(ImportError: cannot import name 'top' from 'app.top')" in weak.message
+    assert "name is new" in weak.message
+    if form == "truthy":
+        assert "asserts `result`" in weak.message
+        assert "`app/top.py:6`: `True` → `False`" in weak.message  # the surviving mutant
+    else:
+        assert "asserts `self.assertTrue(callable(top))`" in weak.message
+        assert "survived" not in weak.message
+    review = write_review(rundir, task, 1, verdict).read_text(encoding="utf-8")
+    assert "tests.weak-assertions" in review.split("Disputable here:")[1]

@@ -60,7 +60,10 @@ _MISSING = (
     re.compile(r"has no attribute '(\w+)'"),
     re.compile(r"name '(\w+)' is not defined"),
     re.compile(r"unexpected keyword argument '(\w+)'"),
+    # a call with the arguments of a signature the change gives the function
+    re.compile(r"(\w+)\(\) (?:takes|missing|got)\b"),
 )
+_TEMP_PATH = re.compile(r" \(/[^)]*\)")
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
 _NAME_ERRORS = frozenset({"AttributeError", "NameError", "UnboundLocalError", "TypeError"})
 
@@ -88,8 +91,15 @@ class WeakProof:
 
 
 def _detail(case: junit.Case) -> str:
-    first = (case.message or case.text).strip().splitlines()
-    return first[0][:200] if first else case.outcome
+    """The error as pytest shows it: the message, or for a collection error ("collection
+    failure") the first ``E`` line of the report that names the exception; without the
+    checkout's temporary path."""
+    kind = case.exception_type
+    lines = (case.message or case.text).strip().splitlines()
+    if kind and kind not in case.message:
+        lines = [ln[1:] for ln in case.text.splitlines() if ln.startswith("E ") and kind in ln]
+    first = _TEMP_PATH.sub("", lines[0].strip()) if lines else case.outcome
+    return first[:200]
 
 
 def parent_result(case: junit.Case, added: frozenset[str]) -> ParentResult:
@@ -199,6 +209,16 @@ def escalate(findings: Sequence[Finding], proof: WeakProof | None = None) -> lis
     return out
 
 
+def _signatures(tree: ast.AST) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            params = [*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg]
+            out[node.name] = tuple(p.arg if p else "" for p in params)
+    return out
+
+
 def _defined(tree: ast.AST) -> set[str]:
     """Names a module defines: functions, classes, their parameters, assigned names and
     attributes, imported names."""
@@ -218,17 +238,26 @@ def _defined(tree: ast.AST) -> set[str]:
 
 
 def added_names(files: Sequence[FileChange]) -> frozenset[str]:
-    """Names the change's Python source (not its tests) defines that the parent's does not."""
+    """Names the change's Python source (not its tests) defines that the parent's does not,
+    and the functions whose parameters it changes."""
     new: set[str] = set()
     old: set[str] = set()
+    resigned: set[str] = set()
     for f in files:
         if not classify.is_python(f.path) or classify.is_test_code(f.path):
             continue
-        for text, into in ((f.new, new), (f.old, old)):
-            if text is None:
-                continue
+        trees = []
+        for text in (f.old, f.new):
             try:
-                into |= _defined(pyast.parse(text, f.path))
+                trees.append(pyast.parse(text, f.path) if text is not None else None)
             except (SyntaxError, ValueError):
-                continue
-    return frozenset(new - old)
+                trees.append(None)
+        before, after = trees
+        if before is not None:
+            old |= _defined(before)
+        if after is not None:
+            new |= _defined(after)
+        if before is not None and after is not None:
+            was, now = _signatures(before), _signatures(after)
+            resigned |= {name for name, params in now.items() if was.get(name, params) != params}
+    return frozenset((new - old) | resigned)
