@@ -498,25 +498,25 @@ def test_gaming_the_check_was_not_written_for_is_caught(git_repo: Path, tests: s
 
 TOP_BASE = "def first(xs):\n    return xs[0]\n"
 TOP = TOP_BASE + "\n\ndef top(xs, n):\n    return sorted(xs, reverse=True)[:n]\n"
-#: gamed forms the rule was not written on: a truthiness check through a second name (the
-#: `return []` mutant dies, `reverse=False` survives), and a unittest check that only
-#: asks whether the name is callable (it runs no changed line: no mutant is executed)
-WEAK_NEW = {
-    "truthy": "from app.top import top\n\n\ndef test_top():\n"
-    "    out = top([3, 1, 2], 2)\n    result = out\n    assert result\n",
-    "callable": "import unittest\n\nfrom app.top import top\n\n\n"
-    "class TestTop(unittest.TestCase):\n    def test_top(self):\n"
-    "        self.assertTrue(callable(top))\n",
-}
+#: a gamed form the rule was not written on: a truthiness check through a second name (the
+#: `return []` mutant dies, `reverse=False` survives); the test module imports the new
+#: function, so at the parent it stops at its import (a collection error)
+WEAK_NEW = """from app.top import top
+
+
+def test_top():
+    out = top([3, 1, 2], 2)
+    result = out
+    assert result
+"""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("form", sorted(WEAK_NEW))
-def test_weak_tests_of_a_new_function_block_with_the_parents_error_and_the_survivor(
-    git_repo: Path, form: str
+def test_a_weak_test_of_a_new_function_blocks_with_the_parents_error_and_the_survivor(
+    git_repo: Path,
 ) -> None:
     base = commit(git_repo, {"app/__init__.py": "", "app/top.py": TOP_BASE}, "base")
-    head = commit(git_repo, {"app/top.py": TOP, "tests/test_top.py": WEAK_NEW[form]})
+    head = commit(git_repo, {"app/top.py": TOP, "tests/test_top.py": WEAK_NEW})
     settings = off()
     settings.verify.mutants_seconds = BUDGET
     task = _task(["app/**", "tests/**"])
@@ -525,14 +525,12 @@ def test_weak_tests_of_a_new_function_block_with_the_parents_error_and_the_survi
     assert not verdict.passed
     (weak,) = [f for f in verdict.findings if f.check == WEAK_ASSERTIONS]
     assert weak.blocking, weak.render()
+    assert "asserts `result`" in weak.message
     # at the parent the test stops at `from app.top import top`: no check of it ran
     assert "(ImportError: cannot import name 'top' from 'app.top')" in weak.message
     assert "name is new" in weak.message
-    if form == "truthy":
-        assert "asserts `result`" in weak.message
-        assert "`app/top.py:6`: `True` → `False`" in weak.message  # the surviving mutant
-    else:
-        assert "asserts `self.assertTrue(callable(top))`" in weak.message
-        assert "survived" not in weak.message
+    assert "`app/top.py:6`: `True` → `False`" in weak.message  # the surviving mutant
+    # the old evidence alone would not have blocked: one of the two mutants was killed
+    assert not any(f.check.startswith("tests.mutants") and f.blocking for f in verdict.findings)
     review = write_review(rundir, task, 1, verdict).read_text(encoding="utf-8")
     assert "tests.weak-assertions" in review.split("Disputable here:")[1]

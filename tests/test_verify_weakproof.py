@@ -111,6 +111,10 @@ def test_a_weak_test_that_fails_at_the_parent_only_for_a_missing_name_blocks() -
     # the same test red on its check at the parent, with no mutant surviving: a warning
     red = [_case("failed", "assert None is not None")]
     assert escalate([finding], WeakProof([test], red, added=ADDED)) == [finding]
+    # a crash the change fixes (the parent's code raised), every mutant killed: a warning
+    crash = [_case("failed", "IndexError: list index out of range")]
+    killed = [_survivor("return", "killed"), _survivor("compare", "timeout")]
+    assert escalate([finding], WeakProof([test], crash, mutants=killed, added=ADDED)) == [finding]
 
 
 def test_a_surviving_mutant_that_changes_a_value_makes_a_weak_test_block() -> None:
