@@ -29,7 +29,8 @@ from loop_orchestrator.verify.mutants import (
     select,
 )
 from loop_orchestrator.verify.mutation import MutationRun, mutation_check
-from loop_orchestrator.verify.verdict import WEAK_ASSERTIONS, deterministic_findings, escalate
+from loop_orchestrator.verify.verdict import deterministic_findings
+from loop_orchestrator.verify.weakproof import WEAK_ASSERTIONS, escalate
 
 # -- mutants (pure) ----------------------------------------------------------------------
 
@@ -490,3 +491,45 @@ def test_gaming_the_check_was_not_written_for_is_caught(git_repo: Path, tests: s
     run = _mutate(git_repo, base, head, max_mutants=5)
     assert [(f.check, f.severity) for f in run.findings] == [(SURVIVE, Severity.BLOCKING)]
     assert all(r.outcome in ("survived", "not-executed") for r in run.results)
+
+
+# -- weak tests of a new function: blocking on their own evidence (verify.weakproof) ------
+
+TOP_BASE = "def first(xs):\n    return xs[0]\n"
+TOP = TOP_BASE + "\n\ndef top(xs, n):\n    return sorted(xs, reverse=True)[:n]\n"
+#: a gamed form the rule was not written on: a truthiness check through a second name (the
+#: `return []` mutant dies, `reverse=False` survives); the test module imports the new
+#: function, so at the parent it stops at its import (a collection error)
+WEAK_NEW = """from app.top import top
+
+
+def test_top():
+    out = top([3, 1, 2], 2)
+    result = out
+    assert result
+"""
+
+
+@pytest.mark.slow
+def test_a_weak_test_of_a_new_function_blocks_with_the_parents_error_and_the_survivor(
+    git_repo: Path,
+) -> None:
+    base = commit(git_repo, {"app/__init__.py": "", "app/top.py": TOP_BASE}, "base")
+    head = commit(git_repo, {"app/top.py": TOP, "tests/test_top.py": WEAK_NEW})
+    settings = off()
+    settings.verify.mutants_seconds = BUDGET
+    task = _task(["app/**", "tests/**"])
+    rundir = RunDir(git_repo)
+    verdict = verify_task(git_repo, rundir, task, base, head, brief="b", settings=settings)
+    assert not verdict.passed
+    (weak,) = [f for f in verdict.findings if f.check == WEAK_ASSERTIONS]
+    assert weak.blocking, weak.render()
+    assert "asserts `result`" in weak.message
+    # at the parent the test stops at `from app.top import top`: no check of it ran
+    assert "(ImportError: cannot import name 'top' from 'app.top')" in weak.message
+    assert "name is new" in weak.message
+    assert "`app/top.py:6`: `True` → `False`" in weak.message  # the surviving mutant
+    # the old evidence alone would not have blocked: one of the two mutants was killed
+    assert not any(f.check.startswith("tests.mutants") and f.blocking for f in verdict.findings)
+    review = write_review(rundir, task, 1, verdict).read_text(encoding="utf-8")
+    assert "tests.weak-assertions" in review.split("Disputable here:")[1]

@@ -15,7 +15,7 @@ import pytest
 from loop_orchestrator.verify import classify, secrets
 from loop_orchestrator.verify.models import warning
 from loop_orchestrator.verify.testquality import FileChange, TestReport, check_tests
-from loop_orchestrator.verify.verdict import escalate
+from loop_orchestrator.verify.weakproof import escalate
 
 
 def change(path: str, old: str | None, new: str | None) -> FileChange:

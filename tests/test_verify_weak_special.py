@@ -194,6 +194,11 @@ def test_weakened_tests_are_named_with_line_and_what_to_compare(
             '    with pytest.raises(Exception, match=".*"):\n        parse_duration("1x")\n',
             "raises(Exception",
         ),
+        # a length bound every length meets, and a name bound to a bound result
+        ('    assert len(split_units("1h2m")) >= 0\n', ">= 0"),
+        ('    assert len(split_units("1h2m")) > -1\n', "> -1"),
+        ('    assert -1 < len(split_units("1h2m"))\n', "-1 <"),
+        ('    out = split_units("1h2m")\n    result = out\n    assert result\n', "`result`"),
     ],
 )
 def test_each_weak_kind_is_flagged(body: str, shown: str) -> None:
@@ -203,7 +208,7 @@ def test_each_weak_kind_is_flagged(body: str, shown: str) -> None:
     )
     found = of(check_tests([new_file("tests/test_d.py", source)]).findings, "tests.weak-assertions")
     assert len(found) == 1, found
-    first = 5 if body.lstrip().startswith(("assert", "with")) else 6  # after `r = ...`
+    first = 4 + body.count("\n") - body.startswith("    with")  # the last line, or `with`
     assert found[0].line == first and shown in found[0].message
 
 
@@ -247,6 +252,8 @@ def test_unittest_weak_kinds_are_flagged(body: str) -> None:
         '    ok = is_duration("5m")\n    assert ok\n',
         '    assert not parse_duration("0s")\n',
         '    assert len(split_units("1h2m")) == 2\n',
+        '    assert len(split_units("1h2m")) >= 2\n',
+        '    assert len(split_units("1h2m")) > 1\n',
         '    assert "1h" in split_units("1h2m")\n',
         '    assert parse_duration("2h") > 3600\n',
     ],

@@ -56,7 +56,9 @@ tests.mutants-survive B (the task's tests kill none of the mutants of the change
 execute; ``verify.mutants``, run by ``verify.mutation``) · tests.mutants-few-killed W (fewer
 than a third) · tests.mutants-unexecuted W (the tests run none of the changed lines) ·
 tests.mutants-not-run W (no mutant finished within the budget) · tests.weak-assertions W,
-B with redgreen.not-red or surviving mutants (``verdict.escalate``)
+B with redgreen.not-red or surviving mutants, or when that test passes at the parent or
+fails there only because a name the change adds is missing, or a value-changing mutant
+survives it (``verify.weakproof``)
 
 Heuristic findings (tests.*, stubs.*) are disputable: the session signals
 ``impl_done --dispute CODE --note WHY``; the auditor settles the dispute, or without one it

@@ -71,6 +71,15 @@ class ConditionalSkip:
     tests: tuple[TestRef, ...]
 
 
+@dataclass(frozen=True)
+class WeakTest:
+    """A changed or new test whose every check is weak, as its finding names it."""
+
+    ref: TestRef
+    line: int  # the finding's line: the first weak check
+    checks: tuple[weakchecks.Weak, ...]
+
+
 @dataclass
 class TestReport:
     __test__ = False  # not a pytest test class, despite the name
@@ -92,6 +101,8 @@ class TestReport:
     #: tests whose own text is unchanged but that use a changed fixture: red-green judges
     #: them, the other checks (about what a test's text says) do not
     fixture_users: list[TestRef] = field(default_factory=list)
+    #: the tests behind the ``tests.weak-assertions`` findings (``verify.weakproof``)
+    weak: list[WeakTest] = field(default_factory=list)
 
     @property
     def new_tests(self) -> list[TestRef]:
@@ -461,6 +472,8 @@ def _judge_python(
         weak = weakchecks.weak_python(asserted, scopes, checkers)
         if weak:
             report.findings.append(_weak_finding(f.path, t.qualname, weak, changed))
+            ref = TestRef(f.path, t.qualname, "python", (f.path, t.qualname) not in base)
+            report.weak.append(WeakTest(ref, weak[0].line, tuple(weak)))
         for line, reason, certain in pytautologies.tautologies(t.node):
             if certain:
                 report.findings.append(

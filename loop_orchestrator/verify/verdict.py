@@ -17,14 +17,14 @@ import logging
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.git import parse as gitparse
 from loop_orchestrator.plan.globs import path_matches
 from loop_orchestrator.runstate.state import RunDir, now_iso
-from loop_orchestrator.verify import classify, disputes, pyenv, scope, secrets, stubs
+from loop_orchestrator.verify import classify, disputes, junit, pyenv, scope, secrets, stubs
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
 from loop_orchestrator.verify.donechecks import (
     DoneSpec,
@@ -39,13 +39,11 @@ from loop_orchestrator.verify.models import (
     AuditorResult,
     CheckRun,
     Finding,
-    Severity,
     Verdict,
     blocking,
     warning,
 )
-from loop_orchestrator.verify.mutants import FEW_KILLED, SURVIVE
-from loop_orchestrator.verify.mutation import mutation_check
+from loop_orchestrator.verify.mutation import MutationRun, mutation_check
 from loop_orchestrator.verify.redgreen import all_passed, judge_skips, pytest_prefix, red_green
 from loop_orchestrator.verify.testquality import (
     FileChange,
@@ -54,6 +52,7 @@ from loop_orchestrator.verify.testquality import (
     check_tests,
     fixture_refs,
 )
+from loop_orchestrator.verify.weakproof import WeakProof, added_names, escalate
 
 if TYPE_CHECKING:
     from loop_orchestrator.config import Settings
@@ -230,35 +229,27 @@ def deterministic_findings(
     return findings, report, files, texts
 
 
-#: produced by the test-quality check: a changed or new test whose every check is weak
-WEAK_ASSERTIONS: Final = "tests.weak-assertions"
-#: findings that show the task's tests do not depend on its change
-_UNPROVEN = {
-    "redgreen.not-red": "the task's tests also pass at the parent, without the change",
-    SURVIVE: "mutants of the change survive the task's tests",
-    FEW_KILLED: "mutants of the change survive the task's tests",
-}
-
-
-def escalate(findings: Sequence[Finding]) -> list[Finding]:
-    """Weak assertions are blocking when other evidence agrees that the tests do not check
-    the change: the tests also pass at the parent (``redgreen.not-red``) or mutants of the
-    change survive them. Alone, a weak assertion stays a warning (a test of a function that
-    returns nothing may honestly check little). A heuristic: the session may dispute it."""
-    reasons = list(dict.fromkeys(_UNPROVEN[f.check] for f in findings if f.check in _UNPROVEN))
-    if not reasons:
-        return list(findings)
-    return [
-        f.model_copy(
-            update={
-                "severity": Severity.BLOCKING,
-                "message": f"{f.message} This blocks because {' and '.join(reasons)}.",
-            }
-        )
-        if f.check == WEAK_ASSERTIONS and not f.blocking
-        else f
-        for f in findings
-    ]
+def weak_proof(
+    report: TestReport,
+    runs: Sequence[CheckRun],
+    mutated: MutationRun | None,
+    files: list[FileChange],
+) -> WeakProof:
+    """What the runs showed about the task's weak tests (``weakproof.escalate``): the red
+    run's report at the parent (when it completed), the mutants' outcomes."""
+    red = next((r for r in runs if r.cwd_kind == "base"), None)
+    parent = (
+        junit.parse(Path(red.junit_path))
+        if red is not None and red.junit_path and not (red.error or red.timed_out)
+        else None
+    )
+    return WeakProof(
+        weak=report.weak,
+        parent=parent,
+        runs_as=report.runs_as,
+        mutants=mutated.results if mutated is not None else (),
+        added=added_names(files) if report.weak else frozenset(),
+    )
 
 
 def tests_as_run(report: TestReport) -> list[TestRef]:
@@ -329,6 +320,7 @@ def verify_task(
 
     with clean_checkout(repo, commit_sha) as tree:
         runs: list[CheckRun] = []
+        mutated: MutationRun | None = None
         if not tampered:  # in a changed environment no check result means anything
             runs = run_done_checks(specs, tree, evidence, env=check_env(tree), timeout=timeout)
             findings += check_findings(runs, timeout)
@@ -368,7 +360,7 @@ def verify_task(
             if all_passed(py_refs, commit_runs):
                 # mutants mean something only against tests that pass unmutated; they run
                 # the tests where they run (a base class's test under its subclasses)
-                findings += mutation_check(
+                mutated = mutation_check(
                     tree,
                     files,
                     prefix=pytest_prefix(argvs),
@@ -376,10 +368,11 @@ def verify_task(
                     evidence=evidence,
                     max_mutants=settings.verify.mutants_max,
                     seconds=settings.verify.mutants_seconds,
-                ).findings
+                )
+                findings += mutated.findings
             # the checks ran the task's code: it must not have changed their interpreter
             findings += pyenv.findings(pyenv.changes(site_baseline), when="while the checks ran")
-        findings = escalate(findings)
+        findings = escalate(findings, weak_proof(report, runs, mutated, files))
         findings, held = disputes.hold(findings, claims)
         clean = not any(f.blocking for f in findings)
         if clean:

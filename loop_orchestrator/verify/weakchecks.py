@@ -78,22 +78,25 @@ def _int(node: ast.AST) -> int | None:
 
 
 def _weak_len(left: ast.AST, op: ast.cmpop, right: ast.AST) -> bool:
-    """``len(x) > 0``, ``len(x) >= 1``, ``len(x) != 0`` and mirrored."""
-    if _is_len(left):
-        n = _int(right)
-        return n is not None and (
-            (isinstance(op, ast.Gt) and n == 0)
-            or (isinstance(op, ast.GtE) and n == 1)
-            or (isinstance(op, ast.NotEq | ast.IsNot) and n == 0)
-        )
-    if _is_len(right):
-        n = _int(left)
-        return n is not None and (
-            (isinstance(op, ast.Lt) and n == 0)
-            or (isinstance(op, ast.LtE) and n == 1)
-            or (isinstance(op, ast.NotEq | ast.IsNot) and n == 0)
-        )
-    return False
+    """A length compared with a bound that every non-empty length meets: ``len(x) > 0``,
+    ``len(x) >= 1``, ``len(x) != 0``, and the always-true ``len(x) >= 0``, ``len(x) > -1``,
+    ``len(x) != -1``; mirrored too."""
+    if _is_len(right) and not _is_len(left):
+        mirror: dict[type[ast.cmpop], ast.cmpop] = {
+            ast.Lt: ast.Gt(),
+            ast.LtE: ast.GtE(),
+            ast.Gt: ast.Lt(),
+            ast.GtE: ast.LtE(),
+        }
+        left, op, right = right, mirror.get(type(op), op), left
+    if not _is_len(left):
+        return False
+    n = _int(right)
+    return n is not None and (
+        (isinstance(op, ast.Gt) and n <= 0)
+        or (isinstance(op, ast.GtE) and n <= 1)
+        or (isinstance(op, ast.NotEq | ast.IsNot) and n <= 0)
+    )
 
 
 def _truth(expr: ast.AST, predicates: set[str], bound: set[str]) -> str | None:
@@ -263,6 +266,16 @@ def bound_calls(fn: ast.AST) -> dict[str, str]:
             and isinstance(node.context_expr, ast.Call)
         ):
             out[node.optional_vars.id] = dotted(node.context_expr.func).rsplit(".", 1)[-1]
+    # a name bound to such a name (`result = out`) holds the same call's result
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in out
+        ):
+            for t in node.targets:
+                if isinstance(t, ast.Name) and t.id not in out:
+                    out[t.id] = out[node.value.id]
     return out
 
 
