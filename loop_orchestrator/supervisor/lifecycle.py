@@ -63,17 +63,8 @@ TABLE: Mapping[tuple[Phase, Event], Phase] = {
     (Phase.APPROVED, Event.INTEGRATED): Phase.INTEGRATED,
     (Phase.INTEGRATED, Event.REOPEN): Phase.IMPLEMENTING,
     # a session that moved a ref of the run, from any phase its work is not verified in yet
-    **{
-        (p, Event.TAMPERED): Phase.IMPLEMENTING
-        for p in (
-            Phase.PLANNING,
-            Phase.PLAN_READY,
-            Phase.IMPLEMENTING,
-            Phase.IMPL_DONE,
-            Phase.VERIFYING,
-            Phase.APPROVED,
-        )
-    },
+    # (every active phase once it has a session)
+    **{(p, Event.TAMPERED): Phase.IMPLEMENTING for p in ACTIVE_PHASES - {Phase.LAUNCHING}},
     # a person is needed: from anywhere a task can still be worked on
     **{(p, Event.BLOCK): Phase.BLOCKED for p in (*_OPEN, Phase.BLOCKED)},
     **{(p, Event.FAIL): Phase.FAILED for p in (*_OPEN, Phase.FAILED)},
