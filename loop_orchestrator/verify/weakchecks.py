@@ -1,6 +1,7 @@
 """Weak assertions: checks that hold for almost any value the code could return.
 
-``assert parse(s) is not None``, ``isinstance``, bare truthiness, ``len(x) > 0``,
+``assert parse(s) is not None``, ``isinstance``, bare truthiness (of a result, or of an item
+or slice of one: ``assertTrue(cache[3])``), ``len(x) > 0``,
 ``hasattr``, ``pytest.raises(Exception)``; in JS ``toBeDefined()``, ``toBeTruthy()``,
 ``toThrow()``. A test is weak when *every* check it makes is one of these: one strong check
 (a value compared, an exact exception type, a message matched) makes it a real test.
@@ -119,7 +120,22 @@ def _truth(expr: ast.AST, predicates: set[str], bound: set[str]) -> str | None:
         # a name bound to a call's result (`r = parse(s)`); a flag, a fixture or an
         # attribute (`verdict.passed`) may well be a real boolean answer
         return _COMPARE if expr.id in bound and expr.id not in predicates else None
+    if isinstance(expr, ast.Subscript) and _element(expr):
+        # an item or a slice of a call's result (`cache[3]`, `parse(s)[0]`, `rows[1:]`):
+        # true for any non-empty, non-zero value; a string key (`result["ok"]`) names a
+        # field, which may well be a flag
+        base = expr.value
+        while isinstance(base, ast.Subscript) and _element(base):
+            base = base.value
+        if isinstance(base, ast.Name | ast.Call):
+            return _truth(base, predicates, bound)
     return None
+
+
+def _element(expr: ast.Subscript) -> bool:
+    """Whether ``expr`` takes an item by position or a slice, not a field by its name."""
+    key = expr.slice
+    return not (isinstance(key, ast.Constant) and isinstance(key.value, str))
 
 
 def _expr_weakness(expr: ast.AST, predicates: set[str], bound: set[str]) -> str | None:
