@@ -242,3 +242,67 @@ def test_a_weak_test_that_a_check_or_unknown_evidence_may_back_stays_a_warning(
         tests=change.get("tests", [REF, OTHER] if len(weak) == 2 else [REF]),  # type: ignore[arg-type]
     )
     assert escalate([finding], proof) == [finding]
+
+
+def _escalated(body: str, unittest: bool = False) -> list[Finding]:
+    """The weak findings of one new test with ``body``, escalated on no run at all."""
+    if unittest:
+        source = (
+            "import unittest\nfrom m import parse, rows\n\n\nclass TestM(unittest.TestCase):\n"
+            "    def test_new(self):\n" + "".join(f"        {ln}\n" for ln in body.splitlines())
+        )
+    else:
+        source = "from m import parse, rows\n\n\ndef test_new(tmp_path):\n" + "".join(
+            f"    {ln}\n" for ln in body.splitlines()
+        )
+    found = check_tests([FileChange(REF.path, "A", None, source, set(range(1, 40)))])
+    weak = [f for f in found.findings if f.check == WEAK_ASSERTIONS]
+    assert len(weak) == 1, found.findings
+    return [f for f in escalate(weak, WeakProof(found.weak)) if f.check == WEAK_ASSERTIONS]
+
+
+@pytest.mark.parametrize(
+    ("body", "unittest"),
+    [
+        ("assert list(rows(tmp_path)) is not None", False),  # the weakened boltons test
+        # forms the rule was not written on
+        ("tail = list(rows(tmp_path))\nassert tail is not None and isinstance(tail, list)", False),
+        ("assert isinstance(len(parse('a')), int)", False),
+        ("assert repr(parse('a')) != None", False),
+        ("assert len(rows(tmp_path)) >= 0", False),
+        ("self.assertIsInstance(sorted(rows(1)), list)", True),
+        ("self.assertIsNotNone(len(rows(1)))\nself.assertGreaterEqual(len(rows(2)), 0)", True),
+        ("self.assertIsInstance(str(parse('a')), (str, bytes))", True),
+    ],
+)
+def test_a_weak_test_none_of_whose_checks_can_fail_blocks_on_its_source(
+    body: str, unittest: bool
+) -> None:
+    (out,) = _escalated(body, unittest)
+    assert out.blocking and "none of its checks can fail" in out.message
+    assert "without raising" in out.message
+    assert disputes.disputable([out]) == [WEAK_ASSERTIONS]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the project's own result: it may be None, or of another type
+        "assert parse('a') is not None",
+        "assert isinstance(parse('a'), int)",
+        # truthiness, a length bound a length may miss: an empty result fails them
+        "tail = list(rows(tmp_path))\nassert tail",
+        "assert len(rows(tmp_path)) > 0",
+        # one check that can fail beside ones that cannot
+        "tail = list(rows(tmp_path))\nassert tail is not None\nassert tail",
+        # a name bound to something else too, a loop variable, a parameter
+        "tail = list(rows(1))\ntail = parse('a')\nassert tail is not None",
+        "for tail in list(rows(1)):\n    assert tail is not None",
+        "assert tmp_path is not None",
+        # a type the built-in call never returns
+        "assert isinstance(list(rows(1)), tuple)",
+    ],
+)
+def test_a_weak_test_with_a_check_that_can_fail_stays_a_warning(body: str) -> None:
+    (out,) = _escalated(body)
+    assert not out.blocking, out.message

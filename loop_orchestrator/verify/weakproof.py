@@ -22,6 +22,10 @@ blocking when the runs agree that the test does not depend on the change:
   not known: ``Result.failed_by``). The weak checks never told a wrong result from a right
   one: the test notices that the code crashes, not what it returns. One strong test in the
   task, or one check failing anywhere, and this does not hold.
+- **none of its checks can fail**: each is a weak check of a value of a built-in type the
+  code cannot fail to give (``list(it) is not None``, ``isinstance(len(w), int)``,
+  ``len(x) >= 0``): a test that only shows the code runs without raising, like a test
+  without assertions (which blocks as ``tests.no-assertion``). Read from the source alone.
 - for every weak test of the task, as before: the task's tests pass at the parent
   (``redgreen.not-red``) or the mutants' own findings (none or few killed).
 
@@ -220,6 +224,15 @@ def value_survivors(results: Iterable[Result]) -> list[Result]:
     return [r for r in results if r.outcome == "survived" and r.mutant.kind in VALUE_KINDS]
 
 
+def _cannot_fail(test: WeakTest) -> str:
+    shown = ", ".join(f"`{w.text}`" for w in test.checks[:_SHOWN])
+    return (
+        f"none of its checks can fail ({shown}: each holds for every value it can be given), "
+        "so the test shows only that the code runs without raising, as one without "
+        "assertions would"
+    )
+
+
 def _survived(survivors: Sequence[Result]) -> str:
     shown = "; ".join(
         f"`{r.mutant.path}:{r.mutant.line}`: `{r.mutant.before}` → `{r.mutant.after}`"
@@ -247,6 +260,8 @@ def escalate(findings: Sequence[Finding], proof: WeakProof | None = None) -> lis
         reasons = list(task_wide)
         test = by_place.get((f.path or "", f.line or 0))
         if test is not None and test.ref.language == "python":
+            if all(w.cannot_fail for w in test.checks):
+                reasons.append(_cannot_fail(test))
             if proof.parent is not None:
                 also = proof.runs_as.get((test.ref.path, test.ref.qualname), ())
                 why = not_red(test.ref, proof.parent, proof.added, also)
