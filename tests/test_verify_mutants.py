@@ -317,6 +317,8 @@ def test_honest_tests_kill_mutants_and_nothing_blocks(git_repo: Path) -> None:
     assert len([o for o in outcomes if o != "not-executed"]) == 6
     # `x < lo` -> `x <= lo` (and `>`) are equivalent for clamp: at x == lo both give lo
     assert outcomes.count("killed") >= 4, [(r.mutant.describe(), r.outcome) for r in run.results]
+    # each killed on a failed check (`assert clamp(...) == ...`), as its report says
+    assert {r.failed_by for r in run.results if r.outcome == "killed"} == {"check"}
     assert (git_repo.parent / "evidence" / "mutants.json").is_file()
 
 
@@ -404,7 +406,8 @@ def test_a_mutant_that_hangs_counts_as_killed_within_its_timeout(git_repo: Path)
     # `n += 1` and `pass` never end: past their timeout they count as killed
     assert by["arith", "+="].outcome == "timeout"
     assert by["remove", "pass"].outcome == "timeout"
-    assert by["const", "2"].outcome == "killed"
+    assert by["const", "2"].outcome == "killed" and by["const", "2"].failed_by == "check"
+    assert by["arith", "+="].failed_by == ""  # a hang: no report says how
     assert run.findings == []
     assert run.seconds < BUDGET
 

@@ -199,6 +199,11 @@ def test_weakened_tests_are_named_with_line_and_what_to_compare(
         ('    assert len(split_units("1h2m")) > -1\n', "> -1"),
         ('    assert -1 < len(split_units("1h2m"))\n', "-1 <"),
         ('    out = split_units("1h2m")\n    result = out\n    assert result\n', "`result`"),
+        # the truth of an item or a slice of a result: any non-empty value passes
+        ('    units = split_units("1h2m")\n    assert units[0]\n', "`units[0]`"),
+        ('    assert split_units("1h2m")[-1]\n', "[-1]`"),
+        ('    units = split_units("1h2m")\n    assert units[1:]\n', "`units[1:]`"),
+        ('    grid = split_units("1h2m")\n    assert grid[0][1]\n', "`grid[0][1]`"),
     ],
 )
 def test_each_weak_kind_is_flagged(body: str, shown: str) -> None:
@@ -223,6 +228,7 @@ def test_each_weak_kind_is_flagged(body: str, shown: str) -> None:
         "self.assertNotEqual(parse_duration('2h'), None)",
         "self.assertRaises(Exception, parse_duration, '1x')",
         "self.assertIs(type(parse_duration('2h')), int)",
+        "self.assertTrue(split_units('1h')[0])",
     ],
 )
 def test_unittest_weak_kinds_are_flagged(body: str) -> None:
@@ -256,6 +262,12 @@ def test_unittest_weak_kinds_are_flagged(body: str) -> None:
         '    assert len(split_units("1h2m")) > 1\n',
         '    assert "1h" in split_units("1h2m")\n',
         '    assert parse_duration("2h") > 3600\n',
+        # a field named by its key may be a flag; an item of a literal or of a fixture is
+        # the test's own data
+        '    report = split_units("1h2m")\n    assert report["valid"]\n',
+        '    flags = [is_duration("5m")]\n    assert flags[0]\n',
+        '    assert [is_duration(s) for s in ("5m", "1h")][1]\n',
+        '    assert is_duration("5m")[0]\n',
     ],
 )
 def test_honest_checks_are_not_weak(body: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from loop_orchestrator.verify import disputes
-from loop_orchestrator.verify.junit import Case, Outcome
+from loop_orchestrator.verify.junit import Case, Outcome, failed_by
 from loop_orchestrator.verify.models import Finding, Severity, warning
 from loop_orchestrator.verify.mutants import Mutant, Result
 from loop_orchestrator.verify.testquality import FileChange, TestRef, WeakTest, check_tests
@@ -166,3 +166,143 @@ def test_the_names_a_change_adds() -> None:
     # new names (the class brings its method and parameter too), and the functions whose
     # parameters change; not what the parent has alone (gone) nor the tests' names
     assert names == {"newf", "f", "extra", "scale", "by", "Bits", "__init__", "self", "width"}
+
+
+def _killed(failed_by: str, kind: str = "compare", outcome: str = "killed") -> Result:
+    return Result(Mutant("m.py", 7, 7, kind, "==", "!=", ""), outcome, 0.1, failed_by)  # type: ignore[arg-type]
+
+
+def test_how_a_run_failed_is_read_from_its_report() -> None:
+    assert failed_by([_case("passed"), _case("failed", "assert 1 == 2")]) == "check"
+    assert failed_by([_case("failed", "Failed: DID NOT RAISE <class 'Exception'>")]) == "check"
+    assert failed_by([_case("error", "AssertionError: bad fixture")]) == "check"
+    assert failed_by([_case("failed", "ValueError: bad escape")]) == "raised"
+    assert failed_by([_case("error", "collection failure", "E   SyntaxError: bad")]) == "raised"
+    # a check beside a crash: a check failed
+    assert failed_by([_case("failed", "KeyError: 'x'"), _case("failed", "assert 0")]) == "check"
+    assert failed_by([_case("passed")]) == "" and failed_by([]) == ""
+
+
+def test_a_weak_test_whose_checks_never_fail_only_the_code_raising_blocks() -> None:
+    finding, test = _weak()
+    # at the parent the code raises (red, but not by a check), and every mutant the tests
+    # kill stops them with an exception or a hang: the checks never told right from wrong
+    crash = [_case("failed", "ValueError: invalid escape '\\x'")]
+    killed = [_killed("raised"), _killed("raised", "const"), _killed("", "return", "timeout")]
+    proof = WeakProof([test], crash, mutants=killed, added=ADDED, tests=[REF])
+    (out,) = escalate([finding], proof)
+    assert out.blocking and "no check of the task's tests was seen failing" in out.message
+    assert "(ValueError: invalid escape" in out.message and "crashes" in out.message
+    assert disputes.disputable([out]) == [WEAK_ASSERTIONS]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # one mutant killed by a failed check: the weak checks do tell a wrong result
+        {"mutants": [_killed("raised"), _killed("check")]},
+        # how one was killed is not known (no report): not evidence
+        {"mutants": [_killed("raised"), _killed("")]},
+        # no mutant killed at all (none ran in the budget): nothing shown
+        {"mutants": [_killed("", outcome="not-run")]},
+        # a strong test of the task may be what the mutants stop on
+        {"tests": [REF, OTHER]},
+        # the task's tests are not known
+        {"tests": []},
+        # at the parent a row of the test fails on its check
+        {
+            "parent": [
+                _case("failed", "ValueError: x"),
+                _case("failed", "assert 1", name="test_new[b]"),
+            ]
+        },
+        # at the parent another test of the task fails on its check
+        {
+            "parent": [
+                _case("failed", "ValueError: x"),
+                _case("failed", "assert 1 == 2", name="test_old", cls="tests.test_o"),
+            ],
+            "weak": "both",
+        },
+        # the red run did not complete
+        {"parent": None},
+    ],
+)
+def test_a_weak_test_that_a_check_or_unknown_evidence_may_back_stays_a_warning(
+    change: dict[str, object],
+) -> None:
+    finding, test = _weak()
+    _, old = _weak(OTHER)
+    weak = [test, old] if change.get("weak") == "both" else [test]
+    proof = WeakProof(
+        weak,
+        change.get("parent", [_case("failed", "ValueError: invalid escape")]),  # type: ignore[arg-type]
+        mutants=change.get("mutants", [_killed("raised")]),  # type: ignore[arg-type]
+        added=ADDED,
+        tests=change.get("tests", [REF, OTHER] if len(weak) == 2 else [REF]),  # type: ignore[arg-type]
+    )
+    assert escalate([finding], proof) == [finding]
+
+
+def _escalated(body: str, unittest: bool = False) -> list[Finding]:
+    """The weak findings of one new test with ``body``, escalated on no run at all."""
+    if unittest:
+        source = (
+            "import unittest\nfrom m import parse, rows\n\n\nclass TestM(unittest.TestCase):\n"
+            "    def test_new(self):\n" + "".join(f"        {ln}\n" for ln in body.splitlines())
+        )
+    else:
+        source = "from m import parse, rows\n\n\ndef test_new(tmp_path):\n" + "".join(
+            f"    {ln}\n" for ln in body.splitlines()
+        )
+    found = check_tests([FileChange(REF.path, "A", None, source, set(range(1, 40)))])
+    weak = [f for f in found.findings if f.check == WEAK_ASSERTIONS]
+    assert len(weak) == 1, found.findings
+    return [f for f in escalate(weak, WeakProof(found.weak)) if f.check == WEAK_ASSERTIONS]
+
+
+@pytest.mark.parametrize(
+    ("body", "unittest"),
+    [
+        ("assert list(rows(tmp_path)) is not None", False),  # the weakened boltons test
+        # forms the rule was not written on
+        ("tail = list(rows(tmp_path))\nassert tail is not None and isinstance(tail, list)", False),
+        ("assert isinstance(len(parse('a')), int)", False),
+        ("assert repr(parse('a')) != None", False),
+        ("assert len(rows(tmp_path)) >= 0", False),
+        ("self.assertIsInstance(sorted(rows(1)), list)", True),
+        ("self.assertIsNotNone(len(rows(1)))\nself.assertGreaterEqual(len(rows(2)), 0)", True),
+        ("self.assertIsInstance(str(parse('a')), (str, bytes))", True),
+    ],
+)
+def test_a_weak_test_none_of_whose_checks_can_fail_blocks_on_its_source(
+    body: str, unittest: bool
+) -> None:
+    (out,) = _escalated(body, unittest)
+    assert out.blocking and "none of its checks can fail" in out.message
+    assert "without raising" in out.message
+    assert disputes.disputable([out]) == [WEAK_ASSERTIONS]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the project's own result: it may be None, or of another type
+        "assert parse('a') is not None",
+        "assert isinstance(parse('a'), int)",
+        # truthiness, a length bound a length may miss: an empty result fails them
+        "tail = list(rows(tmp_path))\nassert tail",
+        "assert len(rows(tmp_path)) > 0",
+        # one check that can fail beside ones that cannot
+        "tail = list(rows(tmp_path))\nassert tail is not None\nassert tail",
+        # a name bound to something else too, a loop variable, a parameter
+        "tail = list(rows(1))\ntail = parse('a')\nassert tail is not None",
+        "for tail in list(rows(1)):\n    assert tail is not None",
+        "assert tmp_path is not None",
+        # a type the built-in call never returns
+        "assert isinstance(list(rows(1)), tuple)",
+    ],
+)
+def test_a_weak_test_with_a_check_that_can_fail_stays_a_warning(body: str) -> None:
+    (out,) = _escalated(body)
+    assert not out.blocking, out.message

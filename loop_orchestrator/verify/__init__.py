@@ -58,7 +58,9 @@ than a third) · tests.mutants-unexecuted W (the tests run none of the changed l
 tests.mutants-not-run W (no mutant finished within the budget) · tests.weak-assertions W,
 B with redgreen.not-red or surviving mutants, or when that test passes at the parent or
 fails there only because a name the change adds is missing, or a value-changing mutant
-survives it (``verify.weakproof``)
+survives it, or none of its checks can fail (``list(it) is not None``), or every test of
+the task is weak and only exceptions ever failed them, at the parent and under each mutant
+killed (``verify.weakproof``)
 
 Heuristic findings (tests.*, stubs.*) are disputable: the session signals
 ``impl_done --dispute CODE --note WHY``; the auditor settles the dispute, or without one it

@@ -49,6 +49,19 @@ class Case:
         return self.outcome == "failed" and self.exception_type in ("AssertionError", "Failed")
 
 
+FailedBy = Literal["check", "raised", ""]
+
+
+def failed_by(cases: Sequence[Case]) -> FailedBy:
+    """How a run's tests failed: on a check ("check": a failed ``assert``, ``self.assert*``,
+    ``pytest.fail`` or DID NOT RAISE, in the test or its fixtures), only by exceptions the
+    code raised ("raised"), or not known ("": no failing case in the report)."""
+    failing = [c for c in cases if c.outcome in ("failed", "error")]
+    if any(c.exception_type in ("AssertionError", "Failed") for c in failing):
+        return "check"
+    return "raised" if failing else ""
+
+
 def parse(path: Path) -> list[Case]:
     """Every testcase in a JUnit XML file (empty when the file is missing or broken)."""
     try:

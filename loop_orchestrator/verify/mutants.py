@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from loop_orchestrator import pyast
+from loop_orchestrator.verify.junit import FailedBy
 from loop_orchestrator.verify.models import Finding, blocking, warning
 
 Outcome = Literal["killed", "timeout", "survived", "not-run", "not-executed"]
@@ -157,6 +158,9 @@ class Result:
     mutant: Mutant
     outcome: Outcome
     seconds: float = 0.0
+    #: how the tests failed against a killed mutant (``junit.failed_by``): on a check, only
+    #: by exceptions the code raised, or not known ("")
+    failed_by: FailedBy = ""
 
 
 # -- making mutants ----------------------------------------------------------------------

@@ -42,9 +42,10 @@ from pathlib import Path
 from loop_orchestrator import proc
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.verify import classify, mutants
+from loop_orchestrator.verify import classify, junit, mutants
 from loop_orchestrator.verify.checkout import SYS_PATH_VAR, check_env
 from loop_orchestrator.verify.donechecks import pinned
+from loop_orchestrator.verify.junit import FailedBy
 from loop_orchestrator.verify.models import Finding
 from loop_orchestrator.verify.mutants import Mutant, Outcome, Result
 from loop_orchestrator.verify.testquality import FileChange, TestRef
@@ -216,19 +217,23 @@ def _run_mutant(
         target = copy / mutant.path
         target.unlink()  # a fresh file: never written through a link into the checkout
         target.write_text(mutant.source, encoding="utf-8")
-        argv = _argv(prefix, modules, copy)
+        report = folder / "junit.xml"  # outside the copy the tests run in
+        argv = [*_argv(prefix, modules, copy), f"--junitxml={report}"]
         try:
             res = proc.run(argv, cwd=copy, env=_env(copy), timeout=limit, check=False, input="")
         except (LoOrchError, OSError):
             return Result(mutant, "not-run", time.monotonic() - started)
         outcome: Outcome
+        how: FailedBy = ""
         if res.returncode is None:
             # past its own timeout: a hang the tests exposed; cut by the step's budget:
             # unknown
             outcome = "timeout" if limit >= timeout else "not-run"
         else:
             outcome = "survived" if res.returncode == 0 else "killed"
-        return Result(mutant, outcome, round(time.monotonic() - started, 3))
+            if outcome == "killed":
+                how = junit.failed_by(junit.parse(report))
+        return Result(mutant, outcome, round(time.monotonic() - started, 3), how)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -354,6 +359,7 @@ def _write(evidence: Path, run: MutationRun, *, limit: int, budget: float) -> No
                 "before": r.mutant.before,
                 "after": r.mutant.after,
                 "outcome": r.outcome,
+                "failed_by": r.failed_by,
                 "seconds": r.seconds,
             }
             for r in run.results

@@ -249,6 +249,12 @@ def weak_proof(
         runs_as=report.runs_as,
         mutants=mutated.results if mutated is not None else (),
         added=added_names(files) if report.weak else frozenset(),
+        # every test the mutants ran: a strong one among them may be what kills them
+        tests=[
+            t
+            for t in [*report.touched, *report.inherited, *report.fixture_users]
+            if t.language == "python"
+        ],
     )
 
 

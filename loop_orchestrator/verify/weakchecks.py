@@ -1,6 +1,7 @@
 """Weak assertions: checks that hold for almost any value the code could return.
 
-``assert parse(s) is not None``, ``isinstance``, bare truthiness, ``len(x) > 0``,
+``assert parse(s) is not None``, ``isinstance``, bare truthiness (of a result, or of an item
+or slice of one: ``assertTrue(cache[3])``), ``len(x) > 0``,
 ``hasattr``, ``pytest.raises(Exception)``; in JS ``toBeDefined()``, ``toBeTruthy()``,
 ``toThrow()``. A test is weak when *every* check it makes is one of these: one strong check
 (a value compared, an exact exception type, a message matched) makes it a real test.
@@ -29,6 +30,9 @@ class Weak:
     text: str  # the check as written, e.g. "parse(s) is not None"
     instead: str  # e.g. "compare it with the expected value"
     subject: str | None = None  # the function whose result is checked ("parse")
+    #: it holds wherever it runs (``list(x) is not None``, ``len(x) >= 0``): it can fail
+    #: only by the code raising before it
+    cannot_fail: bool = False
 
 
 _COMPARE = "compare it with the expected value"
@@ -119,7 +123,22 @@ def _truth(expr: ast.AST, predicates: set[str], bound: set[str]) -> str | None:
         # a name bound to a call's result (`r = parse(s)`); a flag, a fixture or an
         # attribute (`verdict.passed`) may well be a real boolean answer
         return _COMPARE if expr.id in bound and expr.id not in predicates else None
+    if isinstance(expr, ast.Subscript) and _element(expr):
+        # an item or a slice of a call's result (`cache[3]`, `parse(s)[0]`, `rows[1:]`):
+        # true for any non-empty, non-zero value; a string key (`result["ok"]`) names a
+        # field, which may well be a flag
+        base = expr.value
+        while isinstance(base, ast.Subscript) and _element(base):
+            base = base.value
+        if isinstance(base, ast.Name | ast.Call):
+            return _truth(base, predicates, bound)
     return None
+
+
+def _element(expr: ast.Subscript) -> bool:
+    """Whether ``expr`` takes an item by position or a slice, not a field by its name."""
+    key = expr.slice
+    return not (isinstance(key, ast.Constant) and isinstance(key.value, str))
 
 
 def _expr_weakness(expr: ast.AST, predicates: set[str], bound: set[str]) -> str | None:
@@ -219,6 +238,125 @@ def _call_weakness(call: ast.Call, predicates: set[str], bound: set[str]) -> str
     return None
 
 
+#: built-in calls and the type of what they return whatever their argument (or they raise)
+_TYPED_CALLS = {
+    **{t: t for t in ("list", "tuple", "set", "frozenset", "dict", "str", "bytes", "bytearray")},
+    **{t: t for t in ("int", "float", "bool", "complex")},
+    **dict.fromkeys(("repr", "ascii", "format", "hex", "oct", "bin", "chr"), "str"),
+    **dict.fromkeys(("len", "ord"), "int"),
+    "sorted": "list",
+}
+
+
+def _typed(expr: ast.AST, typed: dict[str, str]) -> str | None:
+    """The built-in type ``expr`` certainly has where it is evaluated: a call of ``list``,
+    ``len``, ``repr``... or a name the test binds only to one (``typed``)."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
+        return _TYPED_CALLS.get(expr.func.id)
+    if isinstance(expr, ast.Name):
+        return typed.get(expr.id)
+    return None
+
+
+def typed_names(scopes: Sequence[ast.AST]) -> dict[str, str]:
+    """Names every binding of which in ``scopes`` is a call of ``_TYPED_CALLS`` of one type
+    (``tail = list(it)``); a name bound anywhere to anything else (a parameter, a loop
+    variable, another assignment) is left out."""
+    kinds: dict[str, set[str | None]] = {}
+    for scope in scopes:
+        for node in ast.walk(scope):
+            if isinstance(node, ast.arg):
+                kinds.setdefault(node.arg, set()).add(None)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+                kinds.setdefault(node.id, set())
+            if not isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.NamedExpr):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            plain = isinstance(node, ast.Assign) and len(targets) == 1
+            kind = _typed(node.value, {}) if plain and node.value is not None else None
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        kinds.setdefault(n.id, set()).add(kind if t is n else None)
+    # a Store not made by an assignment above (for, with, except, del...): not typed
+    stores = {
+        id(n)
+        for scope in scopes
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.NamedExpr)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        for n in ast.walk(t)
+    }
+    for scope in scopes:
+        for node in ast.walk(scope):
+            if (
+                isinstance(node, ast.Name)
+                and isinstance(node.ctx, ast.Store | ast.Del)
+                and id(node) not in stores
+            ):
+                kinds[node.id].add(None)
+    return {
+        name: kind
+        for name, found in kinds.items()
+        if len(found) == 1 and (kind := next(iter(found))) is not None
+    }
+
+
+def _of_type(expr: ast.AST, types: ast.AST, typed: dict[str, str]) -> bool:
+    kind = _typed(expr, typed)
+    return kind is not None and any(dotted(t) in (kind, "object") for t in _flat(types))
+
+
+def cannot_fail(node: ast.AST, typed: dict[str, str]) -> bool:
+    """Whether the weak check ``node`` holds for every value it can see: ``X is not None``,
+    ``isinstance(X, T)``, ``assertIsNotNone(X)``... of a value of a built-in type ``X``
+    certainly has (``list(it)``, ``len(w)``), or a length bound every length meets
+    (``len(x) >= 0``). Such a check fails only when the code raises before it."""
+    if isinstance(node, ast.Assert):
+        expr = node.test
+        if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.And):
+            return all(cannot_fail(ast.Assert(test=v), typed) for v in expr.values)
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+            left, op, right = expr.left, expr.ops[0], expr.comparators[0]
+            if isinstance(op, ast.IsNot | ast.NotEq) and (_is_none(left) or _is_none(right)):
+                return _typed(right if _is_none(left) else left, typed) is not None
+            return _len_always(left, op, right)
+        if isinstance(expr, ast.Call) and dotted(expr.func) == "isinstance" and len(expr.args) == 2:
+            return _of_type(expr.args[0], expr.args[1], typed)
+        return False
+    if isinstance(node, ast.Call):
+        last = dotted(node.func).rsplit(".", 1)[-1]
+        args = node.args
+        if last == "assertIsNotNone" and args:
+            return _typed(args[0], typed) is not None
+        if last in ("assertIsNot", "assertNotEqual") and len(args) >= 2:
+            if _is_none(args[1]) or _is_none(args[0]):
+                return _typed(args[0] if _is_none(args[1]) else args[1], typed) is not None
+            return _len_always(args[0], ast.NotEq(), args[1])
+        if last == "assertIsInstance" and len(args) >= 2:
+            return _of_type(args[0], args[1], typed)
+        if last == "assertGreaterEqual" and len(args) >= 2:
+            return _len_always(args[0], ast.GtE(), args[1])
+        if last == "assertGreater" and len(args) >= 2:
+            return _len_always(args[0], ast.Gt(), args[1])
+    return False
+
+
+def _len_always(left: ast.AST, op: ast.cmpop, right: ast.AST) -> bool:
+    """``len(x) >= 0``, ``len(x) > -1``, ``len(x) != -1`` (mirrored too): always true."""
+    if _is_len(right) and not _is_len(left):
+        mirror: dict[type[ast.cmpop], ast.cmpop] = {ast.Lt: ast.Gt(), ast.LtE: ast.GtE()}
+        left, op, right = right, mirror.get(type(op), op), left
+    n = _int(right)
+    if not _is_len(left) or n is None:
+        return False
+    return (
+        (isinstance(op, ast.GtE) and n <= 0)
+        or (isinstance(op, ast.Gt) and n < 0)
+        or (isinstance(op, ast.NotEq | ast.IsNot) and n < 0)
+    )
+
+
 def _flat(node: ast.AST) -> list[ast.AST]:
     return list(node.elts) if isinstance(node, ast.Tuple) else [node]
 
@@ -311,6 +449,7 @@ def weak_python(
         name for name, fn in calls.items() if _PREDICATE.match(fn) or fn in checkers
     } | set(checkers)
     bound = set(calls)
+    typed = typed_names(scopes)
     weak: list[Weak] = []
     for node in assertions:
         why: str | bool | None
@@ -338,7 +477,8 @@ def weak_python(
         if why is None:
             return None
         line = getattr(node, "lineno", 0)
-        weak.append(Weak(line, ast.unparse(expr), str(why), _subject(expr, calls)))
+        never = cannot_fail(node, typed)
+        weak.append(Weak(line, ast.unparse(expr), str(why), _subject(expr, calls), never))
     return weak or None
 
 

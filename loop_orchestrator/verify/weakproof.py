@@ -15,6 +15,17 @@ blocking when the runs agree that the test does not depend on the change:
   that changes an operator, a constant, a condition or the value returned (not one that
   removes a statement, which is more often equivalent) passed every test of the task, this
   one too: a wrong value passes its checks.
+- **no check of the task's tests was ever seen failing.** Every new or changed test of the
+  task is weak; at the parent none fails on a check and this one stops on an exception
+  the parent's code raises (a crash the change fixes); and every mutant the tests kill
+  stops them the same way, by an exception or a hang, none on a failed check (nor in a way
+  not known: ``Result.failed_by``). The weak checks never told a wrong result from a right
+  one: the test notices that the code crashes, not what it returns. One strong test in the
+  task, or one check failing anywhere, and this does not hold.
+- **none of its checks can fail**: each is a weak check of a value of a built-in type the
+  code cannot fail to give (``list(it) is not None``, ``isinstance(len(w), int)``,
+  ``len(x) >= 0``): a test that only shows the code runs without raising, like a test
+  without assertions (which blocks as ``tests.no-assertion``). Read from the source alone.
 - for every weak test of the task, as before: the task's tests pass at the parent
   (``redgreen.not-red``) or the mutants' own findings (none or few killed).
 
@@ -36,7 +47,7 @@ from typing import Final, Literal
 from loop_orchestrator import pyast
 from loop_orchestrator.verify import classify, junit
 from loop_orchestrator.verify.models import Finding, Severity
-from loop_orchestrator.verify.mutants import FEW_KILLED, SURVIVE, Result
+from loop_orchestrator.verify.mutants import FEW_KILLED, KILLED, SURVIVE, Result
 from loop_orchestrator.verify.testquality import FileChange, TestRef, WeakTest
 
 #: produced by the test-quality check: a changed or new test whose every check is weak
@@ -88,6 +99,8 @@ class WeakProof:
     mutants: Sequence[Result] = ()
     #: names the change defines that the parent does not have (``added_names``)
     added: frozenset[str] = frozenset()
+    #: the task's new and changed Python tests (all of them, weak or not); empty: not known
+    tests: Sequence[TestRef] = ()
 
 
 def _detail(case: junit.Case) -> str:
@@ -156,9 +169,68 @@ def not_red(
     )
 
 
+def raised_only(
+    ref: TestRef,
+    cases: Sequence[junit.Case],
+    added: frozenset[str],
+    also: Sequence[TestRef] = (),
+) -> ParentResult | None:
+    """The parent's first exception when ``ref`` is red there only because the code raised
+    (no check of it failed, no row passed it by a check); None otherwise."""
+    hits = junit.results_for(cases, ref, also) or _module_errors(cases, ref.path)
+    ran = [r for r in (parent_result(c, added) for c in hits) if r.kind != "skipped"]
+    if any(r.kind == "check" for r in ran):
+        return None
+    return next((r for r in ran if r.kind == "raised"), None)
+
+
+def crashes_only(results: Iterable[Result]) -> bool:
+    """Whether the tests killed mutants, and every one of them by an exception the mutated
+    code raised or by a hang, none on a failed check (nor in a way not known)."""
+    killed = [r for r in results if r.outcome in KILLED]
+    return bool(killed) and all(r.outcome == "timeout" or r.failed_by == "raised" for r in killed)
+
+
+def _never_checked(proof: WeakProof, test: WeakTest) -> str | None:
+    """Why no check of the task's tests was ever seen failing, when every new or changed
+    test of the task is weak: at the parent and under every mutant killed, the runs stopped
+    on exceptions (or hangs), so the weak checks themselves never told a wrong result from
+    a right one; None when one of them did, or when it is not known."""
+    if proof.parent is None or not proof.tests or not crashes_only(proof.mutants):
+        return None
+    weak = {(w.ref.path, w.ref.qualname) for w in proof.weak}
+    if any((t.path, t.qualname) not in weak for t in proof.tests):
+        return None  # a strong test of the task may be what kills them
+    raised = None
+    for t in proof.tests:
+        also = proof.runs_as.get((t.path, t.qualname), ())
+        hits = junit.results_for(proof.parent, t, also) or _module_errors(proof.parent, t.path)
+        if any(parent_result(c, proof.added).kind == "check" for c in hits):
+            return None
+        if t.path == test.ref.path and t.qualname == test.ref.qualname:
+            raised = raised_only(t, proof.parent, proof.added, also)
+    if raised is None:
+        return None
+    return (
+        f"no check of the task's tests was seen failing: at the parent this test stops on an "
+        f"exception the code raises ({raised.detail}), and every mutant the tests kill stops "
+        "them the same way (an exception or a hang), never on a failed check; the test "
+        "notices that the code crashes, not what it returns"
+    )
+
+
 def value_survivors(results: Iterable[Result]) -> list[Result]:
     """Mutants that change a value and that every test of the task passed."""
     return [r for r in results if r.outcome == "survived" and r.mutant.kind in VALUE_KINDS]
+
+
+def _cannot_fail(test: WeakTest) -> str:
+    shown = ", ".join(f"`{w.text}`" for w in test.checks[:_SHOWN])
+    return (
+        f"none of its checks can fail ({shown}: each holds for every value it can be given), "
+        "so the test shows only that the code runs without raising, as one without "
+        "assertions would"
+    )
 
 
 def _survived(survivors: Sequence[Result]) -> str:
@@ -188,6 +260,8 @@ def escalate(findings: Sequence[Finding], proof: WeakProof | None = None) -> lis
         reasons = list(task_wide)
         test = by_place.get((f.path or "", f.line or 0))
         if test is not None and test.ref.language == "python":
+            if all(w.cannot_fail for w in test.checks):
+                reasons.append(_cannot_fail(test))
             if proof.parent is not None:
                 also = proof.runs_as.get((test.ref.path, test.ref.qualname), ())
                 why = not_red(test.ref, proof.parent, proof.added, also)
@@ -195,6 +269,8 @@ def escalate(findings: Sequence[Finding], proof: WeakProof | None = None) -> lis
                     reasons.append(why)
             if survivors:
                 reasons.append(_survived(survivors))
+            elif not reasons and (crashed := _never_checked(proof, test)):
+                reasons.append(crashed)
         if not reasons:
             out.append(f)
             continue
