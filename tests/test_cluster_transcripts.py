@@ -3,6 +3,7 @@ the node's ``Tail`` sends what was added, the supervisor's ``keep`` puts it in i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from loop_orchestrator.cluster import transcripts
@@ -84,3 +85,31 @@ def test_a_transcript_linked_to_another_file_is_not_read(tmp_path: Path) -> None
     node.symlink_to(secret)
     tail = transcripts.Tail(node, read_regular)
     assert tail.delta() is None
+
+
+def test_an_unchanged_transcript_is_not_read_again_but_a_rewrite_that_restores_its_mtime_is(
+    tmp_path: Path,
+) -> None:
+    """The relay asks for a delta every poll: a file unchanged since it was last read is
+    not read again. A session that rewrites it to the same size and puts its mtime back
+    (to look unchanged) is still seen: the ctime cannot be put back."""
+    node, copy = tmp_path / "node.jsonl", tmp_path / "copy.jsonl"
+    reads: list[Path] = []
+
+    def counting(path: Path, limit: int) -> bytes | None:
+        reads.append(path)
+        return read_regular(path, limit)
+
+    tail = transcripts.Tail(node, counting)
+    node.write_bytes(b'{"usage": 900}\n')
+    _follow(tail, copy)
+    assert len(reads) == 1
+    assert tail.delta() is None and tail.delta() is None
+    assert len(reads) == 1  # unchanged: not read again
+    before = node.stat()
+    node.write_bytes(b'{"usage": 100}\n')  # same size
+    os.utime(node, ns=(before.st_atime_ns, before.st_mtime_ns))
+    delta = tail.delta()
+    assert delta == {"offset": 0, "data": b'{"usage": 100}\n'}  # sent whole
+    assert transcripts.keep(copy, delta)
+    assert copy.read_bytes() == node.read_bytes()

@@ -50,14 +50,25 @@ class Tail:
         self._lock = threading.Lock()
         self._size = len(have)
         self._digest = hashlib.sha256(have).digest()
+        #: the file as last read (``_seen``): unchanged since, it is not read again (the
+        #: relay asks every poll). The ctime is in it: a rewrite cannot set it back.
+        self._seen: tuple[int, int, int, int] | None = None
 
     def delta(self) -> dict[str, Any] | None:
         """``{"offset", "data"}``: the bytes from ``offset`` on (0 and the whole file when
         what was sent before changed); None when nothing is new or there is no file."""
         with self._lock:
+            try:
+                st = os.lstat(self.path)
+            except OSError:
+                return None
+            seen = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            if seen == self._seen:
+                return None
             data = self._read(self.path, MAX_BYTES)
             if data is None:
                 return None
+            self._seen = seen  # (taken before the read: a change since is read next time)
             grown = len(data) >= self._size
             if grown and hashlib.sha256(data[: self._size]).digest() == self._digest:
                 if len(data) == self._size:
