@@ -166,7 +166,10 @@ def test_temporary_checkouts_of_a_killed_process_are_removed_locked_ones_too(
 
         removed = recovery.remove_orphan_checkouts(git_repo)
 
-        assert set(removed) == {tree.parent, locked.parent}
+        # (others are the machine's leftovers: holders of killed processes whose repository
+        # is gone, and killed processes' shim folders)
+        assert {tree.parent, locked.parent} <= set(removed)
+        assert not {live_tree.parent, mine.parent} & set(removed)
         assert not tree.parent.exists() and not locked.parent.exists()
         assert {w.path for w in _view_worktrees(git_repo)} == {live_tree}
         assert live_tree.is_dir()
@@ -176,7 +179,9 @@ def test_temporary_checkouts_of_a_killed_process_are_removed_locked_ones_too(
     finally:
         live.kill()
         live.wait()
+        recovery.remove_orphan_checkouts(git_repo)  # the live one's, now that it is killed
         git(git_repo, "worktree", "remove", "--force", str(mine))
+        mine.parent.rmdir()
 
 
 def test_a_checkout_registered_in_the_users_repo_by_a_killed_run_is_removed(
@@ -197,12 +202,62 @@ def test_a_checkout_registered_in_the_users_repo_by_a_killed_run_is_removed(
     git(git_repo, "worktree", "add", "-q", "-b", "mine", str(user_wt), head)
     before = user_snapshot(git_repo)
 
-    assert recovery.remove_orphan_checkouts(git_repo) == [holder]
+    removed = recovery.remove_orphan_checkouts(git_repo)
+    assert holder in removed and user_wt not in removed
 
     listing = git(git_repo, "worktree", "list", "--porcelain")
     assert str(holder) not in listing and str(user_wt) in listing
     assert not holder.exists()
     assert user_snapshot(git_repo) == before
+
+
+def test_shim_folders_of_a_killed_check_process_and_checkouts_of_a_gone_repo_are_removed(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """A process killed while running checks leaves its start-up shim folder
+    (``lo-orch-pystart-*``, removed only by its exit handler) and may leave a checkout of a
+    test repository since deleted: both go at the next start. A live process's shim, a shim
+    without an owner file (not provably ours to end) and a dead process's checkout of a
+    repository that still exists elsewhere are left alone."""
+    script = (
+        "import os\nfrom pathlib import Path\n"
+        "from loop_orchestrator.verify.checkout import check_env\n"
+        "check_env(Path('.'))\n"
+        "from loop_orchestrator.verify import checkout\n"
+        "print(checkout._shim_dir, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert killed.returncode == -9
+    dead_shim = Path(killed.stdout.split()[-1])
+    assert dead_shim.is_dir() and (dead_shim / "sitecustomize.py").is_file()
+    from loop_orchestrator.verify import checkout
+
+    checkout.check_env(tmp_path)
+    live_shim = checkout._shim_dir
+    assert live_shim is not None
+    unowned = Path(tempfile.mkdtemp(prefix=checkout.SHIM_PREFIX))
+    gone_repo, other_repo = tmp_path / "deleted-repo", git_repo.parent
+    holders = {}
+    for name, repo in (("gone", gone_repo), ("other", other_repo)):
+        holders[name] = Path(tempfile.mkdtemp(prefix="lo-orch-checkout-"))
+        (holders[name] / "owner.json").write_text(
+            json.dumps({"pid": 2**22 + 11, "start": "1", "repo": str(repo)}), encoding="utf-8"
+        )
+        (holders[name] / "tree").mkdir()
+    try:
+        removed = recovery.remove_orphan_checkouts(git_repo)
+
+        assert dead_shim in removed and not dead_shim.exists()
+        assert holders["gone"] in removed and not holders["gone"].exists()
+        assert live_shim.is_dir() and (live_shim / "sitecustomize.py").is_file()
+        assert unowned.is_dir() and holders["other"].is_dir()
+        assert not {live_shim, unowned, holders["other"]} & set(removed)
+    finally:
+        for path in (unowned, holders["other"]):
+            subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
 def test_a_supervisor_start_removes_the_checkouts_a_killed_one_left(

@@ -29,15 +29,17 @@ CHECKOUT_PREFIX = "lo-orch-checkout-"
 CHECKOUT_OWNER_FILE = "owner.json"
 
 
-def _write_owner(holder: Path, repo: Path) -> None:
+def write_owner(holder: Path, repo: Path | None = None) -> None:
+    """Name this process (pid and kernel start time) and, for a checkout, its repository in
+    ``holder``'s owner file, so a later start can prove the owner gone (``recovery``)."""
     start = None
     with contextlib.suppress(OSError, ValueError, IndexError):
         stat = Path(f"/proc/{os.getpid()}/stat").read_text(encoding="utf-8", errors="replace")
         start = stat[stat.rindex(")") + 2 :].split()[19]
-    (holder / CHECKOUT_OWNER_FILE).write_text(
-        json.dumps({"pid": os.getpid(), "start": start, "repo": str(repo.resolve())}),
-        encoding="utf-8",
-    )
+    owner: dict[str, object] = {"pid": os.getpid(), "start": start}
+    if repo is not None:
+        owner["repo"] = str(repo.resolve())
+    (holder / CHECKOUT_OWNER_FILE).write_text(json.dumps(owner), encoding="utf-8")
 
 
 @contextlib.contextmanager
@@ -54,7 +56,7 @@ def temp_checkout(repo: Path, commit: str, *, link_dependencies: bool = False) -
     tree = holder / "tree"
     links: list[Path] = []
     try:
-        _write_owner(holder, repo)
+        write_owner(holder, repo)
         # a worktree of the object view: no config, attributes or filters of the user's
         # repository apply to the files the checks run on
         git(repo, "worktree", "add", "--quiet", "--detach", str(tree), sha, view=True)

@@ -8,6 +8,9 @@
   repository (``OWNER_FILE``); in the user's repository a registration counts only with
   that file and the exact path shape ``temp_checkout`` gives (the object view, where
   ``temp_checkout`` registers them, is lo-orch's alone).
+- The start-up shim folders of checks (``lo-orch-pystart-*``, ``verify.checkout``) of a
+  process that no longer runs (each names its owner the same way), and the checkouts of a
+  dead process whose repository no longer exists.
 - A stale ``index.lock`` in a task worktree's admin folder (a git process killed mid-``git
   add``): ``clear_stale_index_lock`` removes it only when no running git process could
   hold it (none whose working folder, arguments, environment or open files reach that
@@ -33,6 +36,7 @@ from loop_orchestrator.git import checkouts as tempcheckout
 from loop_orchestrator.git.gateway import git
 from loop_orchestrator.git.parse import parse_worktrees
 from loop_orchestrator.sessions import procinfo
+from loop_orchestrator.verify.checkout import SHIM_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -218,13 +222,26 @@ def remove_orphan_checkouts(repo: Path) -> list[Path]:
             shutil.rmtree(holder, ignore_errors=True)
             removed.append(holder)
         git(repo, "worktree", "prune", check=False, view=view)
-    # holders never registered (killed before `worktree add`, or after the prune)
-    for holder in Path(tempfile.gettempdir()).glob(CHECKOUT_PREFIX + "*"):
+    # holders never registered (killed before `worktree add`, or after the prune), and
+    # those of a repository that no longer exists (nothing else would ever remove them)
+    tmp = Path(tempfile.gettempdir())
+    for holder in tmp.glob(CHECKOUT_PREFIX + "*"):
         owner = _owner(holder)
-        if owner is None or owner.get("repo") != str(repo) or _owner_alive(owner):
+        if owner is None or _owner_alive(owner):
+            continue
+        owner_repo = owner.get("repo")
+        if owner_repo != str(repo) and (
+            not isinstance(owner_repo, str) or Path(owner_repo).exists()
+        ):
             continue
         shutil.rmtree(holder, ignore_errors=True)
         if holder not in removed:
+            removed.append(holder)
+    # start-up shim folders of checks (``verify.checkout``) whose process was killed
+    for holder in tmp.glob(SHIM_PREFIX + "*"):
+        owner = _owner(holder)
+        if owner is not None and not _owner_alive(owner):
+            shutil.rmtree(holder, ignore_errors=True)
             removed.append(holder)
     if removed:
         log.warning(

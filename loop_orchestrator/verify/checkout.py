@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from loop_orchestrator import proc
-from loop_orchestrator.git.checkouts import temp_checkout
+from loop_orchestrator.git.checkouts import temp_checkout, write_owner
 
 
 def clean_checkout(
@@ -75,6 +75,9 @@ _lo_orch_start()
 del _lo_orch_start
 """.replace("@VAR@", SYS_PATH_VAR)
 
+#: the folder name prefix of a process's start-up shim folder (``recovery`` removes those
+#: whose owner, named in ``CHECKOUT_OWNER_FILE``, was killed before its exit handler ran)
+SHIM_PREFIX = "lo-orch-pystart-"
 _shim_dir: Path | None = None
 
 
@@ -83,13 +86,14 @@ def _start_dir() -> Path:
     (a check that changed it cannot carry the change to the next one)."""
     global _shim_dir
     if _shim_dir is None or not _shim_dir.is_dir():
-        _shim_dir = Path(tempfile.mkdtemp(prefix="lo-orch-pystart-"))
+        _shim_dir = Path(tempfile.mkdtemp(prefix=SHIM_PREFIX))
         atexit.register(shutil.rmtree, _shim_dir, ignore_errors=True)
     for child in _shim_dir.iterdir():
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child, ignore_errors=True)
         else:
             child.unlink(missing_ok=True)
+    write_owner(_shim_dir)
     (_shim_dir / "sitecustomize.py").write_text(_SHIM, encoding="utf-8")
     return _shim_dir
 
