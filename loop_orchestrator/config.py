@@ -109,6 +109,10 @@ class VerifyConfig(_Section):
     mutants_max: int = Field(default=25, ge=0)
     #: the mutation check's whole time budget for one task, in seconds
     mutants_seconds: float = Field(default=60.0, ge=0)
+    #: the data memory (MiB) each process of a check (done-checks, red/green, mutants, the
+    #: integration command) may take before its allocations fail; unset: a quarter of the
+    #: machine's memory, at least 2048; 0: no bound
+    check_memory_mb: int | None = Field(default=None, ge=0)
 
 
 class SandboxConfig(_Section):

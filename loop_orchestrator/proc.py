@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import resource
 import shutil
 import signal
 import struct
@@ -61,6 +62,43 @@ def no_git_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+#: how long the output of a killed command's group is still read (a process that left
+#: the group with the pipes open would otherwise hold the caller for good)
+DRAIN_TIMEOUT = 5.0
+
+
+#: a check process's data memory bound when none is configured: this share of the
+#: machine's memory, and never less than ``CHECK_MEMORY_FLOOR_MB``
+CHECK_MEMORY_SHARE = 0.25
+CHECK_MEMORY_FLOOR_MB = 2048
+
+
+def check_memory_bound(setting_mb: int | None, machine_bytes: int | None) -> int | None:
+    """The data memory bound (bytes) of each check process: ``setting_mb`` MiB when set, none
+    for 0, else a quarter of ``machine_bytes`` with a floor of 2 GiB; None: no bound (also
+    when the machine's memory is not known)."""
+    if setting_mb == 0:
+        return None
+    if setting_mb is not None:
+        return setting_mb * 2**20
+    if not machine_bytes:
+        return None
+    return max(int(machine_bytes * CHECK_MEMORY_SHARE), CHECK_MEMORY_FLOOR_MB * 2**20)
+
+
+def machine_memory() -> int | None:
+    """The machine's physical memory in bytes, or None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory_limit(setting_mb: int | None) -> int | None:
+    """``check_memory_bound`` on this machine (``[verify] check_memory_mb``)."""
+    return check_memory_bound(setting_mb, machine_memory())
+
+
 def run(
     cmd: Sequence[str],
     *,
@@ -69,26 +107,41 @@ def run(
     input: str | None = None,
     timeout: float | None = None,
     check: bool = True,
+    memory_limit: int | None = None,
 ) -> Result:
     """Run ``cmd`` (an argument list) and capture its output as text.
+
+    With a ``timeout`` (a bounded call that never asks the person anything: checks, tmux,
+    probes) the command runs in a session and process group of its own, and after the
+    timeout, or when the caller is interrupted (Ctrl-C), the whole group is killed, not
+    only the program started: a check that started a server or test workers leaves nothing
+    running. Without one the command keeps the caller's terminal (git may ask for a
+    passphrase there) and only the program itself is killed on an interrupt.
+
+    ``memory_limit``: the most data memory (``RLIMIT_DATA``, bytes) the command and every
+    process it starts may each take; past it an allocation fails (Python's MemoryError,
+    Node's heap out of memory) instead of the kernel's out-of-memory killer choosing a
+    victim among the supervisor, the sessions and the person's programs. Set as the command
+    starts (Linux; elsewhere not set).
 
     With ``check`` a non-zero exit or a timeout raises ``CommandError`` carrying the
     command, exit code, stdout and stderr; without it the caller reads ``Result``.
     """
     args = [str(c) for c in cmd]
+    grouped = timeout is not None
     start = time.monotonic()
     try:
-        proc = subprocess.run(
+        child = subprocess.Popen(
             args,
             cwd=cwd,
             env=dict(env) if env is not None else None,
-            input=input,
-            capture_output=True,
+            stdin=subprocess.PIPE if input is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             encoding="utf-8",
             errors="replace",
-            timeout=timeout,
-            check=False,
+            start_new_session=grouped,
         )
     except FileNotFoundError as exc:
         msg = f"{args[0]} not found"
@@ -96,18 +149,59 @@ def run(
             msg,
             hint=f"Install {args[0]} or put it on PATH.",
         ) from exc
-    except subprocess.TimeoutExpired as exc:
-        out = _text(exc.stdout)
-        err = _text(exc.stderr)
+    if memory_limit is not None:
+        _bound_memory(child, memory_limit)
+    try:
+        out, err = child.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(child)
+        out, err = _drain(child)
         result = Result(args, None, out, err, time.monotonic() - start)
         log.debug("command timed out", extra={"cmd": args, "timeout": timeout})
         if check:
-            raise CommandError(args, None, out, err) from exc
+            raise CommandError(args, None, out, err) from None
         return result
-    result = Result(args, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
-    if check and proc.returncode != 0:
-        raise CommandError(args, proc.returncode, proc.stdout, proc.stderr)
+    except BaseException:
+        if grouped:
+            kill_group(child)
+        else:
+            child.kill()
+        child.wait()
+        raise
+    result = Result(args, child.returncode, out, err, time.monotonic() - start)
+    if check and child.returncode != 0:
+        raise CommandError(args, child.returncode, out, err)
     return result
+
+
+def _bound_memory(child: subprocess.Popen[str], limit: int) -> None:
+    prlimit = getattr(resource, "prlimit", None)  # Linux only
+    if prlimit is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError, ValueError, OSError):
+        prlimit(child.pid, resource.RLIMIT_DATA, (limit, limit))
+
+
+def kill_group(child: subprocess.Popen[str]) -> None:
+    """SIGKILL the process group ``child`` leads (started with ``start_new_session``: its id
+    is the child's pid, so this ends only what this process started)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
+
+
+def _drain(child: subprocess.Popen[str]) -> tuple[str, str]:
+    """The output of a killed command, read for at most ``DRAIN_TIMEOUT``."""
+    try:
+        out, err = child.communicate(timeout=DRAIN_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        # a process outside the group still holds the pipes: keep what was read
+        for pipe in (child.stdout, child.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        child.wait()
+        return _text(exc.stdout), _text(exc.stderr)
+    return out or "", err or ""
 
 
 def _text(data: bytes | str | None) -> str:

@@ -4,7 +4,10 @@ timeouts, evidence on disk, JUnit proof that new tests ran."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +97,72 @@ def test_timeout_and_missing_program_are_blocking(git_repo: Path, tmp_path: Path
     assert runs[0].timed_out and runs[0].exit_code is None
     assert runs[1].error is not None and not runs[1].timed_out
     assert [f.check for f in check_findings(runs, 1)] == ["done.timeout", "done.error"]
+
+
+def test_a_timed_out_check_leaves_no_process_behind(git_repo: Path, tmp_path: Path) -> None:
+    """A done-check that starts a server (a child that outlives it) and then hangs: at its
+    timeout the whole process group goes, the server too, not only the program started."""
+    pidfile = tmp_path / "server.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "server = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(server.pid))\n"
+        "time.sleep(300)\n"
+    )
+    with clean_checkout(git_repo, head(git_repo)) as tree:
+        runs = run_done_checks(
+            [DoneSpec("serves", [PY, "-c", script])],
+            tree,
+            tmp_path / "ev",
+            env=check_env(tree),
+            timeout=2,
+        )
+    assert runs[0].timed_out
+    server = int(pidfile.read_text())
+    try:
+        assert wait_gone(server), "the check's server still runs after its timeout"
+    finally:
+        if Path(f"/proc/{server}").exists():
+            os.kill(server, signal.SIGKILL)  # the process this test's check started
+
+
+def wait_gone(pid: int, seconds: float = 5.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":  # killed, not yet reaped by its (also killed) parent
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_check_that_takes_too_much_memory_fails_alone(git_repo: Path, tmp_path: Path) -> None:
+    """Each process of a check (the program and what it starts) gets the data memory bound:
+    past it, its allocation fails and the check fails, instead of the out-of-memory killer
+    choosing among the supervisor, the sessions and the person's programs. Under the bound
+    the same check passes."""
+    hog = "x = bytearray({n} * 2**20); print('allocated')"
+    child = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {hog!r}]))"
+    specs = [
+        DoneSpec("hog", [PY, "-c", hog.format(n=512)]),
+        DoneSpec("child hog", [PY, "-c", child.format(n=512)]),
+        DoneSpec("modest", [PY, "-c", hog.format(n=32)]),
+    ]
+    with clean_checkout(git_repo, head(git_repo)) as tree:
+        runs = run_done_checks(
+            specs, tree, tmp_path / "ev", env=check_env(tree), timeout=30, memory=256 * 2**20
+        )
+        unbounded = run_done_checks(
+            specs[:1], tree, tmp_path / "ev2", env=check_env(tree), timeout=30
+        )
+    assert [r.exit_code for r in runs] == [1, 1, 0]
+    assert "MemoryError" in (tmp_path / "ev" / "check-1.stderr.txt").read_text()
+    assert "MemoryError" in (tmp_path / "ev" / "check-2.stderr.txt").read_text()
+    assert [f.check for f in check_findings(runs, 30)] == ["done.failed", "done.failed"]
+    assert unbounded[0].exit_code == 0
 
 
 def test_evidence_files_and_summary(git_repo: Path, tmp_path: Path) -> None:

@@ -145,8 +145,10 @@ def run_one(
     criterion: str | None = None,
     cwd_kind: Literal["commit", "base"] = "commit",
     junit_path: Path | None = None,
+    memory: int | None = None,
 ) -> CheckRun:
-    """Run one command and keep its output in ``evidence/<name>.stdout.txt`` etc."""
+    """Run one command and keep its output in ``evidence/<name>.stdout.txt`` etc.;
+    ``memory``: each of its processes' data memory bound (``proc.run``'s ``memory_limit``)."""
     evidence.mkdir(parents=True, exist_ok=True)
     out_path = evidence / f"{name}.stdout.txt"
     err_path = evidence / f"{name}.stderr.txt"
@@ -156,7 +158,15 @@ def run_one(
     try:
         # stdin empty: a check that prompts ends instead of waiting on the supervisor's
         # terminal, and never reads from it
-        result = proc.run(list(argv), cwd=cwd, env=env, timeout=timeout, check=False, input="")
+        result = proc.run(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            check=False,
+            input="",
+            memory_limit=memory,
+        )
         code, stdout, stderr, duration = (
             result.returncode,
             result.stdout,
@@ -189,7 +199,13 @@ def run_one(
 
 
 def run_done_checks(
-    specs: Sequence[DoneSpec], tree: Path, evidence: Path, *, env: Mapping[str, str], timeout: float
+    specs: Sequence[DoneSpec],
+    tree: Path,
+    evidence: Path,
+    *,
+    env: Mapping[str, str],
+    timeout: float,
+    memory: int | None = None,
 ) -> list[CheckRun]:
     """Run every done-check that has a command, in order, in ``tree``."""
     runs = []
@@ -212,6 +228,7 @@ def run_done_checks(
                 timeout=timeout,
                 criterion=spec.criterion,
                 junit_path=junit_path,
+                memory=memory,
             )
         )
     return runs

@@ -151,6 +151,7 @@ def _trace(
     paths: Sequence[str],
     timeout: float,
     tests: Sequence[str] = (),
+    memory: int | None = None,
 ) -> tuple[bool, float, set[tuple[str, int]] | None]:
     """Run the tests unmutated under the tracer: (passed, seconds, lines of ``paths`` hit,
     or None where that is not known).
@@ -172,7 +173,15 @@ def _trace(
         env[_OUT_VAR] = str(out)
         argv = [*_argv(prefix, modules, tree), "-p", _PLUGIN]
         try:
-            res = proc.run(argv, cwd=tree, env=env, timeout=timeout, check=False, input="")
+            res = proc.run(
+                argv,
+                cwd=tree,
+                env=env,
+                timeout=timeout,
+                check=False,
+                input="",
+                memory_limit=memory,
+            )
         except (LoOrchError, OSError):
             return False, 0.0, None
         return res.returncode == 0, res.duration, _hits(out, names, paths, tests)
@@ -205,6 +214,7 @@ def _run_mutant(
     timeout: float,
     deadline: float,
     scratch: Path,
+    memory: int | None = None,
 ) -> Result:
     started = time.monotonic()
     left = deadline - started
@@ -220,7 +230,15 @@ def _run_mutant(
         report = folder / "junit.xml"  # outside the copy the tests run in
         argv = [*_argv(prefix, modules, copy), f"--junitxml={report}"]
         try:
-            res = proc.run(argv, cwd=copy, env=_env(copy), timeout=limit, check=False, input="")
+            res = proc.run(
+                argv,
+                cwd=copy,
+                env=_env(copy),
+                timeout=limit,
+                check=False,
+                input="",
+                memory_limit=memory,
+            )
         except (LoOrchError, OSError):
             return Result(mutant, "not-run", time.monotonic() - started)
         outcome: Outcome
@@ -249,12 +267,13 @@ def mutation_check(
     seconds: float,
     workers: int | None = None,
     mutant_timeout: float | None = None,
+    memory: int | None = None,
 ) -> MutationRun:
     """Mutate the task's changed source lines in copies of ``tree`` and run its new and
     changed Python tests against each; the findings and ``mutants.json`` in ``evidence``.
 
     ``mutant_timeout``: each mutant's run limit; by default ``TIMEOUT_FACTOR`` times the
-    unmutated run plus a few seconds.
+    unmutated run plus a few seconds. ``memory``: each test process's data memory bound.
     """
     start = time.monotonic()
     deadline = start + seconds
@@ -279,12 +298,18 @@ def mutation_check(
         modules = sorted({f"{r.path}::{r.qualname}" for r in refs})
         tests = sorted({r.path for r in refs})
         passed, base_seconds, hits = _trace(
-            tree, prefix, modules, sorted(sources), max(1.0, deadline - time.monotonic()), tests
+            tree,
+            prefix,
+            modules,
+            sorted(sources),
+            max(1.0, deadline - time.monotonic()),
+            tests,
+            memory,
         )
         if not passed and deadline - time.monotonic() > 1.0:
             modules = tests
             passed, base_seconds, hits = _trace(
-                tree, prefix, modules, sorted(sources), deadline - time.monotonic(), tests
+                tree, prefix, modules, sorted(sources), deadline - time.monotonic(), tests, memory
             )
         if not passed:
             run.skipped = (
@@ -298,7 +323,9 @@ def mutation_check(
             unexecuted = [m for m in candidates if m not in covered]
             chosen = mutants.select(covered, max_mutants)
             timeout = mutant_timeout or (TIMEOUT_FACTOR * base_seconds + _TIMEOUT_MIN)
-            run.results = _run_all(chosen, tree, prefix, modules, timeout, deadline, workers)
+            run.results = _run_all(
+                chosen, tree, prefix, modules, timeout, deadline, workers, memory
+            )
             run.results += [Result(m, "not-executed") for m in unexecuted]
             run.findings = mutants.judge(run.results, seconds=seconds)
     run.seconds = round(time.monotonic() - start, 3)
@@ -318,6 +345,7 @@ def _run_all(
     timeout: float,
     deadline: float,
     workers: int | None,
+    memory: int | None = None,
 ) -> list[Result]:
     if not chosen:
         return []
@@ -334,6 +362,7 @@ def _run_all(
                 timeout=timeout,
                 deadline=deadline,
                 scratch=Path(scratch),
+                memory=memory,
             )
             with lock:
                 results[index] = result

@@ -55,7 +55,13 @@ def pytest_prefix(argvs: Sequence[Sequence[str]]) -> list[str] | None:
 
 
 def run_green(
-    prefix: Sequence[str], modules: Sequence[str], tree: Path, evidence: Path, *, timeout: float
+    prefix: Sequence[str],
+    modules: Sequence[str],
+    tree: Path,
+    evidence: Path,
+    *,
+    timeout: float,
+    memory: int | None = None,
 ) -> CheckRun:
     junit_path = evidence / "green.junit.xml"
     argv = with_junit(pinned([*prefix, *modules], tree), junit_path)
@@ -68,6 +74,7 @@ def run_green(
         timeout=timeout,
         criterion="the task's new and changed tests pass at the commit",
         junit_path=junit_path,
+        memory=memory,
     )
 
 
@@ -80,6 +87,7 @@ def run_red(
     evidence: Path,
     *,
     timeout: float,
+    memory: int | None = None,
 ) -> CheckRun:
     """The test files of the commit, alone on the base tree."""
     junit_path = evidence / "red.junit.xml"
@@ -101,6 +109,7 @@ def run_red(
             criterion="the task's new and changed tests fail at the base",
             cwd_kind="base",
             junit_path=junit_path,
+            memory=memory,
         )
 
 
@@ -223,6 +232,7 @@ def red_green(
     module_created: Callable[[str], bool],
     done_runs: Sequence[CheckRun] = (),
     runs_as: RunsAs | None = None,
+    memory: int | None = None,
 ) -> RedGreen:
     """Run green at the commit and red at the base for the task's Python tests.
 
@@ -247,8 +257,10 @@ def red_green(
         return result
     modules = sorted({r.path for r in refs} | {a.path for r in refs for a in _also(r, runs_as)})
     if not all_passed(refs, done_runs, runs_as):
-        result.runs.append(run_green(prefix, modules, commit_tree, evidence, timeout=timeout))
-    red = run_red(repo, base, prefix, modules, test_files, evidence, timeout=timeout)
+        result.runs.append(
+            run_green(prefix, modules, commit_tree, evidence, timeout=timeout, memory=memory)
+        )
+    red = run_red(repo, base, prefix, modules, test_files, evidence, timeout=timeout, memory=memory)
     result.runs.append(red)
     result.findings += judge_red(red, refs, module_created, runs_as)
     return result

@@ -23,6 +23,7 @@ from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.git import parse as gitparse
 from loop_orchestrator.plan.globs import path_matches
+from loop_orchestrator.proc import check_memory_limit
 from loop_orchestrator.runstate.state import RunDir, now_iso
 from loop_orchestrator.verify import classify, disputes, junit, pyenv, scope, secrets, stubs
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
@@ -308,6 +309,7 @@ def verify_task(
     )
     specs = [DoneSpec(d.criterion, d.argv() if d.check else None) for d in task.done]
     timeout = settings.verify.check_timeout
+    memory = check_memory_limit(settings.verify.check_memory_mb)
     # what red copies onto the base: the commit's test code and test data, not test config
     test_files = {
         f.path: f.new
@@ -328,7 +330,9 @@ def verify_task(
         runs: list[CheckRun] = []
         mutated: MutationRun | None = None
         if not tampered:  # in a changed environment no check result means anything
-            runs = run_done_checks(specs, tree, evidence, env=check_env(tree), timeout=timeout)
+            runs = run_done_checks(
+                specs, tree, evidence, env=check_env(tree), timeout=timeout, memory=memory
+            )
             findings += check_findings(runs, timeout)
             findings += report_findings(runs)
             rg = red_green(
@@ -348,6 +352,7 @@ def verify_task(
                 module_created=_module_created(texts),
                 done_runs=runs,
                 runs_as=report.runs_as,
+                memory=memory,
             )
             runs += rg.runs
             findings += rg.findings
@@ -374,6 +379,7 @@ def verify_task(
                     evidence=evidence,
                     max_mutants=settings.verify.mutants_max,
                     seconds=settings.verify.mutants_seconds,
+                    memory=memory,
                 )
                 findings += mutated.findings
             # the checks ran the task's code: it must not have changed their interpreter

@@ -24,6 +24,7 @@ from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.git import checkouts as tempcheckout
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.plan.model import Plan
+from loop_orchestrator.proc import check_memory_limit
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.journal import Record
 from loop_orchestrator.runstate.state import (
@@ -80,7 +81,11 @@ def integrate(
         argv = shlex.split(command)
         with tempcheckout.temp_checkout(repo, commit, link_dependencies=True) as tree:
             result = proc.run(
-                argv, cwd=tree, check=False, timeout=settings.verify.integration_timeout
+                argv,
+                cwd=tree,
+                check=False,
+                timeout=settings.verify.integration_timeout,
+                memory_limit=check_memory_limit(settings.verify.check_memory_mb),
             )
         exit_code = result.returncode
         stem = f"integration-{commit[:12]}"
