@@ -61,7 +61,9 @@ def test_only_integrated_work_gets_a_review_round(phase: Phase) -> None:
 
 
 def test_review_rounds_have_their_own_limit() -> None:
-    step = decide.review_round("a", phase=Phase.INTEGRATED, rework_count=9, review_rounds=2, limit=2)
+    step = decide.review_round(
+        "a", phase=Phase.INTEGRATED, rework_count=9, review_rounds=2, limit=2
+    )
     assert isinstance(step, decide.Unrouted)
     assert "max_review_rounds = 2" in step.message
     ok = decide.review_round("a", phase=Phase.INTEGRATED, rework_count=9, review_rounds=1, limit=2)
