@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.agents import claude_settings, endpoint_for
 from helpers.git import git
 from helpers.runs import approve, commit_config, edit_script, ledger, only
 from helpers.wait import wait_for
@@ -27,6 +28,7 @@ from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Phase, RunDir
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.simulator.agent import record_dir_for
+from loop_orchestrator.simulator.endpoint import ModelEndpoint
 from loop_orchestrator.supervisor.main import Supervisor
 
 TOKENIZE_DOC = '"""Split text into lower-case words."""'
@@ -193,3 +195,49 @@ def test_comments_go_back_to_their_sessions_and_gate2_shows_them_answered(
     assert "NOT answered: comment " + untouched.id in shown.stdout
     assert TOKENIZE_NEW in git(repo, "show", "feat/demo:textstats/tokenize.py")
     assert COUNTS_NEW in git(repo, "show", "feat/demo:textstats/counts.py")
+
+
+@pytest.mark.claude
+@pytest.mark.timeout(240)
+def test_real_claude_code_gets_the_comment_in_its_own_conversation(
+    demo_files: demo.DemoFiles, tmux_socket: str
+) -> None:
+    """The review round with the real Claude Code CLI on the scripted endpoint: the session
+    is resumed (one conversation, its history sent again), acts on the comment, and Gate 2
+    comes back with the comment answered."""
+    repo = demo_files.repo
+    only(demo_files, "tokenize")
+    tokenize: list[dict[str, Any]] = []
+
+    def script(d: dict[str, Any]) -> None:
+        tokenize[:] = d["tokenize"]["implement"][0]
+        d["tokenize"]["implement"] = [
+            tokenize,
+            [
+                _rewrite(tokenize, "textstats/tokenize.py", TOKENIZE_DOC, TOKENIZE_NEW),
+                {"signal": "impl_done"},
+            ],
+        ]
+
+    edit_script(demo_files, script)
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        settings = claude_settings(endpoint)
+        approve(demo_files, settings)
+        assert Supervisor(repo, settings).run().state == "review"
+        first = review.comment(repo, "textstats/tokenize.py", 1, "Say 'a text' here.")
+        review.request_changes(repo)
+
+        outcome = Supervisor(repo, settings).run()
+
+    assert outcome.state == "review", outcome.message
+    st = runs.open_record(repo).task("tokenize")
+    assert (st.review_rounds, st.rework_count, st.phase) == (1, 1, Phase.INTEGRATED)
+    replies = endpoint.logged(kind="reply", task="tokenize")
+    assert {r["session"] for r in replies} == {st.session_id}  # one conversation, resumed
+    rounds = [r for r in replies if r["prompt_kind"] == "implement" and r["round"] == 1]
+    assert rounds
+    # the resumed session's request carried its history (plan, implement, the round)
+    assert min(r["prompt"] for r in rounds) >= 3
+    again = merging.review(repo)
+    assert [(a.comment.id, a.answered) for a in again.answers] == [(first.id, True)]
+    assert TOKENIZE_NEW in git(repo, "show", f"{again.commit}:textstats/tokenize.py")
