@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.git import commit
 from helpers.runs import run_state
 
 from loop_orchestrator.runstate import comments as store
@@ -16,6 +17,7 @@ from loop_orchestrator.runstate.state import Phase, TaskStatus
 from loop_orchestrator.supervisor import decide, lifecycle, rounds
 from loop_orchestrator.supervisor.lifecycle import Event
 from loop_orchestrator.supervisor.sessions import Sessions
+from loop_orchestrator.workspace.comments import changed_by, hunks
 
 
 def test_a_path_one_task_owns_goes_to_it_whatever_the_line_says() -> None:
@@ -222,3 +224,17 @@ def test_a_rework_after_a_review_round_gets_the_rework_prompt(tmp_path: Path) ->
     assert sessions_prompt(rework) == "prompt_rework.md.j2"
     integrated = st.model_copy(update={"phase": Phase.INTEGRATED})
     assert not rounds.is_review_round(integrated)
+
+
+def test_blame_names_the_task_of_the_staging_commit_that_changed_the_line(git_repo: Path) -> None:
+    """Git only: staging is a line of lo-orch's commits, each naming its task in a trailer."""
+    base = commit(git_repo, {"app/x.py": "one\ntwo\nthree\n"}, "base")
+    commit(git_repo, {"app/x.py": "one\nTWO\nthree\n"}, "lo-orch: task a\n\nLo-Orch-Task: a")
+    tip = commit(git_repo, {"app/x.py": "one\nTWO\nthree\nfour\n"}, "b\n\nLo-Orch-Task: b")
+    assert changed_by(git_repo, tip, base, "app/x.py", 2) == "a"
+    assert changed_by(git_repo, tip, base, "app/x.py", 4) == "b"
+    assert changed_by(git_repo, tip, base, "app/x.py", 1) is None  # the base's line
+    assert changed_by(git_repo, tip, base, "app/gone.py", 1) is None
+    assert hunks(git_repo, base, tip, "app/x.py") == [(2, 1), (3, 0)]
+    assert decide.answered(2, hunks(git_repo, base, tip, "app/x.py"))
+    assert not decide.answered(1, hunks(git_repo, base, tip, "app/x.py"))
