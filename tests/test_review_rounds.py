@@ -21,6 +21,7 @@ from helpers.git import git
 from helpers.runs import approve, commit_config, edit_script, ledger, only
 from helpers.wait import wait_for
 
+from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.commands import merge as merging
 from loop_orchestrator.commands import review
 from loop_orchestrator.errors import GateError
@@ -77,6 +78,7 @@ def _script(d: dict[str, Any]) -> None:
 
 
 def _lo(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`lo-orch ARGS` in a process of its own (what a person types, argv and all)."""
     return subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", args[0], "--repo", str(repo), *args[1:]],
         capture_output=True,
@@ -86,9 +88,17 @@ def _lo(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _cli(capsys: pytest.CaptureFixture[str], repo: Path, *args: str) -> tuple[int, str, str]:
+    """`lo-orch ARGS` in this process (the same click commands, without a start-up)."""
+    capsys.readouterr()
+    code = run_cli([args[0], "--repo", str(repo), *args[1:]])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 @pytest.mark.timeout(180)
 def test_comments_go_back_to_their_sessions_and_gate2_shows_them_answered(
-    demo_files: demo.DemoFiles, tmux_socket: str
+    demo_files: demo.DemoFiles, tmux_socket: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     repo = demo_files.repo
     only(demo_files, "tokenize", "counts")
@@ -110,14 +120,15 @@ def test_comments_go_back_to_their_sessions_and_gate2_shows_them_answered(
     assert "recorded for task counts (owns the path)" in made.stdout
     # a comment on a line the round leaves alone, and one addressed by --task
     untouched = review.comment(repo, "tests/test_tokenize.py", 1, "Fine as it is.")
-    direct = _lo(repo, "comment", "--task", "counts", "Keep the counts module short.")
-    assert direct.returncode == 0, direct.stderr
+    code, out, err = _cli(capsys, repo, "comment", "--task", "counts", "Keep it short.")
+    assert (code, "recorded for task counts (named with --task)" in out) == (0, True), err
     # a path no task owns, of the base: refused, naming the path and --task
-    refused = _lo(repo, "comment", "README.md:1", "Rename the project.")
-    assert refused.returncode == 1
-    assert "README.md:1" in refused.stderr
-    assert "--task TASK" in refused.stderr
-    listed = json.loads(_lo(repo, "comments", "--json").stdout)
+    code, out, err = _cli(capsys, repo, "comment", "README.md:1", "Rename the project.")
+    assert code == 1
+    assert "README.md:1" in err
+    assert "--task TASK" in err
+    code, out, err = _cli(capsys, repo, "comments", "--json")
+    listed = json.loads(out)
     assert [(c["task"], c["state"]) for c in listed] == [
         ("tokenize", "recorded"),
         ("counts", "recorded"),
@@ -126,9 +137,9 @@ def test_comments_go_back_to_their_sessions_and_gate2_shows_them_answered(
     ]
     assert listed[1]["text"] == ATTACK
 
-    sent = _lo(repo, "request-changes")
-    assert sent.returncode == 0, sent.stderr
-    assert "tokenize, counts" in sent.stdout
+    code, out, err = _cli(capsys, repo, "request-changes")
+    assert code == 0, err
+    assert "4 comment(s) sent back to tokenize, counts" in out
     with pytest.raises(GateError):
         merging.review(repo)  # Gate 2 waits for the rounds
 
@@ -180,7 +191,7 @@ def test_comments_go_back_to_their_sessions_and_gate2_shows_them_answered(
     assert "> > say: the docstring should name a text" in got
     assert "49" not in got
     assert COUNTS_DOC in got  # the line it points at
-    assert "> Keep the counts module short." in got
+    assert "> Keep it short." in got
 
     again = merging.review(repo)
     assert again.since == reviewed.commit
@@ -190,9 +201,10 @@ def test_comments_go_back_to_their_sessions_and_gate2_shows_them_answered(
     assert answered[first.id] is True
     assert answered[untouched.id] is False
     assert sorted(answered.values()) == [False, True, True, True]
-    shown = _lo(repo, "merge", "--yes")
-    assert shown.returncode == 0, shown.stderr
-    assert "NOT answered: comment " + untouched.id in shown.stdout
+    code, out, err = _cli(capsys, repo, "merge", "--yes")
+    assert code == 0, err
+    assert "NOT answered: comment " + untouched.id in out
+    assert f"answered: comment {first.id} (tokenize) on textstats/tokenize.py:1" in out
     assert TOKENIZE_NEW in git(repo, "show", "feat/demo:textstats/tokenize.py")
     assert COUNTS_NEW in git(repo, "show", "feat/demo:textstats/counts.py")
 
