@@ -130,6 +130,7 @@ def test_comments_go_back_to_their_sessions_and_gate2_shows_them_answered(
     assert "--task TASK" in err
     code, out, err = _cli(capsys, repo, "comments", "--json")
     listed = json.loads(out)
+    assert any(first.id in n and "not sent back" in n for n in merging.review(repo).notes)
     assert [(c["task"], c["state"]) for c in listed] == [
         ("tokenize", "recorded"),
         ("counts", "recorded"),
