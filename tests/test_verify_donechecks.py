@@ -7,11 +7,11 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from helpers.git import git
+from helpers.wait import wait_for
 
 from loop_orchestrator.verify import junit
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
@@ -120,23 +120,18 @@ def test_a_timed_out_check_leaves_no_process_behind(git_repo: Path, tmp_path: Pa
     assert runs[0].timed_out
     server = int(pidfile.read_text())
     try:
-        assert wait_gone(server), "the check's server still runs after its timeout"
+        wait_for(lambda: gone(server), 5, "the check's server to end with its timeout")
     finally:
         if Path(f"/proc/{server}").exists():
             os.kill(server, signal.SIGKILL)  # the process this test's check started
 
 
-def wait_gone(pid: int, seconds: float = 5.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True
-        if state == "Z":  # killed, not yet reaped by its (also killed) parent
-            return True
-        time.sleep(0.05)
-    return False
+def gone(pid: int) -> bool:
+    """``pid`` has ended (a zombie: killed, not yet reaped by its also killed parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_a_check_that_takes_too_much_memory_fails_alone(git_repo: Path, tmp_path: Path) -> None:
