@@ -25,6 +25,7 @@ from loop_orchestrator.cli import (
     doctor,
     merge,
     plan,
+    pr,
     run,
     session,
     status,
@@ -77,6 +78,7 @@ for _command in (
     audit.audit_command,
     merge.merge_command,
     merge.cleanup_command,
+    pr.pr_command,
     demo.demo_command,
     doctor.doctor_command,
 ):

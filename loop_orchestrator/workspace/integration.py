@@ -259,6 +259,8 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Mer
 
     state = rec.update_run(
         phase=RunPhase.MERGED,
+        # the branch Gate 2 set (`--branch` included): `lo-orch pr` pushes this one
+        feature_branch=reviewed.feature,
         reviewed_commit=reviewed.commit,
         merged_commit=reviewed.commit,
         merged_at=now_iso(),

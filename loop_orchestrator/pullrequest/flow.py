@@ -1,0 +1,504 @@
+"""``lo-orch pr``'s effects: push the reviewed commit, open or reuse the pull request,
+follow its checks and comments, answer the threads a round took up. Each decision is
+``decide``'s; this module only reads, asks and carries out (docs/design.md section 11).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loop_orchestrator.config import Settings, load_settings
+from loop_orchestrator.cost import usage
+from loop_orchestrator.errors import GateError, LoOrchError, PullRequestError
+from loop_orchestrator.git import gateway
+from loop_orchestrator.intake.http import TrackerHttpError
+from loop_orchestrator.plan.model import Plan, plan_hash
+from loop_orchestrator.pullrequest import decide
+from loop_orchestrator.pullrequest import record as prrecord
+from loop_orchestrator.pullrequest.decide import Feedback, PushAction, Target, TaskReport
+from loop_orchestrator.pullrequest.github import GitHub
+from loop_orchestrator.pullrequest.record import PrRecord, RoutedItem
+from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.journal import Record
+from loop_orchestrator.runstate.state import RunDir, RunPhase, RunState, Store
+from loop_orchestrator.verify.verdict import load_verdict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What ``lo-orch pr`` did."""
+
+    remote: str
+    branch: str
+    base: str
+    commit: str
+    pushed: PushAction
+    number: int
+    url: str
+    reused: bool
+    #: commits on the local feature branch beyond the reviewed one (not pushed)
+    unreviewed: int = 0
+    answered: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Followed:
+    """What one follow of the pull request found and where it went."""
+
+    number: int
+    commit: str
+    pending: int
+    tasks: dict[str, list[str]] = field(default_factory=dict)  # task -> feedback ids
+    person: list[RoutedItem] = field(default_factory=list)
+    items: list[RoutedItem] = field(default_factory=list)  # the new ones, routed
+
+
+def gh_hosts_text(env: Mapping[str, str]) -> str | None:
+    """The ``gh`` CLI's ``hosts.yml`` (where its stored tokens are), or None."""
+    if env.get("GH_CONFIG_DIR"):
+        folder = Path(env["GH_CONFIG_DIR"])
+    elif env.get("XDG_CONFIG_HOME"):
+        folder = Path(env["XDG_CONFIG_HOME"]) / "gh"
+    else:
+        folder = Path(env.get("HOME") or Path.home()) / ".config" / "gh"
+    try:
+        return (folder / "hosts.yml").read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def merged_run(repo: Path) -> tuple[Record, RunState, str]:
+    """The current run, which Gate 2 must have merged, and its reviewed commit."""
+    rec = runs.open_record(repo)
+    state = rec.run
+    if state.phase != RunPhase.MERGED or not state.merged_commit:
+        msg = f"run {state.name!r} has not passed Gate 2 yet (it is {state.phase.value})"
+        raise GateError(
+            msg,
+            hint="A pull request holds only reviewed work: `lo-orch run` to Gate 2, "
+            "`lo-orch merge` to review it, then `lo-orch pr`.",
+        )
+    return rec, state, state.merged_commit
+
+
+def _plan(repo: Path, state: RunState) -> Plan:
+    plan, _ = runs.read_plan(RunDir(repo))
+    if plan_hash(plan) != state.plan_sha256:
+        msg = "the recorded plan changed since the run was planned (its sha256 differs)"
+        raise GateError(msg, hint="Restore .orchestration/plan.json; lo-orch reads no other.")
+    return plan
+
+
+def _reports(repo: Path, rec: Record, plan: Plan) -> list[TaskReport]:
+    rundir = RunDir(repo)
+    out = []
+    for tid, st in rec.tasks().items():
+        if tid in rec.run.skipped_tasks:
+            continue
+        verdict = load_verdict(rundir, tid, st.commit) if st.commit else None
+        if verdict is not None and not rec.verdict_matches(
+            tid, str(st.commit), verdict.model_dump_json()
+        ):
+            verdict = None  # a file the record does not hold is not its word
+        title = next((t.title for t in plan.tasks if t.id == tid), "")
+        extra = st.model_extra or {}
+        review_rounds = extra.get("review_rounds")
+        out.append(
+            TaskReport(
+                task=tid,
+                title=title,
+                commit=st.commit,
+                passed=None if verdict is None else verdict.passed,
+                blocking=len(verdict.blocking) if verdict else 0,
+                warnings=len(verdict.warnings) if verdict else 0,
+                checks_passed=sum(
+                    1 for c in (verdict.checks if verdict else []) if c.passed and c.criterion
+                ),
+                checks_run=sum(1 for c in (verdict.checks if verdict else []) if c.criterion),
+                rework_rounds=st.rework_count,
+                review_rounds=review_rounds if isinstance(review_rounds, int) else 0,
+            )
+        )
+    return out
+
+
+def _costs(repo: Path, rec: Record, settings: Settings) -> list[str]:
+    return usage.summary_lines(
+        {t: st.usage for t, st in rec.tasks().items()},
+        usage.headless_lines(
+            RunDir(repo).evidence_dir, Store.for_repo(repo).read_ledger(), settings.auditor.llm
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Connection:
+    target: Target
+    api: GitHub
+    url: str  # the remote's push URL
+    token: str
+
+
+def connect(
+    repo: Path,
+    remote: str,
+    settings: Settings,
+    env: Mapping[str, str],
+    clock: Callable[[], float],
+) -> Connection:
+    """The remote, the repository on GitHub and a client with its token; nothing pushed."""
+    url = gateway.remote_url(repo, remote)
+    if url is None:
+        msg = f"no remote named {remote!r} in {repo}; nothing was pushed"
+        raise PullRequestError(
+            msg,
+            hint="Add the GitHub repository as a remote (`git remote add origin "
+            "git@github.com:OWNER/NAME.git`) or name one with `lo-orch pr --remote NAME` "
+            "(`git remote -v` lists them).",
+        )
+    tgt = decide.target(remote, url, settings.pr.repo, env)
+    tok = decide.token(env, tgt, gh_hosts_text(env))
+    if tok is None:
+        raise decide.no_token_error(tgt)
+    return Connection(tgt, GitHub(tgt, tok, clock=clock), url, tok)
+
+
+def _remote_sha(repo: Path, remote: str, branch: str, env: Mapping[str, str]) -> str | None:
+    res = gateway.remote_head(repo, remote, branch, env=env)
+    if not res.ok:
+        raise decide.push_refused(remote, branch, res.stderr or res.stdout)
+    for line in res.stdout.splitlines():
+        sha, _, ref = line.partition("\t")
+        if ref.strip() == f"refs/heads/{branch}":
+            return sha.strip()
+    return None
+
+
+def _has_commit(repo: Path, sha: str) -> bool:
+    res = gateway.git(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False, view=True)
+    return res.ok
+
+
+def _unreviewed(repo: Path, branch: str, reviewed: str) -> int:
+    res = gateway.git(
+        repo, "rev-list", "--count", f"{reviewed}..refs/heads/{branch}", "--", check=False
+    )
+    return int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 0
+
+
+def open_pr(
+    repo: Path,
+    *,
+    remote: str | None = None,
+    base: str | None = None,
+    draft: bool = False,
+    env: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Opened:
+    """Push the reviewed commit (a fast-forward at most) and open or reuse its pull request."""
+    env = dict(os.environ if env is None else env)
+    rec, state, reviewed = merged_run(repo)
+    settings = load_settings(repo)
+    remote = remote or settings.pr.remote
+    conn = connect(repo, remote, settings, env, clock)
+    store = Store.for_repo(repo)
+    branch = state.feature_branch
+    try:
+        info = conn.api.repo()  # the token and the repository checked before any push
+    except (PullRequestError, TrackerHttpError) as exc:
+        raise _unreached(exc, "nothing was pushed") from exc
+    base_branch = base or str(info.get("default_branch") or "") or state.base_ref
+    push_env = decide.push_env(conn.url, conn.target, conn.token)
+    remote_sha = _remote_sha(repo, remote, branch, push_env)
+    plan = decide.push_plan(
+        remote=remote,
+        feature=branch,
+        base=base_branch,
+        reviewed=reviewed,
+        remote_sha=remote_sha,
+        remote_is_ancestor=remote_sha is not None
+        and _has_commit(repo, remote_sha)
+        and gateway.is_ancestor(repo, remote_sha, reviewed),
+    )
+    prec = prrecord.load(repo, state.name)
+    previous = prec.pushed
+    if plan.action != "up_to_date":
+        res = gateway.push(repo, remote, plan.refspec, env=push_env)
+        if not res.ok:
+            raise decide.push_refused(remote, branch, res.stderr or res.stdout)
+        store.append_ledger(
+            "pr_pushed", remote=remote, branch=branch, commit=reviewed, before=plan.before
+        )
+    prec = prec.model_copy(
+        update={
+            "remote": remote,
+            "repo": conn.target.full,
+            "api": conn.target.api,
+            "branch": branch,
+            "base": base_branch,
+            "pushed": reviewed,
+        }
+    )
+    prrecord.save(repo, state.name, prec)
+    pushed_words = (
+        f"{remote}/{branch} was already at {reviewed[:12]}"
+        if plan.action == "up_to_date"
+        else f"pushed {reviewed[:12]} to {remote}/{branch}"
+    )
+    body = decide.pr_body(
+        goal=plan_goal(repo, state),
+        run=state.name,
+        tasks=_reports(repo, rec, _plan(repo, state)),
+        skipped=state.skipped_tasks,
+        costs=_costs(repo, rec, settings),
+        reviewed=reviewed,
+        base=state.base_sha,
+    )
+    try:
+        found = conn.api.open_pull(branch)
+        if found is not None:
+            pull = conn.api.update_pull(int(found["number"]), body) or found
+        else:
+            pull = conn.api.create_pull(
+                branch=branch,
+                base=base_branch,
+                title=_title(plan_goal(repo, state)),
+                body=body,
+                draft=draft,
+            )
+        number = int(pull["number"])
+        answered = _answer_threads(repo, conn.api, prec, number, previous, reviewed, state)
+    except (PullRequestError, TrackerHttpError) as exc:
+        raise _half_done(exc, pushed_words) from exc
+    except (KeyError, TypeError, ValueError) as exc:
+        err = PullRequestError(f"GitHub answered without a pull request number ({exc})")
+        raise _half_done(err, pushed_words) from exc
+    prec = prrecord.load(repo, state.name).model_copy(
+        update={"number": number, "url": str(pull.get("html_url") or "")}
+    )
+    prrecord.save(repo, state.name, prec)
+    store.append_ledger("pr_opened", number=number, url=prec.url, reused=found is not None)
+    return Opened(
+        remote=remote,
+        branch=branch,
+        base=base_branch,
+        commit=reviewed,
+        pushed=plan.action,
+        number=number,
+        url=prec.url,
+        reused=found is not None,
+        unreviewed=_unreviewed(repo, branch, reviewed),
+        answered=answered,
+    )
+
+
+def plan_goal(repo: Path, state: RunState) -> str:
+    return _plan(repo, state).goal
+
+
+def _title(goal: str) -> str:
+    first = " ".join(goal.split())
+    return first if len(first) <= 72 else first[:69] + "..."
+
+
+def _unreached(exc: LoOrchError, done: str) -> PullRequestError:
+    """``exc`` saying what was not done (its reset time kept)."""
+    err = PullRequestError(f"{exc.message}; {done}", hint=exc.hint)
+    err.reset_at = exc.reset_at if isinstance(exc, PullRequestError) else None
+    return err
+
+
+def _half_done(exc: LoOrchError, pushed: str) -> PullRequestError:
+    """An API failure after the push: say the push happened and that the next run goes on."""
+    return PullRequestError(
+        f"{pushed}, but the pull request was not opened or updated: {exc.message}",
+        hint=(exc.hint + "\n" if exc.hint else "")
+        + "Then run `lo-orch pr` again: the push is not repeated, the pull request is "
+        "opened (or the open one reused).",
+    )
+
+
+def _answer_threads(
+    repo: Path,
+    api: GitHub,
+    prec: PrRecord,
+    number: int,
+    previous: str | None,
+    reviewed: str,
+    state: RunState,
+) -> list[str]:
+    """Answer each routed thread whose task's files changed in the newly pushed commits."""
+    if not previous or previous == reviewed:
+        return []
+    plan = _plan(repo, state)
+    owns = {t.id: list(t.owns) for t in plan.tasks}
+    changed = [c.path for c in gateway.changed_paths(repo, previous, reviewed)]
+    done: list[str] = []
+    routed = list(prec.routed)
+    for i, item in enumerate(routed):
+        if item.answered or item.task is None or item.task not in owns:
+            continue
+        files = [p for p in changed if decide.owner_of(p, {item.task: owns[item.task]})]
+        if not files:
+            continue  # the round has not touched its files: nothing to answer yet
+        text = decide.answer(task=item.task, commit=reviewed, files=files)
+        if item.kind == "review_comment" and item.reply_to is not None:
+            api.reply(number, item.reply_to, text)
+        else:
+            quoted = " ".join(item.text.split())[:300]
+            api.comment(number, f"{text}\n\n> {item.title}: {quoted}")
+        done.append(item.id)
+        routed[i] = item.model_copy(update={"answered": reviewed})
+        # saved after each answer: a failure midway never answers a thread twice
+        prec = prec.model_copy(update={"routed": list(routed)})
+        prrecord.save(repo, state.name, prec)
+    return done
+
+
+# following --------------------------------------------------------------------------------
+
+
+def _listing(api: GitHub, prec: PrRecord, url: str, what: str) -> Any:
+    """A listing read with its kept ETag: a 304 gives the body kept with it."""
+    ans = api.call("GET", url, what=what, etag=prec.etags.get(url))
+    if ans.status == 304 and url in prec.bodies:
+        return prec.bodies[url], ans.headers
+    etag = ans.headers.get("etag")
+    if etag:
+        prec.etags[url] = etag
+        prec.bodies[url] = ans.data
+    return ans.data, ans.headers
+
+
+def read_feedback(
+    api: GitHub, prec: PrRecord, number: int, sha: str
+) -> tuple[list[Feedback], int, dict[str, str]]:
+    """Failed checks and statuses of ``sha`` and the pull request's comments; how many
+    checks are still running; the last answer's headers (for the rate limit)."""
+    full = api.tgt.full
+    runs_data, _ = _listing(
+        api,
+        prec,
+        api.url(f"/repos/{full}/commits/{sha}/check-runs", {"per_page": 100}),
+        "reading check runs",
+    )
+    status_data, _ = _listing(
+        api, prec, api.url(f"/repos/{full}/commits/{sha}/status"), "reading commit statuses"
+    )
+    review_data, _ = _listing(
+        api,
+        prec,
+        api.url(f"/repos/{full}/pulls/{number}/comments", {"per_page": 100}),
+        "reading review comments",
+    )
+    issue_data, headers = _listing(
+        api,
+        prec,
+        api.url(f"/repos/{full}/issues/{number}/comments", {"per_page": 100}),
+        "reading comments",
+    )
+    check_runs = [r for r in (runs_data or {}).get("check_runs", []) if isinstance(r, dict)]
+    statuses = [s for s in (status_data or {}).get("statuses", []) if isinstance(s, dict)]
+    items: list[Feedback] = []
+    for run in check_runs:
+        if decide.check_run_feedback(run, []) is None:
+            continue
+        ann, _ = _listing(
+            api,
+            prec,
+            api.url(f"/repos/{full}/check-runs/{run.get('id')}/annotations"),
+            f"reading the annotations of check {run.get('name')}",
+        )
+        fb = decide.check_run_feedback(run, ann if isinstance(ann, list) else [])
+        if fb is not None:
+            items.append(fb)
+    items += [fb for s in statuses if (fb := decide.status_feedback(s)) is not None]
+    items += [
+        fb
+        for c in (review_data if isinstance(review_data, list) else [])
+        if isinstance(c, dict) and (fb := decide.review_comment_feedback(c, "")) is not None
+    ]
+    items += [
+        fb
+        for c in (issue_data if isinstance(issue_data, list) else [])
+        if isinstance(c, dict) and (fb := decide.issue_comment_feedback(c, "")) is not None
+    ]
+    return items, decide.pending_checks(check_runs, statuses), headers
+
+
+def follow(
+    repo: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    timeout: float | None = None,
+    interval: float | None = None,
+) -> Followed:
+    """Read the pull request until no check runs, route what it says to the owning tasks
+    (or the person), and record it; routed once each."""
+    env = dict(os.environ if env is None else env)
+    _, state, _ = merged_run(repo)
+    settings = load_settings(repo)
+    prec = prrecord.load(repo, state.name)
+    if prec.number is None or not prec.pushed:
+        msg = f"run {state.name!r} has no pull request yet"
+        raise PullRequestError(msg, hint="Open it with `lo-orch pr`.")
+    conn = connect(repo, prec.remote or settings.pr.remote, settings, env, clock)
+    wait = settings.pr.follow_timeout if timeout is None else timeout
+    every = settings.pr.follow_interval if interval is None else interval
+    deadline = clock() + wait
+    while True:
+        try:
+            items, pending, headers = read_feedback(conn.api, prec, prec.number, prec.pushed)
+        except (PullRequestError, TrackerHttpError) as exc:
+            raise _unreached(exc, "nothing was routed") from exc
+        if pending == 0 or clock() >= deadline:
+            break
+        delay = decide.poll_delay(headers, every, clock())
+        if clock() + delay > deadline:
+            break
+        prrecord.save(repo, state.name, prec)  # the ETags, so a restart costs no limit
+        sleep(delay)
+    plan = _plan(repo, state)
+    owns = {t.id: list(t.owns) for t in plan.tasks}
+    routed = decide.route(items, owns, [r.id for r in prec.routed])
+    new: list[RoutedItem] = []
+    store = Store.for_repo(repo)
+    for task, fbs in [*routed.tasks.items(), (None, routed.person)]:
+        for fb in fbs:
+            item = RoutedItem(
+                id=fb.id,
+                kind=fb.kind,
+                task=task,
+                title=fb.title,
+                text=fb.text,
+                paths=list(fb.paths),
+                hunk=fb.hunk,
+                url=fb.url,
+                reply_to=fb.reply_to,
+                commit=prec.pushed,
+            )
+            new.append(item)
+            first = fb.paths[0] if fb.paths else (None, None)
+            store.append_ledger(
+                "pr_feedback", kind=fb.kind, id=fb.id, task=task, path=first[0], line=first[1]
+            )
+    prec.routed += new
+    prrecord.save(repo, state.name, prec)
+    return Followed(
+        number=prec.number,
+        commit=prec.pushed,
+        pending=pending,
+        tasks={t: [f.id for f in fbs] for t, fbs in routed.tasks.items()},
+        person=[i for i in new if i.task is None],
+        items=new,
+    )
