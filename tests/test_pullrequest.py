@@ -168,51 +168,52 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize(
-    "case",
-    ["no-remote", "no-token", "bad-token", "not-found", "forbidden", "rate-limit", "network"],
-)
+ERROR_CASES = {
+    "no-remote": "no remote named 'upstream'",
+    "no-token": "no GitHub token for github.com",
+    "bad-token": "GitHub rejected the token (HTTP 401)",
+    "not-found": "octo/widgets not found (HTTP 404)",
+    "forbidden": "GitHub refused (HTTP 403)",
+    "rate-limit": "GitHub rate limit reached (HTTP 403)",
+    "network": "cannot reach GitHub",
+}
+
+
 def test_each_error_says_what_to_do_and_pushes_nothing(
-    case: str,
     merged: MergedRun,
     github: FakeGitHub,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    args: list[str] = []
-    expect = {
-        "no-remote": "no remote named 'upstream'",
-        "no-token": "no GitHub token for github.com",
-        "bad-token": "GitHub rejected the token (HTTP 401)",
-        "not-found": "octo/widgets not found (HTTP 404)",
-        "forbidden": "GitHub refused (HTTP 403)",
-        "rate-limit": "GitHub rate limit reached (HTTP 403)",
-        "network": "cannot reach GitHub",
-    }[case]
     reset = int(time.time()) + 1200
-    if case == "no-remote":
-        args = ["--remote", "upstream"]
-    elif case == "no-token":
-        monkeypatch.delenv("GITHUB_TOKEN")
-    elif case == "bad-token":
-        monkeypatch.setenv("GITHUB_TOKEN", "ghp_wrong")
-    elif case == "not-found":
-        github.fail("GET", "/repos/octo/widgets", 404, "Not Found")
-    elif case == "forbidden":
-        github.fail("GET", "/repos/octo/widgets", 403, "Resource not accessible by integration")
-    elif case == "rate-limit":
-        github.remaining = 0
-        github.reset = reset
-    else:
-        monkeypatch.setenv("GITHUB_API_URL", f"http://127.0.0.1:{_closed_port()}")
-    code, out, err = pr(merged.repo, capsys, *args)
-    assert code == 1, out
-    assert err.startswith("Error: ") and expect in err
-    assert "nothing was pushed" in err
-    if case == "rate-limit":
-        assert time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(reset)) in err
-    assert remote_tip(merged) is None
-    assert "Traceback" not in err
+    for case, expect in ERROR_CASES.items():
+        args: list[str] = []
+        with monkeypatch.context() as env:
+            if case == "no-remote":
+                args = ["--remote", "upstream"]
+            elif case == "no-token":
+                env.delenv("GITHUB_TOKEN")
+            elif case == "bad-token":
+                env.setenv("GITHUB_TOKEN", "ghp_wrong")
+            elif case == "not-found":
+                github.fail("GET", "/repos/octo/widgets", 404, "Not Found")
+            elif case == "forbidden":
+                github.fail("GET", "/repos/octo/widgets", 403, "Resource not accessible")
+            elif case == "rate-limit":
+                github.remaining, github.reset = 0, reset
+            else:
+                env.setenv("GITHUB_API_URL", f"http://127.0.0.1:{_closed_port()}")
+            code, out, err = pr(merged.repo, capsys, *args)
+        github.faults.clear()
+        github.remaining = github.limit
+        assert code == 1, (case, out)
+        assert err.startswith("Error: ") and expect in err, (case, err)
+        assert "nothing was pushed" in err, (case, err)
+        assert "Traceback" not in err
+        if case == "rate-limit":
+            assert time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(reset)) in err
+        assert remote_tip(merged) is None, case
+    assert github.pulls == [] and events(merged.repo, "pr_pushed") == []
 
 
 def test_a_protected_branch_the_remote_refuses_is_named(

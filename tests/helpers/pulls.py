@@ -69,27 +69,27 @@ def only_fast_forwards(remote: Path, branch: str) -> bool:
 def merged_run(root: Path, *, verdicts: bool = True) -> MergedRun:
     """A repository whose run ``widgets`` passed Gate 2 (feature branch at the reviewed
     commit, tasks integrated with recorded verdicts), and an empty bare remote ``origin``
-    that keeps a reflog of every push."""
+    that keeps a reflog of every push (it holds nothing else: GitHub's base branch is the
+    server's to know)."""
     repo = init_repo(root / "repo")
     remote = root / "remote.git"
     git(root, "init", "-q", "--bare", str(remote))
-    git(remote, "config", "core.logAllRefUpdates", "always")
+    with (remote / "config").open("a", encoding="utf-8") as cfg:
+        cfg.write("[core]\n\tlogAllRefUpdates = always\n")  # the reflog the tests read
     git(repo, "remote", "add", "origin", str(remote))
-    git(repo, "push", "-q", "origin", "main")
     base = git(repo, "rev-parse", "HEAD").strip()
     plan = root / "plan.yaml"
     plan.write_text(PLAN, encoding="utf-8")
     plan_from_file(repo, plan, config.load_settings(repo))
     runs.approve_plan(repo)
-    git(repo, "checkout", "-q", "-b", "work")
+    # the feature branch Gate 2 set, made here without the rest of the run
+    git(repo, "checkout", "-q", "-b", f"feat/{RUN}")
     sha = commit(
         repo,
         {"app/parser.py": "def parse(s):\n    return s.split()\n", "app/printer.py": "P = 1\n"},
         "widgets",
     )
     git(repo, "checkout", "-q", "main")
-    git(repo, "branch", "-q", "-D", "work")
-    git(repo, "branch", f"feat/{RUN}", sha)
     rec = runs.open_record(repo)
     rundir = RunDir(repo)
     for tid, rounds in (("parser", 1), ("printer", 0)):
