@@ -26,6 +26,7 @@ from loop_orchestrator.cli import (
     merge,
     plan,
     pr,
+    review,
     run,
     session,
     status,
@@ -79,6 +80,9 @@ for _command in (
     merge.merge_command,
     merge.cleanup_command,
     pr.pr_command,
+    review.comment_command,
+    review.comments_command,
+    review.request_changes_command,
     demo.demo_command,
     doctor.doctor_command,
 ):

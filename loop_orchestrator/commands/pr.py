@@ -1,5 +1,5 @@
 """`lo-orch pr`: after Gate 2, the reviewed commit pushed and its pull request opened, then
-followed (docs/design.md section 11)."""
+followed (docs/design.md section 12)."""
 
 from __future__ import annotations
 

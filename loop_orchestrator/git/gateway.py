@@ -508,7 +508,7 @@ def list_files(repo: Path, commit: str) -> list[str]:
     return files
 
 
-# the one place lo-orch talks to a remote (`lo-orch pr`, docs/design.md section 11) ------
+# the one place lo-orch talks to a remote (`lo-orch pr`, docs/design.md section 12) ------
 
 #: for ls-remote and push only: the transports a person's remote uses; ``ext::`` (runs a
 #: command) stays off, as do the repository's own receive/upload-pack commands and

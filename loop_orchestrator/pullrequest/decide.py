@@ -2,7 +2,7 @@
 push, what GitHub's answers mean, the body, where each piece of feedback goes, the answers.
 
 No I/O and no clock of its own (``now`` is passed in); the effects (git push, HTTP) are in
-``pullrequest/remote.py`` and ``pullrequest/github.py`` (docs/design.md section 11).
+``pullrequest/flow.py`` and ``pullrequest/github.py`` (docs/design.md section 12).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``lo-orch pr``'s effects: push the reviewed commit, open or reuse the pull request,
 follow its checks and comments, answer the threads a round took up. Each decision is
-``decide``'s; this module only reads, asks and carries out (docs/design.md section 11).
+``decide``'s; this module only reads, asks and carries out (docs/design.md section 12).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """GitHub's REST API for pull requests, thin: each call one request, every error status
-turned into a ``PullRequestError`` by ``decide.api_error`` (docs/design.md section 11).
+turned into a ``PullRequestError`` by ``decide.api_error`` (docs/design.md section 12).
 
 The token travels only in the ``Authorization`` header (``intake/http.py`` drops it on a
 redirect to another host); nothing here logs or returns it.
