@@ -292,6 +292,10 @@ def _feedback(github: FakeGitHub, sha: str) -> None:
         }
     )
     github.issue_comments.append({"id": 88, "body": "Looks fine overall", "user": {"login": "c"}})
+    # a file no task owns: the line's commit names its task (Gate 2's routing by line)
+    github.review_comments.append(
+        {"id": 79, "path": "app/shared.py", "line": 1, "body": "rename", "user": {"login": "c"}}
+    )
 
 
 def test_follow_routes_each_failure_and_comment_to_its_owner_once_with_etags(
@@ -303,7 +307,7 @@ def test_follow_routes_each_failure_and_comment_to_its_owner_once_with_etags(
     code, out, err = pr(merged.repo, capsys, "--follow")
     assert code == 0, err
     assert "to task parser: check_run:11" in out
-    assert "to task printer: review_comment:77" in out
+    assert "to task printer: review_comment:77, review_comment:79" in out
     assert "for you (no task owns it): lint" in out
     assert "for you (no task owns it): deploy/preview" in out
     assert "for you (no task owns it): c" in out
@@ -314,7 +318,8 @@ def test_follow_routes_each_failure_and_comment_to_its_owner_once_with_etags(
     assert by_id["check_run:11"].paths == [("app/parser.py", 2)]
     assert by_id["review_comment:77"].hunk.endswith("+P = 1")
     assert "check_run:13" not in by_id  # a passing check is not feedback
-    assert len(events(merged.repo, "pr_feedback")) == 5
+    assert by_id["review_comment:79"].task == "printer"
+    assert len(events(merged.repo, "pr_feedback")) == 6
 
     # again: every listing answered 304 (no rate limit spent), nothing routed twice
     before = len(github.requests)
@@ -327,7 +332,7 @@ def test_follow_routes_each_failure_and_comment_to_its_owner_once_with_etags(
     ]
     assert len(follows) == 6  # check runs, statuses, two comment lists, two annotations
     assert all(r.headers.get("x-answered") == "304" for r in follows)
-    assert len(events(merged.repo, "pr_feedback")) == 5
+    assert len(events(merged.repo, "pr_feedback")) == 6
 
 
 def test_after_a_new_gate_2_pr_pushes_a_fast_forward_and_answers_the_thread(
@@ -348,6 +353,9 @@ def test_after_a_new_gate_2_pr_pushes_a_fast_forward_and_answers_the_thread(
     assert len(replies) == 1
     assert new in replies[0]["body"] and "`app/printer.py`" in replies[0]["body"]
     assert "answered review_comment:77" in out
+    # the same task's other thread: its line did not change, so it is not answered yet
+    assert not any(c.get("in_reply_to_id") == 79 for c in github.review_comments)
+    assert "review_comment:79" not in out
     # the parser's check: its files did not change, so it is not answered
     assert not any("parser" in c["body"] for c in github.issue_comments if "lo-orch:" in c["body"])
     assert only_fast_forwards(merged.remote, merged.feature)

@@ -188,12 +188,15 @@ def test_feedback_goes_to_the_owners_of_its_files_else_to_the_person_once() -> N
         _fb("e", "app/printer.py"),
         _fb("a", "app/parser.py"),  # the same id twice: routed once
     ]
-    routed = decide.route(items, owns, seen=["e"])
+    routed = decide.route(items, lambda p, _line: decide.owner_of(p, owns), seen=["e"])
     assert {t: [f.id for f in fs] for t, fs in routed.tasks.items()} == {
         "parser": ["a", "b"],
         "printer": ["b"],
     }
     assert [f.id for f in routed.person] == ["c", "d"]
+    # the line decides where the owner does not (Gate 2's routing, injected)
+    by_line = decide.route([_fb("f", "shared.py")], lambda p, line: "printer" if line else None)
+    assert list(by_line.tasks) == ["printer"] and by_line.person == []
 
 
 def test_only_failed_checks_and_statuses_are_feedback_with_their_output() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -550,19 +550,21 @@ def owner_of(path: str, owns: Mapping[str, Sequence[str]]) -> str | None:
     return None
 
 
-def route(
-    items: Sequence[Feedback], owns: Mapping[str, Sequence[str]], seen: Sequence[str] = ()
-) -> Routed:
-    """Each new item to the tasks owning the files it names; an item naming no file, or
-    only files no task owns, to the person. ``seen`` ids were routed before (skipped)."""
+#: where one (path, line) goes: a task, or None for the person (Gate 2's comment routing)
+Owner = Callable[[str, int | None], str | None]
+
+
+def route(items: Sequence[Feedback], owner: Owner, seen: Sequence[str] = ()) -> Routed:
+    """Each new item to the tasks ``owner`` names for the places it points at; an item
+    pointing nowhere, or only where no task is named, to the person. ``seen`` ids were
+    routed before (skipped)."""
     out = Routed()
     done = set(seen)
     for item in items:
         if item.id in done:
             continue
         done.add(item.id)
-        owners = [owner_of(p, owns) for p, _ in item.paths]
-        named = sorted({o for o in owners if o is not None})
+        named = sorted({t for p, line in item.paths if (t := owner(p, line)) is not None})
         if not named:
             out.person.append(item)
             continue

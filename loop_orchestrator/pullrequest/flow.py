@@ -18,6 +18,7 @@ from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import GateError, LoOrchError, PullRequestError
 from loop_orchestrator.git import gateway
 from loop_orchestrator.intake.http import TrackerHttpError
+from loop_orchestrator.plan.globs import path_matches
 from loop_orchestrator.plan.model import Plan, plan_hash
 from loop_orchestrator.pullrequest import decide
 from loop_orchestrator.pullrequest import record as prrecord
@@ -27,7 +28,11 @@ from loop_orchestrator.pullrequest.record import PrRecord, RoutedItem
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.journal import Record
 from loop_orchestrator.runstate.state import RunDir, RunPhase, RunState, Store
+from loop_orchestrator.supervisor.decide import Routed as CommentRouted
+from loop_orchestrator.supervisor.decide import answered as review_answered
+from loop_orchestrator.supervisor.decide import route_comment
 from loop_orchestrator.verify.verdict import load_verdict
+from loop_orchestrator.workspace import comments as commenting
 
 log = logging.getLogger(__name__)
 
@@ -338,17 +343,21 @@ def _answer_threads(
     """Answer each routed thread whose task's files changed in the newly pushed commits."""
     if not previous or previous == reviewed:
         return []
-    plan = _plan(repo, state)
-    owns = {t.id: list(t.owns) for t in plan.tasks}
-    changed = [c.path for c in gateway.changed_paths(repo, previous, reviewed)]
+    tasks = {t.id for t in _plan(repo, state).tasks}
+    changed = {c.path for c in gateway.changed_paths(repo, previous, reviewed)}
     done: list[str] = []
     routed = list(prec.routed)
     for i, item in enumerate(routed):
-        if item.answered or item.task is None or item.task not in owns:
+        if item.answered or item.task is None or item.task not in tasks:
             continue
-        files = [p for p in changed if decide.owner_of(p, {item.task: owns[item.task]})]
+        # answered as Gate 2 judges a comment answered: the lines it points at changed
+        files = [
+            p
+            for p, line in item.paths
+            if p in changed and review_answered(line, commenting.hunks(repo, previous, reviewed, p))
+        ]
         if not files:
-            continue  # the round has not touched its files: nothing to answer yet
+            continue  # the round has not changed its lines: nothing to answer yet
         text = decide.answer(task=item.task, commit=reviewed, files=files)
         if item.kind == "review_comment" and item.reply_to is not None:
             api.reply(number, item.reply_to, text)
@@ -434,6 +443,24 @@ def read_feedback(
     return items, decide.pending_checks(check_runs, statuses), headers
 
 
+def _owner(repo: Path, plan: Plan, state: RunState, commit: str) -> decide.Owner:
+    """Gate 2's routing of a comment (``supervisor/decide.route_comment``) for a place on
+    the pushed commit: the one task owning the path, else the task whose integrated commit
+    last changed the line (``git blame``); None (the person's) when neither settles it."""
+    tasks = {t.id for t in plan.tasks}
+
+    def owner(path: str, line: int | None) -> str | None:
+        owners = [t.id for t in plan.tasks if path_matches(path, t.owns)]
+        found = None
+        if line is not None and gateway.file_at(repo, commit, path) is not None:
+            found = commenting.changed_by(repo, commit, state.base_sha, path, line)
+        where = f"{path}:{line}" if line is not None else path
+        routed = route_comment(where, owners=owners, changed_by=found if found in tasks else None)
+        return routed.task if isinstance(routed, CommentRouted) else None
+
+    return owner
+
+
 def follow(
     repo: Path,
     *,
@@ -468,9 +495,8 @@ def follow(
             break
         prrecord.save(repo, state.name, prec)  # the ETags, so a restart costs no limit
         sleep(delay)
-    plan = _plan(repo, state)
-    owns = {t.id: list(t.owns) for t in plan.tasks}
-    routed = decide.route(items, owns, [r.id for r in prec.routed])
+    owner = _owner(repo, _plan(repo, state), state, prec.pushed)
+    routed = decide.route(items, owner, [r.id for r in prec.routed])
     new: list[RoutedItem] = []
     store = Store.for_repo(repo)
     for task, fbs in [*routed.tasks.items(), (None, routed.person)]:

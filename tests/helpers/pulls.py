@@ -13,6 +13,7 @@ from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase
 from loop_orchestrator.verify.models import CheckRun, Finding, Severity, Verdict
 from loop_orchestrator.verify.verdict import evidence_dir
+from loop_orchestrator.workspace.staging import TASK_TRAILER
 
 RUN = "widgets"
 PLAN = """\
@@ -84,10 +85,16 @@ def merged_run(root: Path, *, verdicts: bool = True) -> MergedRun:
     runs.approve_plan(repo)
     # the feature branch Gate 2 set, made here without the rest of the run
     git(repo, "checkout", "-q", "-b", f"feat/{RUN}")
+    # as staging holds them: one commit per task, naming it in its trailer
+    commit(
+        repo,
+        {"app/parser.py": "def parse(s):\n    return s.split()\n"},
+        f"parser\n\n{TASK_TRAILER}: parser",
+    )
     sha = commit(
         repo,
-        {"app/parser.py": "def parse(s):\n    return s.split()\n", "app/printer.py": "P = 1\n"},
-        "widgets",
+        {"app/printer.py": "P = 1\n", "app/shared.py": "SHARED = 1\n"},
+        f"printer\n\n{TASK_TRAILER}: printer",
     )
     git(repo, "checkout", "-q", "main")
     rec = runs.open_record(repo)
