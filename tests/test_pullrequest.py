@@ -14,11 +14,16 @@ import pytest
 from helpers.git import commit, git
 from helpers.github_api import FakeGitHub, serve
 from helpers.pulls import RUN, MergedRun, merged_run, only_fast_forwards, push_log
+from helpers.wait import wait_for
 
+from loop_orchestrator import proc
 from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.pullrequest import record as prrecord
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Store
+from loop_orchestrator.sessions import sandbox
+from loop_orchestrator.sessions.backend import LaunchSpec
+from loop_orchestrator.sessions.tmux import TmuxBackend
 
 TOKEN = "ghp_SeCrEtT0kenNeverWritten0000000000000"
 
@@ -363,3 +368,29 @@ def test_after_a_new_gate_2_pr_pushes_a_fast_forward_and_answers_the_thread(
     # and it answers once
     assert pr(merged.repo, capsys)[0] == 0
     assert len([c for c in github.review_comments if c.get("in_reply_to_id") == 77]) == 1
+
+
+def test_no_session_inherits_a_github_token(
+    git_repo: Path, tmux_socket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # the person exported their tokens for `lo-orch pr`; a session must not find them
+    for name in proc.TOKEN_VARIABLES:
+        monkeypatch.setenv(name, f"{TOKEN}-{name}")
+    monkeypatch.setenv("LO_ORCH_VISIBLE", "yes")  # the negative control: others pass
+    out = tmp_path / "env.txt"
+    backend = TmuxBackend("tok", socket=tmux_socket)
+    try:
+        backend.launch(LaunchSpec("t", git_repo, ["sh", "-c", f"env > {out}; sleep 30"]))
+        wait_for(lambda: out.exists() and "LO_ORCH_VISIBLE" in out.read_text(), 10, "env")
+    finally:
+        backend.kill_session()
+    seen = out.read_text(encoding="utf-8")
+    assert "LO_ORCH_VISIBLE=yes" in seen
+    assert TOKEN not in seen
+    # and with the sandbox, bwrap is told to unset each of them too
+    policy = sandbox.Policy.for_task(
+        repo=git_repo, run_dir=git_repo / ".orchestration", worktree=git_repo, task="t"
+    )
+    wrapped = sandbox.confine(LaunchSpec("t", git_repo, ["true"]), policy).argv
+    for name in proc.TOKEN_VARIABLES:
+        assert ["--unsetenv", name] == wrapped[wrapped.index(name) - 1 : wrapped.index(name) + 1]

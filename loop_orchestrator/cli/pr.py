@@ -45,12 +45,5 @@ def pr_command(
     echo("lo-orch never merges the pull request: that is yours to do on GitHub.")
     if not follow:
         return
-    seen = pulls.follow(root)
-    if seen.pending:
-        echo(f"{seen.pending} check(s) still running when the follow stopped.")
-    for task, ids in seen.tasks.items():
-        echo(f"to task {task}: {', '.join(ids)}")
-    for item in seen.person:
-        echo(f"for you (no task owns it): {item.title}: {item.text.splitlines()[0][:200]}")
-    if not seen.items:
-        echo("nothing new on the pull request.")
+    for line in pulls.follow(root).lines():
+        echo(line)

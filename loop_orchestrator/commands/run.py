@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal, assert_never
 
 from loop_orchestrator import config
 from loop_orchestrator.errors import LoOrchError, StateError
+from loop_orchestrator.pullrequest import flow as pulls
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import TaskStatus
 from loop_orchestrator.supervisor import main as supervisor
@@ -34,12 +35,16 @@ def run(
     allow_dirty: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Supervise the approved plan until Gate 2 (or start that in the run's tmux session).
+    """Supervise the approved plan until Gate 2 (or start that in the run's tmux session);
+    a merged run with a pull request: follow it (``lo-orch pr --follow``).
 
     Raises ``StateError`` when tasks that need a person stopped the run, ``LoOrchError``
     when integration failed or the run stopped.
     """
 
+    if not detach and pulls.has_pull_request(repo):
+        # merged, with a pull request: what is left to supervise is what GitHub says of it
+        return RunResult("merged", "\n".join(pulls.follow(repo).lines()))
     settings = config.load_settings(repo)
     if allow_dirty:
         settings.workspace.allow_dirty = True

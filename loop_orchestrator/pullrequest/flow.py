@@ -65,6 +65,19 @@ class Followed:
     person: list[RoutedItem] = field(default_factory=list)
     items: list[RoutedItem] = field(default_factory=list)  # the new ones, routed
 
+    def lines(self) -> list[str]:
+        """What the follow found, for a person: one line per task and per item of theirs."""
+        out = [f"pull request #{self.number} at {self.commit[:12]}:"]
+        if self.pending:
+            out.append(f"{self.pending} check(s) still running when the follow stopped.")
+        out += [f"to task {task}: {', '.join(ids)}" for task, ids in self.tasks.items()]
+        for item in self.person:
+            first = (item.text.splitlines() or [""])[0][:200]
+            out.append(f"for you (no task owns it): {item.title}: {first}")
+        if not self.items:
+            out.append("nothing new on the pull request.")
+        return out
+
 
 def gh_hosts_text(env: Mapping[str, str]) -> str | None:
     """The ``gh`` CLI's ``hosts.yml`` (where its stored tokens are), or None."""
@@ -78,6 +91,18 @@ def gh_hosts_text(env: Mapping[str, str]) -> str | None:
         return (folder / "hosts.yml").read_text(encoding="utf-8")
     except OSError:
         return None
+
+
+def has_pull_request(repo: Path) -> bool:
+    """Whether the repository's current run passed Gate 2 and ``lo-orch pr`` opened its
+    pull request (what ``lo-orch run`` then follows)."""
+    try:
+        state = runs.open_record(repo).run
+    except LoOrchError:
+        return False
+    if state.phase != RunPhase.MERGED:
+        return False
+    return prrecord.load(repo, state.name).number is not None
 
 
 def merged_run(repo: Path) -> tuple[Record, RunState, str]:
