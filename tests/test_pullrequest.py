@@ -339,6 +339,14 @@ def test_follow_routes_each_failure_and_comment_to_its_owner_once_with_etags(
     assert all(r.headers.get("x-answered") == "304" for r in follows)
     assert len(events(merged.repo, "pr_feedback")) == 6
 
+    # `lo-orch run` on the merged run follows the pull request the same way
+    github.review_comments.append(
+        {"id": 80, "path": "app/parser.py", "line": 1, "body": "and here", "user": {}}
+    )
+    assert run_cli(["run", "--repo", str(merged.repo)]) == 0
+    out, _ = capsys.readouterr()
+    assert "to task parser: review_comment:80" in out
+
 
 def test_after_a_new_gate_2_pr_pushes_a_fast_forward_and_answers_the_thread(
     merged: MergedRun, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
