@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import pytest
 from helpers.git import commit, git
 from helpers.github_api import FakeGitHub, serve
 from helpers.pulls import RUN, MergedRun, merged_run, only_fast_forwards, push_log
+from helpers.runs import approve, lo
 from helpers.wait import wait_for
 
 from loop_orchestrator import proc
@@ -24,6 +26,7 @@ from loop_orchestrator.runstate.state import Store
 from loop_orchestrator.sessions import sandbox
 from loop_orchestrator.sessions.backend import LaunchSpec
 from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.simulator import demo_flow as demo
 
 TOKEN = "ghp_SeCrEtT0kenNeverWritten0000000000000"
 
@@ -402,3 +405,38 @@ def test_no_session_inherits_a_github_token(
     wrapped = sandbox.confine(LaunchSpec("t", git_repo, ["true"]), policy).argv
     for name in proc.TOKEN_VARIABLES:
         assert ["--unsetenv", name] == wrapped[wrapped.index(name) - 1 : wrapped.index(name) + 1]
+
+
+@pytest.mark.slow
+def test_a_whole_run_to_gate_2_then_pr_opens_its_pull_request_with_the_real_verdicts(
+    one_task: demo.DemoFiles,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    repo = one_task.repo
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    gh = FakeGitHub("octo", "textstats", TOKEN, remote)
+    with serve(gh):
+        # the person's shell holds the token through the whole run, sessions included
+        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+        monkeypatch.setenv("GITHUB_API_URL", gh.url)
+        monkeypatch.setenv("LO_ORCH_PR_REPO", "octo/textstats")
+        approve(one_task)
+        assert lo(repo, "run").returncode == 0
+        assert lo(repo, "merge", "--yes").returncode == 0
+        done = lo(repo, "pr")
+    assert done.returncode == 0, done.stderr
+    merged = runs.open_record(repo).run.merged_commit
+    assert merged and git(remote, "rev-parse", "feat/demo").strip() == merged
+    body = gh.pulls[0]["body"]
+    row = next(line for line in body.splitlines() if line.startswith("| tokenize:"))
+    assert "| passed |" in row and "verification |" in row
+    assert re.search(r"\| [1-9]\d*/[1-9]\d* passed \|", row), row  # its done-checks ran
+    assert merged in body and "run total:" in body
+    home = Path(os.environ["HOME"])
+    for folder in (tmp_path, home):
+        for path in folder.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                assert TOKEN.encode() not in path.read_bytes(), path

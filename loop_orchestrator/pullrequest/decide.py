@@ -217,30 +217,31 @@ def push_plan(
 def push_refused(remote: str, feature: str, stderr: str) -> PullRequestError:
     """What a refused ``git push`` means for the person, in git's and GitHub's words."""
     said = "\n".join(line for line in stderr.strip().splitlines()[-8:] if line.strip())
+    said = "nothing was pushed\n" + said  # git pushes one ref all or nothing
     low = stderr.lower()
     if "gh006" in low or "protected branch" in low:
         return PullRequestError(
-            f"{remote} refused the push to {feature}: the branch is protected\n{said}",
+            f"{remote} refused the push to {feature}: the branch is protected; {said}",
             hint="Choose a feature branch the rules allow (`lo-orch merge --branch NAME` "
             "for the next run), or ask a repository admin to relax the rule for it.",
         )
     if "non-fast-forward" in low or "fetch first" in low or "[rejected]" in low:
         return PullRequestError(
-            f"{remote} refused the push to {feature}: it moved meanwhile\n{said}",
+            f"{remote} refused the push to {feature}: it moved meanwhile; {said}",
             hint=f"Run `lo-orch pr` again: it looks at {remote}/{feature} anew.",
         )
     if "authentication" in low or "permission" in low or "403" in low or "denied" in low:
         return PullRequestError(
-            f"{remote} refused the push to {feature}: not allowed\n{said}",
+            f"{remote} refused the push to {feature}: not allowed; {said}",
             hint="Check that your token or ssh key may push to the repository.",
         )
     if "could not read from remote" in low or "unable to access" in low or "resolve" in low:
         return PullRequestError(
-            f"cannot reach {remote} to push {feature}\n{said}",
+            f"cannot reach {remote} to push {feature}; {said}",
             hint=f"Check the network and `git remote get-url {remote}`, then `lo-orch pr` again.",
         )
     return PullRequestError(
-        f"git push to {remote} failed\n{said}",
+        f"git push to {remote} failed; {said}",
         hint=f"Check `git remote get-url {remote}`, then `lo-orch pr` again.",
     )
 
