@@ -10,12 +10,9 @@ journal's entries add up to them; the record is passed in.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:
-    from loop_orchestrator.runstate.journal import Record
 
 #: who said it: a person at Gate 2, a pull request review, a failing check of the PR
 Source = Literal["person", "github-review", "github-check"]
@@ -119,11 +116,20 @@ def fold(state: Comments, kind: str, data: Mapping[str, Any]) -> None:
         state.requests[rid] = state.requests[rid].model_copy(update={"taken": True})
 
 
+class Record(Protocol):
+    """What of the supervisor's record (``journal.Record``) comments use."""
+
+    def refresh(self) -> bool: ...
+
+    def append(self, kind: str, **data: Any) -> None: ...
+
+    def comments(self) -> Comments: ...
+
+
 def of(record: Record) -> Comments:
     """A copy of the record's comments and requests (read again from the journal)."""
     record.refresh()
-    with record.lock:
-        return record.state.comments.model_copy(deep=True)
+    return record.comments()
 
 
 def append_comment(record: Record, comment: Comment) -> None:

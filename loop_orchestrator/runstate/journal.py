@@ -291,6 +291,11 @@ class Record:
         with self._mutex:
             return dict(self.state.messages)
 
+    def comments(self) -> review_comments.Comments:
+        """A copy of the review comments and requests as recorded."""
+        with self._mutex:
+            return self.state.comments.model_copy(deep=True)
+
     # verdicts ------------------------------------------------------------------------
     def record_verdict(self, task: str, commit: str, passed: bool, evidence_text: str) -> None:
         self.append(

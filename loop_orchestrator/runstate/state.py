@@ -156,6 +156,8 @@ class TaskStatus(BaseModel):
     #: carries (docs/design.md section 11)
     review_round_at: int | None = None
     review_request: str | None = None
+    #: the integrated commit after a review round whose dependents' done-checks ran again
+    dependents_checked: str | None = None
 
 
 class RunState(BaseModel):
