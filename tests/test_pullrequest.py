@@ -362,9 +362,15 @@ def test_after_a_new_gate_2_pr_pushes_a_fast_forward_and_answers_the_thread(
     new = commit(merged.repo, {"app/printer.py": "P = 2\n"}, "printer: review round")
     git(merged.repo, "checkout", "-q", "main")
     runs.open_record(merged.repo).update_run(merged_commit=new, reviewed_commit=new)
+    # the answer fails once: the push is done, and the next `lo-orch pr` answers it
+    github.fail("POST", r"/repos/octo/widgets/pulls/1/comments/77/replies", 502, "Bad gateway")
+    code, _, err = pr(merged.repo, capsys)
+    assert code == 1 and f"pushed {new[:12]} to origin/{merged.feature}, but" in err
+    assert "answering review comment 77" in err and remote_tip(merged) == new
+    github.faults.clear()
     code, out, err = pr(merged.repo, capsys)
     assert code == 0, err
-    assert "fast-forward" in out and remote_tip(merged) == new
+    assert "already at" in out and remote_tip(merged) == new
     replies = [c for c in github.review_comments if c.get("in_reply_to_id") == 77]
     assert len(replies) == 1
     assert new in replies[0]["body"] and "`app/printer.py`" in replies[0]["body"]

@@ -241,6 +241,17 @@ def open_pr(
     conn = connect(repo, remote, settings, env, clock)
     store = Store.for_repo(repo)
     branch = state.feature_branch
+    run_plan = _plan(repo, state)
+    # everything the pull request says is known before anything is pushed
+    body = decide.pr_body(
+        goal=run_plan.goal,
+        run=state.name,
+        tasks=_reports(repo, rec, run_plan),
+        skipped=state.skipped_tasks,
+        costs=_costs(repo, rec, settings),
+        reviewed=reviewed,
+        base=state.base_sha,
+    )
     try:
         info = conn.api.repo()  # the token and the repository checked before any push
     except (PullRequestError, TrackerHttpError) as exc:
@@ -259,7 +270,6 @@ def open_pr(
         and gateway.is_ancestor(repo, remote_sha, reviewed),
     )
     prec = prrecord.load(repo, state.name)
-    previous = prec.pushed
     if plan.action != "up_to_date":
         res = gateway.push(repo, remote, plan.refspec, env=push_env)
         if not res.ok:
@@ -283,15 +293,6 @@ def open_pr(
         if plan.action == "up_to_date"
         else f"pushed {reviewed[:12]} to {remote}/{branch}"
     )
-    body = decide.pr_body(
-        goal=plan_goal(repo, state),
-        run=state.name,
-        tasks=_reports(repo, rec, _plan(repo, state)),
-        skipped=state.skipped_tasks,
-        costs=_costs(repo, rec, settings),
-        reviewed=reviewed,
-        base=state.base_sha,
-    )
     try:
         found = conn.api.open_pull(branch)
         if found is not None:
@@ -300,12 +301,12 @@ def open_pr(
             pull = conn.api.create_pull(
                 branch=branch,
                 base=base_branch,
-                title=_title(plan_goal(repo, state)),
+                title=_title(run_plan.goal),
                 body=body,
                 draft=draft,
             )
         number = int(pull["number"])
-        answered = _answer_threads(repo, conn.api, prec, number, previous, reviewed, state)
+        answered = _answer_threads(repo, conn.api, prec, number, reviewed, run_plan, state)
     except (PullRequestError, TrackerHttpError) as exc:
         raise _half_done(exc, pushed_words) from exc
     except (KeyError, TypeError, ValueError) as exc:
@@ -328,10 +329,6 @@ def open_pr(
         unreviewed=_unreviewed(repo, branch, reviewed),
         answered=answered,
     )
-
-
-def plan_goal(repo: Path, state: RunState) -> str:
-    return _plan(repo, state).goal
 
 
 def _title(goal: str) -> str:
@@ -361,28 +358,32 @@ def _answer_threads(
     api: GitHub,
     prec: PrRecord,
     number: int,
-    previous: str | None,
     reviewed: str,
+    plan: Plan,
     state: RunState,
 ) -> list[str]:
-    """Answer each routed thread whose task's files changed in the newly pushed commits."""
-    if not previous or previous == reviewed:
-        return []
-    tasks = {t.id for t in _plan(repo, state).tasks}
-    changed = {c.path for c in gateway.changed_paths(repo, previous, reviewed)}
+    """Answer each routed thread whose lines changed between the commit it was about and
+    the reviewed one now pushed; each once (a failure midway leaves the rest for the next
+    ``lo-orch pr``)."""
+    tasks = {t.id for t in plan.tasks}
     done: list[str] = []
     routed = list(prec.routed)
     for i, item in enumerate(routed):
-        if item.answered or item.task is None or item.task not in tasks:
+        if item.answered or item.task not in tasks or not item.commit:
             continue
+        if item.commit == reviewed or not gateway.is_ancestor(repo, item.commit, reviewed):
+            continue
+        changed = {c.path for c in gateway.changed_paths(repo, item.commit, reviewed)}
         # answered as Gate 2 judges a comment answered: the lines it points at changed
         files = [
             p
             for p, line in item.paths
-            if p in changed and review_answered(line, commenting.hunks(repo, previous, reviewed, p))
+            if p in changed
+            and review_answered(line, commenting.hunks(repo, item.commit, reviewed, p))
         ]
         if not files:
             continue  # the round has not changed its lines: nothing to answer yet
+        assert item.task is not None
         text = decide.answer(task=item.task, commit=reviewed, files=files)
         if item.kind == "review_comment" and item.reply_to is not None:
             api.reply(number, item.reply_to, text)
