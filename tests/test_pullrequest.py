@@ -222,6 +222,20 @@ def test_each_error_says_what_to_do_and_pushes_nothing(
             assert time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(reset)) in err
         assert remote_tip(merged) is None, case
     assert github.pulls == [] and events(merged.repo, "pr_pushed") == []
+    # no variable, but `gh auth login` stored one (in the keyring: `gh auth token` says it)
+    bin_dir = merged.repo.parent / "bin"
+    bin_dir.mkdir()
+    fake_gh = bin_dir / "gh"
+    fake_gh.write_text(
+        f'#!/bin/sh\n[ "$1 $2 $3 $4" = "auth token --hostname github.com" ] && echo {TOKEN}\n',
+        encoding="utf-8",
+    )
+    fake_gh.chmod(0o755)
+    monkeypatch.delenv("GITHUB_TOKEN")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    code, out, err = pr(merged.repo, capsys)
+    assert code == 0, err
+    assert remote_tip(merged) == merged.commit and len(github.pulls) == 1
 
 
 def test_a_protected_branch_the_remote_refuses_is_named(

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator import proc
 from loop_orchestrator.config import Settings, load_settings
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import GateError, LoOrchError, PullRequestError
@@ -91,6 +93,22 @@ def gh_hosts_text(env: Mapping[str, str]) -> str | None:
         return (folder / "hosts.yml").read_text(encoding="utf-8")
     except OSError:
         return None
+
+
+def gh_auth_token(host: str, env: Mapping[str, str]) -> str | None:
+    """``gh auth token --hostname HOST``: the token ``gh`` keeps in the system keyring
+    (newer ``gh`` versions store it there, not in ``hosts.yml``); None without ``gh``."""
+    exe = shutil.which("gh", path=env.get("PATH"))
+    if exe is None:
+        return None
+    res = proc.run(
+        [exe, "auth", "token", "--hostname", host],
+        env={**env, "GH_PROMPT_DISABLED": "1", "NO_COLOR": "1"},
+        timeout=15,
+        check=False,
+    )
+    value = res.stdout.strip()
+    return value if res.ok and value and len(value.split()) == 1 else None
 
 
 def has_pull_request(repo: Path) -> bool:
@@ -195,7 +213,7 @@ def connect(
             "(`git remote -v` lists them).",
         )
     tgt = decide.target(remote, url, settings.pr.repo, env)
-    tok = decide.token(env, tgt, gh_hosts_text(env))
+    tok = decide.token(env, tgt, gh_hosts_text(env)) or gh_auth_token(tgt.host, env)
     if tok is None:
         raise decide.no_token_error(tgt)
     return Connection(tgt, GitHub(tgt, tok, clock=clock), url, tok)
