@@ -28,6 +28,7 @@ from loop_orchestrator.pullrequest.decide import Feedback, PushAction, Target, T
 from loop_orchestrator.pullrequest.github import GitHub
 from loop_orchestrator.pullrequest.record import PrRecord, RoutedItem
 from loop_orchestrator.runstate import create as runs
+from loop_orchestrator.runstate.comments import MAX_COMMENT_CHARS, Source
 from loop_orchestrator.runstate.journal import Record
 from loop_orchestrator.runstate.state import RunDir, RunPhase, RunState, Store
 from loop_orchestrator.supervisor.decide import Routed as CommentRouted
@@ -35,6 +36,7 @@ from loop_orchestrator.supervisor.decide import answered as review_answered
 from loop_orchestrator.supervisor.decide import route_comment
 from loop_orchestrator.verify.verdict import load_verdict
 from loop_orchestrator.workspace import comments as commenting
+from loop_orchestrator.workspace import integration
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,8 @@ class Followed:
     tasks: dict[str, list[str]] = field(default_factory=dict)  # task -> feedback ids
     person: list[RoutedItem] = field(default_factory=list)
     items: list[RoutedItem] = field(default_factory=list)  # the new ones, routed
+    #: the tasks a review round was requested for (the run is back before Gate 2)
+    rounds: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """What the follow found, for a person: one line per task and per item of theirs."""
@@ -76,6 +80,11 @@ class Followed:
         for item in self.person:
             first = (item.text.splitlines() or [""])[0][:200]
             out.append(f"for you (no task owns it): {item.title}: {first}")
+        if self.rounds:
+            out.append(
+                f"review round requested for {', '.join(self.rounds)}: `lo-orch run` takes "
+                "it; then Gate 2 (`lo-orch merge`) and `lo-orch pr` push it and answer."
+            )
         if not self.items:
             out.append("nothing new on the pull request.")
         return out
@@ -387,7 +396,7 @@ def _answer_threads(
     done: list[str] = []
     routed = list(prec.routed)
     for i, item in enumerate(routed):
-        if item.answered or item.task not in tasks or not item.commit:
+        if item.answered or item.task not in tasks or not item.commit or item.id in done:
             continue
         if item.commit == reviewed or not gateway.is_ancestor(repo, item.commit, reviewed):
             continue
@@ -564,6 +573,9 @@ def follow(
             )
     prec.routed += new
     prrecord.save(repo, state.name, prec)
+    rounds = sorted(routed.tasks)
+    if rounds:
+        _request_rounds(repo, prec.pushed, [i for i in new if i.task is not None])
     return Followed(
         number=prec.number,
         commit=prec.pushed,
@@ -571,4 +583,42 @@ def follow(
         tasks={t: [f.id for f in fbs] for t, fbs in routed.tasks.items()},
         person=[i for i in new if i.task is None],
         items=new,
+        rounds=rounds,
     )
+
+
+def _place(repo: Path, commit: str, item: RoutedItem) -> tuple[str | None, int | None]:
+    """Where a routed item's comment points on ``commit``: its first file there, and its
+    line when the file has it (a check may name a line its file does not hold)."""
+    for path, line in item.paths:
+        content = gateway.file_at(repo, commit, path)
+        if content is None:
+            continue
+        ok = line is not None and 1 <= line <= len(content.splitlines())
+        return path, line if ok else None
+    return None, None
+
+
+def comment_text(item: RoutedItem) -> str:
+    """The words a task gets for one item, as a Gate 2 comment carries them (bounded)."""
+    if item.kind in ("check_run", "status"):
+        head = f"The GitHub check `{item.title}` failed on the pull request:"
+    else:
+        head = f"A review comment by {item.title} on the pull request:"
+    text = f"{head}\n{item.text}"
+    if item.hunk:
+        text += f"\n\nOn this part of the diff:\n{item.hunk}"
+    return text[:MAX_COMMENT_CHARS]
+
+
+def _request_rounds(repo: Path, commit: str, items: list[RoutedItem]) -> None:
+    """The merged run reopened and each item sent to its task as a Gate 2 comment, then
+    a review round requested for them (``workspace/comments.py``)."""
+    integration.reopen(repo, sorted({i.task for i in items if i.task}))
+    for item in items:
+        path, line = _place(repo, commit, item)
+        source: Source = "github-check" if item.kind in ("check_run", "status") else "github-review"
+        commenting.record_comment(
+            repo, path, line, comment_text(item), task=item.task, source=source
+        )
+    commenting.request_changes(repo)
