@@ -10,12 +10,13 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.git import commit, git
 from helpers.github_api import FakeGitHub, serve
 from helpers.pulls import RUN, MergedRun, merged_run, only_fast_forwards, push_log
-from helpers.runs import approve, lo
+from helpers.runs import approve, edit_script, lo
 from helpers.wait import wait_for
 
 from loop_orchestrator import proc
@@ -448,15 +449,44 @@ def test_no_session_inherits_a_github_token(
         assert ["--unsetenv", name] == wrapped[wrapped.index(name) - 1 : wrapped.index(name) + 1]
 
 
+TOKENIZE_DOC = '"""Split text into lower-case words."""'
+TOKENIZE_NEW = '"""Split a text into its lower-case words."""'
+
+
+def _review_round_script(d: dict[str, Any]) -> None:
+    """The tokenize session's review round: the docstring its reviewer asked for."""
+    first = d["tokenize"]["implement"][0]
+    write = next(a for a in first if a.get("write", {}).get("path") == "textstats/tokenize.py")
+    content = write["write"]["content"]
+    assert TOKENIZE_DOC in content
+    d["tokenize"]["implement"] = [
+        first,
+        [
+            {
+                "write": {
+                    "path": "textstats/tokenize.py",
+                    "content": content.replace(TOKENIZE_DOC, TOKENIZE_NEW),
+                }
+            },
+            {"signal": "impl_done"},
+        ],
+    ]
+
+
 @pytest.mark.slow
-def test_a_whole_run_to_gate_2_then_pr_opens_its_pull_request_with_the_real_verdicts(
+@pytest.mark.timeout(240)
+def test_a_whole_run_its_pull_request_a_review_round_from_it_and_the_answer(
     one_task: demo.DemoFiles,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
     repo = one_task.repo
+    edit_script(one_task, _review_round_script)
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
+    (remote / "config").write_text(
+        (remote / "config").read_text() + "[core]\n\tlogAllRefUpdates = always\n"
+    )
     git(repo, "remote", "add", "origin", str(remote))
     gh = FakeGitHub("octo", "textstats", TOKEN, remote)
     with serve(gh):
@@ -467,15 +497,42 @@ def test_a_whole_run_to_gate_2_then_pr_opens_its_pull_request_with_the_real_verd
         approve(one_task)
         assert lo(repo, "run").returncode == 0
         assert lo(repo, "merge", "--yes").returncode == 0
-        done = lo(repo, "pr")
-    assert done.returncode == 0, done.stderr
-    merged = runs.open_record(repo).run.merged_commit
-    assert merged and git(remote, "rev-parse", "feat/demo").strip() == merged
-    body = gh.pulls[0]["body"]
-    row = next(line for line in body.splitlines() if line.startswith("| tokenize:"))
-    assert "| passed |" in row and "verification |" in row
-    assert re.search(r"\| [1-9]\d*/[1-9]\d* passed \|", row), row  # its done-checks ran
-    assert merged in body and "run total:" in body
+        opened = lo(repo, "pr")
+        assert opened.returncode == 0, opened.stderr
+        first = runs.open_record(repo).run.merged_commit
+        assert first and git(remote, "rev-parse", "feat/demo").strip() == first
+        body = gh.pulls[0]["body"]
+        row = next(line for line in body.splitlines() if line.startswith("| tokenize:"))
+        assert "| passed |" in row and "1 verification |" in row
+        assert re.search(r"\| [1-9]\d*/[1-9]\d* passed \|", row), row  # its done-checks ran
+        assert first in body and "run total:" in body
+
+        # a colleague's review comment on the docstring line: a review round for tokenize
+        gh.review_comments.append(
+            {
+                "id": 500,
+                "path": "textstats/tokenize.py",
+                "line": 1,
+                "body": "Say 'a text' here.",
+                "user": {"login": "colleague"},
+            }
+        )
+        followed = lo(repo, "pr", "--follow")
+        assert followed.returncode == 0, followed.stderr
+        assert "review round requested for tokenize" in followed.stdout
+        assert lo(repo, "run").returncode == 0  # the round: verified, integrated, Gate 2
+        assert lo(repo, "merge", "--yes").returncode == 0
+        again = lo(repo, "pr")
+    assert again.returncode == 0, again.stderr
+    new = runs.open_record(repo).run.merged_commit
+    assert new and new != first
+    assert "fast-forward" in again.stdout and "answered review_comment:500" in again.stdout
+    assert TOKENIZE_NEW in git(remote, "show", f"{new}:textstats/tokenize.py")
+    assert git(remote, "rev-parse", "feat/demo").strip() == new
+    assert only_fast_forwards(remote, "feat/demo") and len(push_log(remote, "feat/demo")) == 2
+    replies = [c for c in gh.review_comments if c.get("in_reply_to_id") == 500]
+    assert len(replies) == 1 and new in replies[0]["body"]
+    assert len(gh.pulls) == 1
     home = Path(os.environ["HOME"])
     for folder in (tmp_path, home):
         for path in folder.rglob("*"):
