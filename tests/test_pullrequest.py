@@ -353,8 +353,15 @@ def test_follow_routes_each_failure_and_comment_to_its_owner_once_with_etags(
     assert all(r.headers.get("x-answered") == "304" for r in follows)
     assert len(events(merged.repo, "pr_feedback")) == 3
 
-    # what names a task's lines goes to that task as a review round
+    # what names a task's lines goes to that task as a review round; refused first (no
+    # round is allowed), nothing is reopened and the feedback waits, kept, unsent
     _task_feedback(github, merged.commit)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("LO_ORCH_RUN_MAX_REVIEW_ROUNDS", "0")
+        code, _, err = pr(merged.repo, capsys, "--follow")
+    assert code == 1 and "was not sent" in err and "max_review_rounds" in err
+    assert runs.open_record(merged.repo).run.phase == RunPhase.MERGED
+    assert not (merged.repo / ".worktrees" / RUN / "parser").exists()
     code, out, err = pr(merged.repo, capsys, "--follow")
     assert code == 0, err
     assert "to task parser: check_run:11" in out

@@ -32,8 +32,8 @@ from loop_orchestrator.runstate.comments import MAX_COMMENT_CHARS, Source
 from loop_orchestrator.runstate.journal import Record
 from loop_orchestrator.runstate.state import RunDir, RunPhase, RunState, Store
 from loop_orchestrator.supervisor.decide import Routed as CommentRouted
+from loop_orchestrator.supervisor.decide import Unrouted, review_round, route_comment
 from loop_orchestrator.supervisor.decide import answered as review_answered
-from loop_orchestrator.supervisor.decide import route_comment
 from loop_orchestrator.verify.verdict import load_verdict
 from loop_orchestrator.workspace import comments as commenting
 from loop_orchestrator.workspace import integration
@@ -526,9 +526,14 @@ def follow(
     """Read the pull request until no check runs, route what it says to the owning tasks
     (or the person), and record it; routed once each."""
     env = dict(os.environ if env is None else env)
+    rec = runs.open_record(repo)
+    prec = prrecord.load(repo, rec.run.name)
+    if rec.run.phase == RunPhase.AWAITING_MERGE_REVIEW and _unsent(prec) and prec.number:
+        # an earlier follow reopened the run and stopped before every comment was sent
+        sent = _request_rounds(repo, prec)
+        return Followed(prec.number, prec.pushed or "", 0, tasks=sent, rounds=sorted(sent))
     _, state, _ = merged_run(repo)
     settings = load_settings(repo)
-    prec = prrecord.load(repo, state.name)
     if prec.number is None or not prec.pushed:
         msg = f"run {state.name!r} has no pull request yet"
         raise PullRequestError(msg, hint="Open it with `lo-orch pr`.")
@@ -572,18 +577,16 @@ def follow(
                 "pr_feedback", kind=fb.kind, id=fb.id, task=task, path=first[0], line=first[1]
             )
     prec.routed += new
-    prrecord.save(repo, state.name, prec)
-    rounds = sorted(routed.tasks)
-    if rounds:
-        _request_rounds(repo, prec.pushed, [i for i in new if i.task is not None])
+    prrecord.save(repo, state.name, prec)  # kept before the rounds: a failure resumes
+    sent = _request_rounds(repo, prec) if _unsent(prec) else {}
     return Followed(
         number=prec.number,
         commit=prec.pushed,
         pending=pending,
-        tasks={t: [f.id for f in fbs] for t, fbs in routed.tasks.items()},
+        tasks=sent or {t: [f.id for f in fbs] for t, fbs in routed.tasks.items()},
         person=[i for i in new if i.task is None],
         items=new,
-        rounds=rounds,
+        rounds=sorted(sent),
     )
 
 
@@ -611,14 +614,45 @@ def comment_text(item: RoutedItem) -> str:
     return text[:MAX_COMMENT_CHARS]
 
 
-def _request_rounds(repo: Path, commit: str, items: list[RoutedItem]) -> None:
-    """The merged run reopened and each item sent to its task as a Gate 2 comment, then
-    a review round requested for them (``workspace/comments.py``)."""
-    integration.reopen(repo, sorted({i.task for i in items if i.task}))
+def _unsent(prec: PrRecord) -> list[RoutedItem]:
+    return [i for i in prec.routed if i.task is not None and not i.sent]
+
+
+def _request_rounds(repo: Path, prec: PrRecord) -> dict[str, list[str]]:
+    """Reopen the merged run, record each unsent item as a Gate 2 comment of its task and
+    request the review rounds (``workspace/comments.py``); task -> the items sent.
+    Resumable: each item is marked sent once recorded, and a run already reopened is not
+    reopened again."""
+    items = _unsent(prec)
+    tasks = sorted({str(i.task) for i in items})
+    rec = runs.open_record(repo)
+    limit = load_settings(repo).run.max_review_rounds
+    for tid in tasks:  # refused before anything is reopened; the items wait, unsent
+        st = rec.task(tid)
+        step = review_round(
+            tid,
+            phase=st.phase,
+            rework_count=st.rework_count,
+            review_rounds=st.review_rounds,
+            limit=limit,
+        )
+        if isinstance(step, Unrouted):
+            msg = f"{step.message}; the pull request's feedback for it was not sent"
+            raise PullRequestError(
+                msg, hint=step.hint + " Then `lo-orch pr --follow` sends it (it is kept)."
+            )
+    if rec.run.phase == RunPhase.MERGED:
+        integration.reopen(repo, tasks)
     for item in items:
-        path, line = _place(repo, commit, item)
+        path, line = _place(repo, item.commit or str(prec.pushed), item)
         source: Source = "github-check" if item.kind in ("check_run", "status") else "github-review"
         commenting.record_comment(
             repo, path, line, comment_text(item), task=item.task, source=source
         )
+        prec.routed = [r.model_copy(update={"sent": True}) if r is item else r for r in prec.routed]
+        prrecord.save(repo, rec.run.name, prec)
     commenting.request_changes(repo)
+    sent: dict[str, list[str]] = {}
+    for item in items:
+        sent.setdefault(str(item.task), []).append(item.id)
+    return sent

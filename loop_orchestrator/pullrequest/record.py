@@ -33,6 +33,8 @@ class RoutedItem(BaseModel):
     #: the head commit it was about, and the commit its answer named
     commit: str = ""
     answered: str | None = None
+    #: recorded as a Gate 2 comment of its task (for a review round)
+    sent: bool = False
 
 
 class PrRecord(BaseModel):
