@@ -509,7 +509,8 @@ def test_a_whole_run_its_pull_request_a_review_round_from_it_and_the_answer(
         first = runs.open_record(repo).run.merged_commit
         assert first and git(remote, "rev-parse", "feat/demo").strip() == first
         body = gh.pulls[0]["body"]
-        row = next(line for line in body.splitlines() if line.startswith("| tokenize:"))
+        first_row = next(ln for ln in body.splitlines() if ln.startswith("| tokenize:"))
+        row = first_row
         assert "| passed |" in row and "1 verification |" in row
         assert re.search(r"\| [1-9]\d*/[1-9]\d* passed \|", row), row  # its done-checks ran
         assert first in body and "run total:" in body
@@ -540,6 +541,9 @@ def test_a_whole_run_its_pull_request_a_review_round_from_it_and_the_answer(
     replies = [c for c in gh.review_comments if c.get("in_reply_to_id") == 500]
     assert len(replies) == 1 and new in replies[0]["body"]
     assert len(gh.pulls) == 1
+    row = next(ln for ln in gh.pulls[0]["body"].splitlines() if ln.startswith("| tokenize:"))
+    assert "| 1 verification, 1 review |" in row  # its body updated with the round
+    assert row.split("|")[2] != first_row.split("|")[2]  # the task's new commit
     home = Path(os.environ["HOME"])
     for folder in (tmp_path, home):
         for path in folder.rglob("*"):

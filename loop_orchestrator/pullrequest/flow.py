@@ -166,8 +166,6 @@ def _reports(repo: Path, rec: Record, plan: Plan) -> list[TaskReport]:
         ):
             verdict = None  # a file the record does not hold is not its word
         title = next((t.title for t in plan.tasks if t.id == tid), "")
-        extra = st.model_extra or {}
-        review_rounds = extra.get("review_rounds")
         out.append(
             TaskReport(
                 task=tid,
@@ -180,8 +178,9 @@ def _reports(repo: Path, rec: Record, plan: Plan) -> list[TaskReport]:
                     1 for c in (verdict.checks if verdict else []) if c.passed and c.criterion
                 ),
                 checks_run=sum(1 for c in (verdict.checks if verdict else []) if c.criterion),
-                rework_rounds=st.rework_count,
-                review_rounds=review_rounds if isinstance(review_rounds, int) else 0,
+                # a review round takes a round number too, but is not a verification rework
+                rework_rounds=max(0, st.rework_count - st.review_rounds),
+                review_rounds=st.review_rounds,
             )
         )
     return out
