@@ -21,6 +21,7 @@ from helpers.wait import wait_for
 
 from loop_orchestrator import proc
 from loop_orchestrator.cli.main import run_cli
+from loop_orchestrator.pullrequest import flow
 from loop_orchestrator.pullrequest import record as prrecord
 from loop_orchestrator.runstate import comments as review_store
 from loop_orchestrator.runstate import create as runs
@@ -549,3 +550,26 @@ def test_a_whole_run_its_pull_request_a_review_round_from_it_and_the_answer(
         for path in folder.rglob("*"):
             if path.is_file() and not path.is_symlink():
                 assert TOKEN.encode() not in path.read_bytes(), path
+
+
+def test_follow_waits_for_running_checks_and_for_the_rate_limit_to_reset(
+    merged: MergedRun, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert pr(merged.repo, capsys)[0] == 0
+    running = {"id": 21, "name": "tests", "status": "in_progress", "conclusion": None}
+    github.check_runs[merged.commit] = [running]
+    now = 1_900_000_000.0
+    github.reset = int(now) + 100
+    github.remaining = 4  # exactly one read: the last answer says none is left
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        github.remaining = github.limit  # the window reset meanwhile
+        running.update(status="completed", conclusion="success")
+
+    seen = flow.follow(merged.repo, clock=lambda: now, sleep=sleep, timeout=600, interval=5)
+    assert slept == [101]  # not the interval: the reset time, and no request was refused
+    assert seen.pending == 0 and seen.items == []
+    # read again after the wait (a 403 there would have raised: none was spent too early)
+    assert sum(r.path.endswith("/check-runs") for r in github.requests) == 2
