@@ -41,8 +41,12 @@ def test_the_api_is_github_com_enterprise_or_the_one_configured() -> None:
     assert decide.target("origin", "git@github.com:o/n.git", "", {}) == Target(
         "o", "n", "https://api.github.com", "github.com", enterprise=False
     )
-    ghe = decide.target("origin", "https://ghe.corp/o/n.git", "", {})
+    ghe = decide.target("origin", "https://ghe.corp/o/n.git", "", {}, ["GHE.corp"])
     assert (ghe.api, ghe.enterprise) == ("https://ghe.corp/api/v3", True)
+    # a host nobody named as GitHub gets no request, so no token
+    with pytest.raises(PullRequestError, match=r"not github\.com nor a GitHub Enterprise") as no:
+        decide.target("origin", "https://gitlab.com/o/n.git", "", {}, ["ghe.corp"])
+    assert "[intake.github] hosts" in str(no.value.hint)
     mine = decide.target("origin", "/srv/n.git", "team/app", {"GITHUB_API_URL": "http://h:1/"})
     assert (mine.full, mine.api) == ("team/app", "http://h:1")
     with pytest.raises(PullRequestError, match="does not name a GitHub repository") as err:

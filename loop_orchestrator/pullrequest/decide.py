@@ -95,8 +95,16 @@ class Target:
         return f"{self.owner}/{self.name}"
 
 
-def target(remote: str, url: str, configured: str, env: Mapping[str, str]) -> Target:
-    """Where the pull request is opened: ``[pr] repo`` or the remote's URL, and the API."""
+def target(
+    remote: str,
+    url: str,
+    configured: str,
+    env: Mapping[str, str],
+    enterprise_hosts: Sequence[str] = (),
+) -> Target:
+    """Where the pull request is opened: ``[pr] repo`` or the remote's URL, and the API: a
+    host other than github.com only when ``[intake.github] hosts`` names it (GitHub
+    Enterprise Server), so no token is ever sent to a host nobody said is GitHub."""
     slug = parse_remote_url(url)
     if configured:
         owner, name = parse_slug(configured)
@@ -116,7 +124,15 @@ def target(remote: str, url: str, configured: str, env: Mapping[str, str]) -> Ta
         return Target(owner, name, explicit, host, enterprise=host != "github.com")
     if host in ("github.com", "www.github.com"):
         return Target(owner, name, DEFAULT_API, "github.com", enterprise=False)
-    return Target(owner, name, f"https://{host}/api/v3", host, enterprise=True)
+    if host in {h.strip().lower().removeprefix("https://").strip("/") for h in enterprise_hosts}:
+        return Target(owner, name, f"https://{host}/api/v3", host, enterprise=True)
+    msg = f"remote {remote!r} is on {host}, which is not github.com nor a GitHub Enterprise host"
+    raise PullRequestError(
+        msg + "; nothing was pushed",
+        hint="If it is a GitHub Enterprise Server, name it in "
+        f'`.loop-orchestrator/config.toml`: [intake.github] hosts = ["{host}"]; or set '
+        "GITHUB_API_URL to its API.",
+    )
 
 
 def token(env: Mapping[str, str], tgt: Target, gh_hosts: str | None) -> str | None:

@@ -220,7 +220,7 @@ def connect(
             "git@github.com:OWNER/NAME.git`) or name one with `lo-orch pr --remote NAME` "
             "(`git remote -v` lists them).",
         )
-    tgt = decide.target(remote, url, settings.pr.repo, env)
+    tgt = decide.target(remote, url, settings.pr.repo, env, settings.intake.github.hosts)
     tok = decide.token(env, tgt, gh_hosts_text(env)) or gh_auth_token(tgt.host, env)
     if tok is None:
         raise decide.no_token_error(tgt)
