@@ -144,6 +144,18 @@ class IntakeConfig(_Section):
     jira: JiraIntakeConfig = Field(default_factory=JiraIntakeConfig)
 
 
+class PrConfig(_Section):
+    """``[pr]``: where ``lo-orch pr`` opens the pull request (docs/design.md section 12)."""
+
+    #: the GitHub repository ``owner/name``; empty: read from the remote's URL
+    repo: str = ""
+    #: the remote pushed to when ``--remote`` is not given
+    remote: str = "origin"
+    #: seconds between two reads of ``lo-orch pr --follow``, and the most it waits in all
+    follow_interval: float = Field(default=30.0, gt=0)
+    follow_timeout: float = Field(default=3600.0, ge=0)
+
+
 class PermissionsConfig(_Section):
     """``[permissions]``: rules that answer sessions' permission requests without a person
     (syntax in permissions.py and docs/permissions.md; deny wins over allow)."""
@@ -220,6 +232,7 @@ class Settings(_Section):
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     intake: IntakeConfig = Field(default_factory=IntakeConfig)
+    pr: PrConfig = Field(default_factory=PrConfig)
 
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
@@ -323,7 +336,7 @@ def load_settings(
             raise ConfigError(
                 msg,
                 hint="See the [agent], [run], [auditor], [workspace], [verify], [intake], "
-                "[cluster] and [prices] keys in README.",
+                "[pr], [cluster] and [prices] keys in README.",
             ) from exc
         merged = candidate
     return Settings.model_validate(merged)

@@ -121,6 +121,15 @@ class RefTamperedError(LoOrchError):
         )
 
 
+class PullRequestError(LoOrchError):
+    """``lo-orch pr`` could not push or open the pull request; ``reset_at`` (epoch seconds)
+    when a rate limit stopped it."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.reset_at: float | None = None
+
+
 class TmuxError(LoOrchError):
     """tmux is missing or a tmux operation failed."""
 

@@ -35,6 +35,19 @@ class Result:
         return self.returncode == 0
 
 
+#: the GitHub tokens ``lo-orch pr`` uses (docs/design.md section 12): never an agent
+#: session's (tmux panes start without them, the sandbox unsets them)
+TOKEN_VARIABLES = ("GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN")
+
+
+def without_tokens(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment (``base``, else ours) without ``TOKEN_VARIABLES``."""
+    env = dict(os.environ if base is None else base)
+    for name in TOKEN_VARIABLES:
+        env.pop(name, None)
+    return env
+
+
 def no_git_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment without leaked ``GIT_*`` variables.
 

@@ -244,6 +244,7 @@ COMMAND_FUNCTIONS = {
     "status": {"status.status"},
     "merge": {"merge.review", "merge.merge"},
     "cleanup": {"merge.cleanup"},
+    "pr": {"pr.pr", "pr.follow"},
     "attach": {"session.attach"},
     "send": {"session.send"},
     "permit": {"session.permit"},

@@ -291,7 +291,7 @@ class SessionHost:
             policy,
             read_only=(*policy.read_only, shared),
             hidden=(*policy.hidden, *(p for p in secrets if not mine.is_relative_to(p))),
-            unset_env=tuple(ray_env_names()),
+            unset_env=(*policy.unset_env, *ray_env_names()),
         )
         return sandbox.confine(LaunchSpec(spec.task, spec.cwd, inner, spec.env), policy)
 

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Literal, assert_never
 
 from loop_orchestrator import config
 from loop_orchestrator.errors import LoOrchError, StateError
+from loop_orchestrator.pullrequest import flow as pulls
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import TaskStatus
+from loop_orchestrator.sessions.guard import refuse_in_session
 from loop_orchestrator.supervisor import main as supervisor
 
 if TYPE_CHECKING:
@@ -34,12 +36,21 @@ def run(
     allow_dirty: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Supervise the approved plan until Gate 2 (or start that in the run's tmux session).
+    """Supervise the approved plan until Gate 2 (or start that in the run's tmux session);
+    a merged run with a pull request: follow it (``lo-orch pr --follow``).
 
     Raises ``StateError`` when tasks that need a person stopped the run, ``LoOrchError``
     when integration failed or the run stopped.
     """
 
+    followed = ""
+    if not detach and pulls.has_pull_request(repo):
+        # merged, with a pull request: what is left to supervise is what GitHub says of it
+        refuse_in_session("lo-orch run")  # it may reopen the run: a person's act
+        seen = pulls.follow(repo)
+        followed = "\n".join(seen.lines())
+        if not seen.rounds:
+            return RunResult("merged", followed)
     settings = config.load_settings(repo)
     if allow_dirty:
         settings.workspace.allow_dirty = True
@@ -49,7 +60,10 @@ def run(
     sup = supervisor.Supervisor(
         repo, settings, continue_blocked=continue_blocked, progress=progress
     )
-    return result_of(sup.run())
+    done = result_of(sup.run())
+    if followed:
+        return RunResult(done.state, f"{followed}\n{done.message}")
+    return done
 
 
 def result_of(outcome: Outcome) -> RunResult:

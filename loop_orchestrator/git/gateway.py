@@ -506,3 +506,81 @@ def list_files(repo: Path, commit: str) -> list[str]:
         if meta.split(" ")[1:2] == ["blob"]:
             files.append(path)
     return files
+
+
+# the one place lo-orch talks to a remote (`lo-orch pr`, docs/design.md section 12) ------
+
+#: for ls-remote and push only: the transports a person's remote uses; ``ext::`` (runs a
+#: command) stays off, as do the repository's own receive/upload-pack commands and
+#: credential helpers (the token comes through the environment, ``pullrequest/decide.py``)
+_REMOTE_OPTS = (
+    "protocol.file.allow=always",
+    "protocol.ssh.allow=always",
+    "protocol.https.allow=always",
+    "protocol.http.allow=always",
+    "protocol.git.allow=always",
+    "protocol.ext.allow=never",
+    "credential.helper=",
+)
+
+
+def remote_url(repo: Path, remote: str) -> str | None:
+    """The URL ``git push REMOTE`` pushes to; None when there is no such remote."""
+    if not remote or remote.startswith("-") or "\0" in remote:
+        return None
+    res = git(repo, "remote", "get-url", "--push", "--", remote, check=False)
+    return res.stdout.strip() if res.ok and res.stdout.strip() else None
+
+
+def remote_head(
+    repo: Path,
+    remote: str,
+    branch: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+) -> proc.Result:
+    """``git ls-remote REMOTE refs/heads/BRANCH`` (the caller reads the result)."""
+    opts = [arg for item in _REMOTE_OPTS for arg in ("-c", item)]
+    return git(
+        repo,
+        *opts,
+        "ls-remote",
+        "--upload-pack=git-upload-pack",
+        "--",
+        remote,
+        f"refs/heads/{branch}",
+        check=False,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def push(
+    repo: Path,
+    remote: str,
+    refspec: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+) -> proc.Result:
+    """``git push REMOTE REFSPEC``: never forced (a refspec with ``+`` is refused here),
+    no hooks (the gateway's), the caller reads the result."""
+    if refspec.startswith("+") or ":" not in refspec:
+        msg = f"refused to push {refspec!r}: lo-orch pushes only `<sha>:refs/heads/<branch>`"
+        raise GitError(msg, hint="This is a bug in lo-orch; please report it.")
+    opts = [arg for item in _REMOTE_OPTS for arg in ("-c", item)]
+    return git(
+        repo,
+        *opts,
+        "push",
+        "--porcelain",
+        "--receive-pack=git-receive-pack",
+        "--no-verify",
+        "--",
+        remote,
+        refspec,
+        check=False,
+        env=env,
+        timeout=timeout,
+    )

@@ -215,8 +215,11 @@ class HttpClient:
         body: Any = None,
         what: str = "",
         allow: tuple[int, ...] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
-        """Send one request; ``allow`` lists error statuses returned instead of raised."""
+        """Send one request; ``allow`` lists error statuses returned instead of raised;
+        ``headers`` are added to this request only (``If-None-Match``)."""
+        extra = dict(headers or {})
         svc = self.service
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -225,7 +228,12 @@ class HttpClient:
                 msg,
                 hint=f"Check {svc.base_hint}.",
             )
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **self.headers}
+        headers = {
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+            **self.headers,
+            **extra,
+        }
         data = None
         if body is not None:
             data = json.dumps(body).encode("utf-8")

@@ -248,8 +248,9 @@ class Policy:
     legacy_dirs: tuple[Path, ...] = ()
     legacy_files: tuple[Path, ...] = ()
     legacy_reporting: bool = True
-    #: environment variables the session must not inherit (a node's Ray credentials)
-    unset_env: tuple[str, ...] = ()
+    #: environment variables the session must not inherit (GitHub tokens, a node's Ray
+    #: credentials)
+    unset_env: tuple[str, ...] = proc.TOKEN_VARIABLES
 
     @classmethod
     def for_task(

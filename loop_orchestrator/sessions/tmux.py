@@ -120,7 +120,9 @@ class TmuxBackend:
 
     def _tmux(self, *args: str, input: str | None = None, check: bool = True) -> proc.Result:
         argv = [self._tmux_bin(), *self._server_args(), *args]
-        result = proc.run(argv, env=self.env, input=input, timeout=TMUX_TIMEOUT, check=False)
+        # the server starts with this environment and every pane inherits it: no token
+        env = proc.without_tokens(self.env)
+        result = proc.run(argv, env=env, input=input, timeout=TMUX_TIMEOUT, check=False)
         if check and not result.ok:
             detail = result.stderr.strip() or (
                 "timed out" if result.returncode is None else f"exit {result.returncode}"

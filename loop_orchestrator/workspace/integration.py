@@ -283,6 +283,8 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Mer
 
     state = rec.update_run(
         phase=RunPhase.MERGED,
+        # the branch Gate 2 set (`--branch` included): `lo-orch pr` pushes this one
+        feature_branch=reviewed.feature,
         reviewed_commit=reviewed.commit,
         merged_commit=reviewed.commit,
         merged_at=now_iso(),
@@ -298,6 +300,33 @@ def merge(repo: Path, reviewed: Review, *, merge_into: str | None = None) -> Mer
         raise GateError(msg, hint="Inspect it with `git log`; nothing else was changed.")
     ws.branches.hand_over(reviewed.feature)
     return Merged(state, cleaned)
+
+
+def reopen(repo: Path, tasks: list[str]) -> RunState:
+    """A merged run back at Gate 2 for review rounds of ``tasks`` (what its pull request
+    asked of them): staging recreated at the merged commit, each task's branch and
+    worktree made again from it. The feature branch stays the user's: the next Gate 2 only
+    moves it forward (``Staging.finish``), never over a commit of theirs."""
+    refuse_in_session("lo-orch pr")
+    rec = runs.open_record(repo)
+    state = rec.run
+    merged = state.merged_commit
+    if state.phase != RunPhase.MERGED or not merged:
+        msg = f"run {state.name!r} is {state.phase.value}, not merged: nothing to reopen"
+        raise GateError(msg, hint="`lo-orch status` shows where it is.")
+    ws = workspace.Workspace.for_run(repo, state, load_settings(repo).workspace)
+    book = ws.branches
+    if book.refs.get(book.staging_ref) is None:
+        problem = book.clash(book.staging_branch, book.tips())
+        book.raise_clashes([problem] if problem else [])
+        book.create(book.staging_branch, merged)
+    elif book.recorded(book.staging_branch) != merged:
+        msg = f"{book.staging_branch} is not at the merged commit {merged[:12]}"
+        raise GateError(msg, hint="`lo-orch status` shows the run; nothing was changed.")
+    for task in tasks:
+        ws.run_setup(ws.ensure_worktree(task))  # as at the task's first launch
+    Store.for_repo(repo).append_ledger("run_reopened", run=state.name, commit=merged, tasks=tasks)
+    return rec.update_run(phase=RunPhase.AWAITING_MERGE_REVIEW)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""GitHub's REST API for pull requests, thin: each call one request, every error status
+turned into a ``PullRequestError`` by ``decide.api_error`` (docs/design.md section 12).
+
+The token travels only in the ``Authorization`` header (``intake/http.py`` drops it on a
+redirect to another host); nothing here logs or returns it.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from loop_orchestrator.intake.http import HttpClient, Service
+from loop_orchestrator.pullrequest import decide
+from loop_orchestrator.pullrequest.decide import Target
+
+SERVICE = Service("GitHub", "GITHUB_TOKEN (or GH_TOKEN, or `gh auth login`)", "GITHUB_API_URL")
+#: every error status comes back as an answer, so ``decide.api_error`` words it
+_ERRORS = tuple(range(400, 600))
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    data: Any
+
+
+class GitHub:
+    """Calls to one repository's API."""
+
+    def __init__(
+        self,
+        tgt: Target,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.tgt = tgt
+        self.clock = clock
+        self.http = HttpClient(
+            SERVICE,
+            headers={
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": "2022-11-28",
+                "Authorization": f"Bearer {token}",
+            },
+            timeout=timeout,
+        )
+
+    def url(self, path: str, params: Mapping[str, str | int] | None = None) -> str:
+        url = f"{self.tgt.api}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode({k: str(v) for k, v in params.items()})
+        return url
+
+    def call(
+        self,
+        method: str,
+        url: str,
+        *,
+        what: str,
+        body: Any = None,
+        etag: str | None = None,
+    ) -> Answer:
+        """One request; an error status raises, a ``304`` (with ``etag``) is returned."""
+        headers = {"If-None-Match": etag} if etag else None
+        resp = self.http.request(method, url, body=body, what=what, allow=_ERRORS, headers=headers)
+        if resp.status >= 400:
+            raise decide.api_error(
+                resp.status, resp.headers, resp.data, what, self.tgt, self.clock()
+            )
+        return Answer(resp.status, resp.headers, resp.data)
+
+    def repo(self) -> dict[str, Any]:
+        data = self.call(
+            "GET", self.url(f"/repos/{self.tgt.full}"), what="reading the repository"
+        ).data
+        return data if isinstance(data, dict) else {}
+
+    def open_pull(self, branch: str) -> dict[str, Any] | None:
+        """The open pull request whose head is ``branch`` of this repository, if any."""
+        url = self.url(
+            f"/repos/{self.tgt.full}/pulls",
+            {"head": f"{self.tgt.owner}:{branch}", "state": "open", "per_page": 10},
+        )
+        data = self.call("GET", url, what="looking for an open pull request").data
+        for pull in data if isinstance(data, list) else []:
+            head = pull.get("head") if isinstance(pull, dict) else None
+            if isinstance(head, dict) and head.get("ref") == branch:
+                return dict(pull)
+        return None
+
+    def create_pull(
+        self, *, branch: str, base: str, title: str, body: str, draft: bool
+    ) -> dict[str, Any]:
+        data = self.call(
+            "POST",
+            self.url(f"/repos/{self.tgt.full}/pulls"),
+            what="opening the pull request",
+            body={"title": title, "head": branch, "base": base, "body": body, "draft": draft},
+        ).data
+        return data if isinstance(data, dict) else {}
+
+    def update_pull(self, number: int, body: str) -> dict[str, Any]:
+        data = self.call(
+            "PATCH",
+            self.url(f"/repos/{self.tgt.full}/pulls/{number}"),
+            what=f"updating pull request #{number}",
+            body={"body": body},
+        ).data
+        return data if isinstance(data, dict) else {}
+
+    def reply(self, number: int, comment_id: int, text: str) -> None:
+        self.call(
+            "POST",
+            self.url(f"/repos/{self.tgt.full}/pulls/{number}/comments/{comment_id}/replies"),
+            what=f"answering review comment {comment_id}",
+            body={"body": text},
+        )
+
+    def comment(self, number: int, text: str) -> None:
+        self.call(
+            "POST",
+            self.url(f"/repos/{self.tgt.full}/issues/{number}/comments"),
+            what=f"commenting on pull request #{number}",
+            body={"body": text},
+        )
