@@ -121,6 +121,7 @@ def run(
     timeout: float | None = None,
     check: bool = True,
     memory_limit: int | None = None,
+    terminal: bool = False,
 ) -> Result:
     """Run ``cmd`` (an argument list) and capture its output as text.
 
@@ -128,8 +129,9 @@ def run(
     probes) the command runs in a session and process group of its own, and after the
     timeout, or when the caller is interrupted (Ctrl-C), the whole group is killed, not
     only the program started: a check that started a server or test workers leaves nothing
-    running. Without one the command keeps the caller's terminal (git may ask for a
-    passphrase there) and only the program itself is killed on an interrupt.
+    running. Without one, or with ``terminal`` (git talking to a remote, whose ssh may ask
+    for a passphrase on the person's terminal), the command keeps the caller's session and
+    only the program itself is killed on a timeout or an interrupt.
 
     ``memory_limit``: the most data memory (``RLIMIT_DATA``, bytes) the command and every
     process it starts may each take; past it an allocation fails (Python's MemoryError,
@@ -141,7 +143,7 @@ def run(
     command, exit code, stdout and stderr; without it the caller reads ``Result``.
     """
     args = [str(c) for c in cmd]
-    grouped = timeout is not None
+    grouped = timeout is not None and not terminal
     start = time.monotonic()
     try:
         child = subprocess.Popen(
@@ -167,7 +169,10 @@ def run(
     try:
         out, err = child.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
-        kill_group(child)
+        if grouped:
+            kill_group(child)
+        else:
+            child.kill()
         out, err = _drain(child)
         result = Result(args, None, out, err, time.monotonic() - start)
         log.debug("command timed out", extra={"cmd": args, "timeout": timeout})

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
+from loop_orchestrator import proc
 from loop_orchestrator.proc import CHECK_MEMORY_FLOOR_MB, check_memory_bound
 
 GIB = 2**30
@@ -17,3 +21,14 @@ def test_a_configured_bound_wins_and_zero_means_none() -> None:
     assert check_memory_bound(512, 64 * GIB) == 512 * 2**20
     assert check_memory_bound(512, None) == 512 * 2**20
     assert check_memory_bound(0, 64 * GIB) is None
+
+
+def test_a_bounded_call_runs_in_its_own_session_a_terminal_one_keeps_ours() -> None:
+    """A command with a timeout gets a session (and process group) of its own, so its whole
+    group can be killed; a call that may ask the person (git with a remote: ssh reads the
+    passphrase from the terminal) keeps the caller's session, as one without a timeout."""
+    ask = [sys.executable, "-c", "import os; print(os.getsid(0))"]
+    own = int(proc.run(ask, timeout=30).stdout)
+    assert own != os.getsid(0)
+    assert int(proc.run(ask, timeout=30, terminal=True).stdout) == os.getsid(0)
+    assert int(proc.run(ask).stdout) == os.getsid(0)

@@ -112,11 +112,13 @@ def git(
     timeout: float | None = None,
     hint: str | None = None,
     view: bool = False,
+    terminal: bool = False,
 ) -> proc.Result:
     """Run ``git *args`` in ``cwd`` through the gateway; ``check`` raises ``GitError``.
 
     With ``view`` the command runs in the object view of the repository at ``cwd`` (only
-    shas mean anything there; see the module docstring).
+    shas mean anything there; see the module docstring). ``terminal``: it may talk to a
+    remote whose ssh asks the person for a passphrase (``proc.run``).
     """
     full_env = proc.no_git_env()
     if env:
@@ -142,6 +144,7 @@ def git(
             input=input,
             timeout=timeout,
             check=False,
+            terminal=terminal,
         )
     if check and not result.ok:
         raise git_failure(result, hint=hint)
@@ -553,6 +556,7 @@ def remote_head(
         check=False,
         env=env,
         timeout=timeout,
+        terminal=True,
     )
 
 
@@ -583,4 +587,5 @@ def push(
         check=False,
         env=env,
         timeout=timeout,
+        terminal=True,
     )
