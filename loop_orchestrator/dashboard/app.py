@@ -28,7 +28,9 @@ from loop_orchestrator.commands import run as running
 from loop_orchestrator.commands import session
 from loop_orchestrator.dashboard.screens import Answer, Ask, Gate1, Gate2
 from loop_orchestrator.dashboard.view import (
+    WRAPPING_COLUMNS,
     Snapshot,
+    fit_columns,
     gate1_text,
     ledger_lines,
     load_snapshot,
@@ -36,6 +38,7 @@ from loop_orchestrator.dashboard.view import (
     pending_requests,
     read_text,
     review_text,
+    wrap_cell,
 )
 from loop_orchestrator.errors import LoOrchError, StateError
 from loop_orchestrator.runstate.state import RunDir, Store
@@ -102,6 +105,8 @@ class Dashboard(App[None]):
         self._observer: Any = None
         self._pending = False
         self._last_reload = 0.0
+        #: the task table's columns and widths and its rows' heights, as last filled
+        self._table_shape: tuple[list[tuple[str, int]], list[int]] | None = None
 
     # layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -201,29 +206,49 @@ class Dashboard(App[None]):
         self.show_details()
 
     def _fill_table(self, snap: Snapshot) -> None:
+        """The task table at the terminal's width (``view.fit_columns``): the columns that
+        fit, the long ones wrapped; refilled in place while its shape stays the same."""
         table = self.query_one("#tasks", DataTable)
-        keys = [str(r.value) for r in table.rows]
+        widths = fit_columns(snap.headers, snap.rows, self.size.width)
+        cells = [
+            [
+                wrap_cell(cell, widths[h]) if h in WRAPPING_COLUMNS else [cell]
+                for h, cell in zip(snap.headers, row, strict=True)
+                if h in widths
+            ]
+            for row in snap.rows
+        ]
+        heights = [max(len(c) for c in row) for row in cells]
+        shape = (list(widths.items()), heights)
         wanted = [row[0] for row in snap.rows]
-        if [str(c.value) for c in table.columns] != snap.headers:
-            # the first reading, or a task's session now runs on a cluster node (the node
-            # column of `lo-orch status`)
+        if shape != self._table_shape:
+            # the first reading, another width, a column more (a task's session now runs
+            # on a cluster node: `lo-orch status`'s node column), or a cell that wraps into
+            # more lines or fewer
             table.clear(columns=True)
-            for h in snap.headers:
-                table.add_column(h, key=h)
-            keys = []
+            for h, w in widths.items():
+                table.add_column(h, key=h, width=w)
+            self._table_shape = shape
+        keys = [str(r.value) for r in table.rows]
+        texts = [[Text("\n".join(c)) for c in row] for row in cells]
         if keys == wanted:
-            for row in snap.rows:
-                for h, cell in zip(snap.headers, row, strict=True):
-                    if table.get_cell(row[0], h) != cell:
-                        table.update_cell(row[0], h, cell)
+            for key, row in zip(wanted, texts, strict=True):
+                for h, cell in zip(widths, row, strict=True):
+                    if table.get_cell(key, h) != cell:
+                        table.update_cell(key, h, cell)
         else:
             table.clear()
-            for row in snap.rows:
-                table.add_row(*row, key=row[0])
+            # Text, never markup: a task's note is the session's words
+            for key, row, height in zip(wanted, texts, heights, strict=True):
+                table.add_row(*row, key=key, height=height)
             if self.selected in wanted:
                 table.move_cursor(row=wanted.index(self.selected))
         if wanted and self.selected not in wanted:
             self.selected = wanted[min(table.cursor_row, len(wanted) - 1)]
+
+    def on_resize(self) -> None:
+        if self.snapshot is not None and len(self.screen_stack) == 1:
+            self._fill_table(self.snapshot)
 
     @on(DataTable.RowHighlighted, "#tasks")
     def highlighted(self, event: DataTable.RowHighlighted) -> None:
