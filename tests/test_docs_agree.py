@@ -231,6 +231,7 @@ CLI_MAY_IMPORT = {
 CLI_EXCEPTIONS = {
     ("main.py", "loop_orchestrator.__version__"): "`lo-orch --version`",
     ("dashboard.py", "loop_orchestrator.dashboard.app"): "the other front end",
+    ("dashboard.py", "loop_orchestrator.dashboard.web"): "the other front end, served",
 }
 #: the modules of cli/ that hold no command
 CLI_SUPPORT = {"__init__", "main", "common", "render"}
