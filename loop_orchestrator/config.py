@@ -64,6 +64,8 @@ class AgentConfig(_Section):
 class RunConfig(_Section):
     concurrency: int = Field(default=4, ge=1, le=64)
     max_rework: int = Field(default=3, ge=0, le=20)
+    #: review rounds per task (a person's comments at Gate 2 sent back), apart from rework
+    max_review_rounds: int = Field(default=3, ge=0, le=20)
     stall_minutes: float = Field(default=20, gt=0)
     strict_waves: bool = False
     #: seconds between prompt deliveries to different panes

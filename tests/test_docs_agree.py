@@ -253,6 +253,9 @@ COMMAND_FUNCTIONS = {
     "audit": {"audit.audit"},
     "doctor": {"doctor.doctor"},
     "demo": {"demo.demo"},
+    "comment": {"review.comment"},
+    "comments": {"review.comments"},
+    "request-changes": {"review.request_changes"},
     "dashboard": set(),  # a front end of its own: its keys call commands/ (below)
 }
 
@@ -273,6 +276,7 @@ BEHIND_THE_COMMANDS = {
     "approve_plan",
     "retry_task",
     "send_message",
+    "record_comment",
     "run_hook",
     "signal_task",
     "run_demo",

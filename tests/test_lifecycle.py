@@ -29,6 +29,7 @@ EXPECTED = {
     (Phase.VERIFYING, Event.REWORK): Phase.IMPLEMENTING,
     (Phase.APPROVED, Event.INTEGRATED): Phase.INTEGRATED,
     (Phase.INTEGRATED, Event.REOPEN): Phase.IMPLEMENTING,
+    (Phase.INTEGRATED, Event.REVIEW_ROUND): Phase.IMPLEMENTING,
 }
 OPEN = [Phase.PENDING, *sorted(ACTIVE_PHASES), Phase.INTEGRATED]
 for _p in [*OPEN, Phase.BLOCKED]:
@@ -64,7 +65,13 @@ def test_every_phase_and_event(phase: Phase, event: Event) -> None:
 
 def test_nothing_leaves_a_merged_task_but_a_reopen_a_block_or_a_failure() -> None:
     leaving = {e for (p, e) in lifecycle.TABLE if p == Phase.INTEGRATED}
-    assert leaving == {Event.REOPEN, Event.BLOCK, Event.FAIL, Event.RETRY_IMPLEMENT}
+    assert leaving == {
+        Event.REOPEN,
+        Event.REVIEW_ROUND,
+        Event.BLOCK,
+        Event.FAIL,
+        Event.RETRY_IMPLEMENT,
+    }
 
 
 def status(

@@ -25,6 +25,7 @@ from loop_orchestrator.cli import (
     doctor,
     merge,
     plan,
+    review,
     run,
     session,
     status,
@@ -77,6 +78,9 @@ for _command in (
     audit.audit_command,
     merge.merge_command,
     merge.cleanup_command,
+    review.comment_command,
+    review.comments_command,
+    review.request_changes_command,
     demo.demo_command,
     doctor.doctor_command,
 ):

@@ -32,10 +32,23 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
         "\nWhat it cost (actual, from each session's transcript):\n"
         + "".join(f"  {line}\n" for line in rev.costs)
     )
+    if rev.since:
+        header += f"\nSince the last review ({rev.since[:12]}):\n" + "".join(
+            f"  {'answered' if a.answered else 'NOT answered'}: comment {a.comment.id} "
+            f"({a.comment.task}) on {a.comment.path or 'the task'}"
+            + (f":{a.comment.line}" if a.comment.line else "")
+            + f": {a.comment.text.splitlines()[0][:80]}\n"
+            for a in rev.answers
+        )
     if sys.stdout.isatty():
-        click.echo_via_pager(header + "\n" + rev.diff)
+        since = f"\nDiff since the last review:\n{rev.diff_since}\nWhole diff:" if rev.since else ""
+        click.echo_via_pager(header + since + "\n" + rev.diff)
     else:
         click.echo(header)
+        if rev.since:
+            click.echo(f"Diff since the last review ({rev.since[:12]}..{rev.commit[:12]}):")
+            click.echo(rev.diff_since)
+            click.echo("Whole diff:")
         click.echo(rev.diff)
     if rev.state.skipped_tasks:
         click.echo("Left out (blocked or failed): " + ", ".join(rev.state.skipped_tasks))

@@ -12,7 +12,8 @@ the same functions for its keys. Nothing here prints or asks: a person's confirm
     lo-orch status    status.status      lo-orch permit    session.permit
     lo-orch audit     audit.audit        lo-orch signal    session.signal
     lo-orch doctor    doctor.doctor      lo-orch hook      session.hook
-    lo-orch demo      demo.demo
+    lo-orch demo      demo.demo          lo-orch comment   review.comment
+    lo-orch comments  review.comments    lo-orch request-changes  review.request_changes
 
 ``session.pending`` lists the open permission requests `lo-orch permit` answers (the
 dashboard shows them). Every command first finds its repository with ``repo.find_repo``.

@@ -41,6 +41,7 @@ from filelock import FileLock
 
 from loop_orchestrator.errors import StateError
 from loop_orchestrator.files import append_durable, atomic_write_text
+from loop_orchestrator.runstate import comments as review_comments
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import (
     RunDir,
@@ -85,6 +86,8 @@ class Folded:
     approved_plan_sha256: str | None = None
     #: a person's messages for sessions (`lo-orch send`): id -> (task, text), until delivered
     messages: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: review comments at Gate 2 and the requests that sent them back
+    comments: review_comments.Comments = field(default_factory=review_comments.Comments)
 
 
 def _canonical(entry: Mapping[str, Any]) -> bytes:
@@ -288,6 +291,11 @@ class Record:
         with self._mutex:
             return dict(self.state.messages)
 
+    def comments(self) -> review_comments.Comments:
+        """A copy of the review comments and requests as recorded."""
+        with self._mutex:
+            return self.state.comments.model_copy(deep=True)
+
     # verdicts ------------------------------------------------------------------------
     def record_verdict(self, task: str, commit: str, passed: bool, evidence_text: str) -> None:
         self.append(
@@ -395,6 +403,7 @@ def _fold(state: Folded, kind: str, data: Mapping[str, Any]) -> None:
         state.tasks = {t["task"]: TaskStatus.model_validate(t) for t in data.get("tasks", [])}
         state.verdicts = {}
         state.messages = {}
+        state.comments = review_comments.Comments()
     elif kind == "run" and state.run is not None:
         state.run = RunState.model_validate({**state.run.model_dump(), **data["set"]})
     elif kind == "task":
@@ -410,7 +419,8 @@ def _fold(state: Folded, kind: str, data: Mapping[str, Any]) -> None:
         state.messages[str(data["id"])] = (str(data["task"]), str(data["text"]))
     elif kind == "message_done":
         state.messages.pop(str(data["id"]), None)
-    # other kinds (notes) change nothing
+    else:  # other kinds (notes) change nothing
+        review_comments.fold(state.comments, kind, data)
 
 
 def start(repo: Path, run: RunState, tasks: list[TaskStatus]) -> Record:

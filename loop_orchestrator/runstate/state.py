@@ -149,6 +149,15 @@ class TaskStatus(BaseModel):
     #: times the task's session went with its cluster node (not its agent's doing: counted
     #: apart from ``relaunches``, capped by ``[cluster] max_node_losses``)
     node_losses: int = 0
+    #: review rounds it had (a person's comments at Gate 2 sent back): counted apart from
+    #: verification rework, capped by ``[run] max_review_rounds``
+    review_rounds: int = 0
+    #: the round number (``rework_count``) of its latest review round, and the request it
+    #: carries (docs/design.md section 11)
+    review_round_at: int | None = None
+    review_request: str | None = None
+    #: the integrated commit after a review round whose dependents' done-checks ran again
+    dependents_checked: str | None = None
 
 
 class RunState(BaseModel):

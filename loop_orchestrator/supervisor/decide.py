@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from loop_orchestrator.cost.usage import money
+from loop_orchestrator.runstate.comments import RoutedBy
 from loop_orchestrator.runstate.state import ACTIVE_PHASES, Phase
 from loop_orchestrator.supervisor import lifecycle
 from loop_orchestrator.supervisor.lifecycle import Action
@@ -531,6 +532,94 @@ def after_tamper(task: str, *, rework_count: int, limit: int, what: str) -> Send
             f"reviews, then `lo-orch retry {task}` if it should go on"
         )
     return SendBack(rework_count + 1, what)
+
+
+# ---------------------------------------------------------------- review comments, rounds
+
+
+@dataclass(frozen=True)
+class Routed:
+    """Where a comment goes: ``task``, found ``by`` its owns, the line, or ``--task``."""
+
+    task: str
+    by: RoutedBy
+
+
+@dataclass(frozen=True)
+class Unrouted:
+    """No task could be told for a comment: the person names one with ``--task``."""
+
+    message: str
+    hint: str
+
+
+def route_comment(
+    where: str, *, owners: Sequence[str], changed_by: str | None, task: str | None = None
+) -> Routed | Unrouted:
+    """The task a comment on ``where`` (``PATH[:LINE]``) goes to: ``task`` when a person
+    named one; else the one task whose ``owns`` match the path (``owners``); else, when
+    several or none own it, the task whose integrated staging commit last changed the line
+    (``changed_by``, None for a line of the base or a comment without a line) if it is one
+    of the owners (or nobody owns the path). Anything else is refused, saying ``--task``."""
+    if task is not None:
+        return Routed(task, "task")
+    if len(owners) == 1:
+        return Routed(owners[0], "owns")
+    if changed_by is not None and (not owners or changed_by in owners):
+        return Routed(changed_by, "line")
+    hint = f'Address it to a task: `lo-orch comment --task TASK {where} "..."`'
+    if owners:
+        return Unrouted(
+            f"{where} is owned by {', '.join(owners)} and no task of them changed that line",
+            hint + f" (one of {', '.join(owners)}).",
+        )
+    return Unrouted(
+        f"no task owns {where} and no task's integrated work changed that line",
+        hint + " (`lo-orch status` lists the tasks).",
+    )
+
+
+@dataclass(frozen=True)
+class ReviewRound:
+    """Reopen an integrated task for review round ``review_round`` (its ``round`` number)."""
+
+    round: int
+    review_round: int
+
+
+def review_round(
+    task: str, *, phase: Phase, rework_count: int, review_rounds: int, limit: int
+) -> ReviewRound | Unrouted:
+    """Whether ``task`` may have a review round now: only integrated work is reviewed, and
+    at most ``limit`` (``[run] max_review_rounds``) rounds per task; verification rework
+    is not counted here (``lifecycle.rework_limit`` counts review rounds apart)."""
+    if phase is not Phase.INTEGRATED:
+        return Unrouted(
+            f"task {task} is {phase.value}: only integrated work gets a review round",
+            "Gate 2 shows integrated work only; see `lo-orch status`.",
+        )
+    if review_rounds >= limit:
+        return Unrouted(
+            f"task {task} had {review_rounds} review round(s), the most [run] "
+            f"max_review_rounds = {limit} allows",
+            "Raise max_review_rounds in .loop-orchestrator/config.toml, or change the "
+            "lines yourself after `lo-orch merge`.",
+        )
+    return ReviewRound(rework_count + 1, review_rounds + 1)
+
+
+def answered(line: int | None, hunks: Sequence[tuple[int, int]]) -> bool:
+    """Whether a comment on ``line`` (None: the whole file) was answered by a change whose
+    ``git diff -U0`` hunks of that file, old side, are ``hunks`` (start, count): a hunk
+    replacing or removing that line, or adding lines right beside it."""
+    if line is None:
+        return bool(hunks)
+    for start, count in hunks:
+        if count > 0 and start <= line < start + count:
+            return True
+        if count == 0 and start in (line - 1, line):  # lines added after ``start``
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- errors of a step

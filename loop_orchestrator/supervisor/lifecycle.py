@@ -42,6 +42,7 @@ class Event(StrEnum):
     RETRY_IMPLEMENT = "retry_implement"  # a person's retry with a rework round
     REOPEN = "reopen"  # the integration tests blame an integrated task's files
     TAMPERED = "tampered"  # its session moved a ref of the run: another round
+    REVIEW_ROUND = "review_round"  # a person's comments at Gate 2 sent back to it
 
 
 _ANY_ACTIVE = tuple(sorted(ACTIVE_PHASES))
@@ -62,6 +63,7 @@ TABLE: Mapping[tuple[Phase, Event], Phase] = {
     (Phase.VERIFYING, Event.REWORK): Phase.IMPLEMENTING,
     (Phase.APPROVED, Event.INTEGRATED): Phase.INTEGRATED,
     (Phase.INTEGRATED, Event.REOPEN): Phase.IMPLEMENTING,
+    (Phase.INTEGRATED, Event.REVIEW_ROUND): Phase.IMPLEMENTING,
     # a session that moved a ref of the run, from any phase its work is not verified in yet
     # (every active phase once it has a session)
     **{(p, Event.TAMPERED): Phase.IMPLEMENTING for p in ACTIVE_PHASES - {Phase.LAUNCHING}},
@@ -155,8 +157,9 @@ def prompt_in_flight(st: TaskStatus) -> bool:
 
 
 def rework_limit(st: TaskStatus, max_rework: int) -> int:
-    """The one rework policy: the configured rounds plus every round a person granted."""
-    return max_rework + st.extra_rounds
+    """The one rework policy: the configured rounds plus every round a person granted;
+    a review round takes a round number too but is counted apart (``review_rounds``)."""
+    return max_rework + st.extra_rounds + st.review_rounds
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ from loop_orchestrator.supervisor.journal import Journal, Progress, epoch
 from loop_orchestrator.supervisor.lifecycle import NOT_LOGGED_IN_HINT, Event
 from loop_orchestrator.supervisor.lock import supervisor_lock
 from loop_orchestrator.supervisor.refguard import RefGuard
+from loop_orchestrator.supervisor.rounds import ReviewRounds
 from loop_orchestrator.supervisor.sessions import Sessions
 from loop_orchestrator.supervisor.verification import Verification
 from loop_orchestrator.verify import pyenv
@@ -194,6 +195,19 @@ class Supervisor:
             deps=self.deps,
             submit=self.jobs.submit,
         )
+        #: a person's comments at Gate 2 sent back as review rounds
+        self.rounds = ReviewRounds(
+            self.journal,
+            settings=settings,
+            plan=self.plan,
+            repo=repo,
+            rundir=self.rundir,
+            ws=self.ws,
+            git_lock=git_lock,
+            deps=self.deps,
+            submit=self.jobs.submit,
+            reopen=self.sessions.reopen,
+        )
         #: the checks' Python environments as they are before any agent runs (``start``)
         self.site_baseline: Any = None
         self.verification = Verification(
@@ -314,7 +328,7 @@ class Supervisor:
 
     def _supervise(self) -> Outcome:
         """The run under the lock, its refs watched."""
-        if self.state.phase == RunPhase.AWAITING_MERGE_REVIEW:
+        if self.state.phase == RunPhase.AWAITING_MERGE_REVIEW and not self.rounds.pending():
             self._check_refs()  # what moved while it waited is put back for the review
             return Outcome(OutcomeState.REVIEW, "the run is waiting for Gate 2: `lo-orch merge`")
         if self.state.phase == RunPhase.MERGED:
@@ -331,6 +345,8 @@ class Supervisor:
             self.backend.serve(self.inbox.receive, self._note)  # remote sessions' inboxes
             while True:
                 self._loop()
+                if self.rounds.recheck_dependents():
+                    continue  # a dependent failed its done-checks after a review round
                 try:
                     outcome = self._finish()
                 except RefTamperedError:  # moved while the run was integrated: put back
@@ -361,6 +377,7 @@ class Supervisor:
                 raise self.fatal
             self.record.refresh()  # a person's `lo-orch retry` is appended by another process
             self._collect_jobs()
+            self.rounds.take(lambda tid: tid in self.jobs)  # a person's request-changes
             self._check_refs()
             self._check_view()
             statuses = self.journal.statuses()

@@ -35,7 +35,7 @@ from loop_orchestrator.runstate.state import (
 )
 from loop_orchestrator.sessions.backend import PaneState, SessionBackend
 from loop_orchestrator.sessions.delivery import Deliverer, prompt_confirmation
-from loop_orchestrator.supervisor import decide, lifecycle, recovery
+from loop_orchestrator.supervisor import decide, lifecycle, recovery, rounds
 from loop_orchestrator.supervisor.accounting import Accounting
 from loop_orchestrator.supervisor.decide import WORKING_PHASES
 from loop_orchestrator.supervisor.journal import Journal, epoch
@@ -155,6 +155,8 @@ class Sessions:
     def prompt_for(self, st: TaskStatus) -> str:
         if st.phase == Phase.PLANNING:
             return "prompt_plan.md.j2"
+        if rounds.is_review_round(st):
+            return rounds.TEMPLATE
         if st.rework_count > 0:
             return "prompt_rework.md.j2"
         return "prompt_implement.md.j2"
@@ -221,6 +223,8 @@ class Sessions:
             st = self.journal.record.task(tid)
 
     def render_prompt(self, tid: str, template: str, st: TaskStatus) -> str:
+        if template == rounds.TEMPLATE:
+            return rounds.prompt(self.journal.record, st, self.settings.run.max_review_rounds)
         if template == "prompt_rework.md.j2":
             verdict = self.journal.recorded_verdict(tid, st.commit) if st.commit else None
             return verify.rework_prompt(
@@ -365,7 +369,7 @@ class Sessions:
             "session_launched", tid, pane_id=pane, session_id=st.session_id, reopened=True
         )
         self.adapter.wait_ready(self.backend, pane, timeout=self.settings.agent.ready_timeout)
-        self.deliver(tid, "prompt_rework.md.j2")
+        self.deliver(tid, self.prompt_for(self.journal.record.task(tid)))
 
     def render_brief(self, task: Task) -> str:
         # staging as lo-orch set it (a moved one never feeds a brief); before the first

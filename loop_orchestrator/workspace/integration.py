@@ -24,6 +24,7 @@ from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.git import checkouts as tempcheckout
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.plan.model import Plan
+from loop_orchestrator.runstate import comments as review_comments
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.journal import Record
 from loop_orchestrator.runstate.state import (
@@ -38,7 +39,7 @@ from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.sessions.guard import refuse_in_session
 from loop_orchestrator.verify import load_verdict
 from loop_orchestrator.verify.review import gate2_notes
-from loop_orchestrator.workspace import instances, workspace
+from loop_orchestrator.workspace import comments, instances, workspace
 
 
 @dataclass
@@ -152,6 +153,11 @@ class Review:
     notes: list[str] = field(default_factory=list)
     #: what each task's session cost, and the run's total (usage.summary_lines)
     costs: list[str] = field(default_factory=list)
+    #: after review rounds: the staging commit the last changes were requested on, the
+    #: diff since then, and each comment of that request answered (its lines changed) or not
+    since: str | None = None
+    diff_since: str = ""
+    answers: list[comments.Answer] = field(default_factory=list)
 
 
 def _verdict_notes(repo: Path, rec: Record) -> list[str]:
@@ -180,15 +186,22 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
     commit = ws.branches.recorded(ws.staging_branch)
     base = ws.branches.base(state.base_sha)
     integration = state.integration or {}
+    if review_comments.of(rec).pending():
+        msg = "changes were requested and no supervisor has opened their review rounds yet"
+        raise GateError(msg, hint="Run `lo-orch run`: the sessions get the comments first.")
     if integration.get("commit") != commit:
         msg = "staging moved since the integration tests ran"
         raise GateError(
             msg,
             hint="Run `lo-orch run` again to re-test it before the review.",
         )
+    since, answers = comments.answers(repo, rec, commit)
     return Review(
         state=state,
         commit=commit,
+        since=since,
+        diff_since=gitutil.diff_text(repo, since, commit) if since else "",
+        answers=answers,
         stat=gitutil.diff_stat(repo, base, commit),
         diff=gitutil.diff_text(repo, base, commit),
         feature=branch or state.feature_branch,
