@@ -274,10 +274,10 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
             assert gate.current == 1  # the second file's diff, and only its own
             assert gate.files[1][1].startswith(f"diff --git a/{paths[1]} b/{paths[1]}")
             assert gate.files[1][1].count("diff --git") == 1
-            await pilot.press("m", "escape")  # not now
+            await pilot.press("y", "escape")  # not now
             await pilot.pause()
             assert Store.for_repo(by_ui.repo).read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
-            await pilot.press("m", "y")
+            await pilot.press("y", "y")
             await wait_in_app(
                 pilot,
                 lambda: "Gate 2 merged" in app.snapshot.gates,  # type: ignore[union-attr]

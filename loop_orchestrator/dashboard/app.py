@@ -24,12 +24,14 @@ from textual.widgets import TabPane as Tab
 from loop_orchestrator import proc
 from loop_orchestrator.commands import merge as merging
 from loop_orchestrator.commands import plan as planning
+from loop_orchestrator.commands import review as reviewing
 from loop_orchestrator.commands import run as running
 from loop_orchestrator.commands import session
 from loop_orchestrator.dashboard.screens import Answer, Ask, Gate1, Gate2
 from loop_orchestrator.dashboard.view import (
     WRAPPING_COLUMNS,
     Snapshot,
+    comment_line,
     fit_columns,
     gate1_text,
     ledger_lines,
@@ -421,15 +423,22 @@ class Dashboard(App[None]):
         self.push_screen(Gate1(text), answered)
 
     def action_gate2(self) -> None:
-        """`lo-orch merge`: the file list and each file's diff, then the merge."""
+        """`lo-orch merge`: the changed files and each file's hunks; `c` comments on a hunk
+        (``gate2_comment``), `x` sends the comments back (``gate2_request_changes``), `y`
+        merges."""
         try:
             rev = merging.review(self.repo)
+            found = reviewing.comments(self.repo)
         except LoOrchError as exc:
             self.fail(exc)
             return
+        unsent = [comment_line(c) for c in found.comments if found.states[c.id] == "recorded"]
 
-        def answered(yes: bool | None) -> None:
-            if not yes:
+        def answered(choice: str | None) -> None:
+            if choice == "request-changes":
+                self.gate2_request_changes()
+                return
+            if choice != "merge":
                 return
             try:
                 merged = merging.merge(self.repo, rev)
@@ -449,7 +458,44 @@ class Dashboard(App[None]):
                 )
             )
 
-        self.push_screen(Gate2(rev), answered)
+        self.push_screen(Gate2(rev, comment=self.gate2_comment, comments=unsent), answered)
+
+    def gate2_comment(self, path: str, line: int | None, text: str) -> str | None:
+        """`lo-orch comment PATH[:LINE] TEXT` from the Gate 2 screen: the comment's line to
+        show, or None when it was refused (the error is shown; the screen stays)."""
+        from loop_orchestrator.hints import for_user
+
+        try:
+            made = reviewing.comment(self.repo, path, line, text)
+        except LoOrchError as exc:
+            # the Gate 2 screen is on top: say it there, read the run once it is closed
+            self.last_error = for_user(f"Error: {exc.render()}")
+            self.notify(escape(self.last_error), severity="error", timeout=15)
+            return None
+        self.last_error = None
+        self.notify(
+            escape(
+                for_user(
+                    f"Comment {made.id} recorded for {made.task}; x sends it back "
+                    "(`lo-orch request-changes`)."
+                )
+            ),
+            timeout=8,
+        )
+        return comment_line(made)
+
+    def gate2_request_changes(self) -> None:
+        """`lo-orch request-changes`: every recorded comment back to its task."""
+        try:
+            req = reviewing.request_changes(self.repo)
+        except LoOrchError as exc:
+            self.fail(exc)
+            return
+        self.done(
+            f"{len(req.comments)} comment(s) sent back to {', '.join(req.tasks)}: the running "
+            "supervisor (or the next `lo-orch run`) opens their review rounds; Gate 2 comes "
+            "back after."
+        )
 
     def action_permit(self) -> None:
         """`lo-orch permit TASK allow|deny [--always] --id ID` for the oldest open request

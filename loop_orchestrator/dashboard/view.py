@@ -26,6 +26,7 @@ from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.workspace import instances
 
 if TYPE_CHECKING:
+    from loop_orchestrator.commands.review import Comment
     from loop_orchestrator.commands.session import PermissionRequest
 
 #: the selected task's ledger lines shown
@@ -308,3 +309,58 @@ def wrap_cell(text: str, width: int, lines: int = WRAP_LINES) -> list[str]:
     kept = folded[:lines]
     kept[-1] = kept[-1][: max(0, width - 1)] + "…"
     return kept
+
+
+# Gate 2: the hunks of a file's diff ----------------------------------------------------
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk of a file's diff: its text (the ``@@`` line and what follows) and the line of
+    the reviewed commit a comment on it points at (None: the file is gone there)."""
+
+    text: str
+    line: int | None
+
+
+def split_hunks(file_diff: str) -> list[Hunk]:
+    """A file's diff (one ``diff --git`` section) cut into its hunks, in order; a diff with
+    none (a binary file, a mode change) is one hunk of its header, on no line."""
+    gone = "\n+++ /dev/null" in file_diff
+    chunks = re.split(r"(?m)^(?=@@ )", file_diff)
+    hunks = []
+    for chunk in chunks[1:]:
+        m = _HUNK.match(chunk)
+        if m is None:
+            continue
+        new_start, new_count = int(m.group(3)), int(m.group(4) or 1)
+        hunks.append(Hunk(chunk, None if gone else _comment_line(chunk, new_start, new_count)))
+    return hunks or [Hunk(file_diff, None)]
+
+
+def _comment_line(hunk: str, start: int, count: int) -> int | None:
+    """The reviewed commit's line a comment on ``hunk`` points at: its first added line;
+    for one that only removes lines, the line before them (else the one after). ``start``
+    and ``count`` are the new side's (an empty side starts at the line before it)."""
+    if count == 0:
+        return start or None
+    line, removed = start, None
+    for text in hunk.splitlines()[1:]:
+        if text.startswith("+"):
+            return line
+        if text.startswith(" "):
+            line += 1
+        elif text.startswith("-") and removed is None:
+            removed = line
+    if removed is None:
+        return start
+    return removed - 1 if removed > start else removed
+
+
+def comment_line(c: Comment) -> str:
+    """A recorded comment in one line: its id, where it points, its task and its words."""
+    where = (c.path or "-") + (f":{c.line}" if c.line else "")
+    words = " ".join(c.text.split())
+    return f"{c.id} on {where} for {c.task}: {words[:60] + '…' if len(words) > 60 else words}"
