@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 from helpers.browser import browser
 from helpers.cli import invoke
 from helpers.wait import wait_for, wait_in_app
+from textual_serve.download_manager import DownloadManager
 
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.dashboard import web
@@ -73,6 +75,47 @@ def test_cli_refuses_another_host_without_the_flag(
     monkeypatch.setenv("LO_ORCH_TASK", "slug")
     got = invoke("dashboard", "--serve", "--repo", git_repo)
     assert got.code != 0 and "inside a managed agent session" in got.stderr, got
+
+
+def test_a_page_dashboard_that_does_not_quit_is_killed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A page's process that ignores textual-serve's quit (and SIGTERM) is killed, so no
+    dashboard outlives its page or the server."""
+    monkeypatch.setattr(web, "STOP_SECONDS", 0.5)
+    stubborn = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('__GANGLION__', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    sent: list[bytes] = []
+
+    async def write_bytes(data: bytes) -> None:
+        sent.append(data)
+
+    async def write_str(text: str) -> None:
+        sent.append(text.encode())
+
+    async def close() -> None:
+        return None
+
+    async def scenario() -> int | None:
+        app = web.DashboardProcess(
+            [sys.executable, "-c", stubborn],
+            write_bytes=write_bytes,
+            write_str=write_str,
+            close=close,
+            download_manager=DownloadManager(),
+        )
+        await app.start(80, 24)
+        await app.end()
+        assert app._process is not None
+        return app._process.returncode
+
+    started = time.monotonic()
+    assert asyncio.run(scenario()) == -signal.SIGKILL
+    assert time.monotonic() - started < 10
 
 
 # the real command in a browser -----------------------------------------------------------
