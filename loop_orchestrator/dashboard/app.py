@@ -75,7 +75,10 @@ class Dashboard(App[None]):
               background: $surface; }
     Confirm, Ask { align: center middle; }
     .screen-title { text-style: bold; padding: 0 1; }
-    #files { width: 40; }
+    #files { width: 40; height: 1fr; }
+    #hunks { height: 1fr; }
+    /* the chosen hunk keeps its diff colours readable */
+    #hunks > .option-list--option-highlighted { background: $primary 25%; }
     #gate2-notes { height: auto; max-height: 8; padding: 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
