@@ -184,7 +184,8 @@ def test_the_served_dashboard_in_chromium_and_the_token_it_needs(
         async def in_chromium() -> list[int]:
             async with browser(tmp_path / "profile") as page:
                 await page.call("Page.navigate", url=bare)
-                await wait_in_app(page, lambda: page.loads == 1, 15, "the page without token")
+                await wait_in_app(page, lambda: page.loaded == bare, 15, "the page without token")
+                assert page.statuses[bare] == 403
                 body = await page.evaluate("document.body.innerText")
                 assert "Forbidden" in body and "lo-orch dashboard --serve" in body
                 assert page.frames == []  # no app ran for it
@@ -204,6 +205,7 @@ def test_the_served_dashboard_in_chromium_and_the_token_it_needs(
                 for words in ("tokenize 1 pending", "slug 1 verifying", "report 3 pending"):
                     assert words in shown()
                 assert "$1.2500" in shown()
+                assert page.statuses[url] == 200
                 assert await page.evaluate("document.body.classList.contains('-first-byte')")
                 shot = await page.screenshot(tmp_path / "served.png")
                 assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -49,12 +49,17 @@ class Page:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.ws = ws
         self.ids = itertools.count(1)
-        #: every request the page made (Network.requestWillBeSent), as URLs
+        #: every request the page made over the network (Network.requestWillBeSent: http,
+        #: https, ws, wss; not Chromium's own chrome:// pages), as URLs
         self.requests: list[str] = []
         #: websocket frames the page received, as text (Network.webSocketFrameReceived)
         self.frames: list[str] = []
-        #: how many times a page finished loading (Page.loadEventFired)
-        self.loads = 0
+        #: the status of each response the page got (Network.responseReceived), by URL
+        self.statuses: dict[str, int] = {}
+        #: the address of the main frame (Page.frameNavigated), and of the last one that
+        #: finished loading (Page.loadEventFired)
+        self.url = ""
+        self.loaded = ""
 
     async def call(self, method: str, **params: Any) -> dict[str, Any]:
         n = next(self.ids)
@@ -70,13 +75,18 @@ class Page:
     def _event(self, msg: dict[str, Any]) -> None:
         p = msg.get("params", {})
         if msg.get("method") == "Network.requestWillBeSent":
-            self.requests.append(p["request"]["url"])
+            if p["request"]["url"].startswith(("http:", "https:", "ws:", "wss:")):
+                self.requests.append(p["request"]["url"])
         elif msg.get("method") == "Network.webSocketCreated":
             self.requests.append(p["url"])
         elif msg.get("method") == "Network.webSocketFrameReceived":
             self.frames.append(p["response"]["payloadData"])
+        elif msg.get("method") == "Network.responseReceived":
+            self.statuses[p["response"]["url"]] = int(p["response"]["status"])
+        elif msg.get("method") == "Page.frameNavigated" and "parentId" not in p["frame"]:
+            self.url = p["frame"]["url"]
         elif msg.get("method") == "Page.loadEventFired":
-            self.loads += 1
+            self.loaded = self.url
 
     async def evaluate(self, expression: str) -> Any:
         got = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
@@ -102,7 +112,13 @@ async def browser(profile: Path, width: int = 1400, height: int = 900) -> AsyncI
     network and page domains on. Chromium is stopped (by its pid) when the block ends."""
     profile.mkdir(parents=True)
     proc = subprocess.Popen(
-        [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}"],
+        [
+            chromium(),
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            "about:blank",  # not its new tab page, which loads pages of its own
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
