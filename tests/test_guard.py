@@ -1,6 +1,7 @@
-"""Gates are a person's act: approve, merge (--yes too), retry and cleanup --abandon are
-refused from inside a managed session, found by process ancestry (real processes: a shell
-started with LO_ORCH_TASK, a real tmux pane, the sandbox's PID namespace)."""
+"""Gates are a person's act: approve, merge (--yes too), retry, comment, request-changes and
+cleanup --abandon are refused from inside a managed session, found by process ancestry (real
+processes: a shell started with LO_ORCH_TASK, a real tmux pane, the sandbox's PID
+namespace)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from helpers.git import git
 from helpers.wait import wait_for
 
 from loop_orchestrator.cli.main import run_cli
+from loop_orchestrator.commands import review
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
 from loop_orchestrator.resources import lo_orch_bin
@@ -70,6 +72,12 @@ def at_gate2(repo: Path, tmp_path: Path) -> None:
     rec.update_task("alpha", phase=Phase.INTEGRATED)
 
 
+def commented(repo: Path, tmp_path: Path) -> None:
+    """At Gate 2 with a person's comment recorded for alpha."""
+    at_gate2(repo, tmp_path)
+    review.comment(repo, None, None, "rename it", task="alpha")
+
+
 def blocked(repo: Path, tmp_path: Path) -> None:
     record(repo, tmp_path)
     runs.approve_plan(repo)
@@ -96,6 +104,17 @@ GATES: dict[str, tuple[list[str], Callable[[Path, Path], None], Callable[[Path],
         ["retry", "alpha"],
         blocked,
         lambda r: Store(RunDir(r)).read_status("alpha").phase != Phase.BLOCKED,
+    ),
+    # an agent must not speak for the person: its own comments would be sent back to it
+    "comment": (
+        ["comment", "--task", "alpha", "ship it"],
+        at_gate2,
+        lambda r: bool(runs.open_record(r).comments().comments),
+    ),
+    "request-changes": (
+        ["request-changes"],
+        commented,
+        lambda r: Store(RunDir(r)).read_run().phase == RunPhase.RUNNING,
     ),
     "cleanup --abandon": (
         ["cleanup", "--abandon"],

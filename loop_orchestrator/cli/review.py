@@ -22,7 +22,7 @@ def _split_where(where: str) -> tuple[str, int | None]:
 
 
 @click.command("comment")
-@click.option("--task", help="Address the comment to this task (no path needed).")
+@click.option("--task", metavar="TASK", help="Address the comment to this task (no path needed).")
 @click.argument("where_text", nargs=-1, required=True, metavar="[PATH[:LINE]] TEXT")
 @repo_option
 def comment_command(task: str | None, where_text: tuple[str, ...], repo: Path | None) -> None:

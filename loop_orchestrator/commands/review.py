@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from loop_orchestrator.config import load_settings
 from loop_orchestrator.runstate import comments as store
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.comments import ChangeRequest as ChangeRequest
 from loop_orchestrator.runstate.comments import Comment as Comment
 from loop_orchestrator.runstate.comments import Source
+from loop_orchestrator.runstate.state import RunPhase
 from loop_orchestrator.workspace import comments as commenting
+from loop_orchestrator.workspace import workspace
 
 
 def comment(
@@ -56,8 +59,6 @@ class CommentList:
 
 def comments(repo: Path) -> CommentList:
     """`lo-orch comments [--json]`: the run's comments and what became of them."""
-    from loop_orchestrator.runstate.state import RunPhase
-
     rec = runs.open_record(repo)
     found = store.of(rec)
     states = {
@@ -68,9 +69,6 @@ def comments(repo: Path) -> CommentList:
     }
     answered: dict[str, bool] = {}
     if rec.run.phase == RunPhase.AWAITING_MERGE_REVIEW:
-        from loop_orchestrator.config import load_settings
-        from loop_orchestrator.workspace import workspace
-
         ws = workspace.Workspace.for_run(repo, rec.run, load_settings(repo).workspace)
         _since, shown = commenting.answers(repo, rec, ws.branches.recorded(ws.staging_branch))
         answered = {a.comment.id: a.answered for a in shown if states[a.comment.id] == "sent"}

@@ -152,7 +152,9 @@ class Sessions:
             return
         self.deliver(tid, self.prompt_for(st))
 
-    def prompt_for(self, st: TaskStatus) -> str:
+    @staticmethod
+    def prompt_for(st: TaskStatus) -> str:
+        """The template of the prompt ``st``'s phase and round are due."""
         if st.phase == Phase.PLANNING:
             return "prompt_plan.md.j2"
         if rounds.is_review_round(st):

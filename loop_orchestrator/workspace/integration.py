@@ -186,7 +186,8 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
     commit = ws.branches.recorded(ws.staging_branch)
     base = ws.branches.base(state.base_sha)
     integration = state.integration or {}
-    if review_comments.of(rec).pending():
+    recorded = review_comments.of(rec)
+    if recorded.pending():
         msg = "changes were requested and no supervisor has opened their review rounds yet"
         raise GateError(msg, hint="Run `lo-orch run`: the sessions get the comments first.")
     if integration.get("commit") != commit:
@@ -205,7 +206,12 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
         stat=gitutil.diff_stat(repo, base, commit),
         diff=gitutil.diff_text(repo, base, commit),
         feature=branch or state.feature_branch,
-        notes=_verdict_notes(repo, rec),
+        notes=_verdict_notes(repo, rec)
+        + [
+            f"comment {c.id} for {c.task} is recorded but not sent back: "
+            "`lo-orch request-changes` sends it (a merge leaves it unanswered)"
+            for c in recorded.unsent()
+        ],
         costs=usage.summary_lines(
             {t: st.usage for t, st in runs.open_record(repo).tasks().items()},
             usage.headless_lines(
