@@ -195,7 +195,7 @@ class Gate2(Screen[Gate2Choice | None]):
 
     def show_notes(self) -> None:
         rev = self.review
-        notes = [*(f"cost: {c}" for c in rev.costs), *(f"judge: {n}" for n in rev.notes)]
+        notes = [*(f"cost: {c}" for c in rev.costs), *(f"note: {n}" for n in rev.notes)]
         if rev.state.skipped_tasks:
             notes.append("Left out (blocked or failed): " + ", ".join(rev.state.skipped_tasks))
         for a in rev.answers:
