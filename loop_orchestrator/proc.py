@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import logging
@@ -278,6 +279,21 @@ def spawn_detached(argv: Sequence[str]) -> subprocess.Popen[bytes]:
         start_new_session=True,
         close_fds=True,
     )
+
+
+async def start_piped(argv: Sequence[str], env: Mapping[str, str]) -> asyncio.subprocess.Process:
+    """Start ``argv`` for an asyncio caller, its stdin, stdout and stderr on pipes (a
+    served dashboard page's own dashboard). The caller ends and reaps it."""
+    args = [str(a) for a in argv]
+    process = await asyncio.create_subprocess_exec(
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env),
+    )
+    log.debug("started with pipes", extra={"cmd": args, "pid": process.pid})
+    return process
 
 
 def spawn_in_pty(

@@ -274,10 +274,10 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
             assert gate.current == 1  # the second file's diff, and only its own
             assert gate.files[1][1].startswith(f"diff --git a/{paths[1]} b/{paths[1]}")
             assert gate.files[1][1].count("diff --git") == 1
-            await pilot.press("m", "escape")  # not now
+            await pilot.press("y", "escape")  # not now
             await pilot.pause()
             assert Store.for_repo(by_ui.repo).read_run().phase == RunPhase.AWAITING_MERGE_REVIEW
-            await pilot.press("m", "y")
+            await pilot.press("y", "y")
             await wait_in_app(
                 pilot,
                 lambda: "Gate 2 merged" in app.snapshot.gates,  # type: ignore[union-attr]
@@ -851,13 +851,13 @@ def test_table_shows_the_node_column_of_a_run_on_a_cluster(demo_files: demo.Demo
             headers = [str(c.value) for c in table.columns]
             assert headers == list(view.load_snapshot(repo).headers)
             assert headers[headers.index("pane") + 1] == "node"
-            assert table.get_cell("tokenize", "node") == "worker-1 (10.0.0.7, n1)"
+            assert str(table.get_cell("tokenize", "node")) == "worker-1 (10.0.0.7, n1)"
             others = [str(k.value) for k in table.rows if k.value != "tokenize"]
-            assert others and all(table.get_cell(t, "node") == "-" for t in others)
+            assert others and all(str(table.get_cell(t, "node")) == "-" for t in others)
             app.reload()  # the same columns again: cells are updated in place
             await pilot.pause()
             assert [str(c.value) for c in table.columns] == headers
-            assert table.get_cell("tokenize", "node") == "worker-1 (10.0.0.7, n1)"
+            assert str(table.get_cell("tokenize", "node")) == "worker-1 (10.0.0.7, n1)"
 
     run_async(scenario())
 

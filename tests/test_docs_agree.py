@@ -231,6 +231,7 @@ CLI_MAY_IMPORT = {
 CLI_EXCEPTIONS = {
     ("main.py", "loop_orchestrator.__version__"): "`lo-orch --version`",
     ("dashboard.py", "loop_orchestrator.dashboard.app"): "the other front end",
+    ("dashboard.py", "loop_orchestrator.dashboard.web"): "the other front end, served",
 }
 #: the modules of cli/ that hold no command
 CLI_SUPPORT = {"__init__", "main", "common", "render"}
@@ -265,7 +266,9 @@ DASHBOARD_FUNCTIONS = {
     ("app.py", "action_send"): {"session.send"},
     ("app.py", "action_retry"): {"run.retry"},
     ("app.py", "action_gate1"): {"plan.approve"},
-    ("app.py", "action_gate2"): {"merge.review", "merge.merge"},
+    ("app.py", "action_gate2"): {"merge.review", "merge.merge", "review.comments"},
+    ("app.py", "gate2_comment"): {"review.comment"},
+    ("app.py", "gate2_request_changes"): {"review.request_changes"},
     ("app.py", "action_permit"): {"session.permit"},
     ("view.py", "load_snapshot"): {"status.status"},
 }

@@ -24,11 +24,15 @@ from textual.widgets import TabPane as Tab
 from loop_orchestrator import proc
 from loop_orchestrator.commands import merge as merging
 from loop_orchestrator.commands import plan as planning
+from loop_orchestrator.commands import review as reviewing
 from loop_orchestrator.commands import run as running
 from loop_orchestrator.commands import session
 from loop_orchestrator.dashboard.screens import Answer, Ask, Gate1, Gate2
 from loop_orchestrator.dashboard.view import (
+    WRAPPING_COLUMNS,
     Snapshot,
+    comment_line,
+    fit_columns,
     gate1_text,
     ledger_lines,
     load_snapshot,
@@ -36,6 +40,7 @@ from loop_orchestrator.dashboard.view import (
     pending_requests,
     read_text,
     review_text,
+    wrap_cell,
 )
 from loop_orchestrator.errors import LoOrchError, StateError
 from loop_orchestrator.runstate.state import RunDir, Store
@@ -70,7 +75,10 @@ class Dashboard(App[None]):
               background: $surface; }
     Confirm, Ask { align: center middle; }
     .screen-title { text-style: bold; padding: 0 1; }
-    #files { width: 40; }
+    #files { width: 40; height: 1fr; }
+    #hunks { height: 1fr; }
+    /* the chosen hunk keeps its diff colours readable */
+    #hunks > .option-list--option-highlighted { background: $primary 25%; }
     #gate2-notes { height: auto; max-height: 8; padding: 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -102,6 +110,8 @@ class Dashboard(App[None]):
         self._observer: Any = None
         self._pending = False
         self._last_reload = 0.0
+        #: the task table's columns and widths and its rows' heights, as last filled
+        self._table_shape: tuple[list[tuple[str, int]], list[int]] | None = None
 
     # layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -201,29 +211,49 @@ class Dashboard(App[None]):
         self.show_details()
 
     def _fill_table(self, snap: Snapshot) -> None:
+        """The task table at the terminal's width (``view.fit_columns``): the columns that
+        fit, the long ones wrapped; refilled in place while its shape stays the same."""
         table = self.query_one("#tasks", DataTable)
-        keys = [str(r.value) for r in table.rows]
+        widths = fit_columns(snap.headers, snap.rows, self.size.width)
+        cells = [
+            [
+                wrap_cell(cell, widths[h]) if h in WRAPPING_COLUMNS else [cell]
+                for h, cell in zip(snap.headers, row, strict=True)
+                if h in widths
+            ]
+            for row in snap.rows
+        ]
+        heights = [max(len(c) for c in row) for row in cells]
+        shape = (list(widths.items()), heights)
         wanted = [row[0] for row in snap.rows]
-        if [str(c.value) for c in table.columns] != snap.headers:
-            # the first reading, or a task's session now runs on a cluster node (the node
-            # column of `lo-orch status`)
+        if shape != self._table_shape:
+            # the first reading, another width, a column more (a task's session now runs
+            # on a cluster node: `lo-orch status`'s node column), or a cell that wraps into
+            # more lines or fewer
             table.clear(columns=True)
-            for h in snap.headers:
-                table.add_column(h, key=h)
-            keys = []
+            for h, w in widths.items():
+                table.add_column(h, key=h, width=w)
+            self._table_shape = shape
+        keys = [str(r.value) for r in table.rows]
+        texts = [[Text("\n".join(c)) for c in row] for row in cells]
         if keys == wanted:
-            for row in snap.rows:
-                for h, cell in zip(snap.headers, row, strict=True):
-                    if table.get_cell(row[0], h) != cell:
-                        table.update_cell(row[0], h, cell)
+            for key, row in zip(wanted, texts, strict=True):
+                for h, cell in zip(widths, row, strict=True):
+                    if table.get_cell(key, h) != cell:
+                        table.update_cell(key, h, cell)
         else:
             table.clear()
-            for row in snap.rows:
-                table.add_row(*row, key=row[0])
+            # Text, never markup: a task's note is the session's words
+            for key, row, height in zip(wanted, texts, heights, strict=True):
+                table.add_row(*row, key=key, height=height)
             if self.selected in wanted:
                 table.move_cursor(row=wanted.index(self.selected))
         if wanted and self.selected not in wanted:
             self.selected = wanted[min(table.cursor_row, len(wanted) - 1)]
+
+    def on_resize(self) -> None:
+        if self.snapshot is not None and len(self.screen_stack) == 1:
+            self._fill_table(self.snapshot)
 
     @on(DataTable.RowHighlighted, "#tasks")
     def highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -396,15 +426,22 @@ class Dashboard(App[None]):
         self.push_screen(Gate1(text), answered)
 
     def action_gate2(self) -> None:
-        """`lo-orch merge`: the file list and each file's diff, then the merge."""
+        """`lo-orch merge`: the changed files and each file's hunks; `c` comments on a hunk
+        (``gate2_comment``), `x` sends the comments back (``gate2_request_changes``), `y`
+        merges."""
         try:
             rev = merging.review(self.repo)
+            found = reviewing.comments(self.repo)
         except LoOrchError as exc:
             self.fail(exc)
             return
+        unsent = [comment_line(c) for c in found.comments if found.states[c.id] == "recorded"]
 
-        def answered(yes: bool | None) -> None:
-            if not yes:
+        def answered(choice: str | None) -> None:
+            if choice == "request-changes":
+                self.gate2_request_changes()
+                return
+            if choice != "merge":
                 return
             try:
                 merged = merging.merge(self.repo, rev)
@@ -424,7 +461,44 @@ class Dashboard(App[None]):
                 )
             )
 
-        self.push_screen(Gate2(rev), answered)
+        self.push_screen(Gate2(rev, comment=self.gate2_comment, comments=unsent), answered)
+
+    def gate2_comment(self, path: str, line: int | None, text: str) -> str | None:
+        """`lo-orch comment PATH[:LINE] TEXT` from the Gate 2 screen: the comment's line to
+        show, or None when it was refused (the error is shown; the screen stays)."""
+        from loop_orchestrator.hints import for_user
+
+        try:
+            made = reviewing.comment(self.repo, path, line, text)
+        except LoOrchError as exc:
+            # the Gate 2 screen is on top: say it there, read the run once it is closed
+            self.last_error = for_user(f"Error: {exc.render()}")
+            self.notify(escape(self.last_error), severity="error", timeout=15)
+            return None
+        self.last_error = None
+        self.notify(
+            escape(
+                for_user(
+                    f"Comment {made.id} recorded for {made.task}; x sends it back "
+                    "(`lo-orch request-changes`)."
+                )
+            ),
+            timeout=8,
+        )
+        return comment_line(made)
+
+    def gate2_request_changes(self) -> None:
+        """`lo-orch request-changes`: every recorded comment back to its task."""
+        try:
+            req = reviewing.request_changes(self.repo)
+        except LoOrchError as exc:
+            self.fail(exc)
+            return
+        self.done(
+            f"{len(req.comments)} comment(s) sent back to {', '.join(req.tasks)}: the running "
+            "supervisor (or the next `lo-orch run`) opens their review rounds; Gate 2 comes "
+            "back after."
+        )
 
     def action_permit(self) -> None:
         """`lo-orch permit TASK allow|deny [--always] --id ID` for the oldest open request

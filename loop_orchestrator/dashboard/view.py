@@ -4,6 +4,7 @@ readers as `lo-orch status`), testable without a terminal."""
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.workspace import instances
 
 if TYPE_CHECKING:
+    from loop_orchestrator.commands.review import Comment
     from loop_orchestrator.commands.session import PermissionRequest
 
 #: the selected task's ledger lines shown
@@ -241,3 +243,124 @@ def split_diff(diff: str) -> list[tuple[str, str]]:
         m = re.match(r"diff --git a/(.*) b/(.*)$", head)
         out.append((m.group(2) if m else head, chunk))
     return out
+
+
+# the task table at any width ---------------------------------------------------------
+
+#: columns shown whole at every width: a person reads a task's phase at a glance
+WHOLE_COLUMNS = ("task", "wave", "phase", "cost")
+#: the other columns, the first to give way last (a column that does not fit is left out,
+#: the ones after it too if they do not fit either)
+YIELDING_COLUMNS = (
+    "waiting for",
+    "in phase",
+    "pane",
+    "rework",
+    "node",
+    "last activity",
+    "note",
+)
+#: the long columns: they wrap (at least this wide) instead of taking the width
+WRAPPING_COLUMNS = frozenset({"waiting for", "last activity", "node", "note"})
+WRAP_MIN = 12
+#: a wrapped cell's lines at most (the rest is in the task's ledger and review)
+WRAP_LINES = 3
+#: the table's cell padding (one space each side) and its vertical scrollbar
+CELL_PADDING = 2
+SCROLLBAR = 2
+
+
+def fit_columns(headers: list[str], rows: list[list[str]], width: int) -> dict[str, int]:
+    """The task table's columns that fit in ``width`` cells, each with its width, in the
+    order of ``headers``: the whole columns at their widest cell, then the others as long as
+    they fit, the long ones at least ``WRAP_MIN`` wide; what is left is shared by the long
+    ones, none wider than its widest cell."""
+    natural = {h: max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)}
+    room = width - SCROLLBAR
+    chosen: dict[str, int] = {}
+    for h in WHOLE_COLUMNS:
+        if h in natural:
+            chosen[h] = natural[h]
+            room -= natural[h] + CELL_PADDING
+    order = [h for h in YIELDING_COLUMNS if h in natural]
+    order += [h for h in headers if h not in chosen and h not in order]
+    for h in order:
+        need = min(natural[h], max(WRAP_MIN, len(h))) if h in WRAPPING_COLUMNS else natural[h]
+        if need + CELL_PADDING <= room:
+            chosen[h] = need
+            room -= need + CELL_PADDING
+    # the rest shared evenly by the long columns shown, none past its widest cell
+    wanting = [h for h in order if h in chosen and h in WRAPPING_COLUMNS]
+    while room > 0 and (wanting := [h for h in wanting if chosen[h] < natural[h]]):
+        share = max(1, room // len(wanting))
+        for h in wanting:
+            more = min(share, natural[h] - chosen[h], room)
+            chosen[h] += more
+            room -= more
+    return {h: chosen[h] for h in headers if h in chosen}
+
+
+def wrap_cell(text: str, width: int, lines: int = WRAP_LINES) -> list[str]:
+    """``text`` folded into at most ``lines`` lines of ``width`` (the last one ending in
+    ``…`` when there is more)."""
+    folded = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    if len(folded) <= lines:
+        return folded
+    kept = folded[:lines]
+    kept[-1] = kept[-1][: max(0, width - 1)] + "…"
+    return kept
+
+
+# Gate 2: the hunks of a file's diff ----------------------------------------------------
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk of a file's diff: its text (the ``@@`` line and what follows) and the line of
+    the reviewed commit a comment on it points at (None: the file is gone there)."""
+
+    text: str
+    line: int | None
+
+
+def split_hunks(file_diff: str) -> list[Hunk]:
+    """A file's diff (one ``diff --git`` section) cut into its hunks, in order; a diff with
+    none (a binary file, a mode change) is one hunk of its header, on no line."""
+    gone = "\n+++ /dev/null" in file_diff
+    chunks = re.split(r"(?m)^(?=@@ )", file_diff)
+    hunks = []
+    for chunk in chunks[1:]:
+        m = _HUNK.match(chunk)
+        if m is None:
+            continue
+        new_start, new_count = int(m.group(3)), int(m.group(4) or 1)
+        hunks.append(Hunk(chunk, None if gone else _comment_line(chunk, new_start, new_count)))
+    return hunks or [Hunk(file_diff, None)]
+
+
+def _comment_line(hunk: str, start: int, count: int) -> int | None:
+    """The reviewed commit's line a comment on ``hunk`` points at: its first added line;
+    for one that only removes lines, the line before them (else the one after). ``start``
+    and ``count`` are the new side's (an empty side starts at the line before it)."""
+    if count == 0:
+        return start or None
+    line, removed = start, None
+    for text in hunk.splitlines()[1:]:
+        if text.startswith("+"):
+            return line
+        if text.startswith(" "):
+            line += 1
+        elif text.startswith("-") and removed is None:
+            removed = line
+    if removed is None:
+        return start
+    return removed - 1 if removed > start else removed
+
+
+def comment_line(c: Comment) -> str:
+    """A recorded comment in one line: its id, where it points, its task and its words."""
+    where = (c.path or "-") + (f":{c.line}" if c.line else "")
+    words = " ".join(c.text.split())
+    return f"{c.id} on {where} for {c.task}: {words[:60] + '…' if len(words) > 60 else words}"
