@@ -49,13 +49,13 @@ def settings_for(endpoint: ChatEndpoint, files: demo.DemoFiles) -> Settings:
 
 
 @pytest.mark.slow
-def test_a_plan_runs_with_real_qwen_code_resumed_after_a_kill_and_merges(
+def test_a_task_runs_with_real_qwen_code_resumed_after_a_kill_and_merges(
     demo_files: demo.DemoFiles, tmux_socket: str
 ) -> None:
-    """Two tasks in two waves (one reworked), each a real Qwen Code session whose prompts
-    its UserPromptSubmit hook confirmed; tokenize's Qwen is killed mid-task and relaunched
-    with ``--resume`` into its own conversation; the work is reviewed and merged."""
-    only(demo_files, "tokenize", "counts")
+    """A task in a real Qwen Code session whose prompts its UserPromptSubmit hook
+    confirmed; Qwen is killed mid-task and relaunched with ``--resume`` into its own
+    conversation; its tokens are read from its chat file; the work is reviewed and merged."""
+    only(demo_files, "tokenize")
     edit_script(demo_files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 3}))
     with endpoint_for(ChatEndpoint, demo_files) as endpoint:
         settings = settings_for(endpoint, demo_files)
@@ -74,32 +74,31 @@ def test_a_plan_runs_with_real_qwen_code_resumed_after_a_kill_and_merges(
     integration.merge(demo_files.repo, review)
     replies = endpoint.logged(kind="reply")
     assert all(r["user_agent"].startswith(f"QwenCode/{QWEN_VERSION} ") for r in replies)
-    assert sorted(sessions_by_task(replies)) == ["counts", "tokenize"]
+    assert sorted(sessions_by_task(replies)) == ["tokenize"]
+    # its own shell tool did the work and ran the signals
     assert {r["call"] for r in replies if r["call"]} == {"run_shell_command"}
-    counts = {(r["prompt"], r["prompt_kind"], r["round"]) for r in replies if r["task"] == "counts"}
-    assert (1, "plan", 0) in counts and (3, "implement", 1) in counts
-    assert [e["task"] for e in ledger(demo_files.repo, "rework")] == ["counts"]
+    assert {(r["prompt"], r["prompt_kind"]) for r in replies} >= {(1, "plan"), (2, "implement")}
     # the relaunched Qwen carried its conversation: after the kill its requests hold the
     # plan prompt before the implement prompt (a fresh start would hold one prompt)
-    after = [r for r in replies if r["task"] == "tokenize" and r["at"] > killed_at[0]]
+    after = [r for r in replies if r["at"] > killed_at[0]]
     assert after and min(r["prompt"] for r in after) >= 2, [r["prompt"] for r in after]
-    store = Store(RunDir(demo_files.repo))
+    assert not ledger(demo_files.repo, "nudged")
+    status = Store(RunDir(demo_files.repo)).read_status("tokenize")
+    assert status.phase == Phase.INTEGRATED and status.relaunches == 1
+    # every delivery confirmed by the hook of the session lo-orch launched
     hooks = ledger(demo_files.repo, "hook")
-    for task in ("tokenize", "counts"):
-        status = store.read_status(task)
-        assert status.phase == Phase.INTEGRATED
-        # every delivery confirmed by the hook, never by the screen alone
-        assert status.prompt_submitted_at is not None
-        submits = [h for h in hooks if h["task"] == task and h["hook_event"] == "UserPromptSubmit"]
-        assert submits and all(h.get("session_id") == status.session_id for h in submits)
-        chat = find_chat(demo_files.root / "qwen-home", str(status.session_id))
-        assert chat is not None, task
-        tokens = chat_usage(chat)
-        assert status.usage is not None and status.usage["cost_known"] is False
-        assert status.usage["output_tokens"] == tokens["output_tokens"] > 0
-    assert store.read_status("tokenize").relaunches == 1
-    merged = git(demo_files.repo, "show", f"{review.feature}:textstats/counts.py")
-    assert "return ranked[:n]" in merged
+    submits = [h for h in hooks if h["hook_event"] == "UserPromptSubmit"]
+    assert submits and all(h.get("session_id") == status.session_id for h in submits)
+    # its empty submits (a tool's result sent on) were seen and confirmed nothing
+    assert any(h.get("empty_prompt") for h in submits)
+    assert status.prompt_submitted_at is not None
+    chat = find_chat(demo_files.root / "qwen-home", str(status.session_id))
+    assert chat is not None
+    tokens = chat_usage(chat)
+    assert status.usage is not None and status.usage["cost_known"] is False
+    assert status.usage["output_tokens"] == tokens["output_tokens"] > 0
+    merged = git(demo_files.repo, "show", f"{review.feature}:textstats/tokenize.py")
+    assert "def tokenize" in merged
 
 
 def test_qwen_kind_is_selectable_and_refuses_modes_it_cannot_run(tmp_path: Path) -> None:
@@ -126,9 +125,7 @@ def test_qwen_launch_resumes_only_a_recorded_session_and_names_its_settings(
     tmp_path: Path,
 ) -> None:
     home = tmp_path / "qh"
-    config = AgentConfig(
-        kind="qwen", command="/bin/true", env={"QWEN_HOME": str(home)}, model="m1"
-    )
+    config = AgentConfig(kind="qwen", command="/bin/true", env={"QWEN_HOME": str(home)}, model="m1")
     adapter = QwenAdapter(config, tmp_path)
     sid = "0b5e6c2a-8a59-4c1e-9a39-2f4f1f1f0a11"
     ctx = _ctx(tmp_path, config, sid)
@@ -136,7 +133,7 @@ def test_qwen_launch_resumes_only_a_recorded_session_and_names_its_settings(
     spec = adapter.launch_spec(ctx, resume=True)
     # nothing recorded yet: the resume starts that same session afresh
     assert spec.argv[-2:] == ["--session-id", sid]
-    assert ["--approval-mode=yolo", "--model", "m1"] == spec.argv[1:4]
+    assert spec.argv[1:4] == ["--approval-mode=yolo", "--model", "m1"]
     assert spec.env[SETTINGS_ENV] == str(tmp_path / ".orchestration" / "agents/qwen-settings.json")
     chat = home / "projects" / "-x-wt" / "chats" / f"{sid}.jsonl"
     chat.parent.mkdir(parents=True)

@@ -16,8 +16,11 @@ Facts (Qwen Code 0.15.10, in tmux with a throwaway ``HOME``, offline against
   dialog unless the user turned ``security.folderTrust`` on;
 - it updates itself on start (``npm install -g``) unless ``general.enableAutoUpdate`` is
   false: lo-orch's settings file says false;
-- hooks: SessionStart, UserPromptSubmit (confirms a prompt's arrival), PreToolUse, Stop,
-  Notification, SessionEnd with Claude Code's payloads (``session_id``, ``prompt``, ...);
+- hooks: SessionStart, UserPromptSubmit (confirms a prompt's arrival; it fires again with
+  an empty prompt when a tool's result is sent on, which lo-orch ignores), PreToolUse,
+  Stop, Notification, SessionEnd with Claude Code's payloads (``session_id``, ``prompt``);
+- busy: a prompt pasted while a turn runs is lost; ``wait_idle`` holds each prompt until
+  the spinner line ("esc to cancel)") is gone;
   its Stop says ``stop_hook_active: true`` from the first stop, so lo-orch's Stop gate does
   not send it back (the stall nudge does); no StopFailure hook;
 - ready: the composer "Type your message or @path/to/file" without "Initializing..."
@@ -39,9 +42,10 @@ from typing import Any
 
 from loop_orchestrator import resources
 from loop_orchestrator.agents.contract import AgentContext, UnattendedAdapter, launch_spec_for
+from loop_orchestrator.agents.dialogs import wait_screen_idle
 from loop_orchestrator.errors import AgentError
 from loop_orchestrator.files import atomic_write_text
-from loop_orchestrator.sessions.backend import LaunchSpec
+from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 
 UNATTENDED = ["--approval-mode=yolo"]
 #: the hook events lo-orch's launcher is registered for (Qwen Code has no StopFailure)
@@ -58,6 +62,9 @@ SETTINGS_ENV = "QWEN_CODE_SYSTEM_SETTINGS_PATH"
 #: lo-orch's settings file for the run's Qwen Code sessions, under the run folder
 SETTINGS_NAME = "qwen-settings.json"
 READY_RE = re.compile(r"Type your message or @path/to/file")
+#: the spinner line of a running turn ("... (1s · ↓ 5 tokens · esc to cancel)"), shown
+#: above the composer, which stays visible
+BUSY_RE = re.compile(r"esc to cancel\)")
 STARTING_RE = re.compile(r"Initializing\.\.\.|Resuming session")
 QWEN_SCREENS: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (
@@ -234,3 +241,8 @@ class QwenAdapter(UnattendedAdapter):
 
     def is_ready(self, screen: str) -> bool:
         return bool(READY_RE.search(screen)) and not STARTING_RE.search(screen)
+
+    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Wait until no turn runs: a prompt pasted while one did was seen confirmed by
+        no real submit and never read (0.15.10)."""
+        wait_screen_idle(backend, pane_id, ready=READY_RE, busy=BUSY_RE, timeout=timeout)

@@ -77,9 +77,7 @@ AGENTS = ("scripted", "claude", "qwen")
 CHAT_PRESETS = {"qwen": ("qwen", "@qwen-code/qwen-code")}
 
 
-def demo_settings(
-    script: Path, claude: ClaudeDemo | None = None, kind: str = "claude"
-) -> Settings:
+def demo_settings(script: Path, claude: ClaudeDemo | None = None, kind: str = "claude") -> Settings:
     """The scripted agent (or Claude Code, or the preset ``kind``, on the scripted
     endpoint), no LLM auditor."""
     agent = AgentConfig(kind="scripted", script=str(script), ready_timeout=20)
