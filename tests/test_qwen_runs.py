@@ -29,7 +29,7 @@ from loop_orchestrator.agents.qwen import (
 )
 from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
-from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
+from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError, LoOrchError
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.simulator import demo_flow as demo
@@ -236,3 +236,13 @@ def test_qwen_without_a_login_stops_at_its_auth_dialog_with_a_clear_error(
     with pytest.raises(AgentStartError, match="Qwen Code is not logged in") as info:
         adapter.wait_ready(backend, pane, timeout=60)
     assert "qwen auth" in str(info.value.hint)
+
+
+def test_the_qwen_demo_without_qwen_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(LoOrchError, match="needs `qwen` on PATH") as info:
+        demo.run_demo(agent="qwen", workdir=tmp_path)
+    assert "npm install -g @qwen-code/qwen-code" in str(info.value.hint)
+    assert list(tmp_path.iterdir()) == []  # nothing half-made

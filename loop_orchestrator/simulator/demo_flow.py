@@ -10,6 +10,8 @@ git, hooks, verification and merging are the real ones.
 scripted endpoint (``simulator/endpoint.py``) serving the same script: Claude Code's own
 Write and Bash tools do the work, its hooks report, offline, in a throwaway
 ``CLAUDE_CONFIG_DIR`` (the user's ``~/.claude*`` is neither read nor written).
+``--agent qwen`` does the same with Qwen Code on the scripted Chat Completions endpoint
+(``simulator/chat_endpoint.py``), in a throwaway ``QWEN_HOME``.
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ def run_demo(
         msg = f"unknown demo agent {agent!r}"
         raise LoOrchError(msg, hint=f"Use one of: {', '.join(AGENTS)}.")
     claude_command = find_claude() if agent == "claude" else None
+    preset_command = find_preset(agent) if agent in CHAT_PRESETS else None
     root = Path(tempfile.mkdtemp(prefix="lo-orch-demo-", dir=workdir))
     files = prepare_demo(root)
     repo = files.repo
@@ -166,8 +169,8 @@ def run_demo(
             f"Claude Code {claude_command} on the scripted model endpoint {endpoint.url} "
             "(offline; its config lives in the demo folder)"
         )
-    if agent in CHAT_PRESETS:
-        command = find_preset(agent)
+    if preset_command is not None:
+        command = preset_command
         chat = ChatEndpoint(
             load_script(files.script, model=True), log_path=root / "model-requests.jsonl"
         )
