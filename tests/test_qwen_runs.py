@@ -193,10 +193,12 @@ def test_qwen_chat_file_gives_tokens_and_api_errors(tmp_path: Path) -> None:
             "type": "system",
             "timestamp": "t1",
             "systemPayload": {
+                # as Qwen Code 0.15.10 recorded a scripted 429
                 "uiEvent": {
                     "event.name": "qwen-code.api_error",
+                    "error_message": "429 scripted rate_limit_error",
+                    "error_type": "RateLimitError",
                     "status_code": 429,
-                    "error": "rate limited",
                 }
             },
         },
@@ -209,7 +211,14 @@ def test_qwen_chat_file_gives_tokens_and_api_errors(tmp_path: Path) -> None:
         "cached_tokens": 40,
         "messages": 2,
     }
-    assert chat_errors(chat) == [{"status": 429, "error": "rate limited", "at": "t1"}]
+    assert chat_errors(chat) == [
+        {
+            "status": 429,
+            "type": "RateLimitError",
+            "error": "429 scripted rate_limit_error",
+            "at": "t1",
+        }
+    ]
 
 
 def test_qwen_without_a_login_stops_at_its_auth_dialog_with_a_clear_error(

@@ -28,7 +28,9 @@ Facts (Qwen Code 0.15.10, in tmux with a throwaway ``HOME``, offline against
   "Select Authentication Method" dialog -- lo-orch stops;
 - the chat is ``<runtime>/projects/<folder>/chats/<session id>.jsonl``; each model message
   records ``usageMetadata`` (tokens, read by ``chat_usage``), each failed API call an
-  ``api_error`` telemetry record with its status (``chat_errors``).
+  ``api_error`` telemetry record with its status (``chat_errors``). On a 429 it retries
+  quietly with a growing backoff (seen: still retrying after 90 s, the spinner running,
+  no hook, no message): lo-orch does not act on that yet (the stall check does).
 """
 
 from __future__ import annotations
@@ -143,7 +145,8 @@ def chat_errors(chat: Path) -> list[dict[str, Any]]:
         errors.append(
             {
                 "status": event.get("status_code"),
-                "error": str(event.get("error") or "")[:300],
+                "type": str(event.get("error_type") or ""),
+                "error": str(event.get("error_message") or "")[:300],
                 "at": record.get("timestamp"),
             }
         )
