@@ -157,6 +157,8 @@ def claude_dir(env: Mapping[str, str]) -> Path:
 def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
     """Best effort, offline: where Claude Code would find credentials. Never calls the API."""
     name = "claude login"
+    if settings.agent.kind == "qwen":
+        return check_qwen_login(settings, env)
     if settings.agent.kind in PRESET_PACKAGES:
         return Check(
             f"{settings.agent.kind} login",
@@ -183,6 +185,39 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
         "warn",
         "unknown: no credentials found (checked offline)",
         'If sessions report "Not logged in": run `claude` and type /login.',
+    )
+
+
+def check_qwen_login(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Offline: the auth Qwen Code's settings choose, and whether its key or login is there."""
+    from loop_orchestrator.agents.qwen import qwen_dir
+
+    name = "qwen login"
+    merged = {**env, **settings.agent.env}
+    folder = qwen_dir(merged)
+    chosen = (
+        ((_read_json(folder / "settings.json") or {}).get("security") or {}).get("auth") or {}
+    ).get("selectedType")
+    if chosen == "openai" or (chosen is None and merged.get("OPENAI_API_KEY")):
+        if merged.get("OPENAI_API_KEY"):
+            base = merged.get("OPENAI_BASE_URL") or "the default base URL"
+            return Check(name, "ok", f"OpenAI-compatible key in the environment ({base})")
+        return Check(
+            name,
+            "warn",
+            f"{folder / 'settings.json'} chooses an OpenAI-compatible key, and OPENAI_API_KEY "
+            "is not set",
+            "Set OPENAI_API_KEY (and OPENAI_BASE_URL, OPENAI_MODEL) in [agent] env.",
+        )
+    if chosen == "qwen-oauth" and (folder / "oauth_creds.json").is_file():
+        return Check(name, "ok", f"Qwen OAuth login in {folder / 'oauth_creds.json'}")
+    if chosen:
+        return Check(name, "info", f"auth {chosen!r} chosen in {folder / 'settings.json'}")
+    return Check(
+        name,
+        "warn",
+        "no auth chosen: Qwen Code will show its auth dialog (lo-orch stops there)",
+        "Run `qwen auth` once (or set OPENAI_API_KEY, OPENAI_BASE_URL and OPENAI_MODEL).",
     )
 
 

@@ -239,3 +239,40 @@ def test_doctor_says_how_well_each_agent_kind_is_supported(
     missing = doctor("--repo", str(git_repo))
     assert missing.exit_code != 0
     assert "npm install -g @openai/codex" in missing.output
+
+
+def test_doctor_rows_for_qwen_code(
+    git_repo: Path, tmp_path: Path, doctor: Callable[..., Run]
+) -> None:
+    """Installed and its version, the key it would use (checked offline), the sandbox."""
+    qwen = agent_cli("qwen")
+    home = tmp_path / "qh"
+    home.mkdir()
+    (home / "settings.json").write_text(
+        '{"security": {"auth": {"selectedType": "openai"}}}', encoding="utf-8"
+    )
+    agent = f'[agent]\nkind = "qwen"\ncommand = "{qwen}"\n'
+    write_config(git_repo, f'{agent}env = {{ QWEN_HOME = "{home}", OPENAI_API_KEY = "" }}\n')
+    table = rows(doctor("--repo", str(git_repo)).output)
+    assert table["agent CLI"][0] == "ok" and "0.15.10" in table["agent CLI"][1]
+    assert "hooks (SessionStart, UserPromptSubmit" in table["agent support"][1]
+    assert "tokens from its chat file" in table["agent support"][1]
+    # the settings choose an OpenAI-compatible key, and none is set: said, with the fix
+    assert table["qwen login"][0] == "warn" and "OPENAI_API_KEY" in table["qwen login"][1]
+    assert "agent sandbox" in table
+
+
+def test_qwen_login_row_says_which_auth_and_whether_its_key_is_there(tmp_path: Path) -> None:
+    home = tmp_path / "qh"
+    home.mkdir()
+    settings = Settings.model_validate({"agent": {"kind": "qwen", "env": {"QWEN_HOME": str(home)}}})
+    row = check_login(settings, {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://h/v1"})
+    assert (row.name, row.status) == ("qwen login", "ok") and "http://h/v1" in row.detail
+    row = check_login(settings, {})
+    assert row.status == "warn" and "qwen auth" in str(row.hint)
+    (home / "settings.json").write_text(
+        '{"security": {"auth": {"selectedType": "qwen-oauth"}}}', encoding="utf-8"
+    )
+    assert check_login(settings, {}).status == "info"
+    (home / "oauth_creds.json").write_text("{}", encoding="utf-8")
+    assert check_login(settings, {}).status == "ok"

@@ -613,6 +613,23 @@ def test_the_prompt_submit_hook_confirms_the_delivery_at_once(served: Served) ->
     assert served.status().delivered == "planning:0"
 
 
+def test_a_prompt_submit_with_an_empty_prompt_confirms_no_delivery(served: Served) -> None:
+    """Qwen Code fires UserPromptSubmit again, with an empty prompt, when it sends a tool's
+    result on: a prompt pasted meanwhile (which it drops) must not count as arrived."""
+    served.set("alpha", delivered=None, delivering="planning:0")
+    empty = payload("UserPromptSubmit", served.repo, prompt="")
+    hooks.run_hook("UserPromptSubmit", empty, env_for(served.run_dir))
+    st = served.status()
+    assert (st.delivered, st.delivering, st.prompt_submitted_at) == (None, "planning:0", None)
+    assert served.ledger("hook")[-1]["empty_prompt"] is True
+    hooks.run_hook(
+        "UserPromptSubmit",
+        payload("UserPromptSubmit", served.repo, prompt="x"),
+        env_for(served.run_dir),
+    )
+    assert served.status().delivered == "planning:0"
+
+
 def test_a_prompt_arrival_left_while_no_supervisor_listened_lets_the_signal_count(
     served: Served,
 ) -> None:

@@ -223,3 +223,32 @@ def wait_until_ready(
                 hint="Attach to the session to see what it is waiting for.",
             )
         time.sleep(0.1)
+
+
+def wait_screen_idle(
+    backend: SessionBackend,
+    pane_id: str,
+    *,
+    ready: re.Pattern[str],
+    busy: re.Pattern[str],
+    timeout: float,
+    idle_for: float = 0.5,
+) -> None:
+    """Wait until the screen shows ``ready`` and not ``busy`` for ``idle_for`` seconds (a
+    CLI that drops a prompt sent while a turn runs); gives up quietly after ``timeout``
+    (the prompt is sent then, and a stall nudges it) or when the pane is gone."""
+    deadline = time.monotonic() + timeout
+    idle_since: float | None = None
+    while time.monotonic() < deadline:
+        try:
+            screen = backend.capture(pane_id, 0)
+        except TmuxError:
+            return
+        now = time.monotonic()
+        if ready.search(screen) and not busy.search(screen):
+            idle_since = idle_since or now
+            if now - idle_since >= idle_for:
+                return
+        else:
+            idle_since = None
+        time.sleep(0.1)

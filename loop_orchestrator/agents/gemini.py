@@ -27,12 +27,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from loop_orchestrator.agents.contract import AgentContext, UnattendedAdapter, launch_spec_for
-from loop_orchestrator.errors import TmuxError
+from loop_orchestrator.agents.dialogs import wait_screen_idle
 from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 
 UNATTENDED = ["--approval-mode=yolo", "--skip-trust"]
@@ -135,21 +134,9 @@ class GeminiAdapter(UnattendedAdapter):
         """Wait until no turn runs (a prompt sent while one does was seen lost, 0.61.0).
 
         Gives up quietly after ``timeout``: the prompt is sent then, and a stall nudges it.
+        The composer is the sign, not ``is_ready``: the "Initializing..." line of a prompt
+        queued at the start stays on screen.
         """
-        deadline = time.monotonic() + timeout
-        idle_since: float | None = None
-        while time.monotonic() < deadline:
-            try:
-                screen = backend.capture(pane_id, 0)
-            except TmuxError:
-                return
-            now = time.monotonic()
-            # not is_ready: the "Initializing..." line of a prompt queued at the start
-            # stays on screen
-            if READY_RE.search(screen) and not BUSY_RE.search(screen):
-                idle_since = idle_since or now
-                if now - idle_since >= IDLE_SECONDS:
-                    return
-            else:
-                idle_since = None
-            time.sleep(0.1)
+        wait_screen_idle(
+            backend, pane_id, ready=READY_RE, busy=BUSY_RE, timeout=timeout, idle_for=IDLE_SECONDS
+        )

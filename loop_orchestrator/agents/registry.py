@@ -10,6 +10,7 @@ from loop_orchestrator.agents.codex import CodexAdapter
 from loop_orchestrator.agents.command import CommandAdapter
 from loop_orchestrator.agents.contract import AgentAdapter
 from loop_orchestrator.agents.gemini import GeminiAdapter
+from loop_orchestrator.agents.qwen import QwenAdapter
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.sessions import sandbox
@@ -20,6 +21,7 @@ ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {
     "claude": ClaudeAdapter,
     "codex": CodexAdapter,
     "gemini": GeminiAdapter,
+    "qwen": QwenAdapter,
     "command": CommandAdapter,
     "scripted": ScriptedAdapter,
 }
@@ -35,7 +37,5 @@ def make_adapter(settings: Settings, repo: Path) -> AgentAdapter:
     adapter = ADAPTERS.get(kind)
     if adapter is None:
         msg = f"unknown agent kind {kind!r}"
-        raise ConfigError(
-            msg, hint="Set [agent] kind to claude, codex, gemini, command or scripted."
-        )
+        raise ConfigError(msg, hint=f"Set [agent] kind to one of: {', '.join(ADAPTERS)}.")
     return adapter(settings.agent, repo)

@@ -42,6 +42,13 @@ SUPPORT: dict[str, Support] = {
         "unknown (tokens are in its chat file; not priced)",
         "Gemini CLI 0.61.0, whole runs on the scripted Gemini API endpoint",
     ),
+    "qwen": Support(
+        "Qwen Code",
+        "hooks (SessionStart, UserPromptSubmit, Stop, ...) and lo-orch signal",
+        "--resume <the session id lo-orch chose>",
+        "tokens from its chat file (not priced: cost unknown)",
+        "Qwen Code 0.15.10, a whole run on the scripted Chat Completions endpoint",
+    ),
     "command": Support(
         "any CLI ([agent] command)",
         "lo-orch signal and the pane",
@@ -65,7 +72,11 @@ def support_lines() -> list[str]:
 
 #: agent kinds with a preset (their own program is run while ``[agent] command`` is left at
 #: its default, ``claude``), and the npm package that installs it
-PRESET_PACKAGES: dict[str, str] = {"codex": "@openai/codex", "gemini": "@google/gemini-cli"}
+PRESET_PACKAGES: dict[str, str] = {
+    "codex": "@openai/codex",
+    "gemini": "@google/gemini-cli",
+    "qwen": "@qwen-code/qwen-code",
+}
 #: the npm package of Claude Code
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
 

@@ -10,6 +10,8 @@ git, hooks, verification and merging are the real ones.
 scripted endpoint (``simulator/endpoint.py``) serving the same script: Claude Code's own
 Write and Bash tools do the work, its hooks report, offline, in a throwaway
 ``CLAUDE_CONFIG_DIR`` (the user's ``~/.claude*`` is neither read nor written).
+``--agent qwen`` does the same with Qwen Code on the scripted Chat Completions endpoint
+(``simulator/chat_endpoint.py``), in a throwaway ``QWEN_HOME``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from loop_orchestrator.git import checkouts as tempcheckout
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import RunDir, Store
+from loop_orchestrator.simulator.chat_endpoint import ChatEndpoint
 from loop_orchestrator.simulator.endpoint import ModelEndpoint
 from loop_orchestrator.simulator.script import load_script
 from loop_orchestrator.workspace import integration, workspace
@@ -70,14 +73,20 @@ def prepare_demo(root: Path) -> DemoFiles:
     return DemoFiles(root, repo, root / "plan.yaml", root / "script.yaml")
 
 
-AGENTS = ("scripted", "claude")
+AGENTS = ("scripted", "claude", "qwen")
+#: the demo agents that are a preset CLI on the scripted Chat Completions endpoint:
+#: kind -> (program, the npm package installing it)
+CHAT_PRESETS = {"qwen": ("qwen", "@qwen-code/qwen-code")}
 
 
-def demo_settings(script: Path, claude: ClaudeDemo | None = None) -> Settings:
-    """The scripted agent (or Claude Code on the scripted endpoint), no LLM auditor."""
+def demo_settings(script: Path, claude: ClaudeDemo | None = None, kind: str = "claude") -> Settings:
+    """The scripted agent (or Claude Code, or the preset ``kind``, on the scripted
+    endpoint), no LLM auditor."""
     agent = AgentConfig(kind="scripted", script=str(script), ready_timeout=20)
     if claude is not None:
-        agent = AgentConfig(kind="claude", command=claude.command, env=claude.env, ready_timeout=90)
+        agent = AgentConfig.model_validate(
+            {"kind": kind, "command": claude.command, "env": claude.env, "ready_timeout": 90}
+        )
     return Settings(
         agent=agent,
         auditor=AuditorConfig(llm="off"),
@@ -91,6 +100,20 @@ class ClaudeDemo:
 
     command: str
     env: dict[str, str]
+
+
+def find_preset(kind: str) -> str:
+    """The program of the demo agent ``kind`` on PATH, or a clear error."""
+    program, package = CHAT_PRESETS[kind]
+    found = shutil.which(program)
+    if found is None:
+        msg = f"`lo-orch demo --agent {kind}` needs `{program}` on PATH"
+        raise LoOrchError(
+            msg,
+            hint=f"Install it (`npm install -g {package}`), or run `lo-orch demo` for the "
+            "same demo with the scripted agent.",
+        )
+    return found
 
 
 def find_claude() -> str:
@@ -120,6 +143,7 @@ def run_demo(
         msg = f"unknown demo agent {agent!r}"
         raise LoOrchError(msg, hint=f"Use one of: {', '.join(AGENTS)}.")
     claude_command = find_claude() if agent == "claude" else None
+    preset_command = find_preset(agent) if agent in CHAT_PRESETS else None
     root = Path(tempfile.mkdtemp(prefix="lo-orch-demo-", dir=workdir))
     files = prepare_demo(root)
     repo = files.repo
@@ -145,7 +169,18 @@ def run_demo(
             f"Claude Code {claude_command} on the scripted model endpoint {endpoint.url} "
             "(offline; its config lives in the demo folder)"
         )
-    settings = demo_settings(files.script, claude)
+    if preset_command is not None:
+        command = preset_command
+        chat = ChatEndpoint(
+            load_script(files.script, model=True), log_path=root / "model-requests.jsonl"
+        )
+        endpoint = chat
+        claude = ClaudeDemo(command, chat.qwen_env(root / f"{agent}-home"))
+        say(
+            f"{agent} ({command}) on the scripted Chat Completions endpoint {chat.url} "
+            "(offline; its settings and chats live in the demo folder)"
+        )
+    settings = demo_settings(files.script, claude, agent)
     say(f"demo repository: {repo}")
     say(f"watch the sessions from another terminal: lo-orch attach --repo {repo}")
     try:

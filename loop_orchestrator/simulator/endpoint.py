@@ -226,6 +226,10 @@ class ModelEndpoint:
         """Serve a POST in another API's way; False: the Messages API below serves it."""
         return False
 
+    def handle_get(self, handler: http.server.BaseHTTPRequestHandler) -> bool:
+        """Serve a GET in another API's way (a list of models); False: not found."""
+        return False
+
     def answer(
         self, session_id: str, body: Mapping[str, Any]
     ) -> tuple[Step | Fault, dict[str, Any]]:
@@ -305,7 +309,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._plain(404, "")
 
     def do_GET(self) -> None:
-        self._plain(404, "not found")
+        if not self.server.endpoint.handle_get(self):
+            self._plain(404, "not found")
 
     def do_POST(self) -> None:
         endpoint = self.server.endpoint

@@ -9,7 +9,7 @@ import http.server
 import json
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from loop_orchestrator.simulator.replies import Fault
@@ -30,20 +30,28 @@ def send_events(
     events: Sequence[tuple[str | None, Any]],
     *,
     end: str = "\n\n",
+    headers: Mapping[str, str] | None = None,
+    done: str | None = None,
 ) -> None:
     """Answer 200 with a stream of server-sent events and close the connection: each event
-    an ``event: NAME`` line (none for a None name), a ``data:`` line of JSON, then ``end``.
-    A client that hung up is no error (the endpoint logs what it answered)."""
+    an ``event: NAME`` line (none for a None name), a ``data:`` line of JSON, then ``end``;
+    ``done``: a last ``data:`` line of that raw text (OpenAI's ``[DONE]``); ``headers``:
+    more response headers. A client that hung up is no error (the endpoint logs what it
+    answered)."""
     handler.send_response(200)
     handler.send_header("content-type", "text/event-stream")
     handler.send_header("cache-control", "no-cache")
     handler.send_header("connection", "close")
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
     handler.end_headers()
     handler.close_connection = True
     with contextlib.suppress(OSError):
         for name, data in events:
             head = f"event: {name}\n" if name is not None else ""
             handler.wfile.write(f"{head}data: {json.dumps(data)}{end}".encode())
+        if done is not None:
+            handler.wfile.write(f"data: {done}{end}".encode())
         handler.wfile.flush()
 
 

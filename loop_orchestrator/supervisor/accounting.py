@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import limits, spend, usage
@@ -132,6 +133,8 @@ class Accounting:
         may erase the transcript) must not run before lo-orch has read it.
         """
         st = self.journal.record.task(tid)
+        if self.agent == "qwen" and st.session_id:
+            return self._refresh_qwen(tid, st.session_id, st.usage)
         if self.agent != "claude" or not st.session_id or not st.worktree:
             return None
         env = {**os.environ, **self.settings.agent.env}
@@ -170,6 +173,35 @@ class Accounting:
         rounds = {str(r): u.as_json() for r, u in sorted(now.rounds.items())}
         self.journal.set(tid, usage=data, usage_rounds=rounds)
         self.journal.store.append_ledger("usage", task=tid, round=st.rework_count, **data)
+        return now
+
+    def _refresh_qwen(
+        self, tid: str, session_id: str, before: dict[str, Any] | None
+    ) -> usage.Usage | None:
+        """Qwen Code's tokens from its chat file (found by the session id lo-orch chose);
+        no prices for them: the cost stays unknown, so no budget can stop it."""
+        from loop_orchestrator.agents import qwen
+
+        env = {**os.environ, **self.settings.agent.env}
+        chat = qwen.find_chat(qwen.runtime_dir(env), session_id)
+        if chat is None:
+            return None
+        counted = qwen.chat_usage(chat)
+        now = usage.Usage(
+            tokens={
+                **dict.fromkeys(usage.TOKEN_KEYS, 0),
+                "input_tokens": counted["input_tokens"] - counted["cached_tokens"],
+                "output_tokens": counted["output_tokens"],
+                "cache_read_input_tokens": counted["cached_tokens"],
+            },
+            cost_usd=None,
+            models=[self.settings.agent.model] if self.settings.agent.model else [],
+            notes=["tokens from Qwen Code's chat file; lo-orch has no prices for its models"],
+        )
+        data = now.as_json()
+        if data != before:
+            self.journal.set(tid, usage=data)
+            self.journal.store.append_ledger("usage", task=tid, **data)
         return now
 
     def run_usage(self) -> usage.Usage:

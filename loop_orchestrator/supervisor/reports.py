@@ -196,6 +196,14 @@ class Reports:
         payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
         st = self.record.task(tid)
         fields = {k: payload[k] for k in LEDGER_FIELDS if k in payload}
+        if event == "UserPromptSubmit" and payload.get("prompt_chars") == 0:
+            # no prompt arrived: Qwen Code 0.15.10 fires it again, with an empty prompt,
+            # when it sends a tool's result on; taken as a submit, it would confirm a
+            # prompt pasted meanwhile that the session never read
+            self.store.append_ledger(
+                "hook", task=tid, hook_event=event, empty_prompt=True, **fields
+            )
+            return {"exit_code": 0}
         if not request.attested:
             self.store.append_ledger("hook", task=tid, hook_event=event, attested=False, **fields)
             left = request.message.get("left_at")

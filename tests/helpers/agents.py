@@ -29,13 +29,14 @@ from loop_orchestrator.supervisor.main import Outcome, Supervisor
 from loop_orchestrator.workspace import integration
 from loop_orchestrator.workspace.integration import Review
 
-Kind = Literal["claude", "codex", "gemini"]
+Kind = Literal["claude", "codex", "gemini", "qwen"]
 #: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,
 #: the scripts/bootstrap option that installs it)
 _CLIS: dict[Kind, tuple[str, str, str, str]] = {
     "claude": ("LO_ORCH_TEST_CLAUDE", "claude-code", "claude", "--claude"),
     "codex": ("LO_ORCH_TEST_CODEX", "codex", "codex", "--agents"),
     "gemini": ("LO_ORCH_TEST_GEMINI", "gemini-cli", "gemini", "--agents"),
+    "qwen": ("LO_ORCH_TEST_QWEN", "qwen-code", "qwen", "--agents"),
 }
 
 E = TypeVar("E", bound=ModelEndpoint)
