@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import proc, resources
-from loop_orchestrator.cluster import bundles, transcripts
+from loop_orchestrator import resources
+from loop_orchestrator.cluster import bundles, reaper, transcripts
 from loop_orchestrator.cluster.connect import node_root as root_of
 from loop_orchestrator.cluster.connect import ray_env_names, ray_module, ray_secret_paths
 from loop_orchestrator.cluster.terminal import TerminalHost
@@ -173,8 +173,9 @@ class SessionHost:
         self._server: listener.Server | None = None
         self._closed = threading.Event()
         self._term: Any = None
-        #: the watcher that ends this session's tmux server if this process dies (reaper.py)
-        self._reaper: Any = None
+        #: the watcher that ends this session's tmux server if this process dies (reaper.py):
+        #: its pid and start time
+        self._reaper: tuple[int, str | None] | None = None
         #: what of the session's transcript the supervisor lacks (transcripts.py)
         self._tail: transcripts.Tail | None = None
 
@@ -318,18 +319,9 @@ class SessionHost:
                 self.tmux.respawn(self.pane, spec)
             else:
                 self.pane = self.tmux.launch(spec)
-            if self._reaper is None or self._reaper.poll() is not None:
-                self._reaper = proc.spawn_detached(
-                    [
-                        sys.executable,
-                        "-m",
-                        "loop_orchestrator.cluster.reaper",
-                        "--pid",
-                        str(os.getpid()),
-                        "--socket",
-                        self.socket,
-                    ]
-                )
+            if self._reaper is None or not reaper.running(*self._reaper):
+                watcher = reaper.start(os.getpid(), self.socket)
+                self._reaper = (watcher, reaper.start_time(watcher))
             return self.pane
 
     def _follow_transcript(self, spec: LaunchSpec, transcript: dict[str, Any]) -> None:
@@ -546,7 +538,8 @@ class SessionHost:
             self._server.close()
         with contextlib.suppress(Exception):
             self.tmux._tmux("kill-server", check=False)
-        if self._reaper is not None:  # it sees the server gone and exits: reap it
-            with contextlib.suppress(Exception):
-                self._reaper.wait(timeout=10)
+        if self._reaper is not None:  # it sees the server gone and exits
+            deadline = time.monotonic() + 10
+            while reaper.running(*self._reaper) and time.monotonic() < deadline:
+                time.sleep(0.05)
         shutil.rmtree(self.home, ignore_errors=True)
