@@ -37,6 +37,7 @@ from loop_orchestrator.cluster.connect import node_root as root_of
 from loop_orchestrator.cluster.connect import ray_env_names, ray_module, ray_secret_paths
 from loop_orchestrator.cluster.terminal import TerminalHost
 from loop_orchestrator.cost import usage
+from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 from loop_orchestrator.git.gateway import git
 from loop_orchestrator.resources import lo_orch_bin
 from loop_orchestrator.sessions import listener, procinfo, sandbox
@@ -150,8 +151,12 @@ class SessionHost:
         node_ip: Any = ray.util.get_node_ip_address
         self.ip = str(node_ip())
         self.home = root_of(node_root, self.node_id) / f"{run}-{digest}" / f"{task}-g{generation}"
-        self.checkout = self.home / "checkout"
-        self.run_dir = self.home / "run"
+        # the layout of the supervisor's machine: the task's checkout a worktree of the
+        # node's repository under its .worktrees/<run>/<task>, the run folder in that
+        # repository; so `lo-orch status` run in the checkout finds the run (whose files
+        # the supervisor sends) as it does locally
+        self.checkout = self.home / "repo" / WORKTREES_DIR / run / task
+        self.run_dir = self.home / "repo" / ORCH_DIR
         self.socket = f"lon-{digest[:8]}-{task[:24]}-g{generation}"
         # the session's tmux server starts without this worker's Ray variables (a token, the
         # cluster's address): a session inherits the server's environment

@@ -30,6 +30,7 @@ this module's.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import shlex
@@ -178,7 +179,7 @@ class RayBackend:
                             break
                         files[rel] = blob
             run_files = self._run_files(" ".join([*spec.argv, *spec.env.values()]))
-            run_files.update(self._status_file(task))
+            run_files.update(self._run_view())
         generation = int(time.time() * 1000)
         pane_id = f"ray:{task}:{generation}"
         options: dict[str, Any] = {
@@ -274,7 +275,7 @@ class RayBackend:
 
     def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
         task, _ = self.calls.parse(pane_id)
-        files = {**self._run_files(text), **self._status_file(task)}
+        files = {**self._run_files(text), **self._run_view()}
         self.calls.call(pane_id, "put_files", files)
         worktree = self.rundir.worktree_path(self.run_name, task)
         self.calls.call(pane_id, "paste", text, bracketed, self._paths(worktree))
@@ -386,9 +387,21 @@ class RayBackend:
                 continue
         return found
 
-    def _status_file(self, task: str) -> dict[str, bytes]:
-        """The task's published status (a view: the session's tools read its phase there)."""
-        path = self.rundir.status_path(task)
+    def _run_view(self) -> dict[str, bytes]:
+        """The run as a session's tools read it (`lo-orch status`, the task's phase): run.json,
+        plan.json and every task's status, as files of the node's run folder. A view: the
+        supervisor's state stays here. run.json goes without its cluster record: a command
+        in a session never joins the cluster (it has no token to), so it reads only files."""
+        found: dict[str, bytes] = {}
+        with contextlib.suppress(OSError, ValueError):
+            run = json.loads(self.rundir.run_json.read_text(encoding="utf-8"))
+            if isinstance(run, dict):
+                run.pop("cluster", None)
+                found["run.json"] = json.dumps(run, indent=2).encode()
         with contextlib.suppress(OSError):
-            return {f"status/{task}.json": path.read_bytes()}
-        return {}
+            found["plan.json"] = self.rundir.plan_json.read_bytes()
+        with contextlib.suppress(OSError):
+            for path in sorted(self.rundir.status_dir.glob("*.json")):
+                if path.is_file() and not path.is_symlink():
+                    found[f"status/{path.name}"] = path.read_bytes()
+        return found
