@@ -326,6 +326,7 @@ class RayBackend:
             if task not in nodes:
                 with contextlib.suppress(TmuxError):
                     nodes[task] = self.calls.call(pane_id, "info")
+                    self.calls.node_ids[task] = str(nodes[task].get("node_id", ""))
         return dict(nodes)
 
     # attach ----------------------------------------------------------------------------
