@@ -88,17 +88,6 @@ def _sleep_first(script: dict[str, Any], task: str, seconds: float) -> None:
     script[task]["implement"][0] = [{"sleep": {"seconds": seconds}}, *script[task]["implement"][0]]
 
 
-def _sleep_first_on(
-    script: dict[str, Any], task: str, seconds: float, roots: tuple[str, ...]
-) -> None:
-    """Every implement prompt of ``task`` starts with a sleep, on the nodes of ``roots`` (their
-    LO_ORCH_NODE_ROOT) only: a relaunch elsewhere goes straight on."""
-    where = "|".join(f"*/{root}/*" for root in roots)
-    sleep = f'case "$LO_ORCH_RUN_DIR" in {where}) sleep {seconds:g};; esac'
-    step = {"run": {"argv": ["sh", "-c", sleep], "check": False, "timeout": 4 * seconds}}
-    script[task]["implement"][0] = [step, *script[task]["implement"][0]]
-
-
 def _working_on(repo: Path, node: Any, tasks: tuple[str, ...]) -> bool:
     """Every one of ``tasks`` has its implement prompt confirmed by a session on ``node``."""
     store = Store(RunDir(repo))
@@ -134,8 +123,8 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
         def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
             for entry in plan["tasks"]:
                 entry["node_labels"] = dict(PIN)
-            for task in PAIR:  # on the nodes to be removed: the last one needs no window
-                _sleep_first_on(script, task, 30, ("pin1", "pin2"))
+            for task in PAIR:
+                _sleep_first(script, task, 30)
 
         edit_demo(two_tasks, change)
         repo = two_tasks.repo
