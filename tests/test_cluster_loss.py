@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import ray.exceptions
 
-from loop_orchestrator.cluster.loss import GRACE, Met, kind_of, verdict
+from loop_orchestrator.cluster.loss import GRACE, Met, Silences, kind_of, verdict
 
 #: Ray's exceptions (some of their constructors are untyped)
 rex: Any = ray.exceptions
@@ -94,3 +94,14 @@ def test_a_call_that_failed_on_the_way_is_no_loss_unless_the_node_is_dropped() -
     assert _verdict(Met.UNREACHABLE, node=True, silent=100 * GRACE) == "silent"
     assert _verdict(Met.UNREACHABLE, node=None, silent=100 * GRACE) == "silent"
     assert _verdict(Met.UNREACHABLE, node=False) == "lost"
+
+
+def test_a_silence_counts_from_the_first_unanswered_call_and_an_answer_ends_it() -> None:
+    silences = Silences()
+    assert silences.unanswered("ray:a:1", 100.0) == 0.0
+    assert silences.unanswered("ray:a:1", 160.0) == 60.0
+    assert silences.unanswered("ray:b:1", 170.0) == 0.0  # each session its own
+    silences.answered("ray:a:1")  # e.g. the relay's poll got through meanwhile
+    # a later single timeout is a new silence, not one of 200 s past the grace
+    assert silences.unanswered("ray:a:1", 300.0) == 0.0
+    assert silences.unanswered("ray:b:1", 300.0) == 130.0

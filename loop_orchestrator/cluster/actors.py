@@ -51,8 +51,8 @@ class ActorCalls:
         self.stats: dict[str, list[tuple[str, float]]] = {}
         #: task -> the Ray node id its session runs on (``Relay.placed``)
         self.node_ids: dict[str, str] = {}
-        #: pane id -> when it first did not answer (monotonic), while it stays silent
-        self._silent: dict[str, float] = {}
+        #: since when each session has not answered (monotonic)
+        self.silences = loss.Silences()
         #: panes judged lost (``loss.verdict``): they stay lost whatever answers later
         self.lost: set[str] = set()
         #: how long a silent session may stay silent before it counts as lost
@@ -116,30 +116,26 @@ class ActorCalls:
             handle = self.handle(pane_id)
             if handle is None:
                 return loss.Met.NAME_GONE, None
-            return loss.Met.ANSWERED, ray.get(
-                getattr(handle, method).remote(*args), timeout=timeout
-            )
+            got = ray.get(getattr(handle, method).remote(*args), timeout=timeout)
         except (ray.exceptions.RayError, ConnectionError, RuntimeError, ValueError) as exc:
             return loss.kind_of(exc, ray.exceptions), None
+        self.silences.answered(pane_id)  # a silence before this answer is over
+        return loss.Met.ANSWERED, got
 
     def judge(self, pane_id: str, met: loss.Met) -> loss.Verdict:
         """What ``met`` (of a call to ``pane_id``) means (``loss.verdict``). A session
         judged lost is forgotten and its actor ended, should it answer again (a network
         cut healed): its relaunch is the task's session from now on."""
         if met is loss.Met.ANSWERED:
-            with self.lock:
-                self._silent.pop(pane_id, None)
             return "live"
         task, _ = self.parse(pane_id)
-        now = time.monotonic()
-        with self.lock:
-            since = self._silent.setdefault(pane_id, now)
+        silent_for = self.silences.unanswered(pane_id, time.monotonic())
         cluster_answers, node_alive = self._node_alive(self.node_ids.get(task))
         found = loss.verdict(
             met,
             cluster_answers=cluster_answers,
             node_alive=node_alive,
-            silent_for=now - since,
+            silent_for=silent_for,
             grace=self.grace,
         )
         if found == "lost" and pane_id not in self.lost:
@@ -149,7 +145,7 @@ class ActorCalls:
             self.end(pane_id)
             with self.lock:
                 self.lost.add(pane_id)
-                self._silent.pop(pane_id, None)
+            self.silences.answered(pane_id)  # nothing more to wait for
         return found
 
     def end(self, pane_id: str) -> None:

@@ -16,6 +16,7 @@ too: a session that nobody can reach is working unseen).
 from __future__ import annotations
 
 import enum
+import threading
 from typing import Any, Literal
 
 #: how long a session may stay silent, while its node is alive in the cluster and the
@@ -89,3 +90,21 @@ def verdict(
     if met is Met.UNREACHABLE:  # the call's own way through the cluster failed: again
         return "silent"
     return "lost" if silent_for >= grace else "silent"
+
+
+class Silences:
+    """Since when each session has not answered: from its first unanswered call, until it
+    answers again (a silence an answer interrupted starts over). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def unanswered(self, pane_id: str, now: float) -> float:
+        """Record a call ``pane_id`` did not answer at ``now``: seconds it has been silent."""
+        with self._lock:
+            return now - self._since.setdefault(pane_id, now)
+
+    def answered(self, pane_id: str) -> None:
+        with self._lock:
+            self._since.pop(pane_id, None)
