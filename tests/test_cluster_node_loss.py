@@ -517,6 +517,11 @@ def test_a_node_whose_ray_start_group_is_sigkilled_is_a_relaunch_and_leaves_noth
             node.wait()
         if spare is not None:
             ray_env.cluster.remove_node(spare)
+        # whatever of that node's outlived it (a failure of the test): ended by pid, each a
+        # process of the node this test started
+        for pid, born in _with_marker(marker):
+            if reaper.running(pid, born):
+                os.kill(pid, signal.SIGKILL)
 
     st = store.read_status("slug")
     assert st.phase == Phase.INTEGRATED, st.error
