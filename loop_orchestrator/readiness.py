@@ -89,12 +89,24 @@ def check_tmux() -> Check:
     return _check_min_version(["tmux", "-V"], MIN_TMUX)
 
 
+def agent_argv(settings: Settings) -> list[str]:
+    """``[agent] command`` as words, as a launch reads it: one word when the whole line is
+    a file, else split like a shell would (shlex; ValueError when it cannot be); the
+    preset's CLI for the default ``claude``. The agent's program is the first word, here
+    and on every cluster node."""
+    agent = settings.agent
+    argv = [agent.command] if Path(agent.command).is_file() else shlex.split(agent.command)
+    if agent.kind in PRESET_PACKAGES and argv == ["claude"]:  # the default of [agent] command
+        return [agent.kind]
+    return argv
+
+
 def check_agent(settings: Settings) -> Check:
     agent = settings.agent
     if agent.kind == "scripted":
         return Check("agent CLI", "ok", "scripted agent (built in)")
     try:
-        argv = [agent.command] if Path(agent.command).is_file() else shlex.split(agent.command)
+        argv = agent_argv(settings)
     except ValueError as exc:
         return Check(
             "agent CLI",
@@ -104,8 +116,6 @@ def check_agent(settings: Settings) -> Check:
         )
     if not argv:
         return Check("agent CLI", "fail", "[agent] command is empty", "Set [agent] command.")
-    if agent.kind in PRESET_PACKAGES and argv == ["claude"]:  # the default of [agent] command
-        argv = [agent.kind]
     if agent.kind == "command":
         exe = argv[0] if "/" in argv[0] else shutil.which(argv[0])
         if not exe or not Path(exe).exists():

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,12 +31,13 @@ from loop_orchestrator.cluster.checks import (
     agent_program,
     check_cluster,
     judge_cluster,
+    probe_node,
 )
 from loop_orchestrator.cluster.connect import _reachable, connect, ray_module
 from loop_orchestrator.commands.doctor import doctor
 from loop_orchestrator.config import ClusterConfig, SandboxConfig, Settings
 from loop_orchestrator.errors import ClusterError
-from loop_orchestrator.readiness import Check
+from loop_orchestrator.readiness import Check, check_agent
 
 AGENT = "lo-r2-agent"
 
@@ -99,6 +102,43 @@ def test_doctor_reports_an_unreachable_cluster(git_repo: Path) -> None:
     row = next(line for line in result.stdout.splitlines() if line.startswith("cluster"))
     assert "FAIL" in row and f"127.0.0.1:{port}" in row
     assert "cluster" in result.stderr  # named among the failed checks
+
+
+def test_token_authentication_without_a_token_says_what_to_set(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """RAY_AUTH_MODE=token and no token anywhere (no ~/.ray/auth_token, no
+    RAY_AUTH_TOKEN_PATH, no RAY_AUTH_TOKEN): `lo-orch doctor` fails at once naming what to
+    set, instead of Ray's exception or its retries."""
+    config = git_repo / ".loop-orchestrator" / "config.toml"
+    config.parent.mkdir()
+    with socket.socket() as listening:  # somebody answers at the address
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        cluster = f'[cluster]\nbackend = "ray"\naddress = "127.0.0.1:{port}"\n'
+        config.write_text(f'[agent]\nkind = "scripted"\n{cluster}', encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        home = tmp_path / "home"
+        home.mkdir()
+        env.update({"RAY_AUTH_MODE": "token", "HOME": str(home)})
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "loop_orchestrator", "doctor", "--repo", str(git_repo)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert time.monotonic() - started < 20, done.stderr
+    assert done.returncode == 1, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("cluster"))
+    assert "FAIL" in row and "no token" in row, done.stdout
+    assert "RAY_AUTH_TOKEN_PATH" in done.stdout + done.stderr
+    assert "~/.ray/auth_token" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "InvalidAuthToken" not in done.stderr
 
 
 def test_no_cluster_rows_on_the_local_backend(git_repo: Path) -> None:
@@ -227,6 +267,28 @@ def test_agent_program_follows_the_agent_kind() -> None:
     assert agent_program(Settings.model_validate({"agent": {"kind": "scripted"}})) is None
     custom = Settings.model_validate({"agent": {"kind": "command", "command": "my-cli --fast"}})
     assert agent_program(custom) == "my-cli"
+
+
+def test_a_command_line_of_paths_is_read_as_the_local_doctor_and_a_launch_read_it(
+    tmp_path: Path,
+) -> None:
+    """`/path/python /path/agent.py`: the program is the first word, on a node as locally
+    (the node's probe finds it; taken as one path it would be "not on PATH"); a whole line
+    that is a file (a path with a space) is one word, as a launch takes it."""
+    script = tmp_path / "agent.py"
+    script.write_text("print('hi')\n", encoding="utf-8")
+    line = f"{sys.executable} {script}"
+    settings = Settings.model_validate({"agent": {"kind": "command", "command": line}})
+    assert agent_program(settings) == sys.executable
+    assert check_agent(settings).status == "ok"
+    assert probe_node(agent_program(settings))["agent"] == sys.executable
+    spaced = tmp_path / "my agent"
+    spaced.write_text("#!/bin/sh\n", encoding="utf-8")
+    spaced.chmod(0o755)
+    whole = Settings.model_validate({"agent": {"kind": "command", "command": str(spaced)}})
+    assert agent_program(whole) == str(spaced)
+    assert check_agent(whole).status == "ok"
+    assert probe_node(agent_program(whole))["agent"] == str(spaced)
 
 
 # the local backend ignores node labels: plan and approve say so --------------------------

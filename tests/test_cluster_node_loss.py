@@ -8,6 +8,10 @@ one node and remove it, and use a two-task run (tokenize, slug) of the demo.
 from __future__ import annotations
 
 import functools
+import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -28,6 +32,7 @@ from helpers.ray_cluster import (
 from helpers.runs import approve, ledger
 from helpers.wait import wait_for
 
+from loop_orchestrator.cluster import reaper
 from loop_orchestrator.config import SandboxConfig
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
@@ -65,6 +70,16 @@ def _pin_node(ray_env: RayEnv, name: str) -> Any:
         resources={"lo_session": 2},
         labels=dict(PIN),
         env_vars={**ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / name)},
+    )
+
+
+def _pin_label(ray_env: RayEnv, root: str, label: str) -> Any:
+    """A node with two session slots and the label ``lo-node: <label>``."""
+    return ray_env.cluster.add_node(
+        num_cpus=1,
+        resources={"lo_session": 2},
+        labels={"lo-node": label},
+        env_vars={**ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / root)},
     )
 
 
@@ -376,3 +391,148 @@ def test_a_session_whose_tmux_server_ended_under_a_live_actor_leaves_no_actor_be
     assert marker.exists()
     st = store.read_status("slug")
     assert (st.relaunches, st.node_losses) == (1, 0)
+
+
+def _ray_start(ray_env: RayEnv, root: str, label: str) -> subprocess.Popen[bytes]:
+    """A node started as docs/cluster.md says (`ray start --address HEAD --block`), in a
+    process group and session of its own, with ports of its own (several nodes on one
+    machine) and a small object store."""
+    env = {**os.environ, **ray_env.env, "LO_ORCH_NODE_ROOT": str(ray_env.base / root)}
+    ports = [
+        "--node-manager-port",
+        "--object-manager-port",
+        "--metrics-export-port",
+        "--dashboard-agent-listen-port",
+        "--dashboard-agent-grpc-port",
+        "--runtime-env-agent-port",
+    ]
+    argv = [
+        str(Path(sys.executable).parent / "ray"),
+        "start",
+        "--address",
+        ray_env.cluster.address,
+        "--num-cpus",
+        "1",
+        "--resources",
+        json.dumps({"lo_session": 2}),
+        "--labels",
+        f"lo-node={label}",
+        "--object-store-memory",
+        str(80 << 20),
+        *(word for flag in ports for word in (flag, str(_free_port()))),
+        "--block",
+    ]
+    log = (ray_env.base / f"{root}.log").open("wb")
+    return subprocess.Popen(
+        argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _with_marker(marker: str) -> list[tuple[int, str]]:
+    """(pid, start time) of every process whose environment holds ``marker`` (a node's
+    own LO_ORCH_NODE_ROOT: its raylet, workers, reaper, tmux server, bubblewrap, agent)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in environ.split(b"\0"):
+            born = reaper.start_time(int(entry.name))
+            if born is not None:
+                found.append((int(entry.name), born))
+    return found
+
+
+def test_a_node_whose_ray_start_group_is_sigkilled_is_a_relaunch_and_leaves_nothing_running(
+    ray_env: RayEnv, two_tasks: demo.DemoFiles
+) -> None:
+    """slug runs on a node started with `ray start` (label `lo-node: kill`); while it works,
+    that whole process group gets SIGKILL, as when the machine dies. Ray sees its actor
+    unavailable for a while (no crash: that is a silent session, then a lost one once the
+    cluster drops the node): the task is relaunched on the spare node with the label, counted
+    as one node loss, integrated once. Every process of the killed node's sessions (tmux
+    server, bubblewrap, agent) ends with it. In the session on each node, `lo-orch status
+    --json` finds the run, as in a local session."""
+    node = _ray_start(ray_env, "kill1", "kill")
+    spare = None
+    marker = f"LO_ORCH_NODE_ROOT={ray_env.base / 'kill1'}"
+    try:
+        status_to_plan = (
+            '$LO_ORCH_BIN status --json >> "$LO_ORCH_RUN_DIR/plans/slug.md" 2>&1; '
+            'case "$LO_ORCH_RUN_DIR" in */kill1/*) sleep 300;; esac'
+        )
+
+        def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+            plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "slug"]
+            plan["tasks"][0]["node_labels"] = {"lo-node": "kill"}
+            step = {"run": {"argv": ["sh", "-c", status_to_plan], "check": False, "timeout": 600}}
+            script["slug"]["implement"][0] = [step, *script["slug"]["implement"][0]]
+
+        edit_demo(two_tasks, change)
+        repo = two_tasks.repo
+        settings = ray_env.settings(two_tasks.script)
+        approve(two_tasks, settings)
+        run = Store(RunDir(repo)).read_run().name
+        wait_for(lambda: _with_marker(marker), 60, "the ray start node's processes")
+        thread, outcome = supervise_in_background(repo, settings)
+        store = Store(RunDir(repo))
+
+        wait_for(
+            lambda: (
+                store.read_status("slug").phase == Phase.IMPLEMENTING
+                and str(store.read_status("slug").delivered or "").startswith("implementing")
+            ),
+            180,
+            "slug implementing on the ray start node",
+            interval=0.3,
+            shown=lambda: _shown(repo),
+        )
+        first_node = store.read_status("slug").node or ""
+        spare = _pin_label(ray_env, "kill2", "kill")
+        running = _with_marker(marker)
+        names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid, _ in running}
+        assert {"tmux: server", "bwrap", "raylet"} <= names, names
+        os.killpg(node.pid, signal.SIGKILL)  # the group of the `ray start` this test started
+        node.wait()
+        wait_for(
+            lambda: not [p for p, born in running if reaper.running(p, born)],
+            60,
+            "every process of the killed node ended",
+            interval=0.3,
+        )
+        thread.join(timeout=300)
+        assert outcome and outcome[0].state == "review", (outcome, _shown(repo))
+    finally:
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait()
+        if spare is not None:
+            ray_env.cluster.remove_node(spare)
+        # whatever of that node's outlived it (a failure of the test): ended by pid, each a
+        # process of the node this test started
+        for pid, born in _with_marker(marker):
+            if reaper.running(pid, born):
+                os.kill(pid, signal.SIGKILL)
+
+    st = store.read_status("slug")
+    assert st.phase == Phase.INTEGRATED, st.error
+    assert (st.node_losses, st.relaunches) == (1, 0)
+    assert st.node != first_node
+    events = ledger(repo)
+    died = [e for e in events if e["event"] == "session_died"]
+    assert [e["cause"] for e in died] == ["node_lost"], died
+    assert staging_merges(repo, run, "slug") == 1
+    assert [e["task"] for e in events if e["event"] == "task_integrated"] == ["slug"]
+    # the session on the spare node read the run as a local session does
+    seen = RunDir(repo).agent_plan_path("slug").read_text(encoding="utf-8")
+    assert '"tasks"' in seen, seen
+    assert '"task": "slug"' in seen and '"phase": "implementing"' in seen

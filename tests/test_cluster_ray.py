@@ -154,7 +154,7 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
 
     # the node code never opened or ran anything under the user's repository
     audit = ray_env.audit.read_text(encoding="utf-8")
-    assert "checkout" in audit  # the audit saw the node's own work
+    assert "/.worktrees/" in audit  # the audit saw the node's own work
     assert str(repo) not in audit and str(repo.resolve()) not in audit
 
 
@@ -368,7 +368,9 @@ def test_a_forged_signal_through_a_nodes_inbox_is_refused(
     assert staging_merges(repo, run, "tokenize") == 1
     assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
     assert list(ray_env.base.glob(f"n*/*/{run}-*/planted.txt")) == []
-    assert list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/checkout")) == []  # cleaned up
+    assert (
+        list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/repo/.worktrees/*/slug")) == []
+    )  # cleaned up
     for task in TASKS:
         assert staging_merges(repo, run, task) == 1, task
 
@@ -619,7 +621,7 @@ def test_cleanup_ends_this_runs_remote_sessions_only(
         supervisor.wait()
         ours = [n for n in run_actors(run) if "0123456789" not in n]
         assert ours
-        checkouts = list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/checkout"))
+        checkouts = list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/repo/.worktrees/*/slug"))
         assert checkouts
 
         integration.cleanup(repo, abandon=True)

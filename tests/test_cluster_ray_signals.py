@@ -193,7 +193,9 @@ def test_a_signal_left_while_no_supervisor_ran_is_asked_for_again_at_once(
         "slug's signal client gave up",
         interval=1.0,
     )
-    left = list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/run/{INBOX_DIR}/slug/*.json"))
+    left = list(
+        ray_env.base.glob(f"n*/*/{run}-*/slug-g*/repo/.orchestration/{INBOX_DIR}/slug/*.json")
+    )
     assert left, "the report was not left in the node's inbox folder"
 
     _started_again(repo, "impl_done")
@@ -266,7 +268,7 @@ def test_a_prompt_arrival_and_a_signal_left_meanwhile_are_read_before_anything_i
 
         def swallowed() -> bool:
             assert first.poll() is None, "the first supervisor ended"
-            runs = ray_env.base.glob(f"n*/*/{run}-*/slug-g*/run")
+            runs = ray_env.base.glob(f"n*/*/{run}-*/slug-g*/repo/.orchestration")
             found = [p for r in runs if (p := record_dir_for(r) / "slug.events").exists()]
             return any("swallowed-enter" in p.read_text(encoding="utf-8") for p in found)
 

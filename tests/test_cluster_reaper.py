@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers.wait import wait_for
 
-from loop_orchestrator import proc
 from loop_orchestrator.cluster import reaper
 
 
@@ -35,37 +35,57 @@ def test_start_time_names_a_live_process_and_none_for_a_gone_one() -> None:
     assert reaper.start_time(child.pid) is None
 
 
-def test_the_server_ends_when_its_host_process_dies(tmux_socket: str) -> None:
-    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[1])
+
+
+#: a host as a Ray worker is one: it starts the reaper, and when it exits it ends every
+#: child process of its own (Ray's kill_child_processes_on_worker_exit)
+HOST = """
+import os, signal, sys, time
+from loop_orchestrator.cluster import reaper
+print(reaper.start(os.getpid(), sys.argv[1], interval=0.1), flush=True)
+def leave(*_):
+    for line in os.popen(f"ps -o pid= --ppid {os.getpid()}"):
+        os.kill(int(line), signal.SIGKILL)
+    os._exit(0)
+signal.signal(signal.SIGTERM, leave)
+time.sleep(600)
+"""
+
+
+def test_the_server_ends_when_its_host_process_dies_and_takes_its_children(
+    tmux_socket: str,
+) -> None:
+    """The host starts the reaper and, exiting, kills its own children (as a Ray worker
+    does): the reaper is none of them (not its child, not in its group or session), so it
+    lives on and ends the session's server."""
     _server(tmux_socket)
-    watcher = proc.spawn_detached(
-        [
-            sys.executable,
-            "-m",
-            "loop_orchestrator.cluster.reaper",
-            "--pid",
-            str(host.pid),
-            "--socket",
-            tmux_socket,
-            "--interval",
-            "0.1",
-        ]
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST, tmux_socket], stdout=subprocess.PIPE, text=True
     )
+    watcher = 0
     try:
+        assert host.stdout is not None
+        watcher = int(host.stdout.readline())
+        born = reaper.start_time(watcher)
+        assert reaper.running(watcher, born)
+        assert _parent(watcher) != host.pid
+        assert os.getpgid(watcher) not in (os.getpgid(host.pid), os.getpgid(0))
+        assert os.getsid(watcher) != os.getsid(host.pid)
         # alive host: the server stays
         wait_for(lambda: _alive(tmux_socket), 5, "the session's server")
-        assert watcher.poll() is None
-        host.kill()  # the process this test started, by its id
+        assert reaper.running(watcher, born)
+        host.terminate()  # the process this test started, by its id: it ends its children
         host.wait()
         wait_for(lambda: not _alive(tmux_socket), 10, "the server ended by the reaper")
-        assert watcher.wait(timeout=10) == 0
+        wait_for(lambda: not reaper.running(watcher, born), 10, "the reaper's exit")
     finally:
         if host.poll() is None:
             host.kill()
             host.wait()
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.wait()
+        if watcher and reaper.running(watcher, reaper.start_time(watcher)):
+            os.kill(watcher, 9)  # the reaper this test started (through its host)
 
 
 def test_the_reaper_leaves_when_the_server_is_closed_first(tmux_socket: str) -> None:

@@ -9,12 +9,14 @@ import hashlib
 import logging
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator.cluster import loss
 from loop_orchestrator.cluster.connect import connect
 from loop_orchestrator.config import ClusterConfig
-from loop_orchestrator.errors import PaneGoneError, TmuxError
+from loop_orchestrator.errors import ClusterError, PaneGoneError, TmuxError
 from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.sessions.backend import RunLike
 
@@ -47,6 +49,14 @@ class ActorCalls:
         self._task_locks: dict[str, threading.Lock] = {}
         #: what was measured: launch seconds, bundle bytes, sync seconds per task
         self.stats: dict[str, list[tuple[str, float]]] = {}
+        #: task -> the Ray node id its session runs on (``Relay.placed``)
+        self.node_ids: dict[str, str] = {}
+        #: since when each session has not answered (monotonic)
+        self.silences = loss.Silences()
+        #: panes judged lost (``loss.verdict``): they stay lost whatever answers later
+        self.lost: set[str] = set()
+        #: how long a silent session may stay silent before it counts as lost
+        self.grace = loss.GRACE
 
     def ray(self) -> Any:
         """The ``ray`` module, connected to the run's cluster."""
@@ -78,7 +88,8 @@ class ActorCalls:
             self._handles.pop(pane_id, None)
 
     def handle(self, pane_id: str) -> Any | None:
-        """The actor holding ``pane_id`` (None: it is not in the cluster)."""
+        """The actor holding ``pane_id`` (None: it is not in the cluster). Ray's errors
+        (the cluster not answering) are raised as they are: ``ask`` judges them."""
         task, gen = self.parse(pane_id)
         with self.lock:
             found = self._handles.get(pane_id)
@@ -93,28 +104,89 @@ class ActorCalls:
             self._handles[pane_id] = handle
         return handle
 
-    def call(self, pane_id: str, method: str, *args: Any, timeout: float = CALL_TIMEOUT) -> Any:
-        """``method(*args)`` on the actor holding ``pane_id``; PaneGoneError when it is gone
-        (not in the cluster, or it died), TmuxError when it does not answer."""
+    def ask(
+        self, pane_id: str, method: str, *args: Any, timeout: float = CALL_TIMEOUT
+    ) -> tuple[loss.Met, Any]:
+        """``method(*args)`` on the actor holding ``pane_id``: what the call met and its
+        answer (None unless answered). No exception of Ray's comes out."""
+        if pane_id in self.lost:
+            return loss.Met.NAME_GONE, None
         ray = self.ray()
-        handle = self.handle(pane_id)
-        if handle is None:
-            msg = f"the session {pane_id} is gone (its actor is not in the cluster)"
-            raise PaneGoneError(
-                msg, hint="`lo-orch status` shows the task; the supervisor relaunches it."
-            )
         try:
-            return ray.get(getattr(handle, method).remote(*args), timeout=timeout)
-        except ray.exceptions.RayActorError as exc:
-            msg = f"the session {pane_id} is gone (its actor died): {type(exc).__name__}"
-            raise PaneGoneError(
-                msg, hint="Its node may be lost; the supervisor relaunches it."
-            ) from exc
-        except ray.exceptions.RayError as exc:
-            msg = f"the session {pane_id} did not answer {method}: {type(exc).__name__}"
-            raise TmuxError(
-                msg, hint="Its node may be lost; the supervisor relaunches it."
-            ) from exc
+            handle = self.handle(pane_id)
+            if handle is None:
+                return loss.Met.NAME_GONE, None
+            got = ray.get(getattr(handle, method).remote(*args), timeout=timeout)
+        except (ray.exceptions.RayError, ConnectionError, RuntimeError, ValueError) as exc:
+            return loss.kind_of(exc, ray.exceptions), None
+        self.silences.answered(pane_id)  # a silence before this answer is over
+        return loss.Met.ANSWERED, got
+
+    def judge(self, pane_id: str, met: loss.Met) -> loss.Verdict:
+        """What ``met`` (of a call to ``pane_id``) means (``loss.verdict``). A session
+        judged lost is forgotten and its actor ended, should it answer again (a network
+        cut healed): its relaunch is the task's session from now on."""
+        if met is loss.Met.ANSWERED:
+            return "live"
+        task, _ = self.parse(pane_id)
+        silent_for = self.silences.unanswered(pane_id, time.monotonic())
+        cluster_answers, node_alive = self._node_alive(self.node_ids.get(task))
+        found = loss.verdict(
+            met,
+            cluster_answers=cluster_answers,
+            node_alive=node_alive,
+            silent_for=silent_for,
+            grace=self.grace,
+        )
+        if found == "lost" and pane_id not in self.lost:
+            log.warning(
+                "remote session lost", extra={"pane": pane_id, "met": met.value, "task": task}
+            )
+            self.end(pane_id)
+            with self.lock:
+                self.lost.add(pane_id)
+            self.silences.answered(pane_id)  # nothing more to wait for
+        return found
+
+    def end(self, pane_id: str) -> None:
+        """Forget ``pane_id``'s actor and have Ray end it (never raises)."""
+        with self.lock:
+            handle = self._handles.pop(pane_id, None)
+        if handle is None:
+            return
+        try:
+            self.ray().kill(handle, no_restart=True)
+        except Exception as exc:  # gone already, or the cluster not answering
+            log.info("session actor not ended", extra={"pane": pane_id, "error": str(exc)})
+
+    def _node_alive(self, node_id: str | None) -> tuple[bool, bool | None]:
+        """Whether the cluster answers, and whether it lists ``node_id`` as alive."""
+        ray = self.ray()
+        try:
+            nodes = ray.nodes()
+        except (ray.exceptions.RayError, ConnectionError, RuntimeError):
+            return False, None
+        if not node_id:
+            return True, None
+        alive = {str(n.get("NodeID")): bool(n.get("Alive")) for n in nodes}
+        return True, alive.get(node_id, False)
+
+    def call(self, pane_id: str, method: str, *args: Any, timeout: float = CALL_TIMEOUT) -> Any:
+        """``method(*args)`` on the actor holding ``pane_id``; PaneGoneError when it did
+        not answer (lost, or silent for now: the supervisor's liveness check says which),
+        TmuxError when it answered with an error."""
+        met, got = self.ask(pane_id, method, *args, timeout=timeout)
+        found = self.judge(pane_id, met)
+        if found == "live":
+            return got
+        if found == "error":
+            msg = f"the session {pane_id} failed {method} on its node"
+            raise TmuxError(msg, hint="`lo-orch status` shows the task; its log has the cause.")
+        what = "is gone" if found == "lost" else "does not answer"
+        msg = f"the session {pane_id} {what} ({met.value}, calling {method})"
+        raise PaneGoneError(
+            msg, hint="Its node may be lost; the supervisor relaunches the task on another node."
+        )
 
     def list_panes(self) -> dict[str, str]:
         """pane id -> task of this run's live session actors (found by name)."""
@@ -122,7 +194,14 @@ class ActorCalls:
         newest: dict[str, int] = {}
         # the run's namespace by name, as get_actor asks: this process may have joined the
         # cluster in another one first (a connection is made once per process)
-        for actor in ray.util.list_named_actors(all_namespaces=True):
+        try:
+            actors = ray.util.list_named_actors(all_namespaces=True)
+        except (ray.exceptions.RayError, ConnectionError, RuntimeError) as exc:
+            msg = f"the Ray cluster did not list the run's sessions: {type(exc).__name__}: {exc}"
+            raise ClusterError(
+                msg, hint="`ray status` on the head shows whether the cluster is up."
+            ) from exc
+        for actor in actors:
             if not isinstance(actor, dict) or actor.get("namespace") != self.cluster.namespace:
                 continue
             name = actor.get("name")

@@ -7,7 +7,6 @@ the current plan's ``node_labels`` can be placed. The rows join doctor.py's."""
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from loop_orchestrator.cluster import connect as cluster_connect
 from loop_orchestrator.cluster.connect import ray_module
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import ClusterError, LoOrchError
-from loop_orchestrator.readiness import Check
+from loop_orchestrator.readiness import Check, agent_argv
 from loop_orchestrator.runstate.create import read_plan
 from loop_orchestrator.runstate.state import RunDir
 
@@ -56,18 +55,13 @@ class NodeFacts:
 def agent_program(settings: Settings) -> str | None:
     """The program a node needs on PATH for ``[agent]`` (None for the built-in scripted
     agent): the first word of ``[agent] command``, or the preset's CLI name."""
-    agent = settings.agent
-    if agent.kind == "scripted":
+    if settings.agent.kind == "scripted":
         return None
     try:
-        argv = [agent.command] if "/" in agent.command else shlex.split(agent.command)
+        argv = agent_argv(settings)  # as the local doctor and a launch read it
     except ValueError:
-        return agent.command
-    if not argv:
-        return ""
-    if agent.kind in PRESET_PACKAGES and argv == ["claude"]:  # the default of [agent] command
-        return agent.kind
-    return argv[0]
+        return settings.agent.command
+    return argv[0] if argv else ""
 
 
 def probe_node(agent: str | None) -> dict[str, str]:

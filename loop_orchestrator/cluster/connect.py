@@ -16,6 +16,11 @@ from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import ClusterError
 
 INSTALL_HINT = "Install the Ray extra: pip install 'loop-orchestrator[ray]'"
+TOKEN_HINT = (
+    "Set RAY_AUTH_MODE=token in lo-orch's environment and give it the cluster's token: "
+    "the file ~/.ray/auth_token (copy it from the head, where `ray get-auth-token` prints "
+    "it), a file named by RAY_AUTH_TOKEN_PATH, or RAY_AUTH_TOKEN."
+)
 
 
 def ray_module() -> Any:
@@ -50,12 +55,20 @@ def connect(cluster: ClusterConfig) -> Any:
                 logging_level=logging.WARNING,
                 configure_logging=False,
             )
+    except ray.exceptions.AuthenticationError as exc:
+        msg = (
+            f"token authentication is on (RAY_AUTH_MODE=token) and no token for the Ray "
+            f"cluster at {address} was found"
+        )
+        raise ClusterError(msg, hint=TOKEN_HINT) from exc
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address if address != "auto" else "auto (a cluster started on this machine)"
         msg = f"cannot reach the Ray cluster at {where}: {exc}"
         hint = (
             "Start one (`ray start --head --resources '{\"lo_session\": 4}'`) or set "
-            "[cluster] address to the head's address; `ray status` shows what is running."
+            "[cluster] address to the head's address; `ray status` shows what is running. "
+            "A cluster with token authentication that refused this machine's token looks "
+            f"the same: {TOKEN_HINT}"
         )
         raise ClusterError(msg, hint=hint) from exc
     return ray

@@ -31,12 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator import proc, resources
-from loop_orchestrator.cluster import bundles, transcripts
+from loop_orchestrator import resources
+from loop_orchestrator.cluster import bundles, reaper, transcripts
 from loop_orchestrator.cluster.connect import node_root as root_of
 from loop_orchestrator.cluster.connect import ray_env_names, ray_module, ray_secret_paths
 from loop_orchestrator.cluster.terminal import TerminalHost
 from loop_orchestrator.cost import usage
+from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 from loop_orchestrator.git.gateway import git
 from loop_orchestrator.resources import lo_orch_bin
 from loop_orchestrator.sessions import listener, procinfo, sandbox
@@ -150,8 +151,12 @@ class SessionHost:
         node_ip: Any = ray.util.get_node_ip_address
         self.ip = str(node_ip())
         self.home = root_of(node_root, self.node_id) / f"{run}-{digest}" / f"{task}-g{generation}"
-        self.checkout = self.home / "checkout"
-        self.run_dir = self.home / "run"
+        # the layout of the supervisor's machine: the task's checkout a worktree of the
+        # node's repository under its .worktrees/<run>/<task>, the run folder in that
+        # repository; so `lo-orch status` run in the checkout finds the run (whose files
+        # the supervisor sends) as it does locally
+        self.checkout = self.home / "repo" / WORKTREES_DIR / run / task
+        self.run_dir = self.home / "repo" / ORCH_DIR
         self.socket = f"lon-{digest[:8]}-{task[:24]}-g{generation}"
         # the session's tmux server starts without this worker's Ray variables (a token, the
         # cluster's address): a session inherits the server's environment
@@ -173,8 +178,9 @@ class SessionHost:
         self._server: listener.Server | None = None
         self._closed = threading.Event()
         self._term: Any = None
-        #: the watcher that ends this session's tmux server if this process dies (reaper.py)
-        self._reaper: Any = None
+        #: the watcher that ends this session's tmux server if this process dies (reaper.py):
+        #: its pid and start time
+        self._reaper: tuple[int, str | None] | None = None
         #: what of the session's transcript the supervisor lacks (transcripts.py)
         self._tail: transcripts.Tail | None = None
 
@@ -318,18 +324,9 @@ class SessionHost:
                 self.tmux.respawn(self.pane, spec)
             else:
                 self.pane = self.tmux.launch(spec)
-            if self._reaper is None or self._reaper.poll() is not None:
-                self._reaper = proc.spawn_detached(
-                    [
-                        sys.executable,
-                        "-m",
-                        "loop_orchestrator.cluster.reaper",
-                        "--pid",
-                        str(os.getpid()),
-                        "--socket",
-                        self.socket,
-                    ]
-                )
+            if self._reaper is None or not reaper.running(*self._reaper):
+                watcher = reaper.start(os.getpid(), self.socket)
+                self._reaper = (watcher, reaper.start_time(watcher))
             return self.pane
 
     def _follow_transcript(self, spec: LaunchSpec, transcript: dict[str, Any]) -> None:
@@ -546,7 +543,8 @@ class SessionHost:
             self._server.close()
         with contextlib.suppress(Exception):
             self.tmux._tmux("kill-server", check=False)
-        if self._reaper is not None:  # it sees the server gone and exits: reap it
-            with contextlib.suppress(Exception):
-                self._reaper.wait(timeout=10)
+        if self._reaper is not None:  # it sees the server gone and exits
+            deadline = time.monotonic() + 10
+            while reaper.running(*self._reaper) and time.monotonic() < deadline:
+                time.sleep(0.05)
         shutil.rmtree(self.home, ignore_errors=True)

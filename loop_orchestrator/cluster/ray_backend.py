@@ -30,6 +30,7 @@ this module's.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import shlex
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator import resources
-from loop_orchestrator.cluster import bundles
+from loop_orchestrator.cluster import bundles, loss
 from loop_orchestrator.cluster.actors import (
     CALL_TIMEOUT,
     LAUNCH_TIMEOUT,
@@ -178,7 +179,7 @@ class RayBackend:
                             break
                         files[rel] = blob
             run_files = self._run_files(" ".join([*spec.argv, *spec.env.values()]))
-            run_files.update(self._status_file(task))
+            run_files.update(self._run_view())
         generation = int(time.time() * 1000)
         pane_id = f"ray:{task}:{generation}"
         options: dict[str, Any] = {
@@ -194,16 +195,17 @@ class RayBackend:
         if labels:
             options["label_selector"] = labels
         host_cls = ray.remote(SessionHost)
-        handle = host_cls.options(**options).remote(
-            run=self.run_name,
-            digest=calls.digest,
-            task=task,
-            generation=generation,
-            node_root=self.cluster.node_root,
-            checkpoint_seconds=self.cluster.checkpoint_seconds,
-        )
-        calls.keep(pane_id, handle)
+        handle = None
         try:
+            handle = host_cls.options(**options).remote(
+                run=self.run_name,
+                digest=calls.digest,
+                task=task,
+                generation=generation,
+                node_root=self.cluster.node_root,
+                checkpoint_seconds=self.cluster.checkpoint_seconds,
+            )
+            calls.keep(pane_id, handle)
             info = ray.get(
                 handle.setup.remote(ray.put(data), branch, head, wip, out_ref, files, run_files),
                 timeout=LAUNCH_TIMEOUT,
@@ -217,9 +219,11 @@ class RayBackend:
                 ),
                 timeout=CALL_TIMEOUT,
             )
-        except ray.exceptions.RayError as exc:
-            with contextlib.suppress(Exception):
-                ray.kill(handle, no_restart=True)
+        except (ray.exceptions.RayError, ConnectionError, RuntimeError) as exc:
+            calls.forget(pane_id)
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    ray.kill(handle, no_restart=True)
             msg = f"could not start task {task}'s session on the cluster: {exc}"
             raise ClusterError(
                 msg,
@@ -245,30 +249,25 @@ class RayBackend:
 
     # the sessions' state and screens ----------------------------------------------
     def state(self, pane_id: str) -> PaneState:
-        ray = self.calls.ray()
-        handle = self.calls.handle(pane_id)
-        if handle is None:  # its actor is gone: the session went with its host
+        """The session's pane; ``lost`` when its actor went away with its node, whichever
+        way (``loss.verdict``). A session that is silent for now counts as alive."""
+        met, got = self.calls.ask(pane_id, "state")
+        found = self.calls.judge(pane_id, met)
+        if found == "live":
             return PaneState(
-                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=True
+                pane_id,
+                alive=bool(got["alive"]),
+                dead_status=got["dead_status"],
+                pid=None,  # a process id on another machine means nothing here
+                exists=bool(got["exists"]),
             )
-        try:
-            got = ray.get(handle.state.remote(), timeout=CALL_TIMEOUT)
-        except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
+        if found == "silent":
             return PaneState(pane_id, alive=True, dead_status=None, pid=None, exists=True)
-        except ray.exceptions.RayError as exc:
-            self.calls.forget(pane_id)
-            # lost with its host only when the actor itself died (its node, its process);
-            # an actor that answered with an error is the session's own failure
-            lost = isinstance(exc, ray.exceptions.RayActorError)
-            return PaneState(
-                pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=lost
-            )
+        self.relay.forget(pane_id)
+        self.calls.forget(pane_id)
+        # "error": the actor answered with an error: the session's own failure, no loss
         return PaneState(
-            pane_id,
-            alive=bool(got["alive"]),
-            dead_status=got["dead_status"],
-            pid=None,  # a process id on another machine means nothing here
-            exists=bool(got["exists"]),
+            pane_id, alive=False, dead_status=None, pid=None, exists=False, lost=found == "lost"
         )
 
     def capture(self, pane_id: str, lines: int = 200) -> str:
@@ -276,7 +275,7 @@ class RayBackend:
 
     def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
         task, _ = self.calls.parse(pane_id)
-        files = {**self._run_files(text), **self._status_file(task)}
+        files = {**self._run_files(text), **self._run_view()}
         self.calls.call(pane_id, "put_files", files)
         worktree = self.rundir.worktree_path(self.run_name, task)
         self.calls.call(pane_id, "paste", text, bracketed, self._paths(worktree))
@@ -285,41 +284,36 @@ class RayBackend:
         self.calls.call(pane_id, "send_keys", list(keys))
 
     def kill_pane(self, pane_id: str) -> None:
-        ray = self.calls.ray()
-        handle = self.calls.handle(pane_id)
         self.relay.forget(pane_id)
-        if handle is None:
-            self.calls.forget(pane_id)
-            return
         # the transcript's last lines first (its final message may have been written after
         # the session's last request): the spend is booked from the copy here
-        with contextlib.suppress(ray.exceptions.RayError):
-            last = ray.get(handle.transcript_delta.remote(), timeout=CALL_TIMEOUT)
+        met, last = self.calls.ask(pane_id, "transcript_delta")
+        if met is loss.Met.ANSWERED:
             if last:
                 task, _ = self.calls.parse(pane_id)
                 self.relay.keep_transcript(pane_id, task, last)
-        self.calls.forget(pane_id)
-        with contextlib.suppress(ray.exceptions.RayError):
-            ray.get(handle.close.remote(), timeout=CALL_TIMEOUT)
-        with contextlib.suppress(Exception):
-            ray.kill(handle, no_restart=True)
+            self.calls.ask(pane_id, "close")
+        self.calls.end(pane_id)
         log.info("remote session killed", extra={"pane": pane_id})
 
     def alive_panes(self) -> dict[str, bool]:
+        """pane id -> alive, asked of every session at once; False for one that did not
+        answer (``state`` then says whether it is lost or only silent)."""
         ray = self.calls.ray()
-        asked: dict[str, Any] = {}
-        for pane_id in self.list_panes():
-            handle = self.calls.handle(pane_id)
-            if handle is not None:
-                asked[pane_id] = handle.state.remote()
+        asked: dict[Any, str] = {}
         out: dict[str, bool] = {}
-        for pane_id, ref in asked.items():
-            try:
-                out[pane_id] = bool(ray.get(ref, timeout=CALL_TIMEOUT)["alive"])
-            except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
-                out[pane_id] = True
-            except ray.exceptions.RayError:
+        try:
+            for pane_id in self.list_panes():
+                handle = self.calls.handle(pane_id)
                 out[pane_id] = False
+                if handle is not None:
+                    asked[handle.state.remote()] = pane_id
+            ready, _ = ray.wait(list(asked), num_returns=len(asked), timeout=CALL_TIMEOUT)
+        except (ray.exceptions.RayError, ConnectionError, RuntimeError, ClusterError):
+            return out
+        for ref in ready:
+            with contextlib.suppress(ray.exceptions.RayError):
+                out[asked[ref]] = bool(ray.get(ref, timeout=CALL_TIMEOUT)["alive"])
         return out
 
     def task_pids(self) -> dict[int, str]:
@@ -332,6 +326,7 @@ class RayBackend:
             if task not in nodes:
                 with contextlib.suppress(TmuxError):
                     nodes[task] = self.calls.call(pane_id, "info")
+                    self.calls.node_ids[task] = str(nodes[task].get("node_id", ""))
         return dict(nodes)
 
     # attach ----------------------------------------------------------------------------
@@ -393,9 +388,21 @@ class RayBackend:
                 continue
         return found
 
-    def _status_file(self, task: str) -> dict[str, bytes]:
-        """The task's published status (a view: the session's tools read its phase there)."""
-        path = self.rundir.status_path(task)
+    def _run_view(self) -> dict[str, bytes]:
+        """The run as a session's tools read it (`lo-orch status`, the task's phase): run.json,
+        plan.json and every task's status, as files of the node's run folder. A view: the
+        supervisor's state stays here. run.json goes without its cluster record: a command
+        in a session never joins the cluster (it has no token to), so it reads only files."""
+        found: dict[str, bytes] = {}
+        with contextlib.suppress(OSError, ValueError):
+            run = json.loads(self.rundir.run_json.read_text(encoding="utf-8"))
+            if isinstance(run, dict):
+                run.pop("cluster", None)
+                found["run.json"] = json.dumps(run, indent=2).encode()
         with contextlib.suppress(OSError):
-            return {f"status/{task}.json": path.read_bytes()}
-        return {}
+            found["plan.json"] = self.rundir.plan_json.read_bytes()
+        with contextlib.suppress(OSError):
+            for path in sorted(self.rundir.status_dir.glob("*.json")):
+                if path.is_file() and not path.is_symlink():
+                    found[f"status/{path.name}"] = path.read_bytes()
+        return found

@@ -10,6 +10,12 @@ kills the tmux server (its panes get SIGHUP; a sandboxed agent dies with its
 ``bwrap --die-with-parent``). It exits on its own when the server is gone first (the host
 closed the session normally). It sleeps on both processes' pidfds (Linux 5.3+: woken by the
 kernel when one ends); where there are none it polls every ``--interval`` seconds.
+
+The watcher is nobody's child: ``start`` runs it through a short-lived intermediate
+(``--detach``) that exits at once, so it is an orphan in a session of its own. A child of
+the host would share its fate: a Ray worker ends its child processes when it exits (Ray's
+``kill_child_processes_on_worker_exit``), and its raylet's process group may be SIGKILLed
+whole (a machine going down, ``kill -9 -- -PGID`` of ``ray start``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import sys
 import time
 from pathlib import Path
 
@@ -102,12 +109,50 @@ def watch(pid: int, socket: str, *, interval: float = INTERVAL) -> str:
         time.sleep(interval)
 
 
+def _argv(pid: int, socket: str, interval: float) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "loop_orchestrator.cluster.reaper",
+        "--pid",
+        str(pid),
+        "--socket",
+        socket,
+        "--interval",
+        str(interval),
+    ]
+
+
+def start(pid: int, socket: str, *, interval: float = INTERVAL) -> int:
+    """Start the watcher of host ``pid`` and server ``socket``, detached from the caller
+    (not its child, not in its process group or session); its pid."""
+    got = proc.run([*_argv(pid, socket, interval), "--detach"], timeout=30)
+    return int(got.stdout.strip())
+
+
+def running(pid: int, born: str | None) -> bool:
+    """Whether the process ``pid`` started at ``born`` (``start_time``) still runs (an
+    orphan that ended is a zombie until init reaps it: not running)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[-1].split()
+    return born is not None and len(fields) > 19 and fields[0] != "Z" and fields[19] == born
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loop_orchestrator.cluster.reaper")
     parser.add_argument("--pid", required=True, type=int)
     parser.add_argument("--socket", required=True)
     parser.add_argument("--interval", type=float, default=INTERVAL)
+    parser.add_argument("--detach", action="store_true", help="start the watcher and exit")
     args = parser.parse_args(argv)
+    if args.detach:
+        # this process exits now: the watcher it starts is left to init (or a subreaper)
+        watcher = proc.spawn_detached(_argv(args.pid, args.socket, args.interval))
+        print(watcher.pid, flush=True)
+        return 0
     watch(args.pid, args.socket, interval=args.interval)
     return 0
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.cluster import transcripts
-from loop_orchestrator.cluster.actors import CALL_TIMEOUT, ActorCalls
+from loop_orchestrator.cluster import loss, transcripts
+from loop_orchestrator.cluster.actors import ActorCalls
 from loop_orchestrator.cluster.connect import disconnect
 from loop_orchestrator.cluster.mirror import Mirror
 from loop_orchestrator.errors import TmuxError
@@ -111,6 +111,7 @@ class Relay:
     def placed(self, task: str, info: dict[str, Any]) -> None:
         """Record where the task's session runs (and tell the supervisor, once serving)."""
         self.nodes[task] = info
+        self.calls.node_ids[task] = str(info.get("node_id", ""))
         if self._note is not None:
             with contextlib.suppress(Exception):
                 self._note(task, node=f"{info['host']} ({info['ip']}, {info['node_id'][:8]})")
@@ -182,22 +183,23 @@ class Relay:
             first.set()
 
     def _relay_requests(self, pane_id: str, first: threading.Event) -> None:
-        ray = self.calls.ray()
         task, _ = self.calls.parse(pane_id)
         while not self._stopped.is_set():
             with self._lock:
                 if pane_id not in self._relays:
                     return
-            handle = self.calls.handle(pane_id)
-            if handle is None:
-                break
-            try:
-                # the first call does not wait: it collects what is there
-                wait = 2.0 if first.is_set() else 0.0
-                got = ray.get(handle.next_requests.remote(wait), timeout=CALL_TIMEOUT)
-            except ray.exceptions.GetTimeoutError:
+            # the first call does not wait: it collects what is there
+            wait = 2.0 if first.is_set() else 0.0
+            met, got = self.calls.ask(pane_id, "next_requests", wait)
+            if met is not loss.Met.ANSWERED:
+                if self.calls.judge(pane_id, met) in ("lost", "error"):
+                    break
+                # silent for now (its node or the network): ask again, the supervisor's
+                # liveness check decides when it is lost
+                self._stopped.wait(1.0)
                 continue
-            except ray.exceptions.RayError:
+            handle = self.calls.handle(pane_id) if pane_id not in self.calls.lost else None
+            if handle is None:
                 break
             if got.get("checkpoint"):
                 try:

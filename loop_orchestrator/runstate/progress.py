@@ -80,7 +80,9 @@ def status_document(repo: Path) -> dict[str, Any]:
     ).as_json()
     try:
         kept = Branches(repo, state.name, instance=instance_of(state.created_at)).kept()
-    except LoOrchError:
+    except (LoOrchError, OSError):
+        # OSError: no private folder of the run here, and none can be made (a session on
+        # a cluster node reads a copy of the run's files in a read-only sandbox)
         kept = []
     run["quarantined"] = [{"ref": ref, "sha": sha} for ref, sha in kept]
     return {"run": run, "tasks": tasks}
