@@ -7,6 +7,12 @@ the work), before click and the commands are imported: they would double a hook'
 other call, and any call of those two this module does not parse (``--help``, ``--repo``,
 ``--dispute``, a usage error), goes to the click commands (``cli/main.py``) and their
 messages.
+
+Run by its path, ``python -I -S .../loop_orchestrator/entry.py hook EVENT`` (what
+``$LO_ORCH_HOOK`` holds, which ``hooks/lo-hook`` prefers), it answers a hook event with no
+site-packages, no ``.pth`` file and no ``runpy``: a third of the CPU of
+``python -m loop_orchestrator hook`` (``benchmarks/hooks.py``). Any other call made that
+way is handed to ``python -m loop_orchestrator`` of the same interpreter and package.
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ def hook(event: str) -> int:
     from loop_orchestrator.sessions.hooks import run_hook
 
     stdin = sys.stdin
-    raw = "" if stdin is None or stdin.isatty() else stdin.read()
+    if stdin is None or stdin.isatty():
+        raw = ""
+    else:  # bytes: the JSON is UTF-8 whatever the pane's locale says
+        buffer = getattr(stdin, "buffer", None)
+        raw = buffer.read().decode("utf-8", "replace") if buffer else stdin.read()
     outcome = run_hook(event, raw, os.environ)
     if outcome.stdout:
         sys.stdout.write(outcome.stdout)
@@ -71,13 +81,11 @@ def signal(args: list[str]) -> int | None:
     task = opts.get("--task") or os.environ.get("LO_ORCH_TASK", "")
     if not task:
         return None
-    from pathlib import Path
-
     from loop_orchestrator.errors import StateError, UsageError
     from loop_orchestrator.sessions.hooks import signal_task
 
     try:
-        result = signal_task(Path(run_dir), args[0], task=task, note=opts.get("--note"))
+        result = signal_task(run_dir, args[0], task=task, note=opts.get("--note"))
     except (StateError, UsageError) as exc:
         sys.stderr.write(f"Error: {exc.render()}\n")
         return exc.exit_code
@@ -96,3 +104,21 @@ def main() -> None:
 
         code = run_cli()
     sys.exit(code)
+
+
+def _by_path(argv: list[str]) -> None:
+    """Run by path (``$LO_ORCH_HOOK``): a session's call on the package beside this file,
+    anything else by ``python -m loop_orchestrator`` (site-packages and all)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # appended: under -I -S the path holds the standard library only, which must win
+    sys.path.append(root)
+    code = session_call(argv)
+    if code is None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        os.execve(sys.executable, [sys.executable, "-m", "loop_orchestrator", *argv], env)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    _by_path(sys.argv[1:])

@@ -73,6 +73,14 @@ def lo_orch_bin() -> str:
     return shlex.join(python_module_argv("loop_orchestrator"))
 
 
+def lo_orch_hook() -> str:
+    """The command line that answers a hook event (``LO_ORCH_HOOK``; ``$LO_ORCH_HOOK EVENT``
+    with the event's JSON on stdin), usable with ``sh -c``: this interpreter isolated and
+    without site-packages (``-I -S``), running ``entry.py`` by its path."""
+    python = str(Path(sys.executable).absolute())  # not resolved: that would leave the venv
+    return shlex.join([python, "-I", "-S", str(_PKG / "entry.py"), "hook"])
+
+
 def install_paths() -> dict[str, str]:
     """Where this machine's lo-orch install is, by kind: the Python it runs in, the folder
     handed to ``claude --plugin-dir``, its source root (a checkout run from source). A
