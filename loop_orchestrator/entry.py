@@ -8,11 +8,11 @@ other call, and any call of those two this module does not parse (``--help``, ``
 ``--dispute``, a usage error), goes to the click commands (``cli/main.py``) and their
 messages.
 
-Run by its path, ``python -I -S .../loop_orchestrator/entry.py hook EVENT`` (what
-``$LO_ORCH_HOOK`` holds, which ``hooks/lo-hook`` prefers), it answers a hook event with no
-site-packages, no ``.pth`` file and no ``runpy``: a third of the CPU of
-``python -m loop_orchestrator hook`` (``benchmarks/hooks.py``). Any other call made that
-way is handed to ``python -m loop_orchestrator`` of the same interpreter and package.
+``$LO_ORCH_HOOK`` (which ``hooks/lo-hook`` prefers) is ``python -I -S
+.../sessions/fast_entry.py hook``: it answers a hook event here with no site-packages, no
+``.pth`` file and no ``runpy``, a third of the CPU of ``python -m loop_orchestrator hook``
+(``benchmarks/hooks.py``); any other call made that way is handed to ``python -m
+loop_orchestrator`` (``by_path``).
 """
 
 from __future__ import annotations
@@ -106,19 +106,14 @@ def main() -> None:
     sys.exit(code)
 
 
-def _by_path(argv: list[str]) -> None:
-    """Run by path (``$LO_ORCH_HOOK``): a session's call on the package beside this file,
-    anything else by ``python -m loop_orchestrator`` (site-packages and all)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    # appended: under -I -S the path holds the standard library only, which must win
-    sys.path.append(root)
+def by_path(argv: list[str]) -> None:
+    """``sessions/fast_entry.py`` (``$LO_ORCH_HOOK``, under ``python -I -S``): a session's
+    call answered on the package beside that file, anything else handed to
+    ``python -m loop_orchestrator`` of the same interpreter (site-packages and all)."""
     code = session_call(argv)
     if code is None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         os.execve(sys.executable, [sys.executable, "-m", "loop_orchestrator", *argv], env)
     sys.exit(code)
-
-
-if __name__ == "__main__":
-    _by_path(sys.argv[1:])
