@@ -15,7 +15,8 @@ bwrap works. Per version it prints:
    at once, a burst per session of ``--rounds`` rounds of PreToolUse x3, Notification and
    PermissionRequest (for ``$LO_ORCH_BIN signal plan_ready``, which a fixed rule allows, so
    the answer comes back at once), with Claude-shaped JSON on stdin, one after the other as
-   Claude Code runs them;
+   Claude Code runs them, ``--pause`` seconds apart (as a session's tool calls are; with 0,
+   16 sessions calling back to back keep 2 cores busy and every wall time is queueing);
 2. the floor, timed the same way in the same bursts: ``python -c pass`` and
    ``python -I -S -c pass`` of the same interpreter;
 3. signal start -> recorded (the supervisor's ``signal`` ledger line) and -> the next phase
@@ -24,7 +25,7 @@ bwrap works. Per version it prints:
 
 Each run gets a private tmux socket (killed at the end), a throwaway HOME and XDG folders.
 
-    .venv/bin/python benchmarks/hooks.py [--tasks 16] [--rounds 5]
+    .venv/bin/python benchmarks/hooks.py [--tasks 16] [--rounds 6] [--pause 0.3]
         [--baseline REV | --no-baseline]
 """
 
@@ -148,7 +149,9 @@ def _plugin(root: Path, version: Version, timer: Path, log: Path) -> Path:
     return plugin
 
 
-def _burst(root: Path, version: Version, timer: Path, log: Path, rounds: int) -> dict[str, Any]:
+def _burst(
+    root: Path, version: Version, timer: Path, log: Path, rounds: int, pause: float
+) -> dict[str, Any]:
     """The ``run:`` action firing the burst of hook events (and the floors) in a session."""
     payloads = root / "payloads"
     payloads.mkdir()
@@ -161,14 +164,16 @@ def _burst(root: Path, version: Version, timer: Path, log: Path, rounds: int) ->
     for event in BURST:
         data = shlex.quote(str(payloads / f"{event}.json"))
         lines.append(f"  {time_it} {event} {launcher} {event} < {data} > /dev/null")
+        lines.append(f"  sleep {pause}")
     for label, args in FLOORS.items():
         argv = [sys.executable, *args] if args else [sys.executable, "-I", "-S", "-c", "pass"]
         lines.append(f"  {time_it} {shlex.quote(label)} {shlex.join(argv)} < /dev/null")
+        lines.append(f"  sleep {pause}")
     lines.append("done")
     return {"run": {"argv": ["sh", "-c", "\n".join(lines)], "timeout": 600}}
 
 
-def build(root: Path, n: int, rounds: int, version: Version) -> Path:
+def build(root: Path, n: int, rounds: int, pause: float, version: Version) -> Path:
     repo = common.project(root)
     timing = root / "timing"
     starts = timing / "signal-starts"
@@ -176,7 +181,7 @@ def build(root: Path, n: int, rounds: int, version: Version) -> Path:
     timer = root / "hooktime.py"
     timer.write_text(TIMER, encoding="utf-8")
     log = timing / "hooks.jsonl"
-    burst = _burst(root, version, timer, log, rounds)
+    burst = _burst(root, version, timer, log, rounds, pause)
     tasks: list[object] = [common.task(i, 4, sys.executable) for i in range(n)]
     script: dict[str, object] = {}
     for i in range(n):
@@ -244,7 +249,7 @@ def supervise(lo: list[str], repo: Path, env: dict[str, str], cwd: Path) -> str 
     return None if sup.returncode == 0 else f"supervisor exit {sup.returncode}: {tail}"
 
 
-def measure(n: int, rounds: int, version: Version) -> dict[str, Any]:
+def measure(n: int, rounds: int, pause: float, version: Version) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(
         prefix=f"lo-bench-hooks-{version.label.lower()}-", ignore_cleanup_errors=True
     ) as tmp:
@@ -252,7 +257,7 @@ def measure(n: int, rounds: int, version: Version) -> dict[str, Any]:
         socket = f"lo-bench-hooks-{os.getpid()}-{version.label.lower()}"
         env = run_env(version, root, socket)
         check_import(version, env, root)
-        repo = build(root, n, rounds, version)
+        repo = build(root, n, rounds, pause, version)
         lo = [sys.executable, "-m", "loop_orchestrator"]
         started = time.monotonic()
         try:
@@ -328,7 +333,7 @@ def _ms(values: list[float], mean: bool = False) -> str:
     return f"{1000 * common.pct(values, 0.5):.1f} / {1000 * second:.1f}"
 
 
-def render(results: dict[str, dict[str, Any]], n: int) -> str:
+def render(results: dict[str, dict[str, Any]], n: int, pause: float) -> str:
     labels = list(results)
     names = sorted({k for r in results.values() for k in r["calls"]}, key=_order)
     rows: list[tuple[str, list[str]]] = []
@@ -353,8 +358,8 @@ def render(results: dict[str, dict[str, Any]], n: int) -> str:
     )
     width = max(len(name) for name, _ in rows)
     lines = [
-        f"hook benchmark: {n} scripted sessions at once, {os.cpu_count()} cores, "
-        f"{sys.executable} ({', '.join(labels)})",
+        f"hook benchmark: {n} scripted sessions at once, {pause} s between a session's "
+        f"calls, {os.cpu_count()} cores, {sys.executable} ({', '.join(labels)})",
         "",
         "".ljust(width) + "".join(f" {label:>16}" for label in labels),
     ]
@@ -380,7 +385,13 @@ def _order(name: str) -> tuple[int, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.3,
+        help="seconds between one session's calls (0: back to back, every session at once)",
+    )
     parser.add_argument("--baseline", default=BASELINE, metavar="REV")
     parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
     args = parser.parse_args()
@@ -392,8 +403,8 @@ def main() -> None:
             versions.insert(0, Version("BEFORE", tree, tree))
         for version in versions:
             print(f"measuring {version.label}...", file=sys.stderr, flush=True)
-            results[version.label] = measure(args.tasks, args.rounds, version)
-    print(render(results, args.tasks))
+            results[version.label] = measure(args.tasks, args.rounds, args.pause, version)
+    print(render(results, args.tasks, args.pause))
 
 
 if __name__ == "__main__":
