@@ -3,7 +3,7 @@
 One run measures the same workload twice: BEFORE is a baseline revision (default 1e3e895:
 every hook event ran ``python -m loop_orchestrator hook``), checked out in a temporary git
 worktree and imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike;
-checked, and removed at the end); AFTER is this tree (``hooks/lo-hook`` runs
+checked, and removed at the end); AFTER is this tree (on ``PYTHONPATH`` the same way) (``hooks/lo-hook`` runs
 ``$LO_ORCH_HOOK``: ``python -I -S .../entry.py hook``). Each is a real ``lo-orch run`` of
 ``--tasks`` scripted sessions at once (cap = tasks) in real tmux, agents in the sandbox where
 bwrap works. Per version it prints:
@@ -77,7 +77,7 @@ sys.exit(rc)
 class Version:
     label: str
     tree: Path
-    #: put on PYTHONPATH (the baseline); None: the installed (editable) package
+    #: put on PYTHONPATH (supervisor, panes and LO_ORCH_BIN); None: the installed package
     pythonpath: Path | None
 
 
@@ -397,7 +397,8 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
-        versions = [Version("AFTER", REPO_ROOT, None)]
+        # on PYTHONPATH too: a checkout that is not the installed one measures itself
+        versions = [Version("AFTER", REPO_ROOT, REPO_ROOT)]
         if not args.no_baseline:
             tree = stack.enter_context(baseline_tree(args.baseline))
             versions.insert(0, Version("BEFORE", tree, tree))
