@@ -3,10 +3,10 @@
 One run measures the same workload twice: BEFORE is a baseline revision (default 1e3e895:
 every hook event ran ``python -m loop_orchestrator hook``), checked out in a temporary git
 worktree and imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike;
-checked, and removed at the end); AFTER is this tree (on ``PYTHONPATH`` the same way) (``hooks/lo-hook`` runs
-``$LO_ORCH_HOOK``: ``python -I -S .../entry.py hook``). Each is a real ``lo-orch run`` of
-``--tasks`` scripted sessions at once (cap = tasks) in real tmux, agents in the sandbox where
-bwrap works. Per version it prints:
+checked, and removed at the end); AFTER is this tree, on ``PYTHONPATH`` the same way
+(``hooks/lo-hook`` runs ``$LO_ORCH_HOOK``: ``python -I -S .../sessions/fast_entry.py
+hook``). Each is a real ``lo-orch run`` of ``--tasks`` scripted sessions at once (cap =
+tasks) in real tmux, agents in the sandbox where bwrap works. Per version it prints:
 
 1. per hook event, the wall time p50/p95 and the CPU time (the launcher and everything it
    started, children's rusage) p50/mean of every call of the plugin's ``hooks/lo-hook``,
