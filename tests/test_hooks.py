@@ -86,7 +86,7 @@ def from_beta_session(s: Served, args: list[str], env: dict[str, str]) -> Done:
 # constants that mirror plan without importing it ---------------------------------
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     st.one_of(
         st.text(alphabet="abcz09-_A.\n/ ", max_size=45),
