@@ -102,11 +102,7 @@ def full(event: str, env: dict[str, str], stdin: str) -> Done:
 # the wire's JSON without json --------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False)
-    | st.text(max_size=12),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
     max_leaves=8,
 )
