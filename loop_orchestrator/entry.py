@@ -108,12 +108,16 @@ def main() -> None:
 
 def by_path(argv: list[str]) -> None:
     """``sessions/fast_entry.py`` (``$LO_ORCH_HOOK``, under ``python -I -S``): a session's
-    call answered on the package beside that file, anything else handed to
-    ``python -m loop_orchestrator`` of the same interpreter (site-packages and all)."""
+    call answered on the package beside that file, anything else handed to the full
+    command line of the same interpreter and package (site-packages and all)."""
     code = session_call(argv)
     if code is None:
+        # the package beside this file, found after the interpreter's own path (no
+        # PYTHONPATH: the commands' children, a project's tests among them, inherit it)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        os.execve(sys.executable, [sys.executable, "-m", "loop_orchestrator", *argv], env)
+        run = (
+            f"import runpy, sys; sys.path.append({root!r}); "
+            "runpy.run_module('loop_orchestrator', run_name='__main__', alter_sys=True)"
+        )
+        os.execv(sys.executable, [sys.executable, "-c", run, *argv])
     sys.exit(code)
