@@ -336,3 +336,13 @@ def test_lo_orch_hook_is_in_every_session_and_cannot_be_overridden(tmp_path: Pat
     # any other call made through it is the full command line
     version = fast(["--version"], {})
     assert version.returncode == 0 and "lo-orch" in version.stdout, version.stderr
+
+
+def test_the_launcher_never_runs_the_event_name(served: Served, tmp_path: Path) -> None:
+    """An event name is passed to ``$LO_ORCH_HOOK`` as one argument, never as shell text."""
+    mark = tmp_path / "ran"
+    for event in (f"Stop; touch {mark}", f"$(touch {mark})", f"`touch {mark}`"):
+        done = launcher(event, env_for(served.run_dir), payload("Stop"))
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert not mark.exists()
+    assert served.ledger("hook") == []
