@@ -23,7 +23,8 @@ tasks) in real tmux, agents in the sandbox where bwrap works. Per version it pri
    (its private journal), p50/p95: from the moment a session *starts*
    ``$LO_ORCH_BIN signal PHASE`` (the scripted agent records the clock first).
 
-Each run gets a private tmux socket (killed at the end), a throwaway HOME and XDG folders.
+Each run gets a private tmux socket (killed at the end), a throwaway HOME and XDG folders;
+both versions' packages are byte-compiled first, as an installed lo-orch is.
 
     .venv/bin/python benchmarks/hooks.py [--tasks 16] [--rounds 6] [--pause 0.3]
         [--baseline REV | --no-baseline]
@@ -206,9 +207,22 @@ def build(root: Path, n: int, rounds: int, pause: float, version: Version) -> Pa
     return repo
 
 
+def compile_tree(version: Version) -> None:
+    """Byte-compile the version's package, as installing it does: a sandboxed pane cannot
+    write byte code beside it, and compiling on every call would measure the compiler."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(version.tree / "loop_orchestrator")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
 def run_env(version: Version, root: Path, socket: str) -> dict[str, str]:
     env = common.environment(root)
     env.pop("PYTHONPATH", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONPYCACHEPREFIX", None)
     env["LO_ORCH_TMUX_SOCKET"] = socket
     if version.pythonpath is not None:
         env["PYTHONPATH"] = str(version.pythonpath)
@@ -256,6 +270,7 @@ def measure(n: int, rounds: int, pause: float, version: Version) -> dict[str, An
         root = Path(tmp)
         socket = f"lo-bench-hooks-{os.getpid()}-{version.label.lower()}"
         env = run_env(version, root, socket)
+        compile_tree(version)
         check_import(version, env, root)
         repo = build(root, n, rounds, pause, version)
         lo = [sys.executable, "-m", "loop_orchestrator"]

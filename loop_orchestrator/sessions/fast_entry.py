@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import sys
 
+# -I ignores PYTHONPYCACHEPREFIX: where the supervisor cached the package's byte code
+sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
 sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from loop_orchestrator.entry import by_path
+from loop_orchestrator.entry import by_path  # noqa: E402 (found through the path set above)
 
 by_path(sys.argv[1:])
