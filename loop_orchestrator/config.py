@@ -36,7 +36,14 @@ PERMISSION_MODES = (
 
 #: LO_ORCH_* variables that are part of the agent environment contract, not settings
 RESERVED_ENV = frozenset(
-    {"LO_ORCH_TASK", "LO_ORCH_RUN_DIR", "LO_ORCH_BRIEF", "LO_ORCH_BIN", "LO_ORCH_TMUX_SOCKET"}
+    {
+        "LO_ORCH_TASK",
+        "LO_ORCH_RUN_DIR",
+        "LO_ORCH_BRIEF",
+        "LO_ORCH_BIN",
+        "LO_ORCH_HOOK",
+        "LO_ORCH_TMUX_SOCKET",
+    }
 )
 
 

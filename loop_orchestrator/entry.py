@@ -7,6 +7,12 @@ the work), before click and the commands are imported: they would double a hook'
 other call, and any call of those two this module does not parse (``--help``, ``--repo``,
 ``--dispute``, a usage error), goes to the click commands (``cli/main.py``) and their
 messages.
+
+``$LO_ORCH_HOOK`` (which ``hooks/lo-hook`` prefers) is ``python -I -S
+.../sessions/fast_entry.py hook``: it answers a hook event here with no site-packages, no
+``.pth`` file and no ``runpy``, a third of the CPU of ``python -m loop_orchestrator hook``
+(``benchmarks/hooks.py``); any other call made that way is handed to ``python -m
+loop_orchestrator`` (``by_path``).
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ def hook(event: str) -> int:
     from loop_orchestrator.sessions.hooks import run_hook
 
     stdin = sys.stdin
-    raw = "" if stdin is None or stdin.isatty() else stdin.read()
+    if stdin is None or stdin.isatty():
+        raw = ""
+    else:  # bytes: the JSON is UTF-8 whatever the pane's locale says
+        buffer = getattr(stdin, "buffer", None)
+        raw = buffer.read().decode("utf-8", "replace") if buffer else stdin.read()
     outcome = run_hook(event, raw, os.environ)
     if outcome.stdout:
         sys.stdout.write(outcome.stdout)
@@ -71,13 +81,11 @@ def signal(args: list[str]) -> int | None:
     task = opts.get("--task") or os.environ.get("LO_ORCH_TASK", "")
     if not task:
         return None
-    from pathlib import Path
-
     from loop_orchestrator.errors import StateError, UsageError
     from loop_orchestrator.sessions.hooks import signal_task
 
     try:
-        result = signal_task(Path(run_dir), args[0], task=task, note=opts.get("--note"))
+        result = signal_task(run_dir, args[0], task=task, note=opts.get("--note"))
     except (StateError, UsageError) as exc:
         sys.stderr.write(f"Error: {exc.render()}\n")
         return exc.exit_code
@@ -95,4 +103,21 @@ def main() -> None:
         from loop_orchestrator.cli.main import run_cli
 
         code = run_cli()
+    sys.exit(code)
+
+
+def by_path(argv: list[str]) -> None:
+    """``sessions/fast_entry.py`` (``$LO_ORCH_HOOK``, under ``python -I -S``): a session's
+    call answered on the package beside that file, anything else handed to the full
+    command line of the same interpreter and package (site-packages and all)."""
+    code = session_call(argv)
+    if code is None:
+        # the package beside this file, found after the interpreter's own path (no
+        # PYTHONPATH: the commands' children, a project's tests among them, inherit it)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        run = (
+            f"import runpy, sys; sys.path.append({root!r}); "
+            "runpy.run_module('loop_orchestrator', run_name='__main__', alter_sys=True)"
+        )
+        os.execv(sys.executable, [sys.executable, "-c", run, *argv])
     sys.exit(code)

@@ -12,7 +12,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from loop_orchestrator import proc
+from loop_orchestrator import entry, proc
+from loop_orchestrator.sessions import hooks
+
+#: what ``$LO_ORCH_HOOK`` imports, imported here so that its byte code is cached by the
+#: supervisor: a sandboxed pane may not write beside the package, and compiling them would
+#: cost every hook event several milliseconds
+HOOK_PATH = (entry, hooks)
 
 _PKG = Path(__file__).resolve().parent
 _DATA = _PKG / "_data"
@@ -71,6 +77,14 @@ def python_module_argv(module: str) -> list[str]:
 def lo_orch_bin() -> str:
     """The command line that runs this lo-orch (``LO_ORCH_BIN``), usable with ``sh -c``."""
     return shlex.join(python_module_argv("loop_orchestrator"))
+
+
+def lo_orch_hook() -> str:
+    """The command line that answers a hook event (``LO_ORCH_HOOK``; ``$LO_ORCH_HOOK EVENT``
+    with the event's JSON on stdin), usable with ``sh -c``: this interpreter isolated and
+    without site-packages (``-I -S``), running ``entry.py`` by its path."""
+    python = str(Path(sys.executable).absolute())  # not resolved: that would leave the venv
+    return shlex.join([python, "-I", "-S", str(_PKG / "sessions" / "fast_entry.py"), "hook"])
 
 
 def install_paths() -> dict[str, str]:

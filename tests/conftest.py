@@ -65,6 +65,7 @@ def _isolated_home(
         "LO_ORCH_RUN_DIR",
         "LO_ORCH_BRIEF",
         "LO_ORCH_BIN",
+        "LO_ORCH_HOOK",
         "GIT_DIR",
         "GIT_WORK_TREE",
         "GIT_INDEX_FILE",

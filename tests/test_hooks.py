@@ -23,6 +23,8 @@ from click.testing import CliRunner
 from helpers import REPO_ROOT
 from helpers.git import git
 from helpers.served import Served, env_for, lo_orch_env, serve, start_run, sub_env, working
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loop_orchestrator.cli import session as session_cli
 from loop_orchestrator.cli.main import cli, run_cli
@@ -84,8 +86,24 @@ def from_beta_session(s: Served, args: list[str], env: dict[str, str]) -> Done:
 # constants that mirror plan without importing it ---------------------------------
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet="abcz09-_A.\n/ ", max_size=45),
+        st.from_regex(plan_checks.ID_RE),
+        st.text(max_size=45),
+    )
+)
+def test_task_ids_are_checked_as_plan_validation_does(text: str) -> None:
+    assert hooks.is_task_id(text) == bool(plan_checks.ID_RE.fullmatch(text))
+
+
 def test_mirrored_constants_agree_with_plan() -> None:
-    assert hooks.TASK_ID_RE.pattern == plan_checks.ID_RE.pattern
+    for name in ("a", "a" * 40, "0-x", "t001"):
+        assert hooks.is_task_id(name)
+    for name in ("", "a" * 41, "-a", "A", "a\n", "a/b", "..", "é"):
+        assert not hooks.is_task_id(name)
+    assert (hooks.ORCH_DIR, hooks.WORKTREES_DIR) == (ORCH_DIR, WORKTREES_DIR)
     assert {Phase(p) for p in hooks.SIGNAL_PHASES} == {
         Phase.PLAN_READY,
         Phase.IMPL_DONE,

@@ -2,12 +2,13 @@
 protocol. The factory is ``registry.make_adapter``.
 
 ``AgentContext.create`` fills a session's environment (``agent_env``: ``[agent] env`` plus
-the contract variables ``LO_ORCH_TASK``, ``LO_ORCH_RUN_DIR``, ``LO_ORCH_BRIEF`` and
-``LO_ORCH_BIN``, which win, and the supervisor's ``LO_ORCH_TMUX_SOCKET`` and ``PATH``
-unless configured) and, with the sandbox on, its ``sandbox.Policy``. ``launch_spec_for``
-is how every adapter ends ``launch_spec``: the one place an agent's argv is put inside the
-sandbox. ``UnattendedAdapter`` is the common start of the adapters of CLIs lo-orch can only
-run unattended (Codex CLI, Gemini CLI). Start-up dialogs live in ``dialogs.py``.
+the contract variables ``LO_ORCH_TASK``, ``LO_ORCH_RUN_DIR``, ``LO_ORCH_BRIEF``,
+``LO_ORCH_BIN`` and ``LO_ORCH_HOOK``, which win, and the supervisor's
+``LO_ORCH_TMUX_SOCKET`` and ``PATH`` unless configured) and, with the sandbox on, its
+``sandbox.Policy``. ``launch_spec_for`` is how every adapter ends ``launch_spec``: the one
+place an agent's argv is put inside the sandbox. ``UnattendedAdapter`` is the common start
+of the adapters of CLIs lo-orch can only run unattended (Codex CLI, Gemini CLI). Start-up
+dialogs live in ``dialogs.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Protocol
 from loop_orchestrator.agents.dialogs import Dialog, wait_until_ready
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
-from loop_orchestrator.resources import lo_orch_bin
+from loop_orchestrator.resources import lo_orch_bin, lo_orch_hook
 from loop_orchestrator.sessions import sandbox
 from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 
@@ -47,6 +48,7 @@ def agent_env(
         "LO_ORCH_RUN_DIR": str(Path(run_dir).absolute()),
         "LO_ORCH_BRIEF": str(Path(brief).absolute()),
         "LO_ORCH_BIN": lo_orch_bin(),
+        "LO_ORCH_HOOK": lo_orch_hook(),
     }
     overridden = sorted(k for k in contract if k in env and env[k] != contract[k])
     if overridden:

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from loop_orchestrator.sessions.hooks import HookOutcome  # standard library only, like this module
-
 if TYPE_CHECKING:  # pydantic and filelock: not on the hook path
     from loop_orchestrator.permissions.requests import PermissionRequest as PermissionRequest
 
@@ -127,9 +125,20 @@ def signal(
     return Signalled(task, result.previous, result.phase, result.changed, result.message)
 
 
-def hook(event: str, raw: str, environ: Mapping[str, str]) -> HookOutcome:
+@dataclass(frozen=True)
+class Hooked:
+    """What a hook event answers Claude Code: exit code 2 (the Stop gate) with the reason on
+    stderr, or 0 with a permission decision on stdout, or 0 and silence."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def hook(event: str, raw: str, environ: Mapping[str, str]) -> Hooked:
     """`lo-orch hook EVENT`: record a Claude Code hook event (its JSON in ``raw``) for its
     task; what to answer Claude Code (never raises)."""
     from loop_orchestrator.sessions import hooks
 
-    return hooks.run_hook(event, raw, environ)
+    outcome = hooks.run_hook(event, raw, environ)
+    return Hooked(outcome.exit_code, outcome.stdout, outcome.stderr)

@@ -6,8 +6,10 @@ and answers. Neither writes a status file or the ledger: those are the superviso
 published view (docs/design.md section 10).
 
 `lo-orch hook EVENT` runs for every hook event of every Claude Code session that loads the
-plugin (each prompt, each stop, each notification), so its path stays light: the standard
-library only (importing ``state``'s pydantic models alone would cost about 200 ms).
+plugin (each prompt, each tool call, each stop), so its path stays light: it runs under
+``python -I -S`` (``entry.py``, ``$LO_ORCH_HOOK``) and imports nothing the interpreter has
+not loaded at start besides ``inbox`` (no ``re``, ``json``, ``pathlib``, ``typing``, ``enum``:
+together they would triple a hook event's CPU; pydantic alone costs about 200 ms).
 
 Contract of a hook: in a session lo-orch does not manage, or when anything is missing or
 broken, print nothing and exit 0, never disturbing the user's session. The answers that
@@ -18,24 +20,26 @@ a PermissionRequest answered by a rule or by `lo-orch permit` (the hook waits fo
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import re
+import os
 import time
-from collections.abc import Mapping
-from datetime import UTC, datetime
-from enum import StrEnum
-from pathlib import Path
-from typing import Any, Literal, NamedTuple
 
-from loop_orchestrator.errors import StateError, UsageError
-from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
+from loop_orchestrator.sessions import inbox
 
-# A mirror of plan_checks.ID_RE, kept here so this module imports no plan module (they bring
-# pydantic; tests assert they agree).
-TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
-EVENT_RE = re.compile(r"^[A-Za-z]{1,40}$")
+TYPE_CHECKING = False  # typing itself costs a hook event ~2 ms; mypy reads the block
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, Literal
+
+    Answer = Literal["quiet", "block", "decide"]
+
+#: a task id: what plan validation's ID_RE accepts (``^[a-z0-9][a-z0-9-]{0,39}\Z``), checked
+#: without ``re`` (7 ms a hook event; tests assert they agree)
+_ID_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_ID_REST = _ID_FIRST | {"-"}
+#: the run's folder and the worktrees' folder (``files.ORCH_DIR``, ``files.WORKTREES_DIR``:
+#: ``files`` imports tempfile and shutil; tests assert they agree)
+ORCH_DIR = ".orchestration"
+WORKTREES_DIR = ".worktrees"
 
 SIGNAL_PHASES = ("plan_ready", "impl_done", "blocked")
 #: how long the PermissionRequest hook waits for a person's answer (hooks.json gives it
@@ -49,52 +53,94 @@ MAX_TOOL_INPUT = 16 * 1024
 SIGNAL_WAIT = 30.0
 
 
-class HookTarget(NamedTuple):
+def is_task_id(text: str) -> bool:
+    """Is ``text`` a task id (plan validation's ``ID_RE``)?"""
+    return 0 < len(text) <= 40 and text[0] in _ID_FIRST and all(c in _ID_REST for c in text[1:])
+
+
+def is_event_name(text: str) -> bool:
+    """Is ``text`` shaped like a hook event's name (1 to 40 ASCII letters)?"""
+    return 0 < len(text) <= 40 and text.isascii() and text.isalpha()
+
+
+class HookTarget:
     """The task a hook event belongs to."""
 
-    run_dir: Path  # the absolute .orchestration folder
-    task: str
+    __slots__ = ("run_dir", "task")
+
+    def __init__(self, run_dir: str, task: str) -> None:
+        self.run_dir = run_dir  # the absolute .orchestration folder
+        self.task = task
 
     @property
-    def status_path(self) -> Path:
-        return self.run_dir / "status" / f"{self.task}.json"
+    def status_path(self) -> str:
+        return os.path.join(self.run_dir, "status", f"{self.task}.json")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HookTarget) and (self.run_dir, self.task) == (
+            other.run_dir,
+            other.task,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.run_dir, self.task))
+
+    def __repr__(self) -> str:
+        return f"HookTarget({self.run_dir!r}, {self.task!r})"
 
 
-class HookAnswer(StrEnum):
+class HookAnswer:
     """What a hook event answers Claude Code."""
 
     #: nothing: print nothing, exit 0 (never disturb the session)
-    QUIET = "quiet"
+    QUIET: Answer = "quiet"
     #: the Stop gate: exit 2 with the reason on stderr, so Claude keeps working
-    BLOCK = "block"
+    BLOCK: Answer = "block"
     #: a PermissionRequest decided: ``hookSpecificOutput`` JSON on stdout, exit 0
-    DECIDE = "decide"
+    DECIDE: Answer = "decide"
 
 
-class HookOutcome(NamedTuple):
+class HookOutcome:
     """A hook event's answer and its text (the Stop gate's reason, or the decision's JSON)."""
 
-    answer: HookAnswer = HookAnswer.QUIET
-    text: str = ""
+    __slots__ = ("answer", "text")
+
+    def __init__(self, answer: Answer = HookAnswer.QUIET, text: str = "") -> None:
+        self.answer: Answer = answer
+        self.text = text
 
     @property
     def exit_code(self) -> Literal[0, 2]:
-        return 2 if self.answer is HookAnswer.BLOCK else 0
+        return 2 if self.answer == HookAnswer.BLOCK else 0
 
     @property
     def stdout(self) -> str:
-        return self.text if self.answer is HookAnswer.DECIDE else ""
+        return self.text if self.answer == HookAnswer.DECIDE else ""
 
     @property
     def stderr(self) -> str:
-        return self.text if self.answer is HookAnswer.BLOCK else ""
+        return self.text if self.answer == HookAnswer.BLOCK else ""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HookOutcome) and (self.answer, self.text) == (
+            other.answer,
+            other.text,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.answer, self.text))
+
+    def __repr__(self) -> str:
+        return f"HookOutcome({self.answer!r}, {self.text!r})"
 
 
 QUIET = HookOutcome()
 
 
 def now_iso() -> str:
-    # same format as state.now_iso (sortable, parseable)
+    # same format as state.now_iso (sortable, parseable); only on the failure path
+    from datetime import UTC, datetime
+
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
@@ -112,23 +158,19 @@ def locate(payload: Mapping[str, Any], env: Mapping[str, str]) -> HookTarget | N
     task = env.get("LO_ORCH_TASK", "")
     run_dir = env.get("LO_ORCH_RUN_DIR", "")
     if task and run_dir:
-        target = HookTarget(Path(run_dir), task)
-        if TASK_ID_RE.match(task) and Path(run_dir).is_absolute() and target.status_path.is_file():
+        target = HookTarget(run_dir, task)
+        if is_task_id(task) and run_dir.startswith("/") and os.path.isfile(target.status_path):
             return target
         return None
     cwd = payload.get("cwd")
     if not isinstance(cwd, str) or not cwd.startswith("/"):
         return None
-    parts = Path(cwd).parts
+    parts = [p for p in cwd.split("/") if p]
     # innermost first: a repository may itself sit in some other tool's .worktrees folder
-    for i in range(len(parts) - 3, 0, -1):
-        if (
-            parts[i] == WORKTREES_DIR
-            and TASK_ID_RE.match(parts[i + 1])
-            and TASK_ID_RE.match(parts[i + 2])
-        ):
-            target = HookTarget(Path(*parts[:i]) / ORCH_DIR, parts[i + 2])
-            if target.status_path.is_file():
+    for i in range(len(parts) - 3, -1, -1):
+        if parts[i] == WORKTREES_DIR and is_task_id(parts[i + 1]) and is_task_id(parts[i + 2]):
+            target = HookTarget("/" + "/".join([*parts[:i], ORCH_DIR]), parts[i + 2])
+            if os.path.isfile(target.status_path):
                 return target
     return None
 
@@ -143,10 +185,10 @@ def run_hook(event: str, raw: str, env: Mapping[str, str]) -> HookOutcome:
     known and the hook stays silent, because a broken supervisor must not break the
     user's session.
     """
-    if not EVENT_RE.match(event):
+    if not is_event_name(event):
         return QUIET
     try:
-        payload = json.loads(raw) if raw.strip() else None
+        payload = inbox.loads(raw) if raw.strip() else None
     except ValueError:
         return QUIET
     if not isinstance(payload, dict):
@@ -176,8 +218,6 @@ def _handle(
     and a digest. With no supervisor listening the event is left in the task's inbox for
     the next one, and the session is never held up.
     """
-    from loop_orchestrator.sessions import inbox
-
     message = {
         "type": "hook",
         "event": event,
@@ -206,8 +246,6 @@ def _await_answer(
     Claude Code), it was closed (answered in the pane, the turn moved on: silence), or
     ``wait`` ran out (silence: the dialog on screen stays). Claude Code shows its dialog
     meanwhile (docs/permissions.md)."""
-    from loop_orchestrator.sessions import inbox
-
     poll = {"type": "permission", "task": target.task, "id": request_id}
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
@@ -276,30 +314,42 @@ def _trim(payload: Mapping[str, Any]) -> dict[str, Any]:
     prompt = payload.get("prompt")
     if isinstance(prompt, str):
         out["prompt_chars"] = len(prompt)
-        out["prompt_sha256"] = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
+        out["prompt_sha256"] = inbox.sha256_hex(prompt.encode("utf-8"))[:16]
     return out
 
 
 def _log_failure(target: HookTarget, event: str) -> None:
     import traceback  # only on failure: keeps the hook's import time down
 
-    with contextlib.suppress(OSError):
-        logs = target.run_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        with (logs / "hooks.log").open("a", encoding="utf-8") as fh:
+    try:
+        logs = os.path.join(target.run_dir, "logs")
+        os.makedirs(logs, exist_ok=True)
+        with open(os.path.join(logs, "hooks.log"), "a", encoding="utf-8") as fh:
             fh.write(f"{now_iso()} hook {event} for task {target.task} failed:\n")
             fh.write(traceback.format_exc())
+    except OSError:
+        pass
 
 
-class SignalResult(NamedTuple):
-    previous: str  # the phase before the signal ("" when the supervisor did not answer)
-    phase: str  # the phase after it
-    changed: bool  # False: repeated, or left for the next supervisor
-    message: str
+class SignalResult:
+    """What the supervisor made of a signal."""
+
+    __slots__ = ("changed", "message", "phase", "previous")
+
+    def __init__(self, previous: str, phase: str, changed: bool, message: str) -> None:
+        self.previous = previous  # the phase before the signal ("" when none answered)
+        self.phase = phase  # the phase after it
+        self.changed = changed  # False: repeated, or left for the next supervisor
+        self.message = message
+
+    def __repr__(self) -> str:
+        return (
+            f"SignalResult({self.previous!r}, {self.phase!r}, {self.changed!r}, {self.message!r})"
+        )
 
 
 def signal_task(
-    run_dir: Path,
+    run_dir: str | os.PathLike[str],
     phase: str,
     *,
     task: str,
@@ -313,12 +363,12 @@ def signal_task(
     refusal is a StateError with the supervisor's reason. With no supervisor running the
     report is left in the task's inbox and the next supervisor asks for it again.
     """
-    from loop_orchestrator.sessions import inbox
+    from loop_orchestrator.errors import StateError, UsageError  # not on a hook's path
 
     if phase not in SIGNAL_PHASES:
         msg = f"unknown signal {phase!r}"
         raise UsageError(msg, hint=f"Signal one of: {', '.join(SIGNAL_PHASES)}.")
-    if not TASK_ID_RE.match(task):
+    if not is_task_id(task):
         msg = f"{task!r} is not a task id"
         raise UsageError(msg, hint="Pass --task with the task's id (see `lo-orch status`).")
     note = note.strip() if note else None
@@ -328,7 +378,7 @@ def signal_task(
             msg,
             hint='For example: lo-orch signal blocked --note "needs ownership of app/db.py"',
         )
-    if not (run_dir / "status" / f"{task}.json").is_file():
+    if not os.path.isfile(os.path.join(run_dir, "status", f"{task}.json")):
         msg = f"no task {task!r} in the run at {run_dir}"
         raise StateError(
             msg,

@@ -1,0 +1,427 @@
+"""Hook and signal benchmark, BEFORE and AFTER side by side: what a session waits on lo-orch.
+
+One run measures the same workload twice: BEFORE is a baseline revision (default 1e3e895:
+every hook event ran ``python -m loop_orchestrator hook``), checked out in a temporary git
+worktree and imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike;
+checked, and removed at the end); AFTER is this tree, on ``PYTHONPATH`` the same way
+(``hooks/lo-hook`` runs ``$LO_ORCH_HOOK``: ``python -I -S .../sessions/fast_entry.py
+hook``). Each is a real ``lo-orch run`` of ``--tasks`` scripted sessions at once (cap =
+tasks) in real tmux, agents in the sandbox where bwrap works. Per version it prints:
+
+1. per hook event, the wall time p50/p95 and the CPU time (the launcher and everything it
+   started, children's rusage) p50/mean of every call of the plugin's ``hooks/lo-hook``,
+   each under a timing wrapper: the events the scripted agent fires itself through the
+   plugin (SessionStart, UserPromptSubmit, Stop, SessionEnd) and, while all sessions plan
+   at once, a burst per session of ``--rounds`` rounds of PreToolUse x3, Notification and
+   PermissionRequest (for ``$LO_ORCH_BIN signal plan_ready``, which a fixed rule allows, so
+   the answer comes back at once), with Claude-shaped JSON on stdin, one after the other as
+   Claude Code runs them, ``--pause`` seconds apart (as a session's tool calls are; with 0,
+   16 sessions calling back to back keep 2 cores busy and every wall time is queueing);
+2. the floor, timed the same way in the same bursts: ``python -c pass`` and
+   ``python -I -S -c pass`` of the same interpreter;
+3. signal start -> recorded (the supervisor's ``signal`` ledger line) and -> the next phase
+   (its private journal), p50/p95: from the moment a session *starts*
+   ``$LO_ORCH_BIN signal PHASE`` (the scripted agent records the clock first).
+
+Each run gets a private tmux socket (killed at the end), a throwaway HOME and XDG folders;
+both versions' packages are byte-compiled first, as an installed lo-orch is.
+
+    .venv/bin/python benchmarks/hooks.py [--tasks 16] [--rounds 6] [--pause 0.3]
+        [--baseline REV | --no-baseline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BASELINE = "1e3e895"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks import common  # noqa: E402
+
+RUN_TIMEOUT = 15 * 60.0
+NEXT_PHASE = {"plan_ready": "implementing", "impl_done": "verifying"}
+#: the events of each round of the burst, in order
+BURST = ("PreToolUse", "PreToolUse", "PreToolUse", "Notification", "PermissionRequest")
+FLOORS = {"floor: python -c pass": ["-c", "pass"], "floor: python -I -S -c pass": []}
+
+#: the timing wrapper around each timed command (stdlib only, run with ``python -I -S``):
+#: ``hooktime.py LOG LABEL CMD...``; stdin and stdout pass through
+TIMER = """\
+import os, resource, subprocess, sys, time
+log, label, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
+start = time.perf_counter()
+rc = subprocess.call(cmd)
+wall = time.perf_counter() - start
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the one child, and what it waited for
+with open(log, "a", encoding="utf-8") as fh:
+    fh.write(json.dumps([os.environ.get("LO_ORCH_TASK", "-"), label, wall,
+                         ru.ru_utime + ru.ru_stime, rc]) + "\\n")
+sys.exit(rc)
+""".replace("import os,", "import json, os,")
+
+
+@dataclass(frozen=True)
+class Version:
+    label: str
+    tree: Path
+    #: put on PYTHONPATH (supervisor, panes and LO_ORCH_BIN); None: the installed package
+    pythonpath: Path | None
+
+
+def _git_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+
+@contextlib.contextmanager
+def baseline_tree(rev: str) -> Iterator[Path]:
+    """A temporary detached worktree of ``rev`` of this repository, removed on exit."""
+    tmp = Path(tempfile.mkdtemp(prefix="lo-bench-hooks-baseline-"))
+    tree = tmp / "tree"
+    try:
+        common.git(REPO_ROOT, "worktree", "add", "--detach", str(tree), rev)
+        yield tree
+    finally:
+        for args in (["worktree", "remove", "--force", str(tree)], ["worktree", "prune"]):
+            subprocess.run(
+                ["git", *args],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                env=_git_env(),
+                check=False,
+                timeout=120,
+            )
+        with contextlib.suppress(OSError):
+            tmp.rmdir()
+
+
+def _payload(event: str, sid: str) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "session_id": sid,
+        "transcript_path": f"/tmp/{sid}.jsonl",
+        "cwd": "/tmp",
+        "hook_event_name": event,
+        "permission_mode": "bypassPermissions",
+    }
+    if event == "PreToolUse":
+        base |= {
+            "tool_name": "Bash",
+            "tool_input": {"command": "python -m pytest -q tests", "description": "run tests"},
+            "tool_use_id": "toolu_01bench",
+        }
+    elif event == "Notification":
+        base |= {"message": "Claude is waiting for your input", "notification_type": "idle_prompt"}
+    elif event == "PermissionRequest":
+        base |= {
+            "tool_name": "Bash",
+            "tool_input": {"command": "$LO_ORCH_BIN signal plan_ready"},
+            "permission_suggestions": [],
+        }
+    return base
+
+
+def _plugin(root: Path, version: Version, timer: Path, log: Path) -> Path:
+    """A plugin folder whose hooks are the version's own, each under the timing wrapper."""
+    plugin = root / "plugin"
+    (plugin / "hooks").mkdir(parents=True)
+    config = json.loads((version.tree / "hooks" / "hooks.json").read_text(encoding="utf-8"))
+    launcher = str(version.tree / "hooks" / "lo-hook")
+    for event, groups in config["hooks"].items():
+        prefix = shlex.join([sys.executable, "-I", "-S", str(timer), str(log), event])
+        for group in groups:
+            for hook in group["hooks"]:
+                hook["command"] = hook["command"].replace(
+                    '"${CLAUDE_PLUGIN_ROOT}/hooks/lo-hook"', f"{prefix} {shlex.quote(launcher)}"
+                )
+    (plugin / "hooks" / "hooks.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return plugin
+
+
+def _burst(
+    root: Path, version: Version, timer: Path, log: Path, rounds: int, pause: float
+) -> dict[str, Any]:
+    """The ``run:`` action firing the burst of hook events (and the floors) in a session."""
+    payloads = root / "payloads"
+    payloads.mkdir()
+    sid = "5b0f4c1e-7d7a-4b7e-9a57-3f1f0d7e2c11"
+    for event in set(BURST):
+        (payloads / f"{event}.json").write_text(json.dumps(_payload(event, sid)), "utf-8")
+    launcher = shlex.quote(str(version.tree / "hooks" / "lo-hook"))
+    time_it = shlex.join([sys.executable, "-I", "-S", str(timer), str(log)])
+    lines = [f"i=0; while [ $i -lt {rounds} ]; do i=$((i + 1))"]
+    for event in BURST:
+        data = shlex.quote(str(payloads / f"{event}.json"))
+        lines.append(f"  {time_it} {event} {launcher} {event} < {data} > /dev/null")
+        lines.append(f"  sleep {pause}")
+    for label, args in FLOORS.items():
+        argv = [sys.executable, *args] if args else [sys.executable, "-I", "-S", "-c", "pass"]
+        lines.append(f"  {time_it} {shlex.quote(label)} {shlex.join(argv)} < /dev/null")
+        lines.append(f"  sleep {pause}")
+    lines.append("done")
+    return {"run": {"argv": ["sh", "-c", "\n".join(lines)], "timeout": 600}}
+
+
+def build(root: Path, n: int, rounds: int, pause: float, version: Version) -> Path:
+    repo = common.project(root)
+    timing = root / "timing"
+    starts = timing / "signal-starts"
+    starts.mkdir(parents=True)
+    timer = root / "hooktime.py"
+    timer.write_text(TIMER, encoding="utf-8")
+    log = timing / "hooks.jsonl"
+    burst = _burst(root, version, timer, log, rounds, pause)
+    tasks: list[object] = [common.task(i, 4, sys.executable) for i in range(n)]
+    script: dict[str, object] = {}
+    for i in range(n):
+        plan: list[object] = [burst, common.signal_run("plan_ready", starts)]
+        script[f"t{i:03d}"] = {
+            "plan": plan,
+            "implement": common.implement(i, common.signal_run("impl_done", starts)),
+        }
+    common.write_plan(root, f"hooks{n}", f"hook benchmark, {n} tasks", n, tasks, script)
+    plugin = _plugin(root, version, timer, log)
+    agent_env = ""
+    if version.pythonpath is not None:  # the pane's own python -m must find the old code too
+        agent_env = f"env = {{ PYTHONPATH = {json.dumps(str(version.pythonpath))} }}\n"
+    cfg = repo / ".loop-orchestrator"
+    cfg.mkdir()
+    (cfg / "config.toml").write_text(
+        f'[agent]\nkind = "scripted"\nscript = {json.dumps(str(root / "script.yaml"))}\n'
+        f"args = {json.dumps(['--plugin-dir', str(plugin)])}\nready_timeout = 60\n{agent_env}"
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.05\nstall_minutes = 2\n',
+        encoding="utf-8",
+    )
+    return repo
+
+
+def compile_tree(version: Version) -> None:
+    """Byte-compile the version's package, as installing it does: a sandboxed pane cannot
+    write byte code beside it, and compiling on every call would measure the compiler."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(version.tree / "loop_orchestrator")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+def run_env(version: Version, root: Path, socket: str) -> dict[str, str]:
+    env = common.environment(root)
+    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    env["LO_ORCH_TMUX_SOCKET"] = socket
+    if version.pythonpath is not None:
+        env["PYTHONPATH"] = str(version.pythonpath)
+    return env
+
+
+def check_import(version: Version, env: dict[str, str], cwd: Path) -> None:
+    """Fail unless ``python -m loop_orchestrator`` here imports ``version``'s code."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import loop_orchestrator; print(loop_orchestrator.__file__)"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    if Path(out).resolve().parent != (version.tree / "loop_orchestrator").resolve():
+        msg = f"{version.label}: imports {out}, not {version.tree}"
+        raise SystemExit(msg)
+
+
+def supervise(lo: list[str], repo: Path, env: dict[str, str], cwd: Path) -> str | None:
+    """Run the supervisor to its end: None, or what went wrong."""
+    with tempfile.TemporaryFile("w+") as err:
+        sup = subprocess.Popen(
+            [*lo, "run", "--repo", str(repo)], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+            stderr=err, text=True,
+        )  # fmt: skip
+        try:
+            sup.wait(RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            sup.terminate()
+            sup.wait(30)
+            return f"stopped after {RUN_TIMEOUT:.0f} s"
+        err.seek(0)
+        tail = (err.read().strip().splitlines() or [""])[-1]
+    return None if sup.returncode == 0 else f"supervisor exit {sup.returncode}: {tail}"
+
+
+def measure(n: int, rounds: int, pause: float, version: Version) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(
+        prefix=f"lo-bench-hooks-{version.label.lower()}-", ignore_cleanup_errors=True
+    ) as tmp:
+        root = Path(tmp)
+        socket = f"lo-bench-hooks-{os.getpid()}-{version.label.lower()}"
+        env = run_env(version, root, socket)
+        compile_tree(version)
+        check_import(version, env, root)
+        repo = build(root, n, rounds, pause, version)
+        lo = [sys.executable, "-m", "loop_orchestrator"]
+        started = time.monotonic()
+        try:
+            for step in (["plan", str(root / "plan.yaml")], ["approve"]):
+                subprocess.run(
+                    [*lo, *step, "--repo", str(repo)],
+                    env=env,
+                    cwd=root,
+                    check=True,
+                    capture_output=True,
+                    timeout=300,
+                )
+            problem = supervise(lo, repo, env, root)
+        finally:
+            subprocess.run(
+                ["tmux", "-L", socket, "kill-server"], capture_output=True, check=False, timeout=30
+            )
+            tmux_dir = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+            (tmux_dir / socket).unlink(missing_ok=True)
+        wall = time.monotonic() - started
+        calls = [
+            json.loads(line)
+            for line in (root / "timing" / "hooks.jsonl").read_text(encoding="utf-8").splitlines()
+        ]
+        ledger = common.ledger(repo)
+        starts = common.signal_starts(root / "timing" / "signal-starts")
+        journal = common.journals(root / "home")
+    return analyse(n, calls, ledger, starts, journal) | {"wall": wall, "problem": problem}
+
+
+def analyse(
+    n: int,
+    calls: list[list[Any]],
+    ledger: list[dict[str, Any]],
+    starts: list[tuple[str, str, float]],
+    journal: list[dict[str, Any]],
+) -> dict[str, Any]:
+    by_label: dict[str, list[tuple[float, float]]] = {}
+    failed = 0
+    for _task, label, wall, cpu, rc in calls:
+        by_label.setdefault(label, []).append((float(wall), float(cpu)))
+        failed += rc not in (0, 2)  # 2: a Stop block
+    recorded: dict[tuple[str, str], float] = {}
+    for e in ledger:
+        if e["event"] == "signal":
+            recorded.setdefault((str(e.get("task")), str(e.get("phase"))), common.ts(e["ts"]))
+    moved: dict[tuple[str, str], float] = {}
+    for entry in journal:
+        changes = entry.get("data", {}).get("set", {})
+        if entry.get("kind") == "task" and changes.get("phase") in NEXT_PHASE.values():
+            moved.setdefault((entry["data"]["task"], changes["phase"]), common.ts(entry["ts"]))
+    to_record = [recorded[(t, ph)] - at for t, ph, at in starts if (t, ph) in recorded]
+    to_phase = [
+        moved[(t, NEXT_PHASE[ph])] - at for t, ph, at in starts if (t, NEXT_PHASE[ph]) in moved
+    ]
+    integrated = {e.get("task") for e in ledger if e["event"] == "task_integrated"}
+    return {
+        "tasks": n,
+        "calls": by_label,
+        "failed": failed,
+        "to_record": to_record,
+        "to_phase": to_phase,
+        "signals": len(starts),
+        "integrated": len(integrated),
+        "rejected": sum(1 for e in ledger if e["event"] in ("signal_rejected", "event_rejected")),
+    }
+
+
+def _ms(values: list[float], mean: bool = False) -> str:
+    if not values:
+        return "-"
+    second = sum(values) / len(values) if mean else common.pct(values, 0.95)
+    return f"{1000 * common.pct(values, 0.5):.1f} / {1000 * second:.1f}"
+
+
+def render(results: dict[str, dict[str, Any]], n: int, pause: float) -> str:
+    labels = list(results)
+    names = sorted({k for r in results.values() for k in r["calls"]}, key=_order)
+    rows: list[tuple[str, list[str]]] = []
+    for name in names:
+        pairs = [results[v]["calls"].get(name, []) for v in labels]
+        rows.append((f"{name} wall p50/p95 ms", [_ms([w for w, _ in p]) for p in pairs]))
+        rows.append((f"{name} CPU p50/mean ms", [_ms([c for _, c in p], mean=True) for p in pairs]))
+    every = [
+        [wc for k, v in results[label]["calls"].items() if not k.startswith("floor") for wc in v]
+        for label in labels
+    ]
+    rows.append(("every hook event wall p50/p95 ms", [_ms([w for w, _ in e]) for e in every]))
+    rows.append(("every hook event CPU p50/mean ms", [_ms([c for _, c in e], True) for e in every]))
+    for name, key in (("recorded", "to_record"), ("next phase", "to_phase")):
+        rows.append((f"signal start -> {name} p50/p95 ms", [_ms(results[v][key]) for v in labels]))
+    rows.append(("run wall s", [f"{results[v]['wall']:.1f}" for v in labels]))
+    rows.append(
+        (
+            "samples: hook calls, signals timed",
+            [f"{len(every[i])}, {len(results[v]['to_record'])}" for i, v in enumerate(labels)],
+        )
+    )
+    width = max(len(name) for name, _ in rows)
+    lines = [
+        f"hook benchmark: {n} scripted sessions at once, {pause} s between a session's "
+        f"calls, {os.cpu_count()} cores, {sys.executable} ({', '.join(labels)})",
+        "",
+        "".ljust(width) + "".join(f" {label:>16}" for label in labels),
+    ]
+    lines += [name.ljust(width) + "".join(f" {c:>16}" for c in cells) for name, cells in rows]
+    for label in labels:
+        r = results[label]
+        if r["failed"]:
+            lines.append(f"  note: {label}: {r['failed']} hook calls failed")
+        if r["rejected"]:
+            lines.append(f"  note: {label}: {r['rejected']} reports rejected")
+        if r["integrated"] != n or r["problem"]:
+            lines.append(
+                f"  note: {label}: {r['integrated']} of {n} tasks integrated"
+                + (f"; {r['problem']}" if r["problem"] else "")
+            )
+    return "\n".join(lines)
+
+
+def _order(name: str) -> tuple[int, str]:
+    return (1 if name.startswith("floor") else 0, name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.3,
+        help="seconds between one session's calls (0: back to back, every session at once)",
+    )
+    parser.add_argument("--baseline", default=BASELINE, metavar="REV")
+    parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
+    args = parser.parse_args()
+    results: dict[str, dict[str, Any]] = {}
+    with contextlib.ExitStack() as stack:
+        # on PYTHONPATH too: a checkout that is not the installed one measures itself
+        versions = [Version("AFTER", REPO_ROOT, REPO_ROOT)]
+        if not args.no_baseline:
+            tree = stack.enter_context(baseline_tree(args.baseline))
+            versions.insert(0, Version("BEFORE", tree, tree))
+        for version in versions:
+            print(f"measuring {version.label}...", file=sys.stderr, flush=True)
+            results[version.label] = measure(args.tasks, args.rounds, args.pause, version)
+    print(render(results, args.tasks, args.pause))
+
+
+if __name__ == "__main__":
+    main()
