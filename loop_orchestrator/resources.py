@@ -7,18 +7,26 @@ install, tests) they are at the repository root, which is itself the Claude Code
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import py_compile
 import shlex
 import sys
 from pathlib import Path
 
-from loop_orchestrator import entry, proc
-from loop_orchestrator.sessions import hooks
+from loop_orchestrator import proc
 
-#: what ``$LO_ORCH_HOOK`` imports, imported here so that its byte code is cached by the
-#: supervisor: a sandboxed pane may not write beside the package, and compiling them would
-#: cost every hook event several milliseconds
-HOOK_PATH = (entry, hooks)
+#: the package's modules ``$LO_ORCH_HOOK`` imports (``tests/test_hooks_fast.py`` holds the
+#: hook path to them). The supervisor caches their byte code (``cache_hook_code``): a
+#: sandboxed pane may not write beside the package, and compiling them would cost every
+#: hook event several milliseconds. By path, not imported: ``entry`` reaches the commands.
+HOOK_MODULES = (
+    "__init__.py",
+    "entry.py",
+    "sessions/__init__.py",
+    "sessions/hooks.py",
+    "sessions/inbox.py",
+)
 
 _PKG = Path(__file__).resolve().parent
 _DATA = _PKG / "_data"
@@ -79,10 +87,24 @@ def lo_orch_bin() -> str:
     return shlex.join(python_module_argv("loop_orchestrator"))
 
 
+@functools.cache
+def cache_hook_code() -> None:
+    """Write the byte code of ``HOOK_MODULES`` where this interpreter keeps it (beside the
+    package, or under ``PYTHONPYCACHEPREFIX``), once per process, as importing them would;
+    nothing when byte code is not to be written (``PYTHONDONTWRITEBYTECODE``) or cannot be."""
+    if sys.dont_write_bytecode:
+        return
+    for rel in HOOK_MODULES:
+        with contextlib.suppress(py_compile.PyCompileError, OSError):
+            py_compile.compile(str(_PKG / rel), doraise=True)
+
+
 def lo_orch_hook() -> str:
     """The command line that answers a hook event (``LO_ORCH_HOOK``; ``$LO_ORCH_HOOK EVENT``
     with the event's JSON on stdin), usable with ``sh -c``: this interpreter isolated and
-    without site-packages (``-I -S``), running ``entry.py`` by its path."""
+    without site-packages (``-I -S``), running ``entry.py`` by its path. The hook path's
+    byte code is cached first (``cache_hook_code``)."""
+    cache_hook_code()
     python = str(Path(sys.executable).absolute())  # not resolved: that would leave the venv
     return shlex.join([python, "-I", "-S", str(_PKG / "sessions" / "fast_entry.py"), "hook"])
 
