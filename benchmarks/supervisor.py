@@ -1,8 +1,9 @@
 """Supervisor benchmark, BEFORE and AFTER side by side: scripted sessions in real tmux.
 
 One run measures the same workload (16 and 64 tasks by default, cap 16) twice: BEFORE is a
-baseline revision (default 9b2c2b2: sessions wrote status files under a flock, the
-supervisor watched status/ with watchdog), checked out in a temporary git worktree and
+baseline revision (default 1e3e895: the loop looked at every task at every event, copied
+every task's record several times a turn, and read a session's whole transcript at each of
+its hooks), checked out in a temporary git worktree and
 imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike; checked, and
 removed at the end); AFTER is this tree's code (signals and hooks go to the supervisor's
 inbox socket). Per size and version it prints:
@@ -23,14 +24,20 @@ inbox socket). Per size and version it prints:
    wrapper (a plugin folder handed to the agent with ``--plugin-dir``) that records the wall
    time and the CPU time (children's rusage) of the real launcher; UserPromptSubmit is
    reported on its own and all events together.
-4. supervisor CPU seconds and peak RSS over the run (sampled from /proc while it runs).
+4. supervisor CPU seconds and peak RSS over the run (sampled from /proc while it runs; its
+   own CPU, not its children's: git, tmux and the checks it starts), and that CPU as a
+   share of one core per session the cap lets work at once.
+
+It prints the floor too: a bare ``python -I -c pass`` start here, wall and CPU.
+With ``--profile DIR`` (py-spy on PATH) each supervisor is sampled by ``py-spy record``
+(every thread, 100 Hz, collapsed stacks in DIR): what was hot.
 
 Each run gets a private tmux socket (killed at the end), a throwaway HOME, XDG_STATE_HOME
 and XDG_CONFIG_HOME. AFTER runs agents inside its bubblewrap sandbox where bwrap works
 (as shipped); BEFORE has no sandbox.
 
     .venv/bin/python benchmarks/supervisor.py [--sizes 16,64] [--concurrency 16]
-        [--baseline REV | --no-baseline]
+        [--baseline REV | --no-baseline] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BASELINE = "9b2c2b2"
+BASELINE = "1e3e895"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -207,7 +214,7 @@ def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
 
 
 def _supervise(
-    lo: list[str], repo: Path, env: dict[str, str], cwd: Path
+    lo: list[str], repo: Path, env: dict[str, str], cwd: Path, profile: Path | None = None
 ) -> tuple[float, float, int, str | None]:
     """Run the supervisor to its end or ``RUN_TIMEOUT``: (wall seconds, its CPU seconds, its
     peak RSS KiB, None or what went wrong). It is stopped on any way out."""
@@ -222,6 +229,15 @@ def _supervise(
             text=True,
         )
         cpu, peak = 0.0, 0
+        spy = None
+        if profile is not None:  # every thread's collapsed stacks, CPU only
+            out = profile / f"{repo.parent.name}.txt"
+            spy_argv = ["py-spy", "record", "--pid", str(sup.pid), "--format", "raw"]
+            spy = subprocess.Popen(
+                [*spy_argv, "--threads", "--rate", "100", "--nonblocking", "-o", str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         try:
             while sup.poll() is None and time.monotonic() - started < RUN_TIMEOUT:
                 sample = cpu_and_peak_rss(sup.pid)
@@ -236,6 +252,8 @@ def _supervise(
                 except subprocess.TimeoutExpired:
                     sup.kill()
                     sup.wait(30)
+        if spy is not None:
+            spy.wait(60)
         wall = time.monotonic() - started
         err.seek(0)
         tail = (err.read().strip().splitlines() or [""])[-1]
@@ -246,7 +264,9 @@ def _supervise(
     return wall, cpu, peak, None
 
 
-def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
+def measure(
+    n: int, concurrency: int, version: Version, profile: Path | None = None
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory(
         prefix=f"lo-bench-{version.label.lower()}-{n}-", ignore_cleanup_errors=True
     ) as tmp:
@@ -266,7 +286,7 @@ def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
                     capture_output=True,
                     timeout=300,
                 )
-            wall, cpu, peak, problem = _supervise(lo, repo, env, root)
+            wall, cpu, peak, problem = _supervise(lo, repo, env, root, profile)
         finally:
             subprocess.run(
                 ["tmux", "-L", socket, "kill-server"], capture_output=True, check=False, timeout=30
@@ -373,6 +393,7 @@ def render(
         ("3 all hook events wall p50/p95 ms", "hook_wall"),
         ("3 all hook events CPU mean ms", "hook_cpu_mean"),
         ("4 supervisor CPU s", "cpu"),
+        ("4 same, % of a core per session (/ cap)", "share"),
         ("4 supervisor peak RSS MiB", "peak_mib"),
         ("  run wall s", "wall"),
         ("  samples: signals timed/sent, hook calls", "samples"),
@@ -387,14 +408,22 @@ def render(
             lat, hw = r["latency"], r["hook_wall"]
             assert isinstance(lat, list) and isinstance(hw, list)
             return f"{len(lat)}/{r['expected']}, {len(hw)}"
+        if key == "share":
+            cpu, wall = r["cpu"], r["wall"]
+            assert isinstance(cpu, float) and isinstance(wall, float)
+            return f"{100 * cpu / wall / concurrency:.2f}"
         value = r[key]
         assert isinstance(value, float)
         return f"{value:.2f}" if key == "cpu" else f"{value:.1f}"
 
     width = max(len(name) for name, _ in rows)
+    wall, cpu = bare_python()
     lines = [
         f"supervisor benchmark: scripted agents, cap {concurrency}, "
-        f"{os.cpu_count()} cores ({', '.join(labels)})"
+        f"{os.cpu_count()} cores ({', '.join(labels)}); load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        f"floor: a bare Python start (python -I -c pass), median of 20: wall "
+        f"{1000 * wall:.1f} ms, CPU {1000 * cpu:.1f} ms",
     ]
     for n in sizes:
         lines.append("")
@@ -428,6 +457,24 @@ def render(
     return "\n".join(lines)
 
 
+def bare_python(times: int = 20) -> tuple[float, float]:
+    """The median wall and CPU seconds of a bare ``python -I -c pass`` here."""
+    walls, cpus = [], []
+    for _ in range(times):
+        before = os.times()
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)
+        walls.append(time.perf_counter() - start)
+        after = os.times()
+        cpus.append(
+            after.children_user
+            + after.children_system
+            - before.children_user
+            - before.children_system
+        )
+    return common.pct(walls, 0.5), common.pct(cpus, 0.5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64")
@@ -439,6 +486,9 @@ def main() -> None:
         help=f"the BEFORE revision (default {BASELINE})",
     )
     parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="py-spy record each supervisor into DIR"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     after = Version("AFTER", REPO_ROOT, None)
@@ -451,7 +501,7 @@ def main() -> None:
         for n in sizes:
             for version in versions:
                 print(f"measuring {version.label} with {n} tasks...", file=sys.stderr, flush=True)
-                results[(version.label, n)] = measure(n, args.concurrency, version)
+                results[(version.label, n)] = measure(n, args.concurrency, version, args.profile)
     print(render(sizes, results, [v.label for v in versions], args.concurrency))
 
 
