@@ -28,7 +28,9 @@ inbox socket). Per size and version it prints:
    own CPU, not its children's: git, tmux and the checks it starts), and that CPU as a
    share of one core per session the cap lets work at once.
 
-It prints the floor too: a bare ``python -I -c pass`` start here, wall and CPU.
+It prints the floor too: a bare ``python -I -c pass`` start here, wall and CPU; and the
+supervisor's CPU while ``cap`` sessions work and report nothing (each hangs while it plans),
+over ``IDLE_WINDOW`` seconds, per session (``--no-idle`` skips it).
 With ``--profile DIR`` (py-spy on PATH) each supervisor is sampled by ``py-spy record``
 (every thread, 100 Hz, collapsed stacks in DIR): what was hot.
 
@@ -37,7 +39,7 @@ and XDG_CONFIG_HOME. AFTER runs agents inside its bubblewrap sandbox where bwrap
 (as shipped); BEFORE has no sandbox.
 
     .venv/bin/python benchmarks/supervisor.py [--sizes 16,64] [--concurrency 16]
-        [--baseline REV | --no-baseline] [--profile DIR]
+        [--baseline REV | --no-baseline] [--no-idle] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss  # noqa: E402
 REACT_PHASES = ("plan_ready", "impl_done")
 #: a run that has not ended by then is stopped (and reported as such)
 RUN_TIMEOUT = 15 * 60.0
+#: how long the idle measurement samples the supervisor
+IDLE_WINDOW = 20.0
 #: the phase the supervisor moves a task to on each signal
 NEXT_PHASE = {"plan_ready": "implementing", "impl_done": "verifying"}
 
@@ -172,13 +176,15 @@ def _plugin(root: Path, version: Version, hook_log: Path) -> Path:
     return plugin
 
 
-def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
+def build(root: Path, n: int, concurrency: int, version: Version, *, idle: bool = False) -> Path:
     repo = common.project(root)
     # outside the repository: the AFTER sandbox makes the repository read-only to agents
     starts = root / "timing" / "signal-starts"
     starts.mkdir(parents=True)
     # every fourth task consumes an earlier task's output: a few waves
-    tasks: list[object] = [common.task(i, 4, sys.executable) for i in range(n)]
+    # (idle: none waits for another, so that all of them work at once)
+    wave = n + 1 if idle else 4
+    tasks: list[object] = [common.task(i, wave, sys.executable) for i in range(n)]
     script: dict[str, object] = {}
     for i in range(n):
         plan_actions: list[object] = []
@@ -190,7 +196,9 @@ def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
                 + shlex.quote(str(root / "timing" / "pane-import"))
             )
             plan_actions.append({"run": {"argv": ["sh", "-c", probe], "timeout": 60}})
-        plan_actions.append(common.signal_run("plan_ready", starts))
+        # idle: every session hangs while it plans (working, silent: what the supervisor
+        # spends on a run whose sessions work and report nothing)
+        plan_actions.append("hang" if idle else common.signal_run("plan_ready", starts))
         script[f"t{i:03d}"] = {
             "plan": plan_actions,
             "implement": common.implement(i, common.signal_run("impl_done", starts)),
@@ -207,7 +215,8 @@ def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
     (cfg / "config.toml").write_text(
         f'[agent]\nkind = "scripted"\nscript = {json.dumps(str(root / "script.yaml"))}\n'
         f"args = {json.dumps(['--plugin-dir', str(plugin)])}\nready_timeout = 60\n{agent_env}"
-        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.05\nstall_minutes = 1\n',
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.05\n'
+        f"stall_minutes = {30 if idle else 1}\n",
         encoding="utf-8",
     )
     return repo
@@ -311,6 +320,76 @@ def measure(
     }
 
 
+def measure_idle(concurrency: int, version: Version, window: float = IDLE_WINDOW) -> float:
+    """The supervisor's CPU, in % of a core per session, over ``window`` seconds while
+    ``concurrency`` sessions work (each hangs while it plans: no report comes)."""
+    with tempfile.TemporaryDirectory(
+        prefix=f"lo-bench-idle-{version.label.lower()}-", ignore_cleanup_errors=True
+    ) as tmp:
+        root = Path(tmp)
+        socket = f"lo-bench-{os.getpid()}-{version.label.lower()}-idle"
+        env = run_env(version, root, socket)
+        repo = build(root, concurrency, concurrency, version, idle=True)
+        lo = [sys.executable, "-m", "loop_orchestrator"]
+        status = repo / ".orchestration" / "status"
+        sup = None
+        try:
+            for step in (["plan", str(root / "plan.yaml")], ["approve"]):
+                subprocess.run(
+                    [*lo, *step, "--repo", str(repo)],
+                    env=env,
+                    cwd=root,
+                    check=True,
+                    capture_output=True,
+                    timeout=300,
+                )
+            sup = subprocess.Popen(
+                [*lo, "run", "--repo", str(repo)],
+                env=env,
+                cwd=root,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + 300
+
+            def planning() -> int:
+                count = 0
+                for path in status.glob("*.json"):
+                    with contextlib.suppress(OSError, ValueError):
+                        st = json.loads(path.read_text(encoding="utf-8"))
+                        count += str(st.get("delivered") or "").startswith("planning")
+                return count
+
+            while planning() < concurrency:
+                if time.monotonic() > deadline or sup.poll() is not None:
+                    msg = f"{version.label}: the idle run's sessions did not all start"
+                    raise SystemExit(msg)
+                time.sleep(0.2)
+            time.sleep(3.0)  # the last prompt's delivery settles
+            first = cpu_and_peak_rss(sup.pid)
+            start = time.monotonic()
+            time.sleep(window)
+            last = cpu_and_peak_rss(sup.pid)
+            took = time.monotonic() - start
+        finally:
+            if sup is not None and sup.poll() is None:
+                sup.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    sup.wait(30)
+                if sup.poll() is None:
+                    sup.kill()
+                    sup.wait(30)
+            subprocess.run(
+                ["tmux", "-L", socket, "kill-server"], capture_output=True, check=False, timeout=30
+            )
+            tmux_dir = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+            (tmux_dir / socket).unlink(missing_ok=True)
+    if first is None or last is None:
+        msg = f"{version.label}: the idle supervisor ended during the window"
+        raise SystemExit(msg)
+    return 100 * (last[0] - first[0]) / took / concurrency
+
+
 def analyse(
     n: int,
     ledger: list[dict[str, Any]],
@@ -382,6 +461,7 @@ def render(
     results: dict[tuple[str, int], dict[str, object]],
     labels: list[str],
     concurrency: int,
+    idle: dict[str, float] | None = None,
 ) -> str:
     rows: list[tuple[str, str]] = [
         ("1 signal latency p50/p95 ms", "latency"),
@@ -393,7 +473,7 @@ def render(
         ("3 all hook events wall p50/p95 ms", "hook_wall"),
         ("3 all hook events CPU mean ms", "hook_cpu_mean"),
         ("4 supervisor CPU s", "cpu"),
-        ("4 same, % of a core per session (/ cap)", "share"),
+        ("4 same, % of a core per working session", "share"),
         ("4 supervisor peak RSS MiB", "peak_mib"),
         ("  run wall s", "wall"),
         ("  samples: signals timed/sent, hook calls", "samples"),
@@ -411,7 +491,9 @@ def render(
         if key == "share":
             cpu, wall = r["cpu"], r["wall"]
             assert isinstance(cpu, float) and isinstance(wall, float)
-            return f"{100 * cpu / wall / concurrency:.2f}"
+            tasks = r["tasks"]
+            assert isinstance(tasks, int)
+            return f"{100 * cpu / wall / min(concurrency, tasks):.2f}"
         value = r[key]
         assert isinstance(value, float)
         return f"{value:.2f}" if key == "cpu" else f"{value:.1f}"
@@ -425,6 +507,12 @@ def render(
         f"floor: a bare Python start (python -I -c pass), median of 20: wall "
         f"{1000 * wall:.1f} ms, CPU {1000 * cpu:.1f} ms",
     ]
+    if idle:
+        lines.append(
+            f"idle: supervisor CPU while {concurrency} sessions work and report nothing "
+            f"({IDLE_WINDOW:g} s), % of a core per session: "
+            + ", ".join(f"{label} {share:.3f}" for label, share in idle.items())
+        )
     for n in sizes:
         lines.append("")
         lines.append(f"{n} tasks".ljust(width) + "".join(f" {label:>18}" for label in labels))
@@ -486,6 +574,7 @@ def main() -> None:
         help=f"the BEFORE revision (default {BASELINE})",
     )
     parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
+    parser.add_argument("--no-idle", action="store_true", help="skip the idle measurement")
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="py-spy record each supervisor into DIR"
     )
@@ -498,11 +587,15 @@ def main() -> None:
         if not args.no_baseline:
             tree = stack.enter_context(baseline_tree(args.baseline))
             versions.insert(0, Version("BEFORE", tree, tree))
+        idle: dict[str, float] = {}
+        for version in versions if not args.no_idle else []:
+            print(f"measuring {version.label} idle...", file=sys.stderr, flush=True)
+            idle[version.label] = measure_idle(args.concurrency, version)
         for n in sizes:
             for version in versions:
                 print(f"measuring {version.label} with {n} tasks...", file=sys.stderr, flush=True)
                 results[(version.label, n)] = measure(n, args.concurrency, version, args.profile)
-    print(render(sizes, results, [v.label for v in versions], args.concurrency))
+    print(render(sizes, results, [v.label for v in versions], args.concurrency, idle))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
@@ -602,6 +603,7 @@ class Supervisor:
         ``SESSIONS_SECONDS``, however many events come in between)."""
         self.desk.sweep(self.sessions.screen_of)  # before the stall checks: only real requests wait
         alive = self.backend.alive_panes()  # one tmux call for every pane
+        waiting = self.desk.waiting_tasks()  # one read of the requests for every task
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
                 continue
@@ -610,7 +612,7 @@ class Supervisor:
                 found = self.backend.state(st.pane_id)  # dead or gone: the details
                 if not found.exists or not found.alive:
                     pane = decide.Pane(alive=False, dead_status=found.dead_status)
-            step = decide.watch(self._observe(st, pane))
+            step = decide.watch(self._observe(st, pane, waiting))
             if step is not None:
                 self._carry_out(tid, st, step)
 
@@ -628,9 +630,15 @@ class Supervisor:
         assert seen is not None
         return seen.changed
 
-    def _observe(self, st: TaskStatus, pane: decide.Pane | None = None) -> decide.Observation:
+    def _observe(
+        self,
+        st: TaskStatus,
+        pane: decide.Pane | None = None,
+        waiting: Collection[str] | None = None,
+    ) -> decide.Observation:
         """What the pure core needs to know of one task now (``pane``: its liveness, when
-        it was checked this tick). What costs a read or a tmux call (an open permission
+        it was checked this tick; ``waiting``: the tasks with an open permission request,
+        read once for the check). What costs a read or a tmux call (an open permission
         request, the screen) is looked at only where the stall rule can apply."""
         busy = st.task in self.jobs
         now = time.time()
@@ -641,9 +649,11 @@ class Supervisor:
             and st.phase in WORKING_PHASES
             and not st.limit_until
         )
-        waiting = stall_due and self.desk.is_waiting(st.task)
+        waiting_now = stall_due and (
+            st.task in waiting if waiting is not None else self.desk.is_waiting(st.task)
+        )
         activity = max(epoch(st.last_event_at), epoch(st.updated_at))
-        if stall_due and not waiting:
+        if stall_due and not waiting_now:
             activity = max(activity, self._screen_changed(st, now))
         return decide.Observation(
             task=st.task,
@@ -657,7 +667,7 @@ class Supervisor:
             pane=pane,
             limited=bool(st.limit_until),
             limit_until=epoch(st.limit_until),
-            permission_waiting=waiting,
+            permission_waiting=waiting_now,
             last_activity=activity,
             nudged=st.nudged,
             stall_minutes=self.settings.run.stall_minutes,
