@@ -1,8 +1,9 @@
 """Supervisor benchmark, BEFORE and AFTER side by side: scripted sessions in real tmux.
 
 One run measures the same workload (16 and 64 tasks by default, cap 16) twice: BEFORE is a
-baseline revision (default 9b2c2b2: sessions wrote status files under a flock, the
-supervisor watched status/ with watchdog), checked out in a temporary git worktree and
+baseline revision (default 1e3e895: the loop looked at every task at every event, copied
+every task's record several times a turn, and read a session's whole transcript at each of
+its hooks), checked out in a temporary git worktree and
 imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike; checked, and
 removed at the end); AFTER is this tree's code (signals and hooks go to the supervisor's
 inbox socket). Per size and version it prints:
@@ -23,14 +24,22 @@ inbox socket). Per size and version it prints:
    wrapper (a plugin folder handed to the agent with ``--plugin-dir``) that records the wall
    time and the CPU time (children's rusage) of the real launcher; UserPromptSubmit is
    reported on its own and all events together.
-4. supervisor CPU seconds and peak RSS over the run (sampled from /proc while it runs).
+4. supervisor CPU seconds and peak RSS over the run (sampled from /proc while it runs; its
+   own CPU, not its children's: git, tmux and the checks it starts), and that CPU as a
+   share of one core per session the cap lets work at once.
+
+It prints the floor too: a bare ``python -I -c pass`` start here, wall and CPU; and the
+supervisor's CPU while ``cap`` sessions work and report nothing (each hangs while it plans),
+over ``IDLE_WINDOW`` seconds, per session (``--no-idle`` skips it).
+With ``--profile DIR`` (py-spy on PATH) each supervisor is sampled by ``py-spy record``
+(every thread, 100 Hz, collapsed stacks in DIR): what was hot.
 
 Each run gets a private tmux socket (killed at the end), a throwaway HOME, XDG_STATE_HOME
 and XDG_CONFIG_HOME. AFTER runs agents inside its bubblewrap sandbox where bwrap works
 (as shipped); BEFORE has no sandbox.
 
     .venv/bin/python benchmarks/supervisor.py [--sizes 16,64] [--concurrency 16]
-        [--baseline REV | --no-baseline]
+        [--baseline REV | --no-baseline] [--no-idle] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BASELINE = "9b2c2b2"
+BASELINE = "1e3e895"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -59,6 +68,8 @@ from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss  # noqa: E402
 REACT_PHASES = ("plan_ready", "impl_done")
 #: a run that has not ended by then is stopped (and reported as such)
 RUN_TIMEOUT = 15 * 60.0
+#: how long the idle measurement samples the supervisor
+IDLE_WINDOW = 20.0
 #: the phase the supervisor moves a task to on each signal
 NEXT_PHASE = {"plan_ready": "implementing", "impl_done": "verifying"}
 
@@ -165,13 +176,15 @@ def _plugin(root: Path, version: Version, hook_log: Path) -> Path:
     return plugin
 
 
-def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
+def build(root: Path, n: int, concurrency: int, version: Version, *, idle: bool = False) -> Path:
     repo = common.project(root)
     # outside the repository: the AFTER sandbox makes the repository read-only to agents
     starts = root / "timing" / "signal-starts"
     starts.mkdir(parents=True)
     # every fourth task consumes an earlier task's output: a few waves
-    tasks: list[object] = [common.task(i, 4, sys.executable) for i in range(n)]
+    # (idle: none waits for another, so that all of them work at once)
+    wave = n + 1 if idle else 4
+    tasks: list[object] = [common.task(i, wave, sys.executable) for i in range(n)]
     script: dict[str, object] = {}
     for i in range(n):
         plan_actions: list[object] = []
@@ -183,7 +196,9 @@ def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
                 + shlex.quote(str(root / "timing" / "pane-import"))
             )
             plan_actions.append({"run": {"argv": ["sh", "-c", probe], "timeout": 60}})
-        plan_actions.append(common.signal_run("plan_ready", starts))
+        # idle: every session hangs while it plans (working, silent: what the supervisor
+        # spends on a run whose sessions work and report nothing)
+        plan_actions.append("hang" if idle else common.signal_run("plan_ready", starts))
         script[f"t{i:03d}"] = {
             "plan": plan_actions,
             "implement": common.implement(i, common.signal_run("impl_done", starts)),
@@ -200,14 +215,15 @@ def build(root: Path, n: int, concurrency: int, version: Version) -> Path:
     (cfg / "config.toml").write_text(
         f'[agent]\nkind = "scripted"\nscript = {json.dumps(str(root / "script.yaml"))}\n'
         f"args = {json.dumps(['--plugin-dir', str(plugin)])}\nready_timeout = 60\n{agent_env}"
-        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.05\nstall_minutes = 1\n',
+        '[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.05\n'
+        f"stall_minutes = {30 if idle else 1}\n",
         encoding="utf-8",
     )
     return repo
 
 
 def _supervise(
-    lo: list[str], repo: Path, env: dict[str, str], cwd: Path
+    lo: list[str], repo: Path, env: dict[str, str], cwd: Path, profile: Path | None = None
 ) -> tuple[float, float, int, str | None]:
     """Run the supervisor to its end or ``RUN_TIMEOUT``: (wall seconds, its CPU seconds, its
     peak RSS KiB, None or what went wrong). It is stopped on any way out."""
@@ -222,6 +238,15 @@ def _supervise(
             text=True,
         )
         cpu, peak = 0.0, 0
+        spy = None
+        if profile is not None:  # every thread's collapsed stacks, CPU only
+            out = profile / f"{repo.parent.name}.txt"
+            spy_argv = ["py-spy", "record", "--pid", str(sup.pid), "--format", "raw"]
+            spy = subprocess.Popen(
+                [*spy_argv, "--threads", "--rate", "100", "--nonblocking", "-o", str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         try:
             while sup.poll() is None and time.monotonic() - started < RUN_TIMEOUT:
                 sample = cpu_and_peak_rss(sup.pid)
@@ -236,6 +261,8 @@ def _supervise(
                 except subprocess.TimeoutExpired:
                     sup.kill()
                     sup.wait(30)
+        if spy is not None:
+            spy.wait(60)
         wall = time.monotonic() - started
         err.seek(0)
         tail = (err.read().strip().splitlines() or [""])[-1]
@@ -246,7 +273,9 @@ def _supervise(
     return wall, cpu, peak, None
 
 
-def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
+def measure(
+    n: int, concurrency: int, version: Version, profile: Path | None = None
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory(
         prefix=f"lo-bench-{version.label.lower()}-{n}-", ignore_cleanup_errors=True
     ) as tmp:
@@ -266,7 +295,7 @@ def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
                     capture_output=True,
                     timeout=300,
                 )
-            wall, cpu, peak, problem = _supervise(lo, repo, env, root)
+            wall, cpu, peak, problem = _supervise(lo, repo, env, root, profile)
         finally:
             subprocess.run(
                 ["tmux", "-L", socket, "kill-server"], capture_output=True, check=False, timeout=30
@@ -289,6 +318,76 @@ def measure(n: int, concurrency: int, version: Version) -> dict[str, object]:
         "peak_mib": peak / 1024,
         "problem": problem,
     }
+
+
+def measure_idle(concurrency: int, version: Version, window: float = IDLE_WINDOW) -> float:
+    """The supervisor's CPU, in % of a core per session, over ``window`` seconds while
+    ``concurrency`` sessions work (each hangs while it plans: no report comes)."""
+    with tempfile.TemporaryDirectory(
+        prefix=f"lo-bench-idle-{version.label.lower()}-", ignore_cleanup_errors=True
+    ) as tmp:
+        root = Path(tmp)
+        socket = f"lo-bench-{os.getpid()}-{version.label.lower()}-idle"
+        env = run_env(version, root, socket)
+        repo = build(root, concurrency, concurrency, version, idle=True)
+        lo = [sys.executable, "-m", "loop_orchestrator"]
+        status = repo / ".orchestration" / "status"
+        sup = None
+        try:
+            for step in (["plan", str(root / "plan.yaml")], ["approve"]):
+                subprocess.run(
+                    [*lo, *step, "--repo", str(repo)],
+                    env=env,
+                    cwd=root,
+                    check=True,
+                    capture_output=True,
+                    timeout=300,
+                )
+            sup = subprocess.Popen(
+                [*lo, "run", "--repo", str(repo)],
+                env=env,
+                cwd=root,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + 300
+
+            def planning() -> int:
+                count = 0
+                for path in status.glob("*.json"):
+                    with contextlib.suppress(OSError, ValueError):
+                        st = json.loads(path.read_text(encoding="utf-8"))
+                        count += str(st.get("delivered") or "").startswith("planning")
+                return count
+
+            while planning() < concurrency:
+                if time.monotonic() > deadline or sup.poll() is not None:
+                    msg = f"{version.label}: the idle run's sessions did not all start"
+                    raise SystemExit(msg)
+                time.sleep(0.2)
+            time.sleep(3.0)  # the last prompt's delivery settles
+            first = cpu_and_peak_rss(sup.pid)
+            start = time.monotonic()
+            time.sleep(window)
+            last = cpu_and_peak_rss(sup.pid)
+            took = time.monotonic() - start
+        finally:
+            if sup is not None and sup.poll() is None:
+                sup.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    sup.wait(30)
+                if sup.poll() is None:
+                    sup.kill()
+                    sup.wait(30)
+            subprocess.run(
+                ["tmux", "-L", socket, "kill-server"], capture_output=True, check=False, timeout=30
+            )
+            tmux_dir = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+            (tmux_dir / socket).unlink(missing_ok=True)
+    if first is None or last is None:
+        msg = f"{version.label}: the idle supervisor ended during the window"
+        raise SystemExit(msg)
+    return 100 * (last[0] - first[0]) / took / concurrency
 
 
 def analyse(
@@ -362,6 +461,7 @@ def render(
     results: dict[tuple[str, int], dict[str, object]],
     labels: list[str],
     concurrency: int,
+    idle: dict[str, float] | None = None,
 ) -> str:
     rows: list[tuple[str, str]] = [
         ("1 signal latency p50/p95 ms", "latency"),
@@ -373,6 +473,7 @@ def render(
         ("3 all hook events wall p50/p95 ms", "hook_wall"),
         ("3 all hook events CPU mean ms", "hook_cpu_mean"),
         ("4 supervisor CPU s", "cpu"),
+        ("4 same, % of a core per working session", "share"),
         ("4 supervisor peak RSS MiB", "peak_mib"),
         ("  run wall s", "wall"),
         ("  samples: signals timed/sent, hook calls", "samples"),
@@ -387,15 +488,31 @@ def render(
             lat, hw = r["latency"], r["hook_wall"]
             assert isinstance(lat, list) and isinstance(hw, list)
             return f"{len(lat)}/{r['expected']}, {len(hw)}"
+        if key == "share":
+            cpu, wall = r["cpu"], r["wall"]
+            assert isinstance(cpu, float) and isinstance(wall, float)
+            tasks = r["tasks"]
+            assert isinstance(tasks, int)
+            return f"{100 * cpu / wall / min(concurrency, tasks):.2f}"
         value = r[key]
         assert isinstance(value, float)
         return f"{value:.2f}" if key == "cpu" else f"{value:.1f}"
 
     width = max(len(name) for name, _ in rows)
+    wall, cpu = bare_python()
     lines = [
         f"supervisor benchmark: scripted agents, cap {concurrency}, "
-        f"{os.cpu_count()} cores ({', '.join(labels)})"
+        f"{os.cpu_count()} cores ({', '.join(labels)}); load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        f"floor: a bare Python start (python -I -c pass), median of 20: wall "
+        f"{1000 * wall:.1f} ms, CPU {1000 * cpu:.1f} ms",
     ]
+    if idle:
+        lines.append(
+            f"idle: supervisor CPU while {concurrency} sessions work and report nothing "
+            f"({IDLE_WINDOW:g} s), % of a core per session: "
+            + ", ".join(f"{label} {share:.3f}" for label, share in idle.items())
+        )
     for n in sizes:
         lines.append("")
         lines.append(f"{n} tasks".ljust(width) + "".join(f" {label:>18}" for label in labels))
@@ -428,6 +545,24 @@ def render(
     return "\n".join(lines)
 
 
+def bare_python(times: int = 20) -> tuple[float, float]:
+    """The median wall and CPU seconds of a bare ``python -I -c pass`` here."""
+    walls, cpus = [], []
+    for _ in range(times):
+        before = os.times()
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)
+        walls.append(time.perf_counter() - start)
+        after = os.times()
+        cpus.append(
+            after.children_user
+            + after.children_system
+            - before.children_user
+            - before.children_system
+        )
+    return common.pct(walls, 0.5), common.pct(cpus, 0.5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64")
@@ -439,6 +574,10 @@ def main() -> None:
         help=f"the BEFORE revision (default {BASELINE})",
     )
     parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
+    parser.add_argument("--no-idle", action="store_true", help="skip the idle measurement")
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="py-spy record each supervisor into DIR"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     after = Version("AFTER", REPO_ROOT, None)
@@ -448,11 +587,15 @@ def main() -> None:
         if not args.no_baseline:
             tree = stack.enter_context(baseline_tree(args.baseline))
             versions.insert(0, Version("BEFORE", tree, tree))
+        idle: dict[str, float] = {}
+        for version in versions if not args.no_idle else []:
+            print(f"measuring {version.label} idle...", file=sys.stderr, flush=True)
+            idle[version.label] = measure_idle(args.concurrency, version)
         for n in sizes:
             for version in versions:
                 print(f"measuring {version.label} with {n} tasks...", file=sys.stderr, flush=True)
-                results[(version.label, n)] = measure(n, args.concurrency, version)
-    print(render(sizes, results, [v.label for v in versions], args.concurrency))
+                results[(version.label, n)] = measure(n, args.concurrency, version, args.profile)
+    print(render(sizes, results, [v.label for v in versions], args.concurrency, idle))
 
 
 if __name__ == "__main__":

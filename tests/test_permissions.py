@@ -461,11 +461,13 @@ def test_a_request_whose_hook_stopped_polling_or_whose_dialog_is_gone_is_closed(
         the_desk.poll("a", a)
         the_desk.poll("b", b)
     assert the_desk.is_waiting("a") and the_desk.is_waiting("b")
+    assert the_desk.waiting_tasks() == {"a", "b"}
     for _ in range(3):  # b's screen shows no dialog: a forged or finished request
         now[0] += 1
         the_desk.sweep(screens.get)
         the_desk.poll("a", a)
     assert the_desk.is_waiting("a") and not the_desk.is_waiting("b")
+    assert the_desk.waiting_tasks() == {"a"}
     assert the_desk.poll("b", b) == {"state": "closed"}  # its hook steps aside
     assert closed == ["b"]
     now[0] += permission_desk.POLL_STALE + 1  # a's hook stopped asking (answered in the pane)

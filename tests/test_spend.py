@@ -77,3 +77,73 @@ def test_a_missing_transcript_and_a_torn_book_line(tmp_path: Path) -> None:
     with path.open("a", encoding="utf-8") as f:
         f.write('{"task": "t", "sess')  # a crash mid-append
     assert total(SpendBook(path)) == {"input_tokens": 100, "output_tokens": 10}
+
+
+def prompt(text: str) -> str:
+    return json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n"
+
+
+def test_each_read_goes_on_from_the_last_one(tmp_path: Path) -> None:
+    book = SpendBook(tmp_path / "spend.jsonl")
+    tr = tmp_path / "s.jsonl"
+    padding = "".join(record(f"p{i}", 1, 0) for i in range(200))  # well past TAIL_BYTES
+    tr.write_text(padding + record("m1", 10), encoding="utf-8")
+    book.observe("t", "s", tr)
+    assert book.offset("t", "s") == tr.stat().st_size
+    # the start of the file, read already, is no longer parsed: a line broken there (and
+    # not in the last bytes read) does not count as malformed, nothing booked is gone
+    broken = "x" * len(record("p0", 1, 0).rstrip("\n")) + "\n"
+    tr.write_text(broken + padding[len(broken) :] + record("m1", 10), encoding="utf-8")
+    with tr.open("a", encoding="utf-8") as fh:
+        fh.write(prompt("Phase: implementing (rework 2)\n...") + record("m2", 7))
+    seen = book.observe("t", "s", tr)
+    assert seen.new == 1 and seen.bad == 0 and not seen.tampered
+    # the rework round is carried from one read to the next
+    assert [m.round for m in book.messages("t") if m.key == "m2"] == [2]
+    with tr.open("a", encoding="utf-8") as fh:
+        fh.write(record("m3", 3))
+    book.observe("t", "s", tr)
+    assert [m.round for m in book.messages("t") if m.key == "m3"] == [2]
+    assert total(book)["output_tokens"] == 200 + 10 + 7 + 3
+
+
+def test_a_line_being_written_is_read_once_whole(tmp_path: Path) -> None:
+    book = SpendBook(tmp_path / "spend.jsonl")
+    tr = tmp_path / "s.jsonl"
+    line = record("m1", 10)
+    tr.write_text(record("m0", 1) + line[:20], encoding="utf-8")
+    seen = book.observe("t", "s", tr)
+    assert seen.bad == 0 and [m.key for m in book.messages("t")] == ["m0"]
+    with tr.open("a", encoding="utf-8") as fh:
+        fh.write(line[20:])
+    seen = book.observe("t", "s", tr)
+    assert seen.new == 1 and seen.bad == 0
+    assert total(book)["output_tokens"] == 11
+    # the last line complete but without its newline is booked now, and not twice later
+    with tr.open("a", encoding="utf-8") as fh:
+        fh.write(record("m2", 5).rstrip("\n"))
+    assert book.observe("t", "s", tr).new == 1
+    with tr.open("a", encoding="utf-8") as fh:
+        fh.write("\n" + record("m3", 2))
+    assert book.observe("t", "s", tr).new == 1
+    assert total(book)["output_tokens"] == 18
+
+
+def test_a_rewrite_behind_the_offset_is_read_from_the_top(tmp_path: Path) -> None:
+    # the session rewrites its transcript without the messages read so far, as long as
+    # before or longer (so it does not shrink), in place or as a new file: lo-orch sees
+    # the bytes it read last are not there any more, reads from the top and names it
+    book = SpendBook(tmp_path / "spend.jsonl")
+    for how in ("in place", "replaced"):
+        tr = tmp_path / f"{how}.jsonl"
+        tr.write_text(record("a1", 50) + record("a2", 50), encoding="utf-8")
+        book.observe(how, "s", tr)
+        forged = record("b1", 1) + " " * 200 + "\n"
+        if how == "in place":
+            tr.write_text(forged, encoding="utf-8")
+        else:
+            (tmp_path / "new.jsonl").write_text(forged, encoding="utf-8")
+            (tmp_path / "new.jsonl").replace(tr)
+        seen = book.observe(how, "s", tr)
+        assert any("2 message(s)" in t and "gone" in t for t in seen.tampered), (how, seen)
+        assert total(book, how)["output_tokens"] == 101

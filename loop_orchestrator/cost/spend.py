@@ -17,10 +17,18 @@ and prices the book, not the file:
   holds, is tampering: ``observe`` says so once per read (the supervisor ledgers it as
   ``transcript_tampered`` and notes it on the task's usage).
 
+Each read goes on from where the last one stopped (the end of the last whole line read),
+so a tool call costs the parse of what was written since, not of the whole transcript: the
+read starts over from the top, and looks for messages gone, when the file is another one
+(device and inode), got shorter than that offset, or no longer holds the last bytes read
+just before it (``TAIL_BYTES``). A line still being written (no newline yet) is read, and
+read again once whole.
+
 Limits: a message that calls no tool (a turn's last words) is read at the turn's ``Stop``;
 a command started in the background by an earlier tool could erase it in between, so such
-a message may go unseen (its tokens are small: no tool call). Every message is re-read
-from the whole file at each event (simple; a long transcript costs a parse per tool call).
+a message may go unseen (its tokens are small: no tool call). A rewrite of the part read
+before that keeps the file as long, the inode and those last bytes is not reported as
+tampering (what was booked stays booked: the spend does not drop).
 The real API has no proxy here that lo-orch could count at (the scripted endpoint's own
 log is test-only), so the transcript, booked as it grows, is the best source.
 """
@@ -34,10 +42,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.cost.usage import TOKEN_KEYS, Message, parse_transcript
+from loop_orchestrator.cost.usage import TOKEN_KEYS, Message, parse_lines
 
 #: the book's file in the run's private folder
 BOOK_FILE = "spend.jsonl"
+#: the bytes just before a transcript's read offset that must be unchanged to read on
+TAIL_BYTES = 4096
+
+
+@dataclass
+class _Cursor:
+    """Where the last read of one session's transcript stopped."""
+
+    ident: tuple[int, int]  # (device, inode) of the file read
+    offset: int  # bytes read: the end of the last whole line
+    round_no: int  # the rework round the lines read so far left
+    tail: bytes  # the last ``TAIL_BYTES`` bytes before ``offset``
+    bad: int  # malformed whole lines read so far
 
 
 @dataclass
@@ -66,6 +87,11 @@ class SpendBook:
         self._sizes: dict[tuple[str, str], int] = {}
         #: (task, session) -> the keys booked from that session
         self._keys: dict[tuple[str, str], set[str]] = {}
+        #: (task, session) -> where its transcript's last read stopped (not kept on disk: a
+        #: restarted supervisor reads each transcript from the top once)
+        self._cursors: dict[tuple[str, str], _Cursor] = {}
+        #: task -> how often its booked messages changed (``version``)
+        self._versions: dict[str, int] = {}
         self._load()
 
     def _load(self) -> None:
@@ -93,6 +119,7 @@ class SpendBook:
         )
         self._book.setdefault(task, {})[msg.key] = msg
         self._keys.setdefault((task, session), set()).add(msg.key)
+        self._versions[task] = self._versions.get(task, 0) + 1
 
     def _append(self, entries: list[dict[str, Any]]) -> None:
         if not entries:
@@ -109,63 +136,122 @@ class SpendBook:
             self._apply(e)
 
     def observe(self, task: str, session_id: str, transcript: Path) -> Seen:
-        """Read ``transcript`` (of ``task``'s session ``session_id``) into the book."""
+        """Read ``transcript`` (of ``task``'s session ``session_id``) into the book, on from
+        where the last read stopped when the file is still the one read then."""
         with self._lock:
             seen = Seen()
+            key = (task, session_id)
+            cursor = self._cursors.get(key)
             try:
-                raw = transcript.read_bytes()
+                with transcript.open("rb") as fh:
+                    st = os.fstat(fh.fileno())
+                    ident = (st.st_dev, st.st_ino)
+                    if cursor is not None and not _reads_on(fh, cursor, ident, st.st_size):
+                        cursor = None
+                    fh.seek(cursor.offset if cursor is not None else 0)
+                    raw = fh.read()
             except FileNotFoundError:
                 seen.missing = True
-                raw = b""
+                ident, raw, cursor = (0, 0), b"", None
             except OSError:
                 seen.missing = True
                 return seen
-            text = raw.decode("utf-8", errors="replace")
-            messages, seen.bad = parse_transcript(text)
-            book = self._book.get(task, {})
-            entries: list[dict[str, Any]] = []
-            for m in messages:
-                old = book.get(m.key)
-                if old is not None and all(m.counts[k] <= old.counts[k] for k in TOKEN_KEYS):
-                    if any(m.counts[k] < old.counts[k] for k in TOKEN_KEYS):
-                        seen.tampered.append(
-                            f"message {m.key} reports fewer tokens than when first read"
-                        )
-                    continue
-                counts = (
-                    m.counts
-                    if old is None
-                    else {k: max(m.counts[k], old.counts[k]) for k in TOKEN_KEYS}
-                )
-                entries.append(
-                    {
-                        "task": task,
-                        "session": session_id,
-                        "key": m.key,
-                        "round": m.round if old is None else old.round,
-                        "model": m.model if old is None else old.model,
-                        **counts,
-                    }
-                )
-                seen.new += 1
-            size = len(raw)
-            last = self._sizes.get((task, session_id))
+            start = cursor.offset if cursor is not None else 0
+            whole = raw[: raw.rfind(b"\n") + 1]
+            text = whole.decode("utf-8", errors="replace")
+            round_no = cursor.round_no if cursor is not None else 0
+            messages, bad, after = parse_lines(text.splitlines(), round_no)
+            if len(whole) < len(raw):  # a line being written: read it now and once whole
+                partial = raw[len(whole) :].decode("utf-8", errors="replace")
+                messages += parse_lines([partial], after)[0] if _is_json(partial) else []
+            bad += cursor.bad if cursor is not None else 0
+            seen.bad = bad
+            entries = self._book_entries(task, session_id, messages, seen)
+            size = start + len(raw)
+            last = self._sizes.get(key)
             if last is not None and size < last:
                 seen.tampered.append(f"the transcript shrank from {last} to {size} bytes")
-            present = {m.key for m in messages}
-            gone = self._keys.get((task, session_id), set()) - present
-            if gone and not (last is not None and size < last):
-                seen.tampered.append(
-                    f"{len(gone)} message(s) lo-orch had read are gone from the transcript"
-                )
-            elif gone:
-                seen.tampered[-1] += f" ({len(gone)} message(s) lo-orch had read are gone)"
+            if cursor is None:  # read from the top: a message lo-orch read must be there
+                present = {m.key for m in messages}
+                gone = self._keys.get(key, set()) - present
+                if gone and not (last is not None and size < last):
+                    seen.tampered.append(
+                        f"{len(gone)} message(s) lo-orch had read are gone from the transcript"
+                    )
+                elif gone:
+                    seen.tampered[-1] += f" ({len(gone)} message(s) lo-orch had read are gone)"
             if size != last:
                 entries.append({"task": task, "session": session_id, "size": size})
             self._append(entries)
+            if not seen.missing:
+                tail = ((cursor.tail if cursor is not None else b"") + whole)[-TAIL_BYTES:]
+                self._cursors[key] = _Cursor(ident, start + len(whole), after, tail, bad)
+            else:
+                self._cursors.pop(key, None)
             return seen
+
+    def _book_entries(
+        self, task: str, session_id: str, messages: list[Message], seen: Seen
+    ) -> list[dict[str, Any]]:
+        """The book's entries for what ``messages`` add (new, or grown figures); a message
+        whose figures shrank is tampering (``seen``)."""
+        book = self._book.get(task, {})
+        entries: list[dict[str, Any]] = []
+        for m in messages:
+            old = book.get(m.key)
+            if old is not None and all(m.counts[k] <= old.counts[k] for k in TOKEN_KEYS):
+                if any(m.counts[k] < old.counts[k] for k in TOKEN_KEYS):
+                    seen.tampered.append(
+                        f"message {m.key} reports fewer tokens than when first read"
+                    )
+                continue
+            counts = (
+                m.counts
+                if old is None
+                else {k: max(m.counts[k], old.counts[k]) for k in TOKEN_KEYS}
+            )
+            entries.append(
+                {
+                    "task": task,
+                    "session": session_id,
+                    "key": m.key,
+                    "round": m.round if old is None else old.round,
+                    "model": m.model if old is None else old.model,
+                    **counts,
+                }
+            )
+            seen.new += 1
+        return entries
+
+    def offset(self, task: str, session_id: str) -> int:
+        """Where the next read of the session's transcript starts (0: from the top)."""
+        with self._lock:
+            cursor = self._cursors.get((task, session_id))
+            return cursor.offset if cursor is not None else 0
+
+    def version(self, task: str) -> int:
+        """Changes with every message booked for ``task`` (to price the book only then)."""
+        with self._lock:
+            return self._versions.get(task, 0)
 
     def messages(self, task: str) -> list[Message]:
         """Every message booked for ``task``, in the order first read."""
         with self._lock:
             return list(self._book.get(task, {}).values())
+
+
+def _reads_on(fh: Any, cursor: _Cursor, ident: tuple[int, int], size: int) -> bool:
+    """Whether the open transcript ``fh`` is still the file ``cursor`` read, as long at
+    least, with the same last bytes before the offset: then it is read on from there."""
+    if ident != cursor.ident or size < cursor.offset:
+        return False
+    fh.seek(cursor.offset - len(cursor.tail))
+    return bool(fh.read(len(cursor.tail)) == cursor.tail)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True

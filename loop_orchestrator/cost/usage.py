@@ -173,11 +173,18 @@ class Message:
 def parse_transcript(text: str) -> tuple[list[Message], int]:
     """The assistant messages of a transcript, each once, and the number of malformed
     lines (not a JSON object, or usage figures that are not non-negative integers)."""
+    messages, bad, _round = parse_lines(text.splitlines(), 0)
+    return messages, bad
+
+
+def parse_lines(lines: Iterable[str], round_no: int) -> tuple[list[Message], int, int]:
+    """``parse_transcript`` of a part of a transcript whose earlier lines left the rework
+    round at ``round_no``: its messages (each once within the part), its malformed lines,
+    and the round after it (so that a transcript can be read on from where it was left)."""
     messages: list[Message] = []
     seen: set[str] = set()
     bad = 0
-    round_no = 0
-    for line in text.splitlines():
+    for line in lines:
         if not line.strip():
             continue
         try:
@@ -212,7 +219,7 @@ def parse_transcript(text: str) -> tuple[list[Message], int]:
         if not any(counts.values()):
             continue  # an API error's <synthetic> message: nothing was used
         messages.append(Message(key, round_no, model, counts))
-    return messages, bad
+    return messages, bad, round_no
 
 
 def price(messages: Iterable[Message], prices: Prices) -> Usage:

@@ -153,3 +153,7 @@ class Desk:
     def is_waiting(self, task: str) -> bool:
         """Does ``task`` wait for a person's answer to a real, open request?"""
         return bool(self.perms.open_requests(task))
+
+    def waiting_tasks(self) -> set[str]:
+        """Every task that waits for a person's answer (``is_waiting`` of all, one read)."""
+        return {r.task for r in self.perms.open_requests()}

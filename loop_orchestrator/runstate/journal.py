@@ -122,6 +122,10 @@ class Record:
         self._published: dict[Path, str] = {}
         #: view files found edited by someone else when they were about to be rewritten
         self._edited: set[str] = set()
+        #: task -> a copy of its status, shared by ``tasks()`` until the task changes
+        self._copies: dict[str, TaskStatus] = {}
+        #: tasks whose status changed since ``take_changed`` was last asked
+        self._changed: set[str] = set()
         self._key = self._load_key()
 
     # opening --------------------------------------------------------------------------
@@ -221,7 +225,7 @@ class Record:
             raise RecordTamperedError(msg, hint=_TAMPER_HINT)
         self._seq += 1
         self._last_mac = str(mac)
-        _fold(self.state, entry["kind"], entry.get("data") or {})
+        self._fold(entry["kind"], entry.get("data") or {})
 
     # writing --------------------------------------------------------------------------
     def append(self, kind: str, **data: Any) -> None:
@@ -235,7 +239,17 @@ class Record:
             self._seq += 1
             self._last_mac = mac
             self._offset += len(line)
-            _fold(self.state, kind, json.loads(json.dumps(data, default=str)))
+            self._fold(kind, json.loads(json.dumps(data, default=str)))
+
+    def _fold(self, kind: str, data: Mapping[str, Any]) -> None:
+        """Add one entry to the state, and note which tasks it changed."""
+        _fold(self.state, kind, data)
+        if kind == "task":
+            self._copies.pop(str(data["task"]), None)
+            self._changed.add(str(data["task"]))
+        elif kind == "approved":
+            self._copies.clear()
+            self._changed.update(self.state.tasks)
 
     # tasks ----------------------------------------------------------------------------
     @property
@@ -258,8 +272,25 @@ class Record:
             raise StateError(msg, hint="Check the task id with `lo-orch status`.") from None
 
     def tasks(self) -> dict[str, TaskStatus]:
+        """Every task's status: copies shared by every caller until the task changes (read
+        them, never change them), so asking again costs no copy of an unchanged task."""
         with self._mutex:
-            return {t: s.model_copy(deep=True) for t, s in self.state.tasks.items()}
+            copies = self._copies
+            for t, s in self.state.tasks.items():
+                if t not in copies:
+                    copies[t] = s.model_copy(deep=True)
+            return dict(copies)
+
+    def take_changed(self) -> set[str]:
+        """The tasks whose status changed (in this process or, once read, another) since the
+        last call; the supervisor's loop looks again at those only."""
+        with self._mutex:
+            changed, self._changed = self._changed, set()
+            return changed
+
+    def has_changed(self) -> bool:
+        """Whether a task changed since ``take_changed`` was last asked."""
+        return bool(self._changed)
 
     def update_task(self, task: str, **changes: Any) -> TaskStatus:
         """Record a change of one task and publish its status file; the new status.

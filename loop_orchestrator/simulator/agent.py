@@ -106,10 +106,20 @@ class ScriptedAdapter:
         self.script_path = (path if path.is_absolute() else repo / path).absolute()
         self.settings = settings
         self.repo = repo
+        #: the script file (size, mtime, ctime, inode) last validated
+        self._valid: tuple[int, int, int, int] | None = None
 
     def prepare(self, ctx: AgentContext) -> None:
-        """Validate the script now, so a typo fails the launch with the field named."""
-        load_script(self.script_path)
+        """Validate the script now, so a typo fails the launch with the field named (once
+        per version of the file: every launch of a run asks)."""
+        try:
+            st = self.script_path.stat()
+            version = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        except OSError:
+            version = None
+        if version is None or version != self._valid:
+            load_script(self.script_path)
+            self._valid = version
 
     def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
         argv = [

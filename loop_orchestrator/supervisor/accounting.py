@@ -9,6 +9,7 @@ the recording.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import time
@@ -30,15 +31,32 @@ log = logging.getLogger(__name__)
 
 #: how long a PreToolUse answer waits for the tool's message to reach the transcript
 TRANSCRIPT_WAIT = 3.0
+#: how far before the last read's end a tool's message is looked for first
+LOOK_BACK = 65536
 
 
-def wait_for_text(path: Path, needle: str, timeout: float) -> bool:
-    """Wait until the file at ``path`` holds ``needle`` (False after ``timeout``)."""
+def wait_for_text(path: Path, needle: str, timeout: float, start: int = 0) -> bool:
+    """Wait until the file at ``path`` holds ``needle`` (False after ``timeout``).
+
+    ``start`` is where the file was read up to before: the part from ``LOOK_BACK`` bytes
+    before it is looked at each time, the whole file once only if the needle is not there
+    (it may be in a long line read before, a parallel tool's)."""
     wanted = needle.encode("utf-8")
+    begin = max(0, start - LOOK_BACK)
+    whole = begin == 0
 
     def present() -> bool:
+        nonlocal whole
         try:
-            return wanted in path.read_bytes()
+            with path.open("rb") as fh:
+                fh.seek(begin)
+                if wanted in fh.read():
+                    return True
+                if whole:
+                    return False
+                whole = True
+                fh.seek(0)
+                return wanted in fh.read()
         except OSError:
             return False
 
@@ -70,6 +88,9 @@ class Accounting:
         self.spend = spend.SpendBook(journal.record.folder / spend.BOOK_FILE)
         #: task -> how its transcript was tampered with (first seen)
         self.tampered: dict[str, str] = {}
+        #: task -> (the book's version, its priced messages): the book is priced again
+        #: only when a message was booked
+        self.priced: dict[str, tuple[int, usage.Usage]] = {}
         #: concurrency lowered after repeated rate limits, raised after a quiet period
         self.governor = limits.Governor(cap, quiet=settings.run.limit_quiet_seconds)
 
@@ -143,12 +164,12 @@ class Accounting:
         except ValueError:  # a session id that is not a UUID: nothing lo-orch launched
             return None
         if tool_use_id:
-            wait_for_text(path, tool_use_id, TRANSCRIPT_WAIT)
+            start = self.spend.offset(tid, st.session_id)
+            wait_for_text(path, tool_use_id, TRANSCRIPT_WAIT, start)
         # the spend is lo-orch's own book of every message it has read, never less than
         # before (a session that truncates its transcript does not spend less: spend.py)
         seen = self.spend.observe(tid, st.session_id, path)
-        booked = self.spend.messages(tid)
-        now = usage.price(booked, self.prices)
+        now, booked = self._priced(tid)
         if seen.missing and not booked:
             now = usage.unknown(f"transcript missing: {path}")
         if seen.bad:
@@ -203,6 +224,16 @@ class Accounting:
             self.journal.set(tid, usage=data)
             self.journal.store.append_ledger("usage", task=tid, **data)
         return now
+
+    def _priced(self, tid: str) -> tuple[usage.Usage, bool]:
+        """The task's booked spend priced (a copy to add notes to), and whether anything
+        is booked."""
+        version = self.spend.version(tid)
+        cached = self.priced.get(tid)
+        if cached is None or cached[0] != version:
+            cached = (version, usage.price(self.spend.messages(tid), self.prices))
+            self.priced[tid] = cached
+        return copy.deepcopy(cached[1]), version > 0
 
     def run_usage(self) -> usage.Usage:
         return usage.total(

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
@@ -49,7 +50,7 @@ from loop_orchestrator.sessions import listener
 from loop_orchestrator.sessions.backend import LaunchSpec, run_socket
 from loop_orchestrator.sessions.delivery import Deliverer
 from loop_orchestrator.sessions.factory import run_backend
-from loop_orchestrator.supervisor import decide, lifecycle, notify, recovery
+from loop_orchestrator.supervisor import cadence, decide, lifecycle, notify, recovery
 from loop_orchestrator.supervisor.accounting import Accounting
 from loop_orchestrator.supervisor.decide import WORKING_PHASES, OutcomeState
 from loop_orchestrator.supervisor.inbox import Inbox
@@ -66,9 +67,6 @@ from loop_orchestrator.verify import pyenv
 from loop_orchestrator.workspace import workspace
 
 log = logging.getLogger(__name__)
-
-#: the loop's tick: pane liveness and stalls are checked this often (and the published view)
-TICK_SECONDS = 0.5
 
 
 @dataclass
@@ -242,8 +240,12 @@ class Supervisor:
             wake=self.wake,
             submit=self.jobs.submit,
         )
-        self.last_view_check = 0.0
-        self.last_liveness = 0.0
+        #: when the loop's periodic checks are due (``cadence``)
+        self.clocks = cadence.Clocks()
+        #: task -> its place in the plan: the order tasks are looked at in
+        self.order = {tid: i for i, tid in enumerate(self.journal.task_ids)}
+        #: each task's phase when the loop last asked what may start
+        self.phases_seen: dict[str, Phase] = {}
         #: what the stall rule knows of each task's screen
         self.screens: dict[str, decide.Screen] = {}
 
@@ -372,55 +374,73 @@ class Supervisor:
         self.journal.set(task, **changes)
 
     def _loop(self) -> None:
+        """Turn by turn: at an event, the tasks whose record changed or whose job ended;
+        the periodic checks on their own clocks (``cadence``)."""
         while True:
             if self.fatal is not None:
                 raise self.fatal
             self.record.refresh()  # a person's `lo-orch retry` is appended by another process
-            self._collect_jobs()
+            due, self.clocks = cadence.turn(self.clocks, time.monotonic())
+            finished = self._collect_jobs()
             self.rounds.take(lambda tid: tid in self.jobs)  # a person's request-changes
-            self._check_refs()
-            self._check_view()
+            looked = cadence.to_look_at(due, self.order, self.record.take_changed(), finished)
+            self._check_refs(looked)
             statuses = self.journal.statuses()
-            self._dispatch(statuses)
+            self._dispatch({t: statuses[t] for t in looked if t in statuses})
             self.inbox.ask_pending(statuses, self.jobs)
             self._pass_messages(statuses)
-            self._check_sessions(statuses)
-            phases = {t: s.phase for t, s in self.journal.statuses().items()}
-            limited = any(
-                s.limit_until and s.phase in WORKING_PHASES
-                for s in self.journal.statuses().values()
-            )
-            for tid in self._ready(phases) if decide.may_release(bool(limited)) else []:
-                cap = self.settings.run.max_cost_usd
-                own = self.record.task(tid).budget_usd is not None
-                step = decide.release(
-                    tid,
-                    wave=self.waves[tid],
-                    busy=tid in self.jobs,
-                    run_cap=cap,
-                    # (the run's usage is added up only where it counts)
-                    run_spent=self.accounting.run_usage().cost_usd
-                    if cap is not None and not own and tid not in self.jobs
-                    else None,
-                    own_budget=own,
-                )
-                if isinstance(step, decide.Block):
-                    self.journal.block(tid, step.reason)
-                    phases[tid] = Phase.BLOCKED
-                elif isinstance(step, decide.Release):
-                    self.journal.event("task_released", tid, wave=step.wave)
-                    self.journal.move(tid, Event.RELEASE, error=None)
-                    self.jobs.submit(tid, self.sessions.start_task)
-                    phases[tid] = Phase.LAUNCHING
-            if not decide.running(phases, jobs=bool(self.jobs)) and not self._ready(phases):
-                return  # settled: all integrated, or the rest is stuck
-            self.wake.wait(TICK_SECONDS)
+            # (after the reactions: the view is never read back, only rewritten)
+            if due.view:
+                self._check_view()
+            if due.sessions:
+                self._check_sessions(statuses)
+            statuses = self.journal.statuses()
+            now_seen = {t: statuses[t].phase for t in looked if t in statuses}
+            if cadence.release_due(due, self.phases_seen, now_seen, finished):
+                self.phases_seen = {t: s.phase for t, s in statuses.items()}
+                if self._release(statuses):
+                    return  # settled: all integrated, or the rest is stuck
+            # what this turn changed itself is looked at next turn, at once
+            pause = cadence.wait(self.clocks, time.monotonic())
+            self.wake.wait(0 if self.record.has_changed() else pause)
             self.wake.clear()
 
-    def _check_refs(self) -> None:
+    def _release(self, statuses: dict[str, TaskStatus]) -> bool:
+        """Start the tasks that may start now; True when the run has settled (nothing
+        runs and nothing may start)."""
+        phases = {t: s.phase for t, s in statuses.items()}
+        limited = any(s.limit_until and s.phase in WORKING_PHASES for s in statuses.values())
+        for tid in self._ready(phases) if decide.may_release(bool(limited)) else []:
+            cap = self.settings.run.max_cost_usd
+            own = self.record.task(tid).budget_usd is not None
+            step = decide.release(
+                tid,
+                wave=self.waves[tid],
+                busy=tid in self.jobs,
+                run_cap=cap,
+                # (the run's usage is added up only where it counts)
+                run_spent=self.accounting.run_usage().cost_usd
+                if cap is not None and not own and tid not in self.jobs
+                else None,
+                own_budget=own,
+            )
+            if isinstance(step, decide.Block):
+                self.journal.block(tid, step.reason)
+                phases[tid] = Phase.BLOCKED
+            elif isinstance(step, decide.Release):
+                self.journal.event("task_released", tid, wave=step.wave)
+                self.journal.move(tid, Event.RELEASE, error=None)
+                self.jobs.submit(tid, self.sessions.start_task)
+                phases[tid] = Phase.LAUNCHING
+        return not decide.running(phases, jobs=bool(self.jobs)) and not self._ready(phases)
+
+    def _check_refs(self, looked: list[str] | None = None) -> None:
         """The run's refs, when the watch or a step says one may have moved: lo-orch's own
         are put back and the tampering task owes a round (sent when it is due); a branch a
-        person may move stops the run, as before."""
+        person may move stops the run, as before. The rounds owed are looked at for every
+        task after a comparison, else for the tasks ``looked`` at this turn (a round owed
+        is a change of the task's record, its job's end another: both are looked at)."""
+        compared = self.refguard.due.is_set() or self.refguard.every_turn
         statuses = self.journal.statuses()
         try:
             self.refguard.check(statuses)
@@ -437,7 +457,10 @@ class Supervisor:
             log.warning("refs not repaired", extra={"error": exc.message})
             self.refguard.due.set()
         # (read again: the check may have recorded a round owed just now)
-        self.refguard.send_rounds(self.journal.statuses(), lambda tid: tid in self.jobs)
+        statuses = self.journal.statuses()
+        if looked is not None and not compared:
+            statuses = {t: statuses[t] for t in looked if t in statuses}
+        self.refguard.send_rounds(statuses, lambda tid: tid in self.jobs)
 
     def _ready(self, phases: dict[str, Phase]) -> list[str]:
         before = self.accounting.governor.current
@@ -457,13 +480,16 @@ class Supervisor:
             deps=self.deps,
         )
 
-    def _collect_jobs(self) -> None:
-        for task, exc in self.jobs.done():
+    def _collect_jobs(self) -> list[str]:
+        """The tasks whose step ended since the last turn (a crashed step fails its task)."""
+        ended = self.jobs.done()
+        for task, exc in ended:
             if exc is not None:
                 # a bug, not a user error: keep the run going, mark the task failed
                 log.error("task job crashed", exc_info=exc, extra={"task": task})
                 self.journal.event("task_failed", task, message=f"internal error: {exc!r}")
                 self.journal.move(task, Event.FAIL, error=f"internal error: {exc!r}")
+        return [task for task, _exc in ended]
 
     def _dispatch(self, statuses: dict[str, TaskStatus]) -> None:
         for tid, st in statuses.items():
@@ -585,21 +611,16 @@ class Supervisor:
 
     def _check_view(self) -> None:
         """Report (and undo) edits of the published view by anyone but the supervisor."""
-        now = time.monotonic()
-        if now - self.last_view_check < TICK_SECONDS:
-            return
-        self.last_view_check = now
         # a hook that found no listener in the moment before it started is read here
         self.inbox.drain()
         self.journal.view_edited(self.record.check_view())
 
     def _check_sessions(self, statuses: dict[str, TaskStatus]) -> None:
-        now = time.monotonic()
-        if now - self.last_liveness < TICK_SECONDS:
-            return
-        self.last_liveness = now
+        """Pane liveness, limits and stalls of every working session (``cadence``: every
+        ``SESSIONS_SECONDS``, however many events come in between)."""
         self.desk.sweep(self.sessions.screen_of)  # before the stall checks: only real requests wait
         alive = self.backend.alive_panes()  # one tmux call for every pane
+        waiting = self.desk.waiting_tasks()  # one read of the requests for every task
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
                 continue
@@ -608,7 +629,7 @@ class Supervisor:
                 found = self.backend.state(st.pane_id)  # dead or gone: the details
                 if not found.exists or not found.alive:
                     pane = decide.Pane(alive=False, dead_status=found.dead_status)
-            step = decide.watch(self._observe(st, pane))
+            step = decide.watch(self._observe(st, pane, waiting))
             if step is not None:
                 self._carry_out(tid, st, step)
 
@@ -626,9 +647,15 @@ class Supervisor:
         assert seen is not None
         return seen.changed
 
-    def _observe(self, st: TaskStatus, pane: decide.Pane | None = None) -> decide.Observation:
+    def _observe(
+        self,
+        st: TaskStatus,
+        pane: decide.Pane | None = None,
+        waiting: Collection[str] | None = None,
+    ) -> decide.Observation:
         """What the pure core needs to know of one task now (``pane``: its liveness, when
-        it was checked this tick). What costs a read or a tmux call (an open permission
+        it was checked this tick; ``waiting``: the tasks with an open permission request,
+        read once for the check). What costs a read or a tmux call (an open permission
         request, the screen) is looked at only where the stall rule can apply."""
         busy = st.task in self.jobs
         now = time.time()
@@ -639,9 +666,11 @@ class Supervisor:
             and st.phase in WORKING_PHASES
             and not st.limit_until
         )
-        waiting = stall_due and self.desk.is_waiting(st.task)
+        waiting_now = stall_due and (
+            st.task in waiting if waiting is not None else self.desk.is_waiting(st.task)
+        )
         activity = max(epoch(st.last_event_at), epoch(st.updated_at))
-        if stall_due and not waiting:
+        if stall_due and not waiting_now:
             activity = max(activity, self._screen_changed(st, now))
         return decide.Observation(
             task=st.task,
@@ -655,7 +684,7 @@ class Supervisor:
             pane=pane,
             limited=bool(st.limit_until),
             limit_until=epoch(st.limit_until),
-            permission_waiting=waiting,
+            permission_waiting=waiting_now,
             last_activity=activity,
             nudged=st.nudged,
             stall_minutes=self.settings.run.stall_minutes,

@@ -135,6 +135,9 @@ class Branches:
         self.run = run
         self.instance = instance
         self.refs: RefBook = refs or FileRefBook.for_run(self.repo, run, instance)
+        #: task -> (start, tip, whether tip contains start) as ``lost_starts`` last found:
+        #: a commit's ancestry never changes, so only a branch that moved is asked again
+        self._contains: dict[str, tuple[str, str, bool]] = {}
 
     # names --------------------------------------------------------------------------
 
@@ -276,14 +279,15 @@ class Branches:
             )
         raise first.error()
 
-    def moved(self) -> list[Moved]:
+    def moved(self, refs: Mapping[str, str] | None = None) -> list[Moved]:
         """Every ref the book records that git shows elsewhere (gone included), by name.
 
         A value written ahead (``move``) that git shows is adopted: lo-orch moved the ref
-        and stopped before recording it. Nothing else is changed.
+        and stopped before recording it. Nothing else is changed. ``refs``: what
+        ``watched_refs`` gave just now (else git is asked).
         """
         book = self.refs.items()
-        now = self.watched_refs()
+        now = self.watched_refs() if refs is None else refs
         for name, ahead in book.items():
             if not name.startswith(BOOK_NEXT):
                 continue
@@ -346,18 +350,35 @@ class Branches:
         )
         return done
 
-    def lost_starts(self, tasks: Sequence[str]) -> list[Moved]:
+    def lost_starts(
+        self, tasks: Sequence[str], refs: Mapping[str, str] | None = None
+    ) -> list[Moved]:
         """The task branches of ``tasks`` that no longer contain their recorded start (the
         staging commit their work is measured from): ``Moved(branch ref, start, tip)``.
-        Not put back (a task's branch is its agent's), only reported."""
-        tips = self.tips()
+        Not put back (a task's branch is its agent's), only reported. ``refs``: what
+        ``watched_refs`` gave just now (else git is asked)."""
+        tips = (
+            self.tips()
+            if refs is None
+            else {
+                r.removeprefix("refs/heads/"): s
+                for r, s in refs.items()
+                if r.startswith("refs/heads/")
+            }
+        )
         lost = []
         for task in tasks:
             start = self.refs.get(BOOK_START + task)
             tip = tips.get(self.task_branch(task))
             if start is None or tip is None or tip == start:
                 continue
-            if not is_ancestor(self.repo, start, tip):
+            known = self._contains.get(task)
+            if known is not None and known[:2] == (start, tip):
+                contains = known[2]
+            else:
+                contains = is_ancestor(self.repo, start, tip)
+                self._contains[task] = (start, tip, contains)
+            if not contains:
                 lost.append(Moved(f"refs/heads/{self.task_branch(task)}", start, tip))
         return lost
 
