@@ -227,6 +227,7 @@ def test_the_version_is_written_once() -> None:
 CLI_MAY_IMPORT = {
     "loop_orchestrator.errors": "the exception families, mapped to exit codes",
     "loop_orchestrator.hints": "hints spelled as the command that works here",
+    "loop_orchestrator.columns": "the status table's layout, shared with the dashboard",
 }
 CLI_EXCEPTIONS = {
     ("main.py", "loop_orchestrator.__version__"): "`lo-orch --version`",
