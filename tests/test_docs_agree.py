@@ -267,7 +267,7 @@ DASHBOARD_FUNCTIONS = {
     ("app.py", "action_send"): {"session.send"},
     ("app.py", "action_retry"): {"run.retry"},
     ("app.py", "action_gate1"): {"plan.approve"},
-    ("app.py", "action_gate2"): {"merge.review", "merge.merge", "review.comments"},
+    ("app.py", "action_gate2"): {"merge.review", "merge.merge"},
     ("app.py", "gate2_comment"): {"review.comment"},
     ("app.py", "gate2_request_changes"): {"review.request_changes"},
     ("app.py", "action_permit"): {"session.permit"},

@@ -423,11 +423,11 @@ class Dashboard(App[None]):
         merges."""
         try:
             rev = merging.review(self.repo)
-            found = reviewing.comments(self.repo)
         except LoOrchError as exc:
             self.fail(exc)
             return
-        unsent = [comment_line(c) for c in found.comments if found.states[c.id] == "recorded"]
+        # listed once, by the screen, as the comments to send back (not among the notes)
+        unsent = [comment_line(c) for c in rev.unsent]
 
         def answered(choice: str | None) -> None:
             if choice == "request-changes":
