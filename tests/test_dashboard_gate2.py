@@ -131,6 +131,17 @@ def test_gate2_screen_comments_on_a_hunk_and_sends_the_comments_back(
             notes = str(gate.query_one("#gate2-notes-text", Static).render())
             assert "Comments to send back (1" in notes and "Name the words" in notes
 
+            # Gate 2 opened again: the comment recorded is listed once, as one to send
+            # back (not also among the review's notes)
+            await pilot.press("escape", "m")
+            await pilot.pause()
+            reopened = app.screen
+            assert isinstance(reopened, screens.Gate2) and reopened is not gate
+            gate = reopened
+            recorded = review.comments(repo).comments[0].id
+            notes = str(gate.query_one("#gate2-notes-text", Static).render())
+            assert "Comments to send back (1" in notes and notes.count(recorded) == 1, notes
+
             # a hurried Enter on the question sends nothing
             await pilot.press("x", "enter")
             await pilot.pause()

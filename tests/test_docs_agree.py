@@ -227,6 +227,7 @@ def test_the_version_is_written_once() -> None:
 CLI_MAY_IMPORT = {
     "loop_orchestrator.errors": "the exception families, mapped to exit codes",
     "loop_orchestrator.hints": "hints spelled as the command that works here",
+    "loop_orchestrator.columns": "the status table's layout, shared with the dashboard",
 }
 CLI_EXCEPTIONS = {
     ("main.py", "loop_orchestrator.__version__"): "`lo-orch --version`",
@@ -266,7 +267,7 @@ DASHBOARD_FUNCTIONS = {
     ("app.py", "action_send"): {"session.send"},
     ("app.py", "action_retry"): {"run.retry"},
     ("app.py", "action_gate1"): {"plan.approve"},
-    ("app.py", "action_gate2"): {"merge.review", "merge.merge", "review.comments"},
+    ("app.py", "action_gate2"): {"merge.review", "merge.merge"},
     ("app.py", "gate2_comment"): {"review.comment"},
     ("app.py", "gate2_request_changes"): {"review.request_changes"},
     ("app.py", "action_permit"): {"session.permit"},

@@ -130,7 +130,15 @@ def test_comments_go_back_to_their_sessions_and_gate2_shows_them_answered(
     assert "--task TASK" in err
     code, out, err = _cli(capsys, repo, "comments", "--json")
     listed = json.loads(out)
-    assert any(first.id in n and "not sent back" in n for n in merging.review(repo).notes)
+    gate2 = merging.review(repo)
+    assert [c.id for c in gate2.unsent] == [c["id"] for c in listed]
+    assert not any(first.id in n for n in gate2.notes)  # listed once, not among the notes
+    # `lo-orch merge` names each once, and says how to send it
+    code, out, err = _cli(capsys, repo, "merge")
+    assert code == 1 and "needs a confirmation" in err
+    assert out.count(first.id) == 1
+    assert f"Comment {first.id} for tokenize is recorded but not sent back" in out
+    assert "`lo-orch request-changes` sends it" in out
     assert [(c["task"], c["state"]) for c in listed] == [
         ("tokenize", "recorded"),
         ("counts", "recorded"),

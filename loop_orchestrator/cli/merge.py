@@ -56,6 +56,11 @@ def merge_command(yes: bool, branch: str | None, merge_into: str | None, repo: P
         click.echo("For you to judge (disputed findings, checks that could not be sure):")
         for line in rev.notes:
             click.echo(f"  - {line}")
+    for c in rev.unsent:
+        click.echo(
+            f"Comment {c.id} for {c.task} is recorded but not sent back: "
+            "`lo-orch request-changes` sends it (a merge leaves it unanswered)."
+        )
     if not yes:
         if not sys.stdin.isatty():
             msg = "Gate 2 needs a confirmation"

@@ -6,9 +6,18 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
+
+from loop_orchestrator.columns import Frame, fit_columns, fitted_cells
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+#: what a rich table (its default box) draws besides its columns' text: one cell of
+#: padding each side of a column and a border after it, and the left edge
+RICH_FRAME = Frame(per_column=3, fixed=1)
 
 
 def is_tty() -> bool:
@@ -60,6 +69,37 @@ def table(
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def fitted_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, title: str | None = None
+) -> Table:
+    """The status table for a terminal ``width`` cells wide (``columns.fit_columns``): the
+    task, wave, phase and cost whole, the long columns wrapped, the columns that do not fit
+    left out; every cell is shown as it is (a note's ``[b]`` is not markup)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    names, cells = list(headers), [list(r) for r in rows]
+    widths = fit_columns(names, cells, width, RICH_FRAME)
+    table = Table(title=title)
+    for h, w in widths.items():
+        table.add_column(h, width=w, no_wrap=True)
+    for row in fitted_cells(names, cells, widths):
+        table.add_row(*(Text("\n".join(lines)) for lines in row))
+    return table
+
+
+def task_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """The status table: on a terminal a ``fitted_table`` at its width; otherwise aligned
+    plain text, every column whole but the note, cut to ``$COLUMNS`` (stable for a script)."""
+    if not is_tty():
+        table(headers, rows, cut_last=True)
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(fitted_table(headers, rows, console.width))
+
+
 class TableData(Protocol):
     @property
     def title(self) -> str: ...
@@ -70,22 +110,18 @@ class TableData(Protocol):
 
 
 def live_table(build: Callable[[], TableData]) -> None:
-    """A live table until Ctrl-C (rich Live), rebuilt every second; its last column (a
-    free-text note) is cut to the width."""
+    """A live ``fitted_table`` until Ctrl-C (rich Live), rebuilt every second at the
+    terminal's width then (a resized terminal gets its own layout)."""
+    from rich.console import Console
     from rich.live import Live
-    from rich.table import Table
+
+    console = Console()
 
     def render() -> Table:
         data = build()
-        table = Table(title=data.title)
-        for i, h in enumerate(data.headers):
-            last = i == len(data.headers) - 1
-            table.add_column(h, no_wrap=last, overflow="ellipsis")
-        for row in data.rows:
-            table.add_row(*row)
-        return table
+        return fitted_table(data.headers, data.rows, console.width, data.title)
 
-    with Live(render(), refresh_per_second=2) as live:
+    with Live(render(), console=console, refresh_per_second=2) as live:
         while True:
             time.sleep(1)
             live.update(render())

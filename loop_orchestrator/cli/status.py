@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from loop_orchestrator.cli.common import echo, repo_option, resolve_repo
-from loop_orchestrator.cli.render import live_table, table
+from loop_orchestrator.cli.render import live_table, task_table
 
 
 @click.command("status")
@@ -17,7 +17,8 @@ from loop_orchestrator.cli.render import live_table, table
 @repo_option
 def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
     """One row per task: phase and how long it has been in it, what it waits for, its
-    last activity, its session's pane, its cost so far and note."""
+    last activity, its session's pane, its cost so far and note. On a terminal the task,
+    wave, phase and cost are never cut: the long columns wrap, or give way."""
     from loop_orchestrator.commands import status as statuses
 
     root = resolve_repo(repo)
@@ -29,7 +30,7 @@ def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
         return
     report = statuses.status(root)
     echo(report.title)
-    table(report.headers, report.rows, cut_last=True)
+    task_table(report.headers, report.rows)
     if report.spent is not None:
         echo(report.spent)
     for line in report.quarantined:

@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent
 from textual.widgets import TabPane as Tab
 
 from loop_orchestrator import proc
+from loop_orchestrator.columns import fit_columns, fitted_cells
 from loop_orchestrator.commands import merge as merging
 from loop_orchestrator.commands import plan as planning
 from loop_orchestrator.commands import review as reviewing
@@ -29,10 +30,9 @@ from loop_orchestrator.commands import run as running
 from loop_orchestrator.commands import session
 from loop_orchestrator.dashboard.screens import Answer, Ask, Gate1, Gate2
 from loop_orchestrator.dashboard.view import (
-    WRAPPING_COLUMNS,
+    TABLE_FRAME,
     Snapshot,
     comment_line,
-    fit_columns,
     gate1_text,
     ledger_lines,
     load_snapshot,
@@ -40,7 +40,6 @@ from loop_orchestrator.dashboard.view import (
     pending_requests,
     read_text,
     review_text,
-    wrap_cell,
 )
 from loop_orchestrator.errors import LoOrchError, StateError
 from loop_orchestrator.runstate.state import RunDir, Store
@@ -211,18 +210,11 @@ class Dashboard(App[None]):
         self.show_details()
 
     def _fill_table(self, snap: Snapshot) -> None:
-        """The task table at the terminal's width (``view.fit_columns``): the columns that
+        """The task table at the terminal's width (``columns.fit_columns``): the columns that
         fit, the long ones wrapped; refilled in place while its shape stays the same."""
         table = self.query_one("#tasks", DataTable)
-        widths = fit_columns(snap.headers, snap.rows, self.size.width)
-        cells = [
-            [
-                wrap_cell(cell, widths[h]) if h in WRAPPING_COLUMNS else [cell]
-                for h, cell in zip(snap.headers, row, strict=True)
-                if h in widths
-            ]
-            for row in snap.rows
-        ]
+        widths = fit_columns(snap.headers, snap.rows, self.size.width, TABLE_FRAME)
+        cells = fitted_cells(snap.headers, snap.rows, widths)
         heights = [max(len(c) for c in row) for row in cells]
         shape = (list(widths.items()), heights)
         wanted = [row[0] for row in snap.rows]
@@ -431,11 +423,11 @@ class Dashboard(App[None]):
         merges."""
         try:
             rev = merging.review(self.repo)
-            found = reviewing.comments(self.repo)
         except LoOrchError as exc:
             self.fail(exc)
             return
-        unsent = [comment_line(c) for c in found.comments if found.states[c.id] == "recorded"]
+        # listed once, by the screen, as the comments to send back (not among the notes)
+        unsent = [comment_line(c) for c in rev.unsent]
 
         def answered(choice: str | None) -> None:
             if choice == "request-changes":

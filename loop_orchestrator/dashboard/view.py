@@ -4,11 +4,11 @@ readers as `lo-orch status`), testable without a terminal."""
 from __future__ import annotations
 
 import re
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loop_orchestrator.columns import Frame
 from loop_orchestrator.commands import session
 from loop_orchestrator.commands import status as statuses
 from loop_orchestrator.config import load_settings
@@ -247,68 +247,9 @@ def split_diff(diff: str) -> list[tuple[str, str]]:
 
 # the task table at any width ---------------------------------------------------------
 
-#: columns shown whole at every width: a person reads a task's phase at a glance
-WHOLE_COLUMNS = ("task", "wave", "phase", "cost")
-#: the other columns, the first to give way last (a column that does not fit is left out,
-#: the ones after it too if they do not fit either)
-YIELDING_COLUMNS = (
-    "waiting for",
-    "in phase",
-    "pane",
-    "rework",
-    "node",
-    "last activity",
-    "note",
-)
-#: the long columns: they wrap (at least this wide) instead of taking the width
-WRAPPING_COLUMNS = frozenset({"waiting for", "last activity", "node", "note"})
-WRAP_MIN = 12
-#: a wrapped cell's lines at most (the rest is in the task's ledger and review)
-WRAP_LINES = 3
-#: the table's cell padding (one space each side) and its vertical scrollbar
-CELL_PADDING = 2
-SCROLLBAR = 2
-
-
-def fit_columns(headers: list[str], rows: list[list[str]], width: int) -> dict[str, int]:
-    """The task table's columns that fit in ``width`` cells, each with its width, in the
-    order of ``headers``: the whole columns at their widest cell, then the others as long as
-    they fit, the long ones at least ``WRAP_MIN`` wide; what is left is shared by the long
-    ones, none wider than its widest cell."""
-    natural = {h: max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)}
-    room = width - SCROLLBAR
-    chosen: dict[str, int] = {}
-    for h in WHOLE_COLUMNS:
-        if h in natural:
-            chosen[h] = natural[h]
-            room -= natural[h] + CELL_PADDING
-    order = [h for h in YIELDING_COLUMNS if h in natural]
-    order += [h for h in headers if h not in chosen and h not in order]
-    for h in order:
-        need = min(natural[h], max(WRAP_MIN, len(h))) if h in WRAPPING_COLUMNS else natural[h]
-        if need + CELL_PADDING <= room:
-            chosen[h] = need
-            room -= need + CELL_PADDING
-    # the rest shared evenly by the long columns shown, none past its widest cell
-    wanting = [h for h in order if h in chosen and h in WRAPPING_COLUMNS]
-    while room > 0 and (wanting := [h for h in wanting if chosen[h] < natural[h]]):
-        share = max(1, room // len(wanting))
-        for h in wanting:
-            more = min(share, natural[h] - chosen[h], room)
-            chosen[h] += more
-            room -= more
-    return {h: chosen[h] for h in headers if h in chosen}
-
-
-def wrap_cell(text: str, width: int, lines: int = WRAP_LINES) -> list[str]:
-    """``text`` folded into at most ``lines`` lines of ``width`` (the last one ending in
-    ``…`` when there is more)."""
-    folded = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
-    if len(folded) <= lines:
-        return folded
-    kept = folded[:lines]
-    kept[-1] = kept[-1][: max(0, width - 1)] + "…"
-    return kept
+#: what the dashboard's DataTable draws besides its columns' text: one cell of padding each
+#: side of a column, and its vertical scrollbar
+TABLE_FRAME = Frame(per_column=2, fixed=2)
 
 
 # Gate 2: the hunks of a file's diff ----------------------------------------------------

@@ -163,6 +163,9 @@ class Review:
     since: str | None = None
     diff_since: str = ""
     answers: list[comments.Answer] = field(default_factory=list)
+    #: the comments recorded and not sent back yet, oldest first (`lo-orch request-changes`
+    #: sends them; a merge leaves them unanswered)
+    unsent: list[review_comments.Comment] = field(default_factory=list)
 
 
 def _verdict_notes(repo: Path, rec: Record) -> list[str]:
@@ -211,12 +214,8 @@ def review(repo: Path, *, branch: str | None = None) -> Review:
         stat=gitutil.diff_stat(repo, base, commit),
         diff=gitutil.diff_text(repo, base, commit),
         feature=branch or state.feature_branch,
-        notes=_verdict_notes(repo, rec)
-        + [
-            f"comment {c.id} for {c.task} is recorded but not sent back: "
-            "`lo-orch request-changes` sends it (a merge leaves it unanswered)"
-            for c in recorded.unsent()
-        ],
+        notes=_verdict_notes(repo, rec),
+        unsent=recorded.unsent(),
         costs=usage.summary_lines(
             {t: st.usage for t, st in runs.open_record(repo).tasks().items()},
             usage.headless_lines(
