@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 from helpers.git import git
+from helpers.wait import wait_for
 
 from loop_orchestrator.agents.contract import AgentContext, launch_spec_for
 from loop_orchestrator.config import Settings
 from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.sessions import sandbox
+from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.workspace import workspace
 from loop_orchestrator.workspace.ownref import OwnBranch
 
@@ -458,3 +460,46 @@ def test_only_a_move_the_session_made_is_taken(boxed: Sandboxed) -> None:
 
     assert boxed.ws.commit_task("alpha", "alpha") == start
     assert git(repo, "rev-parse", branch).strip() == start
+
+
+def test_a_run_of_many_tasks_launches_and_every_other_branch_stays_frozen(
+    boxed: Sandboxed, tmux_socket: str
+) -> None:
+    """A run of 90 tasks freezes 90 ref files in each session's copy of the ref folder: the
+    bwrap command passed tmux's 16 KB message ("command too long" at split-window, seen at
+    64 tasks). Its options now travel in a file bwrap reads; tmux runs the pane, and a
+    branch frozen through that file is as unwritable as before."""
+    head = git(boxed.repo, "rev-parse", "HEAD").strip()
+    for n in range(90):
+        git(boxed.repo, "update-ref", f"refs/heads/lo/{RUN}/t{n:03}", head)
+    boxed.run("true")  # the mirror seeded with every branch
+    rundir = RunDir(boxed.repo)
+    ctx = AgentContext.create(
+        task="alpha",
+        run_name=RUN,
+        repo=boxed.repo,
+        worktree=rundir.worktree_path(RUN, "alpha"),
+        run_dir=rundir.root,
+        brief_path=rundir.brief_path("alpha"),
+        settings=boxed.settings,
+    )
+    spec = launch_spec_for(ctx, ["sh", "-c", "true"], ctx.env)
+    policy = sandbox.Policy.for_task(
+        repo=boxed.repo, run_dir=rundir.root, worktree=boxed.worktree, task="alpha", run=RUN
+    )
+    wrapped = sandbox.wrap(["sh"], policy)
+    assert sandbox.long_command(wrapped)  # what the launch would have handed tmux
+    assert not sandbox.long_command(spec.argv) and "--args" in spec.argv[2]
+
+    backend = TmuxBackend(RUN, socket=tmux_socket)
+    done = boxed.worktree / "pane-ran"
+    pane = backend.launch(launch_spec_for(ctx, ["sh", "-c", f"touch {done}; sleep 30"], ctx.env))
+    wait_for(
+        done.exists, 30, "the sandboxed pane's command to run", shown=lambda: backend.capture(pane)
+    )
+    done.unlink()
+
+    out = boxed.run(ATTACKS["other_task"].replace("/beta", "/t050"))
+    tries = [line for line in out.stdout.splitlines() if line.startswith(("ALLOWED", "denied"))]
+    assert tries and not [t for t in tries if t.startswith("ALLOWED")], out.stdout + out.stderr
+    assert git(boxed.repo, "rev-parse", f"lo/{RUN}/t050").strip() == head

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING
 from loop_orchestrator import proc
 from loop_orchestrator.config import user_config_path
 from loop_orchestrator.errors import ConfigError
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.runstate import private
 from loop_orchestrator.workspace.ownref import MIRROR_DIR, OwnBranch, task_branch_name
 
@@ -68,6 +69,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BWRAP = "bwrap"
+#: a pane command longer than this (bytes) hands bwrap its options in a file: tmux refuses a
+#: command whose message (the command and the pane's environment) passes 16 KB
+LONG_COMMAND = 8192
+#: the folder of the private run folder holding those files, one per task
+LAUNCH_DIR = "launch"
 INSTALL_HINT = "Install bubblewrap (`apt-get install bubblewrap`)"
 
 #: what tools running inside a session write under ``.orchestration/`` besides the inbox:
@@ -251,6 +257,9 @@ class Policy:
     #: environment variables the session must not inherit (GitHub tokens, a node's Ray
     #: credentials)
     unset_env: tuple[str, ...] = proc.TOKEN_VARIABLES
+    #: where a launch whose command is too long for tmux keeps bwrap's options (read by
+    #: bwrap through ``--args``; in the private folder, hidden from every session)
+    launch_args: Path | None = None
 
     @classmethod
     def for_task(
@@ -280,6 +289,9 @@ class Policy:
             pinned += [admin / name for name in ("commondir", "gitdir", "HEAD", "config.worktree")]
             placeholders.append(admin / "config.worktree")
         own = None
+        launch_args = None
+        if run is not None:
+            launch_args = private.run_dir(repo, run, create=False) / LAUNCH_DIR / f"{task}.args"
         if run is not None and admin is not None:
             mirror = private.run_dir(repo, run, create=False) / MIRROR_DIR / task
             own = OwnBranch(
@@ -314,6 +326,7 @@ class Policy:
             create=(inbox, plans, state, tmux_socket_dir()),
             legacy_dirs=tuple(run_dir / name for name in LEGACY_REPORT_DIRS),
             legacy_files=tuple(run_dir / name for name in LEGACY_REPORT_FILES),
+            launch_args=launch_args,
         )
 
     def strict(self) -> Policy:
@@ -323,8 +336,12 @@ class Policy:
 
 def wrap(argv: list[str], policy: Policy) -> list[str]:
     """``argv`` run inside bwrap under ``policy`` (paths that do not exist are skipped)."""
-    exe = shutil.which(BWRAP) or BWRAP
-    out = [exe, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
+    return [shutil.which(BWRAP) or BWRAP, *bwrap_options(policy), "--", *argv]
+
+
+def bwrap_options(policy: Policy) -> list[str]:
+    """bwrap's options for ``policy``: everything before ``--`` and the command."""
+    out = ["--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
     if os.geteuid() == 0:
         # started by root, bwrap leaves the agent every capability, and CAP_SYS_ADMIN
         # remounts the read-only repository writable (`mount -o remount,rw`; bubblewrap
@@ -356,7 +373,21 @@ def wrap(argv: list[str], policy: Policy) -> list[str]:
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
     for name in dict.fromkeys(policy.unset_env):
         out += ["--unsetenv", name]
-    return [*out, "--die-with-parent", "--", *argv]
+    return [*out, "--die-with-parent"]
+
+
+def long_command(argv: list[str]) -> bool:
+    """Whether a pane command is too long to hand tmux (``LONG_COMMAND`` bytes)."""
+    return sum(len(a.encode()) + 1 for a in argv) > LONG_COMMAND
+
+
+def through_args_file(argv: list[str], args_file: Path) -> list[str]:
+    """``argv`` (bwrap, its options, ``--``, the command) as a short command: bwrap reads
+    its options, NUL-separated, from ``args_file`` on descriptor 3 (``--args 3``); the
+    command stays on the command line (bwrap takes it only from there)."""
+    cut = argv.index("--")
+    script = 'f=$1; shift; exec "$0" --args 3 "$@" 3<"$f"'
+    return ["/bin/sh", "-c", script, argv[0], str(args_file), *argv[cut:]]
 
 
 def _existing(paths: tuple[Path, ...]) -> list[Path]:
@@ -381,4 +412,12 @@ def confine(spec: LaunchSpec, policy: Policy) -> LaunchSpec:
             folder.mkdir(parents=True, exist_ok=True)
         for file in policy.legacy_files:
             file.touch()
-    return replace(spec, argv=wrap(spec.argv, policy))
+    argv = wrap(spec.argv, policy)
+    if policy.launch_args is not None and long_command(argv):
+        # a run of many tasks freezes many refs: past tmux's message size (16 KB with the
+        # environment) `split-window` fails with "command too long"
+        policy.launch_args.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        options = argv[1 : argv.index("--")]
+        atomic_write_text(policy.launch_args, "".join(f"{o}\0" for o in options))
+        argv = through_args_file(argv, policy.launch_args)
+    return replace(spec, argv=argv)
