@@ -10,10 +10,16 @@ consumes an earlier one's output, so the run comes in a few waves. Imported as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -184,3 +190,92 @@ def reacted(entries: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
             key = (str(e.get("task")), str(e.get("to") or e.get("phase")))
             first.setdefault(key, ts(str(e["ts"])))
     return first
+
+
+# BEFORE and AFTER in one run ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of lo-orch a benchmark runs: AFTER (this tree) or BEFORE (a baseline)."""
+
+    label: str
+    #: the source tree whose package runs (its ``hooks/lo-hook`` too)
+    tree: Path
+    #: put on PYTHONPATH (supervisor, panes and ``LO_ORCH_BIN``); None: the installed package
+    pythonpath: Path | None
+
+
+def _git_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+
+@contextlib.contextmanager
+def baseline_tree(rev: str) -> Iterator[Path]:
+    """A temporary detached worktree of ``rev`` of this repository, removed on exit."""
+    tmp = Path(tempfile.mkdtemp(prefix="lo-bench-baseline-"))
+    tree = tmp / "tree"
+    try:
+        git(REPO_ROOT, "worktree", "add", "--detach", str(tree), rev)
+        yield tree
+    finally:
+        for args in (["worktree", "remove", "--force", str(tree)], ["worktree", "prune"]):
+            subprocess.run(
+                ["git", *args],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                env=_git_env(),
+                check=False,
+                timeout=120,
+            )
+        with contextlib.suppress(OSError):
+            tmp.rmdir()
+
+
+def version_env(
+    version: Version, root: Path, socket: str, *, drop: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """The environment of every lo-orch command of one run of ``version`` (panes inherit
+    it), without the variables ``drop`` names."""
+    env = environment(root)
+    for name in ("PYTHONPATH", *drop):
+        env.pop(name, None)
+    env["LO_ORCH_TMUX_SOCKET"] = socket
+    if version.pythonpath is not None:
+        env["PYTHONPATH"] = str(version.pythonpath)
+    return env
+
+
+def check_import(version: Version, env: dict[str, str], cwd: Path) -> None:
+    """Fail unless ``python -m loop_orchestrator`` here imports ``version``'s code."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import loop_orchestrator; print(loop_orchestrator.__file__)"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    found = Path(out).resolve().parent
+    if found != (version.tree / "loop_orchestrator").resolve():
+        msg = f"{version.label}: imports {found}, not {version.tree}"
+        raise SystemExit(msg)
+
+
+def bare_python(times: int = 20) -> tuple[float, float]:
+    """The median wall and CPU seconds of a bare ``python -I -c pass`` here: the floor."""
+    walls, cpus = [], []
+    for _ in range(times):
+        before = os.times()
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)
+        walls.append(time.perf_counter() - start)
+        after = os.times()
+        cpus.append(
+            after.children_user
+            + after.children_system
+            - before.children_user
+            - before.children_system
+        )
+    return pct(walls, 0.5), pct(cpus, 0.5)

@@ -41,8 +41,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,40 +72,6 @@ sys.exit(rc)
 """.replace("import os,", "import json, os,")
 
 
-@dataclass(frozen=True)
-class Version:
-    label: str
-    tree: Path
-    #: put on PYTHONPATH (supervisor, panes and LO_ORCH_BIN); None: the installed package
-    pythonpath: Path | None
-
-
-def _git_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-
-
-@contextlib.contextmanager
-def baseline_tree(rev: str) -> Iterator[Path]:
-    """A temporary detached worktree of ``rev`` of this repository, removed on exit."""
-    tmp = Path(tempfile.mkdtemp(prefix="lo-bench-hooks-baseline-"))
-    tree = tmp / "tree"
-    try:
-        common.git(REPO_ROOT, "worktree", "add", "--detach", str(tree), rev)
-        yield tree
-    finally:
-        for args in (["worktree", "remove", "--force", str(tree)], ["worktree", "prune"]):
-            subprocess.run(
-                ["git", *args],
-                cwd=REPO_ROOT,
-                capture_output=True,
-                env=_git_env(),
-                check=False,
-                timeout=120,
-            )
-        with contextlib.suppress(OSError):
-            tmp.rmdir()
-
-
 def _payload(event: str, sid: str) -> dict[str, Any]:
     base: dict[str, Any] = {
         "session_id": sid,
@@ -133,7 +97,7 @@ def _payload(event: str, sid: str) -> dict[str, Any]:
     return base
 
 
-def _plugin(root: Path, version: Version, timer: Path, log: Path) -> Path:
+def _plugin(root: Path, version: common.Version, timer: Path, log: Path) -> Path:
     """A plugin folder whose hooks are the version's own, each under the timing wrapper."""
     plugin = root / "plugin"
     (plugin / "hooks").mkdir(parents=True)
@@ -151,7 +115,7 @@ def _plugin(root: Path, version: Version, timer: Path, log: Path) -> Path:
 
 
 def _burst(
-    root: Path, version: Version, timer: Path, log: Path, rounds: int, pause: float
+    root: Path, version: common.Version, timer: Path, log: Path, rounds: int, pause: float
 ) -> dict[str, Any]:
     """The ``run:`` action firing the burst of hook events (and the floors) in a session."""
     payloads = root / "payloads"
@@ -174,7 +138,7 @@ def _burst(
     return {"run": {"argv": ["sh", "-c", "\n".join(lines)], "timeout": 600}}
 
 
-def build(root: Path, n: int, rounds: int, pause: float, version: Version) -> Path:
+def build(root: Path, n: int, rounds: int, pause: float, version: common.Version) -> Path:
     repo = common.project(root)
     timing = root / "timing"
     starts = timing / "signal-starts"
@@ -207,7 +171,7 @@ def build(root: Path, n: int, rounds: int, pause: float, version: Version) -> Pa
     return repo
 
 
-def compile_tree(version: Version) -> None:
+def compile_tree(version: common.Version) -> None:
     """Byte-compile the version's package, as installing it does: a sandboxed pane cannot
     write byte code beside it, and compiling on every call would measure the compiler."""
     subprocess.run(
@@ -216,33 +180,6 @@ def compile_tree(version: Version) -> None:
         capture_output=True,
         timeout=300,
     )
-
-
-def run_env(version: Version, root: Path, socket: str) -> dict[str, str]:
-    env = common.environment(root)
-    env.pop("PYTHONPATH", None)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.pop("PYTHONPYCACHEPREFIX", None)
-    env["LO_ORCH_TMUX_SOCKET"] = socket
-    if version.pythonpath is not None:
-        env["PYTHONPATH"] = str(version.pythonpath)
-    return env
-
-
-def check_import(version: Version, env: dict[str, str], cwd: Path) -> None:
-    """Fail unless ``python -m loop_orchestrator`` here imports ``version``'s code."""
-    out = subprocess.run(
-        [sys.executable, "-c", "import loop_orchestrator; print(loop_orchestrator.__file__)"],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
-    if Path(out).resolve().parent != (version.tree / "loop_orchestrator").resolve():
-        msg = f"{version.label}: imports {out}, not {version.tree}"
-        raise SystemExit(msg)
 
 
 def supervise(lo: list[str], repo: Path, env: dict[str, str], cwd: Path) -> str | None:
@@ -263,15 +200,17 @@ def supervise(lo: list[str], repo: Path, env: dict[str, str], cwd: Path) -> str 
     return None if sup.returncode == 0 else f"supervisor exit {sup.returncode}: {tail}"
 
 
-def measure(n: int, rounds: int, pause: float, version: Version) -> dict[str, Any]:
+def measure(n: int, rounds: int, pause: float, version: common.Version) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(
         prefix=f"lo-bench-hooks-{version.label.lower()}-", ignore_cleanup_errors=True
     ) as tmp:
         root = Path(tmp)
         socket = f"lo-bench-hooks-{os.getpid()}-{version.label.lower()}"
-        env = run_env(version, root, socket)
+        env = common.version_env(
+            version, root, socket, drop=("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+        )
         compile_tree(version)
-        check_import(version, env, root)
+        common.check_import(version, env, root)
         repo = build(root, n, rounds, pause, version)
         lo = [sys.executable, "-m", "loop_orchestrator"]
         started = time.monotonic()
@@ -413,10 +352,10 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
         # on PYTHONPATH too: a checkout that is not the installed one measures itself
-        versions = [Version("AFTER", REPO_ROOT, REPO_ROOT)]
+        versions = [common.Version("AFTER", REPO_ROOT, REPO_ROOT)]
         if not args.no_baseline:
-            tree = stack.enter_context(baseline_tree(args.baseline))
-            versions.insert(0, Version("BEFORE", tree, tree))
+            tree = stack.enter_context(common.baseline_tree(args.baseline))
+            versions.insert(0, common.Version("BEFORE", tree, tree))
         for version in versions:
             print(f"measuring {version.label}...", file=sys.stderr, flush=True)
             results[version.label] = measure(args.tasks, args.rounds, args.pause, version)

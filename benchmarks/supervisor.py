@@ -53,8 +53,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,76 +86,7 @@ sys.exit(rc)
 """
 
 
-@dataclass(frozen=True)
-class Version:
-    label: str
-    #: the source tree whose package runs (its ``hooks/lo-hook`` too)
-    tree: Path
-    #: put on PYTHONPATH (the baseline); None: the installed (editable) package
-    pythonpath: Path | None
-
-
-def _git_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-
-
-@contextlib.contextmanager
-def baseline_tree(rev: str) -> Iterator[Path]:
-    """A temporary detached worktree of ``rev`` of this repository, removed on exit."""
-    tmp = Path(tempfile.mkdtemp(prefix="lo-bench-baseline-"))
-    tree = tmp / "tree"
-    try:
-        common.git(REPO_ROOT, "worktree", "add", "--detach", str(tree), rev)
-        yield tree
-    finally:
-        subprocess.run(
-            ["git", "worktree", "remove", "--force", str(tree)],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            env=_git_env(),
-            check=False,
-            timeout=120,
-        )
-        subprocess.run(
-            ["git", "worktree", "prune"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            env=_git_env(),
-            check=False,
-            timeout=120,
-        )
-        with contextlib.suppress(OSError):
-            tmp.rmdir()
-
-
-def run_env(version: Version, root: Path, socket: str) -> dict[str, str]:
-    """The environment of every lo-orch command of one run (panes inherit it)."""
-    env = common.environment(root)
-    env.pop("PYTHONPATH", None)
-    env["LO_ORCH_TMUX_SOCKET"] = socket
-    if version.pythonpath is not None:
-        env["PYTHONPATH"] = str(version.pythonpath)
-    return env
-
-
-def check_import(version: Version, env: dict[str, str], cwd: Path) -> None:
-    """Fail unless ``python -m loop_orchestrator`` here imports ``version``'s code."""
-    out = subprocess.run(
-        [sys.executable, "-c", "import loop_orchestrator; print(loop_orchestrator.__file__)"],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
-    found = Path(out).resolve().parent
-    if found != (version.tree / "loop_orchestrator").resolve():
-        msg = f"{version.label}: imports {found}, not {version.tree}"
-        raise SystemExit(msg)
-
-
-def _plugin(root: Path, version: Version, hook_log: Path) -> Path:
+def _plugin(root: Path, version: common.Version, hook_log: Path) -> Path:
     """A plugin folder whose hooks are the version's own, each under the timing wrapper."""
     plugin = root / "plugin"
     (plugin / "hooks").mkdir(parents=True)
@@ -176,7 +105,9 @@ def _plugin(root: Path, version: Version, hook_log: Path) -> Path:
     return plugin
 
 
-def build(root: Path, n: int, concurrency: int, version: Version, *, idle: bool = False) -> Path:
+def build(
+    root: Path, n: int, concurrency: int, version: common.Version, *, idle: bool = False
+) -> Path:
     repo = common.project(root)
     # outside the repository: the AFTER sandbox makes the repository read-only to agents
     starts = root / "timing" / "signal-starts"
@@ -274,15 +205,15 @@ def _supervise(
 
 
 def measure(
-    n: int, concurrency: int, version: Version, profile: Path | None = None
+    n: int, concurrency: int, version: common.Version, profile: Path | None = None
 ) -> dict[str, object]:
     with tempfile.TemporaryDirectory(
         prefix=f"lo-bench-{version.label.lower()}-{n}-", ignore_cleanup_errors=True
     ) as tmp:
         root = Path(tmp)
         socket = f"lo-bench-{os.getpid()}-{version.label.lower()}-{n}"
-        env = run_env(version, root, socket)
-        check_import(version, env, root)
+        env = common.version_env(version, root, socket)
+        common.check_import(version, env, root)
         repo = build(root, n, concurrency, version)
         lo = [sys.executable, "-m", "loop_orchestrator"]
         try:
@@ -320,7 +251,7 @@ def measure(
     }
 
 
-def measure_idle(concurrency: int, version: Version, window: float = IDLE_WINDOW) -> float:
+def measure_idle(concurrency: int, version: common.Version, window: float = IDLE_WINDOW) -> float:
     """The supervisor's CPU, in % of a core per session, over ``window`` seconds while
     ``concurrency`` sessions work (each hangs while it plans: no report comes)."""
     with tempfile.TemporaryDirectory(
@@ -328,7 +259,7 @@ def measure_idle(concurrency: int, version: Version, window: float = IDLE_WINDOW
     ) as tmp:
         root = Path(tmp)
         socket = f"lo-bench-{os.getpid()}-{version.label.lower()}-idle"
-        env = run_env(version, root, socket)
+        env = common.version_env(version, root, socket)
         repo = build(root, concurrency, concurrency, version, idle=True)
         lo = [sys.executable, "-m", "loop_orchestrator"]
         status = repo / ".orchestration" / "status"
@@ -499,7 +430,7 @@ def render(
         return f"{value:.2f}" if key == "cpu" else f"{value:.1f}"
 
     width = max(len(name) for name, _ in rows)
-    wall, cpu = bare_python()
+    wall, cpu = common.bare_python()
     lines = [
         f"supervisor benchmark: scripted agents, cap {concurrency}, "
         f"{os.cpu_count()} cores ({', '.join(labels)}); load average "
@@ -545,24 +476,6 @@ def render(
     return "\n".join(lines)
 
 
-def bare_python(times: int = 20) -> tuple[float, float]:
-    """The median wall and CPU seconds of a bare ``python -I -c pass`` here."""
-    walls, cpus = [], []
-    for _ in range(times):
-        before = os.times()
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)
-        walls.append(time.perf_counter() - start)
-        after = os.times()
-        cpus.append(
-            after.children_user
-            + after.children_system
-            - before.children_user
-            - before.children_system
-        )
-    return common.pct(walls, 0.5), common.pct(cpus, 0.5)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64")
@@ -580,13 +493,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    after = Version("AFTER", REPO_ROOT, None)
+    after = common.Version("AFTER", REPO_ROOT, None)
     results: dict[tuple[str, int], dict[str, object]] = {}
     with contextlib.ExitStack() as stack:
         versions = [after]
         if not args.no_baseline:
-            tree = stack.enter_context(baseline_tree(args.baseline))
-            versions.insert(0, Version("BEFORE", tree, tree))
+            tree = stack.enter_context(common.baseline_tree(args.baseline))
+            versions.insert(0, common.Version("BEFORE", tree, tree))
         idle: dict[str, float] = {}
         for version in versions if not args.no_idle else []:
             print(f"measuring {version.label} idle...", file=sys.stderr, flush=True)
