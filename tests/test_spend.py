@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from loop_orchestrator.cost import usage
 from loop_orchestrator.cost.spend import SpendBook
+from loop_orchestrator.supervisor.accounting import last_words_needle, wait_for_text
 
 OPUS = usage.DEFAULT_PRICES
 
@@ -147,3 +149,34 @@ def test_a_rewrite_behind_the_offset_is_read_from_the_top(tmp_path: Path) -> Non
         seen = book.observe(how, "s", tr)
         assert any("2 message(s)" in t and "gone" in t for t in seen.tampered), (how, seen)
         assert total(book, how)["output_tokens"] == 101
+
+
+def test_a_turns_last_words_are_looked_for_as_the_transcript_writes_them() -> None:
+    """At a turn's end lo-orch waits briefly for the turn's last message (the Stop hook
+    names its text); it looks for the end of its last line as JSON writes it unchanged."""
+    assert last_words_needle("Almost there.") == "Almost there."
+    assert last_words_needle("Done.\n\nAll 12 tests pass now") == "All 12 tests pass now"
+    # a quote or backslash is escaped in JSON: only what follows the last one
+    assert last_words_needle('He said "ok" and left the room') == " and left the room"
+    # not ASCII (JSON may escape it) or too short: nothing to wait for
+    assert last_words_needle("fine ✓") is None
+    assert last_words_needle("ok") is None
+    assert len(last_words_needle("x" * 500) or "") == 48
+
+
+def test_a_wait_for_a_message_sees_it_in_a_transcript_emptied_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """The transcript was read up to a far offset, then emptied by the session (the attack
+    the spend book is for): the message written afterwards, at the new start of the file,
+    is still found, on every poll and not only the first."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("x" * 200_000 + "\n", encoding="utf-8")
+    path.write_text("", encoding="utf-8")
+    writer = threading.Timer(0.3, lambda: path.write_text('{"text": "Almost there."}\n'))
+    writer.start()
+    try:
+        assert wait_for_text(path, "Almost there.", 3.0, start=200_001)
+    finally:
+        writer.join()
+    assert not wait_for_text(path, "never written", 0.2, start=200_001)

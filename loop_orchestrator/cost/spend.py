@@ -24,7 +24,8 @@ read starts over from the top, and looks for messages gone, when the file is ano
 just before it (``TAIL_BYTES``). A line still being written (no newline yet) is read, and
 read again once whole.
 
-Limits: a message that calls no tool (a turn's last words) is read at the turn's ``Stop``;
+Limits: a message that calls no tool (a turn's last words) is read at the turn's ``Stop``
+(waited for a second there: Claude Code may write it while the hook runs);
 a command started in the background by an earlier tool could erase it in between, so such
 a message may go unseen (its tokens are small: no tool call). A rewrite of the part read
 before that keeps the file as long, the inode and those last bytes is not reported as

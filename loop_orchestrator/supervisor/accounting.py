@@ -31,8 +31,26 @@ log = logging.getLogger(__name__)
 
 #: how long a PreToolUse answer waits for the tool's message to reach the transcript
 TRANSCRIPT_WAIT = 3.0
+#: how long a turn's end waits for the turn's last words to reach the transcript
+LAST_WORDS_WAIT = 1.0
 #: how far before the last read's end a tool's message is looked for first
 LOOK_BACK = 65536
+#: the most of a turn's last words looked for in the transcript, and the fewest worth it
+NEEDLE_CHARS = (48, 8)
+
+
+def last_words_needle(said: str) -> str | None:
+    """What of a turn's last words (the Stop hook's ``last_assistant_message``) stands the
+    same in the transcript's JSON: the end of its last line, as far back as it holds only
+    characters JSON writes as they are; None when too little of it does."""
+    tail = said.rstrip().rsplit("\n", 1)[-1][-NEEDLE_CHARS[0] :]
+    plain = len(tail)
+    while plain > 0 and (tail[plain - 1].isascii() and tail[plain - 1].isprintable()):
+        if tail[plain - 1] in '"\\':
+            break
+        plain -= 1
+    needle = tail[plain:]
+    return needle if len(needle) >= NEEDLE_CHARS[1] else None
 
 
 def wait_for_text(path: Path, needle: str, timeout: float, start: int = 0) -> bool:
@@ -49,10 +67,12 @@ def wait_for_text(path: Path, needle: str, timeout: float, start: int = 0) -> bo
         nonlocal whole
         try:
             with path.open("rb") as fh:
-                fh.seek(begin)
+                # shorter than what was read before: rewritten, so looked at as a whole
+                at = begin if os.fstat(fh.fileno()).st_size >= start else 0
+                fh.seek(at)
                 if wanted in fh.read():
                     return True
-                if whole:
+                if whole or at == 0:
                     return False
                 whole = True
                 fh.seek(0)
@@ -143,7 +163,9 @@ class Accounting:
                 "session(s) at once for now",
             )
 
-    def refresh_usage(self, tid: str, tool_use_id: str | None = None) -> usage.Usage | None:
+    def refresh_usage(
+        self, tid: str, tool_use_id: str | None = None, last_words: str | None = None
+    ) -> usage.Usage | None:
         """Read the task's session transcript again; record (and ledger) what changed.
 
         The path is derived from the session id lo-orch chose, the worktree and the Claude
@@ -151,7 +173,10 @@ class Accounting:
         ``tool_use_id`` (a PreToolUse hook: the tool waits for this answer) it first waits,
         briefly, for the message that asks for that tool to reach the transcript: Claude
         Code may start the hook before it has written that message, and the tool (which
-        may erase the transcript) must not run before lo-orch has read it.
+        may erase the transcript) must not run before lo-orch has read it. With
+        ``last_words`` (a Stop hook's ``last_assistant_message``) it waits, more briefly,
+        for the turn's last message: Claude Code may write it while the hook runs, and a
+        task stopped by its budget there is ended before it would be read later.
         """
         st = self.journal.record.task(tid)
         if self.agent == "qwen" and st.session_id:
@@ -163,9 +188,13 @@ class Accounting:
             path = usage.session_transcript(Path(st.worktree), st.session_id, env)
         except ValueError:  # a session id that is not a UUID: nothing lo-orch launched
             return None
+        needle = last_words_needle(last_words) if last_words else None
         if tool_use_id:
             start = self.spend.offset(tid, st.session_id)
             wait_for_text(path, tool_use_id, TRANSCRIPT_WAIT, start)
+        elif needle is not None:
+            start = self.spend.offset(tid, st.session_id)
+            wait_for_text(path, needle, LAST_WORDS_WAIT, start)
         # the spend is lo-orch's own book of every message it has read, never less than
         # before (a session that truncates its transcript does not spend less: spend.py)
         seen = self.spend.observe(tid, st.session_id, path)
@@ -249,18 +278,19 @@ class Accounting:
             self.settings.run.task_max_cost_usd,
         )
 
-    def turn_ended(self, tid: str) -> str | None:
-        """At the end of a turn (a hook): refresh the usage; why the task must stop now, if
-        it is over its budget while it works on a prompt (a task that signalled is stopped
-        before its next prompt instead, see ``Sessions.deliver``)."""
+    def turn_ended(self, tid: str, last_words: str | None = None) -> str | None:
+        """At the end of a turn (a hook; ``last_words``: what the session says it said
+        last, only waited for): refresh the usage; why the task must stop now, if it is over
+        its budget while it works on a prompt (a task that signalled is stopped before its
+        next prompt instead, see ``Sessions.deliver``)."""
         if self.journal.record.task(tid).phase not in (Phase.PLANNING, Phase.IMPLEMENTING):
-            self.refresh_usage(tid)
+            self.refresh_usage(tid, last_words=last_words)
             return None
-        return self.over_budget(tid)
+        return self.over_budget(tid, last_words)
 
-    def over_budget(self, tid: str) -> str | None:
+    def over_budget(self, tid: str, last_words: str | None = None) -> str | None:
         """Refresh the task's usage; why it must stop if it spent its budget (else None)."""
-        now = self.refresh_usage(tid)
+        now = self.refresh_usage(tid, last_words=last_words)
         if now is None:
             return None
         return decide.over_budget(tid, cost=now.cost_usd, cap=self.task_budget(tid))

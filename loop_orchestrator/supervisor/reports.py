@@ -57,7 +57,7 @@ class Reports:
         task_ids: list[str],
         event: Callable[..., None],
         ask_again: Callable[[str, str], None],
-        turn_ended: Callable[[str], str | None] | None = None,
+        turn_ended: Callable[[str, str | None], str | None] | None = None,
         block: Callable[[str, str], None] | None = None,
         limit_hit: Callable[[str, str, str | None], None] | None = None,
         desk: Desk | None = None,
@@ -232,8 +232,11 @@ class Reports:
             # sends right after is judged against the prompt it really has
             changes |= {"delivered": st.delivering, "delivering": None}
         reply: Reply = {"exit_code": 0}
+        said = payload.get("last_assistant_message") if event == "Stop" else None
         over_budget = (
-            self.turn_ended(tid) if self.turn_ended is not None and event in TURN_ENDS else None
+            self.turn_ended(tid, said if isinstance(said, str) else None)
+            if self.turn_ended is not None and event in TURN_ENDS
+            else None
         )
         if event not in TURN_ENDS and self.observe is not None:
             # before a tool runs: the message that asks for it must be read first
