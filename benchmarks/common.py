@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -279,3 +279,21 @@ def bare_python(times: int = 20) -> tuple[float, float]:
             - before.children_system
         )
     return pct(walls, 0.5), pct(cpus, 0.5)
+
+
+def timed_plugin(root: Path, version: Version, prefix: Callable[[str], list[str]]) -> Path:
+    """A plugin folder whose hooks are ``version``'s own, each event's command run under
+    ``prefix(event)`` (a timing wrapper's argument list)."""
+    plugin = root / "plugin"
+    (plugin / "hooks").mkdir(parents=True)
+    config = json.loads((version.tree / "hooks" / "hooks.json").read_text(encoding="utf-8"))
+    launcher = shlex.quote(str(version.tree / "hooks" / "lo-hook"))
+    for event, groups in config["hooks"].items():
+        wrapper = shlex.join(prefix(event))
+        for group in groups:
+            for hook in group["hooks"]:
+                hook["command"] = hook["command"].replace(
+                    '"${CLAUDE_PLUGIN_ROOT}/hooks/lo-hook"', f"{wrapper} {launcher}"
+                )
+    (plugin / "hooks" / "hooks.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return plugin

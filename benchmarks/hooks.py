@@ -99,19 +99,9 @@ def _payload(event: str, sid: str) -> dict[str, Any]:
 
 def _plugin(root: Path, version: common.Version, timer: Path, log: Path) -> Path:
     """A plugin folder whose hooks are the version's own, each under the timing wrapper."""
-    plugin = root / "plugin"
-    (plugin / "hooks").mkdir(parents=True)
-    config = json.loads((version.tree / "hooks" / "hooks.json").read_text(encoding="utf-8"))
-    launcher = str(version.tree / "hooks" / "lo-hook")
-    for event, groups in config["hooks"].items():
-        prefix = shlex.join([sys.executable, "-I", "-S", str(timer), str(log), event])
-        for group in groups:
-            for hook in group["hooks"]:
-                hook["command"] = hook["command"].replace(
-                    '"${CLAUDE_PLUGIN_ROOT}/hooks/lo-hook"', f"{prefix} {shlex.quote(launcher)}"
-                )
-    (plugin / "hooks" / "hooks.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return plugin
+    return common.timed_plugin(
+        root, version, lambda event: [sys.executable, "-I", "-S", str(timer), str(log), event]
+    )
 
 
 def _burst(

@@ -88,20 +88,11 @@ sys.exit(rc)
 
 def _plugin(root: Path, version: common.Version, hook_log: Path) -> Path:
     """A plugin folder whose hooks are the version's own, each under the timing wrapper."""
-    plugin = root / "plugin"
-    (plugin / "hooks").mkdir(parents=True)
-    timer = plugin / "hooktime.py"
+    timer = root / "plugin" / "hooktime.py"
+    plugin = common.timed_plugin(
+        root, version, lambda _event: [sys.executable, "-I", "-S", str(timer), str(hook_log)]
+    )
     timer.write_text(HOOK_TIMER, encoding="utf-8")
-    config = json.loads((version.tree / "hooks" / "hooks.json").read_text(encoding="utf-8"))
-    launcher = str(version.tree / "hooks" / "lo-hook")
-    prefix = shlex.join([sys.executable, "-I", "-S", str(timer), str(hook_log)])
-    for groups in config["hooks"].values():
-        for group in groups:
-            for hook in group["hooks"]:
-                hook["command"] = hook["command"].replace(
-                    '"${CLAUDE_PLUGIN_ROOT}/hooks/lo-hook"', f"{prefix} {shlex.quote(launcher)}"
-                )
-    (plugin / "hooks" / "hooks.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     return plugin
 
 

@@ -12,6 +12,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import termios
 import time
 from collections.abc import Mapping, Sequence
@@ -194,11 +195,10 @@ def run(
 
 
 def _bound_memory(child: subprocess.Popen[str], limit: int) -> None:
-    prlimit = getattr(resource, "prlimit", None)  # Linux only
-    if prlimit is None:
+    if not sys.platform.startswith("linux"):  # prlimit(2) is Linux's
         return
     with contextlib.suppress(ProcessLookupError, PermissionError, ValueError, OSError):
-        prlimit(child.pid, resource.RLIMIT_DATA, (limit, limit))
+        resource.prlimit(child.pid, resource.RLIMIT_DATA, (limit, limit))
 
 
 def kill_group(child: subprocess.Popen[str]) -> None:

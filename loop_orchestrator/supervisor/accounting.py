@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator.agents import qwen
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import limits, spend, usage
 from loop_orchestrator.errors import PaneGoneError
@@ -230,8 +231,6 @@ class Accounting:
     ) -> usage.Usage | None:
         """Qwen Code's tokens from its chat file (found by the session id lo-orch chose);
         no prices for them: the cost stays unknown, so no budget can stop it."""
-        from loop_orchestrator.agents import qwen
-
         env = {**os.environ, **self.settings.agent.env}
         chat = qwen.find_chat(qwen.runtime_dir(env), session_id)
         if chat is None:
