@@ -29,7 +29,7 @@ from loop_orchestrator.agents.cline import (
 from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
-from loop_orchestrator.errors import AgentStartError, ConfigError
+from loop_orchestrator.errors import AgentStartError, ConfigError, LoOrchError
 from loop_orchestrator.readiness import check_cline_login
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.sessions import hooks
@@ -345,3 +345,33 @@ def test_cline_without_a_provider_stops_at_its_onboarding_with_a_clear_error(
     with pytest.raises(AgentStartError, match="no model provider configured") as info:
         adapter.wait_ready(backend, pane, timeout=60)
     assert "cline auth" in str(info.value.hint)
+
+
+def test_a_cline_task_error_after_its_429_retries_reaches_lo_orch_as_a_rate_limit(
+    tmp_path: Path,
+) -> None:
+    """The hook file for TaskError hands Cline's payload on as StopFailure; with no
+    supervisor listening it is left for the next one, read in Claude Code's terms."""
+    run_dir = tmp_path / ".orchestration"
+    (run_dir / "status").mkdir(parents=True)
+    (run_dir / "status" / "api.json").write_text("{}", encoding="utf-8")
+    env = {"LO_ORCH_TASK": "api", "LO_ORCH_RUN_DIR": str(run_dir)}
+    error = {"name": "Error", "message": "scripted rate_limit_error", "stack": "..."}
+    raw = json.dumps(_payload("agent_error", iteration=1, error=error))
+    assert hooks.run_hook("StopFailure", raw, env) == hooks.QUIET
+    (left,) = (run_dir / "inbox" / "api").iterdir()
+    message = json.loads(left.read_text(encoding="utf-8"))
+    assert message["event"] == "StopFailure"
+    assert message["payload"]["error"] == "rate_limit"
+    assert message["payload"]["session_id"] == "1796156065352_1wg8v"
+    assert message["payload"]["last_assistant_message"] == "scripted rate_limit_error"
+
+
+def test_the_cline_demo_without_cline_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(LoOrchError, match="needs `cline` on PATH") as info:
+        demo.run_demo(agent="cline", workdir=tmp_path)
+    assert "npm install -g cline" in str(info.value.hint)
+    assert list(tmp_path.iterdir()) == []  # nothing half-made
