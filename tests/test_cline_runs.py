@@ -21,9 +21,8 @@ from helpers.runs import approve, edit_script, ledger, only
 from loop_orchestrator.agents.cline import (
     HOOKS,
     ClineAdapter,
-    find_session,
+    session_record,
     session_usage,
-    sessions_for,
     write_config,
 )
 from loop_orchestrator.agents.contract import AgentContext
@@ -88,15 +87,20 @@ def test_a_task_runs_with_real_cline_resumed_after_a_kill_and_merges(
     status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.phase == Phase.INTEGRATED and status.relaunches == 1
     data = Path(settings.agent.env["CLINE_DIR"]) / "data"
-    assert len(sessions_for(data, worktree)) == 1  # resumed, not started again
-    # every delivery confirmed by a hook of the session lo-orch launched: TaskStart, and
-    # TaskResume after the relaunch
-    found = find_session(data, worktree)
+    # the task's session is the one Cline named in its first hook, and the relaunch
+    # resumed it (one session recorded, not a second one started)
+    assert status.session_id and status.session_id.startswith("17")
+    record = session_record(data, status.session_id, worktree)
+    assert record is not None and len(list((data / "sessions").iterdir())) == 1
+    launched = ledger(demo_files.repo, "session_launched")
+    assert launched[0]["session_id"] is None  # none was chosen for it
+    # every delivery confirmed by a hook of that session: TaskStart, and TaskResume after
+    # the relaunch
     submits = [h for h in ledger(demo_files.repo, "hook") if h["hook_event"] == "UserPromptSubmit"]
-    assert len(submits) >= 2 and {h.get("session_id") for h in submits} == {found}
+    assert len(submits) >= 2 and {h.get("session_id") for h in submits} == {status.session_id}
     assert status.prompt_submitted_at is not None
     assert {h["hook_event"] for h in ledger(demo_files.repo, "hook")} >= {"Stop", "PreToolUse"}
-    tokens = session_usage(data, worktree)
+    tokens = session_usage(record)
     assert status.usage is not None and status.usage["cost_known"] is False
     assert status.usage["output_tokens"] == tokens["output_tokens"] > 0
     merged = git(demo_files.repo, "show", f"{review.feature}:textstats/tokenize.py")
@@ -153,10 +157,13 @@ def _session(data: Path, sid: str, cwd: Path, started: str, **usage: int) -> Non
     (folder / f"{sid}.json").write_text(json.dumps(record), encoding="utf-8")
 
 
-def test_cline_launch_resumes_the_newest_session_of_its_worktree(tmp_path: Path) -> None:
+def test_cline_launch_resumes_the_session_its_hooks_named_when_it_is_the_worktrees(
+    tmp_path: Path,
+) -> None:
     home = tmp_path / "cl"
     config = AgentConfig(kind="cline", command="/bin/true", env={"CLINE_DIR": str(home)}, model="m")
     adapter = ClineAdapter(config, tmp_path)
+    assert adapter.reports_session_id  # the supervisor chooses none
     ctx = _ctx(tmp_path, config)
     adapter.prepare(ctx)
     spec = adapter.launch_spec(ctx, resume=True)
@@ -170,36 +177,43 @@ def test_cline_launch_resumes_the_newest_session_of_its_worktree(tmp_path: Path)
         "true",
         "--model",
         "m",
-    ]  # nothing recorded yet: a fresh start
+    ]  # no session yet: a fresh start
     assert spec.env["CLINE_NO_AUTO_UPDATE"] == "1"
     data = home / "data"
-    _session(data, "1796156065352_old", tmp_path / "wt", "2026-12-01T20:14:25.365Z")
-    _session(data, "1796156099999_new", tmp_path / "wt", "2026-12-01T20:15:00.000Z")
+    _session(data, "1796156065352_mine", tmp_path / "wt", "2026-12-01T20:14:25.365Z")
+    # a newer record naming this worktree, written by someone else: never resumed
+    _session(data, "1796156099999_later", tmp_path / "wt", "2026-12-01T20:15:00.000Z")
     _session(data, "1796156199999_other", tmp_path / "elsewhere", "2026-12-01T20:16:00.000Z")
-    assert adapter.launch_spec(ctx, resume=True).argv[-2:] == ["--id", "1796156099999_new"]
+    ctx.session_id = "1796156065352_mine"
+    assert adapter.launch_spec(ctx, resume=True).argv[-2:] == ["--id", "1796156065352_mine"]
     assert "--id" not in adapter.launch_spec(ctx, resume=False).argv
-    # a folder whose name is not an id (or holds no record) is not taken for a session
-    (data / "sessions" / "..x y").mkdir()
-    assert find_session(data, tmp_path / "wt") == "1796156099999_new"
+    # an id whose record names another folder, or that is a path, starts afresh
+    for sid in ("1796156199999_other", "../1796156065352_mine", "nothing-recorded"):
+        ctx.session_id = sid
+        assert "--id" not in adapter.launch_spec(ctx, resume=True).argv, sid
+    assert session_record(data, "..", tmp_path / "wt") is None
 
 
-def test_cline_session_files_give_the_tokens_of_every_session_of_the_worktree(
-    tmp_path: Path,
-) -> None:
+def test_cline_session_record_gives_its_tokens(tmp_path: Path) -> None:
     data = tmp_path / "data"
     wt = tmp_path / "wt"
     _session(data, "1_a", wt, "1", inputTokens=100, outputTokens=7, cacheReadTokens=40)
-    _session(data, "2_b", wt, "2", inputTokens=5, outputTokens=1, cacheWriteTokens=3)
-    _session(data, "3_c", tmp_path / "other", "3", inputTokens=1000, outputTokens=1000)
-    assert session_usage(data, wt) == {
-        "input_tokens": 105,
-        "output_tokens": 8,
+    record = session_record(data, "1_a", wt)
+    assert record is not None
+    assert session_usage(record) == {
+        "input_tokens": 100,
+        "output_tokens": 7,
         "cache_read": 40,
-        "cache_write": 3,
+        "cache_write": 0,
     }
-    assert session_usage(data, tmp_path / "none") == dict.fromkeys(
-        ("input_tokens", "output_tokens", "cache_read", "cache_write"), 0
-    )
+    # figures that are not counts are not taken
+    odd = {"metadata": {"usage": {"inputTokens": "9", "outputTokens": -3, "cacheWriteTokens": 2}}}
+    assert session_usage(odd) == {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cache_read": 0,
+        "cache_write": 2,
+    }
 
 
 def test_cline_config_links_the_users_own_folder_and_hooks_beside_lo_orchs(

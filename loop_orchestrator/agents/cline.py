@@ -9,8 +9,10 @@ name for it (``HOOKS``; ``sessions.hooks.from_cline`` reads the payload), and a 
 every other entry of the user's own ``~/.cline`` (rules, workflows, skills, their own
 hooks). ``--data-dir`` names the user's data folder, so the provider they configured
 (``cline auth``) and the sessions stay theirs; it also keeps Cline off its shared
-background hub. Cline chooses its session ids, so a relaunch finds the newest session
-recorded for the task's worktree (``find_session``) and resumes it (``--id``).
+background hub. Cline chooses its session ids: the task's is the one its first hook
+reported (``reports_session_id``; the hook is attested by the pane it comes from), and a
+relaunch resumes it (``--id``) while Cline's record of it names the task's worktree
+(``session_record``); its tokens are that record's.
 
 Facts (Cline CLI 3.0.65, a Bun-compiled binary in ``@cline/cli-linux-x64``, in tmux with a
 throwaway ``HOME``, offline against ``simulator.chat_endpoint.ChatEndpoint`` as its
@@ -84,7 +86,8 @@ CLINE_SCREENS: tuple[tuple[re.Pattern[str], str, str], ...] = (
         "openai-compatible -k KEY -m MODEL -b BASE_URL`), then `lo-orch run` again.",
     ),
 )
-_SESSION_ID_RE = re.compile(r"[0-9A-Za-z_-]{1,80}\Z")
+#: a Cline session id ("1796156065352_1wg8v"): also a folder name, so no path characters
+_SESSION_ID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,79}\Z")
 
 
 def user_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -111,33 +114,20 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def sessions_for(data: Path, worktree: Path) -> list[tuple[str, dict[str, Any]]]:
-    """The sessions Cline recorded whose folder is ``worktree``, oldest first: (id, record)."""
-    found: list[tuple[str, str, dict[str, Any]]] = []
-    try:
-        folders = list((data / "sessions").iterdir())
-    except OSError:
-        return []
-    want = os.path.realpath(worktree)
-    for folder in folders:
-        record = _read(folder / f"{folder.name}.json")
-        if record is None or not _SESSION_ID_RE.match(folder.name):
-            continue
-        cwd = record.get("cwd")
-        if not isinstance(cwd, str) or os.path.realpath(cwd) != want:
-            continue
-        found.append((str(record.get("started_at") or ""), folder.name, record))
-    return [(sid, record) for _at, sid, record in sorted(found)]
+def session_record(data: Path, session_id: str, worktree: Path) -> dict[str, Any] | None:
+    """Cline's record of session ``session_id`` when it is a session of ``worktree`` (None
+    for an id that is not one, a missing record, or one of another folder)."""
+    if not _SESSION_ID_RE.match(session_id):
+        return None
+    record = _read(data / "sessions" / session_id / f"{session_id}.json")
+    cwd = record.get("cwd") if record is not None else None
+    if not isinstance(cwd, str) or os.path.realpath(cwd) != os.path.realpath(worktree):
+        return None
+    return record
 
 
-def find_session(data: Path, worktree: Path) -> str | None:
-    """The newest session Cline recorded in ``worktree`` (what a relaunch resumes)."""
-    found = sessions_for(data, worktree)
-    return found[-1][0] if found else None
-
-
-def session_usage(data: Path, worktree: Path) -> dict[str, int]:
-    """The tokens Cline's session records in ``worktree`` add up to (``metadata.usage``)."""
+def session_usage(record: Mapping[str, Any]) -> dict[str, int]:
+    """The tokens a Cline session record counts (``metadata.usage``)."""
     totals = {"input_tokens": 0, "output_tokens": 0, "cache_read": 0, "cache_write": 0}
     keys = {
         "inputTokens": "input_tokens",
@@ -145,15 +135,13 @@ def session_usage(data: Path, worktree: Path) -> dict[str, int]:
         "cacheReadTokens": "cache_read",
         "cacheWriteTokens": "cache_write",
     }
-    for _sid, record in sessions_for(data, worktree):
-        meta = record.get("metadata")
-        counted = meta.get("usage") if isinstance(meta, dict) else None
-        if not isinstance(counted, dict):
-            continue
+    meta = record.get("metadata")
+    counted = meta.get("usage") if isinstance(meta, dict) else None
+    if isinstance(counted, dict):
         for theirs, ours in keys.items():
             value = counted.get(theirs)
             if isinstance(value, int) and value > 0:
-                totals[ours] += value
+                totals[ours] = value
     return totals
 
 
@@ -224,6 +212,8 @@ class ClineAdapter(UnattendedAdapter):
     ready_stable = 2.0
     uses_hooks = True
     bracketed_paste = True
+    #: the supervisor chooses no session id: the first hook's (Cline's own) is recorded
+    reports_session_id = True
 
     def config_path(self, ctx: AgentContext) -> Path:
         return ctx.run_dir / "agents" / CONFIG_NAME
@@ -238,8 +228,9 @@ class ClineAdapter(UnattendedAdapter):
     def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
         """``cline --config <ours> --data-dir <theirs> --auto-approve true [-m M] [--id S]``.
 
-        A resume goes back to the newest session Cline recorded in the task's worktree;
-        without one it starts afresh and the supervisor sends the phase's prompt again.
+        A resume goes back to the task's session (the id its hooks reported) while Cline's
+        record of it is there and names the worktree; otherwise it starts afresh and the
+        supervisor sends the phase's prompt again.
         """
         env = {**os.environ, **ctx.env}
         data = data_dir(env)
@@ -254,9 +245,9 @@ class ClineAdapter(UnattendedAdapter):
         ]
         if self.settings.model:
             argv += ["--model", self.settings.model]
-        found = find_session(data, ctx.worktree) if resume else None
-        if found is not None:
-            argv += ["--id", found]
+        sid = ctx.session_id
+        if resume and sid and session_record(data, sid, ctx.worktree) is not None:
+            argv += ["--id", sid]
         return launch_spec_for(ctx, argv, {**ctx.env, "CLINE_NO_AUTO_UPDATE": "1"})
 
     def is_ready(self, screen: str) -> bool:

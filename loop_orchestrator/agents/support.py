@@ -52,7 +52,7 @@ SUPPORT: dict[str, Support] = {
     "cline": Support(
         "Cline CLI",
         "hooks (TaskStart, TaskComplete, TaskError, tool use) and lo-orch signal",
-        "--id <its session id, found by worktree in ~/.cline/data/sessions>",
+        "--id <the session id its hooks reported, while its record names the worktree>",
         "tokens from its session file (not priced: cost unknown)",
         "Cline CLI 3.0.65, a whole run on the scripted Chat Completions endpoint",
     ),

@@ -182,8 +182,8 @@ class Accounting:
         st = self.journal.record.task(tid)
         if self.agent == "qwen" and st.session_id:
             return self._refresh_qwen(tid, st.session_id, st.usage)
-        if self.agent == "cline" and st.worktree:
-            return self._refresh_cline(tid, Path(st.worktree), st.usage)
+        if self.agent == "cline" and st.session_id and st.worktree:
+            return self._refresh_cline(tid, st.session_id, Path(st.worktree), st.usage)
         if self.agent != "claude" or not st.session_id or not st.worktree:
             return None
         env = {**os.environ, **self.settings.agent.env}
@@ -256,15 +256,15 @@ class Accounting:
         return now
 
     def _refresh_cline(
-        self, tid: str, worktree: Path, before: dict[str, Any] | None
+        self, tid: str, session_id: str, worktree: Path, before: dict[str, Any] | None
     ) -> usage.Usage | None:
-        """Cline's tokens from its session files (found by worktree, every session Cline
-        recorded there); no prices for them: the cost stays unknown."""
+        """Cline's tokens from its record of the task's session (the id its hooks
+        reported); no prices for them: the cost stays unknown."""
         env = {**os.environ, **self.settings.agent.env}
-        data = cline.data_dir(env)
-        if not cline.sessions_for(data, worktree):
+        record = cline.session_record(cline.data_dir(env), session_id, worktree)
+        if record is None:
             return None
-        counted = cline.session_usage(data, worktree)
+        counted = cline.session_usage(record)
         now = usage.Usage(
             tokens={
                 **dict.fromkeys(usage.TOKEN_KEYS, 0),
@@ -275,7 +275,7 @@ class Accounting:
             },
             cost_usd=None,
             models=[self.settings.agent.model] if self.settings.agent.model else [],
-            notes=["tokens from Cline's session files; lo-orch has no prices for its models"],
+            notes=["tokens from Cline's session file; lo-orch has no prices for its models"],
         )
         data_json = now.as_json()
         if data_json != before:
