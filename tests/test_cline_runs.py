@@ -100,6 +100,9 @@ def test_a_task_runs_with_real_cline_resumed_after_a_kill_and_merges(
     assert len(submits) >= 2 and {h.get("session_id") for h in submits} == {status.session_id}
     assert status.prompt_submitted_at is not None
     assert {h["hook_event"] for h in ledger(demo_files.repo, "hook")} >= {"Stop", "PreToolUse"}
+    # its first start showed the ClinePass notice, which lo-orch closed on the way
+    notices = json.loads((data / "settings" / "cli-notices.json").read_text(encoding="utf-8"))
+    assert notices["shown"].get("cline-cli-cline-pass-intro") is True
     tokens = session_usage(record)
     assert status.usage is not None and status.usage["cost_known"] is False
     assert status.usage["output_tokens"] == tokens["output_tokens"] > 0
