@@ -2,20 +2,19 @@
 
 Cline runs hook files: executables named by its events in ``<config>/hooks`` (and in
 ``~/Documents/Cline/Hooks`` and the workspace's ``.clinerules/hooks``; a file's shebang
-says what runs it). ``prepare`` lays
-out lo-orch's own config folder ``<run folder>/agents/cline`` for ``--config``: a hook
-file per event lo-orch reads, each running the plugin's hook launcher under Claude Code's
-name for it (``HOOKS``; ``sessions.hooks.from_cline`` reads the payload), and a link to
-every other entry of the user's own ``~/.cline`` (rules, workflows, skills, their own
-hooks). ``--data-dir`` names the user's data folder, so the provider they configured
-(``cline auth``) and the sessions stay theirs; it also keeps Cline off its shared
-background hub. Cline chooses its session ids: the task's is the one its first hook
-reported (``reports_session_id``; the hook is attested by the pane it comes from), and a
-relaunch resumes it (``--id``) while Cline's record of it names the task's worktree
-(``session_record``); its tokens are that record's.
+says what runs it). ``prepare`` lays out lo-orch's own config folder ``<run
+folder>/agents/cline`` for ``--config``: a hook file per event lo-orch reads, each running
+the plugin's hook launcher under Claude Code's name for it (``HOOKS``;
+``sessions.hooks.from_cline`` reads the payload), and a link to every other entry of the
+user's own ``~/.cline`` (rules, workflows, skills, their own hooks). ``--data-dir`` names
+the user's data folder, so the provider they configured (``cline auth``) and the sessions
+stay theirs; it also keeps Cline off its shared background hub. Cline chooses its session
+ids: the task's is the one its first hook reported (``reports_session_id``; the hook is
+attested by the pane it comes from), and a relaunch resumes it (``--id``) while Cline's
+record of it names the task's worktree (``session_record``); its tokens are that record's.
 
 Facts (Cline CLI 3.0.65, a Bun-compiled binary in ``@cline/cli-linux-x64``, in tmux with a
-throwaway ``HOME``, offline against ``simulator.chat_endpoint.ChatEndpoint`` as its
+throwaway ``HOME`` or ``CLINE_DIR``, offline against ``simulator.chat_endpoint.ChatEndpoint`` as its
 ``openai-compatible`` provider; docs/agents.md):
 
 - unattended: ``--auto-approve true`` ("Auto-approve all enabled"); ``--yolo`` is not
@@ -26,8 +25,9 @@ throwaway ``HOME``, offline against ``simulator.chat_endpoint.ChatEndpoint`` as 
   home; ``CLINE_NO_AUTO_UPDATE=1`` stops its background self-update;
 - hooks fired: TaskStart at the start of each prompt's run (TaskResume for the first run
   after ``--id``), PreToolUse, PostToolUse, TaskComplete at its end, TaskError when it
-  gave up (after 5 retries of a 429, a second apart), SessionShutdown. UserPromptSubmit
-  never fired in the TUI, so TaskStart/TaskResume confirm a prompt (without its text);
+  gave up (after 5 retries of a 429, a second apart); SessionShutdown is registered, not
+  seen (the sessions seen were killed). UserPromptSubmit never fired in the TUI, so
+  TaskStart/TaskResume confirm a prompt (without its text);
 - start-up: a notice ("Try ClinePass", "Get Cline Desktop": "Press Enter to open, any
   other key to close") on the first starts of a home, closed with Escape; without a
   provider its onboarding ("Bring your own provider", "Sign in with ClinePass") -- lo-orch
