@@ -169,6 +169,8 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
     name = "claude login"
     if settings.agent.kind == "qwen":
         return check_qwen_login(settings, env)
+    if settings.agent.kind == "cline":
+        return check_cline_login(settings, env)
     if settings.agent.kind in PRESET_PACKAGES:
         return Check(
             f"{settings.agent.kind} login",
@@ -228,6 +230,34 @@ def check_qwen_login(settings: Settings, env: Mapping[str, str]) -> Check:
         "warn",
         "no auth chosen: Qwen Code will show its auth dialog (lo-orch stops there)",
         "Run `qwen auth` once (or set OPENAI_API_KEY, OPENAI_BASE_URL and OPENAI_MODEL).",
+    )
+
+
+def check_cline_login(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Offline: the provider Cline last used (``cline auth``) and whether it has a key."""
+    from loop_orchestrator.agents.cline import data_dir
+
+    name = "cline login"
+    path = data_dir({**env, **settings.agent.env}) / "settings" / "providers.json"
+    stored = _read_json(path) or {}
+    chosen = stored.get("lastUsedProvider")
+    providers = stored.get("providers")
+    entry = providers.get(chosen) if isinstance(providers, dict) and chosen else None
+    found = entry.get("settings") if isinstance(entry, dict) else None
+    if not isinstance(chosen, str) or not isinstance(found, dict):
+        return Check(
+            name,
+            "warn",
+            f"no provider configured in {path}: Cline will show its onboarding (lo-orch "
+            "stops there)",
+            "Run `cline auth` once (e.g. `cline auth -p openai-compatible -k KEY -m MODEL "
+            "-b BASE_URL`).",
+        )
+    where = f" at {found['baseUrl']}" if isinstance(found.get("baseUrl"), str) else ""
+    if found.get("apiKey") or found.get("auth"):
+        return Check(name, "ok", f"provider {chosen!r}{where}, model {found.get('model')!r}")
+    return Check(
+        name, "info", f"provider {chosen!r}{where} without a stored key (not checked offline)"
     )
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loop_orchestrator.agents.claude import ClaudeAdapter
+from loop_orchestrator.agents.cline import ClineAdapter
 from loop_orchestrator.agents.codex import CodexAdapter
 from loop_orchestrator.agents.command import CommandAdapter
 from loop_orchestrator.agents.contract import AgentAdapter
@@ -22,6 +23,7 @@ ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {
     "codex": CodexAdapter,
     "gemini": GeminiAdapter,
     "qwen": QwenAdapter,
+    "cline": ClineAdapter,
     "command": CommandAdapter,
     "scripted": ScriptedAdapter,
 }

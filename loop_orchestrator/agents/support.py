@@ -49,6 +49,13 @@ SUPPORT: dict[str, Support] = {
         "tokens from its chat file (not priced: cost unknown)",
         "Qwen Code 0.15.10, a whole run on the scripted Chat Completions endpoint",
     ),
+    "cline": Support(
+        "Cline CLI",
+        "hooks (TaskStart, TaskComplete, TaskError, tool use) and lo-orch signal",
+        "--id <the session id its hooks reported, while its record names the worktree>",
+        "tokens from its session file (not priced: cost unknown)",
+        "Cline CLI 3.0.65, a whole run on the scripted Chat Completions endpoint",
+    ),
     "command": Support(
         "any CLI ([agent] command)",
         "lo-orch signal and the pane",
@@ -76,6 +83,7 @@ PRESET_PACKAGES: dict[str, str] = {
     "codex": "@openai/codex",
     "gemini": "@google/gemini-cli",
     "qwen": "@qwen-code/qwen-code",
+    "cline": "cline",
 }
 #: the npm package of Claude Code
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.agents import qwen
+from loop_orchestrator.agents import cline, qwen
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import limits, spend, usage
 from loop_orchestrator.errors import PaneGoneError
@@ -182,6 +182,8 @@ class Accounting:
         st = self.journal.record.task(tid)
         if self.agent == "qwen" and st.session_id:
             return self._refresh_qwen(tid, st.session_id, st.usage)
+        if self.agent == "cline" and st.session_id and st.worktree:
+            return self._refresh_cline(tid, st.session_id, Path(st.worktree), st.usage)
         if self.agent != "claude" or not st.session_id or not st.worktree:
             return None
         env = {**os.environ, **self.settings.agent.env}
@@ -251,6 +253,34 @@ class Accounting:
         if data != before:
             self.journal.set(tid, usage=data)
             self.journal.store.append_ledger("usage", task=tid, **data)
+        return now
+
+    def _refresh_cline(
+        self, tid: str, session_id: str, worktree: Path, before: dict[str, Any] | None
+    ) -> usage.Usage | None:
+        """Cline's tokens from its record of the task's session (the id its hooks
+        reported); no prices for them: the cost stays unknown."""
+        env = {**os.environ, **self.settings.agent.env}
+        record = cline.session_record(cline.data_dir(env), session_id, worktree)
+        if record is None:
+            return None
+        counted = cline.session_usage(record)
+        now = usage.Usage(
+            tokens={
+                **dict.fromkeys(usage.TOKEN_KEYS, 0),
+                "input_tokens": counted["input_tokens"],
+                "output_tokens": counted["output_tokens"],
+                "cache_read_input_tokens": counted["cache_read"],
+                "cache_creation_input_tokens": counted["cache_write"],
+            },
+            cost_usd=None,
+            models=[self.settings.agent.model] if self.settings.agent.model else [],
+            notes=["tokens from Cline's session file; lo-orch has no prices for its models"],
+        )
+        data_json = now.as_json()
+        if data_json != before:
+            self.journal.set(tid, usage=data_json)
+            self.journal.store.append_ledger("usage", task=tid, **data_json)
         return now
 
     def _priced(self, tid: str) -> tuple[usage.Usage, bool]:

@@ -106,11 +106,14 @@ class Sessions:
             kind = self.settings.agent.kind
             note = (
                 f"the agent (kind {kind}) records no token usage"
-                if kind not in ("codex", "gemini", "qwen")
+                if kind not in ("codex", "gemini", "qwen", "cline")
                 else f"the agent (kind {kind}) records tokens lo-orch does not read or price"
             )
             self.journal.set(tid, usage=usage.unknown(note).as_json())
-        session_id = st.session_id or str(uuid.uuid4())
+        # an agent that names its own sessions (Cline) gets the id its first hook reports
+        # (``lifecycle.hook_changes``), never one chosen here
+        fresh = None if getattr(self.adapter, "reports_session_id", False) else str(uuid.uuid4())
+        session_id = st.session_id or fresh
         st = self.journal.set(
             tid, worktree=str(worktree), branch=self.ws.task_branch(tid), session_id=session_id
         )
