@@ -49,6 +49,13 @@ SUPPORT: dict[str, Support] = {
         "tokens from its chat file (not priced: cost unknown)",
         "Qwen Code 0.15.10, a whole run on the scripted Chat Completions endpoint",
     ),
+    "vibe": Support(
+        "Mistral Vibe",
+        "lo-orch signal and the pane; prompts confirmed from its session store",
+        "--resume <its session id, found by worktree in $VIBE_HOME/logs/session>",
+        "tokens from its session store (not priced: cost unknown)",
+        "Mistral Vibe 3.0.2, a whole run on the scripted Chat Completions endpoint",
+    ),
     "command": Support(
         "any CLI ([agent] command)",
         "lo-orch signal and the pane",

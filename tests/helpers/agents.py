@@ -29,7 +29,7 @@ from loop_orchestrator.supervisor.main import Outcome, Supervisor
 from loop_orchestrator.workspace import integration
 from loop_orchestrator.workspace.integration import Review
 
-Kind = Literal["claude", "codex", "gemini", "qwen"]
+Kind = Literal["claude", "codex", "gemini", "qwen", "vibe"]
 #: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,
 #: the scripts/bootstrap option that installs it)
 _CLIS: dict[Kind, tuple[str, str, str, str]] = {
@@ -37,7 +37,11 @@ _CLIS: dict[Kind, tuple[str, str, str, str]] = {
     "codex": ("LO_ORCH_TEST_CODEX", "codex", "codex", "--agents"),
     "gemini": ("LO_ORCH_TEST_GEMINI", "gemini-cli", "gemini", "--agents"),
     "qwen": ("LO_ORCH_TEST_QWEN", "qwen-code", "qwen", "--agents"),
+    "vibe": ("LO_ORCH_TEST_VIBE", "vibe", "vibe", "--agents"),
 }
+#: the CLIs scripts/bootstrap installs from PyPI, in a venv of their own: kind -> its path
+#: under .cache
+_VENV_CLIS: dict[Kind, str] = {"vibe": "vibe/venv/bin/vibe"}
 
 E = TypeVar("E", bound=ModelEndpoint)
 
@@ -50,6 +54,8 @@ def agent_cli(kind: Kind) -> Path:
     found = (
         Path(explicit)
         if explicit
+        else REPO_ROOT / ".cache" / _VENV_CLIS[kind]
+        if kind in _VENV_CLIS
         else REPO_ROOT / ".cache" / folder / "node_modules" / ".bin" / name
     )
     if not found.exists():
