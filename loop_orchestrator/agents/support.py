@@ -84,8 +84,24 @@ PRESET_PACKAGES: dict[str, str] = {
     "gemini": "@google/gemini-cli",
     "qwen": "@qwen-code/qwen-code",
 }
+#: agent kinds with a preset whose CLI is a PyPI package (installed with uv, as its
+#: makers say), and that package
+PYPI_PACKAGES: dict[str, str] = {"vibe": "mistral-vibe"}
 #: the npm package of Claude Code
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
+
+
+def has_preset(kind: str) -> bool:
+    """Whether ``kind`` runs a program of its own while ``[agent] command`` is left at its
+    default."""
+    return kind in PRESET_PACKAGES or kind in PYPI_PACKAGES
+
+
+def install_command(kind: str) -> str:
+    """The command that installs the agent CLI of ``[agent] kind``."""
+    if kind in PYPI_PACKAGES:
+        return f"uv tool install {PYPI_PACKAGES[kind]}"
+    return f"npm install -g {npm_package(kind)}"
 
 
 def npm_package(kind: str) -> str:

@@ -37,6 +37,7 @@ import json
 import os
 import re
 import time
+import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,32 @@ def vibe_home(env: Mapping[str, str] | None = None) -> Path:
 def store_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where Vibe keeps its sessions (one folder per session id)."""
     return vibe_home(env) / "logs" / "session" / "unified"
+
+
+#: Vibe's built-in provider, used where its config names no other
+DEFAULT_PROVIDER = ("mistral", "MISTRAL_API_KEY", "https://api.mistral.ai/v1")
+
+
+def provider_key(home: Path, env: Mapping[str, str]) -> tuple[str, str, str]:
+    """(provider, the variable its API key is read from, its API base) of the active
+    model of ``home/config.toml`` (``VIBE_ACTIVE_MODEL`` wins); Vibe's built-in Mistral
+    provider where the file names none. ValueError: the file cannot be read as TOML."""
+    try:
+        config = tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return DEFAULT_PROVIDER
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        msg = f"{home / 'config.toml'} cannot be read ({exc})"
+        raise ValueError(msg) from exc
+    active = env.get("VIBE_ACTIVE_MODEL") or str(config.get("active_model") or "")
+    models = [m for m in config.get("models") or [] if isinstance(m, dict)]
+    model = next((m for m in models if active in (m.get("alias"), m.get("name"))), None)
+    name = str(model.get("provider") or "") if model else DEFAULT_PROVIDER[0]
+    providers = [p for p in config.get("providers") or [] if isinstance(p, dict)]
+    provider = next((p for p in providers if p.get("name") == name), None)
+    if provider is None:
+        return DEFAULT_PROVIDER if name == DEFAULT_PROVIDER[0] else (name, "", "unknown")
+    return name, str(provider.get("api_key_env_var") or ""), str(provider.get("api_base") or "")
 
 
 def _read_json(path: Path) -> Any:
