@@ -275,7 +275,11 @@ def test_vibe_failed_turns_are_noticed_once_and_a_429_parks(tmp_path: Path) -> N
 
     def failed(action: str, status: int | None) -> dict[str, Any]:
         # as Vibe 3.0.2 recorded a scripted 429 after its retries
-        details = {"exceptionType": "HTTPStatusError", "model": "scripted", "provider": "local"}
+        details: dict[str, Any] = {
+            "exceptionType": "HTTPStatusError",
+            "model": "scripted",
+            "provider": "local",
+        }
         if status is not None:
             details["httpStatus"] = status
         error = {"code": "model_stream_failed", "details": details, "message": f"{status} x"}
