@@ -33,6 +33,8 @@ from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.simulator.chat_endpoint import ChatEndpoint
 from loop_orchestrator.simulator.script import load_script
+from loop_orchestrator.supervisor.lifecycle import Event
+from loop_orchestrator.supervisor.main import Supervisor
 from loop_orchestrator.workspace import integration
 
 
@@ -366,3 +368,52 @@ def test_doctor_says_whether_vibes_provider_key_is_there(tmp_path: Path) -> None
     assert check_login(ok, {}).status == "ok"
     (home / "config.toml").write_text("active_model = [", encoding="utf-8")
     assert "cannot be read" in check_login(ok, {}).detail
+
+
+def test_a_turn_vibe_gave_up_on_a_429_parks_its_task_once(
+    demo_files: demo.DemoFiles, tmp_path: Path
+) -> None:
+    """The supervisor's side: a failed turn in the task's Vibe store becomes an event, a
+    429 parks the task (a rate limit); what was in the store before is old news."""
+    only(demo_files, "tokenize")
+    home = tmp_path / "vh"
+    settings = Settings(
+        agent=AgentConfig(kind="vibe", command="/bin/true", env={"VIBE_HOME": str(home)}),
+        auditor=AuditorConfig(llm="off"),
+    )
+    approve(demo_files, settings)
+    sup = Supervisor(demo_files.repo, settings)
+    worktree = tmp_path / "wt"
+    sup.journal.set("tokenize", worktree=str(worktree))
+    sup.journal.move("tokenize", Event.RELEASE)
+    sup.journal.move("tokenize", Event.READY)
+    folder = _session(vibe.store_dir({"VIBE_HOME": str(home)}), worktree)
+    segment = folder / "journal" / "0000000000000001.jsonl"
+
+    def fail(action: str, status: int) -> None:
+        error = {
+            "code": "model_stream_failed",
+            "details": {"httpStatus": status},
+            "message": f"{status} scripted",
+        }
+        result = {"type": "completion_failed", "error": error}
+        record = {"type": "action_result", "payload": {"action_id": action, "result": result}}
+        with segment.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    fail("old", 429)  # before lo-orch first looked
+    assert not sup.accounting.notice_failed_turns("tokenize")
+    fail("a1", 503)
+    assert not sup.accounting.notice_failed_turns("tokenize")  # read again only after 5 s
+    sup.accounting.store_due.clear()
+    assert not sup.accounting.notice_failed_turns("tokenize")  # a 503: noticed, not parked
+    fail("a2", 429)
+    sup.accounting.store_due.clear()
+    assert sup.accounting.notice_failed_turns("tokenize")
+    st = sup.journal.task("tokenize")
+    assert st.limit_until and st.limit_kind == "rate_limit" and st.limit_hits == 1
+    sup.accounting.store_due.clear()
+    assert not sup.accounting.notice_failed_turns("tokenize")  # parked: not again
+    events = [e for e in ledger(demo_files.repo, "agent_api_error") if e["task"] == "tokenize"]
+    assert [e["status"] for e in events] == [503, 429]
+    assert [e["error"] for e in ledger(demo_files.repo, "limit_hit")] == ["rate_limit"]
