@@ -55,7 +55,7 @@ def test_a_task_runs_with_real_vibe_resumed_after_a_kill_and_merges(
     Vibe is killed mid-task and relaunched with ``--resume`` into its own conversation;
     its tokens are read from its store; the work is reviewed and merged."""
     only(demo_files, "tokenize")
-    edit_script(demo_files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 3}))
+    edit_script(demo_files, lambda d: d["tokenize"]["implement"][0].insert(1, {"sleep": 1}))
     with endpoint_for(ChatEndpoint, demo_files) as endpoint:
         settings = settings_for(endpoint, demo_files)
         approve(demo_files, settings)
@@ -71,20 +71,39 @@ def test_a_task_runs_with_real_vibe_resumed_after_a_kill_and_merges(
     review = integration.review(demo_files.repo)
     integration.merge(demo_files.repo, review)
     replies = endpoint.logged(kind="reply")
-    print(replies)
     assert sorted(sessions_by_task(replies)) == ["tokenize"]
+    # its own bash tool did the work and ran the signals
     assert {r["call"] for r in replies if r["call"]} == {"bash"}
     assert {(r["prompt"], r["prompt_kind"]) for r in replies} >= {(1, "plan"), (2, "implement")}
+    # the relaunched Vibe carried its conversation: after the kill its requests hold the
+    # plan prompt before the implement prompt (a fresh start would hold one prompt)
     after = [r for r in replies if r["at"] > killed_at[0]]
     assert after and min(r["prompt"] for r in after) >= 2, [r["prompt"] for r in after]
     assert not ledger(demo_files.repo, "nudged")
     status = Store(RunDir(demo_files.repo)).read_status("tokenize")
     assert status.phase == Phase.INTEGRATED and status.relaunches == 1
+    # one session, resumed: every prompt lo-orch confirmed is a user message of its store
     store = vibe.store_dir({"VIBE_HOME": str(demo_files.root / "vibe-home")})
     sessions = vibe.sessions_for(store, Path(str(status.worktree)))
-    print(sessions, status.usage)
     assert len(sessions) == 1
+    said = list(vibe.user_messages(sessions[0]).values())
+    delivered = ledger(demo_files.repo, "prompt_delivered")
+    assert len(delivered) == 3 and len(said) == 3
+    # the plan prompt once; the implement prompt again after the relaunch (lo-orch cannot
+    # tell the resumed turn carries on), each its own message, confirmed each time
+    firsts = sorted(p.split("\n")[0][:40] for p in said)
+    assert firsts == [
+        "Task `tokenize`: your plan is accepted. ",
+        "Task `tokenize`: your plan is accepted. ",
+        "You are task `tokenize` of the lo-orch r",
+    ]
+    # its tokens: the store's count is every reply's; lo-orch read them, unpriced
+    tokens = vibe.session_usage(sessions[0])
+    assert tokens is not None
+    assert tokens["input_tokens"] == sum(r["usage"]["prompt_tokens"] for r in replies)
+    assert tokens["output_tokens"] == sum(r["usage"]["completion_tokens"] for r in replies)
     assert status.usage is not None and status.usage["cost_known"] is False
+    assert 0 < status.usage["output_tokens"] <= tokens["output_tokens"]
     merged = git(demo_files.repo, "show", f"{review.feature}:textstats/tokenize.py")
     assert "def tokenize" in merged
 
