@@ -27,7 +27,7 @@ from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.agents.vibe import VibeAdapter
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
-from loop_orchestrator.errors import AgentError, ConfigError
+from loop_orchestrator.errors import AgentError, ConfigError, LoOrchError
 from loop_orchestrator.readiness import check_login
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.simulator import demo_flow as demo
@@ -436,3 +436,13 @@ def test_a_turn_vibe_gave_up_on_a_429_parks_its_task_once(
     events = [e for e in ledger(demo_files.repo, "agent_api_error") if e["task"] == "tokenize"]
     assert [e["status"] for e in events] == [503, 429]
     assert [e["error"] for e in ledger(demo_files.repo, "limit_hit")] == ["rate_limit"]
+
+
+def test_the_vibe_demo_without_vibe_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(LoOrchError, match="needs `vibe` on PATH") as info:
+        demo.run_demo(agent="vibe", workdir=tmp_path)
+    assert "uv tool install mistral-vibe" in str(info.value.hint)
+    assert list(tmp_path.iterdir()) == []  # nothing half-made
