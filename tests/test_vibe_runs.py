@@ -9,6 +9,8 @@ does the work and runs ``lo-orch signal``; each prompt is confirmed from its ses
 from __future__ import annotations
 
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,11 @@ from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.agents.vibe import VibeAdapter
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
-from loop_orchestrator.errors import AgentError, ConfigError, LoOrchError
+from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError, LoOrchError
 from loop_orchestrator.readiness import check_login
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.sessions.backend import LaunchSpec
+from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.simulator.chat_endpoint import ChatEndpoint
 from loop_orchestrator.simulator.script import load_script
@@ -446,3 +450,38 @@ def test_the_vibe_demo_without_vibe_says_how_to_install_it(
         demo.run_demo(agent="vibe", workdir=tmp_path)
     assert "uv tool install mistral-vibe" in str(info.value.hint)
     assert list(tmp_path.iterdir()) == []  # nothing half-made
+
+
+def test_a_resumed_vibe_busy_with_its_turn_is_ready_while_its_spinner_runs(
+    tmp_path: Path, tmux_socket: str
+) -> None:
+    """A stand-in for Vibe's screen (a test program, not the CLI): the ready composer with
+    a spinner that never stops, as a resumed Vibe finishing its interrupted turn shows. It
+    is ready after about a second, not when the turn ends; a start-up screen is not."""
+    program = tmp_path / "screen.py"
+    busy_screen = " 7 Working… (Esc/Ctrl+C to interrupt)\n" + READY
+    starting_screen = READY.replace(">\n", " ⣆ Initializing…\n>\n")
+    program.write_text(
+        "import itertools, sys, time\n"
+        f"screens = {{'busy': {busy_screen!r}, 'start': {starting_screen!r}}}\n"
+        "for i in itertools.count():\n"
+        "    text = screens[sys.argv[1]].replace('7', str(i % 10))\n"
+        "    sys.stdout.write('\\x1b[2J\\x1b[H' + text)\n"
+        "    sys.stdout.flush()\n"
+        "    time.sleep(0.1)\n",
+        encoding="utf-8",
+    )
+    adapter, _config, _store = _vibe(tmp_path)
+    backend = TmuxBackend("t", socket=tmux_socket)
+    busy = backend.launch(
+        LaunchSpec(task="a", cwd=tmp_path, argv=[sys.executable, str(program), "busy"], env={})
+    )
+    started = time.monotonic()
+    adapter.wait_ready(backend, busy, timeout=10)
+    assert 0.9 <= time.monotonic() - started < 5
+    assert vibe.BUSY_RE.search(backend.capture(busy, 0))
+    starting = backend.launch(
+        LaunchSpec(task="b", cwd=tmp_path, argv=[sys.executable, str(program), "start"], env={})
+    )
+    with pytest.raises(AgentStartError, match=r"not ready after 1\.5s"):
+        adapter.wait_ready(backend, starting, timeout=1.5)

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator.agents.contract import AgentContext, UnattendedAdapter, launch_spec_for
-from loop_orchestrator.agents.dialogs import wait_screen_idle
+from loop_orchestrator.agents.dialogs import wait_screen_idle, wait_until_ready
+from loop_orchestrator.errors import AgentStartError
 from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 
 UNATTENDED = ["--auto-approve"]
@@ -53,6 +54,8 @@ QUIET_ENV = {"VIBE_ENABLE_UPDATE_CHECKS": "false"}
 #: the composer's top rule names the modes; with --auto-approve it ends so
 READY_RE = re.compile(r"auto-approve ─")
 STARTING_RE = re.compile(r"Initializing…|Starting the app server…")
+#: how long the ready screen must hold before a prompt is sent
+READY_SECONDS = 1.0
 #: the spinner line of a running turn (also while it retries an API error)
 BUSY_RE = re.compile(r"Esc/Ctrl\+C to interrupt")
 VIBE_SCREENS: tuple[tuple[re.Pattern[str], str, str], ...] = (
@@ -305,8 +308,6 @@ class VibeAdapter(UnattendedAdapter):
     install = "uv tool install mistral-vibe"
     bypass = "Mistral Vibe then runs with --auto-approve"
     fatal_screens = VIBE_SCREENS
-    #: its composer shows while it still starts; the rule's mode changes once it is up
-    ready_stable = 1.0
     uses_hooks = False
     bracketed_paste = True
 
@@ -335,6 +336,27 @@ class VibeAdapter(UnattendedAdapter):
 
     def is_ready(self, screen: str) -> bool:
         return bool(READY_RE.search(screen)) and not STARTING_RE.search(screen)
+
+    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+        """Wait until ``is_ready`` has held for ``READY_SECONDS`` (keys sent just as it
+        turns ready were seen lost); a ``fatal_screens`` screen raises. Held, not an
+        unchanged screen: a resumed Vibe finishes its interrupted turn at once, its spinner
+        running, and that turn may outlast ``timeout``."""
+        since: list[float] = []
+
+        def ready(screen: str) -> bool:
+            for pattern, what, hint in self.fatal_screens:
+                if pattern.search(screen):
+                    raise AgentStartError(what, screen, hint=hint)
+            if not self.is_ready(screen):
+                since.clear()
+                return False
+            since[:] = since or [time.monotonic()]
+            return time.monotonic() - since[0] >= READY_SECONDS
+
+        wait_until_ready(
+            backend, pane_id, is_ready=ready, timeout=timeout, what=self.label, dialogs=()
+        )
 
     def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         """Wait until no turn runs: a prompt sent during one is queued until it ends, and
