@@ -25,7 +25,12 @@ from typing import Any, Literal
 
 from loop_orchestrator import proc, resources
 from loop_orchestrator.agents.claude import ROOT_HINT, claude_config_path
-from loop_orchestrator.agents.support import PRESET_PACKAGES, SUPPORT, npm_package, support_lines
+from loop_orchestrator.agents.support import (
+    SUPPORT,
+    has_preset,
+    install_command,
+    support_lines,
+)
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.files import ORCH_DIR
@@ -96,7 +101,7 @@ def agent_argv(settings: Settings) -> list[str]:
     and on every cluster node."""
     agent = settings.agent
     argv = [agent.command] if Path(agent.command).is_file() else shlex.split(agent.command)
-    if agent.kind in PRESET_PACKAGES and argv == ["claude"]:  # the default of [agent] command
+    if has_preset(agent.kind) and argv == ["claude"]:  # the default of [agent] command
         return [agent.kind]
     return argv
 
@@ -125,12 +130,11 @@ def check_agent(settings: Settings) -> Check:
         return Check("agent CLI", "ok", f"{exe} (kind = command)")
     line, detail = _tool_version([*argv, "--version"])
     if line is None:
-        package = npm_package(agent.kind)
         return Check(
             "agent CLI",
             "fail",
             detail,
-            f"Install it (`npm install -g {package}`) or set [agent] command to its path.",
+            f"Install it (`{install_command(agent.kind)}`) or set [agent] command to its path.",
         )
     return Check("agent CLI", "ok", f"{line} ({detail})")
 
@@ -171,7 +175,9 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
         return check_qwen_login(settings, env)
     if settings.agent.kind == "cline":
         return check_cline_login(settings, env)
-    if settings.agent.kind in PRESET_PACKAGES:
+    if settings.agent.kind == "vibe":
+        return check_vibe_key(settings, env)
+    if has_preset(settings.agent.kind):
         return Check(
             f"{settings.agent.kind} login",
             "info",
@@ -259,6 +265,42 @@ def check_cline_login(settings: Settings, env: Mapping[str, str]) -> Check:
     return Check(
         name, "info", f"provider {chosen!r}{where} without a stored key (not checked offline)"
     )
+
+
+def check_vibe_key(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Offline: the provider of Mistral Vibe's active model, and whether the variable its
+    ``api_key_env_var`` names is set (in the environment, [agent] env or $VIBE_HOME/.env)."""
+    from loop_orchestrator.agents.vibe import provider_key, vibe_home
+
+    name = "vibe key"
+    merged = {**env, **settings.agent.env}
+    home = vibe_home(merged)
+    try:
+        provider, variable, base = provider_key(home, merged)
+    except ValueError as exc:
+        return Check(name, "warn", str(exc), f"Fix {home / 'config.toml'}.")
+    where = f"provider {provider!r} ({base})"
+    if not variable:
+        return Check(name, "ok", f"{where} needs no key")
+    if merged.get(variable):
+        return Check(name, "ok", f"{variable} set for {where}")
+    if re.search(
+        rf"^\s*(export\s+)?{re.escape(variable)}\s*=\s*\S", _read_text(home / ".env"), re.M
+    ):
+        return Check(name, "ok", f"{variable} in {home / '.env'} for {where}")
+    return Check(
+        name,
+        "warn",
+        f"{variable} is not set for {where}: Vibe will show its set-up screen (lo-orch stops)",
+        f"Set {variable} in [agent] env (or run `vibe --setup` once).",
+    )
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def check_plugin_installed(env: Mapping[str, str]) -> Check:

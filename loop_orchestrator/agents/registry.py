@@ -12,6 +12,7 @@ from loop_orchestrator.agents.command import CommandAdapter
 from loop_orchestrator.agents.contract import AgentAdapter
 from loop_orchestrator.agents.gemini import GeminiAdapter
 from loop_orchestrator.agents.qwen import QwenAdapter
+from loop_orchestrator.agents.vibe import VibeAdapter
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.sessions import sandbox
@@ -24,6 +25,7 @@ ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {
     "gemini": GeminiAdapter,
     "qwen": QwenAdapter,
     "cline": ClineAdapter,
+    "vibe": VibeAdapter,
     "command": CommandAdapter,
     "scripted": ScriptedAdapter,
 }

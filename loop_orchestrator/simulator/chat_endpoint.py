@@ -48,6 +48,7 @@ _CWD_RES = (
     re.compile(r"[Ww]orking [Dd]irectory: (\S+)"),
     re.compile(r"<cwd>([^<]+)</cwd>"),
     re.compile(r"Primary working directory: (\S+)"),
+    re.compile(r"^Absolute path: (\S+)", re.MULTILINE),
 )
 #: a user text that is a CLI's own context, not a prompt (a tag first, as Qwen Code's
 #: ``<session_context>``, or its "This is the Qwen Code" set-up message)
@@ -324,7 +325,12 @@ class ChatEndpoint(ModelEndpoint):
     """The scripted model as an OpenAI Chat Completions API."""
 
     #: request headers a CLI names its session in (the folder otherwise)
-    session_headers: tuple[str, ...] = ("x-session-id", "session-id", "x-session-affinity")
+    session_headers: tuple[str, ...] = (
+        "x-session-id",
+        "session-id",
+        "x-session-affinity",
+        "x-affinity",  # Mistral Vibe's session id
+    )
 
     def conversation(self, body: Mapping[str, Any]) -> Conversation:
         return chat_conversation(body)
@@ -376,6 +382,26 @@ class ChatEndpoint(ModelEndpoint):
             "CLINE_DIR": str(home / ".cline"),
             "XDG_DATA_HOME": str(home / ".local" / "share"),
         }
+
+    def vibe_env(self, home: Path) -> dict[str, str]:
+        """The environment of a Mistral Vibe session on this endpoint: a throwaway
+        ``VIBE_HOME`` whose config.toml names it as the provider of the active model."""
+        home.mkdir(parents=True, exist_ok=True)
+        config = (
+            'active_model = "scripted"\n'
+            "enable_update_checks = false\n"
+            "enable_telemetry = false\n\n"
+            "[[providers]]\n"
+            'name = "lo-orch"\n'
+            f"api_base = {json.dumps(self.url + '/v1')}\n"
+            'api_key_env_var = "LO_ORCH_SCRIPTED_KEY"\n\n'
+            "[[models]]\n"
+            'name = "scripted"\n'
+            'provider = "lo-orch"\n'
+            'alias = "scripted"\n'
+        )
+        (home / "config.toml").write_text(config, "utf-8")
+        return {"VIBE_HOME": str(home), "LO_ORCH_SCRIPTED_KEY": self.token or DEFAULT_TOKEN}
 
     def models(self) -> list[str]:
         """The model names ``GET .../models`` lists."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.agents import cline, qwen
+from loop_orchestrator.agents import cline, qwen, vibe
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import limits, spend, usage
 from loop_orchestrator.errors import PaneGoneError
@@ -27,6 +27,9 @@ from loop_orchestrator.sessions.backend import wait_until
 from loop_orchestrator.supervisor import decide
 from loop_orchestrator.supervisor.decide import WORKING_PHASES
 from loop_orchestrator.supervisor.journal import Journal
+
+#: how often a Mistral Vibe session's store is read for failed turns (seconds)
+STORE_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,10 @@ class Accounting:
         #: task -> (the book's version, its priced messages): the book is priced again
         #: only when a message was booked
         self.priced: dict[str, tuple[int, usage.Usage]] = {}
+        #: Mistral Vibe: task -> when its store is read for failed turns next (monotonic),
+        #: and the failures already seen in it
+        self.store_due: dict[str, float] = {}
+        self.failures: dict[str, set[str]] = {}
         #: concurrency lowered after repeated rate limits, raised after a quiet period
         self.governor = limits.Governor(cap, quiet=settings.run.limit_quiet_seconds)
 
@@ -184,6 +191,8 @@ class Accounting:
             return self._refresh_qwen(tid, st.session_id, st.usage)
         if self.agent == "cline" and st.session_id and st.worktree:
             return self._refresh_cline(tid, st.session_id, Path(st.worktree), st.usage)
+        if self.agent == "vibe" and st.worktree:
+            return self._refresh_vibe(tid, Path(st.worktree), st.usage)
         if self.agent != "claude" or not st.session_id or not st.worktree:
             return None
         env = {**os.environ, **self.settings.agent.env}
@@ -282,6 +291,61 @@ class Accounting:
             self.journal.set(tid, usage=data_json)
             self.journal.store.append_ledger("usage", task=tid, **data_json)
         return now
+
+    def _vibe_sessions(self, worktree: Path) -> list[Path]:
+        env = {**os.environ, **self.settings.agent.env}
+        return vibe.sessions_for(vibe.store_dir(env), worktree)
+
+    def _refresh_vibe(
+        self, tid: str, worktree: Path, before: dict[str, Any] | None
+    ) -> usage.Usage | None:
+        """Mistral Vibe's tokens from its session store (every session it recorded for the
+        worktree: a relaunch that could not resume starts another); not priced."""
+        counts = [c for c in map(vibe.session_usage, self._vibe_sessions(worktree)) if c]
+        if not counts:
+            return None
+        cached = sum(c["cached_tokens"] for c in counts)
+        now = usage.Usage(
+            tokens={
+                **dict.fromkeys(usage.TOKEN_KEYS, 0),
+                "input_tokens": sum(c["input_tokens"] for c in counts) - cached,
+                "output_tokens": sum(c["output_tokens"] for c in counts),
+                "cache_read_input_tokens": cached,
+            },
+            cost_usd=None,
+            models=[self.settings.agent.model] if self.settings.agent.model else [],
+            notes=["tokens from Mistral Vibe's session store; lo-orch has no prices for them"],
+        )
+        data = now.as_json()
+        if data != before:
+            self.journal.set(tid, usage=data)
+            self.journal.store.append_ledger("usage", task=tid, **data)
+        return now
+
+    def notice_failed_turns(self, tid: str) -> bool:
+        """Mistral Vibe gave up on a turn (its retries spent): an event for each failure,
+        and a rate limit parks the task as Claude Code's StopFailure does (True: parked).
+        Its store is read at most every ``STORE_SECONDS`` per task; other kinds: False."""
+        if self.agent != "vibe":
+            return False
+        now = time.monotonic()
+        if now < self.store_due.get(tid, 0.0):
+            return False
+        self.store_due[tid] = now + STORE_SECONDS
+        st = self.journal.record.task(tid)
+        if not st.worktree or st.phase not in WORKING_PHASES or st.limit_until:
+            return False
+        errors = [e for s in self._vibe_sessions(Path(st.worktree)) for e in vibe.session_errors(s)]
+        new, limited = vibe.new_failures(errors, self.failures.get(tid))
+        self.failures.setdefault(tid, set()).update(e["id"] for e in errors)
+        for error in new:
+            self.journal.event(
+                "agent_api_error", tid, status=error["status"], message=error["error"]
+            )
+        if limited is None:
+            return False
+        self.limit_hit(tid, "rate_limit", limited)
+        return True
 
     def _priced(self, tid: str) -> tuple[usage.Usage, bool]:
         """The task's booked spend priced (a copy to add notes to), and whether anything

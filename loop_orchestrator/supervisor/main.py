@@ -629,6 +629,8 @@ class Supervisor:
                 found = self.backend.state(st.pane_id)  # dead or gone: the details
                 if not found.exists or not found.alive:
                     pane = decide.Pane(alive=False, dead_status=found.dead_status)
+            if pane.alive and self.accounting.notice_failed_turns(tid):  # Mistral Vibe's
+                st = self.journal.record.task(tid)
             step = decide.watch(self._observe(st, pane, waiting))
             if step is not None:
                 self._carry_out(tid, st, step)
