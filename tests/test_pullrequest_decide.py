@@ -47,8 +47,10 @@ def test_the_api_is_github_com_enterprise_or_the_one_configured() -> None:
     with pytest.raises(PullRequestError, match=r"not github\.com nor a GitHub Enterprise") as no:
         decide.target("origin", "https://gitlab.com/o/n.git", "", {}, ["ghe.corp"])
     assert "[intake.github] hosts" in str(no.value.hint)
-    mine = decide.target("origin", "/srv/n.git", "team/app", {"GITHUB_API_URL": "http://h:1/"})
-    assert (mine.full, mine.api) == ("team/app", "http://h:1")
+    mine = decide.target(
+        "origin", "/srv/n.git", "team/app", {"GITHUB_API_URL": "http://127.0.0.1:1/"}
+    )
+    assert (mine.full, mine.api) == ("team/app", "http://127.0.0.1:1")
     with pytest.raises(PullRequestError, match="does not name a GitHub repository") as err:
         decide.target("origin", "/srv/n.git", "", {})
     assert "[pr] repo" in str(err.value.hint)

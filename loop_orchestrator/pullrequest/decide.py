@@ -8,7 +8,9 @@ No I/O and no clock of its own (``now`` is passed in); the effects (git push, HT
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -69,6 +71,14 @@ def parse_remote_url(url: str) -> Slug | None:
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}\Z")
+#: the user part of a URL (``https://TOKEN@github.com/``, ``https://user:pass@host/``)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced by ``***``: a remote URL
+    may carry a token (``https://TOKEN@github.com/o/n.git``), and git repeats it."""
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def parse_slug(text: str) -> tuple[str, str]:
@@ -111,7 +121,7 @@ def target(
     elif slug is not None:
         owner, name = slug.owner, slug.name
     else:
-        msg = f"remote {remote!r} ({url}) does not name a GitHub repository"
+        msg = f"remote {remote!r} ({redact(url)}) does not name a GitHub repository"
         raise PullRequestError(
             msg,
             hint="Point the remote at GitHub (`git remote set-url "
@@ -121,7 +131,7 @@ def target(
     host = slug.host if slug is not None else "github.com"
     explicit = (env.get("GITHUB_API_URL") or "").strip().rstrip("/")
     if explicit:
-        return Target(owner, name, explicit, host, enterprise=host != "github.com")
+        return Target(owner, name, api_url(explicit), host, enterprise=host != "github.com")
     if host in ("github.com", "www.github.com"):
         return Target(owner, name, DEFAULT_API, "github.com", enterprise=False)
     if host in {h.strip().lower().removeprefix("https://").strip("/") for h in enterprise_hosts}:
@@ -132,6 +142,36 @@ def target(
         hint="If it is a GitHub Enterprise Server, name it in "
         f'`.loop-orchestrator/config.toml`: [intake.github] hosts = ["{host}"]; or set '
         "GITHUB_API_URL to its API.",
+    )
+
+
+def _loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_url(explicit: str) -> str:
+    """``GITHUB_API_URL`` as given, refused unless it is https (plain http only to this
+    machine: the token must never cross a network unencrypted)."""
+    parts = urllib.parse.urlsplit(explicit)
+    if (parts.scheme == "https" and parts.hostname) or (
+        parts.scheme == "http" and _loopback(parts.hostname)
+    ):
+        return explicit
+    msg = (
+        f"GITHUB_API_URL={redact(explicit)!r} is not an https URL: the token would travel "
+        "unencrypted; nothing was pushed"
+    )
+    raise PullRequestError(
+        msg,
+        hint="Set it to the API's https URL (`https://api.github.com`, or "
+        "`https://HOST/api/v3` for GitHub Enterprise Server), or unset it.",
     )
 
 
@@ -232,6 +272,7 @@ def push_plan(
 
 def push_refused(remote: str, feature: str, stderr: str) -> PullRequestError:
     """What a refused ``git push`` means for the person, in git's and GitHub's words."""
+    stderr = redact(stderr)
     said = "\n".join(line for line in stderr.strip().splitlines()[-8:] if line.strip())
     said = "nothing was pushed\n" + said  # git pushes one ref all or nothing
     low = stderr.lower()
@@ -365,6 +406,25 @@ def api_error(
     )
 
 
+def next_page(link: str | None, api: str) -> str | None:
+    """A listing's next page (its ``Link: rel="next"``), followed only on the API's own
+    scheme, host and path: the request carries the token, so a link elsewhere is refused."""
+    if link is None:
+        return None
+    nxt, base = urllib.parse.urlsplit(link), urllib.parse.urlsplit(api)
+    prefix = base.path.rstrip("/") + "/"
+    same = (nxt.scheme, nxt.netloc.lower()) == (base.scheme, base.netloc.lower())
+    if same and (nxt.path + "/").startswith(prefix):
+        return link
+    msg = (
+        f"GitHub's answer named a next page outside {api} ({redact(link)}); it was not read, "
+        "so the token went nowhere else"
+    )
+    raise PullRequestError(
+        msg, hint="Check GITHUB_API_URL: it must be the API itself, not a proxy that rewrites it."
+    )
+
+
 def poll_delay(headers: Mapping[str, str], interval: float, now: float) -> float:
     """Seconds until the next poll: ``interval``, or until the rate limit resets when none
     is left (``x-ratelimit-remaining: 0``)."""
@@ -454,10 +514,41 @@ class Feedback:
     hunk: str = ""  # a review comment's diff hunk
     url: str = ""
     reply_to: int | None = None  # the review comment thread to answer
+    #: written by someone who may not push to the repository: the person's to read, never
+    #: sent to a session (anyone may comment on a public repository's pull request)
+    outside: bool = False
+
+
+#: who may push to the repository, as GitHub's ``author_association`` says it
+WRITERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+
+
+#: control characters but tab and newline (C0, DEL, C1) and the bidirectional overrides:
+#: text anyone may write on GitHub reaches the person's terminal and a session's prompt,
+#: where an ESC could drive the terminal (OSC 52 writes the clipboard) or end a bracketed
+#: paste, and an override could show a line as other than it is
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def plain(text: str) -> str:
+    """Text from GitHub as lo-orch passes it on: line breaks as ``\\n``, no other control
+    character."""
+    return _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def _path(value: str) -> str:
+    """A path from GitHub with no control character at all (no line break either)."""
+    return _CONTROL.sub("", value).replace("\n", "").replace("\t", "").replace("\r", "")
+
+
+def _word(value: Any, default: str) -> str:
+    """A name from GitHub (a check's, an author's, a path) on one line."""
+    text = " ".join(plain(str(value or "")).split())
+    return text or default
 
 
 def _bounded(text: str) -> str:
-    text = text.strip()
+    text = plain(text).strip()
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "\n(cut short)"
 
 
@@ -477,18 +568,18 @@ def check_run_feedback(run: Mapping[str, Any], annotations: Sequence[Any]) -> Fe
     for ann in annotations:
         if not isinstance(ann, dict) or not isinstance(ann.get("path"), str):
             continue
+        path = _path(ann["path"])
         line = ann.get("start_line")
-        paths.append((ann["path"], line if isinstance(line, int) else None))
-        text += (
-            f"\n{ann['path']}:{line}: {ann.get('annotation_level', '')} {ann.get('message', '')}"
-        )
+        if path:
+            paths.append((path, line if isinstance(line, int) else None))
+        text += f"\n{path}:{line}: {ann.get('annotation_level', '')} {ann.get('message', '')}"
     return Feedback(
         "check_run",
         f"check_run:{run.get('id')}",
-        str(run.get("name") or "check"),
+        _word(run.get("name"), "check"),
         _bounded(f"{run.get('conclusion')}: {text}"),
         tuple(paths),
-        url=str(run.get("html_url") or ""),
+        url=_word(run.get("html_url"), ""),
     )
 
 
@@ -498,15 +589,16 @@ def status_feedback(status: Mapping[str, Any]) -> Feedback | None:
         return None
     return Feedback(
         "status",
-        f"status:{status.get('context')}:{status.get('id')}",
-        str(status.get("context") or "status"),
+        f"status:{_word(status.get('context'), '')}:{status.get('id')}",
+        _word(status.get("context"), "status"),
         _bounded(f"{status.get('state')}: {status.get('description') or ''}"),
-        url=str(status.get("target_url") or ""),
+        url=_word(status.get("target_url"), ""),
     )
 
 
 def review_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedback | None:
-    """A review comment on a line (not lo-orch's own answer, not a reply in a thread)."""
+    """A review comment on a line (not lo-orch's own answer, not a reply in a thread); by
+    an author who may not push, ``outside``."""
     author = (
         (comment.get("user") or {}).get("login", "")
         if isinstance(comment.get("user"), dict)
@@ -514,8 +606,8 @@ def review_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedb
     )
     if comment.get("in_reply_to_id") or (own_login and author == own_login):
         return None
-    path = comment.get("path")
-    if not isinstance(path, str):
+    path = _path(comment["path"]) if isinstance(comment.get("path"), str) else ""
+    if not path:
         return None
     line = (
         comment.get("line")
@@ -525,12 +617,13 @@ def review_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedb
     return Feedback(
         "review_comment",
         f"review_comment:{comment.get('id')}",
-        str(author or "reviewer"),
+        _word(author, "reviewer"),
         _bounded(str(comment.get("body") or "")),
         ((path, line if isinstance(line, int) else None),),
         hunk=_bounded(str(comment.get("diff_hunk") or "")),
-        url=str(comment.get("html_url") or ""),
+        url=_word(comment.get("html_url"), ""),
         reply_to=comment.get("id") if isinstance(comment.get("id"), int) else None,
+        outside=comment.get("author_association") not in WRITERS,
     )
 
 
@@ -545,9 +638,9 @@ def issue_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedba
     return Feedback(
         "issue_comment",
         f"issue_comment:{comment.get('id')}",
-        author or "commenter",
+        _word(author, "commenter"),
         _bounded(body),
-        url=str(comment.get("html_url") or ""),
+        url=_word(comment.get("html_url"), ""),
     )
 
 
@@ -573,14 +666,17 @@ Owner = Callable[[str, int | None], str | None]
 
 def route(items: Sequence[Feedback], owner: Owner, seen: Sequence[str] = ()) -> Routed:
     """Each new item to the tasks ``owner`` names for the places it points at; an item
-    pointing nowhere, or only where no task is named, to the person. ``seen`` ids were
-    routed before (skipped)."""
+    pointing nowhere, only where no task is named, or by an author from outside the
+    repository, to the person. ``seen`` ids were routed before (skipped)."""
     out = Routed()
     done = set(seen)
     for item in items:
         if item.id in done:
             continue
         done.add(item.id)
+        if item.outside:
+            out.person.append(item)
+            continue
         named = sorted({t for p, line in item.paths if (t := owner(p, line)) is not None})
         if not named:
             out.person.append(item)
