@@ -15,23 +15,31 @@ from typing import Any
 import pytest
 from helpers.git import commit, git
 from helpers.github_api import FakeGitHub, serve
-from helpers.pulls import RUN, MergedRun, merged_run, only_fast_forwards, push_log
+from helpers.pulls import (
+    RUN,
+    TOKEN,
+    MergedRun,
+    events,
+    merged_run,
+    only_fast_forwards,
+    pr,
+    push_log,
+    remote_tip,
+    serve_for,
+)
 from helpers.runs import approve, edit_script, lo
 from helpers.wait import wait_for
 
 from loop_orchestrator import proc
-from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.pullrequest import flow
 from loop_orchestrator.pullrequest import record as prrecord
 from loop_orchestrator.runstate import comments as review_store
 from loop_orchestrator.runstate import create as runs
-from loop_orchestrator.runstate.state import RunPhase, Store
+from loop_orchestrator.runstate.state import RunPhase
 from loop_orchestrator.sessions import sandbox
 from loop_orchestrator.sessions.backend import LaunchSpec
 from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.simulator import demo_flow as demo
-
-TOKEN = "ghp_SeCrEtT0kenNeverWritten0000000000000"
 
 
 @pytest.fixture
@@ -41,31 +49,7 @@ def merged(tmp_path: Path) -> MergedRun:
 
 @pytest.fixture
 def github(merged: MergedRun, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
-    gh = FakeGitHub("octo", "widgets", TOKEN, merged.remote)
-    with serve(gh):
-        monkeypatch.setenv("GITHUB_API_URL", gh.url)
-        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-        monkeypatch.setenv("LO_ORCH_PR_REPO", "octo/widgets")
-        monkeypatch.delenv("GH_TOKEN", raising=False)
-        yield gh
-
-
-def pr(repo: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`lo-orch [-vv] pr ARGS --repo REPO` (debug log with ``-vv`` among ARGS)."""
-    loud = [a for a in args if a == "-vv"]
-    rest = [a for a in args if a != "-vv"]
-    code = run_cli([*loud, "pr", *rest, "--repo", str(repo)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def remote_tip(m: MergedRun) -> str | None:
-    res = git(m.remote, "for-each-ref", "--format=%(objectname)", f"refs/heads/{m.feature}")
-    return res.strip() or None
-
-
-def events(repo: Path, name: str) -> list[dict[str, object]]:
-    return [e for e in Store.for_repo(repo).read_ledger() if e["event"] == name]
+    yield from serve_for(merged, monkeypatch)
 
 
 def test_pr_pushes_the_reviewed_commit_and_opens_one_pull_request_with_the_runs_record(

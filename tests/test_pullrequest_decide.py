@@ -270,3 +270,65 @@ def test_the_body_holds_goal_tasks_verification_cost_and_the_reviewed_commit() -
         goal="g" * 70_000, run="w", tasks=[], skipped=[], costs=[], reviewed=SHA, base=OLD
     )
     assert len(huge) <= decide.MAX_BODY
+
+
+def test_a_next_page_is_followed_only_on_the_apis_own_origin_and_path() -> None:
+    api = "https://ghe.corp/api/v3"
+    assert decide.next_page(None, api) is None
+    ok = "https://ghe.corp/api/v3/repos/o/n/pulls/1/comments?page=2"
+    assert decide.next_page(ok, api) == ok
+    for elsewhere in (
+        "https://evil.example/api/v3/repos/o/n/pulls/1/comments?page=2",
+        "http://ghe.corp/api/v3/repos/o/n?page=2",  # the same host without TLS
+        "https://ghe.corp:8443/api/v3/repos/o/n?page=2",
+        "https://ghe.corp/api/v30/repos?page=2",
+        "https://ghe.corp/other?page=2",
+        "https://x:tok@evil.example/api/v3?page=2",
+    ):
+        with pytest.raises(PullRequestError, match="next page outside") as err:
+            decide.next_page(elsewhere, api)
+        assert "tok@" not in err.value.message
+
+
+def test_credentials_in_urls_are_redacted_and_github_text_loses_its_control_characters() -> None:
+    said = "fatal: unable to access 'https://ghp_x@github.com/o/n.git/' and ssh://u:p@h/x"
+    assert decide.redact(said) == (
+        "fatal: unable to access 'https://***@github.com/o/n.git/' and ssh://***@h/x"
+    )
+    assert decide.redact("git@github.com:o/n.git") == "git@github.com:o/n.git"
+    assert decide.plain("a\x1b[2Jb\r\nc\rd\x9b1m\u202ee\tf\x00") == "a[2Jb\nc\nd1me\tf"
+    err = decide.push_refused("origin", "feat/x", "fatal: could not read from 'https://t0k@h/o/n'")
+    assert "https://***@h/o/n" in err.message and "t0k" not in err.message
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://ghe.corp/api/v3", True),
+        ("http://127.0.0.1:8080/api/v3", True),
+        ("http://localhost:8080", True),
+        ("http://[::1]:8080", True),
+        ("http://ghe.corp/api/v3", False),
+        ("http://127.0.0.1.evil.example/api/v3", False),
+        ("ftp://ghe.corp", False),
+        ("https://", False),
+    ],
+)
+def test_the_api_url_must_be_https_but_to_this_machine(url: str, allowed: bool) -> None:
+    if allowed:
+        assert decide.api_url(url) == url
+    else:
+        with pytest.raises(PullRequestError, match="not an https URL"):
+            decide.api_url(url)
+
+
+def test_only_writers_review_comments_may_reach_a_task() -> None:
+    base = {"id": 7, "path": "a.py", "line": 1, "body": "b", "user": {"login": "c"}}
+    for who, outside in (("OWNER", False), ("MEMBER", False), ("COLLABORATOR", False)):
+        fb = decide.review_comment_feedback({**base, "author_association": who}, "")
+        assert fb is not None and fb.outside is outside
+    for who in ("CONTRIBUTOR", "FIRST_TIMER", "NONE", ""):
+        fb = decide.review_comment_feedback({**base, "author_association": who}, "")
+        assert fb is not None and fb.outside
+        routed = decide.route([fb], lambda _p, _l: "t")
+        assert routed.tasks == {} and routed.person == [fb]
