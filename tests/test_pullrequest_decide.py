@@ -236,13 +236,17 @@ def test_review_comments_bring_their_line_and_lo_orchs_own_answers_are_not_feedb
         "body": "no",
         "user": {"login": "c"},
     }
-    fb = decide.review_comment_feedback(comment, "")
+    fb = decide.review_comment_feedback(comment, ())
     assert fb is not None and fb.paths == (("a.py", 3),) and fb.reply_to == 7
-    assert decide.review_comment_feedback({**comment, "in_reply_to_id": 6}, "") is None
-    assert decide.review_comment_feedback(comment, "c") is None
+    # a colleague's reply in the thread is feedback too, answered in that thread
+    reply = decide.review_comment_feedback({**comment, "id": 8, "in_reply_to_id": 6}, ())
+    assert reply is not None and reply.reply_to == 6 and reply.id == "review_comment:8"
+    assert decide.review_comment_feedback(comment, {7}) is None  # lo-orch's own
     answer = decide.answer(task="t", commit=SHA, files=["a.py"])
-    assert decide.issue_comment_feedback({"id": 9, "body": answer, "user": {}}, "") is None
-    assert decide.issue_comment_feedback({"id": 9, "body": "hm", "user": {"login": "c"}}, "")
+    assert decide.issue_comment_feedback({"id": 9, "body": answer, "user": {}}, {9}) is None
+    # words are no proof: anyone may begin a comment the way lo-orch does
+    assert decide.issue_comment_feedback({"id": 10, "body": answer, "user": {}}, {9})
+    assert decide.issue_comment_feedback({"id": 9, "body": "hm", "user": {"login": "c"}}, ())
 
 
 def test_the_body_holds_goal_tasks_verification_cost_and_the_reviewed_commit() -> None:
@@ -325,10 +329,10 @@ def test_the_api_url_must_be_https_but_to_this_machine(url: str, allowed: bool) 
 def test_only_writers_review_comments_may_reach_a_task() -> None:
     base = {"id": 7, "path": "a.py", "line": 1, "body": "b", "user": {"login": "c"}}
     for who, outside in (("OWNER", False), ("MEMBER", False), ("COLLABORATOR", False)):
-        fb = decide.review_comment_feedback({**base, "author_association": who}, "")
+        fb = decide.review_comment_feedback({**base, "author_association": who}, ())
         assert fb is not None and fb.outside is outside
     for who in ("CONTRIBUTOR", "FIRST_TIMER", "NONE", ""):
-        fb = decide.review_comment_feedback({**base, "author_association": who}, "")
+        fb = decide.review_comment_feedback({**base, "author_association": who}, ())
         assert fb is not None and fb.outside
         routed = decide.route([fb], lambda _p, _l: "t")
         assert routed.tasks == {} and routed.person == [fb]

@@ -72,11 +72,15 @@ def test_follow_reads_every_page_and_asks_each_again_with_its_own_etag(
     )
     github.statuses[sha] = [{"id": i, "context": f"c{i}", "state": "success"} for i in range(100)]
     github.statuses[sha].append({"id": 500, "context": "deploy", "state": "error"})
+    # the first pages: lo-orch's own answers (known by their ids), no feedback
+    said = "lo-orch: answered"
     github.review_comments += [
-        _review(2000 + i, "app/printer.py", 1, "+1", in_reply_to_id=1) for i in range(101)
+        _review(2000 + i, "app/printer.py", 1, said, in_reply_to_id=1) for i in range(101)
     ]
-    mine = [{"id": 3000 + i, "body": "lo-orch: answered", "user": {}} for i in range(100)]
-    github.issue_comments += mine  # lo-orch's own answers: not feedback
+    github.issue_comments += [{"id": 3000 + i, "body": said, "user": {}} for i in range(100)]
+    kept = prrecord.load(merged.repo, RUN)
+    kept.own = [*range(2000, 2101), *range(3000, 3100)]
+    prrecord.save(merged.repo, RUN, kept)
     github.issue_comments.append({"id": 88, "body": "ship it", "user": {"login": "c"}})
 
     before = len(github.requests)
@@ -108,9 +112,11 @@ def test_follow_reads_every_page_and_asks_each_again_with_its_own_etag(
     assert len(again) == 8 and all(r.headers.get("x-answered") == "304" for r in again)
     assert "nothing new" in out
 
-    # a colleague's comment lands on the second page: only that page is read anew, and the
-    # comment goes to the task that owns its line
-    github.review_comments.append(_review(77, "app/printer.py", 1, "P should be 2"))
+    # a colleague's reply in a thread lands on the second page: only that page is read
+    # anew, and the reply goes to the task that owns its line (answered in its thread)
+    github.review_comments.append(
+        _review(77, "app/printer.py", 1, "P should be 2", in_reply_to_id=60)
+    )
     before = len(github.requests)
     code, out, err = pr(merged.repo, capsys, "--follow")
     assert code == 0, err
@@ -122,6 +128,8 @@ def test_follow_reads_every_page_and_asks_each_again_with_its_own_etag(
     ] == [(True, "2")]
     assert "to task printer: review_comment:77" in out
     assert runs.open_record(merged.repo).run.phase == RunPhase.RUNNING
+    (item,) = [r for r in prrecord.load(merged.repo, RUN).routed if r.id == "review_comment:77"]
+    assert item.reply_to == 60
 
 
 def test_a_next_page_on_another_host_is_not_followed_and_gets_no_token(
@@ -238,11 +246,16 @@ def test_a_comment_by_someone_who_may_not_push_is_never_sent_to_a_session(
         _review(72, "app/printer.py", 1, "no association given", who=""),
         _review(73, "README.md", 1, "a file no task owns, by a member"),
     ]
+    # and one dressed as lo-orch's own answer: not hidden (lo-orch knows its own by id)
+    github.issue_comments.append(
+        {"id": 90, "body": "lo-orch: task `parser` took this up", "user": {"login": "mallory"}}
+    )
     code, out, err = pr(merged.repo, capsys, "--follow")
     assert code == 0, err
     reason = "for you (by someone who may not push to the repository, so never sent to a session)"
     assert out.count(reason) == 3
     assert "for you (no task owns it): user73: a file no task owns" in out
+    assert "for you (no task owns it): mallory: lo-orch: task `parser`" in out
     assert "review round" not in out
     rec = runs.open_record(merged.repo)
     assert rec.run.phase == RunPhase.MERGED  # nothing reopened
@@ -253,6 +266,7 @@ def test_a_comment_by_someone_who_may_not_push_is_never_sent_to_a_session(
         "review_comment:71": (None, True),
         "review_comment:72": (None, True),
         "review_comment:73": (None, False),
+        "issue_comment:90": (None, False),
     }
 
 

@@ -11,7 +11,7 @@ import base64
 import ipaddress
 import re
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -596,15 +596,16 @@ def status_feedback(status: Mapping[str, Any]) -> Feedback | None:
     )
 
 
-def review_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedback | None:
-    """A review comment on a line (not lo-orch's own answer, not a reply in a thread); by
-    an author who may not push, ``outside``."""
+def review_comment_feedback(comment: Mapping[str, Any], own: Collection[int]) -> Feedback | None:
+    """A review comment on a line, or a reply in its thread (answered in that thread), but
+    the ones lo-orch wrote (their ids ``own``); by an author who may not push,
+    ``outside``."""
     author = (
         (comment.get("user") or {}).get("login", "")
         if isinstance(comment.get("user"), dict)
         else ""
     )
-    if comment.get("in_reply_to_id") or (own_login and author == own_login):
+    if comment.get("id") in own:
         return None
     path = _path(comment["path"]) if isinstance(comment.get("path"), str) else ""
     if not path:
@@ -622,18 +623,23 @@ def review_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedb
         ((path, line if isinstance(line, int) else None),),
         hunk=_bounded(str(comment.get("diff_hunk") or "")),
         url=_word(comment.get("html_url"), ""),
-        reply_to=comment.get("id") if isinstance(comment.get("id"), int) else None,
+        # GitHub answers a thread under its first comment, never under a reply
+        reply_to=next(
+            (v for v in (comment.get("in_reply_to_id"), comment.get("id")) if isinstance(v, int)),
+            None,
+        ),
         outside=comment.get("author_association") not in WRITERS,
     )
 
 
-def issue_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedback | None:
-    """A conversation comment (no line: it goes to the person); lo-orch's own are skipped."""
+def issue_comment_feedback(comment: Mapping[str, Any], own: Collection[int]) -> Feedback | None:
+    """A conversation comment (no line: it goes to the person), but the ones lo-orch wrote
+    (their ids ``own``: words are no proof, anyone may begin a comment with lo-orch's)."""
     user = comment.get("user") if isinstance(comment.get("user"), dict) else {}
     assert isinstance(user, dict)
     author = str(user.get("login") or "")
     body = str(comment.get("body") or "")
-    if (own_login and author == own_login) or body.startswith(ANSWER_MARK):
+    if comment.get("id") in own:
         return None
     return Feedback(
         "issue_comment",
@@ -695,7 +701,7 @@ def pending_checks(runs: Sequence[Mapping[str, Any]], statuses: Sequence[Mapping
 
 # answers --------------------------------------------------------------------------------
 
-#: the first words of every answer lo-orch writes (so following never routes its own)
+#: the first words of every answer lo-orch writes (it knows its own by their ids)
 ANSWER_MARK = "lo-orch:"
 
 

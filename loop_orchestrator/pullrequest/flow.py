@@ -416,14 +416,15 @@ def _answer_threads(
         assert item.task is not None
         text = decide.answer(task=item.task, commit=reviewed, files=files)
         if item.kind == "review_comment" and item.reply_to is not None:
-            api.reply(number, item.reply_to, text)
+            made = api.reply(number, item.reply_to, text)
         else:
             quoted = " ".join(item.text.split())[:300]
-            api.comment(number, f"{text}\n\n> {item.title}: {quoted}")
+            made = api.comment(number, f"{text}\n\n> {item.title}: {quoted}")
         done.append(item.id)
         routed[i] = item.model_copy(update={"answered": reviewed})
+        own = [*prec.own, made] if made is not None else prec.own
         # saved after each answer: a failure midway never answers a thread twice
-        prec = prec.model_copy(update={"routed": list(routed)})
+        prec = prec.model_copy(update={"routed": list(routed), "own": own})
         prrecord.save(repo, state.name, prec)
     return done
 
@@ -474,8 +475,9 @@ def read_feedback(
         if fb is not None:
             items.append(fb)
     items += [fb for s in statuses if (fb := decide.status_feedback(s)) is not None]
-    items += [fb for c in reviews if (fb := decide.review_comment_feedback(c, "")) is not None]
-    items += [fb for c in conversation if (fb := decide.issue_comment_feedback(c, "")) is not None]
+    own = set(prec.own)
+    items += [fb for c in reviews if (fb := decide.review_comment_feedback(c, own)) is not None]
+    items += [fb for c in conversation if (fb := decide.issue_comment_feedback(c, own)) is not None]
     return items, decide.pending_checks(check_runs, statuses), headers
 
 

@@ -159,18 +159,27 @@ class GitHub:
         ).data
         return data if isinstance(data, dict) else {}
 
-    def reply(self, number: int, comment_id: int, text: str) -> None:
-        self.call(
+    def reply(self, number: int, comment_id: int, text: str) -> int | None:
+        """Answer a review thread; the new comment's id."""
+        ans = self.call(
             "POST",
             self.url(f"/repos/{self.tgt.full}/pulls/{number}/comments/{comment_id}/replies"),
             what=f"answering review comment {comment_id}",
             body={"body": text},
         )
+        return _id(ans.data)
 
-    def comment(self, number: int, text: str) -> None:
-        self.call(
+    def comment(self, number: int, text: str) -> int | None:
+        """Comment on the pull request's conversation; the new comment's id."""
+        ans = self.call(
             "POST",
             self.url(f"/repos/{self.tgt.full}/issues/{number}/comments"),
             what=f"commenting on pull request #{number}",
             body={"body": text},
         )
+        return _id(ans.data)
+
+
+def _id(data: Any) -> int | None:
+    value = data.get("id") if isinstance(data, dict) else None
+    return value if isinstance(value, int) else None

@@ -56,6 +56,8 @@ class PrRecord(BaseModel):
     bodies: dict[str, Any] = Field(default_factory=dict)
     nexts: dict[str, str] = Field(default_factory=dict)
     routed: list[RoutedItem] = Field(default_factory=list)
+    #: the ids of the comments lo-orch wrote on the pull request (never feedback)
+    own: list[int] = Field(default_factory=list)
 
 
 def path(repo: Path, run: str) -> Path:
