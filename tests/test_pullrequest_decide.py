@@ -336,3 +336,17 @@ def test_only_writers_review_comments_may_reach_a_task() -> None:
         assert fb is not None and fb.outside
         routed = decide.route([fb], lambda _p, _l: "t")
         assert routed.tasks == {} and routed.person == [fb]
+
+
+def test_a_path_outside_the_repository_points_nowhere() -> None:
+    run = {"id": 3, "name": "ci", "status": "completed", "conclusion": "failure"}
+    for bad in ("app/../.orchestration/x", "/etc/passwd", "app/./x.py", "app//x.py", ".."):
+        fb = decide.check_run_feedback(run, [{"path": bad, "start_line": 1, "message": "m"}])
+        assert fb is not None and fb.paths == ()
+        routed = decide.route([fb], lambda _p, _l: "t")  # an owner for any path: not asked
+        assert routed.tasks == {} and len(routed.person) == 1
+        comment = {"id": 1, "path": bad, "line": 1, "author_association": "OWNER"}
+        said = decide.review_comment_feedback(comment, ())
+        assert said is not None and said.paths == ()  # listed for the person, not dropped
+    ok = decide.check_run_feedback(run, [{"path": "app/x.py", "start_line": 1}])
+    assert ok is not None and ok.paths == (("app/x.py", 1),)

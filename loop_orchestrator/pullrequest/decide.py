@@ -537,8 +537,13 @@ def plain(text: str) -> str:
 
 
 def _path(value: str) -> str:
-    """A path from GitHub with no control character at all (no line break either)."""
-    return _CONTROL.sub("", value).replace("\n", "").replace("\t", "").replace("\r", "")
+    """A path from GitHub with no control character at all (no line break either); "" for
+    one that is not a plain path inside the repository (``../x``, ``/etc/x``, ``a/./b``):
+    a check's annotations are what the sessions' code printed in CI, and such a path must
+    not pass a task's ``owns`` by a detour."""
+    path = _CONTROL.sub("", value).replace("\n", "").replace("\t", "").replace("\r", "")
+    parts = path.split("/")
+    return "" if any(p in ("", ".", "..") for p in parts) else path
 
 
 def _word(value: Any, default: str) -> str:
@@ -607,9 +612,9 @@ def review_comment_feedback(comment: Mapping[str, Any], own: Collection[int]) ->
     )
     if comment.get("id") in own:
         return None
-    path = _path(comment["path"]) if isinstance(comment.get("path"), str) else ""
-    if not path:
+    if not isinstance(comment.get("path"), str):
         return None
+    path = _path(comment["path"])  # "" for one outside the repository: the person's
     line = (
         comment.get("line")
         if isinstance(comment.get("line"), int)
@@ -620,7 +625,7 @@ def review_comment_feedback(comment: Mapping[str, Any], own: Collection[int]) ->
         f"review_comment:{comment.get('id')}",
         _word(author, "reviewer"),
         _bounded(str(comment.get("body") or "")),
-        ((path, line if isinstance(line, int) else None),),
+        ((path, line if isinstance(line, int) else None),) if path else (),
         hunk=_bounded(str(comment.get("diff_hunk") or "")),
         url=_word(comment.get("html_url"), ""),
         # GitHub answers a thread under its first comment, never under a reply
