@@ -89,9 +89,10 @@ class Reports:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
 
         The judgement and the change it makes are one step under the record's lock, so a
-        supervisor job changing the same task cannot slip in between.
+        supervisor job changing the same task cannot slip in between; the change is
+        durable (fsynced, after the lock is let go) before the answer goes out.
         """
-        with self.record.lock:
+        with self.record.step():
             return self._handle(request)
 
     def _handle(self, request: Request) -> Reply | None:
@@ -182,8 +183,13 @@ class Reports:
                 if claims:
                     extra["disputes"] = [c["check"] for c in claims]
             # logged before the status changes: the ledger shows cause before effect
-            self.store.append_ledger(
-                "signal", task=tid, phase=signal, previous=st.phase.value, note=note, **extra
+            self.store.append_ledger_unsynced(
+                "signal",
+                task=tid,
+                phase=signal,
+                previous=st.phase.value,
+                note=note,
+                **extra,
             )
             if st.waiting_for:
                 changes["waiting_for"] = None
@@ -200,12 +206,14 @@ class Reports:
             # no prompt arrived: Qwen Code 0.15.10 fires it again, with an empty prompt,
             # when it sends a tool's result on; taken as a submit, it would confirm a
             # prompt pasted meanwhile that the session never read
-            self.store.append_ledger(
+            self.store.append_ledger_unsynced(
                 "hook", task=tid, hook_event=event, empty_prompt=True, **fields
             )
             return {"exit_code": 0}
         if not request.attested:
-            self.store.append_ledger("hook", task=tid, hook_event=event, attested=False, **fields)
+            self.store.append_ledger_unsynced(
+                "hook", task=tid, hook_event=event, attested=False, **fields
+            )
             left = request.message.get("left_at")
             at = _iso(left) if isinstance(left, (int, float)) else now_iso()
             if event == "UserPromptSubmit":
@@ -264,7 +272,7 @@ class Reports:
             reply |= asked
         elif self.desk is not None and event in lifecycle.MOVED_ON_EVENTS:
             self.desk.close_task(tid, f"the session moved on ({event})")
-        self.store.append_ledger("hook", task=tid, hook_event=event, **fields)
+        self.store.append_ledger_unsynced("hook", task=tid, hook_event=event, **fields)
         self.record.update_task(tid, **changes)
         if changes.get("waiting_for"):
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
