@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
-from loop_orchestrator.verify import pyenv
+import pytest
+
+from loop_orchestrator.verify import pyenv, sitescan
 
 
 def site_with_a_package(tmp_path: Path) -> tuple[Path, Path]:
@@ -19,7 +22,8 @@ def site_with_a_package(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def baseline_of(site: Path) -> pyenv.SiteBaseline:
-    return pyenv.SiteBaseline(roots=[str(site)], files=pyenv.fingerprint([site]))
+    files = pyenv.fingerprint([site])
+    return pyenv.SiteBaseline(roots=[str(site)], files=files, digests={sitescan.digest(files)})
 
 
 def test_a_hook_added_and_removed_again_leaves_its_folder_changed(tmp_path: Path) -> None:
@@ -85,3 +89,27 @@ def test_what_is_written_inside_a_pycache_never_counts(tmp_path: Path) -> None:
     baseline = baseline_of(site)
     (pkg / "__pycache__" / "core.cpython-311.pyc").write_bytes(b"\0" * 16)
     assert pyenv.changes(baseline) == []
+
+
+def test_the_scan_in_its_own_process_sees_what_the_scan_in_process_sees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site, pkg = site_with_a_package(tmp_path)
+    baseline = baseline_of(site)
+    assert pyenv.scan_digest([str(site)]) in baseline.digests
+    in_process: list[int] = []
+    real = pyenv.fingerprint
+
+    def counted(roots: Iterable[Path], *, shallow: bool = False) -> dict[str, sitescan.FileStat]:
+        in_process.append(1)
+        return real(roots, shallow=shallow)
+
+    monkeypatch.setattr(pyenv, "fingerprint", counted)
+    assert pyenv.changes(baseline) == [] and in_process == []  # the digest was enough
+    (pkg / "__pycache__").mkdir()  # no change, but another state: judged in process once
+    assert pyenv.changes(baseline) == [] and in_process == [1]
+    assert pyenv.changes(baseline) == [] and in_process == [1]  # then known
+    core = pkg / "core.py"
+    core.write_text("def run():\n    return 2\n", encoding="utf-8")
+    assert pyenv.changes(baseline) == [f"changed {core}"]
+    assert pyenv.changes(baseline) == [f"changed {core}"]  # a change is never learnt

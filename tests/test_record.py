@@ -234,3 +234,23 @@ def test_a_step_is_fsynced_once_when_it_ends_with_the_record_free_for_others(
     rec.sync()  # nothing new: no fsync
     assert len(synced) == 2
     assert Record.open(tmp_path, "demo").task("alpha").pane_id == "%3"
+
+
+def test_a_step_not_durable_now_is_made_durable_by_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = make_record(tmp_path)
+    synced: list[int] = []
+    real = fsync_path
+
+    def watched(path: Path) -> None:
+        synced.append(path.stat().st_size)
+        real(path)
+
+    monkeypatch.setattr("loop_orchestrator.runstate.journal.fsync_path", watched)
+    with rec.step(durable=False):  # a hook event's report
+        rec.update_task("alpha", last_event="PreToolUse")
+    assert synced == []
+    reported = rec.path.stat().st_size
+    rec.update_task("beta", phase=Phase.LAUNCHING)  # the next durable append covers both
+    assert synced == [rec.path.stat().st_size] and synced[0] > reported

@@ -252,10 +252,11 @@ class Record:
             self._fold(kind, json.loads(json.dumps(data, default=str)))
 
     @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
+    def step(self, *, durable: bool = True) -> Iterator[None]:
         """Hold the record across a read and the change it decides (one step for other
         threads); what the step appended is fsynced once the lock is let go, before the
-        step returns (the outermost step syncs)."""
+        step returns (the outermost step syncs). ``durable=False``: not synced now, but
+        with the next append that is (an fsync covers everything written before it)."""
         with self._mutex:
             self._steps += 1
             try:
@@ -263,7 +264,7 @@ class Record:
             finally:
                 self._steps -= 1
                 outermost = self._steps == 0
-        if outermost:
+        if outermost and durable:
             self.sync()
 
     def sync(self) -> None:

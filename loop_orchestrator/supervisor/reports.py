@@ -89,10 +89,12 @@ class Reports:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
 
         The judgement and the change it makes are one step under the record's lock, so a
-        supervisor job changing the same task cannot slip in between; the change is
-        durable (fsynced, after the lock is let go) before the answer goes out.
+        supervisor job changing the same task cannot slip in between. A signal's change is
+        durable (fsynced, after the lock is let go) before the answer goes out; a hook
+        event's is made durable by the next append that is (docs/design.md, "What a power
+        cut may lose").
         """
-        with self.record.step():
+        with self.record.step(durable=request.message.get("type") != "hook"):
             return self._handle(request)
 
     def _handle(self, request: Request) -> Reply | None:
@@ -278,6 +280,7 @@ class Reports:
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
         if over_budget and self.block is not None:
             self.block(tid, over_budget)
+            self.record.sync()  # a decision, not only a report: durable before the answer
         elif (
             event == "StopFailure"
             and payload.get("error") in LIMIT_ERRORS
@@ -285,6 +288,7 @@ class Reports:
         ):
             said = payload.get("last_assistant_message")
             self.limit_hit(tid, str(payload["error"]), said if isinstance(said, str) else None)
+            self.record.sync()
         elif event == "UserPromptSubmit" and st.limit_until:
             # a prompt reached the session (Claude Code's own resume after a usage limit,
             # or lo-orch's): it works again

@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,7 +36,9 @@ from pathlib import Path
 
 from loop_orchestrator import proc
 from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.verify import sitescan
 from loop_orchestrator.verify.models import Finding, blocking
+from loop_orchestrator.verify.sitescan import FileStat
 
 #: names of Python interpreters (python, python3, python3.12, pypy3...)
 _PYTHON_NAME = re.compile(r"^(?:python|pypy)[0-9.]*$")
@@ -49,11 +52,6 @@ _HOOK_NAME = re.compile(
 _ASK = "import json, site; print(json.dumps({'site': site.getsitepackages()}))"
 MAX_SHOWN = 8
 
-#: (size, mtime_ns, ctime_ns, mode, inode)
-FileStat = tuple[int, int, int, int, int]
-#: what a ``__pycache__`` folder is recorded as: being there (what is in it never counts)
-PYCACHE: FileStat = (0, 0, 0, 0, 0)
-
 
 @dataclass
 class SiteBaseline:
@@ -66,6 +64,8 @@ class SiteBaseline:
 
     roots: list[str]
     files: dict[str, FileStat]
+    #: digests of the states judged unchanged (the baseline's own first; ``changes``)
+    digests: set[str] = field(default_factory=set, repr=False, compare=False)
     last: tuple[float, list[str]] | None = field(default=None, repr=False, compare=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -168,40 +168,22 @@ def check_roots(
 
 
 def fingerprint(roots: Iterable[Path], *, shallow: bool = False) -> dict[str, FileStat]:
-    """Every file, symlink and folder under ``roots`` (a root that is a file or a symlink
-    stands for itself); a ``__pycache__`` folder only as being there (``PYCACHE``), never
-    its content. ``shallow``: the roots and what is directly in them only."""
-    files: dict[str, FileStat] = {}
-    stack = []
-    for root in roots:
-        try:
-            st = root.lstat()
-        except OSError:
-            continue
-        files[str(root)] = _stat(st)
-        if root.is_dir() and not root.is_symlink():
-            stack.append(str(root))
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False) and entry.name == "__pycache__":
-                    files[entry.path] = PYCACHE
-                    continue
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            files[entry.path] = _stat(st)
-            if not shallow and stat.S_ISDIR(st.st_mode):
-                stack.append(entry.path)
-    return files
+    """``sitescan.fingerprint`` of ``roots``: every entry under them with its stat."""
+    return sitescan.fingerprint([str(r) for r in roots], shallow=shallow)
 
 
-def _stat(st: os.stat_result) -> FileStat:
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_ino)
+def scan_digest(roots: Sequence[str]) -> str | None:
+    """The digest of ``roots``' fingerprint, scanned by ``sitescan`` in a process of its
+    own (lo-orch's interpreter with ``-I -S``: nothing from the scanned folders runs);
+    None when that fails (then the scan is done in process)."""
+    try:
+        res = proc.run(
+            [sys.executable, "-I", "-S", sitescan.__file__, *roots], timeout=120, check=False
+        )
+    except (LoOrchError, OSError):
+        return None
+    out = res.stdout.strip()
+    return out if res.ok and len(out) == 64 else None
 
 
 def take_baseline(
@@ -209,7 +191,10 @@ def take_baseline(
 ) -> SiteBaseline:
     """Fingerprint the checks' site folders now (when a run starts, before any agent)."""
     roots = check_roots(repo, argvs, env)
-    return SiteBaseline(roots=[str(r) for r in roots], files=fingerprint(roots))
+    files = fingerprint(roots)
+    return SiteBaseline(
+        roots=[str(r) for r in roots], files=files, digests={sitescan.digest(files)}
+    )
 
 
 def changes(baseline: SiteBaseline, *, shallow: bool = False) -> list[str]:
@@ -234,9 +219,13 @@ def changes(baseline: SiteBaseline, *, shallow: bool = False) -> list[str]:
         if baseline.last is not None and baseline.last[0] >= asked:
             return list(baseline.last[1])
         started = time.monotonic()
-        result = _diff(
-            baseline.files, fingerprint(Path(r) for r in baseline.roots), set(baseline.roots)
-        )
+        if scan_digest(baseline.roots) in baseline.digests:
+            result: list[str] = []  # the state of a scan judged before: nothing to say
+        else:  # (or the scan failed): scanned again here, to say what differs
+            now = fingerprint(Path(r) for r in baseline.roots)
+            result = _diff(baseline.files, now, set(baseline.roots))
+            if not result:  # only what is no change (a __pycache__): known from now on
+                baseline.digests.add(sitescan.digest(now))
         baseline.last = (started, result)
         return list(result)
 
@@ -254,6 +243,8 @@ def _folders_as_there(files: Mapping[str, FileStat], roots: set[str]) -> dict[st
 
 
 def _diff(then: Mapping[str, FileStat], now: Mapping[str, FileStat], roots: set[str]) -> list[str]:
+    if then == now:
+        return []
     added = now.keys() - then.keys()
     removed = then.keys() - now.keys()
     changed = {p for p in now.keys() & then.keys() if tuple(now[p]) != tuple(then[p])}
