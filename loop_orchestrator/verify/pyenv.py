@@ -6,14 +6,17 @@ file or a ``sitecustomize`` there runs before pytest, and an edited ``_pytest`` 
 report anything. ``checkout.check_env`` keeps out what the environment variables and the
 checkout could add; this module covers the site folders themselves.
 
-``take_baseline`` records every file under the site folders of the interpreters the plan's
-checks use and of the project's virtual environments (with their ``bin/`` scripts,
-``pyvenv.cfg`` and the interpreter and check programs themselves), when a run starts. ``changes``
-compares the same folders later: any file added, removed or changed (size, mtime, ctime,
-mode, inode) is reported by name. The
-ctime cannot be set back by an unprivileged process, so an edit cannot hide behind a
-restored mtime. ``__pycache__`` folders are left out: the checks never read them
-(``PYTHONPYCACHEPREFIX``), and honest runs of the interpreter write them.
+``take_baseline`` records every file and folder under the site folders of the interpreters
+the plan's checks use and of the project's virtual environments (with their ``bin/``
+scripts, ``pyvenv.cfg`` and the interpreter and check programs themselves), when a run
+starts. ``changes`` compares the same folders later: any entry added, removed or changed
+(size, mtime, ctime, mode, inode) is reported by name; ``shallow``, only the roots' own
+entries (the look before the checks). The ctime cannot be set back by an unprivileged
+process, so an edit cannot hide behind a restored mtime, nor a file added and removed
+again behind its folder's. What is in ``__pycache__`` folders is left out: the checks
+never read them (``PYTHONPYCACHEPREFIX``), and honest runs of the interpreter write them;
+a package folder that only gained one is no change. The full scan runs in a process of
+its own (``sitescan``); docs/design.md section 7 says why it is not cached.
 
 Finding the folders never runs anything from them: a virtual environment is recognised by
 its ``pyvenv.cfg``; the base interpreter is asked with ``-I -S`` (no site module, no
