@@ -254,3 +254,27 @@ def test_a_step_not_durable_now_is_made_durable_by_the_next_append(
     reported = rec.path.stat().st_size
     rec.update_task("beta", phase=Phase.LAUNCHING)  # the next durable append covers both
     assert synced == [rec.path.stat().st_size] and synced[0] > reported
+
+
+def test_steps_that_sync_inside_and_appends_that_sync_after_never_deadlock(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    rec = make_record(tmp_path, tasks=("alpha", "beta", "gamma", "delta"))
+
+    def work(task: str) -> None:
+        for i in range(15):
+            with rec.step(durable=False):  # a hook's step that decided something
+                rec.update_task(task, note=f"step {i}")
+                rec.sync()
+            rec.update_task(task, note=f"alone {i}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in rec.state.tasks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    again = Record.open(tmp_path, "demo")
+    assert {again.task(t).note for t in again.state.tasks} == {"alone 14"}

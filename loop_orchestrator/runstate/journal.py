@@ -270,13 +270,14 @@ class Record:
     def sync(self) -> None:
         """Make every entry written so far durable: one fsync, unless one that began after
         the last write already did (then it only waits for that one)."""
-        with self._mutex:
-            wanted = self._offset
+        # ``_offset`` is read without the record's lock (a thread in a step may call this
+        # while it holds that lock, and waits for ``_sync_lock`` meanwhile): it only ever
+        # grows, and past bytes already written
+        wanted = self._offset
         with self._sync_lock:
             if self._synced >= wanted:
                 return
-            with self._mutex:
-                upto = self._offset  # (what others wrote meanwhile rides along)
+            upto = self._offset  # (what others wrote meanwhile rides along)
             fsync_path(self.path)
             self._synced = upto
 
