@@ -200,13 +200,7 @@ class Accounting:
             path = usage.session_transcript(Path(st.worktree), st.session_id, env)
         except ValueError:  # a session id that is not a UUID: nothing lo-orch launched
             return None
-        needle = last_words_needle(last_words) if last_words else None
-        if tool_use_id:
-            start = self.spend.offset(tid, st.session_id)
-            wait_for_text(path, tool_use_id, TRANSCRIPT_WAIT, start)
-        elif needle is not None:
-            start = self.spend.offset(tid, st.session_id)
-            wait_for_text(path, needle, LAST_WORDS_WAIT, start)
+        self.await_transcript(tid, tool_use_id, last_words)
         # the spend is lo-orch's own book of every message it has read, never less than
         # before (a session that truncates its transcript does not spend less: spend.py)
         seen = self.spend.observe(tid, st.session_id, path)
@@ -236,6 +230,31 @@ class Accounting:
         self.journal.set(tid, usage=data, usage_rounds=rounds)
         self.journal.store.append_ledger("usage", task=tid, round=st.rework_count, **data)
         return now
+
+    def await_transcript(
+        self, tid: str, tool_use_id: str | None = None, last_words: str | None = None
+    ) -> None:
+        """Wait, briefly, for the message that asks for tool ``tool_use_id`` (or, more
+        briefly, for a turn's ``last_words``) to reach the task's Claude Code transcript
+        (``refresh_usage`` says why). Also called before a hook's step takes the record, so
+        that one session's wait holds up no other session's report."""
+        if not tool_use_id and not last_words:
+            return
+        st = self.journal.record.task(tid)
+        if self.agent != "claude" or not st.session_id or not st.worktree:
+            return
+        env = {**os.environ, **self.settings.agent.env}
+        try:
+            path = usage.session_transcript(Path(st.worktree), st.session_id, env)
+        except ValueError:
+            return
+        needle = last_words_needle(last_words) if last_words else None
+        if tool_use_id:
+            start = self.spend.offset(tid, st.session_id)
+            wait_for_text(path, tool_use_id, TRANSCRIPT_WAIT, start)
+        elif needle is not None:
+            start = self.spend.offset(tid, st.session_id)
+            wait_for_text(path, needle, LAST_WORDS_WAIT, start)
 
     def _refresh_qwen(
         self, tid: str, session_id: str, before: dict[str, Any] | None

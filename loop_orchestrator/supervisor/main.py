@@ -697,11 +697,11 @@ class Supervisor:
         if isinstance(step, decide.Launch):
             self.jobs.submit(tid, self.sessions.start_task)
         elif isinstance(step, decide.Implement):
-            self.journal.event("reacted", tid, to=st.phase.value)
+            self.journal.event_unsynced("reacted", tid, to=st.phase.value)
             self.jobs.submit(tid, self.sessions.to_implement)
         elif isinstance(step, decide.Verify):
             if step.reacted:
-                self.journal.event("reacted", tid, to=st.phase.value)
+                self.journal.event_unsynced("reacted", tid, to=st.phase.value)
             self.jobs.submit(tid, self.verification.verify)
         elif isinstance(step, decide.Integrate):
             self.jobs.submit(tid, self.integration.integrate)
