@@ -25,7 +25,12 @@ from typing import Any, Literal
 
 from loop_orchestrator import proc, resources
 from loop_orchestrator.agents.claude import ROOT_HINT, claude_config_path
-from loop_orchestrator.agents.support import PRESET_PACKAGES, SUPPORT, npm_package, support_lines
+from loop_orchestrator.agents.support import (
+    PRESET_PACKAGES,
+    SUPPORT,
+    install_command,
+    support_lines,
+)
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.files import ORCH_DIR
@@ -125,12 +130,11 @@ def check_agent(settings: Settings) -> Check:
         return Check("agent CLI", "ok", f"{exe} (kind = command)")
     line, detail = _tool_version([*argv, "--version"])
     if line is None:
-        package = npm_package(agent.kind)
         return Check(
             "agent CLI",
             "fail",
             detail,
-            f"Install it (`npm install -g {package}`) or set [agent] command to its path.",
+            f"Install it (`{install_command(agent.kind)}`) or set [agent] command to its path.",
         )
     return Check("agent CLI", "ok", f"{line} ({detail})")
 
@@ -169,6 +173,8 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
     name = "claude login"
     if settings.agent.kind == "qwen":
         return check_qwen_login(settings, env)
+    if settings.agent.kind == "aider":
+        return check_aider_key(settings, env)
     if settings.agent.kind in PRESET_PACKAGES:
         return Check(
             f"{settings.agent.kind} login",
@@ -228,6 +234,39 @@ def check_qwen_login(settings: Settings, env: Mapping[str, str]) -> Check:
         "warn",
         "no auth chosen: Qwen Code will show its auth dialog (lo-orch stops there)",
         "Run `qwen auth` once (or set OPENAI_API_KEY, OPENAI_BASE_URL and OPENAI_MODEL).",
+    )
+
+
+#: the key variables aider's providers read (litellm), the ones it picks a model by first
+AIDER_KEYS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "OPENROUTER_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+)
+
+
+def check_aider_key(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Offline: a model for aider, and a key it could use. Without both it offers an
+    OpenRouter login in a browser, where lo-orch stops."""
+    name = "aider model and key"
+    merged = {**env, **settings.agent.env}
+    model = settings.agent.model or merged.get("AIDER_MODEL") or ""
+    keys = [k for k in AIDER_KEYS if merged.get(k)]
+    base = merged.get("AIDER_OPENAI_API_BASE") or merged.get("OPENAI_API_BASE")
+    where = f" ({base})" if base else ""
+    if keys:
+        chosen = f"model {model}" if model else "no model set (aider picks one by key)"
+        return Check(name, "ok", f"{chosen}; key in the environment: {', '.join(keys)}{where}")
+    return Check(
+        name,
+        "warn",
+        "no API key aider reads is set: sessions stop at its OpenRouter login offer",
+        "Set [agent] model and its key in [agent] env (e.g. OPENAI_API_KEY, with "
+        "AIDER_OPENAI_API_BASE for a compatible server).",
     )
 
 

@@ -18,7 +18,7 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -126,6 +126,17 @@ class AgentAdapter(Protocol):
         """Return once the agent can take a prompt (called before each one is sent): a
         no-op for an agent that queues a prompt sent while it works; gives up quietly
         after ``timeout``."""
+
+
+def arrival_check(adapter: AgentAdapter, worktree: Path, text: str) -> Callable[[], bool] | None:
+    """The adapter's own check that ``text`` reached its session in ``worktree``
+    (``prompt_arrival``: aider's chat history), taken before the paste; None when it has
+    none (the screen decides)."""
+    make = getattr(adapter, "prompt_arrival", None)
+    if not callable(make):
+        return None
+    check = make(worktree, text)
+    return check if callable(check) else None
 
 
 class UnattendedAdapter:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from loop_orchestrator.agents.aider import AiderAdapter
 from loop_orchestrator.agents.claude import ClaudeAdapter
 from loop_orchestrator.agents.codex import CodexAdapter
 from loop_orchestrator.agents.command import CommandAdapter
@@ -22,6 +23,7 @@ ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {
     "codex": CodexAdapter,
     "gemini": GeminiAdapter,
     "qwen": QwenAdapter,
+    "aider": AiderAdapter,
     "command": CommandAdapter,
     "scripted": ScriptedAdapter,
 }

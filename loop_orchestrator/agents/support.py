@@ -49,6 +49,13 @@ SUPPORT: dict[str, Support] = {
         "tokens from its chat file (not priced: cost unknown)",
         "Qwen Code 0.15.10, a whole run on the scripted Chat Completions endpoint",
     ),
+    "aider": Support(
+        "aider",
+        "its chat history (each prompt as it read it) and lo-orch signal (its shell commands)",
+        "--restore-chat-history (the history in the worktree)",
+        "tokens from its chat history (not priced: cost unknown)",
+        "aider 0.86.2, a whole run on the scripted Chat Completions endpoint",
+    ),
     "command": Support(
         "any CLI ([agent] command)",
         "lo-orch signal and the pane",
@@ -76,9 +83,19 @@ PRESET_PACKAGES: dict[str, str] = {
     "codex": "@openai/codex",
     "gemini": "@google/gemini-cli",
     "qwen": "@qwen-code/qwen-code",
+    "aider": "aider-chat",
 }
+#: the preset kinds whose package is on PyPI, not npm
+PYPI_KINDS = ("aider",)
 #: the npm package of Claude Code
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
+
+
+def install_command(kind: str) -> str:
+    """The command that installs the agent CLI of ``[agent] kind``."""
+    if kind in PYPI_KINDS:
+        return f"pipx install {PRESET_PACKAGES[kind]}"
+    return f"npm install -g {npm_package(kind)}"
 
 
 def npm_package(kind: str) -> str:

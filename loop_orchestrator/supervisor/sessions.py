@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator import templating, verify
-from loop_orchestrator.agents.contract import AgentAdapter, AgentContext
+from loop_orchestrator.agents.contract import AgentAdapter, AgentContext, arrival_check
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import (
@@ -106,7 +106,7 @@ class Sessions:
             kind = self.settings.agent.kind
             note = (
                 f"the agent (kind {kind}) records no token usage"
-                if kind not in ("codex", "gemini", "qwen")
+                if kind not in ("codex", "gemini", "qwen", "aider")
                 else f"the agent (kind {kind}) records tokens lo-orch does not read or price"
             )
             self.journal.set(tid, usage=usage.unknown(note).as_json())
@@ -185,6 +185,8 @@ class Sessions:
         if self.adapter.uses_hooks:
             confirmed = prompt_confirmation(self.journal.record.task, tid)
             started()
+        elif st.worktree:  # an agent whose own files confirm a prompt (aider's chat history)
+            confirmed = arrival_check(self.adapter, Path(st.worktree), text)
         # (an agent that drops a prompt sent while it works waits for its turn's end)
         self.adapter.wait_idle(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
         self.deliverer.deliver(

@@ -29,7 +29,7 @@ from loop_orchestrator.supervisor.main import Outcome, Supervisor
 from loop_orchestrator.workspace import integration
 from loop_orchestrator.workspace.integration import Review
 
-Kind = Literal["claude", "codex", "gemini", "qwen"]
+Kind = Literal["claude", "codex", "gemini", "qwen", "aider"]
 #: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,
 #: the scripts/bootstrap option that installs it)
 _CLIS: dict[Kind, tuple[str, str, str, str]] = {
@@ -37,7 +37,10 @@ _CLIS: dict[Kind, tuple[str, str, str, str]] = {
     "codex": ("LO_ORCH_TEST_CODEX", "codex", "codex", "--agents"),
     "gemini": ("LO_ORCH_TEST_GEMINI", "gemini-cli", "gemini", "--agents"),
     "qwen": ("LO_ORCH_TEST_QWEN", "qwen-code", "qwen", "--agents"),
+    "aider": ("LO_ORCH_TEST_AIDER", "aider", "aider", "--agents"),
 }
+#: kinds installed in a Python venv of their own (``.cache/<folder>/bin``), not by npm
+_VENV_KINDS = ("aider",)
 
 E = TypeVar("E", bound=ModelEndpoint)
 
@@ -47,11 +50,8 @@ def agent_cli(kind: Kind) -> Path:
     .cache, else the one on PATH; fails the test (saying how to install it) when none is."""
     variable, folder, name, option = _CLIS[kind]
     explicit = os.environ.get(variable)
-    found = (
-        Path(explicit)
-        if explicit
-        else REPO_ROOT / ".cache" / folder / "node_modules" / ".bin" / name
-    )
+    bin_dir = ("bin",) if kind in _VENV_KINDS else ("node_modules", ".bin")
+    found = Path(explicit) if explicit else REPO_ROOT.joinpath(".cache", folder, *bin_dir, name)
     if not found.exists():
         which = None if explicit else shutil.which(name)
         if which is None:
