@@ -22,6 +22,7 @@ from loop_orchestrator.agents.aider import (
     history_paths,
     history_prompts,
     history_usage,
+    identity_env,
 )
 from loop_orchestrator.agents.contract import arrival_check
 from loop_orchestrator.agents.registry import make_adapter
@@ -157,6 +158,9 @@ def test_launch_runs_aiders_python_with_the_launcher_and_resumes_a_recorded_chat
     assert argv[argv.index("--edit-format") + 1] == "diff"
     assert argv[argv.index("--model") + 1] == "openai/m"
     assert argv[argv.index("--chat-history-file") + 1] == str(history_paths(git_repo)[0])
+    # aider would write an identity into the repository's config without one of its own
+    assert spec.env["GIT_CONFIG_KEY_0"] == "user.name" and spec.env["GIT_CONFIG_COUNT"] == "2"
+    assert identity_env({"GIT_CONFIG_COUNT": "1"}) == {}
     # nothing recorded yet: a resume starts afresh
     assert "--restore-chat-history" not in argv
     history_paths(git_repo)[0].write_text(HISTORY, encoding="utf-8")

@@ -26,6 +26,10 @@ offline against ``simulator.chat_endpoint.ChatEndpoint``; docs/agents.md):
   verifies as well);
 - with no model and no key it offers an OpenRouter login in a browser, which
   ``--yes-always`` would accept: lo-orch stops at that screen (``AIDER_SCREENS``);
+- without a git identity it writes "Your Name" into the repository's config at start (a
+  read-only file in the sandbox: it crashes): lo-orch gives its process one through
+  ``GIT_CONFIG_*`` (``identity_env``); aider's commits, when a user turns them on, are
+  authored so;
 - updates, analytics, release notes, URL detection (it would fetch URLs named in a prompt)
   and notifications are off.
 """
@@ -247,6 +251,25 @@ def aider_python(program: str) -> str:
     return python
 
 
+#: the identity aider's git sees (``identity_env``)
+IDENTITY = ("aider (lo-orch)", "aider@lo-orch.invalid")
+
+
+def identity_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A git identity for aider's process (``GIT_CONFIG_*``), unless ``env`` already gives
+    git config that way: without one aider writes "Your Name" into the repository's own
+    config at start, which the sandbox keeps read-only (aider then crashes)."""
+    if env.get("GIT_CONFIG_COUNT"):
+        return {}
+    return {
+        "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_0": "user.name",
+        "GIT_CONFIG_VALUE_0": IDENTITY[0],
+        "GIT_CONFIG_KEY_1": "user.email",
+        "GIT_CONFIG_VALUE_1": IDENTITY[1],
+    }
+
+
 def add_excludes(worktree: Path, lines: Sequence[str] = EXCLUDES) -> None:
     """Keep aider's files out of git: ``lines`` in the repository's ``info/exclude``."""
     ensure_excludes(worktree, tuple(lines))
@@ -302,7 +325,7 @@ class AiderAdapter(UnattendedAdapter):
         argv += ["--chat-history-file", str(chat), "--input-history-file", str(inputs)]
         if resume and history_prompts(_read(chat)):
             argv.append("--restore-chat-history")
-        return launch_spec_for(ctx, argv, dict(ctx.env))
+        return launch_spec_for(ctx, argv, {**identity_env(env), **ctx.env})
 
     def is_ready(self, screen: str) -> bool:
         return bool(BANNER_RE.search(screen)) and _at_input(screen)
