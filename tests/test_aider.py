@@ -278,3 +278,20 @@ def test_one_answer_carries_a_prompts_steps_in_the_order_aider_applies_them() ->
     assert len(commands) == 4 and all("\n" not in c for c in commands)
     assert commands[-1].endswith("signal impl_done'")
     assert "base64 -d" in commands[2]  # the two-line command as one line
+
+
+def test_no_model_and_no_key_ends_the_start_before_its_browser_login(tmp_path: Path) -> None:
+    """aider 0.86.2 says this, then offers an OpenRouter login in a browser, which
+    ``--yes-always`` would accept: the start ends at that screen with a clear error."""
+    adapter = AiderAdapter(AgentConfig(kind="aider", command=str(fake_aider(tmp_path))), tmp_path)
+    screen = (
+        "Aider v0.86.2\nNo LLM model was specified and no API keys were provided.\n"
+        "OpenRouter provides free and paid access to many LLMs.\n"
+    )
+    (pattern, what, hint), *_ = adapter.fatal_screens
+    assert pattern.search(screen) and what == "aider has no model and no API key"
+    assert "[agent] model" in hint
+    # its banner and input line alone are ready; a question or a turn is not
+    assert adapter.is_ready("Aider v0.86.2\nModel: openai/x with diff edit format\n\n> \n\n")
+    assert not adapter.is_ready("Aider v0.86.2\n> hi\nRun shell command? (Y)es/(N)o [Yes]: ")
+    assert not adapter.is_ready("> hi\n")
