@@ -18,7 +18,6 @@ from loop_orchestrator.agents.aider import (
     aider_python,
     arrivals,
     checked_args,
-    history_errors,
     history_paths,
     history_prompts,
     history_usage,
@@ -39,7 +38,7 @@ from loop_orchestrator.simulator.aider_replies import (
 from loop_orchestrator.simulator.chat_endpoint import as_shell
 from loop_orchestrator.simulator.replies import Fault, Step
 
-# as aider 0.86.2 wrote it (a two-line prompt, an answer, a retried rate limit)
+# as aider 0.86.2 wrote it (a two-line prompt, an answer; the last line with a cost)
 HISTORY = """
 # aider chat started at 2026-12-01 20:14:33
 
@@ -51,8 +50,6 @@ HISTORY = """
 Planning.
 
 > Tokens: 597 sent, 3 received.~
-> litellm.RateLimitError: RateLimitError: OpenAIException - scripted rate_limit_error~
-> Retrying in 0.2 seconds...~
 
 #### Task `tokenize`: implement it.
 
@@ -71,7 +68,7 @@ def fake_aider(tmp_path: Path) -> Path:
     return program
 
 
-def test_history_gives_prompts_arrivals_tokens_and_errors() -> None:
+def test_history_gives_prompts_arrivals_and_tokens() -> None:
     prompts = history_prompts(HISTORY)
     assert prompts == [
         "Task `tokenize`: plan it.\nWhen done, run: $LO_ORCH_BIN signal plan_ready",
@@ -94,8 +91,6 @@ def test_history_gives_prompts_arrivals_tokens_and_errors() -> None:
         "messages": 2,
         "cost_usd": pytest.approx(0.0123),
     }
-    errors = history_errors(HISTORY)
-    assert [e["type"] for e in errors] == ["RateLimitError"]
     assert history_usage("")["messages"] == 0 and history_usage("")["cost_usd"] is None
 
 

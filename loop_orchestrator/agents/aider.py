@@ -12,7 +12,7 @@ offline against ``simulator.chat_endpoint.ChatEndpoint``; docs/agents.md):
   folder, run by aider's own Python) that lets ``--yes-always`` answer yes there too, as
   the unattended modes of the other CLIs run their shell tools;
 - it writes its chat history (``#### `` lines: each prompt as aider read it; ``> Tokens:``
-  lines: each answer's tokens; ``> litellm....Error`` lines: failed calls) and its input
+  lines: each answer's tokens; a 429 or 5xx it retried is not written) and its input
   history, by default in the git root: lo-orch names them in the worktree
   (``history_paths``) and keeps them, and the repo map's tags cache, out of git through
   ``info/exclude`` (``EXCLUDES``), so they are never part of the task's work;
@@ -123,7 +123,6 @@ AIDER_SCREENS: tuple[tuple[re.Pattern[str], str, str], ...] = (
 _TOKENS_RE = re.compile(r"^> Tokens: (.*)$", re.MULTILINE)
 _COUNT_RE = re.compile(r"([\d.]+)(k?) (sent|received|cache write|cache hit)")
 _COST_RE = re.compile(r"Cost: \$([\d.]+) message")
-_ERROR_RE = re.compile(r"^> (litellm\.(\w+)(?::|\b).*)$", re.MULTILINE)
 
 
 def history_paths(worktree: Path) -> tuple[Path, Path]:
@@ -194,11 +193,6 @@ def history_usage(text: str) -> dict[str, Any]:
         if cost:
             totals["cost_usd"] = (totals["cost_usd"] or 0.0) + float(cost.group(1))
     return totals
-
-
-def history_errors(text: str) -> list[dict[str, str]]:
-    """The failed model calls a chat history records (``litellm.RateLimitError: ...``)."""
-    return [{"type": kind, "error": line[:300]} for line, kind in _ERROR_RE.findall(text)]
 
 
 def option_value(args: Sequence[str], name: str) -> str | None:
