@@ -177,6 +177,8 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
         return check_cline_login(settings, env)
     if settings.agent.kind == "vibe":
         return check_vibe_key(settings, env)
+    if settings.agent.kind == "aider":
+        return check_aider_key(settings, env)
     if has_preset(settings.agent.kind):
         return Check(
             f"{settings.agent.kind} login",
@@ -301,6 +303,39 @@ def _read_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError:
         return ""
+
+
+#: the key variables aider's providers read (litellm), the ones it picks a model by first
+AIDER_KEYS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "OPENROUTER_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+)
+
+
+def check_aider_key(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Offline: a model for aider, and a key it could use. Without both it offers an
+    OpenRouter login in a browser, where lo-orch stops."""
+    name = "aider model and key"
+    merged = {**env, **settings.agent.env}
+    model = settings.agent.model or merged.get("AIDER_MODEL") or ""
+    keys = [k for k in AIDER_KEYS if merged.get(k)]
+    base = merged.get("AIDER_OPENAI_API_BASE") or merged.get("OPENAI_API_BASE")
+    where = f" ({base})" if base else ""
+    if keys:
+        chosen = f"model {model}" if model else "no model set (aider picks one by key)"
+        return Check(name, "ok", f"{chosen}; key in the environment: {', '.join(keys)}{where}")
+    return Check(
+        name,
+        "warn",
+        "no API key aider reads is set: sessions stop at its OpenRouter login offer",
+        "Set [agent] model and its key in [agent] env (e.g. OPENAI_API_KEY, with "
+        "AIDER_OPENAI_API_BASE for a compatible server).",
+    )
 
 
 def check_plugin_installed(env: Mapping[str, str]) -> Check:

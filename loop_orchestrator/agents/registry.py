@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from loop_orchestrator.agents.aider import AiderAdapter
 from loop_orchestrator.agents.claude import ClaudeAdapter
 from loop_orchestrator.agents.cline import ClineAdapter
 from loop_orchestrator.agents.codex import CodexAdapter
@@ -26,6 +27,7 @@ ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {
     "qwen": QwenAdapter,
     "cline": ClineAdapter,
     "vibe": VibeAdapter,
+    "aider": AiderAdapter,
     "command": CommandAdapter,
     "scripted": ScriptedAdapter,
 }

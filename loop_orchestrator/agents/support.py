@@ -63,6 +63,13 @@ SUPPORT: dict[str, Support] = {
         "tokens from its session store (not priced: cost unknown)",
         "Mistral Vibe 3.0.2, a whole run on the scripted Chat Completions endpoint",
     ),
+    "aider": Support(
+        "aider",
+        "its chat history (each prompt as it read it) and lo-orch signal (its shell commands)",
+        "--restore-chat-history (the history in the worktree)",
+        "tokens from its chat history (not priced: cost unknown)",
+        "aider 0.86.2, a whole run on the scripted Chat Completions endpoint",
+    ),
     "command": Support(
         "any CLI ([agent] command)",
         "lo-orch signal and the pane",
@@ -92,9 +99,10 @@ PRESET_PACKAGES: dict[str, str] = {
     "qwen": "@qwen-code/qwen-code",
     "cline": "cline",
 }
-#: agent kinds with a preset whose CLI is a PyPI package (installed with uv, as its
-#: makers say), and that package
-PYPI_PACKAGES: dict[str, str] = {"vibe": "mistral-vibe"}
+#: agent kinds with a preset whose CLI is a PyPI package, that package and the tool
+#: its makers install it with
+PYPI_PACKAGES: dict[str, str] = {"vibe": "mistral-vibe", "aider": "aider-chat"}
+PYPI_INSTALLERS: dict[str, str] = {"vibe": "uv tool install", "aider": "pipx install"}
 #: the npm package of Claude Code
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
 
@@ -108,7 +116,7 @@ def has_preset(kind: str) -> bool:
 def install_command(kind: str) -> str:
     """The command that installs the agent CLI of ``[agent] kind``."""
     if kind in PYPI_PACKAGES:
-        return f"uv tool install {PYPI_PACKAGES[kind]}"
+        return f"{PYPI_INSTALLERS[kind]} {PYPI_PACKAGES[kind]}"
     return f"npm install -g {npm_package(kind)}"
 
 

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator.simulator import aider_replies as aider
 from loop_orchestrator.simulator.endpoint import DEFAULT_TOKEN, ModelEndpoint
 from loop_orchestrator.simulator.replies import Conversation, Fault, Step
 from loop_orchestrator.simulator.serving import drop_or_hang, send_events
@@ -333,7 +334,35 @@ class ChatEndpoint(ModelEndpoint):
     )
 
     def conversation(self, body: Mapping[str, Any]) -> Conversation:
-        return chat_conversation(body)
+        return aider.aider_conversation(body) if aider.is_aider(body) else chat_conversation(body)
+
+    def shape(self, body: Mapping[str, Any], steps: list[Step]) -> list[Step]:
+        """aider takes one answer a prompt: its steps in one (``aider_replies.combined``)."""
+        return [aider.combined(steps, as_shell)] if aider.is_aider(body) else steps
+
+    def aider_env(self, home: Path) -> dict[str, str]:
+        """The environment of an aider session on this endpoint: a throwaway ``HOME``
+        whose model metadata file knows the scripted model (aider would fetch litellm's
+        model list from GitHub for it otherwise), the base URL and the key."""
+        home.mkdir(parents=True, exist_ok=True)
+        metadata = {
+            "openai/scripted": {
+                "max_input_tokens": 1_000_000,
+                "max_output_tokens": 32_000,
+                "input_cost_per_token": 0,
+                "output_cost_per_token": 0,
+                "litellm_provider": "openai",
+                "mode": "chat",
+            }
+        }
+        (home / ".aider.model.metadata.json").write_text(json.dumps(metadata, indent=2), "utf-8")
+        return {
+            "HOME": str(home),
+            "OPENAI_API_KEY": self.token or DEFAULT_TOKEN,
+            "AIDER_OPENAI_API_BASE": f"{self.url}/v1",
+            "AIDER_MODEL": "openai/scripted",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
 
     def qwen_env(self, home: Path) -> dict[str, str]:
         """The environment of a Qwen Code session on this endpoint: a throwaway
@@ -407,7 +436,11 @@ class ChatEndpoint(ModelEndpoint):
         """The model names ``GET .../models`` lists."""
         return ["scripted"]
 
-    def session_of(self, headers: Mapping[str, str], convo: Conversation) -> str:
+    def session_of(
+        self, headers: Mapping[str, str], convo: Conversation, body: Mapping[str, Any] | None = None
+    ) -> str:
+        if body is not None and aider.is_aider(body):
+            return aider.aider_session(convo)
         for name in self.session_headers:
             if headers.get(name):
                 return headers[name]
@@ -444,11 +477,11 @@ class ChatEndpoint(ModelEndpoint):
             fault = Fault.error(401, message="Incorrect API key provided")
             _send_json(handler, 401, error_body(fault), {})
             return True
-        convo = chat_conversation(body)
-        session_id = self.session_of(headers, convo)
+        convo = self.conversation(body)
+        session_id = self.session_of(headers, convo, body)
         base["session"] = session_id
         stream = bool(body.get("stream"))
-        if not body.get("tools"):
+        if not body.get("tools") and not aider.is_aider(body):
             # a side call (a title, a summary, a next-speaker check): not a turn
             self._log({**base, "kind": "side call", "status": 200})
             self._send(handler, body, Step("Scripted session"), None, stream=stream, now=now)
@@ -469,11 +502,14 @@ class ChatEndpoint(ModelEndpoint):
         if answer.tool and call is None:
             names = sorted(_functions(body.get("tools")))
             answer = Step(f"(scripted: no shell tool among {names})")
+        logged: dict[str, Any] = {"call": call[0] if call else None}
+        if aider.is_aider(body):
+            logged["commands"] = aider.shell_commands(answer.text)
         self.reply(
             record,
             answer,
             lambda: self._send(handler, body, answer, call, stream=stream, now=now),
-            call=call[0] if call else None,
+            **logged,
         )
         return True
 

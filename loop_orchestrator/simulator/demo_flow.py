@@ -13,7 +13,8 @@ Write and Bash tools do the work, its hooks report, offline, in a throwaway
 ``--agent qwen`` does the same with Qwen Code on the scripted Chat Completions endpoint
 (``simulator/chat_endpoint.py``), in a throwaway ``QWEN_HOME``; ``--agent cline`` with the
 Cline CLI there, in a throwaway ``CLINE_DIR``; ``--agent vibe`` with Mistral Vibe there,
-in a throwaway ``VIBE_HOME``.
+in a throwaway ``VIBE_HOME``; ``--agent aider`` with aider, in a throwaway
+``HOME``.
 """
 
 from __future__ import annotations
@@ -75,13 +76,14 @@ def prepare_demo(root: Path) -> DemoFiles:
     return DemoFiles(root, repo, root / "plan.yaml", root / "script.yaml")
 
 
-AGENTS = ("scripted", "claude", "qwen", "cline", "vibe")
+AGENTS = ("scripted", "claude", "qwen", "cline", "vibe", "aider")
 #: the demo agents that are a preset CLI on the scripted Chat Completions endpoint:
 #: kind -> (program, the command installing it)
 CHAT_PRESETS = {
     "qwen": ("qwen", "npm install -g @qwen-code/qwen-code"),
     "cline": ("cline", "npm install -g cline"),
     "vibe": ("vibe", "uv tool install mistral-vibe"),
+    "aider": ("aider", "pipx install aider-chat"),
 }
 
 
@@ -186,6 +188,8 @@ def run_demo(
             env = chat.cline_env(home)
         elif agent == "vibe":
             env = chat.vibe_env(home)
+        elif agent == "aider":
+            env = chat.aider_env(home)
         else:
             env = chat.qwen_env(home)
         claude = ClaudeDemo(command, env)

@@ -220,6 +220,11 @@ class ModelEndpoint:
         """What a request says about its session (an endpoint of another API overrides it)."""
         return Conversation.of(body)
 
+    def shape(self, body: Mapping[str, Any], steps: list[Step]) -> list[Step]:
+        """The replies of one prompt as this client takes them (an endpoint for a client
+        that answers a prompt in one reply overrides it)."""
+        return steps
+
     def handle_post(
         self, handler: http.server.BaseHTTPRequestHandler, raw: bytes, headers: Mapping[str, str]
     ) -> bool:
@@ -250,7 +255,8 @@ class ModelEndpoint:
             kind, round_no = classify(prompt)
             if ordinal not in session.steps:
                 actions = self._actions(entry, session, kind, round_no, ordinal)
-                session.steps[ordinal] = steps_for(actions, convo.cwd, os.path.exists)
+                steps = steps_for(actions, convo.cwd, os.path.exists)
+                session.steps[ordinal] = self.shape(body, steps)
             steps = session.steps[ordinal]
             info = {
                 "session": session_id,

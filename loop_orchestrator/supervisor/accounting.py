@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.agents import cline, qwen, vibe
+from loop_orchestrator.agents import aider, cline, qwen, vibe
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import limits, spend, usage
 from loop_orchestrator.errors import PaneGoneError
@@ -193,6 +193,8 @@ class Accounting:
             return self._refresh_cline(tid, st.session_id, Path(st.worktree), st.usage)
         if self.agent == "vibe" and st.worktree:
             return self._refresh_vibe(tid, Path(st.worktree), st.usage)
+        if self.agent == "aider" and st.worktree:
+            return self._refresh_aider(tid, Path(st.worktree), st.usage)
         if self.agent != "claude" or not st.session_id or not st.worktree:
             return None
         env = {**os.environ, **self.settings.agent.env}
@@ -334,6 +336,39 @@ class Accounting:
             cost_usd=None,
             models=[self.settings.agent.model] if self.settings.agent.model else [],
             notes=["tokens from Mistral Vibe's session store; lo-orch has no prices for them"],
+        )
+        data = now.as_json()
+        if data != before:
+            self.journal.set(tid, usage=data)
+            self.journal.store.append_ledger("usage", task=tid, **data)
+        return now
+
+    def _refresh_aider(
+        self, tid: str, worktree: Path, before: dict[str, Any] | None
+    ) -> usage.Usage | None:
+        """aider's tokens from the chat history lo-orch names in the worktree (rounded by
+        aider above 1000); its own cost figure is noted, not booked: the cost stays
+        unknown, so no budget can stop it."""
+        chat = aider.history_paths(worktree)[0]
+        try:
+            text = chat.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        counted = aider.history_usage(text)
+        notes = ["tokens from aider's chat history (rounded); lo-orch does not price them"]
+        if counted["cost_usd"] is not None:
+            notes.append(f"aider's own cost figure: ${counted['cost_usd']:.4f}")
+        now = usage.Usage(
+            tokens={
+                **dict.fromkeys(usage.TOKEN_KEYS, 0),
+                "input_tokens": max(0, counted["input_tokens"] - counted["cached_tokens"]),
+                "output_tokens": counted["output_tokens"],
+                "cache_read_input_tokens": counted["cached_tokens"],
+                "cache_creation_input_tokens": counted["cache_write_tokens"],
+            },
+            cost_usd=None,
+            models=[self.settings.agent.model] if self.settings.agent.model else [],
+            notes=notes,
         )
         data = now.as_json()
         if data != before:

@@ -89,13 +89,14 @@ IGNORED_CAP = 20000
 EXCLUDES = (f"/{ORCH_DIR}/", f"/{WORKTREES_DIR}/")
 
 
-def ensure_excludes(repo: Path) -> None:
-    """Add ``.orchestration/`` and ``.worktrees/`` to ``.git/info/exclude`` if missing."""
+def ensure_excludes(repo: Path, lines: tuple[str, ...] = EXCLUDES) -> None:
+    """Add ``lines`` (``.orchestration/`` and ``.worktrees/``) to ``.git/info/exclude`` if
+    missing."""
     common = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
     exclude = Path(common) / "info" / "exclude"
     text = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
     present = {line.strip() for line in text.splitlines()}
-    missing = [line for line in EXCLUDES if line not in present]
+    missing = [line for line in lines if line not in present]
     if not missing:
         return
     exclude.parent.mkdir(parents=True, exist_ok=True)
