@@ -10,6 +10,7 @@ from loop_orchestrator.agents.codex import CodexAdapter
 from loop_orchestrator.agents.command import CommandAdapter
 from loop_orchestrator.agents.contract import AgentAdapter
 from loop_orchestrator.agents.gemini import GeminiAdapter
+from loop_orchestrator.agents.opencode import OpencodeAdapter
 from loop_orchestrator.agents.qwen import QwenAdapter
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import ConfigError
@@ -22,6 +23,7 @@ ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {
     "codex": CodexAdapter,
     "gemini": GeminiAdapter,
     "qwen": QwenAdapter,
+    "opencode": OpencodeAdapter,
     "command": CommandAdapter,
     "scripted": ScriptedAdapter,
 }

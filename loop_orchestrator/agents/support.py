@@ -49,6 +49,14 @@ SUPPORT: dict[str, Support] = {
         "tokens from its chat file (not priced: cost unknown)",
         "Qwen Code 0.15.10, a whole run on the scripted Chat Completions endpoint",
     ),
+    "opencode": Support(
+        "opencode",
+        "its events through lo-orch's plugin (prompt, tool use, idle, retry, error) and "
+        "lo-orch signal",
+        "--session <its session, from the task's own database>",
+        "tokens from its database (not priced: cost unknown)",
+        "opencode 1.18.33, a whole run on the scripted Chat Completions endpoint",
+    ),
     "command": Support(
         "any CLI ([agent] command)",
         "lo-orch signal and the pane",
@@ -76,6 +84,7 @@ PRESET_PACKAGES: dict[str, str] = {
     "codex": "@openai/codex",
     "gemini": "@google/gemini-cli",
     "qwen": "@qwen-code/qwen-code",
+    "opencode": "opencode-ai",
 }
 #: the npm package of Claude Code
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"

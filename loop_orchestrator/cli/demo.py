@@ -17,12 +17,13 @@ from loop_orchestrator.cli.render import printer
 )
 @click.option(
     "--agent",
-    type=click.Choice(["scripted", "claude", "qwen"]),
+    type=click.Choice(["scripted", "claude", "qwen", "opencode"]),
     default="scripted",
     show_default=True,
     help="scripted: no install needed; claude: real Claude Code sessions (the "
     "`claude` on PATH) driven offline by a built-in scripted model; qwen: real Qwen Code "
-    "sessions (the `qwen` on PATH), the same way.",
+    "sessions (the `qwen` on PATH), the same way; opencode: real opencode sessions (the "
+    "`opencode` on PATH), the same way.",
 )
 def demo_command(keep: bool, agent: str) -> None:
     """The whole flow on a throwaway repo with the scripted agent (no Claude login)."""

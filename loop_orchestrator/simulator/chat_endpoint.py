@@ -335,6 +335,27 @@ class ChatEndpoint(ModelEndpoint):
             "OPENAI_MODEL": "scripted",
         }
 
+    def opencode_env(self, home: Path) -> dict[str, str]:
+        """The environment of an opencode session on this endpoint: throwaway XDG folders
+        under ``home`` whose global config names this endpoint as its provider and model."""
+        config = home / "config" / "opencode"
+        config.mkdir(parents=True, exist_ok=True)
+        provider = {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "lo-orch scripted model",
+            "options": {"baseURL": f"{self.url}/v1", "apiKey": self.token or DEFAULT_TOKEN},
+            "models": {m: {"name": m} for m in self.models()},
+        }
+        settings = {
+            "provider": {"lo-orch": provider},
+            "model": "lo-orch/scripted",
+            "small_model": "lo-orch/scripted",
+        }
+        (config / "opencode.json").write_text(json.dumps(settings, indent=2) + "\n", "utf-8")
+        env = {f"XDG_{k.upper()}_HOME": str(home / k) for k in ("config", "data", "state", "cache")}
+        # no fetch of its model list from the network (it fails offline, after a wait)
+        return {**env, "OPENCODE_DISABLE_MODELS_FETCH": "1"}
+
     def models(self) -> list[str]:
         """The model names ``GET .../models`` lists."""
         return ["scripted"]

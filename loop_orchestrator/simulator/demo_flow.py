@@ -11,7 +11,8 @@ scripted endpoint (``simulator/endpoint.py``) serving the same script: Claude Co
 Write and Bash tools do the work, its hooks report, offline, in a throwaway
 ``CLAUDE_CONFIG_DIR`` (the user's ``~/.claude*`` is neither read nor written).
 ``--agent qwen`` does the same with Qwen Code on the scripted Chat Completions endpoint
-(``simulator/chat_endpoint.py``), in a throwaway ``QWEN_HOME``.
+(``simulator/chat_endpoint.py``), in a throwaway ``QWEN_HOME``; ``--agent opencode`` with
+opencode there, in throwaway XDG folders.
 """
 
 from __future__ import annotations
@@ -73,10 +74,13 @@ def prepare_demo(root: Path) -> DemoFiles:
     return DemoFiles(root, repo, root / "plan.yaml", root / "script.yaml")
 
 
-AGENTS = ("scripted", "claude", "qwen")
+AGENTS = ("scripted", "claude", "qwen", "opencode")
 #: the demo agents that are a preset CLI on the scripted Chat Completions endpoint:
 #: kind -> (program, the npm package installing it)
-CHAT_PRESETS = {"qwen": ("qwen", "@qwen-code/qwen-code")}
+CHAT_PRESETS = {
+    "qwen": ("qwen", "@qwen-code/qwen-code"),
+    "opencode": ("opencode", "opencode-ai"),
+}
 
 
 def demo_settings(script: Path, claude: ClaudeDemo | None = None, kind: str = "claude") -> Settings:
@@ -175,7 +179,9 @@ def run_demo(
             load_script(files.script, model=True), log_path=root / "model-requests.jsonl"
         )
         endpoint = chat
-        claude = ClaudeDemo(command, chat.qwen_env(root / f"{agent}-home"))
+        home = root / f"{agent}-home"
+        env = chat.qwen_env(home) if agent == "qwen" else chat.opencode_env(home)
+        claude = ClaudeDemo(command, env)
         say(
             f"{agent} ({command}) on the scripted Chat Completions endpoint {chat.url} "
             "(offline; its settings and chats live in the demo folder)"

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.agents import qwen
+from loop_orchestrator.agents import opencode, qwen
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import limits, spend, usage
-from loop_orchestrator.errors import PaneGoneError
+from loop_orchestrator.errors import AgentError, PaneGoneError
 from loop_orchestrator.plan.model import Plan
 from loop_orchestrator.runstate.state import Phase
 from loop_orchestrator.sessions.backend import wait_until
@@ -182,6 +182,8 @@ class Accounting:
         st = self.journal.record.task(tid)
         if self.agent == "qwen" and st.session_id:
             return self._refresh_qwen(tid, st.session_id, st.usage)
+        if self.agent == "opencode" and st.session_id:
+            return self._refresh_opencode(tid, st.session_id, st.usage)
         if self.agent != "claude" or not st.session_id or not st.worktree:
             return None
         env = {**os.environ, **self.settings.agent.env}
@@ -229,23 +231,49 @@ class Accounting:
     def _refresh_qwen(
         self, tid: str, session_id: str, before: dict[str, Any] | None
     ) -> usage.Usage | None:
-        """Qwen Code's tokens from its chat file (found by the session id lo-orch chose);
-        no prices for them: the cost stays unknown, so no budget can stop it."""
+        """Qwen Code's tokens from its chat file (found by the session id lo-orch chose)."""
         env = {**os.environ, **self.settings.agent.env}
         chat = qwen.find_chat(qwen.runtime_dir(env), session_id)
         if chat is None:
             return None
         counted = qwen.chat_usage(chat)
+        tokens = {
+            "input_tokens": counted["input_tokens"] - counted["cached_tokens"],
+            "output_tokens": counted["output_tokens"],
+            "cache_read_input_tokens": counted["cached_tokens"],
+        }
+        return self._record_tokens(tid, tokens, "Qwen Code's chat file", before)
+
+    def _refresh_opencode(
+        self, tid: str, session_id: str, before: dict[str, Any] | None
+    ) -> usage.Usage | None:
+        """opencode's tokens from the task's own database (named by lo-orch's session id)."""
+        env = {**os.environ, **self.settings.agent.env}
+        try:
+            db = opencode.task_db(env, session_id)
+        except AgentError:  # a session id lo-orch did not choose: nothing it launched
+            return None
+        counted = opencode.db_usage(db)
+        if not counted["messages"]:
+            return None
+        tokens = {
+            "input_tokens": counted["input_tokens"],
+            "output_tokens": counted["output_tokens"],
+            "cache_read_input_tokens": counted["cache_read"],
+            "cache_creation_input_tokens": counted["cache_write"],
+        }
+        return self._record_tokens(tid, tokens, "opencode's database", before)
+
+    def _record_tokens(
+        self, tid: str, tokens: dict[str, int], source: str, before: dict[str, Any] | None
+    ) -> usage.Usage:
+        """Record tokens an agent's own files give; no prices for them: the cost stays
+        unknown, so no budget can stop it."""
         now = usage.Usage(
-            tokens={
-                **dict.fromkeys(usage.TOKEN_KEYS, 0),
-                "input_tokens": counted["input_tokens"] - counted["cached_tokens"],
-                "output_tokens": counted["output_tokens"],
-                "cache_read_input_tokens": counted["cached_tokens"],
-            },
+            tokens={**dict.fromkeys(usage.TOKEN_KEYS, 0), **tokens},
             cost_usd=None,
             models=[self.settings.agent.model] if self.settings.agent.model else [],
-            notes=["tokens from Qwen Code's chat file; lo-orch has no prices for its models"],
+            notes=[f"tokens from {source}; lo-orch has no prices for its models"],
         )
         data = now.as_json()
         if data != before:

@@ -29,7 +29,7 @@ from loop_orchestrator.supervisor.main import Outcome, Supervisor
 from loop_orchestrator.workspace import integration
 from loop_orchestrator.workspace.integration import Review
 
-Kind = Literal["claude", "codex", "gemini", "qwen"]
+Kind = Literal["claude", "codex", "gemini", "qwen", "opencode"]
 #: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,
 #: the scripts/bootstrap option that installs it)
 _CLIS: dict[Kind, tuple[str, str, str, str]] = {
@@ -37,6 +37,7 @@ _CLIS: dict[Kind, tuple[str, str, str, str]] = {
     "codex": ("LO_ORCH_TEST_CODEX", "codex", "codex", "--agents"),
     "gemini": ("LO_ORCH_TEST_GEMINI", "gemini-cli", "gemini", "--agents"),
     "qwen": ("LO_ORCH_TEST_QWEN", "qwen-code", "qwen", "--agents"),
+    "opencode": ("LO_ORCH_TEST_OPENCODE", "opencode", "opencode", "--agents"),
 }
 
 E = TypeVar("E", bound=ModelEndpoint)
