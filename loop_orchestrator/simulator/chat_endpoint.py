@@ -353,8 +353,18 @@ class ChatEndpoint(ModelEndpoint):
         }
         (config / "opencode.json").write_text(json.dumps(settings, indent=2) + "\n", "utf-8")
         env = {f"XDG_{k.upper()}_HOME": str(home / k) for k in ("config", "data", "state", "cache")}
-        # no fetch of its model list from the network (it fails offline, after a wait)
-        return {**env, "OPENCODE_DISABLE_MODELS_FETCH": "1"}
+        # nothing this provider needs: no fetch of the model list from the network (it
+        # fails offline), no other providers' plugins, no skills or CLAUDE.md looked for
+        # outside the project, no language servers downloaded (start-up measured at load
+        # 13 on 2 cores: 38 s without these, 28 s with them)
+        quiet = (
+            "MODELS_FETCH",
+            "DEFAULT_PLUGINS",
+            "EXTERNAL_SKILLS",
+            "CLAUDE_CODE",
+            "LSP_DOWNLOAD",
+        )
+        return {**env, **{f"OPENCODE_DISABLE_{name}": "1" for name in quiet}}
 
     def models(self) -> list[str]:
         """The model names ``GET .../models`` lists."""
