@@ -352,6 +352,13 @@ class ChatEndpoint(ModelEndpoint):
             "small_model": "lo-orch/scripted",
         }
         (config / "opencode.json").write_text(json.dumps(settings, indent=2) + "\n", "utf-8")
+        # opencode 1.18.33 npm-installs @opencode-ai/plugin (the types of plugins written
+        # against it; lo-orch's needs none) into its config folder at start unless that
+        # folder's node_modules exists and its package-lock.json names it: a download from
+        # the registry that held the first start for 14 to 60 s (its ``Npm.install``)
+        (config / "node_modules").mkdir(exist_ok=True)
+        lock = {"packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}
+        (config / "package-lock.json").write_text(json.dumps(lock) + "\n", "utf-8")
         env = {f"XDG_{k.upper()}_HOME": str(home / k) for k in ("config", "data", "state", "cache")}
         # nothing this provider needs: no fetch of the model list from the network (it
         # fails offline), no other providers' plugins, no skills or CLAUDE.md looked for

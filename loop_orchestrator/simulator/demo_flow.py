@@ -88,8 +88,11 @@ def demo_settings(script: Path, claude: ClaudeDemo | None = None, kind: str = "c
     endpoint), no LLM auditor."""
     agent = AgentConfig(kind="scripted", script=str(script), ready_timeout=20)
     if claude is not None:
+        # opencode's start was seen taking 30 to 60 s with two at once on a loaded 2-core
+        # machine (load 15)
+        ready = 180 if kind == "opencode" else 90
         agent = AgentConfig.model_validate(
-            {"kind": kind, "command": claude.command, "env": claude.env, "ready_timeout": 90}
+            {"kind": kind, "command": claude.command, "env": claude.env, "ready_timeout": ready}
         )
     return Settings(
         agent=agent,
