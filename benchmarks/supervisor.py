@@ -1,9 +1,10 @@
 """Supervisor benchmark, BEFORE and AFTER side by side: scripted sessions in real tmux.
 
 One run measures the same workload (16 and 64 tasks by default, cap 16) twice: BEFORE is a
-baseline revision (default 1e3e895: the loop looked at every task at every event, copied
-every task's record several times a turn, and read a session's whole transcript at each of
-its hooks), checked out in a temporary git worktree and
+baseline revision (default 1a30dd9: each hook's answer waited on two fsyncs under the
+record's lock, and the checks' site folders were scanned twice per verification in the
+supervisor; 1e3e895 is the one before the lean hook entry and the idle loop), checked out
+in a temporary git worktree and
 imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike; checked, and
 removed at the end); AFTER is this tree's code (signals and hooks go to the supervisor's
 inbox socket). Per size and version it prints:
@@ -56,7 +57,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BASELINE = "1e3e895"
+BASELINE = "1a30dd9"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 

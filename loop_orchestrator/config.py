@@ -52,7 +52,9 @@ class _Section(BaseModel):
 
 
 class AgentConfig(_Section):
-    kind: Literal["claude", "codex", "gemini", "qwen", "opencode", "command", "scripted"] = "claude"
+    kind: Literal[
+        "claude", "codex", "gemini", "qwen", "cline", "vibe", "opencode", "command", "scripted"
+    ] = "claude"
     command: str = "claude"
     args: list[str] = Field(default_factory=list)
     permission_mode: Literal[

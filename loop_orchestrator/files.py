@@ -17,15 +17,6 @@ ORCH_DIR = ".orchestration"
 WORKTREES_DIR = ".worktrees"
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new file in ``path`` survive a power cut."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     """Write ``text`` to ``path`` so that readers see the old or the new file, never half.
 
@@ -60,17 +51,30 @@ def _atomic_write(path: Path, data: str | bytes, *, durable: bool) -> None:
             Path(tmp).unlink()
         raise
     if durable:
-        fsync_dir(path.parent)
+        fsync_path(path.parent)
 
 
-def append_durable(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Append ``data`` (whole lines) in one write and fsync it; the caller holds any lock.
+def append_line(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = False) -> None:
+    """Append ``data`` (whole lines) in one write; the caller holds any lock.
 
     ``O_APPEND`` makes the one write land after everything others appended before it.
+    ``durable=True`` fsyncs it before returning; else a power cut may lose it (a process
+    killed any way does not: the write is in the kernel when this returns).
     """
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
     try:
         os.write(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_path(path: Path) -> None:
+    """Make what was written to the file ``path`` (by anyone, through any descriptor), or
+    a rename or a new file in the folder ``path``, survive a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)

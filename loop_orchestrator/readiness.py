@@ -27,7 +27,12 @@ from typing import Any, Literal
 from loop_orchestrator import proc, resources
 from loop_orchestrator.agents import opencode
 from loop_orchestrator.agents.claude import ROOT_HINT, claude_config_path
-from loop_orchestrator.agents.support import PRESET_PACKAGES, SUPPORT, npm_package, support_lines
+from loop_orchestrator.agents.support import (
+    SUPPORT,
+    has_preset,
+    install_command,
+    support_lines,
+)
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.files import ORCH_DIR
@@ -98,7 +103,7 @@ def agent_argv(settings: Settings) -> list[str]:
     and on every cluster node."""
     agent = settings.agent
     argv = [agent.command] if Path(agent.command).is_file() else shlex.split(agent.command)
-    if agent.kind in PRESET_PACKAGES and argv == ["claude"]:  # the default of [agent] command
+    if has_preset(agent.kind) and argv == ["claude"]:  # the default of [agent] command
         return [agent.kind]
     return argv
 
@@ -127,12 +132,11 @@ def check_agent(settings: Settings) -> Check:
         return Check("agent CLI", "ok", f"{exe} (kind = command)")
     line, detail = _tool_version([*argv, "--version"])
     if line is None:
-        package = npm_package(agent.kind)
         return Check(
             "agent CLI",
             "fail",
             detail,
-            f"Install it (`npm install -g {package}`) or set [agent] command to its path.",
+            f"Install it (`{install_command(agent.kind)}`) or set [agent] command to its path.",
         )
     return Check("agent CLI", "ok", f"{line} ({detail})")
 
@@ -171,9 +175,13 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
     name = "claude login"
     if settings.agent.kind == "qwen":
         return check_qwen_login(settings, env)
+    if settings.agent.kind == "cline":
+        return check_cline_login(settings, env)
+    if settings.agent.kind == "vibe":
+        return check_vibe_key(settings, env)
     if settings.agent.kind == "opencode":
         return check_opencode_login(settings, env)
-    if settings.agent.kind in PRESET_PACKAGES:
+    if has_preset(settings.agent.kind):
         return Check(
             f"{settings.agent.kind} login",
             "info",
@@ -233,6 +241,70 @@ def check_qwen_login(settings: Settings, env: Mapping[str, str]) -> Check:
         "no auth chosen: Qwen Code will show its auth dialog (lo-orch stops there)",
         "Run `qwen auth` once (or set OPENAI_API_KEY, OPENAI_BASE_URL and OPENAI_MODEL).",
     )
+
+
+def check_cline_login(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Offline: the provider Cline last used (``cline auth``) and whether it has a key."""
+    from loop_orchestrator.agents.cline import data_dir
+
+    name = "cline login"
+    path = data_dir({**env, **settings.agent.env}) / "settings" / "providers.json"
+    stored = _read_json(path) or {}
+    chosen = stored.get("lastUsedProvider")
+    providers = stored.get("providers")
+    entry = providers.get(chosen) if isinstance(providers, dict) and chosen else None
+    found = entry.get("settings") if isinstance(entry, dict) else None
+    if not isinstance(chosen, str) or not isinstance(found, dict):
+        return Check(
+            name,
+            "warn",
+            f"no provider configured in {path}: Cline will show its onboarding (lo-orch "
+            "stops there)",
+            "Run `cline auth` once (e.g. `cline auth -p openai-compatible -k KEY -m MODEL "
+            "-b BASE_URL`).",
+        )
+    where = f" at {found['baseUrl']}" if isinstance(found.get("baseUrl"), str) else ""
+    if found.get("apiKey") or found.get("auth"):
+        return Check(name, "ok", f"provider {chosen!r}{where}, model {found.get('model')!r}")
+    return Check(
+        name, "info", f"provider {chosen!r}{where} without a stored key (not checked offline)"
+    )
+
+
+def check_vibe_key(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Offline: the provider of Mistral Vibe's active model, and whether the variable its
+    ``api_key_env_var`` names is set (in the environment, [agent] env or $VIBE_HOME/.env)."""
+    from loop_orchestrator.agents.vibe import provider_key, vibe_home
+
+    name = "vibe key"
+    merged = {**env, **settings.agent.env}
+    home = vibe_home(merged)
+    try:
+        provider, variable, base = provider_key(home, merged)
+    except ValueError as exc:
+        return Check(name, "warn", str(exc), f"Fix {home / 'config.toml'}.")
+    where = f"provider {provider!r} ({base})"
+    if not variable:
+        return Check(name, "ok", f"{where} needs no key")
+    if merged.get(variable):
+        return Check(name, "ok", f"{variable} set for {where}")
+    if re.search(
+        rf"^\s*(export\s+)?{re.escape(variable)}\s*=\s*\S", _read_text(home / ".env"), re.M
+    ):
+        return Check(name, "ok", f"{variable} in {home / '.env'} for {where}")
+    return Check(
+        name,
+        "warn",
+        f"{variable} is not set for {where}: Vibe will show its set-up screen (lo-orch stops)",
+        f"Set {variable} in [agent] env (or run `vibe --setup` once).",
+    )
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def check_opencode_login(settings: Settings, env: Mapping[str, str]) -> Check:

@@ -47,8 +47,10 @@ def test_the_api_is_github_com_enterprise_or_the_one_configured() -> None:
     with pytest.raises(PullRequestError, match=r"not github\.com nor a GitHub Enterprise") as no:
         decide.target("origin", "https://gitlab.com/o/n.git", "", {}, ["ghe.corp"])
     assert "[intake.github] hosts" in str(no.value.hint)
-    mine = decide.target("origin", "/srv/n.git", "team/app", {"GITHUB_API_URL": "http://h:1/"})
-    assert (mine.full, mine.api) == ("team/app", "http://h:1")
+    mine = decide.target(
+        "origin", "/srv/n.git", "team/app", {"GITHUB_API_URL": "http://127.0.0.1:1/"}
+    )
+    assert (mine.full, mine.api) == ("team/app", "http://127.0.0.1:1")
     with pytest.raises(PullRequestError, match="does not name a GitHub repository") as err:
         decide.target("origin", "/srv/n.git", "", {})
     assert "[pr] repo" in str(err.value.hint)
@@ -234,13 +236,17 @@ def test_review_comments_bring_their_line_and_lo_orchs_own_answers_are_not_feedb
         "body": "no",
         "user": {"login": "c"},
     }
-    fb = decide.review_comment_feedback(comment, "")
+    fb = decide.review_comment_feedback(comment, ())
     assert fb is not None and fb.paths == (("a.py", 3),) and fb.reply_to == 7
-    assert decide.review_comment_feedback({**comment, "in_reply_to_id": 6}, "") is None
-    assert decide.review_comment_feedback(comment, "c") is None
+    # a colleague's reply in the thread is feedback too, answered in that thread
+    reply = decide.review_comment_feedback({**comment, "id": 8, "in_reply_to_id": 6}, ())
+    assert reply is not None and reply.reply_to == 6 and reply.id == "review_comment:8"
+    assert decide.review_comment_feedback(comment, {7}) is None  # lo-orch's own
     answer = decide.answer(task="t", commit=SHA, files=["a.py"])
-    assert decide.issue_comment_feedback({"id": 9, "body": answer, "user": {}}, "") is None
-    assert decide.issue_comment_feedback({"id": 9, "body": "hm", "user": {"login": "c"}}, "")
+    assert decide.issue_comment_feedback({"id": 9, "body": answer, "user": {}}, {9}) is None
+    # words are no proof: anyone may begin a comment the way lo-orch does
+    assert decide.issue_comment_feedback({"id": 10, "body": answer, "user": {}}, {9})
+    assert decide.issue_comment_feedback({"id": 9, "body": "hm", "user": {"login": "c"}}, ())
 
 
 def test_the_body_holds_goal_tasks_verification_cost_and_the_reviewed_commit() -> None:
@@ -268,3 +274,79 @@ def test_the_body_holds_goal_tasks_verification_cost_and_the_reviewed_commit() -
         goal="g" * 70_000, run="w", tasks=[], skipped=[], costs=[], reviewed=SHA, base=OLD
     )
     assert len(huge) <= decide.MAX_BODY
+
+
+def test_a_next_page_is_followed_only_on_the_apis_own_origin_and_path() -> None:
+    api = "https://ghe.corp/api/v3"
+    assert decide.next_page(None, api) is None
+    ok = "https://ghe.corp/api/v3/repos/o/n/pulls/1/comments?page=2"
+    assert decide.next_page(ok, api) == ok
+    for elsewhere in (
+        "https://evil.example/api/v3/repos/o/n/pulls/1/comments?page=2",
+        "http://ghe.corp/api/v3/repos/o/n?page=2",  # the same host without TLS
+        "https://ghe.corp:8443/api/v3/repos/o/n?page=2",
+        "https://ghe.corp/api/v30/repos?page=2",
+        "https://ghe.corp/other?page=2",
+        "https://x:tok@evil.example/api/v3?page=2",
+    ):
+        with pytest.raises(PullRequestError, match="next page outside") as err:
+            decide.next_page(elsewhere, api)
+        assert "tok@" not in err.value.message
+
+
+def test_credentials_in_urls_are_redacted_and_github_text_loses_its_control_characters() -> None:
+    said = "fatal: unable to access 'https://ghp_x@github.com/o/n.git/' and ssh://u:p@h/x"
+    assert decide.redact(said) == (
+        "fatal: unable to access 'https://***@github.com/o/n.git/' and ssh://***@h/x"
+    )
+    assert decide.redact("git@github.com:o/n.git") == "git@github.com:o/n.git"
+    assert decide.plain("a\x1b[2Jb\r\nc\rd\x9b1m\u202ee\tf\x00") == "a[2Jb\nc\nd1me\tf"
+    err = decide.push_refused("origin", "feat/x", "fatal: could not read from 'https://t0k@h/o/n'")
+    assert "https://***@h/o/n" in err.message and "t0k" not in err.message
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://ghe.corp/api/v3", True),
+        ("http://127.0.0.1:8080/api/v3", True),
+        ("http://localhost:8080", True),
+        ("http://[::1]:8080", True),
+        ("http://ghe.corp/api/v3", False),
+        ("http://127.0.0.1.evil.example/api/v3", False),
+        ("ftp://ghe.corp", False),
+        ("https://", False),
+    ],
+)
+def test_the_api_url_must_be_https_but_to_this_machine(url: str, allowed: bool) -> None:
+    if allowed:
+        assert decide.api_url(url) == url
+    else:
+        with pytest.raises(PullRequestError, match="not an https URL"):
+            decide.api_url(url)
+
+
+def test_only_writers_review_comments_may_reach_a_task() -> None:
+    base = {"id": 7, "path": "a.py", "line": 1, "body": "b", "user": {"login": "c"}}
+    for who, outside in (("OWNER", False), ("MEMBER", False), ("COLLABORATOR", False)):
+        fb = decide.review_comment_feedback({**base, "author_association": who}, ())
+        assert fb is not None and fb.outside is outside
+    for who in ("CONTRIBUTOR", "FIRST_TIMER", "NONE", ""):
+        fb = decide.review_comment_feedback({**base, "author_association": who}, ())
+        assert fb is not None and fb.outside
+        routed = decide.route([fb], lambda _p, _l: "t")
+        assert routed.tasks == {} and routed.person == [fb]
+
+
+def test_a_path_outside_the_repository_points_nowhere() -> None:
+    run = {"id": 3, "name": "ci", "status": "completed", "conclusion": "failure"}
+    for bad in ("app/../.orchestration/x", "/etc/passwd", "app/./x.py", "app//x.py", ".."):
+        fb = decide.check_run_feedback(run, [{"path": bad, "start_line": 1, "message": "m"}])
+        assert fb is not None and fb.paths == ()
+        routed = decide.route([fb], lambda _p, _l: "t")  # an owner for any path: not asked
+        assert routed.tasks == {} and len(routed.person) == 1
+        comment = {"id": 1, "path": bad, "line": 1, "author_association": "OWNER"}
+        said = decide.review_comment_feedback(comment, ())
+        assert said is not None and said.paths == ()  # listed for the person, not dropped
+    ok = decide.check_run_feedback(run, [{"path": "app/x.py", "start_line": 1}])
+    assert ok is not None and ok.paths == (("app/x.py", 1),)

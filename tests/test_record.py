@@ -10,6 +10,7 @@ from helpers.runs import run_state
 
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import Settings
+from loop_orchestrator.files import fsync_path
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate import journal as record
 from loop_orchestrator.runstate import private
@@ -201,3 +202,79 @@ def test_a_persons_retry_from_another_process_is_not_an_edit(tmp_path: Path) -> 
     # an agent's edit after it is still seen
     RunDir(tmp_path).status_path("alpha").write_text('{"phase": "approved"}', encoding="utf-8")
     assert supervisor.check_view() == ["status/alpha.json"]
+
+
+def test_a_step_is_fsynced_once_when_it_ends_with_the_record_free_for_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    rec = make_record(tmp_path)
+    synced: list[tuple[int, bool]] = []
+    real = fsync_path
+
+    def watched(path: Path) -> None:
+        # another thread reads the record while the fsync runs: it is not held up by it
+        seen: list[Phase] = []
+        reader = threading.Thread(target=lambda: seen.append(rec.task("beta").phase))
+        reader.start()
+        reader.join(timeout=10)
+        synced.append((path.stat().st_size, bool(seen)))
+        real(path)
+
+    monkeypatch.setattr("loop_orchestrator.runstate.journal.fsync_path", watched)
+    with rec.step():
+        rec.update_task("alpha", phase=Phase.LAUNCHING)
+        rec.update_task("alpha", pane_id="%3")
+        assert synced == []  # nothing waits on a disk inside the step
+    # durable when the step returns: one fsync for both, of everything written
+    assert synced == [(rec.path.stat().st_size, True)]
+    rec.update_task("beta", phase=Phase.LAUNCHING)  # alone, it is its own step
+    assert len(synced) == 2 and synced[1] == (rec.path.stat().st_size, True)
+    rec.sync()  # nothing new: no fsync
+    assert len(synced) == 2
+    assert Record.open(tmp_path, "demo").task("alpha").pane_id == "%3"
+
+
+def test_a_step_not_durable_now_is_made_durable_by_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = make_record(tmp_path)
+    synced: list[int] = []
+    real = fsync_path
+
+    def watched(path: Path) -> None:
+        synced.append(path.stat().st_size)
+        real(path)
+
+    monkeypatch.setattr("loop_orchestrator.runstate.journal.fsync_path", watched)
+    with rec.step(durable=False):  # a hook event's report
+        rec.update_task("alpha", last_event="PreToolUse")
+    assert synced == []
+    reported = rec.path.stat().st_size
+    rec.update_task("beta", phase=Phase.LAUNCHING)  # the next durable append covers both
+    assert synced == [rec.path.stat().st_size] and synced[0] > reported
+
+
+def test_steps_that_sync_inside_and_appends_that_sync_after_never_deadlock(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    rec = make_record(tmp_path, tasks=("alpha", "beta", "gamma", "delta"))
+
+    def work(task: str) -> None:
+        for i in range(15):
+            with rec.step(durable=False):  # a hook's step that decided something
+                rec.update_task(task, note=f"step {i}")
+                rec.sync()
+            rec.update_task(task, note=f"alone {i}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in rec.state.tasks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    again = Record.open(tmp_path, "demo")
+    assert {again.task(t).note for t in again.state.tasks} == {"alone 14"}

@@ -22,7 +22,7 @@ from helpers.verify import FIXED_CALC, HONEST_TESTS, calc_task, off
 
 from loop_orchestrator.plan.model import DoneCheck, Task
 from loop_orchestrator.runstate.state import RunDir
-from loop_orchestrator.verify import pyenv, verify_task
+from loop_orchestrator.verify import pyenv, sitescan, verify_task
 from loop_orchestrator.verify.checkout import check_env, clean_checkout
 from loop_orchestrator.verify.donechecks import (
     DoneSpec,
@@ -456,7 +456,10 @@ def test_edited_check_script_and_retargeted_interpreter_are_changes(git_repo: Pa
     python = venv / "bin" / "python"
     python.unlink()
     python.symlink_to("/bin/true")
-    assert pyenv.changes(baseline) == sorted([f"changed {python}", f"changed {script}"])
+    # (the interpreter replaced: its folder changed too)
+    assert pyenv.changes(baseline) == sorted(
+        [f"changed {python}", f"changed {script}", f"changed {python.parent}"]
+    )
 
 
 @pytest.mark.slow
@@ -488,16 +491,17 @@ def test_verifications_asking_at_once_share_a_scan_but_never_an_older_one(
     site.mkdir()
     for i in range(200):
         (site / f"mod{i}.py").write_text("x = 1\n", encoding="utf-8")
-    baseline = pyenv.SiteBaseline(roots=[str(site)], files=pyenv.fingerprint([site]))
+    files = pyenv.fingerprint([site])
+    baseline = pyenv.SiteBaseline(roots=[str(site)], files=files, digests={sitescan.digest(files)})
     scans = []
-    real = pyenv.fingerprint
+    real = pyenv.scan_digest
 
-    def counted(roots: list[Path]) -> dict[str, pyenv.FileStat]:
+    def counted(roots: list[str]) -> str | None:
         scans.append(1)
         time.sleep(0.3)  # a scan long enough that the others arrive while it runs
         return real(roots)
 
-    monkeypatch.setattr(pyenv, "fingerprint", counted)
+    monkeypatch.setattr(pyenv, "scan_digest", counted)
     results: list[list[str]] = []
     together = threading.Barrier(8)
 
@@ -514,4 +518,4 @@ def test_verifications_asking_at_once_share_a_scan_but_never_an_older_one(
     assert len(scans) < 8
     # a change made before a call is always seen: that call never reuses an older scan
     (site / "evil.pth").write_text("import os\n", encoding="utf-8")
-    assert pyenv.changes(baseline) == [f"added {site / 'evil.pth'}"]
+    assert pyenv.changes(baseline) == [f"added {site / 'evil.pth'}", f"changed {site}"]

@@ -18,10 +18,10 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from loop_orchestrator.agents.dialogs import Dialog, wait_until_ready
 from loop_orchestrator.config import AgentConfig, Settings
@@ -126,6 +126,17 @@ class AgentAdapter(Protocol):
         """Return once the agent can take a prompt (called before each one is sent): a
         no-op for an agent that queues a prompt sent while it works; gives up quietly
         after ``timeout``."""
+
+
+@runtime_checkable
+class ConfirmsFromStore(Protocol):
+    """An adapter without hooks whose CLI records each prompt it takes in files of its own:
+    a prompt's arrival is confirmed from them, never only from the screen."""
+
+    def prompt_check(self, worktree: Path, text: str) -> Callable[[], bool]:
+        """Called before ``text`` is sent to the session working in ``worktree``: a check
+        that is true once the CLI recorded that prompt (not one it had before)."""
+        ...
 
 
 class UnattendedAdapter:

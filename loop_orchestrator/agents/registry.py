@@ -6,12 +6,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loop_orchestrator.agents.claude import ClaudeAdapter
+from loop_orchestrator.agents.cline import ClineAdapter
 from loop_orchestrator.agents.codex import CodexAdapter
 from loop_orchestrator.agents.command import CommandAdapter
 from loop_orchestrator.agents.contract import AgentAdapter
 from loop_orchestrator.agents.gemini import GeminiAdapter
 from loop_orchestrator.agents.opencode import OpencodeAdapter
 from loop_orchestrator.agents.qwen import QwenAdapter
+from loop_orchestrator.agents.vibe import VibeAdapter
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.sessions import sandbox
@@ -23,6 +25,8 @@ ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {
     "codex": CodexAdapter,
     "gemini": GeminiAdapter,
     "qwen": QwenAdapter,
+    "cline": ClineAdapter,
+    "vibe": VibeAdapter,
     "opencode": OpencodeAdapter,
     "command": CommandAdapter,
     "scripted": ScriptedAdapter,

@@ -49,6 +49,20 @@ SUPPORT: dict[str, Support] = {
         "tokens from its chat file (not priced: cost unknown)",
         "Qwen Code 0.15.10, a whole run on the scripted Chat Completions endpoint",
     ),
+    "cline": Support(
+        "Cline CLI",
+        "hooks (TaskStart, TaskComplete, TaskError, tool use) and lo-orch signal",
+        "--id <the session id its hooks reported, while its record names the worktree>",
+        "tokens from its session file (not priced: cost unknown)",
+        "Cline CLI 3.0.65, a whole run on the scripted Chat Completions endpoint",
+    ),
+    "vibe": Support(
+        "Mistral Vibe",
+        "lo-orch signal and the pane; prompts confirmed from its session store",
+        "--resume <its session id, found by worktree in $VIBE_HOME/logs/session>",
+        "tokens from its session store (not priced: cost unknown)",
+        "Mistral Vibe 3.0.2, a whole run on the scripted Chat Completions endpoint",
+    ),
     "opencode": Support(
         "opencode",
         "its events through lo-orch's plugin (prompt, tool use, idle, retry, error) and "
@@ -84,10 +98,27 @@ PRESET_PACKAGES: dict[str, str] = {
     "codex": "@openai/codex",
     "gemini": "@google/gemini-cli",
     "qwen": "@qwen-code/qwen-code",
+    "cline": "cline",
     "opencode": "opencode-ai",
 }
+#: agent kinds with a preset whose CLI is a PyPI package (installed with uv, as its
+#: makers say), and that package
+PYPI_PACKAGES: dict[str, str] = {"vibe": "mistral-vibe"}
 #: the npm package of Claude Code
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
+
+
+def has_preset(kind: str) -> bool:
+    """Whether ``kind`` runs a program of its own while ``[agent] command`` is left at its
+    default."""
+    return kind in PRESET_PACKAGES or kind in PYPI_PACKAGES
+
+
+def install_command(kind: str) -> str:
+    """The command that installs the agent CLI of ``[agent] kind``."""
+    if kind in PYPI_PACKAGES:
+        return f"uv tool install {PYPI_PACKAGES[kind]}"
+    return f"npm install -g {npm_package(kind)}"
 
 
 def npm_package(kind: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import loop_orchestrator
 from loop_orchestrator import __version__
-from loop_orchestrator.agents.support import PRESET_PACKAGES, npm_package
+from loop_orchestrator.agents.support import has_preset, install_command
 from loop_orchestrator.cluster import connect as cluster_connect
 from loop_orchestrator.cluster.connect import ray_module
 from loop_orchestrator.config import Settings
@@ -241,10 +241,9 @@ def _judge_node(node: NodeFacts, *, agent: str | None, ray_version: str, lo_vers
             advice.append("apt-get install tmux")
         if agent and not node.agent:
             problems.append(f"{agent} (the agent CLI) not on PATH")
-            package = npm_package(agent)
             advice.append(
-                f"npm install -g {package} (and sign it in there)"
-                if agent in ("claude", *PRESET_PACKAGES)
+                f"{install_command(agent)} (and sign it in there)"
+                if agent == "claude" or has_preset(agent)
                 else f"install {agent} there"
             )
     labels = ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items()))

@@ -8,8 +8,10 @@ No I/O and no clock of its own (``now`` is passed in); the effects (git push, HT
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
-from collections.abc import Callable, Mapping, Sequence
+import urllib.parse
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -69,6 +71,14 @@ def parse_remote_url(url: str) -> Slug | None:
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}\Z")
+#: the user part of a URL (``https://TOKEN@github.com/``, ``https://user:pass@host/``)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced by ``***``: a remote URL
+    may carry a token (``https://TOKEN@github.com/o/n.git``), and git repeats it."""
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def parse_slug(text: str) -> tuple[str, str]:
@@ -111,7 +121,7 @@ def target(
     elif slug is not None:
         owner, name = slug.owner, slug.name
     else:
-        msg = f"remote {remote!r} ({url}) does not name a GitHub repository"
+        msg = f"remote {remote!r} ({redact(url)}) does not name a GitHub repository"
         raise PullRequestError(
             msg,
             hint="Point the remote at GitHub (`git remote set-url "
@@ -121,7 +131,7 @@ def target(
     host = slug.host if slug is not None else "github.com"
     explicit = (env.get("GITHUB_API_URL") or "").strip().rstrip("/")
     if explicit:
-        return Target(owner, name, explicit, host, enterprise=host != "github.com")
+        return Target(owner, name, api_url(explicit), host, enterprise=host != "github.com")
     if host in ("github.com", "www.github.com"):
         return Target(owner, name, DEFAULT_API, "github.com", enterprise=False)
     if host in {h.strip().lower().removeprefix("https://").strip("/") for h in enterprise_hosts}:
@@ -132,6 +142,36 @@ def target(
         hint="If it is a GitHub Enterprise Server, name it in "
         f'`.loop-orchestrator/config.toml`: [intake.github] hosts = ["{host}"]; or set '
         "GITHUB_API_URL to its API.",
+    )
+
+
+def _loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_url(explicit: str) -> str:
+    """``GITHUB_API_URL`` as given, refused unless it is https (plain http only to this
+    machine: the token must never cross a network unencrypted)."""
+    parts = urllib.parse.urlsplit(explicit)
+    if (parts.scheme == "https" and parts.hostname) or (
+        parts.scheme == "http" and _loopback(parts.hostname)
+    ):
+        return explicit
+    msg = (
+        f"GITHUB_API_URL={redact(explicit)!r} is not an https URL: the token would travel "
+        "unencrypted; nothing was pushed"
+    )
+    raise PullRequestError(
+        msg,
+        hint="Set it to the API's https URL (`https://api.github.com`, or "
+        "`https://HOST/api/v3` for GitHub Enterprise Server), or unset it.",
     )
 
 
@@ -232,6 +272,7 @@ def push_plan(
 
 def push_refused(remote: str, feature: str, stderr: str) -> PullRequestError:
     """What a refused ``git push`` means for the person, in git's and GitHub's words."""
+    stderr = redact(stderr)
     said = "\n".join(line for line in stderr.strip().splitlines()[-8:] if line.strip())
     said = "nothing was pushed\n" + said  # git pushes one ref all or nothing
     low = stderr.lower()
@@ -365,6 +406,25 @@ def api_error(
     )
 
 
+def next_page(link: str | None, api: str) -> str | None:
+    """A listing's next page (its ``Link: rel="next"``), followed only on the API's own
+    scheme, host and path: the request carries the token, so a link elsewhere is refused."""
+    if link is None:
+        return None
+    nxt, base = urllib.parse.urlsplit(link), urllib.parse.urlsplit(api)
+    prefix = base.path.rstrip("/") + "/"
+    same = (nxt.scheme, nxt.netloc.lower()) == (base.scheme, base.netloc.lower())
+    if same and (nxt.path + "/").startswith(prefix):
+        return link
+    msg = (
+        f"GitHub's answer named a next page outside {api} ({redact(link)}); it was not read, "
+        "so the token went nowhere else"
+    )
+    raise PullRequestError(
+        msg, hint="Check GITHUB_API_URL: it must be the API itself, not a proxy that rewrites it."
+    )
+
+
 def poll_delay(headers: Mapping[str, str], interval: float, now: float) -> float:
     """Seconds until the next poll: ``interval``, or until the rate limit resets when none
     is left (``x-ratelimit-remaining: 0``)."""
@@ -454,10 +514,46 @@ class Feedback:
     hunk: str = ""  # a review comment's diff hunk
     url: str = ""
     reply_to: int | None = None  # the review comment thread to answer
+    #: written by someone who may not push to the repository: the person's to read, never
+    #: sent to a session (anyone may comment on a public repository's pull request)
+    outside: bool = False
+
+
+#: who may push to the repository, as GitHub's ``author_association`` says it
+WRITERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+
+
+#: control characters but tab and newline (C0, DEL, C1) and the bidirectional overrides:
+#: text anyone may write on GitHub reaches the person's terminal and a session's prompt,
+#: where an ESC could drive the terminal (OSC 52 writes the clipboard) or end a bracketed
+#: paste, and an override could show a line as other than it is
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def plain(text: str) -> str:
+    """Text from GitHub as lo-orch passes it on: line breaks as ``\\n``, no other control
+    character."""
+    return _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def _path(value: str) -> str:
+    """A path from GitHub with no control character at all (no line break either); "" for
+    one that is not a plain path inside the repository (``../x``, ``/etc/x``, ``a/./b``):
+    a check's annotations are what the sessions' code printed in CI, and such a path must
+    not pass a task's ``owns`` by a detour."""
+    path = _CONTROL.sub("", value).replace("\n", "").replace("\t", "").replace("\r", "")
+    parts = path.split("/")
+    return "" if any(p in ("", ".", "..") for p in parts) else path
+
+
+def _word(value: Any, default: str) -> str:
+    """A name from GitHub (a check's, an author's, a path) on one line."""
+    text = " ".join(plain(str(value or "")).split())
+    return text or default
 
 
 def _bounded(text: str) -> str:
-    text = text.strip()
+    text = plain(text).strip()
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "\n(cut short)"
 
 
@@ -477,18 +573,18 @@ def check_run_feedback(run: Mapping[str, Any], annotations: Sequence[Any]) -> Fe
     for ann in annotations:
         if not isinstance(ann, dict) or not isinstance(ann.get("path"), str):
             continue
+        path = _path(ann["path"])
         line = ann.get("start_line")
-        paths.append((ann["path"], line if isinstance(line, int) else None))
-        text += (
-            f"\n{ann['path']}:{line}: {ann.get('annotation_level', '')} {ann.get('message', '')}"
-        )
+        if path:
+            paths.append((path, line if isinstance(line, int) else None))
+        text += f"\n{path}:{line}: {ann.get('annotation_level', '')} {ann.get('message', '')}"
     return Feedback(
         "check_run",
         f"check_run:{run.get('id')}",
-        str(run.get("name") or "check"),
+        _word(run.get("name"), "check"),
         _bounded(f"{run.get('conclusion')}: {text}"),
         tuple(paths),
-        url=str(run.get("html_url") or ""),
+        url=_word(run.get("html_url"), ""),
     )
 
 
@@ -498,25 +594,27 @@ def status_feedback(status: Mapping[str, Any]) -> Feedback | None:
         return None
     return Feedback(
         "status",
-        f"status:{status.get('context')}:{status.get('id')}",
-        str(status.get("context") or "status"),
+        f"status:{_word(status.get('context'), '')}:{status.get('id')}",
+        _word(status.get("context"), "status"),
         _bounded(f"{status.get('state')}: {status.get('description') or ''}"),
-        url=str(status.get("target_url") or ""),
+        url=_word(status.get("target_url"), ""),
     )
 
 
-def review_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedback | None:
-    """A review comment on a line (not lo-orch's own answer, not a reply in a thread)."""
+def review_comment_feedback(comment: Mapping[str, Any], own: Collection[int]) -> Feedback | None:
+    """A review comment on a line, or a reply in its thread (answered in that thread), but
+    the ones lo-orch wrote (their ids ``own``); by an author who may not push,
+    ``outside``."""
     author = (
         (comment.get("user") or {}).get("login", "")
         if isinstance(comment.get("user"), dict)
         else ""
     )
-    if comment.get("in_reply_to_id") or (own_login and author == own_login):
+    if comment.get("id") in own:
         return None
-    path = comment.get("path")
-    if not isinstance(path, str):
+    if not isinstance(comment.get("path"), str):
         return None
+    path = _path(comment["path"])  # "" for one outside the repository: the person's
     line = (
         comment.get("line")
         if isinstance(comment.get("line"), int)
@@ -525,29 +623,35 @@ def review_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedb
     return Feedback(
         "review_comment",
         f"review_comment:{comment.get('id')}",
-        str(author or "reviewer"),
+        _word(author, "reviewer"),
         _bounded(str(comment.get("body") or "")),
-        ((path, line if isinstance(line, int) else None),),
+        ((path, line if isinstance(line, int) else None),) if path else (),
         hunk=_bounded(str(comment.get("diff_hunk") or "")),
-        url=str(comment.get("html_url") or ""),
-        reply_to=comment.get("id") if isinstance(comment.get("id"), int) else None,
+        url=_word(comment.get("html_url"), ""),
+        # GitHub answers a thread under its first comment, never under a reply
+        reply_to=next(
+            (v for v in (comment.get("in_reply_to_id"), comment.get("id")) if isinstance(v, int)),
+            None,
+        ),
+        outside=comment.get("author_association") not in WRITERS,
     )
 
 
-def issue_comment_feedback(comment: Mapping[str, Any], own_login: str) -> Feedback | None:
-    """A conversation comment (no line: it goes to the person); lo-orch's own are skipped."""
+def issue_comment_feedback(comment: Mapping[str, Any], own: Collection[int]) -> Feedback | None:
+    """A conversation comment (no line: it goes to the person), but the ones lo-orch wrote
+    (their ids ``own``: words are no proof, anyone may begin a comment with lo-orch's)."""
     user = comment.get("user") if isinstance(comment.get("user"), dict) else {}
     assert isinstance(user, dict)
     author = str(user.get("login") or "")
     body = str(comment.get("body") or "")
-    if (own_login and author == own_login) or body.startswith(ANSWER_MARK):
+    if comment.get("id") in own:
         return None
     return Feedback(
         "issue_comment",
         f"issue_comment:{comment.get('id')}",
-        author or "commenter",
+        _word(author, "commenter"),
         _bounded(body),
-        url=str(comment.get("html_url") or ""),
+        url=_word(comment.get("html_url"), ""),
     )
 
 
@@ -573,14 +677,17 @@ Owner = Callable[[str, int | None], str | None]
 
 def route(items: Sequence[Feedback], owner: Owner, seen: Sequence[str] = ()) -> Routed:
     """Each new item to the tasks ``owner`` names for the places it points at; an item
-    pointing nowhere, or only where no task is named, to the person. ``seen`` ids were
-    routed before (skipped)."""
+    pointing nowhere, only where no task is named, or by an author from outside the
+    repository, to the person. ``seen`` ids were routed before (skipped)."""
     out = Routed()
     done = set(seen)
     for item in items:
         if item.id in done:
             continue
         done.add(item.id)
+        if item.outside:
+            out.person.append(item)
+            continue
         named = sorted({t for p, line in item.paths if (t := owner(p, line)) is not None})
         if not named:
             out.person.append(item)
@@ -599,7 +706,7 @@ def pending_checks(runs: Sequence[Mapping[str, Any]], statuses: Sequence[Mapping
 
 # answers --------------------------------------------------------------------------------
 
-#: the first words of every answer lo-orch writes (so following never routes its own)
+#: the first words of every answer lo-orch writes (it knows its own by their ids)
 ANSWER_MARK = "lo-orch:"
 
 

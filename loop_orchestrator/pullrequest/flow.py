@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from loop_orchestrator import proc
 from loop_orchestrator.config import Settings, load_settings
@@ -79,7 +78,12 @@ class Followed:
         out += [f"to task {task}: {', '.join(ids)}" for task, ids in self.tasks.items()]
         for item in self.person:
             first = (item.text.splitlines() or [""])[0][:200]
-            out.append(f"for you (no task owns it): {item.title}: {first}")
+            why = (
+                "by someone who may not push to the repository, so never sent to a session"
+                if item.outside
+                else "no task owns it"
+            )
+            out.append(f"for you ({why}): {item.title}: {first}")
         if self.rounds:
             out.append(
                 f"review round requested for {', '.join(self.rounds)}: `lo-orch run` takes "
@@ -412,14 +416,15 @@ def _answer_threads(
         assert item.task is not None
         text = decide.answer(task=item.task, commit=reviewed, files=files)
         if item.kind == "review_comment" and item.reply_to is not None:
-            api.reply(number, item.reply_to, text)
+            made = api.reply(number, item.reply_to, text)
         else:
             quoted = " ".join(item.text.split())[:300]
-            api.comment(number, f"{text}\n\n> {item.title}: {quoted}")
+            made = api.comment(number, f"{text}\n\n> {item.title}: {quoted}")
         done.append(item.id)
         routed[i] = item.model_copy(update={"answered": reviewed})
+        own = [*prec.own, made] if made is not None else prec.own
         # saved after each answer: a failure midway never answers a thread twice
-        prec = prec.model_copy(update={"routed": list(routed)})
+        prec = prec.model_copy(update={"routed": list(routed), "own": own})
         prrecord.save(repo, state.name, prec)
     return done
 
@@ -427,71 +432,52 @@ def _answer_threads(
 # following --------------------------------------------------------------------------------
 
 
-def _listing(api: GitHub, prec: PrRecord, url: str, what: str) -> Any:
-    """A listing read with its kept ETag: a 304 gives the body kept with it."""
-    ans = api.call("GET", url, what=what, etag=prec.etags.get(url))
-    if ans.status == 304 and url in prec.bodies:
-        return prec.bodies[url], ans.headers
-    etag = ans.headers.get("etag")
-    if etag:
-        prec.etags[url] = etag
-        prec.bodies[url] = ans.data
-    return ans.data, ans.headers
-
-
 def read_feedback(
     api: GitHub, prec: PrRecord, number: int, sha: str
 ) -> tuple[list[Feedback], int, dict[str, str]]:
-    """Failed checks and statuses of ``sha`` and the pull request's comments; how many
-    checks are still running; the last answer's headers (for the rate limit)."""
+    """Failed checks and statuses of ``sha`` and the pull request's comments, every page
+    of each; how many checks are still running; the last answer's headers (for the rate
+    limit)."""
     full = api.tgt.full
-    runs_data, _ = _listing(
-        api,
-        prec,
-        api.url(f"/repos/{full}/commits/{sha}/check-runs", {"per_page": 100}),
-        "reading check runs",
+    every = {"per_page": 100}
+    check_runs, _ = api.pages(
+        api.url(f"/repos/{full}/commits/{sha}/check-runs", every),
+        what="reading check runs",
+        key="check_runs",
+        kept=prec,
     )
-    status_data, _ = _listing(
-        api, prec, api.url(f"/repos/{full}/commits/{sha}/status"), "reading commit statuses"
+    statuses, _ = api.pages(
+        api.url(f"/repos/{full}/commits/{sha}/status", every),
+        what="reading commit statuses",
+        key="statuses",
+        kept=prec,
     )
-    review_data, _ = _listing(
-        api,
-        prec,
-        api.url(f"/repos/{full}/pulls/{number}/comments", {"per_page": 100}),
-        "reading review comments",
+    reviews, _ = api.pages(
+        api.url(f"/repos/{full}/pulls/{number}/comments", every),
+        what="reading review comments",
+        kept=prec,
     )
-    issue_data, headers = _listing(
-        api,
-        prec,
-        api.url(f"/repos/{full}/issues/{number}/comments", {"per_page": 100}),
-        "reading comments",
+    conversation, headers = api.pages(
+        api.url(f"/repos/{full}/issues/{number}/comments", every),
+        what="reading comments",
+        kept=prec,
     )
-    check_runs = [r for r in (runs_data or {}).get("check_runs", []) if isinstance(r, dict)]
-    statuses = [s for s in (status_data or {}).get("statuses", []) if isinstance(s, dict)]
     items: list[Feedback] = []
     for run in check_runs:
         if decide.check_run_feedback(run, []) is None:
             continue
-        ann, _ = _listing(
-            api,
-            prec,
-            api.url(f"/repos/{full}/check-runs/{run.get('id')}/annotations"),
-            f"reading the annotations of check {run.get('name')}",
+        ann, _ = api.pages(
+            api.url(f"/repos/{full}/check-runs/{run.get('id')}/annotations", every),
+            what=f"reading the annotations of check {decide.plain(str(run.get('name')))}",
+            kept=prec,
         )
-        fb = decide.check_run_feedback(run, ann if isinstance(ann, list) else [])
+        fb = decide.check_run_feedback(run, ann)
         if fb is not None:
             items.append(fb)
     items += [fb for s in statuses if (fb := decide.status_feedback(s)) is not None]
-    items += [
-        fb
-        for c in (review_data if isinstance(review_data, list) else [])
-        if isinstance(c, dict) and (fb := decide.review_comment_feedback(c, "")) is not None
-    ]
-    items += [
-        fb
-        for c in (issue_data if isinstance(issue_data, list) else [])
-        if isinstance(c, dict) and (fb := decide.issue_comment_feedback(c, "")) is not None
-    ]
+    own = set(prec.own)
+    items += [fb for c in reviews if (fb := decide.review_comment_feedback(c, own)) is not None]
+    items += [fb for c in conversation if (fb := decide.issue_comment_feedback(c, own)) is not None]
     return items, decide.pending_checks(check_runs, statuses), headers
 
 
@@ -569,6 +555,7 @@ def follow(
                 url=fb.url,
                 reply_to=fb.reply_to,
                 commit=prec.pushed,
+                outside=fb.outside,
             )
             new.append(item)
             first = fb.paths[0] if fb.paths else (None, None)

@@ -7,15 +7,19 @@ redirect to another host); nothing here logs or returns it.
 
 from __future__ import annotations
 
+import logging
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loop_orchestrator.intake.http import HttpClient, Service
+from loop_orchestrator.intake.http import MAX_PAGES, HttpClient, Service, next_link
 from loop_orchestrator.pullrequest import decide
 from loop_orchestrator.pullrequest.decide import Target
+from loop_orchestrator.pullrequest.record import PrRecord
+
+log = logging.getLogger(__name__)
 
 SERVICE = Service("GitHub", "GITHUB_TOKEN (or GH_TOKEN, or `gh auth login`)", "GITHUB_API_URL")
 #: every error status comes back as an answer, so ``decide.api_error`` words it
@@ -76,6 +80,46 @@ class GitHub:
             )
         return Answer(resp.status, resp.headers, resp.data)
 
+    def pages(
+        self,
+        url: str,
+        *,
+        what: str,
+        key: str | None = None,
+        kept: PrRecord | None = None,
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Every item of a listing, page after page (``Link: rel="next"``, on the API's
+        own host only); ``key`` names the list in an object answer. With ``kept``, each
+        page is asked with its ETag and a ``304`` reuses the body and next link kept with
+        it (a rate limit on any page raises). The items, and the last page's headers."""
+        items: list[dict[str, Any]] = []
+        headers: dict[str, str] = {}
+        page: str | None = url
+        for number in range(1, MAX_PAGES + 1):
+            if page is None:
+                break
+            etag = kept.etags.get(page) if kept is not None and page in kept.bodies else None
+            said = what if number == 1 else f"{what} (page {number})"
+            ans = self.call("GET", page, what=said, etag=etag)
+            headers = ans.headers
+            if ans.status == 304 and kept is not None and page in kept.bodies:
+                data, link = kept.bodies[page], kept.nexts.get(page)
+            else:
+                data, link = ans.data, next_link(ans.headers)
+                if kept is not None and ans.headers.get("etag"):
+                    kept.etags[page], kept.bodies[page] = ans.headers["etag"], data
+                    if link:
+                        kept.nexts[page] = link
+                    else:
+                        kept.nexts.pop(page, None)
+            part = data.get(key) if key is not None and isinstance(data, dict) else data
+            items += [x for x in part if isinstance(x, dict)] if isinstance(part, list) else []
+            page = decide.next_page(link, self.tgt.api)
+        else:
+            if page is not None:
+                log.warning("listing cut short", extra={"what": what, "pages": MAX_PAGES})
+        return items, headers
+
     def repo(self) -> dict[str, Any]:
         data = self.call(
             "GET", self.url(f"/repos/{self.tgt.full}"), what="reading the repository"
@@ -86,11 +130,11 @@ class GitHub:
         """The open pull request whose head is ``branch`` of this repository, if any."""
         url = self.url(
             f"/repos/{self.tgt.full}/pulls",
-            {"head": f"{self.tgt.owner}:{branch}", "state": "open", "per_page": 10},
+            {"head": f"{self.tgt.owner}:{branch}", "state": "open", "per_page": 100},
         )
-        data = self.call("GET", url, what="looking for an open pull request").data
-        for pull in data if isinstance(data, list) else []:
-            head = pull.get("head") if isinstance(pull, dict) else None
+        found, _ = self.pages(url, what="looking for an open pull request")
+        for pull in found:
+            head = pull.get("head")
             if isinstance(head, dict) and head.get("ref") == branch:
                 return dict(pull)
         return None
@@ -115,18 +159,27 @@ class GitHub:
         ).data
         return data if isinstance(data, dict) else {}
 
-    def reply(self, number: int, comment_id: int, text: str) -> None:
-        self.call(
+    def reply(self, number: int, comment_id: int, text: str) -> int | None:
+        """Answer a review thread; the new comment's id."""
+        ans = self.call(
             "POST",
             self.url(f"/repos/{self.tgt.full}/pulls/{number}/comments/{comment_id}/replies"),
             what=f"answering review comment {comment_id}",
             body={"body": text},
         )
+        return _id(ans.data)
 
-    def comment(self, number: int, text: str) -> None:
-        self.call(
+    def comment(self, number: int, text: str) -> int | None:
+        """Comment on the pull request's conversation; the new comment's id."""
+        ans = self.call(
             "POST",
             self.url(f"/repos/{self.tgt.full}/issues/{number}/comments"),
             what=f"commenting on pull request #{number}",
             body={"body": text},
         )
+        return _id(ans.data)
+
+
+def _id(data: Any) -> int | None:
+    value = data.get("id") if isinstance(data, dict) else None
+    return value if isinstance(value, int) else None

@@ -35,6 +35,8 @@ class RoutedItem(BaseModel):
     answered: str | None = None
     #: recorded as a Gate 2 comment of its task (for a review round)
     sent: bool = False
+    #: by an author who may not push to the repository (never sent to a session)
+    outside: bool = False
 
 
 class PrRecord(BaseModel):
@@ -49,10 +51,13 @@ class PrRecord(BaseModel):
     url: str = ""
     #: the commit the remote branch was last pushed to (or found at) by lo-orch pr
     pushed: str | None = None
-    #: followed listing URL -> (ETag, the body it answered)
+    #: followed listing page URL -> its ETag, the body it answered, its next page's URL
     etags: dict[str, str] = Field(default_factory=dict)
     bodies: dict[str, Any] = Field(default_factory=dict)
+    nexts: dict[str, str] = Field(default_factory=dict)
     routed: list[RoutedItem] = Field(default_factory=list)
+    #: the ids of the comments lo-orch wrote on the pull request (never feedback)
+    own: list[int] = Field(default_factory=list)
 
 
 def path(repo: Path, run: str) -> Path:

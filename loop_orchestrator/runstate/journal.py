@@ -19,7 +19,11 @@ user can still find the key; the record then still makes every other protection 
 well has to know the format — the sandbox closes that door (README, "Trust boundary").
 
 Entries are appended under a file lock (the supervisor, ``approve``, ``retry`` and
-``merge`` may write), fsynced; a torn last line (a power cut mid-append) is dropped.
+``merge`` may write) and fsynced before the call that appended them returns; a torn last
+line (a power cut mid-append) is dropped. The fsync waits outside the record's lock (a
+``step`` appends under the lock and syncs once after it is let go), so one thread's fsync
+never holds up another's read of the record, and appends written while an fsync ran are
+made durable together by the next one (group commit).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +44,7 @@ from typing import Any
 from filelock import FileLock
 
 from loop_orchestrator.errors import StateError
-from loop_orchestrator.files import append_durable, atomic_write_text
+from loop_orchestrator.files import append_line, atomic_write_text, fsync_path
 from loop_orchestrator.runstate import comments as review_comments
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import (
@@ -126,6 +130,11 @@ class Record:
         self._copies: dict[str, TaskStatus] = {}
         #: tasks whose status changed since ``take_changed`` was last asked
         self._changed: set[str] = set()
+        #: how many ``step``s the thread holding ``_mutex`` is in (0: none)
+        self._steps = 0
+        #: journal bytes known durable (fsynced); one fsync at a time (``sync``)
+        self._synced = 0
+        self._sync_lock = threading.Lock()
         self._key = self._load_key()
 
     # opening --------------------------------------------------------------------------
@@ -229,17 +238,48 @@ class Record:
 
     # writing --------------------------------------------------------------------------
     def append(self, kind: str, **data: Any) -> None:
-        """Append one entry (after reading anything others appended first)."""
-        with self._mutex, self._lock:
+        """Append one entry (after reading anything others appended first); durable when
+        this returns, or, inside a ``step``, when the step ends."""
+        with self.step(), self._lock:
             self._refresh()
             entry = {"seq": self._seq + 1, "ts": now_iso(), "kind": kind, "data": data}
             mac = _mac(self._key, self._last_mac, entry)
             line = json.dumps({**entry, "mac": mac}, default=str).encode() + b"\n"
-            append_durable(self.path, line, mode=0o600)
+            append_line(self.path, line, mode=0o600)
             self._seq += 1
             self._last_mac = mac
             self._offset += len(line)
             self._fold(kind, json.loads(json.dumps(data, default=str)))
+
+    @contextlib.contextmanager
+    def step(self, *, durable: bool = True) -> Iterator[None]:
+        """Hold the record across a read and the change it decides (one step for other
+        threads); what the step appended is fsynced once the lock is let go, before the
+        step returns (the outermost step syncs). ``durable=False``: not synced now, but
+        with the next append that is (an fsync covers everything written before it)."""
+        with self._mutex:
+            self._steps += 1
+            try:
+                yield
+            finally:
+                self._steps -= 1
+                outermost = self._steps == 0
+        if outermost and durable:
+            self.sync()
+
+    def sync(self) -> None:
+        """Make every entry written so far durable: one fsync, unless one that began after
+        the last write already did (then it only waits for that one)."""
+        # ``_offset`` is read without the record's lock (a thread in a step may call this
+        # while it holds that lock, and waits for ``_sync_lock`` meanwhile): it only ever
+        # grows, and past bytes already written
+        wanted = self._offset
+        with self._sync_lock:
+            if self._synced >= wanted:
+                return
+            upto = self._offset  # (what others wrote meanwhile rides along)
+            fsync_path(self.path)
+            self._synced = upto
 
     def _fold(self, kind: str, data: Mapping[str, Any]) -> None:
         """Add one entry to the state, and note which tasks it changed."""
@@ -252,11 +292,6 @@ class Record:
             self._changed.update(self.state.tasks)
 
     # tasks ----------------------------------------------------------------------------
-    @property
-    def lock(self) -> threading.RLock:
-        """Held across a read and the change it decides (one step for other threads)."""
-        return self._mutex
-
     @property
     def run(self) -> RunState:
         assert self.state.run is not None
@@ -298,7 +333,7 @@ class Record:
         A field the status model does not have is an error (a typo must not be stored).
         """
         data = _changes(TaskStatus, "status", changes)
-        with self._mutex:
+        with self.step():
             current = self.task(task)
             if "phase" in data and data["phase"] != current.phase.value:
                 data["phase_since"] = data["updated_at"]
@@ -311,7 +346,7 @@ class Record:
     def update_run(self, **changes: Any) -> RunState:
         """Record a change of the run and publish run.json; the new run state."""
         data = _changes(RunState, "run", changes)
-        with self._mutex:
+        with self.step():
             RunState.model_validate({**self.run.model_dump(), **data})
             self.append("run", set=data)
             self.publish_run()

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from loop_orchestrator.errors import StateError
-from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR, append_durable, atomic_write_text
+from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR, append_line, atomic_write_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -385,11 +385,21 @@ class Store:
     # ledger.jsonl ------------------------------------------------------------------
     def append_ledger(self, event: str, **fields: Any) -> dict[str, Any]:
         """Append one event to the ledger (never rewritten) and fsync it."""
+        return self._ledger(event, fields, durable=True)
+
+    def append_ledger_unsynced(self, event: str, **fields: Any) -> dict[str, Any]:
+        """``append_ledger`` without the fsync, for the lines on the path a session waits
+        on (what it reported, the supervisor's reaction): the ledger is the record's
+        published view, and the record holds what those lines say durably; a power cut
+        may lose them (the last lines only), a killed process never does."""
+        return self._ledger(event, fields, durable=False)
+
+    def _ledger(self, event: str, fields: dict[str, Any], *, durable: bool) -> dict[str, Any]:
         record: dict[str, Any] = {"ts": now_iso(), "event": event, **fields}
         line = json.dumps(record, sort_keys=False, default=str) + "\n"
         self.dirs.root.mkdir(parents=True, exist_ok=True)
         with self.locked("ledger"):
-            append_durable(self.dirs.ledger, line.encode("utf-8"))
+            append_line(self.dirs.ledger, line.encode("utf-8"), durable=durable)
         return record
 
     def read_ledger(self) -> list[dict[str, Any]]:

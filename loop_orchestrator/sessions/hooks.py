@@ -175,6 +175,68 @@ def locate(payload: Mapping[str, Any], env: Mapping[str, str]) -> HookTarget | N
     return None
 
 
+# Cline's hook payloads ------------------------------------------------------------------
+
+#: words of a Cline ``agent_error`` message that mean the API refused for a while (it
+#: gives the error's message, not its status: Cline 3.0.65 after its own retries)
+_RATE_WORDS = ("429", "rate limit", "rate_limit", "too many requests", "quota")
+_SERVER_WORDS = ("500", "502", "503", "504", "529", "server_error", "server error", "overloaded")
+
+
+def from_cline(event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A Cline CLI hook payload (``hookName``, ``taskId``, ``sessionContext``,
+    ``workspaceRoots``, ...) in Claude Code's terms, which the rest of the hook reads.
+
+    lo-orch's Cline hook files are named by Cline's events and pass Claude Code's event
+    name (``agents/cline.py``): TaskStart and TaskResume come as UserPromptSubmit (a run
+    began with a prompt; the prompt itself is not in them), TaskComplete as Stop (Cline
+    does not wait for it: ``stop_hook_active``), TaskError as StopFailure (``error`` says
+    ``rate_limit`` or ``server_error`` when its message does)."""
+    out: dict[str, Any] = {}
+    context = payload.get("sessionContext")
+    if isinstance(context, dict) and isinstance(context.get("rootSessionId"), str):
+        out["session_id"] = context["rootSessionId"]
+    roots = payload.get("workspaceRoots")
+    if isinstance(roots, list) and roots and isinstance(roots[0], str):
+        out["cwd"] = roots[0]
+    submitted = payload.get("userPromptSubmit")
+    if isinstance(submitted, dict) and isinstance(submitted.get("prompt"), str):
+        out["prompt"] = submitted["prompt"]
+    call = payload.get("tool_call")
+    if isinstance(call, dict) and isinstance(call.get("name"), str):
+        out["tool_name"] = call["name"]
+        given = call.get("input")
+        listed = given.get("commands") if isinstance(given, dict) else None
+        if isinstance(listed, list) and all(isinstance(c, str) for c in listed):
+            # run_commands: its commands as one shell text, one a line (a rule matching
+            # one command never matches two)
+            given = {"command": "\n".join(listed)}
+        out["tool_input"] = given
+        if isinstance(call.get("id"), str):
+            out["tool_use_id"] = call["id"]
+    if event == "Stop":
+        out["stop_hook_active"] = True
+        turn = payload.get("turn")
+        said = turn.get("outputText") if isinstance(turn, dict) else None
+        if isinstance(said, str):
+            out["last_assistant_message"] = said
+    error = payload.get("error")
+    if event == "StopFailure" and isinstance(error, dict):
+        message = str(error.get("message") or "")
+        lowered = message.lower()
+        if any(word in lowered for word in _RATE_WORDS):
+            out["error"] = "rate_limit"
+        elif any(word in lowered for word in _SERVER_WORDS):
+            out["error"] = "server_error"
+        else:
+            out["error"] = "unknown"
+        out["last_assistant_message"] = message
+    reason = payload.get("reason")
+    if isinstance(reason, str):
+        out["reason"] = reason
+    return out
+
+
 # the hook -------------------------------------------------------------------------------
 
 
@@ -193,6 +255,8 @@ def run_hook(event: str, raw: str, env: Mapping[str, str]) -> HookOutcome:
         return QUIET
     if not isinstance(payload, dict):
         return QUIET
+    if "hookName" in payload and "clineVersion" in payload:
+        payload = from_cline(event, payload)
     try:
         target = locate(payload, env)
     except OSError:

@@ -32,14 +32,23 @@ from loop_orchestrator.simulator.endpoint import DEFAULT_TOKEN, ModelEndpoint
 from loop_orchestrator.simulator.replies import Conversation, Fault, Step
 from loop_orchestrator.simulator.serving import drop_or_hang, send_events
 
-#: the names CLIs give their shell tool (Qwen Code, opencode/Vibe/Crush, Cline, Codex)
-SHELL_TOOLS = ("run_shell_command", "bash", "shell", "execute_command", "exec_command")
+#: the names CLIs give their shell tool (Qwen Code, opencode/Vibe/Crush, Cline, Codex;
+#: Cline's CLI 3.x: ``run_commands``, a list of commands)
+SHELL_TOOLS = (
+    "run_shell_command",
+    "bash",
+    "shell",
+    "execute_command",
+    "exec_command",
+    "run_commands",
+)
 #: the folder a CLI's system prompt or context names (Qwen Code, opencode, Vibe, Claude)
 _CWD_RES = (
     re.compile(r"I'm currently working in the directory: (\S+)"),
-    re.compile(r"[Ww]orking directory: (\S+)"),
+    re.compile(r"[Ww]orking [Dd]irectory: (\S+)"),
     re.compile(r"<cwd>([^<]+)</cwd>"),
     re.compile(r"Primary working directory: (\S+)"),
+    re.compile(r"^Absolute path: (\S+)", re.MULTILINE),
 )
 #: a user text that is a CLI's own context, not a prompt (a tag first, as Qwen Code's
 #: ``<session_context>``, or its "This is the Qwen Code" set-up message)
@@ -119,6 +128,9 @@ def shell_call(tool: tuple[str, dict[str, Any]], offered: Any) -> tuple[str, dic
     assert isinstance(props, dict)
     key = "cmd" if "cmd" in props and "command" not in props else "command"
     args: dict[str, Any] = {key: command}
+    listed = props.get("commands")
+    if "command" not in props and isinstance(listed, dict) and listed.get("type") == "array":
+        args = {"commands": [command]}
     required = schema.get("required")
     for prop in required if isinstance(required, list) else []:
         if prop in args or not isinstance(prop, str):
@@ -313,7 +325,12 @@ class ChatEndpoint(ModelEndpoint):
     """The scripted model as an OpenAI Chat Completions API."""
 
     #: request headers a CLI names its session in (the folder otherwise)
-    session_headers: tuple[str, ...] = ("x-session-id", "session-id", "x-session-affinity")
+    session_headers: tuple[str, ...] = (
+        "x-session-id",
+        "session-id",
+        "x-session-affinity",
+        "x-affinity",  # Mistral Vibe's session id
+    )
 
     def conversation(self, body: Mapping[str, Any]) -> Conversation:
         return chat_conversation(body)
@@ -334,6 +351,57 @@ class ChatEndpoint(ModelEndpoint):
             "OPENAI_BASE_URL": f"{self.url}/v1",
             "OPENAI_MODEL": "scripted",
         }
+
+    def cline_env(self, home: Path) -> dict[str, str]:
+        """The environment of a Cline CLI session on this endpoint: a throwaway Cline
+        folder (``CLINE_DIR``, ``<home>/.cline``) whose data has this endpoint as its
+        ``openai-compatible`` provider (what ``cline auth -p openai-compatible -k KEY -m
+        scripted -b URL`` writes); its terminal UI's files under ``<home>/.local/share``."""
+        settings = home / ".cline" / "data" / "settings"
+        settings.mkdir(parents=True, exist_ok=True)
+        provider = {
+            "provider": "openai-compatible",
+            "apiKey": self.token or DEFAULT_TOKEN,
+            "model": "scripted",
+            "baseUrl": f"{self.url}/v1",
+        }
+        stored = {
+            "version": 1,
+            "lastUsedProvider": "openai-compatible",
+            "modes": {},
+            "providers": {
+                "openai-compatible": {
+                    "settings": provider,
+                    "updatedAt": "2026-01-01T00:00:00.000Z",
+                    "tokenSource": "manual",
+                }
+            },
+        }
+        (settings / "providers.json").write_text(json.dumps(stored, indent=2) + "\n", "utf-8")
+        return {
+            "CLINE_DIR": str(home / ".cline"),
+            "XDG_DATA_HOME": str(home / ".local" / "share"),
+        }
+
+    def vibe_env(self, home: Path) -> dict[str, str]:
+        """The environment of a Mistral Vibe session on this endpoint: a throwaway
+        ``VIBE_HOME`` whose config.toml names it as the provider of the active model."""
+        home.mkdir(parents=True, exist_ok=True)
+        config = (
+            'active_model = "scripted"\n'
+            "enable_update_checks = false\n"
+            "enable_telemetry = false\n\n"
+            "[[providers]]\n"
+            'name = "lo-orch"\n'
+            f"api_base = {json.dumps(self.url + '/v1')}\n"
+            'api_key_env_var = "LO_ORCH_SCRIPTED_KEY"\n\n'
+            "[[models]]\n"
+            'name = "scripted"\n'
+            'provider = "lo-orch"\n'
+            'alias = "scripted"\n'
+        )
+        (home / "config.toml").write_text(config, "utf-8")
+        return {"VIBE_HOME": str(home), "LO_ORCH_SCRIPTED_KEY": self.token or DEFAULT_TOKEN}
 
     def opencode_env(self, home: Path) -> dict[str, str]:
         """The environment of an opencode session on this endpoint: throwaway XDG folders

@@ -11,8 +11,10 @@ scripted endpoint (``simulator/endpoint.py``) serving the same script: Claude Co
 Write and Bash tools do the work, its hooks report, offline, in a throwaway
 ``CLAUDE_CONFIG_DIR`` (the user's ``~/.claude*`` is neither read nor written).
 ``--agent qwen`` does the same with Qwen Code on the scripted Chat Completions endpoint
-(``simulator/chat_endpoint.py``), in a throwaway ``QWEN_HOME``; ``--agent opencode`` with
-opencode there, in throwaway XDG folders.
+(``simulator/chat_endpoint.py``), in a throwaway ``QWEN_HOME``; ``--agent cline`` with the
+Cline CLI there, in a throwaway ``CLINE_DIR``; ``--agent vibe`` with Mistral Vibe there,
+in a throwaway ``VIBE_HOME``; ``--agent opencode`` with opencode there, in
+throwaway XDG folders.
 """
 
 from __future__ import annotations
@@ -74,12 +76,14 @@ def prepare_demo(root: Path) -> DemoFiles:
     return DemoFiles(root, repo, root / "plan.yaml", root / "script.yaml")
 
 
-AGENTS = ("scripted", "claude", "qwen", "opencode")
+AGENTS = ("scripted", "claude", "qwen", "cline", "vibe", "opencode")
 #: the demo agents that are a preset CLI on the scripted Chat Completions endpoint:
-#: kind -> (program, the npm package installing it)
+#: kind -> (program, the command installing it)
 CHAT_PRESETS = {
-    "qwen": ("qwen", "@qwen-code/qwen-code"),
-    "opencode": ("opencode", "opencode-ai"),
+    "qwen": ("qwen", "npm install -g @qwen-code/qwen-code"),
+    "cline": ("cline", "npm install -g cline"),
+    "vibe": ("vibe", "uv tool install mistral-vibe"),
+    "opencode": ("opencode", "npm install -g opencode-ai"),
 }
 
 
@@ -111,13 +115,13 @@ class ClaudeDemo:
 
 def find_preset(kind: str) -> str:
     """The program of the demo agent ``kind`` on PATH, or a clear error."""
-    program, package = CHAT_PRESETS[kind]
+    program, install = CHAT_PRESETS[kind]
     found = shutil.which(program)
     if found is None:
         msg = f"`lo-orch demo --agent {kind}` needs `{program}` on PATH"
         raise LoOrchError(
             msg,
-            hint=f"Install it (`npm install -g {package}`), or run `lo-orch demo` for the "
+            hint=f"Install it (`{install}`), or run `lo-orch demo` for the "
             "same demo with the scripted agent.",
         )
     return found
@@ -183,7 +187,14 @@ def run_demo(
         )
         endpoint = chat
         home = root / f"{agent}-home"
-        env = chat.qwen_env(home) if agent == "qwen" else chat.opencode_env(home)
+        if agent == "cline":
+            env = chat.cline_env(home)
+        elif agent == "vibe":
+            env = chat.vibe_env(home)
+        elif agent == "opencode":
+            env = chat.opencode_env(home)
+        else:
+            env = chat.qwen_env(home)
         claude = ClaudeDemo(command, env)
         say(
             f"{agent} ({command}) on the scripted Chat Completions endpoint {chat.url} "

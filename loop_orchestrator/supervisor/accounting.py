@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.agents import opencode, qwen
+from loop_orchestrator.agents import cline, opencode, qwen, vibe
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import limits, spend, usage
 from loop_orchestrator.errors import AgentError, PaneGoneError
@@ -27,6 +27,9 @@ from loop_orchestrator.sessions.backend import wait_until
 from loop_orchestrator.supervisor import decide
 from loop_orchestrator.supervisor.decide import WORKING_PHASES
 from loop_orchestrator.supervisor.journal import Journal
+
+#: how often a Mistral Vibe session's store is read for failed turns (seconds)
+STORE_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,10 @@ class Accounting:
         #: task -> (the book's version, its priced messages): the book is priced again
         #: only when a message was booked
         self.priced: dict[str, tuple[int, usage.Usage]] = {}
+        #: Mistral Vibe: task -> when its store is read for failed turns next (monotonic),
+        #: and the failures already seen in it
+        self.store_due: dict[str, float] = {}
+        self.failures: dict[str, set[str]] = {}
         #: concurrency lowered after repeated rate limits, raised after a quiet period
         self.governor = limits.Governor(cap, quiet=settings.run.limit_quiet_seconds)
 
@@ -182,6 +189,10 @@ class Accounting:
         st = self.journal.record.task(tid)
         if self.agent == "qwen" and st.session_id:
             return self._refresh_qwen(tid, st.session_id, st.usage)
+        if self.agent == "cline" and st.session_id and st.worktree:
+            return self._refresh_cline(tid, st.session_id, Path(st.worktree), st.usage)
+        if self.agent == "vibe" and st.worktree:
+            return self._refresh_vibe(tid, Path(st.worktree), st.usage)
         if self.agent == "opencode" and st.session_id:
             return self._refresh_opencode(tid, st.session_id, st.usage)
         if self.agent != "claude" or not st.session_id or not st.worktree:
@@ -191,13 +202,7 @@ class Accounting:
             path = usage.session_transcript(Path(st.worktree), st.session_id, env)
         except ValueError:  # a session id that is not a UUID: nothing lo-orch launched
             return None
-        needle = last_words_needle(last_words) if last_words else None
-        if tool_use_id:
-            start = self.spend.offset(tid, st.session_id)
-            wait_for_text(path, tool_use_id, TRANSCRIPT_WAIT, start)
-        elif needle is not None:
-            start = self.spend.offset(tid, st.session_id)
-            wait_for_text(path, needle, LAST_WORDS_WAIT, start)
+        self.await_transcript(tid, tool_use_id, last_words)
         # the spend is lo-orch's own book of every message it has read, never less than
         # before (a session that truncates its transcript does not spend less: spend.py)
         seen = self.spend.observe(tid, st.session_id, path)
@@ -227,6 +232,31 @@ class Accounting:
         self.journal.set(tid, usage=data, usage_rounds=rounds)
         self.journal.store.append_ledger("usage", task=tid, round=st.rework_count, **data)
         return now
+
+    def await_transcript(
+        self, tid: str, tool_use_id: str | None = None, last_words: str | None = None
+    ) -> None:
+        """Wait, briefly, for the message that asks for tool ``tool_use_id`` (or, more
+        briefly, for a turn's ``last_words``) to reach the task's Claude Code transcript
+        (``refresh_usage`` says why). Also called before a hook's step takes the record, so
+        that one session's wait holds up no other session's report."""
+        if not tool_use_id and not last_words:
+            return
+        st = self.journal.record.task(tid)
+        if self.agent != "claude" or not st.session_id or not st.worktree:
+            return
+        env = {**os.environ, **self.settings.agent.env}
+        try:
+            path = usage.session_transcript(Path(st.worktree), st.session_id, env)
+        except ValueError:
+            return
+        needle = last_words_needle(last_words) if last_words else None
+        if tool_use_id:
+            start = self.spend.offset(tid, st.session_id)
+            wait_for_text(path, tool_use_id, TRANSCRIPT_WAIT, start)
+        elif needle is not None:
+            start = self.spend.offset(tid, st.session_id)
+            wait_for_text(path, needle, LAST_WORDS_WAIT, start)
 
     def _refresh_qwen(
         self, tid: str, session_id: str, before: dict[str, Any] | None
@@ -280,6 +310,89 @@ class Accounting:
             self.journal.set(tid, usage=data)
             self.journal.store.append_ledger("usage", task=tid, **data)
         return now
+
+    def _refresh_cline(
+        self, tid: str, session_id: str, worktree: Path, before: dict[str, Any] | None
+    ) -> usage.Usage | None:
+        """Cline's tokens from its record of the task's session (the id its hooks
+        reported); no prices for them: the cost stays unknown."""
+        env = {**os.environ, **self.settings.agent.env}
+        record = cline.session_record(cline.data_dir(env), session_id, worktree)
+        if record is None:
+            return None
+        counted = cline.session_usage(record)
+        now = usage.Usage(
+            tokens={
+                **dict.fromkeys(usage.TOKEN_KEYS, 0),
+                "input_tokens": counted["input_tokens"],
+                "output_tokens": counted["output_tokens"],
+                "cache_read_input_tokens": counted["cache_read"],
+                "cache_creation_input_tokens": counted["cache_write"],
+            },
+            cost_usd=None,
+            models=[self.settings.agent.model] if self.settings.agent.model else [],
+            notes=["tokens from Cline's session file; lo-orch has no prices for its models"],
+        )
+        data_json = now.as_json()
+        if data_json != before:
+            self.journal.set(tid, usage=data_json)
+            self.journal.store.append_ledger("usage", task=tid, **data_json)
+        return now
+
+    def _vibe_sessions(self, worktree: Path) -> list[Path]:
+        env = {**os.environ, **self.settings.agent.env}
+        return vibe.sessions_for(vibe.store_dir(env), worktree)
+
+    def _refresh_vibe(
+        self, tid: str, worktree: Path, before: dict[str, Any] | None
+    ) -> usage.Usage | None:
+        """Mistral Vibe's tokens from its session store (every session it recorded for the
+        worktree: a relaunch that could not resume starts another); not priced."""
+        counts = [c for c in map(vibe.session_usage, self._vibe_sessions(worktree)) if c]
+        if not counts:
+            return None
+        cached = sum(c["cached_tokens"] for c in counts)
+        now = usage.Usage(
+            tokens={
+                **dict.fromkeys(usage.TOKEN_KEYS, 0),
+                "input_tokens": sum(c["input_tokens"] for c in counts) - cached,
+                "output_tokens": sum(c["output_tokens"] for c in counts),
+                "cache_read_input_tokens": cached,
+            },
+            cost_usd=None,
+            models=[self.settings.agent.model] if self.settings.agent.model else [],
+            notes=["tokens from Mistral Vibe's session store; lo-orch has no prices for them"],
+        )
+        data = now.as_json()
+        if data != before:
+            self.journal.set(tid, usage=data)
+            self.journal.store.append_ledger("usage", task=tid, **data)
+        return now
+
+    def notice_failed_turns(self, tid: str) -> bool:
+        """Mistral Vibe gave up on a turn (its retries spent): an event for each failure,
+        and a rate limit parks the task as Claude Code's StopFailure does (True: parked).
+        Its store is read at most every ``STORE_SECONDS`` per task; other kinds: False."""
+        if self.agent != "vibe":
+            return False
+        now = time.monotonic()
+        if now < self.store_due.get(tid, 0.0):
+            return False
+        self.store_due[tid] = now + STORE_SECONDS
+        st = self.journal.record.task(tid)
+        if not st.worktree or st.phase not in WORKING_PHASES or st.limit_until:
+            return False
+        errors = [e for s in self._vibe_sessions(Path(st.worktree)) for e in vibe.session_errors(s)]
+        new, limited = vibe.new_failures(errors, self.failures.get(tid))
+        self.failures.setdefault(tid, set()).update(e["id"] for e in errors)
+        for error in new:
+            self.journal.event(
+                "agent_api_error", tid, status=error["status"], message=error["error"]
+            )
+        if limited is None:
+            return False
+        self.limit_hit(tid, "rate_limit", limited)
+        return True
 
     def _priced(self, tid: str) -> tuple[usage.Usage, bool]:
         """The task's booked spend priced (a copy to add notes to), and whether anything

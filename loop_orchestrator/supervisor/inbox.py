@@ -59,6 +59,7 @@ class Inbox:
             limit_hit=accounting.limit_hit,
             desk=desk,
             observe=accounting.refresh_usage,
+            settle=accounting.await_transcript,
             on_screen=not sessions.adapter.uses_hooks,
         )
         #: task -> the signal to ask its session for again (it arrived unattested); the

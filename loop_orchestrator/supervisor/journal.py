@@ -68,6 +68,15 @@ class Journal:
     def event(self, event: str, task: str | None = None, **fields: Any) -> None:
         """A ledger line, and the same as a progress line."""
         self.store.append_ledger(event, **({"task": task} if task else {}), **fields)
+        self._progress(event, task, fields)
+
+    def event_unsynced(self, event: str, task: str | None = None, **fields: Any) -> None:
+        """``event`` on the path a session waits on: the ledger line is not fsynced
+        (``Store.append_ledger_unsynced``)."""
+        self.store.append_ledger_unsynced(event, **({"task": task} if task else {}), **fields)
+        self._progress(event, task, fields)
+
+    def _progress(self, event: str, task: str | None, fields: dict[str, Any]) -> None:
         text = fields.get("message") or ", ".join(f"{k}={v}" for k, v in fields.items())
         self.progress(f"{task + ': ' if task else ''}{event}{' — ' + str(text) if text else ''}")
 

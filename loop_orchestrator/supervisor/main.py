@@ -629,6 +629,8 @@ class Supervisor:
                 found = self.backend.state(st.pane_id)  # dead or gone: the details
                 if not found.exists or not found.alive:
                     pane = decide.Pane(alive=False, dead_status=found.dead_status)
+            if pane.alive and self.accounting.notice_failed_turns(tid):  # Mistral Vibe's
+                st = self.journal.record.task(tid)
             step = decide.watch(self._observe(st, pane, waiting))
             if step is not None:
                 self._carry_out(tid, st, step)
@@ -695,11 +697,11 @@ class Supervisor:
         if isinstance(step, decide.Launch):
             self.jobs.submit(tid, self.sessions.start_task)
         elif isinstance(step, decide.Implement):
-            self.journal.event("reacted", tid, to=st.phase.value)
+            self.journal.event_unsynced("reacted", tid, to=st.phase.value)
             self.jobs.submit(tid, self.sessions.to_implement)
         elif isinstance(step, decide.Verify):
             if step.reacted:
-                self.journal.event("reacted", tid, to=st.phase.value)
+                self.journal.event_unsynced("reacted", tid, to=st.phase.value)
             self.jobs.submit(tid, self.verification.verify)
         elif isinstance(step, decide.Integrate):
             self.jobs.submit(tid, self.integration.integrate)

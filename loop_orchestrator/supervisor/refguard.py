@@ -159,7 +159,7 @@ class RefGuard:
 
     def _owe(self, task: str, what: str) -> None:
         """Record the round ``task`` owes for ``what`` (added to one owed already)."""
-        with self.journal.record.lock:
+        with self.journal.record.step():
             before = self.journal.task(task).tampered
             if before and what in before:
                 return

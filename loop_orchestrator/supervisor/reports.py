@@ -62,6 +62,7 @@ class Reports:
         limit_hit: Callable[[str, str, str | None], None] | None = None,
         desk: Desk | None = None,
         observe: Callable[[str, str | None], object] | None = None,
+        settle: Callable[[str, str | None, str | None], None] | None = None,
         *,
         on_screen: bool = False,
     ) -> None:
@@ -82,6 +83,10 @@ class Reports:
         #: at every other hook event (PreToolUse before each tool): read the task's
         #: transcript into the supervisor's spend book before the tool can touch it
         self.observe = observe
+        #: waits for what a hook says is in the transcript (a tool's request, a turn's last
+        #: words; ``Accounting.await_transcript``) before the hook's step takes the record:
+        #: then ``observe`` and ``turn_ended`` are not asked to wait
+        self.settle = settle
         #: the agent has no hooks: its prompts are confirmed on screen (``decide_signal``)
         self.on_screen = on_screen
 
@@ -89,10 +94,32 @@ class Reports:
         """Judge one message; the answer its sender gets (None: nobody waits for it).
 
         The judgement and the change it makes are one step under the record's lock, so a
-        supervisor job changing the same task cannot slip in between.
+        supervisor job changing the same task cannot slip in between. A signal's change is
+        durable (fsynced, after the lock is let go) before the answer goes out; a hook
+        event's is made durable by the next append that is (docs/design.md, "What a power
+        cut may lose").
         """
-        with self.record.lock:
+        awaited = self._awaited(request) if self.settle is not None else None
+        if awaited is not None and self.settle is not None:
+            self.settle(*awaited)  # (outside the record's lock: it may take a second)
+        with self.record.step(durable=request.message.get("type") != "hook"):
             return self._handle(request)
+
+    def _awaited(self, request: Request) -> tuple[str, str | None, str | None] | None:
+        """What an attested hook event of its own task says is in the transcript: (task,
+        the tool asked for, the turn's last words), or None."""
+        msg = request.message
+        task, raw = msg.get("task"), msg.get("payload")
+        if msg.get("type") != "hook" or not request.attested or request.task != task:
+            return None
+        if task not in self.task_ids or not isinstance(raw, dict) or not isinstance(task, str):
+            return None
+        tool, said = raw.get("tool_use_id"), raw.get("last_assistant_message")
+        if msg.get("event") == "PreToolUse" and isinstance(tool, str):
+            return task, tool, None
+        if msg.get("event") == "Stop" and isinstance(said, str):
+            return task, None, said
+        return None
 
     def _handle(self, request: Request) -> Reply | None:
         msg = request.message
@@ -182,8 +209,13 @@ class Reports:
                 if claims:
                     extra["disputes"] = [c["check"] for c in claims]
             # logged before the status changes: the ledger shows cause before effect
-            self.store.append_ledger(
-                "signal", task=tid, phase=signal, previous=st.phase.value, note=note, **extra
+            self.store.append_ledger_unsynced(
+                "signal",
+                task=tid,
+                phase=signal,
+                previous=st.phase.value,
+                note=note,
+                **extra,
             )
             if st.waiting_for:
                 changes["waiting_for"] = None
@@ -200,12 +232,14 @@ class Reports:
             # no prompt arrived: Qwen Code 0.15.10 fires it again, with an empty prompt,
             # when it sends a tool's result on; taken as a submit, it would confirm a
             # prompt pasted meanwhile that the session never read
-            self.store.append_ledger(
+            self.store.append_ledger_unsynced(
                 "hook", task=tid, hook_event=event, empty_prompt=True, **fields
             )
             return {"exit_code": 0}
         if not request.attested:
-            self.store.append_ledger("hook", task=tid, hook_event=event, attested=False, **fields)
+            self.store.append_ledger_unsynced(
+                "hook", task=tid, hook_event=event, attested=False, **fields
+            )
             left = request.message.get("left_at")
             at = _iso(left) if isinstance(left, (int, float)) else now_iso()
             if event == "UserPromptSubmit":
@@ -232,7 +266,8 @@ class Reports:
             # sends right after is judged against the prompt it really has
             changes |= {"delivered": st.delivering, "delivering": None}
         reply: Reply = {"exit_code": 0}
-        said = payload.get("last_assistant_message") if event == "Stop" else None
+        waited = self.settle is not None  # (``handle`` waited for the transcript)
+        said = payload.get("last_assistant_message") if event == "Stop" and not waited else None
         over_budget = (
             self.turn_ended(tid, said if isinstance(said, str) else None)
             if self.turn_ended is not None and event in TURN_ENDS
@@ -240,7 +275,7 @@ class Reports:
         )
         if event not in TURN_ENDS and self.observe is not None:
             # before a tool runs: the message that asks for it must be read first
-            ask = payload.get("tool_use_id") if event == "PreToolUse" else None
+            ask = payload.get("tool_use_id") if event == "PreToolUse" and not waited else None
             self.observe(tid, ask if isinstance(ask, str) else None)
         if event == "Stop":
             active = payload.get("stop_hook_active") is True
@@ -264,12 +299,13 @@ class Reports:
             reply |= asked
         elif self.desk is not None and event in lifecycle.MOVED_ON_EVENTS:
             self.desk.close_task(tid, f"the session moved on ({event})")
-        self.store.append_ledger("hook", task=tid, hook_event=event, **fields)
+        self.store.append_ledger_unsynced("hook", task=tid, hook_event=event, **fields)
         self.record.update_task(tid, **changes)
         if changes.get("waiting_for"):
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
         if over_budget and self.block is not None:
             self.block(tid, over_budget)
+            self.record.sync()  # a decision, not only a report: durable before the answer
         elif (
             event == "StopFailure"
             and payload.get("error") in LIMIT_ERRORS
@@ -277,6 +313,7 @@ class Reports:
         ):
             said = payload.get("last_assistant_message")
             self.limit_hit(tid, str(payload["error"]), said if isinstance(said, str) else None)
+            self.record.sync()
         elif event == "UserPromptSubmit" and st.limit_until:
             # a prompt reached the session (Claude Code's own resume after a usage limit,
             # or lo-orch's): it works again

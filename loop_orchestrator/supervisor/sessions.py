@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator import templating, verify
-from loop_orchestrator.agents.contract import AgentAdapter, AgentContext
+from loop_orchestrator.agents.contract import AgentAdapter, AgentContext, ConfirmsFromStore
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import (
@@ -34,7 +34,7 @@ from loop_orchestrator.runstate.state import (
     now_iso,
 )
 from loop_orchestrator.sessions.backend import PaneState, SessionBackend
-from loop_orchestrator.sessions.delivery import Deliverer, prompt_confirmation
+from loop_orchestrator.sessions.delivery import Deliverer, prompt_confirmation, sanitize_prompt
 from loop_orchestrator.supervisor import decide, lifecycle, recovery, rounds
 from loop_orchestrator.supervisor.accounting import Accounting
 from loop_orchestrator.supervisor.decide import WORKING_PHASES
@@ -106,11 +106,14 @@ class Sessions:
             kind = self.settings.agent.kind
             note = (
                 f"the agent (kind {kind}) records no token usage"
-                if kind not in ("codex", "gemini", "qwen", "opencode")
+                if kind not in ("codex", "gemini", "qwen", "cline", "vibe", "opencode")
                 else f"the agent (kind {kind}) records tokens lo-orch does not read or price"
             )
             self.journal.set(tid, usage=usage.unknown(note).as_json())
-        session_id = st.session_id or str(uuid.uuid4())
+        # an agent that names its own sessions (Cline) gets the id its first hook reports
+        # (``lifecycle.hook_changes``), never one chosen here
+        fresh = None if getattr(self.adapter, "reports_session_id", False) else str(uuid.uuid4())
+        session_id = st.session_id or fresh
         st = self.journal.set(
             tid, worktree=str(worktree), branch=self.ws.task_branch(tid), session_id=session_id
         )
@@ -185,6 +188,9 @@ class Sessions:
         if self.adapter.uses_hooks:
             confirmed = prompt_confirmation(self.journal.record.task, tid)
             started()
+        elif isinstance(self.adapter, ConfirmsFromStore) and st.worktree:
+            # before the paste: a record the CLI already had confirms nothing
+            confirmed = self.adapter.prompt_check(Path(st.worktree), sanitize_prompt(text))
         # (an agent that drops a prompt sent while it works waits for its turn's end)
         self.adapter.wait_idle(self.backend, st.pane_id, timeout=self.settings.agent.ready_timeout)
         self.deliverer.deliver(

@@ -6,14 +6,17 @@ file or a ``sitecustomize`` there runs before pytest, and an edited ``_pytest`` 
 report anything. ``checkout.check_env`` keeps out what the environment variables and the
 checkout could add; this module covers the site folders themselves.
 
-``take_baseline`` records every file under the site folders of the interpreters the plan's
-checks use and of the project's virtual environments (with their ``bin/`` scripts,
-``pyvenv.cfg`` and the interpreter and check programs themselves), when a run starts. ``changes``
-compares the same folders later: any file added, removed or changed (size, mtime, ctime,
-mode, inode) is reported by name. The
-ctime cannot be set back by an unprivileged process, so an edit cannot hide behind a
-restored mtime. ``__pycache__`` folders are left out: the checks never read them
-(``PYTHONPYCACHEPREFIX``), and honest runs of the interpreter write them.
+``take_baseline`` records every file and folder under the site folders of the interpreters
+the plan's checks use and of the project's virtual environments (with their ``bin/``
+scripts, ``pyvenv.cfg`` and the interpreter and check programs themselves), when a run
+starts. ``changes`` compares the same folders later: any entry added, removed or changed
+(size, mtime, ctime, mode, inode) is reported by name; ``shallow``, only the roots' own
+entries (the look before the checks). The ctime cannot be set back by an unprivileged
+process, so an edit cannot hide behind a restored mtime, nor a file added and removed
+again behind its folder's. What is in ``__pycache__`` folders is left out: the checks
+never read them (``PYTHONPYCACHEPREFIX``), and honest runs of the interpreter write them;
+a package folder that only gained one is no change. The full scan runs in a process of
+its own (``sitescan``); docs/design.md section 7 says why it is not cached.
 
 Finding the folders never runs anything from them: a virtual environment is recognised by
 its ``pyvenv.cfg``; the base interpreter is asked with ``-I -S`` (no site module, no
@@ -26,6 +29,8 @@ import json
 import os
 import re
 import shutil
+import stat
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,7 +39,9 @@ from pathlib import Path
 
 from loop_orchestrator import proc
 from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.verify import sitescan
 from loop_orchestrator.verify.models import Finding, blocking
+from loop_orchestrator.verify.sitescan import FileStat
 
 #: names of Python interpreters (python, python3, python3.12, pypy3...)
 _PYTHON_NAME = re.compile(r"^(?:python|pypy)[0-9.]*$")
@@ -48,9 +55,6 @@ _HOOK_NAME = re.compile(
 _ASK = "import json, site; print(json.dumps({'site': site.getsitepackages()}))"
 MAX_SHOWN = 8
 
-#: (size, mtime_ns, ctime_ns, mode, inode)
-FileStat = tuple[int, int, int, int, int]
-
 
 @dataclass
 class SiteBaseline:
@@ -63,6 +67,8 @@ class SiteBaseline:
 
     roots: list[str]
     files: dict[str, FileStat]
+    #: digests of the states judged unchanged (the baseline's own first; ``changes``)
+    digests: set[str] = field(default_factory=set, repr=False, compare=False)
     last: tuple[float, list[str]] | None = field(default=None, repr=False, compare=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -164,36 +170,23 @@ def check_roots(
     return sorted(kept)
 
 
-def fingerprint(roots: Iterable[Path]) -> dict[str, FileStat]:
-    """Every file (and symlink) under ``roots`` except ``__pycache__`` folders; a root that
-    is a file or a symlink stands for itself."""
-    files: dict[str, FileStat] = {}
-    stack = []
-    for root in roots:
-        if root.is_dir() and not root.is_symlink():
-            stack.append(str(root))
-            continue
-        try:
-            st = root.lstat()
-        except OSError:
-            continue
-        files[str(root)] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_ino)
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name != "__pycache__":
-                        stack.append(entry.path)
-                    continue
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            files[entry.path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_ino)
-    return files
+def fingerprint(roots: Iterable[Path], *, shallow: bool = False) -> dict[str, FileStat]:
+    """``sitescan.fingerprint`` of ``roots``: every entry under them with its stat."""
+    return sitescan.fingerprint([str(r) for r in roots], shallow=shallow)
+
+
+def scan_digest(roots: Sequence[str]) -> str | None:
+    """The digest of ``roots``' fingerprint, scanned by ``sitescan`` in a process of its
+    own (lo-orch's interpreter with ``-I -S``: nothing from the scanned folders runs);
+    None when that fails (then the scan is done in process)."""
+    try:
+        res = proc.run(
+            [sys.executable, "-I", "-S", sitescan.__file__, *roots], timeout=120, check=False
+        )
+    except (LoOrchError, OSError):
+        return None
+    out = res.stdout.strip()
+    return out if res.ok and len(out) == 64 else None
 
 
 def take_baseline(
@@ -201,34 +194,75 @@ def take_baseline(
 ) -> SiteBaseline:
     """Fingerprint the checks' site folders now (when a run starts, before any agent)."""
     roots = check_roots(repo, argvs, env)
-    return SiteBaseline(roots=[str(r) for r in roots], files=fingerprint(roots))
+    files = fingerprint(roots)
+    return SiteBaseline(
+        roots=[str(r) for r in roots], files=files, digests={sitescan.digest(files)}
+    )
 
 
-def changes(baseline: SiteBaseline) -> list[str]:
+def changes(baseline: SiteBaseline, *, shallow: bool = False) -> list[str]:
     """What differs from ``baseline`` now: ``"added <path>"``, ``"changed <path>"``,
     ``"removed <path>"``; start-up hooks (.pth, sitecustomize, entry points) first.
 
+    ``shallow``: the roots and what is directly in them only (the start-up hooks, the
+    scripts, the interpreter: a few hundred entries; the look before the checks run).
+
     "Now" means a scan that began after this call: verifications asking at the same time
-    share one scan (a scan of a full site folder is ~0.3 s of CPU; 16 verifications at once
-    each scanning cost the supervisor a multiple of its whole run in a benchmark).
+    share one full scan (a scan of a full site folder is ~0.25 s of CPU; 16 verifications
+    at once each scanning cost the supervisor a multiple of its whole run in a benchmark).
     """
+    if shallow:
+        top = set(baseline.roots)
+        then = {p: v for p, v in baseline.files.items() if p in top or _parent(p) in top}
+        now = fingerprint([Path(r) for r in baseline.roots], shallow=True)
+        # a folder in a root counts by being there (the full scan judges what is in it)
+        return _diff(_folders_as_there(then, top), _folders_as_there(now, top), top)
     asked = time.monotonic()
     with baseline.lock:
         if baseline.last is not None and baseline.last[0] >= asked:
             return list(baseline.last[1])
         started = time.monotonic()
-        now = fingerprint(Path(r) for r in baseline.roots)
-        out = [f"added {p}" for p in now.keys() - baseline.files.keys()]
-        out += [f"removed {p}" for p in baseline.files.keys() - now.keys()]
-        out += [
-            f"changed {p}"
-            for p in now.keys() & baseline.files.keys()
-            if tuple(now[p]) != tuple(baseline.files[p])
-        ]
-        del now
-        result = sorted(out, key=lambda s: (not _HOOK_NAME.search(s), s))
+        if scan_digest(baseline.roots) in baseline.digests:
+            result: list[str] = []  # the state of a scan judged before: nothing to say
+        else:  # (or the scan failed): scanned again here, to say what differs
+            now = fingerprint(Path(r) for r in baseline.roots)
+            result = _diff(baseline.files, now, set(baseline.roots))
+            if not result:  # only what is no change (a __pycache__): known from now on
+                baseline.digests.add(sitescan.digest(now))
         baseline.last = (started, result)
         return list(result)
+
+
+def _parent(path: str) -> str:
+    # (a string op: a scan's tens of thousands of paths are strings, not Path objects)
+    return path.rpartition(os.sep)[0]
+
+
+def _folders_as_there(files: Mapping[str, FileStat], roots: set[str]) -> dict[str, FileStat]:
+    return {
+        p: (0, 0, 0, v[3], v[4]) if stat.S_ISDIR(v[3]) and p not in roots else v
+        for p, v in files.items()
+    }
+
+
+def _diff(then: Mapping[str, FileStat], now: Mapping[str, FileStat], roots: set[str]) -> list[str]:
+    if then == now:
+        return []
+    added = now.keys() - then.keys()
+    removed = then.keys() - now.keys()
+    changed = {p for p in now.keys() & then.keys() if tuple(now[p]) != tuple(then[p])}
+    for cache in [p for p in added if p.rpartition(os.sep)[2] == "__pycache__"]:
+        # an honest first import compiles a module where nothing had been compiled (an
+        # environment installed without byte code): its folder gained a __pycache__ and
+        # nothing else. Not in a site root, where start-up hooks live (docs/design.md)
+        folder = _parent(cache)
+        others = (p for p in added | removed if p != cache and _parent(p) == folder)
+        if folder not in roots and next(others, None) is None:
+            added.discard(cache)
+            changed.discard(folder)
+    out = [f"added {p}" for p in added] + [f"removed {p}" for p in removed]
+    out += [f"changed {p}" for p in changed]
+    return sorted(out, key=lambda s: (not _HOOK_NAME.search(s), s))
 
 
 def findings(diff: Sequence[str], *, when: str) -> list[Finding]:

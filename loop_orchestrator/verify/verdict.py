@@ -291,7 +291,8 @@ def verify_task(
     """Verify ``task`` at ``commit`` against ``base``; store and return the verdict.
 
     ``site_baseline`` is the fingerprint of the checks' Python environments taken when the
-    run started (``pyenv.take_baseline``): a difference blocks the task and no check runs.
+    run started (``pyenv.take_baseline``): a start-up hook, script or interpreter changed
+    blocks the task and no check runs; any other difference blocks it once they ran.
     Without it (``lo-orch audit``), only changes made while the checks ran are seen.
     ``claims``: the session's disputes, (finding id, reason), settled by the auditor or
     carried to Gate 2 (``verify.disputes``).
@@ -321,8 +322,12 @@ def verify_task(
 
     argvs = [s.argv for s in specs if s.argv]
     if site_baseline is not None:
-        tampered = pyenv.findings(pyenv.changes(site_baseline), when="since the run started")
+        # the start-up hooks, scripts and interpreters before any check runs (a look at
+        # the roots only); every file once the checks ran, below
+        since = "since the run started"
+        tampered = pyenv.findings(pyenv.changes(site_baseline, shallow=True), when=since)
     else:
+        since = "while the checks ran"
         site_baseline, tampered = pyenv.take_baseline(repo, argvs), []
     findings += tampered
 
@@ -382,8 +387,10 @@ def verify_task(
                     memory=memory,
                 )
                 findings += mutated.findings
-            # the checks ran the task's code: it must not have changed their interpreter
-            findings += pyenv.findings(pyenv.changes(site_baseline), when="while the checks ran")
+            # the checks ran the task's code: it must not have changed their interpreter,
+            # nor may anything else have since the run started (a file added and removed
+            # again leaves its folder changed)
+            findings += pyenv.findings(pyenv.changes(site_baseline), when=since)
         findings = escalate(findings, weak_proof(report, runs, mutated, files))
         findings, held = disputes.hold(findings, claims)
         clean = not any(f.blocking for f in findings)

@@ -29,7 +29,7 @@ from loop_orchestrator.supervisor.main import Outcome, Supervisor
 from loop_orchestrator.workspace import integration
 from loop_orchestrator.workspace.integration import Review
 
-Kind = Literal["claude", "codex", "gemini", "qwen", "opencode"]
+Kind = Literal["claude", "codex", "gemini", "qwen", "cline", "vibe", "opencode"]
 #: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,
 #: the scripts/bootstrap option that installs it)
 _CLIS: dict[Kind, tuple[str, str, str, str]] = {
@@ -37,8 +37,13 @@ _CLIS: dict[Kind, tuple[str, str, str, str]] = {
     "codex": ("LO_ORCH_TEST_CODEX", "codex", "codex", "--agents"),
     "gemini": ("LO_ORCH_TEST_GEMINI", "gemini-cli", "gemini", "--agents"),
     "qwen": ("LO_ORCH_TEST_QWEN", "qwen-code", "qwen", "--agents"),
+    "cline": ("LO_ORCH_TEST_CLINE", "cline", "cline", "--agents"),
+    "vibe": ("LO_ORCH_TEST_VIBE", "vibe", "vibe", "--agents"),
     "opencode": ("LO_ORCH_TEST_OPENCODE", "opencode", "opencode", "--agents"),
 }
+#: the CLIs scripts/bootstrap installs from PyPI, in a venv of their own: kind -> its path
+#: under .cache
+_VENV_CLIS: dict[Kind, str] = {"vibe": "vibe/venv/bin/vibe"}
 
 E = TypeVar("E", bound=ModelEndpoint)
 
@@ -51,6 +56,8 @@ def agent_cli(kind: Kind) -> Path:
     found = (
         Path(explicit)
         if explicit
+        else REPO_ROOT / ".cache" / _VENV_CLIS[kind]
+        if kind in _VENV_CLIS
         else REPO_ROOT / ".cache" / folder / "node_modules" / ".bin" / name
     )
     if not found.exists():

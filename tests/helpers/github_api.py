@@ -2,8 +2,10 @@
 documents them (docs.github.com/rest: pulls, check runs, commit statuses, pull review
 comments and their replies, issue comments), with its rate-limit headers
 (``x-ratelimit-limit/remaining/reset/used``), ``ETag`` and ``If-None-Match`` (a ``304``
-does not count against the limit), its error bodies (``{"message", "errors",
+does not count against the limit), pages (``per_page`` up to 100, ``page``, a ``Link``
+header with ``rel="next"`` and ``rel="last"``), its error bodies (``{"message", "errors",
 "documentation_url"}``) and a token check (``Authorization: Bearer``: 401 otherwise).
+With ``prefix = "/api/v3"`` it answers under that path, as GitHub Enterprise Server does.
 
 Its pull requests are checked against a real bare repository (the test's remote): opening
 one whose head branch the remote does not hold answers 422 as GitHub does.
@@ -59,6 +61,10 @@ class FakeGitHub:
     reset: int = 0
     requests: list[Seen] = field(default_factory=list)
     url: str = ""
+    #: the API's path on the server ("/api/v3": GitHub Enterprise Server)
+    prefix: str = ""
+    #: where the Link header sends the next page (default: this server's own URL)
+    link_base: str = ""
     _ids: int = 100
 
     def next_id(self) -> int:
@@ -106,6 +112,23 @@ def _handler(gh: FakeGitHub) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
+        link: str | None = None
+
+        def _page(self, path: str, query: dict[str, str], items: list[Any]) -> list[Any]:
+            """One page of ``items`` as GitHub cuts a listing (``per_page`` <= 100), its
+            ``Link`` header kept for the answer."""
+            size = max(1, min(100, int(query.get("per_page") or 30)))
+            page = max(1, int(query.get("page") or 1))
+            last = max(1, -(-len(items) // size))
+            if page < last:
+                base = gh.link_base or gh.url
+                links = []
+                for rel, n in (("next", page + 1), ("last", last)):
+                    q = urllib.parse.urlencode({**query, "page": n})
+                    links.append(f'<{base}{path}?{q}>; rel="{rel}"')
+                self.link = ", ".join(links)
+            return items[(page - 1) * size : page * size]
+
         def _answer(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
             raw = b"" if body is None else json.dumps(body).encode()
             self.send_response(status)
@@ -116,6 +139,8 @@ def _handler(gh: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             self.send_header("x-ratelimit-used", str(gh.limit - gh.remaining))
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
+            if self.link and status == 200:
+                self.send_header("Link", self.link)
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()
             if raw:
@@ -131,17 +156,21 @@ def _handler(gh: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                 method, parts.path, query, {k.lower(): v for k, v in self.headers.items()}, body
             )
             gh.requests.append(seen)
+            if not parts.path.startswith(gh.prefix + "/"):
+                self._answer(404, {"message": "Not Found"})
+                return
+            path = parts.path[len(gh.prefix) :]
             if self.headers.get("Authorization") != f"Bearer {gh.token}":
                 self._answer(401, {"message": "Bad credentials"})
                 return
             for (fm, fp), (status, fbody, fheaders) in gh.faults.items():
-                if fm == method and re.fullmatch(fp, parts.path):
+                if fm == method and re.fullmatch(fp, path):
                     self._answer(status, fbody, fheaders)
                     return
             if gh.remaining <= 0:
                 self._answer(403, {"message": "API rate limit exceeded for user."})
                 return
-            status, data = self._route(method, parts.path, query, body)
+            status, data = self._route(method, path, query, body)
             if method == "GET" and status == 200:
                 etag = (
                     '"' + hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest() + '"'
@@ -172,7 +201,7 @@ def _handler(gh: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                     if f"{gh.owner}:{p['head']['ref']}" == head
                     and (query.get("state", "open") in ("all", p["state"]))
                 ]
-                return 200, found
+                return 200, self._page(path, query, found)
             if path == f"{repo}/pulls" and method == "POST":
                 if not _remote_has(gh.remote, body["head"]):
                     return 422, {
@@ -210,7 +239,7 @@ def _handler(gh: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             m = re.fullmatch(rf"{repo}/commits/([0-9a-f]+)/check-runs", path)
             if m and method == "GET":
                 runs = gh.check_runs.get(m[1], [])
-                return 200, {"total_count": len(runs), "check_runs": runs}
+                return 200, {"total_count": len(runs), "check_runs": self._page(path, query, runs)}
             m = re.fullmatch(rf"{repo}/commits/([0-9a-f]+)/status", path)
             if m and method == "GET":
                 sts = gh.statuses.get(m[1], [])
@@ -219,13 +248,18 @@ def _handler(gh: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                     state = "failure"
                 elif any(s["state"] == "pending" for s in sts):
                     state = "pending"
-                return 200, {"state": state, "sha": m[1], "statuses": sts, "total_count": len(sts)}
+                return 200, {
+                    "state": state,
+                    "sha": m[1],
+                    "statuses": self._page(path, query, sts),
+                    "total_count": len(sts),
+                }
             m = re.fullmatch(rf"{repo}/check-runs/(\d+)/annotations", path)
             if m and method == "GET":
-                return 200, gh.annotations.get(int(m[1]), [])
+                return 200, self._page(path, query, gh.annotations.get(int(m[1]), []))
             m = re.fullmatch(rf"{repo}/pulls/(\d+)/comments", path)
             if m and method == "GET":
-                return 200, gh.review_comments
+                return 200, self._page(path, query, gh.review_comments)
             m = re.fullmatch(rf"{repo}/pulls/(\d+)/comments/(\d+)/replies", path)
             if m and method == "POST":
                 if not any(c["id"] == int(m[2]) for c in gh.review_comments):
@@ -241,7 +275,7 @@ def _handler(gh: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                 return 201, reply
             m = re.fullmatch(rf"{repo}/issues/(\d+)/comments", path)
             if m and method == "GET":
-                return 200, gh.issue_comments
+                return 200, self._page(path, query, gh.issue_comments)
             if m and method == "POST":
                 comment = {
                     "id": gh.next_id(),
@@ -270,7 +304,7 @@ def serve(gh: FakeGitHub) -> Iterator[FakeGitHub]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(gh))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    gh.url = f"http://127.0.0.1:{server.server_address[1]}"
+    gh.url = f"http://127.0.0.1:{server.server_address[1]}{gh.prefix}"
     try:
         yield gh
     finally:

@@ -3,19 +3,25 @@ writes it), with a real bare repository as its remote: what ``lo-orch pr`` start
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from helpers.git import commit, git, init_repo
+from helpers.github_api import FakeGitHub, serve
 from loop_orchestrator import config
+from loop_orchestrator.cli.main import run_cli
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.runstate import create as runs
-from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
 from loop_orchestrator.verify.models import CheckRun, Finding, Severity, Verdict
 from loop_orchestrator.verify.verdict import evidence_dir
 from loop_orchestrator.workspace.staging import TASK_TRAILER
 
 RUN = "widgets"
+TOKEN = "ghp_SeCrEtT0kenNeverWritten0000000000000"
 PLAN = """\
 goal: Add the widget parser and its printer
 name: widgets
@@ -127,3 +133,33 @@ def merged_run(root: Path, *, verdicts: bool = True) -> MergedRun:
         phase=RunPhase.MERGED, merged_commit=sha, reviewed_commit=sha, integration={"commit": sha}
     )
     return MergedRun(repo, remote, base, sha, f"feat/{RUN}")
+
+
+def serve_for(merged: MergedRun, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
+    """The local GitHub API for ``merged`` (octo/widgets, token ``TOKEN``), named to
+    ``lo-orch pr`` by the environment, while the test runs (a fixture's body)."""
+    gh = FakeGitHub("octo", "widgets", TOKEN, merged.remote)
+    with serve(gh):
+        monkeypatch.setenv("GITHUB_API_URL", gh.url)
+        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+        monkeypatch.setenv("LO_ORCH_PR_REPO", "octo/widgets")
+        monkeypatch.delenv("GH_TOKEN", raising=False)
+        yield gh
+
+
+def pr(repo: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`lo-orch [-vv] pr ARGS --repo REPO` (debug log with ``-vv`` among ARGS)."""
+    loud = [a for a in args if a == "-vv"]
+    rest = [a for a in args if a != "-vv"]
+    code = run_cli([*loud, "pr", *rest, "--repo", str(repo)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def remote_tip(m: MergedRun) -> str | None:
+    res = git(m.remote, "for-each-ref", "--format=%(objectname)", f"refs/heads/{m.feature}")
+    return res.strip() or None
+
+
+def events(repo: Path, name: str) -> list[dict[str, object]]:
+    return [e for e in Store.for_repo(repo).read_ledger() if e["event"] == name]

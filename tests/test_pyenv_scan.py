@@ -1,0 +1,115 @@
+"""The checks' site folders: what the look before the checks and the scan after them see."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from loop_orchestrator.verify import pyenv, sitescan
+
+
+def site_with_a_package(tmp_path: Path) -> tuple[Path, Path]:
+    site = tmp_path / "site-packages"
+    pkg = site / "pkg"
+    pkg.mkdir(parents=True)
+    (site / "six.py").write_text("x = 1\n", encoding="utf-8")
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "core.py").write_text("def run():\n    return 1\n", encoding="utf-8")
+    return site, pkg
+
+
+def baseline_of(site: Path) -> pyenv.SiteBaseline:
+    files = pyenv.fingerprint([site])
+    return pyenv.SiteBaseline(roots=[str(site)], files=files, digests={sitescan.digest(files)})
+
+
+def test_a_hook_added_and_removed_again_leaves_its_folder_changed(tmp_path: Path) -> None:
+    site, _pkg = site_with_a_package(tmp_path)
+    baseline = baseline_of(site)
+    assert pyenv.changes(baseline, shallow=True) == []  # the look before the checks: clean
+    # planted after that look, run by the checks, removed by itself before the scan after
+    planted = site / "zz.pth"
+    planted.write_text("import os\n", encoding="utf-8")
+    planted.unlink()
+    assert pyenv.changes(baseline) == [f"changed {site}"]
+
+
+def test_an_edit_deep_in_a_package_is_seen_after_the_checks_not_before(tmp_path: Path) -> None:
+    site, pkg = site_with_a_package(tmp_path)
+    baseline = baseline_of(site)
+    core = pkg / "core.py"
+    st = core.stat()
+    core.write_text("def run():\n    return 2\n", encoding="utf-8")  # same size
+    os.utime(core, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime put back: ctime is not
+    assert pyenv.changes(baseline, shallow=True) == []  # the roots only: not looked at
+    assert pyenv.changes(baseline) == [f"changed {core}"]
+
+
+def test_a_start_up_hook_is_seen_by_the_look_before_the_checks(tmp_path: Path) -> None:
+    site, _pkg = site_with_a_package(tmp_path)
+    baseline = baseline_of(site)
+    (site / "sitecustomize.py").write_text("import os\n", encoding="utf-8")
+    (site / "newpkg").mkdir()
+    assert pyenv.changes(baseline, shallow=True) == [
+        f"added {site / 'sitecustomize.py'}",
+        f"added {site / 'newpkg'}",
+        f"changed {site}",
+    ]
+
+
+def test_a_first_compile_in_a_package_is_no_change_but_in_a_site_root_it_is(
+    tmp_path: Path,
+) -> None:
+    site, pkg = site_with_a_package(tmp_path)
+    baseline = baseline_of(site)
+    # an honest first import of an environment installed without byte code
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "core.cpython-311.pyc").write_bytes(b"\0" * 16)
+    assert pyenv.changes(baseline, shallow=True) == []
+    assert pyenv.changes(baseline) == []
+    # anything else new beside it still counts, the folder with it
+    (pkg / "extra.py").write_text("", encoding="utf-8")
+    assert pyenv.changes(baseline) == [
+        f"added {pkg / '__pycache__'}",
+        f"added {pkg / 'extra.py'}",
+        f"changed {pkg}",
+    ]
+    (pkg / "extra.py").unlink()
+    # in a site root, where .pth files and sitecustomize live, a new __pycache__ counts
+    (site / "__pycache__").mkdir()
+    assert pyenv.changes(baseline) == [f"added {site / '__pycache__'}", f"changed {site}"]
+
+
+def test_what_is_written_inside_a_pycache_never_counts(tmp_path: Path) -> None:
+    site, pkg = site_with_a_package(tmp_path)
+    (pkg / "__pycache__").mkdir()
+    baseline = baseline_of(site)
+    (pkg / "__pycache__" / "core.cpython-311.pyc").write_bytes(b"\0" * 16)
+    assert pyenv.changes(baseline) == []
+
+
+def test_the_scan_in_its_own_process_sees_what_the_scan_in_process_sees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site, pkg = site_with_a_package(tmp_path)
+    baseline = baseline_of(site)
+    assert pyenv.scan_digest([str(site)]) in baseline.digests
+    in_process: list[int] = []
+    real = pyenv.fingerprint
+
+    def counted(roots: Iterable[Path], *, shallow: bool = False) -> dict[str, sitescan.FileStat]:
+        in_process.append(1)
+        return real(roots, shallow=shallow)
+
+    monkeypatch.setattr(pyenv, "fingerprint", counted)
+    assert pyenv.changes(baseline) == [] and in_process == []  # the digest was enough
+    (pkg / "__pycache__").mkdir()  # no change, but another state: judged in process once
+    assert pyenv.changes(baseline) == [] and in_process == [1]
+    assert pyenv.changes(baseline) == [] and in_process == [1]  # then known
+    core = pkg / "core.py"
+    core.write_text("def run():\n    return 2\n", encoding="utf-8")
+    assert pyenv.changes(baseline) == [f"changed {core}"]
+    assert pyenv.changes(baseline) == [f"changed {core}"]  # a change is never learnt
