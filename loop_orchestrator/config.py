@@ -53,7 +53,16 @@ class _Section(BaseModel):
 
 class AgentConfig(_Section):
     kind: Literal[
-        "claude", "codex", "gemini", "qwen", "cline", "vibe", "aider", "command", "scripted"
+        "claude",
+        "codex",
+        "gemini",
+        "qwen",
+        "cline",
+        "vibe",
+        "aider",
+        "opencode",
+        "command",
+        "scripted",
     ] = "claude"
     command: str = "claude"
     args: list[str] = Field(default_factory=list)

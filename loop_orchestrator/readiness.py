@@ -13,6 +13,7 @@ Only missing or unusable *required* pieces fail; everything else informs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loop_orchestrator import proc, resources
+from loop_orchestrator.agents import opencode
 from loop_orchestrator.agents.claude import ROOT_HINT, claude_config_path
 from loop_orchestrator.agents.support import (
     SUPPORT,
@@ -179,6 +181,8 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
         return check_vibe_key(settings, env)
     if settings.agent.kind == "aider":
         return check_aider_key(settings, env)
+    if settings.agent.kind == "opencode":
+        return check_opencode_login(settings, env)
     if has_preset(settings.agent.kind):
         return Check(
             f"{settings.agent.kind} login",
@@ -335,6 +339,44 @@ def check_aider_key(settings: Settings, env: Mapping[str, str]) -> Check:
         "no API key aider reads is set: sessions stop at its OpenRouter login offer",
         "Set [agent] model and its key in [agent] env (e.g. OPENAI_API_KEY, with "
         "AIDER_OPENAI_API_BASE for a compatible server).",
+    )
+
+
+def check_opencode_login(settings: Settings, env: Mapping[str, str]) -> Check:
+    """Offline: the model opencode would use, and whether a key for its provider is there
+    (in its config, its ``auth.json`` or the provider's ``<NAME>_API_KEY``)."""
+    name = "opencode login"
+    merged = {**env, **settings.agent.env}
+    config = _read_json(opencode.config_dir(merged) / "opencode.json") or {}
+    with contextlib.suppress(ValueError):
+        extra = json.loads(merged.get(opencode.CONFIG_ENV) or "{}")
+        config |= extra if isinstance(extra, dict) else {}
+    model = settings.agent.model or config.get("model")
+    if not isinstance(model, str) or "/" not in model:
+        return Check(
+            name,
+            "warn",
+            "no model chosen: opencode falls back to its own hosted default",
+            'Set [agent] model = "<provider>/<model>" (or "model" in '
+            "~/.config/opencode/opencode.json) and run `opencode providers login`.",
+        )
+    provider = model.split("/", 1)[0]
+    providers = config.get("provider")
+    entry = providers.get(provider) if isinstance(providers, dict) else None
+    options = entry.get("options") if isinstance(entry, dict) else None
+    if isinstance(options, dict) and options.get("apiKey"):
+        return Check(name, "ok", f"{model}: a key for {provider} in its config")
+    auth = opencode.data_dir(merged) / "auth.json"
+    if provider in (_read_json(auth) or {}):
+        return Check(name, "ok", f"{model}: a login for {provider} in {auth}")
+    variable = re.sub(r"[^A-Z0-9]", "_", provider.upper()) + "_API_KEY"
+    if merged.get(variable):
+        return Check(name, "ok", f"{model}: {variable} in the environment")
+    return Check(
+        name,
+        "warn",
+        f"{model}: no key for {provider} found (its config, {auth}, ${variable}; checked offline)",
+        "Run `opencode providers login` (or set the provider's key in [agent] env).",
     )
 
 

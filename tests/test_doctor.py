@@ -262,6 +262,21 @@ def test_doctor_rows_for_qwen_code(
     assert "agent sandbox" in table
 
 
+def test_doctor_rows_for_opencode(
+    git_repo: Path, tmp_path: Path, doctor: Callable[..., Run]
+) -> None:
+    """Installed and its version, the model and key it would use (offline), the sandbox."""
+    opencode = agent_cli("opencode")
+    config = tmp_path / "c"
+    agent = f'[agent]\nkind = "opencode"\ncommand = "{opencode}"\nmodel = "lo/m"\n'
+    write_config(git_repo, f'{agent}env = {{ XDG_CONFIG_HOME = "{config}", LO_API_KEY = "" }}\n')
+    table = rows(doctor("--repo", str(git_repo)).output)
+    assert table["agent CLI"][0] == "ok" and "1.18.33" in table["agent CLI"][1]
+    assert "lo-orch's plugin" in table["agent support"][1]
+    assert table["opencode login"][0] == "warn" and "LO_API_KEY" in table["opencode login"][1]
+    assert "agent sandbox" in table
+
+
 def test_qwen_login_row_says_which_auth_and_whether_its_key_is_there(tmp_path: Path) -> None:
     home = tmp_path / "qh"
     home.mkdir()

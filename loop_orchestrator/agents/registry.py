@@ -12,6 +12,7 @@ from loop_orchestrator.agents.codex import CodexAdapter
 from loop_orchestrator.agents.command import CommandAdapter
 from loop_orchestrator.agents.contract import AgentAdapter
 from loop_orchestrator.agents.gemini import GeminiAdapter
+from loop_orchestrator.agents.opencode import OpencodeAdapter
 from loop_orchestrator.agents.qwen import QwenAdapter
 from loop_orchestrator.agents.vibe import VibeAdapter
 from loop_orchestrator.config import AgentConfig, Settings
@@ -28,6 +29,7 @@ ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {
     "cline": ClineAdapter,
     "vibe": VibeAdapter,
     "aider": AiderAdapter,
+    "opencode": OpencodeAdapter,
     "command": CommandAdapter,
     "scripted": ScriptedAdapter,
 }

@@ -70,6 +70,14 @@ SUPPORT: dict[str, Support] = {
         "tokens from its chat history (not priced: cost unknown)",
         "aider 0.86.2, a whole run on the scripted Chat Completions endpoint",
     ),
+    "opencode": Support(
+        "opencode",
+        "its events through lo-orch's plugin (prompt, tool use, idle, retry, error) and "
+        "lo-orch signal",
+        "--session <its session, from the task's own database>",
+        "tokens from its database (not priced: cost unknown)",
+        "opencode 1.18.33, a whole run on the scripted Chat Completions endpoint",
+    ),
     "command": Support(
         "any CLI ([agent] command)",
         "lo-orch signal and the pane",
@@ -98,6 +106,7 @@ PRESET_PACKAGES: dict[str, str] = {
     "gemini": "@google/gemini-cli",
     "qwen": "@qwen-code/qwen-code",
     "cline": "cline",
+    "opencode": "opencode-ai",
 }
 #: agent kinds with a preset whose CLI is a PyPI package, that package and the tool
 #: its makers install it with

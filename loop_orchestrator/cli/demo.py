@@ -17,14 +17,15 @@ from loop_orchestrator.cli.render import printer
 )
 @click.option(
     "--agent",
-    type=click.Choice(["scripted", "claude", "qwen", "cline", "vibe", "aider"]),
+    type=click.Choice(["scripted", "claude", "qwen", "cline", "vibe", "aider", "opencode"]),
     default="scripted",
     show_default=True,
     help="scripted: no install needed; claude: real Claude Code sessions (the "
     "`claude` on PATH) driven offline by a built-in scripted model; qwen: real Qwen Code "
     "sessions (the `qwen` on PATH), the same way; cline: real Cline CLI sessions (the "
     "`cline` on PATH); vibe: real Mistral Vibe sessions (the `vibe` on PATH); aider: real "
-    "aider sessions (the `aider` on PATH), the same way.",
+    "aider sessions (the `aider` on PATH); opencode: real opencode sessions (the "
+    "`opencode` on PATH), the same way.",
 )
 def demo_command(keep: bool, agent: str) -> None:
     """The whole flow on a throwaway repo with the scripted agent (no Claude login)."""

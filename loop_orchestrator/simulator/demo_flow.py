@@ -14,7 +14,7 @@ Write and Bash tools do the work, its hooks report, offline, in a throwaway
 (``simulator/chat_endpoint.py``), in a throwaway ``QWEN_HOME``; ``--agent cline`` with the
 Cline CLI there, in a throwaway ``CLINE_DIR``; ``--agent vibe`` with Mistral Vibe there,
 in a throwaway ``VIBE_HOME``; ``--agent aider`` with aider, in a throwaway
-``HOME``.
+``HOME``; ``--agent opencode`` with opencode there, in throwaway XDG folders.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def prepare_demo(root: Path) -> DemoFiles:
     return DemoFiles(root, repo, root / "plan.yaml", root / "script.yaml")
 
 
-AGENTS = ("scripted", "claude", "qwen", "cline", "vibe", "aider")
+AGENTS = ("scripted", "claude", "qwen", "cline", "vibe", "aider", "opencode")
 #: the demo agents that are a preset CLI on the scripted Chat Completions endpoint:
 #: kind -> (program, the command installing it)
 CHAT_PRESETS = {
@@ -84,6 +84,7 @@ CHAT_PRESETS = {
     "cline": ("cline", "npm install -g cline"),
     "vibe": ("vibe", "uv tool install mistral-vibe"),
     "aider": ("aider", "pipx install aider-chat"),
+    "opencode": ("opencode", "npm install -g opencode-ai"),
 }
 
 
@@ -92,8 +93,11 @@ def demo_settings(script: Path, claude: ClaudeDemo | None = None, kind: str = "c
     endpoint), no LLM auditor."""
     agent = AgentConfig(kind="scripted", script=str(script), ready_timeout=20)
     if claude is not None:
+        # opencode's start was seen taking 30 to 60 s with two at once on a loaded 2-core
+        # machine (load 15)
+        ready = 180 if kind == "opencode" else 90
         agent = AgentConfig.model_validate(
-            {"kind": kind, "command": claude.command, "env": claude.env, "ready_timeout": 90}
+            {"kind": kind, "command": claude.command, "env": claude.env, "ready_timeout": ready}
         )
     return Settings(
         agent=agent,
@@ -190,6 +194,8 @@ def run_demo(
             env = chat.vibe_env(home)
         elif agent == "aider":
             env = chat.aider_env(home)
+        elif agent == "opencode":
+            env = chat.opencode_env(home)
         else:
             env = chat.qwen_env(home)
         claude = ClaudeDemo(command, env)

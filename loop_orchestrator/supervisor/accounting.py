@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.agents import aider, cline, qwen, vibe
+from loop_orchestrator.agents import aider, cline, opencode, qwen, vibe
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import limits, spend, usage
-from loop_orchestrator.errors import PaneGoneError
+from loop_orchestrator.errors import AgentError, PaneGoneError
 from loop_orchestrator.plan.model import Plan
 from loop_orchestrator.runstate.state import Phase
 from loop_orchestrator.sessions.backend import wait_until
@@ -195,6 +195,8 @@ class Accounting:
             return self._refresh_vibe(tid, Path(st.worktree), st.usage)
         if self.agent == "aider" and st.worktree:
             return self._refresh_aider(tid, Path(st.worktree), st.usage)
+        if self.agent == "opencode" and st.session_id:
+            return self._refresh_opencode(tid, st.session_id, st.usage)
         if self.agent != "claude" or not st.session_id or not st.worktree:
             return None
         env = {**os.environ, **self.settings.agent.env}
@@ -261,23 +263,54 @@ class Accounting:
     def _refresh_qwen(
         self, tid: str, session_id: str, before: dict[str, Any] | None
     ) -> usage.Usage | None:
-        """Qwen Code's tokens from its chat file (found by the session id lo-orch chose);
-        no prices for them: the cost stays unknown, so no budget can stop it."""
+        """Qwen Code's tokens from its chat file (found by the session id lo-orch chose)."""
         env = {**os.environ, **self.settings.agent.env}
         chat = qwen.find_chat(qwen.runtime_dir(env), session_id)
         if chat is None:
             return None
         counted = qwen.chat_usage(chat)
+        tokens = {
+            "input_tokens": counted["input_tokens"] - counted["cached_tokens"],
+            "output_tokens": counted["output_tokens"],
+            "cache_read_input_tokens": counted["cached_tokens"],
+        }
+        return self._record_tokens(tid, tokens, "Qwen Code's chat file", before)
+
+    def _refresh_opencode(
+        self, tid: str, session_id: str, before: dict[str, Any] | None
+    ) -> usage.Usage | None:
+        """opencode's tokens from the task's own database (named by lo-orch's session id)."""
+        env = {**os.environ, **self.settings.agent.env}
+        try:
+            db = opencode.task_db(env, session_id)
+        except AgentError:  # a session id lo-orch did not choose: nothing it launched
+            return None
+        counted = opencode.db_usage(db)
+        if not counted["messages"]:
+            return None
+        tokens = {
+            "input_tokens": counted["input_tokens"],
+            "output_tokens": counted["output_tokens"],
+            "cache_read_input_tokens": counted["cache_read"],
+            "cache_creation_input_tokens": counted["cache_write"],
+        }
+        return self._record_tokens(tid, tokens, "opencode's database", before)
+
+    def _record_tokens(
+        self,
+        tid: str,
+        tokens: dict[str, int],
+        source: str,
+        before: dict[str, Any] | None,
+        notes: tuple[str, ...] = (),
+    ) -> usage.Usage:
+        """Record tokens an agent's own files give; no prices for them: the cost stays
+        unknown, so no budget can stop it."""
         now = usage.Usage(
-            tokens={
-                **dict.fromkeys(usage.TOKEN_KEYS, 0),
-                "input_tokens": counted["input_tokens"] - counted["cached_tokens"],
-                "output_tokens": counted["output_tokens"],
-                "cache_read_input_tokens": counted["cached_tokens"],
-            },
+            tokens={**dict.fromkeys(usage.TOKEN_KEYS, 0), **tokens},
             cost_usd=None,
             models=[self.settings.agent.model] if self.settings.agent.model else [],
-            notes=["tokens from Qwen Code's chat file; lo-orch has no prices for its models"],
+            notes=[f"tokens from {source}; lo-orch has no prices for its models", *notes],
         )
         data = now.as_json()
         if data != before:
@@ -289,29 +322,19 @@ class Accounting:
         self, tid: str, session_id: str, worktree: Path, before: dict[str, Any] | None
     ) -> usage.Usage | None:
         """Cline's tokens from its record of the task's session (the id its hooks
-        reported); no prices for them: the cost stays unknown."""
+        reported)."""
         env = {**os.environ, **self.settings.agent.env}
         record = cline.session_record(cline.data_dir(env), session_id, worktree)
         if record is None:
             return None
         counted = cline.session_usage(record)
-        now = usage.Usage(
-            tokens={
-                **dict.fromkeys(usage.TOKEN_KEYS, 0),
-                "input_tokens": counted["input_tokens"],
-                "output_tokens": counted["output_tokens"],
-                "cache_read_input_tokens": counted["cache_read"],
-                "cache_creation_input_tokens": counted["cache_write"],
-            },
-            cost_usd=None,
-            models=[self.settings.agent.model] if self.settings.agent.model else [],
-            notes=["tokens from Cline's session file; lo-orch has no prices for its models"],
-        )
-        data_json = now.as_json()
-        if data_json != before:
-            self.journal.set(tid, usage=data_json)
-            self.journal.store.append_ledger("usage", task=tid, **data_json)
-        return now
+        tokens = {
+            "input_tokens": counted["input_tokens"],
+            "output_tokens": counted["output_tokens"],
+            "cache_read_input_tokens": counted["cache_read"],
+            "cache_creation_input_tokens": counted["cache_write"],
+        }
+        return self._record_tokens(tid, tokens, "Cline's session file", before)
 
     def _vibe_sessions(self, worktree: Path) -> list[Path]:
         env = {**os.environ, **self.settings.agent.env}
@@ -321,60 +344,39 @@ class Accounting:
         self, tid: str, worktree: Path, before: dict[str, Any] | None
     ) -> usage.Usage | None:
         """Mistral Vibe's tokens from its session store (every session it recorded for the
-        worktree: a relaunch that could not resume starts another); not priced."""
+        worktree: a relaunch that could not resume starts another)."""
         counts = [c for c in map(vibe.session_usage, self._vibe_sessions(worktree)) if c]
         if not counts:
             return None
         cached = sum(c["cached_tokens"] for c in counts)
-        now = usage.Usage(
-            tokens={
-                **dict.fromkeys(usage.TOKEN_KEYS, 0),
-                "input_tokens": sum(c["input_tokens"] for c in counts) - cached,
-                "output_tokens": sum(c["output_tokens"] for c in counts),
-                "cache_read_input_tokens": cached,
-            },
-            cost_usd=None,
-            models=[self.settings.agent.model] if self.settings.agent.model else [],
-            notes=["tokens from Mistral Vibe's session store; lo-orch has no prices for them"],
-        )
-        data = now.as_json()
-        if data != before:
-            self.journal.set(tid, usage=data)
-            self.journal.store.append_ledger("usage", task=tid, **data)
-        return now
+        tokens = {
+            "input_tokens": sum(c["input_tokens"] for c in counts) - cached,
+            "output_tokens": sum(c["output_tokens"] for c in counts),
+            "cache_read_input_tokens": cached,
+        }
+        return self._record_tokens(tid, tokens, "Mistral Vibe's session store", before)
 
     def _refresh_aider(
         self, tid: str, worktree: Path, before: dict[str, Any] | None
     ) -> usage.Usage | None:
         """aider's tokens from the chat history lo-orch names in the worktree (rounded by
-        aider above 1000); its own cost figure is noted, not booked: the cost stays
-        unknown, so no budget can stop it."""
+        aider above 1000); its own cost figure is noted, not booked."""
         chat = aider.history_paths(worktree)[0]
         try:
             text = chat.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return None
         counted = aider.history_usage(text)
-        notes = ["tokens from aider's chat history (rounded); lo-orch does not price them"]
+        tokens = {
+            "input_tokens": max(0, counted["input_tokens"] - counted["cached_tokens"]),
+            "output_tokens": counted["output_tokens"],
+            "cache_read_input_tokens": counted["cached_tokens"],
+            "cache_creation_input_tokens": counted["cache_write_tokens"],
+        }
+        notes: tuple[str, ...] = ()
         if counted["cost_usd"] is not None:
-            notes.append(f"aider's own cost figure: ${counted['cost_usd']:.4f}")
-        now = usage.Usage(
-            tokens={
-                **dict.fromkeys(usage.TOKEN_KEYS, 0),
-                "input_tokens": max(0, counted["input_tokens"] - counted["cached_tokens"]),
-                "output_tokens": counted["output_tokens"],
-                "cache_read_input_tokens": counted["cached_tokens"],
-                "cache_creation_input_tokens": counted["cache_write_tokens"],
-            },
-            cost_usd=None,
-            models=[self.settings.agent.model] if self.settings.agent.model else [],
-            notes=notes,
-        )
-        data = now.as_json()
-        if data != before:
-            self.journal.set(tid, usage=data)
-            self.journal.store.append_ledger("usage", task=tid, **data)
-        return now
+            notes = (f"aider's own cost figure: ${counted['cost_usd']:.4f}",)
+        return self._record_tokens(tid, tokens, "aider's chat history (rounded)", before, notes)
 
     def notice_failed_turns(self, tid: str) -> bool:
         """Mistral Vibe gave up on a turn (its retries spent): an event for each failure,

@@ -106,7 +106,7 @@ class Sessions:
             kind = self.settings.agent.kind
             note = (
                 f"the agent (kind {kind}) records no token usage"
-                if kind not in ("codex", "gemini", "qwen", "cline", "vibe", "aider")
+                if kind not in ("codex", "gemini", "qwen", "cline", "vibe", "aider", "opencode")
                 else f"the agent (kind {kind}) records tokens lo-orch does not read or price"
             )
             self.journal.set(tid, usage=usage.unknown(note).as_json())

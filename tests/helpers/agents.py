@@ -29,7 +29,7 @@ from loop_orchestrator.supervisor.main import Outcome, Supervisor
 from loop_orchestrator.workspace import integration
 from loop_orchestrator.workspace.integration import Review
 
-Kind = Literal["claude", "codex", "gemini", "qwen", "cline", "vibe", "aider"]
+Kind = Literal["claude", "codex", "gemini", "qwen", "cline", "vibe", "aider", "opencode"]
 #: kind -> (its LO_ORCH_TEST_ variable, its folder under .cache, its npm binary,
 #: the scripts/bootstrap option that installs it)
 _CLIS: dict[Kind, tuple[str, str, str, str]] = {
@@ -40,6 +40,7 @@ _CLIS: dict[Kind, tuple[str, str, str, str]] = {
     "cline": ("LO_ORCH_TEST_CLINE", "cline", "cline", "--agents"),
     "vibe": ("LO_ORCH_TEST_VIBE", "vibe", "vibe", "--agents"),
     "aider": ("LO_ORCH_TEST_AIDER", "aider", "aider", "--agents"),
+    "opencode": ("LO_ORCH_TEST_OPENCODE", "opencode", "opencode", "--agents"),
 }
 #: the CLIs scripts/bootstrap installs from PyPI, in a venv of their own: kind -> its path
 #: under .cache
