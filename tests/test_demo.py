@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+from helpers.wait import wait_for
 
 from loop_orchestrator.runstate import private
 
@@ -61,3 +65,63 @@ def test_demo_keep_leaves_the_repository_for_inspection(tmux_socket: str, tmp_pa
         assert f"lo-orch: task {task}" in log
     assert (repo / ".orchestration" / "reviews" / "counts-r1.md").is_file()
     assert f"Repository:   {repo}" in result.stdout
+
+
+@pytest.mark.parametrize("server", ["its own", "the caller's"])
+def test_a_demo_interrupted_while_its_sessions_work_leaves_none_of_them_running(
+    server: str, tmux_socket: str, tmp_path: Path
+) -> None:
+    """Ctrl-C while the agents work: the files stay for inspection, the sessions end (their
+    model endpoint is gone with the demo; left running they would work on unseen)."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    if server == "its own":
+        del env["LO_ORCH_TMUX_SOCKET"]
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "loop_orchestrator", "demo"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+    socket = tmux_socket if server == "the caller's" else f"lo-demo-{demo.pid}"
+
+    def agent_pids() -> list[int]:
+        out = subprocess.run(
+            ["tmux", "-L", socket, "list-panes", "-a", "-F", "#{@lo_task} #{pane_pid}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        rows = [ln.rsplit(" ", 1) for ln in out.splitlines()]
+        return [int(pid) for task, pid in rows if task.strip()]
+
+    try:
+        wait_for(lambda: bool(agent_pids()), timeout=120, what="an agent pane of the demo")
+        pids = agent_pids()
+        demo.send_signal(signal.SIGINT)
+        _out, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    assert demo.returncode != 0
+    sessions = subprocess.run(
+        ["tmux", "-L", socket, "list-sessions", "-F", "#{session_name}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    assert "lo-demo" not in sessions, err
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(lambda: all(map(gone, pids)), timeout=10, what=f"the agents {pids} ended")
+    # kept for inspection: the repository and its run state
+    (root,) = tmp_path.glob("lo-orch-demo-*")
+    assert (root / "textstats" / ".git").exists()

@@ -38,6 +38,7 @@ from loop_orchestrator.git import checkouts as tempcheckout
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import RunDir, Store
+from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.simulator.chat_endpoint import ChatEndpoint
 from loop_orchestrator.simulator.endpoint import ModelEndpoint
 from loop_orchestrator.simulator.script import load_script
@@ -241,15 +242,19 @@ def run_demo(
         )
         return result
     except BaseException:
-        keep = True  # leave everything for inspection when anything went wrong
+        keep = True  # leave the files for inspection when anything went wrong
+        # but not its sessions: their model endpoint closes with the demo, and a session
+        # left running would go on unseen (a real CLI retrying a closed endpoint burns CPU)
+        if not own_socket:
+            _end_sessions(repo)
         raise
     finally:
         if endpoint is not None:
             endpoint.close()
         if own_socket:
             os.environ.pop("LO_ORCH_TMUX_SOCKET", None)
-            if not keep:
-                proc.run(["tmux", "-L", socket, "kill-server"], check=False)
+            # the server is the demo's own: nothing of it outlives the demo, kept or not
+            proc.run(["tmux", "-L", socket, "kill-server"], check=False)
         if not keep:
             # worktrees and git metadata all live inside; the whole folder is ours, and so
             # is the throwaway repository's private state (record, refs book, object view)
@@ -257,6 +262,12 @@ def run_demo(
                 shutil.rmtree(private.state_home() / private.repo_key(repo))
             with contextlib.suppress(OSError):
                 shutil.rmtree(root)
+
+
+def _end_sessions(repo: Path) -> None:
+    """End the tmux session of the demo's run (on a server the caller chose)."""
+    with contextlib.suppress(LoOrchError):
+        run_backend(runs.load_approved(repo)[0].run).kill_session()
 
 
 def _report(
