@@ -423,3 +423,39 @@ def test_deliveries_to_one_pane_are_serialized(backend: TmuxBackend, tmp_path: P
         thread.join(timeout=60)
     got = sorted(p.read_text() for p in agents.received("ser"))
     assert got == sorted(texts)  # three prompts, none merged into another
+
+
+def test_a_second_run_of_the_same_name_on_a_shared_server_takes_nothing_of_the_first(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """Two repositories whose plans are both named ``feat`` on the one server a user chose
+    (``LO_ORCH_TMUX_SOCKET=default``): the session ``lo-feat`` is the first run's. The
+    second neither adopts, nor attests by, nor kills its panes, and says what to do."""
+    first = TmuxBackend("feat", owner="run-a", repo="/work/repo-a")
+    pane = first.launch(LaunchSpec("tokenize", tmp_path, ["sleep", "60"]))
+    (pid,) = first.task_pids()
+    second = TmuxBackend("feat", owner="run-b", repo="/work/repo-b")
+    assert second.list_panes() == {}
+    assert second.task_pids() == {}
+    assert second.state(pane).exists is False
+    with pytest.raises(TmuxError, match="not a pane of session lo-feat"):
+        second.kill_pane(pane)
+    with pytest.raises(TmuxError, match=r"lo-feat of another run \(of /work/repo-a\)") as info:
+        second.launch(LaunchSpec("tokenize", tmp_path, ["sleep", "60"]))
+    assert "unset LO_ORCH_TMUX_SOCKET" in str(info.value.hint)
+    second.kill_session()  # its own cleanup leaves the other run's session alone
+    assert first.list_panes() == {pane: "tokenize"}
+    assert first.task_pids() == {pid: "tokenize"}
+    # a restarted supervisor of the first run finds its panes again
+    assert TmuxBackend("feat", owner="run-a").list_panes() == {pane: "tokenize"}
+    first.kill_session()
+    assert not first.session_exists()
+
+
+def test_a_session_made_before_runs_were_tagged_is_still_its_runs(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """A run started by an lo-orch that did not tag its session keeps its panes after an
+    upgrade: an untagged session is taken as this run's."""
+    pane = TmuxBackend("feat").launch(LaunchSpec("tokenize", tmp_path, ["sleep", "60"]))
+    assert TmuxBackend("feat", owner="run-a").list_panes() == {pane: "tokenize"}

@@ -62,6 +62,13 @@ def run_socket(run: RunLike) -> str:
     return f"lo-{run.name[:40]}-{digest[:10]}"
 
 
+def run_owner(run: RunLike) -> str:
+    """The run's identity on a tmux server (``@lo_run`` of its session): its repository, name
+    and when it was planned, so two runs never take each other's session or panes."""
+    digest = hashlib.sha256(f"{run.repo}\0{run.name}\0{run.created_at}".encode()).hexdigest()
+    return digest[:16]
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
     """Poll ``predicate`` until it is true or ``timeout`` seconds passed; returns the outcome."""
     deadline = time.monotonic() + timeout

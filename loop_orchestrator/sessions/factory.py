@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.runstate.state import RunPhase, RunState
-from loop_orchestrator.sessions.backend import SessionBackend, run_socket
+from loop_orchestrator.sessions.backend import SessionBackend, run_owner, run_socket
 from loop_orchestrator.sessions.tmux import TmuxBackend
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def run_backend(run: RunState, cluster: ClusterConfig | None = None) -> SessionB
     fresh = run.phase == RunPhase.AWAITING_PLAN_APPROVAL
     if recorded is None and cluster is not None and cluster.backend == "ray" and fresh:
         return _ray_backend(run, cluster)
-    return TmuxBackend(run.name, socket=run_socket(run))
+    return TmuxBackend(run.name, socket=run_socket(run), owner=run_owner(run), repo=run.repo)
 
 
 def _ray_backend(run: RunState, cluster: ClusterConfig | dict[str, Any]) -> RayBackend:

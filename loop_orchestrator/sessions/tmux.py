@@ -79,7 +79,12 @@ class TmuxBackend:
     """
 
     def __init__(
-        self, run_name: str, socket: str | None = None, env: dict[str, str] | None = None
+        self,
+        run_name: str,
+        socket: str | None = None,
+        env: dict[str, str] | None = None,
+        owner: str | None = None,
+        repo: str | None = None,
     ) -> None:
         if not _RUN_NAME_RE.match(run_name):
             msg = f"{run_name!r} cannot name a tmux session"
@@ -89,6 +94,11 @@ class TmuxBackend:
             )
         self.run_name = run_name
         self.session = session_name(run_name)
+        #: the run this backend serves (``backend.run_owner``), tagged on the session it
+        #: creates as ``@lo_run``: a session of the same name made by another run (two
+        #: repositories, or two runs of one name, on a server the user chose) is not ours
+        self.owner = owner
+        self.repo = repo
         #: the environment tmux commands run in (so the server starts with it): None = ours
         self.env = env
         self.socket = socket if socket is not None else tmux_socket()
@@ -149,7 +159,37 @@ class TmuxBackend:
         if not result.ok:
             return []
         infos = [parse_pane_line(line) for line in result.stdout.splitlines()]
-        return [i for i in infos if i is not None and i.session == self.session]
+        return [i for i in infos if i is not None and self._ours(i)]
+
+    def _ours(self, info: PaneInfo) -> bool:
+        """Whether the pane is in this run's session: the name, and no other run's tag (an
+        untagged session is one an earlier lo-orch made for this run)."""
+        return info.session == self.session and (self.owner is None or info.run in ("", self.owner))
+
+    def _session_owner(self) -> str:
+        """The ``@lo_run`` tag of the session ``lo-<run>`` ("" when untagged or absent)."""
+        result = self._tmux(
+            "show-options", "-q", "-v", "-t", f"={self.session}:", "@lo_run", check=False
+        )
+        return result.stdout.strip() if result.ok else ""
+
+    def _refuse_another_runs_session(self) -> None:
+        owner = self._session_owner()
+        if self.owner is None or owner in ("", self.owner):
+            return
+        repo = self._tmux(
+            "show-options", "-q", "-v", "-t", f"={self.session}:", "@lo_repo", check=False
+        ).stdout.strip()
+        msg = (
+            f"tmux server {self.socket or 'default'} already has a session {self.session} "
+            f"of another run (of {repo or 'another repository'})"
+        )
+        raise TmuxError(
+            msg,
+            hint="Finish or end that run first (`lo-orch cleanup` in its repository), give "
+            "this run another name in its plan, or unset LO_ORCH_TMUX_SOCKET so that each "
+            "run has a tmux server of its own.",
+        )
 
     def _pane_info(self, pane_id: str) -> PaneInfo | None:
         """The pane if it exists *in this run's session*; another session's pane is None."""
@@ -160,7 +200,7 @@ class TmuxBackend:
         for line in result.stdout.splitlines():
             info = parse_pane_line(line)
             if info is not None and info.pane_id == pane_id:
-                return info if info.session == self.session else None
+                return info if self._ours(info) else None
         return None
 
     def _own_pane(self, pane_id: str, action: str) -> PaneInfo:
@@ -198,6 +238,7 @@ class TmuxBackend:
         with self._lock:
             self._check_version()
             if self.session_exists():
+                self._refuse_another_runs_session()
                 return
             result = self._tmux(
                 "new-session",
@@ -218,6 +259,7 @@ class TmuxBackend:
             )
             if not result.ok:
                 if self.session_exists():  # created by someone else meanwhile
+                    self._refuse_another_runs_session()
                     return
                 msg = f"could not create tmux session {self.session}: {result.stderr.strip()}"
                 raise TmuxError(
@@ -225,6 +267,10 @@ class TmuxBackend:
                     hint=_INSTALL_HINT if "not found" in result.stderr else None,
                 )
             window_id, pane_id = result.stdout.strip().split("\t")
+            if self.owner is not None:
+                self._tmux("set-option", "-t", f"={self.session}:", "@lo_run", self.owner)
+                if self.repo:
+                    self._tmux("set-option", "-t", f"={self.session}:", "@lo_repo", self.repo)
             self._prepare_window(window_id, pane_id)
             log.info("tmux session created", extra={"session": self.session})
 
@@ -236,6 +282,9 @@ class TmuxBackend:
         """Kill ``lo-<run>`` by its exact name (never a prefix match)."""
         with self._lock:
             if not self.session_exists():
+                return
+            if self.owner is not None and self._session_owner() not in ("", self.owner):
+                log.info("another run's tmux session left alone", extra={"session": self.session})
                 return
             self._tmux("kill-session", "-t", f"={self.session}")
             log.info("tmux session killed", extra={"session": self.session})

@@ -43,7 +43,7 @@ KEY_RE = re.compile(
 )
 PANE_FIELDS = (
     "#{pane_id}\t#{session_name}\t#{window_id}\t#{pane_dead}\t#{pane_dead_status}"
-    "\t#{pane_dead_signal}\t#{pane_pid}\t#{@lo_task}\t#{@lo_keeper}"
+    "\t#{pane_dead_signal}\t#{pane_pid}\t#{@lo_task}\t#{@lo_keeper}\t#{@lo_run}"
 )
 
 
@@ -57,13 +57,15 @@ class PaneInfo:
     pid: int | None
     task: str
     keeper: bool
+    #: the run whose session holds the pane (its session's ``@lo_run``; empty if untagged)
+    run: str = ""
 
 
 def parse_pane_line(line: str) -> PaneInfo | None:
     parts = line.split("\t")
-    if len(parts) != 9:
+    if len(parts) != 10:
         return None
-    pane_id, session, window_id, dead, status, signal, pid, task, keeper = parts
+    pane_id, session, window_id, dead, status, signal, pid, task, keeper, run = parts
     is_dead = dead == "1"
     dead_status: int | None = None
     if is_dead:
@@ -80,6 +82,7 @@ def parse_pane_line(line: str) -> PaneInfo | None:
         pid=int(pid) if pid.isdigit() and not is_dead else None,
         task=task,
         keeper=keeper == "1",
+        run=run,
     )
 
 
