@@ -6,10 +6,13 @@ tmux server) attacks what it must not write; mode "off" is the negative control.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from helpers.agents import bare_context
 from helpers.git import git
 from helpers.wait import wait_for
 
+import loop_orchestrator
 from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.agents.registry import make_adapter
 from loop_orchestrator.cli.main import run_cli
@@ -33,6 +37,26 @@ from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.workspace import workspace
 
 pytestmark = pytest.mark.skipif(not sandbox.available()[0], reason="bubblewrap does not work")
+
+#: a byte code file the probe tries to plant for one of lo-orch's own modules (a new name:
+#: the negative control writes it, and the fixture below removes it)
+PROBE_PYC = (
+    Path(loop_orchestrator.__file__).resolve().parent
+    / "supervisor"
+    / "__pycache__"
+    / f"probe-{uuid.uuid4().hex}.pyc"
+)
+
+
+@pytest.fixture(autouse=True)
+def pycache_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A user's PYTHONPYCACHEPREFIX (made by lo-orch when missing); the probe's planted
+    byte code is removed after each test."""
+    prefix = tmp_path / "user-pycache"
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(prefix))
+    yield prefix
+    PROBE_PYC.unlink(missing_ok=True)
+
 
 RUN = "sbx"
 PLAN = {
@@ -73,6 +97,10 @@ WRITES = {
     "commondir": "commondir",
     # a folder once writable by every agent only for the scripted agent's records
     "received": "received_file",
+    # byte code the next lo-orch command would run outside the sandbox: in the package's
+    # own __pycache__ (an editable checkout's too), or under PYTHONPYCACHEPREFIX
+    "lo_orch_bytecode": "lo_orch_bytecode",
+    "pycache_prefix": "pycache_prefix",
 }
 
 PROBE = r"""
@@ -183,6 +211,10 @@ def prepare(tmp_path: Path, git_repo: Path, mode: str) -> tuple[Settings, dict[s
         "worktree_gitfile": str(own / ".git"),
         "commondir": str(Path((own / ".git").read_text().split(":", 1)[1].strip()) / "commondir"),
         "report": str(tmp_path / "report.json"),
+        "lo_orch_bytecode": str(PROBE_PYC),
+        "pycache_prefix": str(
+            Path(os.environ["PYTHONPYCACHEPREFIX"]) / "lo-orch" / "supervisor" / "decide.pyc"
+        ),
     }
     targets_file.write_text(json.dumps(targets), encoding="utf-8")
     return settings, targets
@@ -242,6 +274,8 @@ DENIED = (
     "worktree_gitfile",
     "commondir",
     "received",
+    "lo_orch_bytecode",
+    "pycache_prefix",
 )
 ALLOWED = ("own_worktree", "plan_file", "inbox", "tmp", "git_add_status", "pytest")
 
@@ -270,6 +304,7 @@ def test_sandboxed_agent_cannot_write_what_the_supervisor_trusts(
     assert not Path(targets["git_hook"]).exists()
     assert not Path(targets["other_worktree"]).exists()
     assert not Path(targets["venv_pth"]).exists()
+    assert not PROBE_PYC.exists() and not Path(targets["pycache_prefix"]).exists()
     assert not Path(targets["private_file"]).exists()
     # no session can plant a record of prompts "received" under .orchestration/
     assert not Path(targets["received_file"]).parent.exists()
@@ -324,6 +359,7 @@ def test_with_mode_off_the_same_attacks_succeed(
         assert ok(report, name), (name, report[name])
     assert report["private_read"] == "ok: supervisor-secret"
     assert Path(targets["venv_pth"]).exists()
+    assert PROBE_PYC.exists() and Path(targets["pycache_prefix"]).exists()
     assert "evil" in git(git_repo, "branch", "--list", "evil")
 
 

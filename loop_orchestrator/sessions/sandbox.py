@@ -6,10 +6,11 @@ hooks, a ``command`` or ``scripted`` agent) is started inside ``bwrap``, in a mo
 namespace where the filesystem is the host's (``--dev-bind / /``) except:
 
 - read-only: the repository (main checkout, ``.git``, ``.orchestration/``, other tasks'
-  worktrees, the project's ``.venv``), this lo-orch's own installation, the user's
-  lo-orch configuration and every folder on the supervisor's ``PATH`` (a ``git`` planted
-  there would run outside the sandbox); for root also the system's folders (``/usr``,
-  ``/etc``, ``/lib``...: root owns them, and the supervisor runs ``/usr/bin/git``);
+  worktrees, the project's ``.venv``), this lo-orch's own installation (with its byte
+  code), the user's lo-orch configuration and every folder on the supervisor's ``PATH`` (a
+  ``git`` planted there would run outside the sandbox); for root also the system's
+  folders (``/usr``, ``/etc``, ``/lib``...: root owns them, and the supervisor runs
+  ``/usr/bin/git``);
 - writable again on top: the task's worktree and the worktree's own admin folder
   ``.git/worktrees/<name>/`` (so ``git add``/``git status`` work; refs, ``config``,
   ``hooks``, ``info``, ``packed-refs`` stay read-only), the plans folder and the task's
@@ -44,6 +45,7 @@ Measured on a shared 2-core Linux VM (bubblewrap 0.8.0), median of 200 starts of
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -55,6 +57,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import loop_orchestrator
 from loop_orchestrator import proc
 from loop_orchestrator.config import user_config_path
 from loop_orchestrator.errors import ConfigError
@@ -179,13 +182,21 @@ def _common_dir(repo: Path) -> Path:
 
 
 def _lo_orch_install() -> list[Path]:
-    """Where this lo-orch's code and interpreter live (a ``.pth`` there runs in the
-    supervisor): the package folder (an editable checkout too), the environment's prefix
-    and the user's site-packages."""
-    paths = [Path(__file__).resolve().parent, Path(sys.prefix).resolve()]
+    """Where this lo-orch's code, its byte code and its interpreter live (a ``.pth`` there
+    runs in the supervisor; so does a ``.pyc`` planted for one of its modules): the package
+    folder (an editable checkout too), the environment's prefix, the user's site-packages
+    and a ``PYTHONPYCACHEPREFIX`` folder, where Python keeps the package's byte code."""
+    paths = [Path(loop_orchestrator.__file__).resolve().parent, Path(sys.prefix).resolve()]
     user_site = site.getusersitepackages()
     if isinstance(user_site, str):
         paths.append(Path(user_site))
+    for prefix in {sys.pycache_prefix, os.environ.get("PYTHONPYCACHEPREFIX")}:
+        if prefix:
+            # made now if missing (as Python would): a missing folder is not bound, and a
+            # session could make it and plant byte code there
+            with contextlib.suppress(OSError):
+                Path(prefix).mkdir(parents=True, exist_ok=True)
+            paths.append(Path(prefix).resolve())
     return paths
 
 
