@@ -124,7 +124,10 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
             for entry in plan["tasks"]:
                 entry["node_labels"] = dict(PIN)
             for task in PAIR:
-                _sleep_first(script, task, 30)
+                # working on the first two nodes until each is removed; on the last, at once
+                hold = 'case "$LO_ORCH_RUN_DIR" in */pin3/*) ;; *) sleep 60;; esac'
+                step = {"run": {"argv": ["sh", "-c", hold], "timeout": 120}}
+                script[task]["implement"][0] = [step, *script[task]["implement"][0]]
 
         edit_demo(two_tasks, change)
         repo = two_tasks.repo
@@ -235,7 +238,8 @@ def test_cleanup_drops_the_runs_cluster_refs_but_keeps_a_persons_saved_edits(
     names it with the command to see it."""
 
     def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
-        _sleep_first(script, "slug", 25)
+        held = {"run": {"argv": ["sh", "-c", ray_cluster.HELD], "timeout": 300}}
+        script["slug"]["implement"][0] = [held, *script["slug"]["implement"][0]]
 
     edit_demo(two_tasks, change)
     repo = two_tasks.repo
@@ -251,6 +255,7 @@ def test_cleanup_drops_the_runs_cluster_refs_but_keeps_a_persons_saved_edits(
     wait_for(slug_works, 180, "slug implementing on a node", interval=0.3)
     worktree = RunDir(repo).worktree_path(run, "slug")
     (worktree / "my-notes.txt").write_text("a person's note\n", encoding="utf-8")
+    ray_env.release(run, "slug")  # slug signals now: the sync finds the edit
     thread.join(timeout=300)
     assert outcome and outcome[0].state == "review", (outcome, _shown(repo))
     before = _cluster_refs(repo, run)

@@ -13,6 +13,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -175,7 +176,9 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
         first = script["tokenize"]["implement"][0]
         script["tokenize"]["implement"][0] = [
             {"run": {"argv": ["sh", "-c", note]}},
-            {"sleep": {"seconds": 6}},
+            # time for a checkpoint on the first node (the relaunch, which starts from it,
+            # goes on at once)
+            {"run": {"argv": ["sh", "-c", "[ -e seen-at-start.txt ] || sleep 6"]}},
             *first,
         ]
 
@@ -446,7 +449,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
 
     def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
         script["slug"]["implement"][0] = [
-            {"sleep": {"seconds": 90}},
+            {"run": {"argv": ["sh", "-c", ray_cluster.HELD], "timeout": 600}},
             *script["slug"]["implement"][0],
         ]
 
@@ -508,6 +511,18 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:
+        # slug goes on (and signals) once the second supervisor has started: the signal
+        # it then relays comes from the session it adopted
+        wait_for(
+            lambda: (
+                sum(1 for e in ledger(repo) if e["event"] == "supervisor_started") == 2
+                or proc2.poll() is not None
+            ),
+            120,
+            "the second supervisor started",
+            interval=0.2,
+        )
+        ray_env.release(run, "slug")
         out, err = proc2.communicate(timeout=300)  # six tasks on Ray, on two shared cores
     except subprocess.TimeoutExpired:
         proc2.send_signal(signal.SIGABRT)
@@ -649,8 +664,8 @@ def test_a_task_asking_for_a_node_label_runs_there(
     try:
 
         def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
-            entry = next(t for t in plan["tasks"] if t["id"] == "tokenize")
-            entry["node_labels"] = {"lo-node": "gpu"}
+            plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "tokenize"]
+            plan["tasks"][0]["node_labels"] = {"lo-node": "gpu"}
 
         edit_demo(six_tasks, change)
         repo = six_tasks.repo
@@ -664,3 +679,45 @@ def test_a_task_asking_for_a_node_label_runs_there(
         assert gpu.node_id[:8] in (statuses["tokenize"].node or "")
     finally:
         ray_env.cluster.remove_node(gpu)
+
+
+@pytest.mark.parametrize(
+    ("auth", "named"),
+    [
+        ({}, "RAY_AUTH_MODE is not set"),
+        ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 32}, "refused this machine's token"),
+    ],
+    ids=["without_token_mode", "with_a_wrong_token"],
+)
+def test_a_cluster_refusing_the_token_fails_doctor_at_once_naming_what_to_set(
+    ray_env: RayEnv, git_repo: Path, tmp_path: Path, auth: dict[str, str], named: str
+) -> None:
+    """The module's cluster has token authentication on; `lo-orch doctor` without
+    RAY_AUTH_MODE=token, or with a token that is not the cluster's, fails within seconds
+    (Ray's own join retries for about 20 s), saying what is wrong and what to set."""
+    config = git_repo / ".loop-orchestrator" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(
+        f'[agent]\nkind = "scripted"\n[cluster]\nbackend = "ray"\n'
+        f'address = "{ray_env.cluster.address}"\n',
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update({**auth, "HOME": str(tmp_path)})  # no ~/.ray/auth_token either
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "doctor", "--repo", str(git_repo)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("cluster"))
+    assert "FAIL" in row and named in row, done.stdout
+    shown = done.stdout + done.stderr
+    assert "RAY_AUTH_MODE=token" in shown and "RAY_AUTH_TOKEN_PATH" in shown
+    assert "Traceback" not in done.stderr
+    assert took < 15, took  # python, Ray's import and one handshake
