@@ -103,12 +103,39 @@ def _print_figures(supervisor: Supervisor, repo: Path) -> None:
             print("signal->reaction", task, round(lag.total_seconds(), 3))
 
 
+def _forge(run: str) -> list[dict[str, Any]]:
+    """slug's steps that forge: impl_done for tokenize straight into the node's inbox, and
+    staging, feature and cluster refs planted in its checkout, a file beside its folder."""
+    return [
+        # straight into the node's inbox (the CLI would stop at the missing status file)
+        {"run": {"argv": [sys.executable, "-c", FORGE], "check": False}},
+        {
+            "run": {
+                "argv": [
+                    "sh",
+                    "-c",
+                    f"git branch -f lo/{run}/staging HEAD; git branch feat/{run} HEAD; "
+                    f"git update-ref refs/lo-orch/cluster/{run}/tokenize/head HEAD; "
+                    # beside its own folder on the node: other tasks' checkouts
+                    'echo planted > "$LO_ORCH_RUN_DIR/../../planted.txt"; exit 0',
+                ]
+            }
+        },
+    ]
+
+
 def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     ray_env: RayEnv, six_tasks: demo.DemoFiles
 ) -> None:
+    """Six tasks on the cluster reach Gate 2 and merge. On the way, slug's session signals
+    impl_done for tokenize through its node's inbox and plants staging and feature branches
+    in its checkout: refused, logged, and no ref moves (one run for both: a wrong
+    implementation of either fails this test)."""
+
     def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
         write_plan = 'echo "# tokenize: regex, tests first" > "$LO_ORCH_RUN_DIR/plans/tokenize.md"'
         script["tokenize"]["plan"].insert(0, {"run": {"argv": ["sh", "-c", write_plan]}})
+        script["slug"]["implement"][0] = [*_forge(plan["name"]), *script["slug"]["implement"][0]]
 
     edit_demo(six_tasks, change)
     repo = six_tasks.repo
@@ -121,6 +148,17 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     outcome = supervisor.run()
 
     assert outcome.state == "review", outcome.message
+    # the forgery: refused and logged; tokenize's own impl_done was the one judged
+    events = ledger(repo)
+    refused = [e for e in events if e["event"] == "event_rejected" and e.get("task") == "tokenize"]
+    assert refused and "from the session of task slug" in refused[0]["message"]
+    assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
+    assert list(ray_env.base.glob(f"n*/*/{run}-*/planted.txt")) == []
+    assert (
+        list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/repo/.worktrees/*/slug")) == []
+    )  # cleaned up
+    for task in TASKS:
+        assert staging_merges(repo, run, task) == 1, task
     _print_figures(supervisor, repo)
     store = Store(RunDir(repo))
     statuses = {s.task: s for s in store.list_statuses()}
@@ -325,57 +363,6 @@ def test_real_claude_code_on_a_node_is_priced_and_resumes_its_conversation_on_an
     deltas = [v for what, v in stats["tokenize"] if what == "transcript_bytes"]
     print(f"transcript {size} bytes; {len(deltas)} deltas, {sum(deltas):.0f} bytes sent")
     assert len(deltas) > 3 and sum(deltas) <= 1.5 * size
-
-
-def test_a_forged_signal_through_a_nodes_inbox_is_refused(
-    ray_env: RayEnv, six_tasks: demo.DemoFiles
-) -> None:
-    """slug's session signals impl_done for tokenize through its node's inbox and plants
-    staging and feature branches in its checkout: refused, logged, and no ref moves."""
-    run_name: list[str] = []
-
-    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
-        run_name.append(plan["name"])
-        run = plan["name"]
-        forge = [
-            # straight into the node's inbox (the CLI would stop at the missing status file)
-            {"run": {"argv": [sys.executable, "-c", FORGE], "check": False}},
-            {
-                "run": {
-                    "argv": [
-                        "sh",
-                        "-c",
-                        f"git branch -f lo/{run}/staging HEAD; git branch feat/{run} HEAD; "
-                        f"git update-ref refs/lo-orch/cluster/{run}/tokenize/head HEAD; "
-                        # beside its own folder on the node: other tasks' checkouts
-                        'echo planted > "$LO_ORCH_RUN_DIR/../../planted.txt"; exit 0',
-                    ]
-                }
-            },
-        ]
-        script["slug"]["implement"][0] = [*forge, *script["slug"]["implement"][0]]
-
-    edit_demo(six_tasks, change)
-    repo = six_tasks.repo
-    settings = ray_env.settings(six_tasks.script)
-    approve(six_tasks, settings)
-    run = run_name[0]
-
-    outcome = Supervisor(repo, settings).run()
-
-    assert outcome.state == "review", outcome.message
-    events = ledger(repo)
-    refused = [e for e in events if e["event"] == "event_rejected" and e.get("task") == "tokenize"]
-    assert refused and "from the session of task slug" in refused[0]["message"]
-    # tokenize's own impl_done was the one judged: its verdict is of its own work
-    assert staging_merges(repo, run, "tokenize") == 1
-    assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
-    assert list(ray_env.base.glob(f"n*/*/{run}-*/planted.txt")) == []
-    assert (
-        list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/repo/.worktrees/*/slug")) == []
-    )  # cleaned up
-    for task in TASKS:
-        assert staging_merges(repo, run, task) == 1, task
 
 
 JOIN = (
