@@ -225,6 +225,12 @@ class ClusterConfig(_Section):
     #: how many lost nodes a task survives (relaunched elsewhere each time, apart from the
     #: one relaunch an agent that exits gets); the next loss fails the task
     max_node_losses: int = Field(default=3, ge=0, le=100)
+    #: how long one call to a session actor may take before it counts as unanswered (more
+    #: than the 2 s a node holds a call for the session's requests)
+    call_timeout_seconds: float = Field(default=60.0, ge=5, le=3600, allow_inf_nan=False)
+    #: how long a session may stay unanswered, while the cluster answers and lists its node
+    #: as alive, before it counts as lost (a frozen actor, a cut between it and the cluster)
+    loss_grace_seconds: float = Field(default=120.0, gt=0, le=86400, allow_inf_nan=False)
     #: where a node keeps its checkouts ("" = ``~/.cache/lo-orch/nodes`` on that node;
     #: ``LO_ORCH_NODE_ROOT`` in the node's environment wins)
     node_root: str = ""

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from loop_orchestrator.errors import GateError
 from loop_orchestrator.plan.loading import load_plan
 from loop_orchestrator.plan.model import plan_hash
 from loop_orchestrator.runstate import create as runs
-from loop_orchestrator.runstate.state import Phase, RunPhase
+from loop_orchestrator.runstate.state import Phase, RunPhase, RunState, Store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "examples" / "plan.yaml"
@@ -383,6 +384,27 @@ def test_status_table(planned: Path) -> None:
         ), tid
     assert invoke("approve", "--repo", planned).code == 0
     assert "plan approved; `lo-orch run` starts it" in invoke("status", "--repo", planned).stdout
+
+
+def test_status_shows_why_a_clusters_panes_cannot_be_seen(planned: Path) -> None:
+    """A run on a Ray cluster that cannot be reached: its sessions' panes are unknown, not
+    "gone", and the status says what is wrong and what to do."""
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = Store.for_repo(planned)
+
+    def on_cluster(state: RunState) -> None:
+        state.cluster = {"backend": "ray", "address": f"127.0.0.1:{port}"}
+
+    store.update_run(on_cluster)
+    store.update_status("note-model", phase=Phase.IMPLEMENTING, pane_id="ray:note-model:1")
+    result = invoke("status", "--repo", planned)
+    assert result.code == 0, result
+    row = next(ln for ln in result.stdout.splitlines() if ln.startswith("note-model"))
+    assert "unknown" in row and "gone" not in row, result.stdout
+    assert f"Panes unknown: cannot reach the Ray cluster at 127.0.0.1:{port}" in result.stdout
+    assert "ray status" in result.stdout  # what to do
 
 
 def test_status_and_approve_without_a_run(git_repo: Path) -> None:

@@ -105,3 +105,10 @@ def test_a_silence_counts_from_the_first_unanswered_call_and_an_answer_ends_it()
     # a later single timeout is a new silence, not one of 200 s past the grace
     assert silences.unanswered("ray:a:1", 300.0) == 0.0
     assert silences.unanswered("ray:b:1", 300.0) == 130.0
+
+
+def test_the_grace_setting_defaults_to_the_documented_window() -> None:
+    from loop_orchestrator.config import ClusterConfig
+
+    assert ClusterConfig().loss_grace_seconds == GRACE
+    assert ClusterConfig().call_timeout_seconds * 2 == GRACE  # two unanswered calls

@@ -124,7 +124,10 @@ def test_two_sessions_on_one_node_lose_it_twice_and_both_finish(
             for entry in plan["tasks"]:
                 entry["node_labels"] = dict(PIN)
             for task in PAIR:
-                _sleep_first(script, task, 30)
+                # working on the first two nodes until each is removed; on the last, at once
+                hold = 'case "$LO_ORCH_RUN_DIR" in */pin3/*) ;; *) sleep 60;; esac'
+                step = {"run": {"argv": ["sh", "-c", hold], "timeout": 120}}
+                script[task]["implement"][0] = [step, *script[task]["implement"][0]]
 
         edit_demo(two_tasks, change)
         repo = two_tasks.repo
@@ -235,7 +238,8 @@ def test_cleanup_drops_the_runs_cluster_refs_but_keeps_a_persons_saved_edits(
     names it with the command to see it."""
 
     def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
-        _sleep_first(script, "slug", 25)
+        held = {"run": {"argv": ["sh", "-c", ray_cluster.HELD], "timeout": 300}}
+        script["slug"]["implement"][0] = [held, *script["slug"]["implement"][0]]
 
     edit_demo(two_tasks, change)
     repo = two_tasks.repo
@@ -251,6 +255,7 @@ def test_cleanup_drops_the_runs_cluster_refs_but_keeps_a_persons_saved_edits(
     wait_for(slug_works, 180, "slug implementing on a node", interval=0.3)
     worktree = RunDir(repo).worktree_path(run, "slug")
     (worktree / "my-notes.txt").write_text("a person's note\n", encoding="utf-8")
+    ray_env.release(run, "slug")  # slug signals now: the sync finds the edit
     thread.join(timeout=300)
     assert outcome and outcome[0].state == "review", (outcome, _shown(repo))
     before = _cluster_refs(repo, run)
@@ -393,7 +398,7 @@ def test_a_session_whose_tmux_server_ended_under_a_live_actor_leaves_no_actor_be
     assert (st.relaunches, st.node_losses) == (1, 0)
 
 
-def _ray_start(ray_env: RayEnv, root: str, label: str) -> subprocess.Popen[bytes]:
+def _ray_start(ray_env: RayEnv, root: str, label: str, slots: int = 2) -> subprocess.Popen[bytes]:
     """A node started as docs/cluster.md says (`ray start --address HEAD --block`), in a
     process group and session of its own, with ports of its own (several nodes on one
     machine) and a small object store."""
@@ -414,7 +419,7 @@ def _ray_start(ray_env: RayEnv, root: str, label: str) -> subprocess.Popen[bytes
         "--num-cpus",
         "1",
         "--resources",
-        json.dumps({"lo_session": 2}),
+        json.dumps({"lo_session": slots}),
         "--labels",
         f"lo-node={label}",
         "--object-store-memory",
@@ -536,3 +541,86 @@ def test_a_node_whose_ray_start_group_is_sigkilled_is_a_relaunch_and_leaves_noth
     seen = RunDir(repo).agent_plan_path("slug").read_text(encoding="utf-8")
     assert '"tasks"' in seen, seen
     assert '"task": "slug"' in seen and '"phase": "implementing"' in seen
+
+
+@pytest.mark.parametrize("frozen", ["machine", "actor"])
+def test_a_node_or_actor_that_stops_answering_is_a_relaunch_counted_as_a_node_loss(
+    ray_env: RayEnv, two_tasks: demo.DemoFiles, frozen: str
+) -> None:
+    """slug works on a node started with `ray start` (one slot, label `lo-node: frz-…`);
+    then nothing there answers: ``machine``, every process of the node is stopped
+    (SIGSTOP: a frozen machine, or one cut off the network); ``actor``, only the session's
+    actor process is (its node answers the cluster: each call times out). After
+    ``loss_grace_seconds`` of calls timing out (``call_timeout_seconds`` each) the task is
+    relaunched (on the spare node, for a frozen machine), counted as one node loss,
+    integrated once, and no error of Ray's ends the run."""
+    label = f"frz-{frozen}"
+    root = f"frz1-{frozen}"
+    node = _ray_start(ray_env, root, label, slots=1)
+    spare = None
+    marker = f"LO_ORCH_NODE_ROOT={ray_env.base / root}"
+    stopped: list[tuple[int, str]] = []
+    try:
+        hold = f'case "$LO_ORCH_RUN_DIR" in */{root}/*) sleep 300;; esac'
+
+        def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
+            plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "slug"]
+            plan["tasks"][0]["node_labels"] = {"lo-node": label}
+            step = {"run": {"argv": ["sh", "-c", hold], "check": False, "timeout": 600}}
+            script["slug"]["implement"][0] = [step, *script["slug"]["implement"][0]]
+
+        edit_demo(two_tasks, change)
+        repo = two_tasks.repo
+        settings = ray_env.settings(
+            two_tasks.script, call_timeout_seconds=5.0, loss_grace_seconds=10.0
+        )
+        approve(two_tasks, settings)
+        run = Store(RunDir(repo)).read_run().name
+        wait_for(lambda: _with_marker(marker), 60, "the ray start node's processes")
+        thread, outcome = supervise_in_background(repo, settings)
+        store = Store(RunDir(repo))
+        wait_for(
+            lambda: (
+                store.read_status("slug").phase == Phase.IMPLEMENTING
+                and str(store.read_status("slug").delivered or "").startswith("implementing")
+            ),
+            180,
+            "slug implementing on the ray start node",
+            interval=0.3,
+            shown=lambda: _shown(repo),
+        )
+        first = store.read_status("slug")
+        spare = _pin_label(ray_env, f"frz2-{frozen}", label)
+        running = _with_marker(marker)
+        names = {pid: Path(f"/proc/{pid}/comm").read_text().strip() for pid, _ in running}
+        if frozen == "machine":
+            stopped = running
+        else:
+            stopped = [(p, b) for p, b in running if names[p].startswith("ray::Session")]
+            assert len(stopped) == 1, names
+        for pid, _ in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        thread.join(timeout=300)
+        assert outcome and outcome[0].state == "review", (outcome, _shown(repo))
+    finally:
+        # what was stopped, and the node this test started: ended by pid
+        for pid, born in [*stopped, *_with_marker(marker)]:
+            if reaper.running(pid, born):
+                os.kill(pid, signal.SIGKILL)
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGKILL)
+        node.wait()
+        if spare is not None:
+            ray_env.cluster.remove_node(spare)
+
+    st = store.read_status("slug")
+    assert st.phase == Phase.INTEGRATED, st.error
+    assert (st.node_losses, st.relaunches) == (1, 0)
+    assert st.pane_id != first.pane_id  # a new session
+    if frozen == "machine":
+        assert st.node != first.node
+    events = ledger(repo)
+    died = [e for e in events if e["event"] == "session_died"]
+    assert [e["cause"] for e in died] == ["node_lost"], died
+    assert staging_merges(repo, run, "slug") == 1
+    assert [e["task"] for e in events if e["event"] == "task_integrated"] == ["slug"]

@@ -13,6 +13,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -102,12 +103,39 @@ def _print_figures(supervisor: Supervisor, repo: Path) -> None:
             print("signal->reaction", task, round(lag.total_seconds(), 3))
 
 
+def _forge(run: str) -> list[dict[str, Any]]:
+    """slug's steps that forge: impl_done for tokenize straight into the node's inbox, and
+    staging, feature and cluster refs planted in its checkout, a file beside its folder."""
+    return [
+        # straight into the node's inbox (the CLI would stop at the missing status file)
+        {"run": {"argv": [sys.executable, "-c", FORGE], "check": False}},
+        {
+            "run": {
+                "argv": [
+                    "sh",
+                    "-c",
+                    f"git branch -f lo/{run}/staging HEAD; git branch feat/{run} HEAD; "
+                    f"git update-ref refs/lo-orch/cluster/{run}/tokenize/head HEAD; "
+                    # beside its own folder on the node: other tasks' checkouts
+                    'echo planted > "$LO_ORCH_RUN_DIR/../../planted.txt"; exit 0',
+                ]
+            }
+        },
+    ]
+
+
 def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     ray_env: RayEnv, six_tasks: demo.DemoFiles
 ) -> None:
+    """Six tasks on the cluster reach Gate 2 and merge. On the way, slug's session signals
+    impl_done for tokenize through its node's inbox and plants staging and feature branches
+    in its checkout: refused, logged, and no ref moves (one run for both: a wrong
+    implementation of either fails this test)."""
+
     def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
         write_plan = 'echo "# tokenize: regex, tests first" > "$LO_ORCH_RUN_DIR/plans/tokenize.md"'
         script["tokenize"]["plan"].insert(0, {"run": {"argv": ["sh", "-c", write_plan]}})
+        script["slug"]["implement"][0] = [*_forge(plan["name"]), *script["slug"]["implement"][0]]
 
     edit_demo(six_tasks, change)
     repo = six_tasks.repo
@@ -120,6 +148,17 @@ def test_six_tasks_run_on_two_nodes_to_gate2_and_merge(
     outcome = supervisor.run()
 
     assert outcome.state == "review", outcome.message
+    # the forgery: refused and logged; tokenize's own impl_done was the one judged
+    events = ledger(repo)
+    refused = [e for e in events if e["event"] == "event_rejected" and e.get("task") == "tokenize"]
+    assert refused and "from the session of task slug" in refused[0]["message"]
+    assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
+    assert list(ray_env.base.glob(f"n*/*/{run}-*/planted.txt")) == []
+    assert (
+        list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/repo/.worktrees/*/slug")) == []
+    )  # cleaned up
+    for task in TASKS:
+        assert staging_merges(repo, run, task) == 1, task
     _print_figures(supervisor, repo)
     store = Store(RunDir(repo))
     statuses = {s.task: s for s in store.list_statuses()}
@@ -175,7 +214,9 @@ def test_a_lost_node_costs_at_most_one_checkpoint(
         first = script["tokenize"]["implement"][0]
         script["tokenize"]["implement"][0] = [
             {"run": {"argv": ["sh", "-c", note]}},
-            {"sleep": {"seconds": 6}},
+            # time for a checkpoint on the first node (the relaunch, which starts from it,
+            # goes on at once)
+            {"run": {"argv": ["sh", "-c", "[ -e seen-at-start.txt ] || sleep 6"]}},
             *first,
         ]
 
@@ -324,57 +365,6 @@ def test_real_claude_code_on_a_node_is_priced_and_resumes_its_conversation_on_an
     assert len(deltas) > 3 and sum(deltas) <= 1.5 * size
 
 
-def test_a_forged_signal_through_a_nodes_inbox_is_refused(
-    ray_env: RayEnv, six_tasks: demo.DemoFiles
-) -> None:
-    """slug's session signals impl_done for tokenize through its node's inbox and plants
-    staging and feature branches in its checkout: refused, logged, and no ref moves."""
-    run_name: list[str] = []
-
-    def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
-        run_name.append(plan["name"])
-        run = plan["name"]
-        forge = [
-            # straight into the node's inbox (the CLI would stop at the missing status file)
-            {"run": {"argv": [sys.executable, "-c", FORGE], "check": False}},
-            {
-                "run": {
-                    "argv": [
-                        "sh",
-                        "-c",
-                        f"git branch -f lo/{run}/staging HEAD; git branch feat/{run} HEAD; "
-                        f"git update-ref refs/lo-orch/cluster/{run}/tokenize/head HEAD; "
-                        # beside its own folder on the node: other tasks' checkouts
-                        'echo planted > "$LO_ORCH_RUN_DIR/../../planted.txt"; exit 0',
-                    ]
-                }
-            },
-        ]
-        script["slug"]["implement"][0] = [*forge, *script["slug"]["implement"][0]]
-
-    edit_demo(six_tasks, change)
-    repo = six_tasks.repo
-    settings = ray_env.settings(six_tasks.script)
-    approve(six_tasks, settings)
-    run = run_name[0]
-
-    outcome = Supervisor(repo, settings).run()
-
-    assert outcome.state == "review", outcome.message
-    events = ledger(repo)
-    refused = [e for e in events if e["event"] == "event_rejected" and e.get("task") == "tokenize"]
-    assert refused and "from the session of task slug" in refused[0]["message"]
-    # tokenize's own impl_done was the one judged: its verdict is of its own work
-    assert staging_merges(repo, run, "tokenize") == 1
-    assert git(repo, "branch", "--list", f"feat/{run}").strip() == ""
-    assert list(ray_env.base.glob(f"n*/*/{run}-*/planted.txt")) == []
-    assert (
-        list(ray_env.base.glob(f"n*/*/{run}-*/slug-g*/repo/.worktrees/*/slug")) == []
-    )  # cleaned up
-    for task in TASKS:
-        assert staging_merges(repo, run, task) == 1, task
-
-
 JOIN = (
     "import sys, ray\n"
     "ray.init(address=sys.argv[1], log_to_driver=False)\n"
@@ -446,7 +436,7 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
 
     def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
         script["slug"]["implement"][0] = [
-            {"sleep": {"seconds": 90}},
+            {"run": {"argv": ["sh", "-c", ray_cluster.HELD], "timeout": 600}},
             *script["slug"]["implement"][0],
         ]
 
@@ -508,6 +498,18 @@ def test_a_killed_supervisor_readopts_the_remote_sessions(
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:
+        # slug goes on (and signals) once the second supervisor has started: the signal
+        # it then relays comes from the session it adopted
+        wait_for(
+            lambda: (
+                sum(1 for e in ledger(repo) if e["event"] == "supervisor_started") == 2
+                or proc2.poll() is not None
+            ),
+            120,
+            "the second supervisor started",
+            interval=0.2,
+        )
+        ray_env.release(run, "slug")
         out, err = proc2.communicate(timeout=300)  # six tasks on Ray, on two shared cores
     except subprocess.TimeoutExpired:
         proc2.send_signal(signal.SIGABRT)
@@ -649,8 +651,8 @@ def test_a_task_asking_for_a_node_label_runs_there(
     try:
 
         def change(plan: dict[str, Any], script: dict[str, Any]) -> None:
-            entry = next(t for t in plan["tasks"] if t["id"] == "tokenize")
-            entry["node_labels"] = {"lo-node": "gpu"}
+            plan["tasks"] = [t for t in plan["tasks"] if t["id"] == "tokenize"]
+            plan["tasks"][0]["node_labels"] = {"lo-node": "gpu"}
 
         edit_demo(six_tasks, change)
         repo = six_tasks.repo
@@ -664,3 +666,45 @@ def test_a_task_asking_for_a_node_label_runs_there(
         assert gpu.node_id[:8] in (statuses["tokenize"].node or "")
     finally:
         ray_env.cluster.remove_node(gpu)
+
+
+@pytest.mark.parametrize(
+    ("auth", "named"),
+    [
+        ({}, "RAY_AUTH_MODE is not set"),
+        ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 32}, "refused this machine's token"),
+    ],
+    ids=["without_token_mode", "with_a_wrong_token"],
+)
+def test_a_cluster_refusing_the_token_fails_doctor_at_once_naming_what_to_set(
+    ray_env: RayEnv, git_repo: Path, tmp_path: Path, auth: dict[str, str], named: str
+) -> None:
+    """The module's cluster has token authentication on; `lo-orch doctor` without
+    RAY_AUTH_MODE=token, or with a token that is not the cluster's, fails within seconds
+    (Ray's own join retries for about 20 s), saying what is wrong and what to set."""
+    config = git_repo / ".loop-orchestrator" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(
+        f'[agent]\nkind = "scripted"\n[cluster]\nbackend = "ray"\n'
+        f'address = "{ray_env.cluster.address}"\n',
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update({**auth, "HOME": str(tmp_path)})  # no ~/.ray/auth_token either
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "loop_orchestrator", "doctor", "--repo", str(git_repo)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("cluster"))
+    assert "FAIL" in row and named in row, done.stdout
+    shown = done.stdout + done.stderr
+    assert "RAY_AUTH_MODE=token" in shown and "RAY_AUTH_TOKEN_PATH" in shown
+    assert "Traceback" not in done.stderr
+    assert took < 15, took  # python, Ray's import and one handshake

@@ -41,6 +41,10 @@ ray_env = ray_cluster.ray_env
 #: how long the new supervisor may take from its start to the accepted signal (it starts
 #: Python, joins the cluster, re-adopts the session and has a prompt typed there)
 PROMPT_SECONDS = 60.0
+#: how long a session's `lo-orch signal` waits for a supervisor in the tests whose client
+#: must give up (``[agent] env`` LO_ORCH_SIGNAL_WAIT; 30 s by default): one unanswered try
+#: (the node answers None after its STALE_AFTER) and the start of a second
+GIVE_UP_ENV = {"LO_ORCH_SIGNAL_WAIT": "10"}
 
 
 def _prepare(
@@ -184,8 +188,10 @@ def test_a_signal_left_while_no_supervisor_ran_is_asked_for_again_at_once(
     accepted within a minute (not after the stall nudge)."""
     repo = slug_alone.repo
     run = Store(RunDir(repo)).read_run().name
+    ray_env.write_config(slug_alone, "stall_minutes = 60", GIVE_UP_ENV)
     backend, pane = _kill_while_slug_sleeps(repo)
-    # the session's `lo-orch signal` waits for a supervisor (30 s), then keeps its report
+    # the session's `lo-orch signal` waits for a supervisor (GIVE_UP_ENV), then keeps its
+    # report
     wait_for(
         # (plan_ready's was the first)
         lambda: _screen_shows(backend, pane, "⎿ signalled", times=2),
@@ -263,6 +269,9 @@ def test_a_prompt_arrival_and_a_signal_left_meanwhile_are_read_before_anything_i
     script["slug"]["swallow_first_enter"] = True
     slug_alone.script.write_text(yaml.safe_dump(script, sort_keys=False), encoding="utf-8")
     run = Store(RunDir(repo)).read_run().name
+    gave_up = restart == "after_the_client_gave_up"
+    if gave_up:
+        ray_env.write_config(slug_alone, "stall_minutes = 60", GIVE_UP_ENV)
     first = _start(repo)
     try:
 
@@ -282,7 +291,6 @@ def test_a_prompt_arrival_and_a_signal_left_meanwhile_are_read_before_anything_i
     assert state.cluster is not None and st.pane_id is not None
     backend, pane = RayBackend(state, cluster_settings(state.cluster)), st.pane_id
     backend.send_keys(pane, "Enter")  # the dead supervisor's second Enter got there
-    gave_up = restart == "after_the_client_gave_up"
     if gave_up:
         wait_for(
             lambda: _screen_shows(backend, pane, "⎿ signalled"),

@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -536,6 +537,38 @@ def test_without_a_supervisor_a_hook_is_silent_and_left_for_the_next_one(git_rep
     assert not left.attested
     assert left.message["event"] == "UserPromptSubmit"
     assert Record.open(git_repo, "demo").task("alpha").prompt_submitted_at is None
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (None, 30.0),
+        ("5", 5.0),
+        ("0.5", 0.5),
+        ("-3", 0.0),
+        ("1e9", 600.0),
+        ("nan", 30.0),
+        ("x", 30.0),
+    ],
+)
+def test_how_long_a_signal_waits_for_a_supervisor_is_a_setting_of_the_session(
+    value: str | None, seconds: float
+) -> None:
+    env = {} if value is None else {hooks.SIGNAL_WAIT_ENV: value}
+    assert hooks.signal_wait(env) == seconds
+
+
+def test_a_signal_waits_as_long_as_its_environment_says(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = start_run(git_repo)
+    rec.update_task("alpha", **working(Phase.PLANNING))
+    monkeypatch.setenv(hooks.SIGNAL_WAIT_ENV, "0.4")
+    started = time.monotonic()
+    result = hooks.signal_task(RunDir(git_repo).root, "plan_ready", task="alpha")
+    took = time.monotonic() - started
+    assert not result.changed and "supervisor is not running" in result.message
+    assert 0.4 <= took < 5  # not the 30 s default
 
 
 def test_without_a_supervisor_a_signal_is_kept_and_only_asked_about_again(

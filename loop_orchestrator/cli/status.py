@@ -35,3 +35,5 @@ def status_command(as_json: bool, watch: bool, repo: Path | None) -> None:
         echo(report.spent)
     for line in report.quarantined:
         echo(line)
+    if report.panes_problem is not None:
+        echo(f"Panes unknown: {report.panes_problem}")

@@ -25,8 +25,6 @@ log = logging.getLogger(__name__)
 PANE_RE = re.compile(r"^ray:([A-Za-z0-9][A-Za-z0-9_-]*):([0-9]+)$")
 #: how long a launch may wait for a free slot and the node's checkout
 LAUNCH_TIMEOUT = 300.0
-#: how long one call to a session actor may take
-CALL_TIMEOUT = 60.0
 #: ignored files of a worktree sent to the node (each, and all together)
 MAX_FILE = 1 << 20
 MAX_FILES = 32 << 20
@@ -56,7 +54,9 @@ class ActorCalls:
         #: panes judged lost (``loss.verdict``): they stay lost whatever answers later
         self.lost: set[str] = set()
         #: how long a silent session may stay silent before it counts as lost
-        self.grace = loss.GRACE
+        self.grace = cluster.loss_grace_seconds
+        #: how long one call to a session actor may take
+        self.call_timeout = cluster.call_timeout_seconds
 
     def ray(self) -> Any:
         """The ``ray`` module, connected to the run's cluster."""
@@ -105,7 +105,7 @@ class ActorCalls:
         return handle
 
     def ask(
-        self, pane_id: str, method: str, *args: Any, timeout: float = CALL_TIMEOUT
+        self, pane_id: str, method: str, *args: Any, timeout: float | None = None
     ) -> tuple[loss.Met, Any]:
         """``method(*args)`` on the actor holding ``pane_id``: what the call met and its
         answer (None unless answered). No exception of Ray's comes out."""
@@ -116,7 +116,10 @@ class ActorCalls:
             handle = self.handle(pane_id)
             if handle is None:
                 return loss.Met.NAME_GONE, None
-            got = ray.get(getattr(handle, method).remote(*args), timeout=timeout)
+            got = ray.get(
+                getattr(handle, method).remote(*args),
+                timeout=self.call_timeout if timeout is None else timeout,
+            )
         except (ray.exceptions.RayError, ConnectionError, RuntimeError, ValueError) as exc:
             return loss.kind_of(exc, ray.exceptions), None
         self.silences.answered(pane_id)  # a silence before this answer is over
@@ -171,7 +174,7 @@ class ActorCalls:
         alive = {str(n.get("NodeID")): bool(n.get("Alive")) for n in nodes}
         return True, alive.get(node_id, False)
 
-    def call(self, pane_id: str, method: str, *args: Any, timeout: float = CALL_TIMEOUT) -> Any:
+    def call(self, pane_id: str, method: str, *args: Any, timeout: float | None = None) -> Any:
         """``method(*args)`` on the actor holding ``pane_id``; PaneGoneError when it did
         not answer (lost, or silent for now: the supervisor's liveness check says which),
         TmuxError when it answered with an error."""

@@ -15,6 +15,8 @@ from typing import Any
 from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import ClusterError
 
+log = logging.getLogger(__name__)
+
 INSTALL_HINT = "Install the Ray extra: pip install 'loop-orchestrator[ray]'"
 TOKEN_HINT = (
     "Set RAY_AUTH_MODE=token in lo-orch's environment and give it the cluster's token: "
@@ -43,6 +45,7 @@ def connect(cluster: ClusterConfig) -> Any:
     address = cluster.address.strip() or "auto"
     _reachable(address)
     try:
+        _admitted(ray, address)
         # Ray puts the driver's working directory first on every worker's sys.path (Ray
         # 2.60 worker.py, "Also add the current directory"), and lo-orch runs in the user's
         # repository: joined from there, node code would import the user's modules (a
@@ -72,6 +75,48 @@ def connect(cluster: ClusterConfig) -> Any:
         )
         raise ClusterError(msg, hint=hint) from exc
     return ray
+
+
+def _admitted(ray: Any, address: str) -> None:
+    """Fail at once when the cluster at a head's address (``host:port``) refuses this
+    process's token, or token authentication is on and no token is found: ``ray.init``
+    would retry for about 20 s before saying so. One handshake with the head's GCS, as
+    ``ray.init`` makes first; any other failure is left to ``ray.init``. (A ``ray://``
+    address reaches Ray Client's server, which is not asked.)"""
+    if address == "auto" or address.startswith("ray://"):
+        return
+    from ray._private.authentication import authentication_token_setup as auth
+
+    try:
+        # a missing token: Ray's own check (the handshake itself aborts the process then)
+        auth.ensure_token_if_auth_enabled(None, create_token_if_missing=False)
+    except ray.exceptions.AuthenticationError as exc:
+        msg = (
+            f"token authentication is on (RAY_AUTH_MODE=token) and no token for the Ray "
+            f"cluster at {address} was found"
+        )
+        raise ClusterError(msg, hint=TOKEN_HINT) from exc
+    try:
+        ray._raylet.GcsClient(address=address)  # no public API asks the head alone
+    except ray.exceptions.AuthenticationError as exc:
+        raise ClusterError(_refused(address), hint=TOKEN_HINT) from exc
+    except Exception as exc:  # ray.init says what else is wrong, in its own words
+        log.debug("the head's handshake failed", extra={"error": str(exc)})
+
+
+def _refused(address: str) -> str:
+    """What a refused handshake means, by what this process has set."""
+    mode = os.environ.get("RAY_AUTH_MODE", "").strip()
+    if mode != "token":
+        shown = f"RAY_AUTH_MODE={mode}" if mode else "RAY_AUTH_MODE is not set"
+        return (
+            f"the Ray cluster at {address} needs token authentication, and {shown} in "
+            "lo-orch's environment"
+        )
+    return (
+        f"the Ray cluster at {address} refused this machine's token (RAY_AUTH_MODE=token): "
+        "it is not the cluster's"
+    )
 
 
 def _driver_dir() -> Path:

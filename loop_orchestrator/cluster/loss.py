@@ -20,7 +20,8 @@ import threading
 from typing import Any, Literal
 
 #: how long a session may stay silent, while its node is alive in the cluster and the
-#: cluster answers, before it counts as lost (two unanswered calls of CALL_TIMEOUT)
+#: cluster answers, before it counts as lost (two unanswered calls of the default call
+#: timeout); ``[cluster] loss_grace_seconds``
 GRACE = 120.0
 
 Verdict = Literal["live", "error", "lost", "silent"]

@@ -43,7 +43,6 @@ from typing import Any
 from loop_orchestrator import resources
 from loop_orchestrator.cluster import bundles, loss
 from loop_orchestrator.cluster.actors import (
-    CALL_TIMEOUT,
     LAUNCH_TIMEOUT,
     MAX_FILE,
     MAX_FILES,
@@ -63,6 +62,9 @@ from loop_orchestrator.workspace import worktrees
 
 log = logging.getLogger(__name__)
 
+#: how long the node may take to start a session's agent (whatever the call timeout)
+START_TIMEOUT = 60.0
+
 
 def cluster_record(cluster: ClusterConfig) -> dict[str, Any]:
     """What run.json keeps of the cluster (``cluster``), so later commands reach it."""
@@ -74,6 +76,8 @@ def cluster_record(cluster: ClusterConfig) -> dict[str, Any]:
         "checkpoint_seconds": cluster.checkpoint_seconds,
         "node_root": cluster.node_root,
         "ssh": cluster.ssh,
+        "call_timeout_seconds": cluster.call_timeout_seconds,
+        "loss_grace_seconds": cluster.loss_grace_seconds,
     }
 
 
@@ -217,7 +221,7 @@ class RayBackend:
                     self._paths(worktree),
                     self.relay.transcript(spec, carry=True),
                 ),
-                timeout=CALL_TIMEOUT,
+                timeout=START_TIMEOUT,
             )
         except (ray.exceptions.RayError, ConnectionError, RuntimeError) as exc:
             calls.forget(pane_id)
@@ -245,6 +249,7 @@ class RayBackend:
             spec.env,
             self._paths(Path(spec.cwd)),
             self.relay.transcript(spec, carry=False),  # same node: its file is there
+            timeout=START_TIMEOUT,
         )
 
     # the sessions' state and screens ----------------------------------------------
@@ -308,12 +313,13 @@ class RayBackend:
                 out[pane_id] = False
                 if handle is not None:
                     asked[handle.state.remote()] = pane_id
-            ready, _ = ray.wait(list(asked), num_returns=len(asked), timeout=CALL_TIMEOUT)
+            timeout = self.calls.call_timeout
+            ready, _ = ray.wait(list(asked), num_returns=len(asked), timeout=timeout)
         except (ray.exceptions.RayError, ConnectionError, RuntimeError, ClusterError):
             return out
         for ref in ready:
             with contextlib.suppress(ray.exceptions.RayError):
-                out[asked[ref]] = bool(ray.get(ref, timeout=CALL_TIMEOUT)["alive"])
+                out[asked[ref]] = bool(ray.get(ref, timeout=timeout)["alive"])
         return out
 
     def task_pids(self) -> dict[int, str]:

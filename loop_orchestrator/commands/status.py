@@ -22,6 +22,8 @@ class StatusReport:
     spent: str | None
     #: refs of the run lo-orch put back, and where what was found on them is kept
     quarantined: tuple[str, ...] = ()
+    #: why the sessions' panes could not be looked at (the cluster's error and what to do)
+    panes_problem: str | None = None
 
 
 def status(repo: Path, *, rows: bool = True, now: float | None = None) -> StatusReport:
@@ -30,8 +32,10 @@ def status(repo: Path, *, rows: bool = True, now: float | None = None) -> Status
     doc = statusdoc.status_document(repo)
     headers = list(statusdoc.STATUS_HEADERS)
     table: list[list[str]] = []
+    panes = statusdoc.Panes({})
     if rows:  # the node column goes into rows; `--json` has the node in the document
-        table = statusdoc.status_rows(repo, doc, now)
+        panes = statusdoc.panes_alive(repo)
+        table = statusdoc.status_rows(repo, doc, now, panes)
         headers, table = statusdoc.with_nodes(doc, statusdoc.STATUS_HEADERS, table)
     spent = (
         usage.line("Spent so far", usage.Usage.from_json(doc["run"]["usage"]))
@@ -45,4 +49,5 @@ def status(repo: Path, *, rows: bool = True, now: float | None = None) -> Status
         rows=tuple(tuple(r) for r in table),
         spent=spent,
         quarantined=tuple(statusdoc.quarantine_lines(doc)),
+        panes_problem=panes.problem,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from loop_orchestrator.config import load_settings
 from loop_orchestrator.cost import usage
-from loop_orchestrator.errors import LoOrchError
+from loop_orchestrator.errors import ClusterError, LoOrchError
 from loop_orchestrator.plan import schedule
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import ACTIVE_PHASES, Phase, RunPhase, Store, TaskStatus
@@ -260,25 +261,38 @@ def waiting_for(
     )
 
 
-def panes_alive(repo: Path) -> dict[str, bool]:
-    """pane id -> alive for the run's tmux session ({} when there is none)."""
+@dataclass(frozen=True)
+class Panes:
+    """What was seen of the run's panes: pane id -> alive, and why they could not be seen
+    (the cluster's error, what is wrong and what to do), if so."""
+
+    alive: dict[str, bool]
+    problem: str | None = None
+
+
+def panes_alive(repo: Path) -> Panes:
+    """The run's panes ({} when its tmux session is gone); a cluster that cannot be reached
+    is a problem to show, not a run whose panes are all gone."""
     state = Store.for_repo(repo).read_run()
     try:
-        return run_backend(state).alive_panes()
+        return Panes(run_backend(state).alive_panes())
+    except ClusterError as exc:
+        return Panes({}, exc.render())
     except LoOrchError:
-        return {}
+        return Panes({})
 
 
-def pane_cell(task: dict[str, Any], alive: dict[str, bool]) -> str:
-    """The task's pane in plain words: a merged task's pane was closed on purpose."""
+def pane_cell(task: dict[str, Any], panes: Panes) -> str:
+    """The task's pane in plain words: a merged task's pane was closed on purpose; one
+    that could not be looked at is unknown."""
     pane_id = task.get("pane_id")
     if task.get("phase") == Phase.INTEGRATED.value:
         return "closed (done)"
     if not pane_id:
         return "-"
-    if pane_id not in alive:
-        return "gone"
-    return "alive" if alive[pane_id] else "exited"
+    if pane_id not in panes.alive:
+        return "unknown" if panes.problem else "gone"
+    return "alive" if panes.alive[pane_id] else "exited"
 
 
 def age(iso: str | None, now: float | None = None) -> str:
@@ -312,10 +326,13 @@ STATUS_HEADERS = (
 )
 
 
-def status_rows(repo: Path, doc: dict[str, Any], now: float | None = None) -> list[list[str]]:
-    """One row per task for the status table, in plain words."""
+def status_rows(
+    repo: Path, doc: dict[str, Any], now: float | None = None, panes: Panes | None = None
+) -> list[list[str]]:
+    """One row per task for the status table, in plain words (``panes``: what was seen of
+    the panes, looked at here when not given)."""
     now = time.time() if now is None else now
-    alive = panes_alive(repo)
+    alive = panes_alive(repo) if panes is None else panes
     rows = []
     for t in doc["tasks"]:
         since = t.get("phase_since") or t.get("updated_at")

@@ -49,8 +49,21 @@ PERMISSION_WAIT = 3500.0
 PERMISSION_POLL = 0.5
 #: the longest command or path sent whole to the supervisor (a longer one is only asked)
 MAX_TOOL_INPUT = 16 * 1024
-#: how long `lo-orch signal` waits for a supervisor that is not listening
+#: how long `lo-orch signal` waits for a supervisor that is not listening (a restarted one is
+#: back within seconds); ``LO_ORCH_SIGNAL_WAIT`` in the session's environment (``[agent]
+#: env``) sets another number of seconds
 SIGNAL_WAIT = 30.0
+SIGNAL_WAIT_ENV = "LO_ORCH_SIGNAL_WAIT"
+
+
+def signal_wait(env: Mapping[str, str]) -> float:
+    """How long `lo-orch signal` waits for a supervisor: ``LO_ORCH_SIGNAL_WAIT`` seconds
+    (0 to 600) when set to a number, else ``SIGNAL_WAIT``."""
+    try:
+        seconds = float(env.get(SIGNAL_WAIT_ENV, ""))
+    except ValueError:
+        return SIGNAL_WAIT
+    return min(max(seconds, 0.0), 600.0) if seconds == seconds else SIGNAL_WAIT
 
 
 def is_task_id(text: str) -> bool:
@@ -478,7 +491,7 @@ def signal_task(
         message["disputes"] = list(dict.fromkeys(disputes))
     # a supervisor being restarted is back within seconds: wait for it rather than leave
     # an unattested report that it can only ask about again
-    deadline = time.monotonic() + SIGNAL_WAIT
+    deadline = time.monotonic() + signal_wait(os.environ)
     while True:
         reply = inbox.send(run_dir, message, wait=max(0.0, deadline - time.monotonic()))
         if reply is not None or time.monotonic() >= deadline:

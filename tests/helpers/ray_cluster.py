@@ -28,6 +28,9 @@ from loop_orchestrator.simulator import demo_flow as demo
 
 #: the cluster's address (for helpers that join again)
 ray_address: list[str] = []
+#: a script step that holds a session until the test releases it (``RayEnv.release``): it
+#: waits for a file in the node's checkout, and removes it again
+HELD = "while [ ! -e .lo-test-release ]; do sleep 0.2; done; rm -f .lo-test-release"
 
 
 @dataclass
@@ -46,17 +49,26 @@ class RayEnv:
             }
         )
 
-    def write_config(self, files: demo.DemoFiles, run: str) -> None:
+    def write_config(
+        self, files: demo.DemoFiles, run: str, agent_env: dict[str, str] | None = None
+    ) -> None:
         """``settings`` as the repository's config, for `lo-orch run` (``run``: the lines
-        of its ``[run]`` section besides the stagger)."""
+        of its ``[run]`` section besides the stagger; ``agent_env``: ``[agent] env``)."""
         folder = files.repo / ".loop-orchestrator"
         folder.mkdir(exist_ok=True)
+        env = ", ".join(f'{k} = "{v}"' for k, v in (agent_env or {}).items())
         (folder / "config.toml").write_text(
             f'[agent]\nkind = "scripted"\nscript = "{files.script}"\nready_timeout = 20\n'
+            f"env = {{{env}}}\n"
             f'[auditor]\nllm = "off"\n[run]\nstagger_seconds = 0.1\n{run}\n'
             f'[cluster]\nbackend = "ray"\naddress = "{self.cluster.address}"\n',
             encoding="utf-8",
         )
+
+    def release(self, run: str, task: str) -> None:
+        """Let the held step (``HELD``) of ``task``'s session on its node go on."""
+        (checkout,) = self.base.glob(f"n*/*/{run}-*/{task}-g*/repo/.worktrees/*/{task}")
+        (checkout / ".lo-test-release").write_text("", encoding="utf-8")
 
     def add_node(self, root: str, **options: Any) -> Any:
         """A node with two session slots and a working root of its own (``root``)."""
