@@ -21,6 +21,7 @@ import pytest
 from helpers.git import init_repo
 from helpers.intake import FakeClaude
 from helpers.runs import one_task_files
+from helpers.schedule import longest_first
 
 from loop_orchestrator.simulator.demo_flow import DemoFiles, prepare_demo
 
@@ -56,6 +57,14 @@ def _isolated_home(
     # second of start-up there: the checks compile without a bytecode cache). No test
     # project uses them. (Set per test: the suite's own workers keep theirs.)
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    # The processes a test starts (`lo-orch` commands, supervisors, scripted agents,
+    # `lo-orch signal` from a session) keep their byte code in one folder of this worker,
+    # as an installed lo-orch has it compiled: with PYTHONDONTWRITEBYTECODE (set in some
+    # shells) each of them compiled the whole package again, seconds apiece on a loaded
+    # machine. Outside every checkout, so no __pycache__ shows up in a repository; the
+    # verification checks still run without any cache (verify.checkout.check_env).
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.getbasetemp() / "pycache"))
     for var in (
         "TMUX",
         "TMUX_PANE",
@@ -145,3 +154,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # One Ray cluster at a time: a head takes fixed ports, and the module fixture
             # (a 3-node cluster, about a minute to start) is built once, not per worker.
             item.add_marker(pytest.mark.xdist_group("ray"))
+    longest_first(items)

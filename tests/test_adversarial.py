@@ -145,6 +145,7 @@ def assert_marker_only_on_the_task_branch(repo: Path) -> None:
 def test_an_agent_that_writes_its_own_status_as_approved_is_verified_anyway(
     demo_files: demo.DemoFiles, tmux_socket: str, sandbox: str
 ) -> None:
+    only(demo_files, "tokenize", "slug")  # the forgery is slug's; one honest task beside it
     make_dishonest(demo_files, python_action(FORGE_STATUS))
     events = run_to_gate2_and_merge(demo_files, sandbox)
     edited = [e for e in events if e["event"] == "view_edited"]
@@ -161,6 +162,7 @@ def test_an_agent_that_writes_its_own_status_as_approved_is_verified_anyway(
 def test_an_agent_that_writes_a_passing_verdict_for_its_commit_is_verified_anyway(
     demo_files: demo.DemoFiles, tmux_socket: str, sandbox: str
 ) -> None:
+    only(demo_files, "tokenize", "slug")  # the forgery is slug's; one honest task beside it
     make_dishonest(demo_files, python_action(FORGE_VERDICT))
     events = run_to_gate2_and_merge(demo_files, sandbox)
     slug_verdicts = failed_every_round(events)
@@ -289,6 +291,7 @@ def test_an_agent_cannot_pass_the_gates_itself(
             "check": True,
         }
     }
+    only(demo_files, "tokenize", "slug")  # the gates slug tries are the run's, not a task's
     make_dishonest(demo_files, gates)
     events = run_to_gate2_and_merge(demo_files, sandbox)
     said = out.read_text(encoding="utf-8")

@@ -10,8 +10,10 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
+from typing import cast
 
 import pytest
+from helpers.schedule import longest_first
 
 TESTS = Path(__file__).resolve().parent
 WAIT_HELPER = TESTS / "helpers" / "wait.py"
@@ -238,3 +240,41 @@ def test_waiting_through_the_helper_and_loops_that_work_are_allowed() -> None:
         "    pass\n"
     )
     assert second_waits(source) == []
+
+
+class _Item:
+    """What ``longest_first`` reads of a collected test: its module and its marks."""
+
+    def __init__(self, module: str, *marks: pytest.MarkDecorator) -> None:
+        self.path = Path(module)
+        self.marks = {m.name: m.mark for m in marks}
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return self.marks.get(name)
+
+
+def test_the_ray_group_then_the_slowest_modules_are_handed_out_first() -> None:
+    ray = pytest.mark.xdist_group("ray")
+    slow = pytest.mark.slow
+    items = [
+        _Item("test_a.py"),  # fast only: last
+        _Item("test_b.py", slow),
+        _Item("test_b.py"),  # stays with its module, in its place
+        _Item("test_c.py", slow),
+        _Item("test_c.py", slow),
+        _Item("test_d.py", slow, ray),
+        _Item("test_e.py", slow, ray),
+        _Item("test_e.py", slow, ray),  # Ray modules keep their own order
+    ]
+    longest_first(cast("list[pytest.Item]", items))
+    got = [(str(i.path), sorted(i.marks)) for i in items]
+    assert got == [
+        ("test_d.py", ["slow", "xdist_group"]),
+        ("test_e.py", ["slow", "xdist_group"]),
+        ("test_e.py", ["slow", "xdist_group"]),
+        ("test_c.py", ["slow"]),
+        ("test_c.py", ["slow"]),
+        ("test_b.py", ["slow"]),
+        ("test_b.py", []),
+        ("test_a.py", []),
+    ]

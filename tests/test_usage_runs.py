@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -336,6 +337,10 @@ def test_a_rate_limit_parks_the_task_and_it_resumes_after_the_wait(
     assert_resumed_cleanly(demo_files.repo)
 
 
+#: how long after its 429 a task parked by a usage limit waits (the grace fills the rest)
+PARK = 12
+
+
 def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
     demo_files: demo.DemoFiles,
 ) -> None:
@@ -343,21 +348,33 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
     reset time): Claude Code says "You've hit your 5-hour limit · resets 4:25pm
     (Asia/Kolkata)" in the session's own time zone; lo-orch parks the task until exactly
     that minute (plus the grace), launches nothing meanwhile, and resumes it after the
-    (shortened) reset: neither a stall nor a rework round."""
+    (shortened) reset: neither a stall nor a rework round.
+
+    The reset falls 52 s past the minute the session names, so a park until the exact
+    reset, or until the minute rounded, is a minute off; the grace is chosen once the
+    minute is known, so the park ends ``PARK`` seconds after the 429 wherever in the
+    minute it falls (with a fixed grace, 15 to 75 s)."""
     only(demo_files, "tokenize", "slug")
     _set_plan(demo_files, lambda p: p.update(concurrency=1))  # slug waits for a free slot
     token = gateway_token()  # a gateway login: the CLI shows the usage-limit message
     with cached_endpoint(demo_files, token=token) as endpoint:
         settings = claude_settings(endpoint)
         settings.agent.env["TZ"] = "Asia/Kolkata"  # a half-hour zone, not UTC
-        settings.run.usage_limit_grace_seconds = 2
         approve(demo_files, settings)
         seen: list[tuple[str | None, str | None]] = []
 
         def watch(stop: threading.Event) -> None:
             until_implementing(endpoint)
-            # resets 75 s from now: its minute is at least 15 s ahead
-            endpoint.fail(429, times=1, task="tokenize", resets_in=75)
+            now = time.time()
+            # the last minute that leaves a grace of 2 s or more; its reset 52 s past it,
+            # 2 s or more ahead (a 429 sent more than 8 s late names the next minute: the
+            # park is a minute longer, the figures below still exact). A retry-after of
+            # 60 s or more: Claude Code gives up at once rather than wait for a near reset.
+            minute = (now + PARK - 2) // 60 * 60
+            settings.run.usage_limit_grace_seconds = round(now + PARK - minute)
+            endpoint.fail(
+                429, times=1, task="tokenize", resets_in=minute + 52 - now, retry_after=120
+            )
             seen.extend(watch_parked(demo_files.repo, stop))
 
         outcome = supervise_beside(demo_files.repo, settings, watch)
@@ -368,7 +385,9 @@ def test_a_usage_limit_parks_the_task_until_its_reset_and_it_resumes(
     assert hit["error"] == "rate_limit" and hit["kind"] == "usage_limit", hit
     # the reset minute the session said in Asia/Kolkata, back in UTC, plus the grace
     until = datetime.fromisoformat(hit["until"])
-    assert until == reset.replace(second=0) + timedelta(seconds=2), (until, reset)
+    grace = timedelta(seconds=settings.run.usage_limit_grace_seconds)
+    assert grace >= timedelta(seconds=2), grace
+    assert until == reset.replace(second=0) + grace, (until, reset, grace)
     assert hit["message"] == f"usage limit, resets {reset:%H:%M} UTC"
     # its StopFailure was heard (the message named the reset)
     (failure,) = [
@@ -398,7 +417,7 @@ def test_a_session_that_dies_while_parked_is_noticed_at_once(
     within seconds (not when the wait ends), the session is relaunched once as any dead
     session is, sent nothing while the limit holds, and resumed after the wait."""
     only(demo_files, "tokenize")
-    wait = 25.0
+    wait = 18.0
     with cached_endpoint(demo_files) as endpoint:
         settings = claude_settings(endpoint)
         settings.run.limit_wait_seconds = wait
@@ -520,9 +539,16 @@ def test_concurrency_drops_after_repeated_rate_limits_and_recovers(
     period (shortened to 12 s)."""
     only(demo_files, "tokenize", "slug", "counts")
     _set_plan(demo_files, lambda p: p.update(concurrency=2))
-    # counts works longer than the quiet period, so the run is still going when the slot
-    # comes back, however fast the machine is
-    edit_script(demo_files, lambda d: d["counts"]["implement"][0].insert(0, {"sleep": 14}))
+    # counts works until the slot has come back (the ledger says so), so the run is still
+    # going then, however fast the machine is (a fixed sleep as long as the quiet period
+    # was mostly spent after the slot came back)
+    slot_back = (
+        f"until grep -q concurrency_raised {RunDir(demo_files.repo).ledger}; do sleep 0.2; done"
+    )
+    edit_script(
+        demo_files,
+        lambda d: d["counts"]["implement"][0].insert(0, {"run": {"argv": ["sh", "-c", slot_back]}}),
+    )
     with cached_endpoint(demo_files) as endpoint:
         settings = claude_settings(endpoint)
         settings.run.limit_wait_seconds = 3

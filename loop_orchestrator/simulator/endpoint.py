@@ -106,6 +106,8 @@ class ModelEndpoint:
         self._faults: list[tuple[Fault, str | None]] = []
         self._lock = threading.Condition()
         self._closing = threading.Event()
+        #: set by ``skip_delays``: replies go out without their scripted ``sleep``
+        self._undelayed = threading.Event()
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.endpoint = self
         self._thread = threading.Thread(
@@ -144,14 +146,21 @@ class ModelEndpoint:
         resets_in: float | None = None,
     ) -> None:
         """Answer the next ``times`` turn requests (of ``task``, or any) with an API error;
-        ``resets_in``: a usage limit that resets that many seconds later (``Fault.usage_limit``)."""
+        ``resets_in``: a usage limit that resets that many seconds later (``Fault.usage_limit``;
+        ``retry_after``, if given, its ``retry-after`` header)."""
         fault = (
-            Fault.usage_limit(resets_in)
+            Fault.usage_limit(resets_in, retry_after=retry_after)
             if resets_in is not None
             else Fault.error(status, type_, None, retry_after)
         )
         with self._lock:
             self._faults += [(fault, task)] * times
+
+    def skip_delays(self) -> None:
+        """Send every reply from now on at once, without its scripted ``sleep`` (a pause
+        that was only there for the caller to act in, e.g. to kill the agent mid-task: a
+        relaunched session asks for the same step again and would wait it out anew)."""
+        self._undelayed.set()
 
     def logged(self, **match: Any) -> list[dict[str, Any]]:
         """The logged requests whose fields equal ``match``."""
@@ -206,7 +215,7 @@ class ModelEndpoint:
             **extra,
             text=answer.text[:200],
         )
-        if answer.delay:
+        if answer.delay and not self._undelayed.is_set():
             self.closing.wait(answer.delay)
         self._log({**record, "usage": send()})
 

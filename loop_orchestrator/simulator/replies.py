@@ -103,15 +103,20 @@ class Fault:
         )
 
     @classmethod
-    def usage_limit(cls, resets_in: float, limit: str = "five_hour") -> Fault:
+    def usage_limit(
+        cls, resets_in: float, limit: str = "five_hour", retry_after: float | None = None
+    ) -> Fault:
         """A subscriber's usage limit, as Anthropic's API answers it: 429 with the unified
         rate-limit headers ``status: rejected``, the ``reset`` time (Unix seconds) and the
         limit hit (``representative-claim``). Claude Code 2.1.332 reads exactly these
         (its ``anthropic-ratelimit-unified-*`` parser) and, with no retry, shows
-        ``You've hit your 5-hour limit · resets <time> (<zone>)``."""
+        ``You've hit your 5-hour limit · resets <time> (<zone>)``. Its ``retry-after`` is
+        the time to the reset unless ``retry_after`` says otherwise: under 60 s Claude Code
+        waits for the reset and asks again by itself instead of giving up."""
         return cls.error(
             429,
             message="This request would exceed your account's rate limit. Please try again later.",
+            retry_after=retry_after,
             resets_in=resets_in,
             limit=limit,
         )
@@ -125,7 +130,9 @@ class Fault:
             "anthropic-ratelimit-unified-status": "rejected",
             "anthropic-ratelimit-unified-reset": reset,
             "anthropic-ratelimit-unified-representative-claim": self.limit,
-            "retry-after": str(max(0, round(self.resets_in))),
+            "retry-after": str(
+                max(0, round(self.resets_in if self.retry_after is None else self.retry_after))
+            ),
         }
 
 
