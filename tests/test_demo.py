@@ -97,15 +97,25 @@ def test_a_demo_interrupted_while_its_sessions_work_leaves_none_of_them_running(
         return [int(pid) for task, pid in rows if task.strip()]
 
     try:
-        wait_for(lambda: bool(agent_pids()), timeout=120, what="an agent pane of the demo")
-        pids = agent_pids()
-        demo.send_signal(signal.SIGINT)
-        _out, err = demo.communicate(timeout=60)
+        try:
+            wait_for(lambda: bool(agent_pids()), timeout=120, what="an agent pane of the demo")
+            pids = agent_pids()
+            demo.send_signal(signal.SIGINT)
+            _out, err = demo.communicate(timeout=60)
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+                demo.wait()
+        check_nothing_left(demo.returncode, err, socket, pids, tmp_path)
     finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait()
-    assert demo.returncode != 0
+        if server == "its own":  # a failed test leaves nothing either (the fixture's is ended)
+            subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+
+
+def check_nothing_left(
+    returncode: int, err: str, socket: str, pids: list[int], tmp_path: Path
+) -> None:
+    assert returncode != 0
     sessions = subprocess.run(
         ["tmux", "-L", socket, "list-sessions", "-F", "#{session_name}"],
         capture_output=True,
