@@ -17,6 +17,7 @@ from loop_orchestrator.intake.http import (
     TokenRejectedError,
     TrackerHttpError,
     UnreachableError,
+    encrypted_or_local,
     next_link,
 )
 
@@ -140,6 +141,35 @@ def test_unreachable_host_is_a_clear_error() -> None:
 def test_only_http_urls() -> None:
     with pytest.raises(IntakeError, match="not an http"):
         client().get("file:///etc/passwd")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://jira.invalid/rest/api/2/issue/X-1", "http://ghe.invalid/api/v3/repos/o/r/issues/1"],
+)
+def test_a_token_is_never_sent_over_plain_http_to_another_machine(url: str) -> None:
+    """A hurried user's ``JIRA_URL=http://...``: refused before anything is sent (the old
+    client tried, and would have sent the token in the clear)."""
+    with pytest.raises(IntakeError) as info:
+        client().get(url)
+    assert not isinstance(info.value, UnreachableError)
+    assert "is not https: the token would travel unencrypted; nothing was sent" in str(
+        info.value.message
+    )
+    assert "t0ken" not in str(info.value.message) + str(info.value.hint)
+    assert info.value.hint == "Set GITHUB_API_URL to its https URL."
+
+
+def test_credentials_travel_over_https_or_to_this_machine_only() -> None:
+    assert encrypted_or_local("https://api.github.com/repos")
+    assert encrypted_or_local("http://127.0.0.1:8080/x")
+    assert encrypted_or_local("http://[::1]:8080/x")
+    assert encrypted_or_local("http://localhost/x")
+    assert not encrypted_or_local("http://example.com/x")
+    assert not encrypted_or_local("http://127.0.0.1.example.com/x")
+    assert not encrypted_or_local("http://10.0.0.7/x")
+    assert not encrypted_or_local("ftp://127.0.0.1/x")
+    assert not encrypted_or_local("https:///x")
 
 
 def test_redirects_keep_the_token_on_the_same_host_only() -> None:

@@ -7,11 +7,14 @@ traceback: a rejected token (401), a missing or invisible issue (404), a rate li
 error naming the service, what happened and what to do.
 
 The ``Authorization`` header is only ever sent to the host it was meant for: a redirect
-to another host drops it (urllib would otherwise forward it).
+to another host drops it (urllib would otherwise forward it). And never in the clear: a
+credential goes over https, or over plain http only to this machine (``encrypted_or_local``);
+a redirect to plain http elsewhere drops it too.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import time
@@ -82,6 +85,22 @@ class Service:
     base_hint: str  # "GITHUB_API_URL"
 
 
+def encrypted_or_local(url: str) -> bool:
+    """Whether a credential may travel to ``url``: https, or plain http to this machine
+    (``localhost``, a loopback address)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https":
+        return bool(parts.hostname)
+    if parts.scheme != "http" or parts.hostname is None:
+        return False
+    if parts.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        return False
+
+
 class _SameHostRedirect(urllib.request.HTTPRedirectHandler):
     """Follow redirects, re-sending ``Authorization`` only to the original host."""
 
@@ -99,7 +118,8 @@ class _SameHostRedirect(urllib.request.HTTPRedirectHandler):
         newurl: str,
     ) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and self.auth and urllib.parse.urlsplit(newurl).netloc == self.host:
+        same = urllib.parse.urlsplit(newurl).netloc == self.host
+        if new is not None and self.auth and same and encrypted_or_local(newurl):
             new.add_unredirected_header("Authorization", self.auth)
         return new
 
@@ -228,6 +248,12 @@ class HttpClient:
                 msg,
                 hint=f"Check {svc.base_hint}.",
             )
+        if "Authorization" in self.headers and not encrypted_or_local(url):
+            msg = (
+                f"{svc.name}: {parts.scheme}://{parts.hostname}/ is not https: the token would "
+                "travel unencrypted; nothing was sent"
+            )
+            raise IntakeError(msg, hint=f"Set {svc.base_hint} to its https URL.")
         headers = {
             "Accept": "application/json",
             "User-Agent": USER_AGENT,

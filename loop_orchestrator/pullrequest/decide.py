@@ -8,7 +8,6 @@ No I/O and no clock of its own (``now`` is passed in); the effects (git push, HT
 from __future__ import annotations
 
 import base64
-import ipaddress
 import re
 import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from loop_orchestrator.errors import PullRequestError
+from loop_orchestrator.intake.http import encrypted_or_local
 from loop_orchestrator.plan.globs import path_matches
 
 DEFAULT_API = "https://api.github.com"
@@ -145,24 +145,10 @@ def target(
     )
 
 
-def _loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def api_url(explicit: str) -> str:
     """``GITHUB_API_URL`` as given, refused unless it is https (plain http only to this
     machine: the token must never cross a network unencrypted)."""
-    parts = urllib.parse.urlsplit(explicit)
-    if (parts.scheme == "https" and parts.hostname) or (
-        parts.scheme == "http" and _loopback(parts.hostname)
-    ):
+    if encrypted_or_local(explicit):
         return explicit
     msg = (
         f"GITHUB_API_URL={redact(explicit)!r} is not an https URL: the token would travel "
