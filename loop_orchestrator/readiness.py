@@ -27,12 +27,15 @@ from typing import Any, Literal
 from loop_orchestrator import proc, resources
 from loop_orchestrator.agents import opencode
 from loop_orchestrator.agents.claude import ROOT_HINT, claude_config_path
+from loop_orchestrator.agents.cline import data_dir
+from loop_orchestrator.agents.qwen import qwen_dir
 from loop_orchestrator.agents.support import (
     SUPPORT,
     has_preset,
     install_command,
     support_lines,
 )
+from loop_orchestrator.agents.vibe import provider_key, vibe_home
 from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.files import ORCH_DIR
@@ -214,7 +217,6 @@ def check_login(settings: Settings, env: Mapping[str, str]) -> Check:
 
 def check_qwen_login(settings: Settings, env: Mapping[str, str]) -> Check:
     """Offline: the auth Qwen Code's settings choose, and whether its key or login is there."""
-    from loop_orchestrator.agents.qwen import qwen_dir
 
     name = "qwen login"
     merged = {**env, **settings.agent.env}
@@ -247,7 +249,6 @@ def check_qwen_login(settings: Settings, env: Mapping[str, str]) -> Check:
 
 def check_cline_login(settings: Settings, env: Mapping[str, str]) -> Check:
     """Offline: the provider Cline last used (``cline auth``) and whether it has a key."""
-    from loop_orchestrator.agents.cline import data_dir
 
     name = "cline login"
     path = data_dir({**env, **settings.agent.env}) / "settings" / "providers.json"
@@ -276,7 +277,6 @@ def check_cline_login(settings: Settings, env: Mapping[str, str]) -> Check:
 def check_vibe_key(settings: Settings, env: Mapping[str, str]) -> Check:
     """Offline: the provider of Mistral Vibe's active model, and whether the variable its
     ``api_key_env_var`` names is set (in the environment, [agent] env or $VIBE_HOME/.env)."""
-    from loop_orchestrator.agents.vibe import provider_key, vibe_home
 
     name = "vibe key"
     merged = {**env, **settings.agent.env}

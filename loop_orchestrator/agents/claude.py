@@ -231,6 +231,7 @@ class ClaudeAdapter:
     name = "claude"
     uses_hooks = True
     bracketed_paste = True
+    reports_session_id = False
 
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         self.settings = settings

@@ -56,6 +56,7 @@ def render_command(
 class CommandAdapter:
     name = "command"
     uses_hooks = False
+    reports_session_id = False
 
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         self.settings = settings

@@ -113,6 +113,9 @@ class AgentAdapter(Protocol):
     uses_hooks: bool
     #: prompts go as bracketed pastes (False: typed, for a program that mishandles pastes)
     bracketed_paste: bool
+    #: the CLI names its own sessions (Cline): the task's id is the one its first attested
+    #: hook reports, never one the supervisor chooses
+    reports_session_id: bool
 
     def prepare(self, ctx: AgentContext) -> None: ...
 
@@ -157,6 +160,7 @@ class UnattendedAdapter:
     fatal_screens: tuple[tuple[re.Pattern[str], str, str], ...] = ()
     dialogs: tuple[Dialog, ...] = ()
     ready_stable: float = 0.0
+    reports_session_id: bool = False
 
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         self.settings = settings

@@ -93,6 +93,7 @@ class ScriptedAdapter:
     name = "scripted"
     uses_hooks = True  # it fires the same plugin hooks as Claude Code
     bracketed_paste = True
+    reports_session_id = False
 
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         if not settings.script:

@@ -112,7 +112,7 @@ class Sessions:
             self.journal.set(tid, usage=usage.unknown(note).as_json())
         # an agent that names its own sessions (Cline) gets the id its first hook reports
         # (``lifecycle.hook_changes``), never one chosen here
-        fresh = None if getattr(self.adapter, "reports_session_id", False) else str(uuid.uuid4())
+        fresh = None if self.adapter.reports_session_id else str(uuid.uuid4())
         session_id = st.session_id or fresh
         st = self.journal.set(
             tid, worktree=str(worktree), branch=self.ws.task_branch(tid), session_id=session_id
