@@ -39,7 +39,7 @@ from loop_orchestrator.cluster.terminal import TerminalHost
 from loop_orchestrator.cost import usage
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 from loop_orchestrator.git.gateway import git
-from loop_orchestrator.resources import lo_orch_bin, lo_orch_hook
+from loop_orchestrator.resources import lo_orch_hook, session_bin
 from loop_orchestrator.sessions import listener, procinfo, sandbox
 from loop_orchestrator.sessions.backend import LaunchSpec
 from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT
@@ -266,7 +266,7 @@ class SessionHost:
 
         node_env = {k: rewrite(v) for k, v in env.items()}
         node_env["LO_ORCH_RUN_DIR"] = str(self.run_dir)
-        node_env["LO_ORCH_BIN"] = lo_orch_bin()
+        node_env["LO_ORCH_BIN"] = session_bin()
         node_env["LO_ORCH_HOOK"] = lo_orch_hook()
         node_env["LO_ORCH_TMUX_SOCKET"] = self.socket
         brief = node_env.get("LO_ORCH_BRIEF")

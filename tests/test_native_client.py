@@ -1,0 +1,218 @@
+"""The compiled client of what sessions run (``sessions/client.c``, built by
+``sessions/native.py``): it answers hook events and signals itself, the same answers as the
+Python client, and hands everything else to the Python client with the same arguments and
+the same standard input.
+
+Clients built here name a recorder as their Python client (``LO_FAST``), so a test sees
+whether the compiled client answered or handed over, and exactly what it handed over. Real
+processes against a real inbox socket judged by the supervisor's real ``Reports``
+(``helpers.served``: this test process stands for alpha's pane).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.served import Served, env_for, serve, start_run, sub_env, working
+
+from loop_orchestrator import resources
+from loop_orchestrator.runstate.state import Phase, RunDir
+from loop_orchestrator.sessions import hooks, listener, native
+
+SID = "5b0f4c1e-7d7a-4b7e-9a57-3f1f0d7e2c11"
+Done = subprocess.CompletedProcess[bytes]
+
+#: the Python client a test client hands over to: it writes its arguments and standard
+#: input beside $MARK
+RECORDER = ["/bin/sh", "-c", 'printf "%s\\n" "$@" > "$MARK.args"; cat > "$MARK.stdin"', "fast"]
+#: the full command line of a test client
+FULL = ["/bin/sh", "-c", 'printf "full:%s\\n" "$@"', "full"]
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    built, why = native.locate_or_build(FULL, RECORDER, [tmp_path_factory.mktemp("builds")])
+    assert built is not None, why
+    return built
+
+
+@pytest.fixture
+def served(git_repo: Path) -> Any:
+    with serve(
+        git_repo, {"alpha": working(Phase.PLANNING), "beta": working(Phase.IMPLEMENTING)}
+    ) as s:
+        yield s
+
+
+def payload(event: str, **fields: Any) -> bytes:
+    return json.dumps(
+        {"session_id": SID, "cwd": "/tmp", "hook_event_name": event, **fields}
+    ).encode()
+
+
+def run(
+    program: Path | list[str], args: list[str], env: dict[str, str], stdin: bytes = b""
+) -> Done:
+    argv = [str(program)] if isinstance(program, Path) else program
+    return subprocess.run(
+        [*argv, *args],
+        input=stdin,
+        capture_output=True,
+        env=sub_env(**env),
+        timeout=60,
+        check=False,
+    )
+
+
+def handed(mark: Path) -> tuple[list[str], bytes] | None:
+    """What the client handed to its Python client (arguments, standard input), if it did."""
+    if not Path(f"{mark}.args").exists():
+        return None
+    return Path(f"{mark}.args").read_text().splitlines(), Path(f"{mark}.stdin").read_bytes()
+
+
+def test_it_answers_hooks_and_signals_itself_as_the_python_client_does(
+    served: Served, recording: Path, tmp_path: Path
+) -> None:
+    mark = tmp_path / "mark"
+    env = env_for(served.run_dir, MARK=str(mark), LO_ORCH_BIN="lo")
+    python = resources.python_client_argv()
+    stop = run(recording, ["hook", "Stop"], env, payload("Stop", stop_hook_active=False))
+    assert stop.returncode == 2 and b"`$LO_ORCH_BIN signal plan_ready`" in stop.stderr
+    served.set("alpha", stop_blocks=0)
+    assert (stop.returncode, stop.stdout, stop.stderr) == (
+        (
+            p := run(python, ["hook", "Stop"], env, payload("Stop", stop_hook_active=False))
+        ).returncode,
+        p.stdout,
+        p.stderr,
+    )
+    tool = payload("PreToolUse", tool_name="Bash", tool_input={"command": "ls\ncurl x"})
+    assert run(recording, ["hook", "PreToolUse"], env, tool).returncode == 0
+    a, b, c = served.ledger("hook")[-3:]  # (Stop by each client, then the tool call)
+    assert {k: v for k, v in a.items() if k != "ts"} == {k: v for k, v in b.items() if k != "ts"}
+    assert c["hook_event"] == "PreToolUse" and c["tool_summary"] == "ls curl x"
+    signal = run(recording, ["signal", "plan_ready"], env)
+    assert (signal.returncode, signal.stdout) == (0, b"alpha: planning -> plan_ready\n")
+    assert served.status().phase is Phase.PLAN_READY
+    again = run(recording, ["signal", "plan_ready", "--note=twice"], env)
+    assert again.stdout == b"alpha: already plan_ready; nothing changed\n"
+    refused = run(recording, ["signal", "impl_done"], env)
+    same = run(python, ["signal", "impl_done"], env)
+    assert refused.returncode == 1 and refused.stderr.startswith(b"Error: task alpha is in phase")
+    assert (refused.returncode, refused.stdout, refused.stderr) == (
+        same.returncode,
+        same.stdout,
+        same.stderr,
+    )
+    blocked = run(recording, ["signal", "blocked", "--note", 'needs "db" \\ access\n\tnow'], env)
+    assert blocked.returncode == 0, blocked.stderr
+    assert served.status().note == 'needs "db" \\ access\n\tnow'
+    assert handed(mark) is None  # every answer above came from the compiled client
+
+
+def test_a_payload_that_is_no_event_is_answered_with_silence(
+    served: Served, recording: Path, tmp_path: Path
+) -> None:
+    mark = tmp_path / "mark"
+    env = env_for(served.run_dir, MARK=str(mark))
+    for stdin in (b"not json", b"[1, 2]", b'{"a": ', b"  \n", b"\xff\xfe{}"):
+        done = run(recording, ["hook", "Stop"], env, stdin)
+        assert (done.returncode, done.stdout, done.stderr) == (0, b"", b""), stdin
+    assert served.ledger("hook") == [] and served.status().last_event is None
+    assert handed(mark) is None
+
+
+@pytest.mark.parametrize(
+    ("case", "args"),
+    [
+        ("no supervisor", ["hook", "Stop"]),
+        ("too large to send as it came", ["hook", "PreToolUse"]),
+        ("located by its folder", ["hook", "Stop"]),
+        ("a signal for a named task", ["signal", "impl_done", "--task", "beta"]),
+        ("blocked without a note", ["signal", "blocked"]),
+        ("a signal with a dispute", ["signal", "impl_done", "--dispute", "tests.x", "--note", "n"]),
+    ],
+)
+def test_what_it_does_not_answer_goes_to_the_python_client_unchanged(
+    git_repo: Path, recording: Path, tmp_path: Path, case: str, args: list[str]
+) -> None:
+    mark = tmp_path / "mark"
+    stdin = payload("Stop", last_assistant_message="ünï " * 3) if args[0] == "hook" else b""
+    if case == "no supervisor":
+        start_run(git_repo).update_task("alpha", **working(Phase.PLANNING))
+        env = env_for(RunDir(git_repo).root, MARK=str(mark))
+        done = run(recording, args, env, stdin)
+    else:
+        with serve(git_repo, {"alpha": working(Phase.PLANNING)}) as served:
+            env = env_for(served.run_dir, MARK=str(mark))
+            if case == "too large to send as it came":
+                stdin = payload("PreToolUse", tool_input={"content": "x" * listener.RAW_MAX})
+            if case == "located by its folder":
+                env = {"MARK": str(mark), "LO_ORCH_TASK": "", "LO_ORCH_RUN_DIR": ""}
+            done = run(recording, args, env, stdin)
+            assert served.ledger("hook") == [] and served.ledger("signal") == []
+    assert done.returncode == 0, done.stderr
+    assert handed(mark) == (args, stdin)
+
+
+def test_any_other_call_is_the_full_command_line(recording: Path) -> None:
+    for args in (["status", "--json"], ["hook"], ["hook", "--help"], ["signal"], ["x", "y z"]):
+        done = run(recording, args, {})
+        assert done.stdout.decode().splitlines() == [f"full:{a}" for a in args], args
+    assert run(recording, [], {}).stdout == b"full:\n"  # (printf with no arguments)
+
+
+def test_command_lines_reach_the_program_byte_for_byte(tmp_path: Path) -> None:
+    """The generated lines quote whatever a path may hold: quotes, backslashes, newlines,
+    trigraphs, non-ASCII, shell characters."""
+    odd = ['a"b', "c\\d", "e\nf", "??=", "ünï", "$HOME `x`", "'q'", "%s%n"]
+    printer = ["/bin/sh", "-c", 'printf "[%s]" "$@"', "printer", *odd]
+    built, why = native.locate_or_build(printer, RECORDER, [tmp_path])
+    assert built is not None, why
+    done = run(built, ["last"], {})
+    assert done.stdout.decode() == "".join(f"[{a}]" for a in [*odd, "last"])
+
+
+def test_a_build_is_kept_and_reused_and_each_install_has_its_own(tmp_path: Path) -> None:
+    one, _ = native.locate_or_build(FULL, RECORDER, [tmp_path])
+    again, _ = native.locate_or_build(FULL, RECORDER, [tmp_path])
+    other, _ = native.locate_or_build([*FULL, "x"], RECORDER, [tmp_path])
+    assert one is not None and one == again and other is not None and other != one
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [one.parent.name, other.parent.name]
+    )
+    assert [p.name for p in one.parent.iterdir()] == [native.NAME]  # nothing half-built left
+
+
+def test_without_a_compiler_sessions_keep_the_python_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    built, why = native.locate_or_build(FULL, RECORDER, [tmp_path / "builds"])
+    assert built is None and "no C compiler" in why
+    assert not (tmp_path / "builds").exists()
+
+
+def test_wire_replies_carry_the_exit_code_and_both_streams() -> None:
+    reply = listener.wire_reply(2, "", "ünï\n")
+    assert reply == b"lo-orch-reply 2 0 6\n" + "ünï\n".encode()  # (bytes, not characters)
+    assert listener.RAW_MAX == 256 * 1024
+    source = native.SOURCE.read_text()
+    assert "#define RAW_MAX (256 * 1024)" in source  # the two ends agree
+    # the client waits for a person as long as Claude Code lets the hook run (hooks.json),
+    # longer than the supervisor waits before it answers with silence
+    assert "#define PERMISSION_TIMEOUT 3600" in source and hooks.PERMISSION_WAIT < 3600
+
+
+def test_sessions_get_the_compiled_client_built_for_this_install() -> None:
+    built = resources.session_client()
+    assert built is not None and built.parent.parent in native.folders()
+    assert shlex.split(resources.lo_orch_hook()) == [str(built), "hook"]
+    version = run(built, ["--version"], {})
+    assert version.returncode == 0 and b"lo-orch" in version.stdout
