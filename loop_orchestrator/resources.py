@@ -115,12 +115,26 @@ def python_client_argv() -> list[str]:
 def session_client() -> Path | None:
     """The compiled client of sessions' calls (``sessions/native.py``), built when missing;
     None where it cannot be, or with ``LO_ORCH_CLIENT=python``."""
-    if os.environ.get(CLIENT_ENV, "").strip().lower() == "python":
+    if _python_asked():
         return None
     from loop_orchestrator.sessions import native
 
     full = tuple(python_module_argv("loop_orchestrator"))
     return native.client(full, tuple(python_client_argv()))
+
+
+def session_client_status() -> tuple[Path | None, str]:
+    """The compiled client (built now when missing), or None and why sessions get the
+    Python one (``lo-orch doctor``)."""
+    if _python_asked():
+        return None, f"{CLIENT_ENV}=python is set"
+    from loop_orchestrator.sessions import native
+
+    return native.locate_or_build(python_module_argv("loop_orchestrator"), python_client_argv())
+
+
+def _python_asked() -> bool:
+    return os.environ.get(CLIENT_ENV, "").strip().lower() == "python"
 
 
 def python_hook() -> str:

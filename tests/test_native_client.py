@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from helpers.served import Served, env_for, serve, start_run, sub_env, working
 
-from loop_orchestrator import resources
+from loop_orchestrator import readiness, resources
 from loop_orchestrator.runstate.state import Phase, RunDir
 from loop_orchestrator.sessions import hooks, listener, native
 
@@ -216,3 +216,12 @@ def test_sessions_get_the_compiled_client_built_for_this_install() -> None:
     assert shlex.split(resources.lo_orch_hook()) == [str(built), "hook"]
     version = run(built, ["--version"], {})
     assert version.returncode == 0 and b"lo-orch" in version.stdout
+
+
+def test_doctor_says_which_client_sessions_get(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = readiness.check_session_client()
+    assert (row.status, row.detail) == ("ok", f"compiled: {resources.session_client()}")
+    monkeypatch.setenv(resources.CLIENT_ENV, "python")
+    row = readiness.check_session_client()
+    assert row.status == "warn" and "LO_ORCH_CLIENT=python" in row.detail
+    assert "apt-get install gcc" in row.hint

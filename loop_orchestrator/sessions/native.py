@@ -24,9 +24,11 @@ import hashlib
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
+
+from loop_orchestrator import proc
+from loop_orchestrator.errors import LoOrchError
 
 log = logging.getLogger(__name__)
 
@@ -87,21 +89,17 @@ def _compiler() -> tuple[str, str] | None:
         path = shutil.which(name)
         if path is None:
             continue
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            done = subprocess.run(
-                [path, "--version"], capture_output=True, text=True, timeout=30, check=False
-            )
-            if done.returncode == 0:
+        with contextlib.suppress(LoOrchError, OSError):
+            done = proc.run([path, "--version"], timeout=30, check=False)
+            if done.ok:
                 return path, (done.stdout.splitlines() or [""])[0]
     return None
 
 
 def _runs(program: Path) -> bool:
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        done = subprocess.run(
-            [str(program), PROBE], capture_output=True, text=True, timeout=30, check=False
-        )
-        return done.returncode == 0 and done.stdout.strip() == PROBE_ANSWER
+    with contextlib.suppress(LoOrchError, OSError):
+        done = proc.run([str(program), PROBE], timeout=30, check=False)
+        return done.ok and done.stdout.strip() == PROBE_ANSWER
     return False
 
 
@@ -112,20 +110,14 @@ def _build(generated: str, compiler: str, target: Path) -> str | None:
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
             src, out = Path(tmp) / "client.c", Path(tmp) / NAME
             src.write_text(generated, encoding="utf-8")
-            done = subprocess.run(
-                compile_argv(compiler, src, out),
-                capture_output=True,
-                text=True,
-                timeout=BUILD_TIMEOUT,
-                check=False,
-            )
-            if done.returncode != 0:
+            done = proc.run(compile_argv(compiler, src, out), timeout=BUILD_TIMEOUT, check=False)
+            if not done.ok:
                 return f"{compiler} failed: {(done.stderr.strip().splitlines() or [''])[-1]}"
             out.chmod(0o755)
             if not _runs(out):
                 return f"the program built in {target.parent} does not run"
             out.replace(target)
-    except (OSError, subprocess.SubprocessError) as exc:
+    except (OSError, LoOrchError) as exc:
         return f"cannot build in {target.parent}: {exc}"
     return None
 
