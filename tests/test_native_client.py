@@ -19,8 +19,11 @@ from typing import Any
 
 import pytest
 from helpers.served import Served, env_for, serve, start_run, sub_env, working
+from helpers.wait import wait_for
 
 from loop_orchestrator import readiness, resources
+from loop_orchestrator.permissions.desk import Desk
+from loop_orchestrator.permissions.requests import Permissions
 from loop_orchestrator.runstate.state import Phase, RunDir
 from loop_orchestrator.sessions import hooks, listener, native
 
@@ -225,3 +228,51 @@ def test_doctor_says_which_client_sessions_get(monkeypatch: pytest.MonkeyPatch) 
     row = readiness.check_session_client()
     assert row.status == "warn" and "LO_ORCH_CLIENT=python" in row.detail
     assert "apt-get install gcc" in row.hint
+
+
+def test_a_permission_a_person_answers_is_waited_for_with_the_connection_held(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    """The supervisor holds the compiled client's connection while the person decides (the
+    Python client would poll), and hands it the person's answer for Claude Code."""
+    built = resources.session_client()
+    assert built is not None
+    perms = Permissions(tmp_path / "perms")
+    desk = Desk(perms, [], [], None, log=lambda *a, **k: None)
+    with serve(git_repo, {"alpha": working(Phase.IMPLEMENTING)}, desk=desk) as served:
+        ask = payload("PermissionRequest", tool_name="Bash", tool_input={"command": "make up"})
+        waiting = subprocess.Popen(
+            [str(built), "hook", "PermissionRequest"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=sub_env(**env_for(served.run_dir)),
+        )
+        assert waiting.stdin is not None
+        waiting.stdin.write(ask)
+        waiting.stdin.close()
+        wait_for(perms.open_requests, 20, "the request reaches the desk")
+        [req] = perms.open_requests()
+        assert req.task == "alpha" and waiting.poll() is None  # (it waits for the person)
+        perms.settle(req.id, state="answered", decision="allow", decided_by="person")
+        waiting.wait(20)
+        assert waiting.stdout is not None and waiting.stderr is not None
+        out, err = waiting.stdout.read(), waiting.stderr.read()
+    assert waiting.returncode == 0, err
+    decided = json.loads(out)["hookSpecificOutput"]
+    assert decided["hookEventName"] == "PermissionRequest"
+    assert decided["decision"]["behavior"] == "allow"
+
+
+def test_the_client_compiles_without_a_warning(tmp_path: Path) -> None:
+    source = native.generated_source(FULL, RECORDER, native.SOURCE.read_text())
+    (tmp_path / "client.c").write_text(source)
+    done = subprocess.run(
+        ["cc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(tmp_path / "c"), "client.c"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

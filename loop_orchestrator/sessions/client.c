@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -159,6 +160,7 @@ static int is_json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || 
  * Returns only when that failed. */
 static void hand_over(const char *const *prefix, int argc, char **args, const char *input,
                       size_t n) {
+    signal(SIGPIPE, SIG_DFL); /* (an ignored signal would stay ignored in the next program) */
     if (input != NULL) {
         int fd = memfd_create("lo-session-stdin", MFD_CLOEXEC);
         if (fd < 0) return;
@@ -400,6 +402,8 @@ static int signal_(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* a supervisor or a reader that went away is an answer not given, never a crash */
+    signal(SIGPIPE, SIG_IGN);
     if (argc == 2 && strcmp(argv[1], "--lo-session-probe") == 0) {
         puts("lo-session 1"); /* native.PROBE: the build runs here */
         return 0;
