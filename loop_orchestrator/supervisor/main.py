@@ -35,7 +35,7 @@ from loop_orchestrator.permissions import desk as permission_desk
 from loop_orchestrator.permissions import requests as permissions
 from loop_orchestrator.plan import schedule
 from loop_orchestrator.plan.model import Task
-from loop_orchestrator.resources import lo_orch_bin
+from loop_orchestrator.resources import lo_orch_bin, session_bin
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import (
     ACTIVE_PHASES,
@@ -733,7 +733,7 @@ class Supervisor:
             permissions.Permissions.for_run(self.repo, self.state.name),
             permissions.parse_rules(cfg.allow, "[permissions] allow"),
             permissions.parse_rules(cfg.deny, "[permissions] deny"),
-            lo_orch_bin(),
+            session_bin(),  # what a session's $LO_ORCH_BIN is, expanded
             log=self.journal.event,
             closed=self._permission_closed,
             opened=lambda req: self.journal.notifier.notify(
