@@ -26,6 +26,7 @@ from loop_orchestrator.permissions.desk import Desk
 from loop_orchestrator.permissions.requests import Permissions
 from loop_orchestrator.runstate.state import Phase, RunDir
 from loop_orchestrator.sessions import hooks, listener, native
+from loop_orchestrator.sessions.inbox import address as inbox_address
 
 SID = "5b0f4c1e-7d7a-4b7e-9a57-3f1f0d7e2c11"
 Done = subprocess.CompletedProcess[bytes]
@@ -276,3 +277,42 @@ def test_the_client_compiles_without_a_warning(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def wire(run_dir: Path, head: dict[str, Any], body: bytes = b"") -> bytes:
+    """One exchange on wire 1, as any program in alpha's session could make it."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(20)
+        sock.connect(inbox_address(run_dir))
+        sock.sendall(json.dumps({**head, "wire": 1}).encode() + b"\n" + body)
+        sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_the_wire_is_judged_like_the_python_clients_messages(served: Served) -> None:
+    """A program that speaks the wire itself: for another task, for a permission poll (which
+    only the supervisor's own wait sends), oversized, with a bare prompt."""
+    for_beta = wire(
+        served.run_dir, {"type": "hook", "event": "UserPromptSubmit", "task": "beta"}, b"{}"
+    )
+    assert for_beta == b"lo-orch-reply 0 0 0\n"
+    assert served.status("beta").prompt_submitted_at is None
+    [rejected] = served.ledger("event_rejected")
+    assert "came from the session of task alpha" in rejected["message"]
+    poll = {"type": "permission", "task": "alpha", "id": "alpha-1"}
+    assert wire(served.run_dir, poll) == b""  # not a message of the wire: no answer
+    huge = payload("PreToolUse", tool_input={"content": "x" * listener.RAW_MAX})
+    assert (
+        wire(served.run_dir, {"type": "hook", "event": "PreToolUse", "task": "alpha"}, huge) == b""
+    )
+    said = payload("UserPromptSubmit", prompt="the secret plan")
+    ok = wire(served.run_dir, {"type": "hook", "event": "UserPromptSubmit", "task": "alpha"}, said)
+    assert ok == b"lo-orch-reply 0 0 0\n"
+    [hook] = served.ledger("hook")
+    assert hook["prompt_chars"] == len("the secret plan") and "the secret plan" not in str(hook)
+    assert served.ledger("signal") == []
