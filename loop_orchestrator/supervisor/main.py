@@ -219,6 +219,7 @@ class Supervisor:
             git_lock=git_lock,
             site_baseline=lambda: self.site_baseline,
             integrate=self.integration.integrate,
+            compare_refs=lambda: self.refguard.compare_now(),
         )
         #: the run's refs: watched, compared with the book, put back when moved
         self.refguard = RefGuard(
@@ -228,6 +229,7 @@ class Supervisor:
             wake=self.wake,
             submit=self.jobs.submit,
             tamper_round=self.verification.tamper_round,
+            stopped=self._refs_stopped,
         )
         self.desk = self._make_desk()
         self.inbox = Inbox(
@@ -375,18 +377,25 @@ class Supervisor:
 
     def _loop(self) -> None:
         """Turn by turn: at an event, the tasks whose record changed or whose job ended;
-        the periodic checks on their own clocks (``cadence``)."""
+        the periodic checks on their own clocks (``cadence``). The reactions come first in
+        a turn (a signal's next phase waits for nothing else); the refs are compared on
+        the ref guard's thread, and by what consumes a task's work, never here."""
         while True:
             if self.fatal is not None:
                 raise self.fatal
             self.record.refresh()  # a person's `lo-orch retry` is appended by another process
             due, self.clocks = cadence.turn(self.clocks, time.monotonic())
             finished = self._collect_jobs()
-            self.rounds.take(lambda tid: tid in self.jobs)  # a person's request-changes
             looked = cadence.to_look_at(due, self.order, self.record.take_changed(), finished)
-            self._check_refs(looked)
             statuses = self.journal.statuses()
             self._dispatch({t: statuses[t] for t in looked if t in statuses})
+            self.rounds.take(lambda tid: tid in self.jobs)  # a person's request-changes
+            statuses = self.journal.statuses()
+            # the rounds owed for moved refs: a round owed is a change of the task's record
+            # (the guard's thread records it), so a task that owes one is looked at
+            self.refguard.send_rounds(
+                {t: statuses[t] for t in looked if t in statuses}, lambda tid: tid in self.jobs
+            )
             self.inbox.ask_pending(statuses, self.jobs)
             self._pass_messages(statuses)
             # (after the reactions: the view is never read back, only rewritten)
@@ -434,33 +443,35 @@ class Supervisor:
                 phases[tid] = Phase.LAUNCHING
         return not decide.running(phases, jobs=bool(self.jobs)) and not self._ready(phases)
 
-    def _check_refs(self, looked: list[str] | None = None) -> None:
-        """The run's refs, when the watch or a step says one may have moved: lo-orch's own
-        are put back and the tampering task owes a round (sent when it is due); a branch a
-        person may move stops the run, as before. The rounds owed are looked at for every
-        task after a comparison, else for the tasks ``looked`` at this turn (a round owed
-        is a change of the task's record, its job's end another: both are looked at)."""
-        compared = self.refguard.due.is_set() or self.refguard.every_turn
-        statuses = self.journal.statuses()
+    def _check_refs(self) -> None:
+        """The run's refs compared with the book now (at the start, after the integration,
+        at a run waiting for Gate 2): lo-orch's own are put back and the tampering task
+        owes a round, sent here when it is due; a branch a person may move stops the run,
+        as before. (While the loop runs, the guard's thread compares.)"""
         try:
-            self.refguard.check(statuses)
+            self.refguard.compare_now()
         except RefTamperedError as exc:
-            self.journal.event(
-                "refs_tampered",
-                ref=exc.ref,
-                expected=exc.expected,
-                found=exc.found,
-                message=exc.message,
-            )
+            self._refs_event(exc)
             raise
-        except GitError as exc:  # moved again while it was put back: next tick
+        except GitError as exc:  # moved again while it was put back: the guard's thread
             log.warning("refs not repaired", extra={"error": exc.message})
-            self.refguard.due.set()
-        # (read again: the check may have recorded a round owed just now)
-        statuses = self.journal.statuses()
-        if looked is not None and not compared:
-            statuses = {t: statuses[t] for t in looked if t in statuses}
-        self.refguard.send_rounds(statuses, lambda tid: tid in self.jobs)
+            self.refguard.request()
+        self.refguard.send_rounds(self.journal.statuses(), lambda tid: tid in self.jobs)
+
+    def _refs_stopped(self, exc: RefTamperedError) -> None:
+        """A branch a person may move moved (found on the guard's thread): the loop stops
+        the run at its next turn."""
+        self._refs_event(exc)
+        self.fatal = exc
+
+    def _refs_event(self, exc: RefTamperedError) -> None:
+        self.journal.event(
+            "refs_tampered",
+            ref=exc.ref,
+            expected=exc.expected,
+            found=exc.found,
+            message=exc.message,
+        )
 
     def _ready(self, phases: dict[str, Phase]) -> list[str]:
         before = self.accounting.governor.current
@@ -697,11 +708,15 @@ class Supervisor:
         if isinstance(step, decide.Launch):
             self.jobs.submit(tid, self.sessions.start_task)
         elif isinstance(step, decide.Implement):
+            # the next phase here, at once (durable with the job's first fsynced append,
+            # before the prompt is pasted); the prompt in the job
             self.journal.event_unsynced("reacted", tid, to=st.phase.value)
-            self.jobs.submit(tid, self.sessions.to_implement)
+            self.journal.move(tid, Event.IMPLEMENT, durable=False)
+            self.jobs.submit(tid, self.sessions.deliver_implement)
         elif isinstance(step, decide.Verify):
-            if step.reacted:
+            if step.reacted:  # (the job compares the refs before it consumes the work)
                 self.journal.event_unsynced("reacted", tid, to=st.phase.value)
+                self.journal.move(tid, Event.VERIFY, durable=False)
             self.jobs.submit(tid, self.verification.verify)
         elif isinstance(step, decide.Integrate):
             self.jobs.submit(tid, self.integration.integrate)
