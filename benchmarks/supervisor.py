@@ -5,9 +5,9 @@ baseline revision (default 90321c1: the loop compared the run's refs with the bo
 lock and all, before it reacted to a signal, and the next phase was the submitted job's
 first step; 1a30dd9 is one whose hook answers waited on two fsyncs under the record's lock,
 1e3e895 the one before the lean hook entry and the idle loop), checked out in a temporary
-git worktree and imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike; checked, and
-removed at the end); AFTER is this tree's code (signals and hooks go to the supervisor's
-inbox socket). Per size and version it prints:
+git worktree and imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN``
+alike; checked, and removed at the end); AFTER is this tree's code (signals and hooks go
+to the supervisor's inbox socket). Per size and version it prints:
 
 1. signal latency, p50/p95: from the moment a session *starts* ``lo-orch signal`` to the
    supervisor's reaction (its ``reacted`` ledger line; the task moves to implementing after

@@ -85,9 +85,7 @@ class Journal:
         assert "phase" not in changes, "phase changes go through the lifecycle (move)"
         return self.record.update_task(task, **changes)
 
-    def move(
-        self, task: str, event: Event, *, durable: bool = True, **changes: Any
-    ) -> TaskStatus:
+    def move(self, task: str, event: Event, *, durable: bool = True, **changes: Any) -> TaskStatus:
         """Move a task by the lifecycle's table (an illegal move is a bug: it raises).
         ``durable=False``: fsynced with the next append that is (a move nothing outside
         the record depends on until then)."""

@@ -28,7 +28,6 @@ from loop_orchestrator.errors import (
     GitError,
     LoOrchError,
     NotLoggedInError,
-    PaneGoneError,
     RefTamperedError,
 )
 from loop_orchestrator.permissions import desk as permission_desk
@@ -59,6 +58,7 @@ from loop_orchestrator.supervisor.jobs import Jobs
 from loop_orchestrator.supervisor.journal import Journal, Progress, epoch
 from loop_orchestrator.supervisor.lifecycle import NOT_LOGGED_IN_HINT, Event
 from loop_orchestrator.supervisor.lock import supervisor_lock
+from loop_orchestrator.supervisor.panewatch import PaneWatch
 from loop_orchestrator.supervisor.refguard import RefGuard
 from loop_orchestrator.supervisor.rounds import ReviewRounds
 from loop_orchestrator.supervisor.sessions import Sessions
@@ -248,8 +248,8 @@ class Supervisor:
         self.order = {tid: i for i, tid in enumerate(self.journal.task_ids)}
         #: each task's phase when the loop last asked what may start
         self.phases_seen: dict[str, Phase] = {}
-        #: what the stall rule knows of each task's screen
-        self.screens: dict[str, decide.Screen] = {}
+        #: the panes' liveness and screens, looked at on a thread of its own
+        self.panes = PaneWatch(self.backend, self.journal.statuses, self.jobs)
 
     @property
     def state(self) -> RunState:
@@ -347,6 +347,7 @@ class Supervisor:
             server = listener.Server(self.rundir.root, self.inbox.identify, self.inbox.receive)
             server.start()
             self.backend.serve(self.inbox.receive, self._note)  # remote sessions' inboxes
+            self.panes.start()
             while True:
                 self._loop()
                 if self.rounds.recheck_dependents():
@@ -368,6 +369,7 @@ class Supervisor:
         finally:
             if server is not None:
                 server.close()
+            self.panes.stop()
             self.backend.stop()
             self.jobs.shutdown()
 
@@ -628,16 +630,19 @@ class Supervisor:
 
     def _check_sessions(self, statuses: dict[str, TaskStatus]) -> None:
         """Pane liveness, limits and stalls of every working session (``cadence``: every
-        ``SESSIONS_SECONDS``, however many events come in between)."""
+        ``SESSIONS_SECONDS``, however many events come in between), on the panes' thread's
+        last look; a pane it did not see alive is asked about here."""
         self.desk.sweep(self.sessions.screen_of)  # before the stall checks: only real requests wait
-        alive = self.backend.alive_panes()  # one tmux call for every pane
+        alive = self.panes.alive  # the panes' thread's last look (no tmux call here)
+        if alive is None:
+            return  # not looked at yet
         waiting = self.desk.waiting_tasks()  # one read of the requests for every task
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
                 continue
             pane = decide.Pane(alive=True)
             if not alive.get(st.pane_id):
-                found = self.backend.state(st.pane_id)  # dead or gone: the details
+                found = self.backend.state(st.pane_id)  # dead, gone or new: the details
                 if not found.exists or not found.alive:
                     pane = decide.Pane(alive=False, dead_status=found.dead_status)
             if pane.alive and self.accounting.notice_failed_turns(tid):  # Mistral Vibe's
@@ -645,20 +650,6 @@ class Supervisor:
             step = decide.watch(self._observe(st, pane, waiting))
             if step is not None:
                 self._carry_out(tid, st, step)
-
-    def _screen_changed(self, st: TaskStatus, now: float) -> float:
-        """When the task's screen last changed (sampled every ``SCREEN_SAMPLE_SECONDS``)."""
-        assert st.pane_id is not None
-        seen = self.screens.get(st.task)
-        if decide.screen_due(seen, now):
-            try:
-                digest = hash(self.backend.capture(st.pane_id, lines=50))
-            except PaneGoneError:  # killed since the liveness check: the next tick's news
-                return seen.changed if seen is not None else now
-            seen = decide.screen_seen(seen, digest, now)
-            self.screens[st.task] = seen
-        assert seen is not None
-        return seen.changed
 
     def _observe(
         self,
@@ -668,8 +659,8 @@ class Supervisor:
     ) -> decide.Observation:
         """What the pure core needs to know of one task now (``pane``: its liveness, when
         it was checked this tick; ``waiting``: the tasks with an open permission request,
-        read once for the check). What costs a read or a tmux call (an open permission
-        request, the screen) is looked at only where the stall rule can apply."""
+        read once for the check). What costs a read (an open permission request) is looked
+        at only where the stall rule can apply; the screen as the panes' thread sampled it."""
         busy = st.task in self.jobs
         now = time.time()
         stall_due = (
@@ -684,7 +675,7 @@ class Supervisor:
         )
         activity = max(epoch(st.last_event_at), epoch(st.updated_at))
         if stall_due and not waiting_now:
-            activity = max(activity, self._screen_changed(st, now))
+            activity = max(activity, self.panes.screen_changed(st.task, now))
         return decide.Observation(
             task=st.task,
             phase=st.phase,
