@@ -385,13 +385,15 @@ class Supervisor:
         while True:
             if self.fatal is not None:
                 raise self.fatal
-            self.record.refresh()  # a person's `lo-orch retry` is appended by another process
+            # a person's `lo-orch retry` (or request-changes) is appended by another process
+            foreign = self.record.refresh()
             due, self.clocks = cadence.turn(self.clocks, time.monotonic())
             finished = self._collect_jobs()
             looked = cadence.to_look_at(due, self.order, self.record.take_changed(), finished)
             statuses = self.journal.statuses()
             self._dispatch({t: statuses[t] for t in looked if t in statuses})
-            self.rounds.take(lambda tid: tid in self.jobs)  # a person's request-changes
+            if foreign or finished or due.sweep:  # a person's request-changes (another
+                self.rounds.take(lambda tid: tid in self.jobs)  # process; or a step ended)
             statuses = self.journal.statuses()
             # the rounds owed for moved refs: a round owed is a change of the task's record
             # (the guard's thread records it), so a task that owes one is looked at
