@@ -11,7 +11,8 @@ to the supervisor's inbox socket). Per size and version it prints:
 
 1. signal latency, p50/p95: from the moment a session *starts* ``lo-orch signal`` to the
    supervisor's reaction (its ``reacted`` ledger line; the task moves to implementing after
-   plan_ready, to verifying after impl_done, in the job submitted right after that line).
+   plan_ready, to verifying after impl_done, right after that line: in 90321c1 in the job
+   submitted then, since on the loop itself).
    The start is recorded by the scripted agent itself: its signals are ``run:`` actions,
    ``sh -c 'date +%s.%N >> LOG; eval "exec $LO_ORCH_BIN signal PHASE"'``, the same
    ``sh -c "$LO_ORCH_BIN signal PHASE"`` that its ``signal:`` action runs in both versions,
