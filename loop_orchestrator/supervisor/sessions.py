@@ -128,9 +128,11 @@ class Sessions:
         self.journal.move(tid, Event.READY)
         self.deliver(tid, "prompt_plan.md.j2")
 
-    def to_implement(self, tid: str) -> None:
-        self.journal.move(tid, Event.IMPLEMENT)
-        self.deliver(tid, "prompt_implement.md.j2")
+    def deliver_implement(self, tid: str) -> None:
+        """The implementation prompt, for a task the loop moved to implementing already
+        (nothing, when it is in another phase by now: a person's retry, a block)."""
+        if self.journal.record.task(tid).phase == Phase.IMPLEMENTING:
+            self.deliver(tid, "prompt_implement.md.j2")
 
     def redeliver(self, tid: str) -> None:
         st = self.journal.record.task(tid)

@@ -367,8 +367,9 @@ class Branches:
             }
         )
         lost = []
+        book = self.refs.items() if tasks else {}  # one read of the book for every task
         for task in tasks:
-            start = self.refs.get(BOOK_START + task)
+            start = book.get(BOOK_START + task)
             tip = tips.get(self.task_branch(task))
             if start is None or tip is None or tip == start:
                 continue
