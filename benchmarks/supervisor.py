@@ -113,10 +113,11 @@ def build(
     for i in range(n):
         plan_actions: list[object] = []
         if i == 0:
-            # which code the panes run: LO_ORCH_BIN's interpreter with the pane's environment
+            # which code the panes run: the interpreter both versions run, with the pane's
+            # environment ($LO_ORCH_BIN may be the compiled client, which takes no -c)
             probe = (
-                'eval "set -- $LO_ORCH_BIN"; "$1" -c "import loop_orchestrator; '
-                'print(loop_orchestrator.__file__)" > '
+                shlex.quote(sys.executable)
+                + ' -c "import loop_orchestrator; print(loop_orchestrator.__file__)" > '
                 + shlex.quote(str(root / "timing" / "pane-import"))
             )
             plan_actions.append({"run": {"argv": ["sh", "-c", probe], "timeout": 60}})
