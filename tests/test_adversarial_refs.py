@@ -39,8 +39,8 @@ STAGING = "refs/heads/lo/demo/staging"
 # The session commits its stub, merges that commit onto staging the way `git merge` would
 # (staging and its commit as parents, the merged tree) and points staging at it; then it
 # watches staging and writes down how long its commit stayed there.
-MERGE_ITSELF = """
-import json, os, pathlib, subprocess, sys, time
+#: commits the work, merges it onto staging itself and points staging there (a template)
+FORGE_STAGING = """
 def git(*args):
     return subprocess.run(["git", "-c", "user.name=agent", "-c", "user.email=a@localhost",
                            *args], capture_output=True, text=True, check=True).stdout.strip()
@@ -51,13 +51,20 @@ staging = git("rev-parse", "{staging}")
 tree = git("merge-tree", "--write-tree", staging, mine).splitlines()[0]
 forged = git("commit-tree", "-p", staging, "-p", mine, "-m", "lo-orch: task slug", tree)
 git("update-ref", "{staging}", forged)
-moved = time.monotonic()
+"""
+MERGE_ITSELF = (
+    """
+import json, os, pathlib, subprocess, sys, time
+"""
+    + FORGE_STAGING
+    + """moved = time.monotonic()
 while git("rev-parse", "{staging}") == forged and time.monotonic() - moved < 10:
     time.sleep(0.01)
 out = pathlib.Path({out!r})
 out.write_text(json.dumps({{"forged": forged, "seconds": time.monotonic() - moved}}))
 run_dir, task = os.environ["LO_ORCH_RUN_DIR"], os.environ["LO_ORCH_TASK"]
 """
+)
 
 # (b): the run marked ready for review on the forged commit, and Gate 2 tried from inside
 CLAIM_REVIEW = """
@@ -209,20 +216,14 @@ def test_a_session_that_merges_itself_and_never_signals_is_put_back_and_reworked
 
 # The session commits its honest work, points staging at a merge of it (as in MERGE_ITSELF)
 # and signals impl_done at once: no wait for anyone to notice
-MOVE_AND_GO = """
+MOVE_AND_GO = (
+    """
 import json, pathlib, subprocess
-def git(*args):
-    return subprocess.run(["git", "-c", "user.name=agent", "-c", "user.email=a@localhost",
-                           *args], capture_output=True, text=True, check=True).stdout.strip()
-subprocess.run(["git", "add", "-A"], check=True)
-git("commit", "-q", "--no-gpg-sign", "--no-verify", "-m", "my work")
-mine = git("rev-parse", "HEAD")
-staging = git("rev-parse", "{staging}")
-tree = git("merge-tree", "--write-tree", staging, mine).splitlines()[0]
-forged = git("commit-tree", "-p", staging, "-p", mine, "-m", "lo-orch: task slug", tree)
-git("update-ref", "{staging}", forged)
-pathlib.Path({out!r}).write_text(json.dumps({{"forged": forged}}))
 """
+    + FORGE_STAGING
+    + """pathlib.Path({out!r}).write_text(json.dumps({{"forged": forged}}))
+"""
+)
 
 
 def test_a_session_that_moves_staging_and_signals_at_once_owes_its_round_before_its_work_is_judged(
