@@ -288,7 +288,7 @@ class Branches:
         """
         book = self.refs.items()
         now = self.watched_refs() if refs is None else refs
-        for name, ahead in book.items():
+        for name, ahead in list(book.items()):  # (an adopted value is added to ``book``)
             if not name.startswith(BOOK_NEXT):
                 continue
             ref = name[len(BOOK_NEXT) :]
