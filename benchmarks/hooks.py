@@ -1,12 +1,15 @@
 """Hook and signal benchmark, BEFORE and AFTER side by side: what a session waits on lo-orch.
 
-One run measures the same workload twice: BEFORE is a baseline revision (default 1e3e895:
-every hook event ran ``python -m loop_orchestrator hook``), checked out in a temporary git
-worktree and imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike;
-checked, and removed at the end); AFTER is this tree, on ``PYTHONPATH`` the same way
-(``hooks/lo-hook`` runs ``$LO_ORCH_HOOK``: ``python -I -S .../sessions/fast_entry.py
-hook``). Each is a real ``lo-orch run`` of ``--tasks`` scripted sessions at once (cap =
-tasks) in real tmux, agents in the sandbox where bwrap works. Per version it prints:
+One run measures the same workload twice: BEFORE is a baseline revision (default 90321c1:
+sessions' hooks and signals ran the standard-library Python client, ``python -I -S
+.../sessions/fast_entry.py``; 1e3e895 is the one before that, ``python -m loop_orchestrator
+hook``), checked out in a temporary git worktree and imported through ``PYTHONPATH``
+(supervisor, panes and ``LO_ORCH_BIN`` alike; checked, and removed at the end); AFTER is
+this tree, on ``PYTHONPATH`` the same way (``hooks/lo-hook`` runs ``$LO_ORCH_HOOK``: the
+compiled client ``lo-session hook`` where a C compiler is found, and ``$LO_ORCH_BIN signal``
+is ``lo-session signal``). Each is a real ``lo-orch run`` of ``--tasks`` scripted sessions
+at once (cap = tasks) in real tmux, agents in the sandbox where bwrap works. Per version it
+prints:
 
 1. per hook event, the wall time p50/p95 and the CPU time (the launcher and everything it
    started, children's rusage) p50/mean of every call of the plugin's ``hooks/lo-hook``,
@@ -44,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BASELINE = "1e3e895"
+BASELINE = "90321c1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 

@@ -1,22 +1,23 @@
 """Supervisor benchmark, BEFORE and AFTER side by side: scripted sessions in real tmux.
 
 One run measures the same workload (16 and 64 tasks by default, cap 16) twice: BEFORE is a
-baseline revision (default 1a30dd9: each hook's answer waited on two fsyncs under the
-record's lock, and the checks' site folders were scanned twice per verification in the
-supervisor; 1e3e895 is the one before the lean hook entry and the idle loop), checked out
-in a temporary git worktree and
-imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN`` alike; checked, and
-removed at the end); AFTER is this tree's code (signals and hooks go to the supervisor's
-inbox socket). Per size and version it prints:
+baseline revision (default 90321c1: the loop compared the run's refs with the book, git
+lock and all, before it reacted to a signal, and the next phase was the submitted job's
+first step; 1a30dd9 is one whose hook answers waited on two fsyncs under the record's lock,
+1e3e895 the one before the lean hook entry and the idle loop), checked out in a temporary
+git worktree and imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN``
+alike; checked, and removed at the end); AFTER is this tree's code (signals and hooks go
+to the supervisor's inbox socket). Per size and version it prints:
 
 1. signal latency, p50/p95: from the moment a session *starts* ``lo-orch signal`` to the
    supervisor's reaction (its ``reacted`` ledger line; the task moves to implementing after
-   plan_ready, to verifying after impl_done, in the job submitted right after that line).
+   plan_ready, to verifying after impl_done, right after that line: in 90321c1 in the job
+   submitted then, since on the loop itself).
    The start is recorded by the scripted agent itself: its signals are ``run:`` actions,
    ``sh -c 'date +%s.%N >> LOG; eval "exec $LO_ORCH_BIN signal PHASE"'``, the same
    ``sh -c "$LO_ORCH_BIN signal PHASE"`` that its ``signal:`` action runs in both versions,
-   with the clock read first. For AFTER a second row ends at the phase change itself, from
-   the supervisor's private journal (BEFORE kept no history of status changes).
+   with the clock read first. A second row ends at the phase change itself, from the
+   supervisor's private journal (a baseline older than the journal has none).
 2. supervisor reaction after the record, p50/p95: the ``signal`` ledger line to the
    ``reacted`` line. BEFORE, ``lo-orch signal`` wrote that line itself after the status file,
    so the supervisor could react before it existed: such a reaction counts as 0.
@@ -57,7 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BASELINE = "1a30dd9"
+BASELINE = "90321c1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -112,10 +113,11 @@ def build(
     for i in range(n):
         plan_actions: list[object] = []
         if i == 0:
-            # which code the panes run: LO_ORCH_BIN's interpreter with the pane's environment
+            # which code the panes run: the interpreter both versions run, with the pane's
+            # environment ($LO_ORCH_BIN may be the compiled client, which takes no -c)
             probe = (
-                'eval "set -- $LO_ORCH_BIN"; "$1" -c "import loop_orchestrator; '
-                'print(loop_orchestrator.__file__)" > '
+                shlex.quote(sys.executable)
+                + ' -c "import loop_orchestrator; print(loop_orchestrator.__file__)" > '
                 + shlex.quote(str(root / "timing" / "pane-import"))
             )
             plan_actions.append({"run": {"argv": ["sh", "-c", probe], "timeout": 60}})

@@ -82,17 +82,14 @@ def signal(args: list[str]) -> int | None:
     if not task:
         return None
     from loop_orchestrator.errors import StateError, UsageError
-    from loop_orchestrator.sessions.hooks import signal_task
+    from loop_orchestrator.sessions.hooks import signal_printed, signal_task
 
     try:
         result = signal_task(run_dir, args[0], task=task, note=opts.get("--note"))
     except (StateError, UsageError) as exc:
         sys.stderr.write(f"Error: {exc.render()}\n")
         return exc.exit_code
-    if result.changed:
-        sys.stdout.write(f"{task}: {result.previous} -> {result.phase}\n")
-    else:
-        sys.stdout.write(f"{task}: {result.message}\n")
+    sys.stdout.write(signal_printed(task, result))
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import py_compile
 import shlex
 import sys
@@ -99,14 +100,66 @@ def cache_hook_code() -> None:
             py_compile.compile(str(_PKG / rel), doraise=True)
 
 
+#: ``LO_ORCH_CLIENT=python`` in the supervisor's environment: sessions get the Python
+#: clients even where the compiled one can be built (a comparison, a suspected fault)
+CLIENT_ENV = "LO_ORCH_CLIENT"
+
+
+def python_client_argv() -> list[str]:
+    """The standard-library client of sessions' calls: this interpreter isolated and
+    without site-packages (``-I -S``), running ``sessions/fast_entry.py`` by its path."""
+    python = str(Path(sys.executable).absolute())  # not resolved: that would leave the venv
+    return [python, "-I", "-S", str(_PKG / "sessions" / "fast_entry.py")]
+
+
+def session_client() -> Path | None:
+    """The compiled client of sessions' calls (``sessions/native.py``), built when missing;
+    None where it cannot be, or with ``LO_ORCH_CLIENT=python``."""
+    if _python_asked():
+        return None
+    from loop_orchestrator.sessions import native
+
+    full = tuple(python_module_argv("loop_orchestrator"))
+    return native.client(full, tuple(python_client_argv()))
+
+
+def session_client_status() -> tuple[Path | None, str]:
+    """The compiled client (built now when missing), or None and why sessions get the
+    Python one (``lo-orch doctor``)."""
+    if _python_asked():
+        return None, f"{CLIENT_ENV}=python is set"
+    from loop_orchestrator.sessions import native
+
+    return native.locate_or_build(python_module_argv("loop_orchestrator"), python_client_argv())
+
+
+def _python_asked() -> bool:
+    return os.environ.get(CLIENT_ENV, "").strip().lower() == "python"
+
+
+def python_hook() -> str:
+    """``LO_ORCH_HOOK`` of the Python client (``python -I -S .../fast_entry.py hook``),
+    its byte code cached first (``cache_hook_code``)."""
+    cache_hook_code()
+    return shlex.join([*python_client_argv(), "hook"])
+
+
 def lo_orch_hook() -> str:
     """The command line that answers a hook event (``LO_ORCH_HOOK``; ``$LO_ORCH_HOOK EVENT``
-    with the event's JSON on stdin), usable with ``sh -c``: this interpreter isolated and
-    without site-packages (``-I -S``), running ``entry.py`` by its path. The hook path's
-    byte code is cached first (``cache_hook_code``)."""
-    cache_hook_code()
-    python = str(Path(sys.executable).absolute())  # not resolved: that would leave the venv
-    return shlex.join([python, "-I", "-S", str(_PKG / "sessions" / "fast_entry.py"), "hook"])
+    with the event's JSON on stdin), usable with ``sh -c``: the compiled client where there
+    is one, else the Python client. Either falls back on the Python one, whose byte code is
+    cached first (``cache_hook_code``)."""
+    hook = python_hook()
+    client = session_client()
+    return shlex.join([str(client), "hook"]) if client is not None else hook
+
+
+def session_bin() -> str:
+    """``LO_ORCH_BIN`` in a session: the compiled client where there is one (it answers
+    ``signal`` itself and runs the full command line for anything else), else
+    ``lo_orch_bin``."""
+    client = session_client()
+    return shlex.join([str(client)]) if client is not None else lo_orch_bin()
 
 
 def install_paths() -> dict[str, str]:

@@ -23,6 +23,7 @@ from helpers.runs import approve, edit_script, ledger, only
 
 from loop_orchestrator.commands import status
 from loop_orchestrator.dashboard import view
+from loop_orchestrator.git.refwatch import RefWatch
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.supervisor.main import Supervisor
@@ -38,8 +39,8 @@ STAGING = "refs/heads/lo/demo/staging"
 # The session commits its stub, merges that commit onto staging the way `git merge` would
 # (staging and its commit as parents, the merged tree) and points staging at it; then it
 # watches staging and writes down how long its commit stayed there.
-MERGE_ITSELF = """
-import json, os, pathlib, subprocess, sys, time
+#: commits the work, merges it onto staging itself and points staging there (a template)
+FORGE_STAGING = """
 def git(*args):
     return subprocess.run(["git", "-c", "user.name=agent", "-c", "user.email=a@localhost",
                            *args], capture_output=True, text=True, check=True).stdout.strip()
@@ -50,13 +51,20 @@ staging = git("rev-parse", "{staging}")
 tree = git("merge-tree", "--write-tree", staging, mine).splitlines()[0]
 forged = git("commit-tree", "-p", staging, "-p", mine, "-m", "lo-orch: task slug", tree)
 git("update-ref", "{staging}", forged)
-moved = time.monotonic()
+"""
+MERGE_ITSELF = (
+    """
+import json, os, pathlib, subprocess, sys, time
+"""
+    + FORGE_STAGING
+    + """moved = time.monotonic()
 while git("rev-parse", "{staging}") == forged and time.monotonic() - moved < 10:
     time.sleep(0.01)
 out = pathlib.Path({out!r})
 out.write_text(json.dumps({{"forged": forged, "seconds": time.monotonic() - moved}}))
 run_dir, task = os.environ["LO_ORCH_RUN_DIR"], os.environ["LO_ORCH_TASK"]
 """
+)
 
 # (b): the run marked ready for review on the forged commit, and Gate 2 tried from inside
 CLAIM_REVIEW = """
@@ -204,3 +212,65 @@ def test_a_session_that_merges_itself_and_never_signals_is_put_back_and_reworked
     run_to_review(demo_files)
     assert_repaired_and_reworked(demo_files, out)
     assert not ledger(demo_files.repo, "task_blocked", "slug")
+
+
+# The session commits its honest work, points staging at a merge of it (as in MERGE_ITSELF)
+# and signals impl_done at once: no wait for anyone to notice
+MOVE_AND_GO = (
+    """
+import json, pathlib, subprocess
+"""
+    + FORGE_STAGING
+    + """pathlib.Path({out!r}).write_text(json.dumps({{"forged": forged}}))
+"""
+)
+
+
+def test_a_session_that_moves_staging_and_signals_at_once_owes_its_round_before_its_work_is_judged(
+    demo_files: demo.DemoFiles, tmux_socket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slug does honest work, merges it into staging itself and signals impl_done in the
+    same breath, and the watch's news never comes (a machine so loaded that inotify's
+    events arrive after the verification; here the watch is switched off): the loop
+    reacts at once, but the verification compares the refs before it judges the work, so
+    staging is put back and slug owes its round before the work is even committed (no
+    step meets the moved ref); its next round lands. (With the verification comparing
+    nothing itself, its commit met the moved staging: caught only by that read.)"""
+    monkeypatch.setattr(RefWatch, "start", lambda self: None)
+    only(demo_files, "slug")
+    out = tmp_path / "forged.json"
+
+    def change(d: dict[str, Any]) -> None:
+        honest = d["slug"]["implement"][0]
+        writes = [a for a in honest if "write" in a]
+        attack = python_action(MOVE_AND_GO.format(staging=STAGING, out=str(out)))
+        again = [dict(w) for w in writes]  # round 1: the same work, a word more
+        for w in again:
+            if w["write"]["path"] == "textstats/slug.py":
+                body = w["write"]["content"] + "\n# (round 1)\n"
+                w["write"] = {"path": "textstats/slug.py", "content": body}
+        signal = {"signal": {"phase": "impl_done"}}
+        d["slug"]["implement"] = [[*writes, attack, signal], [*again, signal]]
+
+    edit_script(demo_files, change)
+    run_to_review(demo_files)
+    repo = demo_files.repo
+    forged = json.loads(out.read_text(encoding="utf-8"))["forged"]
+    events = Store(RunDir(repo)).read_ledger()
+    names = [(e["event"], e.get("task")) for e in events]
+    [repaired] = ledger(repo, "refs_repaired")
+    assert repaired["ref"] == STAGING and repaired["found"] == forged
+    assert repaired["tasks"] == ["slug"]
+    # put back, and its round owed, before its work was judged at all: the verification
+    # compared first, so no step of it met the moved staging (``refs_tampered``)
+    first_verdict = names.index(("verdict", "slug"))
+    assert events.index(repaired) < first_verdict, names
+    assert not ledger(repo, "refs_tampered"), names
+    reworks = ledger(repo, "rework", "slug")
+    assert [(e["round"], e.get("cause")) for e in reworks] == [(1, "refs_tampered")]
+    statuses = {s.task: s for s in Store(RunDir(repo)).list_statuses()}
+    assert statuses["slug"].phase is Phase.INTEGRATED and statuses["slug"].rework_count == 1
+    staging = git(repo, "rev-parse", STAGING).strip()
+    assert forged not in git(repo, "rev-list", staging).split()
+    assert "(round 1)" in git(repo, "show", f"{staging}:textstats/slug.py")
+    assert quarantined(repo, "demo") == [(repaired["kept"], forged)]

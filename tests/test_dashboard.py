@@ -256,7 +256,9 @@ def test_table_follows_the_run_and_gate2_writes_what_merge_writes(
                 )
 
             await wait_in_app(pilot, progressed, 240, "the table to reach Gate 2")
-            assert {"implementing", "integrated"} <= seen
+            # it followed the run through its working phases (which one it caught depends on
+            # the moment: a scripted session implements in a few tens of milliseconds)
+            assert "integrated" in seen and seen & {"planning", "implementing", "verifying"}
             assert set(table_phases(app).values()) == {"integrated"}
             assert any("Gate 2" in n for n in app.snapshot.needs)
             thread.join(30)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from loop_orchestrator.runstate import journal as record
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.journal import NoRecordError, Record, RecordTamperedError
 from loop_orchestrator.runstate.progress import status_document
-from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, TaskStatus
+from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store, TaskStatus
 
 
 def make_record(
@@ -278,3 +280,53 @@ def test_steps_that_sync_inside_and_appends_that_sync_after_never_deadlock(
     assert not any(t.is_alive() for t in threads)
     again = Record.open(tmp_path, "demo")
     assert {again.task(t).note for t in again.state.tasks} == {"alone 14"}
+
+
+def test_an_edit_that_keeps_the_size_and_the_time_of_a_view_file_is_still_reported(
+    tmp_path: Path,
+) -> None:
+    """The view check reads a file again only when its stat changed; an edit in place of
+    the same length with its modification time set back still changes its ctime (which
+    nobody but the kernel sets), so it is read and reported."""
+    rec = make_record(tmp_path)
+    rec.update_task("alpha", phase=Phase.IMPLEMENTING, delivered="implementing:0")
+    path = RunDir(tmp_path).status_path("alpha")
+    assert rec.check_view() == []  # read once and found as published
+    assert rec.check_view() == []  # (then known by its stat)
+    before = path.stat()
+    text = path.read_text(encoding="utf-8")
+    forged = text.replace('"implementing"', '"approved"    ', 1)
+    assert len(forged) == len(text) and forged != text
+    with path.open("r+", encoding="utf-8") as fh:  # in place: the same inode
+        fh.write(forged)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
+    assert rec.check_view() == ["status/alpha.json"]
+    assert json.loads(path.read_text(encoding="utf-8"))["phase"] == "implementing"
+
+
+def test_ledger_lines_from_many_threads_arrive_whole(tmp_path: Path) -> None:
+    """Threads appending to the ledger at once (synced and unsynced: the fsync is after the
+    lock) each get their whole line in."""
+    store = Store(RunDir(tmp_path))
+    store.dirs.root.mkdir(parents=True, exist_ok=True)
+
+    def append(n: int) -> None:
+        for i in range(40):
+            if i % 4:
+                store.append_ledger_unsynced("hook", task=f"t{n}", i=i)
+            else:
+                store.append_ledger("verdict", task=f"t{n}", i=i)
+
+    threads = [threading.Thread(target=append, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = sorted((e["task"], e["i"]) for e in store.read_ledger())
+    assert got == sorted((f"t{n}", i) for n in range(6) for i in range(40))

@@ -23,7 +23,7 @@ from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.supervisor.main import Supervisor
 from loop_orchestrator.workspace import integration
-from loop_orchestrator.workspace.branches import QUARANTINE, Moved, quarantined
+from loop_orchestrator.workspace.branches import BOOK_NEXT, QUARANTINE, Moved, quarantined
 from loop_orchestrator.workspace.workspace import Workspace
 
 AUTHOR = {"author_name": "Lo Bot", "author_email": "bot@example.org"}
@@ -276,3 +276,23 @@ def test_a_persons_commit_on_the_feature_branch_is_never_put_back(
     assert repaired["ref"] == STAGING  # only staging was put back
     assert quarantined(git_repo, "r1") == [(repaired["kept"], forged)]
     assert ledger(git_repo, "refs_tampered")[0]["ref"] == "refs/heads/feat/r1"
+
+
+def test_a_move_a_crash_left_unrecorded_is_adopted_for_a_ref_the_book_never_had(
+    git_repo: Path,
+) -> None:
+    """lo-orch wrote a new ref's value ahead and made it, then died before recording it (a
+    kill at a random moment): the next comparison adopts it as lo-orch's own, whatever
+    else the book holds (adopting it once broke the comparison: the book grew while it was
+    read)."""
+    ws = started(git_repo)
+    staging = git(git_repo, "rev-parse", STAGING).strip()
+    new = "refs/heads/lo/r1/integration"
+    ws.branches.refs.set(BOOK_NEXT + new, staging)  # written ahead, as ``move`` does
+    git(git_repo, "update-ref", new, staging)  # made; the record never written
+    assert new not in ws.branches.refs.items()
+    assert ws.branches.moved() == []
+    book = ws.branches.refs.items()
+    assert book[new] == staging and BOOK_NEXT + new not in book
+    git(git_repo, "update-ref", new, forge(git_repo, staging))  # now someone else moves it
+    assert [m.ref for m in ws.branches.moved()] == [new]

@@ -31,7 +31,7 @@ from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
-from loop_orchestrator.sessions import sandbox
+from loop_orchestrator.sessions import native, sandbox
 from loop_orchestrator.sessions.delivery import Deliverer
 from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.workspace import workspace
@@ -48,14 +48,22 @@ PROBE_PYC = (
 )
 
 
+#: a program the probe tries to leave among the compiled client's builds beside the
+#: package (``native.folders``), where the next supervisor would look for its client
+PROBE_CLIENT = native.folders()[0] / f"probe-{uuid.uuid4().hex}" / native.NAME
+
+
 @pytest.fixture(autouse=True)
 def pycache_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A user's PYTHONPYCACHEPREFIX (made by lo-orch when missing); the probe's planted
-    byte code is removed after each test."""
+    """A user's PYTHONPYCACHEPREFIX (made by lo-orch when missing) and cache folder (the
+    compiled client's other place); what the probe plants beside the package is removed
+    after each test."""
     prefix = tmp_path / "user-pycache"
     monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(prefix))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
     yield prefix
     PROBE_PYC.unlink(missing_ok=True)
+    shutil.rmtree(PROBE_CLIENT.parent, ignore_errors=True)
 
 
 RUN = "sbx"
@@ -101,6 +109,10 @@ WRITES = {
     # own __pycache__ (an editable checkout's too), or under PYTHONPYCACHEPREFIX
     "lo_orch_bytecode": "lo_orch_bytecode",
     "pycache_prefix": "pycache_prefix",
+    # a compiled client of its own, which every session's hooks would then run: beside
+    # the package, or in the user's cache folder (made by lo-orch when missing)
+    "client_beside": "client_beside",
+    "client_cache": "client_cache",
 }
 
 PROBE = r"""
@@ -215,6 +227,8 @@ def prepare(tmp_path: Path, git_repo: Path, mode: str) -> tuple[Settings, dict[s
         "pycache_prefix": str(
             Path(os.environ["PYTHONPYCACHEPREFIX"]) / "lo-orch" / "supervisor" / "decide.pyc"
         ),
+        "client_beside": str(PROBE_CLIENT),
+        "client_cache": str(native.folders()[1] / "0123456789abcdef0123" / native.NAME),
     }
     targets_file.write_text(json.dumps(targets), encoding="utf-8")
     return settings, targets
@@ -276,6 +290,8 @@ DENIED = (
     "received",
     "lo_orch_bytecode",
     "pycache_prefix",
+    "client_beside",
+    "client_cache",
 )
 ALLOWED = ("own_worktree", "plan_file", "inbox", "tmp", "git_add_status", "pytest")
 
@@ -305,6 +321,7 @@ def test_sandboxed_agent_cannot_write_what_the_supervisor_trusts(
     assert not Path(targets["other_worktree"]).exists()
     assert not Path(targets["venv_pth"]).exists()
     assert not PROBE_PYC.exists() and not Path(targets["pycache_prefix"]).exists()
+    assert not PROBE_CLIENT.exists() and not Path(targets["client_cache"]).exists()
     assert not Path(targets["private_file"]).exists()
     # no session can plant a record of prompts "received" under .orchestration/
     assert not Path(targets["received_file"]).parent.exists()
@@ -360,6 +377,7 @@ def test_with_mode_off_the_same_attacks_succeed(
     assert report["private_read"] == "ok: supervisor-secret"
     assert Path(targets["venv_pth"]).exists()
     assert PROBE_PYC.exists() and Path(targets["pycache_prefix"]).exists()
+    assert PROBE_CLIENT.exists() and Path(targets["client_cache"]).exists()
     assert "evil" in git(git_repo, "branch", "--list", "evil")
 
 

@@ -31,6 +31,8 @@ def record(mid: str, out: int, inp: int = 100) -> str:
 
 def total(book: SpendBook, task: str = "t") -> dict[str, int]:
     u = usage.price(book.messages(task), OPUS)
+    # the sums kept as messages are booked price the same as the messages themselves
+    assert usage.price(book.totals(task), OPUS) == u
     return {"input_tokens": u.tokens["input_tokens"], "output_tokens": u.tokens["output_tokens"]}
 
 
@@ -180,3 +182,19 @@ def test_a_wait_for_a_message_sees_it_in_a_transcript_emptied_meanwhile(
     finally:
         writer.join()
     assert not wait_for_text(path, "never written", 0.2, start=200_001)
+
+
+def test_the_sums_priced_at_each_event_stay_one_per_round_and_model(tmp_path: Path) -> None:
+    """Pricing a task's spend (at every hook event) reads one sum per round and model, not
+    every message of its transcripts: the work does not grow with the transcript."""
+    book = SpendBook(tmp_path / "spend.jsonl")
+    tr = tmp_path / "s.jsonl"
+    tr.write_text("".join(record(f"m{i}", i) for i in range(300)), encoding="utf-8")
+    book.observe("t", "s", tr)
+    tr.write_text(tr.read_text(encoding="utf-8") + record("m7", 50), encoding="utf-8")
+    book.observe("t", "s", tr)  # a message booked again with more tokens replaces it
+    [only] = book.totals("t")
+    assert only.counts["output_tokens"] == sum(range(300)) - 7 + 50
+    assert total(book) == {"input_tokens": 300 * 100, "output_tokens": sum(range(300)) + 43}
+    again = SpendBook(tmp_path / "spend.jsonl")  # and so does a restarted supervisor's
+    assert len(again.totals("t")) == 1 and total(again) == total(book)

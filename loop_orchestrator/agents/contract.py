@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 from loop_orchestrator.agents.dialogs import Dialog, wait_until_ready
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
-from loop_orchestrator.resources import lo_orch_bin, lo_orch_hook
+from loop_orchestrator.resources import lo_orch_hook, session_bin
 from loop_orchestrator.sessions import sandbox
 from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 
@@ -47,7 +47,7 @@ def agent_env(
         "LO_ORCH_TASK": task,
         "LO_ORCH_RUN_DIR": str(Path(run_dir).absolute()),
         "LO_ORCH_BRIEF": str(Path(brief).absolute()),
-        "LO_ORCH_BIN": lo_orch_bin(),
+        "LO_ORCH_BIN": session_bin(),
         "LO_ORCH_HOOK": lo_orch_hook(),
     }
     overridden = sorted(k for k in contract if k in env and env[k] != contract[k])

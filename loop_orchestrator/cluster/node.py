@@ -39,7 +39,7 @@ from loop_orchestrator.cluster.terminal import TerminalHost
 from loop_orchestrator.cost import usage
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 from loop_orchestrator.git.gateway import git
-from loop_orchestrator.resources import lo_orch_bin, lo_orch_hook
+from loop_orchestrator.resources import lo_orch_bin, python_hook
 from loop_orchestrator.sessions import listener, procinfo, sandbox
 from loop_orchestrator.sessions.backend import LaunchSpec
 from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT
@@ -266,8 +266,11 @@ class SessionHost:
 
         node_env = {k: rewrite(v) for k, v in env.items()}
         node_env["LO_ORCH_RUN_DIR"] = str(self.run_dir)
+        # the Python clients: this node's end of the inbox answers while no supervisor does
+        # (it queues the report for the next), and their retry-or-leave is what it was made
+        # for; the compiled client would hand an unanswered report over to be sent again
         node_env["LO_ORCH_BIN"] = lo_orch_bin()
-        node_env["LO_ORCH_HOOK"] = lo_orch_hook()
+        node_env["LO_ORCH_HOOK"] = python_hook()
         node_env["LO_ORCH_TMUX_SOCKET"] = self.socket
         brief = node_env.get("LO_ORCH_BRIEF")
         if brief:

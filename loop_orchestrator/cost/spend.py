@@ -93,6 +93,10 @@ class SpendBook:
         self._cursors: dict[tuple[str, str], _Cursor] = {}
         #: task -> how often its booked messages changed (``version``)
         self._versions: dict[str, int] = {}
+        #: task -> (round, model) -> [messages booked, their tokens added up]: kept as each
+        #: message is booked, so pricing a task's spend costs the same however long its
+        #: transcripts grow (``totals``)
+        self._sums: dict[str, dict[tuple[int, str], tuple[int, dict[str, int]]]] = {}
         self._load()
 
     def _load(self) -> None:
@@ -118,7 +122,13 @@ class SpendBook:
             str(entry["model"]),
             {k: int(entry[k]) for k in TOKEN_KEYS},
         )
-        self._book.setdefault(task, {})[msg.key] = msg
+        book = self._book.setdefault(task, {})
+        old = book.get(msg.key)
+        book[msg.key] = msg
+        sums = self._sums.setdefault(task, {})
+        if old is not None:
+            _add(sums, old, -1)
+        _add(sums, msg, 1)
         self._keys.setdefault((task, session), set()).add(msg.key)
         self._versions[task] = self._versions.get(task, 0) + 1
 
@@ -239,6 +249,30 @@ class SpendBook:
         """Every message booked for ``task``, in the order first read."""
         with self._lock:
             return list(self._book.get(task, {}).values())
+
+    def totals(self, task: str) -> list[Message]:
+        """The tokens booked for ``task`` added up per round and model, one ``Message`` each
+        (``usage.price`` of these is ``usage.price`` of ``messages``; kept as messages are
+        booked, not added up again at each ask)."""
+        with self._lock:
+            return [
+                Message(f"{rnd}:{model}", rnd, model, dict(counts))
+                for (rnd, model), (_n, counts) in self._sums.get(task, {}).items()
+            ]
+
+
+def _add(sums: dict[tuple[int, str], tuple[int, dict[str, int]]], m: Message, sign: int) -> None:
+    """Add ``m``'s tokens to (``sign`` -1: take them from) its round and model's sum; a sum
+    no message is in any more is dropped."""
+    key = (m.round, m.model)
+    n, counts = sums.get(key, (0, dict.fromkeys(TOKEN_KEYS, 0)))
+    n += sign
+    if n <= 0:
+        sums.pop(key, None)
+        return
+    for k in TOKEN_KEYS:
+        counts[k] += sign * m.counts.get(k, 0)
+    sums[key] = (n, counts)
 
 
 def _reads_on(fh: Any, cursor: _Cursor, ident: tuple[int, int], size: int) -> bool:

@@ -15,7 +15,17 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
@@ -24,6 +34,19 @@ from loop_orchestrator.git.gateway import git
 log = logging.getLogger(__name__)
 
 PACKED_REFS = "packed-refs"
+#: the kinds of change that can move a ref (a write, a rename over it, a deletion); the
+#: kernel is asked for these only, not for every git command's reads of HEAD, config and
+#: the refs (opened, closed unwritten: most of what a busy run's git does, each of them
+#: an event read and thrown away on the watch's thread)
+WRITES = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileMovedEvent,
+    DirMovedEvent,
+    FileDeletedEvent,
+    DirDeletedEvent,
+]
 
 
 def common_dir(repo: Path) -> Path:
@@ -66,8 +89,9 @@ class RefWatch:
         refs = self.common / "refs"
         refs.mkdir(exist_ok=True)
         observer = Observer()
-        observer.schedule(Handler(), str(self.common), recursive=False)  # packed-refs
-        observer.schedule(Handler(), str(refs), recursive=True)
+        # packed-refs
+        observer.schedule(Handler(), str(self.common), recursive=False, event_filter=WRITES)
+        observer.schedule(Handler(), str(refs), recursive=True, event_filter=WRITES)
         observer.daemon = True
         observer.start()
         self._observer = observer

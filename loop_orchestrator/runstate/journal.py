@@ -124,6 +124,10 @@ class Record:
         self._offset = 0
         #: sha256 of the text last published per view file (to see edits by others)
         self._published: dict[Path, str] = {}
+        #: view file -> its stat when it was last read and found as published: unchanged
+        #: since (same inode, size, mtime and ctime; nobody but the kernel sets a ctime),
+        #: it is not read again to see whether someone edited it
+        self._seen_as_published: dict[Path, tuple[tuple[int, int, int, int], str]] = {}
         #: view files found edited by someone else when they were about to be rewritten
         self._edited: set[str] = set()
         #: task -> a copy of its status, shared by ``tasks()`` until the task changes
@@ -327,13 +331,14 @@ class Record:
         """Whether a task changed since ``take_changed`` was last asked."""
         return bool(self._changed)
 
-    def update_task(self, task: str, **changes: Any) -> TaskStatus:
+    def update_task(self, task: str, *, durable: bool = True, **changes: Any) -> TaskStatus:
         """Record a change of one task and publish its status file; the new status.
 
         A field the status model does not have is an error (a typo must not be stored).
+        ``durable=False``: fsynced with the next append that is (``step``).
         """
         data = _changes(TaskStatus, "status", changes)
-        with self.step():
+        with self.step(durable=durable):
             current = self.task(task)
             if "phase" in data and data["phase"] != current.phase.value:
                 data["phase_since"] = data["updated_at"]
@@ -389,10 +394,22 @@ class Record:
         the journal is durable, and the view is rebuilt from it at every start."""
         text = body + "\n"
         with self._mutex:
-            if path in self._published and self._on_disk_digest(path) != self._published[path]:
+            if path in self._published and self._edited_since(path, self._published[path]):
                 self._edited.add(str(path.relative_to(self.dirs.root)))
             atomic_write_text(path, text, durable=False)
             self._published[path] = _file_digest(text)
+
+    def _edited_since(self, path: Path, digest: str) -> bool:
+        """Whether the view file ``path`` differs from what was published (``digest``): read
+        only when its stat changed since it was last found as published."""
+        seen = _stat_key(path)
+        if seen is not None and self._seen_as_published.get(path) == (seen, digest):
+            return False
+        if self._on_disk_digest(path) != digest:
+            return True
+        if seen is not None:
+            self._seen_as_published[path] = (seen, digest)
+        return False
 
     @staticmethod
     def _on_disk_digest(path: Path) -> str:
@@ -428,7 +445,7 @@ class Record:
             edited = set(self._edited)
             self._edited.clear()
             for path, digest in list(self._published.items()):
-                if self._on_disk_digest(path) != digest:
+                if self._edited_since(path, digest):
                     edited.add(str(path.relative_to(self.dirs.root)))
             if edited:
                 self.publish_all()
@@ -447,6 +464,15 @@ def _changes(
     data = {k: (v.value if hasattr(v, "value") else v) for k, v in changes.items()}
     data["updated_at"] = now_iso()
     return data
+
+
+def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
+    """What changes with any write or rename of a file (None: not there)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _view_differs(on_disk: str, text: str) -> bool:

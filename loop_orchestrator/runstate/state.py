@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -27,9 +28,26 @@ from pydantic import (
 )
 
 from loop_orchestrator.errors import StateError
-from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR, append_line, atomic_write_text
+from loop_orchestrator.files import (
+    ORCH_DIR,
+    WORKTREES_DIR,
+    append_line,
+    atomic_write_text,
+    fsync_path,
+)
 
 M = TypeVar("M", bound=BaseModel)
+
+#: ledger path -> the lock this process's threads take before the ledger's file lock: a
+#: file lock another thread holds is waited for by polling (50 ms a try), a thread lock
+#: is handed over at once (the file lock then only ever waits for another process)
+_LEDGER_LOCKS: dict[Path, threading.Lock] = {}
+_LEDGER_LOCKS_LOCK = threading.Lock()
+
+
+def _ledger_lock(path: Path) -> threading.Lock:
+    with _LEDGER_LOCKS_LOCK:
+        return _LEDGER_LOCKS.setdefault(path, threading.Lock())
 
 
 class Phase(StrEnum):
@@ -398,8 +416,10 @@ class Store:
         record: dict[str, Any] = {"ts": now_iso(), "event": event, **fields}
         line = json.dumps(record, sort_keys=False, default=str) + "\n"
         self.dirs.root.mkdir(parents=True, exist_ok=True)
-        with self.locked("ledger"):
-            append_line(self.dirs.ledger, line.encode("utf-8"), durable=durable)
+        with _ledger_lock(self.dirs.ledger), self.locked("ledger"):
+            append_line(self.dirs.ledger, line.encode("utf-8"))
+        if durable:  # after the lock: an unsynced line (a session waits on it) never
+            fsync_path(self.dirs.ledger)  # waits behind a disk; this fsync covers it too
         return record
 
     def read_ledger(self) -> list[dict[str, Any]]:

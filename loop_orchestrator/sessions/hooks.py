@@ -253,6 +253,22 @@ def from_cline(event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
 # the hook -------------------------------------------------------------------------------
 
 
+def read_payload(event: str, raw: str) -> dict[str, Any] | None:
+    """The event's JSON as the rest of the hook reads it (a Cline payload in Claude Code's
+    terms), or None when ``event`` or ``raw`` is not one (then the hook stays silent)."""
+    if not is_event_name(event):
+        return None
+    try:
+        payload = inbox.loads(raw) if raw.strip() else None
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    if "hookName" in payload and "clineVersion" in payload:
+        payload = from_cline(event, payload)
+    return payload
+
+
 def run_hook(event: str, raw: str, env: Mapping[str, str]) -> HookOutcome:
     """Record one hook event for its task; the answer to give Claude Code.
 
@@ -260,16 +276,9 @@ def run_hook(event: str, raw: str, env: Mapping[str, str]) -> HookOutcome:
     known and the hook stays silent, because a broken supervisor must not break the
     user's session.
     """
-    if not is_event_name(event):
+    payload = read_payload(event, raw)
+    if payload is None:
         return QUIET
-    try:
-        payload = inbox.loads(raw) if raw.strip() else None
-    except ValueError:
-        return QUIET
-    if not isinstance(payload, dict):
-        return QUIET
-    if "hookName" in payload and "clineVersion" in payload:
-        payload = from_cline(event, payload)
     try:
         target = locate(payload, env)
     except OSError:
@@ -285,35 +294,62 @@ def run_hook(event: str, raw: str, env: Mapping[str, str]) -> HookOutcome:
         return QUIET
 
 
-def _handle(
-    event: str, payload: dict[str, Any], target: HookTarget, env: Mapping[str, str]
-) -> HookOutcome:
-    """Hand the event to the supervisor and give Claude Code its answer.
-
-    The supervisor decides (it records the event and, for Stop, answers the loop gate);
-    this process only carries the message. The prompt's text is never sent, only its size
-    and a digest. With no supervisor listening the event is left in the task's inbox for
-    the next one, and the session is never held up.
-    """
-    message = {
+def hook_message(
+    event: str, task: str, payload: Mapping[str, Any], *, bin_set: bool
+) -> dict[str, Any]:
+    """What the supervisor is sent for one hook event of ``task`` (``bin_set``: the session
+    has ``$LO_ORCH_BIN``, which the Stop gate's reason then names). The prompt's text is
+    never sent, only its size and a digest."""
+    return {
         "type": "hook",
         "event": event,
-        "task": target.task,
+        "task": task,
         "payload": _trim(payload),
-        "bin": "$LO_ORCH_BIN" if env.get("LO_ORCH_BIN") else "lo-orch",
+        "bin": "$LO_ORCH_BIN" if bin_set else "lo-orch",
     }
-    reply = inbox.send(target.run_dir, message)
-    if reply is None:
-        inbox.leave(target.run_dir, target.task, message)
-        return QUIET
+
+
+def hook_outcome(event: str, reply: Any) -> HookOutcome | str:
+    """What the supervisor's ``reply`` to a hook event answers Claude Code, or the id of
+    the permission request a person is to answer (then ``permission_outcome`` is asked)."""
     if isinstance(reply, dict) and reply.get("exit_code") == 2 and reply.get("stderr"):
         return HookOutcome(HookAnswer.BLOCK, str(reply["stderr"]))
     if event == "PermissionRequest" and isinstance(reply, dict):
         if isinstance(reply.get("stdout"), str):  # a rule answered at once
             return HookOutcome(HookAnswer.DECIDE, reply["stdout"])
         if isinstance(reply.get("permission"), str):  # a person answers: wait for it
-            return _await_answer(target, reply["permission"])
+            return str(reply["permission"])
     return QUIET
+
+
+def permission_outcome(reply: Any) -> HookOutcome | None:
+    """The answer to a waiting PermissionRequest in the supervisor's ``reply`` to a poll,
+    or None to ask again (no answer yet, or no supervisor)."""
+    if not isinstance(reply, dict):
+        return None  # no supervisor (one being restarted): ask again
+    if isinstance(reply.get("stdout"), str):
+        return HookOutcome(HookAnswer.DECIDE, reply["stdout"])
+    if reply.get("state") != "open":
+        return QUIET  # answered in the pane, or the turn moved on
+    return None
+
+
+def _handle(
+    event: str, payload: dict[str, Any], target: HookTarget, env: Mapping[str, str]
+) -> HookOutcome:
+    """Hand the event to the supervisor and give Claude Code its answer.
+
+    The supervisor decides (it records the event and, for Stop, answers the loop gate);
+    this process only carries the message. With no supervisor listening the event is left
+    in the task's inbox for the next one, and the session is never held up.
+    """
+    message = hook_message(event, target.task, payload, bin_set=bool(env.get("LO_ORCH_BIN")))
+    reply = inbox.send(target.run_dir, message)
+    if reply is None:
+        inbox.leave(target.run_dir, target.task, message)
+        return QUIET
+    outcome = hook_outcome(event, reply)
+    return outcome if isinstance(outcome, HookOutcome) else _await_answer(target, outcome)
 
 
 def _await_answer(
@@ -327,13 +363,9 @@ def _await_answer(
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         time.sleep(PERMISSION_POLL)
-        reply = inbox.send(target.run_dir, poll)
-        if not isinstance(reply, dict):
-            continue  # no supervisor (one being restarted): ask again
-        if isinstance(reply.get("stdout"), str):
-            return HookOutcome(HookAnswer.DECIDE, reply["stdout"])
-        if reply.get("state") != "open":
-            return QUIET
+        outcome = permission_outcome(inbox.send(target.run_dir, poll))
+        if outcome is not None:
+            return outcome
     return QUIET
 
 
@@ -506,6 +538,14 @@ def signal_task(
             "the supervisor is not running: your report is kept, and when `lo-orch run` "
             "resumes it will ask you to signal again",
         )
+    return signal_result(phase, reply)
+
+
+def signal_result(phase: str, reply: Any) -> SignalResult:
+    """What the supervisor's ``reply`` to a signal means for the session; a refusal is a
+    StateError with the supervisor's reason and a hint."""
+    from loop_orchestrator.errors import StateError  # not on a hook's path
+
     if not isinstance(reply, dict) or not reply.get("ok"):
         reason = reply.get("message") if isinstance(reply, dict) else None
         raise StateError(
@@ -518,6 +558,13 @@ def signal_task(
         not reply.get("repeated"),
         str(reply.get("message", "")),
     )
+
+
+def signal_printed(task: str, result: SignalResult) -> str:
+    """What `lo-orch signal` prints when its report was taken (or kept)."""
+    if result.changed:
+        return f"{task}: {result.previous} -> {result.phase}\n"
+    return f"{task}: {result.message}\n"
 
 
 def _signal_hint(current: str) -> str:

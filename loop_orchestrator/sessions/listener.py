@@ -1,7 +1,15 @@
 """The supervisor's end of the inbox: it listens on the run's socket, asks the kernel who is
 calling, and hands each message to the supervisor's loop with the task it really comes from.
 
-The sessions' end (``inbox.send``/``inbox.leave``) explains the protocol.
+The sessions' end (``inbox.send``/``inbox.leave``) explains the protocol. The compiled
+client (``client.c``) speaks *wire 1*: a header line (``"wire": 1``) that is the Python
+client's message without its payload, then, for a hook event, the event's JSON as Claude
+Code gave it. This end makes the same message of it as the Python client would
+(``hooks.read_payload``, ``hooks.hook_message``), judges it the same way, and answers
+``lo-orch-reply EXIT NOUT NERR`` and the bytes to print, rendered as the Python client
+renders them (``hooks.hook_outcome``, ``hooks.signal_result``). A PermissionRequest a
+person answers is waited for here, the connection held open. Anything this end cannot make
+a message of gets no answer: the compiled client then hands it to the Python client.
 """
 
 from __future__ import annotations
@@ -10,15 +18,25 @@ import contextlib
 import json
 import os
 import queue
+import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loop_orchestrator.errors import StateError
+from loop_orchestrator.sessions import hooks
 from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT, INBOX_DIR, MAX_MESSAGE, address
+
+#: the largest hook event the compiled client sends as it came (its ``RAW_MAX``; a larger
+#: one goes through the Python client, which trims it)
+RAW_MAX = 256 * 1024
+#: the compiled client's wire
+WIRE = 1
 
 
 @dataclass
@@ -86,24 +104,108 @@ class Server:
                     "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
                 )
                 data = b""
-                while len(data) <= MAX_MESSAGE and not data.endswith(b"\n"):
+                while len(data) <= MAX_MESSAGE and b"\n" not in data:
                     chunk = conn.recv(65536)
                     if not chunk:
                         break
                     data += chunk
-                message = json.loads(data) if len(data) <= MAX_MESSAGE else None
+                head, _, rest = data.partition(b"\n")
+                message = json.loads(head) if len(head) <= MAX_MESSAGE else None
+                wire = isinstance(message, dict) and message.get("wire") == WIRE
+                while wire and len(rest) <= RAW_MAX:  # a hook event's JSON, to the end
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    rest += chunk
             except (OSError, ValueError):
                 return
             if uid != os.getuid() or not isinstance(message, dict):
                 return
-            request = Request(message, self.identify(pid), pid, attested=True)
-            self.deliver(request)
-            try:
-                reply = request._answer.get(timeout=self.answer_timeout)
-            except queue.Empty:
-                reply = None
+            if wire:
+                answer = self._wire(conn, pid, message, rest) if len(rest) <= RAW_MAX else None
+                if answer is not None:
+                    with contextlib.suppress(OSError):
+                        conn.sendall(answer)
+                return
+            reply = self._ask(message, pid)
             with contextlib.suppress(OSError):
                 conn.sendall(json.dumps(reply).encode("utf-8"))
+
+    def _ask(self, message: dict[str, Any], pid: int, task: str | None = None) -> Any:
+        """Hand one message to the loop (its sender's task asked of the kernel, unless
+        ``task`` is already known); the loop's answer, or None."""
+        sender = task if task is not None else self.identify(pid)
+        request = Request(message, sender, pid, attested=True)
+        self.deliver(request)
+        try:
+            return request._answer.get(timeout=self.answer_timeout)
+        except queue.Empty:
+            return None
+
+    def _wire(
+        self, conn: socket.socket, pid: int, head: dict[str, Any], rest: bytes
+    ) -> bytes | None:
+        """The compiled client's report: the same message the Python client sends, judged
+        the same way; the answer as it prints it, or None (it hands the report on)."""
+        kind, task = head.get("type"), head.get("task")
+        if not isinstance(task, str):
+            return None
+        if kind == "hook":
+            event = head.get("event")
+            raw = rest.decode("utf-8", "replace")
+            payload = hooks.read_payload(event, raw) if isinstance(event, str) else None
+            if payload is None or not isinstance(event, str):
+                return wire_reply(hooks.QUIET.exit_code, "", "")  # (what the client says)
+            bin_set = head.get("bin") == "$LO_ORCH_BIN"
+            message = hooks.hook_message(event, task, payload, bin_set=bin_set)
+            sender = self.identify(pid)
+            reply = self._ask(message, pid, sender)
+            if reply is None:
+                return None
+            outcome = hooks.hook_outcome(event, reply)
+            if isinstance(outcome, str):
+                waited = self._await_permission(conn, pid, sender, task, outcome)
+                if waited is None:
+                    return None
+                outcome = waited
+            return wire_reply(outcome.exit_code, outcome.stdout, outcome.stderr)
+        phase, note = head.get("phase"), head.get("note")
+        note = (note.strip() or None) if isinstance(note, str) else None
+        unclear = phase not in hooks.SIGNAL_PHASES or (phase == "blocked" and not note)
+        if kind != "signal" or unclear:
+            return None  # the Python client says what is wrong
+        signal = {"type": "signal", "task": task, "phase": phase, "note": note}
+        reply = self._ask(signal, pid)
+        if reply is None:
+            return None
+        try:
+            result = hooks.signal_result(str(phase), reply)
+        except StateError as exc:
+            return wire_reply(exc.exit_code, "", f"Error: {exc.render()}\n")
+        return wire_reply(0, hooks.signal_printed(task, result), "")
+
+    def _await_permission(
+        self, conn: socket.socket, pid: int, sender: str | None, task: str, request_id: str
+    ) -> hooks.HookOutcome | None:
+        """Wait, the client's connection held, for a person's answer to its PermissionRequest
+        (as the Python client's ``_await_answer`` does); None once the client is gone."""
+        poll = {"type": "permission", "task": task, "id": request_id}
+        hung_up = select.poll()
+        hung_up.register(conn, select.POLLHUP)
+        deadline = time.monotonic() + hooks.PERMISSION_WAIT
+        while time.monotonic() < deadline:
+            if hung_up.poll(hooks.PERMISSION_POLL * 1000):
+                return None  # Claude Code ended the hook (the dialog was answered there)
+            outcome = hooks.permission_outcome(self._ask(poll, pid, sender))
+            if outcome is not None:
+                return outcome
+        return hooks.QUIET
+
+
+def wire_reply(code: int, out: str, err: str) -> bytes:
+    """An answer on the compiled client's wire: its exit code and what it prints."""
+    stdout, stderr = out.encode("utf-8"), err.encode("utf-8")
+    return f"lo-orch-reply {code} {len(stdout)} {len(stderr)}\n".encode() + stdout + stderr
 
 
 def drain(run_dir: Path, tasks: list[str]) -> list[Request]:

@@ -63,6 +63,7 @@ from loop_orchestrator.config import user_config_path
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.runstate import private
+from loop_orchestrator.sessions import native
 from loop_orchestrator.workspace.ownref import MIRROR_DIR, OwnBranch, task_branch_name
 
 if TYPE_CHECKING:
@@ -184,9 +185,19 @@ def _common_dir(repo: Path) -> Path:
 def _lo_orch_install() -> list[Path]:
     """Where this lo-orch's code, its byte code and its interpreter live (a ``.pth`` there
     runs in the supervisor; so does a ``.pyc`` planted for one of its modules): the package
-    folder (an editable checkout too), the environment's prefix, the user's site-packages
-    and a ``PYTHONPYCACHEPREFIX`` folder, where Python keeps the package's byte code."""
+    folder (an editable checkout too), the folders of the compiled client's builds, the
+    environment's prefix, the user's site-packages and a ``PYTHONPYCACHEPREFIX`` folder,
+    where Python keeps the package's byte code."""
     paths = [Path(loop_orchestrator.__file__).resolve().parent, Path(sys.prefix).resolve()]
+    # the compiled client's builds (``native``): a session that replaced it would answer
+    # every session's hooks, its own Stop gate and permission requests among them
+    for folder in native.folders():
+        if not folder.is_relative_to(paths[0]):
+            # made now if missing: a missing folder is not bound, and a session could make
+            # it and leave a program there for the next supervisor to hand out
+            with contextlib.suppress(OSError):
+                folder.mkdir(parents=True, exist_ok=True)
+            paths.append(folder.resolve())
     user_site = site.getusersitepackages()
     if isinstance(user_site, str):
         paths.append(Path(user_site))

@@ -69,6 +69,10 @@ def session_name(run_name: str) -> str:
     return f"lo-{run_name}"
 
 
+#: PATH -> the tmux program found on it
+_TMUX_BINS: dict[str, str] = {}
+
+
 class TmuxBackend:
     """Agent sessions as panes of the tmux session ``lo-<run>``.
 
@@ -119,7 +123,14 @@ class TmuxBackend:
 
     # plumbing ----------------------------------------------------------------------
     def _tmux_bin(self) -> str:
-        found = shutil.which("tmux")
+        path = os.environ.get("PATH", "")
+        found = _TMUX_BINS.get(path)
+        if found is None or not os.access(found, os.X_OK):
+            # (looked up once per PATH: a search of PATH per tmux call was a good share
+            # of what the supervisor's threads spent on tmux)
+            found = shutil.which("tmux")
+            if found:
+                _TMUX_BINS[path] = found
         if not found:
             msg = "tmux not found"
             raise TmuxError(msg, hint=_INSTALL_HINT)

@@ -409,7 +409,7 @@ class Accounting:
         version = self.spend.version(tid)
         cached = self.priced.get(tid)
         if cached is None or cached[0] != version:
-            cached = (version, usage.price(self.spend.messages(tid), self.prices))
+            cached = (version, usage.price(self.spend.totals(tid), self.prices))
             self.priced[tid] = cached
         return copy.deepcopy(cached[1]), version > 0
 

@@ -85,10 +85,13 @@ class Journal:
         assert "phase" not in changes, "phase changes go through the lifecycle (move)"
         return self.record.update_task(task, **changes)
 
-    def move(self, task: str, event: Event, **changes: Any) -> TaskStatus:
-        """Move a task by the lifecycle's table (an illegal move is a bug: it raises)."""
-        phase = lifecycle.next_phase(self.record.task(task).phase, event)
-        return self.record.update_task(task, phase=phase, **changes)
+    def move(self, task: str, event: Event, *, durable: bool = True, **changes: Any) -> TaskStatus:
+        """Move a task by the lifecycle's table (an illegal move is a bug: it raises).
+        ``durable=False``: fsynced with the next append that is (a move nothing outside
+        the record depends on until then)."""
+        with self.record.step(durable=durable):
+            phase = lifecycle.next_phase(self.record.task(task).phase, event)
+            return self.record.update_task(task, durable=durable, phase=phase, **changes)
 
     def task(self, task: str) -> TaskStatus:
         return self.record.task(task)

@@ -28,14 +28,13 @@ from loop_orchestrator.errors import (
     GitError,
     LoOrchError,
     NotLoggedInError,
-    PaneGoneError,
     RefTamperedError,
 )
 from loop_orchestrator.permissions import desk as permission_desk
 from loop_orchestrator.permissions import requests as permissions
 from loop_orchestrator.plan import schedule
 from loop_orchestrator.plan.model import Task
-from loop_orchestrator.resources import lo_orch_bin
+from loop_orchestrator.resources import lo_orch_bin, session_bin
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import (
     ACTIVE_PHASES,
@@ -59,6 +58,7 @@ from loop_orchestrator.supervisor.jobs import Jobs
 from loop_orchestrator.supervisor.journal import Journal, Progress, epoch
 from loop_orchestrator.supervisor.lifecycle import NOT_LOGGED_IN_HINT, Event
 from loop_orchestrator.supervisor.lock import supervisor_lock
+from loop_orchestrator.supervisor.panewatch import PaneWatch
 from loop_orchestrator.supervisor.refguard import RefGuard
 from loop_orchestrator.supervisor.rounds import ReviewRounds
 from loop_orchestrator.supervisor.sessions import Sessions
@@ -219,6 +219,7 @@ class Supervisor:
             git_lock=git_lock,
             site_baseline=lambda: self.site_baseline,
             integrate=self.integration.integrate,
+            compare_refs=lambda: self.refguard.compare_now(),
         )
         #: the run's refs: watched, compared with the book, put back when moved
         self.refguard = RefGuard(
@@ -228,6 +229,7 @@ class Supervisor:
             wake=self.wake,
             submit=self.jobs.submit,
             tamper_round=self.verification.tamper_round,
+            stopped=self._refs_stopped,
         )
         self.desk = self._make_desk()
         self.inbox = Inbox(
@@ -246,8 +248,8 @@ class Supervisor:
         self.order = {tid: i for i, tid in enumerate(self.journal.task_ids)}
         #: each task's phase when the loop last asked what may start
         self.phases_seen: dict[str, Phase] = {}
-        #: what the stall rule knows of each task's screen
-        self.screens: dict[str, decide.Screen] = {}
+        #: the panes' liveness and screens, looked at on a thread of its own
+        self.panes = PaneWatch(self.backend, self.journal.statuses, self.jobs)
 
     @property
     def state(self) -> RunState:
@@ -345,6 +347,7 @@ class Supervisor:
             server = listener.Server(self.rundir.root, self.inbox.identify, self.inbox.receive)
             server.start()
             self.backend.serve(self.inbox.receive, self._note)  # remote sessions' inboxes
+            self.panes.start()
             while True:
                 self._loop()
                 if self.rounds.recheck_dependents():
@@ -366,6 +369,7 @@ class Supervisor:
         finally:
             if server is not None:
                 server.close()
+            self.panes.stop()
             self.backend.stop()
             self.jobs.shutdown()
 
@@ -375,18 +379,27 @@ class Supervisor:
 
     def _loop(self) -> None:
         """Turn by turn: at an event, the tasks whose record changed or whose job ended;
-        the periodic checks on their own clocks (``cadence``)."""
+        the periodic checks on their own clocks (``cadence``). The reactions come first in
+        a turn (a signal's next phase waits for nothing else); the refs are compared on
+        the ref guard's thread, and by what consumes a task's work, never here."""
         while True:
             if self.fatal is not None:
                 raise self.fatal
-            self.record.refresh()  # a person's `lo-orch retry` is appended by another process
+            # a person's `lo-orch retry` (or request-changes) is appended by another process
+            foreign = self.record.refresh()
             due, self.clocks = cadence.turn(self.clocks, time.monotonic())
             finished = self._collect_jobs()
-            self.rounds.take(lambda tid: tid in self.jobs)  # a person's request-changes
             looked = cadence.to_look_at(due, self.order, self.record.take_changed(), finished)
-            self._check_refs(looked)
             statuses = self.journal.statuses()
             self._dispatch({t: statuses[t] for t in looked if t in statuses})
+            if foreign or finished or due.sweep:  # a person's request-changes (another
+                self.rounds.take(lambda tid: tid in self.jobs)  # process; or a step ended)
+            statuses = self.journal.statuses()
+            # the rounds owed for moved refs: a round owed is a change of the task's record
+            # (the guard's thread records it), so a task that owes one is looked at
+            self.refguard.send_rounds(
+                {t: statuses[t] for t in looked if t in statuses}, lambda tid: tid in self.jobs
+            )
             self.inbox.ask_pending(statuses, self.jobs)
             self._pass_messages(statuses)
             # (after the reactions: the view is never read back, only rewritten)
@@ -434,33 +447,35 @@ class Supervisor:
                 phases[tid] = Phase.LAUNCHING
         return not decide.running(phases, jobs=bool(self.jobs)) and not self._ready(phases)
 
-    def _check_refs(self, looked: list[str] | None = None) -> None:
-        """The run's refs, when the watch or a step says one may have moved: lo-orch's own
-        are put back and the tampering task owes a round (sent when it is due); a branch a
-        person may move stops the run, as before. The rounds owed are looked at for every
-        task after a comparison, else for the tasks ``looked`` at this turn (a round owed
-        is a change of the task's record, its job's end another: both are looked at)."""
-        compared = self.refguard.due.is_set() or self.refguard.every_turn
-        statuses = self.journal.statuses()
+    def _check_refs(self) -> None:
+        """The run's refs compared with the book now (at the start, after the integration,
+        at a run waiting for Gate 2): lo-orch's own are put back and the tampering task
+        owes a round, sent here when it is due; a branch a person may move stops the run,
+        as before. (While the loop runs, the guard's thread compares.)"""
         try:
-            self.refguard.check(statuses)
+            self.refguard.compare_now()
         except RefTamperedError as exc:
-            self.journal.event(
-                "refs_tampered",
-                ref=exc.ref,
-                expected=exc.expected,
-                found=exc.found,
-                message=exc.message,
-            )
+            self._refs_event(exc)
             raise
-        except GitError as exc:  # moved again while it was put back: next tick
+        except GitError as exc:  # moved again while it was put back: the guard's thread
             log.warning("refs not repaired", extra={"error": exc.message})
-            self.refguard.due.set()
-        # (read again: the check may have recorded a round owed just now)
-        statuses = self.journal.statuses()
-        if looked is not None and not compared:
-            statuses = {t: statuses[t] for t in looked if t in statuses}
-        self.refguard.send_rounds(statuses, lambda tid: tid in self.jobs)
+            self.refguard.request()
+        self.refguard.send_rounds(self.journal.statuses(), lambda tid: tid in self.jobs)
+
+    def _refs_stopped(self, exc: RefTamperedError) -> None:
+        """A branch a person may move moved (found on the guard's thread): the loop stops
+        the run at its next turn."""
+        self._refs_event(exc)
+        self.fatal = exc
+
+    def _refs_event(self, exc: RefTamperedError) -> None:
+        self.journal.event(
+            "refs_tampered",
+            ref=exc.ref,
+            expected=exc.expected,
+            found=exc.found,
+            message=exc.message,
+        )
 
     def _ready(self, phases: dict[str, Phase]) -> list[str]:
         before = self.accounting.governor.current
@@ -617,16 +632,19 @@ class Supervisor:
 
     def _check_sessions(self, statuses: dict[str, TaskStatus]) -> None:
         """Pane liveness, limits and stalls of every working session (``cadence``: every
-        ``SESSIONS_SECONDS``, however many events come in between)."""
+        ``SESSIONS_SECONDS``, however many events come in between), on the panes' thread's
+        last look; a pane it did not see alive is asked about here."""
         self.desk.sweep(self.sessions.screen_of)  # before the stall checks: only real requests wait
-        alive = self.backend.alive_panes()  # one tmux call for every pane
+        alive = self.panes.alive  # the panes' thread's last look (no tmux call here)
+        if alive is None:
+            return  # not looked at yet
         waiting = self.desk.waiting_tasks()  # one read of the requests for every task
         for tid, st in statuses.items():
             if tid in self.jobs or st.phase not in WORKING_PHASES or not st.pane_id:
                 continue
             pane = decide.Pane(alive=True)
             if not alive.get(st.pane_id):
-                found = self.backend.state(st.pane_id)  # dead or gone: the details
+                found = self.backend.state(st.pane_id)  # dead, gone or new: the details
                 if not found.exists or not found.alive:
                     pane = decide.Pane(alive=False, dead_status=found.dead_status)
             if pane.alive and self.accounting.notice_failed_turns(tid):  # Mistral Vibe's
@@ -634,20 +652,6 @@ class Supervisor:
             step = decide.watch(self._observe(st, pane, waiting))
             if step is not None:
                 self._carry_out(tid, st, step)
-
-    def _screen_changed(self, st: TaskStatus, now: float) -> float:
-        """When the task's screen last changed (sampled every ``SCREEN_SAMPLE_SECONDS``)."""
-        assert st.pane_id is not None
-        seen = self.screens.get(st.task)
-        if decide.screen_due(seen, now):
-            try:
-                digest = hash(self.backend.capture(st.pane_id, lines=50))
-            except PaneGoneError:  # killed since the liveness check: the next tick's news
-                return seen.changed if seen is not None else now
-            seen = decide.screen_seen(seen, digest, now)
-            self.screens[st.task] = seen
-        assert seen is not None
-        return seen.changed
 
     def _observe(
         self,
@@ -657,8 +661,8 @@ class Supervisor:
     ) -> decide.Observation:
         """What the pure core needs to know of one task now (``pane``: its liveness, when
         it was checked this tick; ``waiting``: the tasks with an open permission request,
-        read once for the check). What costs a read or a tmux call (an open permission
-        request, the screen) is looked at only where the stall rule can apply."""
+        read once for the check). What costs a read (an open permission request) is looked
+        at only where the stall rule can apply; the screen as the panes' thread sampled it."""
         busy = st.task in self.jobs
         now = time.time()
         stall_due = (
@@ -673,7 +677,7 @@ class Supervisor:
         )
         activity = max(epoch(st.last_event_at), epoch(st.updated_at))
         if stall_due and not waiting_now:
-            activity = max(activity, self._screen_changed(st, now))
+            activity = max(activity, self.panes.screen_changed(st.task, now))
         return decide.Observation(
             task=st.task,
             phase=st.phase,
@@ -697,11 +701,15 @@ class Supervisor:
         if isinstance(step, decide.Launch):
             self.jobs.submit(tid, self.sessions.start_task)
         elif isinstance(step, decide.Implement):
+            # the next phase here, at once (durable with the job's first fsynced append,
+            # before the prompt is pasted); the prompt in the job
             self.journal.event_unsynced("reacted", tid, to=st.phase.value)
-            self.jobs.submit(tid, self.sessions.to_implement)
+            self.journal.move(tid, Event.IMPLEMENT, durable=False)
+            self.jobs.submit(tid, self.sessions.deliver_implement)
         elif isinstance(step, decide.Verify):
-            if step.reacted:
+            if step.reacted:  # (the job compares the refs before it consumes the work)
                 self.journal.event_unsynced("reacted", tid, to=st.phase.value)
+                self.journal.move(tid, Event.VERIFY, durable=False)
             self.jobs.submit(tid, self.verification.verify)
         elif isinstance(step, decide.Integrate):
             self.jobs.submit(tid, self.integration.integrate)
@@ -733,7 +741,7 @@ class Supervisor:
             permissions.Permissions.for_run(self.repo, self.state.name),
             permissions.parse_rules(cfg.allow, "[permissions] allow"),
             permissions.parse_rules(cfg.deny, "[permissions] deny"),
-            lo_orch_bin(),
+            session_bin(),  # what a session's $LO_ORCH_BIN is, expanded
             log=self.journal.event,
             closed=self._permission_closed,
             opened=lambda req: self.journal.notifier.notify(

@@ -7,6 +7,13 @@ sent, the block after the limit); this service only observes and carries it out.
 comparison runs under the workspace's git lock, the one lo-orch's own moves and their
 records are made under, so a move of lo-orch's is never seen half-recorded: a watch event
 for it finds git and the book agreeing, and nothing happens.
+
+The comparisons the watch asks for run on the guard's own thread (``start``), never on the
+supervisor's loop: a loop turn that reacts to a session's signal waits for no git command
+and no job's git lock. What consumes a task's work compares first itself (``compare_now``,
+at the start of a verification and before its verdict is accepted), so the order is
+tamper-safe whatever the watch's delay: a session that moves a ref and signals at once
+owes its round before its work is judged.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from loop_orchestrator.errors import GitError, RefTamperedError
 from loop_orchestrator.git.refwatch import RefWatch
 from loop_orchestrator.runstate.state import Phase, TaskStatus
 from loop_orchestrator.supervisor import decide
@@ -26,6 +34,11 @@ from loop_orchestrator.workspace.workspace import Workspace
 log = logging.getLogger(__name__)
 
 Submit = Callable[[str, Callable[[str], None]], None]
+
+#: where the ref files cannot be watched, the guard's thread compares this often
+POLL_SECONDS = 0.5
+#: how often ``compare_now`` tries when a ref moves again while it is put back
+COMPARE_TRIES = 3
 
 
 class RefGuard:
@@ -40,6 +53,7 @@ class RefGuard:
         wake: threading.Event,
         submit: Submit,
         tamper_round: Callable[[str], None],
+        stopped: Callable[[RefTamperedError], None] | None = None,
     ) -> None:
         self.journal = journal
         self.ws = ws
@@ -49,8 +63,14 @@ class RefGuard:
         self.tamper_round = tamper_round
         #: set by the watch and by a step that met a moved ref: compare at the next turn
         self.due = threading.Event()
-        #: compare at every turn (the watch could not start)
+        #: compare every ``POLL_SECONDS`` (the watch could not start)
         self.every_turn = False
+        #: a branch a person may move moved (found on the guard's thread): the run stops
+        self.stopped = stopped or (lambda _exc: None)
+        #: one comparison at a time (the guard's thread, a verification, the loop's own)
+        self._checking = threading.Lock()
+        self._quit = threading.Event()
+        self._thread: threading.Thread | None = None
         #: ``(task, start)`` of task branches found without their start (reported once)
         self.lost_reported: set[tuple[str, str]] = set()
         branches = ws.branches
@@ -74,27 +94,78 @@ class RefGuard:
             self.journal.event(
                 "ref_watch_unavailable",
                 message=f"the ref files cannot be watched ({exc}); the refs are compared "
-                "with the record at every turn of the loop instead",
+                f"with the record every {POLL_SECONDS:g} s instead",
             )
+        self._quit.clear()
+        self._thread = threading.Thread(target=self._run, name="lo-refguard", daemon=True)
+        self._thread.start()
         self.request()  # whatever moved while no supervisor watched
 
     def stop(self) -> None:
         self.watch.stop()
+        self._quit.set()
+        self.due.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=30)
+
+    def _run(self) -> None:
+        """The guard's thread: a comparison whenever one is due (the loop is woken after
+        it, to send the rounds it owed); a person's branch that moved stops the run."""
+        while not self._quit.is_set():
+            self.due.wait(POLL_SECONDS if self.every_turn else None)
+            if self._quit.is_set():
+                return
+            try:
+                self.check()
+            except RefTamperedError as exc:
+                self.stopped(exc)
+                self.wake.set()
+            except GitError as exc:  # moved again while it was put back: soon again
+                log.warning("refs not repaired", extra={"error": exc.message})
+                self._quit.wait(0.05)
+                self.due.set()
+            except Exception:  # a thread boundary: seen, and the watch keeps asking
+                log.exception("the refs could not be compared")
+                self._quit.wait(1.0)
+            if self.journal.record.has_changed():  # a round owed: the loop sends it
+                self.wake.set()
 
     def request(self) -> None:
-        """Compare the refs with the book at the loop's next turn (any thread)."""
+        """Compare the refs with the book now, on the guard's thread (any thread)."""
         self.due.set()
-        self.wake.set()
 
     # the comparison and the repair ----------------------------------------------------------
 
-    def check(self, statuses: Mapping[str, TaskStatus]) -> list[Repaired]:
-        """When due: compare every recorded ref with git; put back lo-orch's own and owe
-        the tampering tasks a round. A moved branch a person may move (the feature branch)
-        raises ``RefTamperedError``: the run stops, as before, and nothing is moved."""
-        if not self.due.is_set() and not self.every_turn:
-            return []
-        self.due.clear()
+    def compare_now(self) -> None:
+        """Compare now, whatever the watch said (any thread; before a task's work is
+        consumed): when this returns, every ref moved before the call is put back and its
+        round is owed (``TaskStatus.tampered``). A person's branch that moved raises
+        ``RefTamperedError``; a ref that keeps moving while it is put back ``GitError``."""
+        for attempt in range(COMPARE_TRIES):
+            try:
+                self.check(force=True)
+                return
+            except GitError:
+                if attempt == COMPARE_TRIES - 1:
+                    raise
+
+    def check(
+        self, statuses: Mapping[str, TaskStatus] | None = None, *, force: bool = False
+    ) -> list[Repaired]:
+        """When due (or ``force``): compare every recorded ref with git; put back lo-orch's
+        own and owe the tampering tasks a round. A moved branch a person may move (the
+        feature branch) raises ``RefTamperedError``: the run stops, as before, and nothing
+        is moved. One comparison at a time, the rounds it owes recorded before the next
+        begins (a caller that compares after another has found a move sees its round).
+        ``statuses``: the tasks as the caller just read them (else read here)."""
+        with self._checking:
+            if not force and not self.due.is_set() and not self.every_turn:
+                return []
+            self.due.clear()
+            return self._check(self.journal.statuses() if statuses is None else statuses)
+
+    def _check(self, statuses: Mapping[str, TaskStatus]) -> list[Repaired]:
         branches = self.ws.branches
         repaired: list[Repaired] = []
         holders: set[str] = set()

@@ -22,7 +22,7 @@ from typing import Any
 
 from loop_orchestrator.permissions.desk import Desk
 from loop_orchestrator.runstate.journal import Record
-from loop_orchestrator.runstate.state import Store, now_iso
+from loop_orchestrator.runstate.state import Phase, Store, now_iso
 from loop_orchestrator.sessions.listener import Request
 from loop_orchestrator.supervisor import lifecycle
 from loop_orchestrator.verify import disputable as rules
@@ -304,8 +304,9 @@ class Reports:
         if changes.get("waiting_for"):
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
         if over_budget and self.block is not None:
-            self.block(tid, over_budget)
-            self.record.sync()  # a decision, not only a report: durable before the answer
+            if st.phase is not Phase.BLOCKED:  # (else a prompt's job found it over first)
+                self.block(tid, over_budget)
+                self.record.sync()  # a decision, not only a report: durable before the answer
         elif (
             event == "StopFailure"
             and payload.get("error") in LIMIT_ERRORS

@@ -128,9 +128,11 @@ class Sessions:
         self.journal.move(tid, Event.READY)
         self.deliver(tid, "prompt_plan.md.j2")
 
-    def to_implement(self, tid: str) -> None:
-        self.journal.move(tid, Event.IMPLEMENT)
-        self.deliver(tid, "prompt_implement.md.j2")
+    def deliver_implement(self, tid: str) -> None:
+        """The implementation prompt, for a task the loop moved to implementing already
+        (nothing, when it is in another phase by now: a person's retry, a block)."""
+        if self.journal.record.task(tid).phase == Phase.IMPLEMENTING:
+            self.deliver(tid, "prompt_implement.md.j2")
 
     def redeliver(self, tid: str) -> None:
         st = self.journal.record.task(tid)
@@ -167,14 +169,17 @@ class Sessions:
         return "prompt_implement.md.j2"
 
     def deliver(self, tid: str, template: str) -> None:
-        if self.journal.record.task(tid).phase == Phase.BLOCKED:
-            # blocked since this job was queued (its session's last hook found it over its
-            # budget): no prompt, and no second block
-            return
-        over = self.accounting.over_budget(tid)  # a new prompt is a turn boundary too
-        if over:
-            self.journal.block(tid, over)
-            return
+        # one step of the record: a session's hook that finds the task over its budget at
+        # the same moment sees this block, or this sees its
+        with self.journal.record.step():
+            if self.journal.record.task(tid).phase == Phase.BLOCKED:
+                # blocked since this job was queued (its session's last hook found it over
+                # its budget): no prompt, and no second block
+                return
+            over = self.accounting.over_budget(tid)  # a new prompt is a turn boundary too
+            if over:
+                self.journal.block(tid, over)
+                return
         self.heal_worktree(tid)
         st = self.journal.record.task(tid)
         assert st.pane_id is not None

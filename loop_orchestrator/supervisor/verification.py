@@ -16,7 +16,7 @@ from loop_orchestrator.config import Settings
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.plan.model import Plan
-from loop_orchestrator.runstate.state import RunDir
+from loop_orchestrator.runstate.state import Phase, RunDir
 from loop_orchestrator.supervisor import decide, lifecycle
 from loop_orchestrator.supervisor.journal import Journal
 from loop_orchestrator.supervisor.lifecycle import Event
@@ -43,6 +43,7 @@ class Verification:
         git_lock: threading.Lock,
         site_baseline: Callable[[], Any],
         integrate: Callable[[str], None],
+        compare_refs: Callable[[], None] = lambda: None,
     ) -> None:
         self.journal = journal
         self.sessions = sessions
@@ -57,10 +58,18 @@ class Verification:
         self.site_baseline = site_baseline
         #: an accepted task goes on to integration at once (``Integration.integrate``)
         self.integrate = integrate
+        #: the run's refs compared with the book now (``RefGuard.compare_now``): before the
+        #: work is committed and before its verdict is accepted, a ref moved until then is
+        #: put back and its round owed (``tampered``), whatever the watch's delay
+        self.compare_refs = compare_refs
 
     def verify(self, tid: str) -> None:
         task = self.plan.task(tid)
-        self.journal.move(tid, Event.VERIFY)
+        if self.journal.task(tid).phase != Phase.VERIFYING:  # (the loop moved it already)
+            self.journal.move(tid, Event.VERIFY)
+        # a session that moved a ref of the run and signalled at once owes its round
+        # before its work is looked at: the comparison comes first, not the watch's news
+        self.compare_refs()
         self.sessions.heal_worktree(tid)
         lock = self.sessions.clear_index_lock(tid)
         try:
@@ -134,7 +143,8 @@ class Verification:
             message=summary.splitlines()[0] if summary else "",
         )
         # a round owed for moving refs of the run (``RefGuard``) is this one: a passing
-        # verdict does not land it
+        # verdict does not land it (compared again: a move while it was verified counts)
+        self.compare_refs()
         what = self.journal.task(tid).tampered
         if verdict.passed and what is None:
             self.journal.move(tid, Event.PASS, commit=commit, error=None, note=None)

@@ -71,6 +71,18 @@ class SiteBaseline:
     digests: set[str] = field(default_factory=set, repr=False, compare=False)
     last: tuple[float, list[str]] | None = field(default=None, repr=False, compare=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    #: the shallow part of ``files`` (the roots and what is directly in them), as the
+    #: shallow comparison sees it: picked out of the whole once, not per verification
+    shallow_files: dict[str, FileStat] | None = field(default=None, repr=False, compare=False)
+
+    def shallow(self) -> dict[str, FileStat]:
+        """The roots and what is directly in them, as they were (folders by being there;
+        ``files`` never changes: two threads that pick it out at once pick the same)."""
+        if self.shallow_files is None:
+            top = set(self.roots)
+            then = {p: v for p, v in self.files.items() if p in top or _parent(p) in top}
+            self.shallow_files = _folders_as_there(then, top)
+        return self.shallow_files
 
 
 def interpreter_of(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Path | None:
@@ -213,10 +225,9 @@ def changes(baseline: SiteBaseline, *, shallow: bool = False) -> list[str]:
     """
     if shallow:
         top = set(baseline.roots)
-        then = {p: v for p, v in baseline.files.items() if p in top or _parent(p) in top}
         now = fingerprint([Path(r) for r in baseline.roots], shallow=True)
         # a folder in a root counts by being there (the full scan judges what is in it)
-        return _diff(_folders_as_there(then, top), _folders_as_there(now, top), top)
+        return _diff(baseline.shallow(), _folders_as_there(now, top), top)
     asked = time.monotonic()
     with baseline.lock:
         if baseline.last is not None and baseline.last[0] >= asked:

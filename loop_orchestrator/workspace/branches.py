@@ -288,7 +288,7 @@ class Branches:
         """
         book = self.refs.items()
         now = self.watched_refs() if refs is None else refs
-        for name, ahead in book.items():
+        for name, ahead in list(book.items()):  # (an adopted value is added to ``book``)
             if not name.startswith(BOOK_NEXT):
                 continue
             ref = name[len(BOOK_NEXT) :]
@@ -367,8 +367,9 @@ class Branches:
             }
         )
         lost = []
+        book = self.refs.items() if tasks else {}  # one read of the book for every task
         for task in tasks:
-            start = self.refs.get(BOOK_START + task)
+            start = book.get(BOOK_START + task)
             tip = tips.get(self.task_branch(task))
             if start is None or tip is None or tip == start:
                 continue

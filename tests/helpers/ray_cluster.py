@@ -112,6 +112,9 @@ def ray_env() -> Iterator[RayEnv]:
         "LO_ORCH_LOG_DIR": str(home / "logs"),
         "LO_ORCH_NODE_AUDIT": str(audit),
     }
+    # Ray notes the head's address in its default temp folder whatever temp_dir says, and
+    # fails when no earlier Ray start made that folder (a fresh machine's first Ray test)
+    Path(tempfile.gettempdir(), "ray").mkdir(exist_ok=True)
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 1, "temp_dir": str(base / "t"), "env_vars": env},

@@ -21,6 +21,7 @@ from typing import Any
 
 from helpers import REPO_ROOT
 from helpers.runs import run_state
+from loop_orchestrator.permissions.desk import Desk
 from loop_orchestrator.runstate import journal as record
 from loop_orchestrator.runstate.journal import Record
 from loop_orchestrator.runstate.state import Phase, RunDir, Store, TaskStatus
@@ -76,8 +77,10 @@ def serve(
     repo: Path,
     tasks: dict[str, dict[str, Any]],
     extra_panes: Callable[[], dict[int, str]] = dict,
+    desk: Desk | None = None,
 ) -> Iterator[Served]:
-    """Record a run with ``tasks`` (task -> initial changes) and listen for its sessions."""
+    """Record a run with ``tasks`` (task -> initial changes) and listen for its sessions
+    (``desk``: the permission desk PermissionRequest events go to)."""
     names = tuple(tasks)
     rec = start_run(repo, names)
     for task, changes in tasks.items():
@@ -89,7 +92,9 @@ def serve(
     def event(name: str, task: str | None = None, **fields: Any) -> None:
         store.append_ledger(name, **({"task": task} if task else {}), **fields)
 
-    reports = Reports(rec, store, list(names), event, lambda t, sig: s.asked_again.append((t, sig)))
+    reports = Reports(
+        rec, store, list(names), event, lambda t, sig: s.asked_again.append((t, sig)), desk=desk
+    )
 
     def identify(pid: int) -> str | None:
         by_pid = {**{p: t for t, p in s.panes.items()}, **extra_panes()}
