@@ -33,8 +33,11 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
 
 
 def _atomic_write(path: Path, data: str | bytes, *, durable: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except FileNotFoundError:  # (the folder is made only when missing: a mkdir per write
+        path.parent.mkdir(parents=True, exist_ok=True)  # was a syscall walk for nothing)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             # checked and encoded here, inside the try: a bad value leaves no temp file

@@ -245,12 +245,19 @@ def test_killing_the_last_agent_pane_keeps_pane_ids_unique(
 
 class KilledWhileLooking(TmuxBackend):
     """A real backend whose pane a person kills (raw tmux, as the test did in CI) right
-    after the backend checked that it is there and before the capture-pane call."""
+    before the tmux call that captures it (the ownership check and the capture are one
+    call when the pane is there, or two when that call failed: before either)."""
 
-    def _own_pane(self, pane_id: str, action: str):  # type: ignore[no-untyped-def]
-        info = super()._own_pane(pane_id, action)
-        subprocess.run(["tmux", "-L", str(self.socket), "kill-pane", "-t", pane_id], check=True)
-        return info
+    killed = False
+
+    def _tmux(self, *args: str, input: str | None = None, check: bool = True):  # type: ignore[no-untyped-def]
+        if "capture-pane" in args and not self.killed:
+            self.killed = True
+            pane_id = args[
+                args.index("capture-pane") + args[args.index("capture-pane") :].index("-t") + 1
+            ]
+            subprocess.run(["tmux", "-L", str(self.socket), "kill-pane", "-t", pane_id], check=True)
+        return super()._tmux(*args, input=input, check=check)
 
 
 @pytest.mark.parametrize("last", [True, False], ids=["last pane", "one of two"])

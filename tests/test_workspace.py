@@ -671,3 +671,28 @@ def test_parallel_clean_checkouts_do_not_trip_over_each_other(git_repo: Path) ->
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_the_worktree_at_a_path_is_found_through_symlinks_as_before(tmp_path: Path) -> None:
+    """``worktree_in`` resolves only the worktrees that can be at the path (the same last
+    name, or a symlinked last part) and finds exactly what resolving every one found."""
+    from loop_orchestrator.git.parse import WorktreeInfo
+    from loop_orchestrator.workspace.branches import worktree_in
+
+    real = tmp_path / "real"
+    (real / "t1").mkdir(parents=True)
+    (real / "t2").mkdir()
+    (tmp_path / "via").symlink_to(real)  # a symlinked folder on the way
+    (tmp_path / "alias").symlink_to(real / "t2")  # a symlinked last part, another name
+
+    def info(path: Path) -> WorktreeInfo:
+        return WorktreeInfo(path, None, None, locked=False, prunable=False)
+
+    listed = [info(tmp_path / "via" / "t1"), info(tmp_path / "alias"), info(real / "gone")]
+    for path in (real / "t1", tmp_path / "via" / "t1", real / "t2", real / "t3"):
+        naive = next((w for w in listed if w.path.resolve() == path.resolve()), None)
+        assert worktree_in(listed, path) == naive
+    assert worktree_in(listed, real / "t2") == listed[1]
+    assert worktree_in(listed, real / "t1") == listed[0]
+    assert worktree_in(listed, real / "gone") == listed[2]  # a stale entry, as git lists it
+    assert worktree_in(listed, real / "t3") is None

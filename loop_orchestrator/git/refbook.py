@@ -50,7 +50,8 @@ class RefBook(Protocol):
 
 
 class FileRefBook:
-    """A ``RefBook`` in one JSON file, written atomically under a file lock."""
+    """A ``RefBook`` in one JSON file, changed under a file lock and written atomically
+    (read without the lock)."""
 
     def __init__(self, path: Path, instance: str | None = None) -> None:
         """``instance``: the run instance this book is for (None: whatever the file holds)."""
@@ -101,7 +102,9 @@ class FileRefBook:
         atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
     def get(self, name: str) -> str | None:
-        with self._thread_lock, self._lock:
+        # a read takes no file lock: the file is only ever replaced whole (a rename), so a
+        # reader sees one book or the next, never half of one
+        with self._thread_lock:
             return self._read()[0].get(name)
 
     def set(self, name: str, sha: str) -> None:
@@ -121,5 +124,5 @@ class FileRefBook:
                 self._write(data, stamp)
 
     def items(self) -> dict[str, str]:
-        with self._thread_lock, self._lock:
+        with self._thread_lock:  # (a read: no file lock, see ``get``)
             return dict(self._read()[0])

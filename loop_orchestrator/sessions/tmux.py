@@ -205,14 +205,13 @@ class TmuxBackend:
     def _pane_info(self, pane_id: str) -> PaneInfo | None:
         """The pane if it exists *in this run's session*; another session's pane is None."""
         check_pane_id(pane_id)
-        result = self._tmux("list-panes", "-t", pane_id, "-F", PANE_FIELDS, check=False)
+        result = self._tmux("display-message", "-p", "-t", pane_id, PANE_FIELDS, check=False)
         if not result.ok:
             return None
-        for line in result.stdout.splitlines():
-            info = parse_pane_line(line)
-            if info is not None and info.pane_id == pane_id:
-                return info if self._ours(info) else None
-        return None
+        info = parse_pane_line(result.stdout.rstrip("\n"))
+        if info is None or info.pane_id != pane_id:
+            return None
+        return info if self._ours(info) else None
 
     def _own_pane(self, pane_id: str, action: str) -> PaneInfo:
         info = self._pane_info(pane_id)
@@ -458,8 +457,22 @@ class TmuxBackend:
         Spaces the program wrote at a line's end are kept (``-N``), so a ready pattern such
         as ``^> `` can match a prompt that ends in a space.
         """
-        self._own_pane(pane_id, "read")
+        check_pane_id(pane_id)
         start = str(-max(lines, 0))
+        # One tmux call: the pane's fields, then its text (tmux runs a command list in
+        # order and ends it at the first command that fails: no pane, no text). Anything
+        # else (another run's pane, a pane gone) is told by the two calls below.
+        both = self._tmux(
+            *("display-message", "-p", "-t", pane_id, PANE_FIELDS, ";"),
+            *("capture-pane", "-p", "-N", "-t", pane_id, "-S", start),
+            check=False,
+        )
+        if both.ok:
+            head, _, text = both.stdout.partition("\n")
+            info = parse_pane_line(head)
+            if info is not None and info.pane_id == pane_id and self._ours(info):
+                return text
+        self._own_pane(pane_id, "read")
         try:
             return self._tmux("capture-pane", "-p", "-N", "-t", pane_id, "-S", start).stdout
         except TmuxError as exc:

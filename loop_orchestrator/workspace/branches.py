@@ -14,7 +14,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +73,20 @@ def list_worktrees(repo: Path) -> list[WorktreeInfo]:
 
 def worktree_at(repo: Path, path: Path) -> WorktreeInfo | None:
     """The worktree checked out at ``path``, if any."""
+    return worktree_in(list_worktrees(repo), path)
+
+
+def worktree_in(worktrees: Iterable[WorktreeInfo], path: Path) -> WorktreeInfo | None:
+    """The one of ``worktrees`` at ``path`` (symlinks resolved), if any.
+
+    Only a worktree of the same last name, or one whose last part is a symlink, can
+    resolve to ``path``: the others are not resolved (a resolve of every worktree at each
+    launch and commit grew with the run's tasks)."""
     target = path.resolve()
-    return next((w for w in list_worktrees(repo) if w.path.resolve() == target), None)
+    for w in worktrees:
+        if (w.path.name == target.name or w.path.is_symlink()) and w.path.resolve() == target:
+            return w
+    return None
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from loop_orchestrator.workspace.branches import (
     list_worktrees,
     rel,
     worktree_at,
+    worktree_in,
 )
 from loop_orchestrator.workspace.ownref import OwnBranch
 
@@ -228,7 +229,7 @@ class Worktrees:
             msg = f"{book.staging_branch} does not exist"
             raise GitError(msg, hint="Create the run's staging branch before its worktrees.")
         worktrees = list_worktrees(self.repo)
-        here = next((w for w in worktrees if w.path.resolve() == path.resolve()), None)
+        here = worktree_in(worktrees, path)
         if here is not None:
             if here.branch != branch or not self.owns(task):
                 on = here.branch or "a detached HEAD"
