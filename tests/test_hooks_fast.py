@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from helpers import REPO_ROOT
-from helpers.served import Served, env_for, serve, start_run, sub_env, working
+from helpers.served import Served, alpha_and_beta, env_for, start_run, sub_env, working
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,9 +39,7 @@ Done = subprocess.CompletedProcess[str]
 
 @pytest.fixture
 def served(git_repo: Path) -> Any:
-    with serve(
-        git_repo, {"alpha": working(Phase.PLANNING), "beta": working(Phase.IMPLEMENTING)}
-    ) as s:
+    with alpha_and_beta(git_repo) as s:
         yield s
 
 

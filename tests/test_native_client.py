@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.served import Served, env_for, serve, start_run, sub_env, working
+from helpers.served import Served, alpha_and_beta, env_for, serve, start_run, sub_env, working
 from helpers.wait import wait_for
 
 from loop_orchestrator import readiness, resources
@@ -47,9 +47,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def served(git_repo: Path) -> Any:
-    with serve(
-        git_repo, {"alpha": working(Phase.PLANNING), "beta": working(Phase.IMPLEMENTING)}
-    ) as s:
+    with alpha_and_beta(git_repo) as s:
         yield s
 
 

@@ -503,3 +503,57 @@ def test_a_run_of_many_tasks_launches_and_every_other_branch_stays_frozen(
     tries = [line for line in out.stdout.splitlines() if line.startswith(("ALLOWED", "denied"))]
     assert tries and not [t for t in tries if t.startswith("ALLOWED")], out.stdout + out.stderr
     assert git(boxed.repo, "rev-parse", f"lo/{RUN}/t050").strip() == head
+
+
+def test_every_mirror_links_one_file_per_ref_value(boxed: Sandboxed) -> None:
+    """The frozen refs of every session's copy are hard links to the run's one file of
+    their value: launches make no new file per other task's branch (tasks x tasks of them
+    in a run), and what each copy shows is still each ref's value at its launch."""
+    repo = boxed.repo
+    head = git(repo, "rev-parse", "HEAD").strip()
+    for n in range(5):
+        git(repo, "update-ref", f"refs/heads/lo/{RUN}/t{n}", head)
+    boxed.run("true")
+    boxed.run("true", task="beta")
+    alpha, beta = OwnBranch.of(repo, RUN, "alpha"), OwnBranch.of(repo, RUN, "beta")
+    values = {p.name: p.stat().st_ino for p in alpha.values.iterdir()}
+    for own in (alpha, beta):
+        for name in ["staging", *[f"t{n}" for n in range(5)]]:
+            frozen = own.refs / name
+            sha = git(repo, "rev-parse", f"lo/{RUN}/{name}").strip()
+            assert frozen.read_text(encoding="ascii") == f"{sha}\n"
+            assert frozen.stat().st_ino == values[sha]  # the one file of that value
+    assert (alpha.refs / "beta").stat().st_ino == values[head]
+    assert (alpha.refs / "alpha").stat().st_ino not in values.values()  # its own: a file
+    assert len(values) == len({git(repo, "rev-parse", r).strip() for r in ("HEAD", "lo/sbr/alpha")})
+
+
+@pytest.mark.parametrize("plant", ["wrong value", "symlink", "folder"])
+def test_a_planted_value_file_is_made_again_never_linked_or_written(
+    boxed: Sandboxed, tmp_path: Path, plant: str
+) -> None:
+    """Whoever reaches the private folder and leaves a ref value's file holding another
+    commit, as a symlink to a file of theirs, or as a folder: the next launch's copy shows
+    the true value, and the file the symlink named is neither linked nor written."""
+    repo = boxed.repo
+    boxed.run("true")
+    own = OwnBranch.of(repo, RUN, "alpha")
+    staging = git(repo, "rev-parse", f"lo/{RUN}/staging").strip()
+    shared = own.values / staging
+    bait = tmp_path / "bait"
+    bait.write_text("0" * 40 + "\n", encoding="ascii")
+    shared.unlink()
+    if plant == "wrong value":
+        shared.write_text("0" * 40 + "\n", encoding="ascii")
+    elif plant == "symlink":
+        bait.write_text(f"{staging}\n", encoding="ascii")  # even holding the true value
+        shared.symlink_to(bait)
+    else:
+        shared.mkdir()
+    boxed.run("true")  # seeded again
+    frozen = own.refs / "staging"
+    assert not frozen.is_symlink() and frozen.read_text(encoding="ascii") == f"{staging}\n"
+    assert frozen.stat().st_ino != bait.stat().st_ino
+    assert bait.stat().st_nlink == 1
+    if plant != "folder":  # (a folder in its place: the value is linked from a new file)
+        assert shared.stat().st_ino == frozen.stat().st_ino and not shared.is_symlink()

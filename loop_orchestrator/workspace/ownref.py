@@ -31,6 +31,7 @@ import re
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,10 +46,25 @@ log = logging.getLogger(__name__)
 MIRROR_DIR = "own-branch"
 #: the folder of each task's own object store there
 STORE_DIR = "own-objects"
+#: the run's ref values that the mirrors' frozen refs are hard links to (``OwnBranch.values``)
+VALUES_DIR = "ref-values"
 #: in a mirror, beside ``refs``: what the supervisor last wrote for the branch
 PUBLISHED = "published"
 _SHA = re.compile(rb"^([0-9a-f]{40}(?:[0-9a-f]{24})?)\n?\Z")
 _NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def _holds(path: Path, sha: str) -> bool:
+    """Whether ``path`` is a regular file holding exactly ``sha`` and a newline (read
+    without following a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 200) == f"{sha}\n".encode()
+    finally:
+        os.close(fd)
 
 
 def task_branch_name(run: str, task: str) -> str:
@@ -119,9 +135,10 @@ class OwnBranch:
     def frozen(self) -> tuple[tuple[Path, Path], ...]:
         """Read-only binds made after ``mounts``: every other ref's file in the mirror
         onto itself, and the repository's object store at ``objects_view``."""
-        own = self.refs / self.leaf
-        files = sorted(p for p in self.refs.rglob("*") if p != own and p.is_file())
-        binds = [(p, self.ref_dir / p.relative_to(self.refs)) for p in files]
+        refs, ref_dir = self.refs, self.ref_dir
+        own = refs / self.leaf
+        files = sorted(p for p in refs.rglob("*") if p != own and p.is_file())
+        binds = [(p, ref_dir / p.relative_to(refs)) for p in files]
         if self.objects_view is not None:
             binds.append((self.common / "objects", self.objects_view))
         return tuple(binds)
@@ -157,16 +174,62 @@ class OwnBranch:
             self.objects_view.mkdir(exist_ok=True)
         prefix = self.ref.rsplit("/", 1)[0] + "/"
         out = git(self.repo, "for-each-ref", "--format=%(refname)%00%(objectname)", prefix)
+        refs, own = self.refs, self.ref
+        folders, values = {refs}, self._ref_values()
         for line in out.stdout.splitlines():
             name, _, sha = line.partition("\0")
-            if name == self.ref or not name.startswith(prefix):
+            if name == own or not name.startswith(prefix):
                 continue
-            path = self.refs / name[len(prefix) :]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f"{sha}\n", encoding="ascii")
+            path = refs / name[len(prefix) :]
+            if path.parent not in folders:  # (most refs are in the folder itself)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                folders.add(path.parent)
+            os.link(values(sha), path, follow_symlinks=False)
         tip = self.tip()
         if tip is not None:
             self.publish(tip)
+
+    @property
+    def values(self) -> Path:
+        """The run's one file per ref value (``<sha>`` holding ``<sha>\\n``) that every
+        mirror's frozen refs are hard links to."""
+        return self.mirror.parent.parent / VALUES_DIR
+
+    def _ref_values(self) -> Callable[[str], Path]:
+        """For one seeding: ``sha`` -> the run's file of that value, which the mirror's
+        frozen ref is made a hard link to. A file written per ref per launch was a new inode
+        for every other task's branch at every launch (tasks x tasks of them in a run; a
+        new inode is the dearest thing a write asks of ext4 under churn). The shared file is
+        checked once per seeding before it is linked (a regular file holding exactly the
+        value; else it is made again), and it is never written through a mirror: each
+        frozen ref is bound read-only in the sandbox, where the private folder is hidden."""
+        checked: dict[str, Path] = {}
+
+        def value(sha: str) -> Path:
+            known = checked.get(sha)
+            if known is not None:
+                return known
+            if _SHA.match(sha.encode("ascii", "replace")) is None:
+                msg = f"git listed {sha!r} as a ref's value"
+                raise GitError(msg)
+            shared = self.values / sha
+            if not _holds(shared, sha):
+                self.values.mkdir(mode=0o700, exist_ok=True)
+                tmp = self.values / f".{sha}.{secrets.token_hex(8)}"
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+                try:
+                    os.write(fd, f"{sha}\n".encode("ascii"))
+                finally:
+                    os.close(fd)
+                try:
+                    tmp.replace(shared)
+                except IsADirectoryError:  # a folder in its place (fd-based: none followed)
+                    shutil.rmtree(shared)
+                    tmp.replace(shared)
+            checked[sha] = shared
+            return shared
+
+        return value
 
     def _fresh_store_info(self) -> None:
         """The store's ``info/alternates`` (the repository's store, where the sandbox shows

@@ -134,3 +134,10 @@ def lo_orch_env(
         timeout=60,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def alpha_and_beta(repo: Path) -> Iterator[Served]:
+    """The run the wire tests serve: alpha planning, beta implementing, both prompted."""
+    with serve(repo, {"alpha": working(Phase.PLANNING), "beta": working(Phase.IMPLEMENTING)}) as s:
+        yield s
