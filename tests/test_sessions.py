@@ -466,3 +466,28 @@ def test_a_session_made_before_runs_were_tagged_is_still_its_runs(
     upgrade: an untagged session is taken as this run's."""
     pane = TmuxBackend("feat").launch(LaunchSpec("tokenize", tmp_path, ["sleep", "60"]))
     assert TmuxBackend("feat", owner="run-a").list_panes() == {pane: "tokenize"}
+
+
+def test_a_look_is_the_state_and_the_screen_together(tmux_socket: str, tmp_path: Path) -> None:
+    """``look`` says what ``state`` and ``capture`` say, for a live pane, a pane whose
+    program exited, a pane killed and another run's pane (gone to this run: no text of it
+    is read back, whatever it shows)."""
+    mine, other = TmuxBackend("demo"), TmuxBackend("other")
+    live = mine.launch(LaunchSpec("a", tmp_path, ["sh", "-c", "echo hello-from-a; sleep 60"]))
+    dead = mine.launch(LaunchSpec("b", tmp_path, ["sh", "-c", "echo bye; exit 3"]))
+    killed = mine.launch(LaunchSpec("c", tmp_path, ["sleep", "60"]))
+    foreign = other.launch(LaunchSpec("x", tmp_path, ["sh", "-c", "echo secret-x; sleep 60"]))
+    wait_for(lambda: "hello-from-a" in mine.capture(live, 0), 10, "a's greeting")
+    wait_for(lambda: not mine.state(dead).alive, 10, "b to exit")
+    wait_for(lambda: "secret-x" in other.capture(foreign, 0), 10, "x's line")
+    mine.kill_pane(killed)
+
+    state, screen = mine.look(live)
+    assert state == mine.state(live) and state.alive and "hello-from-a" in screen
+    state, screen = mine.look(dead)
+    assert state == mine.state(dead) and not state.alive and state.dead_status == 3
+    assert "bye" in screen
+    for gone in (killed, foreign):
+        state, screen = mine.look(gone)
+        assert not state.exists and not state.alive and screen == ""
+    assert other.look(foreign)[0].alive  # its own run sees it

@@ -178,7 +178,7 @@ def wait_until_ready(
     answered: dict[str, int] = {}
     ready_since: tuple[float, str] | None = None
     while True:
-        state = backend.state(pane_id)
+        state, screen = backend.look(pane_id)  # (one tmux call a poll)
         if not state.exists:
             msg = f"{what}'s pane {pane_id} disappeared before it was ready"
             raise AgentStartError(msg)
@@ -189,10 +189,6 @@ def wait_until_ready(
                 error_screen(backend, pane_id, dead=True),
                 hint="The last screen above usually says why.",
             )
-        try:
-            screen = backend.capture(pane_id, 0)
-        except TmuxError:
-            screen = ""
         dialog = find_dialog(screen, dialogs)
         if dialog is not None:
             ready_since = None

@@ -278,6 +278,15 @@ class RayBackend:
     def capture(self, pane_id: str, lines: int = 200) -> str:
         return str(self.calls.call(pane_id, "capture", lines))
 
+    def look(self, pane_id: str, lines: int = 0) -> tuple[PaneState, str]:
+        state = self.state(pane_id)
+        if not state.exists:
+            return state, ""
+        try:
+            return state, self.capture(pane_id, lines)
+        except TmuxError:
+            return state, ""
+
     def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
         task, _ = self.calls.parse(pane_id)
         files = {**self._run_files(text), **self._run_view()}

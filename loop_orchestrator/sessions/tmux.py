@@ -451,6 +451,40 @@ class TmuxBackend:
         log.debug("tmux server nudged to reap", extra={"server_pid": pid})
         return True
 
+    def look(self, pane_id: str, lines: int = 0) -> tuple[PaneState, str]:
+        """One tmux call for a pane that is there, alive or with its exit status (a dead
+        pane whose status tmux has not collected yet is asked about by ``state``)."""
+        check_pane_id(pane_id)
+        both = self._tmux(
+            *("display-message", "-p", "-t", pane_id, PANE_FIELDS, ";"),
+            *("capture-pane", "-p", "-N", "-t", pane_id, "-S", str(-max(lines, 0))),
+            check=False,
+        )
+        if both.ok:
+            head, _, text = both.stdout.partition("\n")
+            info = parse_pane_line(head)
+            if (
+                info is not None
+                and info.pane_id == pane_id
+                and self._ours(info)
+                and not (info.dead and info.dead_status is None)
+            ):
+                state = PaneState(
+                    pane_id,
+                    alive=not info.dead,
+                    dead_status=info.dead_status,
+                    pid=info.pid,
+                    exists=True,
+                )
+                return state, text
+        state = self.state(pane_id)
+        if not state.exists:
+            return state, ""
+        try:
+            return state, self.capture(pane_id, lines)
+        except TmuxError:  # (PaneGoneError too: gone since, the next look says so)
+            return state, ""
+
     def capture(self, pane_id: str, lines: int = 200) -> str:
         """The pane's text: the visible screen plus ``lines`` lines of history (0: none).
 
