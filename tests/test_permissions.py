@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -476,3 +477,43 @@ def test_a_request_whose_hook_stopped_polling_or_whose_dialog_is_gone_is_closed(
     assert [entry[0] for entry in logged].count("permission_closed") == 2
     # one session cannot poll (nor learn the answer of) another's request
     assert the_desk.poll("b", a) == {"state": "unknown"}
+
+
+def test_the_requests_are_read_again_only_where_a_file_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``all`` (every sweep and Stop hook) parses only the request files written since it
+    last looked, and still sees what another process changed: an answer, a request removed,
+    a file garbled, one rewritten in place at its old size."""
+    mine, theirs = Permissions(tmp_path / "p"), Permissions(tmp_path / "p")  # (`lo-orch permit`)
+    reqs = [mine.new_request("alpha", "Bash", {"tool_command": f"ls {n}"}) for n in range(30)]
+    for req in reqs:
+        mine.write(req)
+    parsed: list[str] = []
+    real = PermissionRequest.model_validate_json
+
+    def counting(text: Any, **kw: Any) -> PermissionRequest:
+        parsed.append(text)
+        return real(text, **kw)
+
+    monkeypatch.setattr(PermissionRequest, "model_validate_json", counting)
+    assert [r.id for r in mine.all()] == [
+        r.id for r in sorted(reqs, key=lambda r: (r.asked_at, r.id))
+    ]
+    assert len(parsed) == 30
+    parsed.clear()
+    assert len(mine.open_requests("alpha")) == 30 and parsed == []  # nothing read again
+
+    theirs.settle(reqs[3].id, state="answered", decision="allow", decided_by="person")
+    (tmp_path / "p" / "requests" / f"{reqs[4].id}.json").unlink()
+    (tmp_path / "p" / "requests" / f"{reqs[5].id}.json").write_text("{not json", "utf-8")
+    path6 = tmp_path / "p" / "requests" / f"{reqs[6].id}.json"
+    text6 = path6.read_text("utf-8")
+    time.sleep(0.02)  # (past the file clock's tick: a rewrite in place changes mtime, ctime)
+    path6.write_text(text6.replace('"open"', '"shut"'), "utf-8")  # same size, in place
+    parsed.clear()
+    found = {r.id: r.state for r in mine.all()}
+    assert len(parsed) == 3  # the answered, the garbled and the rewritten: no other
+    assert found[reqs[3].id] == "answered" and reqs[4].id not in found and reqs[5].id not in found
+    assert reqs[6].id not in found  # (no longer a valid request: left out, as before)
+    assert sum(1 for s in found.values() if s == "open") == 26

@@ -42,9 +42,11 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
+import os
 import re
 import secrets
 import shlex
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -84,7 +86,7 @@ Decision = Literal["allow", "deny"]
 class PermissionRequest(BaseModel):
     """One request of a session to use a tool, as the supervisor recorded it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)  # (shared by every read: ``all``)
 
     id: str
     task: str
@@ -282,6 +284,12 @@ class Permissions:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        #: request file name -> (its stat when read, what it held): a file read once is
+        #: read again only when it was written since (every write replaces it whole, a new
+        #: inode); ``all`` at every sweep and Stop hook no longer reads every request of
+        #: the run again
+        self._read: dict[str, tuple[tuple[int, int, int, int], PermissionRequest]] = {}
+        self._read_lock = threading.Lock()
 
     @classmethod
     def for_run(cls, repo: Path, run: str) -> Permissions:
@@ -319,13 +327,26 @@ class Permissions:
             return None
 
     def all(self) -> list[PermissionRequest]:
-        folder = self.folder / REQUESTS
-        if not folder.is_dir():
+        """Every request of the run, oldest first (a file that does not read as one is left
+        out); only the files written since the last call are read."""
+        try:
+            entries = [e for e in os.scandir(self.folder / REQUESTS) if e.name.endswith(".json")]
+        except OSError:  # (no folder yet: no request)
             return []
         out = []
-        for path in folder.glob("*.json"):
-            with contextlib.suppress(OSError, ValueError):
-                out.append(PermissionRequest.model_validate_json(path.read_text("utf-8")))
+        with self._read_lock:
+            seen: dict[str, tuple[tuple[int, int, int, int], PermissionRequest]] = {}
+            for entry in entries:
+                with contextlib.suppress(OSError, ValueError):
+                    st = entry.stat()
+                    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                    known = self._read.get(entry.name)
+                    if known is None or known[0] != key:
+                        text = Path(entry.path).read_text("utf-8")
+                        known = (key, PermissionRequest.model_validate_json(text))
+                    seen[entry.name] = known
+                    out.append(known[1])
+            self._read = seen  # (a request removed is forgotten)
         return sorted(out, key=lambda r: (r.asked_at, r.id))
 
     def open_requests(self, task: str | None = None) -> list[PermissionRequest]:
