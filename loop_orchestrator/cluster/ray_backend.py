@@ -106,6 +106,12 @@ class RayBackend:
         return self.calls.cluster
 
     @property
+    def looks_off_loop(self) -> bool:
+        """False: a look is a Ray call, and one made on a thread of its own could outlive
+        the run (it reconnected the driver after a run had ended)."""
+        return False
+
+    @property
     def socket(self) -> str | None:
         return self.local.socket
 

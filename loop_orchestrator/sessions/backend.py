@@ -127,6 +127,13 @@ class SessionBackend(Protocol):
         """The cluster the sessions run on (None: this machine)."""
         ...
 
+    @property
+    def looks_off_loop(self) -> bool:
+        """Whether the panes may be looked at (``alive_panes``, ``capture``) on a thread of
+        the supervisor's own while its loop runs (``supervisor/panewatch.py``); else the
+        loop looks at them itself."""
+        ...
+
     def open_window(self, name: str, spec: LaunchSpec) -> str:
         """Run ``spec`` in a local window of its own named ``name`` (not a task's pane)."""
         ...

@@ -115,6 +115,11 @@ class TmuxBackend:
         """None: the sessions run on this machine."""
         return None
 
+    @property
+    def looks_off_loop(self) -> bool:
+        """True: a look is a tmux call, safe from any thread."""
+        return True
+
     def serve(self, deliver: Callable[[Request], None], note: Callable[..., None]) -> None:
         """Nothing to relay: local sessions reach the supervisor's listener themselves."""
 

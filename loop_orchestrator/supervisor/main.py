@@ -347,9 +347,7 @@ class Supervisor:
             server = listener.Server(self.rundir.root, self.inbox.identify, self.inbox.receive)
             server.start()
             self.backend.serve(self.inbox.receive, self._note)  # remote sessions' inboxes
-            if self.backend.cluster is None:
-                # local panes on a thread of their own; a cluster's are looked at on the
-                # loop, as before (a look is a Ray call: never one after the run's end)
+            if self.backend.looks_off_loop:  # (else the loop looks: ``_check_sessions``)
                 self.panes.start()
             while True:
                 self._loop()
@@ -638,8 +636,8 @@ class Supervisor:
         ``SESSIONS_SECONDS``, however many events come in between), on the panes' thread's
         last look; a pane it did not see alive is asked about here."""
         self.desk.sweep(self.sessions.screen_of)  # before the stall checks: only real requests wait
-        if self.backend.cluster is not None:
-            self.panes.look()  # a cluster's panes: looked at here (see ``_supervise``)
+        if not self.backend.looks_off_loop:
+            self.panes.look()  # (a cluster's panes: each look is a Ray call)
         alive = self.panes.alive  # the panes' thread's last look (no tmux call here)
         if alive is None:
             return  # not looked at yet
