@@ -1,13 +1,15 @@
 """Supervisor benchmark, BEFORE and AFTER side by side: scripted sessions in real tmux.
 
 One run measures the same workload (16 and 64 tasks by default, cap 16) twice: BEFORE is a
-baseline revision (default 90321c1: the loop compared the run's refs with the book, git
-lock and all, before it reacted to a signal, and the next phase was the submitted job's
-first step; 1a30dd9 is one whose hook answers waited on two fsyncs under the record's lock,
-1e3e895 the one before the lean hook entry and the idle loop), checked out in a temporary
-git worktree and imported through ``PYTHONPATH`` (supervisor, panes and ``LO_ORCH_BIN``
-alike; checked, and removed at the end); AFTER is this tree's code (signals and hooks go
-to the supervisor's inbox socket). Per size and version it prints:
+baseline revision (default 04441ab: a screen capture was two tmux calls and a readiness poll
+three, a launch wrote a file per other task's branch into the session's copy of the ref
+folder, every sweep read every permission request; 90321c1: the loop compared the run's refs
+with the book, git lock and all, before it reacted to a signal, and the next phase was the
+submitted job's first step; 1a30dd9 is one whose hook answers waited on two fsyncs under the
+record's lock, 1e3e895 the one before the lean hook entry and the idle loop), checked out in
+a temporary git worktree and imported through ``PYTHONPATH`` (supervisor, panes and
+``LO_ORCH_BIN`` alike; checked, and removed at the end); AFTER is this tree's code (signals
+and hooks go to the supervisor's inbox socket). Per size and version it prints:
 
 1. signal latency, p50/p95: from the moment a session *starts* ``lo-orch signal`` to the
    supervisor's reaction (its ``reacted`` ledger line; the task moves to implementing after
@@ -58,7 +60,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BASELINE = "90321c1"
+BASELINE = "04441ab"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
