@@ -86,7 +86,7 @@ def test_the_plugin_reports_opencodes_events_as_hook_events(tmp_path: Path) -> N
           status: { type: "retry", attempt: 1, message: "scripted rate_limit_error",
                     next: Date.now() + 1000 } });
         await ev("session.status", { sessionID: "ses_a", status: { type: "retry", attempt: 3,
-          message: "over your limit", next: Date.UTC(2026, 11, 2, 14, 5) } });
+          message: "over your limit", next: Date.UTC(2099, 11, 2, 14, 5) } });
         await ev("session.error", { sessionID: "ses_a",
           error: { name: "APIError", data: { message: "bad key", statusCode: 401 } } });
         await ev("session.error", { sessionID: "ses_a", error: { name: "MessageAbortedError" } });
@@ -113,7 +113,8 @@ def test_the_plugin_reports_opencodes_events_as_hook_events(tmp_path: Path) -> N
         "call_1",
     )
     assert retry["notification_type"] == "api_retry" and "attempt 1" in retry["message"]
-    # a long wait: a limit, with the time opencode retries at in the form lo-orch reads
+    # a long wait (due in 2099, whenever the test runs): a limit, with the time opencode
+    # retries at in the form lo-orch reads
     assert limit["error"] == "rate_limit"
     assert limit["last_assistant_message"].endswith("limit · resets Dec 2, 14:05 (UTC))")
     assert (auth["error"], auth["last_assistant_message"]) == ("authentication_failed", "bad key")
@@ -121,7 +122,8 @@ def test_the_plugin_reports_opencodes_events_as_hook_events(tmp_path: Path) -> N
 
 
 def test_the_limit_the_plugin_reports_is_parked_until_opencode_retries(tmp_path: Path) -> None:
-    """What the plugin says of a long retry is read by lo-orch's limit parser."""
+    """What the plugin says of a long retry is read by lo-orch's limit parser (the retry is
+    due in 2099: a long wait whenever the test runs; the message names no year)."""
     from datetime import UTC, datetime
 
     from loop_orchestrator.cost.limits import usage_limit_reset
@@ -130,7 +132,7 @@ def test_the_limit_the_plugin_reports_is_parked_until_opencode_retries(tmp_path:
         tmp_path,
         """
         await ev("session.status", { sessionID: "ses_a", status: { type: "retry", attempt: 1,
-          message: "m", next: Date.UTC(2026, 11, 2, 14, 5) } });
+          message: "m", next: Date.UTC(2099, 11, 2, 14, 5) } });
         """,
     )[1:]
     said = limit["payload"]["last_assistant_message"]
