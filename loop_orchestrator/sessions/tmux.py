@@ -456,32 +456,38 @@ class TmuxBackend:
         log.debug("tmux server nudged to reap", extra={"server_pid": pid})
         return True
 
-    def look(self, pane_id: str, lines: int = 0) -> tuple[PaneState, str]:
-        """One tmux call for a pane that is there, alive or with its exit status (a dead
-        pane whose status tmux has not collected yet is asked about by ``state``)."""
+    def _at_once(self, pane_id: str, lines: int) -> tuple[PaneInfo, str] | None:
+        """One tmux call: this run's pane's fields, then its text (tmux runs a command list
+        in order and ends it at the first command that fails: no pane, no text). None when
+        the call failed or the pane is not this run's: the callers ask again, one by one."""
         check_pane_id(pane_id)
         both = self._tmux(
             *("display-message", "-p", "-t", pane_id, PANE_FIELDS, ";"),
             *("capture-pane", "-p", "-N", "-t", pane_id, "-S", str(-max(lines, 0))),
             check=False,
         )
-        if both.ok:
-            head, _, text = both.stdout.partition("\n")
-            info = parse_pane_line(head)
-            if (
-                info is not None
-                and info.pane_id == pane_id
-                and self._ours(info)
-                and not (info.dead and info.dead_status is None)
-            ):
-                state = PaneState(
-                    pane_id,
-                    alive=not info.dead,
-                    dead_status=info.dead_status,
-                    pid=info.pid,
-                    exists=True,
-                )
-                return state, text
+        if not both.ok:
+            return None
+        head, _, text = both.stdout.partition("\n")
+        info = parse_pane_line(head)
+        if info is None or info.pane_id != pane_id or not self._ours(info):
+            return None
+        return info, text
+
+    def look(self, pane_id: str, lines: int = 0) -> tuple[PaneState, str]:
+        """One tmux call for a pane that is there, alive or with its exit status (a dead
+        pane whose status tmux has not collected yet is asked about by ``state``)."""
+        found = self._at_once(pane_id, lines)
+        if found is not None and not (found[0].dead and found[0].dead_status is None):
+            info, text = found
+            state = PaneState(
+                pane_id,
+                alive=not info.dead,
+                dead_status=info.dead_status,
+                pid=info.pid,
+                exists=True,
+            )
+            return state, text
         state = self.state(pane_id)
         if not state.exists:
             return state, ""
@@ -496,21 +502,10 @@ class TmuxBackend:
         Spaces the program wrote at a line's end are kept (``-N``), so a ready pattern such
         as ``^> `` can match a prompt that ends in a space.
         """
-        check_pane_id(pane_id)
+        found = self._at_once(pane_id, lines)
+        if found is not None:
+            return found[1]
         start = str(-max(lines, 0))
-        # One tmux call: the pane's fields, then its text (tmux runs a command list in
-        # order and ends it at the first command that fails: no pane, no text). Anything
-        # else (another run's pane, a pane gone) is told by the two calls below.
-        both = self._tmux(
-            *("display-message", "-p", "-t", pane_id, PANE_FIELDS, ";"),
-            *("capture-pane", "-p", "-N", "-t", pane_id, "-S", start),
-            check=False,
-        )
-        if both.ok:
-            head, _, text = both.stdout.partition("\n")
-            info = parse_pane_line(head)
-            if info is not None and info.pane_id == pane_id and self._ours(info):
-                return text
         self._own_pane(pane_id, "read")
         try:
             return self._tmux("capture-pane", "-p", "-N", "-t", pane_id, "-S", start).stdout
