@@ -1,11 +1,17 @@
-"""The subprocess gateway's decisions: the memory bound of a check's processes."""
+"""The subprocess gateway: the memory bound of a check's processes, its sessions, and what a
+call gives back (as Popen's text mode reads it; a timeout keeps what was printed)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
+
+import pytest
 
 from loop_orchestrator import proc
+from loop_orchestrator.errors import CommandError
 from loop_orchestrator.proc import CHECK_MEMORY_FLOOR_MB, check_memory_bound
 
 GIB = 2**30
@@ -32,3 +38,45 @@ def test_a_bounded_call_runs_in_its_own_session_a_terminal_one_keeps_ours() -> N
     assert own != os.getsid(0)
     assert int(proc.run(ask, timeout=30, terminal=True).stdout) == os.getsid(0)
     assert int(proc.run(ask).stdout) == os.getsid(0)
+
+
+#: programs whose output and exit the gateway must give back as Popen's text mode does
+PROGRAMS = [
+    ["sh", "-c", "printf 'a\\r\\nb\\rc\\n'; printf 'e\\r\\n' >&2; exit 3"],
+    ["sh", "-c", "printf 'bad \\377\\376 utf-8 \\303\\251\\n'"],
+    ["sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x; echo; echo done >&2"],
+    ["sh", "-c", "exec 1>&- 2>&-; sleep 0.2; exit 4"],  # closes its outputs, exits later
+]
+
+
+def test_a_call_reads_as_popen_text_mode() -> None:
+    """Output (line ends, bad UTF-8, large), stderr and exit code as ``subprocess.run`` in
+    text mode gives them, with and without a timeout; input, large or not read at all."""
+    for argv in PROGRAMS:
+        want = subprocess.run(
+            argv, capture_output=True, text=True, encoding="utf-8", errors="replace"
+        )
+        for timeout in (None, 30.0):
+            got = proc.run(argv, timeout=timeout, check=False)
+            assert (got.returncode, got.stdout, got.stderr) == (
+                want.returncode,
+                want.stdout,
+                want.stderr,
+            ), argv
+    big = "line\r\n" * 200_000  # past a pipe's size: written while the output is read
+    assert proc.run(["cat"], input=big, timeout=30).stdout == "line\n" * 200_000
+    assert proc.run(["true"], input=big, timeout=30).returncode == 0  # never read: no error
+    assert proc.run(["cat"], input="", timeout=30).stdout == ""
+
+
+def test_a_timeout_keeps_what_was_printed_and_ends_the_group() -> None:
+    """Past its timeout a command's whole group is killed, a child that holds its pipes too,
+    and what it printed before is kept."""
+    started = time.monotonic()
+    got = proc.run(
+        ["sh", "-c", "echo partial; echo half >&2; sleep 30 & wait"], timeout=0.5, check=False
+    )
+    assert got.returncode is None and got.stdout == "partial\n" and got.stderr == "half\n"
+    assert time.monotonic() - started < 10
+    with pytest.raises(CommandError):
+        proc.run(["sh", "-c", "sleep 30"], timeout=0.3)
