@@ -541,9 +541,11 @@ def test_concurrency_drops_after_repeated_rate_limits_and_recovers(
     _set_plan(demo_files, lambda p: p.update(concurrency=2))
     # counts works until the slot has come back (the ledger says so), so the run is still
     # going then, however fast the machine is (a fixed sleep as long as the quiet period
-    # was mostly spent after the slot came back)
+    # was mostly spent after the slot came back). The pattern does not match its own text:
+    # the ledger's PreToolUse line holds the command, and a plain `concurrency_raised` there
+    # ended the wait at once whenever counts started before the slot came back
     slot_back = (
-        f"until grep -q concurrency_raised {RunDir(demo_files.repo).ledger}; do sleep 0.2; done"
+        f"until grep -q 'concurrency_[r]aised' {RunDir(demo_files.repo).ledger}; do sleep 0.2; done"
     )
     edit_script(
         demo_files,
