@@ -253,9 +253,8 @@ class KilledWhileLooking(TmuxBackend):
     def _tmux(self, *args: str, input: str | None = None, check: bool = True):  # type: ignore[no-untyped-def]
         if "capture-pane" in args and not self.killed:
             self.killed = True
-            pane_id = args[
-                args.index("capture-pane") + args[args.index("capture-pane") :].index("-t") + 1
-            ]
+            capture = list(args[args.index("capture-pane") :])
+            pane_id = capture[capture.index("-t") + 1]
             subprocess.run(["tmux", "-L", str(self.socket), "kill-pane", "-t", pane_id], check=True)
         return super()._tmux(*args, input=input, check=check)
 

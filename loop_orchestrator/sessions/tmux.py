@@ -439,9 +439,7 @@ class TmuxBackend:
             info = self._pane_info(pane_id)
         if info is None:
             return PaneState(pane_id, alive=False, dead_status=None, pid=None, exists=False)
-        return PaneState(
-            pane_id, alive=not info.dead, dead_status=info.dead_status, pid=info.pid, exists=True
-        )
+        return _state_of(info)
 
     def _nudge_server(self) -> bool:
         """Send this tmux server a SIGCHLD so it reaps exited panes (see ``state``)."""
@@ -480,14 +478,7 @@ class TmuxBackend:
         found = self._at_once(pane_id, lines)
         if found is not None and not (found[0].dead and found[0].dead_status is None):
             info, text = found
-            state = PaneState(
-                pane_id,
-                alive=not info.dead,
-                dead_status=info.dead_status,
-                pid=info.pid,
-                exists=True,
-            )
-            return state, text
+            return _state_of(info), text
         state = self.state(pane_id)
         if not state.exists:
             return state, ""
@@ -611,3 +602,10 @@ class TmuxBackend:
         socket_path = tmux_env.split(",")[0]
         result = self._tmux("display-message", "-p", "#{socket_path}", check=False)
         return result.ok and result.stdout.strip() == socket_path
+
+
+def _state_of(info: PaneInfo) -> PaneState:
+    """A pane that is there, as ``state`` says it."""
+    return PaneState(
+        info.pane_id, alive=not info.dead, dead_status=info.dead_status, pid=info.pid, exists=True
+    )

@@ -31,7 +31,6 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,17 +173,16 @@ class OwnBranch:
             self.objects_view.mkdir(exist_ok=True)
         prefix = self.ref.rsplit("/", 1)[0] + "/"
         out = git(self.repo, "for-each-ref", "--format=%(refname)%00%(objectname)", prefix)
-        refs, own = self.refs, self.ref
-        folders, values = {refs}, self._ref_values()
-        for line in out.stdout.splitlines():
-            name, _, sha = line.partition("\0")
-            if name == own or not name.startswith(prefix):
-                continue
-            path = refs / name[len(prefix) :]
-            if path.parent not in folders:  # (most refs are in the folder itself)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                folders.add(path.parent)
-            os.link(values(sha), path, follow_symlinks=False)
+        frozen = [
+            (self.refs / name[len(prefix) :], sha)
+            for name, _, sha in (line.partition("\0") for line in out.stdout.splitlines())
+            if name != self.ref and name.startswith(prefix)
+        ]
+        values = {sha: self._value_file(sha) for sha in {sha for _, sha in frozen}}
+        for folder in {path.parent for path, _ in frozen} - {self.refs}:
+            folder.mkdir(parents=True, exist_ok=True)  # (most refs are in the folder itself)
+        for path, sha in frozen:
+            os.link(values[sha], path, follow_symlinks=False)
         tip = self.tip()
         if tip is not None:
             self.publish(tip)
@@ -195,41 +193,33 @@ class OwnBranch:
         mirror's frozen refs are hard links to."""
         return self.mirror.parent.parent / VALUES_DIR
 
-    def _ref_values(self) -> Callable[[str], Path]:
-        """For one seeding: ``sha`` -> the run's file of that value, which the mirror's
-        frozen ref is made a hard link to. A file written per ref per launch was a new inode
-        for every other task's branch at every launch (tasks x tasks of them in a run; a
-        new inode is the dearest thing a write asks of ext4 under churn). The shared file is
-        checked once per seeding before it is linked (a regular file holding exactly the
-        value; else it is made again), and it is never written through a mirror: each
-        frozen ref is bound read-only in the sandbox, where the private folder is hidden."""
-        checked: dict[str, Path] = {}
-
-        def value(sha: str) -> Path:
-            known = checked.get(sha)
-            if known is not None:
-                return known
-            if _SHA.match(sha.encode("ascii", "replace")) is None:
-                msg = f"git listed {sha!r} as a ref's value"
-                raise GitError(msg)
-            shared = self.values / sha
-            if not _holds(shared, sha):
-                self.values.mkdir(mode=0o700, exist_ok=True)
-                tmp = self.values / f".{sha}.{secrets.token_hex(8)}"
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
-                try:
-                    os.write(fd, f"{sha}\n".encode("ascii"))
-                finally:
-                    os.close(fd)
-                try:
-                    tmp.replace(shared)
-                except IsADirectoryError:  # a folder in its place (fd-based: none followed)
-                    shutil.rmtree(shared)
-                    tmp.replace(shared)
-            checked[sha] = shared
+    def _value_file(self, sha: str) -> Path:
+        """The run's file of the value ``sha``, which the mirrors' frozen refs are hard links
+        to. A file written per ref per launch was a new inode for every other task's branch
+        at every launch (tasks x tasks of them in a run; a new inode is the dearest thing a
+        write asks of ext4 under churn). The shared file is checked before it is linked (a
+        regular file holding exactly the value; else it is made again), and it is never
+        written through a mirror: each frozen ref is bound read-only in the sandbox, where
+        the private folder is hidden."""
+        if _SHA.match(sha.encode("ascii", "replace")) is None:
+            msg = f"git listed {sha!r} as a ref's value"
+            raise GitError(msg)
+        shared = self.values / sha
+        if _holds(shared, sha):
             return shared
-
-        return value
+        self.values.mkdir(mode=0o700, exist_ok=True)
+        tmp = self.values / f".{sha}.{secrets.token_hex(8)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        try:
+            os.write(fd, f"{sha}\n".encode("ascii"))
+        finally:
+            os.close(fd)
+        try:
+            tmp.replace(shared)
+        except IsADirectoryError:  # a folder in its place (fd-based: nothing followed)
+            shutil.rmtree(shared)
+            tmp.replace(shared)
+        return shared
 
     def _fresh_store_info(self) -> None:
         """The store's ``info/alternates`` (the repository's store, where the sandbox shows
