@@ -176,6 +176,35 @@ def test_gate1_from_the_dashboard_writes_what_approve_writes(
     assert records(by_ui.repo) == records(by_cli.repo)
 
 
+def test_the_clocks_tick_under_a_gate_and_while_the_app_closes(
+    demo_files: demo.DemoFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's and the pane's clocks fire while Gate 1 is on top and while the app
+    closes: neither crashes it (a tick under the gate looked for the main screen's widgets
+    on the gate's, and one during the close for a widget already gone), and the main
+    screen is filled again once the gate is closed."""
+    plan(demo_files)
+    monkeypatch.setattr(dashboard, "TICK_SECONDS", 0.02)
+    monkeypatch.setattr(dashboard, "PANE_SECONDS", 0.01)
+
+    async def scenario() -> None:
+        app = dashboard.Dashboard(demo_files.repo)
+        async with app.run_test(size=(140, 45)) as pilot:
+            assert app.selected is not None
+            await pilot.press("g")
+            assert len(app.screen_stack) == 2
+            before = app.reloads
+            await pilot.pause(0.3)  # a dozen ticks of each clock under the gate
+            assert app.reloads == before and app.last_error is None
+            await pilot.press("escape")
+            await wait_in_app(pilot, lambda: app.reloads > before, 5, "a reload after the gate")
+            assert len(app.screen_stack) == 1
+        # (run_test raises what the app raised, a tick during the close included)
+
+    for _ in range(3):
+        run_async(scenario())
+
+
 def test_gate1_refuses_a_plan_changed_while_it_was_shown(demo_files: demo.DemoFiles) -> None:
     repo = demo_files.repo
     plan(demo_files)

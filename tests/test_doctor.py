@@ -263,10 +263,13 @@ def test_doctor_rows_for_qwen_code(
 
 
 def test_doctor_rows_for_opencode(
-    git_repo: Path, tmp_path: Path, doctor: Callable[..., Run]
+    git_repo: Path, tmp_path: Path, doctor: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Installed and its version, the model and key it would use (offline), the sandbox."""
     opencode = agent_cli("opencode")
+    # `opencode --version` unpacks its native libraries into $TMPDIR and leaves them there
+    (tmp_path / "t").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "t"))
     config = tmp_path / "c"
     agent = f'[agent]\nkind = "opencode"\ncommand = "{opencode}"\nmodel = "lo/m"\n'
     write_config(git_repo, f'{agent}env = {{ XDG_CONFIG_HOME = "{config}", LO_API_KEY = "" }}\n')

@@ -131,8 +131,8 @@ class Dashboard(App[None]):
 
     def on_mount(self) -> None:
         self.reload()
-        self.set_interval(TICK_SECONDS, self.reload)
-        self.set_interval(PANE_SECONDS, self.refresh_pane)
+        self.set_interval(TICK_SECONDS, lambda: self._on_tick(self.reload))
+        self.set_interval(PANE_SECONDS, lambda: self._on_tick(self.refresh_pane))
         if self.watch_files:
             self._start_watching()
 
@@ -169,6 +169,15 @@ class Dashboard(App[None]):
             )
         self._observer.daemon = True
         self._observer.start()
+
+    def _on_tick(self, fill: Callable[[], None]) -> None:
+        """A timer's refresh, while the main screen shows: under a gate or message screen
+        a query would look on the screen shown (the next tick after it closes fills the
+        widgets), and while the app closes its widgets go one by one."""
+        if len(self.screen_stack) > 1:
+            return
+        with contextlib.suppress(NoMatches):
+            fill()
 
     @on(Changed)
     def changed(self) -> None:

@@ -457,6 +457,10 @@ class ChatEndpoint(ModelEndpoint):
         lock = {"packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}
         (config / "package-lock.json").write_text(json.dumps(lock) + "\n", "utf-8")
         env = {f"XDG_{k.upper()}_HOME": str(home / k) for k in ("config", "data", "state", "cache")}
+        # opencode (a Bun-compiled binary) unpacks its native libraries into $TMPDIR at
+        # every start and never removes them (seven files, 84 MB, per test run in /tmp)
+        (home / "tmp").mkdir(exist_ok=True)
+        env["TMPDIR"] = str(home / "tmp")
         # nothing this provider needs: no fetch of the model list from the network (it
         # fails offline), no other providers' plugins, no skills or CLAUDE.md looked for
         # outside the project, no language servers downloaded (start-up measured at load
