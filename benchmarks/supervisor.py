@@ -27,10 +27,16 @@ and hooks go to the supervisor's inbox socket). Per size and version it prints:
    ``hooks/lo-hook`` launcher, i.e. ``sh -c "$LO_ORCH_BIN hook EVENT"``) runs under a timing
    wrapper (a plugin folder handed to the agent with ``--plugin-dir``) that records the wall
    time and the CPU time (children's rusage) of the real launcher; UserPromptSubmit is
-   reported on its own and all events together.
+   reported on its own and all events together. The wall of the events the supervisor
+   writes a ledger line for (SessionStart, UserPromptSubmit, Stop) is split at that line:
+   from the hook's start to the line (the launcher and client starting, the connection,
+   the wait for the loop), and from the line to the hook's end (the answer, the client's
+   exit): how much of a hook's wait is the supervisor's work and how much the machine's.
 4. supervisor CPU seconds and peak RSS over the run (sampled from /proc while it runs; its
-   own CPU, not its children's: git, tmux and the checks it starts), and that CPU as a
-   share of one core per session the cap lets work at once.
+   own CPU, not its children's: git, tmux and the checks it starts), that CPU as a
+   share of one core per session the cap lets work at once, and per task (what a task
+   costs the supervisor whatever its session's length: the scripted sessions here live
+   seconds, where an agent's live minutes).
 
 It prints the floor too: a bare ``python -I -c pass`` start here, wall and CPU; and the
 supervisor's CPU while ``cap`` sessions work and report nothing (each hangs while it plans),
@@ -79,13 +85,14 @@ NEXT_PHASE = {"plan_ready": "implementing", "impl_done": "verifying"}
 HOOK_TIMER = """\
 import os, resource, subprocess, sys, time
 log, cmd = sys.argv[1], sys.argv[2:]
+began = time.time()  # (the clock the ledger's lines are stamped with)
 start = time.perf_counter()
 rc = subprocess.call(cmd)
 wall = time.perf_counter() - start
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the one child, and what it waited for
 with open(log, "a", encoding="utf-8") as fh:
     fh.write(f"{os.environ.get('LO_ORCH_TASK', '-')} {cmd[-1]} {wall:.6f} "
-             f"{ru.ru_utime + ru.ru_stime:.6f} {rc}\\n")
+             f"{ru.ru_utime + ru.ru_stime:.6f} {rc} {began:.6f}\\n")
 sys.exit(rc)
 """
 
@@ -343,9 +350,10 @@ def analyse(
     # could react before that line existed; such a reaction counts as immediate (0)
     reaction = [max(0.0, reacted[k] - ts) for k, ts in signalled.items() if k in reacted]
     early = sum(1 for k, ts in signalled.items() if k in reacted and reacted[k] < ts)
-    prompt = [(float(w), float(c)) for _, ev, w, c, _ in hooks if ev == "UserPromptSubmit"]
-    every = [(float(w), float(c)) for _, _, w, c, _ in hooks]
-    failed = sum(1 for *_, rc in hooks if rc not in ("0", "2"))  # 2: a Stop block
+    prompt = [(float(w), float(c)) for _, ev, w, c, *_ in hooks if ev == "UserPromptSubmit"]
+    every = [(float(w), float(c)) for _, _, w, c, *_ in hooks]
+    failed = sum(1 for _, _, _, _, rc, *_ in hooks if rc not in ("0", "2"))  # 2: a Stop block
+    to_line, after_line = split_at_ledger(ledger, hooks)
     integrated = {e.get("task") for e in ledger if e["event"] == "task_integrated"}
     rejected = sum(1 for e in ledger if e["event"] == "signal_rejected")
     blocked = [
@@ -365,10 +373,41 @@ def analyse(
         "hook_wall": [w for w, _ in every],
         "hook_cpu": [c for _, c in every],
         "hook_failed": failed,
+        "hook_to_line": to_line,
+        "hook_after_line": after_line,
         "integrated": len(integrated),
         "rejected": rejected,
         "blocked": blocked,
     }
+
+
+def split_at_ledger(
+    ledger: list[dict[str, Any]], hooks: list[list[str]]
+) -> tuple[list[float], list[float]]:
+    """Each hook the ledger has a line for, its wall split at that line: (start -> line,
+    line -> end). The k-th hook of an event of a task is paired with the k-th ledger line
+    of that event and task (a session runs its hooks one after another); a task and event
+    whose counts differ are left out."""
+    lines: dict[tuple[str, str], list[float]] = {}
+    for e in ledger:
+        if e["event"] == "hook":
+            lines.setdefault((str(e.get("task")), str(e.get("hook_event"))), []).append(
+                common.ts(str(e["ts"]))
+            )
+    runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for task, event, took, _cpu, _rc, *began in hooks:
+        if began:
+            runs.setdefault((task, event), []).append((float(began[0]), float(took)))
+    to_line: list[float] = []
+    after_line: list[float] = []
+    for key, stamps in lines.items():
+        timed = sorted(runs.get(key, []))
+        if len(timed) != len(stamps):
+            continue
+        for (began_at, wall), line in zip(timed, stamps, strict=True):
+            to_line.append(line - began_at)
+            after_line.append(began_at + wall - line)
+    return to_line, after_line
 
 
 def _ms(values: object) -> str:
@@ -399,15 +438,19 @@ def render(
         ("3 hook UserPromptSubmit CPU mean ms", "prompt_cpu_mean"),
         ("3 all hook events wall p50/p95 ms", "hook_wall"),
         ("3 all hook events CPU mean ms", "hook_cpu_mean"),
+        ("3 same, start -> its ledger line p50/p95 ms", "hook_to_line"),
+        ("3 same, ledger line -> hook's end p50/p95 ms", "hook_after_line"),
         ("4 supervisor CPU s", "cpu"),
         ("4 same, % of a core per working session", "share"),
+        ("4 same, ms per task", "per_task"),
         ("4 supervisor peak RSS MiB", "peak_mib"),
         ("  run wall s", "wall"),
         ("  samples: signals timed/sent, hook calls", "samples"),
     ]
 
     def cell(r: dict[str, object], key: str) -> str:
-        if key in ("latency", "to_phase", "reaction", "prompt_wall", "prompt_cpu", "hook_wall"):
+        timed = ("latency", "to_phase", "reaction", "prompt_wall", "prompt_cpu", "hook_wall")
+        if key in (*timed, "hook_to_line", "hook_after_line"):
             return _ms(r[key])
         if key.endswith("_mean"):
             return _mean_ms(r[key.removesuffix("_mean")])
@@ -421,6 +464,10 @@ def render(
             tasks = r["tasks"]
             assert isinstance(tasks, int)
             return f"{100 * cpu / wall / min(concurrency, tasks):.2f}"
+        if key == "per_task":
+            cpu, tasks = r["cpu"], r["tasks"]
+            assert isinstance(cpu, float) and isinstance(tasks, int)
+            return f"{1000 * cpu / tasks:.0f}"
         value = r[key]
         assert isinstance(value, float)
         return f"{value:.2f}" if key == "cpu" else f"{value:.1f}"
