@@ -61,6 +61,8 @@ def environment(root: Path) -> dict[str, str]:
         XDG_CONFIG_HOME=str(home / "config"),
         XDG_CACHE_HOME=str(home / "cache"),
         SHELL="/bin/sh",
+        # the scripted agents' transcripts (a file a session), not left in /tmp
+        LO_ORCH_SCRIPTED_TRANSCRIPTS=str(root / "transcripts"),
     )
     return env
 

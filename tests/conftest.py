@@ -87,6 +87,10 @@ def _isolated_home(
             and not var.startswith("LO_ORCH_TEST_")
         ):
             monkeypatch.delenv(var, raising=False)
+    # the scripted agents' transcripts (a file a session) stay in this run's own temporary
+    # tree too, not in /tmp/lo-scripted
+    scripted = tmp_path_factory.getbasetemp() / "lo-scripted"
+    monkeypatch.setenv("LO_ORCH_SCRIPTED_TRANSCRIPTS", str(scripted))
     return home
 
 

@@ -344,7 +344,12 @@ def test_cline_without_a_provider_stops_at_its_onboarding_with_a_clear_error(
     config = AgentConfig(
         kind="cline",
         command=str(agent_cli("cline")),
-        env={"CLINE_DIR": str(tmp_path / "cl"), "XDG_DATA_HOME": str(tmp_path / "xdg")},
+        # (its own TMPDIR: Cline's terminal UI unpacks its native libraries there)
+        env={
+            "CLINE_DIR": str(tmp_path / "cl"),
+            "XDG_DATA_HOME": str(tmp_path / "xdg"),
+            "TMPDIR": str(tmp_path),
+        },
     )
     ctx = AgentContext.create(
         task="alpha",

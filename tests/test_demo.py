@@ -17,6 +17,7 @@ from loop_orchestrator.runstate import private
 
 def test_demo_runs_the_whole_flow_and_cleans_up(tmux_socket: str, tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("LO_ORCH_SCRIPTED_TRANSCRIPTS")  # (as a user has it: unset)
     result = subprocess.run(
         [sys.executable, "-m", "loop_orchestrator", "demo"],
         capture_output=True,
@@ -39,6 +40,8 @@ def test_demo_runs_the_whole_flow_and_cleans_up(tmux_socket: str, tmp_path: Path
     assert not list(tmp_path.glob("lo-orch-demo-*"))
     state_home = private.state_home()
     assert not state_home.exists() or not list(state_home.glob("textstats-*"))
+    # nor is any file of its scripted agents (transcripts, the prompts they got) left
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 def test_demo_keep_leaves_the_repository_for_inspection(tmux_socket: str, tmp_path: Path) -> None:

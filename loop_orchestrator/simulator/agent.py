@@ -19,6 +19,9 @@ Every submitted prompt is saved to ``<record-dir>/<task>-<N>.txt`` and notable i
 events are appended to ``<record-dir>/<task>.events``. The default record dir
 (``record_dir_for``) is in the temporary folder, beside the transcripts, one per run: a
 place any agent may write, so the sandbox grants the simulator nothing a real agent lacks.
+Its transcripts (one file a session, never removed: Claude Code keeps its own too) are in
+``$LO_ORCH_SCRIPTED_TRANSCRIPTS`` when that is set (the tests set it inside their own
+temporary tree), else in ``lo-scripted`` in the temporary folder.
 Terminal input is parsed by ``agents/terminal.py``, actions are done by
 ``scripted_actions.py``, the plugin's hooks run by ``scripted_hooks.py``.
 """
@@ -74,6 +77,12 @@ PLACEHOLDER_CHARS = 800
 TRUST_OPTIONS = ("No, exit", "Yes, I trust this folder")
 #: seconds after it first appears that the trust dialog is mounted again (2.1.332, measured)
 TRUST_REMOUNT_AFTER = 0.15
+
+
+def transcript_dir() -> Path:
+    """The folder of the scripted agents' transcripts (see the module's docstring)."""
+    chosen = os.environ.get("LO_ORCH_SCRIPTED_TRANSCRIPTS")
+    return Path(chosen) if chosen else Path(tempfile.gettempdir()) / "lo-scripted"
 
 
 def record_dir_for(run_dir: Path) -> Path:
@@ -196,7 +205,7 @@ class ScriptedAgent:
             self.record_dir: Path | None = Path(args.record_dir)
         else:
             self.record_dir = record_dir_for(self.run_dir) if self.run_dir else None
-        self.transcript = Path(tempfile.gettempdir()) / "lo-scripted" / f"{self.session_id}.jsonl"
+        self.transcript = transcript_dir() / f"{self.session_id}.jsonl"
         self.log_lines: list[str] = []
         self.segments: list[str | _Paste] = []
         self.paste_count = 0

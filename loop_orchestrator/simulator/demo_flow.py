@@ -39,6 +39,7 @@ from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import RunDir, Store
 from loop_orchestrator.sessions.factory import run_backend
+from loop_orchestrator.simulator.agent import record_dir_for
 from loop_orchestrator.simulator.chat_endpoint import ChatEndpoint
 from loop_orchestrator.simulator.endpoint import ModelEndpoint
 from loop_orchestrator.simulator.script import load_script
@@ -160,10 +161,14 @@ def run_demo(
     root = Path(tempfile.mkdtemp(prefix="lo-orch-demo-", dir=workdir))
     files = prepare_demo(root)
     repo = files.repo
+    received = record_dir_for(RunDir(repo).root)  # (named while the folder is there)
 
     own_socket = "LO_ORCH_TMUX_SOCKET" not in os.environ
     socket = os.environ.get("LO_ORCH_TMUX_SOCKET") or f"lo-demo-{os.getpid()}"
     os.environ["LO_ORCH_TMUX_SOCKET"] = socket
+    # the scripted agents' transcripts go with the demo's files (removed with them)
+    own_transcripts = "LO_ORCH_SCRIPTED_TRANSCRIPTS" not in os.environ
+    os.environ.setdefault("LO_ORCH_SCRIPTED_TRANSCRIPTS", str(root / "transcripts"))
     endpoint: ModelEndpoint | None = None
     claude = None
     if claude_command is not None:
@@ -251,6 +256,8 @@ def run_demo(
     finally:
         if endpoint is not None:
             endpoint.close()
+        if own_transcripts:
+            os.environ.pop("LO_ORCH_SCRIPTED_TRANSCRIPTS", None)
         if own_socket:
             os.environ.pop("LO_ORCH_TMUX_SOCKET", None)
             # the server is the demo's own: nothing of it outlives the demo, kept or not
@@ -262,6 +269,9 @@ def run_demo(
                 shutil.rmtree(private.state_home() / private.repo_key(repo))
             with contextlib.suppress(OSError):
                 shutil.rmtree(root)
+            # and the scripted agents' record of the prompts they got
+            with contextlib.suppress(OSError):
+                shutil.rmtree(received)
 
 
 def _end_sessions(repo: Path) -> None:
