@@ -111,6 +111,8 @@ def ray_env() -> Iterator[RayEnv]:
         "GIT_CONFIG_NOSYSTEM": "1",
         "LO_ORCH_LOG_DIR": str(home / "logs"),
         "LO_ORCH_NODE_AUDIT": str(audit),
+        # the nodes' scripted agents' transcripts, removed with the cluster's folder
+        "LO_ORCH_SCRIPTED_TRANSCRIPTS": str(base / "transcripts"),
     }
     # Ray notes the head's address in its default temp folder whatever temp_dir says, and
     # fails when no earlier Ray start made that folder (a fresh machine's first Ray test)
