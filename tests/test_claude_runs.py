@@ -661,3 +661,29 @@ def test_a_coordinator_session_follows_the_orchestrate_skill_through_both_gates(
     assert git(demo_files.repo, "status", "--porcelain").strip() == ""
     tasks = {r["task"] for r in endpoint.logged(kind="reply") if r["task"]}
     assert tasks == {"tokenize", "slug"}  # the sessions the supervisor started
+
+
+def test_claude_codes_temporary_files_stay_in_the_endpoints_folder(
+    demo_files: demo.DemoFiles, tmux_socket: str, tmp_path: Path
+) -> None:
+    """Claude Code keeps a folder per working folder and its sockets in $TMPDIR and never
+    removes them (``/tmp/claude-<uid>/``, ``/tmp/cc-socks/``: 44 folders a test run were
+    left): a session on the endpoint keeps them in the endpoint's folder, gone with it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    folder = demo_files.repo.resolve()
+    trusted = {str(folder): {"hasTrustDialogAccepted": True}}
+    config = {"hasCompletedOnboarding": True, "projects": trusted}
+    (home / ".claude.json").write_text(json.dumps(config), encoding="utf-8")
+    with endpoint_for(ModelEndpoint, demo_files) as endpoint:
+        env = {**endpoint.env(), "HOME": str(home), "IS_SANDBOX": "1"}
+        tmp = Path(env["TMPDIR"])
+        assert tmp.is_dir()
+        claude = [str(agent_cli("claude")), "--permission-mode", "bypassPermissions"]
+        claude += ["--settings", '{"skipDangerousModePermissionPrompt": true}']
+        command = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *claude])
+        session = ["new-session", "-d", "-s", "t", "-x", "120", "-y", "30", "-c", str(folder)]
+        subprocess.run(["tmux", "-L", tmux_socket, *session, command], check=True)
+        wait_for(lambda: (tmp / f"claude-{os.getuid()}").is_dir(), 60, "Claude Code's folder")
+        subprocess.run(["tmux", "-L", tmux_socket, "kill-server"], check=False)
+    assert not tmp.exists()

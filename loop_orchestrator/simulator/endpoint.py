@@ -19,7 +19,9 @@ import http.server
 import json
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -108,6 +110,8 @@ class ModelEndpoint:
         self._closing = threading.Event()
         #: set by ``skip_delays``: replies go out without their scripted ``sleep``
         self._undelayed = threading.Event()
+        #: the sessions' temporary folder (``env``), made when first asked for
+        self._tmp: Path | None = None
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.endpoint = self
         self._thread = threading.Thread(
@@ -130,6 +134,10 @@ class ModelEndpoint:
             "ANTHROPIC_BASE_URL": self.url,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
+            # Claude Code keeps a folder per working folder and session, and its sockets,
+            # in $TMPDIR (``claude-<uid>/``, ``cc-socks/``) and never removes them: this
+            # endpoint's own folder, removed when it closes
+            "TMPDIR": str(self.session_tmp()),
         }
         if self.token is not None:
             env["ANTHROPIC_AUTH_TOKEN"] = self.token
@@ -178,11 +186,22 @@ class ModelEndpoint:
                 self._lock.wait(min(left, 0.5))
             return True
 
+    def session_tmp(self) -> Path:
+        """The temporary folder of the sessions on this endpoint (removed by ``close``)."""
+        with self._lock:
+            if self._tmp is None:
+                self._tmp = Path(tempfile.mkdtemp(prefix="lo-model-"))
+            return self._tmp
+
     def close(self) -> None:
         self._closing.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+        with self._lock:
+            tmp, self._tmp = self._tmp, None
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self
