@@ -193,10 +193,7 @@ class Dashboard(App[None]):
             self.set_timer(DEBOUNCE_SECONDS, self._debounced)
             return
         self._pending = False
-        try:
-            self.reload()
-        except NoMatches:  # the app is closing: the widgets to fill are already gone
-            return
+        self._on_tick(self.reload)
 
     # reading -----------------------------------------------------------------------
     def reload(self) -> None:

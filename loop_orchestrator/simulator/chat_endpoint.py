@@ -306,14 +306,6 @@ def completion_object(
     }, usage
 
 
-def _unpack_dir(home: Path) -> dict[str, str]:
-    """A ``TMPDIR`` inside ``home`` for a Bun-compiled CLI (opencode, Cline): its terminal
-    UI unpacks native libraries into $TMPDIR at every start and never removes them (three
-    files, 40 MB, a start)."""
-    (home / "tmp").mkdir(parents=True, exist_ok=True)
-    return {"TMPDIR": str(home / "tmp")}
-
-
 def _send_json(
     handler: http.server.BaseHTTPRequestHandler,
     status: int,
@@ -418,7 +410,9 @@ class ChatEndpoint(ModelEndpoint):
         return {
             "CLINE_DIR": str(home / ".cline"),
             "XDG_DATA_HOME": str(home / ".local" / "share"),
-            **_unpack_dir(home),
+            # its terminal UI (Bun-compiled) unpacks native libraries into $TMPDIR at every
+            # start and never removes them (three files, 40 MB)
+            "TMPDIR": str(self.session_tmp()),
         }
 
     def vibe_env(self, home: Path) -> dict[str, str]:
@@ -466,7 +460,7 @@ class ChatEndpoint(ModelEndpoint):
         lock = {"packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}
         (config / "package-lock.json").write_text(json.dumps(lock) + "\n", "utf-8")
         env = {f"XDG_{k.upper()}_HOME": str(home / k) for k in ("config", "data", "state", "cache")}
-        env.update(_unpack_dir(home))
+        env["TMPDIR"] = str(self.session_tmp())  # (its native libraries, as Cline's)
         # nothing this provider needs: no fetch of the model list from the network (it
         # fails offline), no other providers' plugins, no skills or CLAUDE.md looked for
         # outside the project, no language servers downloaded (start-up measured at load
