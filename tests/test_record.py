@@ -330,3 +330,27 @@ def test_ledger_lines_from_many_threads_arrive_whole(tmp_path: Path) -> None:
         t.join()
     got = sorted((e["task"], e["i"]) for e in store.read_ledger())
     assert got == sorted((f"t{n}", i) for n in range(6) for i in range(40))
+
+
+def test_what_update_task_holds_is_what_a_replay_of_the_journal_holds(tmp_path: Path) -> None:
+    """``update_task`` folds its change once, before it appends (from the data as the
+    journal holds it); a change another process appended meanwhile is folded under it,
+    not lost; a fresh read of the journal adds up to the same statuses."""
+    rec = make_record(tmp_path)
+    other = Record.open(tmp_path, "demo")
+    rec.update_task("alpha", phase=Phase.LAUNCHING, pane_id="%3", disputes=[{"check": "c"}])
+    other.update_task("alpha", note="a person's retry", rework_count=2)  # rec has not read it
+    rec.update_task("alpha", phase=Phase.PLANNING, session_id="s-1")
+    rec.update_task("beta", relaunches=1)
+    got = rec.tasks()
+    assert got["alpha"].note == "a person's retry" and got["alpha"].rework_count == 2
+    assert got["alpha"].phase == Phase.PLANNING and got["alpha"].pane_id == "%3"
+    assert got["alpha"].disputes == [{"check": "c"}]
+    replayed = Record.open(tmp_path, "demo").tasks()
+    assert {t: s.model_dump() for t, s in got.items()} == {
+        t: s.model_dump() for t, s in replayed.items()
+    }
+    with pytest.raises(ValueError):  # a bad value: refused, nothing appended
+        rec.update_task("alpha", rework_count="many")
+    assert len(lines(rec)) == len(lines(other))
+    assert Record.open(tmp_path, "demo").task("alpha").rework_count == 2

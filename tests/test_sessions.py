@@ -17,7 +17,7 @@ from helpers.wait import wait_for
 from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import DeliveryError, PaneGoneError, TmuxError
-from loop_orchestrator.sessions.backend import LaunchSpec
+from loop_orchestrator.sessions.backend import LaunchSpec, PaneState
 from loop_orchestrator.sessions.delivery import Deliverer, sanitize_prompt
 from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.simulator.agent import ScriptedAdapter
@@ -490,3 +490,41 @@ def test_a_look_is_the_state_and_the_screen_together(tmux_socket: str, tmp_path:
         state, screen = mine.look(gone)
         assert not state.exists and not state.alive and screen == ""
     assert other.look(foreign)[0].alive  # its own run sees it
+
+
+def test_a_slow_start_is_polled_less_often_and_its_ready_screen_seen_soon(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    """``wait_until_ready`` polls 0.1 s after the last, then half as long again each time,
+    at most 0.3 s apart: a start of 2 s costs a dozen tmux calls fewer than at a steady
+    0.1 s, and the ready screen is still seen within 0.3 s of showing."""
+    from loop_orchestrator.agents.dialogs import wait_until_ready
+
+    trigger = tmp_path / "go"
+    code = (
+        "import os, time\n"
+        f"while not os.path.exists({str(trigger)!r}): time.sleep(0.01)\n"
+        "print('READY', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    looks: list[float] = []
+
+    class Counting(TmuxBackend):  # the real backend; each look is counted
+        def look(self, pane_id: str, lines: int = 0) -> tuple[PaneState, str]:
+            looks.append(time.monotonic())
+            return super().look(pane_id, lines)
+
+    counting = Counting("t")
+    pane = counting.launch(LaunchSpec("slow", tmp_path, [sys.executable, "-c", code]))
+    shown = threading.Timer(2.0, trigger.touch)
+    began = time.monotonic()
+    shown.start()
+    wait_until_ready(counting, pane, is_ready=lambda s: "READY" in s, timeout=20)
+    seen = time.monotonic()
+    shown.join()
+    assert trigger.exists()
+    assert seen - began >= 2.0
+    assert seen - began < 2.0 + 0.3 + 0.5  # (the print and one look, on a loaded machine)
+    assert len(looks) <= 11  # a steady 0.1 s: 20 or more
+    gaps = [b - a for a, b in zip(looks, looks[1:], strict=False)]
+    assert max(gaps) < 0.3 + 0.2

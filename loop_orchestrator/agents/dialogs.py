@@ -158,6 +158,18 @@ def _wait_screen_change(backend: SessionBackend, pane_id: str, screen: str, time
     wait_until(lambda: backend.capture(pane_id, 0) != screen, timeout)
 
 
+#: readiness polls: the first 0.1 s after the last, each next one half as long again, at
+#: most 0.3 s apart (an agent's start takes seconds: a tmux call every 0.1 s was most of
+#: the supervisor's calls while a session started; a ready screen is seen 0.3 s late at most)
+READY_POLL_FIRST = 0.1
+READY_POLL_MOST = 0.3
+
+
+def next_poll(interval: float) -> float:
+    """The pause before the readiness poll after one ``interval`` after the last."""
+    return min(interval * 1.5, READY_POLL_MOST)
+
+
 def wait_until_ready(
     backend: SessionBackend,
     pane_id: str,
@@ -177,6 +189,7 @@ def wait_until_ready(
     deadline = time.monotonic() + timeout
     answered: dict[str, int] = {}
     ready_since: tuple[float, str] | None = None
+    pause = READY_POLL_FIRST
     while True:
         state, screen = backend.look(pane_id)  # (one tmux call a poll)
         if not state.exists:
@@ -200,6 +213,7 @@ def wait_until_ready(
             log.info("start-up dialog answered", extra={"pane": pane_id, "dialog": dialog.name})
             answer_dialog(backend, pane_id, dialog)
             _wait_screen_change(backend, pane_id, screen, 2.0)
+            pause = READY_POLL_FIRST  # (what follows a dialog comes soon)
             continue
         now = time.monotonic()
         if is_ready(screen):
@@ -218,7 +232,10 @@ def wait_until_ready(
                 tidy_screen(screen),
                 hint="Attach to the session to see what it is waiting for.",
             )
-        time.sleep(0.1)
+        if ready_since is not None:  # (a steady screen is timed at the first pace)
+            pause = READY_POLL_FIRST
+        time.sleep(min(pause, max(deadline - now, 0.0)))
+        pause = next_poll(pause)
 
 
 def wait_screen_idle(

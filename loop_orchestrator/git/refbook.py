@@ -26,10 +26,8 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from filelock import FileLock
-
 from loop_orchestrator.errors import StateError
-from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.files import atomic_write_text, locked
 from loop_orchestrator.runstate import private
 
 REFS_FILE = "refs.json"
@@ -57,7 +55,7 @@ class FileRefBook:
         """``instance``: the run instance this book is for (None: whatever the file holds)."""
         self.path = path
         self.instance = instance
-        self._lock = FileLock(str(path) + ".lock")
+        self._lock_path = path.with_name(path.name + ".lock")
         self._thread_lock = threading.Lock()
 
     @classmethod
@@ -111,14 +109,14 @@ class FileRefBook:
         if name == INSTANCE_KEY:
             msg = f"{name!r} is the book's own key"
             raise ValueError(msg)
-        with self._thread_lock, self._lock:
+        with self._thread_lock, locked(self._lock_path):
             data, stamp = self._read()
             if data.get(name) != sha:
                 data[name] = sha
                 self._write(data, stamp)
 
     def drop(self, name: str) -> None:
-        with self._thread_lock, self._lock:
+        with self._thread_lock, locked(self._lock_path):
             data, stamp = self._read()
             if data.pop(name, None) is not None:
                 self._write(data, stamp)

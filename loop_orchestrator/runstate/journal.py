@@ -41,10 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from loop_orchestrator.errors import StateError
-from loop_orchestrator.files import append_line, atomic_write_text, fsync_path
+from loop_orchestrator.files import append_line, atomic_write_text, fsync_path, locked
 from loop_orchestrator.runstate import comments as review_comments
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import (
@@ -115,7 +113,7 @@ class Record:
         self.dirs = RunDir(self.repo)
         self.folder = private.run_dir(self.repo, run)
         self.path = self.folder / JOURNAL_FILE
-        self._lock = FileLock(str(self.folder / LOCK_FILE), timeout=30)
+        self._lock_path = self.folder / LOCK_FILE
         #: the supervisor's threads share one Record: one reader/writer at a time
         self._mutex = threading.RLock()
         self.state = Folded()
@@ -244,7 +242,15 @@ class Record:
     def append(self, kind: str, **data: Any) -> None:
         """Append one entry (after reading anything others appended first); durable when
         this returns, or, inside a ``step``, when the step ends."""
-        with self.step(), self._lock:
+        self._append(kind, data)
+
+    def _append(
+        self, kind: str, data: dict[str, Any], folded: tuple[int, TaskStatus] | None = None
+    ) -> None:
+        """``append``; ``folded``: (the journal's length it was computed at, the task's
+        status with this ``task`` entry folded in), used instead of folding again when
+        nobody appended since (else the entry is folded onto what they wrote)."""
+        with self.step(), locked(self._lock_path):
             self._refresh()
             entry = {"seq": self._seq + 1, "ts": now_iso(), "kind": kind, "data": data}
             mac = _mac(self._key, self._last_mac, entry)
@@ -253,7 +259,11 @@ class Record:
             self._seq += 1
             self._last_mac = mac
             self._offset += len(line)
-            self._fold(kind, json.loads(json.dumps(data, default=str)))
+            if folded is not None and folded[0] == self._seq - 1:
+                self.state.tasks[str(data["task"])] = folded[1]
+                self._folded_task(str(data["task"]))
+            else:
+                self._fold(kind, json.loads(json.dumps(data, default=str)))
 
     @contextlib.contextmanager
     def step(self, *, durable: bool = True) -> Iterator[None]:
@@ -289,11 +299,14 @@ class Record:
         """Add one entry to the state, and note which tasks it changed."""
         _fold(self.state, kind, data)
         if kind == "task":
-            self._copies.pop(str(data["task"]), None)
-            self._changed.add(str(data["task"]))
+            self._folded_task(str(data["task"]))
         elif kind == "approved":
             self._copies.clear()
             self._changed.update(self.state.tasks)
+
+    def _folded_task(self, task: str) -> None:
+        self._copies.pop(task, None)
+        self._changed.add(task)
 
     # tasks ----------------------------------------------------------------------------
     @property
@@ -303,9 +316,13 @@ class Record:
 
     def task(self, task: str) -> TaskStatus:
         """A copy of the task's recorded status."""
+        with self._mutex:
+            return self._status(task).model_copy(deep=True)
+
+    def _status(self, task: str) -> TaskStatus:
+        """The task's recorded status itself (not a copy: read it, never change it)."""
         try:
-            with self._mutex:
-                return self.state.tasks[task].model_copy(deep=True)
+            return self.state.tasks[task]
         except KeyError:
             msg = f"no task {task!r} in run {self.run_name!r}"
             raise StateError(msg, hint="Check the task id with `lo-orch status`.") from None
@@ -339,11 +356,15 @@ class Record:
         """
         data = _changes(TaskStatus, "status", changes)
         with self.step(durable=durable):
-            current = self.task(task)
+            self._refresh()
+            current = self._status(task)
             if "phase" in data and data["phase"] != current.phase.value:
                 data["phase_since"] = data["updated_at"]
-            TaskStatus.model_validate({**current.model_dump(), **data})  # refuse bad values
-            self.append("task", task=task, set=data)
+            # folded as a replay folds it (the data as the journal holds it): a bad value
+            # is refused here, before anything is written
+            wire = json.loads(json.dumps(data, default=str))
+            folded = TaskStatus.model_validate({**current.model_dump(), **wire})
+            self._append("task", {"task": task, "set": data}, (self._seq, folded))
             new = self.task(task)
             self.publish_task(new)
         return new

@@ -34,6 +34,7 @@ from loop_orchestrator.files import (
     append_line,
     atomic_write_text,
     fsync_path,
+    locked,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -415,7 +416,7 @@ class Store:
     def _ledger(self, event: str, fields: dict[str, Any], *, durable: bool) -> dict[str, Any]:
         record: dict[str, Any] = {"ts": now_iso(), "event": event, **fields}
         line = json.dumps(record, sort_keys=False, default=str) + "\n"
-        with _ledger_lock(self.dirs.ledger), self.locked("ledger"):  # (makes the folder)
+        with _ledger_lock(self.dirs.ledger), locked(self.dirs.locks_dir / "ledger.lock"):
             append_line(self.dirs.ledger, line.encode("utf-8"))
         if durable:  # after the lock: an unsynced line (a session waits on it) never
             fsync_path(self.dirs.ledger)  # waits behind a disk; this fsync covers it too
