@@ -278,7 +278,11 @@ def test_a_prompt_arrival_and_a_signal_left_meanwhile_are_read_before_anything_i
         def swallowed() -> bool:
             assert first.poll() is None, "the first supervisor ended"
             runs = ray_env.base.glob(f"n*/*/{run}-*/slug-g*/repo/.orchestration")
-            found = [p for r in runs if (p := record_dir_for(r) / "slug.events").exists()]
+            with pytest.MonkeyPatch.context() as node:  # (where the nodes' agents record)
+                node.setenv(
+                    "LO_ORCH_SCRIPTED_TRANSCRIPTS", ray_env.env["LO_ORCH_SCRIPTED_TRANSCRIPTS"]
+                )
+                found = [p for r in runs if (p := record_dir_for(r) / "slug.events").exists()]
             return any("swallowed-enter" in p.read_text(encoding="utf-8") for p in found)
 
         wait_for(swallowed, 150, "slug's first Enter swallowed", interval=0.1)

@@ -216,6 +216,9 @@ def test_real_claude_code_accepts_the_flags_and_reports_not_logged_in(
     (no "unknown option") and its not-logged-in answer becomes the clear error."""
     binary = agent_cli("claude")
     home = Path.home()  # conftest's throwaway HOME
+    # Claude Code leaves a folder in $TMPDIR/claude-<uid> at every start: here, not in /tmp
+    (home / "tmp").mkdir(exist_ok=True)
+    monkeypatch.setenv("TMPDIR", str(home / "tmp"))
     (home / ".claude.json").write_text(
         json.dumps({"hasCompletedOnboarding": True}), encoding="utf-8"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -526,5 +527,5 @@ def test_a_slow_start_is_polled_less_often_and_its_ready_screen_seen_soon(
     assert seen - began >= 2.0
     assert seen - began < 2.0 + 0.3 + 0.5  # (the print and one look, on a loaded machine)
     assert len(looks) <= 11  # a steady 0.1 s: 20 or more
-    gaps = [b - a for a, b in zip(looks, looks[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(looks)]
     assert max(gaps) < 0.3 + 0.2

@@ -35,9 +35,15 @@ def test_supervisor_launches_real_claude_and_reports_not_logged_in(
         "        check: python -m pytest -q tests/test_greet.py\n",
         encoding="utf-8",
     )
+    # Claude Code keeps a folder per working folder in $TMPDIR/claude-<uid>: here, not in /tmp
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     settings = Settings(
         agent=AgentConfig(
-            kind="claude", command=str(binary), env={"IS_SANDBOX": "1"}, ready_timeout=60
+            kind="claude",
+            command=str(binary),
+            env={"IS_SANDBOX": "1", "TMPDIR": str(tmp)},
+            ready_timeout=60,
         ),
         auditor=AuditorConfig(llm="off"),
         run=RunConfig(concurrency=1, stall_minutes=2),

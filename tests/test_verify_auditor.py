@@ -201,8 +201,13 @@ def test_agent_argv_uses_claude_for_other_agent_kinds() -> None:
 
 
 @pytest.mark.claude
-def test_real_claude_not_logged_in_is_a_clear_error(tmp_path: Path) -> None:
+def test_real_claude_not_logged_in_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     binary = agent_cli("claude")
+    # Claude Code leaves a folder in $TMPDIR/claude-<uid> at every start: here, not in /tmp
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     home = Path.home()
     (home / ".claude.json").write_text('{"hasCompletedOnboarding": true}', encoding="utf-8")
     s = settings("agent", timeout=120)

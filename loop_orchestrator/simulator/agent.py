@@ -17,11 +17,11 @@ lo-orch's "run `... signal X` again" (a restarted supervisor that could not conf
 report) is answered with that signal, as a model does (``replies.py``).
 Every submitted prompt is saved to ``<record-dir>/<task>-<N>.txt`` and notable input
 events are appended to ``<record-dir>/<task>.events``. The default record dir
-(``record_dir_for``) is in the temporary folder, beside the transcripts, one per run: a
-place any agent may write, so the sandbox grants the simulator nothing a real agent lacks.
-Its transcripts (one file a session, never removed: Claude Code keeps its own too) are in
-``$LO_ORCH_SCRIPTED_TRANSCRIPTS`` when that is set (the tests set it inside their own
-temporary tree), else in ``lo-scripted`` in the temporary folder.
+(``record_dir_for``) is ``received/<run>`` beside the transcripts. Its transcripts (one
+file a session, never removed: Claude Code keeps its own too) are in
+``$LO_ORCH_SCRIPTED_TRANSCRIPTS`` when that is set (the tests, the benchmarks and the demo
+set it inside their own temporary trees), else in ``lo-scripted`` in the temporary folder:
+places any agent may write, so the sandbox grants the simulator nothing a real agent lacks.
 Terminal input is parsed by ``agents/terminal.py``, actions are done by
 ``scripted_actions.py``, the plugin's hooks run by ``scripted_hooks.py``.
 """
@@ -87,10 +87,10 @@ def transcript_dir() -> Path:
 
 def record_dir_for(run_dir: Path) -> Path:
     """Where a scripted agent of the run in ``run_dir`` records what it got (unless
-    ``--record-dir`` says): in the temporary folder beside its transcripts, one folder per
+    ``--record-dir`` says): beside its transcripts (``transcript_dir``), one folder per
     run, never under ``.orchestration/`` (which the sandbox keeps read-only)."""
     digest = hashlib.sha256(str(run_dir.resolve()).encode("utf-8")).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "lo-scripted" / "received" / digest
+    return transcript_dir() / "received" / digest
 
 
 # adapter -------------------------------------------------------------------------------

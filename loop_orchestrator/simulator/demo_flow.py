@@ -161,7 +161,6 @@ def run_demo(
     root = Path(tempfile.mkdtemp(prefix="lo-orch-demo-", dir=workdir))
     files = prepare_demo(root)
     repo = files.repo
-    received = record_dir_for(RunDir(repo).root)  # (named while the folder is there)
 
     own_socket = "LO_ORCH_TMUX_SOCKET" not in os.environ
     socket = os.environ.get("LO_ORCH_TMUX_SOCKET") or f"lo-demo-{os.getpid()}"
@@ -169,6 +168,9 @@ def run_demo(
     # the scripted agents' transcripts go with the demo's files (removed with them)
     own_transcripts = "LO_ORCH_SCRIPTED_TRANSCRIPTS" not in os.environ
     os.environ.setdefault("LO_ORCH_SCRIPTED_TRANSCRIPTS", str(root / "transcripts"))
+    # their record of the prompts they got is beside the transcripts (named now, while the
+    # repository is there to resolve)
+    received = record_dir_for(RunDir(repo).root)
     endpoint: ModelEndpoint | None = None
     claude = None
     if claude_command is not None:

@@ -2,8 +2,9 @@
 driven over the DevTools protocol, with aiohttp's websocket client: open a page, read it,
 take a screenshot, and hear every request it made.
 
-Chromium starts with a fresh profile in the test's own folder, no sandbox (the tests may run
-as root), no GPU, and none of its background connections (this machine has no network)."""
+Chromium starts with a fresh profile in the test's own folder (its temporary folder is
+removed when it ends), no sandbox (the tests may run as root), no GPU, and none of its
+background connections (this machine has no network)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -111,6 +114,9 @@ async def browser(profile: Path, width: int = 1400, height: int = 900) -> AsyncI
     """A headless Chromium with a fresh profile in ``profile``; its first page, with the
     network and page domains on. Chromium is stopped (by its pid) when the block ends."""
     profile.mkdir(parents=True)
+    # it makes a folder in $TMPDIR for its singleton socket at every start and leaves it:
+    # in one of ours, removed below (short: a socket's path has at most 107 bytes)
+    tmp = Path(tempfile.mkdtemp(prefix="lo-chromium-", dir="/tmp"))
     proc = subprocess.Popen(
         [
             chromium(),
@@ -121,6 +127,7 @@ async def browser(profile: Path, width: int = 1400, height: int = 900) -> AsyncI
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     try:
         port_file = profile / "DevToolsActivePort"
@@ -143,3 +150,4 @@ async def browser(profile: Path, width: int = 1400, height: int = 900) -> AsyncI
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
