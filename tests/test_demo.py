@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import INTERRUPTIBLE
 from helpers.wait import wait_for
 
 from loop_orchestrator.runstate import private
@@ -80,7 +81,7 @@ def test_a_demo_interrupted_while_its_sessions_work_leaves_none_of_them_running(
     if server == "its own":
         del env["LO_ORCH_TMUX_SOCKET"]
     demo = subprocess.Popen(
-        [sys.executable, "-m", "loop_orchestrator", "demo"],
+        [*INTERRUPTIBLE, "demo"],  # (as from a terminal, wherever the suite runs)
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

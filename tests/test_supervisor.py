@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from helpers.cli import INTERRUPTIBLE
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, only
 from helpers.wait import wait_for
@@ -237,11 +238,9 @@ def test_second_supervisor_is_refused_naming_the_holder(
     edit_script(demo_files, lambda d: d["tokenize"].update(plan=["hang"]))
     _write_config(demo_files)
     approve(demo_files, demo.demo_settings(demo_files.script))
-    # a person's Ctrl-C reaches a supervisor started from their terminal; this one is
-    # started by the test process, which inherits SIGINT ignored when the suite runs in the
-    # background (`.ci/run &`): it takes the default back, as a foreground start has it
+    # a person's Ctrl-C reaches a supervisor started from their terminal: so does this one
     first = subprocess.Popen(
-        [sys.executable, "-c", INTERRUPTIBLE, "run", "--repo", str(repo)],
+        [*INTERRUPTIBLE, "run", "--repo", str(repo)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -261,13 +260,6 @@ def test_second_supervisor_is_refused_naming_the_holder(
     assert ledger(repo, "supervisor_interrupted")
     # Ctrl-C stops the supervisor, not the sessions
     assert tmux_has_session(tmux_socket, "lo-demo")
-
-
-#: `python -c` that runs `lo-orch ARGS` with SIGINT's default handler (see its use)
-INTERRUPTIBLE = (
-    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "runpy.run_module('loop_orchestrator', run_name='__main__', alter_sys=True)"
-)
 
 
 def test_review_then_fix_and_blocked_after_three_rounds(

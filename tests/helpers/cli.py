@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,16 @@ import yaml
 from click.testing import CliRunner
 
 from loop_orchestrator.cli.main import run_cli
+
+#: ``lo-orch ARGS`` as a new process that a Ctrl-C (SIGINT) interrupts, as one started from
+#: a person's terminal is: a process started by the test suite inherits SIGINT ignored when
+#: the suite runs in the background (`.ci/run &`), and Python then installs no handler
+INTERRUPTIBLE = [
+    sys.executable,
+    "-c",
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('loop_orchestrator', run_name='__main__', alter_sys=True)",
+]
 
 
 class Outcome:
