@@ -81,7 +81,12 @@ def claude() -> Path:
 
 
 def agent(**changes: object) -> AgentConfig:
-    base: dict[str, object] = {"command": str(claude()), "env": {"IS_SANDBOX": "1"}}
+    # Claude Code keeps a folder per working folder in $TMPDIR/claude-<uid>: in the test's
+    # throwaway HOME, not in /tmp
+    tmp = Path(os.environ["HOME"]) / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {"IS_SANDBOX": "1", "TMPDIR": str(tmp)}
+    base: dict[str, object] = {"command": str(claude()), "env": env}
     base.update(changes)
     return AgentConfig.model_validate(base)
 
