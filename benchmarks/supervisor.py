@@ -42,14 +42,16 @@ It prints the floor too: a bare ``python -I -c pass`` start here, wall and CPU; 
 supervisor's CPU while ``cap`` sessions work and report nothing (each hangs while it plans),
 over ``IDLE_WINDOW`` seconds, per session (``--no-idle`` skips it).
 With ``--profile DIR`` (py-spy on PATH) each supervisor is sampled by ``py-spy record``
-(every thread, 100 Hz, collapsed stacks in DIR): what was hot.
+(every thread, 100 Hz, collapsed stacks in DIR): what was hot. With ``--tally`` each
+supervisor counts its own CPU by function (``cputally``: CPU time, not samples; the calls a
+function makes included) and its git and tmux calls by subcommand, printed per task.
 
 Each run gets a private tmux socket (killed at the end), a throwaway HOME, XDG_STATE_HOME
 and XDG_CONFIG_HOME. AFTER runs agents inside its bubblewrap sandbox where bwrap works
 (as shipped); BEFORE has no sandbox.
 
     .venv/bin/python benchmarks/supervisor.py [--sizes 16,64] [--concurrency 16]
-        [--baseline REV | --no-baseline] [--no-idle] [--profile DIR]
+        [--baseline REV | --no-baseline] [--no-idle] [--profile DIR] [--tally]
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ BASELINE = "04441ab"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, cputally  # noqa: E402
 from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss  # noqa: E402
 
 REACT_PHASES = ("plan_ready", "impl_done")
@@ -208,7 +210,11 @@ def _supervise(
 
 
 def measure(
-    n: int, concurrency: int, version: common.Version, profile: Path | None = None
+    n: int,
+    concurrency: int,
+    version: common.Version,
+    profile: Path | None = None,
+    tally: bool = False,
 ) -> dict[str, object]:
     with tempfile.TemporaryDirectory(
         prefix=f"lo-bench-{version.label.lower()}-{n}-", ignore_cleanup_errors=True
@@ -229,7 +235,12 @@ def measure(
                     capture_output=True,
                     timeout=300,
                 )
-            wall, cpu, peak, problem = _supervise(lo, repo, env, root, profile)
+            boot = lo
+            if tally:  # the supervisor counts its own CPU by function (``cputally``)
+                where = str(Path(__file__).resolve().parent)
+                boot = [sys.executable, "-c", cputally.BOOT.format(where=where)]
+                env = {**env, "LO_BENCH_TALLY": str(root / "tally.json")}
+            wall, cpu, peak, problem = _supervise(boot, repo, env, root, profile)
         finally:
             subprocess.run(
                 ["tmux", "-L", socket, "kill-server"], capture_output=True, check=False, timeout=30
@@ -246,7 +257,10 @@ def measure(
         hooks = [line.split() for line in (root / "timing" / "hooks.log").read_text().splitlines()]
         # AFTER keeps a private journal of every phase change (BEFORE has none)
         journal = common.journals(root / "home")
+        counted = root / "tally.json"
+        by_function = json.loads(counted.read_text()) if tally and counted.exists() else None
     return analyse(n, ledger, starts, hooks, journal) | {
+        "tally": by_function,
         "wall": wall,
         "cpu": cpu,
         "peak_mib": peak / 1024,
@@ -532,6 +546,11 @@ def main() -> None:
     parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
     parser.add_argument("--no-idle", action="store_true", help="skip the idle measurement")
     parser.add_argument(
+        "--tally",
+        action="store_true",
+        help="also print the supervisor's CPU by function (benchmarks/cputally.py)",
+    )
+    parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="py-spy record each supervisor into DIR"
     )
     args = parser.parse_args()
@@ -550,8 +569,17 @@ def main() -> None:
         for n in sizes:
             for version in versions:
                 print(f"measuring {version.label} with {n} tasks...", file=sys.stderr, flush=True)
-                results[(version.label, n)] = measure(n, args.concurrency, version, args.profile)
+                results[(version.label, n)] = measure(
+                    n, args.concurrency, version, args.profile, args.tally
+                )
     print(render(sizes, results, [v.label for v in versions], args.concurrency, idle))
+    for (label, n), r in results.items() if args.tally else []:
+        counted = r["tally"]
+        print(f"\n{label}, {n} tasks: the supervisor's CPU by function")
+        if isinstance(counted, dict):
+            print("\n".join(cputally.rows(counted, n)))
+        else:
+            print("  (no counts: the supervisor did not end by itself)")
 
 
 if __name__ == "__main__":

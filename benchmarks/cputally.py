@@ -1,0 +1,179 @@
+"""Where the supervisor's own CPU goes: each chosen function's CPU time (its thread's,
+``time.thread_time``, the calls it makes included) and calls, counted inside the supervisor.
+
+``benchmarks/supervisor.py --tally`` starts the supervisor through ``BOOT``: ``install``
+puts an import hook in place before any lo-orch module loads; as each module of ``TARGETS``
+loads, its functions are wrapped. At exit the counts go to ``$LO_BENCH_TALLY`` as JSON
+(``{"cpu": process CPU s, "tally": {name: [CPU s, calls]}}``); ``rows`` makes the table.
+A function a version does not have is left out (a baseline may predate it). The git and
+tmux gateways are counted per subcommand too (calls only: their CPU is in the gateway's row).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+#: module -> the functions (``Class.method`` or ``function``) counted in it
+TARGETS: dict[str, tuple[str, ...]] = {
+    "loop_orchestrator.supervisor.main": ("Supervisor.start", "Supervisor._dispatch"),
+    "loop_orchestrator.supervisor.sessions": (
+        "Sessions.start_task",
+        "Sessions.deliver",
+        "Sessions.context",
+        "Sessions.render_brief",
+    ),
+    "loop_orchestrator.supervisor.verification": ("Verification.verify",),
+    "loop_orchestrator.supervisor.integration": ("Integration.integrate",),
+    "loop_orchestrator.supervisor.reports": ("Reports.handle", "Reports._hook", "Reports._signal"),
+    "loop_orchestrator.supervisor.journal": ("Journal.set", "Journal.move", "Journal.event"),
+    "loop_orchestrator.supervisor.refguard": ("RefGuard.check",),
+    "loop_orchestrator.sessions.listener": ("Server._wire",),
+    "loop_orchestrator.sessions.tmux": ("TmuxBackend._tmux", "TmuxBackend.look"),
+    "loop_orchestrator.sessions.delivery": ("Deliverer.deliver",),
+    "loop_orchestrator.sessions.sandbox": ("confine",),
+    "loop_orchestrator.agents.dialogs": ("wait_until_ready",),
+    "loop_orchestrator.runstate.journal": (
+        "Record.update_task",
+        "Record.append",
+        "Record._publish",
+        "Record.task",
+        "Record.sync",
+    ),
+    "loop_orchestrator.runstate.state": ("Store._ledger",),
+    "loop_orchestrator.files": ("atomic_write_text", "fsync_path"),
+    "loop_orchestrator.git.gateway": ("git",),
+    "loop_orchestrator.git.refbook": ("FileRefBook.set", "FileRefBook.items"),
+    "loop_orchestrator.proc": ("run",),
+    "loop_orchestrator.workspace.worktrees": ("Worktrees.commit_task", "Worktrees.ensure_worktree"),
+    "loop_orchestrator.workspace.staging": ("Staging.merge_into_staging",),
+    "loop_orchestrator.workspace.branches": ("Branches.watched_refs", "Branches.move"),
+    "loop_orchestrator.verify.verdict": ("verify_task", "deterministic_findings"),
+    "loop_orchestrator.verify.pyenv": ("take_baseline",),
+}
+#: gateways whose calls are also counted by their first word (git's, tmux's subcommand)
+BY_SUBCOMMAND = {"git": 1, "TmuxBackend._tmux": 1}  # (index of the first command word)
+
+#: what the supervisor is started with: this module's hook, then ``lo-orch`` as ``-m``
+BOOT = (
+    "import runpy, sys; sys.path.insert(0, {where!r}); import cputally; cputally.install(); "
+    "runpy.run_module('loop_orchestrator', run_name='__main__', alter_sys=True)"
+)
+
+
+class Tally:
+    """CPU seconds and calls per name, from any thread; a call inside a call of the same
+    name (recursion) is counted once, in the outer one."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+        self._inside = threading.local()
+
+    def add(self, name: str, cpu: float, calls: int = 1) -> None:
+        with self._lock:
+            row = self.counts.setdefault(name, [0.0, 0])
+            row[0] += cpu
+            row[1] += calls
+
+    def wrap(self, name: str, fn: Callable[..., Any], sub_at: int | None = None) -> Any:
+        @functools.wraps(fn)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if sub_at is not None:
+                words = [
+                    a for a in args[sub_at:] if isinstance(a, str) and a[:1] != "-" and "=" not in a
+                ]
+                self.add(f"{name} {words[0] if words else '?'}", 0.0)
+            inside: set[str] = self._inside.__dict__.setdefault("names", set())
+            if name in inside:
+                return fn(*args, **kwargs)
+            inside.add(name)
+            began = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inside.discard(name)
+                self.add(name, time.thread_time() - began)
+
+        return counted
+
+    def instrument(self, module: ModuleType, names: Sequence[str]) -> None:
+        short = module.__name__.rsplit(".", 1)[-1]
+        for qualname in names:
+            owner: Any = module
+            *path, attr = qualname.split(".")
+            try:
+                for part in path:
+                    owner = getattr(owner, part)
+                fn = getattr(owner, attr)
+            except AttributeError:
+                continue  # (a version without it)
+            wrapped = self.wrap(f"{short}:{qualname}", fn, BY_SUBCOMMAND.get(qualname))
+            setattr(owner, attr, wrapped)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Wraps a target module's functions right after the module runs."""
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in TARGETS:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+        tally = self.tally
+
+        def exec_module(module: ModuleType) -> None:
+            run(module)
+            tally.instrument(module, TARGETS[fullname])
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> Tally:
+    """Count from now on; the counts are written to ``$LO_BENCH_TALLY`` at exit."""
+    import sys
+
+    tally = Tally()
+    sys.meta_path.insert(0, _Finder(tally))
+    out = os.environ.get("LO_BENCH_TALLY")
+
+    def dump() -> None:
+        if out:
+            times = os.times()
+            doc = {"cpu": times.user + times.system, "tally": tally.counts}
+            Path(out).write_text(json.dumps(doc), encoding="utf-8")
+
+    atexit.register(dump)
+    return tally
+
+
+def rows(doc: dict[str, Any], tasks: int, top: int = 30) -> list[str]:
+    """The table: per name, ms of CPU a task, calls a task, µs a call; the most CPU first,
+    then the gateways' calls by subcommand, the most first."""
+    timed = [(n, c, k) for n, (c, k) in doc["tally"].items() if " " not in n]
+    counted = [(n, k) for n, (_c, k) in doc["tally"].items() if " " in n]
+    timed.sort(key=lambda r: (-r[1], r[0]))
+    counted.sort(key=lambda r: (-r[1], r[0]))
+    out = [f"{'ms/task':>8} {'calls/task':>10} {'us/call':>8}  function (CPU incl. callees)"]
+    for name, cpu, calls in timed[:top]:
+        per_call = 1e6 * cpu / calls if calls else 0.0
+        out.append(f"{1000 * cpu / tasks:8.1f} {calls / tasks:10.1f} {per_call:8.0f}  {name}")
+    out.append(f"{'':8} {'calls/task':>10} {'':8}  command")
+    out.extend(f"{'':8} {calls / tasks:10.1f} {'':8}  {name}" for name, calls in counted[:top])
+    return out

@@ -1,0 +1,114 @@
+"""The supervisor benchmark's CPU tally (``benchmarks/cputally.py``): what it counts, and that
+a real lo-orch process started through its boot line counts what it ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+from benchmarks import cputally
+
+
+def busy(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_cpu_is_the_threads_own_and_a_recursive_call_counts_once() -> None:
+    tally = cputally.Tally()
+
+    def work(depth: int) -> None:
+        busy(0.02)
+        if depth:
+            counted(depth - 1)
+
+    counted = tally.wrap("m:work", work)
+    sleeper = tally.wrap("m:sleep", lambda: time.sleep(0.15))
+    thread = threading.Thread(target=busy, args=(0.3,))  # another thread's CPU: not counted
+    thread.start()
+    counted(2)
+    sleeper()
+    thread.join()
+    cpu, calls = tally.counts["m:work"]
+    assert calls == 1  # the outer call; the two inside it are in its time
+    assert 0.055 < cpu < 0.2
+    assert tally.counts["m:sleep"][1] == 1 and tally.counts["m:sleep"][0] < 0.02
+
+
+def test_a_gateway_is_counted_by_its_subcommand_too() -> None:
+    tally = cputally.Tally()
+    git = tally.wrap("gateway:git", lambda cwd, *args: None, sub_at=1)
+    git(Path("/r"), "-c", "core.quotepath=false", "diff", "--name-only")
+    git(Path("/r"), "for-each-ref", "refs/heads/")
+    git(Path("/r"), "for-each-ref")
+    assert tally.counts["gateway:git"][1] == 3
+    assert tally.counts["gateway:git diff"] == [0.0, 1]
+    assert tally.counts["gateway:git for-each-ref"] == [0.0, 2]
+
+
+def test_a_function_a_version_lacks_is_left_out() -> None:
+    module = types.ModuleType("loop_orchestrator.fake")
+
+    class Box:
+        def size(self) -> int:
+            return 3
+
+    module.Box = Box  # type: ignore[attr-defined]
+    tally = cputally.Tally()
+    tally.instrument(module, ["Box.size", "Box.gone", "Nothing.at_all"])
+    assert Box().size() == 3
+    assert list(tally.counts) == ["fake:Box.size"]
+
+
+def test_rows_put_the_most_cpu_first_per_task() -> None:
+    doc: dict[str, Any] = {
+        "cpu": 3.0,
+        "tally": {
+            "proc:run": [0.4, 200],
+            "journal:Record.update_task": [0.8, 40],
+            "gateway:git": [0.2, 100],
+            "gateway:git rev-parse": [0.0, 60],
+            "gateway:git diff": [0.0, 40],
+        },
+    }
+    lines = cputally.rows(doc, tasks=4)
+    assert "200.0" in lines[1] and "10.0" in lines[1] and "20000" in lines[1]
+    assert lines[1].endswith("journal:Record.update_task")
+    assert lines[2].endswith("proc:run") and lines[3].endswith("gateway:git")
+    assert lines[5].split() == ["15.0", "gateway:git", "rev-parse"]
+    assert lines[6].split() == ["10.0", "gateway:git", "diff"]
+
+
+def test_a_real_lo_orch_started_through_the_boot_line_counts_what_it_ran(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "goal: g\nname: demo\ntasks:\n  - id: alpha\n    title: A\n    objective: o\n"
+        "    owns: [a.py]\n    done:\n      - criterion: c\n        check: pytest -q\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "tally.json"
+    where = str(Path(cputally.__file__).parent)
+    done = subprocess.run(
+        [sys.executable, "-c", cputally.BOOT.format(where=where), "plan", str(plan)],
+        cwd=git_repo,
+        env={**os.environ, "LO_BENCH_TALLY": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["cpu"] > 0
+    assert doc["tally"]["state:Store._ledger"][1] >= 1  # plan_created
+    assert doc["tally"]["files:atomic_write_text"][1] >= 2  # plan.json, run.json, ...
