@@ -71,6 +71,11 @@ class GitError(LoOrchError):
     """A git operation failed or was refused for safety."""
 
 
+class RefMovedError(GitError):
+    """A branch was not where lo-orch expected it when lo-orch moved it (its compare and
+    swap failed): something else moved it, and nothing changed."""
+
+
 class MergeConflictError(GitError):
     """A merge would conflict; ``paths`` are the conflicting files."""
 

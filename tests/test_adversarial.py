@@ -232,7 +232,11 @@ subprocess.run(["git", "update-ref", "refs/heads/lo/demo/staging", sha], check=F
     repaired = [e for e in events if e["event"] == "refs_repaired"]
     assert len(repaired) == 2 and all(e["ref"] == "refs/heads/lo/demo/staging" for e in repaired)
     assert all(e["tasks"] == ["slug"] for e in repaired)
-    slug = {s.task: s for s in Store(RunDir(demo_files.repo)).list_statuses()}["slug"]
+    statuses = {s.task: s for s in Store(RunDir(demo_files.repo)).list_statuses()}
+    # tokenize did nothing wrong: a move of staging under its merge is put back and the
+    # merge made again (it was blocked when its compare-and-swap of staging failed)
+    assert statuses["tokenize"].phase is Phase.INTEGRATED, statuses["tokenize"].error
+    slug = statuses["slug"]
     assert slug.phase is Phase.BLOCKED and slug.rework_count == 1
     assert "lo/demo/staging was moved outside lo-orch" in (slug.error or "")
     kept = git(demo_files.repo, "for-each-ref", "--format=%(refname)", "refs/lo-orch/quarantine/")

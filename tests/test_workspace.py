@@ -14,6 +14,8 @@ from loop_orchestrator.errors import (
     GateError,
     GitError,
     MergeConflictError,
+    RefMovedError,
+    RefTamperedError,
     SecretFileError,
     StaleReviewError,
 )
@@ -473,9 +475,25 @@ def test_staging_update_is_compare_and_swap(git_repo: Path) -> None:
     old = git(git_repo, "rev-parse", "lo/r1/staging").strip()
     commit = work(ws, "a", {"a.txt": "a\n"})
     moved = ws.merge_into_staging("a", commit, "A")
-    with pytest.raises(GitError, match="moved while lo-orch was updating it"):
+    with pytest.raises(RefMovedError, match="moved while lo-orch was updating it"):
         update_ref(git_repo, "lo/r1/staging", commit, old, "stale writer")
     assert git(git_repo, "rev-parse", "lo/r1/staging").strip() == moved
+
+
+def test_a_merge_onto_staging_moved_by_someone_else_changes_nothing_and_says_so(
+    git_repo: Path,
+) -> None:
+    """An agent's `git update-ref` of staging since the book recorded it: the next task's
+    merge is refused (``RefTamperedError`` from the refs check; a move between that check
+    and the swap is ``RefMovedError``, above): the supervisor puts staging back and makes
+    the merge again. Staging stays where the agent put it until then."""
+    ws = started(git_repo)
+    ws.merge_into_staging("a", work(ws, "a", {"a.txt": "a\n"}), "A")
+    rogue = work(ws, "b", {"b.txt": "b\n"})
+    git(git_repo, "update-ref", "refs/heads/lo/r1/staging", rogue)
+    with pytest.raises(RefTamperedError, match="lo/r1/staging was changed outside lo-orch"):
+        ws.merge_into_staging("c", work(ws, "c", {"c.txt": "c\n"}), "C")
+    assert git(git_repo, "rev-parse", "lo/r1/staging").strip() == rogue
 
 
 def test_merge_refused_while_staging_is_checked_out(git_repo: Path) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loop_orchestrator import proc
-from loop_orchestrator.errors import GitError
+from loop_orchestrator.errors import GitError, RefMovedError
 from loop_orchestrator.git.parse import Change, parse_added_lines, parse_raw_diff, split_z
 from loop_orchestrator.runstate import private
 
@@ -450,7 +450,7 @@ def update_ref(repo: Path, branch: str, new: str | None, old: str | None, reason
             f"{branch} moved while lo-orch was updating it (expected {was}, found "
             f"{found[:12] or 'absent'}); nothing changed"
         )
-        raise GitError(msg, hint="Something else changed the branch; run again to retry.")
+        raise RefMovedError(msg, hint="Something else changed the branch; run again to retry.")
 
 
 def ref_transaction(repo: Path, updates: Sequence[tuple[str, str, str]], reason: str) -> bool:

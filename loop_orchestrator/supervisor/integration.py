@@ -13,7 +13,12 @@ from pathlib import Path
 
 from loop_orchestrator import templating, verify
 from loop_orchestrator.config import Settings
-from loop_orchestrator.errors import LoOrchError, MergeConflictError
+from loop_orchestrator.errors import (
+    LoOrchError,
+    MergeConflictError,
+    RefMovedError,
+    RefTamperedError,
+)
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.plan.model import Plan
@@ -30,6 +35,8 @@ from loop_orchestrator.workspace.workspace import Workspace
 log = logging.getLogger(__name__)
 
 Submit = Callable[[str, Callable[[str], None]], None]
+#: how often a task's merge into staging is made when staging keeps moving under it
+MERGE_TRIES = 3
 
 
 class Integration:
@@ -49,6 +56,7 @@ class Integration:
         git_lock: threading.Lock,
         deps: dict[str, list[str]],
         submit: Submit,
+        compare_refs: Callable[[], None] | None = None,
     ) -> None:
         self.journal = journal
         self.sessions = sessions
@@ -64,17 +72,32 @@ class Integration:
         self.submit = submit
         #: the last integration of the run (None before one)
         self.last: IntegrationResult | None = None
+        #: the run's refs compared with the book now (``RefGuard.compare_now``): staging
+        #: moved under a task's merge is put back, its mover owes the round, and the merge
+        #: is made again (the task whose merge it was did nothing wrong)
+        self.compare_refs = compare_refs
 
     def integrate(self, tid: str) -> None:
         st = self.journal.record.task(tid)
         assert st.commit is not None
         task = self.plan.task(tid)
-        with self.git_lock:
-            try:
-                merged = self.ws.merge_into_staging(tid, st.commit, task.label)
-            except MergeConflictError as exc:
-                self.journal.block(tid, f"conflicts with staging on {', '.join(exc.paths)}")
-                return
+        for attempt in range(MERGE_TRIES):
+            with self.git_lock:
+                try:
+                    merged = self.ws.merge_into_staging(tid, st.commit, task.label)
+                    break
+                except MergeConflictError as exc:
+                    self.journal.block(tid, f"conflicts with staging on {', '.join(exc.paths)}")
+                    return
+                except (RefTamperedError, RefMovedError):
+                    # a ref was not where the book has it (staging moved by a session's
+                    # `git update-ref` since the last comparison, or under the swap):
+                    # nothing changed
+                    if self.compare_refs is None or attempt == MERGE_TRIES - 1:
+                        raise
+            # what only lo-orch moves is put back and its mover owes the round; a person's
+            # branch that moved raises here, as before (outside the git lock: it takes it)
+            self.compare_refs()
         # The ledger line comes first: the status change releases dependents at once, and
         # the ledger must show the cause before its effects (a crash in between only logs
         # the idempotent merge again on resume).

@@ -192,6 +192,7 @@ class Supervisor:
             git_lock=git_lock,
             deps=self.deps,
             submit=self.jobs.submit,
+            compare_refs=lambda: self.refguard.compare_now(),
         )
         #: a person's comments at Gate 2 sent back as review rounds
         self.rounds = ReviewRounds(
