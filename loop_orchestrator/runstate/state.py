@@ -17,7 +17,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from filelock import FileLock
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -313,9 +312,9 @@ class Store:
     # locking -----------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self, name: str) -> Iterator[None]:
-        """Hold the inter-process lock ``name`` (one per state file)."""
-        self.dirs.locks_dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.dirs.locks_dir / f"{name}.lock"), timeout=30):
+        """Hold the inter-process lock ``name`` (one per state file; ``files.locked``, which
+        makes the folder)."""
+        with locked(self.dirs.locks_dir / f"{name}.lock"):
             yield
 
     # run.json ----------------------------------------------------------------------
@@ -416,7 +415,7 @@ class Store:
     def _ledger(self, event: str, fields: dict[str, Any], *, durable: bool) -> dict[str, Any]:
         record: dict[str, Any] = {"ts": now_iso(), "event": event, **fields}
         line = json.dumps(record, sort_keys=False, default=str) + "\n"
-        with _ledger_lock(self.dirs.ledger), locked(self.dirs.locks_dir / "ledger.lock"):
+        with _ledger_lock(self.dirs.ledger), self.locked("ledger"):
             append_line(self.dirs.ledger, line.encode("utf-8"))
         if durable:  # after the lock: an unsynced line (a session waits on it) never
             fsync_path(self.dirs.ledger)  # waits behind a disk; this fsync covers it too
