@@ -6,7 +6,9 @@ puts an import hook in place before any lo-orch module loads; as each module of 
 loads, its functions are wrapped. At exit the counts go to ``$LO_BENCH_TALLY`` as JSON
 (``{"cpu": process CPU s, "tally": {name: [CPU s, calls]}}``); ``rows`` makes the table.
 A function a version does not have is left out (a baseline may predate it). The git and
-tmux gateways are counted per subcommand too (calls only: their CPU is in the gateway's row).
+tmux gateways are counted per subcommand too (calls only: their CPU is in the gateway's row),
+and with ``LO_BENCH_CALLERS=1`` per subcommand and caller (the three nearest lo-orch functions
+above the gateway): which step makes the calls.
 """
 
 from __future__ import annotations
@@ -26,20 +28,48 @@ from typing import Any
 
 #: module -> the functions (``Class.method`` or ``function``) counted in it
 TARGETS: dict[str, tuple[str, ...]] = {
-    "loop_orchestrator.supervisor.main": ("Supervisor.start", "Supervisor._dispatch"),
+    "loop_orchestrator.supervisor.main": (
+        "Supervisor.start",
+        "Supervisor._dispatch",
+        "Supervisor._loop",
+        "Supervisor._check_sessions",
+        "Supervisor._check_view",
+    ),
+    "loop_orchestrator.supervisor.inbox": ("Inbox.identify", "Inbox.receive"),
+    "loop_orchestrator.supervisor.panewatch": ("PaneWatch._run",),
     "loop_orchestrator.supervisor.sessions": (
         "Sessions.start_task",
         "Sessions.deliver",
         "Sessions.context",
         "Sessions.render_brief",
+        "Sessions.heal_worktree",
+        "Sessions.clear_index_lock",
     ),
+    "loop_orchestrator.supervisor.accounting": (
+        "Accounting.over_budget",
+        "Accounting.refresh_usage",
+        "Accounting.await_transcript",
+    ),
+    "loop_orchestrator.agents.claude": ("ClaudeAdapter.prepare", "ClaudeAdapter.launch_spec"),
+    "loop_orchestrator.workspace.workspace": ("Workspace.run_setup",),
+    "loop_orchestrator.verify.donechecks": ("run_done_checks", "new_test_findings"),
+    "loop_orchestrator.verify.redgreen": ("red_green", "judge_skips"),
+    "loop_orchestrator.verify.mutation": ("mutation_check",),
+    "loop_orchestrator.verify.weakproof": ("escalate",),
+    "loop_orchestrator.verify.llm_auditor": ("run_auditor",),
     "loop_orchestrator.supervisor.verification": ("Verification.verify",),
     "loop_orchestrator.supervisor.integration": ("Integration.integrate",),
     "loop_orchestrator.supervisor.reports": ("Reports.handle", "Reports._hook", "Reports._signal"),
     "loop_orchestrator.supervisor.journal": ("Journal.set", "Journal.move", "Journal.event"),
     "loop_orchestrator.supervisor.refguard": ("RefGuard.check",),
-    "loop_orchestrator.sessions.listener": ("Server._wire",),
-    "loop_orchestrator.sessions.tmux": ("TmuxBackend._tmux", "TmuxBackend.look"),
+    "loop_orchestrator.sessions.listener": ("Server._wire", "Server._serve", "Server._accept"),
+    "loop_orchestrator.sessions.tmux": (
+        "TmuxBackend._tmux",
+        "TmuxBackend.look",
+        "TmuxBackend.launch",
+        "TmuxBackend.state",
+        "TmuxBackend.paste",
+    ),
     "loop_orchestrator.sessions.delivery": ("Deliverer.deliver",),
     "loop_orchestrator.sessions.sandbox": ("confine",),
     "loop_orchestrator.agents.dialogs": ("wait_until_ready",),
@@ -59,7 +89,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "loop_orchestrator.workspace.staging": ("Staging.merge_into_staging",),
     "loop_orchestrator.workspace.branches": ("Branches.watched_refs", "Branches.move"),
     "loop_orchestrator.verify.verdict": ("verify_task", "deterministic_findings"),
-    "loop_orchestrator.verify.pyenv": ("take_baseline",),
+    "loop_orchestrator.verify.pyenv": ("take_baseline", "changes"),
 }
 #: gateways whose calls are also counted by their first word (git's, tmux's subcommand)
 BY_SUBCOMMAND = {"git": 1, "TmuxBackend._tmux": 1}  # (index of the first command word)
@@ -69,6 +99,25 @@ BOOT = (
     "import runpy, sys; sys.path.insert(0, {where!r}); import cputally; cputally.install(); "
     "runpy.run_module('loop_orchestrator', run_name='__main__', alter_sys=True)"
 )
+
+
+#: ``LO_BENCH_CALLERS=1``: a gateway call is counted per caller too (the nearest lo-orch
+#: functions that called it, outside the gateways themselves)
+CALLERS = os.environ.get("LO_BENCH_CALLERS") == "1"
+
+
+def _callers(depth: int = 3) -> str:
+    """`` <- module:function`` for the nearest ``depth`` lo-orch frames above a gateway."""
+    import sys
+
+    names: list[str] = []
+    frame: Any = sys._getframe(2)
+    while frame is not None and len(names) < depth:
+        path = frame.f_code.co_filename
+        if "loop_orchestrator" in path and not path.endswith(("gateway.py", "proc.py", "tmux.py")):
+            names.append(f"{Path(path).stem}:{frame.f_code.co_name}")
+        frame = frame.f_back
+    return "".join(f" <- {n}" for n in names)
 
 
 class Tally:
@@ -93,7 +142,8 @@ class Tally:
                 words = [
                     a for a in args[sub_at:] if isinstance(a, str) and a[:1] != "-" and "=" not in a
                 ]
-                self.add(f"{name} {words[0] if words else '?'}", 0.0)
+                where = _callers() if CALLERS else ""
+                self.add(f"{name} {words[0] if words else '?'}{where}", 0.0)
             inside: set[str] = self._inside.__dict__.setdefault("names", set())
             if name in inside:
                 return fn(*args, **kwargs)
@@ -175,5 +225,6 @@ def rows(doc: dict[str, Any], tasks: int, top: int = 30) -> list[str]:
         per_call = 1e6 * cpu / calls if calls else 0.0
         out.append(f"{1000 * cpu / tasks:8.1f} {calls / tasks:10.1f} {per_call:8.0f}  {name}")
     out.append(f"{'':8} {'calls/task':>10} {'':8}  command")
-    out.extend(f"{'':8} {calls / tasks:10.1f} {'':8}  {name}" for name, calls in counted[:top])
+    shown = counted if CALLERS else counted[:top]
+    out.extend(f"{'':8} {calls / tasks:10.1f} {'':8}  {name}" for name, calls in shown)
     return out

@@ -24,13 +24,22 @@ prints:
    ``python -I -S -c pass`` of the same interpreter;
 3. signal start -> recorded (the supervisor's ``signal`` ledger line) and -> the next phase
    (its private journal), p50/p95: from the moment a session *starts*
-   ``$LO_ORCH_BIN signal PHASE`` (the scripted agent records the clock first).
+   ``$LO_ORCH_BIN signal PHASE`` (the scripted agent records the clock first);
+4. the supervisor's own CPU while the most sessions at once make their burst (from the
+   moment the last of them began it to the moment the first of them ended it: none of them
+   starts, signals or is verified then), sampled from /proc every 0.1 s: in % of a core
+   per session, and per hook event begun in that window. This is what working sessions
+   cost the supervisor, apart from what a task's start, verification and merge cost once
+   (``supervisor.py``).
 
 Each run gets a private tmux socket (killed at the end), a throwaway HOME and XDG folders;
 both versions' packages are byte-compiled first, as an installed lo-orch is.
 
     .venv/bin/python benchmarks/hooks.py [--tasks 16] [--rounds 6] [--pause 0.3]
-        [--baseline REV | --no-baseline]
+        [--baseline REV | --no-baseline] [--tally]
+
+``--tally``: each supervisor counts its own CPU by function, printed per task
+(``cputally``, as ``supervisor.py --tally``).
 """
 
 from __future__ import annotations
@@ -51,7 +60,8 @@ BASELINE = "90321c1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, cputally  # noqa: E402
+from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss  # noqa: E402
 
 RUN_TIMEOUT = 15 * 60.0
 NEXT_PHASE = {"plan_ready": "implementing", "impl_done": "verifying"}
@@ -64,13 +74,14 @@ FLOORS = {"floor: python -c pass": ["-c", "pass"], "floor: python -I -S -c pass"
 TIMER = """\
 import os, resource, subprocess, sys, time
 log, label, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
+began = time.time()
 start = time.perf_counter()
 rc = subprocess.call(cmd)
 wall = time.perf_counter() - start
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the one child, and what it waited for
 with open(log, "a", encoding="utf-8") as fh:
     fh.write(json.dumps([os.environ.get("LO_ORCH_TASK", "-"), label, wall,
-                         ru.ru_utime + ru.ru_stime, rc]) + "\\n")
+                         ru.ru_utime + ru.ru_stime, rc, began]) + "\\n")
 sys.exit(rc)
 """.replace("import os,", "import json, os,")
 
@@ -175,25 +186,76 @@ def compile_tree(version: common.Version) -> None:
     )
 
 
-def supervise(lo: list[str], repo: Path, env: dict[str, str], cwd: Path) -> str | None:
-    """Run the supervisor to its end: None, or what went wrong."""
+def supervise(
+    lo: list[str], repo: Path, env: dict[str, str], cwd: Path
+) -> tuple[str | None, list[tuple[float, float]]]:
+    """Run the supervisor to its end: (None or what went wrong, its CPU seconds sampled
+    every 0.1 s as (clock time, CPU))."""
+    samples: list[tuple[float, float]] = []
+    started = time.monotonic()
     with tempfile.TemporaryFile("w+") as err:
         sup = subprocess.Popen(
             [*lo, "run", "--repo", str(repo)], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
             stderr=err, text=True,
         )  # fmt: skip
         try:
-            sup.wait(RUN_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            sup.terminate()
-            sup.wait(30)
-            return f"stopped after {RUN_TIMEOUT:.0f} s"
+            while sup.poll() is None:
+                if time.monotonic() - started > RUN_TIMEOUT:
+                    return f"stopped after {RUN_TIMEOUT:.0f} s", samples
+                sample = cpu_and_peak_rss(sup.pid)
+                if sample:
+                    samples.append((time.time(), sample[0]))
+                time.sleep(0.1)
+        finally:
+            if sup.poll() is None:
+                sup.terminate()
+                sup.wait(30)
         err.seek(0)
         tail = (err.read().strip().splitlines() or [""])[-1]
-    return None if sup.returncode == 0 else f"supervisor exit {sup.returncode}: {tail}"
+    problem = None if sup.returncode == 0 else f"supervisor exit {sup.returncode}: {tail}"
+    return problem, samples
 
 
-def measure(n: int, rounds: int, pause: float, version: common.Version) -> dict[str, Any]:
+def while_all_work(
+    calls: list[list[Any]], samples: list[tuple[float, float]]
+) -> dict[str, float] | None:
+    """The supervisor's CPU while the most sessions at once make their burst of hook calls
+    (a task that waits for another starts later): from the moment the last of them began
+    its burst to the moment the first of them ended it (none of them starts, signals or is
+    verified then). ``sessions``: how many; ``share``: % of a core per session;
+    ``per_event``: CPU seconds per hook event begun in that window (any session's); None
+    when no window of a second or more was sampled."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for task, label, wall, _cpu, _rc, began, *_ in calls:
+        if label in BURST:
+            first[task] = min(first.get(task, began), began)
+            last[task] = max(last.get(task, began + wall), began + wall)
+    best: list[str] = []
+    for moment in sorted(first.values()):
+        busy = [t for t in first if first[t] <= moment < last[t]]
+        if len(busy) > len(best):
+            best = busy
+    if not best:
+        return None
+    start, end = max(first[t] for t in best), min(last[t] for t in best)
+    inside = [(t, c) for t, c in samples if start <= t <= end]
+    if len(inside) < 2 or inside[-1][0] - inside[0][0] < 1.0:
+        return None
+    (t0, c0), (t1, c1) = inside[0], inside[-1]
+    events = sum(1 for _t, label, _w, _c, _rc, b, *_ in calls if label in BURST and t0 <= b <= t1)
+    return {
+        "sessions": float(len(best)),
+        "seconds": t1 - t0,
+        "share": 100 * (c1 - c0) / (t1 - t0) / len(best),
+        "per_event": (c1 - c0) / events if events else 0.0,
+        "events": float(events),
+    }
+
+
+def measure(
+    n: int, rounds: int, pause: float, version: common.Version, tally: bool = False
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(
         prefix=f"lo-bench-hooks-{version.label.lower()}-", ignore_cleanup_errors=True
     ) as tmp:
@@ -217,7 +279,12 @@ def measure(n: int, rounds: int, pause: float, version: common.Version) -> dict[
                     capture_output=True,
                     timeout=300,
                 )
-            problem = supervise(lo, repo, env, root)
+            boot, sup_env = lo, env
+            if tally:  # the supervisor counts its own CPU by function (``cputally``)
+                where = str(Path(__file__).resolve().parent)
+                boot = [sys.executable, "-c", cputally.BOOT.format(where=where)]
+                sup_env = {**env, "LO_BENCH_TALLY": str(root / "tally.json")}
+            problem, samples = supervise(boot, repo, sup_env, root)
         finally:
             subprocess.run(
                 ["tmux", "-L", socket, "kill-server"], capture_output=True, check=False, timeout=30
@@ -232,7 +299,14 @@ def measure(n: int, rounds: int, pause: float, version: common.Version) -> dict[
         ledger = common.ledger(repo)
         starts = common.signal_starts(root / "timing" / "signal-starts")
         journal = common.journals(root / "home")
-    return analyse(n, calls, ledger, starts, journal) | {"wall": wall, "problem": problem}
+        counted = root / "tally.json"
+        by_function = json.loads(counted.read_text()) if tally and counted.exists() else None
+    return analyse(n, calls, ledger, starts, journal) | {
+        "tally": by_function,
+        "wall": wall,
+        "problem": problem,
+        "working": while_all_work(calls, samples),
+    }
 
 
 def analyse(
@@ -244,7 +318,7 @@ def analyse(
 ) -> dict[str, Any]:
     by_label: dict[str, list[tuple[float, float]]] = {}
     failed = 0
-    for _task, label, wall, cpu, rc in calls:
+    for _task, label, wall, cpu, rc, *_ in calls:
         by_label.setdefault(label, []).append((float(wall), float(cpu)))
         failed += rc not in (0, 2)  # 2: a Stop block
     recorded: dict[tuple[str, str], float] = {}
@@ -296,6 +370,28 @@ def render(results: dict[str, dict[str, Any]], n: int, pause: float) -> str:
     rows.append(("every hook event CPU p50/mean ms", [_ms([c for _, c in e], True) for e in every]))
     for name, key in (("recorded", "to_record"), ("next phase", "to_phase")):
         rows.append((f"signal start -> {name} p50/p95 ms", [_ms(results[v][key]) for v in labels]))
+    working = [results[v].get("working") for v in labels]
+    rows.append(
+        (
+            "supervisor CPU while they burst, % core/session",
+            [f"{w['share']:.2f}" if w else "-" for w in working],
+        )
+    )
+    rows.append(
+        (
+            "same, ms of CPU per hook event",
+            [f"{1000 * w['per_event']:.2f}" if w else "-" for w in working],
+        )
+    )
+    rows.append(
+        (
+            "same: sessions, window s, hook events in it",
+            [
+                f"{w['sessions']:.0f}, {w['seconds']:.1f}, {w['events']:.0f}" if w else "-"
+                for w in working
+            ],
+        )
+    )
     rows.append(("run wall s", [f"{results[v]['wall']:.1f}" for v in labels]))
     rows.append(
         (
@@ -341,6 +437,11 @@ def main() -> None:
     )
     parser.add_argument("--baseline", default=BASELINE, metavar="REV")
     parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
+    parser.add_argument(
+        "--tally",
+        action="store_true",
+        help="also print the supervisor's CPU by function, per task (benchmarks/cputally.py)",
+    )
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
@@ -351,8 +452,17 @@ def main() -> None:
             versions.insert(0, common.Version("BEFORE", tree, tree))
         for version in versions:
             print(f"measuring {version.label}...", file=sys.stderr, flush=True)
-            results[version.label] = measure(args.tasks, args.rounds, args.pause, version)
+            results[version.label] = measure(
+                args.tasks, args.rounds, args.pause, version, args.tally
+            )
     print(render(results, args.tasks, args.pause))
+    for label, r in results.items() if args.tally else []:
+        print(f"\n{label}: the supervisor's CPU by function")
+        counted = r["tally"]
+        if isinstance(counted, dict):
+            print("\n".join(cputally.rows(counted, args.tasks)))
+        else:
+            print("  (no counts: the supervisor did not end by itself)")
 
 
 if __name__ == "__main__":

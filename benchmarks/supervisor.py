@@ -44,14 +44,19 @@ over ``IDLE_WINDOW`` seconds, per session (``--no-idle`` skips it).
 With ``--profile DIR`` (py-spy on PATH) each supervisor is sampled by ``py-spy record``
 (every thread, 100 Hz, collapsed stacks in DIR): what was hot. With ``--tally`` each
 supervisor counts its own CPU by function (``cputally``: CPU time, not samples; the calls a
-function makes included) and its git and tmux calls by subcommand, printed per task.
+function makes included) and its git and tmux calls by subcommand, printed per task
+(with ``LO_BENCH_CALLERS=1`` in the environment, by subcommand and caller). With
+``--rounds N`` each size is measured N times per version, in ABBA order (the version
+measured first in one round is measured second in the next: an order effect, such as the
+page cache a first run warms, falls on both), and the runs are pooled: every sample, CPU
+over all runs, and each run's own hook wall p50 and CPU per task in a row of its own.
 
 Each run gets a private tmux socket (killed at the end), a throwaway HOME, XDG_STATE_HOME
 and XDG_CONFIG_HOME. AFTER runs agents inside its bubblewrap sandbox where bwrap works
 (as shipped); BEFORE has no sandbox.
 
     .venv/bin/python benchmarks/supervisor.py [--sizes 16,64] [--concurrency 16]
-        [--baseline REV | --no-baseline] [--no-idle] [--profile DIR] [--tally]
+        [--baseline REV | --no-baseline] [--no-idle] [--profile DIR] [--tally] [--rounds N]
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ import contextlib
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -338,6 +344,56 @@ def measure_idle(concurrency: int, version: common.Version, window: float = IDLE
     return 100 * (last[0] - first[0]) / took / concurrency
 
 
+def pool(runs: list[dict[str, object]]) -> dict[str, object]:
+    """Several runs of one version and size as one: their samples together, CPU and wall
+    summed (a share and a per-task figure over all of them), the peak RSS the highest;
+    ``rounds`` keeps each run's own hook wall p50 and CPU per task, to show the spread."""
+    first = runs[0]
+    pooled: dict[str, object] = {"tasks": first["tasks"], "runs": len(runs)}
+    for key, value in first.items():
+        values = [r[key] for r in runs]
+        if key == "tasks":
+            continue
+        if key == "peak_mib":
+            pooled[key] = max(float(v) for v in values)  # type: ignore[arg-type]
+        elif key == "problem":
+            pooled[key] = "; ".join(str(v) for v in values if v) or None
+        elif key == "tally":
+            pooled[key] = _pool_tallies([v for v in values if isinstance(v, dict)], len(runs))
+        elif isinstance(value, list):
+            pooled[key] = [x for v in values for x in v]  # type: ignore[attr-defined]
+        else:
+            pooled[key] = sum(values)  # type: ignore[arg-type]
+    pooled["rounds"] = [_round(r) for r in runs]
+    return pooled
+
+
+def _round(r: dict[str, object]) -> tuple[float, float]:
+    """One run's hook wall p50 and supervisor CPU."""
+    walls, cpu = r["hook_wall"], r["cpu"]
+    assert isinstance(walls, list) and isinstance(cpu, float)
+    return (statistics.median(walls) if walls else 0.0), cpu
+
+
+def _runs(r: dict[str, object]) -> int:
+    runs = r.get("runs", 1)
+    assert isinstance(runs, int)
+    return runs
+
+
+def _pool_tallies(docs: list[dict[str, Any]], runs: int) -> dict[str, Any] | None:
+    """The tallies of several runs summed (None unless every run left one)."""
+    if len(docs) != runs:
+        return None
+    counts: dict[str, list[float]] = {}
+    for doc in docs:
+        for name, (cpu, calls) in doc["tally"].items():
+            row = counts.setdefault(name, [0.0, 0])
+            row[0] += cpu
+            row[1] += calls
+    return {"cpu": sum(d["cpu"] for d in docs), "tally": counts}
+
+
 def analyse(
     n: int,
     ledger: list[dict[str, Any]],
@@ -454,11 +510,11 @@ def render(
         ("3 all hook events CPU mean ms", "hook_cpu_mean"),
         ("3 same, start -> its ledger line p50/p95 ms", "hook_to_line"),
         ("3 same, ledger line -> hook's end p50/p95 ms", "hook_after_line"),
-        ("4 supervisor CPU s", "cpu"),
+        ("4 supervisor CPU s (a run's mean)", "cpu"),
         ("4 same, % of a core per working session", "share"),
         ("4 same, ms per task", "per_task"),
         ("4 supervisor peak RSS MiB", "peak_mib"),
-        ("  run wall s", "wall"),
+        ("  run wall s (mean)", "wall"),
         ("  samples: signals timed/sent, hook calls", "samples"),
     ]
 
@@ -481,9 +537,11 @@ def render(
         if key == "per_task":
             cpu, tasks = r["cpu"], r["tasks"]
             assert isinstance(cpu, float) and isinstance(tasks, int)
-            return f"{1000 * cpu / tasks:.0f}"
+            return f"{1000 * cpu / tasks / _runs(r):.0f}"
         value = r[key]
         assert isinstance(value, float)
+        if key in ("wall", "cpu"):
+            value /= _runs(r)  # (a run's, on average)
         return f"{value:.2f}" if key == "cpu" else f"{value:.1f}"
 
     width = max(len(name) for name, _ in rows)
@@ -521,10 +579,17 @@ def render(
                 notes.append(f"{label}: {r['hook_failed']} hook calls failed")
             if r["rejected"]:
                 notes.append(f"{label}: {r['rejected']} signals rejected (not timed)")
-            if r["integrated"] != n or r["problem"]:
+            if r["integrated"] != n * _runs(r) or r["problem"]:
                 notes.append(
-                    f"{label}: {r['integrated']} of {n} tasks integrated"
+                    f"{label}: {r['integrated']} of {n * _runs(r)} tasks integrated"
                     + (f"; {r['problem']}" if r["problem"] else "")
+                )
+            each = r.get("rounds") or []
+            assert isinstance(each, list)
+            if len(each) > 1:
+                notes.append(
+                    f"{label}, each run: hook wall p50 ms / supervisor CPU ms per task: "
+                    + ", ".join(f"{1000 * w:.0f}/{1000 * c / n:.0f}" for w, c in each)
                 )
             blocked = r["blocked"]
             assert isinstance(blocked, list)
@@ -545,6 +610,12 @@ def main() -> None:
     )
     parser.add_argument("--no-baseline", action="store_true", help="measure AFTER only")
     parser.add_argument("--no-idle", action="store_true", help="skip the idle measurement")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each size this many times per version, in ABBA order, pooled",
+    )
     parser.add_argument(
         "--tally",
         action="store_true",
@@ -567,17 +638,26 @@ def main() -> None:
             print(f"measuring {version.label} idle...", file=sys.stderr, flush=True)
             idle[version.label] = measure_idle(args.concurrency, version)
         for n in sizes:
-            for version in versions:
-                print(f"measuring {version.label} with {n} tasks...", file=sys.stderr, flush=True)
-                results[(version.label, n)] = measure(
-                    n, args.concurrency, version, args.profile, args.tally
-                )
+            runs: dict[str, list[dict[str, object]]] = {v.label: [] for v in versions}
+            for i in range(args.rounds):
+                # ABBA: a version measured first in one round is measured second in the next
+                for version in versions if i % 2 == 0 else versions[::-1]:
+                    print(
+                        f"measuring {version.label} with {n} tasks (round {i + 1})...",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    runs[version.label].append(
+                        measure(n, args.concurrency, version, args.profile, args.tally)
+                    )
+            for label, measured in runs.items():
+                results[(label, n)] = pool(measured)
     print(render(sizes, results, [v.label for v in versions], args.concurrency, idle))
     for (label, n), r in results.items() if args.tally else []:
         counted = r["tally"]
         print(f"\n{label}, {n} tasks: the supervisor's CPU by function")
         if isinstance(counted, dict):
-            print("\n".join(cputally.rows(counted, n)))
+            print("\n".join(cputally.rows(counted, n * _runs(r))))
         else:
             print("  (no counts: the supervisor did not end by itself)")
 

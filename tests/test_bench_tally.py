@@ -101,7 +101,7 @@ def test_a_real_lo_orch_started_through_the_boot_line_counts_what_it_ran(
     done = subprocess.run(
         [sys.executable, "-c", cputally.BOOT.format(where=where), "plan", str(plan)],
         cwd=git_repo,
-        env={**os.environ, "LO_BENCH_TALLY": str(out)},
+        env={**os.environ, "LO_BENCH_TALLY": str(out), "LO_BENCH_CALLERS": "1"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -112,3 +112,9 @@ def test_a_real_lo_orch_started_through_the_boot_line_counts_what_it_ran(
     assert doc["cpu"] > 0
     assert doc["tally"]["state:Store._ledger"][1] >= 1  # plan_created
     assert doc["tally"]["files:atomic_write_text"][1] >= 2  # plan.json, run.json, ...
+    # LO_BENCH_CALLERS: each git call counted by who called it, the gateway left out
+    calls = [name.split(" <- ") for name in doc["tally"] if name.startswith("gateway:git ")]
+    assert calls and all(2 <= len(chain) <= 4 for chain in calls)
+    callers = {c for chain in calls for c in chain[1:]}
+    assert "workspace:repo_root" in callers, callers
+    assert not any(c.startswith(("gateway:", "proc:")) for c in callers)
