@@ -8,6 +8,7 @@ import fcntl
 import logging
 import os
 import resource
+import select
 import shutil
 import signal
 import struct
@@ -18,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loop_orchestrator.errors import CommandError, LoOrchError
 
@@ -148,6 +150,9 @@ def run(
     grouped = timeout is not None and not terminal
     start = time.monotonic()
     try:
+        # bytes, read by ``_read_both`` and decoded by ``_text``: text mode and
+        # ``communicate`` cost the supervisor twice the CPU of the rest of a call (a tmux or
+        # git call every few milliseconds; ``benchmarks/supervisor.py --tally``)
         child = subprocess.Popen(
             args,
             cwd=cwd,
@@ -155,9 +160,6 @@ def run(
             stdin=subprocess.PIPE if input is not None else None,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
             start_new_session=grouped,
         )
     except FileNotFoundError as exc:
@@ -169,13 +171,18 @@ def run(
     if memory_limit is not None:
         _bound_memory(child, memory_limit)
     try:
-        out, err = child.communicate(input, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        if input is not None:  # (rare: the standard library writes and reads at once)
+            raw_out, raw_err = child.communicate(input.encode("utf-8"), timeout=timeout)
+        else:
+            raw_out, raw_err = _read_both(child, timeout)
+    except subprocess.TimeoutExpired as exc:
         if grouped:
             kill_group(child)
         else:
             child.kill()
         out, err = _drain(child)
+        if input is None:  # (``communicate`` goes on where it stopped; ours does not)
+            out, err = _text(exc.stdout) + out, _text(exc.stderr) + err
         result = Result(args, None, out, err, time.monotonic() - start)
         log.debug("command timed out", extra={"cmd": args, "timeout": timeout})
         if check:
@@ -188,27 +195,71 @@ def run(
             child.kill()
         child.wait()
         raise
+    out, err = _text(raw_out), _text(raw_err)
     result = Result(args, child.returncode, out, err, time.monotonic() - start)
     if check and child.returncode != 0:
         raise CommandError(args, child.returncode, out, err)
     return result
 
 
-def _bound_memory(child: subprocess.Popen[str], limit: int) -> None:
+def _read_both(child: subprocess.Popen[bytes], timeout: float | None) -> tuple[bytes, bytes]:
+    """Everything ``child`` writes to its two pipes until both close, then its exit; a
+    ``TimeoutExpired`` carrying what was read once ``timeout`` seconds have passed."""
+    assert child.stdout is not None and child.stderr is not None
+    fds = {child.stdout.fileno(): bytearray(), child.stderr.fileno(): bytearray()}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    open_fds = len(fds)
+    try:
+        while open_fds:
+            wait = None if deadline is None else (deadline - time.monotonic()) * 1000
+            ready = poller.poll(None if wait is None else max(0.0, wait))
+            if not ready and wait is not None and wait <= 0:
+                raise subprocess.TimeoutExpired(
+                    child.args,
+                    timeout or 0.0,
+                    output=bytes(fds[child.stdout.fileno()]),
+                    stderr=bytes(fds[child.stderr.fileno()]),
+                )
+            for fd, _event in ready:
+                chunk = os.read(fd, 65536)
+                if chunk:
+                    fds[fd] += chunk
+                else:
+                    poller.unregister(fd)
+                    open_fds -= 1
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        child.wait(left)
+    except subprocess.TimeoutExpired as exc:
+        raise subprocess.TimeoutExpired(
+            child.args,
+            timeout or 0.0,
+            output=bytes(fds[child.stdout.fileno()]),
+            stderr=bytes(fds[child.stderr.fileno()]),
+        ) from exc
+    out, err = bytes(fds[child.stdout.fileno()]), bytes(fds[child.stderr.fileno()])
+    child.stdout.close()
+    child.stderr.close()
+    return out, err
+
+
+def _bound_memory(child: subprocess.Popen[bytes], limit: int) -> None:
     if not sys.platform.startswith("linux"):  # prlimit(2) is Linux's
         return
     with contextlib.suppress(ProcessLookupError, PermissionError, ValueError, OSError):
         resource.prlimit(child.pid, resource.RLIMIT_DATA, (limit, limit))
 
 
-def kill_group(child: subprocess.Popen[str]) -> None:
+def kill_group(child: subprocess.Popen[Any]) -> None:
     """SIGKILL the process group ``child`` leads (started with ``start_new_session``: its id
     is the child's pid, so this ends only what this process started)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
 
 
-def _drain(child: subprocess.Popen[str]) -> tuple[str, str]:
+def _drain(child: subprocess.Popen[bytes]) -> tuple[str, str]:
     """The output of a killed command, read for at most ``DRAIN_TIMEOUT``."""
     try:
         out, err = child.communicate(timeout=DRAIN_TIMEOUT)
@@ -220,15 +271,17 @@ def _drain(child: subprocess.Popen[str]) -> tuple[str, str]:
                     pipe.close()
         child.wait()
         return _text(exc.stdout), _text(exc.stderr)
-    return out or "", err or ""
+    return _text(out), _text(err)
 
 
 def _text(data: bytes | str | None) -> str:
+    """A command's output as text: UTF-8 (an invalid byte replaced), every line ending
+    ``\\n`` (as Python's text mode reads it: ``\\r\\n`` and a lone ``\\r`` too)."""
     if data is None:
         return ""
     if isinstance(data, bytes):
-        return data.decode("utf-8", "replace")
-    return data
+        data = data.decode("utf-8", "replace")
+    return data.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def run_interactive(cmd: Sequence[str]) -> int:
