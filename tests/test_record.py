@@ -354,3 +354,25 @@ def test_what_update_task_holds_is_what_a_replay_of_the_journal_holds(tmp_path: 
         rec.update_task("alpha", rework_count="many")
     assert len(lines(rec)) == len(lines(other))
     assert Record.open(tmp_path, "demo").task("alpha").rework_count == 2
+
+
+def test_a_change_left_unpublished_is_written_by_the_next_publish_and_only_once(
+    tmp_path: Path,
+) -> None:
+    rec = make_record(tmp_path)
+    view = rec.dirs.status_path("alpha")
+    rec.update_task("alpha", last_event="SessionStart")
+    before = view.read_text(encoding="utf-8")
+    rec.update_task("alpha", publish=False, last_event="PreToolUse")
+    assert view.read_text(encoding="utf-8") == before
+    assert Record.open(tmp_path, "demo").task("alpha").last_event == "PreToolUse"  # recorded
+    rec.update_task("alpha", phase=Phase.PLANNING)
+    published = json.loads(view.read_text(encoding="utf-8"))
+    assert (published["last_event"], published["phase"]) == ("PreToolUse", "planning")
+    os.utime(view, ns=(1, 1))
+    rec.publish_pending()  # nothing is pending any more: not written again
+    assert view.stat().st_mtime_ns == 1
+    rec.update_task("beta", publish=False, last_event="Stop")
+    rec.publish_pending()
+    assert json.loads(rec.dirs.status_path("beta").read_text())["last_event"] == "Stop"
+    assert rec.check_view() == []  # our own writes are not someone's edits

@@ -65,3 +65,39 @@ def test_one_sessions_transcript_wait_holds_up_no_other_sessions_report(tmp_path
     refused = reports.handle(forged)
     assert refused is not None and refused["ok"] is False
     assert settled == [("alpha", "t1", None)]
+
+
+def test_a_sessions_activity_reaches_the_view_with_its_next_round_other_changes_at_once(
+    tmp_path: Path,
+) -> None:
+    """A tool call (PreToolUse) changes the record at once and the status file when the
+    loop's view clock publishes what is pending; what a person or a tool reading the file
+    must see (the session's id, a prompt submitted, a permission dialog) is written at once."""
+    rec = start_run(tmp_path)
+    store = Store.for_repo(tmp_path)
+    reports = Reports(rec, store, ["alpha"], lambda *_a, **_k: None, lambda _t, _s: None)
+
+    def on_disk() -> dict[str, Any]:
+        return store.read_status("alpha").model_dump()
+
+    reports.handle(hook("alpha", "SessionStart", session_id="s-1"))
+    assert on_disk()["session_id"] == "s-1"  # more than activity: written at once
+    written = store.dirs.status_path("alpha").stat().st_mtime_ns
+    for _ in range(3):
+        reports.handle(hook("alpha", "PreToolUse", session_id="s-1", tool_name="Bash"))
+    assert rec.task("alpha").last_event == "PreToolUse"
+    assert on_disk()["last_event"] == "SessionStart"
+    assert store.dirs.status_path("alpha").stat().st_mtime_ns == written  # not rewritten
+    rec.publish_pending()
+    assert on_disk() == rec.task("alpha").model_dump()
+    # a change that says more is published at once, with the activity before it
+    reports.handle(hook("alpha", "PreToolUse", session_id="s-1"))
+    reports.handle(hook("alpha", "UserPromptSubmit", session_id="s-1", prompt_chars=5))
+    assert on_disk() == rec.task("alpha").model_dump()
+    assert on_disk()["last_event"] == "UserPromptSubmit"
+    reports.handle(hook("alpha", "PreToolUse", session_id="s-1"))
+    reports.handle(hook("alpha", "PermissionRequest", session_id="s-1", tool_name="Bash"))
+    assert on_disk()["waiting_for"] and on_disk()["last_event"] == "PermissionRequest"
+    # the ledger has every event at once, the pending ones too
+    events = [e.get("hook_event") for e in store.read_ledger() if e.get("event") == "hook"]
+    assert events.count("PreToolUse") == 5

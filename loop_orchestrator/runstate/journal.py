@@ -128,6 +128,8 @@ class Record:
         self._seen_as_published: dict[Path, tuple[tuple[int, int, int, int], str]] = {}
         #: view files found edited by someone else when they were about to be rewritten
         self._edited: set[str] = set()
+        #: tasks changed with ``publish=False`` whose status file is not rewritten yet
+        self._unpublished: set[str] = set()
         #: task -> a copy of its status, shared by ``tasks()`` until the task changes
         self._copies: dict[str, TaskStatus] = {}
         #: tasks whose status changed since ``take_changed`` was last asked
@@ -348,11 +350,16 @@ class Record:
         """Whether a task changed since ``take_changed`` was last asked."""
         return bool(self._changed)
 
-    def update_task(self, task: str, *, durable: bool = True, **changes: Any) -> TaskStatus:
+    def update_task(
+        self, task: str, *, durable: bool = True, publish: bool = True, **changes: Any
+    ) -> TaskStatus:
         """Record a change of one task and publish its status file; the new status.
 
         A field the status model does not have is an error (a typo must not be stored).
         ``durable=False``: fsynced with the next append that is (``step``).
+        ``publish=False``: the status file is rewritten later, by ``publish_pending`` or the
+        task's next published change (a session's activity: a file written per tool call
+        was a third of what a hook cost the supervisor).
         """
         data = _changes(TaskStatus, "status", changes)
         with self.step(durable=durable):
@@ -366,8 +373,19 @@ class Record:
             folded = TaskStatus.model_validate({**current.model_dump(), **wire})
             self._append("task", {"task": task, "set": data}, (self._seq, folded))
             new = self.task(task)
-            self.publish_task(new)
+            if publish:
+                self.publish_task(new)
+                self._unpublished.discard(task)
+            else:
+                self._unpublished.add(task)
         return new
+
+    def publish_pending(self) -> None:
+        """Rewrite the status files of the tasks changed without being published."""
+        with self._mutex:
+            for task in sorted(self._unpublished):
+                self.publish_task(self._status(task))
+            self._unpublished.clear()
 
     def update_run(self, **changes: Any) -> RunState:
         """Record a change of the run and publish run.json; the new run state."""

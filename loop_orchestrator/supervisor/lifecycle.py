@@ -253,6 +253,17 @@ def stop_decision(st: TaskStatus, stop_hook_active: bool, bin_cmd: str) -> str |
 MOVED_ON_EVENTS = ("UserPromptSubmit", "Stop", "SessionStart", "SessionEnd")
 
 
+#: what a hook event changes that says no more than that the session is at work: the
+#: record has it at once, the published view with its next round (``Record.publish_pending``
+#: on the loop's view clock), not a status file rewritten per tool call
+ACTIVITY_FIELDS = frozenset({"last_event", "last_event_at"})
+
+
+def only_activity(changes: Mapping[str, Any]) -> bool:
+    """Whether a hook event's ``changes`` say no more than that the session is at work."""
+    return set(changes) <= ACTIVITY_FIELDS
+
+
 def hook_changes(
     st: TaskStatus, event: str, payload: Mapping[str, Any], now: str
 ) -> dict[str, Any]:

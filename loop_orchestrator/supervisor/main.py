@@ -371,6 +371,7 @@ class Supervisor:
         finally:
             if server is not None:
                 server.close()
+            self.record.publish_pending()  # (the view as the run leaves it)
             self.panes.stop()
             self.backend.stop()
             self.jobs.shutdown()
@@ -627,9 +628,11 @@ class Supervisor:
         self.inbox.drain()
 
     def _check_view(self) -> None:
-        """Report (and undo) edits of the published view by anyone but the supervisor."""
+        """Publish what sessions' activity changed; report (and undo) edits of the published
+        view by anyone but the supervisor."""
         # a hook that found no listener in the moment before it started is read here
         self.inbox.drain()
+        self.record.publish_pending()
         self.journal.view_edited(self.record.check_view())
 
     def _check_sessions(self, statuses: dict[str, TaskStatus]) -> None:
