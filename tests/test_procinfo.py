@@ -1,11 +1,15 @@
-"""procinfo.cpu_and_peak_rss: the /proc sampler the benchmarks share."""
+"""procinfo: the parent chain that ties a message to its session, and the /proc sampler
+the benchmarks share."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+from loop_orchestrator.sessions import procinfo
 from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss
 
 BUSY = (
@@ -35,3 +39,34 @@ def test_a_busy_process_shows_its_cpu_and_peak_rss_and_a_reaped_one_shows_none()
         child.wait(timeout=10)
     time.sleep(0.05)
     assert cpu_and_peak_rss(child.pid) is None  # reaped: its /proc entry is gone
+
+
+def test_the_parent_chain_is_the_kernels_and_read_only_as_far_as_asked(tmp_path: Path) -> None:
+    """A child named with spaces and parentheses (its comm) under a shell under us: the chain
+    from it is child, shell, this process, then our own parents; a walk stopped early has
+    read no further (a pid that vanished ends it)."""
+    script = tmp_path / "a) (b c"
+    script.write_text("#!/bin/sh\nsleep 30\n", encoding="utf-8")
+    script.chmod(0o755)
+    shell = subprocess.Popen(["sh", "-c", f"'{script}' & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        child = None
+        while child is None and time.monotonic() < deadline:
+            kids = Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()
+            child = int(kids[0]) if kids else None
+            time.sleep(0.02)
+        assert child is not None
+        assert ")" in Path(f"/proc/{child}/stat").read_text()  # the comm the parser must skip
+        chain = procinfo.ancestors(child)
+        assert chain[:3] == [child, shell.pid, os.getpid()]
+        assert chain[3:5] == procinfo.ancestors(os.getppid())[:2]
+        walk = procinfo.lineage(child)
+        assert [next(walk), next(walk)] == [child, shell.pid]
+        assert procinfo.parent_pid(child) == shell.pid
+    finally:
+        shell.kill()
+        shell.wait()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert procinfo.parent_pid(dead.pid) is None and procinfo.ancestors(dead.pid) == [dead.pid]

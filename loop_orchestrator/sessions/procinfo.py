@@ -13,6 +13,7 @@ Standard library only: ``lo-orch hook`` and ``lo-orch signal`` import it on thei
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -22,26 +23,39 @@ MAX_DEPTH = 64
 
 def parent_pid(pid: int) -> int | None:
     """The parent of ``pid``, or None when it is gone (or there is no /proc)."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
+    try:  # (os calls, not pathlib and a text file: the supervisor asks for every message)
+        fd = os.open(f"{PROC}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        stat = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after
     # the last ")".
     try:
-        return int(stat[stat.rindex(")") + 2 :].split()[1])
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])
     except (ValueError, IndexError):
         return None
 
 
+def lineage(pid: int | None = None) -> Iterator[int]:
+    """``pid`` (default: this process) and its parents, nearest first, ending before 0;
+    each parent is read when it is asked for (a caller looking for the first it knows
+    stops there)."""
+    seen: set[int] = set()
+    current: int | None = os.getpid() if pid is None else pid
+    while current and current > 0 and len(seen) < MAX_DEPTH and current not in seen:
+        seen.add(current)
+        yield current
+        current = parent_pid(current)
+
+
 def ancestors(pid: int | None = None) -> list[int]:
     """``pid`` (default: this process) and its parents, nearest first, ending before 0."""
-    chain: list[int] = []
-    current: int | None = os.getpid() if pid is None else pid
-    while current and current > 0 and len(chain) < MAX_DEPTH and current not in chain:
-        chain.append(current)
-        current = parent_pid(current)
-    return chain
+    return list(lineage(pid))
 
 
 def start_environ(pid: int) -> dict[str, str]:

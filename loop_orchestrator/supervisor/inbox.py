@@ -82,11 +82,12 @@ class Inbox:
         Called by the inbox's threads for every message: only the pane's process id, which
         tmux reports and no agent can choose, ties a message to a task.
         """
-        chain = procinfo.ancestors(pid)
         for attempt in range(2):
             with self.pane_pids_lock:
-                known = dict(self.pane_pids)
-            for ancestor in chain:
+                known = self.pane_pids  # (replaced whole when refreshed, never changed)
+            # nearest first, read no further than the first pane (its tmux server and init
+            # above it cost a /proc read each)
+            for ancestor in procinfo.lineage(pid):
                 if ancestor in known:
                     return known[ancestor]
             if attempt == 0:
