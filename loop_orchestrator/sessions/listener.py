@@ -37,6 +37,8 @@ from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT, INBOX_DIR, MAX_MESS
 RAW_MAX = 256 * 1024
 #: the compiled client's wire
 WIRE = 1
+#: how long a worker that served a connection waits for the next one before it ends
+WORKER_IDLE = 30.0
 
 
 @dataclass
@@ -75,6 +77,10 @@ class Server:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        #: connections for the workers waiting for one, and how many wait (``_hand``)
+        self._waiting: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
+        self._idle = 0
+        self._idle_lock = threading.Lock()
 
     def start(self) -> None:
         self.sock.bind(address(self.run_dir))
@@ -94,7 +100,38 @@ class Server:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            self._hand(conn)
+
+    def _hand(self, conn: socket.socket) -> None:
+        """Give a connection to a worker waiting for one, else to a new worker: every
+        connection is served at once (a PermissionRequest may hold its worker for minutes),
+        and a session's tool calls do not start a thread each (a third of the listener's
+        CPU per message)."""
+        with self._idle_lock:
+            if self._idle:
+                self._idle -= 1
+                self._waiting.put(conn)
+                return
+        threading.Thread(
+            target=self._work, args=(conn,), name="lo-inbox-worker", daemon=True
+        ).start()
+
+    def _work(self, conn: socket.socket) -> None:
+        """Serve ``conn``, then the connections handed over while waiting; end after
+        ``WORKER_IDLE`` seconds without one."""
+        while True:
+            self._serve(conn)
+            with self._idle_lock:
+                self._idle += 1
+            try:
+                conn = self._waiting.get(timeout=WORKER_IDLE)
+            except queue.Empty:
+                with self._idle_lock:
+                    try:  # handed over after the wait gave up (counted as taken): serve it
+                        conn = self._waiting.get_nowait()
+                    except queue.Empty:
+                        self._idle -= 1
+                        return
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:

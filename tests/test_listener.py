@@ -1,0 +1,117 @@
+"""The inbox's listener: every connection served at once, by workers that are reused."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loop_orchestrator.sessions import listener
+from loop_orchestrator.sessions.inbox import address
+
+
+def ask(run_dir: Path, message: dict[str, Any]) -> Any:
+    """One message as a session's Python client sends it; the answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(address(run_dir))
+        conn.sendall(json.dumps(message).encode() + b"\n")
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    return json.loads(data)
+
+
+def workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "lo-inbox-worker" and t.is_alive()]
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / ".orchestration"
+    folder.mkdir()
+    return folder
+
+
+def test_messages_one_after_another_are_served_by_one_worker(run_dir: Path) -> None:
+    before = set(workers())
+    server = listener.Server(run_dir, lambda _pid: "alpha", lambda r: r.answer([r.task, r.message]))
+    server.start()
+    try:
+        for i in range(20):
+            assert ask(run_dir, {"n": i}) == ["alpha", {"n": i}]
+        assert len(set(workers()) - before) == 1
+    finally:
+        server.close()
+
+
+def test_a_held_connection_does_not_hold_up_the_next_and_idle_workers_end(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PermissionRequest waits minutes for a person with its connection open: the next
+    message gets a worker of its own at once. A worker with nothing to do ends."""
+    monkeypatch.setattr(listener, "WORKER_IDLE", 0.3)
+    release = threading.Event()
+
+    def deliver(request: listener.Request) -> None:
+        if request.message.get("hold"):
+            assert release.wait(10)
+        request.answer(request.message)
+
+    before = set(workers())
+    server = listener.Server(run_dir, lambda _pid: "alpha", deliver)
+    server.start()
+    try:
+        held: list[Any] = []
+        waiting = threading.Thread(target=lambda: held.append(ask(run_dir, {"hold": 1})))
+        waiting.start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert ask(run_dir, {"n": 1}) == {"n": 1}
+        assert time.monotonic() - started < 2 and held == []
+        release.set()
+        waiting.join(10)
+        assert held == [{"hold": 1}]
+        deadline = time.monotonic() + 5
+        while set(workers()) - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not set(workers()) - before  # both ended after WORKER_IDLE
+        for i in range(3):  # and a new one serves what comes later
+            assert ask(run_dir, {"n": i}) == {"n": i}
+    finally:
+        release.set()
+        server.close()
+
+
+def test_many_at_once_are_all_answered(run_dir: Path) -> None:
+    def deliver(request: listener.Request) -> None:
+        time.sleep(0.01)
+        request.answer(request.message)
+
+    server = listener.Server(run_dir, lambda _pid: "alpha", deliver)
+    server.start()
+    answers: list[Any] = []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        for i in range(10):
+            got = ask(run_dir, {"k": k, "i": i})
+            with lock:
+                answers.append(got)
+
+    try:
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted((a["k"], a["i"]) for a in answers) == [
+            (k, i) for k in range(8) for i in range(10)
+        ]
+    finally:
+        server.close()
