@@ -241,20 +241,20 @@ def test_the_next_step_follows_from_the_recorded_state(
     assert lifecycle.action(st) == expected
 
 
-def test_only_a_hooks_word_that_the_session_is_at_work_waits_for_the_views_round() -> None:
+def test_only_a_tool_calls_word_that_the_session_is_at_work_waits_for_the_views_round() -> None:
     st = TaskStatus(task="t", phase=Phase.IMPLEMENTING, session_id="s")
     tool = lifecycle.hook_changes(st, "PreToolUse", {"session_id": "s"}, "T")
-    assert only_activity(tool)
+    assert only_activity("PreToolUse", tool)
     first = lifecycle.hook_changes(TaskStatus(task="t"), "PreToolUse", {"session_id": "s"}, "T")
-    assert not only_activity(first)  # the session's id: written at once
+    assert not only_activity("PreToolUse", first)  # the session's id: written at once
     for event, payload in (
+        ("SessionStart", {}),
         ("UserPromptSubmit", {}),
         ("Stop", {}),
+        ("SessionEnd", {}),  # the same fields as a tool call's, but the session ended
         ("PermissionRequest", {"tool_name": "Bash"}),
         ("Notification", {"notification_type": "permission_prompt"}),
+        ("Notification", {}),
         ("StopFailure", {"error": "authentication_failed"}),
     ):
-        assert not only_activity(lifecycle.hook_changes(st, event, payload, "T")), event
-    waiting = st.model_copy(update={"waiting_for": "a person"})
-    assert not only_activity(lifecycle.hook_changes(waiting, "SessionEnd", {}, "T"))
-    assert only_activity(lifecycle.hook_changes(st, "SessionEnd", {}, "T"))
+        assert not only_activity(event, lifecycle.hook_changes(st, event, payload, "T")), event

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.wait import wait_for
 
 from loop_orchestrator.sessions import listener
 from loop_orchestrator.sessions.inbox import address
@@ -77,10 +78,8 @@ def test_a_held_connection_does_not_hold_up_the_next_and_idle_workers_end(
         release.set()
         waiting.join(10)
         assert held == [{"hold": 1}]
-        deadline = time.monotonic() + 5
-        while set(workers()) - before and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not set(workers()) - before  # both ended after WORKER_IDLE
+        # both ended after WORKER_IDLE
+        wait_for(lambda: not set(workers()) - before, 5, "the idle workers to end")
         for i in range(3):  # and a new one serves what comes later
             assert ask(run_dir, {"n": i}) == {"n": i}
     finally:

@@ -120,9 +120,10 @@ class Server:
         """Serve ``conn``, then the connections handed over while waiting; end after
         ``WORKER_IDLE`` seconds without one."""
         while True:
-            self._serve(conn)
-            with self._idle_lock:
-                self._idle += 1
+            with conn:
+                self._serve(conn)
+                with self._idle_lock:  # (before the close: a session's next message, sent
+                    self._idle += 1  # once it has this answer, finds this worker waiting)
             try:
                 conn = self._waiting.get(timeout=WORKER_IDLE)
             except queue.Empty:
@@ -134,39 +135,39 @@ class Server:
                         return
 
     def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(5.0)
-            try:
-                pid, uid, _gid = struct.unpack(
-                    "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-                )
-                data = b""
-                while len(data) <= MAX_MESSAGE and b"\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                head, _, rest = data.partition(b"\n")
-                message = json.loads(head) if len(head) <= MAX_MESSAGE else None
-                wire = isinstance(message, dict) and message.get("wire") == WIRE
-                while wire and len(rest) <= RAW_MAX:  # a hook event's JSON, to the end
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    rest += chunk
-            except (OSError, ValueError):
-                return
-            if uid != os.getuid() or not isinstance(message, dict):
-                return
-            if wire:
-                answer = self._wire(conn, pid, message, rest) if len(rest) <= RAW_MAX else None
-                if answer is not None:
-                    with contextlib.suppress(OSError):
-                        conn.sendall(answer)
-                return
-            reply = self._ask(message, pid)
-            with contextlib.suppress(OSError):
-                conn.sendall(json.dumps(reply).encode("utf-8"))
+        """Read one message from ``conn`` and answer it (the caller closes ``conn``)."""
+        conn.settimeout(5.0)
+        try:
+            pid, uid, _gid = struct.unpack(
+                "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            )
+            data = b""
+            while len(data) <= MAX_MESSAGE and b"\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            head, _, rest = data.partition(b"\n")
+            message = json.loads(head) if len(head) <= MAX_MESSAGE else None
+            wire = isinstance(message, dict) and message.get("wire") == WIRE
+            while wire and len(rest) <= RAW_MAX:  # a hook event's JSON, to the end
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                rest += chunk
+        except (OSError, ValueError):
+            return
+        if uid != os.getuid() or not isinstance(message, dict):
+            return
+        if wire:
+            answer = self._wire(conn, pid, message, rest) if len(rest) <= RAW_MAX else None
+            if answer is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(answer)
+            return
+        reply = self._ask(message, pid)
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps(reply).encode("utf-8"))
 
     def _ask(self, message: dict[str, Any], pid: int, task: str | None = None) -> Any:
         """Hand one message to the loop (its sender's task asked of the kernel, unless

@@ -253,15 +253,16 @@ def stop_decision(st: TaskStatus, stop_hook_active: bool, bin_cmd: str) -> str |
 MOVED_ON_EVENTS = ("UserPromptSubmit", "Stop", "SessionStart", "SessionEnd")
 
 
-#: what a hook event changes that says no more than that the session is at work: the
-#: record has it at once, the published view with its next round (``Record.publish_pending``
-#: on the loop's view clock), not a status file rewritten per tool call
+#: what a tool call's hook (PreToolUse) changes when it says no more than that the session
+#: is at work: the record has it at once, the published view with its next round
+#: (``Record.publish_pending`` on the loop's view clock), not a status file per tool call
 ACTIVITY_FIELDS = frozenset({"last_event", "last_event_at"})
 
 
-def only_activity(changes: Mapping[str, Any]) -> bool:
-    """Whether a hook event's ``changes`` say no more than that the session is at work."""
-    return set(changes) <= ACTIVITY_FIELDS
+def only_activity(event: str, changes: Mapping[str, Any]) -> bool:
+    """Whether hook ``event``'s ``changes`` are a tool call's and say no more than that the
+    session is at work (a session's start, prompt, stop or end is published at once)."""
+    return event == "PreToolUse" and set(changes) <= ACTIVITY_FIELDS
 
 
 def hook_changes(

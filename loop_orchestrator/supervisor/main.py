@@ -12,6 +12,7 @@ idempotent, so nothing is launched, verified or merged twice.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -371,7 +372,10 @@ class Supervisor:
         finally:
             if server is not None:
                 server.close()
-            self.record.publish_pending()  # (the view as the run leaves it)
+            # the view as the run leaves it (a disk that failed must not hide why it ended;
+            # the next start publishes the whole view again)
+            with contextlib.suppress(OSError):
+                self.record.publish_pending()
             self.panes.stop()
             self.backend.stop()
             self.jobs.shutdown()

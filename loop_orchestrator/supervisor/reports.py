@@ -300,7 +300,8 @@ class Reports:
         elif self.desk is not None and event in lifecycle.MOVED_ON_EVENTS:
             self.desk.close_task(tid, f"the session moved on ({event})")
         self.store.append_ledger_unsynced("hook", task=tid, hook_event=event, **fields)
-        self.record.update_task(tid, publish=not lifecycle.only_activity(changes), **changes)
+        only_activity = lifecycle.only_activity(event, changes)
+        self.record.update_task(tid, publish=not only_activity, **changes)
         if changes.get("waiting_for"):
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
         if over_budget and self.block is not None:
