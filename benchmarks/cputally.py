@@ -19,6 +19,7 @@ import importlib.abc
 import importlib.machinery
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -108,8 +109,6 @@ CALLERS = os.environ.get("LO_BENCH_CALLERS") == "1"
 
 def _callers(depth: int = 3) -> str:
     """`` <- module:function`` for the nearest ``depth`` lo-orch frames above a gateway."""
-    import sys
-
     names: list[str] = []
     frame: Any = sys._getframe(2)
     while frame is not None and len(names) < depth:
@@ -197,8 +196,6 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 def install() -> Tally:
     """Count from now on; the counts are written to ``$LO_BENCH_TALLY`` at exit."""
-    import sys
-
     tally = Tally()
     sys.meta_path.insert(0, _Finder(tally))
     out = os.environ.get("LO_BENCH_TALLY")
@@ -211,6 +208,31 @@ def install() -> Tally:
 
     atexit.register(dump)
     return tally
+
+
+def supervisor(
+    lo: list[str], env: dict[str, str], root: Path, tally: bool
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment a benchmark starts its supervisor with: ``lo``, or
+    with ``tally`` that same command started through ``BOOT``, its counts going to
+    ``root/tally.json`` (``counts``)."""
+    if not tally:
+        return lo, env
+    where = str(Path(__file__).resolve().parent)
+    return [sys.executable, "-c", BOOT.format(where=where)], {
+        **env,
+        "LO_BENCH_TALLY": str(root / "tally.json"),
+    }
+
+
+def counts(root: Path, tally: bool) -> dict[str, Any] | None:
+    """What the supervisor started by ``supervisor`` counted (None without ``tally``, or
+    when it did not end by itself)."""
+    found = root / "tally.json"
+    if not tally or not found.exists():
+        return None
+    doc: dict[str, Any] = json.loads(found.read_text(encoding="utf-8"))
+    return doc
 
 
 def rows(doc: dict[str, Any], tasks: int, top: int = 30) -> list[str]:

@@ -279,11 +279,8 @@ def measure(
                     capture_output=True,
                     timeout=300,
                 )
-            boot, sup_env = lo, env
-            if tally:  # the supervisor counts its own CPU by function (``cputally``)
-                where = str(Path(__file__).resolve().parent)
-                boot = [sys.executable, "-c", cputally.BOOT.format(where=where)]
-                sup_env = {**env, "LO_BENCH_TALLY": str(root / "tally.json")}
+            # with ``tally`` the supervisor counts its own CPU by function (``cputally``)
+            boot, sup_env = cputally.supervisor(lo, env, root, tally)
             problem, samples = supervise(boot, repo, sup_env, root)
         finally:
             subprocess.run(
@@ -299,8 +296,7 @@ def measure(
         ledger = common.ledger(repo)
         starts = common.signal_starts(root / "timing" / "signal-starts")
         journal = common.journals(root / "home")
-        counted = root / "tally.json"
-        by_function = json.loads(counted.read_text()) if tally and counted.exists() else None
+        by_function = cputally.counts(root, tally)
     return analyse(n, calls, ledger, starts, journal) | {
         "tally": by_function,
         "wall": wall,

@@ -241,11 +241,8 @@ def measure(
                     capture_output=True,
                     timeout=300,
                 )
-            boot = lo
-            if tally:  # the supervisor counts its own CPU by function (``cputally``)
-                where = str(Path(__file__).resolve().parent)
-                boot = [sys.executable, "-c", cputally.BOOT.format(where=where)]
-                env = {**env, "LO_BENCH_TALLY": str(root / "tally.json")}
+            # with ``tally`` the supervisor counts its own CPU by function (``cputally``)
+            boot, env = cputally.supervisor(lo, env, root, tally)
             wall, cpu, peak, problem = _supervise(boot, repo, env, root, profile)
         finally:
             subprocess.run(
@@ -263,8 +260,7 @@ def measure(
         hooks = [line.split() for line in (root / "timing" / "hooks.log").read_text().splitlines()]
         # AFTER keeps a private journal of every phase change (BEFORE has none)
         journal = common.journals(root / "home")
-        counted = root / "tally.json"
-        by_function = json.loads(counted.read_text()) if tally and counted.exists() else None
+        by_function = cputally.counts(root, tally)
     return analyse(n, ledger, starts, hooks, journal) | {
         "tally": by_function,
         "wall": wall,

@@ -3,7 +3,6 @@ a real lo-orch process started through its boot line counts what it ran."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -96,19 +95,23 @@ def test_a_real_lo_orch_started_through_the_boot_line_counts_what_it_ran(
         "    owns: [a.py]\n    done:\n      - criterion: c\n        check: pytest -q\n",
         encoding="utf-8",
     )
-    out = tmp_path / "tally.json"
-    where = str(Path(cputally.__file__).parent)
+    lo = [sys.executable, "-m", "loop_orchestrator"]
+    env = {**os.environ, "LO_BENCH_CALLERS": "1"}
+    assert cputally.supervisor(lo, env, tmp_path, tally=False) == (lo, env)
+    argv, booted = cputally.supervisor(lo, env, tmp_path, tally=True)
     done = subprocess.run(
-        [sys.executable, "-c", cputally.BOOT.format(where=where), "plan", str(plan)],
+        [*argv, "plan", str(plan)],
         cwd=git_repo,
-        env={**os.environ, "LO_BENCH_TALLY": str(out), "LO_BENCH_CALLERS": "1"},
+        env=booted,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert cputally.counts(tmp_path, tally=False) is None
+    doc = cputally.counts(tmp_path, tally=True)
+    assert doc is not None
     assert doc["cpu"] > 0
     assert doc["tally"]["state:Store._ledger"][1] >= 1  # plan_created
     assert doc["tally"]["files:atomic_write_text"][1] >= 2  # plan.json, run.json, ...
