@@ -49,7 +49,7 @@ function makes included) and its git and tmux calls by subcommand, printed per t
 ``--rounds N`` each size is measured N times per version, in ABBA order (the version
 measured first in one round is measured second in the next: an order effect, such as the
 page cache a first run warms, falls on both), and the runs are pooled: every sample, CPU
-over all runs, and each run's own hook wall p50 and CPU per task in a row of its own.
+over all runs, and each run's own hook wall p50 and CPU per task in a note.
 
 Each run gets a private tmux socket (killed at the end), a throwaway HOME, XDG_STATE_HOME
 and XDG_CONFIG_HOME. AFTER runs agents inside its bubblewrap sandbox where bwrap works

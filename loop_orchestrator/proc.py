@@ -206,43 +206,33 @@ def _read_both(child: subprocess.Popen[bytes], timeout: float | None) -> tuple[b
     """Everything ``child`` writes to its two pipes until both close, then its exit; a
     ``TimeoutExpired`` carrying what was read once ``timeout`` seconds have passed."""
     assert child.stdout is not None and child.stderr is not None
-    fds = {child.stdout.fileno(): bytearray(), child.stderr.fileno(): bytearray()}
+    out, err = bytearray(), bytearray()
+    read = {child.stdout.fileno(): out, child.stderr.fileno(): err}
     deadline = None if timeout is None else time.monotonic() + timeout
     poller = select.poll()
-    for fd in fds:
+    for fd in read:
         poller.register(fd, select.POLLIN)
-    open_fds = len(fds)
     try:
-        while open_fds:
-            wait = None if deadline is None else (deadline - time.monotonic()) * 1000
-            ready = poller.poll(None if wait is None else max(0.0, wait))
-            if not ready and wait is not None and wait <= 0:
-                raise subprocess.TimeoutExpired(
-                    child.args,
-                    timeout or 0.0,
-                    output=bytes(fds[child.stdout.fileno()]),
-                    stderr=bytes(fds[child.stderr.fileno()]),
-                )
+        while read:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = poller.poll(None if left is None else left * 1000)
+            if not ready and left == 0.0:
+                raise subprocess.TimeoutExpired(child.args, timeout or 0.0)
             for fd, _event in ready:
                 chunk = os.read(fd, 65536)
                 if chunk:
-                    fds[fd] += chunk
+                    read[fd] += chunk
                 else:
                     poller.unregister(fd)
-                    open_fds -= 1
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        child.wait(left)
-    except subprocess.TimeoutExpired as exc:
+                    del read[fd]
+        child.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
         raise subprocess.TimeoutExpired(
-            child.args,
-            timeout or 0.0,
-            output=bytes(fds[child.stdout.fileno()]),
-            stderr=bytes(fds[child.stderr.fileno()]),
-        ) from exc
-    out, err = bytes(fds[child.stdout.fileno()]), bytes(fds[child.stderr.fileno()])
+            child.args, timeout or 0.0, output=bytes(out), stderr=bytes(err)
+        ) from None
     child.stdout.close()
     child.stderr.close()
-    return out, err
+    return bytes(out), bytes(err)
 
 
 def _bound_memory(child: subprocess.Popen[bytes], limit: int) -> None:

@@ -114,3 +114,43 @@ def test_many_at_once_are_all_answered(run_dir: Path) -> None:
         ]
     finally:
         server.close()
+
+
+def test_a_flood_of_connections_leaves_no_more_than_max_idle_workers_waiting(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session that opens connections by the dozen at once (held until all are open)
+    gets each answered; afterwards at most ``MAX_IDLE`` workers stay waiting."""
+    monkeypatch.setattr(listener, "MAX_IDLE", 2)
+    flood = 12
+    arrived = threading.Barrier(flood + 1, timeout=10)
+
+    serving: set[int] = set()
+
+    def deliver(request: listener.Request) -> None:
+        if request.message["k"] != "after":
+            serving.add(threading.get_ident())
+            arrived.wait()  # every connection has its own worker before any is answered
+        request.answer(request.message)
+
+    before = set(workers())
+    server = listener.Server(run_dir, lambda _pid: "alpha", deliver)
+    server.start()
+    answers: list[Any] = []
+    try:
+        clients = [
+            threading.Thread(target=lambda k=k: answers.append(ask(run_dir, {"k": k})))
+            for k in range(flood)
+        ]
+        for t in clients:
+            t.start()
+        arrived.wait()
+        assert len(serving) == flood
+        for t in clients:
+            t.join(10)
+        assert sorted(a["k"] for a in answers) == list(range(flood))
+        wait_for(lambda: len(set(workers()) - before) <= 2, 5, "the extra workers to end")
+        assert ask(run_dir, {"k": "after"}) == {"k": "after"}  # a waiting one serves it
+        assert len(set(workers()) - before) <= 2
+    finally:
+        server.close()

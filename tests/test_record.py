@@ -375,4 +375,11 @@ def test_a_change_left_unpublished_is_written_by_the_next_publish_and_only_once(
     rec.update_task("beta", publish=False, last_event="Stop")
     rec.publish_pending()
     assert json.loads(rec.dirs.status_path("beta").read_text())["last_event"] == "Stop"
+    # a whole republish (at every start) leaves nothing pending either
+    rec.update_task("beta", publish=False, last_event="PreToolUse")
+    rec.publish_all()
+    assert json.loads(rec.dirs.status_path("beta").read_text())["last_event"] == "PreToolUse"
+    os.utime(rec.dirs.status_path("beta"), ns=(1, 1))
+    rec.publish_pending()
+    assert rec.dirs.status_path("beta").stat().st_mtime_ns == 1
     assert rec.check_view() == []  # our own writes are not someone's edits

@@ -475,6 +475,7 @@ class Record:
             if on_disk != text:
                 atomic_write_text(path, text, durable=False)
             self._published[path] = _file_digest(text)
+        self._unpublished.clear()  # (every task's file is the record's now)
         return edited
 
     def check_view(self) -> list[str]:

@@ -39,6 +39,9 @@ RAW_MAX = 256 * 1024
 WIRE = 1
 #: how long a worker that served a connection waits for the next one before it ends
 WORKER_IDLE = 30.0
+#: the most workers kept waiting: a session that opens connections by the hundred leaves
+#: no more threads behind than this once they are answered
+MAX_IDLE = 32
 
 
 @dataclass
@@ -122,8 +125,12 @@ class Server:
         while True:
             with conn:
                 self._serve(conn)
-                with self._idle_lock:  # (before the close: a session's next message, sent
-                    self._idle += 1  # once it has this answer, finds this worker waiting)
+                # counted as waiting before the close: a session's next message, sent once
+                # it has this answer, finds this worker
+                with self._idle_lock:
+                    if self._idle >= MAX_IDLE:
+                        return
+                    self._idle += 1
             try:
                 conn = self._waiting.get(timeout=WORKER_IDLE)
             except queue.Empty:
