@@ -383,3 +383,24 @@ def test_a_change_left_unpublished_is_written_by_the_next_publish_and_only_once(
     rec.publish_pending()
     assert rec.dirs.status_path("beta").stat().st_mtime_ns == 1
     assert rec.check_view() == []  # our own writes are not someone's edits
+
+
+def test_a_callers_change_to_a_copy_never_reaches_the_record(tmp_path: Path) -> None:
+    """``task`` and ``tasks`` hand out copies whose containers are their own (only strings,
+    numbers and enums are shared): a caller that changes what it was given, nested dicts and
+    a newer version's extra keys included, changes nothing recorded or published."""
+    rec = make_record(tmp_path)
+    usage = {"input_tokens": 5, "models": {"m": {"cost": 1.0}}}
+    rec.update_task("alpha", usage=usage, disputes=[{"check": "c", "note": "n"}])
+    rec.append("task", task="alpha", set={"future": {"list": [1]}})  # (a newer version's key)
+    for copy in (rec.task("alpha"), rec.tasks()["alpha"]):
+        assert copy.usage is not None and copy.model_extra is not None
+        copy.usage["models"]["m"]["cost"] = 99.0
+        copy.disputes[0]["note"] = "changed"
+        copy.disputes.append({"check": "more"})
+        copy.model_extra["future"]["list"].append(2)
+        copy.note = "changed"
+    again = rec.task("alpha")
+    assert again.usage == usage and again.disputes == [{"check": "c", "note": "n"}]
+    assert again.model_extra == {"future": {"list": [1]}} and again.note is None
+    assert again.model_dump() == Record.open(tmp_path, "demo").task("alpha").model_dump()

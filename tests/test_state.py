@@ -299,3 +299,32 @@ def test_run_dir_layout(tmp_path: Path) -> None:
     assert d.ledger == root / "ledger.jsonl"
     assert d.supervisor_lock == root / "supervisor.lock"
     assert d.worktree_path("r", "a") == tmp_path.resolve() / ".worktrees" / "r" / "a"
+
+
+def test_atomic_write_never_writes_through_a_name_planted_where_its_temp_file_goes(
+    tmp_path: Path,
+) -> None:
+    """The temp file's name is predictable (this process, its thread, a count): a symlink
+    or a file someone put there first is left alone (made with O_EXCL) and the write still
+    lands whole, through a random name."""
+    import os
+    import threading
+
+    from loop_orchestrator import files
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    target = tmp_path / "view.json"
+    coming = next(files._tmp_count) + 1
+    own = f"{os.getpid()}-{threading.get_ident()}"
+    planted = [tmp_path / f".view.json.{own}-{coming + i}.tmp" for i in range(3)]
+    for link in planted:
+        link.symlink_to(victim)
+    for text in ("first", "second"):
+        files.atomic_write_text(target, text, durable=False)
+        assert target.read_text() == text and not target.is_symlink()
+    assert victim.read_text() == "untouched"
+    assert all(link.is_symlink() for link in planted)  # left as they were
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["victim.txt", "view.json", *(p.name for p in planted)]
+    )

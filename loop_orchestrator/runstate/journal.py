@@ -29,6 +29,8 @@ made durable together by the next one (group commit).
 from __future__ import annotations
 
 import contextlib
+import copy
+import enum
 import hashlib
 import hmac
 import json
@@ -58,6 +60,23 @@ KEY_FILE = "key"
 JOURNAL_FILE = "journal.jsonl"
 LOCK_FILE = "journal.lock"
 _GENESIS = "0" * 64
+
+
+#: values a copy may share with the record: nothing can change them in place
+_IMMUTABLE = (str, int, float, bool, type(None), enum.Enum)
+
+
+def status_copy(status: TaskStatus) -> TaskStatus:
+    """A copy of ``status`` that no change to it reaches the record through: its fields and
+    extras copied, the containers among them (disputes, usage) copied deep, the rest shared
+    (strings, numbers, enums cannot change). A deep copy of every field (``model_copy(deep=
+    True)``) cost 100 us, five times per hook event the supervisor answers."""
+    new = status.model_copy()  # (a new __dict__, extras and fields-set, nothing validated)
+    for values in (new.__dict__, new.__pydantic_extra__ or {}):
+        for key, value in values.items():
+            if not isinstance(value, _IMMUTABLE):
+                values[key] = copy.deepcopy(value)
+    return new
 
 
 class RecordTamperedError(StateError):
@@ -319,7 +338,7 @@ class Record:
     def task(self, task: str) -> TaskStatus:
         """A copy of the task's recorded status."""
         with self._mutex:
-            return self._status(task).model_copy(deep=True)
+            return status_copy(self._status(task))
 
     def _status(self, task: str) -> TaskStatus:
         """The task's recorded status itself (not a copy: read it, never change it)."""
@@ -336,7 +355,7 @@ class Record:
             copies = self._copies
             for t, s in self.state.tasks.items():
                 if t not in copies:
-                    copies[t] = s.model_copy(deep=True)
+                    copies[t] = status_copy(s)
             return dict(copies)
 
     def take_changed(self) -> set[str]:
