@@ -529,3 +529,34 @@ def test_a_slow_start_is_polled_less_often_and_its_ready_screen_seen_soon(
     assert len(looks) <= 11  # a steady 0.1 s: 20 or more
     gaps = [b - a for a, b in itertools.pairwise(looks)]
     assert max(gaps) < 0.3 + 0.2
+
+
+def test_a_paste_never_reaches_an_exited_pane_nor_another_runs_and_keys_neither(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """tmux 3.3a's server exits when a paste reaches a pane whose program exited, and every
+    session on it goes: the server itself checks, in the command that pastes, that the pane
+    is this run's and alive (a check in a call before left a window: the deliverer's
+    stagger alone is 0.3 s). Keys go only to this run's panes, also judged by the server in
+    the call that sends them. A refused paste leaves no buffer behind."""
+    first = TmuxBackend("feat", owner="run-a")
+    mine = first.launch(LaunchSpec("a", tmp_path, ["cat"]))
+    done = first.launch(LaunchSpec("b", tmp_path, ["true"]))
+    wait_for(lambda: not first.state(done).alive, 5, "the second pane to exit")
+    with pytest.raises(PaneGoneError, match="its program exited"):
+        first.paste(done, "hello")
+    assert first.state(mine).alive  # the server lives on, and the run's other session
+    second = TmuxBackend("feat", owner="run-b")  # the same name: another run's backend
+    with pytest.raises(PaneGoneError, match="not a pane of session lo-feat"):
+        second.paste(mine, "forged-by-b")
+    with pytest.raises(PaneGoneError, match="not a pane of session lo-feat"):
+        second.send_keys(mine, "x", "Enter")
+    with pytest.raises(PaneGoneError, match="not a pane of session lo-other"):
+        TmuxBackend("other").send_keys(mine, "Enter")
+    with pytest.raises(PaneGoneError, match="not a pane of session lo-feat"):
+        first.paste("%999", "nobody")  # (no such pane)
+    assert tmux(tmux_socket, "list-buffers") == ""
+    first.paste(mine, "from-a", bracketed=False)
+    first.send_keys(mine, "Enter")
+    wait_for(lambda: first.capture(mine, 0).count("from-a") == 2, 5, "cat to echo the line")
+    assert "forged" not in first.capture(mine, 50)

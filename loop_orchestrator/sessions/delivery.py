@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from loop_orchestrator.errors import DeliveryError, TmuxError
-from loop_orchestrator.sessions.backend import SessionBackend
+from loop_orchestrator.errors import DeliveryError, PaneGoneError, TmuxError
+from loop_orchestrator.sessions.backend import PaneState, SessionBackend
 
 if TYPE_CHECKING:
     from loop_orchestrator.runstate.state import TaskStatus
@@ -180,10 +180,14 @@ class Deliverer:
             timeout = self.timeout
         with self._lock_for(pane_id):
             deadline = time.monotonic() + timeout
-            self._require_alive(backend, pane_id)
-            before = backend.capture(pane_id, 0)
+            state, before = backend.look(pane_id)  # (alive, and the screen, in one look)
+            self._require_alive(backend, pane_id, state)
             self._wait_gap()
-            backend.paste(pane_id, text, bracketed=bracketed)
+            try:
+                backend.paste(pane_id, text, bracketed=bracketed)  # (only into a live pane)
+            except PaneGoneError:  # it went or exited since the look: say which
+                self._require_alive(backend, pane_id, backend.state(pane_id))
+                raise
             pasted = self._settled(backend, pane_id, before, deadline)
             if confirmed is not None:
                 check: Callable[[], bool] = confirmed
@@ -224,8 +228,7 @@ class Deliverer:
                 "may be holding the input.",
             )
 
-    def _require_alive(self, backend: SessionBackend, pane_id: str) -> None:
-        state = backend.state(pane_id)
+    def _require_alive(self, backend: SessionBackend, pane_id: str, state: PaneState) -> None:
         if not state.exists:
             msg = f"pane {pane_id} does not exist; the prompt was not sent"
             raise DeliveryError(msg)

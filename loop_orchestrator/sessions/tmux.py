@@ -57,6 +57,12 @@ TMUX_TIMEOUT = 20.0
 
 _INSTALL_HINT = "Install it with `apt-get install tmux` (Debian/Ubuntu) or `brew install tmux`."
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+#: a name or tag a tmux format can hold as it is (``TmuxBackend._ours_format``)
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_-]+\Z")
+#: keys a tmux command string can hold as they are (``send_keys`` in one call)
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*\Z")
+#: what tmux prints when it refused to act on a pane (the commands' own output is empty)
+_REFUSED = "lo-orch-refused"
 #: a process on the placeholder pane of an empty window (never an agent)
 _KEEPER_ARGV = (
     "/bin/sh",
@@ -154,13 +160,11 @@ class TmuxBackend:
                 "timed out" if result.returncode is None else f"exit {result.returncode}"
             )
             msg = f"tmux {args[0]} failed for session {self.session}: {detail}"
-            raise TmuxError(
-                msg,
-                hint="Check the tmux server with `tmux"
-                + (f" -L {self.socket}" if self.socket else "")
-                + " ls`.",
-            )
+            raise TmuxError(msg, hint=self._server_hint())
         return result
+
+    def _server_hint(self) -> str:
+        return f"Check the tmux server with `tmux{f' -L {self.socket}' if self.socket else ''} ls`."
 
     def _libtmux_server(self) -> libtmux.Server:
         if self._server is None:
@@ -505,25 +509,83 @@ class TmuxBackend:
                 raise PaneGoneError(exc.message, hint=exc.hint) from exc
             raise
 
+    def _ours_format(self, *, alive: bool) -> str | None:
+        """A tmux format that is 1 for a pane of this run's session (``_ours``) and, with
+        ``alive``, whose program still runs: the server judges it in the very command that
+        acts on the pane (``if-shell -F``), so nothing can change between the look and the
+        act, and it costs no call of its own. None when the names are not plain words a
+        format can hold as they are (the action then looks first, in a call of its own)."""
+        if not _PLAIN_WORD.match(self.session) or (
+            self.owner is not None and not _PLAIN_WORD.match(self.owner)
+        ):
+            return None
+        cond = f"#{{==:#{{session_name}},{self.session}}}"
+        if self.owner is not None:  # (an untagged session is one an earlier lo-orch made)
+            tag = f"#{{||:#{{==:#{{@lo_run}},}},#{{==:#{{@lo_run}},{self.owner}}}}}"
+            cond = f"#{{&&:{cond},{tag}}}"
+        if alive:
+            cond = f"#{{&&:{cond},#{{?pane_dead,0,1}}}}"
+        return cond
+
+    def _refused(self, pane_id: str, action: str) -> PaneGoneError:
+        """Why tmux refused to ``action`` the pane: gone, another session's, or exited."""
+        info = self._pane_info(pane_id)
+        if info is not None and info.dead:
+            msg = f"cannot {action} pane {pane_id}: its program exited"
+            return PaneGoneError(msg, hint="`lo-orch status` shows the task's state.")
+        msg = f"cannot {action} pane {pane_id}: it is not a pane of session {self.session}"
+        return PaneGoneError(
+            msg, hint="The session may have ended; `lo-orch status` shows the task's state."
+        )
+
     def paste(self, pane_id: str, text: str, *, bracketed: bool = True) -> None:
-        """Paste ``text`` through a uniquely named tmux buffer (deleted after the paste).
+        """Paste ``text`` through a uniquely named tmux buffer (deleted after the paste)
+        into this run's pane while its program runs: ``PaneGoneError`` for a pane that is
+        gone, another session's or dead (tmux 3.3a's server exits when a paste reaches a
+        dead pane, taking every session of the run with it).
 
         ``bracketed`` sends it as a bracketed paste (``-p``; only when the program asked
         for it, as a terminal would). Without it every line break becomes a space, so a
         line-oriented program receives one line.
+
+        One tmux call: the buffer is loaded, then pasted only if the server finds the pane
+        this run's and alive, else deleted.
         """
-        self._own_pane(pane_id, "paste into")
+        check_pane_id(pane_id)
         name = f"lo-{uuid.uuid4().hex}"
-        self._tmux("load-buffer", "-b", name, "-", input=text)
-        mode = ["-p"] if bracketed else ["-s", " "]
-        try:
-            self._tmux("paste-buffer", "-d", *mode, "-b", name, "-t", pane_id)
-        except TmuxError:
+        mode = "-p" if bracketed else "-s ' '"
+        cond = self._ours_format(alive=True)
+        if cond is None:
+            info = self._own_pane(pane_id, "paste into")
+            if info.dead:
+                raise self._refused(pane_id, "paste into")
+            self._tmux("load-buffer", "-b", name, "-", input=text)
+            try:
+                flags = ["-p"] if bracketed else ["-s", " "]
+                self._tmux("paste-buffer", "-d", *flags, "-b", name, "-t", pane_id)
+            except TmuxError:
+                self._tmux("delete-buffer", "-b", name, check=False)
+                raise
+            return
+        result = self._tmux(
+            *("load-buffer", "-b", name, "-", ";"),
+            *("if-shell", "-F", "-t", pane_id, cond),
+            f"paste-buffer -d {mode} -b {name} -t {pane_id}",
+            f"delete-buffer -b {name} ; display-message -p {_REFUSED}",
+            input=text,
+            check=False,
+        )
+        if not result.ok:
             self._tmux("delete-buffer", "-b", name, check=False)
-            raise
+            detail = result.stderr.strip() or f"exit {result.returncode}"
+            msg = f"tmux paste-buffer failed for session {self.session}: {detail}"
+            raise TmuxError(msg, hint=self._server_hint())
+        if _REFUSED in result.stdout:
+            raise self._refused(pane_id, "paste into")
 
     def send_keys(self, pane_id: str, *keys: str) -> None:
-        """Send named keys ("Enter", "Down", "C-c", a single character), never text."""
+        """Send named keys ("Enter", "Down", "C-c", a single character), never text, to
+        this run's pane (``PaneGoneError`` for one that is gone or another session's)."""
         for key in keys:
             if key not in NAMED_KEYS and not KEY_RE.match(key):
                 msg = f"send_keys takes key names, not text: {key[:40]!r}"
@@ -531,8 +593,24 @@ class TmuxBackend:
                     msg,
                     hint="Deliver text with paste(); send Enter separately.",
                 )
-        self._own_pane(pane_id, "send keys to")
-        self._tmux("send-keys", "-t", pane_id, *keys)
+        check_pane_id(pane_id)
+        cond = self._ours_format(alive=False)
+        if cond is None or not all(_PLAIN_KEY.match(key) for key in keys):
+            self._own_pane(pane_id, "send keys to")
+            self._tmux("send-keys", "-t", pane_id, *keys)
+            return
+        result = self._tmux(  # (one call: sent only if the server finds the pane ours)
+            *("if-shell", "-F", "-t", pane_id, cond),
+            f"send-keys -t {pane_id} {' '.join(keys)}",
+            f"display-message -p {_REFUSED}",
+            check=False,
+        )
+        if not result.ok:
+            detail = result.stderr.strip() or f"exit {result.returncode}"
+            msg = f"tmux send-keys failed for session {self.session}: {detail}"
+            raise TmuxError(msg, hint=self._server_hint())
+        if _REFUSED in result.stdout:
+            raise self._refused(pane_id, "send keys to")
 
     def kill_pane(self, pane_id: str) -> None:
         """Kill one of this session's panes by id; a pane of another session is refused."""
