@@ -17,11 +17,6 @@ from loop_orchestrator.errors import LoOrchError
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.progress import quarantine_lines
 from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
-
-# the factory imports tmux.py (libtmux) before the app runs: libtmux reads
-# sys.stdout.encoding at import, and inside a running Textual app sys.stdout is Textual's
-# capture object, which has none (attach, the pane preview and Gate 2 build the run's
-# TmuxBackend inside the app)
 from loop_orchestrator.sessions.factory import run_backend
 from loop_orchestrator.workspace import instances
 

@@ -8,10 +8,10 @@ race of setting it after a fast-dying process already exited; pane ids (``%N``) 
 per server but reused after a server restart, so every pane operation first checks that the
 pane belongs to this run's session.
 
-libtmux is used for the exact session lookup; everything else goes through ``proc.run``
-with plain tmux argument lists, because delivery needs stdin (``load-buffer -``), options
-libtmux does not expose (``-e`` on respawn-pane, pane user options) and timeouts (libtmux
-calls have none, and a supervisor must never hang on a wedged tmux server).
+Every call goes through ``proc.run`` with a plain tmux argument list (libtmux is not used:
+delivery needs stdin (``load-buffer -``), options libtmux does not expose (``-e`` on
+respawn-pane, pane user options) and timeouts, which libtmux calls have none of: a
+supervisor must never hang on a wedged tmux server).
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-
-import libtmux
-from libtmux import exc as libtmux_exc
 
 from loop_orchestrator import proc
 from loop_orchestrator.config import ClusterConfig
@@ -113,7 +110,6 @@ class TmuxBackend:
         self.env = env
         self.socket = socket if socket is not None else tmux_socket()
         self._lock = threading.RLock()
-        self._server: libtmux.Server | None = None
         self._version_ok = False
 
     @property
@@ -166,11 +162,6 @@ class TmuxBackend:
     def _server_hint(self) -> str:
         return f"Check the tmux server with `tmux{f' -L {self.socket}' if self.socket else ''} ls`."
 
-    def _libtmux_server(self) -> libtmux.Server:
-        if self._server is None:
-            self._server = libtmux.Server(socket_name=self.socket)
-        return self._server
-
     def _panes(self) -> list[PaneInfo]:
         """Every pane of this run's session (empty when there is no session)."""
         result = self._tmux(
@@ -186,15 +177,8 @@ class TmuxBackend:
         untagged session is one an earlier lo-orch made for this run)."""
         return info.session == self.session and (self.owner is None or info.run in ("", self.owner))
 
-    def _session_owner(self) -> str:
-        """The ``@lo_run`` tag of the session ``lo-<run>`` ("" when untagged or absent)."""
-        result = self._tmux(
-            "show-options", "-q", "-v", "-t", f"={self.session}:", "@lo_run", check=False
-        )
-        return result.stdout.strip() if result.ok else ""
-
-    def _refuse_another_runs_session(self) -> None:
-        owner = self._session_owner()
+    def _refuse_another_runs_session(self, owner: str) -> None:
+        """``TmuxError`` when the session's tag ``owner`` is another run's."""
         if self.owner is None or owner in ("", self.owner):
             return
         repo = self._tmux(
@@ -234,12 +218,22 @@ class TmuxBackend:
 
     # sessions ----------------------------------------------------------------------
     def session_exists(self) -> bool:
-        self._tmux_bin()
-        try:
-            return bool(self._libtmux_server().has_session(self.session, exact=True))
-        except libtmux_exc.TmuxCommandNotFound as exc:
-            msg = "tmux not found"
-            raise TmuxError(msg, hint=_INSTALL_HINT) from exc
+        return self._session_tag() is not None
+
+    def _session_tag(self) -> str | None:
+        """The ``@lo_run`` tag of the session ``lo-<run>`` ("" when untagged), None when there
+        is no such session: one tmux call (tmux prints empty fields for a missing target;
+        the name it prints must be this one exactly)."""
+        result = self._tmux(
+            "display-message",
+            "-p",
+            "-t",
+            f"={self.session}:",
+            "#{session_name}\t#{@lo_run}",
+            check=False,
+        )
+        name, _, tag = result.stdout.rstrip("\n").partition("\t")
+        return tag if result.ok and name == self.session else None
 
     def _check_version(self) -> None:
         """tmux 3.0 or newer: ``-e`` on split-window/respawn-pane and pane options."""
@@ -256,8 +250,9 @@ class TmuxBackend:
         """Create ``lo-<run>`` (detached) unless it exists."""
         with self._lock:
             self._check_version()
-            if self.session_exists():
-                self._refuse_another_runs_session()
+            tag = self._session_tag()
+            if tag is not None:
+                self._refuse_another_runs_session(tag)
                 return
             result = self._tmux(
                 "new-session",
@@ -277,8 +272,9 @@ class TmuxBackend:
                 check=False,
             )
             if not result.ok:
-                if self.session_exists():  # created by someone else meanwhile
-                    self._refuse_another_runs_session()
+                tag = self._session_tag()
+                if tag is not None:  # created by someone else meanwhile
+                    self._refuse_another_runs_session(tag)
                     return
                 msg = f"could not create tmux session {self.session}: {result.stderr.strip()}"
                 raise TmuxError(
@@ -300,9 +296,10 @@ class TmuxBackend:
     def kill_session(self) -> None:
         """Kill ``lo-<run>`` by its exact name (never a prefix match)."""
         with self._lock:
-            if not self.session_exists():
+            tag = self._session_tag()
+            if tag is None:
                 return
-            if self.owner is not None and self._session_owner() not in ("", self.owner):
+            if self.owner is not None and tag not in ("", self.owner):
                 log.info("another run's tmux session left alone", extra={"session": self.session})
                 return
             self._tmux("kill-session", "-t", f"={self.session}")
