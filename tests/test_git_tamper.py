@@ -18,7 +18,7 @@ from helpers.git import git
 from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError, MergeConflictError, RefTamperedError
 from loop_orchestrator.git.checkouts import temp_checkout
-from loop_orchestrator.git.gateway import added_lines, diff_text, file_at
+from loop_orchestrator.git.gateway import _converts, added_lines, diff_text, file_at
 from loop_orchestrator.git.refbook import FileRefBook
 from loop_orchestrator.plan.model import Task
 from loop_orchestrator.runstate.state import RunDir
@@ -174,6 +174,32 @@ def test_replace_refs_do_not_change_what_is_verified(git_repo: Path) -> None:
     assert "return 3" in diff_text(git_repo, base, bad)
     with temp_checkout(git_repo, bad) as tree:
         assert "return 3" in (tree / "app" / "calc.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("args", "converts"),
+    [
+        (["worktree", "list", "--porcelain"], False),
+        (["worktree", "prune"], False),
+        (["worktree", "add", "--detach", "/tmp/x", "HEAD"], True),
+        (["worktree", "remove", "--force", "/tmp/x"], True),  # (it looks for changes first)
+        (["worktree", "repair"], True),  # (not known to touch no content: overridden)
+        (["worktree"], True),
+        (["-c", "a.b=worktree", "worktree", "list"], False),
+        (["-C", "worktree", "worktree", "list"], True),  # (read as the subcommand: overridden)
+        (["diff", "--stat"], True),
+        (["status", "--porcelain"], True),
+        (["rev-parse", "HEAD"], False),
+        (["for-each-ref", "refs/heads/"], False),
+    ],
+)
+def test_only_what_can_touch_content_pays_for_the_driver_overrides(
+    args: list[str], converts: bool
+) -> None:
+    """Filter and merge drivers are turned off for every command that may read or write a
+    file's content (a ``git config --list`` first); ``git worktree list`` and ``prune`` only
+    read the admin folders. Anything not known to be so keeps the overrides."""
+    assert _converts(args) is converts
 
 
 @pytest.mark.slow

@@ -130,7 +130,7 @@ def git(
         full_env["GIT_OBJECT_DIRECTORY"] = str(objects)
         opts += [f"--git-dir={gitdir}"]
         cwd = gitdir  # nothing of the user's working tree (.gitattributes) is read
-    elif _subcommand(args) in _CONVERTING:
+    elif _converts(args):
         opts += _driver_overrides(cwd, full_env)
     # `git worktree add` names the new admin folder after the first free `<name>N` and reads
     # the others while one may be half-written: two at once in one process failed with
@@ -164,6 +164,22 @@ def _subcommand(args: Sequence[str]) -> str | None:
         else:
             return args[i]
     return None
+
+
+#: ``git worktree`` subcommands that read or write only the admin folders, never a file's
+#: content (no filter or merge driver can run): a ``config --list`` before each was for
+#: nothing (three ``worktree list`` a task)
+_WORKTREE_ADMIN = frozenset({"list", "prune", "lock", "unlock"})
+
+
+def _converts(args: Sequence[str]) -> bool:
+    """Whether ``git *args`` may read or write working-tree content (filters and merge
+    drivers apply: ``_driver_overrides``)."""
+    sub = _subcommand(args)
+    if sub != "worktree":
+        return sub in _CONVERTING
+    rest = list(args[list(args).index("worktree") + 1 :])
+    return _subcommand(rest) not in _WORKTREE_ADMIN
 
 
 def _driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
