@@ -92,8 +92,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "loop_orchestrator.verify.verdict": ("verify_task", "deterministic_findings"),
     "loop_orchestrator.verify.pyenv": ("take_baseline", "changes"),
 }
-#: gateways whose calls are also counted by their first word (git's, tmux's subcommand)
-BY_SUBCOMMAND = {"git": 1, "TmuxBackend._tmux": 1}  # (index of the first command word)
+#: gateways whose calls are also counted by their first word (git's, tmux's subcommand;
+#: for ``proc.run``, whose first argument is the whole argument list, the program's name:
+#: every process the supervisor starts, git's ``config --list`` before a command included)
+BY_SUBCOMMAND = {"git": 1, "TmuxBackend._tmux": 1, "run": 0}  # (index of the first word)
 
 #: what the supervisor is started with: this module's hook, then ``lo-orch`` as ``-m``
 BOOT = (
@@ -138,9 +140,10 @@ class Tally:
         @functools.wraps(fn)
         def counted(*args: Any, **kwargs: Any) -> Any:
             if sub_at is not None:
-                words = [
-                    a for a in args[sub_at:] if isinstance(a, str) and a[:1] != "-" and "=" not in a
-                ]
+                given = args[sub_at:]
+                if given and isinstance(given[0], list | tuple):  # (an argument list)
+                    given = (Path(str(given[0][0])).name,) if given[0] else ()
+                words = [a for a in given if isinstance(a, str) and a[:1] != "-" and "=" not in a]
                 where = _callers() if CALLERS else ""
                 self.add(f"{name} {words[0] if words else '?'}{where}", 0.0)
             inside: set[str] = self._inside.__dict__.setdefault("names", set())

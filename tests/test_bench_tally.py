@@ -53,6 +53,21 @@ def test_a_gateway_is_counted_by_its_subcommand_too() -> None:
     assert tally.counts["gateway:git for-each-ref"] == [0.0, 2]
 
 
+def test_every_process_started_is_counted_by_its_program() -> None:
+    """``proc.run`` takes the whole argument list: its calls are counted by the program's
+    name (a git the gateway starts for itself, such as ``config --list``, shows there)."""
+    tally = cputally.Tally()
+    run = tally.wrap("proc:run", lambda cmd, **kw: None, sub_at=cputally.BY_SUBCOMMAND["run"])
+    run(["/usr/bin/git", "-c", "a=b", "config", "--list"], cwd="/r")
+    run(("tmux", "-L", "sock", "list-panes"))
+    run(["git", "status"])
+    run([])
+    assert tally.counts["proc:run"][1] == 4
+    assert tally.counts["proc:run git"] == [0.0, 2]
+    assert tally.counts["proc:run tmux"] == [0.0, 1]
+    assert tally.counts["proc:run ?"] == [0.0, 1]
+
+
 def test_a_function_a_version_lacks_is_left_out() -> None:
     module = types.ModuleType("loop_orchestrator.fake")
 
