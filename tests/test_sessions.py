@@ -560,3 +560,13 @@ def test_a_paste_never_reaches_an_exited_pane_nor_another_runs_and_keys_neither(
     first.send_keys(mine, "Enter")
     wait_for(lambda: first.capture(mine, 0).count("from-a") == 2, 5, "cat to echo the line")
     assert "forged" not in first.capture(mine, 50)
+    # a run tag a tmux format cannot hold as it is: whose pane it is is asked in a call of
+    # its own, and the server still judges that the pane is alive in the call that pastes
+    dotted = TmuxBackend("dotted", owner="run.a")
+    ended = dotted.launch(LaunchSpec("c", tmp_path, ["true"]))
+    wait_for(lambda: not dotted.state(ended).alive, 5, "the dotted run's pane to exit")
+    with pytest.raises(PaneGoneError, match="its program exited"):
+        dotted.paste(ended, "hello")
+    with pytest.raises(PaneGoneError, match="not a pane of session lo-dotted"):
+        dotted.paste(mine, "forged-by-dotted")
+    assert first.state(mine).alive and tmux(tmux_socket, "list-buffers") == ""

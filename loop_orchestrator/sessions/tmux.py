@@ -506,12 +506,12 @@ class TmuxBackend:
                 raise PaneGoneError(exc.message, hint=exc.hint) from exc
             raise
 
-    def _ours_format(self, *, alive: bool) -> str | None:
-        """A tmux format that is 1 for a pane of this run's session (``_ours``) and, with
-        ``alive``, whose program still runs: the server judges it in the very command that
-        acts on the pane (``if-shell -F``), so nothing can change between the look and the
-        act, and it costs no call of its own. None when the names are not plain words a
-        format can hold as they are (the action then looks first, in a call of its own)."""
+    def _ours_format(self) -> str | None:
+        """A tmux format that is 1 for a pane of this run's session (``_ours``): the server
+        judges it in the very command that acts on the pane (``if-shell -F``), so nothing
+        can change between the look and the act, and it costs no call of its own. None when
+        the names are not plain words a format can hold as they are (the action then looks
+        first, in a call of its own)."""
         if not _PLAIN_WORD.match(self.session) or (
             self.owner is not None and not _PLAIN_WORD.match(self.owner)
         ):
@@ -520,8 +520,6 @@ class TmuxBackend:
         if self.owner is not None:  # (an untagged session is one an earlier lo-orch made)
             tag = f"#{{||:#{{==:#{{@lo_run}},}},#{{==:#{{@lo_run}},{self.owner}}}}}"
             cond = f"#{{&&:{cond},{tag}}}"
-        if alive:
-            cond = f"#{{&&:{cond},#{{?pane_dead,0,1}}}}"
         return cond
 
     def _refused(self, pane_id: str, action: str) -> PaneGoneError:
@@ -551,19 +549,11 @@ class TmuxBackend:
         check_pane_id(pane_id)
         name = f"lo-{uuid.uuid4().hex}"
         mode = "-p" if bracketed else "-s ' '"
-        cond = self._ours_format(alive=True)
-        if cond is None:
-            info = self._own_pane(pane_id, "paste into")
-            if info.dead:
-                raise self._refused(pane_id, "paste into")
-            self._tmux("load-buffer", "-b", name, "-", input=text)
-            try:
-                flags = ["-p"] if bracketed else ["-s", " "]
-                self._tmux("paste-buffer", "-d", *flags, "-b", name, "-t", pane_id)
-            except TmuxError:
-                self._tmux("delete-buffer", "-b", name, check=False)
-                raise
-            return
+        ours = self._ours_format()
+        if ours is None:  # (names a format cannot hold: whose pane it is, asked first)
+            self._own_pane(pane_id, "paste into")
+        alive = "#{?pane_dead,0,1}"  # (judged by the server whatever the names)
+        cond = alive if ours is None else f"#{{&&:{ours},{alive}}}"
         result = self._tmux(
             *("load-buffer", "-b", name, "-", ";"),
             *("if-shell", "-F", "-t", pane_id, cond),
@@ -591,7 +581,7 @@ class TmuxBackend:
                     hint="Deliver text with paste(); send Enter separately.",
                 )
         check_pane_id(pane_id)
-        cond = self._ours_format(alive=False)
+        cond = self._ours_format()
         if cond is None or not all(_PLAIN_KEY.match(key) for key in keys):
             self._own_pane(pane_id, "send keys to")
             self._tmux("send-keys", "-t", pane_id, *keys)
