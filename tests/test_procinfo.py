@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers.wait import wait_for
+
 from loop_orchestrator.sessions import procinfo
 from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss
 
@@ -49,14 +51,10 @@ def test_the_parent_chain_is_the_kernels_and_read_only_as_far_as_asked(tmp_path:
     script.write_text("#!/bin/sh\nsleep 30\n", encoding="utf-8")
     script.chmod(0o755)
     shell = subprocess.Popen(["sh", "-c", f"'{script}' & wait"])
+    children = Path(f"/proc/{shell.pid}/task/{shell.pid}/children")
     try:
-        deadline = time.monotonic() + 10
-        child = None
-        while child is None and time.monotonic() < deadline:
-            kids = Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()
-            child = int(kids[0]) if kids else None
-            time.sleep(0.02)
-        assert child is not None
+        wait_for(lambda: children.read_text().split(), 10, "the shell's child", interval=0.02)
+        child = int(children.read_text().split()[0])
         assert ")" in Path(f"/proc/{child}/stat").read_text()  # the comm the parser must skip
         chain = procinfo.ancestors(child)
         assert chain[:3] == [child, shell.pid, os.getpid()]

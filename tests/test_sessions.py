@@ -484,9 +484,11 @@ def test_a_look_is_the_state_and_the_screen_together(tmux_socket: str, tmp_path:
 
     state, screen = mine.look(live)
     assert state == mine.state(live) and state.alive and "hello-from-a" in screen
-    state, screen = mine.look(dead)
+    # (with its history: the panes split after it shrink it, and tmux scrolls its first
+    # lines into the history to keep "Pane is dead" on the screen)
+    state, screen = mine.look(dead, 50)
     assert state == mine.state(dead) and not state.alive and state.dead_status == 3
-    assert "bye" in screen
+    assert "bye" in screen and "Pane is dead" in screen
     for gone in (killed, foreign):
         state, screen = mine.look(gone)
         assert not state.exists and not state.alive and screen == ""
@@ -570,3 +572,41 @@ def test_a_paste_never_reaches_an_exited_pane_nor_another_runs_and_keys_neither(
     with pytest.raises(PaneGoneError, match="not a pane of session lo-dotted"):
         dotted.paste(mine, "forged-by-dotted")
     assert first.state(mine).alive and tmux(tmux_socket, "list-buffers") == ""
+
+
+def test_the_servers_judgement_of_whose_pane_it_is_is_the_supervisors(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """A paste and keys are judged by the tmux server (``_ours_format``), every other look
+    by lo-orch from the pane's fields (``_ours``): one rule written twice, held here to
+    the same answers on real panes: this run's, an untagged session's (an earlier lo-orch),
+    another run's of the same name, another session's, and by a backend without a tag."""
+    from loop_orchestrator.sessions.tmuxargs import PANE_FIELDS, parse_pane_line
+
+    tagged = TmuxBackend("feat", owner="run-a").launch(LaunchSpec("a", tmp_path, ["sleep", "60"]))
+    untagged = TmuxBackend("old").launch(LaunchSpec("b", tmp_path, ["sleep", "60"]))
+    backends = {
+        "feat/run-a": TmuxBackend("feat", owner="run-a"),
+        "feat/run-b": TmuxBackend("feat", owner="run-b"),
+        "feat/untagged": TmuxBackend("feat"),
+        "old/run-a": TmuxBackend("old", owner="run-a"),
+        "other/run-a": TmuxBackend("other", owner="run-a"),
+    }
+    seen: dict[tuple[str, str], bool] = {}
+    for label, backend in backends.items():
+        fmt = backend._ours_format()
+        assert fmt is not None
+        for pane in (tagged, untagged):
+            info = parse_pane_line(
+                tmux(tmux_socket, "display-message", "-p", "-t", pane, PANE_FIELDS).rstrip("\n")
+            )
+            assert info is not None
+            by_server = tmux(tmux_socket, "display-message", "-p", "-t", pane, fmt).strip() == "1"
+            assert by_server == backend._ours(info), (label, pane)
+            seen[(label, pane)] = by_server
+    assert [k for k, ours in seen.items() if ours] == [
+        ("feat/run-a", tagged),
+        ("feat/untagged", tagged),
+        ("old/run-a", untagged),
+    ]
+    assert TmuxBackend("feat", owner="run.a")._ours_format() is None  # (asked in Python)

@@ -155,6 +155,12 @@ _WORKTREE_LOCK = threading.Lock()
 
 
 def _subcommand(args: Sequence[str]) -> str | None:
+    at = _subcommand_at(args)
+    return None if at is None else args[at]
+
+
+def _subcommand_at(args: Sequence[str]) -> int | None:
+    """Where the first word that is not an option (or ``-c``'s value) is in ``args``."""
     i = 0
     while i < len(args):
         if args[i] == "-c":
@@ -162,7 +168,7 @@ def _subcommand(args: Sequence[str]) -> str | None:
         elif args[i].startswith("-"):
             i += 1
         else:
-            return args[i]
+            return i
     return None
 
 
@@ -175,11 +181,10 @@ _WORKTREE_ADMIN = frozenset({"list", "prune", "lock", "unlock"})
 def _converts(args: Sequence[str]) -> bool:
     """Whether ``git *args`` may read or write working-tree content (filters and merge
     drivers apply: ``_driver_overrides``)."""
-    sub = _subcommand(args)
-    if sub != "worktree":
-        return sub in _CONVERTING
-    rest = list(args[list(args).index("worktree") + 1 :])
-    return _subcommand(rest) not in _WORKTREE_ADMIN
+    at = _subcommand_at(args)
+    if at is None or args[at] != "worktree":
+        return at is not None and args[at] in _CONVERTING
+    return _subcommand(args[at + 1 :]) not in _WORKTREE_ADMIN
 
 
 def _driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:

@@ -477,25 +477,28 @@ class Record:
             return ""
 
     def publish_all(self) -> list[str]:
-        """Rewrite every view file from the record; the files that differed (edited)."""
-        edited = []
-        views = [(self.dirs.run_json, self.run.model_dump_json(indent=2) + "\n")]
-        views += [
-            (self.dirs.status_path(t), s.model_dump_json(indent=2) + "\n")
-            for t, s in sorted(self.state.tasks.items())
-        ]
-        for path, text in views:
-            try:
-                on_disk = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                on_disk = None
-            if on_disk is not None and _view_differs(on_disk, text):
-                edited.append(str(path.relative_to(self.dirs.root)))
-            if on_disk != text:
-                atomic_write_text(path, text, durable=False)
-            self._published[path] = _file_digest(text)
-        self._unpublished.clear()  # (every task's file is the record's now)
-        return edited
+        """Rewrite every view file from the record; the files that differed (edited).
+        Under the record's lock: a session's activity recorded meanwhile (``publish=False``)
+        is either in what is written here or still pending after it, never dropped."""
+        with self._mutex:
+            edited = []
+            views = [(self.dirs.run_json, self.run.model_dump_json(indent=2) + "\n")]
+            views += [
+                (self.dirs.status_path(t), s.model_dump_json(indent=2) + "\n")
+                for t, s in sorted(self.state.tasks.items())
+            ]
+            for path, text in views:
+                try:
+                    on_disk = path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    on_disk = None
+                if on_disk is not None and _view_differs(on_disk, text):
+                    edited.append(str(path.relative_to(self.dirs.root)))
+                if on_disk != text:
+                    atomic_write_text(path, text, durable=False)
+                self._published[path] = _file_digest(text)
+            self._unpublished.clear()  # (every task's file is the record's now)
+            return edited
 
     def check_view(self) -> list[str]:
         """View files changed by someone else since they were published (including edits

@@ -54,7 +54,8 @@ TMUX_TIMEOUT = 20.0
 
 _INSTALL_HINT = "Install it with `apt-get install tmux` (Debian/Ubuntu) or `brew install tmux`."
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-#: a name or tag a tmux format can hold as it is (``TmuxBackend._ours_format``)
+#: a run tag a tmux format can hold as it is (``TmuxBackend._ours_format``; the session's
+#: name always can: ``_RUN_NAME_RE``)
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_-]+\Z")
 #: keys a tmux command string can hold as they are (``send_keys`` in one call)
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*\Z")
@@ -510,11 +511,10 @@ class TmuxBackend:
         """A tmux format that is 1 for a pane of this run's session (``_ours``): the server
         judges it in the very command that acts on the pane (``if-shell -F``), so nothing
         can change between the look and the act, and it costs no call of its own. None when
-        the names are not plain words a format can hold as they are (the action then looks
-        first, in a call of its own)."""
-        if not _PLAIN_WORD.match(self.session) or (
-            self.owner is not None and not _PLAIN_WORD.match(self.owner)
-        ):
+        the run tag is not a plain word a format can hold as it is (the action then looks
+        first, in a call of its own). The same rule as ``_ours``, which judges a pane's
+        fields in Python: ``test_sessions`` holds the two to the same answers."""
+        if self.owner is not None and not _PLAIN_WORD.match(self.owner):
             return None
         cond = f"#{{==:#{{session_name}},{self.session}}}"
         if self.owner is not None:  # (an untagged session is one an earlier lo-orch made)
