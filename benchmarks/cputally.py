@@ -88,7 +88,11 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "loop_orchestrator.proc": ("run",),
     "loop_orchestrator.workspace.worktrees": ("Worktrees.commit_task", "Worktrees.ensure_worktree"),
     "loop_orchestrator.workspace.staging": ("Staging.merge_into_staging",),
-    "loop_orchestrator.workspace.branches": ("Branches.watched_refs", "Branches.move"),
+    "loop_orchestrator.workspace.branches": (
+        "Branches.watched",
+        "Branches.watched_refs",
+        "Branches.move",
+    ),
     "loop_orchestrator.verify.verdict": ("verify_task", "deterministic_findings"),
     "loop_orchestrator.verify.pyenv": ("take_baseline", "changes"),
 }

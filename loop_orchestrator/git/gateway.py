@@ -212,7 +212,23 @@ def _driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
     return opts
 
 
-def _common_dir(repo: Path) -> Path:
+#: repository folder -> its common git folder, as git first gave it in this process
+_COMMON: dict[Path, Path] = {}
+
+
+def common_dir(repo: Path) -> Path:
+    """The repository's shared git folder (``.git`` of the main checkout, also for a
+    linked one), absolute: asked of git once per folder and process (a run asks it at
+    start, before any session could rewrite a checkout's ``.git`` file)."""
+    known = _COMMON.get(repo)
+    if known is not None and known.is_dir():
+        return known
+    found = _ask_common_dir(repo)
+    _COMMON[repo] = found
+    return found
+
+
+def _ask_common_dir(repo: Path) -> Path:
     res = proc.run(
         ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
         cwd=repo,
@@ -233,8 +249,8 @@ def object_view(repo: Path) -> tuple[Path, Path]:
     known = _VIEWS.get(key)
     if known is not None and (known[0] / "HEAD").exists():
         return known
-    objects = _common_dir(key) / "objects"
-    gitdir = private.repo_dir(_common_dir(key)) / "objects-view.git"
+    objects = common_dir(key) / "objects"
+    gitdir = private.repo_dir(common_dir(key)) / "objects-view.git"
     with _VIEW_LOCK:
         if not (gitdir / "HEAD").exists():
             _create_view(gitdir, objects)

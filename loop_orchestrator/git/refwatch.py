@@ -29,7 +29,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from loop_orchestrator.git.gateway import git
+from loop_orchestrator.git.gateway import common_dir
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +47,6 @@ WRITES = [
     FileDeletedEvent,
     DirDeletedEvent,
 ]
-
-
-def common_dir(repo: Path) -> Path:
-    """The repository's common git folder (where refs and packed-refs live)."""
-    out = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
-    return Path(out).resolve()
 
 
 def concerns(rel: str, prefixes: Sequence[str]) -> bool:

@@ -171,7 +171,7 @@ class RefGuard:
         holders: set[str] = set()
         with self.git_lock:
             suspects = [t for t, st in statuses.items() if may_have_done_it(st.phase)]
-            refs = branches.watched_refs()  # one look at git for both comparisons
+            refs = branches.watched(suspects)  # one look at the refs for both comparisons
             lost = branches.lost_starts(suspects, refs)
             moved = branches.moved(refs)
             theirs = [m for m in moved if not decide.puts_back(self.kind(m.ref))]

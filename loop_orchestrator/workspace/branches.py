@@ -22,6 +22,7 @@ from loop_orchestrator.errors import (
     GitError,
     RefTamperedError,
 )
+from loop_orchestrator.git import refread
 from loop_orchestrator.git.gateway import git, is_ancestor, oid, ref_transaction, update_ref
 from loop_orchestrator.git.parse import WorktreeInfo, parse_worktrees
 from loop_orchestrator.git.refbook import FileRefBook, RefBook
@@ -121,10 +122,7 @@ def quarantine_name(run: str, ref: str, when: float) -> str:
 
 def quarantined(repo: Path, run: str) -> list[tuple[str, str]]:
     """``(ref, sha)`` of every quarantine ref of run ``run``, oldest first."""
-    out = git(
-        repo, "for-each-ref", "--format=%(refname)%00%(objectname)", f"{QUARANTINE}{run}/"
-    ).stdout
-    pairs = [(p[0], p[1]) for line in out.splitlines() if line for p in [line.split("\0")]]
+    pairs = refread.for_each_ref(repo, [f"{QUARANTINE}{run}/"]).items()
     return sorted(pairs, key=lambda p: (p[0].rsplit("/", 1)[-1], p[0]))
 
 
@@ -181,25 +179,21 @@ class Branches:
 
     def tips(self) -> dict[str, str]:
         """branch -> sha of every local branch."""
-        out = git(self.repo, "for-each-ref", "--format=%(refname)%00%(objectname)", "refs/heads/")
-        pairs = (line.split("\0") for line in out.stdout.splitlines() if line)
-        return {ref[len("refs/heads/") :]: sha for ref, sha in pairs}
+        found = refread.for_each_ref(self.repo, ["refs/heads/"])
+        return {ref[len("refs/heads/") :]: sha for ref, sha in found.items()}
 
     def tip(self, branch: str) -> str | None:
-        return self.tips().get(branch)
+        return refread.value(self.repo, f"refs/heads/{branch}")
 
-    def watched_refs(self) -> dict[str, str]:
-        """ref -> sha of every branch and of the run's quarantine refs (what the book can
-        record)."""
-        out = git(
-            self.repo,
-            "for-each-ref",
-            "--format=%(refname)%00%(objectname)",
-            "refs/heads/",
-            f"{QUARANTINE}{self.run}/",
-        )
-        pairs = (line.split("\0") for line in out.stdout.splitlines() if line)
-        return {p[0]: p[1] for p in pairs}
+    def watched(self, tasks: Sequence[str] = ()) -> dict[str, str]:
+        """ref -> sha of what ``moved`` and ``lost_starts`` compare: every ref the book
+        records (a value written ahead included) and the branches of ``tasks``; a ref git
+        does not have is left out."""
+        book = self.refs.items()
+        names = {n for n, sha in book.items() if n.startswith("refs/") and sha != ABSENT}
+        names |= {n[len(BOOK_NEXT) :] for n in book if n.startswith(BOOK_NEXT)}
+        names |= {f"refs/heads/{self.task_branch(task)}" for task in tasks}
+        return refread.values(self.repo, sorted(names))
 
     @property
     def staging_ref(self) -> str:
@@ -296,10 +290,10 @@ class Branches:
 
         A value written ahead (``move``) that git shows is adopted: lo-orch moved the ref
         and stopped before recording it. Nothing else is changed. ``refs``: what
-        ``watched_refs`` gave just now (else git is asked).
+        ``watched`` gave just now (else git is asked).
         """
         book = self.refs.items()
-        now = self.watched_refs() if refs is None else refs
+        now = self.watched() if refs is None else refs
         for name, ahead in list(book.items()):  # (an adopted value is added to ``book``)
             if not name.startswith(BOOK_NEXT):
                 continue
@@ -368,16 +362,11 @@ class Branches:
         """The task branches of ``tasks`` that no longer contain their recorded start (the
         staging commit their work is measured from): ``Moved(branch ref, start, tip)``.
         Not put back (a task's branch is its agent's), only reported. ``refs``: what
-        ``watched_refs`` gave just now (else git is asked)."""
-        tips = (
-            self.tips()
-            if refs is None
-            else {
-                r.removeprefix("refs/heads/"): s
-                for r, s in refs.items()
-                if r.startswith("refs/heads/")
-            }
-        )
+        ``watched`` gave just now for ``tasks`` (else git is asked)."""
+        now = self.watched(tasks) if refs is None else refs
+        tips = {
+            r.removeprefix("refs/heads/"): s for r, s in now.items() if r.startswith("refs/heads/")
+        }
         lost = []
         book = self.refs.items() if tasks else {}  # one read of the book for every task
         for task in tasks:

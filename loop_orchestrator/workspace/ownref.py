@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loop_orchestrator.errors import GitError
-from loop_orchestrator.git.gateway import git, is_ancestor, update_ref
+from loop_orchestrator.git import refread
+from loop_orchestrator.git.gateway import common_dir, git, is_ancestor, update_ref
 from loop_orchestrator.runstate import private
 from loop_orchestrator.workspace import ownobjects
 
@@ -69,12 +70,6 @@ def _holds(path: Path, sha: str) -> bool:
 def task_branch_name(run: str, task: str) -> str:
     """The branch of ``task`` in run ``run`` (``Branches.task_branch`` checks the names)."""
     return f"lo/{run}/{task}"
-
-
-def common_dir(repo: Path) -> Path:
-    """The repository's shared git folder (``.git`` of the main checkout)."""
-    out = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
-    return Path(out).resolve()
 
 
 @dataclass(frozen=True)
@@ -143,8 +138,7 @@ class OwnBranch:
         return tuple(binds)
 
     def tip(self) -> str | None:
-        res = git(self.repo, "rev-parse", "--verify", "--quiet", self.ref, check=False)
-        return res.stdout.strip() or None
+        return refread.value(self.repo, self.ref)
 
     # the supervisor's side ----------------------------------------------------------------
 
@@ -172,10 +166,9 @@ class OwnBranch:
             self._fresh_store_info()
             self.objects_view.mkdir(exist_ok=True)
         prefix = self.ref.rsplit("/", 1)[0] + "/"
-        out = git(self.repo, "for-each-ref", "--format=%(refname)%00%(objectname)", prefix)
         frozen = [
             (self.refs / name[len(prefix) :], sha)
-            for name, _, sha in (line.partition("\0") for line in out.stdout.splitlines())
+            for name, sha in refread.for_each_ref(self.repo, [prefix]).items()
             if name != self.ref and name.startswith(prefix)
         ]
         values = {sha: self._value_file(sha) for sha in {sha for _, sha in frozen}}
