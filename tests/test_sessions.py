@@ -215,6 +215,25 @@ def test_argv_and_env_reach_the_program_literally(backend: TmuxBackend, tmp_path
     assert not (work / "pwned").exists()
 
 
+def test_values_ending_in_a_semicolon_reach_the_program_as_written(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    """tmux ends a command at an argument ending in ``;``: an ``[agent] env`` value such as
+    ``PS1='$ ;'`` made the rest of the split-window a command of its own ("unknown command:
+    -P") and the task never started."""
+    out = tmp_path / "out.json"
+    env = {"LO_SEMI": "a;", "LO_ESCAPED": "b\\;", "LO_ONLY": ";"}
+    code = (
+        "import json, os\n"
+        f"json.dump({{k: os.environ.get(k) for k in {sorted(env)!r}}}, open({str(out)!r}, 'w'))\n"
+    )
+    work = tmp_path / "ends;"
+    work.mkdir()
+    backend.launch(LaunchSpec("semi", work, [sys.executable, "-c", code], env))
+    wait_for(lambda: out.exists() and out.read_text().endswith("}"), 10, "the output")
+    assert json.loads(out.read_text()) == env
+
+
 def test_panes_are_found_again_by_a_new_backend_and_respawned_in_place(
     backend: TmuxBackend, tmp_path: Path
 ) -> None:

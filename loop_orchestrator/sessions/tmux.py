@@ -39,6 +39,7 @@ from loop_orchestrator.sessions.tmuxargs import (
     check_pane_id,
     check_spec,
     env_options,
+    literal,
     pane_command,
     parse_pane_line,
 )
@@ -148,7 +149,7 @@ class TmuxBackend:
         return ["-L", self.socket] if self.socket else []
 
     def _tmux(self, *args: str, input: str | None = None, check: bool = True) -> proc.Result:
-        argv = [self._tmux_bin(), *self._server_args(), *args]
+        argv = [self._tmux_bin(), *self._server_args(), *map(literal, args)]
         # the server starts with this environment and every pane inherits it: no token
         env = proc.without_tokens(self.env)
         result = proc.run(argv, env=env, input=input, timeout=TMUX_TIMEOUT, check=False)
@@ -156,7 +157,8 @@ class TmuxBackend:
             detail = result.stderr.strip() or (
                 "timed out" if result.returncode is None else f"exit {result.returncode}"
             )
-            msg = f"tmux {args[0]} failed for session {self.session}: {detail}"
+            called = [args[0], *(args[i + 1] for i, a in enumerate(args[:-1]) if a == ";")]
+            msg = f"tmux {' ; '.join(called)} failed for session {self.session}: {detail}"
             raise TmuxError(msg, hint=self._server_hint())
         return result
 
@@ -312,24 +314,34 @@ class TmuxBackend:
         check_spec(spec)
         with self._lock:
             self.ensure_session()
-            window_id = self._window_with_room() or self._new_window()
+            panes = self._panes()
+            window_id = _window_with_room(panes)
+            keepers = [i.pane_id for i in panes if i.window_id == window_id and i.keeper]
+            if window_id is None:
+                window_id, keeper = self._new_window()
+                keepers = [keeper]
             try:
                 pane_id = self._split(window_id, spec)
             except TmuxError as exc:
                 if "no space for new pane" not in exc.message:
                     raise
                 # a small attached client shrank the window: open another one
-                window_id = self._new_window()
+                window_id, keeper = self._new_window()
+                keepers = [keeper]
                 pane_id = self._split(window_id, spec)
-            self._tmux("set-option", "-p", "-t", pane_id, "@lo_task", spec.task)
-            for info in self._panes():
-                if info.window_id == window_id and info.keeper:
-                    self._tmux("kill-pane", "-t", info.pane_id)
-            self._tmux("select-layout", "-t", window_id, "tiled")
+            # one call: the pane tagged with its task, the window's keeper gone (an agent
+            # holds the window now), the panes tiled
+            ended = [a for keeper in keepers for a in ("kill-pane", "-t", keeper, ";")]
+            self._tmux(
+                *("set-option", "-p", "-t", pane_id, "@lo_task", spec.task, ";"),
+                *ended,
+                *("select-layout", "-t", window_id, "tiled"),
+            )
         log.info("agent pane launched", extra={"task": spec.task, "pane": pane_id})
         return pane_id
 
-    def _new_window(self) -> str:
+    def _new_window(self) -> tuple[str, str]:
+        """A new window of the session holding only a keeper pane: (window id, keeper)."""
         result = self._tmux(
             "new-window",
             "-d",
@@ -344,13 +356,13 @@ class TmuxBackend:
         )
         window_id, keeper = result.stdout.strip().split("\t")
         self._prepare_window(window_id, keeper)
-        return window_id
+        return window_id, keeper
 
     def _split(self, window_id: str, spec: LaunchSpec) -> str:
         # Splitting from a window with remain-on-exit makes the pane inherit it before the
         # agent runs, so even an instant exit leaves a dead pane with its status.
-        self._tmux("select-layout", "-t", window_id, "tiled")
         result = self._tmux(
+            *("select-layout", "-t", window_id, "tiled", ";"),
             "split-window",
             "-d",
             "-t",
@@ -364,20 +376,6 @@ class TmuxBackend:
             *pane_command(spec.argv),
         )
         return result.stdout.strip()
-
-    def _window_with_room(self) -> str | None:
-        counts: dict[str, int] = {}
-        other: set[str] = set()  # windows holding a pane that is no agent (the supervisor)
-        for info in self._panes():  # in window order
-            counts.setdefault(info.window_id, 0)
-            if info.task:
-                counts[info.window_id] += 1
-            elif not info.keeper:
-                other.add(info.window_id)
-        for window_id, count in counts.items():
-            if count < PANES_PER_WINDOW and window_id not in other:
-                return window_id
-        return None
 
     def open_window(self, name: str, spec: LaunchSpec) -> str:
         """Run ``spec`` in a window of its own named ``name`` (not an agent pane: it is not
@@ -603,11 +601,13 @@ class TmuxBackend:
         """Kill one of this session's panes by id; a pane of another session is refused."""
         check_pane_id(pane_id)
         with self._lock:
-            result = self._tmux("list-panes", "-t", pane_id, "-F", PANE_FIELDS, check=False)
-            if not result.ok:
-                return  # already gone
-            self._own_pane(pane_id, "kill")
-            if all(info.pane_id == pane_id for info in self._panes()):
+            panes = self._panes()  # (a pane id is never another pane's while its server runs)
+            if all(info.pane_id != pane_id for info in panes):
+                result = self._tmux("list-panes", "-t", pane_id, "-F", PANE_FIELDS, check=False)
+                if not result.ok:
+                    return  # already gone
+                self._own_pane(pane_id, "kill")  # (another session's: refused)
+            if all(info.pane_id == pane_id for info in panes):
                 # The session's last pane: without it the session ends, the tmux server
                 # exits, and a new server numbers panes from %0 again, so a task's recorded
                 # pane id could name another task's pane. A keeper window keeps it alive.
@@ -674,3 +674,20 @@ def _state_of(info: PaneInfo) -> PaneState:
     return PaneState(
         info.pane_id, alive=not info.dead, dead_status=info.dead_status, pid=info.pid, exists=True
     )
+
+
+def _window_with_room(panes: list[PaneInfo]) -> str | None:
+    """The first window (in window order) holding fewer than ``PANES_PER_WINDOW`` agent
+    panes and nothing else but a keeper (the supervisor's own window is not tiled into)."""
+    counts: dict[str, int] = {}
+    other: set[str] = set()  # windows holding a pane that is no agent (the supervisor)
+    for info in panes:
+        counts.setdefault(info.window_id, 0)
+        if info.task:
+            counts[info.window_id] += 1
+        elif not info.keeper:
+            other.add(info.window_id)
+    for window_id, count in counts.items():
+        if count < PANES_PER_WINDOW and window_id not in other:
+            return window_id
+    return None

@@ -131,3 +131,11 @@ def env_options(env: dict[str, str]) -> list[str]:
     for key, value in env.items():
         options += ["-e", f"{key}={value}"]
     return options
+
+
+def literal(arg: str) -> str:
+    """``arg`` written so that tmux reads it as it is: tmux ends a command at an argument
+    ending in ``;`` (``-e X=a;`` made the rest of a split-window a command of its own)
+    unless that ``;`` is escaped. A lone ``;`` stays what lo-orch writes it for, the
+    separator between two commands of one call."""
+    return arg[:-1] + "\\;" if len(arg) > 1 and arg.endswith(";") else arg
