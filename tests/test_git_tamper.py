@@ -188,6 +188,13 @@ def test_replace_refs_do_not_change_what_is_verified(git_repo: Path) -> None:
         (["-c", "a.b=worktree", "worktree", "list"], False),
         (["-C", "worktree", "worktree", "list"], True),  # (read as the subcommand: overridden)
         (["diff", "--stat"], True),
+        (["diff", "--cached", "--no-renames", "--name-status", "-z"], False),
+        (["diff", "--staged", "--quiet"], False),
+        (["diff", "--cached", "--name-only", "--diff-filter=AMT"], False),
+        (["diff", "--name-only"], True),  # (the working tree against the index)
+        (["diff", "--cached"], True),  # (a patch: textconv)
+        (["diff", "--cached", "--name-only", "--", "a.txt"], True),
+        (["diff", "--cached", "--name-only", "-p"], True),
         (["status", "--porcelain"], True),
         (["rev-parse", "HEAD"], False),
         (["for-each-ref", "refs/heads/"], False),
@@ -198,7 +205,8 @@ def test_only_what_can_touch_content_pays_for_the_driver_overrides(
 ) -> None:
     """Filter and merge drivers are turned off for every command that may read or write a
     file's content (a ``git config --list`` first); ``git worktree list`` and ``prune`` only
-    read the admin folders. Anything not known to be so keeps the overrides."""
+    read the admin folders, and a diff of the index against HEAD that lists names only
+    compares object names. Anything not known to be so keeps the overrides."""
     assert _converts(args) is converts
 
 

@@ -358,6 +358,23 @@ def test_commit_task_takes_everything_as_configured_author(git_repo: Path) -> No
     assert ws.commit_task("a", "again") == commit  # nothing left: no empty commit
 
 
+def test_a_deletion_or_a_mode_change_alone_is_committed(git_repo: Path) -> None:
+    """What is staged decides the commit, deletions and mode changes included (one listing
+    of the index against HEAD says both what is staged and whether anything is)."""
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    before = git(git_repo, "rev-parse", "lo/r1/a").strip()
+    (path / "app" / "__init__.py").unlink()
+    deleted = ws.commit_task("a", "only a deletion")
+    assert deleted != before
+    assert "app/__init__.py" not in git(git_repo, "ls-tree", "-r", "--name-only", deleted)
+    (path / "README.md").chmod(0o755)
+    moded = ws.commit_task("a", "only a mode")
+    assert moded != deleted
+    assert git(git_repo, "ls-tree", moded, "README.md").startswith("100755")
+    assert ws.commit_task("a", "nothing") == moded
+
+
 def test_commit_task_accepts_agent_commits(git_repo: Path) -> None:
     ws = started(git_repo)
     path = ws.ensure_worktree("a")

@@ -178,13 +178,27 @@ def _subcommand_at(args: Sequence[str]) -> int | None:
 _WORKTREE_ADMIN = frozenset({"list", "prune", "lock", "unlock"})
 
 
+#: the only words of a ``git diff`` of the index against HEAD that lists names (or only
+#: says whether there is a difference): it compares object names, never a file's content
+_INDEX_NAMES_DIFF = frozenset(
+    {"--cached", "--staged", "--no-renames", "--name-only", "--name-status", "-z", "--quiet"}
+)
+
+
 def _converts(args: Sequence[str]) -> bool:
     """Whether ``git *args`` may read or write working-tree content (filters and merge
     drivers apply: ``_driver_overrides``)."""
     at = _subcommand_at(args)
-    if at is None or args[at] != "worktree":
-        return at is not None and args[at] in _CONVERTING
-    return _subcommand(args[at + 1 :]) not in _WORKTREE_ADMIN
+    if at is None:
+        return False
+    if args[at] == "worktree":
+        return _subcommand(args[at + 1 :]) not in _WORKTREE_ADMIN
+    if args[at] == "diff":
+        rest = [a for a in args[at + 1 :] if not a.startswith("--diff-filter=")]
+        cached = {"--cached", "--staged"} & set(rest)
+        names = {"--name-only", "--name-status", "--quiet"} & set(rest)
+        return not (cached and names and set(rest) <= _INDEX_NAMES_DIFF)
+    return args[at] in _CONVERTING
 
 
 def _driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:

@@ -36,7 +36,7 @@ from loop_orchestrator.git.gateway import (
     merge_base,
     quote_list,
 )
-from loop_orchestrator.git.parse import parse_status, split_z
+from loop_orchestrator.git.parse import parse_name_status, parse_status, split_z
 from loop_orchestrator.git.secretfiles import is_secret_path
 from loop_orchestrator.runstate import private
 from loop_orchestrator.workspace.branches import (
@@ -476,22 +476,14 @@ class Worktrees:
             refuse_secrets(task, bad)
         if entries:
             git(path, "add", "--all")
-            staged = split_z(
-                git(
-                    path,
-                    "diff",
-                    "--cached",
-                    "--no-renames",
-                    "--name-only",
-                    "-z",
-                    "--diff-filter=AMT",
-                ).stdout
+            staged = parse_name_status(
+                git(path, "diff", "--cached", "--no-renames", "--name-status", "-z").stdout
             )
-            leaked = [p for p in staged if is_secret_path(p)]
+            leaked = [p for status, p in staged if status in {"A", "M", "T"} and is_secret_path(p)]
             if leaked:
                 git(path, "reset", "--quiet")
                 refuse_secrets(task, leaked)
-            if git(path, "diff", "--cached", "--quiet", check=False).returncode == 1:
+            if staged:  # (anything staged, deletions included, differs from HEAD)
                 text = message.strip() or f"lo-orch: task {task}"
                 git(
                     path,
