@@ -339,6 +339,18 @@ def test_send_keys_takes_key_names_only(backend: TmuxBackend, tmp_path: Path) ->
     backend.send_keys(pane, "Down", "Enter", "C-c", "1")
 
 
+def test_every_single_character_key_is_sent_as_that_key(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    """A lone ``;`` is what ends a tmux command: sent as a key it sent nothing."""
+    out = tmp_path / "keys.txt"
+    pane = backend.launch(LaunchSpec("k", tmp_path, ["sh", "-c", f"head -n 1 > {out}"]))
+    wait_for(lambda: backend.state(pane).alive, 5, "the pane")
+    backend.send_keys(pane, "a", ";", "b", "\\", "Enter")
+    wait_for(lambda: out.exists() and out.read_text().endswith("\n"), 10, "the line")
+    assert out.read_text() == "a;b\\\n"
+
+
 def test_bad_names_and_ids_are_refused(tmux_socket: str, tmp_path: Path) -> None:
     with pytest.raises(TmuxError, match="cannot name a tmux session"):
         TmuxBackend("bad:name")

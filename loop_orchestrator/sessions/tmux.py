@@ -33,6 +33,7 @@ from loop_orchestrator.sessions.backend import LaunchSpec, PaneState, tmux_socke
 from loop_orchestrator.sessions.listener import Request
 from loop_orchestrator.sessions.tmuxargs import (
     KEY_RE,
+    KEY_SEMICOLON,
     NAMED_KEYS,
     PANE_FIELDS,
     PaneInfo,
@@ -582,7 +583,9 @@ class TmuxBackend:
         cond = self._ours_format()
         if cond is None or not all(_PLAIN_KEY.match(key) for key in keys):
             self._own_pane(pane_id, "send keys to")
-            self._tmux("send-keys", "-t", pane_id, *keys)
+            # (a lone ";" would end the command: the key is written escaped)
+            written = (KEY_SEMICOLON if key == ";" else key for key in keys)
+            self._tmux("send-keys", "-t", pane_id, *written)
             return
         result = self._tmux(  # (one call: sent only if the server finds the pane ours)
             *("if-shell", "-F", "-t", pane_id, cond),

@@ -133,9 +133,16 @@ def env_options(env: dict[str, str]) -> list[str]:
     return options
 
 
+#: the key ``;`` as an argument of ``send-keys`` (a lone ``;`` ends the command)
+KEY_SEMICOLON = "\\;"
+
+
 def literal(arg: str) -> str:
     """``arg`` written so that tmux reads it as it is: tmux ends a command at an argument
     ending in ``;`` (``-e X=a;`` made the rest of a split-window a command of its own)
     unless that ``;`` is escaped. A lone ``;`` stays what lo-orch writes it for, the
-    separator between two commands of one call."""
-    return arg[:-1] + "\\;" if len(arg) > 1 and arg.endswith(";") else arg
+    separator between two commands of one call, and a lone ``\\;`` the one way to write a
+    ``;`` argument (``KEY_SEMICOLON``)."""
+    if arg in (";", KEY_SEMICOLON) or not arg.endswith(";"):
+        return arg
+    return arg[:-1] + "\\;"
