@@ -36,7 +36,10 @@ and hooks go to the supervisor's inbox socket). Per size and version it prints:
    own CPU, not its children's: git, tmux and the checks it starts), that CPU as a
    share of one core per session the cap lets work at once, and per task (what a task
    costs the supervisor whatever its session's length: the scripted sessions here live
-   seconds, where an agent's live minutes).
+   seconds, where an agent's live minutes); and per task with the CPU of the processes it
+   started and waited for (git, tmux commands, the done-checks: ``cutime`` and ``cstime``),
+   the machine's CPU the supervisor spends or causes (work moved into a child, or out of
+   one, shows here; the tmux server and the sessions are not counted).
 
 It prints the floor too: a bare ``python -I -c pass`` start here, wall and CPU; and the
 supervisor's CPU while ``cap`` sessions work and report nothing (each hangs while it plans),
@@ -164,11 +167,23 @@ def build(
     return repo
 
 
+def waited_cpu(pid: int) -> float | None:
+    """The CPU seconds of the processes ``pid`` started and waited for (its git and tmux
+    commands, the checks: ``cutime`` and ``cstime`` in /proc), None when it is gone. The
+    tmux server and the sessions are not among them (the server detaches itself)."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return (int(stat[13]) + int(stat[14])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _supervise(
     lo: list[str], repo: Path, env: dict[str, str], cwd: Path, profile: Path | None = None
-) -> tuple[float, float, int, str | None]:
-    """Run the supervisor to its end or ``RUN_TIMEOUT``: (wall seconds, its CPU seconds, its
-    peak RSS KiB, None or what went wrong). It is stopped on any way out."""
+) -> tuple[float, float, float, int, str | None]:
+    """Run the supervisor to its end or ``RUN_TIMEOUT``: (wall seconds, its CPU seconds, the
+    CPU seconds of what it waited for, its peak RSS KiB, None or what went wrong). It is
+    stopped on any way out."""
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as err:
         sup = subprocess.Popen(
@@ -179,7 +194,7 @@ def _supervise(
             stderr=err,
             text=True,
         )
-        cpu, peak = 0.0, 0
+        cpu, waited, peak = 0.0, 0.0, 0
         spy = None
         if profile is not None:  # every thread's collapsed stacks, CPU only
             out = profile / f"{repo.parent.name}.txt"
@@ -194,6 +209,7 @@ def _supervise(
                 sample = cpu_and_peak_rss(sup.pid)
                 if sample:  # a zombie's last sample has no VmHWM: keep the largest seen
                     cpu, peak = max(cpu, sample[0]), max(peak, sample[1])
+                waited = max(waited, waited_cpu(sup.pid) or 0.0)
                 time.sleep(0.1)
         finally:
             if sup.poll() is None:
@@ -209,10 +225,10 @@ def _supervise(
         err.seek(0)
         tail = (err.read().strip().splitlines() or [""])[-1]
     if wall >= RUN_TIMEOUT:
-        return wall, cpu, peak, f"stopped after {RUN_TIMEOUT:.0f} s"
+        return wall, cpu, waited, peak, f"stopped after {RUN_TIMEOUT:.0f} s"
     if sup.returncode != 0:
-        return wall, cpu, peak, f"supervisor exit {sup.returncode}: {tail}"
-    return wall, cpu, peak, None
+        return wall, cpu, waited, peak, f"supervisor exit {sup.returncode}: {tail}"
+    return wall, cpu, waited, peak, None
 
 
 def measure(
@@ -243,7 +259,7 @@ def measure(
                 )
             # with ``tally`` the supervisor counts its own CPU by function (``cputally``)
             boot, env = cputally.supervisor(lo, env, root, tally)
-            wall, cpu, peak, problem = _supervise(boot, repo, env, root, profile)
+            wall, cpu, waited, peak, problem = _supervise(boot, repo, env, root, profile)
         finally:
             subprocess.run(
                 ["tmux", "-L", socket, "kill-server"], capture_output=True, check=False, timeout=30
@@ -265,6 +281,7 @@ def measure(
         "tally": by_function,
         "wall": wall,
         "cpu": cpu,
+        "waited_cpu": waited,
         "peak_mib": peak / 1024,
         "problem": problem,
     }
@@ -509,6 +526,7 @@ def render(
         ("4 supervisor CPU s (a run's mean)", "cpu"),
         ("4 same, % of a core per working session", "share"),
         ("4 same, ms per task", "per_task"),
+        ("4 same + what it waited for, ms per task", "with_waited"),
         ("4 supervisor peak RSS MiB", "peak_mib"),
         ("  run wall s (mean)", "wall"),
         ("  samples: signals timed/sent, hook calls", "samples"),
@@ -534,6 +552,11 @@ def render(
             cpu, tasks = r["cpu"], r["tasks"]
             assert isinstance(cpu, float) and isinstance(tasks, int)
             return f"{1000 * cpu / tasks / _runs(r):.0f}"
+        if key == "with_waited":  # (a baseline run measured before the row had none)
+            cpu, waited, tasks = r["cpu"], r.get("waited_cpu", 0.0), r["tasks"]
+            assert isinstance(cpu, float) and isinstance(waited, float)
+            assert isinstance(tasks, int)
+            return f"{1000 * (cpu + waited) / tasks / _runs(r):.0f}"
         value = r[key]
         assert isinstance(value, float)
         if key in ("wall", "cpu"):

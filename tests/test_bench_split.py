@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
-from benchmarks.supervisor import pool, render, split_at_ledger
+from benchmarks.supervisor import pool, render, split_at_ledger, waited_cpu
 
 
 def line(task: str, event: str, at: float) -> dict[str, Any]:
@@ -67,6 +70,7 @@ def measured(walls: list[float], cpu: float, wall: float, tally: float | None) -
         "tally": None if tally is None else {"cpu": cpu, "tally": {"git": [tally, 10]}},
         "wall": wall,
         "cpu": cpu,
+        "waited_cpu": 2 * cpu,
         "peak_mib": 50.0 + cpu,
         "problem": None,
     }
@@ -84,6 +88,7 @@ def test_runs_pooled_keep_every_sample_and_count_per_task_over_all_of_them() -> 
     table = render([4], {("AFTER", 4): pooled}, ["AFTER"], concurrency=4)
     rows = {line[:44].strip(): line[44:].strip() for line in table.splitlines()}
     assert rows["4 same, ms per task"] == "500"  # 4 s over 2 runs of 4 tasks
+    assert rows["4 same + what it waited for, ms per task"] == "1500"  # (4 + 8) s / 8
     assert rows["4 supervisor CPU s (a run's mean)"] == "2.00"
     assert rows["4 same, % of a core per working session"] == "2.50"  # 4 s / 40 s / 4
     each = "AFTER, each run: hook wall p50 ms / supervisor CPU ms per task: 20/250, 50/750"
@@ -94,3 +99,14 @@ def test_runs_pooled_keep_every_sample_and_count_per_task_over_all_of_them() -> 
 def test_a_run_without_its_tally_leaves_the_pooled_tally_out() -> None:
     runs = [measured([0.01], 1.0, 10.0, 0.2), measured([0.02], 1.0, 10.0, None)]
     assert pool(runs)["tally"] is None
+
+
+def test_the_cpu_of_a_child_counts_once_it_is_waited_for() -> None:
+    before = waited_cpu(os.getpid())
+    assert before is not None
+    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    assert waited_cpu(os.getpid()) == before  # running: not counted yet
+    child.wait()
+    after = waited_cpu(os.getpid())
+    assert after is not None and after - before >= 0.25
