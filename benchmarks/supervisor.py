@@ -82,7 +82,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import common, cputally  # noqa: E402
-from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss  # noqa: E402
+from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss, waited_cpu  # noqa: E402
 
 REACT_PHASES = ("plan_ready", "impl_done")
 #: a run that has not ended by then is stopped (and reported as such)
@@ -165,17 +165,6 @@ def build(
         encoding="utf-8",
     )
     return repo
-
-
-def waited_cpu(pid: int) -> float | None:
-    """The CPU seconds of the processes ``pid`` started and waited for (its git and tmux
-    commands, the checks: ``cutime`` and ``cstime`` in /proc), None when it is gone. The
-    tmux server and the sessions are not among them (the server detaches itself)."""
-    try:
-        stat = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-        return (int(stat[13]) + int(stat[14])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _supervise(

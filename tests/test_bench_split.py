@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from typing import Any
 
-from benchmarks.supervisor import pool, render, split_at_ledger, waited_cpu
+from benchmarks.supervisor import pool, render, split_at_ledger
 
 
 def line(task: str, event: str, at: float) -> dict[str, Any]:
@@ -99,14 +96,3 @@ def test_runs_pooled_keep_every_sample_and_count_per_task_over_all_of_them() -> 
 def test_a_run_without_its_tally_leaves_the_pooled_tally_out() -> None:
     runs = [measured([0.01], 1.0, 10.0, 0.2), measured([0.02], 1.0, 10.0, None)]
     assert pool(runs)["tally"] is None
-
-
-def test_the_cpu_of_a_child_counts_once_it_is_waited_for() -> None:
-    before = waited_cpu(os.getpid())
-    assert before is not None
-    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
-    child = subprocess.Popen([sys.executable, "-c", busy])
-    assert waited_cpu(os.getpid()) == before  # running: not counted yet
-    child.wait()
-    after = waited_cpu(os.getpid())
-    assert after is not None and after - before >= 0.25

@@ -189,6 +189,7 @@ def test_replace_refs_do_not_change_what_is_verified(git_repo: Path) -> None:
         (["-C", "worktree", "worktree", "list"], True),  # (read as the subcommand: overridden)
         (["diff", "--stat"], True),
         (["diff", "--cached", "--no-renames", "--name-status", "-z"], False),
+        (["diff", "--cached", "--no-renames", "--raw", "-z"], False),
         (["diff", "--staged", "--quiet"], False),
         (["diff", "--cached", "--name-only", "--diff-filter=AMT"], False),
         (["diff", "--name-only"], True),  # (the working tree against the index)

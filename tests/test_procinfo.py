@@ -12,7 +12,7 @@ from pathlib import Path
 from helpers.wait import wait_for
 
 from loop_orchestrator.sessions import procinfo
-from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss
+from loop_orchestrator.sessions.procinfo import cpu_and_peak_rss, waited_cpu
 
 BUSY = (
     "import time\n"
@@ -68,3 +68,14 @@ def test_the_parent_chain_is_the_kernels_and_read_only_as_far_as_asked(tmp_path:
     dead = subprocess.Popen(["true"])
     dead.wait()
     assert procinfo.parent_pid(dead.pid) is None and procinfo.ancestors(dead.pid) == [dead.pid]
+
+
+def test_the_cpu_of_a_child_counts_once_it_is_waited_for() -> None:
+    before = waited_cpu(os.getpid())
+    assert before is not None
+    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    assert waited_cpu(os.getpid()) == before  # running: not counted yet
+    child.wait()
+    after = waited_cpu(os.getpid())
+    assert after is not None and after - before >= 0.25

@@ -21,6 +21,7 @@ from loop_orchestrator.errors import DeliveryError, PaneGoneError, TmuxError
 from loop_orchestrator.sessions.backend import LaunchSpec, PaneState
 from loop_orchestrator.sessions.delivery import Deliverer, sanitize_prompt
 from loop_orchestrator.sessions.tmux import TmuxBackend
+from loop_orchestrator.sessions.tmuxargs import THEN, Sep, command_line, commands
 from loop_orchestrator.simulator.agent import ScriptedAdapter
 
 
@@ -215,6 +216,17 @@ def test_argv_and_env_reach_the_program_literally(backend: TmuxBackend, tmp_path
     assert not (work / "pwned").exists()
 
 
+def test_a_call_separates_commands_only_where_lo_orch_puts_then() -> None:
+    """Every word ending in ``;`` is escaped, a lone ``;`` (the key) too; only ``THEN``
+    becomes tmux's separator."""
+    words: list[str | Sep] = ["send-keys", "-t", "%1", ";", "a;", "b\\;", THEN, "kill-pane", "x"]
+    assert command_line(words) == [
+        *("send-keys", "-t", "%1", "\\;", "a\\;", "b\\\\;", ";"),
+        *("kill-pane", "x"),
+    ]
+    assert commands(words) == ["send-keys", "kill-pane"]
+
+
 def test_values_ending_in_a_semicolon_reach_the_program_as_written(
     backend: TmuxBackend, tmp_path: Path
 ) -> None:
@@ -270,11 +282,11 @@ class KilledWhileLooking(TmuxBackend):
 
     killed = False
 
-    def _tmux(self, *args: str, input: str | None = None, check: bool = True):  # type: ignore[no-untyped-def]
+    def _tmux(self, *args: str | Sep, input: str | None = None, check: bool = True):  # type: ignore[no-untyped-def]
         if "capture-pane" in args and not self.killed:
             self.killed = True
             capture = list(args[args.index("capture-pane") :])
-            pane_id = capture[capture.index("-t") + 1]
+            pane_id = str(capture[capture.index("-t") + 1])
             subprocess.run(["tmux", "-L", str(self.socket), "kill-pane", "-t", pane_id], check=True)
         return super()._tmux(*args, input=input, check=check)
 

@@ -178,10 +178,14 @@ def _subcommand_at(args: Sequence[str]) -> int | None:
 _WORKTREE_ADMIN = frozenset({"list", "prune", "lock", "unlock"})
 
 
-#: the only words of a ``git diff`` of the index against HEAD that lists names (or only
-#: says whether there is a difference): it compares object names, never a file's content
+#: the only words of a ``git diff`` of the index against HEAD that lists paths (names, or
+#: raw records of modes and object names) or only says whether there is a difference: it
+#: compares object names, never a file's content
 _INDEX_NAMES_DIFF = frozenset(
-    {"--cached", "--staged", "--no-renames", "--name-only", "--name-status", "-z", "--quiet"}
+    {
+        *("--cached", "--staged", "--no-renames", "-z"),
+        *("--name-only", "--name-status", "--raw", "--quiet"),
+    }
 )
 
 
@@ -196,8 +200,8 @@ def _converts(args: Sequence[str]) -> bool:
     if args[at] == "diff":
         rest = [a for a in args[at + 1 :] if not a.startswith("--diff-filter=")]
         cached = {"--cached", "--staged"} & set(rest)
-        names = {"--name-only", "--name-status", "--quiet"} & set(rest)
-        return not (cached and names and set(rest) <= _INDEX_NAMES_DIFF)
+        listed = {"--name-only", "--name-status", "--raw", "--quiet"} & set(rest)
+        return not (cached and listed and set(rest) <= _INDEX_NAMES_DIFF)
     return args[at] in _CONVERTING
 
 

@@ -60,12 +60,6 @@ def parse_status(text: str) -> list[StatusEntry]:
     return [StatusEntry(rec[:2], rec[3:]) for rec in split_z(text)]
 
 
-def parse_name_status(text: str) -> list[tuple[str, str]]:
-    """``git diff --name-status -z --no-renames`` output into ``(status letter, path)``."""
-    fields = split_z(text)
-    return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
-
-
 @dataclass(frozen=True)
 class WorktreeInfo:
     path: Path

@@ -86,16 +86,31 @@ def managed_ancestor(pid: int | None = None) -> tuple[int, str] | None:
     return None
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` after the program's name (which may hold spaces): field 3 on."""
+    return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_and_peak_rss(pid: int) -> tuple[float, int] | None:
     """(CPU seconds, user and system, peak RSS in KiB) of a running process, from /proc;
     None when it is gone (a zombie's sample has no peak RSS: 0) or there is no /proc."""
     try:
-        stat = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        stat = _stat_fields(pid)
         cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
         hwm = 0
         for line in (PROC / str(pid) / "status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 hwm = int(line.split()[1])
         return cpu, hwm
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def waited_cpu(pid: int) -> float | None:
+    """The CPU seconds of the processes ``pid`` started and waited for (``cutime`` and
+    ``cstime``, user and system); None when it is gone or there is no /proc."""
+    try:
+        stat = _stat_fields(pid)
+        return (int(stat[13]) + int(stat[14])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None

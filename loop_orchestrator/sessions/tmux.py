@@ -33,14 +33,16 @@ from loop_orchestrator.sessions.backend import LaunchSpec, PaneState, tmux_socke
 from loop_orchestrator.sessions.listener import Request
 from loop_orchestrator.sessions.tmuxargs import (
     KEY_RE,
-    KEY_SEMICOLON,
     NAMED_KEYS,
     PANE_FIELDS,
+    THEN,
     PaneInfo,
+    Sep,
     check_pane_id,
     check_spec,
+    command_line,
+    commands,
     env_options,
-    literal,
     pane_command,
     parse_pane_line,
 )
@@ -149,8 +151,9 @@ class TmuxBackend:
     def _server_args(self) -> list[str]:
         return ["-L", self.socket] if self.socket else []
 
-    def _tmux(self, *args: str, input: str | None = None, check: bool = True) -> proc.Result:
-        argv = [self._tmux_bin(), *self._server_args(), *map(literal, args)]
+    def _tmux(self, *args: str | Sep, input: str | None = None, check: bool = True) -> proc.Result:
+        """One tmux call: ``args`` are the words of its commands, ``THEN`` between two."""
+        argv = [self._tmux_bin(), *self._server_args(), *command_line(args)]
         # the server starts with this environment and every pane inherits it: no token
         env = proc.without_tokens(self.env)
         result = proc.run(argv, env=env, input=input, timeout=TMUX_TIMEOUT, check=False)
@@ -158,8 +161,7 @@ class TmuxBackend:
             detail = result.stderr.strip() or (
                 "timed out" if result.returncode is None else f"exit {result.returncode}"
             )
-            called = [args[0], *(args[i + 1] for i, a in enumerate(args[:-1]) if a == ";")]
-            msg = f"tmux {' ; '.join(called)} failed for session {self.session}: {detail}"
+            msg = f"tmux {' ; '.join(commands(args))} failed for session {self.session}: {detail}"
             raise TmuxError(msg, hint=self._server_hint())
         return result
 
@@ -317,10 +319,11 @@ class TmuxBackend:
             self.ensure_session()
             panes = self._panes()
             window_id = _window_with_room(panes)
-            keepers = [i.pane_id for i in panes if i.window_id == window_id and i.keeper]
             if window_id is None:
                 window_id, keeper = self._new_window()
                 keepers = [keeper]
+            else:
+                keepers = [i.pane_id for i in panes if i.window_id == window_id and i.keeper]
             try:
                 pane_id = self._split(window_id, spec)
             except TmuxError as exc:
@@ -332,9 +335,9 @@ class TmuxBackend:
                 pane_id = self._split(window_id, spec)
             # one call: the pane tagged with its task, the window's keeper gone (an agent
             # holds the window now), the panes tiled
-            ended = [a for keeper in keepers for a in ("kill-pane", "-t", keeper, ";")]
+            ended = [a for keeper in keepers for a in ("kill-pane", "-t", keeper, THEN)]
             self._tmux(
-                *("set-option", "-p", "-t", pane_id, "@lo_task", spec.task, ";"),
+                *("set-option", "-p", "-t", pane_id, "@lo_task", spec.task, THEN),
                 *ended,
                 *("select-layout", "-t", window_id, "tiled"),
             )
@@ -363,7 +366,7 @@ class TmuxBackend:
         # Splitting from a window with remain-on-exit makes the pane inherit it before the
         # agent runs, so even an instant exit leaves a dead pane with its status.
         result = self._tmux(
-            *("select-layout", "-t", window_id, "tiled", ";"),
+            *("select-layout", "-t", window_id, "tiled", THEN),
             "split-window",
             "-d",
             "-t",
@@ -461,7 +464,7 @@ class TmuxBackend:
         the call failed or the pane is not this run's: the callers ask again, one by one."""
         check_pane_id(pane_id)
         both = self._tmux(
-            *("display-message", "-p", "-t", pane_id, PANE_FIELDS, ";"),
+            *("display-message", "-p", "-t", pane_id, PANE_FIELDS, THEN),
             *("capture-pane", "-p", "-N", "-t", pane_id, "-S", str(-max(lines, 0))),
             check=False,
         )
@@ -554,7 +557,7 @@ class TmuxBackend:
         alive = "#{?pane_dead,0,1}"  # (judged by the server whatever the names)
         cond = alive if ours is None else f"#{{&&:{ours},{alive}}}"
         result = self._tmux(
-            *("load-buffer", "-b", name, "-", ";"),
+            *("load-buffer", "-b", name, "-", THEN),
             *("if-shell", "-F", "-t", pane_id, cond),
             f"paste-buffer -d {mode} -b {name} -t {pane_id}",
             f"delete-buffer -b {name} ; display-message -p {_REFUSED}",
@@ -583,9 +586,7 @@ class TmuxBackend:
         cond = self._ours_format()
         if cond is None or not all(_PLAIN_KEY.match(key) for key in keys):
             self._own_pane(pane_id, "send keys to")
-            # (a lone ";" would end the command: the key is written escaped)
-            written = (KEY_SEMICOLON if key == ";" else key for key in keys)
-            self._tmux("send-keys", "-t", pane_id, *written)
+            self._tmux("send-keys", "-t", pane_id, *keys)
             return
         result = self._tmux(  # (one call: sent only if the server finds the pane ours)
             *("if-shell", "-F", "-t", pane_id, cond),
@@ -604,13 +605,14 @@ class TmuxBackend:
         """Kill one of this session's panes by id; a pane of another session is refused."""
         check_pane_id(pane_id)
         with self._lock:
-            panes = self._panes()  # (a pane id is never another pane's while its server runs)
-            if all(info.pane_id != pane_id for info in panes):
+            # (a pane id is never another pane's while its server runs)
+            ids = [info.pane_id for info in self._panes()]
+            if pane_id not in ids:
                 result = self._tmux("list-panes", "-t", pane_id, "-F", PANE_FIELDS, check=False)
                 if not result.ok:
                     return  # already gone
                 self._own_pane(pane_id, "kill")  # (another session's: refused)
-            if all(info.pane_id == pane_id for info in panes):
+            if set(ids) <= {pane_id}:  # (or none listed: a keeper, to be safe)
                 # The session's last pane: without it the session ends, the tmux server
                 # exits, and a new server numbers panes from %0 again, so a task's recorded
                 # pane id could name another task's pane. A keeper window keeps it alive.
@@ -655,16 +657,16 @@ class TmuxBackend:
                 hint="Sessions exist while tasks run; start them with `lo-orch run`.",
             )
         base = [self._tmux_bin(), *self._server_args()]
-        focus: list[str] = []
+        focus: list[str | Sep] = []
         if pane_id is not None:
             self._own_pane(pane_id, "attach to")
-            focus = ["select-window", "-t", pane_id, ";", "select-pane", "-t", pane_id, ";"]
+            focus = ["select-window", "-t", pane_id, THEN, "select-pane", "-t", pane_id, THEN]
         target = f"={self.session}"
         inside = os.environ.get("TMUX", "")
         if inside and self._same_server(inside):
-            return [*base, *focus, "switch-client", "-t", target]
+            return [*base, *command_line([*focus, "switch-client", "-t", target])]
         prefix = ["env", "-u", "TMUX"] if inside else []
-        return [*prefix, *base, *focus, "attach-session", "-t", target]
+        return [*prefix, *base, *command_line([*focus, "attach-session", "-t", target])]
 
     def _same_server(self, tmux_env: str) -> bool:
         socket_path = tmux_env.split(",")[0]

@@ -1,10 +1,13 @@
 """What lo-orch hands tmux and reads back from it: checks of pane ids, launch specs and
-keys before they reach tmux, the pane command and its environment options, and the pane
-list format (``PANE_FIELDS``) with its parser. Used by ``tmux.TmuxBackend``.
+keys before they reach tmux, the pane command and its environment options, a call's
+command line (every word as it is, ``THEN`` between commands), and the pane list format
+(``PANE_FIELDS``) with its parser. Used by ``tmux.TmuxBackend``.
 """
 
+import enum
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,16 +136,28 @@ def env_options(env: dict[str, str]) -> list[str]:
     return options
 
 
-#: the key ``;`` as an argument of ``send-keys`` (a lone ``;`` ends the command)
-KEY_SEMICOLON = "\\;"
+class Sep(enum.Enum):
+    """What stands between two commands of one tmux call (``THEN``)."""
+
+    THEN = ";"
+
+
+THEN = Sep.THEN
 
 
 def literal(arg: str) -> str:
     """``arg`` written so that tmux reads it as it is: tmux ends a command at an argument
-    ending in ``;`` (``-e X=a;`` made the rest of a split-window a command of its own)
-    unless that ``;`` is escaped. A lone ``;`` stays what lo-orch writes it for, the
-    separator between two commands of one call, and a lone ``\\;`` the one way to write a
-    ``;`` argument (``KEY_SEMICOLON``)."""
-    if arg in (";", KEY_SEMICOLON) or not arg.endswith(";"):
-        return arg
-    return arg[:-1] + "\\;"
+    ending in ``;`` unless that ``;`` is escaped (``-e X=a;`` made the rest of a
+    split-window a command of its own; the key ``;`` ended a send-keys)."""
+    return arg[:-1] + "\\;" if arg.endswith(";") else arg
+
+
+def command_line(args: Sequence[str | Sep]) -> list[str]:
+    """tmux's arguments for ``args``: each word as it is, ``THEN`` between commands."""
+    return [a.value if isinstance(a, Sep) else literal(a) for a in args]
+
+
+def commands(args: Sequence[str | Sep]) -> list[str]:
+    """The names of the commands ``args`` holds (for messages)."""
+    names = [args[0], *(args[i + 1] for i, a in enumerate(args[:-1]) if a is THEN)]
+    return [str(n) for n in names]

@@ -171,9 +171,11 @@ class RefGuard:
         holders: set[str] = set()
         with self.git_lock:
             suspects = [t for t, st in statuses.items() if may_have_done_it(st.phase)]
-            refs = branches.watched(suspects)  # one look at the refs for both comparisons
-            lost = branches.lost_starts(suspects, refs)
-            moved = branches.moved(refs)
+            # one read of the book and one look at the refs for both comparisons
+            book = branches.refs.items()
+            refs = branches.watched(suspects, book)
+            lost = branches.lost_starts(suspects, refs, book)
+            moved = branches.moved(refs, book)
             theirs = [m for m in moved if not decide.puts_back(self.kind(m.ref))]
             mine = [m for m in moved if m not in theirs]
             if mine:

@@ -185,11 +185,13 @@ class Branches:
     def tip(self, branch: str) -> str | None:
         return refread.value(self.repo, f"refs/heads/{branch}")
 
-    def watched(self, tasks: Sequence[str] = ()) -> dict[str, str]:
+    def watched(
+        self, tasks: Sequence[str] = (), book: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
         """ref -> sha of what ``moved`` and ``lost_starts`` compare: every ref the book
         records (a value written ahead included) and the branches of ``tasks``; a ref git
-        does not have is left out."""
-        book = self.refs.items()
+        does not have is left out. ``book``: the book as just read (else read here)."""
+        book = self.refs.items() if book is None else book
         names = {n for n, sha in book.items() if n.startswith("refs/") and sha != ABSENT}
         names |= {n[len(BOOK_NEXT) :] for n in book if n.startswith(BOOK_NEXT)}
         names |= {f"refs/heads/{self.task_branch(task)}" for task in tasks}
@@ -285,15 +287,17 @@ class Branches:
             )
         raise first.error()
 
-    def moved(self, refs: Mapping[str, str] | None = None) -> list[Moved]:
+    def moved(
+        self, refs: Mapping[str, str] | None = None, book: Mapping[str, str] | None = None
+    ) -> list[Moved]:
         """Every ref the book records that git shows elsewhere (gone included), by name.
 
         A value written ahead (``move``) that git shows is adopted: lo-orch moved the ref
         and stopped before recording it. Nothing else is changed. ``refs``: what
-        ``watched`` gave just now (else git is asked).
+        ``watched`` gave just now (else git is asked); ``book``: the book as read for it.
         """
-        book = self.refs.items()
-        now = self.watched() if refs is None else refs
+        book = dict(self.refs.items() if book is None else book)  # (adoptions go in)
+        now = self.watched(book=book) if refs is None else refs
         for name, ahead in list(book.items()):  # (an adopted value is added to ``book``)
             if not name.startswith(BOOK_NEXT):
                 continue
@@ -357,18 +361,24 @@ class Branches:
         return done
 
     def lost_starts(
-        self, tasks: Sequence[str], refs: Mapping[str, str] | None = None
+        self,
+        tasks: Sequence[str],
+        refs: Mapping[str, str] | None = None,
+        book: Mapping[str, str] | None = None,
     ) -> list[Moved]:
         """The task branches of ``tasks`` that no longer contain their recorded start (the
         staging commit their work is measured from): ``Moved(branch ref, start, tip)``.
         Not put back (a task's branch is its agent's), only reported. ``refs``: what
-        ``watched`` gave just now for ``tasks`` (else git is asked)."""
-        now = self.watched(tasks) if refs is None else refs
+        ``watched`` gave just now for ``tasks`` (else git is asked); ``book``: the book as
+        read for it."""
+        if not tasks:
+            return []
+        book = self.refs.items() if book is None else book  # (one read for every task)
+        now = self.watched(tasks, book) if refs is None else refs
         tips = {
             r.removeprefix("refs/heads/"): s for r, s in now.items() if r.startswith("refs/heads/")
         }
         lost = []
-        book = self.refs.items() if tasks else {}  # one read of the book for every task
         for task in tasks:
             start = book.get(BOOK_START + task)
             tip = tips.get(self.task_branch(task))

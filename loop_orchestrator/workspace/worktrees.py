@@ -36,7 +36,7 @@ from loop_orchestrator.git.gateway import (
     merge_base,
     quote_list,
 )
-from loop_orchestrator.git.parse import parse_name_status, parse_status, split_z
+from loop_orchestrator.git.parse import parse_raw_diff, parse_status, split_z
 from loop_orchestrator.git.secretfiles import is_secret_path
 from loop_orchestrator.runstate import private
 from loop_orchestrator.workspace.branches import (
@@ -476,10 +476,10 @@ class Worktrees:
             refuse_secrets(task, bad)
         if entries:
             git(path, "add", "--all")
-            staged = parse_name_status(
-                git(path, "diff", "--cached", "--no-renames", "--name-status", "-z").stdout
+            staged = parse_raw_diff(
+                git(path, "diff", "--cached", "--no-renames", "--raw", "-z").stdout
             )
-            leaked = [p for status, p in staged if status in {"A", "M", "T"} and is_secret_path(p)]
+            leaked = [c.path for c in staged if c.status != "D" and is_secret_path(c.path)]
             if leaked:
                 git(path, "reset", "--quiet")
                 refuse_secrets(task, leaked)
