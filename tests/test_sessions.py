@@ -502,6 +502,37 @@ def test_a_second_run_of_the_same_name_on_a_shared_server_takes_nothing_of_the_f
     assert not first.session_exists()
 
 
+def test_a_session_is_known_by_its_pane_from_its_first_instant(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    """A session's first hook may come before lo-orch has tagged its new pane with the task
+    (the next tmux call after the split): the inbox, asking for the run's panes then, must
+    find it, not refuse an honest session's message."""
+    missed: list[str] = []
+    stop = threading.Event()
+
+    def ask_as_each_session_starts() -> None:
+        while not stop.is_set():
+            for started in tmp_path.glob("*.pid"):
+                pid = int(started.read_text() or 0)
+                if pid and pid not in backend.task_pids():
+                    missed.append(started.stem)
+                started.unlink()
+
+    asker = threading.Thread(target=ask_as_each_session_starts)
+    asker.start()
+    try:
+        for i in range(12):
+            # (the pane's process writes its own pid as it starts: a hook's first instant)
+            script = f"echo $$ > {tmp_path}/t{i}.tmp && mv {tmp_path}/t{i}.tmp {tmp_path}/t{i}.pid"
+            backend.launch(LaunchSpec(f"t{i}", tmp_path, ["sh", "-c", f"{script}; exec sleep 60"]))
+        wait_for(lambda: not list(tmp_path.glob("*.pid")), 10, "every start seen")
+    finally:
+        stop.set()
+        asker.join(10)
+    assert missed == []
+
+
 def test_a_session_made_before_runs_were_tagged_is_still_its_runs(
     tmux_socket: str, tmp_path: Path
 ) -> None:

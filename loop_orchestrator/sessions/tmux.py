@@ -632,9 +632,12 @@ class TmuxBackend:
         """The process id of every live agent pane -> its task (``@lo_task``).
 
         tmux starts the pane's process and reports its pid: the root of everything the
-        session runs, which no process inside the pane can change.
+        session runs, which no process inside the pane can change. Asked after a launch in
+        progress ends: its process runs from the split on, but is tagged by the next call.
         """
-        return {info.pid: info.task for info in self._panes() if info.task and info.pid}
+        with self._lock:
+            panes = self._panes()
+        return {info.pid: info.task for info in panes if info.task and info.pid}
 
     def windows(self) -> dict[str, list[str]]:
         """window id -> its pane ids, in window order (for tests and `doctor`)."""
