@@ -385,6 +385,30 @@ def test_a_change_left_unpublished_is_written_by_the_next_publish_and_only_once(
     assert rec.check_view() == []  # our own writes are not someone's edits
 
 
+def test_a_change_to_what_the_task_holds_already_appends_nothing(tmp_path: Path) -> None:
+    """A delivery's end is marked by its session's hook and then by the delivery itself:
+    the second mark is no change, and costs no entry, fsync or file; a real change to one of
+    the fields, a bad value and a change left unpublished are handled as before."""
+    rec = make_record(tmp_path)
+    view = rec.dirs.status_path("alpha")
+    rec.update_task("alpha", delivered="implement:0", delivering=None, pane_id="%3")
+    entries = len(lines(rec))
+    os.utime(view, ns=(1, 1))
+    same = rec.update_task("alpha", delivered="implement:0", delivering=None)
+    assert same.delivered == "implement:0" and len(lines(rec)) == entries
+    assert view.stat().st_mtime_ns == 1  # not written again
+    rec.update_task("alpha", delivered="implement:0", delivering="implement:1")
+    assert len(lines(rec)) == entries + 1
+    assert Record.open(tmp_path, "demo").task("alpha").delivering == "implement:1"
+    with pytest.raises(ValueError):  # a bad value is refused, even where nothing else changes
+        rec.update_task("alpha", delivered="implement:0", rework_count="many")
+    # unpublished, then the same value published: the file is written (it was behind)
+    rec.update_task("alpha", publish=False, last_event="Stop")
+    rec.update_task("alpha", last_event="Stop")
+    assert json.loads(view.read_text(encoding="utf-8"))["last_event"] == "Stop"
+    assert len(lines(rec)) == entries + 2
+
+
 def test_a_callers_change_to_a_copy_never_reaches_the_record(tmp_path: Path) -> None:
     """``task`` and ``tasks`` hand out copies whose containers are their own (only strings,
     numbers and enums are shared): a caller that changes what it was given, nested dicts and

@@ -379,6 +379,8 @@ class Record:
         ``publish=False``: the status file is rewritten later, by ``publish_pending`` or the
         task's next published change (a session's activity: a file written per tool call
         was a third of what a hook cost the supervisor).
+        A change to what the task holds already is no change: nothing is appended (a
+        delivery's end marked by its session's hook and by the delivery itself).
         """
         data = _changes(TaskStatus, "status", changes)
         with self.step(durable=durable):
@@ -390,7 +392,10 @@ class Record:
             # is refused here, before anything is written
             wire = json.loads(json.dumps(data, default=str))
             folded = TaskStatus.model_validate({**current.model_dump(), **wire})
-            self._append("task", {"task": task, "set": data}, (self._seq, folded))
+            if any(getattr(folded, k) != getattr(current, k) for k in data if k != "updated_at"):
+                self._append("task", {"task": task, "set": data}, (self._seq, folded))
+            elif not (publish and task in self._unpublished):
+                return self.task(task)  # (what it holds already: no entry, no file written)
             new = self.task(task)
             if publish:
                 self.publish_task(new)
