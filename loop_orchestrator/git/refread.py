@@ -3,7 +3,9 @@ fallback.
 
 The supervisor compares the run's refs with its book at every watch event, before and
 after every verification and at each merge: a dozen ``git for-each-ref`` a task, each a
-process start (about half a millisecond of the supervisor's CPU). What it compares is a few
+process start (about 40 ms of the machine's CPU a task in ``benchmarks/supervisor.py``; the
+supervisor's own CPU is about the same either way: reading files in Python costs it what
+starting git did). What it compares is a few
 refs it names (staging, the refs the book records, the running tasks' branches), and
 git keeps a ref it wrote as a loose file: ``refs/heads/lo/<run>/staging`` holding the
 object name and a newline. A loose file overrides the ref's line in ``packed-refs``, and git

@@ -62,6 +62,7 @@ from loop_orchestrator import proc
 from loop_orchestrator.config import user_config_path
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.git.gateway import common_dir
 from loop_orchestrator.runstate import private
 from loop_orchestrator.sessions import native
 from loop_orchestrator.workspace.ownref import MIRROR_DIR, OwnBranch, task_branch_name
@@ -166,20 +167,6 @@ def _admin_dir(worktree: Path) -> Path | None:
         return None
     path = Path(text[len("gitdir:") :].strip())
     return (path if path.is_absolute() else worktree / path).resolve()
-
-
-def _common_dir(repo: Path) -> Path:
-    """The repository's shared git folder (``.git``, or the main one for a linked checkout)."""
-    dot_git = repo / ".git"
-    if dot_git.is_file():
-        admin = _admin_dir(repo)
-        if admin is not None:
-            common = admin / "commondir"
-            if common.is_file():
-                rel = Path(common.read_text(encoding="utf-8").strip())
-                return (rel if rel.is_absolute() else admin / rel).resolve()
-            return admin
-    return dot_git.resolve()
 
 
 def _lo_orch_install() -> list[Path]:
@@ -292,7 +279,7 @@ class Policy:
         repo = repo.resolve()
         run_dir = run_dir.resolve()
         worktree = worktree.resolve()
-        common = _common_dir(repo)
+        common = common_dir(repo)
         inbox = run_dir / "inbox" / task
         plans = run_dir / "plans"
         state = private.state_home()

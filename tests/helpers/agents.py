@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 import pytest
 
 from helpers import REPO_ROOT
+from helpers.git import git
 from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.config import AgentConfig, AuditorConfig, RunConfig, Settings
 from loop_orchestrator.runstate.journal import Record
@@ -184,7 +185,10 @@ def run_killing_mid_task(
 
 def bare_context(root: Path, settings: Settings) -> AgentContext:
     """Task api's context in run r under ``root`` (worktree wt, run folder .orchestration,
-    brief b.md), for what an adapter would launch."""
+    brief b.md), for what an adapter would launch; ``root`` is made a git repository, as a
+    run's is, when it is not one."""
+    if not (root / ".git").exists():
+        git(root, "init", "-q")
     return AgentContext.create(
         task="api",
         run_name="r",
