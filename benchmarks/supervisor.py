@@ -541,8 +541,8 @@ def render(
             cpu, tasks = r["cpu"], r["tasks"]
             assert isinstance(cpu, float) and isinstance(tasks, int)
             return f"{1000 * cpu / tasks / _runs(r):.0f}"
-        if key == "with_waited":  # (a baseline run measured before the row had none)
-            cpu, waited, tasks = r["cpu"], r.get("waited_cpu", 0.0), r["tasks"]
+        if key == "with_waited":
+            cpu, waited, tasks = r["cpu"], r["waited_cpu"], r["tasks"]
             assert isinstance(cpu, float) and isinstance(waited, float)
             assert isinstance(tasks, int)
             return f"{1000 * (cpu + waited) / tasks / _runs(r):.0f}"
