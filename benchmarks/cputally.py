@@ -72,26 +72,31 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "TmuxBackend.paste",
     ),
     "loop_orchestrator.sessions.delivery": ("Deliverer.deliver",),
-    "loop_orchestrator.sessions.sandbox": ("confine",),
     "loop_orchestrator.agents.dialogs": ("wait_until_ready",),
     "loop_orchestrator.runstate.journal": (
         "Record.update_task",
         "Record.append",
         "Record._publish",
         "Record.task",
+        "status_copy",
         "Record.sync",
     ),
     "loop_orchestrator.runstate.state": ("Store._ledger",),
     "loop_orchestrator.files": ("atomic_write_text", "fsync_path"),
     "loop_orchestrator.git.gateway": ("git",),
     "loop_orchestrator.git.refbook": ("FileRefBook.set", "FileRefBook.items"),
-    "loop_orchestrator.proc": ("run",),
+    "loop_orchestrator.proc": ("run", "no_git_env", "without_tokens"),
+    "loop_orchestrator.sessions.sandbox": ("confine", "Policy.for_task"),
+    "loop_orchestrator.workspace.ownref": ("OwnBranch.seed",),
+    "loop_orchestrator.verify.testquality": ("check_tests",),
+    "loop_orchestrator.simulator.agent": ("ScriptedAdapter.prepare", "ScriptedAdapter.launch_spec"),
     "loop_orchestrator.workspace.worktrees": ("Worktrees.commit_task", "Worktrees.ensure_worktree"),
     "loop_orchestrator.workspace.staging": ("Staging.merge_into_staging",),
     "loop_orchestrator.workspace.branches": (
         "Branches.watched",
         "Branches.watched_refs",
         "Branches.move",
+        "list_worktrees",
     ),
     "loop_orchestrator.verify.verdict": ("verify_task", "deterministic_findings"),
     "loop_orchestrator.verify.pyenv": ("take_baseline", "changes"),
@@ -242,7 +247,7 @@ def counts(root: Path, tally: bool) -> dict[str, Any] | None:
     return doc
 
 
-def rows(doc: dict[str, Any], tasks: int, top: int = 30) -> list[str]:
+def rows(doc: dict[str, Any], tasks: int, top: int = 80) -> list[str]:
     """The table: per name, ms of CPU a task, calls a task, µs a call; the most CPU first,
     then the gateways' calls by subcommand, the most first."""
     timed = [(n, c, k) for n, (c, k) in doc["tally"].items() if " " not in n]

@@ -607,6 +607,62 @@ def test_a_slow_start_is_polled_less_often_and_its_ready_screen_seen_soon(
     assert max(gaps) < 0.3 + 0.2
 
 
+def test_a_sessions_report_wakes_the_wait_for_its_start_and_only_its_screen_ends_it(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    """With ``woken`` (the supervisor's: a session's first report, its SessionStart hook)
+    the screen is looked at 1 s apart until the report comes, and at once when it does:
+    fewer tmux calls than the polls' usual pace, the ready screen seen as soon. A report
+    that comes before the ready screen (or a wake left over) ends nothing: the screen alone
+    says ready, at the usual pace from the wake on, never in a busy loop."""
+    from loop_orchestrator.agents.dialogs import READY_POLL_UNTIL_WOKEN, wait_until_ready
+
+    def start(name: str, after: float, report_at: float) -> tuple[list[float], float, float]:
+        trigger = tmp_path / f"go-{name}"
+        code = (
+            "import os, time\n"
+            f"while not os.path.exists({str(trigger)!r}): time.sleep(0.01)\n"
+            "print('READY', flush=True)\n"
+            "time.sleep(60)\n"
+        )
+        looks: list[float] = []
+
+        class Counting(TmuxBackend):  # the real backend; each look is counted
+            def look(self, pane_id: str, lines: int = 0) -> tuple[PaneState, str]:
+                looks.append(time.monotonic())
+                return super().look(pane_id, lines)
+
+        counting = Counting("t")
+        pane = counting.launch(LaunchSpec(name, tmp_path, [sys.executable, "-c", code]))
+        heard = threading.Event()
+        shown = threading.Timer(after, trigger.touch)
+        reported = threading.Timer(report_at, heard.set)
+        began = time.monotonic()
+        shown.start()
+        reported.start()
+        wait_until_ready(
+            counting, pane, is_ready=lambda s: "READY" in s, timeout=20, woken=heard.wait
+        )
+        seen = time.monotonic()
+        shown.join()
+        reported.join()
+        return looks, began, seen
+
+    # the report comes as the ready screen does (2 s): seen at once, in a few looks
+    looks, began, seen = start("woken", 2.0, 2.0)
+    assert 2.0 <= seen - began < 2.0 + 0.5
+    assert len(looks) <= 5  # (0 s, 1 s, 2 s, the wake's look, one more): the usual pace, 8
+    gaps = [b - a for a, b in itertools.pairwise(looks)]
+    assert max(gaps) < READY_POLL_UNTIL_WOKEN + 0.2
+
+    # the report comes first (0.3 s) and stays set: the wait goes on until the screen says
+    # ready, at the usual pace (at most 0.3 s apart), not in a loop of looks
+    looks, began, seen = start("early", 2.0, 0.3)
+    assert 2.0 <= seen - began < 2.0 + 0.3 + 0.5
+    assert 4 <= len(looks) <= 12
+    assert max(b - a for a, b in itertools.pairwise(looks[2:])) < 0.3 + 0.2
+
+
 def test_a_paste_never_reaches_an_exited_pane_nor_another_runs_and_keys_neither(
     tmux_socket: str, tmp_path: Path
 ) -> None:

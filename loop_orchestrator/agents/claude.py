@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 from loop_orchestrator import resources
 from loop_orchestrator.agents.contract import AgentContext, launch_spec_for
-from loop_orchestrator.agents.dialogs import STARTUP_DIALOGS, Dialog, wait_until_ready
+from loop_orchestrator.agents.dialogs import STARTUP_DIALOGS, Dialog, Woken, wait_until_ready
 from loop_orchestrator.config import PERMISSION_MODES, AgentConfig
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError, NotLoggedInError
@@ -333,7 +333,9 @@ class ClaudeAdapter:
             return False
         return match_screen(screen, ("ready",)) is not None
 
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+    def wait_ready(
+        self, backend: SessionBackend, pane_id: str, *, timeout: float, woken: Woken | None = None
+    ) -> None:
         """Answer the known start-up dialogs until the input box shows.
 
         Raises ``AgentStartError`` (with the screen) for an unknown dialog, a fatal start
@@ -359,6 +361,7 @@ class ClaudeAdapter:
                 timeout=timeout,
                 what="Claude Code",
                 dialogs=STARTUP_DIALOGS,
+                woken=woken,
             )
         except AgentStartError as exc:
             fatal = match_screen(exc.screen, ("fatal",))

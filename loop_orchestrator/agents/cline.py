@@ -52,7 +52,7 @@ from typing import Any
 
 from loop_orchestrator import resources
 from loop_orchestrator.agents.contract import AgentContext, UnattendedAdapter, launch_spec_for
-from loop_orchestrator.agents.dialogs import wait_screen_idle, wait_until_ready
+from loop_orchestrator.agents.dialogs import Woken, wait_screen_idle, wait_until_ready
 from loop_orchestrator.errors import AgentStartError
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
@@ -257,7 +257,9 @@ class ClineAdapter(UnattendedAdapter):
             and not NOTICE_RE.search(screen)
         )
 
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+    def wait_ready(
+        self, backend: SessionBackend, pane_id: str, *, timeout: float, woken: Woken | None = None
+    ) -> None:
         """Wait for the ready composer, closing its start-up notices with Escape (at most
         one a second); its onboarding screen raises."""
         closed: list[float] = []
@@ -285,6 +287,7 @@ class ClineAdapter(UnattendedAdapter):
             what=self.label,
             dialogs=(),
             stable_for=self.ready_stable,
+            woken=woken,
         )
 
     def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:

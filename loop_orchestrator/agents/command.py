@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from loop_orchestrator.agents.contract import AgentContext, launch_spec_for
-from loop_orchestrator.agents.dialogs import wait_until_ready
+from loop_orchestrator.agents.dialogs import Woken, wait_until_ready
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import AgentError, ConfigError
 from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
@@ -113,7 +113,9 @@ class CommandAdapter:
             return bool(self.ready_re.search(screen))
         return bool(screen.strip())
 
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+    def wait_ready(
+        self, backend: SessionBackend, pane_id: str, *, timeout: float, woken: Woken | None = None
+    ) -> None:
         wait_until_ready(
             backend,
             pane_id,
@@ -121,4 +123,5 @@ class CommandAdapter:
             timeout=timeout,
             what=f"the agent command {self.settings.command.split()[0]!r}",
             stable_for=0.0 if self.ready_re is not None else STABLE_SECONDS,
+            woken=woken,
         )

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from loop_orchestrator.agents.dialogs import Dialog, wait_until_ready
+from loop_orchestrator.agents.dialogs import Dialog, Woken, wait_until_ready
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import AgentError, AgentStartError, ConfigError
 from loop_orchestrator.resources import lo_orch_hook, session_bin
@@ -121,7 +121,9 @@ class AgentAdapter(Protocol):
 
     def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec: ...
 
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None: ...
+    def wait_ready(
+        self, backend: SessionBackend, pane_id: str, *, timeout: float, woken: Woken | None = None
+    ) -> None: ...
 
     def is_ready(self, screen: str) -> bool: ...
 
@@ -182,7 +184,9 @@ class UnattendedAdapter:
     def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         """A no-op unless the CLI drops a prompt sent while it works (Gemini CLI's does)."""
 
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+    def wait_ready(
+        self, backend: SessionBackend, pane_id: str, *, timeout: float, woken: Woken | None = None
+    ) -> None:
         """Wait until ``is_ready``, answering ``dialogs``; a ``fatal_screens`` screen raises."""
 
         def ready(screen: str) -> bool:
@@ -199,6 +203,7 @@ class UnattendedAdapter:
             what=self.label,
             dialogs=self.dialogs,
             stable_for=self.ready_stable,
+            woken=woken,
         )
 
     def _command(self, env: Mapping[str, str]) -> list[str]:

@@ -163,6 +163,14 @@ def _wait_screen_change(backend: SessionBackend, pane_id: str, screen: str, time
 #: the supervisor's calls while a session started; a ready screen is seen 0.3 s late at most)
 READY_POLL_FIRST = 0.1
 READY_POLL_MOST = 0.3
+#: with ``woken`` (a session that reports through hooks): at most this long between polls
+#: until the session's first report wakes the wait; its start is seen then, not by polls
+#: (a dialog shown before the agent reports anything is still seen within this time)
+READY_POLL_UNTIL_WOKEN = 1.0
+
+#: ``wait_until_ready``'s ``woken``: a wait of at most the given seconds that returns True
+#: at once when the session reported (it runs), else False when the time is up
+Woken = Callable[[float], bool]
 
 
 def next_poll(interval: float) -> float:
@@ -179,12 +187,17 @@ def wait_until_ready(
     what: str = "the agent",
     dialogs: Sequence[Dialog] = STARTUP_DIALOGS,
     stable_for: float = 0.0,
+    woken: Woken | None = None,
 ) -> None:
     """Answer start-up dialogs until ``is_ready(screen)``; fail loudly, never hang.
 
     Raises ``AgentStartError`` with the screen when the process exits, a dialog needs a
     human or keeps coming back, or ``timeout`` passes. With ``stable_for`` the ready screen
     must also stay unchanged that long (for agents without a ready pattern).
+
+    ``woken``: until it returns True the polls are up to ``READY_POLL_UNTIL_WOKEN`` apart,
+    and the screen is looked at as soon as it does; then at the usual pace. A hint only:
+    the screen alone says when the agent is ready (a wake too early costs one more look).
     """
     deadline = time.monotonic() + timeout
     answered: dict[str, int] = {}
@@ -234,6 +247,11 @@ def wait_until_ready(
             )
         if ready_since is not None:  # (a steady screen is timed at the first pace)
             pause = READY_POLL_FIRST
+        if woken is not None and ready_since is None:
+            if woken(min(max(pause, READY_POLL_UNTIL_WOKEN), max(deadline - now, 0.0))):
+                woken = None  # (it runs: the usual pace from now on)
+                pause = READY_POLL_FIRST
+            continue
         time.sleep(min(pause, max(deadline - now, 0.0)))
         pause = next_poll(pause)
 

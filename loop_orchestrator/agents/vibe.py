@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator.agents.contract import AgentContext, UnattendedAdapter, launch_spec_for
-from loop_orchestrator.agents.dialogs import wait_screen_idle, wait_until_ready
+from loop_orchestrator.agents.dialogs import Woken, wait_screen_idle, wait_until_ready
 from loop_orchestrator.errors import AgentStartError
 from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 
@@ -337,7 +337,9 @@ class VibeAdapter(UnattendedAdapter):
     def is_ready(self, screen: str) -> bool:
         return bool(READY_RE.search(screen)) and not STARTING_RE.search(screen)
 
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+    def wait_ready(
+        self, backend: SessionBackend, pane_id: str, *, timeout: float, woken: Woken | None = None
+    ) -> None:
         """Wait until ``is_ready`` has held for ``READY_SECONDS`` (keys sent just as it
         turns ready were seen lost); a ``fatal_screens`` screen raises. Held, not an
         unchanged screen: a resumed Vibe finishes its interrupted turn at once, its spinner
@@ -355,7 +357,13 @@ class VibeAdapter(UnattendedAdapter):
             return time.monotonic() - since[0] >= READY_SECONDS
 
         wait_until_ready(
-            backend, pane_id, is_ready=ready, timeout=timeout, what=self.label, dialogs=()
+            backend,
+            pane_id,
+            is_ready=ready,
+            timeout=timeout,
+            what=self.label,
+            dialogs=(),
+            woken=woken,
         )
 
     def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:

@@ -236,8 +236,12 @@ class Deliverer:
             raise self._exited(backend, pane_id, state.dead_status, "before the prompt was sent")
 
     def _settled(self, backend: SessionBackend, pane_id: str, before: str, deadline: float) -> str:
-        """Wait for the paste to show (bounded), then for the screen to stop changing."""
+        """Wait for the paste to show (bounded), then for the screen to stop changing.
+
+        The first look comes a poll after the paste: a screen read at once has not drawn it
+        yet (the program reads the paste, then redraws), and was one tmux call in three."""
         limit = min(deadline, time.monotonic() + self.paste_wait)
+        time.sleep(self.poll)
         screen = backend.capture(pane_id, 0)
         while screen == before and time.monotonic() < limit:
             time.sleep(self.poll)

@@ -314,10 +314,13 @@ class Policy:
         # install in it): read-only there would take the agent's own config folders too
         # and never a folder that holds the agent's home, temp dir or worktree (``/`` on PATH)
         tmp = Path(tempfile.gettempdir()).resolve()
+        # (each resolved once: resolved again per folder it was compared with, they were
+        # half of a launch policy's CPU)
+        candidates = (*_lo_orch_install(), *_user_config_dirs(), *_executable_dirs())
         protect = [
             p
-            for p in (*_lo_orch_install(), *_user_config_dirs(), *_executable_dirs())
-            if not any(q.is_relative_to(p.resolve()) for q in (home, tmp, worktree))
+            for p, real in [(p, p.resolve()) for p in candidates]
+            if not any(q.is_relative_to(real) for q in (home, tmp, worktree))
         ]
         return cls(
             task=task,

@@ -52,7 +52,7 @@ from typing import Any
 
 from loop_orchestrator import resources
 from loop_orchestrator.agents.contract import AgentContext, launch_spec_for
-from loop_orchestrator.agents.dialogs import find_dialog, wait_until_ready
+from loop_orchestrator.agents.dialogs import Woken, find_dialog, wait_until_ready
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.files import atomic_write_text
@@ -148,9 +148,16 @@ class ScriptedAdapter:
     def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
         """A no-op: the scripted agent reads a prompt sent while it works after its turn."""
 
-    def wait_ready(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
+    def wait_ready(
+        self, backend: SessionBackend, pane_id: str, *, timeout: float, woken: Woken | None = None
+    ) -> None:
         wait_until_ready(
-            backend, pane_id, is_ready=self.is_ready, timeout=timeout, what="the scripted agent"
+            backend,
+            pane_id,
+            is_ready=self.is_ready,
+            timeout=timeout,
+            what="the scripted agent",
+            woken=woken,
         )
 
 

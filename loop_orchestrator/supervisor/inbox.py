@@ -108,6 +108,8 @@ class Inbox:
             request.answer(None)
         finally:
             self.wake.set()
+            if request.attested and request.task is not None:
+                self.sessions.heard_from(request.task)  # (it runs: a wait for it looks)
 
     def ask_again(self, tid: str, signal: str) -> None:
         """A signal arrived unattested (no supervisor listened): the loop asks the session

@@ -6,15 +6,18 @@ the task failed: ``decide.after_death``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from loop_orchestrator import templating, verify
 from loop_orchestrator.agents.contract import AgentAdapter, AgentContext, ConfirmsFromStore
+from loop_orchestrator.agents.dialogs import Woken
 from loop_orchestrator.config import Settings
 from loop_orchestrator.cost import usage
 from loop_orchestrator.errors import (
@@ -90,6 +93,36 @@ class Sessions:
         self.deps = deps
         #: each task's brief as rendered for its session (the file is agent-writable)
         self.briefs: dict[str, str] = {}
+        #: task -> set by the first report of its session being started (``heard_from``)
+        self._heard: dict[str, threading.Event] = {}
+        self._heard_lock = threading.Lock()
+
+    def heard_from(self, tid: str) -> None:
+        """A message of ``tid``'s session arrived (it runs): a wait for its start looks at
+        its screen now (``_starting``)."""
+        with self._heard_lock:
+            heard = self._heard.get(tid)
+        if heard is not None:
+            heard.set()
+
+    @contextlib.contextmanager
+    def _starting(self, tid: str) -> Iterator[Woken | None]:
+        """Around a launch of ``tid``'s session and the wait for it to be ready: the
+        ``woken`` of that wait (``wait_until_ready``), which the session's first report
+        ends (an agent with hooks reports its start); None for an agent without hooks.
+        Made before the launch, so that no report comes before it is there."""
+        if not self.adapter.uses_hooks:
+            yield None
+            return
+        heard = threading.Event()
+        with self._heard_lock:
+            self._heard[tid] = heard
+        try:
+            yield heard.wait
+        finally:
+            with self._heard_lock:
+                if self._heard.get(tid) is heard:
+                    del self._heard[tid]
 
     def start_task(self, tid: str) -> None:
         task = self.plan.task(tid)
@@ -120,11 +153,13 @@ class Sessions:
         ctx = self.context(task, st)
         self.adapter.prepare(ctx)
         pane = st.pane_id if st.pane_id and self.backend.state(st.pane_id).alive else None
-        if pane is None:
-            pane = self.backend.launch(self.adapter.launch_spec(ctx, resume=False))
-            self.journal.set(tid, pane_id=pane)
-            self.journal.event("session_launched", tid, pane_id=pane, session_id=session_id)
-        self.adapter.wait_ready(self.backend, pane, timeout=self.settings.agent.ready_timeout)
+        with self._starting(tid) as woken:
+            if pane is None:
+                pane = self.backend.launch(self.adapter.launch_spec(ctx, resume=False))
+                self.journal.set(tid, pane_id=pane)
+                self.journal.event("session_launched", tid, pane_id=pane, session_id=session_id)
+            timeout = self.settings.agent.ready_timeout
+            self.adapter.wait_ready(self.backend, pane, timeout=timeout, woken=woken)
         self.journal.move(tid, Event.READY)
         self.deliver(tid, "prompt_plan.md.j2")
 
@@ -348,13 +383,15 @@ class Sessions:
             else self.journal.set(tid, **step.counted, delivered=None, delivering=None)
         )
         spec = self.adapter.launch_spec(self.context(self.plan.task(tid), st), resume=True)
-        if pane is not None and pane.exists and st.pane_id:
-            pane_id = st.pane_id
-            self.backend.respawn(pane_id, spec)
-        else:
-            pane_id = self.backend.launch(spec)
-            st = self.journal.set(tid, pane_id=pane_id)
-        self.adapter.wait_ready(self.backend, pane_id, timeout=self.settings.agent.ready_timeout)
+        with self._starting(tid) as woken:
+            if pane is not None and pane.exists and st.pane_id:
+                pane_id = st.pane_id
+                self.backend.respawn(pane_id, spec)
+            else:
+                pane_id = self.backend.launch(spec)
+                st = self.journal.set(tid, pane_id=pane_id)
+            timeout = self.settings.agent.ready_timeout
+            self.adapter.wait_ready(self.backend, pane_id, timeout=timeout, woken=woken)
         if st.phase == Phase.LAUNCHING:
             st = self.journal.move(tid, Event.READY)
         if parked:
@@ -376,12 +413,14 @@ class Sessions:
         spec = self.adapter.launch_spec(
             self.context(self.plan.task(tid), st), resume=bool(st.session_id)
         )
-        pane = self.backend.launch(spec)
-        self.journal.set(tid, pane_id=pane)
-        self.journal.event(
-            "session_launched", tid, pane_id=pane, session_id=st.session_id, reopened=True
-        )
-        self.adapter.wait_ready(self.backend, pane, timeout=self.settings.agent.ready_timeout)
+        with self._starting(tid) as woken:
+            pane = self.backend.launch(spec)
+            self.journal.set(tid, pane_id=pane)
+            self.journal.event(
+                "session_launched", tid, pane_id=pane, session_id=st.session_id, reopened=True
+            )
+            timeout = self.settings.agent.ready_timeout
+            self.adapter.wait_ready(self.backend, pane, timeout=timeout, woken=woken)
         self.deliver(tid, self.prompt_for(self.journal.record.task(tid)))
 
     def render_brief(self, task: Task) -> str:
@@ -448,19 +487,21 @@ class Sessions:
         self.adapter.prepare(ctx)
         spec = self.adapter.launch_spec(ctx, resume=bool(st.session_id))
         pane = self.backend.state(st.pane_id) if st.pane_id else None
-        if pane is not None and pane.exists and st.pane_id:
-            pane_id = st.pane_id
-            self.backend.respawn(pane_id, spec)
-        else:
-            pane_id = self.backend.launch(spec)
-            self.journal.set(tid, pane_id=pane_id)
-        self.journal.event(
-            "session_relaunched",
-            tid,
-            pane_id=pane_id,
-            message="started again in the recreated worktree",
-        )
-        self.adapter.wait_ready(self.backend, pane_id, timeout=self.settings.agent.ready_timeout)
+        with self._starting(tid) as woken:
+            if pane is not None and pane.exists and st.pane_id:
+                pane_id = st.pane_id
+                self.backend.respawn(pane_id, spec)
+            else:
+                pane_id = self.backend.launch(spec)
+                self.journal.set(tid, pane_id=pane_id)
+            self.journal.event(
+                "session_relaunched",
+                tid,
+                pane_id=pane_id,
+                message="started again in the recreated worktree",
+            )
+            timeout = self.settings.agent.ready_timeout
+            self.adapter.wait_ready(self.backend, pane_id, timeout=timeout, woken=woken)
 
     def context(self, task: Task, st: TaskStatus) -> AgentContext:
         return AgentContext.create(
