@@ -247,7 +247,7 @@ def counts(root: Path, tally: bool) -> dict[str, Any] | None:
     return doc
 
 
-def rows(doc: dict[str, Any], tasks: int, top: int = 80) -> list[str]:
+def rows(doc: dict[str, Any], tasks: int, top: int = 40) -> list[str]:
     """The table: per name, ms of CPU a task, calls a task, µs a call; the most CPU first,
     then the gateways' calls by subcommand, the most first."""
     timed = [(n, c, k) for n, (c, k) in doc["tally"].items() if " " not in n]
