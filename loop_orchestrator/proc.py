@@ -34,6 +34,8 @@ class Result:
     stdout: str
     stderr: str
     duration: float
+    #: the output's bytes as the command wrote them (``run(keep_bytes=True)``), else None
+    raw_stdout: bytes | None = None
 
     @property
     def ok(self) -> bool:
@@ -160,8 +162,10 @@ def run(
     check: bool = True,
     memory_limit: int | None = None,
     terminal: bool = False,
+    keep_bytes: bool = False,
 ) -> Result:
-    """Run ``cmd`` (an argument list) and capture its output as text.
+    """Run ``cmd`` (an argument list) and capture its output as text (and with
+    ``keep_bytes`` as bytes too: for output whose lengths are counted in bytes).
 
     With a ``timeout`` (a bounded call that never asks the person anything: checks, tmux,
     probes) the command runs in a session and process group of its own, and after the
@@ -184,7 +188,7 @@ def run(
     grouped = timeout is not None and not terminal
     start = time.monotonic()
     try:
-        # bytes, read by ``_read_both`` and decoded by ``_text``: text mode and
+        # bytes, read by ``_read_both`` and decoded by ``as_text``: text mode and
         # ``communicate`` cost the supervisor twice the CPU of the rest of a call (a tmux or
         # git call every few milliseconds; ``benchmarks/supervisor.py --tally``)
         child = subprocess.Popen(
@@ -216,7 +220,7 @@ def run(
             child.kill()
         out, err = _drain(child)
         if input is None:  # (``communicate`` goes on where it stopped; ours does not)
-            out, err = _text(exc.stdout) + out, _text(exc.stderr) + err
+            out, err = as_text(exc.stdout) + out, as_text(exc.stderr) + err
         result = Result(args, None, out, err, time.monotonic() - start)
         log.debug("command timed out", extra={"cmd": args, "timeout": timeout})
         if check:
@@ -229,8 +233,9 @@ def run(
             child.kill()
         child.wait()
         raise
-    out, err = _text(raw_out), _text(raw_err)
-    result = Result(args, child.returncode, out, err, time.monotonic() - start)
+    out, err = as_text(raw_out), as_text(raw_err)
+    kept = raw_out if keep_bytes else None
+    result = Result(args, child.returncode, out, err, time.monotonic() - start, kept)
     if check and child.returncode != 0:
         raise CommandError(args, child.returncode, out, err)
     return result
@@ -294,13 +299,14 @@ def _drain(child: subprocess.Popen[bytes]) -> tuple[str, str]:
                 with contextlib.suppress(OSError):
                     pipe.close()
         child.wait()
-        return _text(exc.stdout), _text(exc.stderr)
-    return _text(out), _text(err)
+        return as_text(exc.stdout), as_text(exc.stderr)
+    return as_text(out), as_text(err)
 
 
-def _text(data: bytes | str | None) -> str:
-    """A command's output as text: UTF-8 (an invalid byte replaced), every line ending
-    ``\\n`` (as Python's text mode reads it: ``\\r\\n`` and a lone ``\\r`` too)."""
+def as_text(data: bytes | str | None) -> str:
+    """A command's output as text, as ``run`` gives it: UTF-8 (an invalid byte replaced),
+    every line ending ``\\n`` (as Python's text mode reads it: ``\\r\\n`` and a lone ``\\r``
+    too)."""
     if data is None:
         return ""
     if isinstance(data, bytes):

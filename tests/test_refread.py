@@ -183,3 +183,30 @@ def test_refs_git_cannot_read_fail_as_git_fails(repo: Path) -> None:
     (repo / ".git/packed-refs").write_text("junk\n")
     with pytest.raises(GitError, match="packed-refs"):
         refread.values(repo, NAMES)
+
+
+def test_a_ref_moved_through_the_gateway_is_read_back_as_git_has_it_loose_or_packed(
+    repo: Path,
+) -> None:
+    """``gateway.update_ref`` reads its ref back in process: made, moved after ``git
+    pack-refs`` (git writes a loose file over the packed line) and deleted after it (only
+    the packed line was left): each time what git has, and a move from a value the ref no
+    longer has changes nothing and says so."""
+    from loop_orchestrator.errors import RefMovedError
+    from loop_orchestrator.git.gateway import update_ref
+
+    first = git(repo, "rev-parse", "HEAD").strip()
+    second = commit(repo, {"second.txt": "2\n"})
+    update_ref(repo, "lo/r/made", first, None, "made")
+    assert by_git(repo, ["refs/heads/lo/r/made"]) == {"refs/heads/lo/r/made": first}
+    git(repo, "pack-refs", "--all")
+    update_ref(repo, "lo/r/made", second, first, "moved")  # (packed before: a loose file now)
+    assert by_git(repo, ["refs/heads/lo/r/made"]) == {"refs/heads/lo/r/made": second}
+    git(repo, "pack-refs", "--all")  # (packed only: the value is read from git)
+    with pytest.raises(RefMovedError, match=f"expected {first[:12]}, found {second[:12]}"):
+        update_ref(repo, "lo/r/made", first, first, "a stale writer")
+    assert by_git(repo, ["refs/heads/lo/r/made"]) == {"refs/heads/lo/r/made": second}
+    update_ref(repo, "lo/r/made", None, second, "deleted")  # (packed only: gone from packed-refs)
+    assert by_git(repo, ["refs/heads/lo/r/made"]) == {}
+    with pytest.raises(RefMovedError):
+        update_ref(repo, "lo/r/made", None, second, "deleted twice")

@@ -3,6 +3,7 @@ merges, Gate 2 and cleanup, including every "checked by" case of issue 3."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -731,3 +732,34 @@ def test_the_worktree_at_a_path_is_found_through_symlinks_as_before(tmp_path: Pa
     assert worktree_in(listed, real / "t1") == listed[0]
     assert worktree_in(listed, real / "gone") == listed[2]  # a stale entry, as git lists it
     assert worktree_in(listed, real / "t3") is None
+
+
+@pytest.mark.parametrize("kind", ["both changed", "deleted by them"])
+def test_a_worktree_left_in_a_conflicted_merge_is_not_committed(git_repo: Path, kind: str) -> None:
+    """A session that left a merge with conflicts (both sides changed a file, or one
+    deleted what the other changed) gets its worktree back as it was: nothing staged,
+    committed or moved, and the reason named."""
+    ws = started(git_repo)
+    first = work(ws, "a", {"shared.txt": "one\n"})
+    path = ws.worktree_path("a")
+    git(path, "switch", "-q", "-c", "other", "HEAD~0")
+    if kind == "both changed":
+        (path / "shared.txt").write_text("theirs\n", encoding="utf-8")
+        git(path, "commit", "-q", "--no-gpg-sign", "-am", "theirs")
+    else:
+        git(path, "rm", "-q", "shared.txt")
+        git(path, "commit", "-q", "--no-gpg-sign", "-m", "gone")
+    git(path, "switch", "-q", ws.task_branch("a"))
+    (path / "shared.txt").write_text("ours\n", encoding="utf-8")
+    git(path, "commit", "-q", "--no-gpg-sign", "-am", "ours")
+    ours = git(path, "rev-parse", "HEAD").strip()
+    merged = subprocess.run(
+        ["git", "merge", "--no-edit", "other"], cwd=path, capture_output=True, check=False
+    )
+    assert merged.returncode != 0
+    (path / "new.txt").write_text("more\n", encoding="utf-8")
+    with pytest.raises(GitError, match="unresolved merge conflicts"):
+        ws.commit_task("a", "task a")
+    assert git(path, "rev-parse", "HEAD").strip() == ours != first
+    assert (path / ".git").exists() and "new.txt" in git(path, "status", "--porcelain")
+    assert git(path, "diff", "--cached", "--name-only").strip() in ("", "shared.txt")

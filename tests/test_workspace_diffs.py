@@ -8,6 +8,7 @@ import pytest
 from helpers.git import git
 
 from loop_orchestrator.errors import GitError
+from loop_orchestrator.git import gateway
 from loop_orchestrator.git.checkouts import temp_checkout
 from loop_orchestrator.git.gateway import (
     added_lines,
@@ -15,6 +16,7 @@ from loop_orchestrator.git.gateway import (
     diff_stat,
     diff_text,
     file_at,
+    files_at,
     is_ancestor,
     list_files,
     rev_parse,
@@ -117,6 +119,52 @@ def test_file_at(git_repo: Path) -> None:
     assert file_at(git_repo, second, "app") is None  # a folder is not a file
     with pytest.raises(GitError, match="unknown revision 'nope'"):
         file_at(git_repo, "nope", "README.md")
+
+
+def test_files_read_at_once_are_what_file_at_reads_one_by_one(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``files_at`` reads many (commit, path) in one ``git cat-file --batch``, by byte
+    counts: each answer is ``file_at``'s, whatever the file holds (lines that look like
+    the batch's own headers, CRLF and a last CR, invalid UTF-8, NUL bytes, nothing) or
+    whatever it is (absent, a folder, a symlink, a name with spaces, a bad name)."""
+    first = head(git_repo)
+    files: dict[str, bytes] = {
+        "headers.txt": b"0123 blob 5\nabcde\nx missing\n",
+        "crlf.txt": b"one\r\ntwo\r\n",
+        "last-cr.txt": b"ends with a CR\r",
+        "latin.txt": "caf\u00e9\n".encode("latin-1"),
+        "nul.bin": b"\x00\x01\x02 blob 3\n",
+        "empty.txt": b"",
+        "with space/and more.txt": "\u00e9t\u00e9 \u2713\n".encode(),
+        "README.md": b"# changed\n",
+    }
+    for rel, data in files.items():
+        (git_repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (git_repo / rel).write_bytes(data)
+    (git_repo / "link").symlink_to("README.md")
+    second = commit_all(git_repo)
+    paths = [*files, "link", "app", "missing.txt", "../up", "", "a\nb", "with space/gone.txt"]
+    wanted = [(rev, p) for p in paths for rev in (first, second)] + [("main", "README.md")]
+    expected = {(rev, path): file_at(git_repo, rev, path) for rev, path in wanted}
+
+    def one_by_one(*_args: object) -> None:
+        raise AssertionError("files_at fell back to reading one file at a time")
+
+    monkeypatch.setattr(gateway, "file_at", one_by_one)  # (read in the one batch)
+    got = files_at(git_repo, wanted)
+    monkeypatch.undo()
+    assert list(got) == wanted
+    for key in wanted:
+        assert got[key] == expected[key], key
+    assert got[(second, "headers.txt")] == "0123 blob 5\nabcde\nx missing\n"
+    assert got[(second, "crlf.txt")] == "one\ntwo\n"
+    assert got[(second, "link")] == "README.md"
+    assert got[(first, "README.md")] == "# sample\n" and got[(first, "headers.txt")] is None
+    assert got[(second, "app")] is None and got[(second, "missing.txt")] is None
+    assert files_at(git_repo, []) == {}
+    with pytest.raises(GitError, match="unknown revision 'nope'"):
+        files_at(git_repo, [("nope", "README.md")])
 
 
 def test_rev_parse_and_is_ancestor(git_repo: Path) -> None:

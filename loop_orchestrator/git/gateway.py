@@ -113,6 +113,7 @@ def git(
     hint: str | None = None,
     view: bool = False,
     terminal: bool = False,
+    keep_bytes: bool = False,
 ) -> proc.Result:
     """Run ``git *args`` in ``cwd`` through the gateway; ``check`` raises ``GitError``.
 
@@ -145,6 +146,7 @@ def git(
             timeout=timeout,
             check=False,
             terminal=terminal,
+            keep_bytes=keep_bytes,
         )
     if check and not result.ok:
         raise git_failure(result, hint=hint)
@@ -475,12 +477,61 @@ def diff_stat(repo: Path, base: str, commit: str) -> str:
     ).stdout
 
 
-def file_at(repo: Path, commit: str, relpath: str) -> str | None:
-    """The raw text of ``relpath`` in ``commit``; None when it is absent or not a file."""
-    sha = oid(repo, commit)
+def _tree_path(relpath: str) -> str | None:
+    """``relpath`` as a path in a tree (``<commit>:<path>``), or None for one no tree has."""
     path = relpath.strip("/")
     parts = path.split("/")
     if not path or "\n" in path or any(p in ("", ".", "..") for p in parts):
+        return None
+    return path
+
+
+def files_at(repo: Path, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+    """``file_at`` of each (commit, path) of ``wanted``, read in one ``git cat-file
+    --batch`` (a verification reads each changed file at the base and at the commit: a git
+    start for each was most of what reading them cost). The answers are read by their byte
+    counts; should one not parse, the rest are asked one by one."""
+    found: dict[tuple[str, str], str | None] = {}
+    asked: list[tuple[tuple[str, str], str]] = []
+    for commit, relpath in wanted:
+        path = _tree_path(relpath)
+        if path is None:
+            found[(commit, relpath)] = None
+        elif (commit, relpath) not in found:
+            found[(commit, relpath)] = None
+            asked.append(((commit, relpath), f"{oid(repo, commit)}:{path}\n"))
+    if not asked:
+        return found
+    specs = "".join(spec for _, spec in asked)
+    res = git(repo, "cat-file", "--batch", input=specs, view=True, check=False, keep_bytes=True)
+    data, at = (res.raw_stdout or b"") if res.ok else b"", 0
+    for index, (key, _spec) in enumerate(asked):
+        end = data.find(b"\n", at)
+        fields = data[at:end].split(b" ") if end >= 0 else []
+        if end >= 0 and fields[-1] in (b"missing", b"ambiguous"):
+            at = end + 1  # (no such file there: None)
+            continue
+        if len(fields) != 3 or not fields[2].isdigit():
+            for rest, _ in asked[index:]:  # (not what --batch answers: ask one by one)
+                found[rest] = file_at(repo, *rest)
+            break
+        size = int(fields[2])
+        body = data[end + 1 : end + 1 + size]
+        if len(body) != size or data[end + 1 + size : end + 2 + size] != b"\n":
+            for rest, _ in asked[index:]:
+                found[rest] = file_at(repo, *rest)
+            break
+        # (as file_at reads it: a last CR, before the answer's newline, is that newline)
+        found[key] = proc.as_text(body + b"\n")[:-1] if fields[1] == b"blob" else None
+        at = end + 2 + size
+    return found
+
+
+def file_at(repo: Path, commit: str, relpath: str) -> str | None:
+    """The raw text of ``relpath`` in ``commit``; None when it is absent or not a file."""
+    sha = oid(repo, commit)
+    path = _tree_path(relpath)
+    if path is None:
         return None
     # one process: `<oid> <type> <size>` then the content, or `<name> missing`
     res = git(repo, "cat-file", "--batch", input=f"{sha}:{path}\n", view=True, check=False)
@@ -497,8 +548,11 @@ def update_ref(repo: Path, branch: str, new: str | None, old: str | None, reason
     ref = f"refs/heads/{branch}"
     zero = "0" * 40
     args = ("-d", ref, old or zero) if not new else (ref, new, old or zero)
+    from loop_orchestrator.git import refread  # (it reads through this module)
+
     res = git(repo, "update-ref", "-m", reason, *args, check=False)
-    found = git(repo, "rev-parse", "--verify", "--quiet", ref, check=False).stdout.strip()
+    # read back from the ref's file git just wrote (git asked when it is not a plain one)
+    found = refread.value(repo, ref) or ""
     if not res.ok or found != (new or ""):
         was = old[:12] if old else "absent"
         msg = (

@@ -55,6 +55,12 @@ class StatusEntry:
     path: str
 
 
+#: the ``xy`` of a path the index holds unmerged (``git status``'s "Unmerged" codes: both
+#: deleted, added by us, deleted by them, added by them, deleted by us, both added, both
+#: modified)
+UNMERGED = frozenset({"DD", "AU", "UD", "UA", "DU", "AA", "UU"})
+
+
 def parse_status(text: str) -> list[StatusEntry]:
     """``git status --porcelain=v1 -z --no-renames`` output into entries."""
     return [StatusEntry(rec[:2], rec[3:]) for rec in split_z(text)]

@@ -96,14 +96,23 @@ class _Texts:
         self.repo, self.base, self.commit = repo, base, commit
         self._cache: dict[tuple[str, str], str | None] = {}
 
+    def read(self, paths: Sequence[str]) -> None:
+        """Read ``paths`` at the base and at the commit, all at once (``gitutil.files_at``)."""
+        wanted = [(rev, p) for p in paths for rev in (self.base, self.commit)]
+        for key, text in gitutil.files_at(self.repo, wanted).items():
+            self._keep(key, text)
+
+    def _keep(self, key: tuple[str, str], text: str | None) -> str | None:
+        if text is not None and (len(text) > MAX_TEXT_BYTES or "\0" in text):
+            text = None
+        self._cache[key] = text
+        return text
+
     def at(self, rev: str, path: str) -> str | None:
         """The text of ``path`` at ``rev``; None when absent, binary or huge."""
         key = (rev, path)
         if key not in self._cache:
-            text = gitutil.file_at(self.repo, rev, path)
-            if text is not None and (len(text) > MAX_TEXT_BYTES or "\0" in text):
-                text = None
-            self._cache[key] = text
+            return self._keep(key, gitutil.file_at(self.repo, rev, path))
         return self._cache[key]
 
     def pair(self, path: str) -> tuple[str | None, str | None]:
@@ -157,6 +166,7 @@ def deterministic_findings(
 
     texts = _Texts(repo, base, commit)
     changes = gitutil.changed_paths(repo, base, commit)
+    texts.read([ch.path for ch in changes])
     # The gateway diffs with --text, so a binary file's bytes come out as "lines": keep them
     # out of the line checks (a one-line binary would report every old token as added);
     # check_binary_secrets below reads what is new in their printable text instead.

@@ -36,7 +36,7 @@ from loop_orchestrator.git.gateway import (
     merge_base,
     quote_list,
 )
-from loop_orchestrator.git.parse import parse_raw_diff, parse_status, split_z
+from loop_orchestrator.git.parse import UNMERGED, parse_raw_diff, parse_status, split_z
 from loop_orchestrator.git.secretfiles import is_secret_path
 from loop_orchestrator.runstate import private
 from loop_orchestrator.workspace.branches import (
@@ -462,14 +462,14 @@ class Worktrees:
         # a sandboxed session's own commits are in its view of the branch until taken here
         own = OwnBranch.of(self.repo, self.run, task)
         own.adopt()
-        if split_z(git(path, "ls-files", "--unmerged", "-z").stdout):
-            msg = f"task {task} has unresolved merge conflicts in {where}"
-            raise GitError(msg, hint="Resolve or abort the merge in the worktree, then retry.")
         entries = parse_status(
             git(
                 path, "status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=all"
             ).stdout
         )
+        if any(e.xy in UNMERGED for e in entries):  # (the index's unmerged entries)
+            msg = f"task {task} has unresolved merge conflicts in {where}"
+            raise GitError(msg, hint="Resolve or abort the merge in the worktree, then retry.")
         present = [e.path for e in entries if os.path.lexists(path / e.path)]
         bad = sorted({p for p in [*present, *self._committed_paths(branch)] if is_secret_path(p)})
         if bad:
