@@ -8,6 +8,7 @@ plain git, so the test proves the defence and not a broken attack.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -19,7 +20,7 @@ from loop_orchestrator.config import WorkspaceConfig
 from loop_orchestrator.errors import GitError, MergeConflictError, RefTamperedError
 from loop_orchestrator.git.checkouts import temp_checkout
 from loop_orchestrator.git.gateway import _converts, added_lines, diff_text, file_at
-from loop_orchestrator.git.refbook import FileRefBook
+from loop_orchestrator.git.refbook import INSTANCE_KEY, FileRefBook
 from loop_orchestrator.plan.model import Task
 from loop_orchestrator.runstate.state import RunDir
 from loop_orchestrator.verify.verdict import deterministic_findings
@@ -349,20 +350,20 @@ def test_a_crash_between_update_and_record_is_recognised(git_repo: Path) -> None
     commit = work(ws, "a", {"a.txt": "a\n"})
     book = ws.branches.refs
     recorded = book.get("refs/heads/lo/r1/staging")
-    real_set = book.set
+    real_change = book.change
 
     class Crash(Exception):
         pass
 
-    def crash_on_record(name: str, sha: str) -> None:
-        if name == "refs/heads/lo/r1/staging":
+    def crash_on_record(set_: dict[str, str], drop: tuple[str, ...] = ()) -> None:
+        if "refs/heads/lo/r1/staging" in set_:  # (the move's record, after git's update)
             raise Crash
-        real_set(name, sha)
+        real_change(set_, drop)
 
-    book.set = crash_on_record  # type: ignore[method-assign]
+    book.change = crash_on_record  # type: ignore[method-assign]
     with pytest.raises(Crash):
         ws.merge_into_staging("a", commit, "A")
-    book.set = real_set  # type: ignore[method-assign]
+    book.change = real_change  # type: ignore[method-assign]
     moved = head(git_repo, "lo/r1/staging")
     assert moved != recorded and book.get("refs/heads/lo/r1/staging") == recorded
     # resume: lo-orch's own move is adopted, and the task is not merged a second time
@@ -382,6 +383,39 @@ def test_refs_book_lives_outside_the_repository(git_repo: Path) -> None:
     assert set(book.items()) >= {"base", "refs/heads/lo/r1/staging", "start/a"}
     config = (git_repo / ".git" / "config").read_text(encoding="utf-8")
     assert "lo-orch" not in config
+
+
+def test_a_change_of_the_book_is_one_write_and_an_unchanged_book_is_not_written(
+    tmp_path: Path,
+) -> None:
+    """``FileRefBook.change`` sets and drops names in one write of the file (a ref's move
+    and the note written ahead of it); what changes nothing writes nothing; the instance
+    stamp is the book's own and no name of a change; an earlier instance's book reads as
+    empty and the first change replaces it whole."""
+    path = tmp_path / "refs.json"
+    book = FileRefBook(path, "run-1")
+    book.change({"next/refs/heads/s": "a" * 40})
+    book.change({"refs/heads/s": "a" * 40, "start/t": "b" * 40}, ("next/refs/heads/s",))
+    assert book.items() == {"refs/heads/s": "a" * 40, "start/t": "b" * 40}
+    before = path.stat()
+    book.change({"start/t": "b" * 40}, ("never/there",))  # nothing changes: not written
+    book.set("refs/heads/s", "a" * 40)
+    book.drop("gone")
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    book.change({}, ("refs/heads/s",))
+    assert book.items() == {"start/t": "b" * 40} and path.stat().st_ino != before.st_ino
+    for bad in ({INSTANCE_KEY: "run-2"}, {}):
+        with pytest.raises(ValueError, match="the book's own key"):
+            book.change(bad, () if bad else (INSTANCE_KEY,))
+    assert json.loads(path.read_text(encoding="utf-8"))[INSTANCE_KEY] == "run-1"
+    later = FileRefBook(path, "run-2")
+    assert later.items() == {}
+    later.change({"start/u": "c" * 40})
+    assert json.loads(path.read_text(encoding="utf-8")) == {
+        "start/u": "c" * 40,
+        INSTANCE_KEY: "run-2",
+    }
 
 
 @pytest.mark.slow

@@ -178,6 +178,21 @@ class TmuxBackend:
         infos = [parse_pane_line(line) for line in result.stdout.splitlines()]
         return [i for i in infos if i is not None and self._ours(i)]
 
+    def _session_panes(self) -> list[PaneInfo]:
+        """``ensure_session``, then ``_panes``: one tmux call when the session exists (the
+        listing carries its tag: ``@lo_run`` is the session's option, read by each pane)."""
+        self._check_version()
+        result = self._tmux(
+            "list-panes", "-s", "-t", f"={self.session}", "-F", PANE_FIELDS, check=False
+        )
+        infos = [parse_pane_line(line) for line in result.stdout.splitlines()] if result.ok else []
+        listed = [i for i in infos if i is not None and i.session == self.session]
+        if not listed:  # (no such session, or a listing not read as expected)
+            self.ensure_session()
+            return self._panes()
+        self._refuse_another_runs_session(listed[0].run)
+        return [i for i in listed if self._ours(i)]
+
     def _ours(self, info: PaneInfo) -> bool:
         """Whether the pane is in this run's session: the name, and no other run's tag (an
         untagged session is one an earlier lo-orch made for this run)."""
@@ -316,8 +331,7 @@ class TmuxBackend:
         """Start ``spec`` in a new tiled pane (a new window when the last one has 4)."""
         check_spec(spec)
         with self._lock:
-            self.ensure_session()
-            panes = self._panes()
+            panes = self._session_panes()
             window_id = _window_with_room(panes)
             if window_id is None:
                 window_id, keeper = self._new_window()

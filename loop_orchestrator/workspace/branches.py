@@ -234,12 +234,11 @@ class Branches:
         if checked:
             self.refs.set(BOOK_NEXT + ref, new or ABSENT)
         update_ref(self.repo, branch, new, old, reason)
-        if checked:
+        if checked:  # (the move recorded and the note ahead of it dropped: one write)
             if new:
-                self.refs.set(ref, new)
+                self.refs.change({ref: new}, (BOOK_NEXT + ref,))
             else:
-                self.refs.drop(ref)
-            self.refs.drop(BOOK_NEXT + ref)
+                self.refs.change({}, (ref, BOOK_NEXT + ref))
 
     def create(self, name: str, sha: str) -> None:
         """Create the branch ``name`` at ``sha`` as this run's (recorded first)."""
