@@ -82,6 +82,81 @@ def test_script_errors_name_the_field(data: dict[str, Any], where: str) -> None:
     assert info.value.message.startswith("s.yaml: invalid scripted-agent script")
 
 
+def test_a_script_reads_alike_by_libyaml_and_by_pure_python(tmp_path: Path) -> None:
+    """The script is read by libyaml where PyYAML has it (its pure-Python reader took 70 ms
+    of a 64-task script, in the supervisor and in every session): the same data as the
+    pure-Python safe reader gives, for the demo's script and one with every kind of scalar,
+    quoting and block a script may hold."""
+    import yaml
+
+    from loop_orchestrator.simulator import script as scripts
+
+    samples = [
+        (Path(__file__).parent.parent / "examples" / "demo" / "script.yaml").read_text(
+            encoding="utf-8"
+        ),
+        "default:\n"
+        "  plan:\n"
+        "    - say: 'it''s \\u00e9t\u00e9: \"quoted\" # not a comment'\n"
+        "    - run: {argv: [sh, -c, 'echo 1 && exit 0'], timeout: 1.5}\n"
+        "  implement:\n"
+        "    - write:\n"
+        "        path: a/b.py\n"
+        "        text: |\n"
+        "          x = 1\n"
+        "\n"
+        "          y = 'z'\n"
+        "    - write:\n"
+        "        path: c.txt\n"
+        "        text: >-\n"
+        "          folded\n"
+        "          text\n"
+        "    - signal: impl_done\n"
+        "t1: {plan: [hang], implement: [~, yes, no, 0o17, 0x1f, 1e3, .inf, 2026-12-06]}\n",
+    ]
+    assert scripts._SAFE_LOADER is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for text in samples:
+        assert yaml.load(text, Loader=scripts._SAFE_LOADER) == yaml.load(
+            text, Loader=yaml.SafeLoader
+        )
+    path = tmp_path / "s.yaml"
+    path.write_text(samples[0], encoding="utf-8")
+    assert (
+        load_script(path).root.keys() == parse_script(yaml.safe_load(samples[0]), "s").root.keys()
+    )
+
+
+def test_launches_at_once_read_the_script_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every launch validates the script unless its file is unchanged since: the first
+    launches of a run come at once, and only one of them reads it (each read all of it)."""
+    import threading
+
+    from loop_orchestrator.simulator import agent as scripted
+
+    path = tmp_path / "s.yaml"
+    path.write_text("default: {plan: [hang]}\n", encoding="utf-8")
+    reads: list[Path] = []
+
+    def slow_read(where: Path, **kwargs: Any) -> None:
+        reads.append(where)
+        time.sleep(0.2)
+
+    monkeypatch.setattr(scripted, "load_script", slow_read)
+    adapter = ScriptedAdapter(AgentConfig(kind="scripted", script=str(path)), tmp_path)
+    ctx = bare_context(tmp_path, Settings())
+    launches = [threading.Thread(target=adapter.prepare, args=(ctx,)) for _ in range(6)]
+    for launch in launches:
+        launch.start()
+    for launch in launches:
+        launch.join()
+    assert reads == [path]
+    path.write_text("default: {plan: [hang, hang]}\n", encoding="utf-8")  # changed: read again
+    adapter.prepare(ctx)
+    assert reads == [path, path]
+
+
 def test_script_file_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_script(tmp_path / "missing.yaml")

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import termios
 import textwrap
+import threading
 import time
 import tty
 import uuid
@@ -118,18 +119,20 @@ class ScriptedAdapter:
         self.repo = repo
         #: the script file (size, mtime, ctime, inode) last validated
         self._valid: tuple[int, int, int, int] | None = None
+        self._validating = threading.Lock()  # (the first launches at once: one reads it)
 
     def prepare(self, ctx: AgentContext) -> None:
         """Validate the script now, so a typo fails the launch with the field named (once
         per version of the file: every launch of a run asks)."""
-        try:
-            st = self.script_path.stat()
-            version = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        except OSError:
-            version = None
-        if version is None or version != self._valid:
-            load_script(self.script_path)
-            self._valid = version
+        with self._validating:
+            try:
+                st = self.script_path.stat()
+                version = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            except OSError:
+                version = None
+            if version is None or version != self._valid:
+                load_script(self.script_path)
+                self._valid = version
 
     def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
         argv = [
