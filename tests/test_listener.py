@@ -154,3 +154,43 @@ def test_a_flood_of_connections_leaves_no_more_than_max_idle_workers_waiting(
         assert len(set(workers()) - before) <= 2
     finally:
         server.close()
+
+
+def test_what_was_left_is_drained_in_order_and_nothing_outside_the_inbox_is_read_or_removed(
+    tmp_path: Path,
+) -> None:
+    """Messages left while no supervisor listened are read oldest first and removed. A
+    session (outside a sandbox) that swaps its inbox folder for a symlink to a folder of
+    the user's, or leaves in it a symlink to a user's file, a FIFO or a folder named like a
+    message, gets nothing of the user's read or removed, and the drain never hangs."""
+    import os
+
+    from loop_orchestrator.sessions.inbox import INBOX_DIR, leave
+
+    run_dir = tmp_path / "run"
+    first = leave(run_dir, "alpha", {"type": "hook", "event": "Stop"})
+    second = leave(run_dir, "beta", {"type": "signal", "phase": "impl_done"})
+    third = leave(run_dir, "alpha", {"type": "hook", "event": "SessionEnd"})
+    users = tmp_path / "users"
+    users.mkdir()
+    keep = users / "1-keep.json"
+    keep.write_text('{"type": "signal", "phase": "blocked"}', encoding="utf-8")
+    inbox = run_dir / INBOX_DIR
+    (inbox / "alpha" / "0-link.json").symlink_to(keep)
+    os.mkfifo(inbox / "alpha" / "0-fifo.json")
+    (inbox / "alpha" / "0-folder.json").mkdir()
+    (inbox / "gamma").symlink_to(users, target_is_directory=True)
+
+    drained = listener.drain(run_dir, ["alpha", "beta", "gamma"])
+    assert [(r.task, r.message.get("event") or r.message.get("phase")) for r in drained] == [
+        ("alpha", "Stop"),
+        ("beta", "impl_done"),
+        ("alpha", "SessionEnd"),
+    ]
+    assert not any(r.attested for r in drained)
+    assert not any(Path(p).exists() for p in (first, second, third))
+    assert not (inbox / "alpha" / "0-link.json").is_symlink()  # the link went, not its target
+    assert not (inbox / "alpha" / "0-fifo.json").exists()
+    assert keep.read_text(encoding="utf-8") == '{"type": "signal", "phase": "blocked"}'
+    assert sorted(p.name for p in users.iterdir()) == ["1-keep.json"]
+    assert listener.drain(run_dir, ["alpha", "beta", "gamma"]) == []

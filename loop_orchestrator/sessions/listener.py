@@ -20,6 +20,7 @@ import os
 import queue
 import select
 import socket
+import stat
 import struct
 import threading
 import time
@@ -254,20 +255,62 @@ def wire_reply(code: int, out: str, err: str) -> bytes:
 
 
 def drain(run_dir: Path, tasks: list[str]) -> list[Request]:
-    """Every message left for a supervisor while none listened, oldest first (removed)."""
-    found: list[tuple[str, Path]] = []
-    for task in tasks:
-        folder = run_dir / INBOX_DIR / task
-        if folder.is_dir():
-            found += [(task, p) for p in folder.glob("*.json")]
-    requests = []
-    for task, path in sorted(found, key=lambda tp: tp[1].name):
+    """Every message left for a supervisor while none listened, oldest first (removed).
+
+    Each task's folder is opened without following a symlink, and read and emptied
+    through that one descriptor: only the regular files in it are read, a symlink among
+    them is removed, never followed, and a folder replaced by a symlink is not read at all
+    (nothing of anyone else's is read or removed). The supervisor looks at every task's
+    folder about once a second: one open and one listing each, not a path walk and a glob.
+    """
+    folders: list[int] = []
+    found: list[tuple[str, str, int]] = []
+    try:
+        for task in tasks:
+            try:
+                fd = os.open(run_dir / INBOX_DIR / task, _DIR_FLAGS)
+            except OSError:  # none yet (the task never ran), or not a plain folder
+                continue
+            folders.append(fd)
+            with os.scandir(fd) as entries:
+                found += [
+                    (e.name, task, fd)
+                    for e in entries
+                    if e.name.endswith(".json") and not e.name.startswith(".")
+                ]
+        requests = []
+        for name, task, fd in sorted(found):  # (a name starts with its time in ns)
+            message = _left_message(fd, name)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
+            if isinstance(message, dict):
+                requests.append(Request(message, task, None, attested=False))
+        return requests
+    finally:
+        for fd in folders:
+            os.close(fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _left_message(folder: int, name: str) -> Any:
+    """The JSON of the regular file ``name`` in ``folder``, or None (gone, a symlink, a
+    FIFO or anything else, not JSON)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=folder)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+    except OSError:
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as fh:
         try:
-            message = json.loads(path.read_text(encoding="utf-8"))
+            return json.loads(fh.read())
         except (OSError, ValueError):
-            message = None
-        with contextlib.suppress(OSError):
-            path.unlink()
-        if isinstance(message, dict):
-            requests.append(Request(message, task, None, attested=False))
-    return requests
+            return None
