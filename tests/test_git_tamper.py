@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
 from helpers.git import git
 
 from loop_orchestrator.config import WorkspaceConfig
-from loop_orchestrator.errors import GitError, MergeConflictError, RefTamperedError
+from loop_orchestrator.errors import GitError, MergeConflictError, RefTamperedError, StateError
 from loop_orchestrator.git.checkouts import temp_checkout
 from loop_orchestrator.git.gateway import _converts, added_lines, diff_text, file_at
 from loop_orchestrator.git.refbook import INSTANCE_KEY, FileRefBook
@@ -606,3 +607,29 @@ def test_grafts_do_not_fake_history(git_repo: Path) -> None:
     merged = ws.merge_into_staging("b", unverified, "B")  # merged for real, not skipped
     assert merged != staging
     assert file_at(git_repo, merged, "b.txt") == "never verified\n"
+
+
+def test_the_book_read_again_sees_every_write_also_one_made_by_another_process(
+    tmp_path: Path,
+) -> None:
+    """The book's file is parsed again only when its stat changed: each write through any
+    ``FileRefBook`` (another lo-orch command's too) and an edit by hand are seen at the next
+    read, and a book made unreadable by hand is refused, never answered from memory."""
+    path = tmp_path / "refs.json"
+    mine, other = FileRefBook(path, "run-1"), FileRefBook(path, "run-1")
+    mine.set("start/a", "a" * 40)
+    assert other.items() == mine.items() == {"start/a": "a" * 40}
+    other.set("start/b", "b" * 40)
+    assert mine.get("start/b") == "b" * 40
+    got = mine.items()
+    got["start/c"] = "c" * 40  # (a caller's copy: the book is not changed through it)
+    assert "start/c" not in mine.items()
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["start/a"] = "d" * 40  # the same size, written in place (a later time stamp:
+    time.sleep(0.05)  # the kernel's clock for them moves in steps of a few ms)
+    with path.open("r+", encoding="utf-8") as fh:
+        fh.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    assert mine.get("start/a") == "d" * 40
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(StateError, match="not valid JSON"):
+        mine.items()

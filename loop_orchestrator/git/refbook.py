@@ -22,6 +22,7 @@ the first write replaces the earlier run's entries.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +34,10 @@ from loop_orchestrator.runstate import private
 REFS_FILE = "refs.json"
 #: the key that stamps a book with the run instance it belongs to
 INSTANCE_KEY = "run-instance"
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class RefBook(Protocol):
@@ -59,6 +64,8 @@ class FileRefBook:
         self.path = path
         self.instance = instance
         self._lock_path = path.with_name(path.name + ".lock")
+        #: the file's stat when last parsed, and what it held
+        self._parsed: tuple[tuple[int, ...] | None, dict[str, str]] = (None, {})
         self._thread_lock = threading.Lock()
 
     @classmethod
@@ -77,10 +84,16 @@ class FileRefBook:
         return (data if stamp == self.instance else {}), self.instance
 
     def _read_file(self) -> dict[str, str]:
+        """The file's names and values: parsed again only when its stat changed (it is
+        replaced whole at each write, a new inode: the supervisor read it a dozen times a
+        task, each a parse and a check of every entry)."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            st = self.path.stat()
+            text = self.path.read_text(encoding="utf-8") if self._parsed_at(st) else None
         except FileNotFoundError:
             return {}
+        if text is None:
+            return dict(self._parsed[1])
         try:
             data = json.loads(text)
         except ValueError as exc:
@@ -95,7 +108,12 @@ class FileRefBook:
         ):
             msg = f"the refs book {self.path} does not map names to shas"
             raise StateError(msg, hint="Restore it or start the run afresh under another name.")
+        self._parsed = (_stat_key(st), dict(data))
         return data
+
+    def _parsed_at(self, st: os.stat_result) -> bool:
+        """Whether the file must be read (its stat is not the one last parsed)."""
+        return self._parsed[0] != _stat_key(st)
 
     def _write(self, data: dict[str, str], stamp: str | None) -> None:
         if stamp is not None:
