@@ -98,7 +98,8 @@ class Inbox:
 
     def receive(self, request: listener.Request) -> None:
         """Judge a session's message on the listener's thread and answer at once (the
-        record serialises it with the jobs' changes); the loop wakes to act on it."""
+        record serialises it with the jobs' changes); the loop wakes to act on what it
+        changed (a tool call's activity changes nothing the loop looks at: no turn)."""
         try:
             request.answer(self.reports.handle(request))
         except Exception:
@@ -107,7 +108,8 @@ class Inbox:
             log.exception("a session's message could not be handled")
             request.answer(None)
         finally:
-            self.wake.set()
+            if self.journal.record.has_changed():  # (else nothing to look at: no turn)
+                self.wake.set()
             if request.attested and request.task is not None:
                 self.sessions.heard_from(request.task)  # (it runs: a wait for it looks)
 
