@@ -428,23 +428,3 @@ def test_a_callers_change_to_a_copy_never_reaches_the_record(tmp_path: Path) -> 
     assert again.usage == usage and again.disputes == [{"check": "c", "note": "n"}]
     assert again.model_extra == {"future": {"list": [1]}} and again.note is None
     assert again.model_dump() == Record.open(tmp_path, "demo").task("alpha").model_dump()
-
-
-def test_a_change_the_loop_need_not_look_at_is_not_named_and_hides_no_other(
-    tmp_path: Path,
-) -> None:
-    """A session's activity (``look=False``) is recorded but not among the tasks the loop
-    is told changed; a change of the same task made before it and not yet handed out is
-    still named, and one made after it too; another process's record sees it as any."""
-    rec = make_record(tmp_path)
-    rec.take_changed()
-    rec.update_task("alpha", look=False, publish=False, last_event="PreToolUse")
-    assert rec.take_changed() == set() and not rec.has_changed()
-    assert rec.task("alpha").last_event == "PreToolUse"
-    rec.update_task("alpha", phase=Phase.PLANNING)  # a change the loop acts on, then
-    rec.update_task("alpha", look=False, publish=False, last_event="PostToolUse")  # activity
-    assert rec.has_changed() and rec.take_changed() == {"alpha"}
-    rec.update_task("beta", look=False, publish=False, last_event="PreToolUse")
-    rec.update_task("beta", note="a person's")
-    assert rec.take_changed() == {"beta"}
-    assert Record.open(tmp_path, "demo").task("alpha").last_event == "PostToolUse"

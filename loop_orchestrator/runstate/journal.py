@@ -370,13 +370,7 @@ class Record:
         return bool(self._changed)
 
     def update_task(
-        self,
-        task: str,
-        *,
-        durable: bool = True,
-        publish: bool = True,
-        look: bool = True,
-        **changes: Any,
+        self, task: str, *, durable: bool = True, publish: bool = True, **changes: Any
     ) -> TaskStatus:
         """Record a change of one task and publish its status file; the new status.
 
@@ -387,9 +381,6 @@ class Record:
         was a third of what a hook cost the supervisor).
         A change to what the task holds already is no change: nothing is appended (a
         delivery's end marked by its session's hook and by the delivery itself).
-        ``look=False``: nothing the supervisor's loop decides on (a session's activity):
-        ``take_changed`` does not name the task for it (it still does for any change made
-        before that it has not handed out).
         """
         data = _changes(TaskStatus, "status", changes)
         with self.step(durable=durable):
@@ -402,10 +393,7 @@ class Record:
             wire = json.loads(json.dumps(data, default=str))
             folded = TaskStatus.model_validate({**current.model_dump(), **wire})
             if any(getattr(folded, k) != getattr(current, k) for k in data if k != "updated_at"):
-                named = task in self._changed
                 self._append("task", {"task": task, "set": data}, (self._seq, folded))
-                if not look and not named:
-                    self._changed.discard(task)
             elif not (publish and task in self._unpublished):
                 return self.task(task)  # (what it holds already: no entry, no file written)
             new = self.task(task)

@@ -98,8 +98,7 @@ class Inbox:
 
     def receive(self, request: listener.Request) -> None:
         """Judge a session's message on the listener's thread and answer at once (the
-        record serialises it with the jobs' changes); the loop wakes to act on what it
-        changed (a tool call's activity changes nothing the loop looks at: no turn)."""
+        record serialises it with the jobs' changes); the loop wakes to act on it."""
         try:
             request.answer(self.reports.handle(request))
         except Exception:
@@ -108,8 +107,7 @@ class Inbox:
             log.exception("a session's message could not be handled")
             request.answer(None)
         finally:
-            if self.journal.record.has_changed():  # (else nothing to look at: no turn)
-                self.wake.set()
+            self.wake.set()
             if request.attested and request.task is not None:
                 self.sessions.heard_from(request.task)  # (it runs: a wait for it looks)
 

@@ -301,8 +301,7 @@ class Reports:
             self.desk.close_task(tid, f"the session moved on ({event})")
         self.store.append_ledger_unsynced("hook", task=tid, hook_event=event, **fields)
         only_activity = lifecycle.only_activity(event, changes)
-        # (a tool call's activity: nothing for the loop to decide, no status file now)
-        self.record.update_task(tid, publish=not only_activity, look=not only_activity, **changes)
+        self.record.update_task(tid, publish=not only_activity, **changes)
         if changes.get("waiting_for"):
             self.event("waiting_for_person", tid, message=changes["waiting_for"])
         if over_budget and self.block is not None:
