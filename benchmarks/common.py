@@ -248,6 +248,24 @@ def version_env(
     return env
 
 
+def compile_tree(version: Version) -> None:
+    """Byte-compile the version's package, as installing it does: a sandboxed pane cannot
+    write byte code beside it, and compiling on every call would measure the compiler (a
+    fresh baseline worktree has none; a tree edited since its byte code was written, only
+    for what did not change)."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(version.tree / "loop_orchestrator")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+#: variables that would keep Python from using or writing the byte code ``compile_tree``
+#: wrote (a process compiling lo-orch's modules at each start measures the compiler)
+BYTECODE_VARIABLES = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+
+
 def check_import(version: Version, env: dict[str, str], cwd: Path) -> None:
     """Fail unless ``python -m loop_orchestrator`` here imports ``version``'s code."""
     out = subprocess.run(

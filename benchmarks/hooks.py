@@ -175,17 +175,6 @@ def build(root: Path, n: int, rounds: int, pause: float, version: common.Version
     return repo
 
 
-def compile_tree(version: common.Version) -> None:
-    """Byte-compile the version's package, as installing it does: a sandboxed pane cannot
-    write byte code beside it, and compiling on every call would measure the compiler."""
-    subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(version.tree / "loop_orchestrator")],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-
-
 def supervise(
     lo: list[str], repo: Path, env: dict[str, str], cwd: Path
 ) -> tuple[str | None, list[tuple[float, float]]]:
@@ -261,10 +250,8 @@ def measure(
     ) as tmp:
         root = Path(tmp)
         socket = f"lo-bench-hooks-{os.getpid()}-{version.label.lower()}"
-        env = common.version_env(
-            version, root, socket, drop=("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
-        )
-        compile_tree(version)
+        env = common.version_env(version, root, socket, drop=common.BYTECODE_VARIABLES)
+        common.compile_tree(version)
         common.check_import(version, env, root)
         repo = build(root, n, rounds, pause, version)
         lo = [sys.executable, "-m", "loop_orchestrator"]

@@ -55,8 +55,11 @@ page cache a first run warms, falls on both), and the runs are pooled: every sam
 over all runs, and each run's own hook wall p50 and CPU per task in a note.
 
 Each run gets a private tmux socket (killed at the end), a throwaway HOME, XDG_STATE_HOME
-and XDG_CONFIG_HOME. AFTER runs agents inside its bubblewrap sandbox where bwrap works
-(as shipped); BEFORE has no sandbox.
+and XDG_CONFIG_HOME. Both versions' packages are byte-compiled first, as an installed
+lo-orch is, and the byte code is used (``PYTHONDONTWRITEBYTECODE`` dropped): a fresh
+baseline worktree has none, and every process of it, the supervisor's start included,
+compiled each module it imported (runs before 2026-12-06 measured that too). AFTER runs
+agents inside its bubblewrap sandbox where bwrap works (as shipped); BEFORE has no sandbox.
 
     .venv/bin/python benchmarks/supervisor.py [--sizes 16,64] [--concurrency 16]
         [--baseline REV | --no-baseline] [--no-idle] [--profile DIR] [--tally] [--rounds N]
@@ -232,7 +235,8 @@ def measure(
     ) as tmp:
         root = Path(tmp)
         socket = f"lo-bench-{os.getpid()}-{version.label.lower()}-{n}"
-        env = common.version_env(version, root, socket)
+        env = common.version_env(version, root, socket, drop=common.BYTECODE_VARIABLES)
+        common.compile_tree(version)
         common.check_import(version, env, root)
         repo = build(root, n, concurrency, version)
         lo = [sys.executable, "-m", "loop_orchestrator"]
@@ -284,7 +288,8 @@ def measure_idle(concurrency: int, version: common.Version, window: float = IDLE
     ) as tmp:
         root = Path(tmp)
         socket = f"lo-bench-{os.getpid()}-{version.label.lower()}-idle"
-        env = common.version_env(version, root, socket)
+        env = common.version_env(version, root, socket, drop=common.BYTECODE_VARIABLES)
+        common.compile_tree(version)
         repo = build(root, concurrency, concurrency, version, idle=True)
         lo = [sys.executable, "-m", "loop_orchestrator"]
         status = repo / ".orchestration" / "status"

@@ -49,10 +49,7 @@ TOKEN_VARIABLES = ("GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_EN
 
 def without_tokens(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment (``base``, else ours) without ``TOKEN_VARIABLES``."""
-    env = _environ(_without_tokens) if base is None else dict(base)
-    for name in TOKEN_VARIABLES:
-        env.pop(name, None)
-    return env
+    return _environ(_without_tokens) if base is None else _without_tokens(dict(base))
 
 
 #: the ``GIT_*`` variables ``no_git_env`` keeps: identity and config that tests pin

@@ -89,11 +89,11 @@ class FileRefBook:
         task, each a parse and a check of every entry)."""
         try:
             st = self.path.stat()
-            text = self.path.read_text(encoding="utf-8") if self._parsed_at(st) else None
+            if self._parsed[0] == _stat_key(st):
+                return dict(self._parsed[1])
+            text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return {}
-        if text is None:
-            return dict(self._parsed[1])
         try:
             data = json.loads(text)
         except ValueError as exc:
@@ -110,10 +110,6 @@ class FileRefBook:
             raise StateError(msg, hint="Restore it or start the run afresh under another name.")
         self._parsed = (_stat_key(st), dict(data))
         return data
-
-    def _parsed_at(self, st: os.stat_result) -> bool:
-        """Whether the file must be read (its stat is not the one last parsed)."""
-        return self._parsed[0] != _stat_key(st)
 
     def _write(self, data: dict[str, str], stamp: str | None) -> None:
         if stamp is not None:

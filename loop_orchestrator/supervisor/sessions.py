@@ -153,7 +153,8 @@ class Sessions:
         ctx = self.context(task, st)
         self.adapter.prepare(ctx)
         pane = st.pane_id if st.pane_id and self.backend.state(st.pane_id).alive else None
-        with self._starting(tid) as woken:
+        # (a session found running, after a restart, reported its start long ago: polled)
+        with self._starting(tid) if pane is None else contextlib.nullcontext() as woken:
             if pane is None:
                 pane = self.backend.launch(self.adapter.launch_spec(ctx, resume=False))
                 self.journal.set(tid, pane_id=pane)
