@@ -188,12 +188,12 @@ def test_refs_git_cannot_read_fail_as_git_fails(repo: Path) -> None:
 def test_a_ref_moved_through_the_gateway_is_read_back_as_git_has_it_loose_or_packed(
     repo: Path,
 ) -> None:
-    """``gateway.update_ref`` reads its ref back in process: made, moved after ``git
+    """``update_ref`` reads its ref back in process: made, moved after ``git
     pack-refs`` (git writes a loose file over the packed line) and deleted after it (only
     the packed line was left): each time what git has, and a move from a value the ref no
     longer has changes nothing and says so."""
     from loop_orchestrator.errors import RefMovedError
-    from loop_orchestrator.git.gateway import update_ref
+    from loop_orchestrator.git.refread import update_ref
 
     first = git(repo, "rev-parse", "HEAD").strip()
     second = commit(repo, {"second.txt": "2\n"})

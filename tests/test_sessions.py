@@ -569,15 +569,10 @@ def test_a_look_is_the_state_and_the_screen_together(tmux_socket: str, tmp_path:
     assert other.look(foreign)[0].alive  # its own run sees it
 
 
-def test_a_slow_start_is_polled_less_often_and_its_ready_screen_seen_soon(
-    backend: TmuxBackend, tmp_path: Path
-) -> None:
-    """``wait_until_ready`` polls 0.1 s after the last, then half as long again each time,
-    at most 0.3 s apart: a start of 2 s costs a dozen tmux calls fewer than at a steady
-    0.1 s, and the ready screen is still seen within 0.3 s of showing."""
-    from loop_orchestrator.agents.dialogs import wait_until_ready
-
-    trigger = tmp_path / "go"
+def _ready_on_trigger(tmp_path: Path, name: str) -> tuple[TmuxBackend, str, Path, list[float]]:
+    """A pane whose program prints READY once the returned file exists, on a real backend
+    that counts its looks: (backend, pane, the file to make, the looks' times)."""
+    trigger = tmp_path / f"go-{name}"
     code = (
         "import os, time\n"
         f"while not os.path.exists({str(trigger)!r}): time.sleep(0.01)\n"
@@ -592,7 +587,19 @@ def test_a_slow_start_is_polled_less_often_and_its_ready_screen_seen_soon(
             return super().look(pane_id, lines)
 
     counting = Counting("t")
-    pane = counting.launch(LaunchSpec("slow", tmp_path, [sys.executable, "-c", code]))
+    pane = counting.launch(LaunchSpec(name, tmp_path, [sys.executable, "-c", code]))
+    return counting, pane, trigger, looks
+
+
+def test_a_slow_start_is_polled_less_often_and_its_ready_screen_seen_soon(
+    backend: TmuxBackend, tmp_path: Path
+) -> None:
+    """``wait_until_ready`` polls 0.1 s after the last, then half as long again each time,
+    at most 0.3 s apart: a start of 2 s costs a dozen tmux calls fewer than at a steady
+    0.1 s, and the ready screen is still seen within 0.3 s of showing."""
+    from loop_orchestrator.agents.dialogs import wait_until_ready
+
+    counting, pane, trigger, looks = _ready_on_trigger(tmp_path, "slow")
     shown = threading.Timer(2.0, trigger.touch)
     began = time.monotonic()
     shown.start()
@@ -618,22 +625,7 @@ def test_a_sessions_report_wakes_the_wait_for_its_start_and_only_its_screen_ends
     from loop_orchestrator.agents.dialogs import READY_POLL_UNTIL_WOKEN, wait_until_ready
 
     def start(name: str, after: float, report_at: float) -> tuple[list[float], float, float]:
-        trigger = tmp_path / f"go-{name}"
-        code = (
-            "import os, time\n"
-            f"while not os.path.exists({str(trigger)!r}): time.sleep(0.01)\n"
-            "print('READY', flush=True)\n"
-            "time.sleep(60)\n"
-        )
-        looks: list[float] = []
-
-        class Counting(TmuxBackend):  # the real backend; each look is counted
-            def look(self, pane_id: str, lines: int = 0) -> tuple[PaneState, str]:
-                looks.append(time.monotonic())
-                return super().look(pane_id, lines)
-
-        counting = Counting("t")
-        pane = counting.launch(LaunchSpec(name, tmp_path, [sys.executable, "-c", code]))
+        counting, pane, trigger, looks = _ready_on_trigger(tmp_path, name)
         heard = threading.Event()
         shown = threading.Timer(after, trigger.touch)
         reported = threading.Timer(report_at, heard.set)

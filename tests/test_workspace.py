@@ -21,7 +21,8 @@ from loop_orchestrator.errors import (
     StaleReviewError,
 )
 from loop_orchestrator.git import checkouts as tempcheckout
-from loop_orchestrator.git.gateway import changed_paths, update_ref
+from loop_orchestrator.git.gateway import changed_paths
+from loop_orchestrator.git.refread import update_ref
 from loop_orchestrator.workspace.workspace import Workspace, init_repo
 from loop_orchestrator.workspace.worktrees import dirty_paths
 

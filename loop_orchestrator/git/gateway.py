@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loop_orchestrator import proc
-from loop_orchestrator.errors import GitError, RefMovedError
+from loop_orchestrator.errors import GitError
 from loop_orchestrator.git.parse import Change, parse_added_lines, parse_raw_diff, split_z
 from loop_orchestrator.runstate import private
 
@@ -540,26 +540,6 @@ def file_at(repo: Path, commit: str, relpath: str) -> str | None:
     if not res.ok or len(fields) != 3 or fields[1] != "blob":
         return None
     return rest[:-1] if rest.endswith("\n") else rest
-
-
-def update_ref(repo: Path, branch: str, new: str | None, old: str | None, reason: str) -> None:
-    """Move ``branch`` from ``old`` to ``new`` only if it still points at ``old`` (None: only
-    if it does not exist; ``new`` None: delete it), then read it back."""
-    ref = f"refs/heads/{branch}"
-    zero = "0" * 40
-    args = ("-d", ref, old or zero) if not new else (ref, new, old or zero)
-    from loop_orchestrator.git import refread  # (it reads through this module)
-
-    res = git(repo, "update-ref", "-m", reason, *args, check=False)
-    # read back from the ref's file git just wrote (git asked when it is not a plain one)
-    found = refread.value(repo, ref) or ""
-    if not res.ok or found != (new or ""):
-        was = old[:12] if old else "absent"
-        msg = (
-            f"{branch} moved while lo-orch was updating it (expected {was}, found "
-            f"{found[:12] or 'absent'}); nothing changed"
-        )
-        raise RefMovedError(msg, hint="Something else changed the branch; run again to retry.")
 
 
 def ref_transaction(repo: Path, updates: Sequence[tuple[str, str, str]], reason: str) -> bool:

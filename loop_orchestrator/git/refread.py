@@ -1,5 +1,5 @@
 """The values of named refs, read from their loose files in process, with git as the
-fallback.
+fallback; and a branch's compare-and-swap move, read back so (``update_ref``).
 
 The supervisor compares the run's refs with its book at every watch event, before and
 after every verification and at each merge: a dozen ``git for-each-ref`` a task, each a
@@ -29,6 +29,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from loop_orchestrator.errors import RefMovedError
 from loop_orchestrator.git.gateway import common_dir, git
 
 _OBJECT_NAME = re.compile(rb"[0-9a-f]{40}(?:[0-9a-f]{24})?\n")
@@ -98,3 +99,21 @@ def for_each_ref(repo: Path, patterns: Iterable[str]) -> dict[str, str]:
     out = git(repo, "for-each-ref", "--format=%(refname)%00%(objectname)", *patterns)
     pairs = (line.partition("\0") for line in out.stdout.splitlines() if line)
     return {name: sha for name, _, sha in pairs}
+
+
+def update_ref(repo: Path, branch: str, new: str | None, old: str | None, reason: str) -> None:
+    """Move ``branch`` from ``old`` to ``new`` only if it still points at ``old`` (None: only
+    if it does not exist; ``new`` None: delete it), then read it back."""
+    ref = f"refs/heads/{branch}"
+    zero = "0" * 40
+    args = ("-d", ref, old or zero) if not new else (ref, new, old or zero)
+    res = git(repo, "update-ref", "-m", reason, *args, check=False)
+    # read back from the ref's file git just wrote (git asked when it is not a plain one)
+    found = value(repo, ref) or ""
+    if not res.ok or found != (new or ""):
+        was = old[:12] if old else "absent"
+        msg = (
+            f"{branch} moved while lo-orch was updating it (expected {was}, found "
+            f"{found[:12] or 'absent'}); nothing changed"
+        )
+        raise RefMovedError(msg, hint="Something else changed the branch; run again to retry.")

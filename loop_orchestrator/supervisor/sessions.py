@@ -36,7 +36,7 @@ from loop_orchestrator.runstate.state import (
     TaskStatus,
     now_iso,
 )
-from loop_orchestrator.sessions.backend import PaneState, SessionBackend
+from loop_orchestrator.sessions.backend import LaunchSpec, PaneState, SessionBackend
 from loop_orchestrator.sessions.delivery import Deliverer, prompt_confirmation, sanitize_prompt
 from loop_orchestrator.supervisor import decide, lifecycle, recovery, rounds
 from loop_orchestrator.supervisor.accounting import Accounting
@@ -385,12 +385,7 @@ class Sessions:
         )
         spec = self.adapter.launch_spec(self.context(self.plan.task(tid), st), resume=True)
         with self._starting(tid) as woken:
-            if pane is not None and pane.exists and st.pane_id:
-                pane_id = st.pane_id
-                self.backend.respawn(pane_id, spec)
-            else:
-                pane_id = self.backend.launch(spec)
-                st = self.journal.set(tid, pane_id=pane_id)
+            pane_id = self._run_again(tid, pane, st.pane_id, spec)
             timeout = self.settings.agent.ready_timeout
             self.adapter.wait_ready(self.backend, pane_id, timeout=timeout, woken=woken)
         if st.phase == Phase.LAUNCHING:
@@ -405,6 +400,18 @@ class Sessions:
             )
             return
         self.deliver(tid, self.prompt_for(st))
+
+    def _run_again(
+        self, tid: str, pane: PaneState | None, pane_id: str | None, spec: LaunchSpec
+    ) -> str:
+        """Start ``spec`` in the task's pane ``pane_id`` again (``respawn``) while that pane
+        is there, else in a new pane, recorded as the task's; the pane's id."""
+        if pane is not None and pane.exists and pane_id:
+            self.backend.respawn(pane_id, spec)
+            return pane_id
+        new = self.backend.launch(spec)
+        self.journal.set(tid, pane_id=new)
+        return new
 
     def reopen(self, tid: str) -> None:
         """Relaunch an integrated task's session on its worktree, with staging merged in."""
@@ -489,12 +496,7 @@ class Sessions:
         spec = self.adapter.launch_spec(ctx, resume=bool(st.session_id))
         pane = self.backend.state(st.pane_id) if st.pane_id else None
         with self._starting(tid) as woken:
-            if pane is not None and pane.exists and st.pane_id:
-                pane_id = st.pane_id
-                self.backend.respawn(pane_id, spec)
-            else:
-                pane_id = self.backend.launch(spec)
-                self.journal.set(tid, pane_id=pane_id)
+            pane_id = self._run_again(tid, pane, st.pane_id, spec)
             self.journal.event(
                 "session_relaunched",
                 tid,

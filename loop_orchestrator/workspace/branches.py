@@ -23,7 +23,7 @@ from loop_orchestrator.errors import (
     RefTamperedError,
 )
 from loop_orchestrator.git import refread
-from loop_orchestrator.git.gateway import git, is_ancestor, oid, ref_transaction, update_ref
+from loop_orchestrator.git.gateway import git, is_ancestor, oid, ref_transaction
 from loop_orchestrator.git.parse import WorktreeInfo, parse_worktrees
 from loop_orchestrator.git.refbook import FileRefBook, RefBook
 from loop_orchestrator.workspace.ownref import task_branch_name
@@ -233,7 +233,7 @@ class Branches:
         checked = not self._key(branch).startswith(BOOK_START)
         if checked:
             self.refs.set(BOOK_NEXT + ref, new or ABSENT)
-        update_ref(self.repo, branch, new, old, reason)
+        refread.update_ref(self.repo, branch, new, old, reason)
         if checked:  # (the move recorded and the note ahead of it dropped: one write)
             if new:
                 self.refs.change({ref: new}, (BOOK_NEXT + ref,))

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from loop_orchestrator.errors import GitError
 from loop_orchestrator.git import refread
-from loop_orchestrator.git.gateway import common_dir, git, is_ancestor, update_ref
+from loop_orchestrator.git.gateway import common_dir, git, is_ancestor
 from loop_orchestrator.runstate import private
 from loop_orchestrator.workspace import ownobjects
 
@@ -307,7 +307,9 @@ class OwnBranch:
             )
             return None
         try:
-            update_ref(self.repo, self.branch, sha, tip, "lo-orch: the session's own commits")
+            refread.update_ref(
+                self.repo, self.branch, sha, tip, "lo-orch: the session's own commits"
+            )
         except GitError:
             log.warning("session branch move lost a race", extra={"branch": self.branch})
             raise

@@ -27,9 +27,9 @@ from loop_orchestrator.git.gateway import (
     oid,
     quote_list,
     rev_parse,
-    update_ref,
 )
 from loop_orchestrator.git.parse import split_z
+from loop_orchestrator.git.refread import update_ref
 from loop_orchestrator.git.secretfiles import is_secret_path
 from loop_orchestrator.workspace.branches import (
     BOOK_BASE,
