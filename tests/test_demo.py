@@ -111,6 +111,9 @@ def test_a_demo_interrupted_while_its_sessions_work_leaves_none_of_them_running(
                 demo.kill()
                 demo.wait()
         check_nothing_left(demo.returncode, err, socket, pids, tmp_path)
+        socket_file = Path(os.environ["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}" / socket
+        # its own server's socket file goes with it; the caller's server is left as it was
+        assert socket_file.exists() == (server == "the caller's")
     finally:
         if server == "its own":  # a failed test leaves nothing either (the fixture's is ended)
             subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)

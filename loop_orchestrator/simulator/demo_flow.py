@@ -23,6 +23,7 @@ import contextlib
 import os
 import shlex
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -39,6 +40,7 @@ from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import RunDir, Store
 from loop_orchestrator.sessions.factory import run_backend
+from loop_orchestrator.sessions.sandbox import tmux_socket_dir
 from loop_orchestrator.simulator.agent import record_dir_for
 from loop_orchestrator.simulator.chat_endpoint import ChatEndpoint
 from loop_orchestrator.simulator.endpoint import ModelEndpoint
@@ -262,8 +264,10 @@ def run_demo(
             os.environ.pop("LO_ORCH_SCRIPTED_TRANSCRIPTS", None)
         if own_socket:
             os.environ.pop("LO_ORCH_TMUX_SOCKET", None)
-            # the server is the demo's own: nothing of it outlives the demo, kept or not
+            # the server is the demo's own: nothing of it outlives the demo, kept or not,
+            # its socket file neither (tmux leaves it when the server ends)
             proc.run(["tmux", "-L", socket, "kill-server"], check=False)
+            _remove_socket_file(tmux_socket_dir() / socket)
         if not keep:
             # worktrees and git metadata all live inside; the whole folder is ours, and so
             # is the throwaway repository's private state (record, refs book, object view)
@@ -309,3 +313,11 @@ def _report(
     else:
         lines.append("The throwaway repository was removed (use --keep to inspect it).")
     return lines
+
+
+def _remove_socket_file(path: Path) -> None:
+    """The socket file of the demo's own tmux server, once the server is gone (only a
+    socket: whatever else stands there under that name is not the demo's)."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
