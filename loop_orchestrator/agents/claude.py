@@ -232,6 +232,7 @@ class ClaudeAdapter:
     uses_hooks = True
     bracketed_paste = True
     reports_session_id = False
+    reports_start = True  # (SessionStart)
 
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         self.settings = settings

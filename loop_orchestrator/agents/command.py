@@ -57,6 +57,7 @@ class CommandAdapter:
     name = "command"
     uses_hooks = False
     reports_session_id = False
+    reports_start = False
 
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         self.settings = settings

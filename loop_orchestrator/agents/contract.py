@@ -116,6 +116,9 @@ class AgentAdapter(Protocol):
     #: the CLI names its own sessions (Cline): the task's id is the one its first attested
     #: hook reports, never one the supervisor chooses
     reports_session_id: bool
+    #: a hook reports the session's start (SessionStart) before it can take a prompt: the
+    #: wait for its ready screen is woken by it (``Sessions._starting``)
+    reports_start: bool
 
     def prepare(self, ctx: AgentContext) -> None: ...
 
@@ -163,6 +166,7 @@ class UnattendedAdapter:
     dialogs: tuple[Dialog, ...] = ()
     ready_stable: float = 0.0
     reports_session_id: bool = False
+    reports_start: bool = False
 
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         self.settings = settings

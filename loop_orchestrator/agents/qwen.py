@@ -208,6 +208,7 @@ class QwenAdapter(UnattendedAdapter):
     #: its composer shows before "Initializing..." does, and Enter is lost until that ends
     ready_stable = 1.5
     uses_hooks = True
+    reports_start = True  # (SessionStart)
     bracketed_paste = True
 
     def settings_path(self, ctx: AgentContext) -> Path:

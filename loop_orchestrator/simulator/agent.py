@@ -104,6 +104,7 @@ class ScriptedAdapter:
     uses_hooks = True  # it fires the same plugin hooks as Claude Code
     bracketed_paste = True
     reports_session_id = False
+    reports_start = True  # (SessionStart, as Claude Code)
 
     def __init__(self, settings: AgentConfig, repo: Path) -> None:
         if not settings.script:

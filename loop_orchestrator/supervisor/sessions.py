@@ -109,9 +109,10 @@ class Sessions:
     def _starting(self, tid: str) -> Iterator[Woken | None]:
         """Around a launch of ``tid``'s session and the wait for it to be ready: the
         ``woken`` of that wait (``wait_until_ready``), which the session's first report
-        ends (an agent with hooks reports its start); None for an agent without hooks.
+        ends (an agent whose hooks report its start); None for any other agent (Cline's
+        and opencode's first hook comes with a prompt: their screen is polled as it was).
         Made before the launch, so that no report comes before it is there."""
-        if not self.adapter.uses_hooks:
+        if not (self.adapter.uses_hooks and self.adapter.reports_start):
             yield None
             return
         heard = threading.Event()
