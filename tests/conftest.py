@@ -16,12 +16,13 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.git import init_repo
 from helpers.intake import FakeClaude
 from helpers.runs import one_task_files
-from helpers.schedule import longest_first
+from helpers.schedule import OWN_CLUSTER_MODULES, check_groups_kept, longest_first
 
 from loop_orchestrator.simulator.demo_flow import DemoFiles, prepare_demo
 
@@ -143,6 +144,7 @@ def fake_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return fake.log
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups (its hook, in the workers)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that starts a tmux server or needs the real Claude Code CLI (mark
     ``claude``) is ``slow`` by rule (it waits for real processes), so ``scripts/test
@@ -152,10 +154,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         uses_tmux = "tmux_socket" in fixtures
         if (uses_tmux or item.get_closest_marker("claude")) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
-        # test_cluster_terminal and test_cluster_doctor start Ray clusters of their own
-        own_cluster = item.path.stem in ("test_cluster_terminal", "test_cluster_doctor")
+        # the OWN_CLUSTER_MODULES start Ray clusters of their own
+        own_cluster = item.path.stem in OWN_CLUSTER_MODULES
         if "ray_env" in fixtures or own_cluster:
             # One Ray cluster at a time: a head takes fixed ports, and the module fixture
             # (a 3-node cluster, about a minute to start) is built once, not per worker.
             item.add_marker(pytest.mark.xdist_group("ray"))
     longest_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)  # (an xdist hook, run where the workers are started)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    check_groups_kept(node.config.getoption("dist"), ids)

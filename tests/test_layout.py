@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from helpers.schedule import longest_first
+from helpers.schedule import check_groups_kept, longest_first
 
 TESTS = Path(__file__).resolve().parent
 WAIT_HELPER = TESTS / "helpers" / "wait.py"
@@ -278,3 +278,14 @@ def test_the_ray_group_then_the_slowest_modules_are_handed_out_first() -> None:
         ("test_b.py", []),
         ("test_a.py", []),
     ]
+
+
+def test_a_run_whose_workers_lost_the_ray_group_stops_before_any_test() -> None:
+    """What pytest 9.2 with pytest-xdist 3.8 did: the workers' node ids came without @ray,
+    and the Ray tests ran on both workers at once (a worker died, CI ran out of time)."""
+    kept = ["tests/test_cluster_doctor.py::test_one@ray", "tests/test_plan.py::test_two"]
+    check_groups_kept("loadgroup", kept)
+    check_groups_kept("load", ["tests/test_cluster_terminal.py::test_one"])  # no groups asked
+    lost = ["tests/test_plan.py::test_two", "tests/test_cluster_terminal.py::test_one[x]"]
+    with pytest.raises(pytest.exit.Exception, match=r"test_one\[x\] has no @ray"):
+        check_groups_kept("loadgroup", lost)

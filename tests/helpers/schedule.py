@@ -28,3 +28,25 @@ def longest_first(items: list[pytest.Item]) -> None:
     items.sort(
         key=lambda it: (it.path not in ray, 0 if it.path in ray else -slow[it.path], first[it.path])
     )
+
+
+#: modules whose tests start Ray clusters of their own (the others that do use ``ray_env``)
+OWN_CLUSTER_MODULES = ("test_cluster_terminal", "test_cluster_doctor")
+
+
+def check_groups_kept(dist: str, ids: list[str]) -> None:
+    """Stop a run of `--dist loadgroup` whose worker collected a test of the Ray group without
+    the group in its node id: xdist would spread the group over the workers, silently, and
+    their Ray clusters, which take fixed ports, would start on both at once (pytest 9.2 broke
+    the renaming xdist 3.8 relies on; so does a group marked after xdist's hook has run)."""
+    if dist != "loadgroup":
+        return
+    spread = [i for i in ids if Path(i.split("::")[0]).stem in OWN_CLUSTER_MODULES]
+    spread = [i for i in spread if not i.endswith("@ray")]
+    if spread:
+        pytest.exit(
+            f"--dist loadgroup would not keep the Ray tests on one worker (e.g. {spread[0]} "
+            f"has no @ray) with pytest {pytest.__version__}: install the versions "
+            "pyproject.toml allows (.venv/bin/pip install -e '.[test,ray]')",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
