@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import itertools
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -22,6 +23,34 @@ from loop_orchestrator.errors import StateError
 ORCH_DIR = ".orchestration"
 #: the task worktrees, ``.worktrees/<run>/<task>``
 WORKTREES_DIR = ".worktrees"
+
+
+#: ``os.open`` flags of a folder opened as itself: a symlink in its place fails the open
+NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_regular(path: str | Path, *, dir_fd: int | None = None) -> int | None:
+    """A descriptor of ``path`` (a name in the folder ``dir_fd``) if it is a regular file,
+    opened without following a symlink or waiting on a FIFO; None for anything else (gone,
+    a symlink, a FIFO, a folder, a device), whatever an agent put there."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes with any write or rename of a file: its inode, size, modification and
+    change times."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:

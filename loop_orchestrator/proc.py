@@ -15,9 +15,8 @@ import struct
 import subprocess
 import sys
 import termios
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,10 @@ TOKEN_VARIABLES = ("GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_EN
 
 def without_tokens(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment (``base``, else ours) without ``TOKEN_VARIABLES``."""
-    return _environ(_without_tokens) if base is None else _without_tokens(dict(base))
+    env = dict(os.environ if base is None else base)
+    for name in TOKEN_VARIABLES:
+        env.pop(name, None)
+    return env
 
 
 #: the ``GIT_*`` variables ``no_git_env`` keeps: identity and config that tests pin
@@ -77,39 +79,10 @@ def no_git_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     A hook or an outer git (``GIT_DIR``, ``GIT_INDEX_FILE``...) would otherwise redirect git
     commands meant for a worktree. Identity and config variables that tests pin are kept.
     """
-    return _environ(_no_git) if base is None else _no_git(dict(base))
-
-
-def _without_tokens(env: dict[str, str]) -> dict[str, str]:
-    for name in TOKEN_VARIABLES:
-        env.pop(name, None)
-    return env
-
-
-def _no_git(env: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
     for key in [k for k in env if k.startswith("GIT_") and k not in _GIT_KEPT]:
         del env[key]
     return env
-
-
-#: ``_environ``'s last answers: filter -> (the environment it was made from, the answer)
-_ENVIRON_SEEN: dict[Callable[..., Any], tuple[object, dict[str, str]]] = {}
-_ENVIRON_LOCK = threading.Lock()
-
-
-def _environ(filtered: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
-    """A new dict of ``filtered(our environment)``, made again only when the environment
-    changed. The supervisor asks before each of its git and tmux commands (70 a task):
-    reading ``os.environ`` decodes every name and value in Python, 50 us a time, where
-    comparing its encoded form with the last one seen is a C-level tuple compare."""
-    data = getattr(os.environ, "_data", None)  # (CPython: the names and values as bytes)
-    now: object = tuple(data.items()) if isinstance(data, dict) else tuple(os.environ.items())
-    with _ENVIRON_LOCK:
-        seen = _ENVIRON_SEEN.get(filtered)
-        if seen is None or seen[0] != now:
-            seen = (now, filtered(dict(os.environ)))
-            _ENVIRON_SEEN[filtered] = seen
-    return dict(seen[1])
 
 
 #: how long the output of a killed command's group is still read (a process that left

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -13,7 +14,7 @@ import pytest
 from helpers.wait import wait_for
 
 from loop_orchestrator.sessions import listener
-from loop_orchestrator.sessions.inbox import address
+from loop_orchestrator.sessions.inbox import INBOX_DIR, address, leave
 
 
 def ask(run_dir: Path, message: dict[str, Any]) -> Any:
@@ -163,10 +164,6 @@ def test_what_was_left_is_drained_in_order_and_nothing_outside_the_inbox_is_read
     session (outside a sandbox) that swaps its inbox folder for a symlink to a folder of
     the user's, or leaves in it a symlink to a user's file, a FIFO or a folder named like a
     message, gets nothing of the user's read or removed, and the drain never hangs."""
-    import os
-
-    from loop_orchestrator.sessions.inbox import INBOX_DIR, leave
-
     run_dir = tmp_path / "run"
     first = leave(run_dir, "alpha", {"type": "hook", "event": "Stop"})
     second = leave(run_dir, "beta", {"type": "signal", "phase": "impl_done"})

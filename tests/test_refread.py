@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers.git import commit, git, init_repo
 
-from loop_orchestrator.errors import GitError
+from loop_orchestrator.errors import GitError, RefMovedError
 from loop_orchestrator.git import refread
-from loop_orchestrator.git.refread import NotPlain, parse_loose, read_loose
+from loop_orchestrator.git.refread import NotPlain, parse_loose, read_loose, update_ref
 
 SHA = "a" * 40
 NAMES = [
@@ -192,9 +192,6 @@ def test_a_ref_moved_through_the_gateway_is_read_back_as_git_has_it_loose_or_pac
     pack-refs`` (git writes a loose file over the packed line) and deleted after it (only
     the packed line was left): each time what git has, and a move from a value the ref no
     longer has changes nothing and says so."""
-    from loop_orchestrator.errors import RefMovedError
-    from loop_orchestrator.git.refread import update_ref
-
     first = git(repo, "rev-parse", "HEAD").strip()
     second = commit(repo, {"second.txt": "2\n"})
     update_ref(repo, "lo/r/made", first, None, "made")

@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 from helpers.wait import wait_for
 
-from loop_orchestrator.agents.contract import AgentContext
+from loop_orchestrator.agents import cline, opencode, qwen
+from loop_orchestrator.agents.aider import AiderAdapter
+from loop_orchestrator.agents.claude import ClaudeAdapter
+from loop_orchestrator.agents.codex import CodexAdapter
+from loop_orchestrator.agents.command import CommandAdapter
+from loop_orchestrator.agents.contract import AgentAdapter, AgentContext
+from loop_orchestrator.agents.dialogs import READY_POLL_UNTIL_WOKEN, wait_until_ready
+from loop_orchestrator.agents.gemini import GeminiAdapter
+from loop_orchestrator.agents.vibe import VibeAdapter
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import DeliveryError, PaneGoneError, TmuxError
 from loop_orchestrator.sessions.backend import LaunchSpec, PaneState
@@ -597,8 +605,6 @@ def test_a_slow_start_is_polled_less_often_and_its_ready_screen_seen_soon(
     """``wait_until_ready`` polls 0.1 s after the last, then half as long again each time,
     at most 0.3 s apart: a start of 2 s costs a dozen tmux calls fewer than at a steady
     0.1 s, and the ready screen is still seen within 0.3 s of showing."""
-    from loop_orchestrator.agents.dialogs import wait_until_ready
-
     counting, pane, trigger, looks = _ready_on_trigger(tmp_path, "slow")
     shown = threading.Timer(2.0, trigger.touch)
     began = time.monotonic()
@@ -622,7 +628,6 @@ def test_a_sessions_report_wakes_the_wait_for_its_start_and_only_its_screen_ends
     fewer tmux calls than the polls' usual pace, the ready screen seen as soon. A report
     that comes before the ready screen (or a wake left over) ends nothing: the screen alone
     says ready, at the usual pace from the wake on, never in a busy loop."""
-    from loop_orchestrator.agents.dialogs import READY_POLL_UNTIL_WOKEN, wait_until_ready
 
     def start(name: str, after: float, report_at: float) -> tuple[list[float], float, float]:
         counting, pane, trigger, looks = _ready_on_trigger(tmp_path, name)
@@ -653,6 +658,36 @@ def test_a_sessions_report_wakes_the_wait_for_its_start_and_only_its_screen_ends
     assert 2.0 <= seen - began < 2.0 + 0.3 + 0.5
     assert 4 <= len(looks) <= 12
     assert max(b - a for a, b in itertools.pairwise(looks[2:])) < 0.3 + 0.2
+
+
+def test_the_agents_whose_start_wakes_the_wait_are_those_whose_hooks_report_it() -> None:
+    """``reports_start`` (the wait for the ready screen woken by the session's first
+    report) holds for exactly the agents whose hooks send SessionStart as they start, as
+    each adapter's own hook set up says: with it where none comes, the ready screen would
+    be seen up to 1 s late; without it where one comes, polled for nothing."""
+    root = Path(__file__).resolve().parent.parent
+    plugin_hooks = json.loads((root / "hooks" / "hooks.json").read_text(encoding="utf-8"))
+    opencode_plugin = (root / "loop_orchestrator" / "agents" / "opencode_plugin.js").read_text(
+        encoding="utf-8"
+    )
+    sends_start: dict[type[AgentAdapter], bool] = {
+        ClaudeAdapter: "SessionStart" in plugin_hooks["hooks"],
+        ScriptedAdapter: "SessionStart" in plugin_hooks["hooks"],  # (the same plugin hooks)
+        qwen.QwenAdapter: "SessionStart" in qwen.HOOK_EVENTS,
+        cline.ClineAdapter: "SessionStart" in cline.HOOKS.values(),
+        opencode.OpencodeAdapter: 'send("SessionStart"' in opencode_plugin,
+    }
+    assert {cls: cls.reports_start for cls in sends_start} == sends_start
+    assert set(sends_start.values()) == {True, False}  # (both kinds are there)
+    hookless: tuple[type[AgentAdapter], ...] = (
+        AiderAdapter,
+        CodexAdapter,
+        CommandAdapter,
+        GeminiAdapter,
+        VibeAdapter,
+    )
+    for cls in hookless:
+        assert not cls.uses_hooks and not cls.reports_start  # (no hooks: nothing wakes)
 
 
 def test_a_paste_never_reaches_an_exited_pane_nor_another_runs_and_keys_neither(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.git import git
@@ -12,6 +13,7 @@ from loop_orchestrator.git import gateway
 from loop_orchestrator.git.checkouts import temp_checkout
 from loop_orchestrator.git.gateway import (
     added_lines,
+    batch_answers,
     changed_paths,
     diff_stat,
     diff_text,
@@ -121,13 +123,14 @@ def test_file_at(git_repo: Path) -> None:
         file_at(git_repo, "nope", "README.md")
 
 
-def test_files_read_at_once_are_what_file_at_reads_one_by_one(
+def test_files_are_read_at_once_by_their_byte_counts_whatever_they_hold(
     git_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``files_at`` reads many (commit, path) in one ``git cat-file --batch``, by byte
-    counts: each answer is ``file_at``'s, whatever the file holds (lines that look like
-    the batch's own headers, CRLF and a last CR, invalid UTF-8, NUL bytes, nothing) or
-    whatever it is (absent, a folder, a symlink, a name with spaces, a bad name)."""
+    """``files_at`` reads many (commit, path) in one ``git cat-file --batch``, split by the
+    byte counts git gives, whatever the files hold (lines that look like the batch's own
+    headers, CRLF and a last CR, invalid UTF-8, NUL bytes, nothing) or whatever they are
+    (absent, a folder, a symlink, a name with spaces, a bad name); ``file_at`` is one of
+    them."""
     first = head(git_repo)
     files: dict[str, bytes] = {
         "headers.txt": b"0123 blob 5\nabcde\nx missing\n",
@@ -144,27 +147,52 @@ def test_files_read_at_once_are_what_file_at_reads_one_by_one(
         (git_repo / rel).write_bytes(data)
     (git_repo / "link").symlink_to("README.md")
     second = commit_all(git_repo)
-    paths = [*files, "link", "app", "missing.txt", "../up", "", "a\nb", "with space/gone.txt"]
+    # what each reads as: UTF-8 (an invalid byte replaced), line endings as Python's text
+    # mode reads them, a last lone CR not kept (as file_at always read it)
+    texts = {
+        "headers.txt": "0123 blob 5\nabcde\nx missing\n",
+        "crlf.txt": "one\ntwo\n",
+        "last-cr.txt": "ends with a CR",
+        "latin.txt": "caf\ufffd\n",
+        "nul.bin": "\x00\x01\x02 blob 3\n",
+        "empty.txt": "",
+        "with space/and more.txt": "\u00e9t\u00e9 \u2713\n",
+        "README.md": "# changed\n",
+        "link": "README.md",
+    }
+    paths = [*texts, "app", "missing.txt", "../up", "", "a\nb", "with space/gone.txt"]
     wanted = [(rev, p) for p in paths for rev in (first, second)] + [("main", "README.md")]
-    expected = {(rev, path): file_at(git_repo, rev, path) for rev, path in wanted}
+    expected = {(second, p): texts.get(p) for p in paths} | {("main", "README.md"): "# changed\n"}
+    expected |= {(first, p): "# sample\n" if p == "README.md" else None for p in paths}
+    batches: list[tuple[str, ...]] = []
+    real_git = gateway.git
 
-    def one_by_one(*_args: object) -> None:
-        raise AssertionError("files_at fell back to reading one file at a time")
+    def counted(cwd: Path, *args: str, **kwargs: Any) -> Any:
+        if "cat-file" in args:
+            batches.append(args)
+        return real_git(cwd, *args, **kwargs)
 
-    monkeypatch.setattr(gateway, "file_at", one_by_one)  # (read in the one batch)
+    monkeypatch.setattr(gateway, "git", counted)  # (git itself answers: only counted)
     got = files_at(git_repo, wanted)
-    monkeypatch.undo()
-    assert list(got) == wanted
-    for key in wanted:
-        assert got[key] == expected[key], key
-    assert got[(second, "headers.txt")] == "0123 blob 5\nabcde\nx missing\n"
-    assert got[(second, "crlf.txt")] == "one\ntwo\n"
-    assert got[(second, "link")] == "README.md"
-    assert got[(first, "README.md")] == "# sample\n" and got[(first, "headers.txt")] is None
-    assert got[(second, "app")] is None and got[(second, "missing.txt")] is None
-    assert files_at(git_repo, []) == {}
+    assert len(batches) == 1  # every file, one process
+    assert got == expected and list(got) == wanted
+    assert file_at(git_repo, second, "crlf.txt") == "one\ntwo\n" and len(batches) == 2
+    assert files_at(git_repo, []) == {} and len(batches) == 2
     with pytest.raises(GitError, match="unknown revision 'nope'"):
         files_at(git_repo, [("nope", "README.md")])
+
+
+def test_a_batch_is_read_by_its_byte_counts_and_only_as_far_as_it_parses() -> None:
+    """``batch_answers`` takes each answer's content by its header's byte count (content
+    that looks like headers included); it stops where the output ends or stops being
+    what git writes, and the answers it did not read are not made up."""
+    data = b"a1 blob 13\nb2 blob 3\nxy\n\nspec:path missing\nc3 tree 0\n\n"
+    assert batch_answers(data, 3) == [(b"blob", b"b2 blob 3\nxy\n"), None, (b"tree", b"")]
+    assert batch_answers(data, 2) == [(b"blob", b"b2 blob 3\nxy\n"), None]
+    assert batch_answers(data[:20], 3) == []  # cut inside the first content
+    assert batch_answers(b"a1 blob 3\nabcX", 1) == []  # no newline after the content
+    assert batch_answers(b"garbage\n" + data, 3) == []
+    assert batch_answers(b"", 1) == []
 
 
 def test_rev_parse_and_is_ancestor(git_repo: Path) -> None:

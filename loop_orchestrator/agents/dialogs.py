@@ -248,7 +248,7 @@ def wait_until_ready(
         if ready_since is not None:  # (a steady screen is timed at the first pace)
             pause = READY_POLL_FIRST
         if woken is not None and ready_since is None:
-            if woken(min(max(pause, READY_POLL_UNTIL_WOKEN), max(deadline - now, 0.0))):
+            if woken(min(READY_POLL_UNTIL_WOKEN, max(deadline - now, 0.0))):
                 woken = None  # (it runs: the usual pace from now on)
                 pause = READY_POLL_FIRST
             continue

@@ -194,6 +194,7 @@ class OpencodeAdapter(UnattendedAdapter):
     #: its footer is drawn with the first frame; give the input a moment
     ready_stable = 1.5
     uses_hooks = True
+    reports_start = True  # (the plugin's SessionStart as it loads)
     bracketed_paste = True
 
     def plugin_path(self, ctx: AgentContext) -> Path:

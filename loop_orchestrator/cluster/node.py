@@ -24,7 +24,6 @@ import itertools
 import os
 import shutil
 import socket
-import stat
 import sys
 import threading
 import time
@@ -37,7 +36,7 @@ from loop_orchestrator.cluster.connect import node_root as root_of
 from loop_orchestrator.cluster.connect import ray_env_names, ray_module, ray_secret_paths
 from loop_orchestrator.cluster.terminal import TerminalHost
 from loop_orchestrator.cost import usage
-from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
+from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR, open_regular
 from loop_orchestrator.git.gateway import git
 from loop_orchestrator.resources import lo_orch_bin, python_hook
 from loop_orchestrator.sessions import listener, procinfo, sandbox
@@ -104,12 +103,10 @@ def write_inside(root: Path, rel: str, data: bytes) -> None:
 def read_regular(path: Path, limit: int) -> bytes | None:
     """The bytes of ``path`` if it is a regular file (not a link: the session may have
     pointed one at a file its sandbox hides) of at most ``limit`` bytes; else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    fd = open_regular(path)
+    if fd is None:
         return None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+    if os.fstat(fd).st_size > limit:
         os.close(fd)
         return None
     with os.fdopen(fd, "rb") as fh:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_orchestrator.files import atomic_write_bytes
+from loop_orchestrator.files import atomic_write_bytes, stat_key
 
 #: the largest transcript carried (a long Claude Code session writes a few MB)
 MAX_BYTES = 256 << 20
@@ -62,7 +62,7 @@ class Tail:
                 st = os.lstat(self.path)
             except OSError:
                 return None
-            seen = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            seen = stat_key(st)
             if seen == self._seen:
                 return None
             data = self._read(self.path, MAX_BYTES)

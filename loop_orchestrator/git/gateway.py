@@ -487,59 +487,55 @@ def _tree_path(relpath: str) -> str | None:
 
 
 def files_at(repo: Path, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
-    """``file_at`` of each (commit, path) of ``wanted``, read in one ``git cat-file
-    --batch`` (a verification reads each changed file at the base and at the commit: a git
-    start for each was most of what reading them cost). The answers are read by their byte
-    counts; should one not parse, the rest are asked one by one."""
-    found: dict[tuple[str, str], str | None] = {}
-    asked: list[tuple[tuple[str, str], str]] = []
-    for commit, relpath in wanted:
-        path = _tree_path(relpath)
-        if path is None:
-            found[(commit, relpath)] = None
-        elif (commit, relpath) not in found:
-            found[(commit, relpath)] = None
-            asked.append(((commit, relpath), f"{oid(repo, commit)}:{path}\n"))
+    """The raw text of each (commit, path) of ``wanted``, None where it is absent or not a
+    file, all read by one ``git cat-file --batch`` (a verification reads every changed file
+    at the base and at the commit: a git start for each was most of what that cost)."""
+    shas = {commit: oid(repo, commit) for commit, _ in wanted}
+    found: dict[tuple[str, str], str | None] = dict.fromkeys(wanted)
+    asked = [(key, path) for key in found if (path := _tree_path(key[1])) is not None]
     if not asked:
         return found
-    specs = "".join(spec for _, spec in asked)
+    specs = "".join(f"{shas[commit]}:{path}\n" for (commit, _), path in asked)
     res = git(repo, "cat-file", "--batch", input=specs, view=True, check=False, keep_bytes=True)
-    data, at = (res.raw_stdout or b"") if res.ok else b"", 0
-    for index, (key, _spec) in enumerate(asked):
+    answers = batch_answers(res.raw_stdout or b"", len(asked)) if res.ok else []
+    for (key, _path), answer in zip(asked, answers, strict=False):
+        if answer is not None and answer[0] == b"blob":
+            # (decoded as command output is: a last CR, before the answer's own newline,
+            # is read as that newline)
+            found[key] = proc.as_text(answer[1] + b"\n")[:-1]
+    return found
+
+
+def batch_answers(data: bytes, count: int) -> list[tuple[bytes, bytes] | None]:
+    """The first ``count`` answers in ``data``, the output of ``git cat-file --batch``, in
+    order: (the object's type, its content) by the byte count its header gives, or None for
+    a name git does not have (``missing``, ``ambiguous``); fewer where the output ends, or
+    stops being what git writes, before the ``count``-th."""
+    answers: list[tuple[bytes, bytes] | None] = []
+    at = 0
+    while len(answers) < count:
         end = data.find(b"\n", at)
-        fields = data[at:end].split(b" ") if end >= 0 else []
-        if end >= 0 and fields[-1] in (b"missing", b"ambiguous"):
-            at = end + 1  # (no such file there: None)
+        if end < 0:
+            break
+        fields = data[at:end].split(b" ")
+        if fields[-1] in (b"missing", b"ambiguous"):
+            answers.append(None)
+            at = end + 1
             continue
         if len(fields) != 3 or not fields[2].isdigit():
-            for rest, _ in asked[index:]:  # (not what --batch answers: ask one by one)
-                found[rest] = file_at(repo, *rest)
             break
         size = int(fields[2])
         body = data[end + 1 : end + 1 + size]
         if len(body) != size or data[end + 1 + size : end + 2 + size] != b"\n":
-            for rest, _ in asked[index:]:
-                found[rest] = file_at(repo, *rest)
             break
-        # (as file_at reads it: a last CR, before the answer's newline, is that newline)
-        found[key] = proc.as_text(body + b"\n")[:-1] if fields[1] == b"blob" else None
+        answers.append((fields[1], body))
         at = end + 2 + size
-    return found
+    return answers
 
 
 def file_at(repo: Path, commit: str, relpath: str) -> str | None:
     """The raw text of ``relpath`` in ``commit``; None when it is absent or not a file."""
-    sha = oid(repo, commit)
-    path = _tree_path(relpath)
-    if path is None:
-        return None
-    # one process: `<oid> <type> <size>` then the content, or `<name> missing`
-    res = git(repo, "cat-file", "--batch", input=f"{sha}:{path}\n", view=True, check=False)
-    head, _, rest = res.stdout.partition("\n")
-    fields = head.split(" ")
-    if not res.ok or len(fields) != 3 or fields[1] != "blob":
-        return None
-    return rest[:-1] if rest.endswith("\n") else rest
+    return files_at(repo, [(commit, relpath)])[(commit, relpath)]
 
 
 def ref_transaction(repo: Path, updates: Sequence[tuple[str, str, str]], reason: str) -> bool:

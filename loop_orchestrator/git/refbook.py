@@ -22,22 +22,17 @@ the first write replaces the earlier run's entries.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Protocol
 
 from loop_orchestrator.errors import StateError
-from loop_orchestrator.files import atomic_write_text, locked
+from loop_orchestrator.files import atomic_write_text, locked, stat_key
 from loop_orchestrator.runstate import private
 
 REFS_FILE = "refs.json"
 #: the key that stamps a book with the run instance it belongs to
 INSTANCE_KEY = "run-instance"
-
-
-def _stat_key(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class RefBook(Protocol):
@@ -65,7 +60,7 @@ class FileRefBook:
         self.instance = instance
         self._lock_path = path.with_name(path.name + ".lock")
         #: the file's stat when last parsed, and what it held
-        self._parsed: tuple[tuple[int, ...] | None, dict[str, str]] = (None, {})
+        self._parsed: tuple[tuple[int, int, int, int] | None, dict[str, str]] = (None, {})
         self._thread_lock = threading.Lock()
 
     @classmethod
@@ -89,7 +84,7 @@ class FileRefBook:
         task, each a parse and a check of every entry)."""
         try:
             st = self.path.stat()
-            if self._parsed[0] == _stat_key(st):
+            if self._parsed[0] == stat_key(st):
                 return dict(self._parsed[1])
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -108,7 +103,7 @@ class FileRefBook:
         ):
             msg = f"the refs book {self.path} does not map names to shas"
             raise StateError(msg, hint="Restore it or start the run afresh under another name.")
-        self._parsed = (_stat_key(st), dict(data))
+        self._parsed = (stat_key(st), dict(data))
         return data
 
     def _write(self, data: dict[str, str], stamp: str | None) -> None:

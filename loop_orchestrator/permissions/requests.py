@@ -55,7 +55,7 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
 from loop_orchestrator.errors import ConfigError, StateError
-from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.files import atomic_write_text, stat_key
 from loop_orchestrator.plan import globs
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import Store, now_iso
@@ -338,8 +338,7 @@ class Permissions:
             seen: dict[str, tuple[tuple[int, int, int, int], PermissionRequest]] = {}
             for entry in entries:
                 with contextlib.suppress(OSError, ValueError):
-                    st = entry.stat()
-                    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                    key = stat_key(entry.stat())
                     known = self._read.get(entry.name)
                     if known is None or known[0] != key:
                         text = Path(entry.path).read_text("utf-8")

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator.errors import StateError
-from loop_orchestrator.files import append_line, atomic_write_text, fsync_path, locked
+from loop_orchestrator.files import append_line, atomic_write_text, fsync_path, locked, stat_key
 from loop_orchestrator.runstate import comments as review_comments
 from loop_orchestrator.runstate import private
 from loop_orchestrator.runstate.state import (
@@ -536,10 +536,9 @@ def _changes(
 def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
     """What changes with any write or rename of a file (None: not there)."""
     try:
-        st = path.stat()
+        return stat_key(path.stat())
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _view_differs(on_disk: str, text: str) -> bool:

@@ -238,8 +238,8 @@ class Deliverer:
     def _settled(self, backend: SessionBackend, pane_id: str, before: str, deadline: float) -> str:
         """Wait for the paste to show (bounded), then for the screen to stop changing.
 
-        The first look comes a poll after the paste: a screen read at once has not drawn it
-        yet (the program reads the paste, then redraws), and was one tmux call in three."""
+        The first look comes a poll after the paste: a screen read at once had mostly not
+        drawn it yet (the program reads the paste, then redraws): 6 looks a task, now 5."""
         limit = min(deadline, time.monotonic() + self.paste_wait)
         time.sleep(self.poll)
         screen = backend.capture(pane_id, 0)

@@ -20,7 +20,6 @@ import os
 import queue
 import select
 import socket
-import stat
 import struct
 import threading
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from loop_orchestrator.errors import StateError
+from loop_orchestrator.files import NOFOLLOW_DIR, open_regular
 from loop_orchestrator.sessions import hooks
 from loop_orchestrator.sessions.inbox import CLIENT_TIMEOUT, INBOX_DIR, MAX_MESSAGE, address
 
@@ -268,7 +268,7 @@ def drain(run_dir: Path, tasks: list[str]) -> list[Request]:
     try:
         for task in tasks:
             try:
-                fd = os.open(run_dir / INBOX_DIR / task, _DIR_FLAGS)
+                fd = os.open(run_dir / INBOX_DIR / task, NOFOLLOW_DIR)
             except OSError:  # none yet (the task never ran), or not a plain folder
                 continue
             folders.append(fd)
@@ -291,23 +291,11 @@ def drain(run_dir: Path, tasks: list[str]) -> list[Request]:
             os.close(fd)
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def _left_message(folder: int, name: str) -> Any:
     """The JSON of the regular file ``name`` in ``folder``, or None (gone, a symlink, a
     FIFO or anything else, not JSON)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(name, flags, dir_fd=folder)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
-    except OSError:
-        os.close(fd)
+    fd = open_regular(name, dir_fd=folder)
+    if fd is None:
         return None
     with os.fdopen(fd, "rb") as fh:
         try:

@@ -168,26 +168,25 @@ class TmuxBackend:
     def _server_hint(self) -> str:
         return f"Check the tmux server with `tmux{f' -L {self.socket}' if self.socket else ''} ls`."
 
-    def _panes(self) -> list[PaneInfo]:
-        """Every pane of this run's session (empty when there is no session)."""
-        result = self._tmux(
-            "list-panes", "-s", "-t", f"={self.session}", "-F", PANE_FIELDS, check=False
-        )
-        if not result.ok:
-            return []
-        infos = [parse_pane_line(line) for line in result.stdout.splitlines()]
-        return [i for i in infos if i is not None and self._ours(i)]
-
-    def _session_panes(self) -> list[PaneInfo]:
-        """``ensure_session``, then ``_panes``: one tmux call when the session exists (the
-        listing carries its tag: ``@lo_run`` is the session's option, read by each pane)."""
-        self._check_version()
+    def _listed(self) -> list[PaneInfo]:
+        """Every pane of the session named ``lo-<run>``, whoever's (empty when there is none);
+        each carries the session's tag (``@lo_run`` is the session's option)."""
         result = self._tmux(
             "list-panes", "-s", "-t", f"={self.session}", "-F", PANE_FIELDS, check=False
         )
         infos = [parse_pane_line(line) for line in result.stdout.splitlines()] if result.ok else []
-        listed = [i for i in infos if i is not None and i.session == self.session]
-        if not listed:  # (no such session, or a listing not read as expected)
+        return [i for i in infos if i is not None and i.session == self.session]
+
+    def _panes(self) -> list[PaneInfo]:
+        """Every pane of this run's session (empty when there is no session)."""
+        return [i for i in self._listed() if self._ours(i)]
+
+    def _session_panes(self) -> list[PaneInfo]:
+        """``ensure_session``, then ``_panes``: one tmux call when the session exists (its
+        tag read from the listing)."""
+        self._check_version()
+        listed = self._listed()
+        if not listed:  # (no such session: made, then listed)
             self.ensure_session()
             return self._panes()
         self._refuse_another_runs_session(listed[0].run)

@@ -56,7 +56,7 @@ from loop_orchestrator.agents.contract import AgentContext, launch_spec_for
 from loop_orchestrator.agents.dialogs import Woken, find_dialog, wait_until_ready
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import ConfigError
-from loop_orchestrator.files import atomic_write_text
+from loop_orchestrator.files import atomic_write_text, stat_key
 from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
 from loop_orchestrator.simulator.actions import ActionRunner, ScriptExit
 from loop_orchestrator.simulator.keys import InputParser
@@ -127,8 +127,7 @@ class ScriptedAdapter:
         per version of the file: every launch of a run asks)."""
         with self._validating:
             try:
-                st = self.script_path.stat()
-                version = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                version = stat_key(self.script_path.stat())
             except OSError:
                 version = None
             if version is None or version != self._valid:

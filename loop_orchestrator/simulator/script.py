@@ -376,7 +376,11 @@ def parse_script(data: Any, source: str) -> Script:
 #: PyYAML's safe loader, libyaml's where PyYAML was built with it: a script holds every
 #: task's actions (a 64-task script took 70 ms of pure-Python parsing, 7 ms with libyaml),
 #: and the supervisor and every session read it
-_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SAFE_LOADER: type[yaml.CSafeLoader] | type[yaml.SafeLoader]
+try:
+    from yaml import CSafeLoader as _SAFE_LOADER
+except ImportError:  # (a PyYAML built without libyaml)
+    from yaml import SafeLoader as _SAFE_LOADER
 
 
 def load_script(path: Path, *, model: bool = False) -> Script:

@@ -110,9 +110,9 @@ class Sessions:
         """Around a launch of ``tid``'s session and the wait for it to be ready: the
         ``woken`` of that wait (``wait_until_ready``), which the session's first report
         ends (an agent whose hooks report its start); None for any other agent (Cline's
-        and opencode's first hook comes with a prompt: their screen is polled as it was).
+        first hook comes with a prompt: its screen is polled as it was).
         Made before the launch, so that no report comes before it is there."""
-        if not (self.adapter.uses_hooks and self.adapter.reports_start):
+        if not self.adapter.reports_start:
             yield None
             return
         heard = threading.Event()

@@ -23,13 +23,13 @@ import os
 import re
 import secrets
 import shutil
-import stat
 import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from loop_orchestrator.files import NOFOLLOW_DIR, open_regular
 from loop_orchestrator.git.gateway import git
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def take(repo: Path, common: Path, store: Path) -> int:
     it was found in (a folder swapped for a symlink to the repository's own objects
     cannot make this remove those)."""
     try:
-        root = os.open(store, _DIR)
+        root = os.open(store, NOFOLLOW_DIR)
     except OSError:
         return 0
     try:
@@ -79,9 +79,6 @@ def take(repo: Path, common: Path, store: Path) -> int:
     return taken
 
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-
-
 def _names(folder: int) -> list[str]:
     try:
         return sorted(os.listdir(folder))
@@ -93,7 +90,7 @@ def _names(folder: int) -> list[str]:
 def _subdir(parent: int, name: str) -> Iterator[int | None]:
     """The folder ``name`` in ``parent`` opened (None: not a folder, or a symlink)."""
     try:
-        fd = os.open(name, _DIR, dir_fd=parent)
+        fd = os.open(name, NOFOLLOW_DIR, dir_fd=parent)
     except OSError:
         yield None
         return
@@ -101,17 +98,6 @@ def _subdir(parent: int, name: str) -> Iterator[int | None]:
         yield fd
     finally:
         os.close(fd)
-
-
-def _open_plain(folder: int, name: str) -> int | None:
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return fd
 
 
 def _unlink(folder: int, name: str) -> None:
@@ -125,7 +111,7 @@ def _take_loose(folder: int, entry: str, objects: Path, name: str, algo: str) ->
     if final.exists():
         _unlink(folder, entry)
         return 0
-    fd = _open_plain(folder, entry)
+    fd = open_regular(entry, dir_fd=folder)
     if fd is None:
         return 0
     final.parent.mkdir(exist_ok=True)
@@ -198,7 +184,7 @@ def _take_pack(repo: Path, pack_dir: Path, folder: int, entry: str, private: Pat
     """Check a pack with ``git index-pack`` on a copy in ``private`` (out of the session's
     reach: it cannot swap the pack after the check), then keep that copy; remove the pack
     from the store."""
-    fd = _open_plain(folder, entry)
+    fd = open_regular(entry, dir_fd=folder)
     if fd is None:
         return 0
     with tempfile.TemporaryDirectory(prefix="pack-", dir=private) as tmpdir:

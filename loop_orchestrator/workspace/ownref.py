@@ -30,11 +30,11 @@ import os
 import re
 import secrets
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from loop_orchestrator.errors import GitError
+from loop_orchestrator.files import NOFOLLOW_DIR, open_regular
 from loop_orchestrator.git import refread
 from loop_orchestrator.git.gateway import common_dir, git, is_ancestor
 from loop_orchestrator.runstate import private
@@ -51,18 +51,16 @@ VALUES_DIR = "ref-values"
 #: in a mirror, beside ``refs``: what the supervisor last wrote for the branch
 PUBLISHED = "published"
 _SHA = re.compile(rb"^([0-9a-f]{40}(?:[0-9a-f]{24})?)\n?\Z")
-_NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def _holds(path: Path, sha: str) -> bool:
     """Whether ``path`` is a regular file holding exactly ``sha`` and a newline (read
     without following a symlink)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    fd = open_regular(path)
+    if fd is None:
         return False
     try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 200) == f"{sha}\n".encode()
+        return os.read(fd, 200) == f"{sha}\n".encode()
     finally:
         os.close(fd)
 
@@ -233,18 +231,16 @@ class OwnBranch:
         """The sha the session left for its branch, or None (no mirror, no plain file
         holding a sha: a symlink, a symbolic ref, a FIFO are all None)."""
         try:
-            folder = os.open(self.refs, _NOFOLLOW_DIR)
+            folder = os.open(self.refs, NOFOLLOW_DIR)
         except OSError:
             return None
         try:
-            fd = os.open(self.leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
-        except OSError:
-            return None
+            fd = open_regular(self.leaf, dir_fd=folder)
         finally:
             os.close(folder)
+        if fd is None:
+            return None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
             data = os.read(fd, 200)
         finally:
             os.close(fd)
@@ -256,7 +252,7 @@ class OwnBranch:
         A new file renamed into the folder: a symlink left in its place is replaced, never
         followed."""
         try:
-            folder = os.open(self.refs, _NOFOLLOW_DIR)
+            folder = os.open(self.refs, NOFOLLOW_DIR)
         except OSError:
             return
         tmp = f".{self.leaf}.{secrets.token_hex(6)}"
