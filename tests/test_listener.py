@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 from helpers.wait import wait_for
 
 from loop_orchestrator.sessions import listener
-from loop_orchestrator.sessions.inbox import INBOX_DIR, address, leave
+from loop_orchestrator.sessions.inbox import INBOX_DIR, MAX_MESSAGE, address, leave
 
 
 def ask(run_dir: Path, message: dict[str, Any]) -> Any:
@@ -191,3 +193,30 @@ def test_what_was_left_is_drained_in_order_and_nothing_outside_the_inbox_is_read
     assert keep.read_text(encoding="utf-8") == '{"type": "signal", "phase": "blocked"}'
     assert sorted(p.name for p in users.iterdir()) == ["1-keep.json"]
     assert listener.drain(run_dir, ["alpha", "beta", "gamma"]) == []
+
+
+def test_a_left_file_longer_than_a_message_is_removed_unread(tmp_path: Path) -> None:
+    """A session that leaves a sparse file of a gigabyte in its inbox folder (it costs the
+    session no disk) gets it removed, not read into the supervisor's memory; a message
+    over the bound a live message has is dropped as the socket drops it."""
+    run_dir = tmp_path / "run"
+    kept = leave(run_dir, "alpha", {"type": "signal", "phase": "impl_done"})
+    folder = run_dir / INBOX_DIR / "alpha"
+    with open(folder / "0-sparse.json", "wb") as fh:
+        fh.truncate(1 << 30)
+    note = "x" * MAX_MESSAGE
+    (folder / "1-long.json").write_text(json.dumps({"type": "signal", "note": note}))
+    probe = (
+        "import pathlib, resource, sys\n"
+        "from loop_orchestrator.sessions import listener\n"
+        "got = listener.drain(pathlib.Path(sys.argv[1]), ['alpha'])\n"
+        "print([r.message.get('phase') for r in got])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(run_dir)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert int(out[1]) < 256, f"the drain's peak memory was {out[1]} MiB"
+    assert out[0] == "['impl_done']"
+    assert not Path(kept).exists()
+    assert sorted(folder.iterdir()) == []

@@ -293,12 +293,14 @@ def drain(run_dir: Path, tasks: list[str]) -> list[Request]:
 
 def _left_message(folder: int, name: str) -> Any:
     """The JSON of the regular file ``name`` in ``folder``, or None (gone, a symlink, a
-    FIFO or anything else, not JSON)."""
+    FIFO or anything else, not JSON, or longer than a message may be: a session's sparse
+    file of gigabytes costs it nothing and would cost the supervisor that much memory)."""
     fd = open_regular(name, dir_fd=folder)
     if fd is None:
         return None
     with os.fdopen(fd, "rb") as fh:
         try:
-            return json.loads(fh.read())
+            data = fh.read(MAX_MESSAGE + 1)
+            return json.loads(data) if len(data) <= MAX_MESSAGE else None
         except (OSError, ValueError):
             return None
