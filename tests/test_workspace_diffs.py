@@ -195,6 +195,30 @@ def test_a_batch_is_read_by_its_byte_counts_and_only_as_far_as_it_parses() -> No
     assert batch_answers(b"", 1) == []
 
 
+def test_each_repository_s_object_format_is_asked_of_git_once(
+    git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SHA-256 repository and a SHA-1 one in one process each get their own format,
+    and asking again starts no git."""
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    git(wide, "init", "-q", "--object-format=sha256", "-b", "main")
+    asked: list[Path] = []
+    real_git = gateway.git
+
+    def counted(cwd: Path, *args: str, **kwargs: Any) -> Any:
+        if "--show-object-format" in args:
+            asked.append(cwd)
+        return real_git(cwd, *args, **kwargs)
+
+    monkeypatch.setattr(gateway, "git", counted)
+    assert gateway.object_format(wide) == "sha256"
+    assert gateway.object_format(git_repo) == "sha1"
+    assert gateway.object_format(wide) == "sha256"
+    assert gateway.object_format(git_repo) == "sha1"
+    assert asked == [wide, git_repo]
+
+
 def test_rev_parse_and_is_ancestor(git_repo: Path) -> None:
     first = head(git_repo)
     assert rev_parse(git_repo, "main") == first

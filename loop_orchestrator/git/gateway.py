@@ -260,6 +260,21 @@ def _ask_common_dir(repo: Path) -> Path:
     return Path(res.stdout.strip()).resolve()
 
 
+#: common git folder -> its object format (sha1 or sha256), as git gave it in this process
+_FORMATS: dict[Path, str] = {}
+
+
+def object_format(repo: Path) -> str:
+    """The hash ``repo``'s objects are named by (``sha1`` or ``sha256``): asked of git once
+    per repository and process (a repository's format is fixed when it is made)."""
+    common = common_dir(repo)
+    known = _FORMATS.get(common)
+    if known is None:
+        known = git(repo, "rev-parse", "--show-object-format").stdout.strip() or "sha1"
+        _FORMATS[common] = known
+    return known
+
+
 _VIEWS: dict[Path, tuple[Path, Path]] = {}
 
 

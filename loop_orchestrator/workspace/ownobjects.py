@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from loop_orchestrator.files import NOFOLLOW_DIR, open_regular
-from loop_orchestrator.git.gateway import git
+from loop_orchestrator.git.gateway import git, object_format
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def take(repo: Path, common: Path, store: Path) -> int:
     except OSError:
         return 0
     try:
-        algo = git(repo, "rev-parse", "--show-object-format").stdout.strip() or "sha1"
+        algo = object_format(repo)
         width = hashlib.new(algo).digest_size * 2
         taken = 0
         for sub in _names(root):

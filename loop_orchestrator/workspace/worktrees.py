@@ -29,6 +29,7 @@ from loop_orchestrator.errors import (
 )
 from loop_orchestrator.files import ORCH_DIR, WORKTREES_DIR
 from loop_orchestrator.git.gateway import (
+    common_dir,
     git,
     git_failure,
     identity,
@@ -93,8 +94,7 @@ EXCLUDES = (f"/{ORCH_DIR}/", f"/{WORKTREES_DIR}/")
 def ensure_excludes(repo: Path, lines: tuple[str, ...] = EXCLUDES) -> None:
     """Add ``lines`` (``.orchestration/`` and ``.worktrees/``) to ``.git/info/exclude`` if
     missing."""
-    common = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
-    exclude = Path(common) / "info" / "exclude"
+    exclude = common_dir(repo) / "info" / "exclude"
     text = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
     present = {line.strip() for line in text.splitlines()}
     missing = [line for line in lines if line not in present]
