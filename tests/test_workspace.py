@@ -414,6 +414,25 @@ def test_commit_task_refuses_secret_the_agent_committed(git_repo: Path) -> None:
         ws.commit_task("a", "task a")
 
 
+def test_a_secret_on_a_branch_with_no_history_in_common_with_staging_is_refused(
+    git_repo: Path,
+) -> None:
+    """An agent that puts its branch on a history of its own (an orphan commit holding a
+    key, then one that hides it) does not slip past the check of committed files: with no
+    common ancestor, every commit staging lacks is looked at."""
+    ws = started(git_repo)
+    path = ws.ensure_worktree("a")
+    git(path, "checkout", "-q", "--orphan", "elsewhere")
+    git(path, "rm", "-rq", "--cached", ".")
+    agent_commit(path, "prod.key", "k\n", "a history of its own")
+    git(path, "rm", "-q", "prod.key")
+    git(path, "commit", "-q", "--no-gpg-sign", "-m", "hide it")
+    git(path, "branch", "-f", "lo/r1/a", "HEAD")
+    git(path, "checkout", "-q", "lo/r1/a")
+    with pytest.raises(SecretFileError, match=r"prod\.key"):
+        ws.commit_task("a", "task a")
+
+
 def test_ignored_secret_is_not_committed_and_deleting_one_is_fine(git_repo: Path) -> None:
     (git_repo / ".gitignore").write_text(".env\n", encoding="utf-8")
     (git_repo / "old.pem").write_text("old\n", encoding="utf-8")

@@ -34,7 +34,6 @@ from loop_orchestrator.git.gateway import (
     git_failure,
     identity,
     is_ancestor,
-    merge_base,
     quote_list,
 )
 from loop_orchestrator.git.parse import UNMERGED, parse_raw_diff, parse_status, split_z
@@ -496,19 +495,19 @@ class Worktrees:
                     input=text + "\n",
                     env=identity(self.settings),
                 )
-        head = git(path, "rev-parse", "HEAD").stdout.strip()
+        head = self.branches.tip(branch)  # (the worktree is on it: checked above)
+        if head is None:
+            msg = f"task {task}'s branch {branch} went away while its work was committed"
+            raise GitError(msg, hint="Launch the task again (its worktree is made then).")
         own.settle()
         log.info("task committed", extra={"task": task, "commit": head})
         return head
 
     def _committed_paths(self, branch: str) -> list[str]:
-        """Paths added or modified by the branch's own commits (since it left staging)."""
+        """Paths added or modified by the branch's own commits: those staging does not
+        have (all of them, for a branch with no history in common with staging)."""
         staging, tip = self.branches.staging_tip(), self.branches.tip(branch)
         if staging is None or tip is None:
-            return []
-        try:
-            fork = merge_base(self.repo, staging, tip)
-        except GitError:
             return []
         out = git(
             self.repo,
@@ -518,7 +517,7 @@ class Worktrees:
             "--no-renames",
             "--diff-filter=AMT",
             "-z",
-            f"{fork}..{tip}",
+            f"{staging}..{tip}",
             view=True,
         ).stdout
         return [p.strip("\n") for p in split_z(out) if p.strip("\n")]
