@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,34 @@ def test_rev_parse_and_is_ancestor(git_repo: Path) -> None:
         rev_parse(git_repo, "--all")
     with pytest.raises(GitError):
         is_ancestor(git_repo, "no-such-branch", first)
+
+
+def test_several_revisions_are_resolved_by_one_git_as_each_alone(
+    git_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = head(git_repo)
+    (git_repo / "f").write_text("f\n", encoding="utf-8")
+    second = commit_all(git_repo)
+    git(git_repo, "tag", "-a", "-m", "t", "v1", second)
+    asked: list[tuple[str, ...]] = []
+    real_git = gateway.git
+
+    def counted(cwd: Path, *args: str, **kwargs: Any) -> Any:
+        asked.append(args)
+        return real_git(cwd, *args, **kwargs)
+
+    monkeypatch.setattr(gateway, "git", counted)
+    assert gateway.rev_parse_all(git_repo, [first, "v1", "main~1"]) == [first, second, first]
+    assert len(asked) == 1
+    # anything that is not one commit each is refused by name, as rev_parse refuses it
+    for wrong, why in [
+        ("no-such-branch", "unknown revision 'no-such-branch'"),
+        ("main^{tree}", "unknown revision"),
+        ("main~1..main", "unknown revision"),
+        ("--all", "invalid revision"),
+    ]:
+        with pytest.raises(GitError, match=re.escape(why)):
+            gateway.rev_parse_all(git_repo, ["main", wrong])
 
 
 @pytest.mark.parametrize(

@@ -386,6 +386,19 @@ def rev_parse(repo: Path, ref: str) -> str:
     return res.stdout.strip()
 
 
+def rev_parse_all(repo: Path, refs: Sequence[str]) -> list[str]:
+    """The commit sha each of ``refs`` names, asked of git in one process; ``GitError``
+    naming the first that names no commit (found as ``rev_parse`` finds it)."""
+    # (no --end-of-options: without --verify, git 2.39 prints it back; no argument starts
+    # with "-", _rev_arg refuses that)
+    args = [f"{_rev_arg(ref)}^{{commit}}" for ref in refs]
+    res = git(repo, "rev-parse", *args, check=False)
+    shas = res.stdout.split()
+    if res.ok and len(shas) == len(refs) and all(_SHA.match(sha) for sha in shas):
+        return shas
+    return [rev_parse(repo, ref) for ref in refs]  # (the one at fault raises, by name)
+
+
 def oid(repo: Path, rev: str) -> str:
     """``rev`` as a sha: a full sha is taken as it is, a name is resolved in ``repo``."""
     return rev if _SHA.match(rev) else rev_parse(repo, rev)

@@ -308,8 +308,7 @@ def verify_task(
     carried to Gate 2 (``verify.disputes``).
     """
     repo = repo.resolve()
-    base_sha = gitutil.rev_parse(repo, base)
-    commit_sha = gitutil.rev_parse(repo, commit)
+    base_sha, commit_sha = gitutil.rev_parse_all(repo, [base, commit])
     evidence = evidence_dir(rundir, task.id, commit_sha)
     shutil.rmtree(evidence, ignore_errors=True)
     evidence.mkdir(parents=True, exist_ok=True)
