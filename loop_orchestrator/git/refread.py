@@ -30,12 +30,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from loop_orchestrator.errors import RefMovedError
+from loop_orchestrator.files import open_regular
 from loop_orchestrator.git.gateway import common_dir, git
 
 _OBJECT_NAME = re.compile(rb"[0-9a-f]{40}(?:[0-9a-f]{24})?\n")
 #: a full ref name this module reads itself: components of words joined by single dots
 _REF_NAME = re.compile(r"refs(?:/[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*)+")
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class NotPlain(Exception):
@@ -55,14 +55,12 @@ def read_loose(common: Path, ref: str) -> str:
     ``common``; ``NotPlain`` when there is no such plain file or it holds anything else."""
     if _REF_NAME.fullmatch(ref) is None or ref.endswith(".lock"):
         raise NotPlain(ref)
-    try:
-        # (O_NOFOLLOW: a symlink fails; O_NONBLOCK: a fifo cannot hold the read up)
-        fd = os.open(common / ref, _OPEN)
-    except OSError as exc:  # none (absent or packed), a symlink, a file on the way
-        raise NotPlain(ref) from exc
+    fd = open_regular(common / ref)
+    if fd is None:  # none (absent or packed), a symlink, a folder, a FIFO
+        raise NotPlain(ref)
     try:
         data = os.read(fd, 80)  # (a loose ref is 41 or 65 bytes: more is not one)
-    except OSError as exc:  # a folder
+    except OSError as exc:
         raise NotPlain(ref) from exc
     finally:
         os.close(fd)

@@ -30,7 +30,7 @@ def longest_first(items: list[pytest.Item]) -> None:
     )
 
 
-#: modules whose tests start Ray clusters of their own (the others that do use ``ray_env``)
+#: the modules that start Ray clusters of their own (the other Ray modules share ``ray_env``)
 OWN_CLUSTER_MODULES = ("test_cluster_terminal", "test_cluster_doctor")
 
 
@@ -41,8 +41,11 @@ def check_groups_kept(dist: str, ids: list[str]) -> None:
     the renaming xdist 3.8 relies on; so does a group marked after xdist's hook has run)."""
     if dist != "loadgroup":
         return
-    spread = [i for i in ids if Path(i.split("::")[0]).stem in OWN_CLUSTER_MODULES]
-    spread = [i for i in spread if not i.endswith("@ray")]
+    spread = [
+        i
+        for i in ids
+        if Path(i.split("::")[0]).stem in OWN_CLUSTER_MODULES and not i.endswith("@ray")
+    ]
     if spread:
         pytest.exit(
             f"--dist loadgroup would not keep the Ray tests on one worker (e.g. {spread[0]} "
