@@ -89,7 +89,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "loop_orchestrator.sessions.sandbox": ("confine", "Policy.for_task"),
     "loop_orchestrator.workspace.ownref": ("OwnBranch.seed",),
     "loop_orchestrator.verify.testquality": ("check_tests",),
-    "loop_orchestrator.simulator.agent": ("ScriptedAdapter.prepare", "ScriptedAdapter.launch_spec"),
+    "loop_orchestrator.agents.scripted": ("ScriptedAdapter.prepare", "ScriptedAdapter.launch_spec"),
     "loop_orchestrator.workspace.worktrees": ("Worktrees.commit_task", "Worktrees.ensure_worktree"),
     "loop_orchestrator.workspace.staging": ("Staging.merge_into_staging",),
     "loop_orchestrator.workspace.branches": (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import logging
@@ -19,9 +18,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loop_orchestrator.errors import CommandError, LoOrchError
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +339,10 @@ def spawn_detached(argv: Sequence[str]) -> subprocess.Popen[bytes]:
 async def start_piped(argv: Sequence[str], env: Mapping[str, str]) -> asyncio.subprocess.Process:
     """Start ``argv`` for an asyncio caller, its stdin, stdout and stderr on pipes (a
     served dashboard page's own dashboard). The caller ends and reaps it."""
+    # (imported here: asyncio is a sixth of what importing this module cost the processes
+    # that start in every pane, the scripted agent among them, and only this needs it)
+    import asyncio
+
     args = [str(a) for a in argv]
     process = await asyncio.create_subprocess_exec(
         *args,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,16 +19,17 @@ from helpers.served import serve, working
 from helpers.wait import wait_for
 
 from loop_orchestrator import proc, templating
+from loop_orchestrator.agents import scripted as scripted_adapter
 from loop_orchestrator.agents.contract import AgentContext
 from loop_orchestrator.agents.dialogs import Dialog, answer_dialog, find_dialog
 from loop_orchestrator.agents.registry import make_adapter
+from loop_orchestrator.agents.scripted import ScriptedAdapter
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import AgentStartError, ConfigError, DeliveryError
 from loop_orchestrator.sessions.delivery import Deliverer
 from loop_orchestrator.sessions.tmux import TmuxBackend
-from loop_orchestrator.simulator import agent as scripted
 from loop_orchestrator.simulator import script as scripts
-from loop_orchestrator.simulator.agent import READY_RE, ScriptedAdapter, record_dir_for
+from loop_orchestrator.simulator.agent import READY_RE, record_dir_for
 from loop_orchestrator.simulator.keys import InputParser
 from loop_orchestrator.simulator.script import (
     ExitAction,
@@ -139,7 +142,7 @@ def test_launches_at_once_read_the_script_once(
         reads.append(where)
         time.sleep(0.2)
 
-    monkeypatch.setattr(scripted, "load_script", slow_read)
+    monkeypatch.setattr(scripted_adapter, "load_script", slow_read)
     adapter = ScriptedAdapter(AgentConfig(kind="scripted", script=str(path)), tmp_path)
     ctx = bare_context(tmp_path, Settings())
     launches = [threading.Thread(target=adapter.prepare, args=(ctx,)) for _ in range(6)]
@@ -163,6 +166,21 @@ def test_script_file_errors(tmp_path: Path) -> None:
     bad.write_text("- a list\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="a mapping of task id"):
         load_script(bad)
+
+
+def test_the_program_in_the_pane_imports_nothing_of_the_supervisors() -> None:
+    """The scripted agent starts in every pane of every scripted run (the demo, the tests,
+    the benchmarks): its adapter's config models, session backend and dialogs, and
+    asyncio, are not what it loads (they were a third of each start's CPU)."""
+    code = (
+        "import sys\n"
+        "import loop_orchestrator.simulator.agent\n"
+        "print([m for m in ('loop_orchestrator.config', 'loop_orchestrator.agents.contract',"
+        " 'loop_orchestrator.agents.dialogs', 'loop_orchestrator.sessions.backend',"
+        " 'loop_orchestrator.agents.scripted', 'asyncio') if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 # raw input --------------------------------------------------------------------------------

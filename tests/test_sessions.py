@@ -23,6 +23,7 @@ from loop_orchestrator.agents.command import CommandAdapter
 from loop_orchestrator.agents.contract import AgentAdapter, AgentContext
 from loop_orchestrator.agents.dialogs import READY_POLL_UNTIL_WOKEN, wait_until_ready
 from loop_orchestrator.agents.gemini import GeminiAdapter
+from loop_orchestrator.agents.scripted import ScriptedAdapter
 from loop_orchestrator.agents.vibe import VibeAdapter
 from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import DeliveryError, PaneGoneError, TmuxError
@@ -30,7 +31,6 @@ from loop_orchestrator.sessions.backend import LaunchSpec, PaneState
 from loop_orchestrator.sessions.delivery import Deliverer, sanitize_prompt
 from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.sessions.tmuxargs import THEN, Sep, command_line, commands
-from loop_orchestrator.simulator.agent import ScriptedAdapter
 
 
 def tmux(socket: str, *args: str) -> str:

@@ -14,11 +14,11 @@ from loop_orchestrator.agents.contract import AgentAdapter
 from loop_orchestrator.agents.gemini import GeminiAdapter
 from loop_orchestrator.agents.opencode import OpencodeAdapter
 from loop_orchestrator.agents.qwen import QwenAdapter
+from loop_orchestrator.agents.scripted import ScriptedAdapter
 from loop_orchestrator.agents.vibe import VibeAdapter
 from loop_orchestrator.config import AgentConfig, Settings
 from loop_orchestrator.errors import ConfigError
 from loop_orchestrator.sessions import sandbox
-from loop_orchestrator.simulator.agent import ScriptedAdapter
 
 #: ``[agent] kind`` -> its adapter class
 ADAPTERS: dict[str, Callable[[AgentConfig, Path], AgentAdapter]] = {

@@ -1,4 +1,5 @@
-"""The scripted agent: a terminal program that imitates Claude Code's surface, and its adapter.
+"""The scripted agent: a terminal program that imitates Claude Code's surface (its adapter,
+which the supervisor uses, is ``agents/scripted.py``).
 
 Run as ``python -m loop_orchestrator.simulator.agent --script FILE [--trust-dialog]
 [--plugin-dir DIR] [--session-id ID | --resume ID] [--record-dir DIR] [--task T]``.
@@ -41,7 +42,6 @@ import sys
 import tempfile
 import termios
 import textwrap
-import threading
 import time
 import tty
 import uuid
@@ -52,12 +52,8 @@ from types import FrameType
 from typing import Any
 
 from loop_orchestrator import resources
-from loop_orchestrator.agents.contract import AgentContext, launch_spec_for
-from loop_orchestrator.agents.dialogs import Woken, find_dialog, wait_until_ready
-from loop_orchestrator.config import AgentConfig
 from loop_orchestrator.errors import ConfigError
-from loop_orchestrator.files import atomic_write_text, stat_key
-from loop_orchestrator.sessions.backend import LaunchSpec, SessionBackend
+from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.simulator.actions import ActionRunner, ScriptExit
 from loop_orchestrator.simulator.keys import InputParser
 from loop_orchestrator.simulator.plugin_hooks import Hooks
@@ -92,76 +88,6 @@ def record_dir_for(run_dir: Path) -> Path:
     run, never under ``.orchestration/`` (which the sandbox keeps read-only)."""
     digest = hashlib.sha256(str(run_dir.resolve()).encode("utf-8")).hexdigest()[:16]
     return transcript_dir() / "received" / digest
-
-
-# adapter -------------------------------------------------------------------------------
-
-
-class ScriptedAdapter:
-    """``[agent] kind = "scripted"``: runs this module in the pane with the YAML script."""
-
-    name = "scripted"
-    uses_hooks = True  # it fires the same plugin hooks as Claude Code
-    bracketed_paste = True
-    reports_session_id = False
-    reports_start = True  # (SessionStart, as Claude Code)
-
-    def __init__(self, settings: AgentConfig, repo: Path) -> None:
-        if not settings.script:
-            msg = "[agent] kind = 'scripted' needs [agent] script"
-            raise ConfigError(
-                msg,
-                hint="Set script to a YAML file (relative to the repository); "
-                "see loop_orchestrator/simulator/script.py.",
-            )
-        path = Path(settings.script).expanduser()
-        self.script_path = (path if path.is_absolute() else repo / path).absolute()
-        self.settings = settings
-        self.repo = repo
-        #: the script file (size, mtime, ctime, inode) last validated
-        self._valid: tuple[int, int, int, int] | None = None
-        self._validating = threading.Lock()  # (the first launches at once: one reads it)
-
-    def prepare(self, ctx: AgentContext) -> None:
-        """Validate the script now, so a typo fails the launch with the field named (once
-        per version of the file: every launch of a run asks)."""
-        with self._validating:
-            try:
-                version = stat_key(self.script_path.stat())
-            except OSError:
-                version = None
-            if version is None or version != self._valid:
-                load_script(self.script_path)
-                self._valid = version
-
-    def launch_spec(self, ctx: AgentContext, *, resume: bool) -> LaunchSpec:
-        argv = [
-            *resources.python_module_argv("loop_orchestrator.simulator.agent"),
-            "--script",
-            str(self.script_path),
-        ]
-        if ctx.session_id:
-            argv += ["--resume" if resume else "--session-id", ctx.session_id]
-        argv += list(self.settings.args)
-        return launch_spec_for(ctx, argv, dict(ctx.env))
-
-    def is_ready(self, screen: str) -> bool:
-        return bool(READY_RE.search(screen)) and find_dialog(screen) is None
-
-    def wait_idle(self, backend: SessionBackend, pane_id: str, *, timeout: float) -> None:
-        """A no-op: the scripted agent reads a prompt sent while it works after its turn."""
-
-    def wait_ready(
-        self, backend: SessionBackend, pane_id: str, *, timeout: float, woken: Woken | None = None
-    ) -> None:
-        wait_until_ready(
-            backend,
-            pane_id,
-            is_ready=self.is_ready,
-            timeout=timeout,
-            what="the scripted agent",
-            woken=woken,
-        )
 
 
 # the program ---------------------------------------------------------------------------
