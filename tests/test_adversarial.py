@@ -195,10 +195,10 @@ def test_an_agent_that_signals_for_other_tasks_moves_none_of_them(
     make_dishonest(demo_files, *others)
     events = run_to_gate2_and_merge(demo_files, sandbox)
     rejected = [e for e in events if e["event"] == "event_rejected"]
-    # (what an unexpected one said: once in CI an honest task's own message was refused)
-    assert {e["task"] for e in rejected} == {"report", "counts"}, [
-        (e["task"], e.get("kind"), e["message"]) for e in rejected
-    ]
+    # (each unexpected one whole: an honest task's own message was refused twice so far,
+    # once in CI and once in a local run, and pytest cut the list before its text)
+    unexpected = [e for e in rejected if e["task"] not in ("report", "counts")]
+    assert {e["task"] for e in rejected} == {"report", "counts"}, unexpected
     assert all("from the session of task slug" in e["message"] for e in rejected)
     statuses = {s.task: s.phase for s in Store(RunDir(demo_files.repo)).list_statuses()}
     assert statuses["counts"] is Phase.INTEGRATED
