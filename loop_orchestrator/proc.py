@@ -339,8 +339,8 @@ def spawn_detached(argv: Sequence[str]) -> subprocess.Popen[bytes]:
 async def start_piped(argv: Sequence[str], env: Mapping[str, str]) -> asyncio.subprocess.Process:
     """Start ``argv`` for an asyncio caller, its stdin, stdout and stderr on pipes (a
     served dashboard page's own dashboard). The caller ends and reaps it."""
-    # (imported here: asyncio is a sixth of what importing this module cost the processes
-    # that start in every pane, the scripted agent among them, and only this needs it)
+    # (imported here, the one user: asyncio was most of this module's import and a sixth
+    # of the scripted agent's, which starts in every pane of a scripted run)
     import asyncio
 
     args = [str(a) for a in argv]
