@@ -365,3 +365,67 @@ def test_a_garbled_status_file_is_rebuilt_and_reported_never_fatal(
     edited = ledger(repo, "view_edited")
     assert edited and f"status/{TASK}.json" in edited[-1]["files"]
     assert Store.for_repo(repo).read_run().phase == RunPhase.RUNNING
+
+
+#: a supervisor stand-in: takes the lock (a ``flock``, as filelock's), starts a child that
+#: holds the lock's file a while (as one between fork and exec does), and is gone at once
+#: (as when SIGKILLed)
+_TAKE_AND_DIE = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"  # (filelock's lock, without its
+    # at-fork handler, which a child between fork and exec does not run either)
+    "if os.fork() == 0:\n"
+    "    time.sleep(float(sys.argv[2]))\n"
+    "    os._exit(0)\n"
+    "os._exit(0)\n"
+)
+
+
+def test_a_start_right_after_a_kill_waits_for_the_lock_the_dead_supervisors_child_holds(
+    tmp_path: Path,
+) -> None:
+    """`lo-orch run` right after a SIGKILLed one: a child the dead supervisor was starting
+    still holds the lock's file for a moment (seen in CI: "another supervisor is running:
+    pid N", N gone). The start waits for it, briefly; a live holder is refused at once."""
+    from loop_orchestrator.errors import LockHeldError
+    from loop_orchestrator.supervisor.lock import RELEASE_GRACE, lock_holder, supervisor_lock
+
+    rundir = RunDir(tmp_path)
+    rundir.root.mkdir(parents=True)
+    lock_file = str(rundir.supervisor_lock)
+    subprocess.run([sys.executable, "-c", _TAKE_AND_DIE, lock_file, "0.8"], check=True)
+    dead = lock_holder(rundir)
+    assert dead is not None  # held, by a pid that has exited
+    started = time.monotonic()
+    with supervisor_lock(rundir):
+        waited = time.monotonic() - started
+        assert lock_holder(rundir) == os.getpid()
+    assert 0.0 < waited < RELEASE_GRACE
+
+    # a live holder: refused at once, naming it
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom filelock import FileLock\n"
+            "lock = FileLock(sys.argv[1], timeout=0)\nlock.acquire()\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)\n",
+            lock_file,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        try:
+            with supervisor_lock(rundir):
+                raise AssertionError("took a lock a live process holds")
+        except LockHeldError as exc:
+            assert f"pid {holder.pid}" in str(exc)
+        assert time.monotonic() - started < 0.5
+    finally:
+        holder.kill()
+        holder.wait()

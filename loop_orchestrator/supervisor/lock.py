@@ -55,6 +55,22 @@ def lock_holder(rundir: RunDir) -> int | None:
     return None
 
 
+#: how long a start waits for a lock whose taker is gone: a child it was starting when it
+#: was killed (between fork and exec) holds the lock's file until it execs or dies
+RELEASE_GRACE = 2.0
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie has: its files are closed)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :].startswith(b"Z")
+
+
 @contextlib.contextmanager
 def supervisor_lock(rundir: RunDir) -> Iterator[None]:
     """Hold the repository's supervisor lock; name the holder when it is taken."""
@@ -65,17 +81,24 @@ def supervisor_lock(rundir: RunDir) -> Iterator[None]:
         lock.acquire()
     except Timeout:
         pid = lock_holder(rundir)
-        holder = f"pid {pid}" if pid else "another process"
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            data = json.loads(info.read_text(encoding="utf-8"))
-            if pid is None or data["pid"] == pid:
-                holder = f"pid {data['pid']} (started {data['started_at']})"
-        msg = f"another supervisor is running for this repository: {holder}"
-        raise LockHeldError(
-            msg,
-            hint="Watch it with `lo-orch status --watch`, or stop it (Ctrl-C in its window) "
-            "before starting another.",
-        ) from None
+        try:
+            if pid is None or not _gone(pid):
+                raise
+            # a supervisor SIGKILLed a moment ago (`lo-orch run` right after): released
+            # as soon as what it was starting has exec'd or died
+            lock.acquire(timeout=RELEASE_GRACE)
+        except Timeout:
+            holder = f"pid {pid}" if pid else "another process"
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                data = json.loads(info.read_text(encoding="utf-8"))
+                if pid is None or data["pid"] == pid:
+                    holder = f"pid {data['pid']} (started {data['started_at']})"
+            msg = f"another supervisor is running for this repository: {holder}"
+            raise LockHeldError(
+                msg,
+                hint="Watch it with `lo-orch status --watch`, or stop it (Ctrl-C in its "
+                "window) before starting another.",
+            ) from None
     try:
         atomic_write_text(info, json.dumps({"pid": os.getpid(), "started_at": now_iso()}) + "\n")
         yield
