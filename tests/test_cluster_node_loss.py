@@ -36,6 +36,7 @@ from loop_orchestrator.cluster import reaper
 from loop_orchestrator.config import SandboxConfig
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate.state import Phase, RunDir, Store
+from loop_orchestrator.sessions import procinfo
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.supervisor.main import Supervisor
 from loop_orchestrator.workspace import integration
@@ -451,7 +452,7 @@ def _with_marker(marker: str) -> list[tuple[int, str]]:
         except OSError:
             continue
         if marker.encode() in environ.split(b"\0"):
-            born = reaper.start_time(int(entry.name))
+            born = procinfo.start_time(int(entry.name))
             if born is not None:
                 found.append((int(entry.name), born))
     return found

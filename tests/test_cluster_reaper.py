@@ -13,6 +13,7 @@ import pytest
 from helpers.wait import wait_for
 
 from loop_orchestrator.cluster import reaper
+from loop_orchestrator.sessions import procinfo
 
 
 def _server(socket: str) -> None:
@@ -27,12 +28,12 @@ def _alive(socket: str) -> bool:
 
 
 def test_start_time_names_a_live_process_and_none_for_a_gone_one() -> None:
-    mine = reaper.start_time(os.getpid())
+    mine = procinfo.start_time(os.getpid())
     assert mine is not None and mine.isdigit()
-    assert reaper.start_time(os.getpid()) == mine
+    assert procinfo.start_time(os.getpid()) == mine
     child = subprocess.Popen(["true"])
     child.wait()
-    assert reaper.start_time(child.pid) is None
+    assert procinfo.start_time(child.pid) is None
 
 
 def _parent(pid: int) -> int:
@@ -44,6 +45,7 @@ def _parent(pid: int) -> int:
 HOST = """
 import os, signal, sys, time
 from loop_orchestrator.cluster import reaper
+from loop_orchestrator.sessions import procinfo
 print(reaper.start(os.getpid(), sys.argv[1], interval=0.1), flush=True)
 def leave(*_):
     for line in os.popen(f"ps -o pid= --ppid {os.getpid()}"):
@@ -68,7 +70,7 @@ def test_the_server_ends_when_its_host_process_dies_and_takes_its_children(
     try:
         assert host.stdout is not None
         watcher = int(host.stdout.readline())
-        born = reaper.start_time(watcher)
+        born = procinfo.start_time(watcher)
         assert reaper.running(watcher, born)
         assert _parent(watcher) != host.pid
         assert os.getpgid(watcher) not in (os.getpgid(host.pid), os.getpgid(0))
@@ -84,7 +86,7 @@ def test_the_server_ends_when_its_host_process_dies_and_takes_its_children(
         if host.poll() is None:
             host.kill()
             host.wait()
-        if watcher and reaper.running(watcher, reaper.start_time(watcher)):
+        if watcher and reaper.running(watcher, procinfo.start_time(watcher)):
             os.kill(watcher, 9)  # the reaper this test started (through its host)
 
 
@@ -134,9 +136,9 @@ def test_a_reused_pid_does_not_keep_the_server(
     """The host is recognised by pid and start time: another process that got its pid
     later (another start time) is not it, and the server is ended."""
     _server(tmux_socket)
-    born = reaper.start_time(os.getpid())
+    born = procinfo.start_time(os.getpid())
     assert born is not None
     seen = iter([born])  # first read: the host; every later read: a newer process
-    monkeypatch.setattr(reaper, "start_time", lambda pid: next(seen, str(int(born) + 1)))
+    monkeypatch.setattr(procinfo, "start_time", lambda pid: next(seen, str(int(born) + 1)))
     assert reaper.watch(os.getpid(), tmux_socket, interval=0.05) == "host gone"
     assert not _alive(tmux_socket)

@@ -79,3 +79,23 @@ def test_the_cpu_of_a_child_counts_once_it_is_waited_for() -> None:
     child.wait()
     after = waited_cpu(os.getpid())
     assert after is not None and after - before >= 0.25
+
+
+def test_exited_counts_a_zombie_and_start_time_names_one_process() -> None:
+    """A child that ended and is not reaped yet (a zombie) has exited: its files are closed
+    (what the supervisor lock waits on); a running one has not; once reaped, it is gone and
+    has no start time."""
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    ended = subprocess.Popen(["true"])
+    try:
+        wait_for(lambda: procinfo._stat_fields(ended.pid)[0] == "Z", 10, "a zombie")
+        assert procinfo.exited(ended.pid)
+        assert not procinfo.exited(running.pid)
+        born = procinfo.start_time(running.pid)
+        assert born is not None and born.isdigit()
+        assert procinfo.start_time(running.pid) == born
+    finally:
+        running.kill()
+        running.wait()
+        ended.wait()
+    assert procinfo.exited(ended.pid) and procinfo.start_time(ended.pid) is None

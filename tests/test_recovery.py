@@ -15,16 +15,20 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from helpers.git import git
 from helpers.runs import approve, edit_script, ledger, lo, user_snapshot
 from helpers.wait import wait_for
 
+from loop_orchestrator.errors import LockHeldError
 from loop_orchestrator.git import gateway as gitutil
 from loop_orchestrator.git import parse as gitparse
 from loop_orchestrator.runstate.journal import Record
 from loop_orchestrator.runstate.state import Phase, RunDir, RunPhase, Store
+from loop_orchestrator.sessions import procinfo
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.supervisor import recovery
+from loop_orchestrator.supervisor.lock import RELEASE_GRACE, lock_holder, supervisor_lock
 from loop_orchestrator.supervisor.main import Supervisor
 
 TASK = "tokenize"  # the one task of the one_task fixture
@@ -368,18 +372,32 @@ def test_a_garbled_status_file_is_rebuilt_and_reported_never_fatal(
 
 
 #: a supervisor stand-in: takes the lock (a ``flock``, as filelock's), starts a child that
-#: holds the lock's file a while (as one between fork and exec does), and is gone at once
-#: (as when SIGKILLed)
+#: holds the lock's file a while (as one between fork and exec does), prints the child's
+#: pid and is gone at once (as when SIGKILLed)
 _TAKE_AND_DIE = (
     "import fcntl, os, sys, time\n"
     "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
     "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"  # (filelock's lock, without its
     # at-fork handler, which a child between fork and exec does not run either)
-    "if os.fork() == 0:\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    os.close(1)\n    os.close(2)\n"  # (the test reads the stand-in's output to its end)
     "    time.sleep(float(sys.argv[2]))\n"
     "    os._exit(0)\n"
+    "print(child, flush=True)\n"
     "os._exit(0)\n"
 )
+
+
+def _killed_holding(lock_file: str, seconds: float) -> int:
+    """Run the stand-in; the pid of the child left holding the lock for ``seconds``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TAKE_AND_DIE, lock_file, str(seconds)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(done.stdout)
 
 
 def test_a_start_right_after_a_kill_waits_for_the_lock_the_dead_supervisors_child_holds(
@@ -388,20 +406,29 @@ def test_a_start_right_after_a_kill_waits_for_the_lock_the_dead_supervisors_chil
     """`lo-orch run` right after a SIGKILLed one: a child the dead supervisor was starting
     still holds the lock's file for a moment (seen in CI: "another supervisor is running:
     pid N", N gone). The start waits for it, briefly; a live holder is refused at once."""
-    from loop_orchestrator.errors import LockHeldError
-    from loop_orchestrator.supervisor.lock import RELEASE_GRACE, lock_holder, supervisor_lock
-
     rundir = RunDir(tmp_path)
     rundir.root.mkdir(parents=True)
     lock_file = str(rundir.supervisor_lock)
-    subprocess.run([sys.executable, "-c", _TAKE_AND_DIE, lock_file, "0.8"], check=True)
+    _killed_holding(lock_file, 0.8)
     dead = lock_holder(rundir)
-    assert dead is not None  # held, by a pid that has exited
+    assert dead is not None and procinfo.exited(dead)  # held, in the name of a gone pid
     started = time.monotonic()
     with supervisor_lock(rundir):
         waited = time.monotonic() - started
         assert lock_holder(rundir) == os.getpid()
     assert 0.0 < waited < RELEASE_GRACE
+
+    # the wait is bounded: a file held past it is refused, naming the gone taker
+    child = _killed_holding(lock_file, 30)
+    try:
+        started = time.monotonic()
+        gone = lock_holder(rundir)
+        with pytest.raises(LockHeldError, match=f"pid {gone}"), supervisor_lock(rundir):
+            pass
+        assert RELEASE_GRACE <= time.monotonic() - started < RELEASE_GRACE + 1
+    finally:
+        os.kill(child, signal.SIGKILL)  # the stand-in's child, by the id it printed
+    wait_for(lambda: lock_holder(rundir) is None, 10, "the child's lock let go")
 
     # a live holder: refused at once, naming it
     holder = subprocess.Popen(
@@ -420,11 +447,8 @@ def test_a_start_right_after_a_kill_waits_for_the_lock_the_dead_supervisors_chil
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         started = time.monotonic()
-        try:
-            with supervisor_lock(rundir):
-                raise AssertionError("took a lock a live process holds")
-        except LockHeldError as exc:
-            assert f"pid {holder.pid}" in str(exc)
+        with pytest.raises(LockHeldError, match=f"pid {holder.pid}"), supervisor_lock(rundir):
+            pass
         assert time.monotonic() - started < 0.5
     finally:
         holder.kill()

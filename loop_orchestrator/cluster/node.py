@@ -327,7 +327,7 @@ class SessionHost:
                 self.pane = self.tmux.launch(spec)
             if self._reaper is None or not reaper.running(*self._reaper):
                 watcher = reaper.start(os.getpid(), self.socket)
-                self._reaper = (watcher, reaper.start_time(watcher))
+                self._reaper = (watcher, procinfo.start_time(watcher))
             return self.pane
 
     def _follow_transcript(self, spec: LaunchSpec, transcript: dict[str, Any]) -> None:

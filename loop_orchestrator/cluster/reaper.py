@@ -25,23 +25,11 @@ import os
 import select
 import sys
 import time
-from pathlib import Path
 
 from loop_orchestrator import proc
+from loop_orchestrator.sessions import procinfo
 
 INTERVAL = 1.0
-
-
-def start_time(pid: int) -> str | None:
-    """The process' start time in clock ticks since boot (/proc/PID/stat field 22), or None
-    when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    # the command name (field 2) is in parentheses and may hold spaces: split after it
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
 
 
 def server_alive(socket: str) -> bool:
@@ -79,7 +67,7 @@ def _wait_on_pidfds(pid: int, born: str, socket: str) -> str | None:
             return None
         # the fds are taken: now check they hold the host and the server, not processes
         # that got a pid of theirs since
-        if start_time(pid) != born:
+        if procinfo.start_time(pid) != born:
             return "host gone"
         if server_pid(socket) != server:
             return None
@@ -94,14 +82,14 @@ def _wait_on_pidfds(pid: int, born: str, socket: str) -> str | None:
 def watch(pid: int, socket: str, *, interval: float = INTERVAL) -> str:
     """Wait until the host process ``pid`` or the tmux server ``socket`` is gone; kill the
     server in the first case. Returns what happened ("server gone" or "host gone")."""
-    born = start_time(pid)
+    born = procinfo.start_time(pid)
     outcome = _wait_on_pidfds(pid, born, socket) if born is not None else "host gone"
     if outcome == "host gone":
         proc.run(["tmux", "-L", socket, "kill-server"], check=False, timeout=10)
     if outcome is not None:
         return outcome
     while True:
-        if born is None or start_time(pid) != born:
+        if born is None or procinfo.start_time(pid) != born:
             proc.run(["tmux", "-L", socket, "kill-server"], check=False, timeout=10)
             return "host gone"
         if not server_alive(socket):
@@ -131,14 +119,9 @@ def start(pid: int, socket: str, *, interval: float = INTERVAL) -> int:
 
 
 def running(pid: int, born: str | None) -> bool:
-    """Whether the process ``pid`` started at ``born`` (``start_time``) still runs (an
-    orphan that ended is a zombie until init reaps it: not running)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return False
-    fields = stat.rsplit(")", 1)[-1].split()
-    return born is not None and len(fields) > 19 and fields[0] != "Z" and fields[19] == born
+    """Whether the process ``pid`` started at ``born`` (``procinfo.start_time``) still runs
+    (an orphan that ended is a zombie until init reaps it: not running)."""
+    return born is not None and not procinfo.exited(pid) and procinfo.start_time(pid) == born
 
 
 def main(argv: list[str] | None = None) -> int:

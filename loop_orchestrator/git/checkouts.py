@@ -14,12 +14,9 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from loop_orchestrator.git.gateway import git, oid
-
-if TYPE_CHECKING:
-    pass
+from loop_orchestrator.sessions import procinfo
 
 #: untracked folders of the main checkout that ``temp_checkout`` can link into its tree
 DEPENDENCY_DIRS = (".venv", "venv", "node_modules")
@@ -32,11 +29,7 @@ CHECKOUT_OWNER_FILE = "owner.json"
 def write_owner(holder: Path, repo: Path | None = None) -> None:
     """Name this process (pid and kernel start time) and, for a checkout, its repository in
     ``holder``'s owner file, so a later start can prove the owner gone (``recovery``)."""
-    start = None
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        stat = Path(f"/proc/{os.getpid()}/stat").read_text(encoding="utf-8", errors="replace")
-        start = stat[stat.rindex(")") + 2 :].split()[19]
-    owner: dict[str, object] = {"pid": os.getpid(), "start": start}
+    owner: dict[str, object] = {"pid": os.getpid(), "start": procinfo.start_time(os.getpid())}
     if repo is not None:
         owner["repo"] = str(repo.resolve())
     (holder / CHECKOUT_OWNER_FILE).write_text(json.dumps(owner), encoding="utf-8")

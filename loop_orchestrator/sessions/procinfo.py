@@ -87,8 +87,30 @@ def managed_ancestor(pid: int | None = None) -> tuple[int, str] | None:
 
 
 def _stat_fields(pid: int) -> list[str]:
-    """``/proc/<pid>/stat`` after the program's name (which may hold spaces): field 3 on."""
-    return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    """``/proc/<pid>/stat`` after the program's name (which may hold spaces and bytes that
+    are not UTF-8): field 3 on."""
+    stat = (PROC / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
+    return stat.rsplit(")", 1)[1].split()
+
+
+def start_time(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks since boot (field 22), or None when there is no
+    such process: with the pid, it names one process (a pid is reused, a start time not)."""
+    try:
+        return _stat_fields(pid)[19]
+    except (OSError, IndexError):
+        return None
+
+
+def exited(pid: int) -> bool:
+    """Whether ``pid`` has exited: no such process, or a zombie (its files are closed).
+    False when it runs or /proc cannot tell."""
+    try:
+        return _stat_fields(pid)[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    except (OSError, IndexError):
+        return False
 
 
 def cpu_and_peak_rss(pid: int) -> tuple[float, int] | None:

@@ -13,6 +13,7 @@ from filelock import FileLock, Timeout
 from loop_orchestrator.errors import LockHeldError
 from loop_orchestrator.files import atomic_write_text
 from loop_orchestrator.runstate.state import RunDir, now_iso
+from loop_orchestrator.sessions import procinfo
 
 
 def lock_holder(rundir: RunDir) -> int | None:
@@ -60,20 +61,11 @@ def lock_holder(rundir: RunDir) -> int | None:
 RELEASE_GRACE = 2.0
 
 
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie has: its files are closed)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 :].startswith(b"Z")
-
-
 @contextlib.contextmanager
 def supervisor_lock(rundir: RunDir) -> Iterator[None]:
-    """Hold the repository's supervisor lock; name the holder when it is taken."""
+    """Hold the repository's supervisor lock; name the holder when it is taken. A lock whose
+    taker has exited (a supervisor SIGKILLed a moment ago) is waited for, ``RELEASE_GRACE``
+    at most; one a live process holds is refused at once."""
     rundir.root.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(rundir.supervisor_lock), timeout=0)
     info = rundir.root / "supervisor.json"
@@ -81,24 +73,8 @@ def supervisor_lock(rundir: RunDir) -> Iterator[None]:
         lock.acquire()
     except Timeout:
         pid = lock_holder(rundir)
-        try:
-            if pid is None or not _gone(pid):
-                raise
-            # a supervisor SIGKILLed a moment ago (`lo-orch run` right after): released
-            # as soon as what it was starting has exec'd or died
-            lock.acquire(timeout=RELEASE_GRACE)
-        except Timeout:
-            holder = f"pid {pid}" if pid else "another process"
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                data = json.loads(info.read_text(encoding="utf-8"))
-                if pid is None or data["pid"] == pid:
-                    holder = f"pid {data['pid']} (started {data['started_at']})"
-            msg = f"another supervisor is running for this repository: {holder}"
-            raise LockHeldError(
-                msg,
-                hint="Watch it with `lo-orch status --watch`, or stop it (Ctrl-C in its "
-                "window) before starting another.",
-            ) from None
+        if pid is None or not procinfo.exited(pid) or not _acquired(lock, RELEASE_GRACE):
+            raise _held(info, pid) from None
     try:
         atomic_write_text(info, json.dumps({"pid": os.getpid(), "started_at": now_iso()}) + "\n")
         yield
@@ -106,3 +82,26 @@ def supervisor_lock(rundir: RunDir) -> Iterator[None]:
         with contextlib.suppress(OSError):
             info.unlink()
         lock.release()
+
+
+def _acquired(lock: FileLock, timeout: float) -> bool:
+    try:
+        lock.acquire(timeout=timeout)
+    except Timeout:
+        return False
+    return True
+
+
+def _held(info: Path, pid: int | None) -> LockHeldError:
+    """The refusal, naming the holder (with its start from ``info`` when that is its)."""
+    holder = f"pid {pid}" if pid else "another process"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        data = json.loads(info.read_text(encoding="utf-8"))
+        if pid is None or data["pid"] == pid:
+            holder = f"pid {data['pid']} (started {data['started_at']})"
+    msg = f"another supervisor is running for this repository: {holder}"
+    return LockHeldError(
+        msg,
+        hint="Watch it with `lo-orch status --watch`, or stop it (Ctrl-C in its window) "
+        "before starting another.",
+    )

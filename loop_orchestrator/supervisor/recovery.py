@@ -51,18 +51,9 @@ LOCK_MIN_AGE = 2.0
 # processes --------------------------------------------------------------------------------
 
 
-def process_start(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (field 22 of ``/proc/<pid>/stat``), or None."""
-    try:
-        stat = (procinfo.PROC / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
-        return stat[stat.rindex(")") + 2 :].split()[19]
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def process_alive(pid: int, start: str | None) -> bool:
     """Whether ``pid`` still runs and is the same process (not a reused pid)."""
-    now = process_start(pid)
+    now = procinfo.start_time(pid)
     if now is None:
         return False
     return start is None or now == start
