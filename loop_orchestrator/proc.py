@@ -336,6 +336,40 @@ def spawn_detached(argv: Sequence[str]) -> subprocess.Popen[bytes]:
     )
 
 
+#: a child of ``spawn_piped``
+Piped = subprocess.Popen[bytes]
+
+
+def spawn_piped(argv: Sequence[str], env: Mapping[str, str]) -> Piped:
+    """Start ``argv`` with its stdin and stdout on pipes (stderr discarded) in a session of
+    its own, and do not wait for it: a client the caller talks to for as long as it runs
+    (tmux's control mode). A Ctrl-C in the caller's terminal does not reach it; it ends
+    when the caller closes its stdin, or exits. ``end_piped`` ends and reaps it."""
+    return subprocess.Popen(
+        [str(a) for a in argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=dict(env),
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def end_piped(child: Piped, grace: float = 2.0) -> None:
+    """Close ``child``'s pipes (so it ends, as a client does at the end of its input),
+    kill it if it is still there after ``grace`` seconds, and reap it."""
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    try:
+        child.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
 async def start_piped(argv: Sequence[str], env: Mapping[str, str]) -> asyncio.subprocess.Process:
     """Start ``argv`` for an asyncio caller, its stdin, stdout and stderr on pipes (a
     served dashboard page's own dashboard). The caller ends and reaps it."""

@@ -598,21 +598,26 @@ def test_attach_suspends_the_dashboard_and_resumes_it(
             raise AssertionError(f"{exc}; the terminal shows:\n{screen()}") from None
         # the cursor starts on the first task (tokenize, hanging in its session)
         tmux("send-keys", "-t", "=view:", "a")
+
+        def attached() -> list[str]:
+            """The terminals attached to the run's session (the supervisor's control-mode
+            client is attached too, and is none)."""
+            fields = "#{session_name} #{client_control_mode} #{client_name}"
+            listed = subprocess.run(
+                ["tmux", "-L", tmux_socket, "list-clients", "-F", fields],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.split("\n")
+            return [line.split(" ", 2)[2] for line in listed if line.startswith("lo-demo 0 ")]
+
         wait_for(
-            lambda: (
-                "Needs you" not in screen()
-                and "lo-demo"
-                in subprocess.run(
-                    ["tmux", "-L", tmux_socket, "list-clients", "-F", "#{session_name}"],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                ).stdout
-            ),
+            lambda: "Needs you" not in screen() and attached(),
             20,
             "the run's session attached",
         )
-        subprocess.run(["tmux", "-L", tmux_socket, "detach-client", "-s", "=lo-demo"], check=True)
+        for client in attached():
+            subprocess.run(["tmux", "-L", tmux_socket, "detach-client", "-t", client], check=True)
         wait_for(lambda: "Needs you" in screen(), 20, "the dashboard back")
 
         def quit_pressed() -> bool:

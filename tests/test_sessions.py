@@ -9,8 +9,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.wait import wait_for
@@ -101,10 +103,38 @@ def big_prompt(task: str, size: int = 10_000) -> str:
 
 
 @pytest.fixture
-def backend(tmux_socket: str) -> TmuxBackend:
-    return TmuxBackend("t")
+def backends(
+    request: pytest.FixtureRequest, tmux_socket: str
+) -> Iterator[Callable[..., TmuxBackend]]:
+    """``TmuxBackend(...)``: as a command's (a tmux process per call), or as a serving
+    supervisor's (its calls through one control-mode client) in a test parametrized with
+    ``BOTH_WAYS``, which then must lose no client."""
+    serving: list[TmuxBackend] = []
+
+    def make(*args: Any, **kwargs: Any) -> TmuxBackend:
+        made = TmuxBackend(*args, **kwargs)
+        if getattr(request, "param", "process") == "control":
+            made.serve(lambda request: None, lambda *a, **k: None)
+            serving.append(made)
+        return made
+
+    yield make
+    for made in serving:
+        losses = made._control_losses
+        made.stop()
+        assert losses == 0
 
 
+#: a test run both ways: tmux processes, and a supervisor's control-mode client
+BOTH_WAYS = pytest.mark.parametrize("backends", ["process", "control"], indirect=True)
+
+
+@pytest.fixture
+def backend(backends: Callable[..., TmuxBackend]) -> TmuxBackend:
+    return backends("t")
+
+
+@BOTH_WAYS
 def test_eight_agents_each_receive_their_10k_prompt_once_whole(
     backend: TmuxBackend, tmux_socket: str, tmp_path: Path
 ) -> None:
@@ -168,6 +198,7 @@ def test_at_most_four_panes_per_window_and_tiled(
         assert 110 <= width <= 120 and 25 <= height <= 30, sizes
 
 
+@BOTH_WAYS
 def test_dead_pane_is_seen_within_a_second_with_its_status(
     backend: TmuxBackend, tmp_path: Path
 ) -> None:
@@ -204,6 +235,7 @@ def test_killed_by_signal_reports_128_plus_signal(backend: TmuxBackend, tmp_path
     assert backend.state(pane).dead_status == 137
 
 
+@BOTH_WAYS
 def test_argv_and_env_reach_the_program_literally(backend: TmuxBackend, tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     tricky = ["a b", "$(touch pwned)", "`id`", "'single'", '"double"', "semi;colon", "*", "ü日"]
@@ -235,6 +267,7 @@ def test_a_call_separates_commands_only_where_lo_orch_puts_then() -> None:
     assert commands(words) == ["send-keys", "kill-pane"]
 
 
+@BOTH_WAYS
 def test_values_ending_in_a_semicolon_reach_the_program_as_written(
     backend: TmuxBackend, tmp_path: Path
 ) -> None:
@@ -267,6 +300,7 @@ def test_panes_are_found_again_by_a_new_backend_and_respawned_in_place(
     assert again.list_panes() == {first: "alpha", second: "beta"}
 
 
+@BOTH_WAYS
 def test_killing_the_last_agent_pane_keeps_pane_ids_unique(
     backend: TmuxBackend, tmp_path: Path
 ) -> None:
@@ -550,11 +584,14 @@ def test_a_session_made_before_runs_were_tagged_is_still_its_runs(
     assert TmuxBackend("feat", owner="run-a").list_panes() == {pane: "tokenize"}
 
 
-def test_a_look_is_the_state_and_the_screen_together(tmux_socket: str, tmp_path: Path) -> None:
+@BOTH_WAYS
+def test_a_look_is_the_state_and_the_screen_together(
+    tmux_socket: str, tmp_path: Path, backends: Callable[..., TmuxBackend]
+) -> None:
     """``look`` says what ``state`` and ``capture`` say, for a live pane, a pane whose
     program exited, a pane killed and another run's pane (gone to this run: no text of it
     is read back, whatever it shows)."""
-    mine, other = TmuxBackend("demo"), TmuxBackend("other")
+    mine, other = backends("demo"), backends("other")
     live = mine.launch(LaunchSpec("a", tmp_path, ["sh", "-c", "echo hello-from-a; sleep 60"]))
     dead = mine.launch(LaunchSpec("b", tmp_path, ["sh", "-c", "echo bye; exit 3"]))
     killed = mine.launch(LaunchSpec("c", tmp_path, ["sleep", "60"]))
@@ -690,28 +727,29 @@ def test_the_agents_whose_start_wakes_the_wait_are_those_whose_hooks_report_it()
         assert not cls.uses_hooks and not cls.reports_start  # (no hooks: nothing wakes)
 
 
+@BOTH_WAYS
 def test_a_paste_never_reaches_an_exited_pane_nor_another_runs_and_keys_neither(
-    tmux_socket: str, tmp_path: Path
+    tmux_socket: str, tmp_path: Path, backends: Callable[..., TmuxBackend]
 ) -> None:
     """tmux 3.3a's server exits when a paste reaches a pane whose program exited, and every
     session on it goes: the server itself checks, in the command that pastes, that the pane
     is this run's and alive (a check in a call before left a window: the deliverer's
     stagger alone is 0.3 s). Keys go only to this run's panes, also judged by the server in
     the call that sends them. A refused paste leaves no buffer behind."""
-    first = TmuxBackend("feat", owner="run-a")
+    first = backends("feat", owner="run-a")
     mine = first.launch(LaunchSpec("a", tmp_path, ["cat"]))
     done = first.launch(LaunchSpec("b", tmp_path, ["true"]))
     wait_for(lambda: not first.state(done).alive, 5, "the second pane to exit")
     with pytest.raises(PaneGoneError, match="its program exited"):
         first.paste(done, "hello")
     assert first.state(mine).alive  # the server lives on, and the run's other session
-    second = TmuxBackend("feat", owner="run-b")  # the same name: another run's backend
+    second = backends("feat", owner="run-b")  # the same name: another run's backend
     with pytest.raises(PaneGoneError, match="not a pane of session lo-feat"):
         second.paste(mine, "forged-by-b")
     with pytest.raises(PaneGoneError, match="not a pane of session lo-feat"):
         second.send_keys(mine, "x", "Enter")
     with pytest.raises(PaneGoneError, match="not a pane of session lo-other"):
-        TmuxBackend("other").send_keys(mine, "Enter")
+        backends("other").send_keys(mine, "Enter")
     with pytest.raises(PaneGoneError, match="not a pane of session lo-feat"):
         first.paste("%999", "nobody")  # (no such pane)
     assert tmux(tmux_socket, "list-buffers") == ""
@@ -721,7 +759,7 @@ def test_a_paste_never_reaches_an_exited_pane_nor_another_runs_and_keys_neither(
     assert "forged" not in first.capture(mine, 50)
     # a run tag a tmux format cannot hold as it is: whose pane it is is asked in a call of
     # its own, and the server still judges that the pane is alive in the call that pastes
-    dotted = TmuxBackend("dotted", owner="run.a")
+    dotted = backends("dotted", owner="run.a")
     ended = dotted.launch(LaunchSpec("c", tmp_path, ["true"]))
     wait_for(lambda: not dotted.state(ended).alive, 5, "the dotted run's pane to exit")
     with pytest.raises(PaneGoneError, match="its program exited"):

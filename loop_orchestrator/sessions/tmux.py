@@ -8,10 +8,12 @@ race of setting it after a fast-dying process already exited; pane ids (``%N``) 
 per server but reused after a server restart, so every pane operation first checks that the
 pane belongs to this run's session.
 
-Every call goes through ``proc.run`` with a plain tmux argument list (libtmux is not used:
-delivery needs stdin (``load-buffer -``), options libtmux does not expose (``-e`` on
-respawn-pane, pane user options) and timeouts, which libtmux calls have none of: a
-supervisor must never hang on a wedged tmux server).
+Every call is a plain tmux argument list run by ``proc.run`` (libtmux is not used: delivery
+needs stdin (``load-buffer -``), options libtmux does not expose (``-e`` on respawn-pane,
+pane user options) and timeouts, which libtmux calls have none of: a supervisor must never
+hang on a wedged tmux server). While a supervisor serves (``serve`` to ``stop``) the calls
+it can are sent to one control-mode client of the server instead (``tmuxcontrol``): the
+same commands and answers, without a tmux process for each.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from loop_orchestrator import proc
 from loop_orchestrator.config import ClusterConfig
 from loop_orchestrator.errors import PaneGoneError, TmuxError
+from loop_orchestrator.sessions import tmuxcontrol
 from loop_orchestrator.sessions.backend import LaunchSpec, PaneState, tmux_socket
 from loop_orchestrator.sessions.listener import Request
 from loop_orchestrator.sessions.tmuxargs import (
@@ -55,6 +58,12 @@ PANES_PER_WINDOW = 4
 DEFAULT_SIZE = ("240", "60")
 #: how long one tmux client call may take before it counts as a failure
 TMUX_TIMEOUT = 20.0
+#: seconds before another control client is tried after one could not attach
+CONTROL_RETRY = 1.0
+#: control clients lost in one serve (ended, broke the protocol, no answer in time) after
+#: which every call is a tmux process again: a pane that keeps printing protocol lines
+#: would otherwise cost a new client at each look
+CONTROL_LOSSES = 3
 
 _INSTALL_HINT = "Install it with `apt-get install tmux` (Debian/Ubuntu) or `brew install tmux`."
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -116,6 +125,12 @@ class TmuxBackend:
         self.socket = socket if socket is not None else tmux_socket()
         self._lock = threading.RLock()
         self._version_ok = False
+        #: the control-mode client calls go through while serving (``_controlled``)
+        self._control: tmuxcontrol.Control | None = None
+        self._control_lock = threading.Lock()
+        self._serving = False
+        self._control_retry_at = 0.0
+        self._control_losses = 0
 
     @property
     def cluster(self) -> ClusterConfig | None:
@@ -128,10 +143,16 @@ class TmuxBackend:
         return True
 
     def serve(self, deliver: Callable[[Request], None], note: Callable[..., None]) -> None:
-        """Nothing to relay: local sessions reach the supervisor's listener themselves."""
+        """Nothing to relay: local sessions reach the supervisor's listener themselves.
+        From now on until ``stop`` (a supervisor's run) calls go through a control-mode
+        client where they can (``_controlled``)."""
+        self._serving = True
+        self._control_losses = 0
 
     def stop(self) -> None:
-        """Nothing started by ``serve`` to stop."""
+        """Close the control-mode client ``serve`` let calls use."""
+        self._serving = False
+        self._close_control()
 
     # plumbing ----------------------------------------------------------------------
     def _tmux_bin(self) -> str:
@@ -153,10 +174,12 @@ class TmuxBackend:
 
     def _tmux(self, *args: str | Sep, input: str | None = None, check: bool = True) -> proc.Result:
         """One tmux call: ``args`` are the words of its commands, ``THEN`` between two."""
-        argv = [self._tmux_bin(), *self._server_args(), *command_line(args)]
-        # the server starts with this environment and every pane inherits it: no token
-        env = proc.without_tokens(self.env)
-        result = proc.run(argv, env=env, input=input, timeout=TMUX_TIMEOUT, check=False)
+        result = self._controlled(args) if input is None else None
+        if result is None:
+            argv = [self._tmux_bin(), *self._server_args(), *command_line(args)]
+            # the server starts with this environment and every pane inherits it: no token
+            env = proc.without_tokens(self.env)
+            result = proc.run(argv, env=env, input=input, timeout=TMUX_TIMEOUT, check=False)
         if check and not result.ok:
             detail = result.stderr.strip() or (
                 "timed out" if result.returncode is None else f"exit {result.returncode}"
@@ -164,6 +187,55 @@ class TmuxBackend:
             msg = f"tmux {' ; '.join(commands(args))} failed for session {self.session}: {detail}"
             raise TmuxError(msg, hint=self._server_hint())
         return result
+
+    def _controlled(self, args: tuple[str | Sep, ...]) -> proc.Result | None:
+        """The call answered by the control client, or None when a tmux process must run
+        it: not serving, a call the client does not run (``tmuxcontrol.request_line``),
+        no client attached, or one lost before the call reached it, or before it answered
+        a call that only reads (any other might have run: it is answered as a failure, as
+        a timed-out process is)."""
+        if not self._serving:
+            return None
+        line = tmuxcontrol.request_line(args)
+        control = self._control_client() if line is not None else None
+        if line is None or control is None:
+            return None
+        start = time.monotonic()
+        try:
+            ok, out, err = control.run(line, TMUX_TIMEOUT)
+        except tmuxcontrol.Lost as exc:
+            self._control_losses += 1
+            log.warning(
+                "tmux control client lost",
+                extra={"session": self.session, "reason": str(exc), "call": commands(args)},
+            )
+            if not exc.sent or tmuxcontrol.reads_only(args):
+                return None
+            err = f"the tmux control client was lost before it answered: {exc}"
+            return proc.Result(["tmux", "-C", line], None, "", err, time.monotonic() - start)
+        return proc.Result(["tmux", "-C", line], 0 if ok else 1, out, err, time.monotonic() - start)
+
+    def _control_client(self) -> tmuxcontrol.Control | None:
+        """The open control client, attached now if there is none (at most every
+        ``CONTROL_RETRY`` seconds, and not after ``CONTROL_LOSSES``)."""
+        with self._control_lock:
+            if self._control is not None and not self._control.closed:
+                return self._control
+            now = time.monotonic()
+            if now < self._control_retry_at or self._control_losses >= CONTROL_LOSSES:
+                return None
+            env = proc.without_tokens(self.env)
+            tmux = [self._tmux_bin(), *self._server_args()]
+            self._control = tmuxcontrol.Control.open(tmux, self.session, env, TMUX_TIMEOUT)
+            if self._control is None:
+                self._control_retry_at = now + CONTROL_RETRY
+            return self._control
+
+    def _close_control(self) -> None:
+        with self._control_lock:
+            control, self._control = self._control, None
+        if control is not None:
+            control.close()
 
     def _server_hint(self) -> str:
         return f"Check the tmux server with `tmux{f' -L {self.socket}' if self.socket else ''} ls`."
@@ -307,6 +379,7 @@ class TmuxBackend:
                 if self.repo:
                     self._tmux("set-option", "-t", f"={self.session}:", "@lo_repo", self.repo)
             self._prepare_window(window_id, pane_id)
+            self._control_retry_at = 0.0  # (a client may attach now)
             log.info("tmux session created", extra={"session": self.session})
 
     def _prepare_window(self, window_id: str, keeper_pane: str) -> None:
@@ -322,6 +395,7 @@ class TmuxBackend:
             if self.owner is not None and tag not in ("", self.owner):
                 log.info("another run's tmux session left alone", extra={"session": self.session})
                 return
+            self._close_control()  # (attached to the session: ended with it)
             self._tmux("kill-session", "-t", f"={self.session}")
             log.info("tmux session killed", extra={"session": self.session})
 
@@ -571,7 +645,7 @@ class TmuxBackend:
         cond = alive if ours is None else f"#{{&&:{ours},{alive}}}"
         result = self._tmux(
             *("load-buffer", "-b", name, "-", THEN),
-            *("if-shell", "-F", "-t", pane_id, cond),
+            *("if-shell", "-F", "-t", pane_id, _itself(pane_id, cond)),
             f"paste-buffer -d {mode} -b {name} -t {pane_id}",
             f"delete-buffer -b {name} ; display-message -p {_REFUSED}",
             input=text,
@@ -602,7 +676,7 @@ class TmuxBackend:
             self._tmux("send-keys", "-t", pane_id, *keys)
             return
         result = self._tmux(  # (one call: sent only if the server finds the pane ours)
-            *("if-shell", "-F", "-t", pane_id, cond),
+            *("if-shell", "-F", "-t", pane_id, _itself(pane_id, cond)),
             f"send-keys -t {pane_id} {' '.join(keys)}",
             f"display-message -p {_REFUSED}",
             check=False,
@@ -688,6 +762,14 @@ class TmuxBackend:
         socket_path = tmux_env.split(",")[0]
         result = self._tmux("display-message", "-p", "#{socket_path}", check=False)
         return result.ok and result.stdout.strip() == socket_path
+
+
+def _itself(pane_id: str, cond: str) -> str:
+    """``cond`` judged by the server for ``pane_id`` itself: ``if-shell -t`` a pane that is
+    gone judges its format for an attached client's pane instead (the supervisor's control
+    client is one, a person's ``lo-orch attach`` another), which is then no answer for it.
+    (``pane_id`` is checked: ``%`` and digits, which a format holds as they are.)"""
+    return f"#{{&&:#{{==:#{{pane_id}},{pane_id}}},{cond}}}"
 
 
 def _state_of(info: PaneInfo) -> PaneState:
