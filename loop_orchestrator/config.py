@@ -202,7 +202,7 @@ class NotifyConfig(_Section):
     timeout: float = Field(default=10.0, gt=0, le=600, allow_inf_nan=False)
     #: notify-send / osascript, where one is on PATH
     desktop: bool = True
-    #: a terminal bell and a `tmux display-message` in the run's tmux session
+    #: a terminal bell and a `tmux display-message` on each terminal attached to the run's session
     tmux: bool = True
 
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from helpers.runs import edit_script, only, received, recorder
+from helpers.wait import wait_for
 
 from loop_orchestrator.commands.plan import plan_from_file
 from loop_orchestrator.config import NotifyConfig, Settings
 from loop_orchestrator.runstate import create as runs
 from loop_orchestrator.runstate import private
+from loop_orchestrator.sessions.tmuxcontrol import Control
 from loop_orchestrator.simulator import demo_flow as demo
 from loop_orchestrator.supervisor import notify
 from loop_orchestrator.supervisor.main import Supervisor
@@ -159,3 +163,64 @@ def test_desktop_and_tmux_channels_use_only_what_is_on_path(tmp_path: Path) -> N
         else:
             assert calls[0] == present[0]
             assert "t: asks to use Bash: rm -rf '$(x)'" in calls
+
+
+def test_a_tmux_notice_reaches_the_persons_terminal_not_the_supervisors_client(
+    tmp_path: Path, tmux_socket: str
+) -> None:
+    """Left to tmux, ``display-message`` goes to one client of the session: the
+    supervisor's control-mode client, attached all run long, as likely as the person's
+    terminal (here a client in a pane of an outer tmux server, whose screen is read)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    tmux = shutil.which("tmux")
+    assert tmux is not None
+    subprocess.run(
+        [tmux, "-L", tmux_socket, "new-session", "-d", "-s", "lo-r", "sleep 600"], check=True
+    )
+    outer = f"{tmux_socket}-outer"
+    attach = f"env -u TMUX {tmux} -L {tmux_socket} attach-session -t =lo-r"
+    subprocess.run(
+        [tmux, "-L", outer, "new-session", "-d", "-s", "o", "-x", "120", "-y", "10", attach],
+        check=True,
+    )
+    control = None
+    try:
+        wait_for(
+            lambda: (
+                "/dev/"
+                in subprocess.run(
+                    [tmux, "-L", tmux_socket, "list-clients", "-F", "#{client_name}"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                ).stdout
+            ),
+            10,
+            "the person's terminal attached",
+        )
+        control = Control.open([tmux, "-L", tmux_socket], "lo-r", dict(os.environ), 10)
+        assert control is not None  # (attached last: the client tmux would pick)
+        notifier = notify.Notifier(
+            repo,
+            "r",
+            NotifyConfig(desktop=False, tmux=True),
+            tmux_socket=tmux_socket,
+            tmux_session="lo-r",
+        )
+        notifier.notify("permission_request", "k", "asks to use Bash", "t1")
+        notifier.close(timeout=10)
+
+        def shown() -> str:
+            return subprocess.run(
+                [tmux, "-L", outer, "capture-pane", "-p", "-t", "o"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+
+        wait_for(lambda: "lo-orch: t1: asks to use Bash" in shown(), 5, "the notice")
+    finally:
+        if control is not None:
+            control.close()
+        subprocess.run([tmux, "-L", outer, "kill-server"], capture_output=True, check=False)

@@ -435,3 +435,20 @@ def test_a_call_that_changes_things_is_not_run_twice_when_the_client_is_lost(
         assert backend._control_losses == 1
     finally:
         backend.stop()
+
+
+def test_the_session_outlives_the_client_whatever_the_users_tmux_config(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """A user's ``set -g destroy-unattached on`` would end the run's session, every agent
+    with it, when the supervisor's client detaches at its end."""
+    backend = TmuxBackend("t")
+    pane = backend.launch(spec(tmp_path, "a", "exec sleep 600"))
+    tmux(tmux_socket, "set-option", "-g", "destroy-unattached", "on")
+    serving(backend)
+    assert backend.alive_panes() == {pane: True}
+    assert "control-mode" in tmux(tmux_socket, "list-clients", "-F", "#{client_flags}").stdout
+    backend.stop()
+    wait_for(lambda: tmux(tmux_socket, "list-clients").stdout == "", 5, "the client gone")
+    time.sleep(0.2)
+    assert backend.session_exists() and backend.alive_panes() == {pane: True}

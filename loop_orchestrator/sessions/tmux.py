@@ -374,6 +374,10 @@ class TmuxBackend:
                     hint=_INSTALL_HINT if "not found" in result.stderr else None,
                 )
             window_id, pane_id = result.stdout.strip().split("\t")
+            # the session must outlive every client that detaches from it: the person's
+            # (`lo-orch attach`) and the supervisor's control-mode client, whose detach
+            # a user's `set -g destroy-unattached on` would answer by ending every agent
+            self._tmux("set-option", "-t", f"={self.session}:", "destroy-unattached", "off")
             if self.owner is not None:
                 self._tmux("set-option", "-t", f"={self.session}:", "@lo_run", self.owner)
                 if self.repo:

@@ -13,7 +13,8 @@ Each event goes, once, to every channel that is on (``[notify]``):
   (``task`` null for run events) — no environment, no token, no prompt text. It runs in a
   new process group and is killed with it after ``timeout`` seconds;
 - ``desktop``: ``notify-send`` (Linux) or ``osascript`` (macOS), only when on PATH;
-- ``tmux``: ``display-message`` in the run's own tmux session (its own server), and a
+- ``tmux``: ``display-message`` on each terminal attached to the run's own tmux session
+  (its own server; not the supervisor's control-mode client), and a
   terminal bell on the supervisor's terminal.
 
 "Once": the id of every event is appended to ``notify/sent.jsonl`` in the run's private
@@ -190,19 +191,24 @@ class Notifier:
         tmux = self.which("tmux")
         if self.tmux_session and self.tmux_socket and tmux:
             text = f"lo-orch: {_headline(doc)}".replace("#", "##")  # no tmux formats
-            proc.run_in_group(
-                [
-                    tmux,
-                    "-L",
-                    self.tmux_socket,
-                    "display-message",
-                    "-t",
-                    f"={self.tmux_session}:",
-                    text,
-                ],
-                None,
-                CHANNEL_TIMEOUT,
+            server = [tmux, "-L", self.tmux_socket]
+            # each person's terminal on the run's session, by name: left to tmux, the
+            # message goes to one client, the supervisor's control-mode client as likely
+            listed = proc.run(
+                [*server, "list-clients", "-t", f"={self.tmux_session}", "-F", _CLIENT],
+                check=False,
+                timeout=CHANNEL_TIMEOUT,
             )
+            for line in listed.stdout.splitlines() if listed.ok else []:
+                control, _, name = line.partition(" ")
+                if control == "0" and name:
+                    proc.run_in_group(
+                        [*server, "display-message", "-c", name, text], None, CHANNEL_TIMEOUT
+                    )
+
+
+#: a client of the run's session: whether it is a control-mode client, and its name
+_CLIENT = "#{client_control_mode} #{client_name}"
 
 
 def _headline(doc: dict[str, Any]) -> str:
