@@ -4,8 +4,10 @@ the benchmarks share."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -99,3 +101,54 @@ def test_exited_counts_a_zombie_and_start_time_names_one_process() -> None:
         running.wait()
         ended.wait()
     assert procinfo.exited(ended.pid) and procinfo.start_time(ended.pid) is None
+
+
+#: run in a pid namespace of its own (ids it may hand out again itself, through
+#: ns_last_pid): this process stands for task b's pane, a child of it for task a's
+REUSED_PID = textwrap.dedent(
+    """
+    import subprocess
+    import time
+    from loop_orchestrator.supervisor.inbox import PaneTasks
+
+    a_pane = subprocess.Popen(["sleep", "600"])
+    b_pane = os.getpid()
+    listed = []
+
+    def tmux_says():
+        listed.append(1)
+        return {a_pane.pid: "a", b_pane: "b"}
+
+    panes = PaneTasks(tmux_says)
+    assert panes.task_of(a_pane.pid) == "a"
+    a_pane.kill()
+    a_pane.wait()  # task a's pane ended: its id is free
+    time.sleep(0.05)  # (start times count 10 ms ticks; ids wrap in minutes at the least)
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(a_pane.pid - 1))
+    sender = subprocess.Popen(["sleep", "600"])  # in b's session, with the ended pane's id
+    assert sender.pid == a_pane.pid, (sender.pid, a_pane.pid)
+    print(panes.task_of(sender.pid), len(listed))
+    sender.kill()
+    """
+)
+
+
+def test_a_process_given_an_ended_panes_id_is_not_taken_for_its_task(tmp_path: Path) -> None:
+    """The kernel hands a pane's process id out again once ids wrap around; the supervisor
+    asks tmux for the panes again only when a process finds none above it. A process of
+    task b's session that got the id of task a's ended pane (here handed to it through
+    ns_last_pid, in a pid namespace of the test's own) is b's: its message is not a's."""
+    unshare = shutil.which("unshare")
+    assert unshare is not None
+    script = "import os\n" + REUSED_PID
+    namespace = [unshare, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+    out = subprocess.run(
+        [*namespace, sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["b", "1"]  # b's, from the list it had (not asked again)

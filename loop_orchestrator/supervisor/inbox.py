@@ -26,6 +26,42 @@ log = logging.getLogger(__name__)
 Submit = Callable[[str, Callable[[str], None]], None]
 
 
+class PaneTasks:
+    """Which task's session a process descends from: each pane's process (``listed``: its
+    id, as tmux reports it, and its task) and the parent chain the kernel keeps.
+
+    A pane's process is known by its id *and its start time*: a pane that ended leaves its
+    id to the kernel, which hands it out again once ids wrap around (32,768 of them by
+    default: minutes on a busy machine), and the list is asked again only when a process
+    finds no pane above it. A process that got the id of an ended pane (any process of
+    another session, one that started thousands of others to reach it among them) was
+    taken for that pane's task: its messages judged as that task's.
+    """
+
+    def __init__(self, listed: Callable[[], dict[int, str]]) -> None:
+        self._listed = listed
+        #: pane process id -> (task, its start time); replaced whole, never changed
+        self._known: dict[int, tuple[str, str | None]] = {}
+
+    def task_of(self, pid: int) -> str | None:
+        for attempt in range(2):
+            known = self._known
+            # nearest first, read no further than the first pane (its tmux server and init
+            # above it cost a /proc read each)
+            for ancestor in procinfo.lineage(pid):
+                found = known.get(ancestor)
+                if (
+                    found is not None
+                    and found[1] is not None
+                    and found[1] == procinfo.start_time(ancestor)
+                ):
+                    return found[0]
+            if attempt == 0:
+                listed = self._listed()
+                self._known = {p: (task, procinfo.start_time(p)) for p, task in listed.items()}
+        return None
+
+
 class Inbox:
     """The sessions' messages to the supervisor, and the signals to ask for again."""
 
@@ -67,9 +103,8 @@ class Inbox:
         self.asks: dict[str, str] = {}
         self.asks_lock = threading.Lock()
         self.asked: dict[str, str] = {}
-        #: pane process id -> task, to tell which session a message comes from
-        self.pane_pids: dict[int, str] = {}
-        self.pane_pids_lock = threading.Lock()
+        #: which session a message comes from
+        self.panes = PaneTasks(backend.task_pids)
 
     def drain(self) -> None:
         """What sessions left while no supervisor listened: hints, never decisions."""
@@ -79,22 +114,10 @@ class Inbox:
     def identify(self, pid: int) -> str | None:
         """The task whose session ``pid`` descends from (the kernel's parent chain), or None.
 
-        Called by the inbox's threads for every message: only the pane's process id, which
-        tmux reports and no agent can choose, ties a message to a task.
+        Called by the inbox's threads for every message: only the pane's process, which
+        tmux reports and no agent can choose, ties a message to a task (``PaneTasks``).
         """
-        for attempt in range(2):
-            with self.pane_pids_lock:
-                known = self.pane_pids  # (replaced whole when refreshed, never changed)
-            # nearest first, read no further than the first pane (its tmux server and init
-            # above it cost a /proc read each)
-            for ancestor in procinfo.lineage(pid):
-                if ancestor in known:
-                    return known[ancestor]
-            if attempt == 0:
-                fresh = self.backend.task_pids()
-                with self.pane_pids_lock:
-                    self.pane_pids = fresh
-        return None
+        return self.panes.task_of(pid)
 
     def receive(self, request: listener.Request) -> None:
         """Judge a session's message on the listener's thread and answer at once (the
