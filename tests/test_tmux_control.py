@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -452,3 +453,25 @@ def test_the_session_outlives_the_client_whatever_the_users_tmux_config(
     wait_for(lambda: tmux(tmux_socket, "list-clients").stdout == "", 5, "the client gone")
     time.sleep(0.2)
     assert backend.session_exists() and backend.alive_panes() == {pane: True}
+
+
+def test_a_process_holding_a_thousand_files_still_talks_to_its_client(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """A long-lived supervisor may hold many files: the client's pipe can then be past
+    fd 1024, which select() refuses (ValueError)."""
+    session(tmux_socket, tmp_path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard == resource.RLIM_INFINITY or hard >= 1200, "the test needs 1,200 files"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        control = open_control(tmux_socket)
+        try:
+            assert control.run("'display-message' '-p' 'far'", 10) == (True, "far\n", "")
+        finally:
+            control.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

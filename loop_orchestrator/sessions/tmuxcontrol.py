@@ -12,10 +12,16 @@ Nothing of a pane's text reaches this stream but through ``capture-pane``, which
 it is: a program in a pane can print a line that reads ``%end T N F``. The reader takes
 the stream only as tmux writes it (``Reader``): a block ends with its own begin's three
 numbers, and N, a counter of the whole server, rises from block to block. A printed end
-that closes a block early leaves the real end stray, unless a printed begin reopens the
-block, which repeats its N: either way the stream is refused, the client closed, and a
-request that only reads is answered by a tmux process instead (``READS``). The nonce is
-random per request and never shown to a pane, so no printed block can end a request.
+that closes a block early leaves the real end stray, unless a printed begin opens another
+block: one of the same N (which must rise), or of a later one, inside which the real end
+then stands. Each of these is refused at once, the client closed, and a request that only
+reads is answered by a tmux process instead (``READS``). The nonce is random per request
+and never shown to a pane, so no printed block can end a request.
+
+The client is started with the session's name, attached before anything is sent (tmux may
+answer a line read from stdin before the attach it was started with), and ends when its
+stdin closes: the server holds the client's pipes, so it ends with the process that made
+it, killed or not.
 
 Decisions (quoting, which calls may go here, the reader) are pure; ``Control`` is the
 pipe around them.
@@ -23,20 +29,18 @@ pipe around them.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import secrets
 import select
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loop_orchestrator import proc
 from loop_orchestrator.sessions.tmuxargs import Sep
-
-log = logging.getLogger(__name__)
 
 #: commands a request may hold: none of them ends the client's session (kill-session,
 #: kill-server: run by a tmux process, as the connection ends with them) or reads stdin
@@ -195,7 +199,8 @@ class Control:
     def __init__(self, child: proc.Piped) -> None:
         self._child = child
         self._reader = Reader()
-        self._buffer = b""
+        self._lines: deque[bytes] = deque()  # read, not yet fed
+        self._partial = b""  # the start of the line being read
         self._lock = threading.Lock()
         self.closed = False
 
@@ -271,19 +276,20 @@ class Control:
     def _next_line(self, deadline: float) -> bytes:
         stdout = self._child.stdout
         assert stdout is not None
-        while True:
-            if b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                return line
+        while not self._lines:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([stdout], [], [], left)[0]:
+            poller = select.poll()  # (not select(): a long-lived process may hold fd 1024)
+            poller.register(stdout.fileno(), select.POLLIN)
+            if left <= 0 or not poller.poll(left * 1000):
                 msg = "no answer in time"
                 raise Lost(msg, sent=True)
             chunk = os.read(stdout.fileno(), 65536)
             if not chunk:
                 msg = "the client ended"
                 raise Lost(msg, sent=True)
-            self._buffer += chunk
+            *done, self._partial = (self._partial + chunk).split(b"\n")
+            self._lines.extend(done)
+        return self._lines.popleft()
 
     def close(self) -> None:
         with self._lock:
