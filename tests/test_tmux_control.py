@@ -81,7 +81,7 @@ def test_quoting_keeps_tab_and_refuses_other_control_characters() -> None:
     assert quote("a\tb") == "'a\tb'"
     assert quote("it's") == '"it\'s"'
     assert quote("x'\"$\\") == '"x\'\\"\\$\\\\"'
-    for bad in ("\x00", "\x1b[201~", "\x7f", "\n"):
+    for bad in ("\x00", "\x1b[201~", "\x7f", "\n", os.fsdecode(b"caf\xe9")):
         assert quote(bad) is None
 
 
@@ -475,3 +475,29 @@ def test_a_process_holding_a_thousand_files_still_talks_to_its_client(
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_folder_whose_name_is_not_utf8_is_launched_in_all_the_same(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """A worktree path's bytes that are not UTF-8 cannot be written on a line: that call
+    is a tmux process, which gets them as they are."""
+    folder = tmp_path / os.fsdecode(b"caf\xe9")
+    folder.mkdir()
+    backend = serving(TmuxBackend("t"))
+    try:
+        backend.alive_panes()  # (no session yet)
+        backend.ensure_session()
+        pane = backend.launch(
+            LaunchSpec(
+                task="a", argv=["sh", "-c", "pwd > where; exec sleep 600"], cwd=folder, env={}
+            )
+        )
+        wait_for((folder / "where").exists, 10, "the pane's pwd")
+        assert os.fsencode((folder / "where").read_text(errors="surrogateescape").strip()) == (
+            os.fsencode(folder)
+        )
+        assert backend.alive_panes() == {pane: True}
+        assert backend._control is not None and backend._control_losses == 0
+    finally:
+        backend.stop()

@@ -77,14 +77,24 @@ class ProtocolError(Exception):
 
 def quote(word: str) -> str | None:
     """``word`` as one word of tmux's command language, or None when it cannot be sent
-    on a line (a control character other than tab). Single quotes keep everything as it
-    is; a word holding one is double-quoted, with ``\\``, ``"`` and ``$`` escaped."""
-    if _UNSENDABLE.search(word):
+    on a line (a control character other than tab, or bytes that are not UTF-8: a path's
+    ``surrogateescape``, which a tmux process gets as they are). Single quotes keep
+    everything as it is; a word holding one is double-quoted, with ``\\``, ``"`` and ``$``
+    escaped."""
+    if _UNSENDABLE.search(word) or not _utf8(word):
         return None
     if "'" not in word:
         return f"'{word}'"
     escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
     return f'"{escaped}"'
+
+
+def _utf8(word: str) -> bool:
+    try:
+        word.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def request_line(args: Sequence[str | Sep]) -> str | None:
