@@ -37,6 +37,8 @@ from loop_orchestrator.sessions.tmuxcontrol import (
     quote,
     reads_only,
     request_line,
+    retry_after,
+    supported,
 )
 
 #: the real tmux (a test may put a counting one first on PATH)
@@ -83,6 +85,13 @@ def test_quoting_keeps_tab_and_refuses_other_control_characters() -> None:
     assert quote("x'\"$\\") == '"x\'\\"\\$\\\\"'
     for bad in ("\x00", "\x1b[201~", "\x7f", "\n", os.fsdecode(b"caf\xe9")):
         assert quote(bad) is None
+
+
+def test_a_client_is_attached_only_where_tmux_takes_its_flags_and_retried_ever_later() -> None:
+    assert not supported(None) and not supported((3, 1)) and not supported((2, 9))
+    assert supported((3, 2)) and supported((3, 5)) and supported((4, 0))
+    waits = [retry_after(n) for n in range(1, 10)]
+    assert waits[:3] == [1.0, 2.0, 4.0] and waits[-1] == 60.0 and waits == sorted(waits)
 
 
 # the reader --------------------------------------------------------------------------------

@@ -58,8 +58,6 @@ PANES_PER_WINDOW = 4
 DEFAULT_SIZE = ("240", "60")
 #: how long one tmux client call may take before it counts as a failure
 TMUX_TIMEOUT = 20.0
-#: seconds before another control client is tried after one could not attach
-CONTROL_RETRY = 1.0
 #: control clients lost in one serve (ended, broke the protocol, no answer in time) after
 #: which every call is a tmux process again: a pane that keeps printing protocol lines
 #: would otherwise cost a new client at each look
@@ -125,11 +123,13 @@ class TmuxBackend:
         self.socket = socket if socket is not None else tmux_socket()
         self._lock = threading.RLock()
         self._version_ok = False
+        self._version: tuple[int, int] | None = None
         #: the control-mode client calls go through while serving (``_controlled``)
         self._control: tmuxcontrol.Control | None = None
         self._control_lock = threading.Lock()
         self._serving = False
         self._control_retry_at = 0.0
+        self._control_failures = 0  # attaches that failed in a row
         self._control_losses = 0
 
     @property
@@ -216,19 +216,26 @@ class TmuxBackend:
         return proc.Result(["tmux", "-C", line], 0 if ok else 1, out, err, time.monotonic() - start)
 
     def _control_client(self) -> tmuxcontrol.Control | None:
-        """The open control client, attached now if there is none (at most every
-        ``CONTROL_RETRY`` seconds, and not after ``CONTROL_LOSSES``)."""
+        """The open control client, attached now if there is none: not on a tmux that has
+        no client flags (``tmuxcontrol.supported``), not after ``CONTROL_LOSSES``, and
+        after an attach that failed not before ``tmuxcontrol.retry_after``."""
         with self._control_lock:
             if self._control is not None and not self._control.closed:
                 return self._control
             now = time.monotonic()
             if now < self._control_retry_at or self._control_losses >= CONTROL_LOSSES:
                 return None
+            self._check_version()
+            if not tmuxcontrol.supported(self._version):
+                return None
             env = proc.without_tokens(self.env)
             tmux = [self._tmux_bin(), *self._server_args()]
             self._control = tmuxcontrol.Control.open(tmux, self.session, env, TMUX_TIMEOUT)
             if self._control is None:
-                self._control_retry_at = now + CONTROL_RETRY
+                self._control_failures += 1
+                self._control_retry_at = now + tmuxcontrol.retry_after(self._control_failures)
+            else:
+                self._control_failures = 0
             return self._control
 
     def _close_control(self) -> None:
@@ -333,7 +340,8 @@ class TmuxBackend:
             return
         result = self._tmux("-V", check=False)
         match = re.search(r"(\d+)\.(\d+)", result.stdout)
-        if match and (int(match.group(1)), int(match.group(2))) < (3, 0):
+        self._version = (int(match.group(1)), int(match.group(2))) if match else None
+        if self._version is not None and self._version < (3, 0):
             msg = f"{result.stdout.strip()} is too old: lo-orch needs tmux 3.0 or newer"
             raise TmuxError(msg, hint=_INSTALL_HINT)
         self._version_ok = True
@@ -383,7 +391,7 @@ class TmuxBackend:
                 if self.repo:
                     self._tmux("set-option", "-t", f"={self.session}:", "@lo_repo", self.repo)
             self._prepare_window(window_id, pane_id)
-            self._control_retry_at = 0.0  # (a client may attach now)
+            self._control_retry_at, self._control_failures = 0.0, 0  # (one may attach now)
             log.info("tmux session created", extra={"session": self.session})
 
     def _prepare_window(self, window_id: str, keeper_pane: str) -> None:

@@ -66,6 +66,13 @@ COMMANDS = frozenset(
 #: process when the connection broke before its answer (any other might have run)
 READS = frozenset({"capture-pane", "display-message", "list-panes", "show-options"})
 
+#: the first tmux whose clients take flags (``attach-session -f``)
+MIN_VERSION = (3, 2)
+#: seconds before another attach after the first that failed; doubled at each failure
+RETRY = 1.0
+#: ... up to this
+RETRY_MOST = 60.0
+
 #: a word the line protocol cannot carry (it would end the line, or be taken apart)
 _UNSENDABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _GUARD = re.compile(r"^%(begin|end|error) (\d+) (\d+) (\d+)$")
@@ -87,6 +94,18 @@ def quote(word: str) -> str | None:
         return f"'{word}'"
     escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
     return f'"{escaped}"'
+
+
+def supported(version: tuple[int, int] | None) -> bool:
+    """Whether tmux ``version`` (None: it did not say) takes the client flags a control
+    client is attached with; an older one runs every call as a process."""
+    return version is not None and version >= MIN_VERSION
+
+
+def retry_after(failures: int) -> float:
+    """Seconds to wait after ``failures`` attaches in a row failed (a server with no
+    session yet, or one that refuses control clients: not a process a second)."""
+    return min(RETRY * 2.0 ** max(failures - 1, 0), RETRY_MOST)
 
 
 def _utf8(word: str) -> bool:

@@ -201,7 +201,7 @@ class Notifier:
             )
             for line in listed.stdout.splitlines() if listed.ok else []:
                 control, _, name = line.partition(" ")
-                if control == "0" and name:
+                if control != "1" and name:  # (a tmux before the field says nothing)
                     proc.run_in_group(
                         [*server, "display-message", "-c", name, text], None, CHANNEL_TIMEOUT
                     )
