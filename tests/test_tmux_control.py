@@ -450,11 +450,13 @@ def test_a_call_that_changes_things_is_not_run_twice_when_the_client_is_lost(
 def test_the_session_outlives_the_client_whatever_the_users_tmux_config(
     tmux_socket: str, tmp_path: Path
 ) -> None:
-    """A user's ``set -g destroy-unattached on`` would end the run's session, every agent
-    with it, when the supervisor's client detaches at its end."""
+    """A user's ``set -g destroy-unattached on`` (in ~/.tmux.conf, which the run's server
+    reads) would end the run's session, every agent with it, as soon as it is made, and
+    when the supervisor's client detaches at its end."""
+    (Path.home() / ".tmux.conf").write_text("set -g destroy-unattached on\n", encoding="utf-8")
     backend = TmuxBackend("t")
     pane = backend.launch(spec(tmp_path, "a", "exec sleep 600"))
-    tmux(tmux_socket, "set-option", "-g", "destroy-unattached", "on")
+    assert tmux(tmux_socket, "show-options", "-gv", "destroy-unattached").stdout == "on\n"
     serving(backend)
     assert backend.alive_panes() == {pane: True}
     assert "control-mode" in tmux(tmux_socket, "list-clients", "-F", "#{client_flags}").stdout
@@ -510,3 +512,20 @@ def test_a_folder_whose_name_is_not_utf8_is_launched_in_all_the_same(
         assert backend._control is not None and backend._control_losses == 0
     finally:
         backend.stop()
+
+
+def test_a_session_an_older_lo_orch_made_outlives_the_client_too(
+    tmux_socket: str, tmp_path: Path
+) -> None:
+    """A run resumed on a session made before sessions were set to outlive their
+    clients: it is set before the supervisor's client can detach."""
+    tmux(tmux_socket, "new-session", "-d", "-s", "lo-t", "-x", "240", "-y", "60", "sleep 600")
+    backend = serving(TmuxBackend("t"))
+    pane = backend.launch(spec(tmp_path, "a", "exec sleep 600"))
+    assert backend._control is not None
+    # (set while a client is attached: tmux ends an unattached session at once)
+    tmux(tmux_socket, "set-option", "-g", "destroy-unattached", "on")
+    backend.stop()
+    wait_for(lambda: tmux(tmux_socket, "list-clients").stdout == "", 5, "the client gone")
+    time.sleep(0.2)
+    assert backend.session_exists() and backend.alive_panes()[pane]

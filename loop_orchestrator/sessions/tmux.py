@@ -18,6 +18,7 @@ same commands and answers, without a tmux process for each.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -236,7 +237,18 @@ class TmuxBackend:
                 self._control_retry_at = now + tmuxcontrol.retry_after(self._control_failures)
             else:
                 self._control_failures = 0
+                # (a session an older lo-orch made: set before this client can detach)
+                line = tmuxcontrol.request_line(self._outlive_clients())
+                if line is not None:
+                    with contextlib.suppress(tmuxcontrol.Lost):
+                        self._control.run(line, TMUX_TIMEOUT)
             return self._control
+
+    def _outlive_clients(self) -> tuple[str, ...]:
+        """The call that makes the session outlive every client that detaches from it:
+        the person's (`lo-orch attach`) and the supervisor's control-mode client, whose
+        detach a user's ``set -g destroy-unattached on`` answers by ending every agent."""
+        return ("set-option", "-t", f"={self.session}:", "destroy-unattached", "off")
 
     def _close_control(self) -> None:
         with self._control_lock:
@@ -369,6 +381,10 @@ class TmuxBackend:
                 "-F",
                 "#{window_id}\t#{pane_id}",
                 *_KEEPER_ARGV,
+                # (in the same call: tmux ends an unattached session that has the option
+                # on, a user's `set -g destroy-unattached on`, before a next call)
+                THEN,
+                *self._outlive_clients(),
                 check=False,
             )
             if not result.ok:
@@ -382,10 +398,6 @@ class TmuxBackend:
                     hint=_INSTALL_HINT if "not found" in result.stderr else None,
                 )
             window_id, pane_id = result.stdout.strip().split("\t")
-            # the session must outlive every client that detaches from it: the person's
-            # (`lo-orch attach`) and the supervisor's control-mode client, whose detach
-            # a user's `set -g destroy-unattached on` would answer by ending every agent
-            self._tmux("set-option", "-t", f"={self.session}:", "destroy-unattached", "off")
             if self.owner is not None:
                 self._tmux("set-option", "-t", f"={self.session}:", "@lo_run", self.owner)
                 if self.repo:
