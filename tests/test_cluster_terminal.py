@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from helpers import REPO_ROOT
+from helpers.fds import past_fd_1024
 from helpers.wait import wait_for
 
 from loop_orchestrator.cluster import terminal
@@ -174,6 +175,17 @@ def test_the_program_gets_a_terminal_type_and_no_outer_tmux(
     monkeypatch.setenv("TERM", "screen")
     term = host.open(["sh", "-c", 'echo "term=$TERM."'], 24, 80)
     assert b"term=screen." in read_until(host, term, b"term=screen.")
+
+
+def test_a_host_holding_a_thousand_files_still_reads_and_writes(host: TerminalHost) -> None:
+    """A node's actor process holds many files: the pty can be past fd 1024, which
+    select() refuses (ValueError)."""
+    with past_fd_1024():
+        term = host.open(["sh", "-c", 'printf "ready\\n"; read line; echo "got:$line"'], 24, 80)
+        read_until(host, term, b"ready")
+        host.write(term, b"far\n")
+        assert b"got:far" in read_until(host, term, b"got:")
+        host.close(term)
 
 
 def test_open_of_a_missing_program_says_so(host: TerminalHost) -> None:

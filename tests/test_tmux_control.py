@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from helpers.fds import past_fd_1024
 from helpers.wait import wait_for
 
 from loop_orchestrator import proc
@@ -472,20 +472,12 @@ def test_a_process_holding_a_thousand_files_still_talks_to_its_client(
     """A long-lived supervisor may hold many files: the client's pipe can then be past
     fd 1024, which select() refuses (ValueError)."""
     session(tmux_socket, tmp_path)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    assert hard == resource.RLIM_INFINITY or hard >= 1200, "the test needs 1,200 files"
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
-    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
-    try:
+    with past_fd_1024():
         control = open_control(tmux_socket)
         try:
             assert control.run("'display-message' '-p' 'far'", 10) == (True, "far\n", "")
         finally:
             control.close()
-    finally:
-        for fd in held:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_folder_whose_name_is_not_utf8_is_launched_in_all_the_same(

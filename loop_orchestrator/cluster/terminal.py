@@ -84,6 +84,15 @@ class _Terminal:
     closed: bool = False  # the master fd is closed
 
 
+def _ready(fd: int, events: int, timeout: float) -> bool:
+    """Whether ``fd`` is ready for ``events`` (or hung up) within ``timeout`` seconds:
+    poll(), not select(), which refuses fd 1024 and above (a node's actor process holds
+    many files)."""
+    poller = select.poll()
+    poller.register(fd, events)
+    return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
 class TerminalHost:
     """Programs on pseudo-terminals of this machine, by id; safe to call from many threads."""
 
@@ -111,8 +120,7 @@ class TerminalHost:
             if term.closed:
                 return None
             try:
-                ready, _, _ = select.select([term.master], [], [], max(0.0, timeout))
-                if not ready:
+                if not _ready(term.master, select.POLLIN, timeout):
                     return b"" if not self._reaped(term) else None
                 data = os.read(term.master, 65536)
             except OSError as exc:  # EIO: every holder of the pty's other side is gone
@@ -139,7 +147,7 @@ class TerminalHost:
                     if time.monotonic() > deadline:
                         log.warning("terminal input dropped", extra={"term": term_id})
                         return
-                    select.select([], [term.master], [], 0.1)
+                    _ready(term.master, select.POLLOUT, 0.1)
                     continue
                 except OSError as exc:
                     if exc.errno in (errno.EIO, errno.EBADF):
