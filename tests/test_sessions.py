@@ -120,7 +120,7 @@ def backends(
 
     yield make
     for made in serving:
-        losses = made._control_losses
+        losses = made.channel.losses
         made.stop()
         assert losses == 0
 

@@ -25,10 +25,11 @@ from loop_orchestrator import proc
 from loop_orchestrator.errors import TmuxError
 from loop_orchestrator.sessions import tmux as tmux_module
 from loop_orchestrator.sessions.backend import LaunchSpec
-from loop_orchestrator.sessions.tmux import CONTROL_LOSSES, TmuxBackend
+from loop_orchestrator.sessions.tmux import TmuxBackend
 from loop_orchestrator.sessions.tmuxargs import PANE_FIELDS, THEN, Sep
 from loop_orchestrator.sessions.tmuxcontrol import (
     Block,
+    Channel,
     Control,
     Lost,
     ProtocolError,
@@ -380,7 +381,7 @@ def test_a_pane_that_prints_protocol_lines_is_read_truly_then_by_processes(
 ) -> None:
     """The strongest forger: it knows its capture's command number and second (read here
     from the client's reader, as no pane can). Each forgery is caught, the look answered
-    by a tmux process as the pane truly is; after ``CONTROL_LOSSES`` no client is tried."""
+    by a tmux process as the pane truly is; after ``Channel.LOSSES`` no client is tried."""
     backend = TmuxBackend("t")
     panes = {}
     for kind in ("early end", "reopened", "next number"):
@@ -388,11 +389,11 @@ def test_a_pane_that_prints_protocol_lines_is_read_truly_then_by_processes(
         script = FORGER.format(trigger=trigger)
         panes[kind] = (backend.launch(spec(tmp_path, kind[0], script)), trigger)
     serving(backend)
-    caplog.set_level(logging.WARNING, logger=tmux_module.__name__)
+    caplog.set_level(logging.WARNING, logger=Channel.__module__)
     try:
         for lost, (kind, (pane, trigger)) in enumerate(panes.items(), start=1):
             wait_for(partial(screen_shows, backend, pane, "the real screen"), 10, "the screen")
-            control = backend._control
+            control = backend.channel.control
             assert control is not None and not control.closed
             # the next look: display-message, then capture-pane (this number), then the
             # nonce; no tmux command runs between (the pane's news comes by a file)
@@ -411,13 +412,13 @@ def test_a_pane_that_prints_protocol_lines_is_read_truly_then_by_processes(
             truth = tmux(tmux_socket, "capture-pane", "-p", "-N", "-t", pane, "-S", "0").stdout
             assert state.alive
             assert text == truth, kind  # the pane's screen as it is, forged lines and all
-            assert backend._control_losses == lost
-            if lost < CONTROL_LOSSES:
+            assert backend.channel.losses == lost
+            if lost < Channel.LOSSES:
                 backend.alive_panes()  # (a new client for the next forger)
         assert [r for r in caplog.records if r.getMessage() == "tmux control client lost"]
-        assert backend._control is None or backend._control.closed
+        assert backend.channel.control is None or backend.channel.control.closed
         backend.alive_panes()
-        assert backend._control is None or backend._control.closed  # no new client
+        assert backend.channel.control is None or backend.channel.control.closed  # no new client
         assert tmux(tmux_socket, "list-clients").stdout == ""
     finally:
         backend.stop()
@@ -433,7 +434,7 @@ def test_a_call_that_changes_things_is_not_run_twice_when_the_client_is_lost(
     backend = serving(TmuxBackend("t"))
     try:
         backend.launch(spec(tmp_path, "a", "exec sleep 600"))
-        assert backend._control is not None
+        assert backend.channel.control is not None
         panes = len(backend.alive_panes())
         monkeypatch.setattr(tmux_module, "TMUX_TIMEOUT", 0.5)
         with pytest.raises(TmuxError, match="control client was lost"):
@@ -441,8 +442,8 @@ def test_a_call_that_changes_things_is_not_run_twice_when_the_client_is_lost(
         monkeypatch.setattr(tmux_module, "TMUX_TIMEOUT", 20.0)
         time.sleep(1.5)
         assert len(backend.alive_panes()) in (panes, panes + 1)  # (at most once)
-        assert backend._control is not None and not backend._control.closed
-        assert backend._control_losses == 1
+        assert backend.channel.control is not None and not backend.channel.control.closed
+        assert backend.channel.losses == 1
     finally:
         backend.stop()
 
@@ -501,7 +502,7 @@ def test_a_folder_whose_name_is_not_utf8_is_launched_in_all_the_same(
             os.fsencode(folder)
         )
         assert backend.alive_panes() == {pane: True}
-        assert backend._control is not None and backend._control_losses == 0
+        assert backend.channel.control is not None and backend.channel.losses == 0
     finally:
         backend.stop()
 
@@ -514,7 +515,7 @@ def test_a_session_an_older_lo_orch_made_outlives_the_client_too(
     tmux(tmux_socket, "new-session", "-d", "-s", "lo-t", "-x", "240", "-y", "60", "sleep 600")
     backend = serving(TmuxBackend("t"))
     pane = backend.launch(spec(tmp_path, "a", "exec sleep 600"))
-    assert backend._control is not None
+    assert backend.channel.control is not None
     # (set while a client is attached: tmux ends an unattached session at once)
     tmux(tmux_socket, "set-option", "-g", "destroy-unattached", "on")
     backend.stop()

@@ -18,7 +18,6 @@ same commands and answers, without a tmux process for each.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -59,10 +58,6 @@ PANES_PER_WINDOW = 4
 DEFAULT_SIZE = ("240", "60")
 #: how long one tmux client call may take before it counts as a failure
 TMUX_TIMEOUT = 20.0
-#: control clients lost in one serve (ended, broke the protocol, no answer in time) after
-#: which every call is a tmux process again: a pane that keeps printing protocol lines
-#: would otherwise cost a new client at each look
-CONTROL_LOSSES = 3
 
 _INSTALL_HINT = "Install it with `apt-get install tmux` (Debian/Ubuntu) or `brew install tmux`."
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -125,13 +120,14 @@ class TmuxBackend:
         self._lock = threading.RLock()
         self._version_ok = False
         self._version: tuple[int, int] | None = None
-        #: the control-mode client calls go through while serving (``_controlled``)
-        self._control: tmuxcontrol.Control | None = None
-        self._control_lock = threading.Lock()
-        self._serving = False
-        self._control_retry_at = 0.0
-        self._control_failures = 0  # attaches that failed in a row
-        self._control_losses = 0
+        #: the control-mode client calls go through while serving
+        self.channel = tmuxcontrol.Channel(
+            lambda: [self._tmux_bin(), *self._server_args()],
+            self.session,
+            self._tmux_version,
+            lambda: proc.without_tokens(self.env),
+            self._outlive_clients(),
+        )
 
     @property
     def cluster(self) -> ClusterConfig | None:
@@ -146,14 +142,12 @@ class TmuxBackend:
     def serve(self, deliver: Callable[[Request], None], note: Callable[..., None]) -> None:
         """Nothing to relay: local sessions reach the supervisor's listener themselves.
         From now on until ``stop`` (a supervisor's run) calls go through a control-mode
-        client where they can (``_controlled``)."""
-        self._serving = True
-        self._control_losses = 0
+        client where they can (``tmuxcontrol.Channel``)."""
+        self.channel.start()
 
     def stop(self) -> None:
         """Close the control-mode client ``serve`` let calls use."""
-        self._serving = False
-        self._close_control()
+        self.channel.stop()
 
     # plumbing ----------------------------------------------------------------------
     def _tmux_bin(self) -> str:
@@ -175,7 +169,7 @@ class TmuxBackend:
 
     def _tmux(self, *args: str | Sep, input: str | None = None, check: bool = True) -> proc.Result:
         """One tmux call: ``args`` are the words of its commands, ``THEN`` between two."""
-        result = self._controlled(args) if input is None else None
+        result = self.channel.call(args, TMUX_TIMEOUT) if input is None else None
         if result is None:
             argv = [self._tmux_bin(), *self._server_args(), *command_line(args)]
             # the server starts with this environment and every pane inherits it: no token
@@ -189,72 +183,11 @@ class TmuxBackend:
             raise TmuxError(msg, hint=self._server_hint())
         return result
 
-    def _controlled(self, args: tuple[str | Sep, ...]) -> proc.Result | None:
-        """The call answered by the control client, or None when a tmux process must run
-        it: not serving, a call the client does not run (``tmuxcontrol.request_line``),
-        no client attached, or one lost before the call reached it, or before it answered
-        a call that only reads (any other might have run: it is answered as a failure, as
-        a timed-out process is)."""
-        if not self._serving:
-            return None
-        line = tmuxcontrol.request_line(args)
-        control = self._control_client() if line is not None else None
-        if line is None or control is None:
-            return None
-        start = time.monotonic()
-        try:
-            ok, out, err = control.run(line, TMUX_TIMEOUT)
-        except tmuxcontrol.Lost as exc:
-            self._control_losses += 1
-            log.warning(
-                "tmux control client lost",
-                extra={"session": self.session, "reason": str(exc), "call": commands(args)},
-            )
-            if not exc.sent or tmuxcontrol.reads_only(args):
-                return None
-            err = f"the tmux control client was lost before it answered: {exc}"
-            return proc.Result(["tmux", "-C", line], None, "", err, time.monotonic() - start)
-        return proc.Result(["tmux", "-C", line], 0 if ok else 1, out, err, time.monotonic() - start)
-
-    def _control_client(self) -> tmuxcontrol.Control | None:
-        """The open control client, attached now if there is none: not on a tmux that has
-        no client flags (``tmuxcontrol.supported``), not after ``CONTROL_LOSSES``, and
-        after an attach that failed not before ``tmuxcontrol.retry_after``."""
-        with self._control_lock:
-            if self._control is not None and not self._control.closed:
-                return self._control
-            now = time.monotonic()
-            if now < self._control_retry_at or self._control_losses >= CONTROL_LOSSES:
-                return None
-            self._check_version()
-            if not tmuxcontrol.supported(self._version):
-                return None
-            env = proc.without_tokens(self.env)
-            tmux = [self._tmux_bin(), *self._server_args()]
-            self._control = tmuxcontrol.Control.open(tmux, self.session, env, TMUX_TIMEOUT)
-            if self._control is None:
-                self._control_failures += 1
-                self._control_retry_at = now + tmuxcontrol.retry_after(self._control_failures)
-            else:
-                self._control_failures = 0
-                # (a session an older lo-orch made: set before this client can detach)
-                line = tmuxcontrol.request_line(self._outlive_clients())
-                if line is not None:
-                    with contextlib.suppress(tmuxcontrol.Lost):
-                        self._control.run(line, TMUX_TIMEOUT)
-            return self._control
-
     def _outlive_clients(self) -> tuple[str, ...]:
         """The call that makes the session outlive every client that detaches from it:
         the person's (`lo-orch attach`) and the supervisor's control-mode client, whose
         detach a user's ``set -g destroy-unattached on`` answers by ending every agent."""
         return ("set-option", "-t", f"={self.session}:", "destroy-unattached", "off")
-
-    def _close_control(self) -> None:
-        with self._control_lock:
-            control, self._control = self._control, None
-        if control is not None:
-            control.close()
 
     def _server_hint(self) -> str:
         return f"Check the tmux server with `tmux{f' -L {self.socket}' if self.socket else ''} ls`."
@@ -346,6 +279,11 @@ class TmuxBackend:
         name, _, tag = result.stdout.rstrip("\n").partition("\t")
         return tag if result.ok and name == self.session else None
 
+    def _tmux_version(self) -> tuple[int, int] | None:
+        """The server's tmux version (asked once; None when it did not say)."""
+        self._check_version()
+        return self._version
+
     def _check_version(self) -> None:
         """tmux 3.0 or newer: ``-e`` on split-window/respawn-pane and pane options."""
         if self._version_ok:
@@ -403,7 +341,7 @@ class TmuxBackend:
                 if self.repo:
                     self._tmux("set-option", "-t", f"={self.session}:", "@lo_repo", self.repo)
             self._prepare_window(window_id, pane_id)
-            self._control_retry_at, self._control_failures = 0.0, 0  # (one may attach now)
+            self.channel.session_made()
             log.info("tmux session created", extra={"session": self.session})
 
     def _prepare_window(self, window_id: str, keeper_pane: str) -> None:
@@ -419,7 +357,7 @@ class TmuxBackend:
             if self.owner is not None and tag not in ("", self.owner):
                 log.info("another run's tmux session left alone", extra={"session": self.session})
                 return
-            self._close_control()  # (attached to the session: ended with it)
+            self.channel.close()  # (attached to the session: ended with it)
             self._tmux("kill-session", "-t", f"={self.session}")
             log.info("tmux session killed", extra={"session": self.session})
 

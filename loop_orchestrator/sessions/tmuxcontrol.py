@@ -24,11 +24,13 @@ stdin closes: the server holds the client's pipes, so it ends with the process t
 it, killed or not.
 
 Decisions (quoting, which calls may go here, the reader) are pure; ``Control`` is the
-pipe around them.
+pipe around them, and ``Channel`` decides when a backend has one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import secrets
@@ -36,11 +38,13 @@ import select
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from loop_orchestrator import proc
-from loop_orchestrator.sessions.tmuxargs import Sep
+from loop_orchestrator.sessions.tmuxargs import Sep, commands
+
+log = logging.getLogger(__name__)
 
 #: commands a request may hold: none of them ends the client's session (kill-session,
 #: kill-server: run by a tmux process, as the connection ends with them) or reads stdin
@@ -330,3 +334,103 @@ class Control:
         if not self.closed:
             self.closed = True
             proc.end_piped(self._child)
+
+
+class Channel:
+    """The control client a serving backend's calls go through, and when to have one:
+    attached at the first call while serving (``start`` to ``stop``), on a tmux that takes
+    client flags; after an attach that failed, tried again ``retry_after`` later; after
+    ``LOSSES`` clients lost in one serve, never again (a pane that keeps printing protocol
+    lines would otherwise cost a new client at each look). ``Control`` is the pipe."""
+
+    #: clients lost in one serve (ended, broke the protocol, no answer in time) after which
+    #: every call is a tmux process again
+    LOSSES = 3
+
+    def __init__(
+        self,
+        tmux: Callable[[], list[str]],
+        session: str,
+        version: Callable[[], tuple[int, int] | None],
+        env: Callable[[], dict[str, str]],
+        on_attach: Sequence[str],
+    ) -> None:
+        """``tmux``: the program and its server options; ``version``: the server's tmux
+        version; ``env``: the environment the client starts with; ``on_attach``: a call
+        made through each client first (the session made to outlive it)."""
+        self._tmux = tmux
+        self._session = session
+        self._version = version
+        self._env = env
+        self._on_attach = on_attach
+        self.control: Control | None = None
+        self._lock = threading.Lock()
+        self._serving = False
+        self._retry_at = 0.0
+        self._failures = 0  # attaches that failed in a row
+        self.losses = 0
+
+    def start(self) -> None:
+        self._serving = True
+        self.losses = 0
+
+    def stop(self) -> None:
+        self._serving = False
+        self.close()
+
+    def close(self) -> None:
+        """Close the client (the session is about to end, or the serve)."""
+        with self._lock:
+            control, self.control = self.control, None
+        if control is not None:
+            control.close()
+
+    def session_made(self) -> None:
+        """The session was just made: a client may attach at the next call."""
+        self._retry_at, self._failures = 0.0, 0
+
+    def call(self, args: Sequence[str | Sep], timeout: float) -> proc.Result | None:
+        """The call answered by the client, or None when a tmux process must run it: not
+        serving, a call the client does not run (``request_line``), no client attached,
+        or one lost before the call reached it, or before it answered a call that only
+        reads (any other might have run: it is answered as a failure, as a timed-out
+        process is)."""
+        line = request_line(args) if self._serving else None
+        control = self._client(timeout) if line is not None else None
+        if line is None or control is None:
+            return None
+        start = time.monotonic()
+        try:
+            ok, out, err = control.run(line, timeout)
+        except Lost as exc:
+            self.losses += 1
+            log.warning(
+                "tmux control client lost",
+                extra={"session": self._session, "reason": str(exc), "call": commands(args)},
+            )
+            if not exc.sent or reads_only(args):
+                return None
+            err = f"the tmux control client was lost before it answered: {exc}"
+            return proc.Result(["tmux", "-C", line], None, "", err, time.monotonic() - start)
+        return proc.Result(["tmux", "-C", line], 0 if ok else 1, out, err, time.monotonic() - start)
+
+    def _client(self, timeout: float) -> Control | None:
+        with self._lock:
+            if self.control is not None and not self.control.closed:
+                return self.control
+            now = time.monotonic()
+            if now < self._retry_at or self.losses >= self.LOSSES:
+                return None
+            if not supported(self._version()):
+                return None
+            self.control = Control.open(self._tmux(), self._session, self._env(), timeout)
+            if self.control is None:
+                self._failures += 1
+                self._retry_at = now + retry_after(self._failures)
+                return None
+            self._failures = 0
+            line = request_line(self._on_attach)
+            if line is not None:
+                with contextlib.suppress(Lost):
+                    self.control.run(line, timeout)
+            return self.control
