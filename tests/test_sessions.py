@@ -103,30 +103,36 @@ def big_prompt(task: str, size: int = 10_000) -> str:
 
 
 @pytest.fixture
-def backends(
-    request: pytest.FixtureRequest, tmux_socket: str
-) -> Iterator[Callable[..., TmuxBackend]]:
-    """``TmuxBackend(...)``: as a command's (a tmux process per call), or as a serving
-    supervisor's (its calls through one control-mode client) in a test parametrized with
-    ``BOTH_WAYS``, which then must lose no client."""
+def served() -> bool:
+    """Whether ``backends`` makes serving supervisors' backends (``BOTH_WAYS``)."""
+    return False
+
+
+@pytest.fixture
+def backends(served: bool, tmux_socket: str) -> Iterator[Callable[..., TmuxBackend]]:
+    """``TmuxBackend(...)``: as a command's (a tmux process per call), or, ``served``, as a
+    serving supervisor's (its calls through one control-mode client), which then must
+    lose no client."""
     serving: list[TmuxBackend] = []
 
     def make(*args: Any, **kwargs: Any) -> TmuxBackend:
         made = TmuxBackend(*args, **kwargs)
-        if getattr(request, "param", "process") == "control":
+        if served:
             made.serve(lambda request: None, lambda *a, **k: None)
             serving.append(made)
         return made
 
     yield make
+    attached = [made.channel.control is not None for made in serving]
     for made in serving:
         losses = made.channel.losses
         made.stop()
         assert losses == 0
+    assert not serving or any(attached)  # (calls went through a client: a session's)
 
 
 #: a test run both ways: tmux processes, and a supervisor's control-mode client
-BOTH_WAYS = pytest.mark.parametrize("backends", ["process", "control"], indirect=True)
+BOTH_WAYS = pytest.mark.parametrize("served", [False, True], ids=["process", "control"])
 
 
 @pytest.fixture

@@ -143,8 +143,7 @@ def request_line(args: Sequence[str | Sep]) -> str | None:
 
 def reads_only(args: Sequence[str | Sep]) -> bool:
     """Whether every command of ``args`` only reads (``READS``)."""
-    names = [args[0], *(args[i + 1] for i, a in enumerate(args[:-1]) if isinstance(a, Sep))]
-    return all(name in READS for name in names)
+    return all(name in READS for name in commands(args))
 
 
 @dataclass
@@ -173,12 +172,13 @@ class Reader:
         if self._open is not None:
             numbers, block = self._open
             if guard is not None and guard.group(1) != "begin":
-                if line.split(b" ", 1)[1] == numbers:
+                ends = line.split(b" ", 1)[1]
+                if ends == numbers:
                     self._open = None
                     self._closed = numbers
                     block.ok = guard.group(1) == "end"
                     return block
-                if line.split(b" ", 1)[1] == self._closed:
+                if ends == self._closed:
                     # the real end of the block a printed end closed early, inside the
                     # block a printed begin opened
                     msg = f"the end of a closed block inside another: {line[:80]!r}"

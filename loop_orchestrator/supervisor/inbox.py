@@ -46,8 +46,9 @@ class PaneTasks:
     def task_of(self, pid: int) -> str | None:
         for attempt in range(2):
             known = self._known
-            # nearest first, read no further than the first pane (its tmux server and init
-            # above it cost a /proc read each)
+            # nearest first, read no further than the first live pane (its tmux server and
+            # init above it cost a /proc read each); a pane whose id another process has
+            # since is passed over
             for ancestor in procinfo.lineage(pid):
                 found = known.get(ancestor)
                 if (
