@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import gc
 import importlib.abc
 import importlib.machinery
 import json
@@ -103,8 +104,9 @@ TARGETS: dict[str, tuple[str, ...]] = {
 }
 #: gateways whose calls are also counted by their first word (git's, tmux's subcommand;
 #: for ``proc.run``, whose first argument is the whole argument list, the program's name:
-#: every process the supervisor starts, git's ``config --list`` before a command included)
-BY_SUBCOMMAND = {"git": 1, "TmuxBackend._tmux": 1, "run": 0}  # (index of the first word)
+#: every process the supervisor starts, git's ``config --list`` before a command included;
+#: for a file written, its folder) -> the index of that word
+BY_SUBCOMMAND = {"git": 1, "TmuxBackend._tmux": 1, "run": 0, "atomic_write_text": 0}
 
 #: what the supervisor is started with: this module's hook, then ``lo-orch`` as ``-m``
 BOOT = (
@@ -152,6 +154,8 @@ class Tally:
                 given = args[sub_at:]
                 if given and isinstance(given[0], list | tuple):  # (an argument list)
                     given = (Path(str(given[0][0])).name,) if given[0] else ()
+                elif given and isinstance(given[0], Path):  # (a file written: its folder)
+                    given = (given[0].parent.name + "/",)
                 words = [a for a in given if isinstance(a, str) and a[:1] != "-" and "=" not in a]
                 where = _callers() if CALLERS else ""
                 self.add(f"{name} {words[0] if words else '?'}{where}", 0.0)
@@ -206,16 +210,36 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _count_gc(tally: Tally) -> None:
+    """The cyclic garbage collector's CPU, per generation (``gc:collect_N``): it runs in
+    whichever thread's allocation set it off, inside any counted function."""
+    began: dict[int, float] = {}
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[threading.get_ident()] = time.thread_time()
+        elif (start := began.pop(threading.get_ident(), None)) is not None:
+            tally.add(f"gc:collect_{info['generation']}", time.thread_time() - start)
+
+    gc.callbacks.append(timed)
+
+
 def install() -> Tally:
     """Count from now on; the counts are written to ``$LO_BENCH_TALLY`` at exit."""
     tally = Tally()
     sys.meta_path.insert(0, _Finder(tally))
+    _count_gc(tally)
     out = os.environ.get("LO_BENCH_TALLY")
 
     def dump() -> None:
         if out:
             times = os.times()
-            doc = {"cpu": times.user + times.system, "tally": tally.counts}
+            doc = {
+                "cpu": times.user + times.system,
+                "user": times.user,
+                "system": times.system,
+                "tally": tally.counts,
+            }
             Path(out).write_text(json.dumps(doc), encoding="utf-8")
 
     atexit.register(dump)
@@ -254,7 +278,11 @@ def rows(doc: dict[str, Any], tasks: int, top: int = 40) -> list[str]:
     counted = [(n, k) for n, (_c, k) in doc["tally"].items() if " " in n]
     timed.sort(key=lambda r: (-r[1], r[0]))
     counted.sort(key=lambda r: (-r[1], r[0]))
-    out = [f"{'ms/task':>8} {'calls/task':>10} {'us/call':>8}  function (CPU incl. callees)"]
+    out = []
+    if "user" in doc:  # (the kernel's share: process starts, file system calls)
+        user, system = (1000 * doc[k] / tasks for k in ("user", "system"))
+        out.append(f"{user:8.1f} ms/task in user space, {system:.1f} in the kernel")
+    out.append(f"{'ms/task':>8} {'calls/task':>10} {'us/call':>8}  function (CPU incl. callees)")
     for name, cpu, calls in timed[:top]:
         per_call = 1e6 * cpu / calls if calls else 0.0
         out.append(f"{1000 * cpu / tasks:8.1f} {calls / tasks:10.1f} {per_call:8.0f}  {name}")

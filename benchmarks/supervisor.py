@@ -398,7 +398,10 @@ def _pool_tallies(docs: list[dict[str, Any]], runs: int) -> dict[str, Any] | Non
             row = counts.setdefault(name, [0.0, 0])
             row[0] += cpu
             row[1] += calls
-    return {"cpu": sum(d["cpu"] for d in docs), "tally": counts}
+    pooled: dict[str, Any] = {"cpu": sum(d["cpu"] for d in docs), "tally": counts}
+    if all("user" in d for d in docs):  # (a baseline's benchmark code may predate them)
+        pooled.update({k: sum(d[k] for d in docs) for k in ("user", "system")})
+    return pooled
 
 
 def analyse(

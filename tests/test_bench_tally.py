@@ -68,6 +68,32 @@ def test_every_process_started_is_counted_by_its_program() -> None:
     assert tally.counts["proc:run ?"] == [0.0, 1]
 
 
+def test_a_file_written_is_counted_by_its_folder() -> None:
+    tally = cputally.Tally()
+    key = cputally.BY_SUBCOMMAND["atomic_write_text"]
+    write = tally.wrap("files:atomic_write_text", lambda path, text: None, sub_at=key)
+    write(Path("/s/run/status/t001.json"), "{}")
+    write(Path("/s/run/status/t002.json"), "{}")
+    write(Path("/s/run/briefs/t001.md"), "x")
+    assert tally.counts["files:atomic_write_text status/"] == [0.0, 2]
+    assert tally.counts["files:atomic_write_text briefs/"] == [0.0, 1]
+
+
+def test_the_garbage_collector_is_counted_by_generation() -> None:
+    import gc
+
+    tally = cputally.Tally()
+    before = list(gc.callbacks)
+    cputally._count_gc(tally)
+    try:
+        gc.collect(2)
+        gc.collect(0)
+    finally:
+        gc.callbacks[:] = before
+    assert tally.counts["gc:collect_2"][1] == 1 and tally.counts["gc:collect_2"][0] > 0
+    assert tally.counts["gc:collect_0"][1] >= 1
+
+
 def test_a_function_a_version_lacks_is_left_out() -> None:
     module = types.ModuleType("loop_orchestrator.fake")
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -113,3 +116,87 @@ def test_the_scan_in_its_own_process_sees_what_the_scan_in_process_sees(
     core.write_text("def run():\n    return 2\n", encoding="utf-8")
     assert pyenv.changes(baseline) == [f"changed {core}"]
     assert pyenv.changes(baseline) == [f"changed {core}"]  # a change is never learnt
+
+
+def base_site_folders() -> list[Path]:
+    """The site folders of the interpreter virtual environments here are made from."""
+    base = Path(sys.base_prefix) / "bin" / Path(sys.executable).name
+    if not base.exists():
+        base = Path(sys.base_prefix) / "bin" / "python3"
+    ask = "import json, site; print(json.dumps(site.getsitepackages()))"
+    res = subprocess.run(
+        [str(base), "-I", "-S", "-c", ask],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [Path(p).resolve() for p in json.loads(res.stdout) if Path(p).is_dir()]
+
+
+def venv_in(repo: Path, *flags: str) -> Path:
+    venv = repo / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", *flags, str(venv)], check=True)
+    return venv
+
+
+def test_a_venv_without_the_system_site_packages_is_scanned_without_its_bases(
+    tmp_path: Path,
+) -> None:
+    base = base_site_folders()
+    assert base, "the base interpreter has a site folder"
+    venv = venv_in(tmp_path)
+    roots = pyenv.check_roots(tmp_path, [[".venv/bin/python", "-m", "pytest"]])
+    assert next(venv.glob("lib/python*/site-packages")).resolve() in roots
+    assert venv / "pyvenv.cfg" in roots
+    # its base's folders are not on its path: nothing there can reach a check
+    assert not set(base) & {r.resolve() for r in roots}
+
+
+def test_a_venv_with_the_system_site_packages_is_scanned_with_its_bases(tmp_path: Path) -> None:
+    venv_in(tmp_path, "--system-site-packages")
+    roots = {r.resolve() for r in pyenv.check_roots(tmp_path, [[".venv/bin/python", "-m", "x"]])}
+    assert set(base_site_folders()) <= roots
+
+
+def test_a_venv_switched_to_the_system_site_packages_after_the_start_is_a_change(
+    tmp_path: Path,
+) -> None:
+    # the gaming agent: the base's folders are not scanned, so it lets the checks load them
+    venv = venv_in(tmp_path)
+    baseline = pyenv.take_baseline(tmp_path, [[".venv/bin/python", "-m", "pytest"]])
+    cfg = venv / "pyvenv.cfg"
+    text = cfg.read_text(encoding="utf-8")
+    assert "include-system-site-packages = false" in text
+    cfg.write_text(text.replace("= false", "= true"), encoding="utf-8")
+    assert f"changed {cfg.absolute()}" in pyenv.changes(baseline, shallow=True)
+
+
+@pytest.mark.parametrize(
+    ("said", "included"),
+    [
+        ("version = 3.11.7\n", True),  # not said: the base's folders count
+        ("include-system-site-packages = false\n", False),
+        ("Include-System-Site-Packages =  FALSE  \n", False),
+        ("include-system-site-packages = true\n", True),
+        ("include-system-site-packages = false\ninclude-system-site-packages = true\n", True),
+        ("include-system-site-packages = no\n", False),  # only "true" is true
+        ("include-system-site-packages false\n", True),  # no "=": not a setting
+    ],
+)
+def test_a_pyvenv_cfg_is_read_as_pythons_site_module_reads_it(
+    tmp_path: Path, said: str, included: bool
+) -> None:
+    assert pyenv.system_site_included(said) is included
+    # and so the venv's interpreter reads it: its base's folders on its path or not
+    venv = venv_in(tmp_path)
+    cfg = venv / "pyvenv.cfg"
+    home = next(line for line in cfg.read_text(encoding="utf-8").splitlines() if "home" in line)
+    cfg.write_text(f"{home}\n{said}", encoding="utf-8")
+    res = subprocess.run(
+        [str(venv / "bin" / "python"), "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    on_path = {Path(p).resolve() for p in json.loads(res.stdout)}
+    assert (set(base_site_folders()) <= on_path) is included

@@ -19,8 +19,9 @@ a package folder that only gained one is no change. The full scan runs in a proc
 its own (``sitescan``); docs/design.md section 7 says why it is not cached.
 
 Finding the folders never runs anything from them: a virtual environment is recognised by
-its ``pyvenv.cfg``; the base interpreter is asked with ``-I -S`` (no site module, no
-environment variables, no user folder).
+its ``pyvenv.cfg``, whose ``include-system-site-packages`` says whether its base
+interpreter's site folders count; an interpreter is asked with ``-I -S`` (no site module,
+no environment variables, no user folder).
 """
 
 from __future__ import annotations
@@ -128,10 +129,20 @@ def site_roots(python: Path) -> list[Path]:
             roots += sorted(venv.glob("lib*/python*/site-packages"))
             roots += sorted(venv.glob("Lib/site-packages"))
             roots += [cfg, *(d for d in (venv / "bin", venv / "Scripts") if d.is_dir())]
+            try:
+                text = cfg.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""  # (unreadable: taken as the default, the base's folders too)
+            if not system_site_included(text):
+                # the base interpreter's site folders are not on this one's path (nor its
+                # .pth files run): what they hold cannot reach a check (it was 80 % of
+                # the scan, the base of this venv)
+                return roots
             break
     try:
         # -I ignores PYTHON* variables anyway; the rest is kept for launchers such as
-        # pyenv's shims, which need their own variables to find the interpreter
+        # pyenv's shims, which need their own variables to find the interpreter. With -S
+        # a virtual environment's interpreter answers with its base's site folders
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         res = proc.run([str(python), "-I", "-S", "-c", _ASK], timeout=30, check=False, env=env)
         doc = json.loads(res.stdout) if res.ok else {}
@@ -139,6 +150,18 @@ def site_roots(python: Path) -> list[Path]:
         doc = {}
     roots += [Path(p) for p in doc.get("site", [])]
     return roots
+
+
+def system_site_included(pyvenv_cfg: str) -> bool:
+    """Whether a virtual environment with this ``pyvenv.cfg`` loads its base interpreter's
+    site folders, read as Python's ``site`` module reads it: ``key = value`` lines, the
+    key in any case, the last one counting; true unless it says otherwise."""
+    included = "true"
+    for line in pyvenv_cfg.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key.strip().lower() == "include-system-site-packages":
+            included = value.strip().lower()
+    return included == "true"
 
 
 def check_roots(
