@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -599,10 +600,16 @@ def test_a_look_is_the_state_and_the_screen_together(
     is read back, whatever it shows)."""
     mine, other = backends("demo"), backends("other")
     live = mine.launch(LaunchSpec("a", tmp_path, ["sh", "-c", "echo hello-from-a; sleep 60"]))
-    dead = mine.launch(LaunchSpec("b", tmp_path, ["sh", "-c", "echo bye; exit 3"]))
+    # b exits once its last line is on its screen: a pane that exits at once may be seen
+    # dead by tmux before its last output is read (under load, "bye" was missing once)
+    go = tmp_path / "go"
+    last = f"echo bye; while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.05; done; exit 3"
+    dead = mine.launch(LaunchSpec("b", tmp_path, ["sh", "-c", last]))
     killed = mine.launch(LaunchSpec("c", tmp_path, ["sleep", "60"]))
     foreign = other.launch(LaunchSpec("x", tmp_path, ["sh", "-c", "echo secret-x; sleep 60"]))
     wait_for(lambda: "hello-from-a" in mine.capture(live, 0), 10, "a's greeting")
+    wait_for(lambda: "bye" in mine.capture(dead, 0), 10, "b's last line")
+    go.touch()
     wait_for(lambda: not mine.state(dead).alive, 10, "b to exit")
     wait_for(lambda: "secret-x" in other.capture(foreign, 0), 10, "x's line")
     mine.kill_pane(killed)
