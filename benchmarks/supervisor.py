@@ -435,7 +435,12 @@ def analyse(
     failed = sum(1 for _, _, _, _, rc, *_ in hooks if rc not in ("0", "2"))  # 2: a Stop block
     to_line, after_line = split_at_ledger(ledger, hooks)
     integrated = {e.get("task") for e in ledger if e["event"] == "task_integrated"}
-    rejected = sum(1 for e in ledger if e["event"] == "signal_rejected")
+    rejected = [
+        f"{e.get('task')} {e.get('phase')} in {e.get('current')}: "
+        f"{' '.join(str(e.get('message')).split())[:200]}"
+        for e in ledger
+        if e["event"] == "signal_rejected"
+    ]
     blocked = [
         f"{e.get('task')}: {' '.join(str(e.get('message')).split())[:300]}"
         for e in ledger
@@ -594,7 +599,9 @@ def render(
             if r["hook_failed"]:
                 notes.append(f"{label}: {r['hook_failed']} hook calls failed")
             if r["rejected"]:
-                notes.append(f"{label}: {r['rejected']} signals rejected (not timed)")
+                why = r["rejected"]
+                assert isinstance(why, list)
+                notes.append(f"{label}: {len(why)} signals rejected (not timed): {'; '.join(why)}")
             if r["integrated"] != n * _runs(r) or r["problem"]:
                 notes.append(
                     f"{label}: {r['integrated']} of {n * _runs(r)} tasks integrated"
