@@ -130,7 +130,9 @@ def base_site_folders() -> list[Path]:
         text=True,
         check=True,
     )
-    return [Path(p).resolve() for p in json.loads(res.stdout) if Path(p).is_dir()]
+    found = [Path(p).resolve() for p in json.loads(res.stdout) if Path(p).is_dir()]
+    assert found, f"{base} has no site folder: these tests need one"
+    return found
 
 
 def venv_in(repo: Path, *flags: str) -> Path:
@@ -143,7 +145,6 @@ def test_a_venv_without_the_system_site_packages_is_scanned_without_its_bases(
     tmp_path: Path,
 ) -> None:
     base = base_site_folders()
-    assert base, "the base interpreter has a site folder"
     venv = venv_in(tmp_path)
     roots = pyenv.check_roots(tmp_path, [[".venv/bin/python", "-m", "pytest"]])
     assert next(venv.glob("lib/python*/site-packages")).resolve() in roots
