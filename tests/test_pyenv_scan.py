@@ -172,6 +172,33 @@ def test_a_venv_switched_to_the_system_site_packages_after_the_start_is_a_change
     assert f"changed {cfg.absolute()}" in pyenv.changes(baseline, shallow=True)
 
 
+def home_line(cfg: Path) -> str:
+    """The ``home = ...`` line of a venv's ``pyvenv.cfg`` (where its base interpreter is)."""
+    return next(ln for ln in cfg.read_text(encoding="utf-8").splitlines() if ln.startswith("home"))
+
+
+def sys_path_of(python: Path) -> set[Path]:
+    ask = "import json, sys; print(json.dumps(sys.path))"
+    res = subprocess.run([str(python), "-I", "-c", ask], capture_output=True, text=True, check=True)
+    return {Path(p).resolve() for p in json.loads(res.stdout)}
+
+
+def test_a_second_pyvenv_cfg_planted_beside_the_interpreter_is_a_change(tmp_path: Path) -> None:
+    """The gaming this check was not written for: the venv's own ``pyvenv.cfg`` left as it
+    is, a second one in ``bin/``, which Python reads first, lets the checks load the base
+    interpreter's folders (shown on the real interpreter); the look before the checks
+    reports it."""
+    venv = venv_in(tmp_path)
+    python = venv / "bin" / "python"
+    baseline = pyenv.take_baseline(tmp_path, [[".venv/bin/python", "-m", "pytest"]])
+    assert not set(base_site_folders()) & sys_path_of(python)
+    home = home_line(venv / "pyvenv.cfg")
+    planted = venv / "bin" / "pyvenv.cfg"
+    planted.write_text(f"{home}\ninclude-system-site-packages = true\n", encoding="utf-8")
+    assert set(base_site_folders()) <= sys_path_of(python)  # (the attack works on Python)
+    assert f"added {planted.absolute()}" in pyenv.changes(baseline, shallow=True)
+
+
 @pytest.mark.parametrize(
     ("said", "included"),
     [
@@ -191,13 +218,6 @@ def test_a_pyvenv_cfg_is_read_as_pythons_site_module_reads_it(
     # and so the venv's interpreter reads it: its base's folders on its path or not
     venv = venv_in(tmp_path)
     cfg = venv / "pyvenv.cfg"
-    home = next(line for line in cfg.read_text(encoding="utf-8").splitlines() if "home" in line)
+    home = home_line(cfg)
     cfg.write_text(f"{home}\n{said}", encoding="utf-8")
-    res = subprocess.run(
-        [str(venv / "bin" / "python"), "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    on_path = {Path(p).resolve() for p in json.loads(res.stdout)}
-    assert (set(base_site_folders()) <= on_path) is included
+    assert (set(base_site_folders()) <= sys_path_of(venv / "bin" / "python")) is included

@@ -13,7 +13,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -444,6 +446,45 @@ def test_a_call_that_changes_things_is_not_run_twice_when_the_client_is_lost(
         assert len(backend.alive_panes()) in (panes, panes + 1)  # (at most once)
         assert backend.channel.control is not None and not backend.channel.control.closed
         assert backend.channel.losses == 1
+    finally:
+        backend.stop()
+
+
+def test_a_client_lost_while_other_calls_wait_for_it_counts_once(
+    tmux_socket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sessions' calls come from many threads at once: those waiting for the client when
+    it is lost find it ended, and go to tmux processes; one client lost is one loss, not
+    one per waiting call (``Channel.LOSSES`` of those would end the client for the run)."""
+    backend = serving(TmuxBackend("t"))
+    try:
+        backend.launch(spec(tmp_path, "a", "exec sleep 600"))
+        first = backend.channel.control
+        assert first is not None
+        panes = backend.alive_panes()
+        monkeypatch.setattr(tmux_module, "TMUX_TIMEOUT", 0.5)
+        failed: list[BaseException] = []
+
+        def slow() -> None:  # (tmux answers it after 1.5 s: lost at 0.5 s)
+            try:
+                backend._tmux("if-shell", "sleep 1.5", "display-message -p late")
+            except TmuxError as exc:
+                failed.append(exc)
+
+        slow_call = threading.Thread(target=slow)
+        slow_call.start()
+        time.sleep(0.2)
+        waiting = [None] * (Channel.LOSSES + 1)
+        with ThreadPoolExecutor(len(waiting)) as pool:  # (each waits for the same client)
+            answers = list(pool.map(lambda _: backend.alive_panes(), waiting))
+        slow_call.join()
+        assert len(failed) == 1 and "control client was lost" in str(failed[0])
+        assert answers == [panes] * len(waiting)  # answered by tmux processes
+        assert first.closed and backend.channel.losses == 1
+        monkeypatch.setattr(tmux_module, "TMUX_TIMEOUT", 20.0)
+        backend.alive_panes()
+        again = backend.channel.control
+        assert again is not None and again is not first and not again.closed  # a new one
     finally:
         backend.stop()
 

@@ -403,16 +403,26 @@ class Channel:
         try:
             ok, out, err = control.run(line, timeout)
         except Lost as exc:
-            self.losses += 1
-            log.warning(
-                "tmux control client lost",
-                extra={"session": self._session, "reason": str(exc), "call": commands(args)},
-            )
+            self._lost(control, exc, args)
             if not exc.sent or reads_only(args):
                 return None
             err = f"the tmux control client was lost before it answered: {exc}"
             return proc.Result(["tmux", "-C", line], None, "", err, time.monotonic() - start)
         return proc.Result(["tmux", "-C", line], 0 if ok else 1, out, err, time.monotonic() - start)
+
+    def _lost(self, control: Control, exc: Lost, args: Sequence[str | Sep]) -> None:
+        """Count a lost client once: the calls that waited for it while it was lost find it
+        ended too (with 16 sessions at once, one lost client was counted several times
+        and every call went to a tmux process for the rest of the run)."""
+        with self._lock:
+            if self.control is not control:
+                return  # (counted by the call that lost it, or closed by ``close``)
+            self.control = None
+            self.losses += 1
+        log.warning(
+            "tmux control client lost",
+            extra={"session": self._session, "reason": str(exc), "call": commands(args)},
+        )
 
     def _client(self, timeout: float) -> Control | None:
         with self._lock:

@@ -123,22 +123,23 @@ def site_roots(python: Path) -> list[Path]:
     """The folders ``python`` loads start-up code and libraries from, without running
     anything from them."""
     roots: list[Path] = [python]
-    for cfg in (python.parent / "pyvenv.cfg", python.parent.parent / "pyvenv.cfg"):
-        if cfg.is_file():  # a virtual environment: its own site-packages, scripts, config
-            venv = cfg.parent
-            roots += sorted(venv.glob("lib*/python*/site-packages"))
-            roots += sorted(venv.glob("Lib/site-packages"))
-            roots += [cfg, *(d for d in (venv / "bin", venv / "Scripts") if d.is_dir())]
-            try:
-                text = cfg.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                text = ""  # (unreadable: taken as the default, the base's folders too)
-            if not system_site_included(text):
-                # the base interpreter's site folders are not on this one's path (nor its
-                # .pth files run): what they hold cannot reach a check (it was 80 % of
-                # the scan, the base of this venv)
-                return roots
-            break
+    # where Python's site module looks for it, in its order
+    cfgs = (python.parent / "pyvenv.cfg", python.parent.parent / "pyvenv.cfg")
+    cfg = next((c for c in cfgs if c.is_file()), None)
+    if cfg is not None:  # a virtual environment: its own site-packages, scripts, config
+        venv = cfg.parent
+        roots += sorted(venv.glob("lib*/python*/site-packages"))
+        roots += sorted(venv.glob("Lib/site-packages"))
+        roots += [cfg, *(d for d in (venv / "bin", venv / "Scripts") if d.is_dir())]
+        try:
+            text = cfg.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""  # (unreadable: taken as the default, the base's folders too)
+        if not system_site_included(text):
+            # the base interpreter's site folders are not on this one's path (nor its .pth
+            # files run): what they hold cannot reach a check (it was 80 % of the scan,
+            # the base of this venv); nothing left to ask
+            return roots
     try:
         # -I ignores PYTHON* variables anyway; the rest is kept for launchers such as
         # pyenv's shims, which need their own variables to find the interpreter. With -S
