@@ -124,6 +124,35 @@ def check_memory_limit(setting_mb: int | None) -> int | None:
     return check_memory_bound(setting_mb, machine_memory())
 
 
+#: (program name, PATH) -> the file ``program`` found it to be
+_programs: dict[tuple[str, str], str] = {}
+
+
+def program(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The file a command named ``name`` runs, searched as ``exec`` searches the PATH of
+    ``env`` (else ours), and remembered per name and PATH while it stays an executable file;
+    None when ``name`` has a folder in it, when PATH holds a relative folder (which the
+    command's own working folder would decide) or when nothing is found (``Popen`` searches
+    and reports it). ``Popen`` joined every PATH folder with the name at every call, and the
+    child tried each until one ran: a fifth of what a git call cost the supervisor
+    (``benchmarks/commands.py``). A program installed in an earlier PATH folder after the
+    first call is used from the next start of this process."""
+    if "/" in name:
+        return None
+    path = (os.environ if env is None else env).get("PATH", os.defpath)
+    found = _programs.get((name, path))
+    if found is not None and os.access(found, os.X_OK):
+        return found
+    if any(not Path(folder).is_absolute() for folder in path.split(os.pathsep)):
+        return None  # ("" counts too: the working folder, as exec takes it)
+    found = shutil.which(name, path=path)
+    if found is None:
+        _programs.pop((name, path), None)
+        return None
+    _programs[(name, path)] = found
+    return found
+
+
 def run(
     cmd: Sequence[str],
     *,
@@ -165,6 +194,7 @@ def run(
         # git call every few milliseconds; ``benchmarks/supervisor.py --tally``)
         child = subprocess.Popen(
             args,
+            executable=program(args[0], env),
             cwd=cwd,
             env=dict(env) if env is not None else None,
             stdin=subprocess.PIPE if input is not None else None,
@@ -177,6 +207,13 @@ def run(
         raise LoOrchError(
             msg,
             hint=f"Install {args[0]} or put it on PATH.",
+        ) from exc
+    except PermissionError as exc:  # (exec found it only where it may not run)
+        msg = f"{args[0]} cannot be run: {exc.strerror}"
+        raise LoOrchError(
+            msg,
+            hint=f"Make {exc.filename or args[0]} executable (`chmod +x`), or put a "
+            f"runnable {args[0]} first on PATH.",
         ) from exc
     if memory_limit is not None:
         _bound_memory(child, memory_limit)
@@ -236,7 +273,10 @@ def _read_both(child: subprocess.Popen[bytes], timeout: float | None) -> tuple[b
                 else:
                     poller.unregister(fd)
                     del read[fd]
-        child.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if deadline is None:
+            child.wait()
+        else:
+            _wait_exit(child, max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         raise subprocess.TimeoutExpired(
             child.args, timeout or 0.0, output=bytes(out), stderr=bytes(err)
@@ -244,6 +284,30 @@ def _read_both(child: subprocess.Popen[bytes], timeout: float | None) -> tuple[b
     child.stdout.close()
     child.stderr.close()
     return bytes(out), bytes(err)
+
+
+def _wait_exit(child: subprocess.Popen[bytes], timeout: float) -> None:
+    """``child.wait(timeout)``, woken by the exit itself: the standard library's wait with a
+    timeout polls with sleeps from half a millisecond up, which cost a command about 1 ms
+    of wall time and 0.1 ms of CPU after its output had ended (``benchmarks/commands.py``).
+    A Linux process descriptor (``pidfd_open``) becomes readable when the process exits;
+    where there is none (another system, an old kernel, a seccomp filter refusing it) the
+    standard library's wait does the same job."""
+    if child.returncode is not None:
+        return
+    try:
+        pidfd = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):  # (AttributeError: no pidfd_open in this Python)
+        child.wait(timeout)
+        return
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(timeout * 1000):
+            raise subprocess.TimeoutExpired(child.args, timeout)
+    finally:
+        os.close(pidfd)
+    child.wait()  # (it has exited: this reaps it at once)
 
 
 def _bound_memory(child: subprocess.Popen[bytes], limit: int) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loop_orchestrator import proc
-from loop_orchestrator.errors import CommandError
+from loop_orchestrator.errors import CommandError, LoOrchError
 from loop_orchestrator.proc import CHECK_MEMORY_FLOOR_MB, check_memory_bound
 
 GIB = 2**30
@@ -81,6 +81,96 @@ def test_a_timeout_keeps_what_was_printed_and_ends_the_group() -> None:
     assert time.monotonic() - started < 10
     with pytest.raises(CommandError):
         proc.run(["sh", "-c", "sleep 30"], timeout=0.3)
+
+
+def test_a_command_that_closes_its_outputs_is_still_timed_out_when_it_keeps_running() -> None:
+    """Once both pipes close, the wait for the exit keeps the call's deadline: a command that
+    closed its outputs and runs on is killed at the timeout, its group with it."""
+    started = time.monotonic()
+    got = proc.run(["sh", "-c", "echo said; exec 1>&- 2>&-; sleep 30"], timeout=0.5, check=False)
+    assert got.returncode is None and got.stdout == "said\n"
+    assert time.monotonic() - started < 10
+    with pytest.raises(CommandError):
+        proc.run(["sh", "-c", "exec 1>&- 2>&-; sleep 30"], timeout=0.3)
+
+
+@pytest.mark.parametrize("refusal", [OSError(38, "Function not implemented"), AttributeError()])
+def test_without_a_process_descriptor_a_call_waits_as_the_standard_library_does(
+    monkeypatch: pytest.MonkeyPatch, refusal: Exception
+) -> None:
+    """Where ``pidfd_open`` is refused (an old kernel, a seccomp filter) or missing (another
+    system), the exit is waited for as before: the same results, the same timeout."""
+    asked = []
+
+    def refuse(pid: int) -> int:
+        asked.append(pid)
+        raise refusal
+
+    monkeypatch.setattr(os, "pidfd_open", refuse)
+    for argv in PROGRAMS:
+        want = subprocess.run(
+            argv, capture_output=True, text=True, encoding="utf-8", errors="replace"
+        )
+        got = proc.run(argv, timeout=30.0, check=False)
+        assert (got.returncode, got.stdout, got.stderr) == (
+            want.returncode,
+            want.stdout,
+            want.stderr,
+        ), argv
+    assert asked  # (the refusal was met: the fallback ran)
+    got = proc.run(["sh", "-c", "exec 1>&- 2>&-; sleep 30"], timeout=0.3, check=False)
+    assert got.returncode is None
+
+
+def _tool(folder: Path, says: str, *, executable: bool = True) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tool = folder / "lo-test-tool"
+    tool.write_text(f"#!/bin/sh\necho {says}\n", encoding="utf-8")
+    tool.chmod(0o755 if executable else 0o644)
+
+
+def test_a_program_is_the_one_exec_would_run_and_follows_the_path_it_is_given(
+    tmp_path: Path,
+) -> None:
+    """The program a command runs is found on the PATH of the environment it is given, the
+    first executable file as exec takes it (a file that cannot run is passed over); it is
+    remembered, and looked up again once it is gone."""
+    first, second, third = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    _tool(first, "first", executable=False)
+    _tool(second, "second")
+    _tool(third, "third")
+    env = {**os.environ, "PATH": f"{first}:{second}:{third}"}
+    assert proc.program("lo-test-tool", env) == str(second / "lo-test-tool")
+    assert proc.run(["lo-test-tool"], env=env, timeout=30).stdout == "second\n"
+    (second / "lo-test-tool").unlink()
+    assert proc.run(["lo-test-tool"], env=env, timeout=30).stdout == "third\n"
+    other = {**os.environ, "PATH": f"{first}:{third}"}
+    assert proc.run(["lo-test-tool"], env=other, timeout=30).stdout == "third\n"
+    (third / "lo-test-tool").unlink()
+    with pytest.raises(LoOrchError, match="lo-test-tool cannot be run") as refused:
+        proc.run(["lo-test-tool"], env=env, timeout=30)  # (only the one that cannot run)
+    assert "chmod +x" in (refused.value.hint or "")
+    (first / "lo-test-tool").unlink()
+    with pytest.raises(LoOrchError, match="lo-test-tool not found"):
+        proc.run(["lo-test-tool"], env=env, timeout=30)
+    assert proc.program("lo-test-tool", env) is None
+
+
+def test_a_relative_path_folder_is_left_to_the_commands_own_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative PATH folder means a different program in each working folder: the search
+    is left to exec there, never done once from ours (which would run the wrong one)."""
+    _tool(tmp_path / "ours" / "bin", "ours")
+    monkeypatch.chdir(tmp_path / "ours")
+    _tool(tmp_path / "one" / "bin", "one")
+    _tool(tmp_path / "two" / "bin", "two")
+    env = {**os.environ, "PATH": f"bin:{os.environ['PATH']}"}
+    assert proc.program("lo-test-tool", env) is None
+    for where in ("one", "two"):
+        got = proc.run(["lo-test-tool"], env=env, cwd=tmp_path / where, timeout=30)
+        assert got.stdout == f"{where}\n"
+    assert proc.program(str(tmp_path / "one" / "bin" / "lo-test-tool"), env) is None
 
 
 def test_the_environment_a_command_gets_follows_every_change_of_ours(
