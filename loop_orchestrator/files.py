@@ -53,8 +53,10 @@ def stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never half.
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> os.stat_result:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never half;
+    the new file's stat as it was once in place (its inode's, read through the descriptor
+    that wrote it: whatever another process did to the path since is not in it).
 
     ``durable=False`` skips the fsyncs: for files that are rebuilt from elsewhere after a
     crash (the published view of the supervisor's record, rewritten at every start). A
@@ -62,15 +64,15 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     leave the last one written unreadable (its blocks are allocated before its data is
     written out) until it is rebuilt.
     """
-    _atomic_write(path, text, durable=durable)
+    return _atomic_write(path, text, durable=durable)
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> os.stat_result:
     """``atomic_write_text`` for bytes."""
-    _atomic_write(path, data, durable=durable)
+    return _atomic_write(path, data, durable=durable)
 
 
-def _atomic_write(path: Path, data: str | bytes, *, durable: bool) -> None:
+def _atomic_write(path: Path, data: str | bytes, *, durable: bool) -> os.stat_result:
     if not isinstance(data, str | bytes):  # (checked before a temp file exists)
         msg = f"can only write str or bytes, not {type(data).__name__}"
         raise TypeError(msg)
@@ -90,15 +92,17 @@ def _atomic_write(path: Path, data: str | bytes, *, durable: bool) -> None:
                 view = view[os.write(fd, view) :]
             if durable:
                 os.fsync(fd)
+            Path(tmp).replace(path)
+            done = os.fstat(fd)  # (after the rename, which set its change time)
         finally:
             os.close(fd)
-        Path(tmp).replace(path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             Path(tmp).unlink()
         raise
     if durable:
         fsync_path(path.parent)
+    return done
 
 
 #: the temp files of this process get its pid, its thread and a count in their names

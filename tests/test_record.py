@@ -310,6 +310,46 @@ def test_an_edit_that_keeps_the_size_and_the_time_of_a_view_file_is_still_report
     assert json.loads(path.read_text(encoding="utf-8"))["phase"] == "implementing"
 
 
+def test_a_view_file_is_known_by_the_stat_it_was_written_with_and_edits_are_still_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor remembers the stat of each view file it writes (through the descriptor
+    that wrote it), so its next write does not read the file back; an edit made right after
+    a write, before anything looked, is still reported: in place with the size and the
+    modification time kept, or a file renamed over it."""
+    read: list[Path] = []
+    real = Record._on_disk_digest
+
+    def counted(path: Path) -> str:
+        read.append(path)
+        return real(path)
+
+    monkeypatch.setattr(Record, "_on_disk_digest", staticmethod(counted))
+    rec = make_record(tmp_path)
+    path = RunDir(tmp_path).status_path("alpha")
+    for n in range(5):
+        rec.update_task("alpha", note=f"step {n}")
+    assert read == []  # (the old code read the file back at every write but the first)
+    assert rec.check_view() == []
+    assert read == []
+
+    before = path.stat()
+    text = path.read_text(encoding="utf-8")
+    forged = text.replace('"step 4"', '"step 9"', 1)
+    with path.open("r+", encoding="utf-8") as fh:  # in place: the same inode and size
+        fh.write(forged)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    rec.update_task("alpha", note="step 5")
+    assert rec.check_view() == ["status/alpha.json"]
+
+    rec.update_task("alpha", note="step 6")
+    forged_file = path.with_name("forged.json")
+    forged_file.write_text(path.read_text(encoding="utf-8").replace("step 6", "step 0"))
+    forged_file.replace(path)
+    assert rec.check_view() == ["status/alpha.json"]
+    assert json.loads(path.read_text(encoding="utf-8"))["note"] == "step 6"
+
+
 def test_ledger_lines_from_many_threads_arrive_whole(tmp_path: Path) -> None:
     """Threads appending to the ledger at once (synced and unsynced: the fsync is after the
     lock) each get their whole line in."""

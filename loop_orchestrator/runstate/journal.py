@@ -459,8 +459,16 @@ class Record:
         with self._mutex:
             if path in self._published and self._edited_since(path, self._published[path]):
                 self._edited.add(str(path.relative_to(self.dirs.root)))
-            atomic_write_text(path, text, durable=False)
-            self._published[path] = _file_digest(text)
+            self._wrote(path, text, atomic_write_text(path, text, durable=False))
+
+    def _wrote(self, path: Path, text: str, written: os.stat_result) -> None:
+        """Remember ``text`` as what ``path`` holds, and the stat its file had once in place
+        (read through the descriptor that wrote it: an edit since changes the stat at the
+        path). The next write then compares stats, not the file read back: a view file was
+        read and hashed at every change of its task."""
+        digest = _file_digest(text)
+        self._published[path] = digest
+        self._seen_as_published[path] = (stat_key(written), digest)
 
     def _edited_since(self, path: Path, digest: str) -> bool:
         """Whether the view file ``path`` differs from what was published (``digest``): read
@@ -500,8 +508,9 @@ class Record:
                 if on_disk is not None and _view_differs(on_disk, text):
                     edited.append(str(path.relative_to(self.dirs.root)))
                 if on_disk != text:
-                    atomic_write_text(path, text, durable=False)
-                self._published[path] = _file_digest(text)
+                    self._wrote(path, text, atomic_write_text(path, text, durable=False))
+                else:
+                    self._published[path] = _file_digest(text)
             self._unpublished.clear()  # (every task's file is the record's now)
             return edited
 
