@@ -293,7 +293,7 @@ def _wait_exit(child: subprocess.Popen[bytes], timeout: float) -> None:
     A Linux process descriptor (``pidfd_open``) becomes readable when the process exits;
     where there is none (another system, an old kernel, a seccomp filter refusing it) the
     standard library's wait does the same job."""
-    if child.poll() is not None:  # (most have exited by the time their output ends)
+    if child.poll() is not None:  # (half the git calls here have exited by then)
         return
     try:
         pidfd = os.pidfd_open(child.pid)
