@@ -3,13 +3,12 @@ process that makes it (``proc.run``, the gateway every git, tmux and check comma
 through).
 
 The supervisor makes about 35 such calls a task (``supervisor.py --tally``), each with a
-timeout. BEFORE is a baseline revision (default 0eef1a0: the exit of a command was waited for
-with ``Popen.wait(timeout)``, which polls with sleeps from half a millisecond up once the
-output has ended), checked out in a temporary git worktree; AFTER is this tree (the exit
-wakes the wait through a Linux process descriptor). Each version is measured in a process of
-its own that imports that version's ``proc`` through ``PYTHONPATH`` (checked) and holds
-about as much memory as the supervisor does (60 MiB), in ``--rounds`` rounds, ABBA order, of
-``--calls`` calls per command. Per version and command it prints:
+timeout. BEFORE is a baseline revision (default 0eef1a0: ``Popen`` searched PATH for the
+program at every call), checked out in a temporary git worktree; AFTER is this tree. Each
+version is measured in a process of its own that imports that version's ``proc`` through
+``PYTHONPATH`` (checked) and holds about as much memory as the supervisor does (60 MiB), in
+``--rounds`` rounds, ABBA order, of ``--calls`` calls per command. Per version and command
+it prints:
 
 1. the caller's CPU per call (its own user and system time: spawning, reading, waiting);
 2. the wall time per call, p50 and mean (what a step of the supervisor waits per command).

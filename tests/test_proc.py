@@ -94,34 +94,6 @@ def test_a_command_that_closes_its_outputs_is_still_timed_out_when_it_keeps_runn
         proc.run(["sh", "-c", "exec 1>&- 2>&-; sleep 30"], timeout=0.3)
 
 
-@pytest.mark.parametrize("refusal", [OSError(38, "Function not implemented"), AttributeError()])
-def test_without_a_process_descriptor_a_call_waits_as_the_standard_library_does(
-    monkeypatch: pytest.MonkeyPatch, refusal: Exception
-) -> None:
-    """Where ``pidfd_open`` is refused (an old kernel, a seccomp filter) or missing (another
-    system), the exit is waited for as before: the same results, the same timeout."""
-    asked = []
-
-    def refuse(pid: int) -> int:
-        asked.append(pid)
-        raise refusal
-
-    monkeypatch.setattr(os, "pidfd_open", refuse)
-    for argv in PROGRAMS:
-        want = subprocess.run(
-            argv, capture_output=True, text=True, encoding="utf-8", errors="replace"
-        )
-        got = proc.run(argv, timeout=30.0, check=False)
-        assert (got.returncode, got.stdout, got.stderr) == (
-            want.returncode,
-            want.stdout,
-            want.stderr,
-        ), argv
-    assert asked  # (the refusal was met: the fallback ran)
-    got = proc.run(["sh", "-c", "exec 1>&- 2>&-; sleep 30"], timeout=0.3, check=False)
-    assert got.returncode is None
-
-
 def _tool(folder: Path, says: str, *, executable: bool = True) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     tool = folder / "lo-test-tool"
